@@ -1,0 +1,80 @@
+// The one interface every implementation under test stands behind (reference, cpu, cpu-flash, cuda, cudnn,
+// plugins, test-only mutants), and the registry that lists them. The harness asks capabilities before it runs;
+// an unsupported case is reported as unsupported, never run half-way and never counted as a pass.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attncheck/problem.hpp"
+
+namespace attncheck {
+
+struct Capabilities {
+  std::set<DType> dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+  std::set<Layout> layouts = {Layout::BHSD, Layout::BSHD};
+  bool gqa = true;          // Hq != Hkv
+  bool cross = true;        // Lq != Lk
+  bool dqk_ne_dv = true;    // Dqk != Dv
+  bool causal = true;
+  std::set<Alignment> alignments = {Alignment::top_left, Alignment::bottom_right, Alignment::explicit_};
+  bool per_batch_offsets = true;
+  bool key_padding = true;
+  bool bool_mask = true;
+  bool bias = true;
+  bool window = true;
+  bool softcap = true;
+  bool dropout = true;      // through Inputs::keep
+  bool finite_fill = true;
+  std::set<FullyMasked> fully_masked = {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform};
+  bool weights_out = true;
+  bool lse_out = true;
+  int64_t max_head_dim = 0;       // 0 = no limit
+  int64_t head_dim_multiple = 1;  // Dqk and Dv must be multiples of this
+  std::string notes;              // free text shown by `attncheck list` (e.g. "inline PTX paths not emulated")
+};
+
+// Why a case can or cannot run. ok == false carries the reason, e.g. "softcap not supported".
+struct Support {
+  bool ok = true;
+  std::string reason;
+  static Support yes() { return {}; }
+  static Support no(std::string why) { return {false, std::move(why)}; }
+};
+
+// Checks a problem against capability flags; the common part of every Impl::supports.
+Support check_capabilities(const Capabilities& c, const Problem& p);
+
+class Impl {
+ public:
+  virtual ~Impl() = default;
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  // Whether the implementation can run on this machine at all (e.g. "no CUDA device: cudaGetDeviceCount -> 100").
+  virtual Support available() const { return Support::yes(); }
+  virtual Capabilities capabilities() const = 0;
+  // Per case; the default checks capabilities. Override to add backend-specific limits.
+  virtual Support supports(const Problem& p) const { return check_capabilities(capabilities(), p); }
+  // Compute outputs for a validated, supported problem. Outputs are pre-allocated by make_outputs() and
+  // poisoned with NaN by the harness: every element the implementation does not write will fail.
+  // Errors are thrown (std::exception) with a message; they are reported as status "error".
+  virtual void run(const Problem& p, const Inputs& in, Outputs& out) const = 0;
+};
+
+using ImplPtr = std::shared_ptr<const Impl>;
+
+// The registry: every built-in implementation compiled into this build, in a fixed order.
+// Plugins loaded at run time are appended with register_impl().
+const std::vector<ImplPtr>& registry();
+void register_impl(ImplPtr impl);
+// The implementation called `name`, or nullptr.
+ImplPtr find_impl(const std::string& name);
+
+// Run an implementation on a case the way the harness does: validate, check support, allocate, poison with NaN,
+// run. Returns the support verdict; outputs are only meaningful when it is ok.
+Support run_impl(const Impl& impl, const Problem& p, const Inputs& in, Outputs& out);
+
+}  // namespace attncheck

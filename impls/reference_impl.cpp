@@ -1,0 +1,32 @@
+// The reference registered as an implementation, so `attncheck verify --impl reference` replays fixtures
+// through the same path as every other backend (its outputs are rounded to the problem's dtypes).
+#include "attncheck/impl.hpp"
+#include "attncheck/reference.hpp"
+
+namespace attncheck {
+namespace {
+
+class ReferenceImpl final : public Impl {
+ public:
+  std::string name() const override { return "reference"; }
+  std::string description() const override { return "naive looped reference, double accumulation (the oracle)"; }
+  Capabilities capabilities() const override { return Capabilities{}; }
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override {
+    const ReferenceResult r = reference_attention(p, in);
+    for (int64_t b = 0, n = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hq; ++h)
+        for (int64_t i = 0; i < p.Lq; ++i)
+          for (int64_t d = 0; d < p.Dv; ++d) out.out.put(b, h, i, d, r.out[static_cast<size_t>(n++)]);
+    if (out.lse)
+      for (int64_t n = 0; n < out.lse->numel(); ++n) out.lse->set_offset(n, r.lse[static_cast<size_t>(n)]);
+    if (out.weights)
+      for (int64_t n = 0; n < out.weights->numel(); ++n)
+        out.weights->set_offset(n, r.weights[static_cast<size_t>(n)]);
+  }
+};
+
+}  // namespace
+
+std::vector<ImplPtr> make_reference_impls() { return {std::make_shared<ReferenceImpl>()}; }
+
+}  // namespace attncheck

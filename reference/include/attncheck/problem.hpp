@@ -1,0 +1,187 @@
+// The attention problem model shared by the reference, every implementation, fixtures and the CLI.
+// One Problem describes shapes and semantics (masks, fill, policies, dtype, layout); Inputs holds the tensors.
+// Semantics are documented in docs/problem-model.md; validate() names the offending field and its values.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace attncheck {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Element types
+// ---------------------------------------------------------------------------------------------------------------
+enum class DType : uint8_t { f64, f32, f16, bf16, u8 };
+
+const char* to_string(DType t);
+DType dtype_from_string(const std::string& s);  // "fp64"/"f64", "fp32", "fp16", "bf16", "u8"; throws otherwise
+size_t dtype_size(DType t);
+// Unit roundoff of a floating dtype (2^-53, 2^-24, 2^-11, 2^-8).
+double unit_roundoff(DType t);
+
+// IEEE binary16 and bfloat16 as raw bits; conversions round to nearest even, NaN stays NaN.
+uint16_t float_to_half_bits(float f);
+float half_bits_to_float(uint16_t h);
+uint16_t float_to_bf16_bits(float f);
+float bf16_bits_to_float(uint16_t h);
+// Round a double to the nearest value representable in `t` (f64: identity; f16/bf16 round through fp32).
+double round_to(DType t, double x);
+
+// ---------------------------------------------------------------------------------------------------------------
+// A strided host tensor that owns its bytes. Logical index order is the shape's; strides are in elements.
+// ---------------------------------------------------------------------------------------------------------------
+struct Tensor {
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  std::vector<uint8_t> bytes;
+
+  Tensor() = default;
+  // Contiguous (row-major) tensor, zero-filled.
+  Tensor(DType t, std::vector<int64_t> shape);
+  // Tensor with a storage permutation: `storage_order[k]` is the logical dim that is the k-th slowest in memory.
+  Tensor(DType t, std::vector<int64_t> shape, const std::vector<int>& storage_order);
+
+  int64_t numel() const;
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  int64_t offset(const int64_t* idx) const;  // element offset of a logical index
+  double get(const int64_t* idx) const;
+  void set(const int64_t* idx, double x);  // rounds to dtype
+  double get_offset(int64_t off) const;
+  void set_offset(int64_t off, double x);
+  double at(int64_t a, int64_t b, int64_t c, int64_t d) const {
+    const int64_t i[4] = {a, b, c, d};
+    return get(i);
+  }
+  void put(int64_t a, int64_t b, int64_t c, int64_t d, double x) {
+    const int64_t i[4] = {a, b, c, d};
+    set(i, x);
+  }
+  template <class T>
+  T* data() { return reinterpret_cast<T*>(bytes.data()); }
+  template <class T>
+  const T* data() const { return reinterpret_cast<const T*>(bytes.data()); }
+  // All elements, widened to double, in logical row-major order.
+  std::vector<double> to_double() const;
+  // Fill every element with x (NaN poisoning of outputs before a run).
+  void fill(double x);
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// The problem
+// ---------------------------------------------------------------------------------------------------------------
+enum class Layout : uint8_t { BHSD, BSHD };
+const char* to_string(Layout l);
+Layout layout_from_string(const std::string& s);
+
+// Where the causal / window diagonal sits: key j is on the diagonal of query i when j == i + offset.
+//   top_left     offset 0                      (PyTorch is_causal, ONNX is_causal)
+//   bottom_right offset Lk_b - Lq              (FlashAttention >= 2.1; Lk_b is the batch's key length)
+//   explicit_    offset = causal_offset, or causal_offsets[b] when given (a KV cache of P past tokens: P)
+enum class Alignment : uint8_t { top_left, bottom_right, explicit_ };
+const char* to_string(Alignment a);
+Alignment alignment_from_string(const std::string& s);
+
+// What a masked score becomes before the softmax.
+enum class MaskFill : uint8_t { neg_inf, finite };
+// What a row with no visible key produces (see docs/problem-model.md for which implementation does which):
+//   nan      out, weights NaN      (plain -inf softmax: PyTorch math backend)
+//   zero     out, weights 0        (FlashAttention, cuDNN, ONNX Attention, PyTorch fused kernels)
+//   uniform  weights 1/Lk over all keys, out = mean of all values (a finite fill such as -1e9)
+// lse of such a row is log(sum_j exp(fill)): -inf with an infinite fill, fill + log(Lk) with a finite one.
+enum class FullyMasked : uint8_t { nan, zero, uniform };
+const char* to_string(MaskFill f);
+const char* to_string(FullyMasked p);
+MaskFill fill_from_string(const std::string& s);
+FullyMasked fully_masked_from_string(const std::string& s);
+
+struct Problem {
+  // Shapes: Q [B, Hq, Lq, Dqk], K [B, Hkv, Lk, Dqk], V [B, Hkv, Lk, Dv], O [B, Hq, Lq, Dv] (logical order).
+  int64_t B = 1, Hq = 1, Hkv = 1, Lq = 1, Lk = 1, Dqk = 1, Dv = 1;
+  DType dtype = DType::f32;    // q, k, v and out
+  Layout layout = Layout::BHSD;  // memory order of q, k, v and out
+
+  std::optional<double> scale;  // default 1/sqrt(Dqk); 0 and negative allowed
+
+  // Masks (all compose: a key is visible when every active mask allows it).
+  bool causal = false;                  // j <= i + offset
+  Alignment alignment = Alignment::top_left;  // for causal and window
+  int64_t causal_offset = 0;            // with Alignment::explicit_
+  std::vector<int64_t> causal_offsets;  // per batch, with Alignment::explicit_; empty = causal_offset for all
+  std::vector<int64_t> key_lengths;     // per batch valid key count (key padding); empty = Lk for all
+  std::optional<std::array<int64_t, 4>> mask_shape;  // boolean mask (true = attend), broadcast to [B,Hq,Lq,Lk]
+  std::optional<std::array<int64_t, 4>> bias_shape;  // additive bias, broadcast to [B,Hq,Lq,Lk]
+  DType bias_dtype = DType::f32;
+  int64_t window_left = -1, window_right = -1;  // sliding window around the diagonal; -1 = unbounded
+  double softcap = 0.0;                         // c > 0: s -> c*tanh(s/c) before bias and masking; 0 = off
+
+  MaskFill fill = MaskFill::neg_inf;
+  double fill_value = -1e9;  // used with MaskFill::finite
+  FullyMasked fully_masked = FullyMasked::zero;
+
+  double dropout_p = 0.0;      // keep-mask in Inputs::keep; kept weights are scaled by 1/(1-p)
+  uint64_t dropout_seed = 0;   // seed of the counter-based generator that made the keep-mask
+
+  bool want_weights = false;  // P [B, Hq, Lq, Lk]
+  bool want_lse = false;      // lse [B, Hq, Lq]
+
+  double effective_scale() const;
+  int64_t group_size() const { return Hq / Hkv; }  // query heads per KV head
+  int64_t kv_head(int64_t h) const { return h / group_size(); }
+  int64_t key_length(int64_t b) const;      // valid keys of batch b
+  int64_t diagonal_offset(int64_t b) const;  // the offset of the alignment for batch b
+  bool has_window() const { return window_left >= 0 || window_right >= 0; }
+  // dtype of weights and lse outputs: f64 for f64 problems, otherwise f32.
+  DType stat_dtype() const { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+  // A short name from the parameters, e.g. "f16/B2-Hq8-Hkv2-Lq97-Lk257-D64/causal-br".
+  std::string name() const;
+};
+
+// Throws std::invalid_argument naming the field and the values on any inconsistency.
+void validate(const Problem& p);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Inputs and outputs
+// ---------------------------------------------------------------------------------------------------------------
+struct Inputs {
+  Tensor q, k, v;               // logical [B,H,L,D], memory order from the layout
+  std::optional<Tensor> mask;   // u8 (0/1), shape == problem.mask_shape
+  std::optional<Tensor> bias;   // bias_dtype, shape == problem.bias_shape
+  std::optional<Tensor> keep;   // u8 (0/1), [B, Hq, Lq, Lk], present iff dropout_p > 0
+};
+
+struct Outputs {
+  Tensor out;                   // problem.dtype, [B,Hq,Lq,Dv] in the layout
+  std::optional<Tensor> lse;    // stat_dtype, [B,Hq,Lq]
+  std::optional<Tensor> weights;  // stat_dtype, [B,Hq,Lq,Lk], contiguous
+};
+
+// Allocate tensors of the right shapes for the problem (zero-filled).
+Tensor make_qkv(const Problem& p, int which);  // 0 = q, 1 = k, 2 = v
+Outputs make_outputs(const Problem& p);
+// Throws when the tensors do not match the problem (shape, dtype, presence).
+void validate(const Problem& p, const Inputs& in);
+
+// Storage order for a layout: BHSD -> {0,1,2,3}, BSHD -> {0,2,1,3}.
+std::vector<int> storage_order(Layout l);
+
+// Mask broadcasting: index of [b,h,i,j] in a tensor of broadcast shape `s`.
+inline int64_t broadcast_offset(const Tensor& t, int64_t b, int64_t h, int64_t i, int64_t j) {
+  const int64_t idx[4] = {t.shape[0] == 1 ? 0 : b, t.shape[1] == 1 ? 0 : h, t.shape[2] == 1 ? 0 : i,
+                          t.shape[3] == 1 ? 0 : j};
+  return t.offset(idx);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Dropout: Philox4x32-10 counter-based generator, keep(b,h,i,j) is a pure function of (seed, b, h, i, j).
+// ---------------------------------------------------------------------------------------------------------------
+std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
+// Uniform in [0,1) for element (b,h,i,j) of a [B,Hq,Lq,Lk] weight tensor.
+double dropout_uniform(uint64_t seed, int64_t b, int64_t h, int64_t i, int64_t j);
+Tensor make_keep_mask(const Problem& p);  // keep iff dropout_uniform >= p
+
+}  // namespace attncheck

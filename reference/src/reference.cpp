@@ -1,0 +1,165 @@
+// The looped reference of softmax(Q·Kᵀ·scale + bias/mask)·V, written like the per-token loops of the seed
+// notebook: for each query token, for each key token a dot product; the row's softmax; the weighted sum of values.
+// Inputs are widened exactly to double first; every mask is written out explicitly where it applies.
+#include "attncheck/reference.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <thread>
+
+namespace attncheck {
+
+int default_threads() {
+  if (const char* e = std::getenv("ATTNCHECK_THREADS")) {
+    const int n = std::atoi(e);
+    if (n > 0) return n;
+  }
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc ? static_cast<int>(hc) : 1;
+}
+
+void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
+  if (threads <= 0) threads = default_threads();
+  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n, 1)));
+  if (threads <= 1) {
+    for (int64_t r = 0; r < n; ++r) fn(r);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::vector<std::thread> pool;
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (int64_t r; !failed && (r = next.fetch_add(1)) < n;) {
+        try {
+          fn(r);
+        } catch (...) {
+          if (!failed.exchange(true)) error = std::current_exception();
+        }
+      }
+    });
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+}
+
+namespace {
+// A [B, H, L, D] tensor widened to contiguous double, BHSD order, so the loops below index it plainly.
+std::vector<double> widen(const Tensor& t) { return t.to_double(); }
+}  // namespace
+
+ReferenceResult reference_attention(const Problem& p, const Inputs& in, int threads) {
+  validate(p, in);
+  const int64_t B = p.B, Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv;
+  const double scale = p.effective_scale();
+  const double inf = std::numeric_limits<double>::infinity();
+  const double fill = p.fill == MaskFill::neg_inf ? -inf : p.fill_value;
+
+  const std::vector<double> q = widen(in.q);  // (B, Hq, Lq, Dqk)
+  const std::vector<double> k = widen(in.k);  // (B, Hkv, Lk, Dqk)
+  const std::vector<double> v = widen(in.v);  // (B, Hkv, Lk, Dv)
+
+  ReferenceResult r;
+  r.out.assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
+  r.lse.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
+  if (p.want_weights) r.weights.assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
+  r.score_mag.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
+  r.out_abs.assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
+
+  // One row = one (batch, query head, query token). Rows share nothing, so any thread order gives the same bits.
+  parallel_rows(B * Hq * Lq, threads, [&](int64_t row) {
+    const int64_t b = row / (Hq * Lq), h = (row / Lq) % Hq, i = row % Lq;
+    const int64_t kvh = h / (Hq / Hkv);  // GQA: query head h reads KV head h / group
+    const double* qi = &q[static_cast<size_t>(((b * Hq + h) * Lq + i) * Dqk)];          // (Dqk)
+    const double* kb = &k[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];             // (Lk, Dqk)
+    const double* vb = &v[static_cast<size_t>((b * Hkv + kvh) * Lk * Dv)];              // (Lk, Dv)
+    const int64_t diag = i + p.diagonal_offset(b);  // key index on this query's diagonal
+    const int64_t valid_keys = p.key_length(b);
+
+    // 1. scores: for each key token, visible -> scale * dot(q, k) (softcapped, plus bias); masked -> fill.
+    std::vector<double> s(static_cast<size_t>(Lk));
+    std::vector<char> visible(static_cast<size_t>(Lk));
+    int64_t n_visible = 0;
+    double q_norm = 0.0, score_mag = 0.0;  // for the tolerance model only
+    for (int64_t d = 0; d < Dqk; ++d) q_norm += qi[d] * qi[d];
+    q_norm = std::sqrt(q_norm);
+    for (int64_t j = 0; j < Lk; ++j) {
+      bool vis = true;
+      if (p.causal && j > diag) vis = false;                           // causal: j <= i + offset
+      if (j >= valid_keys) vis = false;                                // key padding
+      if (p.window_left >= 0 && j < diag - p.window_left) vis = false;   // sliding window, left edge
+      if (p.window_right >= 0 && j > diag + p.window_right) vis = false; // sliding window, right edge
+      if (in.mask && in.mask->get_offset(broadcast_offset(*in.mask, b, h, i, j)) == 0) vis = false;
+      visible[static_cast<size_t>(j)] = vis;
+      if (!vis) {
+        s[static_cast<size_t>(j)] = fill;  // never touch a masked key: it may hold NaN on purpose
+        continue;
+      }
+      double dot = 0.0;
+      for (int64_t d = 0; d < Dqk; ++d) dot += qi[d] * kb[j * Dqk + d];
+      double score = dot * scale;
+      if (p.softcap > 0) score = p.softcap * std::tanh(score / p.softcap);
+      double k_norm = 0.0;
+      for (int64_t d = 0; d < Dqk; ++d) k_norm += kb[j * Dqk + d] * kb[j * Dqk + d];
+      double mag = std::abs(scale) * q_norm * std::sqrt(k_norm);
+      if (in.bias) {
+        const double bias = in.bias->get_offset(broadcast_offset(*in.bias, b, h, i, j));
+        score += bias;
+        mag += std::abs(bias);
+      }
+      score_mag = std::max(score_mag, mag);
+      s[static_cast<size_t>(j)] = score;
+      ++n_visible;
+    }
+
+    // 2. softmax of the row: max, exps, sum, normalise.
+    double m = -inf;
+    for (int64_t j = 0; j < Lk; ++j)
+      if (visible[static_cast<size_t>(j)]) m = std::max(m, s[static_cast<size_t>(j)]);
+    const bool fully_masked = n_visible == 0 || m == -inf;
+    std::vector<double> w(static_cast<size_t>(Lk), 0.0);
+    double lse;
+    if (!fully_masked) {
+      if (p.fill == MaskFill::finite) m = std::max(m, fill);  // masked keys take part with the finite fill
+      double sum = 0.0;
+      for (int64_t j = 0; j < Lk; ++j) {
+        const bool takes_part = visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite;
+        w[static_cast<size_t>(j)] = takes_part ? std::exp(s[static_cast<size_t>(j)] - m) : 0.0;
+        sum += w[static_cast<size_t>(j)];
+      }
+      for (double& x : w) x /= sum;
+      lse = m + std::log(sum);
+    } else {
+      // No visible key: log(sum_j exp(fill)) and the declared policy decide.
+      lse = p.fill == MaskFill::finite ? fill + std::log(static_cast<double>(Lk)) : -inf;
+      const double wv = p.fully_masked == FullyMasked::nan       ? std::numeric_limits<double>::quiet_NaN()
+                        : p.fully_masked == FullyMasked::uniform ? 1.0 / static_cast<double>(Lk)
+                                                                 : 0.0;
+      std::fill(w.begin(), w.end(), wv);
+    }
+    r.lse[static_cast<size_t>(row)] = lse;
+    r.score_mag[static_cast<size_t>(row)] = score_mag;
+    if (p.want_weights) std::copy(w.begin(), w.end(), r.weights.begin() + row * Lk);
+
+    // 3. weighted sum of value tokens; dropout drops (keep = 0) or rescales kept weights by 1/(1-p).
+    //    A zero weight contributes nothing, even where the value is NaN (masked positions may be poisoned).
+    double* oi = &r.out[static_cast<size_t>(row * Dv)];         // (Dv)
+    double* oi_abs = &r.out_abs[static_cast<size_t>(row * Dv)];  // (Dv)
+    const double keep_scale = 1.0 / (1.0 - p.dropout_p);
+    for (int64_t j = 0; j < Lk; ++j) {
+      double wj = w[static_cast<size_t>(j)];
+      if (in.keep) wj = in.keep->get_offset(((b * Hq + h) * Lq + i) * Lk + j) != 0 ? wj * keep_scale : 0.0;
+      if (wj == 0.0) continue;
+      for (int64_t d = 0; d < Dv; ++d) {
+        oi[d] += wj * vb[j * Dv + d];
+        oi_abs[d] += std::abs(wj * vb[j * Dv + d]);
+      }
+    }
+  });
+  return r;
+}
+
+}  // namespace attncheck
