@@ -195,11 +195,12 @@ ImplPtr load_plugin(const std::string& path) {
   dlerror();
   void* sym = dlsym(handle, ATTNCHECK_PLUGIN_ENTRY_SYMBOL);
   if (!sym) {
+    // Copy dlerror()'s text before dlclose: glibc frees that buffer on the next dl* call.
     const char* e = dlerror();
+    const std::string why = e ? e : "dlsym returned NULL";
     dlclose(handle);
     throw PluginError(file_error(path, std::string("no entry point '") + ATTNCHECK_PLUGIN_ENTRY_SYMBOL +
-                                           "' (is it exported with extern \"C\" and default visibility?): " +
-                                           (e ? e : "dlsym returned NULL")));
+                                           "' (is it exported with extern \"C\" and default visibility?): " + why));
   }
   attncheck_plugin_entry_fn entry;
   static_assert(sizeof entry == sizeof sym);
