@@ -70,6 +70,9 @@ TEST(Masks, CausalExplicitOffset) {
   expect_table(causal(2, 5, Alignment::explicit_, 2), {{1, 1, 1, 0, 0}, {1, 1, 1, 1, 0}}, "off2");
   // A negative offset hides the diagonal itself.
   expect_table(causal(3, 3, Alignment::explicit_, -1), {{0, 0, 0}, {1, 0, 0}, {1, 1, 0}}, "off-1");
+  // Lq > Lk with explicit offsets: +1 shows every key to every row; -2 hides rows 0 and 1 completely.
+  expect_table(causal(4, 2, Alignment::explicit_, 1), {{1, 1}, {1, 1}, {1, 1}, {1, 1}}, "off1 Lq>Lk");
+  expect_table(causal(4, 2, Alignment::explicit_, -2), {{0, 0}, {0, 0}, {1, 0}, {1, 1}}, "off-2 Lq>Lk");
 }
 
 TEST(Masks, CausalPerBatchOffsets) {

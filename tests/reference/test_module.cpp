@@ -73,6 +73,20 @@ TEST(Module, SingleHeadByHand) {
   EXPECT_NEAR(r.attn.weights[1], 0.75, 1e-15);
 }
 
+TEST(Module, ProjectionsAreStoredInTheProblemDtype) {
+  // v = x·[1 + 2^-12; 3]: fp16 stores 1 + 2^-12 as 1, so with equal weights the fp16 problem gives exactly 2, the
+  // fp64 one 2 + 2^-13.
+  Problem p = f64(1, 1, 1, 2, 2, 1, 1);
+  MhaWeights w;
+  w.wq = lin(2, 1, {1, 1});
+  w.wk = lin(2, 1, {0, 0});
+  w.wv = lin(2, 1, {1 + std::ldexp(1.0, -12), 3});
+  w.wo = lin(1, 1, {1});
+  EXPECT_EQ(reference_mha(p, w, kEye, nullptr).out.x[0], 2 + std::ldexp(1.0, -13));
+  p.dtype = DType::f16;
+  EXPECT_EQ(reference_mha(p, w, kEye, nullptr).out.x[0], 2.0);
+}
+
 TEST(Module, TwoHeadsSplitAndMergeByHand) {
   // Columns are head-major: head 0 = column 0, head 1 = column 1.
   // head 0: k = (0, log 3) -> (1/4, 3/4), v = (4, 8) -> 7;  head 1: k = (log 2, 0) -> (2/3, 1/3), v = (3, -3) -> 1.
