@@ -86,7 +86,7 @@ TEST(CompareTest, HalfPrecisionCandidateOfTheExpectedValuesPasses) {
 
 TEST(Verify, ReferencePassesTheWholeSuiteAndReportsParse) {
   const fs::path dir = test::scratch("verify");
-  auto r = run("verify --impl reference --fixtures " + std::string(GOLDEN_DIR) + " --report " +
+  auto r = run("verify --impl reference --fixtures " + std::string(GOLDEN_DIR) + "/cases --report " +
                (dir / "r.json").string());
   ASSERT_EQ(r.rc, 0) << r.out;
   const json j = read_json(dir / "r.json");
@@ -97,7 +97,7 @@ TEST(Verify, ReferencePassesTheWholeSuiteAndReportsParse) {
     for (const char* k : {"fixture", "impl", "status", "max_abs_err", "max_rel_err", "tolerance", "worst_index",
                           "expected", "actual", "message"})
       EXPECT_TRUE(c.contains(k)) << k;
-  r = run("verify --impl reference --fixtures " + std::string(GOLDEN_DIR) + " --filter 'bf16/*' --report " +
+  r = run("verify --impl reference --fixtures " + std::string(GOLDEN_DIR) + "/cases --filter 'bf16/*' --report " +
           (dir / "r.xml").string());
   ASSERT_EQ(r.rc, 0) << r.out;
   if (std::system("/usr/bin/python3 -c 'import xml' 2>/dev/null") == 0) {
@@ -129,7 +129,7 @@ TEST(Verify, AWrongExpectationFails) {
 TEST(Verify, ShardsPartitionTheSuite) {
   const fs::path dir = test::scratch("shards");
   auto names = [&](const std::string& extra, const std::string& tag) {
-    const auto r = run("verify --impl reference --fixtures " + std::string(GOLDEN_DIR) + " " + extra +
+    const auto r = run("verify --impl reference --fixtures " + std::string(GOLDEN_DIR) + "/cases " + extra +
                        " --report " + (dir / (tag + ".json")).string());
     EXPECT_EQ(r.rc, 0) << r.out;
     std::multiset<std::string> s;
@@ -148,7 +148,7 @@ TEST(Verify, ShardsPartitionTheSuite) {
 }
 
 TEST(Verify, UsageErrorsExit2) {
-  const std::string base = "verify --fixtures " + std::string(GOLDEN_DIR);
+  const std::string base = "verify --fixtures " + std::string(GOLDEN_DIR) + "/cases";
   auto r = run(base + " --impl no-such-impl");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find("--impl: unknown implementation 'no-such-impl'"), std::string::npos) << r.out;
