@@ -24,8 +24,8 @@ void check_seq(const char* name, const Seq& x) {
   if (x.B < 1 || x.L < 1 || x.E < 1)
     fail(std::string(name) + " shape [B,L,E] must be positive, got " + dims({x.B, x.L, x.E}));
   if (static_cast<int64_t>(x.x.size()) != x.B * x.L * x.E)
-    fail(std::string(name) + " holds " + std::to_string(x.x.size()) + " values, expected B*L*E=" +
-         std::to_string(x.B * x.L * x.E) + " for shape " + dims({x.B, x.L, x.E}));
+    fail(std::string(name) + " holds " + std::to_string(x.x.size()) +
+         " values, expected B*L*E=" + std::to_string(x.B * x.L * x.E) + " for shape " + dims({x.B, x.L, x.E}));
 }
 
 // The linear layer must map `in` features to `out` features.
@@ -33,11 +33,11 @@ void check_linear(const char* name, const Linear& l, int64_t in, int64_t out) {
   if (l.in != in || l.out != out)
     fail(std::string(name) + " shape [in,out] must be " + dims({in, out}) + ", got " + dims({l.in, l.out}));
   if (static_cast<int64_t>(l.w.size()) != l.in * l.out)
-    fail(std::string(name) + ".w holds " + std::to_string(l.w.size()) + " values, expected in*out=" +
-         std::to_string(l.in * l.out));
+    fail(std::string(name) + ".w holds " + std::to_string(l.w.size()) +
+         " values, expected in*out=" + std::to_string(l.in * l.out));
   if (!l.b.empty() && static_cast<int64_t>(l.b.size()) != l.out)
-    fail(std::string(name) + ".b holds " + std::to_string(l.b.size()) + " values, expected out=" +
-         std::to_string(l.out) + " (or none)");
+    fail(std::string(name) + ".b holds " + std::to_string(l.b.size()) +
+         " values, expected out=" + std::to_string(l.out) + " (or none)");
 }
 
 // Slice h of a [B, H or 1, Lq, Lk] tensor, as a [B, 1, Lq, Lk] tensor (broadcast heads stay as they are).
@@ -54,8 +54,8 @@ Tensor head_slice(const Tensor& t, int64_t h) {
 const Seq& kv_source(const Problem& p, const Seq& x_q, const Seq* x_kv) {
   check_seq("x_q", x_q);
   if (x_q.B != p.B || x_q.L != p.Lq)
-    fail("x_q shape [B,L,E]=" + dims({x_q.B, x_q.L, x_q.E}) + " does not match the problem's B=" +
-         std::to_string(p.B) + " Lq=" + std::to_string(p.Lq));
+    fail("x_q shape [B,L,E]=" + dims({x_q.B, x_q.L, x_q.E}) + " does not match the problem's B=" + std::to_string(p.B) +
+         " Lq=" + std::to_string(p.Lq));
   if (!x_kv) {
     if (p.Lk != p.Lq)
       fail("self attention (no x_kv) needs Lk == Lq, got Lq=" + std::to_string(p.Lq) + " Lk=" + std::to_string(p.Lk));
@@ -63,8 +63,8 @@ const Seq& kv_source(const Problem& p, const Seq& x_q, const Seq* x_kv) {
   }
   check_seq("x_kv", *x_kv);
   if (x_kv->B != p.B || x_kv->L != p.Lk)
-    fail("x_kv shape [B,L,E]=" + dims({x_kv->B, x_kv->L, x_kv->E}) + " does not match the problem's B=" +
-         std::to_string(p.B) + " Lk=" + std::to_string(p.Lk));
+    fail("x_kv shape [B,L,E]=" + dims({x_kv->B, x_kv->L, x_kv->E}) +
+         " does not match the problem's B=" + std::to_string(p.B) + " Lk=" + std::to_string(p.Lk));
   return *x_kv;
 }
 }  // namespace
@@ -105,7 +105,8 @@ Seq merge_heads(const std::vector<double>& o, int64_t B, int64_t H, int64_t L, i
     for (int64_t h = 0; h < H; ++h)
       for (int64_t l = 0; l < L; ++l)
         for (int64_t d = 0; d < D; ++d)
-          y.x[static_cast<size_t>((b * L + l) * H * D + h * D + d)] = o[static_cast<size_t>(((b * H + h) * L + l) * D + d)];
+          y.x[static_cast<size_t>((b * L + l) * H * D + h * D + d)] =
+              o[static_cast<size_t>(((b * H + h) * L + l) * D + d)];
   return y;
 }
 
@@ -128,7 +129,7 @@ MhaResult reference_mha(const Problem& p, const MhaWeights& w, const Seq& x_q, c
     check_linear("wq", *w.wq, x_q.E, nq);
     check_linear("wk", *w.wk, xkv.E, nk);
     check_linear("wv", *w.wv, xkv.E, nv);
-    split_heads(linear(x_q, *w.wq, "wq"), 0, p.Hq, p.Dqk, in.q);  // [B, Lq, Hq*Dqk] -> [B, Hq, Lq, Dqk]
+    split_heads(linear(x_q, *w.wq, "wq"), 0, p.Hq, p.Dqk, in.q);   // [B, Lq, Hq*Dqk] -> [B, Hq, Lq, Dqk]
     split_heads(linear(xkv, *w.wk, "wk"), 0, p.Hkv, p.Dqk, in.k);  // [B, Lk, Hkv*Dqk] -> [B, Hkv, Lk, Dqk]
     split_heads(linear(xkv, *w.wv, "wv"), 0, p.Hkv, p.Dv, in.v);   // [B, Lk, Hkv*Dv] -> [B, Hkv, Lk, Dv]
   }
@@ -136,17 +137,17 @@ MhaResult reference_mha(const Problem& p, const MhaWeights& w, const Seq& x_q, c
   MhaResult r;
   r.attn = reference_attention(p, in, threads);
   r.merged = merge_heads(r.attn.out, p.B, p.Hq, p.Lq, p.Dv);  // [B, Lq, Hq*Dv]
-  r.out = linear(r.merged, w.wo, "wo");                      // [B, Lq, Eout]
+  r.out = linear(r.merged, w.wo, "wo");                       // [B, Lq, Eout]
   return r;
 }
 
-MhaResult reference_wrapper(const Problem& p, const std::vector<HeadWeights>& heads, const Linear* wo,
-                            const Seq& x_q, const Seq* x_kv, const AttentionExtras& extras, int threads) {
+MhaResult reference_wrapper(const Problem& p, const std::vector<HeadWeights>& heads, const Linear* wo, const Seq& x_q,
+                            const Seq* x_kv, const AttentionExtras& extras, int threads) {
   validate(p);
   const int64_t H = static_cast<int64_t>(heads.size());
   if (p.Hq != H || p.Hkv != H)
-    fail("wrapper: Hq and Hkv must equal the number of heads " + std::to_string(H) + ", got Hq=" +
-         std::to_string(p.Hq) + " Hkv=" + std::to_string(p.Hkv));
+    fail("wrapper: Hq and Hkv must equal the number of heads " + std::to_string(H) +
+         ", got Hq=" + std::to_string(p.Hq) + " Hkv=" + std::to_string(p.Hkv));
   const Seq& xkv = kv_source(p, x_q, x_kv);
   // Check the masks, bias and keep-mask against the whole problem before slicing them per head.
   validate(p, Inputs{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), extras.mask, extras.bias, extras.keep});
@@ -183,12 +184,15 @@ MhaResult reference_wrapper(const Problem& p, const std::vector<HeadWeights>& he
         r.attn.lse[dst] = hr.lse[src];
         r.attn.score_mag[dst] = hr.score_mag[src];
         for (int64_t d = 0; d < p.Dv; ++d) {
-          r.attn.out[dst * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)] = hr.out[src * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)];
-          r.attn.out_abs[dst * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)] = hr.out_abs[src * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)];
+          r.attn.out[dst * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)] =
+              hr.out[src * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)];
+          r.attn.out_abs[dst * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)] =
+              hr.out_abs[src * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)];
         }
         if (p.want_weights)
           for (int64_t j = 0; j < p.Lk; ++j)
-            r.attn.weights[dst * static_cast<size_t>(p.Lk) + static_cast<size_t>(j)] = hr.weights[src * static_cast<size_t>(p.Lk) + static_cast<size_t>(j)];
+            r.attn.weights[dst * static_cast<size_t>(p.Lk) + static_cast<size_t>(j)] =
+                hr.weights[src * static_cast<size_t>(p.Lk) + static_cast<size_t>(j)];
       }
   }
   r.merged = merge_heads(r.attn.out, p.B, H, p.Lq, p.Dv);  // torch.cat([head(x) for head in heads], dim=-1)

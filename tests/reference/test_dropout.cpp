@@ -17,7 +17,8 @@ TEST(Dropout, FixedKeepMaskRescalesKeptWeights) {
   // Four equal scores: weights 1/4 each. p = 0.5 keeps keys 0 and 2, each scaled by 2: out = (v0 + v2) / 2.
   Problem p = scalar_problem(1, 1, 1, 1, 4);
   p.dropout_p = 0.5;
-  const ReferenceResult r = reference_attention(p, with_keep(p, scalar_inputs(p, {1, 1, 1, 1}, {6, 100, 10, 100}), {1, 0, 1, 0}));
+  const ReferenceResult r =
+      reference_attention(p, with_keep(p, scalar_inputs(p, {1, 1, 1, 1}, {6, 100, 10, 100}), {1, 0, 1, 0}));
   EXPECT_DOUBLE_EQ(r.out[0], 8.0);
   for (int j = 0; j < 4; ++j) EXPECT_DOUBLE_EQ(r.weights[static_cast<size_t>(j)], 0.25) << "weights are pre-dropout";
   EXPECT_DOUBLE_EQ(r.lse[0], std::log(4.0)) << "lse is pre-dropout";
@@ -27,8 +28,8 @@ TEST(Dropout, HighProbabilityKeepsOne) {
   // p = 0.75, weights (1, 2, 3, 2)/8, only key 3 kept: out = 4 * (2/8) * v3 = v3.
   Problem p = scalar_problem(1, 1, 1, 2, 4);
   p.dropout_p = 0.75;
-  const ReferenceResult r = reference_attention(
-      p, with_keep(p, scalar_inputs(p, {1, 2, 3, 2}, {1, 1, 1, -7}), {0, 0, 0, 1, 1, 1, 1, 1}));
+  const ReferenceResult r =
+      reference_attention(p, with_keep(p, scalar_inputs(p, {1, 2, 3, 2}, {1, 1, 1, -7}), {0, 0, 0, 1, 1, 1, 1, 1}));
   EXPECT_NEAR(r.out[0], -7.0, 1e-13);
   EXPECT_NEAR(r.out[1], 4.0 * (1 + 2 + 3 - 14) / 8.0, 1e-13) << "all kept: 4x the plain output";
 }

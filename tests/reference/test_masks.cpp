@@ -7,7 +7,7 @@ using namespace attncheck;
 using namespace tiny;
 
 namespace {
-const std::vector<double> kA = {1, 2, 3, 4, 5};      // key j has score log(a_j): weights a_j / sum
+const std::vector<double> kA = {1, 2, 3, 4, 5};         // key j has score log(a_j): weights a_j / sum
 const std::vector<double> kV = {10, -20, 30, -40, 50};  // signed values
 
 // Check every row of a B=1, H=1 scalar problem against a hand-written visibility table.
@@ -62,8 +62,7 @@ TEST(Masks, CausalTopLeftLongQuery) {  // Lq=5 > Lk=3: rows past Lk see every ke
 }
 
 TEST(Masks, CausalBottomRightLongQuery) {  // offset 3 - 5 = -2: the first two rows see nothing
-  expect_table(causal(5, 3, Alignment::bottom_right), {{0, 0, 0}, {0, 0, 0}, {1, 0, 0}, {1, 1, 0}, {1, 1, 1}},
-               "br");
+  expect_table(causal(5, 3, Alignment::bottom_right), {{0, 0, 0}, {0, 0, 0}, {1, 0, 0}, {1, 1, 0}, {1, 1, 1}}, "br");
 }
 
 TEST(Masks, CausalExplicitOffset) {
@@ -71,6 +70,9 @@ TEST(Masks, CausalExplicitOffset) {
   expect_table(causal(2, 5, Alignment::explicit_, 2), {{1, 1, 1, 0, 0}, {1, 1, 1, 1, 0}}, "off2");
   // A negative offset hides the diagonal itself.
   expect_table(causal(3, 3, Alignment::explicit_, -1), {{0, 0, 0}, {1, 0, 0}, {1, 1, 0}}, "off-1");
+  // Lq > Lk with explicit offsets: +1 shows every key to every row; -2 hides rows 0 and 1 completely.
+  expect_table(causal(4, 2, Alignment::explicit_, 1), {{1, 1}, {1, 1}, {1, 1}, {1, 1}}, "off1 Lq>Lk");
+  expect_table(causal(4, 2, Alignment::explicit_, -2), {{0, 0}, {0, 0}, {1, 0}, {1, 1}}, "off-2 Lq>Lk");
 }
 
 TEST(Masks, CausalPerBatchOffsets) {
@@ -181,7 +183,7 @@ TEST(Masks, AdditiveBiasFullShapeAndMinusInfinity) {
   Inputs in = scalar_inputs(p, {1, 1}, {2, 4});
   in.bias = Tensor(DType::f32, {2, 1, 1, 2});
   in.bias->put(0, 0, 0, 0, std::log(3.0));  // batch 0: weights 3:1
-  in.bias->put(1, 0, 0, 0, -INFINITY);       // batch 1: key 0 masked
+  in.bias->put(1, 0, 0, 0, -INFINITY);      // batch 1: key 0 masked
   const ReferenceResult r = reference_attention(p, in);
   EXPECT_NEAR(r.weights[0], 0.75, 1e-7);  // log 3 stored in fp32: 1e-7 relative
   EXPECT_NEAR(r.out[0], 2.5, 1e-6);
@@ -256,4 +258,18 @@ TEST(Masks, SoftcapBoundsLargeLogits) {
   const double w0 = std::exp(2.0) / (std::exp(2.0) + std::exp(-2.0));
   EXPECT_NEAR(r.weights[0], w0, 1e-15);
   EXPECT_NEAR(r.out[0], w0, 1e-15);
+}
+
+TEST(Masks, FlashAttentionDocumentedBottomRightTables) {
+  // The two tables printed in FlashAttention's flash_attn_func docstring ("1 = keep, 0 = masked out"):
+  // seqlen_q=2, seqlen_k=5 and seqlen_q=5, seqlen_k=2, causal aligned to the bottom right corner.
+  expect_table(causal(2, 5, Alignment::bottom_right), {{1, 1, 1, 1, 0}, {1, 1, 1, 1, 1}}, "fa 2x5");
+  expect_table(causal(5, 2, Alignment::bottom_right), {{0, 0}, {0, 0}, {0, 0}, {1, 0}, {1, 1}}, "fa 5x2");
+}
+
+TEST(Masks, PyTorchCausalVariantDocumentedTables) {
+  // torch.nn.attention.bias.CausalVariant documents both variants for shape (3, 4):
+  // UPPER_LEFT (is_causal, our top_left) and LOWER_RIGHT (diagonal offset size[1] - size[0], our bottom_right).
+  expect_table(causal(3, 4, Alignment::top_left), {{1, 0, 0, 0}, {1, 1, 0, 0}, {1, 1, 1, 0}}, "upper-left");
+  expect_table(causal(3, 4, Alignment::bottom_right), {{1, 1, 0, 0}, {1, 1, 1, 0}, {1, 1, 1, 1}}, "lower-right");
 }

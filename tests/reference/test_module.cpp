@@ -1,10 +1,9 @@
 // The module level: hand-computed single- and multi-head layers (projections with biases, head split/merge, Wo),
 // GQA, cross attention with Lq != Lk, packed Wqkv == separate Wq/Wk/Wv, the seeds' wrapper form == multi-head
 // with the same weights split per head, and the module's shape errors.
-#include "attncheck/module.hpp"
-
 #include <functional>
 
+#include "attncheck/module.hpp"
 #include "tiny.hpp"
 
 using namespace attncheck;
@@ -72,6 +71,20 @@ TEST(Module, SingleHeadByHand) {
     EXPECT_NEAR(r.out.at(0, t, 1), -8.0, 1e-14);
   }
   EXPECT_NEAR(r.attn.weights[1], 0.75, 1e-15);
+}
+
+TEST(Module, ProjectionsAreStoredInTheProblemDtype) {
+  // v = x·[1 + 2^-12; 3]: fp16 stores 1 + 2^-12 as 1, so with equal weights the fp16 problem gives exactly 2, the
+  // fp64 one 2 + 2^-13.
+  Problem p = f64(1, 1, 1, 2, 2, 1, 1);
+  MhaWeights w;
+  w.wq = lin(2, 1, {1, 1});
+  w.wk = lin(2, 1, {0, 0});
+  w.wv = lin(2, 1, {1 + std::ldexp(1.0, -12), 3});
+  w.wo = lin(1, 1, {1});
+  EXPECT_EQ(reference_mha(p, w, kEye, nullptr).out.x[0], 2 + std::ldexp(1.0, -13));
+  p.dtype = DType::f16;
+  EXPECT_EQ(reference_mha(p, w, kEye, nullptr).out.x[0], 2.0);
 }
 
 TEST(Module, TwoHeadsSplitAndMergeByHand) {
@@ -156,7 +169,8 @@ TEST(Module, CrossAttentionEqualsAttentionOnProjections) {
           double acc = w.wo.b[static_cast<size_t>(o)];
           for (int64_t h = 0; h < 4; ++h)
             for (int64_t d = 0; d < 5; ++d)
-              acc += a.out[static_cast<size_t>(((b * 4 + h) * Lq + i) * 5 + d)] * w.wo.w[static_cast<size_t>((h * 5 + d) * 6 + o)];
+              acc += a.out[static_cast<size_t>(((b * 4 + h) * Lq + i) * 5 + d)] *
+                     w.wo.w[static_cast<size_t>((h * 5 + d) * 6 + o)];
           EXPECT_NEAR(r.out.at(b, i, o), acc, 1e-13);
         }
   }
@@ -241,10 +255,16 @@ TEST(Module, ShapeErrorsNameFieldAndValues) {
   w.wv = lin(2, 2, {1, 1, 1, 1});
   w.wo = lin(2, 2, {1, 0, 0, 1});
   EXPECT_NO_THROW(reference_mha(p, w, kEye, nullptr));
-  expect_invalid([&] { reference_mha(p, w, Seq{1, 3, 2, std::vector<double>(6)}, nullptr); },
-                 {"x_q", "[1,3,2]", "Lq=2"});
-  expect_invalid([&] { reference_mha(p, w, Seq{1, 2, 2, std::vector<double>(3)}, nullptr); },
-                 {"x_q holds 3", "expected B*L*E=4"});
+  expect_invalid(
+      [&] {
+        reference_mha(p, w, Seq{1, 3, 2, std::vector<double>(6)}, nullptr);
+      },
+      {"x_q", "[1,3,2]", "Lq=2"});
+  expect_invalid(
+      [&] {
+        reference_mha(p, w, Seq{1, 2, 2, std::vector<double>(3)}, nullptr);
+      },
+      {"x_q holds 3", "expected B*L*E=4"});
   const Seq kv3{1, 3, 2, std::vector<double>(6)};
   expect_invalid([&] { reference_mha(p, w, kEye, &kv3); }, {"x_kv", "[1,3,2]", "Lk=2"});
   MhaWeights bad = w;

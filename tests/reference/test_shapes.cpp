@@ -28,6 +28,18 @@ TEST(Shapes, GqaQueryHeadReadsKvHeadHOverGroup) {
   for (int h = 0; h < 6; ++h) EXPECT_NEAR(r.out[static_cast<size_t>(h)], want[h], 1e-13) << h;
 }
 
+TEST(Shapes, GqaFlashAttentionDocumentedExample) {
+  // FlashAttention's docstring: "if Q has 6 heads and K, V have 2 heads, head 0, 1, 2 of Q will attention to head
+  // 0 of K, V, and head 3, 4, 5 of Q will attention to head 1 of K, V". KV head g holds the single value 100 + g.
+  const Problem p = scalar_problem(1, 6, 2, 1, 1);
+  const ReferenceResult r =
+      reference_attention(p, scalar_inputs(
+                                 p, [](int64_t, int64_t, int64_t) { return 1.0; },
+                                 [](int64_t, int64_t g, int64_t) { return 100.0 + static_cast<double>(g); }));
+  const double want[6] = {100, 100, 100, 101, 101, 101};
+  for (int h = 0; h < 6; ++h) EXPECT_EQ(r.out[static_cast<size_t>(h)], want[h]) << h;
+}
+
 TEST(Shapes, DqkDiffersFromDvAndDefaultScale) {
   // Dqk=4 (default scale 1/2), Dv=3. q = (2,0,0,0), k_j = (log a_j, 9, -9, 9): score = log a_j with a = (1, 3).
   Problem p;
@@ -95,8 +107,12 @@ TEST(Shapes, HalfAndBfloat16InputsAreWidenedExactly) {
     double value[4];
   };
   const Case cases[] = {
-      {DType::f16, {0x3C01, 0x0001, 0xFBFF, 0x03FF}, {1 + std::ldexp(1, -10), std::ldexp(1, -24), -65504, 1023 * std::ldexp(1, -24)}},
-      {DType::bf16, {0x3F81, 0x0001, 0xC2F7, 0x7F7F}, {1 + std::ldexp(1, -7), std::ldexp(1, -133), -123.5, std::ldexp(255, 120)}},
+      {DType::f16,
+       {0x3C01, 0x0001, 0xFBFF, 0x03FF},
+       {1 + std::ldexp(1, -10), std::ldexp(1, -24), -65504, 1023 * std::ldexp(1, -24)}},
+      {DType::bf16,
+       {0x3F81, 0x0001, 0xC2F7, 0x7F7F},
+       {1 + std::ldexp(1, -7), std::ldexp(1, -133), -123.5, std::ldexp(255, 120)}},
   };
   for (const Case& c : cases) {
     Problem p;

@@ -153,7 +153,8 @@ TEST(Validation, TensorBytesMustMatchShape) {
 TEST(Validation, TensorStridesMustStayInside) {
   expect_inputs_invalid(base(), [](Inputs& in) { in.q.strides.pop_back(); }, {"q strides", "[48,12,4]", "[2,4,3,4]"});
   expect_inputs_invalid(base(), [](Inputs& in) { in.q.strides[3] = -1; }, {"q strides", ">= 0", "dim 3 is -1"});
-  expect_inputs_invalid(base(), [](Inputs& in) { in.k.strides[0] = 100; }, {"k strides", "[100,20,4,1]", "reach element 139", "80"});
+  expect_inputs_invalid(base(), [](Inputs& in) { in.k.strides[0] = 100; },
+                        {"k strides", "[100,20,4,1]", "reach element 139", "80"});
 }
 
 TEST(Validation, MaskPresenceMustMatchProblem) {
