@@ -9,6 +9,8 @@
 
 namespace attncheck::prop {
 
+// Where fixtures go: ATTNCHECK_REGRESSIONS_DIR, else <source>/golden/regressions.
+std::string regressions_dir();
 std::string write_regression(const Case& c, const std::string& impl, const std::string& property,
                              const std::string& message, uint64_t seed);
 

@@ -11,19 +11,12 @@
 #include <map>
 #include <optional>
 
-#include "properties.hpp"
-#include "regression.hpp"
+#include "rc_runner.hpp"
 
 using namespace attncheck;
 using namespace attncheck::prop;
 
 namespace {
-
-// Every pick covers its whole range at any RapidCheck size (features must not wait for large sizes) and shrinks
-// towards its lower bound, the simplest choice. Cost is bounded by the implementation's budget instead.
-struct RcChooser {
-  int64_t pick(int64_t lo, int64_t hi) { return *rc::gen::resize(100, rc::gen::inRange<int64_t>(lo, hi + 1)); }
-};
 
 struct Pair {
   std::string property, impl;
@@ -54,55 +47,21 @@ TEST_P(Suite, Holds) {
 
   rc::detail::TestParams params = rc::detail::configuration().testParams;
   if (!std::getenv("RC_PARAMS")) {
-    params.maxSuccess = long_mode() ? 250 : 25;
+    params.maxSuccess = long_mode() ? 500 : 50;
     params.seed = fnv(prop.name + std::string("/") + impl->name());
   }
-  int supported = 0, unsupported = 0;
-  std::map<std::string, int> reasons, removed_count;
-  double max_ratio = 0;
-  std::optional<Case> failed;
-  std::string failed_msg;
-
-  const auto result = rc::detail::checkTestable(
-      [&] {
-        RcChooser chooser;
-        const CaseSpec spec = draw_spec(chooser);
-        Case built;
-        std::vector<std::string> removed;
-        const Outcome o = evaluate(prop, *impl, spec, budget, &removed, &built);
-        if (o.kind == Outcome::unsupported) {
-          ++unsupported, ++reasons[o.message];
-          return;
-        }
-        ++supported;
-        for (const auto& r : removed) ++removed_count[r];
-        if (o.kind == Outcome::fail) {
-          failed = built, failed_msg = o.message;  // the last failure is the shrunk one
-          RC_FAIL(o.message);
-        }
-        max_ratio = std::max(max_ratio, o.ratio);
-      },
-      rc::detail::TestMetadata{prop.name, prop.name}, params);
-
-  std::cout << "[property] " << prop.name << " on " << impl->name() << ": " << supported << " cases checked, "
-            << unsupported << " unsupported, max error/tolerance " << max_ratio << " (budget " << budget
+  const RcRun r = rc_run(prop, *impl, params, budget);
+  std::cout << "[property] " << prop.name << " on " << impl->name() << ": " << r.supported << " cases checked, "
+            << r.unsupported << " unsupported, max error/tolerance " << r.max_ratio << " (budget " << budget
             << ", seed " << params.seed << ")\n";
-  for (const auto& [why, n] : reasons) std::cout << "  unsupported x" << n << ": " << why << "\n";
-  for (const auto& [what, n] : removed_count) std::cout << "  feature not supported, removed x" << n << ": " << what << "\n";
-
-  if (result.template is<rc::detail::FailureResult>()) {
-    std::ostringstream rc_msg;
-    rc::detail::printResultMessage(result, rc_msg);
-    std::string fixture;
-    if (failed) fixture = write_regression(*failed, impl->name(), prop.name, failed_msg, params.seed);
+  for (const auto& [why, n] : r.reasons) std::cout << "  unsupported x" << n << ": " << why << "\n";
+  for (const auto& [what, n] : r.removed) std::cout << "  feature not supported, removed x" << n << ": " << what << "\n";
+  if (r.failed)
     FAIL() << "property '" << prop.name << "' (" << prop.what << ") fails on " << impl->name() << "\n"
-           << "shrunk case: " << failed_msg << "\n"
-           << (fixture.empty() ? "" : "regression fixture: " + fixture + "\n") << rc_msg.str();
-  } else if (!result.template is<rc::detail::SuccessResult>()) {
-    std::ostringstream rc_msg;
-    rc::detail::printResultMessage(result, rc_msg);
-    FAIL() << rc_msg.str();
-  }
+           << "shrunk case: " << r.message << "\n"
+           << (r.fixture.empty() ? "" : "regression fixture: " + r.fixture + "\n");
+  if (r.gave_up) FAIL() << r.message;
+  const int supported = r.supported;
   if (supported == 0) GTEST_SKIP() << impl->name() << " supports no generated case of " << prop.name;
 }
 
