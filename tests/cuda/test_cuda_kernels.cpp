@@ -21,6 +21,8 @@ struct Param {
   bool weights;
 };
 
+void PrintTo(const Param& p, std::ostream* os) { *os << p.c.label << " " << p.c.p.name(); }
+
 std::string param_name(const testing::TestParamInfo<Param>& info) {
   std::string s = std::string(info.param.version == KernelVersion::naive ? "k1_" : "k2_") + info.param.c.label +
                   (info.param.weights ? "_weights" : "") + "_" + to_string(info.param.c.p.dtype);
