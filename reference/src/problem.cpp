@@ -120,12 +120,26 @@ float bf16_bits_to_float(uint16_t h) {
   return out;
 }
 
+namespace {
+// double -> float rounded to odd: when inexact, the neighbour with an odd last bit. fp32 carries more than two bits
+// beyond fp16's and bf16's mantissas, so rounding this float to nearest-even once more equals rounding the double
+// directly (no double rounding: 1 + 2^-11 + 2^-40 must become fp16 1 + 2^-10, not the tie 1 + 2^-11 -> 1).
+float to_float_odd(double x) {
+  float f = static_cast<float>(x);
+  if (std::isnan(x) || static_cast<double>(f) == x) return f;
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 1u) == 0) f = std::nextafter(f, static_cast<double>(f) < x ? INFINITY : -INFINITY);  // toward x
+  return f;
+}
+}  // namespace
+
 double round_to(DType t, double x) {
   switch (t) {
     case DType::f64: return x;
     case DType::f32: return static_cast<float>(x);
-    case DType::f16: return half_bits_to_float(float_to_half_bits(static_cast<float>(x)));
-    case DType::bf16: return bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(x)));
+    case DType::f16: return half_bits_to_float(float_to_half_bits(to_float_odd(x)));
+    case DType::bf16: return bf16_bits_to_float(float_to_bf16_bits(to_float_odd(x)));
     case DType::u8: return x != 0 ? 1.0 : 0.0;
   }
   return x;
@@ -176,8 +190,8 @@ void Tensor::set_offset(int64_t off, double x) {
   switch (dtype) {
     case DType::f64: data<double>()[off] = x; break;
     case DType::f32: data<float>()[off] = static_cast<float>(x); break;
-    case DType::f16: data<uint16_t>()[off] = float_to_half_bits(static_cast<float>(x)); break;
-    case DType::bf16: data<uint16_t>()[off] = float_to_bf16_bits(static_cast<float>(x)); break;
+    case DType::f16: data<uint16_t>()[off] = float_to_half_bits(to_float_odd(x)); break;
+    case DType::bf16: data<uint16_t>()[off] = float_to_bf16_bits(to_float_odd(x)); break;
     case DType::u8: data<uint8_t>()[off] = x != 0 ? 1 : 0; break;
   }
 }
@@ -379,6 +393,20 @@ void validate(const Problem& p, const Inputs& in) {
     if (t.bytes.size() != static_cast<size_t>(t.numel()) * dtype_size(t.dtype))
       fail(std::string(field) + " holds " + std::to_string(t.bytes.size()) + " bytes, expected " +
            std::to_string(t.numel() * static_cast<int64_t>(dtype_size(t.dtype))));
+    // Every element must lie inside the bytes: a hand-built tensor with wrong strides would read out of bounds.
+    if (t.strides.size() != t.shape.size())
+      fail(std::string(field) + " strides " + shape_str(t.strides) + " must have one entry per dim of shape " +
+           shape_str(t.shape));
+    int64_t last = 0;
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (t.strides[d] < 0)
+        fail(std::string(field) + " strides " + shape_str(t.strides) + " must be >= 0, dim " + std::to_string(d) +
+             " is " + std::to_string(t.strides[d]));
+      if (t.shape[d] > 0) last += (t.shape[d] - 1) * t.strides[d];
+    }
+    if (t.numel() > 0 && last >= t.numel())
+      fail(std::string(field) + " strides " + shape_str(t.strides) + " reach element " + std::to_string(last) +
+           " of shape " + shape_str(t.shape) + ", which holds only " + std::to_string(t.numel()));
   };
   check("q", in.q, p.dtype, {p.B, p.Hq, p.Lq, p.Dqk});
   check("k", in.k, p.dtype, {p.B, p.Hkv, p.Lk, p.Dqk});

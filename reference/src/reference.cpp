@@ -110,7 +110,7 @@ ReferenceResult reference_attention(const Problem& p, const Inputs& in, int thre
         score += bias;
         mag += std::abs(bias);
       }
-      score_mag = std::max(score_mag, mag);
+      if (std::isfinite(score)) score_mag = std::max(score_mag, mag);  // a -inf bias masks, it has no error
       s[static_cast<size_t>(j)] = score;
       ++n_visible;
     }

@@ -3,11 +3,15 @@
 
 #include "attncheck/impl.hpp"
 #include "command.hpp"
+#include "plugins.hpp"
 
 namespace attncheck::cli {
 namespace {
 
+std::vector<std::string> g_plugins;
+
 int run_list() {
+  load_plugins(g_plugins);
   for (const auto& impl : registry()) {
     const Support a = impl->available();
     std::printf("%-16s %-12s %s\n", impl->name().c_str(), a.ok ? "available" : "unavailable",
@@ -17,7 +21,10 @@ int run_list() {
 }
 
 const Register reg{{"list", "List implementations, their availability and capabilities",
-                    [](CLI::App&) { return std::function<int()>(run_list); }}};
+                    [](CLI::App& sub) {
+                      add_plugin_option(sub, g_plugins);
+                      return std::function<int()>(run_list);
+                    }}};
 
 }  // namespace
 }  // namespace attncheck::cli

@@ -28,7 +28,8 @@ uint16_t float_to_half_bits(float f);
 float half_bits_to_float(uint16_t h);
 uint16_t float_to_bf16_bits(float f);
 float bf16_bits_to_float(uint16_t h);
-// Round a double to the nearest value representable in `t` (f64: identity; f16/bf16 round through fp32).
+// Round a double to the nearest value representable in `t`, ties to even, rounding once (f64: identity).
+// Tensor::set rounds the same way.
 double round_to(DType t, double x);
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,148 @@
+/* An example attncheck plugin: scaled dot-product attention in plain fp32 loops, written against the C ABI
+ * (attncheck/plugin.h) only, as a user's library would be. It supports a declared subset (fp32; causal, window,
+ * padding, boolean mask, softcap; no bias, dropout or finite fill) and says "unsupported" for everything else.
+ * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
+ * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing). */
+#include <math.h>
+#include <stdio.h>
+
+#include "attncheck/plugin.h"
+
+#ifndef EXAMPLE_PLUGIN_ABI
+#define EXAMPLE_PLUGIN_ABI ATTNCHECK_PLUGIN_ABI_VERSION
+#endif
+#ifdef EXAMPLE_PLUGIN_BUG
+#define EXAMPLE_PLUGIN_NAME "example-plugin-buggy"
+#else
+#define EXAMPLE_PLUGIN_NAME "example-plugin"
+#endif
+
+/* One score row lives in a fixed buffer; longer key sequences are declined in supports(). */
+enum { MAX_KEYS = 4096 };
+
+static int32_t example_capabilities(attncheck_capabilities* c, char* err, size_t err_size) {
+  (void)err; (void)err_size;
+  c->dtypes = 1u << ATTNCHECK_DTYPE_F32;
+  c->layouts = (1u << ATTNCHECK_LAYOUT_BHSD) | (1u << ATTNCHECK_LAYOUT_BSHD);
+  c->alignments = (1u << ATTNCHECK_ALIGN_TOP_LEFT) | (1u << ATTNCHECK_ALIGN_BOTTOM_RIGHT) |
+                  (1u << ATTNCHECK_ALIGN_EXPLICIT);
+  c->fully_masked = (1u << ATTNCHECK_FULLY_MASKED_NAN) | (1u << ATTNCHECK_FULLY_MASKED_ZERO);
+  c->gqa = c->cross = c->dqk_ne_dv = c->causal = c->per_batch_offsets = c->key_padding = 1;
+  c->bool_mask = c->window = c->softcap = 1;
+  c->bias = c->dropout = c->finite_fill = 0;
+  c->weights_out = c->lse_out = 1;
+  c->max_head_dim = 0;
+  c->head_dim_multiple = 1;
+  c->notes = "example plugin: fp32 loops, no bias/dropout/finite fill";
+  return ATTNCHECK_STATUS_OK;
+}
+
+static int32_t example_supports(const attncheck_problem* p, char* reason, size_t reason_size) {
+  if (p->Lk > MAX_KEYS) {
+    snprintf(reason, reason_size, "Lk=%lld > %d: the example keeps one score row in a fixed buffer",
+             (long long)p->Lk, MAX_KEYS);
+    return 0;
+  }
+  return 1;
+}
+
+/* Is key j visible to query i of batch b? Every mask of the problem, written out. */
+static int visible(const attncheck_problem* p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  const int64_t diag = i + p->diagonal_offset[b];
+  if (p->causal && j > diag) return 0;
+  if (p->key_lengths && j >= p->key_lengths[b]) return 0;
+  if (p->window_left >= 0 && j < diag - p->window_left) return 0;
+  if (p->window_right >= 0 && j > diag + p->window_right) return 0;
+  if (p->mask) {
+    const int64_t* s = p->mask_strides;
+    if (!p->mask[b * s[0] + h * s[1] + i * s[2] + j * s[3]]) return 0;
+  }
+  return 1;
+}
+
+static int32_t example_run(const attncheck_problem* p, char* err, size_t err_size) {
+  if (p->dtype != ATTNCHECK_DTYPE_F32 || p->stat_dtype != ATTNCHECK_DTYPE_F32) {
+    snprintf(err, err_size, "dtype %d: the example only computes fp32", (int)p->dtype);
+    return ATTNCHECK_STATUS_ERROR;
+  }
+  const float* q = (const float*)p->q;
+  const float* k = (const float*)p->k;
+  const float* v = (const float*)p->v;
+  float* out = (float*)p->out;
+  float* lse = (float*)p->lse;
+  float* weights = (float*)p->weights;
+  const int64_t *qs = p->q_strides, *ks = p->k_strides, *vs = p->v_strides, *os = p->out_strides;
+  const int64_t group = p->Hq / p->Hkv;
+  const float scale = (float)p->scale;
+  const float softcap = (float)p->softcap;
+  float score[MAX_KEYS];
+  unsigned char vis[MAX_KEYS];
+
+  for (int64_t b = 0; b < p->B; ++b)
+    for (int64_t h = 0; h < p->Hq; ++h) {
+      const int64_t kh = h / group;
+      for (int64_t i = 0; i < p->Lq; ++i) {
+        /* scores of the visible keys and their maximum */
+        float m = -INFINITY;
+        int64_t n_vis = 0;
+        for (int64_t j = 0; j < p->Lk; ++j) {
+          vis[j] = (unsigned char)visible(p, b, h, i, j);
+          if (!vis[j]) continue;
+          float dot = 0.0f;
+          for (int64_t d = 0; d < p->Dqk; ++d)
+            dot += q[b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]] * k[b * ks[0] + kh * ks[1] + j * ks[2] + d * ks[3]];
+          float s = dot * scale;
+          if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+          score[j] = s;
+          if (s > m) m = s;
+          ++n_vis;
+        }
+        /* softmax weights, normalised in place; a row with no visible key follows the fully-masked policy */
+        const int none = n_vis == 0 || m == -INFINITY;
+        float sum = 0.0f;
+        int64_t last_vis = -1;
+        for (int64_t j = 0; j < p->Lk; ++j)
+          if (vis[j] && !none) {
+            score[j] = expf(score[j] - m);
+            sum += score[j];
+            last_vis = j;
+          }
+#ifdef EXAMPLE_PLUGIN_BUG
+        if (last_vis >= 0 && n_vis > 1) sum -= score[last_vis]; /* the planted bug: forgets the last key */
+#endif
+        (void)last_vis;
+        const float row_fill = p->fully_masked == ATTNCHECK_FULLY_MASKED_NAN ? NAN : 0.0f;
+        for (int64_t j = 0; j < p->Lk; ++j) score[j] = none ? row_fill : vis[j] ? score[j] / sum : 0.0f;
+        if (lse) lse[b * p->lse_strides[0] + h * p->lse_strides[1] + i * p->lse_strides[2]] = none ? -INFINITY : m + logf(sum);
+        if (weights) {
+          const int64_t* ws = p->weights_strides;
+          for (int64_t j = 0; j < p->Lk; ++j) weights[b * ws[0] + h * ws[1] + i * ws[2] + j * ws[3]] = score[j];
+        }
+        /* out = weights . V, touching only visible keys (masked values may be NaN on purpose) */
+        for (int64_t d = 0; d < p->Dv; ++d) {
+          float acc = none ? row_fill : 0.0f;
+          if (!none)
+            for (int64_t j = 0; j < p->Lk; ++j)
+              if (vis[j]) acc += score[j] * v[b * vs[0] + kh * vs[1] + j * vs[2] + d * vs[3]];
+          out[b * os[0] + h * os[1] + i * os[2] + d * os[3]] = acc;
+        }
+      }
+    }
+  return ATTNCHECK_STATUS_OK;
+}
+
+static const attncheck_plugin example_vtable = {
+    EXAMPLE_PLUGIN_ABI,
+    EXAMPLE_PLUGIN_NAME,
+    "example plugin: plain fp32 loops through the C plugin ABI",
+    example_capabilities,
+    NULL, /* available: always */
+    example_supports,
+    example_run,
+};
+
+#ifndef EXAMPLE_PLUGIN_NO_ENTRY
+ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry(void) { return &example_vtable; }
+#else
+ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry_misspelt(void) { return &example_vtable; }
+#endif

@@ -1,0 +1,77 @@
+// Golden fixtures: one HDF5 file per case holding a problem, its inputs exactly as an implementation receives them,
+// the reference's expected outputs in double, provenance and the tolerance model. Format: golden/SCHEMA.md.
+// Library code throws std::invalid_argument naming the file and the field; only the CLI picks exit codes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attncheck/problem.hpp"
+#include "attncheck/reference.hpp"
+#include "attncheck/tolerance.hpp"
+
+namespace attncheck {
+
+// The schema this library writes; it reads this version and every older one it knows (only 1 so far).
+inline constexpr int64_t kFixtureSchemaVersion = 1;
+
+// Where a fixture came from. Everything here is deterministic (no timestamps, no host names), so regenerating a
+// fixture reproduces its bytes.
+struct Provenance {
+  int64_t schema_version = kFixtureSchemaVersion;
+  std::string attncheck_version;          // version of the tool that wrote the file
+  std::string reference_precision = "fp64";  // the reference accumulates in double
+  uint64_t seed = 0;                      // generator seed of the value distribution
+  std::string distribution = "normal";    // value distribution name (see generate.hpp)
+  std::string command;                    // the command that made it, e.g. "attncheck generate --spec suite.json"
+};
+
+struct Fixture {
+  std::string name;  // case name, e.g. "fp16/B2-Hq4-Hkv2-Lq33-Lk65-D32/causal-br/tied_maxima"
+  Problem problem;
+  Inputs inputs;
+  // The reference's result for `inputs`: out, lse, weights (when problem.want_weights), and the error scales
+  // score_mag and out_abs the tolerance model needs, all in double.
+  ReferenceResult expected;
+  Provenance provenance;
+  ToleranceModel tolerance;
+};
+
+struct FixtureReadOptions {
+  // Refuse files whose tensors would need more than this many bytes in memory (inputs + expected, as stored and
+  // as widened to double). Checked from the attributes and dataset extents before anything is allocated.
+  uint64_t max_bytes = uint64_t{2} << 30;
+};
+
+// Build a fixture from a problem and inputs: runs the reference (double) and fills `expected`.
+Fixture make_fixture(std::string name, const Problem& p, Inputs in, Provenance prov, ToleranceModel tol = {});
+
+// Write atomically: the file is written under a temporary name in the same directory and renamed over `path`, so
+// an interrupted run never leaves a half-written fixture. Output is byte-identical for identical fixtures.
+void write_fixture(const std::string& path, const Fixture& f);
+
+// Read and validate. Throws std::invalid_argument "<path>: <field>: <what>" for: a file that is not HDF5, a
+// schema_version from the future, missing attributes or datasets, wrong dtype, rank or shape, sizes beyond
+// options.max_bytes, or a problem that fails validate().
+Fixture read_fixture(const std::string& path, const FixtureReadOptions& options = {});
+
+// Read only the attributes (problem, name, provenance, tolerance): cheap, for listing and filtering.
+Fixture read_fixture_header(const std::string& path);
+
+// A candidate's outputs for `attncheck compare`: /actual/out (required), /actual/lse, /actual/weights (optional),
+// in any floating dtype (fp16, fp32, fp64, or uint16 with encoding=bfloat16). Shapes are checked against `p`:
+// out in the problem's layout, lse [B,Hq,Lq], weights [B,Hq,Lq,Lk]. Values are widened to double.
+Outputs read_candidate(const std::string& path, const Problem& p, const FixtureReadOptions& options = {});
+
+// Write a candidate file (used by tests and by tools that dump an implementation's outputs).
+void write_candidate(const std::string& path, const Problem& p, const Outputs& out);
+
+// File name of a case: the name with '/' replaced by '_' plus ".h5", e.g. "fp16_B2-..._causal-br_tied_maxima.h5".
+std::string fixture_file_name(const std::string& case_name);
+
+// The attncheck version compiled into the library (the project version).
+const char* attncheck_version();
+
+}  // namespace attncheck

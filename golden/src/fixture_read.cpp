@@ -1,0 +1,259 @@
+// Reading fixtures and candidates (golden/SCHEMA.md). Order matters: schema_version first, then the problem's
+// attributes (validated), then the memory cap from those shapes, then each dataset's dtype and extents are
+// checked against the problem, and only then is anything allocated and read.
+#include <cmath>
+#include <stdexcept>
+
+#include "attncheck/fixture.hpp"
+#include "fixture_layout.hpp"
+#include "h5.hpp"
+
+namespace attncheck {
+
+using fixture_detail::stored_dims;
+using fixture_detail::to_layout;
+
+namespace {
+
+std::array<int64_t, 4> shape4(const h5::Reader& r, hid_t root, const char* name) {
+  const auto v = r.attr_i64s(root, "/", name);
+  if (v.size() != 4) r.fail("/", std::string("attribute '") + name + "' must have 4 entries, got " +
+                                     std::to_string(v.size()));
+  return {v[0], v[1], v[2], v[3]};
+}
+
+// Attributes -> Problem, name, provenance, tolerance. Per-batch vectors (key_lengths, causal_offsets) are read
+// from /inputs after the shape check.
+void read_attrs(const h5::Reader& r, hid_t root, Fixture& f) {
+  Provenance& pv = f.provenance;
+  pv.schema_version = r.attr_i64(root, "/", "schema_version");
+  if (pv.schema_version > kFixtureSchemaVersion)
+    r.fail("schema_version", "is " + std::to_string(pv.schema_version) + ", from the future: this attncheck (" +
+                                 attncheck_version() + ") reads schema_version <= " +
+                                 std::to_string(kFixtureSchemaVersion) + "; upgrade attncheck");
+  if (pv.schema_version < 1) r.fail("schema_version", "must be >= 1, got " + std::to_string(pv.schema_version));
+  f.name = r.attr_str(root, "/", "name");
+  pv.attncheck_version = r.attr_str(root, "/", "attncheck_version");
+  pv.reference_precision = r.attr_str(root, "/", "reference_precision");
+  pv.seed = r.attr_u64(root, "/", "seed");
+  pv.distribution = r.attr_str(root, "/", "distribution");
+  pv.command = r.attr_str(root, "/", "command");
+
+  Problem& p = f.problem;
+  p.B = r.attr_i64(root, "/", "B");
+  p.Hq = r.attr_i64(root, "/", "Hq");
+  p.Hkv = r.attr_i64(root, "/", "Hkv");
+  p.Lq = r.attr_i64(root, "/", "Lq");
+  p.Lk = r.attr_i64(root, "/", "Lk");
+  p.Dqk = r.attr_i64(root, "/", "Dqk");
+  p.Dv = r.attr_i64(root, "/", "Dv");
+  auto parse = [&](const char* field, auto fn) {
+    const std::string s = r.attr_str(root, "/", field);
+    try {
+      return fn(s);
+    } catch (const std::invalid_argument& e) {
+      r.fail(field, e.what());
+    }
+  };
+  p.dtype = parse("dtype", dtype_from_string);
+  p.layout = parse("layout", layout_from_string);
+  if (r.has_attr(root, "scale")) p.scale = r.attr_f64(root, "/", "scale");
+  p.causal = r.attr_i64(root, "/", "causal") != 0;
+  p.alignment = parse("alignment", alignment_from_string);
+  p.causal_offset = r.attr_i64(root, "/", "causal_offset");
+  if (r.has_attr(root, "mask_shape")) p.mask_shape = shape4(r, root, "mask_shape");
+  if (r.has_attr(root, "bias_shape")) p.bias_shape = shape4(r, root, "bias_shape");
+  p.bias_dtype = parse("bias_dtype", dtype_from_string);
+  p.window_left = r.attr_i64(root, "/", "window_left");
+  p.window_right = r.attr_i64(root, "/", "window_right");
+  p.softcap = r.attr_f64(root, "/", "softcap");
+  p.fill = parse("fill", fill_from_string);
+  p.fill_value = r.attr_f64(root, "/", "fill_value");
+  p.fully_masked = parse("fully_masked", fully_masked_from_string);
+  p.dropout_p = r.attr_f64(root, "/", "dropout_p");
+  p.dropout_seed = r.attr_u64(root, "/", "dropout_seed");
+  p.want_weights = r.attr_i64(root, "/", "want_weights") != 0;
+  p.want_lse = r.attr_i64(root, "/", "want_lse") != 0;
+
+  f.tolerance.lambda = r.attr_f64(root, "/", "tolerance_lambda");
+  f.tolerance.rel_floor = r.attr_f64(root, "/", "tolerance_rel_floor");
+  if (!(f.tolerance.lambda > 0) || !std::isfinite(f.tolerance.lambda))
+    r.fail("tolerance_lambda", "must be a finite value > 0, got " + std::to_string(f.tolerance.lambda));
+  if (!(f.tolerance.rel_floor > 0) || !std::isfinite(f.tolerance.rel_floor))
+    r.fail("tolerance_rel_floor", "must be a finite value > 0, got " + std::to_string(f.tolerance.rel_floor));
+}
+
+void validate_problem(const h5::Reader& r, const Problem& p) {
+  try {
+    validate(p);
+  } catch (const std::invalid_argument& e) {
+    r.fail("problem", e.what());
+  }
+}
+
+// Bytes the fixture needs in memory, computed in double so absurd extents cannot overflow.
+void check_size(const h5::Reader& r, const Problem& p, uint64_t cap) {
+  const double B = double(p.B), Hq = double(p.Hq), Hkv = double(p.Hkv), Lq = double(p.Lq), Lk = double(p.Lk);
+  const double in_size = double(dtype_size(p.dtype));
+  auto numel4 = [](const std::optional<std::array<int64_t, 4>>& s) {
+    return s ? double((*s)[0]) * double((*s)[1]) * double((*s)[2]) * double((*s)[3]) : 0.0;
+  };
+  const double q = B * Hq * Lq * double(p.Dqk) * in_size, k = B * Hkv * Lk * double(p.Dqk) * in_size,
+               v = B * Hkv * Lk * double(p.Dv) * in_size;
+  const double masks = numel4(p.mask_shape) + numel4(p.bias_shape) * double(dtype_size(p.bias_dtype)) +
+                       (p.dropout_p > 0 ? B * Hq * Lq * Lk : 0.0);
+  const double expected = 8.0 * (2 * B * Hq * Lq * double(p.Dv) + 2 * B * Hq * Lq + (p.want_weights ? B * Hq * Lq * Lk : 0));
+  const double total = q + k + v + masks + expected;
+  if (total > double(cap))
+    r.fail("size", "the tensors of problem [B=" + std::to_string(p.B) + ",Hq=" + std::to_string(p.Hq) +
+                       ",Hkv=" + std::to_string(p.Hkv) + ",Lq=" + std::to_string(p.Lq) + ",Lk=" +
+                       std::to_string(p.Lk) + ",Dqk=" + std::to_string(p.Dqk) + ",Dv=" + std::to_string(p.Dv) +
+                       "] need " + std::to_string(total) + " bytes, more than the memory cap of " +
+                       std::to_string(cap) + " bytes");
+}
+
+std::vector<int64_t> read_per_batch(const h5::Reader& r, hid_t file, const char* name, int64_t B) {
+  const std::string path = std::string("/inputs/") + name;
+  if (!r.has_object(file, path)) return {};
+  h5::Id d = r.open_dataset(file, path);
+  r.expect_extents(d, path, {B});
+  std::vector<int64_t> v(static_cast<size_t>(B));
+  r.read_i64(d, path, v.data());
+  return v;
+}
+
+Fixture read_header(const h5::Reader& r, hid_t file, uint64_t cap) {
+  Fixture f;
+  h5::Id root = r.open_group(file, "/");
+  read_attrs(r, root, f);
+  validate_problem(r, f.problem);
+  check_size(r, f.problem, cap);
+  f.problem.key_lengths = read_per_batch(r, file, "key_lengths", f.problem.B);
+  f.problem.causal_offsets = read_per_batch(r, file, "causal_offsets", f.problem.B);
+  validate_problem(r, f.problem);
+  return f;
+}
+
+// Checks dtype and extents, then allocates a tensor in the layout's storage order and reads into it.
+Tensor read_tensor(const h5::Reader& r, hid_t file, const std::string& path, DType t,
+                   const std::vector<int64_t>& logical, Layout l) {
+  h5::Id d = r.open_dataset(file, path);
+  r.expect_dtype(d, path, t);
+  r.expect_extents(d, path, stored_dims(logical, l));
+  Tensor out(t, logical, storage_order(l));
+  r.read_raw(d, path, t, out.bytes.data());
+  return out;
+}
+
+std::vector<double> read_doubles(const h5::Reader& r, hid_t file, const std::string& path,
+                                 const std::vector<int64_t>& dims) {
+  h5::Id d = r.open_dataset(file, path);
+  r.expect_dtype(d, path, DType::f64);
+  r.expect_extents(d, path, dims);
+  size_t n = 1;
+  for (int64_t x : dims) n *= static_cast<size_t>(x);
+  return r.read_as_double(d, path, n);
+}
+
+std::optional<Tensor> read_optional(const h5::Reader& r, hid_t file, const std::string& path, bool declared,
+                                    const char* declared_by, DType t, const std::vector<int64_t>& dims) {
+  const bool present = r.has_object(file, path);
+  if (declared && !present) r.fail(path, std::string("missing dataset (declared by ") + declared_by + ")");
+  if (!declared && present) r.fail(path, std::string("present but not declared by ") + declared_by);
+  if (!declared) return std::nullopt;
+  return read_tensor(r, file, path, t, dims, Layout::BHSD);
+}
+
+template <class F>
+auto with_file_prefix(const std::string& path, F fn) {
+  h5::QuietErrors quiet;
+  try {
+    return fn();
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    if (msg.rfind(path + ": ", 0) == 0) throw;
+    throw std::invalid_argument(path + ": " + msg);
+  }
+}
+
+}  // namespace
+
+Fixture read_fixture_header(const std::string& path) {
+  return with_file_prefix(path, [&] {
+    const h5::Reader r{path};
+    h5::Id file = r.open_file();
+    return read_header(r, file, FixtureReadOptions{}.max_bytes);
+  });
+}
+
+Fixture read_fixture(const std::string& path, const FixtureReadOptions& options) {
+  return with_file_prefix(path, [&] {
+    const h5::Reader r{path};
+    h5::Id file = r.open_file();
+    Fixture f = read_header(r, file, options.max_bytes);
+    const Problem& p = f.problem;
+    r.open_group(file, "/inputs");
+    r.open_group(file, "/expected");
+    Inputs& in = f.inputs;
+    in.q = read_tensor(r, file, "/inputs/q", p.dtype, {p.B, p.Hq, p.Lq, p.Dqk}, p.layout);
+    in.k = read_tensor(r, file, "/inputs/k", p.dtype, {p.B, p.Hkv, p.Lk, p.Dqk}, p.layout);
+    in.v = read_tensor(r, file, "/inputs/v", p.dtype, {p.B, p.Hkv, p.Lk, p.Dv}, p.layout);
+    auto vec = [](const std::optional<std::array<int64_t, 4>>& s) {
+      return s ? std::vector<int64_t>(s->begin(), s->end()) : std::vector<int64_t>{};
+    };
+    in.mask = read_optional(r, file, "/inputs/mask", p.mask_shape.has_value(), "attribute mask_shape", DType::u8,
+                            vec(p.mask_shape));
+    in.bias = read_optional(r, file, "/inputs/bias", p.bias_shape.has_value(), "attribute bias_shape",
+                            p.bias_dtype, vec(p.bias_shape));
+    in.keep = read_optional(r, file, "/inputs/keep", p.dropout_p > 0, "attribute dropout_p > 0", DType::u8,
+                            {p.B, p.Hq, p.Lq, p.Lk});
+
+    ReferenceResult& e = f.expected;
+    const std::vector<int64_t> out_dims = stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout);
+    e.out = to_layout(read_doubles(r, file, "/expected/out", out_dims), p.B, p.Hq, p.Lq, p.Dv, p.layout, true);
+    e.out_abs =
+        to_layout(read_doubles(r, file, "/expected/out_abs", out_dims), p.B, p.Hq, p.Lq, p.Dv, p.layout, true);
+    e.lse = read_doubles(r, file, "/expected/lse", {p.B, p.Hq, p.Lq});
+    e.score_mag = read_doubles(r, file, "/expected/score_mag", {p.B, p.Hq, p.Lq});
+    if (p.want_weights) e.weights = read_doubles(r, file, "/expected/weights", {p.B, p.Hq, p.Lq, p.Lk});
+    try {
+      validate(p, in);
+    } catch (const std::invalid_argument& ex) {
+      r.fail("inputs", ex.what());
+    }
+    return f;
+  });
+}
+
+Outputs read_candidate(const std::string& path, const Problem& p, const FixtureReadOptions& options) {
+  return with_file_prefix(path, [&] {
+    const h5::Reader r{path};
+    h5::Id file = r.open_file();
+    r.open_group(file, "/actual");
+    const double rows = double(p.B) * double(p.Hq) * double(p.Lq);
+    const double need = 8.0 * rows * (double(p.Dv) + 1 + double(p.Lk));
+    if (need > double(options.max_bytes))
+      r.fail("size", "candidate needs " + std::to_string(need) + " bytes, more than the memory cap of " +
+                         std::to_string(options.max_bytes) + " bytes");
+    Outputs o;
+    auto read_into = [&](const std::string& where, Tensor& t, const std::vector<int64_t>& dims) {
+      h5::Id d = r.open_dataset(file, where);
+      r.expect_extents(d, where, dims);
+      const std::vector<double> v = r.read_as_double(d, where, static_cast<size_t>(t.numel()));
+      for (size_t n = 0; n < v.size(); ++n) t.set_offset(static_cast<int64_t>(n), v[n]);  // storage order
+    };
+    o.out = Tensor(DType::f64, {p.B, p.Hq, p.Lq, p.Dv}, storage_order(p.layout));
+    read_into("/actual/out", o.out, stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout));
+    if (r.has_object(file, "/actual/lse")) {
+      o.lse = Tensor(DType::f64, {p.B, p.Hq, p.Lq});
+      read_into("/actual/lse", *o.lse, {p.B, p.Hq, p.Lq});
+    }
+    if (r.has_object(file, "/actual/weights")) {
+      o.weights = Tensor(DType::f64, {p.B, p.Hq, p.Lq, p.Lk});
+      read_into("/actual/weights", *o.weights, {p.B, p.Hq, p.Lq, p.Lk});
+    }
+    return o;
+  });
+}
+
+}  // namespace attncheck

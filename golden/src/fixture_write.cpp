@@ -1,0 +1,213 @@
+// Writing fixtures (golden/SCHEMA.md): attributes for every Problem field, provenance and tolerance on the root
+// group, /inputs exactly as an implementation receives them, /expected in double. Atomic via temp + rename.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+#include "attncheck/fixture.hpp"
+#include "fixture_layout.hpp"
+#include "h5.hpp"
+
+#ifndef ATTNCHECK_VERSION
+#define ATTNCHECK_VERSION "unknown"
+#endif
+
+namespace attncheck {
+
+using fixture_detail::stored_dims;
+using fixture_detail::to_layout;
+
+const char* attncheck_version() { return ATTNCHECK_VERSION; }
+
+std::string fixture_file_name(const std::string& case_name) {
+  std::string s = case_name;
+  for (char& c : s)
+    if (c == '/' || c == ' ' || c == '\\' || c == ':') c = '_';
+  return s + ".h5";
+}
+
+Fixture make_fixture(std::string name, const Problem& p, Inputs in, Provenance prov, ToleranceModel tol) {
+  Fixture f;
+  f.name = std::move(name);
+  f.problem = p;
+  f.expected = reference_attention(p, in);
+  f.inputs = std::move(in);
+  f.provenance = std::move(prov);
+  f.tolerance = tol;
+  return f;
+}
+
+namespace {
+
+// A q/k/v tensor laid out densely in the layout's storage order (the way make_qkv allocates it).
+Tensor canonical(const Tensor& t, Layout l) {
+  Tensor c(t.dtype, t.shape, storage_order(l));
+  if (c.strides == t.strides) return t;
+  const std::vector<double> v = t.to_double();
+  int64_t idx[4] = {0, 0, 0, 0};
+  for (size_t n = 0; n < v.size(); ++n) {
+    c.set(idx, v[n]);
+    for (int d = 3; d >= 0; --d) {
+      if (++idx[d] < c.shape[static_cast<size_t>(d)]) break;
+      idx[d] = 0;
+    }
+  }
+  return c;
+}
+
+void write_tensor(hid_t g, const char* name, const Tensor& t, const std::vector<int64_t>& dims, const char* dim_names) {
+  h5::Id type = h5::file_type(t.dtype);
+  h5::write_dataset(g, name, type, dims, t.bytes.data());
+  h5::Id d(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
+  h5::write_attr(d, "dims", std::string(dim_names));
+  if (t.dtype == DType::bf16) h5::write_attr(d, "encoding", std::string("bfloat16"));
+}
+
+void write_doubles(hid_t g, const char* name, const std::vector<double>& v, const std::vector<int64_t>& dims,
+                   const char* dim_names) {
+  h5::write_dataset(g, name, H5T_NATIVE_DOUBLE, dims, v.data());
+  h5::Id d(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
+  h5::write_attr(d, "dims", std::string(dim_names));
+}
+
+void write_problem_attrs(hid_t root, const Problem& p) {
+  using h5::write_attr;
+  write_attr(root, "B", p.B);
+  write_attr(root, "Hq", p.Hq);
+  write_attr(root, "Hkv", p.Hkv);
+  write_attr(root, "Lq", p.Lq);
+  write_attr(root, "Lk", p.Lk);
+  write_attr(root, "Dqk", p.Dqk);
+  write_attr(root, "Dv", p.Dv);
+  write_attr(root, "dtype", std::string(to_string(p.dtype)));
+  write_attr(root, "layout", std::string(to_string(p.layout)));
+  if (p.scale) write_attr(root, "scale", *p.scale);
+  write_attr(root, "effective_scale", p.effective_scale());
+  write_attr(root, "causal", int64_t{p.causal});
+  write_attr(root, "alignment", std::string(to_string(p.alignment)));
+  write_attr(root, "causal_offset", p.causal_offset);
+  if (p.mask_shape) write_attr(root, "mask_shape", std::vector<int64_t>(p.mask_shape->begin(), p.mask_shape->end()));
+  if (p.bias_shape) write_attr(root, "bias_shape", std::vector<int64_t>(p.bias_shape->begin(), p.bias_shape->end()));
+  write_attr(root, "bias_dtype", std::string(to_string(p.bias_dtype)));
+  write_attr(root, "window_left", p.window_left);
+  write_attr(root, "window_right", p.window_right);
+  write_attr(root, "softcap", p.softcap);
+  write_attr(root, "fill", std::string(to_string(p.fill)));
+  write_attr(root, "fill_value", p.fill_value);
+  write_attr(root, "fully_masked", std::string(to_string(p.fully_masked)));
+  write_attr(root, "dropout_p", p.dropout_p);
+  h5::write_attr_u64(root, "dropout_seed", p.dropout_seed);
+  write_attr(root, "want_weights", int64_t{p.want_weights});
+  write_attr(root, "want_lse", int64_t{p.want_lse});
+}
+
+void write_file(const std::string& path, const Fixture& f) {
+  const Problem& p = f.problem;
+  const Inputs& in = f.inputs;
+  const ReferenceResult& r = f.expected;
+  h5::Id file = h5::create_file(path);
+  h5::Id root(H5Gopen2(file, "/", H5P_DEFAULT), H5Gclose);
+
+  // Provenance first: a reader checks schema_version before anything else.
+  h5::write_attr(root, "schema_version", f.provenance.schema_version);
+  h5::write_attr(root, "name", f.name);
+  h5::write_attr(root, "problem_name", p.name());
+  h5::write_attr(root, "attncheck_version", f.provenance.attncheck_version);
+  h5::write_attr(root, "reference_precision", f.provenance.reference_precision);
+  h5::write_attr_u64(root, "seed", f.provenance.seed);
+  h5::write_attr(root, "distribution", f.provenance.distribution);
+  h5::write_attr(root, "command", f.provenance.command);
+  write_problem_attrs(root, p);
+  h5::write_attr(root, "tolerance_model", std::string("attncheck derived forward-error bound (docs/tolerance.md)"));
+  h5::write_attr(root, "tolerance_lambda", f.tolerance.lambda);
+  h5::write_attr(root, "tolerance_rel_floor", f.tolerance.rel_floor);
+
+  const char* qdims = p.layout == Layout::BHSD ? "B,Hq,Lq,Dqk" : "B,Lq,Hq,Dqk";
+  const char* kdims = p.layout == Layout::BHSD ? "B,Hkv,Lk,Dqk" : "B,Lk,Hkv,Dqk";
+  const char* vdims = p.layout == Layout::BHSD ? "B,Hkv,Lk,Dv" : "B,Lk,Hkv,Dv";
+  const char* odims = p.layout == Layout::BHSD ? "B,Hq,Lq,Dv" : "B,Lq,Hq,Dv";
+  {
+    h5::Id g = h5::create_group(file, "inputs");
+    write_tensor(g, "q", canonical(in.q, p.layout), stored_dims(in.q.shape, p.layout), qdims);
+    write_tensor(g, "k", canonical(in.k, p.layout), stored_dims(in.k.shape, p.layout), kdims);
+    write_tensor(g, "v", canonical(in.v, p.layout), stored_dims(in.v.shape, p.layout), vdims);
+    if (in.mask) write_tensor(g, "mask", canonical(*in.mask, Layout::BHSD), in.mask->shape, "B,Hq,Lq,Lk (broadcast)");
+    if (in.bias) write_tensor(g, "bias", canonical(*in.bias, Layout::BHSD), in.bias->shape, "B,Hq,Lq,Lk (broadcast)");
+    if (in.keep) write_tensor(g, "keep", canonical(*in.keep, Layout::BHSD), in.keep->shape, "B,Hq,Lq,Lk");
+    if (!p.key_lengths.empty())
+      h5::write_dataset(g, "key_lengths", H5T_STD_I64LE, {p.B}, p.key_lengths.data());
+    if (!p.causal_offsets.empty())
+      h5::write_dataset(g, "causal_offsets", H5T_STD_I64LE, {p.B}, p.causal_offsets.data());
+  }
+  {
+    h5::Id g = h5::create_group(file, "expected");
+    const std::vector<int64_t> out_dims = stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout);
+    write_doubles(g, "out", to_layout(r.out, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
+    write_doubles(g, "lse", r.lse, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
+    if (p.want_weights) write_doubles(g, "weights", r.weights, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
+    write_doubles(g, "score_mag", r.score_mag, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
+    write_doubles(g, "out_abs", to_layout(r.out_abs, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
+  }
+}
+
+// A temporary name in the same directory (rename is atomic only within one file system), hidden and *.tmp.
+std::filesystem::path temp_path(const std::filesystem::path& target) {
+  std::string name = ".";
+  name += target.filename().string();
+  name += '.';
+  name += std::to_string(::getpid());
+  name += ".tmp";
+  return target.parent_path() / name;
+}
+
+}  // namespace
+
+void write_fixture(const std::string& path, const Fixture& f) {
+  validate(f.problem, f.inputs);
+  const Problem& p = f.problem;
+  const size_t rows = static_cast<size_t>(p.B * p.Hq * p.Lq);
+  if (f.expected.out.size() != rows * static_cast<size_t>(p.Dv) || f.expected.lse.size() != rows ||
+      f.expected.score_mag.size() != rows || f.expected.out_abs.size() != f.expected.out.size() ||
+      (p.want_weights && f.expected.weights.size() != rows * static_cast<size_t>(p.Lk)))
+    throw std::invalid_argument(path + ": expected: sizes do not match the problem " + p.name() +
+                                " (use make_fixture to compute them)");
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path tmp = temp_path(target);
+  try {
+    h5::QuietErrors quiet;
+    write_file(tmp.string(), f);
+    fs::rename(tmp, target);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+}
+
+void write_candidate(const std::string& path, const Problem& p, const Outputs& out) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path tmp = temp_path(target);
+  try {
+    h5::QuietErrors quiet;
+    {
+      h5::Id file = h5::create_file(tmp.string());
+      h5::Id g = h5::create_group(file, "actual");
+      write_tensor(g, "out", canonical(out.out, p.layout), stored_dims(out.out.shape, p.layout),
+                   p.layout == Layout::BHSD ? "B,Hq,Lq,Dv" : "B,Lq,Hq,Dv");
+      if (out.lse) write_tensor(g, "lse", *out.lse, out.lse->shape, "B,Hq,Lq");
+      if (out.weights) write_tensor(g, "weights", canonical(*out.weights, Layout::BHSD), out.weights->shape,
+                                    "B,Hq,Lq,Lk");
+    }
+    fs::rename(tmp, target);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace attncheck

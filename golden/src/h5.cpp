@@ -1,0 +1,359 @@
+// HDF5 helpers for the fixture library. Determinism: object time tracking is off on the file (root group),
+// every group and every dataset, and the format bounds are fixed to the 1.8 format, so identical content gives
+// identical bytes on every run; data sets are contiguous and uncompressed.
+#include "h5.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace attncheck::h5 {
+
+namespace {
+[[noreturn]] void hdf5_failed(const std::string& what) { throw std::runtime_error("HDF5: " + what + " failed"); }
+
+Id check(hid_t id, herr_t (*close)(hid_t), const std::string& what) {
+  if (id < 0) hdf5_failed(what);
+  return Id(id, close);
+}
+void check(herr_t rc, const std::string& what) {
+  if (rc < 0) hdf5_failed(what);
+}
+
+Id no_times(hid_t cls) {
+  Id pl = check(H5Pcreate(cls), H5Pclose, "H5Pcreate");
+  check(H5Pset_obj_track_times(pl, false), "H5Pset_obj_track_times");
+  return pl;
+}
+
+std::vector<hsize_t> to_hsize(const std::vector<int64_t>& dims) {
+  std::vector<hsize_t> d;
+  for (int64_t x : dims) d.push_back(static_cast<hsize_t>(x));
+  return d;
+}
+
+void write_attr_raw(hid_t loc, const char* name, hid_t ftype, hid_t mtype, const std::vector<int64_t>& dims,
+                    const void* data) {
+  const auto d = to_hsize(dims);
+  Id space = dims.empty() ? check(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate")
+                          : check(H5Screate_simple(static_cast<int>(d.size()), d.data(), nullptr), H5Sclose,
+                                  "H5Screate_simple");
+  Id attr = check(H5Acreate2(loc, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+                  std::string("H5Acreate2 ") + name);
+  check(H5Awrite(attr, mtype, data), std::string("H5Awrite ") + name);
+}
+}  // namespace
+
+QuietErrors::QuietErrors() {
+  H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+
+Id float16_type() {
+  Id t = check(H5Tcopy(H5T_IEEE_F32LE), H5Tclose, "H5Tcopy");
+  // sign bit 15, exponent bits 10..14, mantissa bits 0..9, bias 15: IEEE binary16.
+  check(H5Tset_fields(t, 15, 10, 5, 0, 10), "H5Tset_fields");
+  check(H5Tset_size(t, 2), "H5Tset_size");
+  check(H5Tset_ebias(t, 15), "H5Tset_ebias");
+  return t;
+}
+
+Id file_type(DType t) {
+  switch (t) {
+    case DType::f64: return check(H5Tcopy(H5T_IEEE_F64LE), H5Tclose, "H5Tcopy");
+    case DType::f32: return check(H5Tcopy(H5T_IEEE_F32LE), H5Tclose, "H5Tcopy");
+    case DType::f16: return float16_type();
+    case DType::bf16: return check(H5Tcopy(H5T_STD_U16LE), H5Tclose, "H5Tcopy");
+    case DType::u8: return check(H5Tcopy(H5T_STD_U8LE), H5Tclose, "H5Tcopy");
+  }
+  hdf5_failed("file_type");
+}
+
+// ---- writing -------------------------------------------------------------------------------------------------
+Id create_file(const std::string& path) {
+  Id fcpl = no_times(H5P_FILE_CREATE);  // the root group is created from the file creation property list
+  Id fapl = check(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate");
+  check(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18), "H5Pset_libver_bounds");
+  return check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose, "H5Fcreate " + path);
+}
+
+Id create_group(hid_t loc, const char* name) {
+  Id gcpl = no_times(H5P_GROUP_CREATE);
+  return check(H5Gcreate2(loc, name, H5P_DEFAULT, gcpl, H5P_DEFAULT), H5Gclose, std::string("H5Gcreate2 ") + name);
+}
+
+void write_dataset(hid_t loc, const char* name, hid_t type, const std::vector<int64_t>& dims, const void* data) {
+  const auto d = to_hsize(dims);
+  Id space = check(H5Screate_simple(static_cast<int>(d.size()), d.data(), nullptr), H5Sclose, "H5Screate_simple");
+  Id dcpl = no_times(H5P_DATASET_CREATE);
+  check(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+  Id dset = check(H5Dcreate2(loc, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose,
+                  std::string("H5Dcreate2 ") + name);
+  check(H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), std::string("H5Dwrite ") + name);
+}
+
+void write_attr(hid_t loc, const char* name, int64_t v) {
+  write_attr_raw(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, {}, &v);
+}
+void write_attr_u64(hid_t loc, const char* name, uint64_t v) {
+  write_attr_raw(loc, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, {}, &v);
+}
+void write_attr(hid_t loc, const char* name, double v) {
+  write_attr_raw(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {}, &v);
+}
+void write_attr(hid_t loc, const char* name, const std::vector<int64_t>& v) {
+  write_attr_raw(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, {static_cast<int64_t>(v.size())}, v.data());
+}
+void write_attr(hid_t loc, const char* name, const std::string& v) {
+  // Variable-length UTF-8: h5py returns a Python str, h5dump prints it quoted.
+  Id t = check(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy");
+  check(H5Tset_size(t, H5T_VARIABLE), "H5Tset_size");
+  check(H5Tset_cset(t, H5T_CSET_UTF8), "H5Tset_cset");
+  const char* p = v.c_str();
+  write_attr_raw(loc, name, t, t, {}, &p);
+}
+
+// ---- reading -------------------------------------------------------------------------------------------------
+void Reader::fail(const std::string& where, const std::string& what) const {
+  throw std::invalid_argument(file + ": " + where + ": " + what);
+}
+
+Id Reader::open_file() const {
+  const htri_t is = H5Fis_hdf5(file.c_str());
+  if (is < 0) fail("file", "cannot open (missing or unreadable)");
+  if (is == 0) fail("file", "not an HDF5 file");
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) fail("file", "H5Fopen failed");
+  return Id(f, H5Fclose);
+}
+
+bool Reader::has_attr(hid_t loc, const char* name) const { return H5Aexists(loc, name) > 0; }
+
+namespace {
+struct Attr {
+  Id attr, type, space;
+  H5T_class_t cls;
+  int64_t n;
+};
+Attr open_attr(const Reader& r, hid_t loc, const std::string& where, const char* name) {
+  if (H5Aexists(loc, name) <= 0) r.fail(where, std::string("missing attribute '") + name + "'");
+  Attr a;
+  a.attr = Id(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose);
+  if (!a.attr.valid()) r.fail(where, std::string("cannot open attribute '") + name + "'");
+  a.type = Id(H5Aget_type(a.attr), H5Tclose);
+  a.space = Id(H5Aget_space(a.attr), H5Sclose);
+  a.cls = H5Tget_class(a.type);
+  a.n = static_cast<int64_t>(H5Sget_simple_extent_npoints(a.space));
+  return a;
+}
+}  // namespace
+
+int64_t Reader::attr_i64(hid_t loc, const std::string& where, const char* name) const {
+  Attr a = open_attr(*this, loc, where, name);
+  if (a.cls != H5T_INTEGER || a.n != 1)
+    fail(where, std::string("attribute '") + name + "' must be a scalar integer");
+  int64_t v = 0;
+  if (H5Aread(a.attr, H5T_NATIVE_INT64, &v) < 0) fail(where, std::string("cannot read attribute '") + name + "'");
+  return v;
+}
+
+uint64_t Reader::attr_u64(hid_t loc, const std::string& where, const char* name) const {
+  Attr a = open_attr(*this, loc, where, name);
+  if (a.cls != H5T_INTEGER || a.n != 1)
+    fail(where, std::string("attribute '") + name + "' must be a scalar integer");
+  uint64_t v = 0;
+  if (H5Aread(a.attr, H5T_NATIVE_UINT64, &v) < 0) fail(where, std::string("cannot read attribute '") + name + "'");
+  return v;
+}
+
+double Reader::attr_f64(hid_t loc, const std::string& where, const char* name) const {
+  Attr a = open_attr(*this, loc, where, name);
+  if ((a.cls != H5T_FLOAT && a.cls != H5T_INTEGER) || a.n != 1)
+    fail(where, std::string("attribute '") + name + "' must be a scalar number");
+  double v = 0;
+  if (H5Aread(a.attr, H5T_NATIVE_DOUBLE, &v) < 0) fail(where, std::string("cannot read attribute '") + name + "'");
+  return v;
+}
+
+std::string Reader::attr_str(hid_t loc, const std::string& where, const char* name) const {
+  Attr a = open_attr(*this, loc, where, name);
+  if (a.cls != H5T_STRING || a.n != 1) fail(where, std::string("attribute '") + name + "' must be a scalar string");
+  if (H5Tis_variable_str(a.type) > 0) {
+    Id mt(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mt, H5T_VARIABLE);
+    H5Tset_cset(mt, H5Tget_cset(a.type));
+    char* p = nullptr;
+    if (H5Aread(a.attr, mt, &p) < 0) fail(where, std::string("cannot read attribute '") + name + "'");
+    std::string s = p ? p : "";
+    H5free_memory(p);
+    return s;
+  }
+  const size_t size = H5Tget_size(a.type);
+  std::string s(size, '\0');
+  if (H5Aread(a.attr, a.type, s.data()) < 0) fail(where, std::string("cannot read attribute '") + name + "'");
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+std::vector<int64_t> Reader::attr_i64s(hid_t loc, const std::string& where, const char* name) const {
+  Attr a = open_attr(*this, loc, where, name);
+  if (a.cls != H5T_INTEGER || H5Sget_simple_extent_ndims(a.space) != 1 || a.n > 64)
+    fail(where, std::string("attribute '") + name + "' must be a 1-D integer array of at most 64 entries");
+  std::vector<int64_t> v(static_cast<size_t>(a.n));
+  if (H5Aread(a.attr, H5T_NATIVE_INT64, v.data()) < 0)
+    fail(where, std::string("cannot read attribute '") + name + "'");
+  return v;
+}
+
+bool Reader::has_object(hid_t loc, const std::string& path) const {
+  // Check each component so that a missing parent group does not raise an HDF5 error.
+  std::string partial;
+  size_t pos = 0;
+  while (pos < path.size()) {
+    size_t next = path.find('/', pos + 1);
+    if (next == std::string::npos) next = path.size();
+    partial = path.substr(0, next);
+    if (partial != "/" && H5Lexists(loc, partial.c_str(), H5P_DEFAULT) <= 0) return false;
+    pos = next;
+  }
+  return H5Oexists_by_name(loc, path.c_str(), H5P_DEFAULT) > 0;
+}
+
+Id Reader::open_group(hid_t loc, const std::string& path) const {
+  if (!has_object(loc, path)) fail(path, "missing group");
+  Id g(H5Gopen2(loc, path.c_str(), H5P_DEFAULT), H5Gclose);
+  if (!g.valid()) fail(path, "is not a group");
+  return g;
+}
+
+Id Reader::open_dataset(hid_t loc, const std::string& path) const {
+  if (!has_object(loc, path)) fail(path, "missing dataset");
+  Id d(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d.valid()) fail(path, "is not a dataset");
+  return d;
+}
+
+std::vector<int64_t> Reader::extents(hid_t dset, const std::string& where) const {
+  Id space(H5Dget_space(dset), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  if (rank < 0 || rank > 8) fail(where, "unsupported dataspace");
+  std::vector<hsize_t> d(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(space, d.data(), nullptr);
+  std::vector<int64_t> out;
+  for (hsize_t x : d) out.push_back(static_cast<int64_t>(x));
+  return out;
+}
+
+namespace {
+std::string dims_str(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(d[i]);
+  }
+  s += ']';
+  return s;
+}
+}  // namespace
+
+void Reader::expect_extents(hid_t dset, const std::string& where, const std::vector<int64_t>& dims) const {
+  const auto got = extents(dset, where);
+  if (got.size() != dims.size())
+    fail(where, "rank must be " + std::to_string(dims.size()) + " with shape " + dims_str(dims) + ", got rank " +
+                    std::to_string(got.size()) + " shape " + dims_str(got));
+  if (got != dims) fail(where, "shape must be " + dims_str(dims) + ", got " + dims_str(got));
+}
+
+std::string Reader::type_name(hid_t dset) const {
+  Id t(H5Dget_type(dset), H5Tclose);
+  const size_t bits = H5Tget_size(t) * 8;
+  switch (H5Tget_class(t)) {
+    case H5T_FLOAT: return std::to_string(bits) + "-bit float";
+    case H5T_INTEGER:
+      return std::string(H5Tget_sign(t) == H5T_SGN_NONE ? "unsigned " : "signed ") + std::to_string(bits) +
+             "-bit integer";
+    case H5T_STRING: return "string";
+    default: return "non-numeric type";
+  }
+}
+
+namespace {
+bool is_bf16_encoded(hid_t dset) {
+  if (H5Aexists(dset, "encoding") <= 0) return false;
+  Id a(H5Aopen(dset, "encoding", H5P_DEFAULT), H5Aclose);
+  Id t(H5Aget_type(a), H5Tclose);
+  if (H5Tget_class(t) != H5T_STRING) return false;
+  std::string s;
+  if (H5Tis_variable_str(t) > 0) {
+    char* p = nullptr;
+    if (H5Aread(a, t, &p) < 0) return false;
+    s = p ? p : "";
+    H5free_memory(p);
+  } else {
+    s.assign(H5Tget_size(t), '\0');
+    if (H5Aread(a, t, s.data()) < 0) return false;
+    s.resize(std::strlen(s.c_str()));
+  }
+  return s == "bfloat16";
+}
+}  // namespace
+
+void Reader::expect_dtype(hid_t dset, const std::string& where, DType want) const {
+  Id t(H5Dget_type(dset), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(t);
+  const size_t size = H5Tget_size(t);
+  bool ok = false;
+  switch (want) {
+    case DType::f64: ok = cls == H5T_FLOAT && size == 8; break;
+    case DType::f32: ok = cls == H5T_FLOAT && size == 4; break;
+    case DType::f16: ok = cls == H5T_FLOAT && size == 2; break;
+    case DType::bf16: ok = cls == H5T_INTEGER && size == 2 && is_bf16_encoded(dset); break;
+    case DType::u8: ok = cls == H5T_INTEGER && size == 1; break;
+  }
+  if (!ok) {
+    const char* want_s = want == DType::bf16  ? "bf16 (uint16 bit patterns with attribute encoding=\"bfloat16\")"
+                         : want == DType::u8  ? "u8 (8-bit integer, 0/1)"
+                                              : to_string(want);
+    fail(where, std::string("dtype must be ") + want_s + ", got " + type_name(dset) +
+                    (cls == H5T_INTEGER && size == 2 ? " without encoding=\"bfloat16\"" : ""));
+  }
+}
+
+void Reader::read_raw(hid_t dset, const std::string& where, DType t, void* out) const {
+  Id mt;
+  switch (t) {
+    case DType::f64: mt = Id(H5Tcopy(H5T_NATIVE_DOUBLE), H5Tclose); break;
+    case DType::f32: mt = Id(H5Tcopy(H5T_NATIVE_FLOAT), H5Tclose); break;
+    case DType::f16: mt = float16_type(); break;
+    case DType::bf16: mt = Id(H5Tcopy(H5T_NATIVE_UINT16), H5Tclose); break;
+    case DType::u8: mt = Id(H5Tcopy(H5T_NATIVE_UINT8), H5Tclose); break;
+  }
+  if (H5Dread(dset, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) fail(where, "cannot read data");
+}
+
+void Reader::read_i64(hid_t dset, const std::string& where, int64_t* out) const {
+  Id t(H5Dget_type(dset), H5Tclose);
+  if (H5Tget_class(t) != H5T_INTEGER) fail(where, "dtype must be an integer type, got " + type_name(dset));
+  if (H5Dread(dset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) fail(where, "cannot read data");
+}
+
+std::vector<double> Reader::read_as_double(hid_t dset, const std::string& where, size_t n) const {
+  Id t(H5Dget_type(dset), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(t);
+  std::vector<double> out(n);
+  if (cls == H5T_FLOAT) {
+    if (H5Dread(dset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+      fail(where, "cannot read data");
+    return out;
+  }
+  if (cls == H5T_INTEGER && H5Tget_size(t) == 2 && is_bf16_encoded(dset)) {
+    std::vector<uint16_t> bits(n);
+    read_raw(dset, where, DType::bf16, bits.data());
+    for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(bits[i]);
+    return out;
+  }
+  fail(where, "dtype must be a floating type (fp16, fp32, fp64, or uint16 with encoding=\"bfloat16\"), got " +
+                  type_name(dset));
+}
+
+}  // namespace attncheck::h5

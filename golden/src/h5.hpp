@@ -1,0 +1,102 @@
+// Thin RAII and checking helpers over the HDF5 C API for the fixture library: deterministic writing (no object
+// timestamps, fixed format bounds) and reading that checks class, size, rank and extents before allocating.
+// Every reader error is std::invalid_argument "<file>: <field>: <what>".
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attncheck/problem.hpp"
+
+namespace attncheck::h5 {
+
+// Owns one hid_t and closes it with the matching H5*close.
+class Id {
+ public:
+  Id() = default;
+  Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+  Id(Id&& o) noexcept : id_(std::exchange(o.id_, -1)), close_(o.close_) {}
+  Id& operator=(Id&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, -1);
+      close_ = o.close_;
+    }
+    return *this;
+  }
+  ~Id() { reset(); }
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = -1;
+  }
+  hid_t get() const { return id_; }
+  operator hid_t() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+// Silences HDF5's automatic error-stack printing for the lifetime of the object (we report our own messages).
+class QuietErrors {
+ public:
+  QuietErrors();
+  ~QuietErrors();
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+// IEEE binary16, little-endian, built the way h5py builds its float16 type (HDF5 1.10 has no H5T_IEEE_F16LE),
+// so h5py reads it as numpy float16 and h5dump prints its values.
+Id float16_type();
+// The HDF5 file type of a dtype: fp16 -> float16_type(), bf16 -> uint16 bit patterns (plus an encoding attribute).
+Id file_type(DType t);
+
+// ---- writing (throw std::runtime_error on HDF5 failures) ----------------------------------------------------
+Id create_file(const std::string& path);
+Id create_group(hid_t loc, const char* name);
+void write_dataset(hid_t loc, const char* name, hid_t type, const std::vector<int64_t>& dims, const void* data);
+void write_attr(hid_t loc, const char* name, int64_t v);
+void write_attr_u64(hid_t loc, const char* name, uint64_t v);
+void write_attr(hid_t loc, const char* name, double v);
+void write_attr(hid_t loc, const char* name, const std::string& v);
+void write_attr(hid_t loc, const char* name, const std::vector<int64_t>& v);
+
+// ---- reading -------------------------------------------------------------------------------------------------
+// `file` prefixes every message; `where` names the object ("/", "/inputs/q").
+struct Reader {
+  std::string file;
+  Id open_file() const;
+  bool has_attr(hid_t loc, const char* name) const;
+  int64_t attr_i64(hid_t loc, const std::string& where, const char* name) const;
+  uint64_t attr_u64(hid_t loc, const std::string& where, const char* name) const;
+  double attr_f64(hid_t loc, const std::string& where, const char* name) const;
+  std::string attr_str(hid_t loc, const std::string& where, const char* name) const;
+  std::vector<int64_t> attr_i64s(hid_t loc, const std::string& where, const char* name) const;
+  bool has_object(hid_t loc, const std::string& path) const;
+  Id open_group(hid_t loc, const std::string& path) const;
+  Id open_dataset(hid_t loc, const std::string& path) const;
+  std::vector<int64_t> extents(hid_t dset, const std::string& where) const;
+  // Checks the extents equal `dims` (rank and every extent) before anything is allocated.
+  void expect_extents(hid_t dset, const std::string& where, const std::vector<int64_t>& dims) const;
+  // Checks the stored type can hold `t` exactly (fp16 dataset for fp16, bfloat16-encoded uint16 for bf16, ...).
+  void expect_dtype(hid_t dset, const std::string& where, DType t) const;
+  // Any floating type (or bfloat16-encoded uint16) read as double.
+  std::vector<double> read_as_double(hid_t dset, const std::string& where, size_t n) const;
+  // Raw read in the dtype's memory representation into `out` (size already checked).
+  void read_raw(hid_t dset, const std::string& where, DType t, void* out) const;
+  void read_i64(hid_t dset, const std::string& where, int64_t* out) const;
+  [[noreturn]] void fail(const std::string& where, const std::string& what) const;
+  std::string type_name(hid_t dset) const;
+};
+
+}  // namespace attncheck::h5

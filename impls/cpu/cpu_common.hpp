@@ -1,0 +1,262 @@
+// Shared machinery of the two CPU implementations (`cpu` dense, `cpu-flash` online softmax): strided loads and
+// stores of any dtype in the compute type T (double for fp64, float otherwise), the score pipeline of the
+// reference (scale -> softcap -> +bias -> mask -> fill), the fully-masked policies and a deterministic task pool.
+#pragma once
+
+#ifndef EIGEN_DONT_PARALLELIZE
+#define EIGEN_DONT_PARALLELIZE  // our own threads; Eigen's OpenMP (if any) would make the thread count ambiguous
+#endif
+#include <Eigen/Core>
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "attncheck/impl.hpp"
+#include "attncheck/problem.hpp"
+
+namespace attncheck::cpu {
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ArrMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// Threads the CPU implementations use: ATTNCHECK_THREADS, else the hardware concurrency (as the reference).
+int cpu_threads();
+
+// Run fn(task, worker) for task in [0, n) on up to `threads` std::threads. Tasks are claimed from an atomic
+// counter; each task's result depends only on the task, so the output is bitwise the same for any thread count.
+void parallel_tasks(int64_t n, int threads, const std::function<void(int64_t, int)>& fn);
+
+// ---- loads and stores -------------------------------------------------------------------------------------
+// Rows [r0, r1) of head h of batch b of a logical [B, H, L, D] tensor (any layout, any float dtype) into a
+// contiguous row-major T buffer of (r1 - r0) x D.
+template <class T>
+void load_rows(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r1, T* dst) {
+  const int64_t D = t.shape[3], sr = t.strides[2], sd = t.strides[3];
+  const int64_t base = b * t.strides[0] + h * t.strides[1];
+  auto copy = [&](const auto* src, auto conv) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const auto* row = src + base + r * sr;
+      T* o = dst + (r - r0) * D;
+      if (sd == 1)  // both layouts: the head dim is innermost, so this loop vectorises
+        for (int64_t d = 0; d < D; ++d) o[d] = static_cast<T>(conv(row[d]));
+      else
+        for (int64_t d = 0; d < D; ++d) o[d] = static_cast<T>(conv(row[d * sd]));
+    }
+  };
+  switch (t.dtype) {
+    case DType::f64: copy(t.data<double>(), [](double x) { return x; }); break;
+    case DType::f32: copy(t.data<float>(), [](float x) { return x; }); break;
+    case DType::f16: copy(t.data<uint16_t>(), [](uint16_t x) { return half_bits_to_float(x); }); break;
+    case DType::bf16: copy(t.data<uint16_t>(), [](uint16_t x) { return bf16_bits_to_float(x); }); break;
+    case DType::u8: throw std::invalid_argument("cpu: q/k/v dtype u8 is not a floating type");
+  }
+}
+
+// One row of D values (compute type) into row i of head h of batch b of `t`, rounded once to t's dtype.
+template <class T>
+void store_row(Tensor& t, int64_t b, int64_t h, int64_t i, const T* src) {
+  const int64_t D = t.shape[3], sd = t.strides[3];
+  const int64_t base = b * t.strides[0] + h * t.strides[1] + i * t.strides[2];
+  switch (t.dtype) {
+    case DType::f64:
+      for (int64_t d = 0; d < D; ++d) t.data<double>()[base + d * sd] = static_cast<double>(src[d]);
+      break;
+    case DType::f32:
+      for (int64_t d = 0; d < D; ++d) t.data<float>()[base + d * sd] = static_cast<float>(src[d]);
+      break;
+    case DType::f16:
+      for (int64_t d = 0; d < D; ++d) t.data<uint16_t>()[base + d * sd] = float_to_half_bits(static_cast<float>(src[d]));
+      break;
+    case DType::bf16:
+      for (int64_t d = 0; d < D; ++d) t.data<uint16_t>()[base + d * sd] = float_to_bf16_bits(static_cast<float>(src[d]));
+      break;
+    case DType::u8: throw std::invalid_argument("cpu: out dtype u8 is not a floating type");
+  }
+}
+
+// ---- exp with exact zeros ---------------------------------------------------------------------------------
+// Eigen's vectorised exp clamps its argument, so exp(-inf) would be ~3e-39 instead of 0: a masked key would leak
+// a tiny weight (and NaN from a poisoned value). Below the smallest normal result we return exactly 0, which is
+// also what the double reference gives wherever its weight is exactly 0 (masked, or fill - max < -745).
+template <class T>
+constexpr T exp_floor() {
+  return std::is_same_v<T, float> ? T(-87.33) : T(-708.3);
+}
+template <class T>
+inline T exp0(T x) {
+  return x < exp_floor<T>() ? T(0) : std::exp(x);
+}
+// dst[j] = exp0(src[j] - m) for j < n (dst may alias src); returns the sum (fixed-order tree reduction).
+template <class T>
+inline T exp_shifted(const T* src, T* dst, int64_t n, T m) {
+  if (n <= 0) return T(0);
+  const auto x = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(src, n) - m;
+  ArrMap<T> out(dst, n);
+  out = (x < exp_floor<T>()).select(T(0), x.exp());
+  return out.sum();
+}
+// Max over a row, skipping NaN like std::max(m, x) does in the reference.
+template <class T>
+inline T row_max(const T* s, int64_t n, T m) {
+  for (int64_t j = 0; j < n; ++j) m = s[j] > m ? s[j] : m;
+  return m;
+}
+
+// ---- the score pipeline of one query row --------------------------------------------------------------------
+// Keys in [lo, hi) pass the causal, window and key-padding masks (all relative to diagonal_offset(b)).
+struct Span {
+  int64_t lo = 0, hi = 0;
+};
+
+template <class T>
+class Scorer {
+ public:
+  Scorer(const Problem& p, const Inputs& in)
+      : p_(p),
+        in_(in),
+        scale_(static_cast<T>(p.effective_scale())),
+        softcap_(static_cast<T>(p.softcap)),
+        fill_(p.fill == MaskFill::finite ? static_cast<T>(p.fill_value) : -std::numeric_limits<T>::infinity()),
+        finite_fill_(p.fill == MaskFill::finite) {}
+
+  T fill() const { return fill_; }
+  bool finite_fill() const { return finite_fill_; }
+
+  Span span(int64_t b, int64_t i) const {
+    const int64_t diag = i + p_.diagonal_offset(b);
+    Span s{0, p_.key_length(b)};
+    if (p_.causal) s.hi = std::min(s.hi, diag + 1);
+    if (p_.window_right >= 0) s.hi = std::min(s.hi, diag + p_.window_right + 1);
+    if (p_.window_left >= 0) s.lo = std::max(s.lo, diag - p_.window_left);
+    s.hi = std::clamp<int64_t>(s.hi, 0, p_.Lk);
+    s.lo = std::clamp<int64_t>(s.lo, 0, s.hi);
+    return s;
+  }
+
+  // s[0..n) holds raw dot products q_i·k_j for keys j0..j0+n of (b, h, i); columns outside `sp` may hold garbage.
+  // On return s holds the final scores (masked keys = fill). Returns the max over visible keys (-inf if none).
+  T process(int64_t b, int64_t h, int64_t i, int64_t j0, T* s, int64_t n, Span sp) const {
+    const int64_t a = std::clamp<int64_t>(sp.lo - j0, 0, n), e = std::clamp<int64_t>(sp.hi - j0, 0, n);
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < a; ++j) s[j] = fill_;
+    for (int64_t j = e; j < n; ++j) s[j] = fill_;
+    if (a >= e) return neg_inf;
+    T* v = s + a;
+    const int64_t m = e - a;
+    ArrMap<T>(v, m) *= scale_;
+    if (softcap_ > 0)  // scalar std::tanh: Eigen's fast tanh saturates early (error ~2e-7 * cap near |s| = 8 cap)
+      for (int64_t j = 0; j < m; ++j) v[j] = softcap_ * std::tanh(v[j] / softcap_);
+    if (in_.bias) add_bias(b, h, i, j0 + a, v, m);
+    if (!in_.mask) return row_max(v, m, neg_inf);
+    const Tensor& mk = *in_.mask;
+    const uint8_t* mrow = mk.data<uint8_t>() + broadcast_offset(mk, b, h, i, 0);
+    const int64_t mj = mk.shape[3] == 1 ? 0 : mk.strides[3];
+    T mx = neg_inf;
+    for (int64_t j = 0; j < m; ++j) {
+      if (mrow[(j0 + a + j) * mj] == 0)
+        v[j] = fill_;  // masked: never looked at again (the key may be NaN-poisoned)
+      else
+        mx = v[j] > mx ? v[j] : mx;
+    }
+    return mx;
+  }
+
+ private:
+  void add_bias(int64_t b, int64_t h, int64_t i, int64_t jstart, T* v, int64_t m) const {
+    const Tensor& bt = *in_.bias;
+    const int64_t base = broadcast_offset(bt, b, h, i, 0);
+    const int64_t sj = bt.shape[3] == 1 ? 0 : bt.strides[3];
+    auto add = [&](const auto* src, auto conv) {
+      for (int64_t j = 0; j < m; ++j) v[j] += static_cast<T>(conv(src[base + (jstart + j) * sj]));
+    };
+    switch (bt.dtype) {
+      case DType::f64: add(bt.data<double>(), [](double x) { return x; }); break;
+      case DType::f32: add(bt.data<float>(), [](float x) { return x; }); break;
+      case DType::f16: add(bt.data<uint16_t>(), [](uint16_t x) { return half_bits_to_float(x); }); break;
+      case DType::bf16: add(bt.data<uint16_t>(), [](uint16_t x) { return bf16_bits_to_float(x); }); break;
+      case DType::u8: throw std::invalid_argument("cpu: bias dtype u8 is not a floating type");
+    }
+  }
+
+  const Problem& p_;
+  const Inputs& in_;
+  T scale_, softcap_, fill_;
+  bool finite_fill_;
+};
+
+// ---- dropout ------------------------------------------------------------------------------------------------
+// keep(b, h, i, j0..) as a pointer into the contiguous [B, Hq, Lq, Lk] keep-mask, or nullptr without dropout.
+inline const uint8_t* keep_row(const Problem& p, const Inputs& in, int64_t b, int64_t h, int64_t i, int64_t j0) {
+  if (!in.keep) return nullptr;
+  return in.keep->data<uint8_t>() + ((b * p.Hq + h) * p.Lq + i) * p.Lk + j0;
+}
+// p[j] = keep[j] ? p[j] / (1 - dropout_p) : 0 (a select, so a dropped NaN weight contributes nothing either).
+template <class T>
+inline void apply_keep(T* pr, const uint8_t* keep, int64_t n, T keep_scale) {
+  for (int64_t j = 0; j < n; ++j) pr[j] = keep[j] ? pr[j] * keep_scale : T(0);
+}
+
+// ---- fully-masked rows --------------------------------------------------------------------------------------
+// The weight every key gets in a row without a visible key, by policy (nan, uniform 1/Lk, zero).
+template <class T>
+T policy_weight(const Problem& p) {
+  switch (p.fully_masked) {
+    case FullyMasked::nan: return std::numeric_limits<T>::quiet_NaN();
+    case FullyMasked::uniform: return T(1) / static_cast<T>(p.Lk);
+    case FullyMasked::zero: return T(0);
+  }
+  return T(0);
+}
+// lse of such a row: log(sum_j exp(fill)) = fill + log(Lk) for a finite fill, -inf otherwise.
+template <class T>
+T policy_lse(const Problem& p) {
+  return p.fill == MaskFill::finite ? static_cast<T>(p.fill_value + std::log(static_cast<double>(p.Lk)))
+                                    : -std::numeric_limits<T>::infinity();
+}
+
+// ---- values that must not leak -----------------------------------------------------------------------------
+// A GEMM computes 0 * NaN = NaN, while the reference skips zero weights. Rows of V that are not finite are zeroed
+// in the GEMM operand and remembered here; afterwards each is added only to the output rows whose weight is
+// nonzero, exactly as the reference's loop does.
+template <class T>
+struct BadValues {
+  std::vector<int64_t> cols;  // column of the weight block
+  std::vector<T> rows;        // their original values, Dv each
+
+  void clear() {
+    cols.clear();
+    rows.clear();
+  }
+  // Scan V (n x Dv, row-major); zero and remember non-finite rows.
+  void scan(T* v, int64_t n, int64_t Dv, int64_t col0) {
+    for (int64_t r = 0; r < n; ++r) {
+      T* row = v + r * Dv;
+      bool finite = true;
+      for (int64_t d = 0; d < Dv; ++d) finite = finite && std::isfinite(row[d]);
+      if (finite) continue;
+      cols.push_back(col0 + r);
+      rows.insert(rows.end(), row, row + Dv);
+      std::fill(row, row + Dv, T(0));
+    }
+  }
+  // acc[r, :] += P[r, c] * row for every remembered column c with P[r, c] != 0.
+  template <class PMat, class AccMat>
+  void add(const PMat& P, AccMat& acc) const {
+    for (size_t k = 0; k < cols.size(); ++k)
+      for (Eigen::Index r = 0; r < P.rows(); ++r) {
+        const T w = P(r, cols[k]);
+        if (w == T(0)) continue;
+        for (Eigen::Index d = 0; d < acc.cols(); ++d) acc(r, d) += w * rows[k * static_cast<size_t>(acc.cols()) + d];
+      }
+  }
+};
+
+}  // namespace attncheck::cpu

@@ -1,0 +1,47 @@
+// The CPU backend's entry point for the registry, and the thread pool both CPU implementations share.
+#include <cstdlib>
+
+#include "cpu_common.hpp"
+#include "cpu_impls.hpp"
+
+namespace attncheck {
+
+std::vector<ImplPtr> make_cpu_impls() { return {cpu::make_dense_impl(), cpu::make_flash_impl()}; }
+
+namespace cpu {
+
+int cpu_threads() {
+  if (const char* e = std::getenv("ATTNCHECK_THREADS")) {
+    const int n = std::atoi(e);
+    if (n > 0) return n;
+  }
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc ? static_cast<int>(hc) : 1;
+}
+
+void parallel_tasks(int64_t n, int threads, const std::function<void(int64_t, int)>& fn) {
+  threads = static_cast<int>(std::clamp<int64_t>(threads, 1, std::max<int64_t>(n, 1)));
+  if (threads == 1) {
+    for (int64_t t = 0; t < n; ++t) fn(t, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+  std::vector<std::thread> pool;
+  for (int w = 0; w < threads; ++w)
+    pool.emplace_back([&, w] {
+      for (int64_t t; !failed && (t = next.fetch_add(1)) < n;) {
+        try {
+          fn(t, w);
+        } catch (...) {
+          if (!failed.exchange(true)) error = std::current_exception();
+        }
+      }
+    });
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace cpu
+}  // namespace attncheck

@@ -1,0 +1,228 @@
+// The host side of the C plugin ABI: dlopen a user's library, check its ABI version and vtable, and wrap it as an
+// attncheck::Impl. Problems are handed over as attncheck_problem descriptors pointing straight at the harness's
+// tensors (no copies), so the plugin sees exactly the bytes and strides a built-in implementation sees.
+#include <dlfcn.h>
+
+#include <cstring>
+#include <vector>
+
+#include "attncheck/plugin.h"
+#include "attncheck/plugin_loader.hpp"
+
+namespace attncheck {
+namespace {
+
+// A message buffer handed to the plugin; always NUL-terminated afterwards, whatever the plugin wrote.
+struct MessageBuffer {
+  char text[1024] = {};
+  std::string str() {
+    text[sizeof text - 1] = '\0';
+    return text;
+  }
+};
+
+std::string file_error(const std::string& path, const std::string& what) { return "plugin " + path + ": " + what; }
+
+int32_t abi_dtype(DType t) {
+  switch (t) {
+    case DType::f64: return ATTNCHECK_DTYPE_F64;
+    case DType::f32: return ATTNCHECK_DTYPE_F32;
+    case DType::f16: return ATTNCHECK_DTYPE_F16;
+    case DType::bf16: return ATTNCHECK_DTYPE_BF16;
+    case DType::u8: return ATTNCHECK_DTYPE_U8;
+  }
+  return -1;
+}
+
+// Strides of a mask/bias tensor as seen through broadcasting to [B,Hq,Lq,Lk]: a size-1 dim gets stride 0.
+void broadcast_strides(const Tensor& t, int64_t shape[4], int64_t strides[4]) {
+  for (int d = 0; d < 4; ++d) {
+    shape[d] = t.shape[static_cast<size_t>(d)];
+    strides[d] = shape[d] == 1 ? 0 : t.strides[static_cast<size_t>(d)];
+  }
+}
+
+template <size_t N>
+void copy_strides(const Tensor& t, int64_t (&s)[N]) {
+  for (size_t d = 0; d < N; ++d) s[d] = t.strides[d];
+}
+
+// The shape and semantic fields of a problem; tensor pointers stay NULL. `diag` must outlive the descriptor.
+attncheck_problem describe(const Problem& p, std::vector<int64_t>& diag) {
+  attncheck_problem d;
+  std::memset(&d, 0, sizeof d);
+  d.B = p.B; d.Hq = p.Hq; d.Hkv = p.Hkv; d.Lq = p.Lq; d.Lk = p.Lk; d.Dqk = p.Dqk; d.Dv = p.Dv;
+  d.dtype = abi_dtype(p.dtype);
+  d.layout = p.layout == Layout::BHSD ? ATTNCHECK_LAYOUT_BHSD : ATTNCHECK_LAYOUT_BSHD;
+  d.stat_dtype = abi_dtype(p.stat_dtype());
+  d.scale = p.effective_scale();
+  d.causal = p.causal;
+  d.alignment = static_cast<int32_t>(p.alignment);  // enum orders match: see the static_asserts below
+  diag.resize(static_cast<size_t>(p.B));
+  for (int64_t b = 0; b < p.B; ++b) diag[static_cast<size_t>(b)] = p.diagonal_offset(b);
+  d.diagonal_offset = diag.data();
+  d.causal_offsets = p.causal_offsets.empty() ? nullptr : p.causal_offsets.data();
+  d.causal_offset = p.causal_offset;
+  d.key_lengths = p.key_lengths.empty() ? nullptr : p.key_lengths.data();
+  d.window_left = p.window_left;
+  d.window_right = p.window_right;
+  d.softcap = p.softcap;
+  if (p.mask_shape)
+    for (int i = 0; i < 4; ++i) d.mask_shape[i] = (*p.mask_shape)[static_cast<size_t>(i)];
+  d.bias_dtype = abi_dtype(p.bias_dtype);
+  if (p.bias_shape)
+    for (int i = 0; i < 4; ++i) d.bias_shape[i] = (*p.bias_shape)[static_cast<size_t>(i)];
+  d.fill = p.fill == MaskFill::neg_inf ? ATTNCHECK_FILL_NEG_INF : ATTNCHECK_FILL_FINITE;
+  d.fill_value = p.fill_value;
+  d.fully_masked = static_cast<int32_t>(p.fully_masked);
+  d.dropout_p = p.dropout_p;
+  d.dropout_seed = p.dropout_seed;
+  return d;
+}
+
+static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT &&
+              static_cast<int>(Alignment::bottom_right) == ATTNCHECK_ALIGN_BOTTOM_RIGHT &&
+              static_cast<int>(Alignment::explicit_) == ATTNCHECK_ALIGN_EXPLICIT);
+static_assert(static_cast<int>(FullyMasked::nan) == ATTNCHECK_FULLY_MASKED_NAN &&
+              static_cast<int>(FullyMasked::zero) == ATTNCHECK_FULLY_MASKED_ZERO &&
+              static_cast<int>(FullyMasked::uniform) == ATTNCHECK_FULLY_MASKED_UNIFORM);
+
+// attncheck_capabilities -> Capabilities; unknown bits mean the plugin was built against something else.
+Capabilities convert(const attncheck_capabilities& c, const std::string& path) {
+  auto check_bits = [&](const char* field, uint32_t bits, int n_values) {
+    if (bits >> n_values)
+      throw PluginError(file_error(path, std::string("capabilities.") + field + " = " + std::to_string(bits) +
+                                             " has bits beyond the " + std::to_string(n_values) + " known values"));
+  };
+  check_bits("dtypes", c.dtypes, 4);  // u8 is never a q/k/v dtype
+  check_bits("layouts", c.layouts, 2);
+  check_bits("alignments", c.alignments, 3);
+  check_bits("fully_masked", c.fully_masked, 3);
+  Capabilities r;
+  r.dtypes.clear();
+  for (DType t : {DType::f64, DType::f32, DType::f16, DType::bf16})
+    if (c.dtypes & (1u << abi_dtype(t))) r.dtypes.insert(t);
+  r.layouts.clear();
+  if (c.layouts & (1u << ATTNCHECK_LAYOUT_BHSD)) r.layouts.insert(Layout::BHSD);
+  if (c.layouts & (1u << ATTNCHECK_LAYOUT_BSHD)) r.layouts.insert(Layout::BSHD);
+  r.alignments.clear();
+  for (Alignment a : {Alignment::top_left, Alignment::bottom_right, Alignment::explicit_})
+    if (c.alignments & (1u << static_cast<int>(a))) r.alignments.insert(a);
+  r.fully_masked.clear();
+  for (FullyMasked f : {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform})
+    if (c.fully_masked & (1u << static_cast<int>(f))) r.fully_masked.insert(f);
+  r.gqa = c.gqa; r.cross = c.cross; r.dqk_ne_dv = c.dqk_ne_dv; r.causal = c.causal;
+  r.per_batch_offsets = c.per_batch_offsets; r.key_padding = c.key_padding; r.bool_mask = c.bool_mask;
+  r.bias = c.bias; r.window = c.window; r.softcap = c.softcap; r.dropout = c.dropout;
+  r.finite_fill = c.finite_fill; r.weights_out = c.weights_out; r.lse_out = c.lse_out;
+  if (c.max_head_dim < 0 || c.head_dim_multiple < 1)
+    throw PluginError(file_error(path, "capabilities: max_head_dim must be >= 0 and head_dim_multiple >= 1, got " +
+                                           std::to_string(c.max_head_dim) + " and " +
+                                           std::to_string(c.head_dim_multiple)));
+  r.max_head_dim = c.max_head_dim;
+  r.head_dim_multiple = c.head_dim_multiple;
+  r.notes = c.notes ? c.notes : "";
+  if (!r.notes.empty()) r.notes += "; ";
+  r.notes += "plugin " + path;
+  return r;
+}
+
+class PluginImpl final : public Impl {
+ public:
+  PluginImpl(std::string path, const attncheck_plugin* vt, Capabilities caps)
+      : path_(std::move(path)), vt_(vt), caps_(std::move(caps)), name_(vt->name),
+        description_(vt->description ? vt->description : "") {}
+
+  std::string name() const override { return name_; }
+  std::string description() const override { return description_ + " [plugin " + path_ + "]"; }
+  Capabilities capabilities() const override { return caps_; }
+
+  Support available() const override {
+    if (!vt_->available) return Support::yes();
+    MessageBuffer why;
+    if (vt_->available(why.text, sizeof why.text) == 1) return Support::yes();
+    return Support::no(why.str());
+  }
+
+  Support supports(const Problem& p) const override {
+    if (Support s = check_capabilities(caps_, p); !s.ok) return s;
+    if (!vt_->supports) return Support::yes();
+    std::vector<int64_t> diag;
+    const attncheck_problem d = describe(p, diag);
+    MessageBuffer why;
+    if (vt_->supports(&d, why.text, sizeof why.text) == 1) return Support::yes();
+    std::string reason = why.str();
+    return Support::no(reason.empty() ? "plugin declined the case (no reason given)" : reason);
+  }
+
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override {
+    std::vector<int64_t> diag;
+    attncheck_problem d = describe(p, diag);
+    d.q = in.q.bytes.data(); copy_strides(in.q, d.q_strides);
+    d.k = in.k.bytes.data(); copy_strides(in.k, d.k_strides);
+    d.v = in.v.bytes.data(); copy_strides(in.v, d.v_strides);
+    if (in.mask) { d.mask = in.mask->data<uint8_t>(); broadcast_strides(*in.mask, d.mask_shape, d.mask_strides); }
+    if (in.bias) { d.bias = in.bias->bytes.data(); broadcast_strides(*in.bias, d.bias_shape, d.bias_strides); }
+    if (in.keep) { d.keep = in.keep->data<uint8_t>(); copy_strides(*in.keep, d.keep_strides); }
+    d.out = out.out.bytes.data(); copy_strides(out.out, d.out_strides);
+    if (out.lse) { d.lse = out.lse->bytes.data(); copy_strides(*out.lse, d.lse_strides); }
+    if (out.weights) { d.weights = out.weights->bytes.data(); copy_strides(*out.weights, d.weights_strides); }
+    MessageBuffer err;
+    const int32_t status = vt_->run(&d, err.text, sizeof err.text);
+    if (status != ATTNCHECK_STATUS_OK) {
+      std::string msg = err.str();
+      throw std::runtime_error("plugin " + name_ + " (" + path_ + "): run returned status " + std::to_string(status) +
+                               ": " + (msg.empty() ? "(no message)" : msg));
+    }
+  }
+
+ private:
+  std::string path_;
+  const attncheck_plugin* vt_;
+  Capabilities caps_;
+  std::string name_, description_;
+};
+
+}  // namespace
+
+ImplPtr load_plugin(const std::string& path) {
+  // RTLD_NOW: an unresolved symbol in the plugin is reported here, with its name, not in the middle of a run.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* e = dlerror();
+    throw PluginError(file_error(path, std::string("cannot load: ") + (e ? e : "dlopen failed")));
+  }
+  dlerror();
+  void* sym = dlsym(handle, ATTNCHECK_PLUGIN_ENTRY_SYMBOL);
+  if (!sym) {
+    // Copy dlerror()'s text before dlclose: glibc frees that buffer on the next dl* call.
+    const char* e = dlerror();
+    const std::string why = e ? e : "dlsym returned NULL";
+    dlclose(handle);
+    throw PluginError(file_error(path, std::string("no entry point '") + ATTNCHECK_PLUGIN_ENTRY_SYMBOL +
+                                           "' (is it exported with extern \"C\" and default visibility?): " + why));
+  }
+  attncheck_plugin_entry_fn entry;
+  static_assert(sizeof entry == sizeof sym);
+  std::memcpy(&entry, &sym, sizeof entry);  // object pointer -> function pointer, as POSIX dlsym requires
+  const attncheck_plugin* vt = entry();
+  // The library stays loaded from here on (see plugin_loader.hpp), also on the error paths below: a plugin's
+  // static destructors running at dlclose could touch state we never set up.
+  if (!vt) throw PluginError(file_error(path, std::string(ATTNCHECK_PLUGIN_ENTRY_SYMBOL) + "() returned NULL"));
+  if (vt->abi_version != ATTNCHECK_PLUGIN_ABI_VERSION)
+    throw PluginError(file_error(path, "ABI version mismatch: the plugin was built for attncheck plugin ABI " +
+                                           std::to_string(vt->abi_version) + ", this attncheck supports ABI " +
+                                           std::to_string(ATTNCHECK_PLUGIN_ABI_VERSION) +
+                                           " (rebuild the plugin against this attncheck/plugin.h)"));
+  if (!vt->name || !*vt->name) throw PluginError(file_error(path, "vtable field 'name' is NULL or empty"));
+  if (!vt->capabilities) throw PluginError(file_error(path, "vtable field 'capabilities' is NULL"));
+  if (!vt->run) throw PluginError(file_error(path, "vtable field 'run' is NULL"));
+  attncheck_capabilities c;
+  std::memset(&c, 0, sizeof c);
+  MessageBuffer err;
+  if (vt->capabilities(&c, err.text, sizeof err.text) != ATTNCHECK_STATUS_OK)
+    throw PluginError(file_error(path, "capabilities() failed: " + err.str()));
+  return std::make_shared<PluginImpl>(path, vt, convert(c, path));
+}
+
+}  // namespace attncheck
