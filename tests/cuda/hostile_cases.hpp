@@ -98,6 +98,8 @@ inline std::vector<Case> hostile_cases() {
   add("tail-negative", [&](Case& c) { shape(c.p, 1, 1, 1, 3, 33, 4, 4); c.negative_scores = true; c.p.scale = 1.0; });
   // Causal alignments, offsets, fully-masked rows under every policy.
   add("causal-tl", [&](Case& c) { shape(c.p, 1, 2, 1, 37, 37, 16, 16); c.p.causal = true; });
+  add("causal-br-gqa", [&](Case& c) {
+    shape(c.p, 2, 4, 2, 7, 13, 16, 12); c.p.causal = true; c.p.alignment = Alignment::bottom_right; });
   add("causal-br-lq-gt-lk", [&](Case& c) {
     shape(c.p, 1, 2, 2, 11, 6, 8, 8); c.p.causal = true; c.p.alignment = Alignment::bottom_right; });
   for (FullyMasked fm : {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform})

@@ -41,6 +41,8 @@ struct AttnParams {
   float keep_scale;           // 1 / (1 - p)
 };
 
+inline namespace ATTNCHECK_KERNEL_NS {
+
 __device__ inline float neg_inf() { return -INFINITY; }
 
 template <class T>
@@ -130,4 +132,5 @@ __device__ inline float fully_masked_lse(const AttnParams& p) {
   return p.fill_finite ? p.fill_value + logf(static_cast<float>(p.Lk)) : neg_inf();
 }
 
+}  // inline namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda

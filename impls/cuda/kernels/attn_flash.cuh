@@ -6,6 +6,7 @@
 #include "attn_common.cuh"
 
 namespace attncheck::cuda {
+inline namespace ATTNCHECK_KERNEL_NS {
 
 // Shared memory of one block, in floats: Q tile [BR][Dqk], K tile [BC][Dqk], V tile [BC][Dv], and per warp the
 // effective weights of visible keys P [BR][BC] and the dropout factors of masked keys (finite fill) M [BR][BC].
@@ -158,4 +159,5 @@ __global__ void attn_flash_kernel(AttnParams p) {
   if (p.lse && lane == 0) p.lse[(static_cast<int64_t>(b) * p.Hq + h) * p.Lq + i] = lse;
 }
 
+}  // inline namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda

@@ -6,6 +6,7 @@
 #include "attn_common.cuh"
 
 namespace attncheck::cuda {
+inline namespace ATTNCHECK_KERNEL_NS {
 
 constexpr int kNaiveRowsPerBlock = 4;  // warps per block
 
@@ -73,4 +74,5 @@ __global__ void attn_naive_kernel(AttnParams p) {
   }
 }
 
+}  // inline namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda

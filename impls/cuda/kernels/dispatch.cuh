@@ -16,6 +16,8 @@ constexpr int kMaxHeadDim = 256;
 // stays under the 48 KiB of dynamic shared memory that needs no opt-in on any device.
 constexpr int kFlashRows = 4;
 
+inline namespace ATTNCHECK_KERNEL_NS {
+
 struct KernelLaunch {
   void (*fn)(AttnParams);
   dim3 grid, block;
@@ -52,4 +54,5 @@ inline KernelLaunch plan_launch(const AttnParams& p, ElemType t, KernelVersion v
   return plan_for<float>(p, v);
 }
 
+}  // inline namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda
