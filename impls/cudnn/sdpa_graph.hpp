@@ -44,7 +44,7 @@ class SdpaGraph {
   // Pass-by-value scalars (scale, mask fill, constant sequence lengths): uid and host address for a variant pack.
   struct Scalar {
     int64_t uid;
-    alignas(8) unsigned char bytes[8];
+    alignas(16) unsigned char bytes[16];  // 16: the byte alignment every tensor of the graph declares
   };
   const std::deque<Scalar>& scalars() const { return scalars_; }
 

@@ -142,6 +142,19 @@ INSTANTIATE_TEST_SUITE_P(Cudnn, CudnnGraph, ::testing::ValuesIn(params()), [](co
   return std::string(info.param.c->name) + "_" + (info.param.gpu == NamedGpu::a100_sm80 ? "sm80" : "sm90");
 });
 
+// The strides the graph declares are the ones the harness's tensors have, so run() can copy bytes as they are.
+TEST(CudnnGraphLayout, StridesMatchTheProblemModel) {
+  for (Layout l : {Layout::BHSD, Layout::BSHD}) {
+    Problem p = base();
+    p.layout = l, p.Dv = 40;
+    const SdpaStrides s = SdpaStrides::from_layout(p);
+    EXPECT_EQ(s.q, make_qkv(p, 0).strides) << to_string(l);
+    EXPECT_EQ(s.k, make_qkv(p, 1).strides) << to_string(l);
+    EXPECT_EQ(s.v, make_qkv(p, 2).strides) << to_string(l);
+    EXPECT_EQ(s.o, make_outputs(p).out.strides) << to_string(l);
+  }
+}
+
 // cuDNN itself rejects a head dim that is not a multiple of 8: the check above can fail, and the capability
 // limit mirrors cuDNN's rule rather than inventing one.
 TEST(CudnnGraphNegative, HeadDim68HasNoEngine) {
