@@ -145,6 +145,16 @@ class CudnnImpl final : public Impl {
       upload(uid.seq_q, lq.data(), lq.size() * sizeof(int32_t), "seq_len_q");
       upload(uid.seq_kv, lk.data(), lk.size() * sizeof(int32_t), "seq_len_kv");
     }
+    if (uid.keep) {  // the u8 keep-mask as 0/1 in the I/O dtype, [B, Hq, Lq, Lk] contiguous
+      const Tensor& keep_u8 = *in.keep;
+      Tensor keep(p.dtype, keep_u8.shape);
+      std::vector<int64_t> idx(4, 0);
+      for (int64_t n = 0; n < keep.numel(); ++n) {
+        keep.set(idx.data(), keep_u8.get(idx.data()) != 0 ? 1.0 : 0.0);
+        for (int64_t d = 3; d >= 0 && ++idx[d] == keep.shape[d]; --d) idx[d] = 0;
+      }
+      upload(uid.keep, keep.bytes.data(), keep.bytes.size(), "dropout keep-mask");
+    }
     for (const auto& s : graph.scalars()) {  // pass-by-value scalars are read from host memory
       uids.push_back(s.uid);
       ptrs.push_back(const_cast<unsigned char*>(s.bytes));

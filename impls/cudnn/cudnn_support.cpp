@@ -22,7 +22,7 @@ Capabilities cudnn_capabilities() {
   c.bias = true;
   c.window = false;      // cuDNN's diagonal band is not mapped onto the problem's window here
   c.softcap = false;     // a tanh score modifier is not combinable with cuDNN's masks
-  c.dropout = false;     // cuDNN's dropout draws its own Philox mask; the explicit keep-mask is not mapped
+  c.dropout = true;      // cuDNN's custom dropout: P * scale * mask with the caller's keep-mask (sm_80, sm_90)
   c.finite_fill = false;  // masked scores are -inf in cuDNN's graph; no user fill value
   // Rows with no visible key are rejected in cudnn_supports, so the policy never applies to a supported case.
   c.fully_masked = {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform};
@@ -30,7 +30,7 @@ Capabilities cudnn_capabilities() {
   c.lse_out = true;       // softmax stats: max + log(sum exp), fp32 [B, Hq, Lq, 1]
   c.max_head_dim = 256;
   c.head_dim_multiple = 8;
-  c.notes = "cuDNN 9 graph API; rows with no visible key, bottom-right causal with bias unsupported";
+  c.notes = "cuDNN 9 graph API; rows with no visible key, bottom-right causal with bias or dropout unsupported";
   return c;
 }
 
@@ -38,9 +38,11 @@ Support cudnn_supports(const Problem& p) {
   if (Support s = check_capabilities(cudnn_capabilities(), p); !s.ok) return s;
   if (p.bias_shape && p.bias_dtype != DType::f16 && p.bias_dtype != DType::bf16 && p.bias_dtype != DType::f32)
     return Support::no(std::string("bias dtype ") + to_string(p.bias_dtype) + " not supported (fp16, bf16, fp32)");
-  // cuDNN documents bottom-right causal masking only without bias (and without dropout/alibi).
+  // cuDNN documents bottom-right causal masking only without bias, dropout and alibi.
   if (p.causal && p.alignment == Alignment::bottom_right && p.bias_shape)
     return Support::no("bottom-right causal mask with additive bias not supported by cuDNN");
+  if (p.causal && p.alignment == Alignment::bottom_right && p.dropout_p > 0)
+    return Support::no("bottom-right causal mask with dropout not supported by cuDNN");
   // A row sees no key when its batch has no valid key, or when bottom-right alignment puts the diagonal left of
   // the first key (Lk_b < Lq). cuDNN documents neither the output nor the stats of such rows.
   for (int64_t b = 0; b < p.B; ++b) {

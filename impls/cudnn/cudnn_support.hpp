@@ -8,7 +8,7 @@ namespace attncheck::cudnn {
 
 Capabilities cudnn_capabilities();
 // Capability flags plus the per-case limits that flags cannot say (bias dtype, rows with no visible key,
-// bottom-right causal with bias).
+// bottom-right causal with bias or dropout).
 Support cudnn_supports(const Problem& p);
 
 }  // namespace attncheck::cudnn

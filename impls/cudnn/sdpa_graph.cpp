@@ -205,13 +205,21 @@ SdpaGraph::SdpaGraph(const Problem& p) {
   const Desc& log_z = gb.pointwise(CUDNN_POINTWISE_LOG, f32, z, nullptr, gb.rows("log sum", true));
   const Desc& stats = gb.pointwise(CUDNN_POINTWISE_ADD, f32, m, &log_z, gb.rows("stats", !p.want_lse));
   if (p.want_lse) uids_.stats = gb.uid_of(stats);
-  // P feeds the second matmul in the I/O type, as cuDNN's fused engines expect.
-  const Desc& prob = gb.pointwise(CUDNN_POINTWISE_DIV, f32, e, &z, gb.scores("P", io));
+  // The tensor that feeds the second matmul is in the I/O type, as cuDNN's fused engines expect.
+  const bool dropout = p.dropout_p > 0;
+  const Desc* prob = &gb.pointwise(CUDNN_POINTWISE_DIV, f32, e, &z, gb.scores("P", dropout ? f32 : io));
+  if (dropout) {  // cuDNN's custom dropout: P * 1/(1-p) * keep, with the caller's keep-mask in the I/O type
+    const Desc& keep_scale = gb.scalar("dropout scale", f32, static_cast<float>(1.0 / (1.0 - p.dropout_p)));
+    const Desc& keep = gb.tensor("keep", io, {B, Hq, Lq, Lk}, {Hq * Lq * Lk, Lq * Lk, Lk, 1}, false);
+    uids_.keep = gb.uid_of(keep);
+    prob = &gb.pointwise(CUDNN_POINTWISE_MUL, f32, *prob, &keep_scale, gb.scores("P/(1-p)", f32));
+    prob = &gb.pointwise(CUDNN_POINTWISE_MUL, f32, *prob, &keep, gb.scores("P dropped", io));
+  }
 
   // O = P·V [B, Hq, Lq, Dv].
   const Desc& o = gb.tensor("O", io, {B, Hq, Lq, p.Dv}, st.o, false);
   uids_.o = gb.uid_of(o);
-  gb.matmul(prob, v, o, seq_q, nullptr, seq_kv, false);
+  gb.matmul(*prob, v, o, seq_q, nullptr, seq_kv, false);
 
   std::vector<cudnnBackendDescriptor_t> raw;
   for (const Desc& op : ops_) raw.push_back(op.get());

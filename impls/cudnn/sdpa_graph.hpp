@@ -2,7 +2,7 @@
 // without a GPU: device-properties descriptors for named GPUs (sm_80 A100, sm_90 H100), heuristics, plans.
 // The graph is the composite form cuDNN's fused flash-attention engines recognise (see docs/cudnn.md):
 //   S = (Q·Kᵀ) * scale [+ bias] [padding select] [causal select]; softmax by max/sub/exp/sum/div with
-//   stats = max + log(sum); O = P·V.
+//   stats = max + log(sum); [P = P * 1/(1-p) * keep]; O = P·V.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@ struct SdpaUids {
   int64_t stats = 0;           // lse [B, Hq, Lq, 1] fp32, when want_lse
   int64_t bias = 0;            // when bias_shape
   int64_t seq_q = 0, seq_kv = 0;  // int32 [B, 1, 1, 1], when key padding is used
+  int64_t keep = 0;            // dropout keep-mask [B, Hq, Lq, Lk] in the I/O dtype, when dropout_p > 0
 };
 
 // Element strides of q, k, v, o as the problem's layout stores them (logical order [B, H, L, D]).

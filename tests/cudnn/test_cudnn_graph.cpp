@@ -74,6 +74,11 @@ const Case kCases[] = {
      [](Problem& p) { p.dtype = p.bias_dtype = DType::bf16, p.layout = Layout::BSHD, p.Hkv = 1, p.causal = true,
                       p.key_lengths = {5, 250}, p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257}, p.want_lse = true,
                       p.scale = -0.3; }},
+    {"fp16_dropout", [](Problem& p) { p.dropout_p = 0.2; }},
+    {"bf16_bshd_dropout_causal_tl_padding_bias_lse",
+     [](Problem& p) { p.dtype = DType::bf16, p.layout = Layout::BSHD, p.dropout_p = 0.1, p.causal = true,
+                      p.key_lengths = {60, 257}, p.bias_shape = std::array<int64_t, 4>{1, 1, 97, 257},
+                      p.want_lse = true; }, true},
     {"fp16_d8", [](Problem& p) { p.Dqk = p.Dv = 8; }},
     {"fp16_d128", [](Problem& p) { p.Dqk = p.Dv = 128; }},
     {"bf16_d256_causal", [](Problem& p) { p.dtype = DType::bf16, p.Dqk = p.Dv = 256, p.causal = true; }, true},
@@ -109,6 +114,7 @@ TEST_P(CudnnGraph, HeuristicsFindAnEngine) {
   EXPECT_EQ(u.stats != 0, p.want_lse);
   EXPECT_EQ(u.bias != 0, p.bias_shape.has_value());
   EXPECT_EQ(u.seq_kv != 0, !p.key_lengths.empty());
+  EXPECT_EQ(u.keep != 0, p.dropout_p > 0);
 
   const Desc props = named_device_properties(GetParam().gpu);
   const std::vector<Desc> configs = heuristic_engine_configs(graph, props);

@@ -44,7 +44,9 @@ const Unsupported kUnsupported[] = {
     {"softcap", [](Problem& p) { p.softcap = 30; }, "softcap"},
     {"window", [](Problem& p) { p.window_left = 16; }, "window"},
     {"bool_mask", [](Problem& p) { p.mask_shape = std::array<int64_t, 4>{2, 1, 97, 257}; }, "boolean mask"},
-    {"dropout", [](Problem& p) { p.dropout_p = 0.1; }, "dropout"},
+    {"bottom_right_with_dropout",
+     [](Problem& p) { p.causal = true, p.alignment = Alignment::bottom_right, p.dropout_p = 0.1; },
+     "bottom-right causal mask with dropout"},
     {"finite_fill", [](Problem& p) { p.fill = MaskFill::finite; }, "finite mask fill"},
     {"weights", [](Problem& p) { p.want_weights = true; }, "weights"},
     {"explicit_alignment", [](Problem& p) { p.causal = true, p.alignment = Alignment::explicit_, p.causal_offset = 3; },
@@ -83,6 +85,9 @@ TEST(CudnnSupport, FeatureMatrixIsSupported) {
   p = base();
   p.causal = true, p.bias_shape = std::array<int64_t, 4>{2, 1, 1, 257}, p.bias_dtype = DType::f32;
   p.Hkv = 1, p.Dqk = 128, p.Dv = 256, p.scale = -0.25;
+  ok.push_back(p);
+  p = base();
+  p.dropout_p = 0.25, p.causal = true, p.key_lengths = {1, 257};
   ok.push_back(p);
   p = base();
   p.fully_masked = FullyMasked::nan;  // no row is fully masked, so the policy cannot matter
