@@ -1,0 +1,195 @@
+// Benchmark machinery (see bench_support.hpp). Peak memory: VmHWM is reset through /proc/self/clear_refs before
+// a run, so the figure is the run's own high-water mark above the resident size it started from.
+#include "bench_support.hpp"
+
+#define EIGEN_DONT_PARALLELIZE
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace attncheck::bench {
+
+Shape parse_shape(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int64_t x = 0;
+    try {
+      x = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || x < 1)
+      throw std::invalid_argument("--shape: '" + s + "' must be five positive integers B,H,Lq,Lk,D; bad item '" +
+                                  item + "'");
+    v.push_back(x);
+  }
+  if (v.size() != 5)
+    throw std::invalid_argument("--shape: '" + s + "' must be five positive integers B,H,Lq,Lk,D, got " +
+                                std::to_string(v.size()) + " items");
+  return {v[0], v[1], v[2], v[3], v[4]};
+}
+
+double attention_flops(const Config& c) {
+  const Shape& s = c.shape;
+  const double f = 4.0 * static_cast<double>(s.B * s.H) * static_cast<double>(s.Lq) * static_cast<double>(s.Lk) *
+                   static_cast<double>(s.D);
+  return c.causal ? f / 2 : f;
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// A field of /proc/self/status in bytes ("VmRSS", "VmHWM"), or -1.
+double proc_status_bytes(const char* field) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(f, line))
+    if (line.rfind(key, 0) == 0) return std::atof(line.c_str() + key.size()) * 1024.0;  // reported in kB
+  return -1;
+}
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  return static_cast<bool>(f);
+}
+
+// The CPU implementations (and the reference) read their thread count from ATTNCHECK_THREADS.
+struct ThreadsEnv {
+  std::string old;
+  bool had;
+  explicit ThreadsEnv(int n) {
+    const char* o = std::getenv("ATTNCHECK_THREADS");
+    had = o != nullptr;
+    if (had) old = o;
+    setenv("ATTNCHECK_THREADS", std::to_string(n).c_str(), 1);
+  }
+  ~ThreadsEnv() {
+    if (had)
+      setenv("ATTNCHECK_THREADS", old.c_str(), 1);
+    else
+      unsetenv("ATTNCHECK_THREADS");
+  }
+};
+}  // namespace
+
+double sgemm_seconds(int64_t n, int threads, int warmup, int reps) {
+  Eigen::MatrixXf A = Eigen::MatrixXf::Random(n, n), B = Eigen::MatrixXf::Random(n, n), C(n, n);
+  threads = static_cast<int>(std::clamp<int64_t>(threads, 1, n));
+  auto once = [&] {
+    if (threads == 1) {
+      C.noalias() = A * B;
+      return;
+    }
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        const int64_t c0 = n * t / threads, c1 = n * (t + 1) / threads;
+        C.middleCols(c0, c1 - c0).noalias() = A * B.middleCols(c0, c1 - c0);
+      });
+    for (auto& th : pool) th.join();
+  };
+  for (int w = 0; w < warmup; ++w) once();
+  std::vector<double> times;
+  for (int r = 0; r < std::max(reps, 1); ++r) {
+    const auto t0 = Clock::now();
+    once();
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  if (!std::isfinite(C(0, 0))) throw std::runtime_error("sgemm produced a non-finite value");
+  return median(times);
+}
+
+Result run(const Impl& impl, const Config& c) {
+  Problem p;
+  p.B = c.shape.B, p.Hq = p.Hkv = c.shape.H, p.Lq = c.shape.Lq, p.Lk = c.shape.Lk, p.Dqk = p.Dv = c.shape.D;
+  p.dtype = c.dtype;
+  p.causal = c.causal;
+  validate(p);
+  if (const Support s = impl.available(); !s.ok) throw std::invalid_argument(impl.name() + " unavailable: " + s.reason);
+  if (const Support s = impl.supports(p); !s.ok)
+    throw std::invalid_argument(impl.name() + " does not support " + p.name() + ": " + s.reason);
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  uint64_t state = 0x2545f4914f6cdd1dull;
+  for (Tensor* t : {&in.q, &in.k, &in.v})
+    for (int64_t n = 0; n < t->numel(); ++n) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      t->set_offset(n, static_cast<double>(state >> 11) * 0x1.0p-52 - 1.0);  // signed, in [-1, 1)
+    }
+  Outputs out = make_outputs(p);
+
+  Result r;
+  {
+    const ThreadsEnv env(c.threads);
+    for (int w = 0; w < c.warmup; ++w) impl.run(p, in, out);
+    // Memory on its own run: resident size before, high-water mark during.
+    const bool reset = reset_peak_rss();
+    const double rss0 = proc_status_bytes("VmRSS");
+    impl.run(p, in, out);
+    const double hwm = proc_status_bytes("VmHWM");
+    if (reset && rss0 >= 0 && hwm >= 0) r.extra_rss_bytes = std::max(0.0, hwm - rss0);
+    std::vector<double> times;
+    for (int k = 0; k < std::max(c.reps, 1); ++k) {
+      const auto t0 = Clock::now();
+      impl.run(p, in, out);
+      times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    r.seconds = median(times);
+  }
+  const double flops = attention_flops(c);
+  r.gflops = flops / r.seconds / 1e9;
+  r.sgemm_n = std::max<int64_t>(16, std::llround(std::cbrt(flops / 2.0)));
+  const double gemm_flops = 2.0 * std::pow(static_cast<double>(r.sgemm_n), 3);
+  r.sgemm_gflops = gemm_flops / sgemm_seconds(r.sgemm_n, c.threads, c.warmup, c.reps) / 1e9;
+  r.ratio_to_sgemm = r.gflops / r.sgemm_gflops;
+  return r;
+}
+
+const char* compiled_isa() {
+#if defined(__AVX512F__)
+  return "avx512";
+#elif defined(__AVX2__)
+  return "avx2";
+#elif defined(__AVX__)
+  return "avx";
+#elif defined(__SSE2__)
+  return "sse2";
+#else
+  return "generic";
+#endif
+}
+
+std::string to_json(const std::string& impl, const Config& c, const Result& r) {
+  const Shape& s = c.shape;
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, "
+                "\"threads\": %d, \"reps\": %d, \"seconds\": %.6g, \"gflops\": %.4g, \"sgemm_gflops\": %.4g, "
+                "\"sgemm_n\": %lld, \"ratio_to_sgemm\": %.4g, \"peak_extra_rss_bytes\": %.0f, "
+                "\"peak_extra_rss_mib\": %.2f, \"isa\": \"%s\"}",
+                impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.Lq),
+                static_cast<long long>(s.Lk), static_cast<long long>(s.D), to_string(c.dtype),
+                c.causal ? "true" : "false", c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
+                static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm, r.extra_rss_bytes,
+                r.extra_rss_bytes / (1024.0 * 1024.0), compiled_isa());
+  return buf;
+}
+
+}  // namespace attncheck::bench

@@ -1,0 +1,52 @@
+// Benchmark machinery shared by `attncheck bench` and the Google Benchmark sweep: a random problem of a given
+// shape, median timing of an implementation, the same-run Eigen SGEMM of equal FLOP count, and extra peak RSS.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "attncheck/impl.hpp"
+
+namespace attncheck::bench {
+
+struct Shape {
+  int64_t B = 1, H = 1, Lq = 1, Lk = 1, D = 1;
+};
+// "B,H,Lq,Lk,D" (five positive integers); throws std::invalid_argument naming the field otherwise.
+Shape parse_shape(const std::string& s);
+
+struct Config {
+  Shape shape;
+  DType dtype = DType::f32;
+  bool causal = false;  // top-left (PyTorch is_causal)
+  int threads = 1;
+  int warmup = 1, reps = 5;
+};
+
+// Attention FLOPs: 4·B·H·Lq·Lk·D (two GEMMs); causal counts half.
+double attention_flops(const Config& c);
+
+struct Result {
+  double seconds = 0;       // median over reps
+  double gflops = 0;        // attention_flops / seconds / 1e9
+  double sgemm_gflops = 0;  // same-run square SGEMM of the same FLOP count, same thread count
+  int64_t sgemm_n = 0;      // its size n (n x n times n x n)
+  double ratio_to_sgemm = 0;
+  double extra_rss_bytes = -1;  // peak RSS during one run minus RSS before it (-1: could not be measured)
+};
+
+// Times `impl` on a random signed problem of the configured shape (inputs and outputs allocated beforehand and
+// not counted), then the SGEMM. Throws std::invalid_argument when the impl does not support the problem.
+Result run(const Impl& impl, const Config& c);
+
+// Median seconds of an n x n x n SGEMM (Eigen, single-threaded kernels, columns split over `threads` threads).
+double sgemm_seconds(int64_t n, int threads, int warmup, int reps);
+
+// The vector ISA this translation unit was compiled for ("avx512", "avx2", "sse2", ...).
+const char* compiled_isa();
+
+// One JSON object with the fields documented in `attncheck bench --help`.
+std::string to_json(const std::string& impl, const Config& c, const Result& r);
+
+}  // namespace attncheck::bench

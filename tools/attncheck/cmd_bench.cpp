@@ -1,0 +1,77 @@
+// `attncheck bench`: times one implementation's forward pass (warm-up, repetitions, median) and, in the same run,
+// an Eigen SGEMM of the same FLOP count and thread count; --json prints one object (impls/cpu/bench/).
+#include <cstdio>
+
+#include "attncheck/impl.hpp"
+#include "attncheck/reference.hpp"  // default_threads()
+#include "bench_support.hpp"
+#include "command.hpp"
+#include "plugins.hpp"
+
+namespace attncheck::cli {
+namespace {
+
+struct Options {
+  std::string impl, shape, dtype = "fp32";
+  int threads = 0, reps = 5, warmup = 1;
+  bool causal = false, json = false;
+  std::vector<std::string> plugins;
+} g;
+
+int run_bench() {
+  load_plugins(g.plugins);
+  bench::Config c;
+  c.shape = bench::parse_shape(g.shape);
+  c.dtype = dtype_from_string(g.dtype);
+  if (c.dtype == DType::u8) throw std::invalid_argument("--dtype: must be fp64, fp32, fp16 or bf16, got u8");
+  c.causal = g.causal;
+  if (g.threads < 0) throw std::invalid_argument("--threads: must be >= 1 (0 = default), got " + std::to_string(g.threads));
+  c.threads = g.threads > 0 ? g.threads : default_threads();
+  if (g.reps < 1) throw std::invalid_argument("--reps: must be >= 1, got " + std::to_string(g.reps));
+  if (g.warmup < 0) throw std::invalid_argument("--warmup: must be >= 0, got " + std::to_string(g.warmup));
+  c.reps = g.reps;
+  c.warmup = g.warmup;
+  const ImplPtr impl = find_impl(g.impl);
+  if (!impl) {
+    std::string names;
+    for (const auto& i : registry()) names += (names.empty() ? "" : ", ") + i->name();
+    throw std::invalid_argument("--impl: unknown implementation '" + g.impl + "' (available: " + names + ")");
+  }
+  const bench::Result r = bench::run(*impl, c);
+  if (g.json) {
+    std::printf("%s\n", bench::to_json(impl->name(), c, r).c_str());
+    return 0;
+  }
+  const auto& s = c.shape;
+  std::printf("%s %s B=%lld H=%lld Lq=%lld Lk=%lld D=%lld%s threads=%d (isa %s)\n", impl->name().c_str(),
+              to_string(c.dtype), static_cast<long long>(s.B), static_cast<long long>(s.H),
+              static_cast<long long>(s.Lq), static_cast<long long>(s.Lk), static_cast<long long>(s.D),
+              c.causal ? " causal" : "", c.threads, bench::compiled_isa());
+  std::printf("  median %.4f s over %d reps: %.1f GFLOP/s; same-run SGEMM (n=%lld) %.1f GFLOP/s; ratio %.3f\n",
+              r.seconds, c.reps, r.gflops, static_cast<long long>(r.sgemm_n), r.sgemm_gflops, r.ratio_to_sgemm);
+  if (r.extra_rss_bytes >= 0)
+    std::printf("  peak extra RSS %.1f MiB\n", r.extra_rss_bytes / (1024.0 * 1024.0));
+  else
+    std::printf("  peak extra RSS: not measurable here (/proc/self/clear_refs not writable)\n");
+  return 0;
+}
+
+const Register reg{
+    {"bench", "Time an implementation against a same-run SGEMM of equal FLOPs (GFLOP/s = 4·B·H·Lq·Lk·D/s, causal half)",
+     [](CLI::App& sub) {
+       sub.add_option("--impl", g.impl, "Implementation name")->required();
+       sub.add_option("--shape", g.shape, "B,H,Lq,Lk,D")->required();
+       sub.add_option("--dtype", g.dtype, "fp64, fp32, fp16 or bf16 (default fp32)");
+       sub.add_option("--threads", g.threads, "Threads (default: ATTNCHECK_THREADS or all cores)");
+       sub.add_option("--reps", g.reps, "Timed repetitions; the median is reported (default 5)");
+       sub.add_option("--warmup", g.warmup, "Untimed warm-up runs (default 1)");
+       sub.add_flag("--causal", g.causal, "Top-left causal mask (FLOPs counted half)");
+       sub.add_flag("--json", g.json,
+                    "One JSON object: impl, shape, dtype, causal, threads, reps, seconds, gflops, sgemm_gflops, "
+                    "sgemm_n, ratio_to_sgemm, peak_extra_rss_bytes, peak_extra_rss_mib, isa");
+       add_plugin_option(sub, g.plugins);
+       return std::function<int()>(run_bench);
+     }}};
+
+}  // namespace
+}  // namespace attncheck::cli
