@@ -11,6 +11,7 @@
 #include "attncheck/impl.hpp"
 #include "cudnn_support.hpp"
 #include "sdpa_graph.hpp"
+#include "variant_pack.hpp"
 
 namespace attncheck {
 namespace {
@@ -45,25 +46,6 @@ struct Handle {
   }
 };
 
-// The tensor with the given strides (dense, logical order kept); a copy only when the strides differ.
-Tensor with_strides(const Tensor& t, const std::vector<int64_t>& strides) {
-  if (t.strides == strides) return t;
-  Tensor c = t;
-  c.strides = strides;
-  std::vector<int64_t> idx(t.shape.size(), 0);
-  for (int64_t n = 0; n < t.numel(); ++n) {
-    c.set(idx.data(), t.get(idx.data()));
-    for (int64_t d = t.rank() - 1; d >= 0 && ++idx[d] == t.shape[d]; --d) idx[d] = 0;
-  }
-  return c;
-}
-
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * shape[d + 1];
-  return s;
-}
-
 class CudnnImpl final : public Impl {
  public:
   std::string name() const override { return "cudnn"; }
@@ -93,8 +75,6 @@ class CudnnImpl final : public Impl {
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     Handle handle;
     cudnn::SdpaGraph graph(p);
-    const cudnn::SdpaUids& uid = graph.uids();
-    const cudnn::SdpaStrides st = cudnn::SdpaStrides::from_layout(p);
 
     // The first engine configuration, best first, that cuDNN can turn into a plan for this GPU.
     Desc props = cudnn::handle_device_properties(handle.h);
@@ -117,45 +97,20 @@ class CudnnImpl final : public Impl {
                                    &workspace_bytes),
           "execution plan workspace size");
 
+    // Device memory for every tensor of the graph, filled from the host bindings; scalars come from host memory.
+    const std::vector<cudnn::HostBinding> bindings = cudnn::host_bindings(p, in, graph);
     std::vector<int64_t> uids;
     std::vector<void*> ptrs;
     std::vector<std::unique_ptr<DeviceBuffer>> buffers;
-    auto upload = [&](int64_t id, const void* host, size_t bytes, const std::string& what) {
-      buffers.push_back(std::make_unique<DeviceBuffer>(bytes, what));
-      if (host) cuda_check(cudaMemcpy(buffers.back()->ptr, host, bytes, cudaMemcpyHostToDevice), "copy " + what);
-      uids.push_back(id);
+    for (const cudnn::HostBinding& b : bindings) {
+      buffers.push_back(std::make_unique<DeviceBuffer>(static_cast<size_t>(b.bytes), b.name));
+      if (!b.is_output)
+        cuda_check(cudaMemcpy(buffers.back()->ptr, b.upload.data(), b.upload.size(), cudaMemcpyHostToDevice),
+                   "copy " + b.name + " to the device");
+      uids.push_back(b.uid);
       ptrs.push_back(buffers.back()->ptr);
-      return buffers.back()->ptr;
-    };
-    const Tensor q = with_strides(in.q, st.q), k = with_strides(in.k, st.k), v = with_strides(in.v, st.v);
-    upload(uid.q, q.bytes.data(), q.bytes.size(), "q");
-    upload(uid.k, k.bytes.data(), k.bytes.size(), "k");
-    upload(uid.v, v.bytes.data(), v.bytes.size(), "v");
-    if (out.out.strides != st.o) throw std::logic_error("cudnn: output tensor is not in the problem's layout");
-    void* o_dev = upload(uid.o, nullptr, out.out.bytes.size(), "out");
-    void* stats_dev = nullptr;
-    if (uid.stats) stats_dev = upload(uid.stats, nullptr, sizeof(float) * p.B * p.Hq * p.Lq, "lse");
-    if (uid.bias) {
-      const Tensor bias = with_strides(*in.bias, contiguous_strides(in.bias->shape));
-      upload(uid.bias, bias.bytes.data(), bias.bytes.size(), "bias");
     }
-    if (uid.seq_q) {
-      std::vector<int32_t> lq(p.B, static_cast<int32_t>(p.Lq)), lk(p.B);
-      for (int64_t b = 0; b < p.B; ++b) lk[b] = static_cast<int32_t>(p.key_length(b));
-      upload(uid.seq_q, lq.data(), lq.size() * sizeof(int32_t), "seq_len_q");
-      upload(uid.seq_kv, lk.data(), lk.size() * sizeof(int32_t), "seq_len_kv");
-    }
-    if (uid.keep) {  // the u8 keep-mask as 0/1 in the I/O dtype, [B, Hq, Lq, Lk] contiguous
-      const Tensor& keep_u8 = *in.keep;
-      Tensor keep(p.dtype, keep_u8.shape);
-      std::vector<int64_t> idx(4, 0);
-      for (int64_t n = 0; n < keep.numel(); ++n) {
-        keep.set(idx.data(), keep_u8.get(idx.data()) != 0 ? 1.0 : 0.0);
-        for (int64_t d = 3; d >= 0 && ++idx[d] == keep.shape[d]; --d) idx[d] = 0;
-      }
-      upload(uid.keep, keep.bytes.data(), keep.bytes.size(), "dropout keep-mask");
-    }
-    for (const auto& s : graph.scalars()) {  // pass-by-value scalars are read from host memory
+    for (const auto& s : graph.scalars()) {
       uids.push_back(s.uid);
       ptrs.push_back(const_cast<unsigned char*>(s.bytes));
     }
@@ -169,11 +124,12 @@ class CudnnImpl final : public Impl {
     check(cudnnBackendExecute(handle.h, plan.get(), pack.get()), "cudnnBackendExecute(" + p.name() + ")");
     cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudnnBackendExecute");
 
-    cuda_check(cudaMemcpy(out.out.bytes.data(), o_dev, out.out.bytes.size(), cudaMemcpyDeviceToHost), "copy out");
-    if (stats_dev && out.lse) {  // stats are fp32 [B, Hq, Lq, 1] packed, which is lse's [B, Hq, Lq] order
-      std::vector<float> lse(static_cast<size_t>(p.B * p.Hq * p.Lq));
-      cuda_check(cudaMemcpy(lse.data(), stats_dev, lse.size() * sizeof(float), cudaMemcpyDeviceToHost), "copy lse");
-      for (size_t i = 0; i < lse.size(); ++i) out.lse->set_offset(static_cast<int64_t>(i), lse[i]);
+    for (size_t i = 0; i < bindings.size(); ++i) {
+      if (!bindings[i].is_output) continue;
+      std::vector<uint8_t> host(static_cast<size_t>(bindings[i].bytes));
+      cuda_check(cudaMemcpy(host.data(), buffers[i]->ptr, host.size(), cudaMemcpyDeviceToHost),
+                 "copy " + bindings[i].name + " from the device");
+      cudnn::store_output(p, graph, bindings[i].uid, host, out);
     }
   }
 };

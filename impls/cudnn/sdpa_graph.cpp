@@ -38,14 +38,27 @@ class GraphBuilder {
   const Desc& tensor(const std::string& name, cudnnDataType_t dt, const std::vector<int64_t>& dims,
                      const std::vector<int64_t>& strides, bool is_virtual) {
     Desc& t = g_.tensors_.emplace_back(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor " + name);
+    const int64_t uid = next_uid_++;
     t.set_dtype(CUDNN_ATTR_TENSOR_DATA_TYPE, dt)
         .set_i64s(CUDNN_ATTR_TENSOR_DIMENSIONS, dims)
         .set_i64s(CUDNN_ATTR_TENSOR_STRIDES, strides)
-        .set_i64(CUDNN_ATTR_TENSOR_UNIQUE_ID, next_uid_++)
+        .set_i64(CUDNN_ATTR_TENSOR_UNIQUE_ID, uid)
         .set_i64(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, 16)
         .set_bool(CUDNN_ATTR_TENSOR_IS_VIRTUAL, is_virtual)
         .finalize();
+    if (!is_virtual) {
+      int64_t last = 0;  // offset of the last element, in elements
+      for (size_t d = 0; d < dims.size(); ++d) last += (dims[d] - 1) * strides[d];
+      g_.device_tensors_.push_back({uid, name, (last + 1) * element_bytes(dt)});
+    }
     return t;
+  }
+  static int64_t element_bytes(cudnnDataType_t dt) {
+    switch (dt) {
+      case CUDNN_DATA_HALF: case CUDNN_DATA_BFLOAT16: return 2;
+      case CUDNN_DATA_FLOAT: case CUDNN_DATA_INT32: return 4;
+      default: throw std::invalid_argument("cudnn: no element size for cuDNN data type " + std::to_string(dt));
+    }
   }
   int64_t uid_of(const Desc& t) const {
     int64_t uid = 0, n = 0;

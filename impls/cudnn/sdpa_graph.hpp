@@ -48,6 +48,14 @@ class SdpaGraph {
     alignas(16) unsigned char bytes[16];  // 16: the byte alignment every tensor of the graph declares
   };
   const std::deque<Scalar>& scalars() const { return scalars_; }
+  // Every non-virtual, non-scalar tensor (what a variant pack must bind to device memory) and the bytes its
+  // dims and strides span.
+  struct DeviceTensor {
+    int64_t uid;
+    std::string name;
+    int64_t bytes;
+  };
+  const std::vector<DeviceTensor>& device_tensors() const { return device_tensors_; }
 
  private:
   friend class GraphBuilder;
@@ -55,6 +63,7 @@ class SdpaGraph {
   std::deque<Desc> ops_;
   std::deque<Desc> op_params_;  // pointwise / reduction / matmul descriptors the operations refer to
   std::deque<Scalar> scalars_;
+  std::vector<DeviceTensor> device_tensors_;
   Desc graph_;
   SdpaUids uids_;
 };

@@ -3,35 +3,19 @@
 // For a subset, the first engine is turned into an execution plan, which must get as far as loading the compiled
 // kernel: without a GPU that load is the only step allowed to fail. Needs the CUDA driver library to be loadable;
 // with no real driver installed the toolkit's stub (libcuda.so, soname libcuda.so.1) is loaded for that.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <string>
 
 #include "cudnn_support.hpp"
+#include "driver.hpp"
 #include "sdpa_graph.hpp"
 
 using namespace attncheck;
 using namespace attncheck::cudnn;
 
 namespace {
-
-// Loads libcuda.so.1 (the real driver, or else the stub) once; returns what went wrong, empty when loaded.
-const std::string& driver_load_error() {
-  static const std::string error = [] {
-    if (dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL)) return std::string();
-    std::string why = std::string("libcuda.so.1: ") + dlerror();
-#ifdef ATTNCHECK_CUDA_DRIVER_STUB
-    if (dlopen(ATTNCHECK_CUDA_DRIVER_STUB, RTLD_NOW | RTLD_GLOBAL)) return std::string();
-    why += std::string("; stub ") + ATTNCHECK_CUDA_DRIVER_STUB + ": " + dlerror();
-#else
-    why += "; no driver stub was found at configure time (ATTNCHECK_CUDA_DRIVER_STUB)";
-#endif
-    return why;
-  }();
-  return error;
-}
 
 Problem base() {
   Problem p;

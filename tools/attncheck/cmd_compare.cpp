@@ -31,6 +31,7 @@ int run_compare() {
     std::printf("note: %s has no /actual/weights: weights not compared\n", g.actual.c_str());
   const std::string impl = g.name.empty() ? std::filesystem::path(g.actual).filename().string() : g.name;
   std::vector<CaseResult> rs{judged_result(f.name, g.expected, impl, judge(p, f.expected, cand, f.tolerance))};
+  print_header();
   print_row(rs[0]);
   for (const auto& t : rs[0].verdict.tensors) std::printf("  %s\n", t.describe().c_str());
   print_summary(rs);

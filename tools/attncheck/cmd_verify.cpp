@@ -107,6 +107,7 @@ int run_verify() {
   }
 
   std::vector<CaseResult> results;
+  print_header();
   Progress progress(fixtures.size() * impls.size());
   for (const auto& [file, name] : fixtures) {
     const Fixture f = read_fixture(file);  // a malformed fixture is an input error: exit 2 via main

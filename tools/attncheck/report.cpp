@@ -71,15 +71,21 @@ CaseResult judged_result(std::string fixture, std::string file, std::string impl
   return r;
 }
 
+void print_header() {
+  std::printf("%-11s %-14s %-62s %-13s %-13s %s\n", "STATUS", "IMPL", "CASE", "MAX ABS ERR", "MAX REL ERR",
+              "WORST ELEMENT / REASON");
+}
+
 void print_row(const CaseResult& r) {
   std::string status = r.status;
   for (char& c : status) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (r.judged) {
     const TensorVerdict& w = r.verdict.worst();
-    std::printf("%-11s %-14s %-62s abs %-9s rel %-9s %s\n", status.c_str(), r.impl.c_str(), r.fixture.c_str(),
+    std::printf("%-11s %-14s %-62s %-13s %-13s %s\n", status.c_str(), r.impl.c_str(), r.fixture.c_str(),
                 fmt_err(w.max_abs_err).c_str(), fmt_err(w.max_rel_err).c_str(), r.message.c_str());
   } else {
-    std::printf("%-11s %-14s %-62s %s\n", status.c_str(), r.impl.c_str(), r.fixture.c_str(), r.message.c_str());
+    std::printf("%-11s %-14s %-62s %-13s %-13s %s\n", status.c_str(), r.impl.c_str(), r.fixture.c_str(), "-", "-",
+                r.message.c_str());
   }
   std::fflush(stdout);
 }
@@ -91,6 +97,7 @@ void print_summary(const std::vector<CaseResult>& rs) {
               n["unsupported"], n["error"]);
   if ((n["fail"] || n["error"]) && rs.size() > 20) {
     std::printf("failures and errors:\n");
+    print_header();
     for (const auto& r : rs)
       if (r.status == "fail" || r.status == "error") print_row(r);
   }

@@ -24,7 +24,8 @@ struct CaseResult {
 // pass/fail row from a verdict.
 CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v);
 
-// Prints one row (status, impl, case, errors, worst element) to stdout.
+// Prints the column header, then one row per result (status, impl, case, errors, worst element) to stdout.
+void print_header();
 void print_row(const CaseResult& r);
 // "pass 12  fail 0  unsupported 3  error 0" plus the failing rows again when there are many.
 void print_summary(const std::vector<CaseResult>& rs);
