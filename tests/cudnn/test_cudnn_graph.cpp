@@ -32,11 +32,11 @@ struct Case {
 
 const Case kCases[] = {
     {"fp16_bhsd", [](Problem&) {}, true},
-    {"bf16_bshd", [](Problem& p) { p.dtype = DType::bf16, p.layout = Layout::BSHD; }, true},
+    {"bf16_bshd", [](Problem& p) { p.dtype = DType::bf16, p.layout = Layout::BSHD; }},
     {"fp32_bhsd", [](Problem& p) { p.dtype = DType::f32; }, true},
     {"fp32_bshd_causal", [](Problem& p) { p.dtype = DType::f32, p.layout = Layout::BSHD, p.causal = true; }},
     {"fp16_mha", [](Problem& p) { p.Hkv = 8; }},
-    {"bf16_mqa_causal_tl", [](Problem& p) { p.dtype = DType::bf16, p.Hkv = 1, p.causal = true; }, true},
+    {"bf16_mqa_causal_tl", [](Problem& p) { p.dtype = DType::bf16, p.Hkv = 1, p.causal = true; }},
     {"fp16_causal_tl_lq_gt_lk", [](Problem& p) { p.causal = true, p.Lq = 300; }},
     {"fp16_causal_br", [](Problem& p) { p.causal = true, p.alignment = Alignment::bottom_right; }, true},
     {"bf16_bshd_causal_br_lq_eq_lk",
@@ -53,7 +53,7 @@ const Case kCases[] = {
     {"bf16_bias_keys_only", [](Problem& p) { p.dtype = p.bias_dtype = DType::bf16, p.bias_shape = std::array<int64_t, 4>{2, 1, 1, 257}; }},
     {"fp16_bias_causal_tl_padding_lse",
      [](Problem& p) { p.bias_shape = std::array<int64_t, 4>{2, 1, 97, 257}, p.causal = true, p.key_lengths = {100, 257},
-                      p.want_lse = true; }, true},
+                      p.want_lse = true; }},
     {"bf16_bshd_everything",
      [](Problem& p) { p.dtype = p.bias_dtype = DType::bf16, p.layout = Layout::BSHD, p.Hkv = 1, p.causal = true,
                       p.key_lengths = {5, 250}, p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257}, p.want_lse = true,
