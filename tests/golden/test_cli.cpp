@@ -193,6 +193,9 @@ TEST(Verify, UsageErrorsExit2) {
   r = run("verify --fixtures /nonexistent/dir");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find("--fixtures: '/nonexistent/dir' is not a directory"), std::string::npos) << r.out;
+  r = run("verify --fixtures " + test::scratch("empty").string());
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("no *.h5 fixtures"), std::string::npos) << r.out;
   r = run("compare --expected x.h5");
   EXPECT_EQ(r.rc, 2) << r.out;
 }
