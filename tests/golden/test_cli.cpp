@@ -67,6 +67,18 @@ TEST_P(Compare, ExactPassesPerturbedFails) {
   EXPECT_EQ(j["summary"]["fail"], 1);
   EXPECT_EQ(j["cases"][0]["status"], "fail");
   EXPECT_EQ(j["cases"][0]["worst_index"]["i"], i);
+
+  // inspect: the fixture's summary, and with the candidate its verdict and the perturbed element listed first.
+  r = run("inspect " + fix + " --actual " + (dir / "perturbed.h5").string());
+  EXPECT_EQ(r.rc, 1) << r.out;
+  const std::vector<std::string> lines = {"case        " + f.name, "provenance  schema_version 1",
+                                         "tolerance   lambda",
+                                         "candidate   " + (dir / "perturbed.h5").string() + ": FAIL",
+                                         "worst out elements (error / tolerance):\n    " + where};
+  for (const std::string& s : lines)
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  r = run("inspect " + fix + " --actual " + (dir / "exact.h5").string());
+  EXPECT_EQ(r.rc, 0) << r.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, Compare,
@@ -147,6 +159,23 @@ TEST(Verify, ShardsPartitionTheSuite) {
   EXPECT_EQ(united, all);  // a multiset: no fixture in two shards, none missing
 }
 
+TEST(Verify, FilterTakesAPastedCaseNameAndExclusions) {
+  const std::string base = "verify --impl reference --fixtures " + std::string(GOLDEN_DIR) + "/cases --filter ";
+  // A full case name contains '-': it must select exactly that case (GoogleTest would split it at the '-').
+  auto r = run(base + "'fp16/B2-Hq4-Hkv2-Lq13-Lk17-D16/causal-br/normal'");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("1 results: pass 1 "), std::string::npos) << r.out;
+  r = run(base + "'fp16/*causal*:-*large_logits*:-*poison*'");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("fp16/B2-Hq4-Hkv2-Lq13-Lk17-D16/causal-br/normal"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("large_logits"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("poison"), std::string::npos) << r.out;
+  r = run(base + "'-fp*'");
+  EXPECT_EQ(r.rc, 0) << r.out;  // only exclusions: the bf16 cases remain
+  EXPECT_EQ(r.out.find("fp16/"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bf16/"), std::string::npos) << r.out;
+}
+
 TEST(Verify, UsageErrorsExit2) {
   const std::string base = "verify --fixtures " + std::string(GOLDEN_DIR) + "/cases";
   auto r = run(base + " --impl no-such-impl");
@@ -164,6 +193,9 @@ TEST(Verify, UsageErrorsExit2) {
   r = run("verify --fixtures /nonexistent/dir");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find("--fixtures: '/nonexistent/dir' is not a directory"), std::string::npos) << r.out;
+  r = run("verify --fixtures " + test::scratch("empty").string());
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("no *.h5 fixtures"), std::string::npos) << r.out;
   r = run("compare --expected x.h5");
   EXPECT_EQ(r.rc, 2) << r.out;
 }

@@ -5,16 +5,20 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <optional>
+#include <stdexcept>
 
 #include "attncheck/fixture.hpp"
+#include "attncheck/heatmap.hpp"
 #include "command.hpp"
 
 namespace attncheck::cli {
 namespace {
 
 struct Options {
-  std::string fixture, actual;
+  std::string fixture, actual, png;
   int top = 5;
+  int max_panels = 16;
 };
 Options g;
 
@@ -133,9 +137,20 @@ bool print_candidate(const Fixture& f) {
   return v.pass;
 }
 
+// The heatmap picture (tools/heatmap): reference weights per (b, h) and, with a candidate, |out error| / tolerance.
+void write_heatmap(const Fixture& f) {
+  std::optional<Outputs> cand;
+  if (!g.actual.empty()) cand = read_candidate(g.actual, f.problem);
+  const Image img = attention_heatmap(f.problem, f.inputs, cand ? &*cand : nullptr, f.tolerance, g.max_panels);
+  write_png(g.png, img);
+  std::printf("png         %s (%dx%d)\n", g.png.c_str(), img.width, img.height);
+}
+
 int run_inspect() {
+  if (g.max_panels < 1) throw std::invalid_argument("--max-panels must be >= 1, got " + std::to_string(g.max_panels));
   const Fixture f = read_fixture(g.fixture);
   print_fixture(f);
+  if (!g.png.empty()) write_heatmap(f);
   // With a candidate, the exit code is its verdict (0 pass, 1 fail), like compare.
   if (!g.actual.empty()) return print_candidate(f) ? 0 : 1;
   return 0;
@@ -145,6 +160,11 @@ const Register reg{{"inspect", "Summarise a fixture (and a candidate's errors)",
                       sub.add_option("fixture", g.fixture, "Golden fixture (.h5)")->required();
                       sub.add_option("--actual", g.actual, "Candidate file with /actual/out [, lse, weights]");
                       sub.add_option("--top", g.top, "How many worst elements to list")->capture_default_str();
+                      sub.add_option("--png", g.png,
+                                     "Write a heatmap PNG: reference attention weights per (b,h) and, with --actual, "
+                                     "|out error| / tolerance per (i,d)");
+                      sub.add_option("--max-panels", g.max_panels, "At most this many (b,h) panels in the PNG")
+                          ->capture_default_str();
                       return std::function<int()>(run_inspect);
                     }}};
 

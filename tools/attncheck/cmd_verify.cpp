@@ -24,24 +24,30 @@ struct Options {
 };
 Options g;
 
-// GoogleTest filter syntax: "POS1:POS2-NEG1:NEG2"; globs match the case name or the file name.
+// Filter: globs separated by ':', matched against the case name or the file name. A pattern starting with '-'
+// and every pattern after it exclude (GoogleTest's "POS:POS:-NEG:NEG"). Unlike GoogleTest, a '-' inside a pattern
+// is literal, because case names contain '-' ("fp16/B2-Hq4-...") and must paste back into --filter unchanged.
 bool matches(const std::string& filter, const std::string& name, const std::string& file) {
   if (filter.empty()) return true;
-  const auto dash = filter.find('-');
-  const std::string pos = filter.substr(0, dash), neg = dash == std::string::npos ? "" : filter.substr(dash + 1);
-  auto any = [&](const std::string& list) {
-    size_t start = 0;
-    while (start <= list.size()) {
-      const size_t end = std::min(list.find(':', start), list.size());
-      const std::string pat = list.substr(start, end - start);
-      if (!pat.empty() &&
-          (fnmatch(pat.c_str(), name.c_str(), 0) == 0 || fnmatch(pat.c_str(), file.c_str(), 0) == 0))
-        return true;
-      start = end + 1;
+  bool negative = false, any_positive = false, positive_hit = false;
+  size_t start = 0;
+  while (start <= filter.size()) {
+    const size_t end = std::min(filter.find(':', start), filter.size());
+    std::string pat = filter.substr(start, end - start);
+    start = end + 1;
+    if (!pat.empty() && pat[0] == '-') {
+      negative = true;
+      pat.erase(0, 1);
     }
-    return false;
-  };
-  return (pos.empty() || any(pos)) && !any(neg);
+    if (pat.empty()) continue;
+    const bool hit = fnmatch(pat.c_str(), name.c_str(), 0) == 0 || fnmatch(pat.c_str(), file.c_str(), 0) == 0;
+    if (negative && hit) return false;
+    if (!negative) {
+      any_positive = true;
+      positive_hit = positive_hit || hit;
+    }
+  }
+  return !any_positive || positive_hit;
 }
 
 std::pair<int64_t, int64_t> parse_shard(const std::string& s) {
@@ -143,7 +149,7 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                       sub.add_option("--fixtures", g.fixtures, "Directory searched for *.h5 fixtures")
                           ->capture_default_str();
                       sub.add_option("--filter", g.filter,
-                                     "Glob(s) on case or file names, GoogleTest style: POS1:POS2-NEG1:NEG2");
+                                     "Globs on case or file names, ':'-separated; '-' before a glob excludes: 'fp16/*:-*drop*'");
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
                       sub.add_option("--shard", g.shard, "Run shard I of N (0-based), e.g. 0/4");
                       add_plugin_option(sub, g.plugins);

@@ -174,8 +174,8 @@ bool complete_warp_ops(Block& blk) {
       for (int o = 0; o < 32; ++o) {
         if (!(mask >> o & 1u)) continue;
         const Thread* u = lanes[o];
-        const bool same_site = t->op == WarpOp::sync || (u->where.line() == t->where.line() &&
-                                                         std::strcmp(u->where.file_name(), t->where.file_name()) == 0);
+        const bool same_site = t->op == WarpOp::sync || (u->where.line() == t->where.line() && (u->where.file_name() == t->where.file_name() ||
+                                                         std::strcmp(u->where.file_name(), t->where.file_name()) == 0));
         if (u->op != t->op || u->width != t->width || !same_site)
           throw EmulationError("mismatched warp collectives in " + block_str(t->id) + " warp " + std::to_string(w) +
                                ": lane " + std::to_string(l) + " in " + op_name(t->op) + " at " +
