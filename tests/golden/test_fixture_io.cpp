@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <thread>
+#include <unistd.h>
 
 #include "attncheck/fixture.hpp"
 
@@ -17,10 +18,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// One scratch directory per process, removed at exit.
 fs::path temp_dir() {
-  fs::path d = fs::temp_directory_path() / ("attncheck_fixture_io_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
+  struct Dir {
+    fs::path p = fs::temp_directory_path() / ("attncheck_fixture_io_" + std::to_string(::getpid()));
+    Dir() { fs::create_directories(p); }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  };
+  static Dir d;
+  return d.p;
 }
 
 void fill(Tensor& t, uint64_t& s, double amp) {
@@ -121,7 +130,11 @@ TEST_P(RoundTrip, EveryFieldSurvives) {
 
 INSTANTIATE_TEST_SUITE_P(AllDtypes, RoundTrip,
                          ::testing::Combine(::testing::Values(DType::f64, DType::f32, DType::f16, DType::bf16),
-                                            ::testing::Values(Layout::BHSD, Layout::BSHD)));
+                                            ::testing::Values(Layout::BHSD, Layout::BSHD)),
+                         [](const auto& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_" +
+                                  to_string(std::get<1>(info.param));
+                         });
 
 TEST(FixtureIO, WritingTwiceGivesIdenticalBytes) {
   const Fixture f = everything(DType::f16, Layout::BSHD);

@@ -102,7 +102,7 @@ TEST(Heatmap, InspectPictureOfOneHotAttentionAndAPerturbedOutput) {
   HeatmapStyle st;
   st.max_panel_px = 48; st.max_cell_px = 16; st.margin = 10; st.text_scale = 1;
   const std::string path = temp_png("inspect.png");
-  write_png(path, attention_heatmap(pr, in, &actual, 16, st));
+  write_png(path, attention_heatmap(pr, in, &actual, {}, 16, st));
   const Image img = read_png(path);
   // Weights section: cell = 16 px; the first cell at (10, 37) is key 0 of query 0, weight 1 -> top of the scale.
   EXPECT_EQ(img.at(10 + 8, 37 + 8), kViridisHi);

@@ -1,48 +1,159 @@
-// `attncheck verify`: replays cases against implementations (a built-in demo case until fixtures exist).
+// `attncheck verify`: replays golden fixtures against implementations and judges them with the tolerance model.
+// Per (fixture, implementation): pass / fail / unsupported / error, errors and the worst element; a table, an
+// optional JSON or JUnit report, GoogleTest-style sharding. Exit 0 all pass, 1 any fail or error, 2 bad input.
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
+#include "attncheck/fixture.hpp"
 #include "attncheck/impl.hpp"
-#include "attncheck/reference.hpp"
-#include "attncheck/tolerance.hpp"
 #include "command.hpp"
+#include "plugins.hpp"
+#include "report.hpp"
 
 namespace attncheck::cli {
 namespace {
 
-// A small built-in problem with signed values, GQA, Lq != Lk and a bottom-right causal mask.
-void demo_case(Problem& p, Inputs& in) {
-  p.B = 2; p.Hq = 4; p.Hkv = 2; p.Lq = 7; p.Lk = 13; p.Dqk = 16; p.Dv = 12;
-  p.causal = true; p.alignment = Alignment::bottom_right; p.want_lse = true;
-  in.q = make_qkv(p, 0); in.k = make_qkv(p, 1); in.v = make_qkv(p, 2);
-  uint64_t s = 0x9e3779b97f4a7c15ull;
-  auto rnd = [&] { s = s * 6364136223846793005ull + 1442695040888963407ull; return ((s >> 11) * 0x1.0p-53) * 2 - 1; };
-  for (Tensor* t : {&in.q, &in.k, &in.v})
-    for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, rnd());
-}
+namespace fs = std::filesystem;
 
-int run_verify(const std::vector<std::string>& names) {
-  Problem p; Inputs in; demo_case(p, in);
-  const ReferenceResult ref = reference_attention(p, in);
-  int failures = 0;
-  std::printf("demo case %s\n", p.name().c_str());
-  for (const auto& impl : registry()) {
-    if (!names.empty() && names[0] != "all" && std::find(names.begin(), names.end(), impl->name()) == names.end())
-      continue;
-    Outputs out;
-    const Support s = run_impl(*impl, p, in, out);
-    if (!s.ok) { std::printf("  %-16s UNSUPPORTED  %s\n", impl->name().c_str(), s.reason.c_str()); continue; }
-    const Verdict v = judge(p, ref, out);
-    failures += !v.pass;
-    std::printf("  %-16s %-12s %s\n", impl->name().c_str(), v.pass ? "PASS" : "FAIL", v.worst().describe().c_str());
+struct Options {
+  std::vector<std::string> impls, plugins;
+  std::string fixtures = "golden", filter, report, shard;
+};
+Options g;
+
+// Filter: globs separated by ':', matched against the case name or the file name. A pattern starting with '-'
+// and every pattern after it exclude (GoogleTest's "POS:POS:-NEG:NEG"). Unlike GoogleTest, a '-' inside a pattern
+// is literal, because case names contain '-' ("fp16/B2-Hq4-...") and must paste back into --filter unchanged.
+bool matches(const std::string& filter, const std::string& name, const std::string& file) {
+  if (filter.empty()) return true;
+  bool negative = false, any_positive = false, positive_hit = false;
+  size_t start = 0;
+  while (start <= filter.size()) {
+    const size_t end = std::min(filter.find(':', start), filter.size());
+    std::string pat = filter.substr(start, end - start);
+    start = end + 1;
+    if (!pat.empty() && pat[0] == '-') {
+      negative = true;
+      pat.erase(0, 1);
+    }
+    if (pat.empty()) continue;
+    const bool hit = fnmatch(pat.c_str(), name.c_str(), 0) == 0 || fnmatch(pat.c_str(), file.c_str(), 0) == 0;
+    if (negative && hit) return false;
+    if (!negative) {
+      any_positive = true;
+      positive_hit = positive_hit || hit;
+    }
   }
-  return failures ? 1 : 0;
+  return !any_positive || positive_hit;
 }
 
-std::vector<std::string> g_impls;
-const Register reg{{"verify", "Verify implementations against the reference", [](CLI::App& sub) {
-                      sub.add_option("--impl", g_impls, "Implementation names, or all");
-                      return std::function<int()>([] { return run_verify(g_impls); });
+std::pair<int64_t, int64_t> parse_shard(const std::string& s) {
+  const auto slash = s.find('/');
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("");
+    size_t a = 0, b = 0;
+    const int64_t i = std::stoll(s.substr(0, slash), &a), n = std::stoll(s.substr(slash + 1), &b);
+    if (a != slash || b != s.size() - slash - 1 || n < 1 || i < 0 || i >= n) throw std::invalid_argument("");
+    return {i, n};
+  } catch (const std::exception&) {
+    throw std::invalid_argument("--shard: expected I/N with 0 <= I < N (e.g. 0/4), got '" + s + "'");
+  }
+}
+
+std::vector<ImplPtr> select_impls(const std::vector<std::string>& names) {
+  if (names.empty() || std::find(names.begin(), names.end(), "all") != names.end()) return registry();
+  std::vector<ImplPtr> out;
+  for (const auto& n : names) {
+    ImplPtr i = find_impl(n);
+    if (!i) {
+      std::string known;
+      for (const auto& r : registry()) known += (known.empty() ? "" : ", ") + r->name();
+      throw std::invalid_argument("--impl: unknown implementation '" + n + "' (known: " + known + ")");
+    }
+    out.push_back(i);
+  }
+  return out;
+}
+
+// Every *.h5 under dir (recursively, sorted by path so shards are stable), with its case name.
+std::vector<std::pair<std::string, std::string>> list_fixtures(const std::string& dir) {
+  if (!fs::is_directory(dir))
+    throw std::invalid_argument("--fixtures: '" + dir + "' is not a directory (run from the repository root, or "
+                                "pass --fixtures DIR)");
+  std::vector<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && e.path().extension() == ".h5" && e.path().filename().string()[0] != '.')
+      files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : files) out.emplace_back(f, read_fixture_header(f).name);
+  return out;
+}
+
+int run_verify() {
+  load_plugins(g.plugins);
+  if (!g.report.empty()) check_report_path(g.report);
+  const std::vector<ImplPtr> impls = select_impls(g.impls);
+  auto fixtures = list_fixtures(g.fixtures);
+  if (fixtures.empty()) throw std::invalid_argument("--fixtures: no *.h5 fixtures under '" + g.fixtures + "'");
+  std::erase_if(fixtures, [](const auto& f) {
+    return !matches(g.filter, f.second, fs::path(f.first).filename().string());
+  });
+  if (fixtures.empty()) throw std::invalid_argument("--filter: '" + g.filter + "' matches no fixture");
+  if (!g.shard.empty()) {
+    const auto [i, n] = parse_shard(g.shard);
+    std::vector<std::pair<std::string, std::string>> mine;
+    for (size_t k = 0; k < fixtures.size(); ++k)
+      if (static_cast<int64_t>(k) % n == i) mine.push_back(fixtures[k]);
+    fixtures = std::move(mine);
+    std::printf("shard %s: %zu fixtures\n", g.shard.c_str(), fixtures.size());
+  }
+
+  std::vector<CaseResult> results;
+  print_header();
+  Progress progress(fixtures.size() * impls.size());
+  for (const auto& [file, name] : fixtures) {
+    const Fixture f = read_fixture(file);  // a malformed fixture is an input error: exit 2 via main
+    for (const auto& impl : impls) {
+      progress.step(impl->name() + " " + name);
+      CaseResult r{name, file, impl->name(), "", "", false, {}};
+      try {
+        Outputs out;
+        const Support s = run_impl(*impl, f.problem, f.inputs, out);
+        if (!s.ok) {
+          r.status = "unsupported";
+          r.message = s.reason;
+        } else {
+          r = judged_result(name, file, impl->name(), judge(f.problem, f.expected, out, f.tolerance));
+        }
+      } catch (const std::exception& e) {
+        r.status = "error";
+        r.message = e.what();
+      }
+      progress.clear();
+      print_row(r);
+      results.push_back(std::move(r));
+    }
+  }
+  progress.clear();
+  print_summary(results);
+  if (!g.report.empty()) write_report(g.report, results);
+  return exit_code(results);
+}
+
+const Register reg{{"verify", "Replay golden fixtures against implementations", [](CLI::App& sub) {
+                      sub.add_option("--impl", g.impls, "Implementation names, or all (default: all)");
+                      sub.add_option("--fixtures", g.fixtures, "Directory searched for *.h5 fixtures")
+                          ->capture_default_str();
+                      sub.add_option("--filter", g.filter,
+                                     "Globs on case or file names, ':'-separated; '-' before a glob excludes: 'fp16/*:-*drop*'");
+                      sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
+                      sub.add_option("--shard", g.shard, "Run shard I of N (0-based), e.g. 0/4");
+                      add_plugin_option(sub, g.plugins);
+                      return std::function<int()>(run_verify);
                     }}};
 
 }  // namespace

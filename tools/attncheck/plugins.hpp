@@ -12,8 +12,10 @@
 namespace attncheck::cli {
 
 inline void add_plugin_option(CLI::App& sub, std::vector<std::string>& paths) {
+  // One library per --plugin (no greedy "--plugin a.so b.so"), so it can never swallow a following argument.
   sub.add_option("--plugin", paths,
-                 "Shared library implementing attncheck/plugin.h; registered as an implementation (repeatable)");
+                 "Shared library implementing attncheck/plugin.h; registered as an implementation (repeatable)")
+      ->allow_extra_args(false);
 }
 
 // Throws PluginError (a bad library) or std::invalid_argument (a duplicate name); main turns both into exit 2.

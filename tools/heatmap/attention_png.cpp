@@ -36,8 +36,8 @@ double error_ratio(double e, double a, double tol) {
 
 }  // namespace
 
-Image attention_heatmap(const Problem& problem, const Inputs& in, const Outputs* actual, int max_panels,
-                        const HeatmapStyle& style) {
+Image attention_heatmap(const Problem& problem, const Inputs& in, const Outputs* actual, const ToleranceModel& model,
+                        int max_panels, const HeatmapStyle& style) {
   if (max_panels < 1) throw std::invalid_argument("attention_heatmap: max_panels must be >= 1, got " +
                                                   std::to_string(max_panels));
   Problem p = problem;
@@ -75,7 +75,7 @@ Image attention_heatmap(const Problem& problem, const Inputs& in, const Outputs*
                                   std::to_string(actual->out.shape.size()) + ", expected [" + std::to_string(p.B) +
                                   "," + std::to_string(p.Hq) + "," + std::to_string(p.Lq) + "," +
                                   std::to_string(p.Dv) + "]");
-    const std::vector<double> tol = out_tolerance(p, r);
+    const std::vector<double> tol = out_tolerance(p, r, model);
     Section e;
     e.map = ColorMap::error_ratio;
     int64_t n_bad = 0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attncheck/problem.hpp"
+#include "attncheck/tolerance.hpp"
 
 namespace attncheck {
 
@@ -81,8 +82,9 @@ Image render_heatmaps(const std::vector<Section>& sections, const HeatmapStyle& 
 
 // The inspect picture of one case: reference attention weights (computed from the inputs by reference_attention)
 // for up to `max_panels` (b, h) pairs; with `actual` outputs, a second section of |out error| / tolerance per
-// (i, d) from the tolerance model. Throws std::invalid_argument on inputs that do not match the problem.
-Image attention_heatmap(const Problem& p, const Inputs& in, const Outputs* actual = nullptr, int max_panels = 16,
-                        const HeatmapStyle& style = {});
+// (i, d) from the tolerance model (`model`, e.g. the fixture's). Throws std::invalid_argument on inputs that do
+// not match the problem.
+Image attention_heatmap(const Problem& p, const Inputs& in, const Outputs* actual = nullptr,
+                        const ToleranceModel& model = {}, int max_panels = 16, const HeatmapStyle& style = {});
 
 }  // namespace attncheck

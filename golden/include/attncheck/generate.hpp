@@ -1,0 +1,59 @@
+// Deterministic, seeded, portable value generators for attention inputs: the golden suite and property tests
+// use them so a seed names the same bits on every machine. Only integer arithmetic and IEEE +,*,/ are used (no
+// libm calls whose last bit varies between C libraries), so generated inputs are identical everywhere.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attncheck/problem.hpp"
+
+namespace attncheck::gen {
+
+// SplitMix64 (Steele, Lea, Flood 2014): a tiny generator whose output is a pure function of the seed.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next();
+  double uniform();         // [0, 1), 53 random bits
+  double uniform_signed();  // [-1, 1)
+  // Approximately standard normal: the Irwin-Hall sum of 12 uniforms minus 6 (mean 0, variance 1, tails cut at
+  // +-6). Chosen over Box-Muller because Box-Muller needs log and cos, whose last bit differs between libms.
+  double normal();
+  // A derived, independent stream (one per tensor), so adding a mask does not change q, k or v.
+  Rng split(uint64_t stream) const;
+
+ private:
+  uint64_t state_;
+};
+
+// Value distributions of q, k, v (and what they stress):
+//   normal         N(0,1) everywhere: the plain case.
+//   uniform        U(-1,1): signed, bounded.
+//   large_logits   q, k scaled so scores are around +-1e4: max subtraction / overflow in exp.
+//   tied_maxima    every key is one of 3 vectors: many exactly tied maxima per row.
+//   all_equal      all keys equal: every visible weight is exactly 1/n.
+//   one_hot        one key per row dominates by a score gap of 40: weights are one-hot in fp32.
+//   constant_v     v is 0.75 everywhere: out must be exactly 0.75 in rows with a visible key (normalisation).
+//   tiny           q, k ~ 1e-3 and v ~ 1.5e-5 (fp16 subnormals): underflow, denormal handling.
+//   poison_masked  N(0,1), but keys masked for every query (padding, masked columns, causal tail) hold NaN and
+//                  +-huge values in k and v: a correct implementation never reads them into the result.
+enum class Distribution : uint8_t {
+  normal, uniform, large_logits, tied_maxima, all_equal, one_hot, constant_v, tiny, poison_masked
+};
+const char* to_string(Distribution d);
+Distribution distribution_from_string(const std::string& s);  // throws std::invalid_argument naming the choices
+const std::vector<Distribution>& all_distributions();
+
+// Inputs for a validated problem: q, k, v by the distribution, and the mask (Bernoulli 3/4 attend), bias (N(0,1))
+// and keep-mask (Philox, from problem.dropout_seed) when the problem declares them. Values are drawn in logical
+// [B,H,L,D] order, so BHSD and BSHD problems with one seed hold the same values. Throws std::invalid_argument for
+// poison_masked with a finite fill (masked values then legitimately reach fully masked rows).
+Inputs generate_inputs(const Problem& p, Distribution d, uint64_t seed);
+
+// Whether key j of batch b and KV head kvh is visible to at least one query of the problem (the masks of the
+// reference: causal, window, key padding, boolean mask).
+bool key_visible_anywhere(const Problem& p, const Inputs& in, int64_t b, int64_t kvh, int64_t j);
+
+}  // namespace attncheck::gen

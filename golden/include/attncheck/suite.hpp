@@ -1,0 +1,37 @@
+// The golden suite's text spec (golden/suite.json): every case by its parameters, so the checked-in fixtures can
+// be rebuilt byte-identically by `attncheck generate`. Format in golden/SCHEMA.md ("Suite spec").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attncheck/fixture.hpp"
+#include "attncheck/generate.hpp"
+#include "attncheck/problem.hpp"
+
+namespace attncheck {
+
+struct CaseSpec {
+  std::string name;  // unique; default "<Problem::name()>/<distribution>"
+  Problem problem;
+  gen::Distribution distribution = gen::Distribution::normal;
+  uint64_t seed = 0;
+};
+
+struct SuiteSpec {
+  std::string file_name;   // the spec's file name (no directory): recorded in each fixture's provenance
+  std::string subdir = "cases";  // fixtures go to <out>/<subdir>/
+  std::vector<CaseSpec> cases;
+};
+
+// Parses and validates a spec; throws std::invalid_argument "<path>: cases[i] (<name>): <field>: <what>" on
+// unknown keys, bad values, invalid problems or duplicate names. A case whose "dtype" is a list expands into one
+// case per dtype.
+SuiteSpec read_suite(const std::string& path);
+
+// The fixture of one case: deterministic inputs from (distribution, seed), the reference in double, provenance
+// with the canonical command "attncheck generate --spec <file_name>".
+Fixture build_case(const CaseSpec& c, const std::string& spec_file_name);
+
+}  // namespace attncheck

@@ -1,0 +1,194 @@
+// Value generators (see generate.hpp). Everything here is integer arithmetic or correctly rounded IEEE
+// operations, so the same seed gives the same inputs on every machine and compiler.
+#include "attncheck/generate.hpp"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace attncheck::gen {
+
+uint64_t Rng::next() {
+  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+double Rng::uniform_signed() { return 2.0 * uniform() - 1.0; }
+double Rng::normal() {
+  double s = 0.0;
+  for (int i = 0; i < 12; ++i) s += uniform();
+  return s - 6.0;
+}
+Rng Rng::split(uint64_t stream) const {
+  Rng r(state_ ^ (stream * 0xd1b54a32d192ed03ull));
+  r.next();
+  return Rng(r.next());
+}
+
+namespace {
+const std::vector<std::pair<Distribution, const char*>>& names() {
+  static const std::vector<std::pair<Distribution, const char*>> n = {
+      {Distribution::normal, "normal"},         {Distribution::uniform, "uniform"},
+      {Distribution::large_logits, "large_logits"}, {Distribution::tied_maxima, "tied_maxima"},
+      {Distribution::all_equal, "all_equal"},   {Distribution::one_hot, "one_hot"},
+      {Distribution::constant_v, "constant_v"}, {Distribution::tiny, "tiny"},
+      {Distribution::poison_masked, "poison_masked"}};
+  return n;
+}
+
+// Largest finite value of a dtype: the "huge" poison.
+double huge(DType t) {
+  switch (t) {
+    case DType::f16: return 65504.0;
+    case DType::bf16: return 0x1.fep127;
+    case DType::f32: return std::numeric_limits<float>::max();
+    default: return 1e300;
+  }
+}
+
+// Visit a [B,H,L,D] tensor in logical order: fn(b, h, l, d) returns the value.
+template <class F>
+void fill4(Tensor& t, F fn) {
+  for (int64_t b = 0; b < t.shape[0]; ++b)
+    for (int64_t h = 0; h < t.shape[1]; ++h)
+      for (int64_t l = 0; l < t.shape[2]; ++l)
+        for (int64_t d = 0; d < t.shape[3]; ++d) t.put(b, h, l, d, fn(b, h, l, d));
+}
+}  // namespace
+
+const char* to_string(Distribution d) {
+  for (const auto& [k, v] : names())
+    if (k == d) return v;
+  return "?";
+}
+
+Distribution distribution_from_string(const std::string& s) {
+  std::string all;
+  for (const auto& [k, v] : names()) {
+    if (s == v) return k;
+    all += (all.empty() ? "" : ", ") + std::string(v);
+  }
+  throw std::invalid_argument("distribution: unknown value '" + s + "' (expected one of " + all + ")");
+}
+
+const std::vector<Distribution>& all_distributions() {
+  static const std::vector<Distribution> v = [] {
+    std::vector<Distribution> out;
+    for (const auto& [k, name] : names()) out.push_back(k);
+    return out;
+  }();
+  return v;
+}
+
+bool key_visible_anywhere(const Problem& p, const Inputs& in, int64_t b, int64_t kvh, int64_t j) {
+  if (j >= p.key_length(b)) return false;
+  const int64_t g = p.group_size();
+  for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h)
+    for (int64_t i = 0; i < p.Lq; ++i) {
+      const int64_t diag = i + p.diagonal_offset(b);
+      if (p.causal && j > diag) continue;
+      if (p.window_left >= 0 && j < diag - p.window_left) continue;
+      if (p.window_right >= 0 && j > diag + p.window_right) continue;
+      if (in.mask && in.mask->get_offset(broadcast_offset(*in.mask, b, h, i, j)) == 0) continue;
+      return true;
+    }
+  return false;
+}
+
+Inputs generate_inputs(const Problem& p, Distribution dist, uint64_t seed) {
+  validate(p);
+  if (dist == Distribution::poison_masked && p.fill == MaskFill::finite)
+    throw std::invalid_argument(
+        "distribution: poison_masked needs fill=neg_inf (with a finite fill, masked keys take part in fully "
+        "masked rows, so their poison legitimately reaches the output)");
+  const Rng root(seed);
+  Rng rq = root.split(1), rk = root.split(2), rv = root.split(3), rm = root.split(4), rb = root.split(5);
+  Inputs in;
+  in.q = make_qkv(p, 0);
+  in.k = make_qkv(p, 1);
+  in.v = make_qkv(p, 2);
+  const double scale = p.effective_scale() == 0.0 ? 1.0 : std::abs(p.effective_scale());
+  const double sqrt_d = std::sqrt(static_cast<double>(p.Dqk));  // sqrt is correctly rounded (IEEE 754)
+  auto normal_q = [&](int64_t, int64_t, int64_t, int64_t) { return rq.normal(); };
+  auto normal_k = [&](int64_t, int64_t, int64_t, int64_t) { return rk.normal(); };
+  auto normal_v = [&](int64_t, int64_t, int64_t, int64_t) { return rv.normal(); };
+
+  switch (dist) {
+    case Distribution::normal:
+    case Distribution::poison_masked:
+      fill4(in.q, normal_q); fill4(in.k, normal_k); fill4(in.v, normal_v);
+      break;
+    case Distribution::uniform:
+      fill4(in.q, [&](auto...) { return rq.uniform_signed(); });
+      fill4(in.k, [&](auto...) { return rk.uniform_signed(); });
+      fill4(in.v, [&](auto...) { return rv.uniform_signed(); });
+      break;
+    case Distribution::large_logits: {
+      // score = scale * q.k ~ scale * f^2 * sqrt(Dqk) * N(0,1); f^2 = 1e4 / (scale * sqrt(Dqk)) puts it at ~1e4.
+      const double f = std::sqrt(1e4 / (scale * sqrt_d));
+      fill4(in.q, [&](auto...) { return f * rq.normal(); });
+      fill4(in.k, [&](auto...) { return f * rk.normal(); });
+      fill4(in.v, normal_v);
+      break;
+    }
+    case Distribution::tied_maxima:
+    case Distribution::all_equal: {
+      // Keys are copies of 3 (tied_maxima) or 1 (all_equal) random vectors per (b, kv head): exact score ties.
+      const int64_t distinct = dist == Distribution::tied_maxima ? 3 : 1;
+      std::vector<double> base(static_cast<size_t>(p.B * p.Hkv * distinct * p.Dqk));
+      for (double& x : base) x = rk.normal();
+      fill4(in.q, normal_q);
+      fill4(in.k, [&](int64_t b, int64_t h, int64_t j, int64_t d) {
+        return base[static_cast<size_t>(((b * p.Hkv + h) * distinct + j % distinct) * p.Dqk + d)];
+      });
+      fill4(in.v, normal_v);
+      break;
+    }
+    case Distribution::one_hot: {
+      // k_j = e_(j mod Dqk); q_i = c * e_(7i mod Dqk) with scale*c = 40: the matching key wins by 40 (e^-40).
+      const double c = 40.0 / scale;
+      fill4(in.q, [&](int64_t, int64_t, int64_t i, int64_t d) { return d == (7 * i) % p.Dqk ? c : 0.0; });
+      fill4(in.k, [&](int64_t, int64_t, int64_t j, int64_t d) { return d == j % p.Dqk ? 1.0 : 0.0; });
+      fill4(in.v, normal_v);
+      break;
+    }
+    case Distribution::constant_v:
+      fill4(in.q, normal_q); fill4(in.k, normal_k);
+      fill4(in.v, [](auto...) { return 0.75; });
+      break;
+    case Distribution::tiny:
+      fill4(in.q, [&](auto...) { return 0x1.0p-10 * rq.normal(); });
+      fill4(in.k, [&](auto...) { return 0x1.0p-10 * rk.normal(); });
+      fill4(in.v, [&](auto...) { return 0x1.0p-16 * rv.normal(); });
+      break;
+  }
+
+  if (p.mask_shape) {
+    const auto& s = *p.mask_shape;
+    in.mask = Tensor(DType::u8, {s[0], s[1], s[2], s[3]});
+    for (int64_t n = 0; n < in.mask->numel(); ++n) in.mask->set_offset(n, rm.uniform() < 0.75 ? 1.0 : 0.0);
+  }
+  if (p.bias_shape) {
+    const auto& s = *p.bias_shape;
+    in.bias = Tensor(p.bias_dtype, {s[0], s[1], s[2], s[3]});
+    for (int64_t n = 0; n < in.bias->numel(); ++n) in.bias->set_offset(n, rb.normal());
+  }
+  if (p.dropout_p > 0) in.keep = make_keep_mask(p);
+
+  if (dist == Distribution::poison_masked) {
+    // Only keys that no query can see are poisoned; the reference never reads them, nor may an implementation.
+    const double big = huge(p.dtype), nan = std::numeric_limits<double>::quiet_NaN();
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hkv; ++h)
+        for (int64_t j = 0; j < p.Lk; ++j) {
+          if (key_visible_anywhere(p, in, b, h, j)) continue;
+          for (int64_t d = 0; d < p.Dqk; ++d) in.k.put(b, h, j, d, j % 2 ? ((d % 2) ? big : -big) : nan);
+          for (int64_t d = 0; d < p.Dv; ++d) in.v.put(b, h, j, d, j % 2 ? nan : ((d % 2) ? -big : big));
+        }
+  }
+  return in;
+}
+
+}  // namespace attncheck::gen

@@ -1,0 +1,157 @@
+// Parsing the suite spec (nlohmann_json). Unknown keys are errors: a typo in a reviewed spec must not silently
+// produce a different suite. Defaults come from the spec's "defaults" object, then from Problem's defaults.
+#include "attncheck/suite.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+
+namespace attncheck {
+
+using json = nlohmann::json;
+
+namespace {
+
+const std::set<std::string>& known_keys() {
+  static const std::set<std::string> k = {
+      "name", "B", "Hq", "Hkv", "Lq", "Lk", "Dqk", "Dv", "D", "dtype", "layout", "scale", "causal",
+      "alignment", "causal_offset", "causal_offsets", "key_lengths", "mask_shape", "bias_shape", "bias_dtype",
+      "window", "softcap", "fill", "fill_value", "fully_masked", "dropout_p", "dropout_seed", "want_weights",
+      "want_lse", "distribution", "seed", "comment", "tag", "weights_max_elements"};
+  return k;
+}
+
+std::array<int64_t, 4> shape4(const json& v, const char* field) {
+  if (!v.is_array() || v.size() != 4) throw std::invalid_argument(std::string(field) + ": must be a list of 4 integers");
+  return {v[0].get<int64_t>(), v[1].get<int64_t>(), v[2].get<int64_t>(), v[3].get<int64_t>()};
+}
+
+CaseSpec parse_case(const json& c, DType dtype) {
+  for (const auto& [k, v] : c.items())
+    if (!known_keys().count(k)) throw std::invalid_argument("unknown key '" + k + "'");
+  CaseSpec cs;
+  Problem& p = cs.problem;
+  auto get = [&](const char* key, auto& out) {
+    if (!c.contains(key)) return false;
+    try {
+      out = c.at(key).get<std::remove_reference_t<decltype(out)>>();
+    } catch (const json::exception& e) {
+      throw std::invalid_argument(std::string(key) + ": " + e.what());
+    }
+    return true;
+  };
+  auto str = [&](const char* key, auto parse, auto& out) {
+    std::string s;
+    if (get(key, s)) out = parse(s);
+  };
+  int64_t D = 0;
+  if (get("D", D)) p.Dqk = p.Dv = D;  // Dqk / Dv, when given, override D
+  get("B", p.B); get("Hq", p.Hq); get("Hkv", p.Hkv); get("Lq", p.Lq); get("Lk", p.Lk);
+  get("Dqk", p.Dqk); get("Dv", p.Dv);
+  p.dtype = dtype;
+  str("layout", layout_from_string, p.layout);
+  double scale = 0;
+  if (get("scale", scale)) p.scale = scale;
+  get("causal", p.causal);
+  str("alignment", alignment_from_string, p.alignment);
+  get("causal_offset", p.causal_offset);
+  get("causal_offsets", p.causal_offsets);
+  get("key_lengths", p.key_lengths);
+  if (c.contains("mask_shape")) p.mask_shape = shape4(c["mask_shape"], "mask_shape");
+  if (c.contains("bias_shape")) p.bias_shape = shape4(c["bias_shape"], "bias_shape");
+  p.bias_dtype = p.dtype == DType::f64 ? DType::f64 : DType::f32;
+  str("bias_dtype", dtype_from_string, p.bias_dtype);
+  if (c.contains("window")) {
+    const json& w = c["window"];
+    if (!w.is_array() || w.size() != 2) throw std::invalid_argument("window: must be [left, right] (-1 = unbounded)");
+    p.window_left = w[0].get<int64_t>();
+    p.window_right = w[1].get<int64_t>();
+  }
+  get("softcap", p.softcap);
+  str("fill", fill_from_string, p.fill);
+  get("fill_value", p.fill_value);
+  str("fully_masked", fully_masked_from_string, p.fully_masked);
+  get("dropout_p", p.dropout_p);
+  get("dropout_seed", p.dropout_seed);
+  p.want_lse = true;
+  get("want_lse", p.want_lse);
+  int64_t weights_max = 16384;  // weights are stored in double: 128 KiB at most per fixture by default
+  get("weights_max_elements", weights_max);
+  p.want_weights = p.B * p.Hq * p.Lq * p.Lk <= weights_max;
+  get("want_weights", p.want_weights);
+  str("distribution", gen::distribution_from_string, cs.distribution);
+  get("seed", cs.seed);
+  validate(p);
+  cs.name = p.name() + "/" + gen::to_string(cs.distribution);
+  std::string tag;  // distinguishes cases whose parameters the problem name does not show (e.g. key_lengths)
+  if (get("tag", tag)) cs.name += "/" + tag;
+  get("name", cs.name);
+  return cs;
+}
+
+}  // namespace
+
+SuiteSpec read_suite(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::invalid_argument(path + ": cannot open the suite spec");
+  json j;
+  try {
+    j = json::parse(f, nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument(path + ": not valid JSON: " + e.what());
+  }
+  SuiteSpec s;
+  s.file_name = std::filesystem::path(path).filename().string();
+  for (const auto& [k, v] : j.items())
+    if (k != "schema_version" && k != "subdir" && k != "defaults" && k != "cases" && k != "comment")
+      throw std::invalid_argument(path + ": unknown top-level key '" + k + "'");
+  if (j.value("schema_version", int64_t{0}) != 1)
+    throw std::invalid_argument(path + ": schema_version: must be 1");
+  s.subdir = j.value("subdir", std::string("cases"));
+  if (s.subdir.empty() || s.subdir.find("..") != std::string::npos || s.subdir[0] == '/')
+    throw std::invalid_argument(path + ": subdir: must be a relative directory name, got '" + s.subdir + "'");
+  const json defaults = j.value("defaults", json::object());
+  if (!j.contains("cases") || !j["cases"].is_array()) throw std::invalid_argument(path + ": cases: must be a list");
+  std::set<std::string> names;
+  for (size_t i = 0; i < j["cases"].size(); ++i) {
+    const json& raw = j["cases"][i];
+    if (raw.is_object() && raw.size() == 1 && raw.contains("comment")) continue;  // a section heading
+    json c = defaults;
+    c.merge_patch(j["cases"][i]);
+    const std::string where = path + ": cases[" + std::to_string(i) + "]";
+    try {
+      std::vector<std::string> dtypes;
+      const json dt = c.value("dtype", json("fp32"));
+      if (dt.is_array())
+        for (const auto& x : dt) dtypes.push_back(x.get<std::string>());
+      else
+        dtypes.push_back(dt.get<std::string>());
+      for (const auto& d : dtypes) {
+        json one = c;
+        if (dtypes.size() > 1 && one.contains("name")) one["name"] = one["name"].get<std::string>() + "/" + d;
+        CaseSpec cs = parse_case(one, dtype_from_string(d));
+        if (!names.insert(cs.name).second)
+          throw std::invalid_argument("name: duplicate case name '" + cs.name + "' (set \"name\" or \"seed\")");
+        s.cases.push_back(std::move(cs));
+      }
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(where + ": " + e.what());
+    } catch (const json::exception& e) {
+      throw std::invalid_argument(where + ": " + e.what());
+    }
+  }
+  return s;
+}
+
+Fixture build_case(const CaseSpec& c, const std::string& spec_file_name) {
+  Provenance prov;
+  prov.attncheck_version = attncheck_version();
+  prov.seed = c.seed;
+  prov.distribution = gen::to_string(c.distribution);
+  prov.command = "attncheck generate --spec " + spec_file_name;
+  return make_fixture(c.name, c.problem, gen::generate_inputs(c.problem, c.distribution, c.seed), prov);
+}
+
+}  // namespace attncheck

@@ -1,0 +1,123 @@
+// The `cuda` backend: the same kernel headers compiled by nvcc (sm_80, sm_90), run on a real device. Every CUDA
+// API call is checked; a failure throws with file, line, the call and CUDA's error name and string.
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "host_plan.hpp"
+
+namespace attncheck::cuda {
+namespace {
+
+void check(cudaError_t e, const char* call, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
+                           cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+#define ATTNCHECK_CUDA_CHECK(call) ::attncheck::cuda::check((call), #call, __FILE__, __LINE__)
+
+// One device allocation, freed on scope exit (errors while freeing cannot be thrown from a destructor; they
+// surface at the next checked call).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) {
+    if (bytes) ATTNCHECK_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+  }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_) { o.ptr_ = nullptr; }
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  template <class T>
+  T* get() const { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+DeviceBuffer upload(const void* src, size_t bytes) {
+  DeviceBuffer d(bytes);
+  if (bytes) ATTNCHECK_CUDA_CHECK(cudaMemcpy(d.get<void>(), src, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+void download(void* dst, const DeviceBuffer& d, size_t bytes) {
+  if (bytes) ATTNCHECK_CUDA_CHECK(cudaMemcpy(dst, d.get<void>(), bytes, cudaMemcpyDeviceToHost));
+}
+
+Support device_available() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess)
+    return Support::no(std::string("no CUDA device: cudaGetDeviceCount -> ") + cudaGetErrorName(e) + ": " +
+                       cudaGetErrorString(e));
+  if (n == 0) return Support::no("no CUDA device: cudaGetDeviceCount -> 0 devices");
+  cudaDeviceProp prop;
+  const cudaError_t e2 = cudaGetDeviceProperties(&prop, 0);
+  if (e2 != cudaSuccess)
+    return Support::no(std::string("cudaGetDeviceProperties -> ") + cudaGetErrorName(e2) + ": " +
+                       cudaGetErrorString(e2));
+  if (prop.major < 8)
+    return Support::no("device 0 (" + std::string(prop.name) + ") is sm_" + std::to_string(prop.major) +
+                       std::to_string(prop.minor) + "; the kernels are built for sm_80 and sm_90");
+  return Support::yes();
+}
+
+void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v) {
+  HostPlan plan = make_plan(p, in, out, v);
+  AttnParams a = plan.params;  // host pointers, replaced one by one with device copies
+  DeviceBuffer q = upload(in.q.bytes.data(), in.q.bytes.size());
+  DeviceBuffer k = upload(in.k.bytes.data(), in.k.bytes.size());
+  DeviceBuffer vv = upload(in.v.bytes.data(), in.v.bytes.size());
+  DeviceBuffer o = upload(out.out.bytes.data(), out.out.bytes.size());  // keeps the harness's NaN poison
+  DeviceBuffer lse = out.lse ? upload(out.lse->bytes.data(), out.lse->bytes.size()) : DeviceBuffer();
+  DeviceBuffer w = out.weights ? upload(out.weights->bytes.data(), out.weights->bytes.size()) : DeviceBuffer();
+  DeviceBuffer scratch = upload(plan.scratch.data(), plan.scratch.size() * sizeof(float));
+  DeviceBuffer diag = upload(plan.diag_offset.data(), plan.diag_offset.size() * sizeof(int64_t));
+  DeviceBuffer kl = upload(plan.key_length.data(), plan.key_length.size() * sizeof(int64_t));
+  DeviceBuffer mask = upload(a.mask, plan.mask_bytes);
+  DeviceBuffer bias = upload(plan.bias.data(), plan.bias.size() * sizeof(float));
+  DeviceBuffer keep = upload(a.keep, plan.keep_bytes);
+  a.q = q.get<void>();
+  a.k = k.get<void>();
+  a.v = vv.get<void>();
+  a.out = o.get<void>();
+  a.lse = out.lse ? lse.get<float>() : nullptr;
+  a.weights = out.weights ? w.get<float>() : nullptr;
+  a.scratch = plan.scratch.empty() ? nullptr : scratch.get<float>();
+  a.diag_offset = diag.get<int64_t>();
+  a.key_length = kl.get<int64_t>();
+  a.mask = a.mask ? mask.get<unsigned char>() : nullptr;
+  a.bias = a.bias ? bias.get<float>() : nullptr;
+  a.keep = a.keep ? keep.get<unsigned char>() : nullptr;
+
+  const KernelLaunch launch = plan_launch(a, plan.elem, v);
+  launch.fn<<<launch.grid, launch.block, launch.smem>>>(a);
+  ATTNCHECK_CUDA_CHECK(cudaGetLastError());
+  ATTNCHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  download(out.out.bytes.data(), o, out.out.bytes.size());
+  if (out.lse) download(out.lse->bytes.data(), lse, out.lse->bytes.size());
+  if (out.weights) download(out.weights->bytes.data(), w, out.weights->bytes.size());
+}
+
+class DeviceImpl final : public Impl {
+ public:
+  std::string name() const override { return "cuda"; }
+  std::string description() const override {
+    return "CUDA kernels (straightforward + fused flash) on device 0, built for sm_80 and sm_90";
+  }
+  Support available() const override { return device_available(); }
+  Capabilities capabilities() const override { return kernel_capabilities(); }
+  Support supports(const Problem& p) const override { return kernel_supports(p); }
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override {
+    run_on_device(p, in, out, default_version(p));
+  }
+};
+
+}  // namespace
+
+std::vector<ImplPtr> make_device_impls() { return {std::make_shared<DeviceImpl>()}; }
+
+}  // namespace attncheck::cuda

@@ -1,0 +1,69 @@
+// The `cuda-emulated` backend: the CUDA kernel headers compiled by g++ and run on the host SIMT emulation,
+// every case twice (forward and reversed thread order) so that a race shows up as a disagreement.
+#include "emulated.hpp"
+
+#include <cstring>
+#include <memory>
+
+namespace attncheck::cuda {
+
+void run_emulated(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v, emu::Order order) {
+  HostPlan plan = make_plan(p, in, out, v);
+  const KernelLaunch k = plan_launch(plan.params, plan.elem, v);
+  emu::LaunchConfig cfg;
+  cfg.grid = k.grid;
+  cfg.block = k.block;
+  cfg.dynamic_smem = k.smem;
+  cfg.order = order;
+  emu::launch(cfg, k.fn, plan.params);
+}
+
+namespace {
+// First element (in storage order) where two runs differ bitwise, or -1.
+int64_t first_difference(const Tensor& a, const Tensor& b) {
+  const size_t es = dtype_size(a.dtype);
+  for (size_t n = 0; n < a.bytes.size(); n += es)
+    if (std::memcmp(&a.bytes[n], &b.bytes[n], es) != 0) return static_cast<int64_t>(n / es);
+  return -1;
+}
+
+void compare_runs(const char* name, const Tensor& fwd, const Tensor& rev) {
+  const int64_t n = first_difference(fwd, rev);
+  if (n < 0) return;
+  throw emu::EmulationError(std::string("race: forward and reversed thread orders disagree on ") + name +
+                            " (storage element " + std::to_string(n) + ": " + std::to_string(fwd.get_offset(n)) +
+                            " vs " + std::to_string(rev.get_offset(n)) + ")");
+}
+}  // namespace
+
+void run_emulated_both_orders(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v) {
+  Outputs reversed = out;  // the same poison as the harness put in `out`
+  run_emulated(p, in, out, v, emu::Order::forward);
+  run_emulated(p, in, reversed, v, emu::Order::reversed);
+  compare_runs("out", out.out, reversed.out);
+  if (out.lse) compare_runs("lse", *out.lse, *reversed.lse);
+  if (out.weights) compare_runs("weights", *out.weights, *reversed.weights);
+}
+
+namespace {
+class EmulatedImpl final : public Impl {
+ public:
+  std::string name() const override { return "cuda-emulated"; }
+  std::string description() const override {
+    return "CUDA kernels (straightforward + fused flash) on the host SIMT emulation, two thread orders";
+  }
+  Capabilities capabilities() const override {
+    Capabilities c = kernel_capabilities();
+    c.notes += "; emulated on the host: fibers per CUDA thread, each case run in forward and reversed order";
+    return c;
+  }
+  Support supports(const Problem& p) const override { return kernel_supports(p); }
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override {
+    run_emulated_both_orders(p, in, out, default_version(p));
+  }
+};
+}  // namespace
+
+std::vector<ImplPtr> make_emulated_impls() { return {std::make_shared<EmulatedImpl>()}; }
+
+}  // namespace attncheck::cuda

@@ -1,0 +1,17 @@
+// The CUDA kernels run on the host SIMT emulation (the `cuda-emulated` backend), exposed for tests that pick
+// the kernel version and the thread order themselves.
+#pragma once
+
+#include "emu/simt.hpp"
+#include "host_plan.hpp"
+
+namespace attncheck::cuda {
+
+// Kernel `v` on the emulation, threads and blocks resumed in `order`. `out` comes from make_outputs(p).
+void run_emulated(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v, emu::Order order);
+
+// Forward and reversed orders, compared bit for bit; a difference is a race and throws emu::EmulationError
+// naming the tensor and element. `out` receives the forward run.
+void run_emulated_both_orders(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v);
+
+}  // namespace attncheck::cuda

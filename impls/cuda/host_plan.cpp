@@ -1,0 +1,126 @@
+// Capabilities of the CUDA kernels and the translation of a Problem into their AttnParams (host pointers).
+#include "host_plan.hpp"
+
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace attncheck::cuda {
+
+Capabilities kernel_capabilities() {
+  Capabilities c;
+  c.dtypes = {DType::f32, DType::f16, DType::bf16};  // fp32 accumulation; fp64 is not implemented
+  c.max_head_dim = kMaxHeadDim;
+  c.notes =
+      "kernel 1 (straightforward, serves weights output) and kernel 2 (fused flash, BR=4 rows, BC=32 keys, "
+      "BC=16 above head dim 128); fp32 accumulation; no fp64; no inline PTX (mma/ldmatrix/cp.async): the device "
+      "runs the same scalar SIMT code that the host emulation runs";
+  return c;
+}
+
+Support kernel_supports(const Problem& p) {
+  if (Support s = check_capabilities(kernel_capabilities(), p); !s.ok) return s;
+  if (p.B * p.Hq > 65535)
+    return Support::no("B*Hq = " + std::to_string(p.B * p.Hq) + " > 65535 (grid.y of the fused kernel)");
+  if (p.Lq > INT_MAX || p.Lk > INT_MAX) return Support::no("Lq or Lk > INT_MAX");
+  if (p.fill == MaskFill::finite && !(std::abs(p.fill_value) <= FLT_MAX))
+    return Support::no("finite fill_value " + std::to_string(p.fill_value) + " is outside the fp32 range");
+  return Support::yes();
+}
+
+KernelVersion default_version(const Problem& p) { return p.want_weights ? KernelVersion::naive : KernelVersion::flash; }
+
+ElemType elem_type(DType t) {
+  switch (t) {
+    case DType::f32: return ElemType::f32;
+    case DType::f16: return ElemType::f16;
+    case DType::bf16: return ElemType::bf16;
+    default: break;
+  }
+  throw std::invalid_argument(std::string("cuda: dtype ") + to_string(t) + " not supported (fp32, fp16, bf16)");
+}
+
+namespace {
+void copy_strides(int64_t* dst, const Tensor& t) {
+  for (int k = 0; k < 4; ++k) dst[k] = t.strides[static_cast<size_t>(k)];
+}
+// Element strides of a broadcast tensor: 0 along dims of extent 1, so the kernels index it with (b, h, i, j).
+void broadcast_strides(int64_t* dst, const Tensor& t) {
+  for (int k = 0; k < 4; ++k) dst[k] = t.shape[static_cast<size_t>(k)] == 1 ? 0 : t.strides[static_cast<size_t>(k)];
+}
+}  // namespace
+
+HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v) {
+  if (Support s = kernel_supports(p); !s.ok) throw std::invalid_argument("cuda: " + s.reason);
+  if (p.want_weights && v != KernelVersion::naive)
+    throw std::invalid_argument("cuda: the fused kernel 2 does not produce weights (want_weights = true)");
+  HostPlan plan;
+  plan.elem = elem_type(p.dtype);
+  plan.version = v;
+  AttnParams& a = plan.params;
+  a.q = in.q.bytes.data();
+  a.k = in.k.bytes.data();
+  a.v = in.v.bytes.data();
+  a.out = out.out.bytes.data();
+  copy_strides(a.q_stride, in.q);
+  copy_strides(a.k_stride, in.k);
+  copy_strides(a.v_stride, in.v);
+  copy_strides(a.o_stride, out.out);
+  a.lse = out.lse ? out.lse->data<float>() : nullptr;
+  a.weights = out.weights ? out.weights->data<float>() : nullptr;
+  a.B = static_cast<int>(p.B);
+  a.Hq = static_cast<int>(p.Hq);
+  a.Hkv = static_cast<int>(p.Hkv);
+  a.Lq = static_cast<int>(p.Lq);
+  a.Lk = static_cast<int>(p.Lk);
+  a.Dqk = static_cast<int>(p.Dqk);
+  a.Dv = static_cast<int>(p.Dv);
+  a.scale = static_cast<float>(p.effective_scale());
+  a.softcap = static_cast<float>(p.softcap);
+  a.causal = p.causal;
+  a.window_left = p.window_left;
+  a.window_right = p.window_right;
+  for (int64_t b = 0; b < p.B; ++b) {
+    plan.diag_offset.push_back(p.diagonal_offset(b));
+    plan.key_length.push_back(p.key_length(b));
+  }
+  a.diag_offset = plan.diag_offset.data();
+  a.key_length = plan.key_length.data();
+  if (in.mask) {
+    a.mask = in.mask->data<unsigned char>();
+    broadcast_strides(a.mask_stride, *in.mask);
+    plan.mask_bytes = in.mask->bytes.size();
+  }
+  if (in.bias) {
+    // Widened once on the host (exact for fp16/bf16/fp32; fp64 bias rounds to fp32, inside the score error).
+    plan.bias.resize(static_cast<size_t>(in.bias->numel()));
+    const std::vector<double> wide = in.bias->to_double();
+    for (size_t n = 0; n < wide.size(); ++n) plan.bias[n] = static_cast<float>(wide[n]);
+    int64_t stride = 1;
+    for (int k = 3; k >= 0; --k) {
+      const int64_t ext = in.bias->shape[static_cast<size_t>(k)];
+      a.bias_stride[k] = ext == 1 ? 0 : stride;
+      stride *= ext;
+    }
+    a.bias = plan.bias.data();
+  }
+  a.fill_finite = p.fill == MaskFill::finite;
+  a.fill_value = static_cast<float>(p.fill_value);
+  a.fully_masked = p.fully_masked == FullyMasked::nan ? kFullyMaskedNan
+                   : p.fully_masked == FullyMasked::zero ? kFullyMaskedZero
+                                                         : kFullyMaskedUniform;
+  if (in.keep) {
+    a.keep = in.keep->data<unsigned char>();
+    plan.keep_bytes = in.keep->bytes.size();
+  }
+  a.keep_scale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
+  if (v == KernelVersion::naive && !a.weights) {
+    plan.scratch.assign(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Lk), 0.f);
+    a.scratch = plan.scratch.data();
+  }
+  return plan;
+}
+
+}  // namespace attncheck::cuda

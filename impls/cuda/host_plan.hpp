@@ -1,0 +1,35 @@
+// Host side shared by the device backend (`cuda`) and the emulated one (`cuda-emulated`): what the kernels
+// support, which kernel a problem gets, and the AttnParams of a problem with pointers into host memory
+// (the emulation uses them as they are; the device backend copies each buffer and swaps the pointer).
+#pragma once
+
+#include <vector>
+
+#include "attncheck/impl.hpp"
+#include "kernels/dispatch.cuh"
+
+namespace attncheck::cuda {
+
+// What both CUDA backends support (the kernels are the same source).
+Capabilities kernel_capabilities();
+// Limits that capability flags cannot express (grid size, fp32 range of the fill value).
+Support kernel_supports(const Problem& p);
+// Kernel 1 materialises the weights, so it serves want_weights; everything else runs the fused kernel 2.
+KernelVersion default_version(const Problem& p);
+ElemType elem_type(DType t);
+
+struct HostPlan {
+  AttnParams params{};
+  ElemType elem = ElemType::f32;
+  KernelVersion version = KernelVersion::flash;
+  std::vector<int64_t> diag_offset, key_length;  // [B]
+  std::vector<float> bias;                       // the bias widened to fp32, row-major over its broadcast shape
+  std::vector<float> scratch;                    // kernel 1's score workspace when weights are not requested
+  size_t mask_bytes = 0, keep_bytes = 0;         // extents of the u8 buffers, for device copies
+};
+
+// Params pointing into `in` and `out` (which must come from make_outputs(p)). Throws std::invalid_argument when
+// the problem is not supported (kernel_supports) or when `v` cannot produce a requested output.
+HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v);
+
+}  // namespace attncheck::cuda

@@ -1,0 +1,322 @@
+// Unit tests of the host SIMT emulation (impls/cuda/emu): thread identity, block barriers, warp collectives,
+// shared memory, and that races, deadlocks and partial barriers are reported as errors instead of hiding.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <set>
+#include <tuple>
+
+#include "emu/simt.hpp"
+
+using attncheck::emu::EmulationError;
+using attncheck::emu::LaunchConfig;
+using attncheck::emu::Order;
+
+namespace {
+
+LaunchConfig config(dim3 grid, dim3 block, Order order = Order::forward, size_t smem = 0) {
+  LaunchConfig c;
+  c.grid = grid;
+  c.block = block;
+  c.order = order;
+  c.dynamic_smem = smem;
+  return c;
+}
+
+// ---- kernels ----------------------------------------------------------------------------------------------
+__global__ void record_identity(int* seen) {
+  const int bx = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const int tx = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  seen[bx * blockDim.x * blockDim.y * blockDim.z + tx] += 1;
+}
+
+// Rotate values through static shared memory; correct only with the barrier between write and read.
+__global__ void rotate_shared(const int* in, int* out) {
+  __shared__ int buf[256];
+  const int t = threadIdx.x, n = blockDim.x;
+  buf[t] = in[blockIdx.x * n + t];
+  __syncthreads();
+  out[blockIdx.x * n + t] = buf[(t + 1) % n];
+}
+
+// The same kernel with the barrier deliberately missing: a race on shared memory.
+__global__ void rotate_shared_racy(const int* in, int* out) {
+  __shared__ int buf[256];
+  const int t = threadIdx.x, n = blockDim.x;
+  buf[t] = in[blockIdx.x * n + t];
+  out[blockIdx.x * n + t] = buf[(t + 1) % n];
+}
+
+// Tree reduction in dynamic shared memory; `racy` drops the barrier inside the loop.
+template <bool racy>
+__global__ void block_sum(const float* in, float* out) {
+  ATTNCHECK_DYNAMIC_SHARED(unsigned char, smem);
+  float* s = reinterpret_cast<float*>(smem);
+  const int t = threadIdx.x;
+  s[t] = in[blockIdx.x * blockDim.x + t];
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (t < stride) s[t] += s[t + stride];
+    if (!racy) __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = s[0];
+}
+
+__global__ void warp_ops(const int* in, int* out) {
+  const int t = threadIdx.x, lane = t % 32;
+  int v = in[t];
+  int sum = v;
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  int down = v;
+  for (int o = 16; o > 0; o >>= 1) down += __shfl_down_sync(0xffffffffu, down, o);  // lane 0 holds the sum
+  int scan = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, scan, o);
+    if (lane >= o) scan += y;
+  }
+  const int bcast = __shfl_sync(0xffffffffu, v, 5);
+  const int seg = __shfl_sync(0xffffffffu, v, 3, 16);  // lane 3 of each 16-lane segment
+  const unsigned ballot = __ballot_sync(0xffffffffu, v % 2);
+  out[t * 6 + 0] = sum;
+  out[t * 6 + 1] = lane == 0 ? down : 0;
+  out[t * 6 + 2] = scan;
+  out[t * 6 + 3] = bcast;
+  out[t * 6 + 4] = seg;
+  out[t * 6 + 5] = static_cast<int>(ballot);
+}
+
+// Only warp 0 reduces with shuffles, then the whole block meets at __syncthreads: a per-warp barrier must not
+// wait for the other warps (a block-wide one would deadlock here).
+__global__ void first_warp_reduces(const float* in, float* out) {
+  __shared__ float total;
+  const int t = threadIdx.x;
+  if (t < 32) {
+    float v = in[t];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (t == 0) total = v;
+  }
+  __syncthreads();
+  out[t] = total;
+}
+
+__global__ void partial_barrier(int* out) {
+  if (threadIdx.x >= 32) return;  // these threads never reach the barrier below
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+__global__ void divergent_barriers(int* out) {
+  if (threadIdx.x % 2) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[threadIdx.x] = 1;
+}
+
+__global__ void shuffle_against_block_barrier(int* out) {
+  int v = threadIdx.x;
+  if (threadIdx.x < 16)
+    v = __shfl_xor_sync(0xffffffffu, v, 1);  // waits for lanes 16..31, which wait in __syncthreads
+  else
+    __syncthreads();
+  out[threadIdx.x] = v;
+}
+
+__global__ void shuffle_from_outside_mask(int* out) {
+  int v = threadIdx.x;
+  if (threadIdx.x < 16) v = __shfl_sync(0x0000ffffu, v, 20);  // lane 20 is not in the mask
+  out[threadIdx.x] = v;
+}
+
+__global__ void read_dynamic_shared(unsigned char* out) {
+  ATTNCHECK_DYNAMIC_SHARED(unsigned char, smem);
+  const int t = threadIdx.x;
+  out[blockIdx.x * 64 + t] = smem[t];  // before anyone wrote it: must read the poison, not the previous block
+  __syncthreads();
+  smem[t] = static_cast<unsigned char>(t);
+}
+
+__global__ void throws_in_one_thread(int* out) {
+  if (threadIdx.x == 7) throw std::runtime_error("kernel error in thread 7");
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+template <class T>
+std::vector<unsigned char> bytes_of(const std::vector<T>& v) {
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  return {p, p + v.size() * sizeof(T)};
+}
+
+}  // namespace
+
+TEST(Emu, EveryThreadOfEveryBlockRunsOnceWithItsIdentity) {
+  for (Order order : {Order::forward, Order::reversed}) {
+    const dim3 grid(3, 2, 2), block(8, 4, 2);
+    std::vector<int> seen(3 * 2 * 2 * 8 * 4 * 2, 0);
+    attncheck::emu::launch(config(grid, block, order), record_identity, seen.data());
+    for (size_t n = 0; n < seen.size(); ++n) ASSERT_EQ(seen[n], 1) << "thread slot " << n;
+  }
+}
+
+TEST(Emu, BarrierMakesSharedWritesVisible) {
+  const int n = 96, blocks = 3;
+  std::vector<int> in(n * blocks), out(n * blocks, -1);
+  std::iota(in.begin(), in.end(), 100);
+  for (Order order : {Order::forward, Order::reversed}) {
+    attncheck::emu::launch(config(dim3(blocks), dim3(n), order), rotate_shared, in.data(), out.data());
+    for (int b = 0; b < blocks; ++b)
+      for (int t = 0; t < n; ++t) ASSERT_EQ(out[b * n + t], in[b * n + (t + 1) % n]) << "block " << b << " t " << t;
+  }
+}
+
+TEST(Emu, MissingSyncthreadsIsCaughtByTheTwoOrders) {
+  const int n = 64;
+  std::vector<int> in(n);
+  std::iota(in.begin(), in.end(), 1);
+  auto run = [&](auto kernel) {
+    return attncheck::emu::run_both_orders(
+        [&](Order order) {
+          std::vector<int> out(n, -1);
+          attncheck::emu::launch(config(dim3(1), dim3(n), order), kernel, in.data(), out.data());
+          return bytes_of(out);
+        },
+        "rotate");
+  };
+  EXPECT_NO_THROW(run(rotate_shared));
+  try {
+    run(rotate_shared_racy);
+    FAIL() << "the racy kernel passed in both orders";
+  } catch (const EmulationError& e) {
+    EXPECT_NE(std::string(e.what()).find("race"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Emu, MissingSyncthreadsInReductionIsCaught) {
+  const int n = 128, blocks = 2;
+  std::vector<float> in(n * blocks);
+  for (int k = 0; k < n * blocks; ++k) in[static_cast<size_t>(k)] = static_cast<float>(k % 7) - 3.0f;
+  auto run = [&](auto kernel) {
+    return attncheck::emu::run_both_orders(
+        [&](Order order) {
+          std::vector<float> out(blocks, -1.f);
+          attncheck::emu::launch(config(dim3(blocks), dim3(n), order, n * sizeof(float)), kernel, in.data(),
+                                 out.data());
+          return bytes_of(out);
+        },
+        "block_sum");
+  };
+  const std::vector<unsigned char> good = run(block_sum<false>);
+  std::vector<float> sums(blocks);
+  std::memcpy(sums.data(), good.data(), good.size());
+  for (int b = 0; b < blocks; ++b) {
+    float want = 0;
+    for (int t = 0; t < n; ++t) want += in[static_cast<size_t>(b * n + t)];
+    EXPECT_EQ(sums[static_cast<size_t>(b)], want);
+  }
+  EXPECT_THROW(run(block_sum<true>), EmulationError);
+}
+
+TEST(Emu, WarpCollectivesMatchTheirDefinitions) {
+  const int n = 64;
+  std::vector<int> in(n), out(n * 6, -1);
+  for (int t = 0; t < n; ++t) in[static_cast<size_t>(t)] = (t * 37 + 11) % 23 - 9;  // signed values
+  for (Order order : {Order::forward, Order::reversed}) {
+    attncheck::emu::launch(config(dim3(1), dim3(n), order), warp_ops, in.data(), out.data());
+    for (int t = 0; t < n; ++t) {
+      const int w = t / 32, lane = t % 32;
+      int sum = 0, scan = 0;
+      unsigned ballot = 0;
+      for (int l = 0; l < 32; ++l) {
+        const int x = in[static_cast<size_t>(w * 32 + l)];
+        sum += x;
+        if (l <= lane) scan += x;
+        if (x % 2) ballot |= 1u << l;
+      }
+      EXPECT_EQ(out[t * 6 + 0], sum) << "xor butterfly, thread " << t;
+      EXPECT_EQ(out[t * 6 + 1], lane == 0 ? sum : 0) << "shfl_down, thread " << t;
+      EXPECT_EQ(out[t * 6 + 2], scan) << "shfl_up scan, thread " << t;
+      EXPECT_EQ(out[t * 6 + 3], in[static_cast<size_t>(w * 32 + 5)]) << "broadcast, thread " << t;
+      EXPECT_EQ(out[t * 6 + 4], in[static_cast<size_t>(w * 32 + (lane & ~15) + 3)]) << "width 16, thread " << t;
+      EXPECT_EQ(static_cast<unsigned>(out[t * 6 + 5]), ballot) << "ballot, thread " << t;
+    }
+  }
+}
+
+TEST(Emu, OneWarpShufflesWhileTheBlockWaitsAtTheBarrier) {
+  std::vector<float> in(128), out(128, -1);
+  for (int t = 0; t < 128; ++t) in[static_cast<size_t>(t)] = static_cast<float>(t - 64);
+  attncheck::emu::launch(config(dim3(1), dim3(128)), first_warp_reduces, in.data(), out.data());
+  float want = 0;
+  for (int t = 0; t < 32; ++t) want += in[static_cast<size_t>(t)];
+  for (int t = 0; t < 128; ++t) EXPECT_EQ(out[static_cast<size_t>(t)], want);
+}
+
+TEST(Emu, BarrierReachedByPartOfTheBlockIsAnError) {
+  std::vector<int> out(64, 0);
+  try {
+    attncheck::emu::launch(config(dim3(1), dim3(64)), partial_barrier, out.data());
+    FAIL() << "no error";
+  } catch (const EmulationError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("only part of the block (32 of 64"), std::string::npos) << m;
+    EXPECT_NE(m.find("test_emu.cpp"), std::string::npos) << "names the barrier's source: " << m;
+  }
+}
+
+TEST(Emu, DivergentBarriersAreAnError) {
+  std::vector<int> out(64, 0);
+  try {
+    attncheck::emu::launch(config(dim3(1), dim3(64)), divergent_barriers, out.data());
+    FAIL() << "no error";
+  } catch (const EmulationError& e) {
+    EXPECT_NE(std::string(e.what()).find("different __syncthreads"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Emu, DeadlockIsAnErrorNotAHang) {
+  std::vector<int> out(64, 0);
+  try {
+    attncheck::emu::launch(config(dim3(1), dim3(64)), shuffle_against_block_barrier, out.data());
+    FAIL() << "no error";
+  } catch (const EmulationError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
+    EXPECT_NE(m.find("__shfl_xor_sync"), std::string::npos) << m;
+  }
+}
+
+TEST(Emu, ShuffleFromALaneOutsideTheMaskIsAnError) {
+  std::vector<int> out(32, 0);
+  EXPECT_THROW(attncheck::emu::launch(config(dim3(1), dim3(32)), shuffle_from_outside_mask, out.data()),
+               EmulationError);
+}
+
+TEST(Emu, DynamicSharedMemoryIsPoisonedForEveryBlock) {
+  std::vector<unsigned char> out(4 * 64, 0);
+  attncheck::emu::LaunchConfig c = config(dim3(4), dim3(64), Order::forward, 64);
+  c.os_threads = 1;  // blocks one after another on the same OS thread: the buffer is reused
+  attncheck::emu::launch(c, read_dynamic_shared, out.data());
+  for (size_t n = 0; n < out.size(); ++n) ASSERT_EQ(out[n], 0xff) << "byte " << n;
+}
+
+TEST(Emu, KernelExceptionPropagatesAndOtherThreadsAreUnwound) {
+  std::vector<int> out(64, 0);
+  EXPECT_THROW(attncheck::emu::launch(config(dim3(2), dim3(64)), throws_in_one_thread, out.data()),
+               std::runtime_error);
+  // The emulation is usable afterwards.
+  std::vector<int> seen(64, 0);
+  attncheck::emu::launch(config(dim3(1), dim3(64)), record_identity, seen.data());
+  EXPECT_EQ(std::accumulate(seen.begin(), seen.end(), 0), 64);
+}
+
+TEST(Emu, InvalidLaunchConfigurationsAreRejected) {
+  std::vector<int> seen(2048, 0);
+  EXPECT_THROW(attncheck::emu::launch(config(dim3(1), dim3(1025)), record_identity, seen.data()), EmulationError);
+  EXPECT_THROW(attncheck::emu::launch(config(dim3(0), dim3(32)), record_identity, seen.data()), EmulationError);
+  LaunchConfig big = config(dim3(1), dim3(32), Order::forward, 64 * 1024);
+  EXPECT_THROW(attncheck::emu::launch(big, record_identity, seen.data()), EmulationError);
+}
+
+TEST(Emu, IdentityOutsideAKernelIsAnError) { EXPECT_THROW(attncheck::emu::identity(), EmulationError); }

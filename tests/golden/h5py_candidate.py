@@ -1,0 +1,51 @@
+# The README's h5py route, minus PyTorch: read a fixture with h5py alone, run an independent numpy SDPA on its
+# inputs, write /actual/out as float16, and `attncheck compare` must pass; a perturbed output must fail (exit 1).
+# Usage: h5py_candidate.py ATTNCHECK FIXTURE SCRATCH_DIR. Exit 77 (skipped) when h5py is not installed.
+import os
+import subprocess
+import sys
+
+try:
+    import h5py
+    import numpy as np
+except ImportError:
+    print("h5py/numpy not available: skipped")
+    sys.exit(77)
+
+exe, fixture, scratch = sys.argv[1:4]
+os.makedirs(scratch, exist_ok=True)
+
+with h5py.File(fixture, "r") as f:
+    q, k, v = (f["inputs"][n][()] for n in "qkv")  # float16 [B, H, L, D]: exactly what the implementation gets
+    assert q.dtype == np.float16 and f.attrs["layout"] == "BHSD" and f.attrs["causal"] == 1
+    scale = float(f.attrs["effective_scale"])
+    expected = f["expected"]["out"][()]
+
+# scaled_dot_product_attention(q, k, v, is_causal=True) in float32, like PyTorch's math backend.
+s = np.einsum("bhid,bhjd->bhij", q.astype(np.float32), k.astype(np.float32)) * np.float32(scale)
+lq, lk = s.shape[-2:]
+s = np.where(np.tril(np.ones((lq, lk), dtype=bool)), s, -np.inf)
+p = np.exp(s - s.max(axis=-1, keepdims=True))
+p /= p.sum(axis=-1, keepdims=True)
+out = np.einsum("bhij,bhjd->bhid", p, v.astype(np.float32)).astype(np.float16)
+
+
+def compare(name, data):
+    path = os.path.join(scratch, name)
+    with h5py.File(path, "w") as c:
+        c["actual/out"] = data
+    return subprocess.run([exe, "compare", "--expected", fixture, "--actual", path]).returncode
+
+
+rc = compare("numpy_sdpa.h5", out)
+if rc != 0:
+    sys.exit(f"numpy SDPA: expected exit 0, got {rc}")
+rc = compare("expected_copy.h5", expected)  # the expected values themselves, in float64
+if rc != 0:
+    sys.exit(f"copy of /expected/out: expected exit 0, got {rc}")
+bad = out.copy()
+bad[1, 2, 3, 4] += np.float16(0.05)
+rc = compare("perturbed.h5", bad)
+if rc != 1:
+    sys.exit(f"perturbed output: expected exit 1, got {rc}")
+print("h5py candidate route: numpy SDPA passes, perturbed output fails")

@@ -1,0 +1,169 @@
+// One malformed fixture per reader rule (golden/SCHEMA.md): the library throws std::invalid_argument naming the
+// file and the field, and `attncheck inspect` / `compare` / `verify` exit 2 with that message. The files are made
+// here by damaging a good fixture with the HDF5 C API.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "attncheck/fixture.hpp"
+#include "cli_util.hpp"
+
+namespace attncheck {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run;
+
+const std::string kGood = "fp16_B2-Hq4-Hkv2-Lq13-Lk17-D16_plain_normal.h5";
+
+// A copy of a good fixture, damaged by `edit` (given the open file id).
+template <class F>
+std::string damaged(const std::string& name, F edit) {
+  static const fs::path dir = test::scratch("malformed");
+  const fs::path p = dir / (name + ".h5");
+  fs::copy_file(test::golden_case(kGood), p, fs::copy_options::overwrite_existing);
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  EXPECT_GE(f, 0);
+  edit(f);
+  H5Fclose(f);
+  return p.string();
+}
+
+void set_i64_attr(hid_t f, const char* name, int64_t v) {
+  H5Adelete(f, name);
+  const hid_t s = H5Screate(H5S_SCALAR);
+  const hid_t a = H5Acreate2(f, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_INT64, &v);
+  H5Aclose(a);
+  H5Sclose(s);
+}
+
+void replace_dataset(hid_t f, const char* path, hid_t type, std::vector<hsize_t> dims) {
+  H5Ldelete(f, path, H5P_DEFAULT);
+  const hid_t s = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  const hid_t d = H5Dcreate2(f, path, type, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  size_t n = 1;
+  for (auto x : dims) n *= x;
+  std::vector<double> zeros(n, 0.0);
+  H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data());
+  H5Dclose(d);
+  H5Sclose(s);
+}
+
+// The rule holds in the library and in the CLI: a message "<file>: <field>..." and exit code 2.
+void expect_rejected(const std::string& file, const std::string& field_and_what) {
+  try {
+    read_fixture(file);
+    ADD_FAILURE() << file << " was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(file + ": " + field_and_what), std::string::npos) << e.what();
+  }
+  const auto r = run("inspect " + file);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find(file + ": " + field_and_what), std::string::npos) << r.out;
+}
+
+TEST(Malformed, GoodFixtureIsAccepted) {  // the baseline the damaged copies start from
+  EXPECT_NO_THROW(read_fixture(test::golden_case(kGood)));
+  EXPECT_EQ(run("inspect " + test::golden_case(kGood)).rc, 0);
+}
+
+TEST(Malformed, SchemaVersionFromTheFuture) {
+  expect_rejected(damaged("future", [](hid_t f) { set_i64_attr(f, "schema_version", 2); }),
+                  "schema_version: is 2, from the future");
+}
+
+TEST(Malformed, MissingDataset) {
+  expect_rejected(damaged("no_k", [](hid_t f) { H5Ldelete(f, "/inputs/k", H5P_DEFAULT); }),
+                  "/inputs/k: missing dataset");
+  expect_rejected(damaged("no_lse", [](hid_t f) { H5Ldelete(f, "/expected/lse", H5P_DEFAULT); }),
+                  "/expected/lse: missing dataset");
+}
+
+TEST(Malformed, MissingAttribute) {
+  expect_rejected(damaged("no_hkv", [](hid_t f) { H5Adelete(f, "Hkv"); }), "/: missing attribute 'Hkv'");
+}
+
+TEST(Malformed, WrongDtype) {
+  expect_rejected(damaged("q_fp32", [](hid_t f) { replace_dataset(f, "/inputs/q", H5T_IEEE_F32LE, {2, 4, 13, 16}); }),
+                  "/inputs/q: dtype must be fp16, got 32-bit float");
+  expect_rejected(damaged("out_fp32", [](hid_t f) {
+                    replace_dataset(f, "/expected/out", H5T_IEEE_F32LE, {2, 4, 13, 16});
+                  }),
+                  "/expected/out: dtype must be fp64, got 32-bit float");
+}
+
+TEST(Malformed, WrongRank) {
+  expect_rejected(damaged("q_rank3", [](hid_t f) {
+                    const hid_t v = H5Dopen2(f, "/inputs/v", H5P_DEFAULT);
+                    const hid_t t = H5Dget_type(v);
+                    replace_dataset(f, "/inputs/q", t, {8, 13, 16});
+                    H5Tclose(t);
+                    H5Dclose(v);
+                  }),
+                  "/inputs/q: rank must be 4 with shape [2,4,13,16], got rank 3 shape [8,13,16]");
+}
+
+TEST(Malformed, WrongShape) {
+  expect_rejected(damaged("out_shape", [](hid_t f) {
+                    replace_dataset(f, "/expected/out", H5T_IEEE_F64LE, {2, 4, 13, 15});
+                  }),
+                  "/expected/out: shape must be [2,4,13,16], got [2,4,13,15]");
+}
+
+TEST(Malformed, BeyondMemoryCapIsRejectedBeforeAllocating) {
+  // 2^40 keys: allocating would die; the reader must refuse from the attributes alone.
+  expect_rejected(damaged("huge", [](hid_t f) { set_i64_attr(f, "Lk", int64_t{1} << 40); }),
+                  "size: the tensors of problem [B=2,Hq=4,Hkv=2,Lq=13,Lk=1099511627776");
+}
+
+TEST(Malformed, InvalidProblem) {
+  expect_rejected(damaged("hkv3", [](hid_t f) { set_i64_attr(f, "Hkv", 3); }),
+                  "problem: Hq must be a multiple of Hkv");
+}
+
+TEST(Malformed, NotHdf5) {
+  const fs::path p = test::scratch("nothdf5") / "text.h5";
+  std::ofstream(p) << "this is not HDF5\n";
+  expect_rejected(p.string(), "file: not an HDF5 file");
+}
+
+TEST(Malformed, VerifyOnADirectoryWithABadFixtureExits2) {
+  const fs::path dir = test::scratch("baddir");
+  const std::string bad = damaged("future2", [](hid_t f) { set_i64_attr(f, "schema_version", 7); });
+  fs::copy_file(bad, dir / "bad.h5");
+  const auto r = run("verify --impl reference --fixtures " + dir.string());
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("bad.h5: schema_version: is 7, from the future"), std::string::npos) << r.out;
+}
+
+TEST(Malformed, CandidateWithoutOutOrWithWrongShapeOrTypeExits2) {
+  const std::string fix = test::golden_case(kGood);
+  const fs::path dir = test::scratch("badcand");
+  auto make = [&](const char* name, hid_t type, std::vector<hsize_t> dims) {
+    const fs::path p = dir / name;
+    const hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5Gclose(H5Gcreate2(f, "/actual", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    if (!dims.empty()) replace_dataset(f, "/actual/out", type, dims);
+    H5Fclose(f);
+    return p.string();
+  };
+  const std::string no_out = make("no_out.h5", H5T_IEEE_F32LE, {});
+  const std::string shape = make("shape.h5", H5T_IEEE_F32LE, {2, 13, 4, 16});
+  const std::string ints = make("ints.h5", H5T_STD_I32LE, {2, 4, 13, 16});
+  auto r = run("compare --expected " + fix + " --actual " + no_out);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find(no_out + ": /actual/out: missing dataset"), std::string::npos) << r.out;
+  r = run("compare --expected " + fix + " --actual " + shape);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find(shape + ": /actual/out: shape must be [2,4,13,16], got [2,13,4,16]"), std::string::npos)
+      << r.out;
+  r = run("compare --expected " + fix + " --actual " + ints);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find(ints + ": /actual/out: dtype must be a floating type"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace attncheck

@@ -1,0 +1,53 @@
+// `attncheck compare --expected FIXTURE.h5 --actual CANDIDATE.h5`: the verdict for an implementation that lives
+// elsewhere (PyTorch, JAX, Triton, CUDA): it writes /actual/out (optionally lse, weights) with h5py or any HDF5
+// library; the same tolerance model, table and reports as verify. Exit 0 pass, 1 fail, 2 bad input.
+#include <cstdio>
+#include <filesystem>
+
+#include "attncheck/fixture.hpp"
+#include "command.hpp"
+#include "report.hpp"
+
+namespace attncheck::cli {
+namespace {
+
+struct Options {
+  std::string expected, actual, report, name;
+};
+Options g;
+
+int run_compare() {
+  if (!g.report.empty()) check_report_path(g.report);
+  const Fixture f = read_fixture(g.expected);
+  const Outputs cand = read_candidate(g.actual, f.problem);
+  // Judge what the candidate provides: lse is always in the fixture; weights only when the fixture has them.
+  Problem p = f.problem;
+  p.want_lse = cand.lse.has_value();
+  p.want_weights = cand.weights.has_value() && f.problem.want_weights;
+  if (!cand.lse) std::printf("note: %s has no /actual/lse: lse not compared\n", g.actual.c_str());
+  if (cand.weights && !f.problem.want_weights)
+    std::printf("note: %s has no expected weights: /actual/weights not compared\n", g.expected.c_str());
+  if (!cand.weights && f.problem.want_weights)
+    std::printf("note: %s has no /actual/weights: weights not compared\n", g.actual.c_str());
+  const std::string impl = g.name.empty() ? std::filesystem::path(g.actual).filename().string() : g.name;
+  std::vector<CaseResult> rs{judged_result(f.name, g.expected, impl, judge(p, f.expected, cand, f.tolerance))};
+  print_header();
+  print_row(rs[0]);
+  for (const auto& t : rs[0].verdict.tensors) std::printf("  %s\n", t.describe().c_str());
+  print_summary(rs);
+  if (!g.report.empty()) write_report(g.report, rs);
+  return exit_code(rs);
+}
+
+const Register reg{{"compare", "Judge a candidate's outputs (/actual/out, ...) against a fixture",
+                    [](CLI::App& sub) {
+                      sub.add_option("--expected", g.expected, "Golden fixture (.h5)")->required();
+                      sub.add_option("--actual", g.actual, "Candidate file with /actual/out [, lse, weights]")
+                          ->required();
+                      sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
+                      sub.add_option("--name", g.name, "Implementation name in the report (default: file name)");
+                      return std::function<int()>(run_compare);
+                    }}};
+
+}  // namespace
+}  // namespace attncheck::cli

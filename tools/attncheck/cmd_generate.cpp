@@ -1,0 +1,125 @@
+// `attncheck generate --spec golden/suite.json --out golden [--update]`: rebuilds the golden suite from its spec,
+// byte-identically. Each file is written under a temporary name and renamed; an existing file whose bytes would
+// change is left alone unless --update, and what changed is printed numerically (max |diff| of expected out).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include "attncheck/suite.hpp"
+#include "command.hpp"
+#include "report.hpp"
+
+namespace attncheck::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Options {
+  std::string spec, out = "golden";
+  bool update = false;
+};
+Options g;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+// Largest |a - b| over two vectors; NaN matching NaN is no difference, NaN against a number is infinite.
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) {
+      if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+      continue;
+    }
+    if (a[i] == b[i]) continue;  // also equal infinities
+    m = std::max(m, std::abs(a[i] - b[i]));
+  }
+  return m;
+}
+
+std::string describe_change(const fs::path& old_file, const Fixture& now) {
+  char buf[512];
+  try {
+    const Fixture old = read_fixture(old_file.string());
+    if (old.problem.name() != now.problem.name())
+      return "problem changed: " + old.problem.name() + " -> " + now.problem.name();
+    const double din = std::max({max_diff(old.inputs.q.to_double(), now.inputs.q.to_double()),
+                                 max_diff(old.inputs.k.to_double(), now.inputs.k.to_double()),
+                                 max_diff(old.inputs.v.to_double(), now.inputs.v.to_double())});
+    std::snprintf(buf, sizeof buf, "expected out max |diff| %.3g, lse max |diff| %.3g, inputs q/k/v max |diff| %.3g%s",
+                  max_diff(old.expected.out, now.expected.out), max_diff(old.expected.lse, now.expected.lse), din,
+                  old.provenance.attncheck_version != now.provenance.attncheck_version
+                      ? (" (attncheck " + old.provenance.attncheck_version + " -> " +
+                         now.provenance.attncheck_version + ")").c_str()
+                      : "");
+    return buf;
+  } catch (const std::exception& e) {
+    return std::string("old file unreadable (") + e.what() + ")";
+  }
+}
+
+int run_generate() {
+  const SuiteSpec spec = read_suite(g.spec);
+  const fs::path dir = fs::path(g.out) / spec.subdir;
+  fs::create_directories(dir);
+  int created = 0, same = 0, updated = 0, differ = 0;
+  std::set<std::string> expected_files;
+  Progress progress(spec.cases.size());
+  for (const CaseSpec& c : spec.cases) {
+    progress.step(c.name);
+    const std::string file = fixture_file_name(c.name);
+    expected_files.insert(file);
+    const fs::path target = dir / file, fresh = dir / ("." + file + ".new.tmp");
+    const Fixture f = build_case(c, spec.file_name);
+    write_fixture(fresh.string(), f);  // atomic itself; `fresh` is then either renamed or removed
+    std::string line;
+    if (!fs::exists(target)) {
+      fs::rename(fresh, target);
+      ++created;
+      line = "new      " + c.name;
+    } else if (slurp(fresh) == slurp(target)) {
+      fs::remove(fresh);
+      ++same;
+    } else {
+      const std::string what = describe_change(target, f);
+      if (g.update) {
+        fs::rename(fresh, target);
+        ++updated;
+        line = "updated  " + c.name + ": " + what;
+      } else {
+        fs::remove(fresh);
+        ++differ;
+        line = "DIFFERS  " + c.name + ": " + what + " (not written; rerun with --update)";
+      }
+    }
+    if (!line.empty()) {
+      progress.clear();
+      std::printf("%s\n", line.c_str());
+    }
+  }
+  progress.clear();
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".h5" && !expected_files.count(e.path().filename().string()))
+      std::printf("stale    %s (not in %s; delete it if the case was removed)\n", e.path().string().c_str(),
+                  spec.file_name.c_str());
+  std::printf("%zu cases in %s: %d new, %d unchanged, %d updated, %d differ\n", spec.cases.size(),
+              dir.string().c_str(), created, same, updated, differ);
+  return differ ? 1 : 0;
+}
+
+const Register reg{{"generate", "Build golden fixtures from a suite spec (byte-identical)", [](CLI::App& sub) {
+                      sub.add_option("--spec", g.spec, "Suite spec (golden/suite.json)")->required();
+                      sub.add_option("--out", g.out, "Output directory; fixtures go to OUT/<spec subdir>/")
+                          ->capture_default_str();
+                      sub.add_flag("--update", g.update, "Overwrite existing fixtures whose bytes change");
+                      return std::function<int()>(run_generate);
+                    }}};
+
+}  // namespace
+}  // namespace attncheck::cli

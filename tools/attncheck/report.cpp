@@ -1,0 +1,203 @@
+// Result rows, the terminal table, JSON and JUnit XML reports (see report.hpp). JSON has no NaN or infinity:
+// non-finite numbers are written as null, and the message text still shows them.
+#include "report.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace attncheck::cli {
+
+using json = nlohmann::json;
+
+namespace {
+std::string lower_ext(const std::string& path) {
+  const auto dot = path.rfind('.');
+  std::string e = dot == std::string::npos ? "" : path.substr(dot);
+  for (char& c : e) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return e;
+}
+
+json num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+const char* index_names(const TensorVerdict& t, int k) {
+  static const char* o[] = {"b", "h", "i", "d"};
+  static const char* w[] = {"b", "h", "i", "j"};
+  return t.tensor == "weights" ? w[k] : o[k];
+}
+
+json tensor_json(const TensorVerdict& t) {
+  json idx = json::object();
+  for (int k = 0; k < t.worst_rank; ++k) idx[index_names(t, k)] = t.worst[static_cast<size_t>(k)];
+  return {{"tensor", t.tensor}, {"pass", t.pass}, {"n", t.n}, {"n_bad", t.n_bad},
+          {"max_abs_err", num(t.max_abs_err)}, {"max_rel_err", num(t.max_rel_err)}, {"worst_index", idx},
+          {"expected", num(t.expected)}, {"actual", num(t.actual)}, {"tolerance", num(t.tolerance)}};
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') ? ' ' : c;
+    }
+  }
+  return o;
+}
+
+std::string fmt_err(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", x);
+  return b;
+}
+}  // namespace
+
+CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v) {
+  CaseResult r{std::move(fixture), std::move(file), std::move(impl), v.pass ? "pass" : "fail", "", true, {}};
+  std::string msg;
+  for (const auto& t : v.tensors)
+    if (!t.pass) msg += (msg.empty() ? "" : "; ") + t.describe();
+  if (msg.empty() && !v.tensors.empty()) msg = v.worst().describe();
+  r.message = msg;
+  r.verdict = std::move(v);
+  return r;
+}
+
+void print_header() {
+  std::printf("%-11s %-14s %-62s %-13s %-13s %s\n", "STATUS", "IMPL", "CASE", "MAX ABS ERR", "MAX REL ERR",
+              "WORST ELEMENT / REASON");
+}
+
+void print_row(const CaseResult& r) {
+  std::string status = r.status;
+  for (char& c : status) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (r.judged) {
+    const TensorVerdict& w = r.verdict.worst();
+    std::printf("%-11s %-14s %-62s %-13s %-13s %s\n", status.c_str(), r.impl.c_str(), r.fixture.c_str(),
+                fmt_err(w.max_abs_err).c_str(), fmt_err(w.max_rel_err).c_str(), r.message.c_str());
+  } else {
+    std::printf("%-11s %-14s %-62s %-13s %-13s %s\n", status.c_str(), r.impl.c_str(), r.fixture.c_str(), "-", "-",
+                r.message.c_str());
+  }
+  std::fflush(stdout);
+}
+
+void print_summary(const std::vector<CaseResult>& rs) {
+  std::map<std::string, int> n{{"pass", 0}, {"fail", 0}, {"unsupported", 0}, {"error", 0}};
+  for (const auto& r : rs) ++n[r.status];
+  std::printf("\n%zu results: pass %d  fail %d  unsupported %d  error %d\n", rs.size(), n["pass"], n["fail"],
+              n["unsupported"], n["error"]);
+  if ((n["fail"] || n["error"]) && rs.size() > 20) {
+    std::printf("failures and errors:\n");
+    print_header();
+    for (const auto& r : rs)
+      if (r.status == "fail" || r.status == "error") print_row(r);
+  }
+}
+
+void check_report_path(const std::string& path) {
+  const std::string e = lower_ext(path);
+  if (e != ".json" && e != ".xml")
+    throw std::invalid_argument("--report: '" + path + "' must end in .json or .xml");
+}
+
+void write_report(const std::string& path, const std::vector<CaseResult>& rs) {
+  check_report_path(path);
+  std::map<std::string, int> n{{"pass", 0}, {"fail", 0}, {"unsupported", 0}, {"error", 0}};
+  for (const auto& r : rs) ++n[r.status];
+  std::ostringstream out;
+  if (lower_ext(path) == ".json") {
+    json cases = json::array();
+    for (const auto& r : rs) {
+      json c = {{"fixture", r.fixture}, {"file", r.file}, {"impl", r.impl}, {"status", r.status},
+                {"message", r.message}};
+      if (r.judged) {
+        const TensorVerdict& w = r.verdict.worst();
+        const json t = tensor_json(w);
+        c["tensor"] = w.tensor;
+        for (const char* k : {"max_abs_err", "max_rel_err", "tolerance", "worst_index", "expected", "actual"})
+          c[k] = t[k];
+        c["tensors"] = json::array();
+        for (const auto& tv : r.verdict.tensors) c["tensors"].push_back(tensor_json(tv));
+      } else {
+        for (const char* k : {"max_abs_err", "max_rel_err", "tolerance", "worst_index", "expected", "actual"})
+          c[k] = nullptr;
+      }
+      cases.push_back(c);
+    }
+    const json j = {{"cases", cases},
+                    {"summary",
+                     {{"pass", n["pass"]}, {"fail", n["fail"]}, {"unsupported", n["unsupported"]},
+                      {"error", n["error"]}}}};
+    out << j.dump(2) << '\n';
+  } else {
+    // JUnit: one testsuite per implementation, one testcase per fixture; unsupported -> <skipped/>.
+    std::map<std::string, std::vector<const CaseResult*>> by_impl;
+    for (const auto& r : rs) by_impl[r.impl].push_back(&r);
+    out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"attncheck\" tests=\"" << rs.size()
+        << "\" failures=\"" << n["fail"] << "\" errors=\"" << n["error"] << "\" skipped=\"" << n["unsupported"]
+        << "\">\n";
+    for (const auto& [impl, list] : by_impl) {
+      int f = 0, e = 0, s = 0;
+      for (const auto* r : list) {
+        f += r->status == "fail";
+        e += r->status == "error";
+        s += r->status == "unsupported";
+      }
+      out << "  <testsuite name=\"" << xml_escape(impl) << "\" tests=\"" << list.size() << "\" failures=\"" << f
+          << "\" errors=\"" << e << "\" skipped=\"" << s << "\">\n";
+      for (const auto* r : list) {
+        out << "    <testcase classname=\"" << xml_escape(impl) << "\" name=\"" << xml_escape(r->fixture) << "\"";
+        if (r->status == "pass") {
+          out << "/>\n";
+          continue;
+        }
+        out << ">\n";
+        const char* tag = r->status == "fail" ? "failure" : r->status == "error" ? "error" : "skipped";
+        out << "      <" << tag << " message=\"" << xml_escape(r->message) << "\"/>\n    </testcase>\n";
+      }
+      out << "  </testsuite>\n";
+    }
+    out << "</testsuites>\n";
+  }
+  std::ofstream f(path);
+  if (!f) throw std::invalid_argument("--report: cannot write '" + path + "'");
+  f << out.str();
+  if (!f) throw std::invalid_argument("--report: write to '" + path + "' failed");
+}
+
+int exit_code(const std::vector<CaseResult>& rs) {
+  for (const auto& r : rs)
+    if (r.status == "fail" || r.status == "error") return 1;
+  return 0;
+}
+
+Progress::Progress(size_t total) : total_(total), enabled_(::isatty(2) == 1 && total > 1) {}
+Progress::~Progress() { clear(); }
+
+void Progress::step(const std::string& label) {
+  if (!enabled_) return;
+  const int width = 30;
+  const int filled = static_cast<int>(width * done_ / std::max<size_t>(total_, 1));
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(width, '.');
+  std::fprintf(stderr, "\r\033[K[%s] %zu/%zu %.60s", bar.c_str(), done_, total_, label.c_str());
+  std::fflush(stderr);
+  ++done_;
+}
+
+void Progress::clear() {
+  if (!enabled_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+}
+
+}  // namespace attncheck::cli

@@ -1,0 +1,52 @@
+// What verify and compare share: one result row per (fixture, implementation), the terminal table, the JSON and
+// JUnit XML reports, the exit code, and a progress bar that only draws on a terminal.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "attncheck/tolerance.hpp"
+
+namespace attncheck::cli {
+
+struct CaseResult {
+  std::string fixture;  // case name (pasteable into --filter)
+  std::string file;     // fixture path
+  std::string impl;
+  std::string status;   // pass, fail, unsupported, error
+  std::string message;  // reason (unsupported/error) or the worst element's description
+  bool judged = false;  // a verdict exists (pass or fail)
+  Verdict verdict;
+};
+
+// pass/fail row from a verdict.
+CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v);
+
+// Prints the column header, then one row per result (status, impl, case, errors, worst element) to stdout.
+void print_header();
+void print_row(const CaseResult& r);
+// "pass 12  fail 0  unsupported 3  error 0" plus the failing rows again when there are many.
+void print_summary(const std::vector<CaseResult>& rs);
+// .json -> {"cases":[...],"summary":{...}}; .xml -> JUnit XML. Anything else: std::invalid_argument.
+void write_report(const std::string& path, const std::vector<CaseResult>& rs);
+// Throws std::invalid_argument when the report path has an unknown extension (checked before any work).
+void check_report_path(const std::string& path);
+// 0 when nothing failed or errored (unsupported is not a failure), else 1.
+int exit_code(const std::vector<CaseResult>& rs);
+
+// A one-line progress bar on stderr, drawn only when stderr is a terminal (never in CI logs or pipes).
+class Progress {
+ public:
+  explicit Progress(size_t total);
+  ~Progress();
+  void step(const std::string& label);  // before working on an item
+  void clear();                         // erase the bar (before printing a row)
+
+ private:
+  size_t total_, done_ = 0;
+  bool enabled_;
+};
+
+}  // namespace attncheck::cli
