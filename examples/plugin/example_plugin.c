@@ -2,7 +2,8 @@
  * (attncheck/plugin.h) only, as a user's library would be. It supports a declared subset (fp32; causal, window,
  * padding, boolean mask, softcap; no bias, dropout or finite fill) and says "unsupported" for everything else.
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
- * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing). */
+ * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing),
+ * EXAMPLE_PLUGIN_RUN_FAILS (run() reports an error status). */
 #include <math.h>
 #include <stdio.h>
 
@@ -11,8 +12,10 @@
 #ifndef EXAMPLE_PLUGIN_ABI
 #define EXAMPLE_PLUGIN_ABI ATTNCHECK_PLUGIN_ABI_VERSION
 #endif
-#ifdef EXAMPLE_PLUGIN_BUG
+#if defined(EXAMPLE_PLUGIN_BUG)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-buggy"
+#elif defined(EXAMPLE_PLUGIN_RUN_FAILS)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-failing"
 #else
 #define EXAMPLE_PLUGIN_NAME "example-plugin"
 #endif
@@ -61,6 +64,10 @@ static int visible(const attncheck_problem* p, int64_t b, int64_t h, int64_t i, 
 }
 
 static int32_t example_run(const attncheck_problem* p, char* err, size_t err_size) {
+#ifdef EXAMPLE_PLUGIN_RUN_FAILS
+  snprintf(err, err_size, "planted failure: out of device memory for Lk=%lld", (long long)p->Lk);
+  return ATTNCHECK_STATUS_ERROR;
+#endif
   if (p->dtype != ATTNCHECK_DTYPE_F32 || p->stat_dtype != ATTNCHECK_DTYPE_F32) {
     snprintf(err, err_size, "dtype %d: the example only computes fp32", (int)p->dtype);
     return ATTNCHECK_STATUS_ERROR;

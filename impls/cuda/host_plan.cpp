@@ -11,11 +11,11 @@ namespace attncheck::cuda {
 
 Capabilities kernel_capabilities() {
   Capabilities c;
-  c.dtypes = {DType::f32, DType::f16, DType::bf16};  // fp32 accumulation; fp64 is not implemented
+  c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};  // fp32 accumulation (fp64 for fp64)
   c.max_head_dim = kMaxHeadDim;
   c.notes =
       "kernel 1 (straightforward, serves weights output) and kernel 2 (fused flash, BR=4 rows, BC=32 keys, "
-      "BC=16 above head dim 128); fp32 accumulation; no fp64; no inline PTX (mma/ldmatrix/cp.async): the device "
+      "BC=16 above head dim 128; fp64: BC=32/16/8); fp32 accumulation, fp64 for fp64; no inline PTX (mma/ldmatrix/cp.async): the device "
       "runs the same scalar SIMT code that the host emulation runs";
   return c;
 }
@@ -25,7 +25,7 @@ Support kernel_supports(const Problem& p) {
   if (p.B * p.Hq > 65535)
     return Support::no("B*Hq = " + std::to_string(p.B * p.Hq) + " > 65535 (grid.y of the fused kernel)");
   if (p.Lq > INT_MAX || p.Lk > INT_MAX) return Support::no("Lq or Lk > INT_MAX");
-  if (p.fill == MaskFill::finite && !(std::abs(p.fill_value) <= FLT_MAX))
+  if (p.dtype != DType::f64 && p.fill == MaskFill::finite && !(std::abs(p.fill_value) <= FLT_MAX))
     return Support::no("finite fill_value " + std::to_string(p.fill_value) + " is outside the fp32 range");
   return Support::yes();
 }
@@ -37,9 +37,10 @@ ElemType elem_type(DType t) {
     case DType::f32: return ElemType::f32;
     case DType::f16: return ElemType::f16;
     case DType::bf16: return ElemType::bf16;
+    case DType::f64: return ElemType::f64;
     default: break;
   }
-  throw std::invalid_argument(std::string("cuda: dtype ") + to_string(t) + " not supported (fp32, fp16, bf16)");
+  throw std::invalid_argument(std::string("cuda: dtype ") + to_string(t) + " not supported (fp64, fp32, fp16, bf16)");
 }
 
 namespace {
@@ -68,8 +69,10 @@ HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   copy_strides(a.k_stride, in.k);
   copy_strides(a.v_stride, in.v);
   copy_strides(a.o_stride, out.out);
-  a.lse = out.lse ? out.lse->data<float>() : nullptr;
-  a.weights = out.weights ? out.weights->data<float>() : nullptr;
+  // lse and weights are stat_dtype: fp64 for fp64 problems, fp32 otherwise -- the kernels' accumulation type.
+  a.lse = out.lse ? out.lse->bytes.data() : nullptr;
+  a.weights = out.weights ? out.weights->bytes.data() : nullptr;
+  const bool wide = p.dtype == DType::f64;
   a.B = static_cast<int>(p.B);
   a.Hq = static_cast<int>(p.Hq);
   a.Hkv = static_cast<int>(p.Hkv);
@@ -77,8 +80,8 @@ HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   a.Lk = static_cast<int>(p.Lk);
   a.Dqk = static_cast<int>(p.Dqk);
   a.Dv = static_cast<int>(p.Dv);
-  a.scale = static_cast<float>(p.effective_scale());
-  a.softcap = static_cast<float>(p.softcap);
+  a.scale = p.effective_scale();
+  a.softcap = p.softcap;
   a.causal = p.causal;
   a.window_left = p.window_left;
   a.window_right = p.window_right;
@@ -94,20 +97,23 @@ HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
     plan.mask_bytes = in.mask->bytes.size();
   }
   if (in.bias) {
-    // Widened once on the host (exact for fp16/bf16/fp32; fp64 bias rounds to fp32, inside the score error).
-    plan.bias.resize(static_cast<size_t>(in.bias->numel()));
-    const std::vector<double> wide = in.bias->to_double();
-    for (size_t n = 0; n < wide.size(); ++n) plan.bias[n] = static_cast<float>(wide[n]);
+    // Converted once on the host to the accumulation type (exact, except an fp64 bias of an fp32/fp16/bf16
+    // problem, which rounds to fp32: one more rounding inside the score error of the tolerance model).
+    const std::vector<double> values = in.bias->to_double();
+    if (wide)
+      plan.bias_f64 = values;
+    else
+      plan.bias_f32.assign(values.begin(), values.end());
     int64_t stride = 1;
     for (int k = 3; k >= 0; --k) {
       const int64_t ext = in.bias->shape[static_cast<size_t>(k)];
       a.bias_stride[k] = ext == 1 ? 0 : stride;
       stride *= ext;
     }
-    a.bias = plan.bias.data();
+    a.bias = plan.bias_data();
   }
   a.fill_finite = p.fill == MaskFill::finite;
-  a.fill_value = static_cast<float>(p.fill_value);
+  a.fill_value = p.fill_value;
   a.fully_masked = p.fully_masked == FullyMasked::nan ? kFullyMaskedNan
                    : p.fully_masked == FullyMasked::zero ? kFullyMaskedZero
                                                          : kFullyMaskedUniform;
@@ -115,9 +121,9 @@ HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
     a.keep = in.keep->data<unsigned char>();
     plan.keep_bytes = in.keep->bytes.size();
   }
-  a.keep_scale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
+  a.keep_scale = 1.0 / (1.0 - p.dropout_p);
   if (v == KernelVersion::naive && !a.weights) {
-    plan.scratch.assign(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Lk), 0.f);
+    plan.scratch.assign(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Lk) * (wide ? sizeof(double) : sizeof(float)), 0);
     a.scratch = plan.scratch.data();
   }
   return plan;

@@ -23,9 +23,12 @@ struct HostPlan {
   ElemType elem = ElemType::f32;
   KernelVersion version = KernelVersion::flash;
   std::vector<int64_t> diag_offset, key_length;  // [B]
-  std::vector<float> bias;                       // the bias widened to fp32, row-major over its broadcast shape
-  std::vector<float> scratch;                    // kernel 1's score workspace when weights are not requested
+  std::vector<float> bias_f32;                   // the bias in the accumulation type (fp64 problems: bias_f64),
+  std::vector<double> bias_f64;                  //   row-major over its broadcast shape
+  std::vector<unsigned char> scratch;            // kernel 1's score workspace when weights are not requested
   size_t mask_bytes = 0, keep_bytes = 0;         // extents of the u8 buffers, for device copies
+  size_t bias_bytes() const { return bias_f32.size() * sizeof(float) + bias_f64.size() * sizeof(double); }
+  const void* bias_data() const { return bias_f64.empty() ? static_cast<const void*>(bias_f32.data()) : bias_f64.data(); }
 };
 
 // Params pointing into `in` and `out` (which must come from make_outputs(p)). Throws std::invalid_argument when

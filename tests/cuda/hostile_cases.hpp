@@ -90,6 +90,14 @@ inline std::vector<Case> hostile_cases() {
   add("bshd", [&](Case& c) { shape(c.p, 2, 4, 2, 7, 13, 16, 12); c.p.layout = Layout::BSHD; });
   add("fp16", [&](Case& c) { shape(c.p, 2, 4, 2, 7, 45, 32, 32); c.p.dtype = DType::f16; });
   add("bf16-bshd", [&](Case& c) { shape(c.p, 1, 4, 1, 9, 33, 64, 64); c.p.dtype = DType::bf16; c.p.layout = Layout::BSHD; });
+  add("fp64-gqa-br", [&](Case& c) {
+    shape(c.p, 2, 4, 2, 7, 37, 24, 20); c.p.dtype = DType::f64; c.p.causal = true;
+    c.p.alignment = Alignment::bottom_right; });
+  add("fp64-d200", [&](Case& c) { shape(c.p, 1, 2, 1, 5, 19, 200, 72); c.p.dtype = DType::f64; });
+  add("fp64-finite-huge-fill", [&](Case& c) {
+    shape(c.p, 1, 1, 1, 9, 21, 8, 8); c.p.dtype = DType::f64; c.p.causal = true; c.p.fill = MaskFill::finite;
+    c.p.fill_value = -1e300; c.p.alignment = Alignment::bottom_right; c.p.fully_masked = FullyMasked::uniform;
+    c.poison = false; });
   // Large logits of both signs, all-equal rows, a negative scale.
   add("logits1e4", [&](Case& c) { shape(c.p, 1, 2, 1, 6, 35, 8, 8); c.amplitude = 30; c.p.scale = 11.0; });
   add("all-equal", [&](Case& c) { shape(c.p, 1, 1, 1, 5, 40, 8, 8); c.all_equal = true; });
@@ -142,6 +150,12 @@ inline std::vector<Case> hostile_cases() {
     c.p.alignment = Alignment::bottom_right; c.p.key_lengths = {41, 29}; c.p.window_left = 20;
     c.p.mask_shape = std::array<int64_t, 4>{2, 1, 9, 41}; c.p.bias_shape = std::array<int64_t, 4>{1, 4, 1, 41};
     c.p.softcap = 8.0; c.p.dropout_p = 0.2; c.p.dropout_seed = 11; c.p.fully_masked = FullyMasked::zero; });
+  add("everything-fp64", [&](Case& c) {
+    shape(c.p, 2, 4, 2, 9, 41, 12, 10); c.p.dtype = DType::f64; c.p.causal = true;
+    c.p.alignment = Alignment::explicit_; c.p.causal_offsets = {3, 40}; c.p.key_lengths = {41, 29};
+    c.p.window_right = 4; c.p.mask_shape = std::array<int64_t, 4>{1, 4, 9, 41};
+    c.p.bias_shape = std::array<int64_t, 4>{2, 4, 9, 41}; c.p.bias_dtype = DType::f64; c.p.softcap = 3.0;
+    c.p.dropout_p = 0.25; c.p.dropout_seed = 5; c.p.fully_masked = FullyMasked::nan; });
   return cs;
 }
 

@@ -108,16 +108,15 @@ TEST(CudaEmulatedImpl, UnsupportedIsReportedNotRun) {
   const ImplPtr impl = find_impl("cuda-emulated");
   ASSERT_TRUE(impl);
   Problem p;
-  p.dtype = DType::f64;
-  EXPECT_FALSE(impl->supports(p).ok);
-  p.dtype = DType::f32;
   p.Dqk = 300;
   EXPECT_FALSE(impl->supports(p).ok);
   EXPECT_NE(impl->supports(p).reason.find("head dim"), std::string::npos) << impl->supports(p).reason;
   p.Dqk = 8;
   p.fill = MaskFill::finite;
   p.fill_value = -1e300;
-  EXPECT_FALSE(impl->supports(p).ok);
+  EXPECT_FALSE(impl->supports(p).ok) << "fill beyond the fp32 range with fp32 accumulation";
+  p.dtype = DType::f64;
+  EXPECT_TRUE(impl->supports(p).ok) << impl->supports(p).reason;
 }
 
 TEST(CudaDeviceImpl, MatchesReferenceOnADevice) {

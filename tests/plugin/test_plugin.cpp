@@ -117,6 +117,22 @@ TEST(Plugin, APlantedBugFailsTheVerdict) {
   EXPECT_FALSE(v.pass) << "the buggy plugin drops a key from the softmax denominator and must fail";
 }
 
+TEST(Plugin, ARunErrorStatusBecomesAnExceptionWithThePluginsMessage) {
+  const ImplPtr impl = load_plugin(FAILING_PLUGIN_PATH);
+  Problem p = base();
+  p.dtype = DType::f32;
+  const Inputs in = random_inputs(p, 3);
+  Outputs out;
+  try {
+    run_impl(*impl, p, in, out);
+    FAIL() << "expected the plugin's error";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("example-plugin-failing"), std::string::npos) << m;
+    EXPECT_NE(m.find("planted failure: out of device memory for Lk=13"), std::string::npos) << m;
+  }
+}
+
 TEST(Plugin, WrongAbiVersionIsAClearError) {
   try {
     load_plugin(BAD_ABI_PLUGIN_PATH);

@@ -1,5 +1,6 @@
 // `attncheck list`: every implementation, available or not (with the reason), and its capabilities.
 #include <cstdio>
+#include <string>
 
 #include "attncheck/impl.hpp"
 #include "command.hpp"
@@ -10,12 +11,38 @@ namespace {
 
 std::vector<std::string> g_plugins;
 
+template <class Set>
+std::string join(const Set& s) {
+  std::string o;
+  for (auto x : s) o += (o.empty() ? "" : ",") + std::string(to_string(x));
+  return o.empty() ? "none" : o;
+}
+
+// Two lines under each implementation: what it supports, and what it does not (so a gap is never silent).
+void print_capabilities(const Capabilities& c) {
+  std::string yes, no;
+  auto flag = [&](bool on, const char* what) { (on ? yes : no) += (on ? yes : no).empty() ? what : std::string(" ") + what; };
+  flag(c.gqa, "gqa"); flag(c.cross, "lq!=lk"); flag(c.dqk_ne_dv, "dqk!=dv"); flag(c.causal, "causal");
+  flag(c.per_batch_offsets, "per-batch-offsets"); flag(c.key_padding, "key-padding"); flag(c.bool_mask, "bool-mask");
+  flag(c.bias, "bias"); flag(c.window, "window"); flag(c.softcap, "softcap"); flag(c.dropout, "dropout");
+  flag(c.finite_fill, "finite-fill"); flag(c.lse_out, "lse"); flag(c.weights_out, "weights");
+  std::printf("    dtypes %s; layouts %s; alignments %s; fully-masked %s\n", join(c.dtypes).c_str(),
+              join(c.layouts).c_str(), join(c.alignments).c_str(), join(c.fully_masked).c_str());
+  std::printf("    supports: %s\n", yes.empty() ? "-" : yes.c_str());
+  if (!no.empty()) std::printf("    not supported: %s\n", no.c_str());
+  if (c.max_head_dim > 0 || c.head_dim_multiple > 1)
+    std::printf("    head dims: max %lld, multiple of %lld\n", static_cast<long long>(c.max_head_dim),
+                static_cast<long long>(c.head_dim_multiple));
+  if (!c.notes.empty()) std::printf("    notes: %s\n", c.notes.c_str());
+}
+
 int run_list() {
   load_plugins(g_plugins);
   for (const auto& impl : registry()) {
     const Support a = impl->available();
     std::printf("%-16s %-12s %s\n", impl->name().c_str(), a.ok ? "available" : "unavailable",
                 a.ok ? impl->description().c_str() : a.reason.c_str());
+    print_capabilities(impl->capabilities());
   }
   return 0;
 }

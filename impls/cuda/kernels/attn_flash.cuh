@@ -1,6 +1,6 @@
 // Kernel 2, fused flash-style: a block owns BR query rows of one (batch, head), one warp per row. The Q tile
 // sits in shared memory; K/V tiles of BC keys are staged through shared memory; each warp keeps an online softmax
-// (running max m, denominator l, fp32 accumulators) with warp-shuffle reductions, and writes out and lse.
+// (running max m, denominator l, fp32 accumulators; fp64 for fp64) with warp-shuffle reductions, and writes out and lse.
 #pragma once
 
 #include "attn_common.cuh"
@@ -8,11 +8,12 @@
 namespace attncheck::cuda {
 inline namespace ATTNCHECK_KERNEL_NS {
 
-// Shared memory of one block, in floats: Q tile [BR][Dqk], K tile [BC][Dqk], V tile [BC][Dv], and per warp the
-// effective weights of visible keys P [BR][BC] and the dropout factors of masked keys (finite fill) M [BR][BC].
-template <int BR, int BC>
+// Shared memory of one block, in the accumulation type: Q tile [BR][Dqk], K tile [BC][Dqk], V tile [BC][Dv], and
+// per warp the effective weights of visible keys P [BR][BC] and the dropout factors of masked keys (finite fill)
+// M [BR][BC].
+template <class Acc, int BR, int BC>
 inline size_t flash_smem_bytes(int Dqk, int Dv) {
-  return sizeof(float) * (static_cast<size_t>(BR) * Dqk + static_cast<size_t>(BC) * (Dqk + Dv) + 2u * BR * BC);
+  return sizeof(Acc) * (static_cast<size_t>(BR) * Dqk + static_cast<size_t>(BC) * (Dqk + Dv) + 2u * BR * BC);
 }
 
 // BR rows (warps) per block, BC keys per tile (BC <= 32: lane j scores key j of the tile), NV = Dv/32 rounded
@@ -20,12 +21,13 @@ inline size_t flash_smem_bytes(int Dqk, int Dv) {
 template <class T, int BR, int BC, int NV>
 __global__ void attn_flash_kernel(AttnParams p) {
   static_assert(BC >= 1 && BC <= 32, "one key per lane");
+  using Acc = typename AccOf<T>::type;
   ATTNCHECK_DYNAMIC_SHARED(unsigned char, smem);
-  float* sQ = reinterpret_cast<float*>(smem);  // [BR][Dqk]
-  float* sK = sQ + BR * p.Dqk;                 // [BC][Dqk]
-  float* sV = sK + BC * p.Dqk;                 // [BC][Dv]
-  float* sP = sV + BC * p.Dv;                  // [BR][BC]
-  float* sM = sP + BR * BC;                    // [BR][BC]
+  Acc* sQ = reinterpret_cast<Acc*>(smem);  // [BR][Dqk]
+  Acc* sK = sQ + BR * p.Dqk;               // [BC][Dqk]
+  Acc* sV = sK + BC * p.Dqk;               // [BC][Dv]
+  Acc* sP = sV + BC * p.Dv;                // [BR][BC]
+  Acc* sM = sP + BR * BC;                  // [BR][BC]
 
   const int tid = static_cast<int>(threadIdx.x), nthreads = BR * 32;
   const int warp = tid / 32, lane = tid % 32;
@@ -36,11 +38,12 @@ __global__ void attn_flash_kernel(AttnParams p) {
   const bool row_valid = i < p.Lq;  // rows past Lq still take part in every __syncthreads
   const int64_t off = p.diag_offset[b], valid = p.key_length[b];
   const int64_t diag = i + off;
+  const Acc fill = static_cast<Acc>(p.fill_value);
 
   // Q tile, widened to fp32 once.
   for (int x = tid; x < BR * p.Dqk; x += nthreads) {
     const int r = x / p.Dqk, d = x % p.Dqk;
-    sQ[x] = i0 + r < p.Lq ? load_as_float<T>(p.q, offset4(p.q_stride, b, h, i0 + r, d)) : 0.f;
+    sQ[x] = i0 + r < p.Lq ? load_as<T>(p.q, offset4(p.q_stride, b, h, i0 + r, d)) : Acc(0);
   }
 
   // Keys that can be visible to any row of the block. With a finite fill every key takes part, so none is skipped.
@@ -57,10 +60,10 @@ __global__ void attn_flash_kernel(AttnParams p) {
   // Online softmax state, identical in every lane of the warp. With a finite fill the running max starts at the
   // fill (the reference's m = max(m, fill)) and masked keys are summed apart: their weight exp(fill - m) is only
   // known at the end, and must be exactly 0 (not 0 x NaN) when it underflows.
-  float m_run = p.fill_finite ? p.fill_value : neg_inf();
-  float l = 0.f;
-  float acc[NV], acc_masked[NV];
-  for (int c = 0; c < NV; ++c) acc[c] = acc_masked[c] = 0.f;
+  Acc m_run = p.fill_finite ? fill : neg_inf<Acc>();
+  Acc l = 0;
+  Acc acc[NV], acc_masked[NV];
+  for (int c = 0; c < NV; ++c) acc[c] = acc_masked[c] = 0;
   int seen = 0;      // this lane saw a visible score > -inf (else the row is fully masked)
   int n_masked = 0;  // this lane's masked keys (finite fill only)
 
@@ -68,51 +71,51 @@ __global__ void attn_flash_kernel(AttnParams p) {
     __syncthreads();  // the previous tile is consumed (and the Q tile is written)
     for (int x = tid; x < BC * p.Dqk; x += nthreads) {
       const int r = x / p.Dqk, d = x % p.Dqk;
-      sK[x] = j0 + r < p.Lk ? load_as_float<T>(p.k, offset4(p.k_stride, b, kvh, j0 + r, d)) : 0.f;
+      sK[x] = j0 + r < p.Lk ? load_as<T>(p.k, offset4(p.k_stride, b, kvh, j0 + r, d)) : Acc(0);
     }
     for (int x = tid; x < BC * p.Dv; x += nthreads) {
       const int r = x / p.Dv, d = x % p.Dv;
-      sV[x] = j0 + r < p.Lk ? load_as_float<T>(p.v, offset4(p.v_stride, b, kvh, j0 + r, d)) : 0.f;
+      sV[x] = j0 + r < p.Lk ? load_as<T>(p.v, offset4(p.v_stride, b, kvh, j0 + r, d)) : Acc(0);
     }
     __syncthreads();
     if (row_valid) {
       const int64_t j = j0 + lane;
       // Tail keys (j >= Lk) score -inf and take no part: never 0, which would be a real score.
-      float s = neg_inf();
+      Acc s = neg_inf<Acc>();
       bool vis = false, masked = false;
       if (lane < BC && j < p.Lk) {
         vis = key_visible(p, b, h, i, j, diag, valid);
         masked = !vis;
         if (vis) {
-          float dot = 0.f;
-          const float* qrow = sQ + warp * p.Dqk;
-          const float* krow = sK + lane * p.Dqk;
-          for (int d = 0; d < p.Dqk; ++d) dot = fmaf(qrow[d], krow[d], dot);
+          Acc dot = 0;
+          const Acc* qrow = sQ + warp * p.Dqk;
+          const Acc* krow = sK + lane * p.Dqk;
+          for (int d = 0; d < p.Dqk; ++d) dot = ac_fma(qrow[d], krow[d], dot);
           s = transform_score(p, dot, b, h, i, j);
-          if (s > neg_inf()) seen = 1;
+          if (s > neg_inf<Acc>()) seen = 1;
         }
       }
-      const float m_new = max_keep(m_run, warp_max(s));
-      const float m_use = m_new == neg_inf() ? 0.f : m_new;  // all -inf so far: keep exp() away from -inf - -inf
-      const float alpha = expf(m_run - m_use);
-      const float e = vis ? expf(s - m_use) : 0.f;
+      const Acc m_new = max_keep(m_run, warp_max(s));
+      const Acc m_use = m_new == neg_inf<Acc>() ? Acc(0) : m_new;  // all -inf so far: no exp(-inf - -inf)
+      const Acc alpha = ac_exp(m_run - m_use);
+      const Acc e = vis ? ac_exp(s - m_use) : Acc(0);
       l = l * alpha + warp_sum(e);
-      const float kf = lane < BC && j < p.Lk ? keep_factor(p, b, h, i, j) : 0.f;
+      const Acc kf = lane < BC && j < p.Lk ? keep_factor<Acc>(p, b, h, i, j) : Acc(0);
       if (lane < BC) {
-        sP[warp * BC + lane] = kf == 0.f ? 0.f : e * kf;
-        sM[warp * BC + lane] = masked && p.fill_finite ? kf : 0.f;
+        sP[warp * BC + lane] = kf == Acc(0) ? Acc(0) : e * kf;
+        sM[warp * BC + lane] = masked && p.fill_finite ? kf : Acc(0);
       }
       if (masked && p.fill_finite) ++n_masked;
       __syncwarp();
       for (int c = 0; c < NV; ++c) {
         const int d = lane + 32 * c;
         if (d >= p.Dv) break;
-        float a = acc[c] * alpha, am = acc_masked[c];
+        Acc a = acc[c] * alpha, am = acc_masked[c];
         for (int jj = 0; jj < BC; ++jj) {
-          const float w = sP[warp * BC + jj];
-          if (w != 0.f) a = fmaf(w, sV[jj * p.Dv + d], a);  // zero weight: V may be NaN-poisoned
-          const float mk = sM[warp * BC + jj];
-          if (mk != 0.f) am = fmaf(mk, sV[jj * p.Dv + d], am);
+          const Acc w = sP[warp * BC + jj];
+          if (w != Acc(0)) a = ac_fma(w, sV[jj * p.Dv + d], a);  // zero weight: V may be NaN-poisoned
+          const Acc mk = sM[warp * BC + jj];
+          if (mk != Acc(0)) am = ac_fma(mk, sV[jj * p.Dv + d], am);
         }
         acc[c] = a;
         acc_masked[c] = am;
@@ -123,40 +126,40 @@ __global__ void attn_flash_kernel(AttnParams p) {
   }
 
   if (!row_valid) return;  // no block-wide barrier follows
-  seen = warp_sum_int(seen);
-  n_masked = warp_sum_int(n_masked);
-  float lse;
+  seen = warp_sum(seen);
+  n_masked = warp_sum(n_masked);
+  Acc lse;
   if (seen > 0) {
     // Masked keys with a finite fill: n_masked·exp(fill - m) joins the denominator, exp(fill - m)·Σ kf·v the sum.
     // Whether that weight is zero is decided in double, as the reference computes it.
-    const double fm = p.fill_finite ? exp(static_cast<double>(p.fill_value) - static_cast<double>(m_run)) : 0.0;
-    const float f = static_cast<float>(fm);
-    const float l_total = l + static_cast<float>(n_masked) * f;
+    const double fm = p.fill_finite ? exp(static_cast<double>(fill) - static_cast<double>(m_run)) : 0.0;
+    const Acc f = static_cast<Acc>(fm);
+    const Acc l_total = l + static_cast<Acc>(n_masked) * f;
     for (int c = 0; c < NV; ++c) {
       const int d = lane + 32 * c;
       if (d >= p.Dv) break;
-      float a = acc[c];
-      if (fm != 0.0) a = fmaf(f, acc_masked[c], a);
-      store_from_float<T>(p.out, offset4(p.o_stride, b, h, i, d), a / l_total);
+      Acc a = acc[c];
+      if (fm != 0.0) a = ac_fma(f, acc_masked[c], a);
+      store_as<T>(p.out, offset4(p.o_stride, b, h, i, d), a / l_total);
     }
-    lse = m_run + logf(l_total);
+    lse = m_run + ac_log(l_total);
   } else {
     // No visible key: the policy's weight for every key, dropout applied, over all of V (as the reference does).
-    const float w = fully_masked_weight(p);
+    const Acc w = fully_masked_weight<Acc>(p);
     for (int c = 0; c < NV; ++c) {
       const int d = lane + 32 * c;
       if (d >= p.Dv) break;
-      float a = 0.f;
-      for (int64_t j = 0; j < p.Lk && w != 0.f; ++j) {
-        const float kf = keep_factor(p, b, h, i, j);
-        const float we = kf == 0.f ? 0.f : w * kf;
-        if (we != 0.f) a = fmaf(we, load_as_float<T>(p.v, offset4(p.v_stride, b, kvh, j, d)), a);
+      Acc a = 0;
+      for (int64_t j = 0; j < p.Lk && w != Acc(0); ++j) {
+        const Acc kf = keep_factor<Acc>(p, b, h, i, j);
+        const Acc we = kf == Acc(0) ? Acc(0) : w * kf;
+        if (we != Acc(0)) a = ac_fma(we, load_as<T>(p.v, offset4(p.v_stride, b, kvh, j, d)), a);
       }
-      store_from_float<T>(p.out, offset4(p.o_stride, b, h, i, d), a);
+      store_as<T>(p.out, offset4(p.o_stride, b, h, i, d), a);
     }
-    lse = fully_masked_lse(p);
+    lse = fully_masked_lse<Acc>(p);
   }
-  if (p.lse && lane == 0) p.lse[(static_cast<int64_t>(b) * p.Hq + h) * p.Lq + i] = lse;
+  if (p.lse && lane == 0) static_cast<Acc*>(p.lse)[(static_cast<int64_t>(b) * p.Hq + h) * p.Lq + i] = lse;
 }
 
 }  // inline namespace ATTNCHECK_KERNEL_NS

@@ -12,6 +12,7 @@ constexpr int kNaiveRowsPerBlock = 4;  // warps per block
 
 template <class T>
 __global__ void attn_naive_kernel(AttnParams p) {
+  using Acc = typename AccOf<T>::type;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t rows = static_cast<int64_t>(p.B) * p.Hq * p.Lq;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kNaiveRowsPerBlock + warp;
@@ -22,19 +23,20 @@ __global__ void attn_naive_kernel(AttnParams p) {
   const int kvh = h / (p.Hq / p.Hkv);  // GQA: query head h reads KV head h / group
   const int64_t diag = i + p.diag_offset[b];
   const int64_t valid = p.key_length[b];
-  float* s = (p.weights ? p.weights : p.scratch) + row * p.Lk;  // (Lk): scores, then weights
+  const Acc fill = p.fill_finite ? static_cast<Acc>(p.fill_value) : neg_inf<Acc>();
+  Acc* s = static_cast<Acc*>(p.weights ? p.weights : p.scratch) + row * p.Lk;  // (Lk): scores, then weights
 
   // 1. scores: visible keys get scale·q·k (softcapped, + bias), masked keys the fill; lanes stride over keys.
-  float m = neg_inf();  // max over visible keys (the reference's m before the finite fill joins)
+  Acc m = neg_inf<Acc>();  // max over visible keys (the reference's m before the finite fill joins)
   for (int64_t j = lane; j < p.Lk; j += 32) {
     if (!key_visible(p, b, h, i, j, diag, valid)) {
-      s[j] = p.fill_finite ? p.fill_value : neg_inf();  // never read K or V of a masked key
+      s[j] = fill;  // never read K or V of a masked key
       continue;
     }
-    float dot = 0.f;
+    Acc dot = 0;
     for (int d = 0; d < p.Dqk; ++d)
-      dot = fmaf(load_as_float<T>(p.q, offset4(p.q_stride, b, h, i, d)),
-                 load_as_float<T>(p.k, offset4(p.k_stride, b, kvh, j, d)), dot);
+      dot = ac_fma(load_as<T>(p.q, offset4(p.q_stride, b, h, i, d)), load_as<T>(p.k, offset4(p.k_stride, b, kvh, j, d)),
+                   dot);
     s[j] = transform_score(p, dot, b, h, i, j);
     m = max_keep(m, s[j]);
   }
@@ -42,35 +44,35 @@ __global__ void attn_naive_kernel(AttnParams p) {
   __syncwarp();  // scores written by other lanes are read below
 
   // 2. softmax of the row. A row is fully masked when no visible score exceeds -inf (the reference's test).
-  float lse;
-  if (m > neg_inf()) {
-    if (p.fill_finite) m = max_keep(m, p.fill_value);  // masked keys take part with the finite fill
-    float sum = 0.f;
+  Acc lse;
+  if (m > neg_inf<Acc>()) {
+    if (p.fill_finite) m = max_keep(m, fill);  // masked keys take part with the finite fill
+    Acc sum = 0;
     for (int64_t j = lane; j < p.Lk; j += 32) {
-      s[j] = expf(s[j] - m);  // a masked key with fill -inf gives exactly 0
+      s[j] = ac_exp(s[j] - m);  // a masked key with fill -inf gives exactly 0
       sum += s[j];
     }
     sum = warp_sum(sum);
     for (int64_t j = lane; j < p.Lk; j += 32) s[j] /= sum;
-    lse = m + logf(sum);
+    lse = m + ac_log(sum);
   } else {
-    const float w = fully_masked_weight(p);
+    const Acc w = fully_masked_weight<Acc>(p);
     for (int64_t j = lane; j < p.Lk; j += 32) s[j] = w;
-    lse = fully_masked_lse(p);
+    lse = fully_masked_lse<Acc>(p);
   }
-  if (p.lse && lane == 0) p.lse[row] = lse;
+  if (p.lse && lane == 0) static_cast<Acc*>(p.lse)[row] = lse;
   __syncwarp();
 
   // 3. out = weights·V; dropout keeps (x 1/(1-p)) or drops; a zero weight never touches V (it may be NaN).
   for (int d = lane; d < p.Dv; d += 32) {
-    float acc = 0.f;
+    Acc acc = 0;
     for (int64_t j = 0; j < p.Lk; ++j) {
-      const float kf = keep_factor(p, b, h, i, j);
-      const float w = kf == 0.f ? 0.f : s[j] * kf;
-      if (w == 0.f) continue;
-      acc = fmaf(w, load_as_float<T>(p.v, offset4(p.v_stride, b, kvh, j, d)), acc);
+      const Acc kf = keep_factor<Acc>(p, b, h, i, j);
+      const Acc w = kf == Acc(0) ? Acc(0) : s[j] * kf;
+      if (w == Acc(0)) continue;
+      acc = ac_fma(w, load_as<T>(p.v, offset4(p.v_stride, b, kvh, j, d)), acc);
     }
-    store_from_float<T>(p.out, offset4(p.o_stride, b, h, i, d), acc);
+    store_as<T>(p.out, offset4(p.o_stride, b, h, i, d), acc);
   }
 }
 

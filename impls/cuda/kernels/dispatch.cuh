@@ -8,12 +8,12 @@
 namespace attncheck::cuda {
 
 enum class KernelVersion { naive = 1, flash = 2 };
-enum class ElemType { f32, f16, bf16 };
+enum class ElemType { f32, f16, bf16, f64 };
 
 // Largest head dim the fused kernel takes (accumulators per lane: 256 / 32 = 8).
 constexpr int kMaxHeadDim = 256;
-// The flash tiles: BR = 4 rows (warps) per block; BC = 32 keys per tile up to head dim 128, 16 above, so the block
-// stays under the 48 KiB of dynamic shared memory that needs no opt-in on any device.
+// The flash tiles: BR = 4 rows (warps) per block; BC keys per tile shrinks as head dims and the accumulation type
+// grow, so the block stays under the 48 KiB of dynamic shared memory that needs no opt-in on any device.
 constexpr int kFlashRows = 4;
 
 inline namespace ATTNCHECK_KERNEL_NS {
@@ -25,6 +25,14 @@ struct KernelLaunch {
   const char* name;
 };
 
+template <class T, int BC, int NV>
+KernelLaunch flash_launch(const AttnParams& p, const char* name) {
+  using Acc = typename AccOf<T>::type;
+  const dim3 grid(static_cast<unsigned>((p.Lq + kFlashRows - 1) / kFlashRows), static_cast<unsigned>(p.B * p.Hq));
+  return {&attn_flash_kernel<T, kFlashRows, BC, NV>, grid, dim3(32 * kFlashRows),
+          flash_smem_bytes<Acc, kFlashRows, BC>(p.Dqk, p.Dv), name};
+}
+
 template <class T>
 KernelLaunch plan_for(const AttnParams& p, KernelVersion v) {
   if (v == KernelVersion::naive) {
@@ -32,17 +40,15 @@ KernelLaunch plan_for(const AttnParams& p, KernelVersion v) {
     return {&attn_naive_kernel<T>, dim3(static_cast<unsigned>((rows + kNaiveRowsPerBlock - 1) / kNaiveRowsPerBlock)),
             dim3(32 * kNaiveRowsPerBlock), 0, "naive"};
   }
-  const dim3 grid(static_cast<unsigned>((p.Lq + kFlashRows - 1) / kFlashRows), static_cast<unsigned>(p.B * p.Hq));
-  const dim3 block(32 * kFlashRows);
   const int dmax = p.Dqk > p.Dv ? p.Dqk : p.Dv;
-  if (dmax <= 64)
-    return {&attn_flash_kernel<T, kFlashRows, 32, 2>, grid, block, flash_smem_bytes<kFlashRows, 32>(p.Dqk, p.Dv),
-            "flash<4,32,2>"};
-  if (dmax <= 128)
-    return {&attn_flash_kernel<T, kFlashRows, 32, 4>, grid, block, flash_smem_bytes<kFlashRows, 32>(p.Dqk, p.Dv),
-            "flash<4,32,4>"};
-  return {&attn_flash_kernel<T, kFlashRows, 16, 8>, grid, block, flash_smem_bytes<kFlashRows, 16>(p.Dqk, p.Dv),
-          "flash<4,16,8>"};
+  if constexpr (sizeof(typename AccOf<T>::type) == 8) {  // fp64: half the keys per tile for the same shared memory
+    if (dmax <= 64) return flash_launch<T, 32, 2>(p, "flash<4,32,2>");
+    if (dmax <= 128) return flash_launch<T, 16, 4>(p, "flash<4,16,4>");
+    return flash_launch<T, 8, 8>(p, "flash<4,8,8>");
+  }
+  if (dmax <= 64) return flash_launch<T, 32, 2>(p, "flash<4,32,2>");
+  if (dmax <= 128) return flash_launch<T, 32, 4>(p, "flash<4,32,4>");
+  return flash_launch<T, 16, 8>(p, "flash<4,16,8>");
 }
 
 inline KernelLaunch plan_launch(const AttnParams& p, ElemType t, KernelVersion v) {
@@ -50,6 +56,7 @@ inline KernelLaunch plan_launch(const AttnParams& p, ElemType t, KernelVersion v
     case ElemType::f32: return plan_for<float>(p, v);
     case ElemType::f16: return plan_for<__half>(p, v);
     case ElemType::bf16: return plan_for<__nv_bfloat16>(p, v);
+    case ElemType::f64: return plan_for<double>(p, v);
   }
   return plan_for<float>(p, v);
 }
