@@ -107,7 +107,7 @@ std::vector<std::string> restrict_to(CaseSpec& s, const Capabilities& c) {
 }
 
 void apply_budget(CaseSpec& s, int64_t budget) {
-  // Order: batch, extra heads (a GQA group of 2 survives), head dims down to 8, then lengths (last: they carry
+  // Order: batch, extra heads (a GQA group of 2 survives), head dims down to 4, then lengths (last: they carry
   // the tile edge cases).
   while (s.cost() > budget) {
     if (s.B > 1) {
@@ -117,7 +117,7 @@ void apply_budget(CaseSpec& s, int64_t budget) {
     } else if (s.Hkv > 1) {
       s.Hq = s.Hq / s.Hkv;
       s.Hkv = 1;
-    } else if (std::max(s.Dqk, s.Dv) > 8) {
+    } else if (std::max(s.Dqk, s.Dv) > 4) {
       (s.Dqk >= s.Dv ? s.Dqk : s.Dv) /= 2;
     } else if (std::max(s.Lq, s.Lk) > 1) {
       (s.Lq >= s.Lk ? s.Lq : s.Lk) -= std::max<int64_t>(1, std::max(s.Lq, s.Lk) / 4);

@@ -78,7 +78,8 @@ struct SeededChooser {
 // Remove what the implementation cannot do (unsupported features become off, unsupported dtypes another dtype);
 // returns the list of features removed, for the coverage report.
 std::vector<std::string> restrict_to(CaseSpec& s, const Capabilities& caps);
-// Shrink batch, heads and head dims (never the lengths, which carry the tile edge cases) until cost <= budget.
+// Shrink batch, heads, head dims (to 4), and only then the lengths (they carry the tile edge cases) until
+// cost <= budget.
 void apply_budget(CaseSpec& s, int64_t budget);
 // Make the spec consistent (Hq multiple of Hkv, offsets with explicit alignment, ...).
 void normalise(CaseSpec& s);

@@ -243,14 +243,15 @@ Outcome equal_scores(const Impl& impl, const Case& c0) {
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < p.Lq; ++i, ++row) {
         if (row_fully_masked(p, c.in, b, h, i)) continue;
-        int64_t n = 0;
-        std::vector<double> mean(static_cast<size_t>(p.Dv), 0.0);
+        int64_t n = 0;  // the mean in long double: its own rounding must stay far below the tolerance
+        std::vector<long double> mean(static_cast<size_t>(p.Dv), 0.0L);
         for (int64_t j = 0; j < p.Lk; ++j)
           if (visible(p, c.in, b, h, i, j)) {
             ++n;
             for (int64_t d = 0; d < p.Dv; ++d) mean[static_cast<size_t>(d)] += c.in.v.at(b, p.kv_head(h), j, d);
           }
-        for (int64_t d = 0; d < p.Dv; ++d) e[static_cast<size_t>(row * p.Dv + d)] = mean[static_cast<size_t>(d)] / n;
+        for (int64_t d = 0; d < p.Dv; ++d)
+          e[static_cast<size_t>(row * p.Dv + d)] = static_cast<double>(mean[static_cast<size_t>(d)] / n);
       }
   Checker k(impl, c);
   k.compare("out", out_shape(p), e, r->out, t.out);
@@ -276,12 +277,19 @@ Outcome fully_masked_policy(const Impl& impl, const Case& c) {
         ++rows;
         for (int64_t d = 0; d < p.Dv; ++d) {
           const size_t n = static_cast<size_t>(row * p.Dv + d);
-          double mean = 0;  // uniform: 1/Lk over every key, dropout applied like any weight
+          long double mean = 0;  // uniform: 1/Lk over every key, dropout applied like any weight
+          bool any_kept = false;
           for (int64_t j = 0; j < p.Lk; ++j) {
             const bool kept = !c.in.keep || c.in.keep->get_offset(row * p.Lk + j) != 0;
+            any_kept = any_kept || kept;
             if (kept) mean += c.in.v.at(b, p.kv_head(h), j, d) * keep_scale / static_cast<double>(p.Lk);
           }
-          eo[n] = p.fully_masked == FullyMasked::nan ? kNaN : p.fully_masked == FullyMasked::zero ? 0.0 : mean;
+          // nan: NaN weights reach the output through every kept key; a dropped key contributes nothing, so a row
+          // whose every key is dropped gives 0 (docs/problem-model.md, "zero weight contributes nothing").
+          const double nan_out = any_kept ? kNaN : 0.0;
+          eo[n] = p.fully_masked == FullyMasked::nan    ? nan_out
+                  : p.fully_masked == FullyMasked::zero ? 0.0
+                                                        : static_cast<double>(mean);
           to[n] = p.fully_masked == FullyMasked::uniform ? t.out[n] : 0.0;
         }
         if (p.want_lse) {

@@ -30,6 +30,8 @@ struct RcRun {
   int supported = 0, unsupported = 0;
   std::map<std::string, int> reasons, removed;
   double max_ratio = 0;     // over passing cases
+  std::map<std::string, double> max_ratio_by_dtype;
+  std::string worst;        // the passing comparison closest to its tolerance
 };
 
 inline RcRun rc_run(const Property& prop, const Impl& impl, const rc::detail::TestParams& params, int64_t budget,
@@ -53,7 +55,10 @@ inline RcRun rc_run(const Property& prop, const Impl& impl, const rc::detail::Te
           out.shrunk = built, failed_msg = o.message;  // the last failure seen is the shrunk one
           RC_FAIL(o.message);
         }
+        if (o.ratio > out.max_ratio) out.worst = o.message;
         out.max_ratio = std::max(out.max_ratio, o.ratio);
+        double& by = out.max_ratio_by_dtype[to_string(built.p.dtype)];
+        by = std::max(by, o.ratio);
       },
       rc::detail::TestMetadata{prop.name, prop.name}, params);
   std::ostringstream rc_msg;

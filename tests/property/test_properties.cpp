@@ -54,6 +54,10 @@ TEST_P(Suite, Holds) {
   std::cout << "[property] " << prop.name << " on " << impl->name() << ": " << r.supported << " cases checked, "
             << r.unsupported << " unsupported, max error/tolerance " << r.max_ratio << " (budget " << budget
             << ", seed " << params.seed << ")\n";
+  if (!r.worst.empty()) std::cout << "  closest to its tolerance: " << r.worst << "\n";
+  std::cout << "  max error/tolerance by dtype:";
+  for (const auto& [dt, ratio] : r.max_ratio_by_dtype) std::cout << " " << dt << " " << ratio;
+  std::cout << "\n";
   for (const auto& [why, n] : r.reasons) std::cout << "  unsupported x" << n << ": " << why << "\n";
   for (const auto& [what, n] : r.removed) std::cout << "  feature not supported, removed x" << n << ": " << what << "\n";
   if (r.failed)
