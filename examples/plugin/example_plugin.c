@@ -3,7 +3,8 @@
  * padding, boolean mask, softcap; no bias, dropout or finite fill) and says "unsupported" for everything else.
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
  * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing),
- * EXAMPLE_PLUGIN_RUN_FAILS (run() reports an error status). */
+ * EXAMPLE_PLUGIN_RUN_FAILS (run() reports an error status), EXAMPLE_PLUGIN_NO_WEIGHTS (declares no weights output,
+ * like fused kernels). */
 #include <math.h>
 #include <stdio.h>
 
@@ -16,6 +17,8 @@
 #define EXAMPLE_PLUGIN_NAME "example-plugin-buggy"
 #elif defined(EXAMPLE_PLUGIN_RUN_FAILS)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-failing"
+#elif defined(EXAMPLE_PLUGIN_NO_WEIGHTS)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-noweights"
 #else
 #define EXAMPLE_PLUGIN_NAME "example-plugin"
 #endif
@@ -34,6 +37,9 @@ static int32_t example_capabilities(attncheck_capabilities* c, char* err, size_t
   c->bool_mask = c->window = c->softcap = 1;
   c->bias = c->dropout = c->finite_fill = 0;
   c->weights_out = c->lse_out = 1;
+#ifdef EXAMPLE_PLUGIN_NO_WEIGHTS
+  c->weights_out = 0;
+#endif
   c->max_head_dim = 0;
   c->head_dim_multiple = 1;
   c->notes = "example plugin: fp32 loops, no bias/dropout/finite fill";

@@ -84,30 +84,33 @@ void store_row(Tensor& t, int64_t b, int64_t h, int64_t i, const T* src) {
 
 // ---- exp with exact zeros ---------------------------------------------------------------------------------
 // Eigen's vectorised exp clamps its argument, so exp(-inf) would be ~3e-39 instead of 0: a masked key would leak
-// a tiny weight (and NaN from a poisoned value). Below the smallest normal result we return exactly 0, which is
-// also what the double reference gives wherever its weight is exactly 0 (masked, or fill - max < -745).
-template <class T>
-constexpr T exp_floor() {
-  return std::is_same_v<T, float> ? T(-87.33) : T(-708.3);
-}
+// a tiny weight (and NaN from a poisoned value). Results below the smallest normal number (arguments below about
+// -87.3 in float, -708.4 in double) become exactly 0, which is also what the double reference gives wherever its
+// weight is exactly 0 (masked, or fill - max < -745); in between the reference's weights are below the tolerance
+// model's absolute floor.
 template <class T>
 inline T exp0(T x) {
-  return x < exp_floor<T>() ? T(0) : std::exp(x);
+  const T e = std::exp(x);
+  return e < std::numeric_limits<T>::min() ? T(0) : e;
 }
 // dst[j] = exp0(src[j] - m) for j < n (dst may alias src); returns the sum (fixed-order tree reduction).
 template <class T>
 inline T exp_shifted(const T* src, T* dst, int64_t n, T m) {
   if (n <= 0) return T(0);
-  const auto x = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(src, n) - m;
   ArrMap<T> out(dst, n);
-  out = (x < exp_floor<T>()).select(T(0), x.exp());
+  // Vectorised exp, then the zeroing as a plain loop (Eigen 3.4's select() would evaluate exp one by one).
+  out = (Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(src, n) - m).exp();
+  const T tiny = std::numeric_limits<T>::min();
+  for (int64_t j = 0; j < n; ++j) dst[j] = dst[j] < tiny ? T(0) : dst[j];
   return out.sum();
 }
-// Max over a row, skipping NaN like std::max(m, x) does in the reference.
+// max(m, s[0..n)), skipping NaN like std::max(m, x) does in the reference. Vectorised: a scalar `?:` chain would
+// be one dependent compare per element, as slow as the GEMM it follows.
 template <class T>
 inline T row_max(const T* s, int64_t n, T m) {
-  for (int64_t j = 0; j < n; ++j) m = s[j] > m ? s[j] : m;
-  return m;
+  if (n <= 0) return m;
+  const T x = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(s, n).template maxCoeff<Eigen::PropagateNumbers>();
+  return x > m ? x : m;  // x is NaN only when every element is
 }
 
 // ---- the score pipeline of one query row --------------------------------------------------------------------
@@ -237,6 +240,8 @@ struct BadValues {
   }
   // Scan V (n x Dv, row-major); zero and remember non-finite rows.
   void scan(T* v, int64_t n, int64_t Dv, int64_t col0) {
+    // Fast path: x * 0 is 0 for every finite x and NaN otherwise, and a vectorised sum sees any NaN.
+    if (n <= 0 || (Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(v, n * Dv) * T(0)).sum() == T(0)) return;
     for (int64_t r = 0; r < n; ++r) {
       T* row = v + r * Dv;
       bool finite = true;

@@ -44,7 +44,8 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
         std::fill(s, s + Lk, pol_w);
         lse = pol_lse;
       } else {
-        const T m = row_max(s, Lk, mvis);  // includes a finite fill, as the reference's max(m, fill)
+        // With a finite fill the masked keys take part, as in the reference's max(m, fill); -inf ones cannot matter.
+        const T m = scorer.finite_fill() ? row_max(s, Lk, mvis) : mvis;
         const T sum = exp_shifted(s, s, Lk, m);
         ArrMap<T>(s, Lk) /= sum;
         lse = m + std::log(sum);

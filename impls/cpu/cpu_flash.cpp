@@ -38,7 +38,7 @@ class Flash {
 
  private:
   struct Work {
-    std::vector<T> Q, K, V, S, acc, m, mvis, l;
+    std::vector<T> Q, K, V, S, acc, m, mvis, l, bmax;  // bmax: this block's visible max per row
     std::vector<Span> spans;
     BadValues<T> bad;
   };
@@ -56,6 +56,7 @@ class Flash {
     }
     for (int64_t r = 0; r < nr; ++r) {
       const T mv = sc_.process(b, h, i0 + r, j0, S.row(r).data(), nc, w.spans[static_cast<size_t>(r)]);
+      w.bmax[static_cast<size_t>(r)] = mv;
       if (mvis) mvis[r] = mv > mvis[r] ? mv : mvis[r];
     }
   }
@@ -70,6 +71,7 @@ class Flash {
     w.m.assign(static_cast<size_t>(nr), kNegInf);
     w.mvis.assign(static_cast<size_t>(nr), kNegInf);
     w.l.assign(static_cast<size_t>(nr), T(0));
+    w.bmax.resize(static_cast<size_t>(nr));
     w.spans.resize(static_cast<size_t>(nr));
     load_rows(in_.q, b, h, i0, i1, w.Q.data());  // (nr, Dqk)
     int64_t ulo = Lk, uhi = 0;                   // union of the rows' visible spans
@@ -90,7 +92,8 @@ class Flash {
       for (int64_t r = 0; r < nr; ++r) {
         T* s = S.row(r).data();
         T& m = w.m[static_cast<size_t>(r)];
-        const T m_new = row_max(s, nc, m);
+        // Masked keys at -inf cannot raise the max; with a finite fill they take part like visible ones.
+        const T m_new = finite ? row_max(s, nc, m) : std::max(m, w.bmax[static_cast<size_t>(r)]);
         if (m_new == kNegInf) {  // nothing with a finite score yet
           std::fill(s, s + nc, T(0));
           continue;

@@ -85,7 +85,7 @@ class CudnnImpl final : public Impl {
     std::string failures;
     for (const Desc& cfg : configs) {
       try {
-        plan = cudnn::make_plan(cfg, handle.h);
+        plan = cudnn::make_plan(cfg, handle.h, props);
         break;
       } catch (const cudnn::CudnnError& e) {
         failures += std::string("\n  ") + e.what();

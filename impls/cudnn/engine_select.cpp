@@ -91,9 +91,10 @@ int64_t engine_global_index(const Desc& engine_config) {
   return index;
 }
 
-Desc make_plan(const Desc& engine_config, cudnnHandle_t handle) {
+Desc make_plan(const Desc& engine_config, cudnnHandle_t handle, const Desc& device_props) {
   Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
   plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
+      .set_desc(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, device_props)
       .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, engine_config)
       .finalize();
   return plan;

@@ -82,7 +82,8 @@ std::vector<Desc> heuristic_engine_configs(const SdpaGraph& g, const Desc& devic
                                            cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A);
 
 // An execution plan for one engine configuration; throws CudnnError when cuDNN cannot build it.
-Desc make_plan(const Desc& engine_config, cudnnHandle_t handle);
+// With a handle (to execute on its GPU) or with device properties only (deviceless: stops at kernel load).
+Desc make_plan(const Desc& engine_config, cudnnHandle_t handle, const Desc& device_props);
 Desc make_plan(const Desc& engine_config, const Desc& device_props);
 // The global engine index behind a configuration (for messages and tests).
 int64_t engine_global_index(const Desc& engine_config);

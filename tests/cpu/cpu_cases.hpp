@@ -82,7 +82,8 @@ inline Inputs make_inputs(const Case& c) {
   return in;
 }
 
-// The table. Tiles of cpu-flash are 128 queries x 256 keys, so 127/129, 255/257 and 513 hit every tail.
+// The table. Tiles of cpu-flash are kFlashBlockQ x kFlashBlockK = 256 x 256 (impls/cpu/cpu_impls.hpp), so
+// lengths 255/257 and 513 hit every tail on both axes (127/129 cover smaller tiles if they change).
 inline std::vector<Case> hostile_cases() {
   std::vector<Case> cs;
   auto base = [](DType t, int64_t B, int64_t Hq, int64_t Hkv, int64_t Lq, int64_t Lk, int64_t Dqk, int64_t Dv) {
@@ -104,6 +105,13 @@ inline std::vector<Case> hostile_cases() {
   cs.push_back(base(f64, 1, 3, 1, 127, 513, 64, 48));
   cs.push_back(base(f16, 1, 2, 2, 7, 13, 5, 3));
   cs.push_back(base(bf16, 1, 4, 4, 131, 97, 80, 80));
+  cs.push_back(base(f32, 1, 2, 1, 255, 129, 32, 32));
+  {
+    Case c = base(f64, 1, 1, 1, 513, 255, 16, 16);
+    c.p.causal = true;
+    c.p.alignment = Alignment::bottom_right;
+    cs.push_back(c);
+  }
   {
     Case c = base(f32, 1, 2, 2, 257, 257, 128, 128);
     c.p.want_weights = false;  // cpu-flash without its second pass

@@ -114,6 +114,10 @@ inline std::vector<Case> hostile_cases() {
     add(std::string("fully-masked-") + to_string(fm), [&](Case& c) {
       shape(c.p, 2, 2, 1, 9, 5, 8, 8); c.p.causal = true; c.p.alignment = Alignment::bottom_right;
       c.p.fully_masked = fm; c.poison = false; });  // uniform/nan read every value: no poison
+  add("fully-masked-nan-dropout", [&](Case& c) {
+    // Lk = 1: half the fully-masked rows have their only key dropped; the reference then gives 0, not NaN.
+    shape(c.p, 2, 2, 1, 9, 1, 8, 8); c.p.causal = true; c.p.alignment = Alignment::bottom_right;
+    c.p.fully_masked = FullyMasked::nan; c.p.dropout_p = 0.5; c.p.dropout_seed = 2; c.poison = false; });
   add("offsets-per-batch", [&](Case& c) {
     shape(c.p, 3, 2, 1, 6, 40, 8, 8); c.p.causal = true; c.p.alignment = Alignment::explicit_;
     c.p.causal_offsets = {34, -2, 100}; });

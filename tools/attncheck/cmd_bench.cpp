@@ -49,6 +49,8 @@ int run_bench() {
               c.causal ? " causal" : "", c.threads, bench::compiled_isa());
   std::printf("  median %.4f s over %d reps: %.1f GFLOP/s; same-run SGEMM (n=%lld) %.1f GFLOP/s; ratio %.3f\n",
               r.seconds, c.reps, r.gflops, static_cast<long long>(r.sgemm_n), r.sgemm_gflops, r.ratio_to_sgemm);
+  std::printf("  process CPU time %.4f s per run; ratio of CPU-time rates to the SGEMM %.3f\n", r.cpu_seconds,
+              r.cpu_ratio_to_sgemm);
   if (r.extra_rss_bytes >= 0)
     std::printf("  peak extra RSS %.1f MiB\n", r.extra_rss_bytes / (1024.0 * 1024.0));
   else
@@ -64,11 +66,12 @@ const Register reg{
        sub.add_option("--dtype", g.dtype, "fp64, fp32, fp16 or bf16 (default fp32)");
        sub.add_option("--threads", g.threads, "Threads (default: ATTNCHECK_THREADS or all cores)");
        sub.add_option("--reps", g.reps, "Timed repetitions; the median is reported (default 5)");
-       sub.add_option("--warmup", g.warmup, "Untimed warm-up runs (default 1)");
+       sub.add_option("--warmup", g.warmup, "Untimed warm-up runs (default 1); the first untimed run (always made) also measures peak memory");
        sub.add_flag("--causal", g.causal, "Top-left causal mask (FLOPs counted half)");
        sub.add_flag("--json", g.json,
                     "One JSON object: impl, shape, dtype, causal, threads, reps, seconds, gflops, sgemm_gflops, "
-                    "sgemm_n, ratio_to_sgemm, peak_extra_rss_bytes, peak_extra_rss_mib, isa");
+                    "sgemm_n, ratio_to_sgemm, peak_extra_rss_bytes, peak_extra_rss_mib, cpu_seconds, "
+                    "cpu_ratio_to_sgemm, isa");
        add_plugin_option(sub, g.plugins);
        return std::function<int()>(run_bench);
      }}};

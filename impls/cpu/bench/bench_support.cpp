@@ -9,10 +9,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace attncheck::bench {
@@ -56,6 +62,27 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Wall-clock and process CPU seconds of fn(), each the median over reps.
+template <class F>
+std::pair<double, double> time_median(int reps, F&& fn) {
+  std::vector<double> wall, cpu;
+  for (int r = 0; r < std::max(reps, 1); ++r) {
+    const double c0 = process_cpu_seconds();
+    const auto t0 = Clock::now();
+    fn();
+    wall.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    cpu.push_back(process_cpu_seconds() - c0);
+  }
+  return {median(wall), median(cpu)};
+}
+
+
 // A field of /proc/self/status in bytes ("VmRSS", "VmHWM"), or -1.
 double proc_status_bytes(const char* field) {
   std::ifstream f("/proc/self/status");
@@ -64,6 +91,15 @@ double proc_status_bytes(const char* field) {
   while (std::getline(f, line))
     if (line.rfind(key, 0) == 0) return std::atof(line.c_str() + key.size()) * 1024.0;  // reported in kB
   return -1;
+}
+// glibc raises its mmap threshold after a large block is freed, so the next run would reuse heap memory the
+// previous one left resident and its peak would not show. A fixed threshold keeps large blocks mmap'ed, so every
+// run's working memory is mapped (and counted) afresh.
+void fix_malloc_for_rss() {
+#if defined(__GLIBC__)
+  static const bool done = [] { return mallopt(M_MMAP_THRESHOLD, 64 * 1024) == 1; }();
+  (void)done;
+#endif
 }
 bool reset_peak_rss() {
   std::ofstream f("/proc/self/clear_refs");
@@ -90,7 +126,7 @@ struct ThreadsEnv {
 };
 }  // namespace
 
-double sgemm_seconds(int64_t n, int threads, int warmup, int reps) {
+std::pair<double, double> sgemm_seconds(int64_t n, int threads, int warmup, int reps) {
   Eigen::MatrixXf A = Eigen::MatrixXf::Random(n, n), B = Eigen::MatrixXf::Random(n, n), C(n, n);
   threads = static_cast<int>(std::clamp<int64_t>(threads, 1, n));
   auto once = [&] {
@@ -107,14 +143,9 @@ double sgemm_seconds(int64_t n, int threads, int warmup, int reps) {
     for (auto& th : pool) th.join();
   };
   for (int w = 0; w < warmup; ++w) once();
-  std::vector<double> times;
-  for (int r = 0; r < std::max(reps, 1); ++r) {
-    const auto t0 = Clock::now();
-    once();
-    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
+  const auto t = time_median(reps, once);
   if (!std::isfinite(C(0, 0))) throw std::runtime_error("sgemm produced a non-finite value");
-  return median(times);
+  return t;
 }
 
 Result run(const Impl& impl, const Config& c) {
@@ -134,31 +165,28 @@ Result run(const Impl& impl, const Config& c) {
       t->set_offset(n, static_cast<double>(state >> 11) * 0x1.0p-52 - 1.0);  // signed, in [-1, 1)
     }
   Outputs out = make_outputs(p);
+  fix_malloc_for_rss();
 
   Result r;
   {
     const ThreadsEnv env(c.threads);
-    for (int w = 0; w < c.warmup; ++w) impl.run(p, in, out);
-    // Memory on its own run: resident size before, high-water mark during.
+    // Memory on the first run: resident size before, high-water mark during (outputs are already allocated).
     const bool reset = reset_peak_rss();
     const double rss0 = proc_status_bytes("VmRSS");
     impl.run(p, in, out);
     const double hwm = proc_status_bytes("VmHWM");
     if (reset && rss0 >= 0 && hwm >= 0) r.extra_rss_bytes = std::max(0.0, hwm - rss0);
-    std::vector<double> times;
-    for (int k = 0; k < std::max(c.reps, 1); ++k) {
-      const auto t0 = Clock::now();
-      impl.run(p, in, out);
-      times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    }
-    r.seconds = median(times);
+    for (int w = 1; w < c.warmup; ++w) impl.run(p, in, out);  // the memory run was the first warm-up
+    std::tie(r.seconds, r.cpu_seconds) = time_median(c.reps, [&] { impl.run(p, in, out); });
   }
   const double flops = attention_flops(c);
   r.gflops = flops / r.seconds / 1e9;
   r.sgemm_n = std::max<int64_t>(16, std::llround(std::cbrt(flops / 2.0)));
   const double gemm_flops = 2.0 * std::pow(static_cast<double>(r.sgemm_n), 3);
-  r.sgemm_gflops = gemm_flops / sgemm_seconds(r.sgemm_n, c.threads, c.warmup, c.reps) / 1e9;
+  const auto [sg_wall, sg_cpu] = sgemm_seconds(r.sgemm_n, c.threads, c.warmup, c.reps);
+  r.sgemm_gflops = gemm_flops / sg_wall / 1e9;
   r.ratio_to_sgemm = r.gflops / r.sgemm_gflops;
+  r.cpu_ratio_to_sgemm = (flops / r.cpu_seconds) / (gemm_flops / sg_cpu);
   return r;
 }
 
@@ -183,12 +211,12 @@ std::string to_json(const std::string& impl, const Config& c, const Result& r) {
                 "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, "
                 "\"threads\": %d, \"reps\": %d, \"seconds\": %.6g, \"gflops\": %.4g, \"sgemm_gflops\": %.4g, "
                 "\"sgemm_n\": %lld, \"ratio_to_sgemm\": %.4g, \"peak_extra_rss_bytes\": %.0f, "
-                "\"peak_extra_rss_mib\": %.2f, \"isa\": \"%s\"}",
+                "\"peak_extra_rss_mib\": %.2f, \"cpu_seconds\": %.6g, \"cpu_ratio_to_sgemm\": %.4g, \"isa\": \"%s\"}",
                 impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.Lq),
                 static_cast<long long>(s.Lk), static_cast<long long>(s.D), to_string(c.dtype),
                 c.causal ? "true" : "false", c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
                 static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm, r.extra_rss_bytes,
-                r.extra_rss_bytes / (1024.0 * 1024.0), compiled_isa());
+                r.extra_rss_bytes / (1024.0 * 1024.0), r.cpu_seconds, r.cpu_ratio_to_sgemm, compiled_isa());
   return buf;
 }
 

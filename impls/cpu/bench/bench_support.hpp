@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "attncheck/impl.hpp"
 
@@ -34,14 +35,18 @@ struct Result {
   int64_t sgemm_n = 0;      // its size n (n x n times n x n)
   double ratio_to_sgemm = 0;
   double extra_rss_bytes = -1;  // peak RSS during one run minus RSS before it (-1: could not be measured)
+  // Process CPU seconds per run (median) and the ratio of CPU-time rates: on a loaded machine wall-clock rates
+  // measure the neighbours, CPU time much less so. The wall-clock figures above stay the primary result.
+  double cpu_seconds = 0, cpu_ratio_to_sgemm = 0;
 };
 
 // Times `impl` on a random signed problem of the configured shape (inputs and outputs allocated beforehand and
 // not counted), then the SGEMM. Throws std::invalid_argument when the impl does not support the problem.
 Result run(const Impl& impl, const Config& c);
 
-// Median seconds of an n x n x n SGEMM (Eigen, single-threaded kernels, columns split over `threads` threads).
-double sgemm_seconds(int64_t n, int threads, int warmup, int reps);
+// Median wall-clock and process CPU seconds of an n x n x n SGEMM (Eigen, single-threaded kernels, columns
+// split over `threads` threads).
+std::pair<double, double> sgemm_seconds(int64_t n, int threads, int warmup, int reps);
 
 // The vector ISA this translation unit was compiled for ("avx512", "avx2", "sse2", ...).
 const char* compiled_isa();

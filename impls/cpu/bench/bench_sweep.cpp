@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
                                              st.counters["SGEMM_GFLOPs"] = r.sgemm_gflops;
                                              st.counters["ratio"] = r.ratio_to_sgemm;
                                              st.counters["extra_MiB"] = r.extra_rss_bytes / (1024.0 * 1024.0);
+                                             st.counters["cpu_ratio"] = r.cpu_ratio_to_sgemm;
                                            })
                   ->UseManualTime()
                   ->Iterations(1)

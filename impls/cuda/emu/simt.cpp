@@ -3,9 +3,6 @@
 // which nothing can move is reported as a deadlock or a partial barrier, with the barrier's source location.
 #include "simt.hpp"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <boost/context/fiber.hpp>
@@ -17,54 +14,14 @@
 #include <vector>
 
 #include "attncheck/reference.hpp"  // default_threads
+#include "fiber_stack.hpp"
 
 namespace attncheck::emu {
 namespace ctx = boost::context;
 
 namespace {
 
-// ---- fiber stacks: pooled, each with a guard page so a stack overflow faults instead of corrupting memory ----
-constexpr size_t kStackSize = 256 * 1024;
-
-class StackPool {
- public:
-  ctx::stack_context take() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!free_.empty()) {
-        ctx::stack_context sc = free_.back();
-        free_.pop_back();
-        return sc;
-      }
-    }
-    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-    void* base = ::mmap(nullptr, kStackSize + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) throw std::bad_alloc();
-    ::mprotect(base, page, PROT_NONE);  // stacks grow down: the lowest page is the guard
-    ctx::stack_context sc;
-    sc.size = kStackSize;
-    sc.sp = static_cast<char*>(base) + page + kStackSize;
-    return sc;
-  }
-  void give(const ctx::stack_context& sc) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_.push_back(sc);
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<ctx::stack_context> free_;  // never unmapped: bounded by the peak number of live fibers
-};
-
-StackPool& stack_pool() {
-  static StackPool* pool = new StackPool;  // intentionally leaked: fibers may outlive static destruction order
-  return *pool;
-}
-
-struct PooledStack {
-  ctx::stack_context allocate() { return stack_pool().take(); }
-  void deallocate(ctx::stack_context& sc) noexcept { stack_pool().give(sc); }
-};
+using detail::PooledStack;
 
 enum class State : uint8_t { runnable, at_block_barrier, at_warp_op, done };
 

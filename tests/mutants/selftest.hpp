@@ -1,0 +1,41 @@
+// `attncheck selftest`: runs every property on a fixed, seeded list of generated cases against every mutant and
+// correct variant of the catalogue. A mutant is killed when some property fails on some case; a correct variant
+// that fails anything is a false alarm. Deterministic: the cases depend only on the seed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attncheck::mutants {
+
+struct SelftestOptions {
+  int cases_per_property = 24;
+  uint64_t seed = 20261122;
+  int64_t budget = 40000;  // CaseSpec::cost per case
+};
+
+struct Kill {
+  std::string property;
+  std::string case_name;
+  double ratio = 0;     // error / tolerance of the failing comparison (inf for NaN or a non-finite mismatch)
+  std::string message;  // the property's failure message
+};
+
+struct EntryResult {
+  std::string name, bug;
+  bool correct = false;
+  std::vector<Kill> failures;   // one per property that failed (first failing case)
+  double max_pass_ratio = 0;    // largest error / tolerance among passing checks
+  int checks = 0, unsupported = 0;
+};
+
+struct SelftestReport {
+  int mutants = 0, killed = 0, correct = 0, false_alarms = 0;
+  double seconds = 0;
+  std::vector<EntryResult> details;
+};
+
+SelftestReport run_selftest(const SelftestOptions& o = {});
+
+}  // namespace attncheck::mutants

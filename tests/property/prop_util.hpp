@@ -1,0 +1,49 @@
+// Helpers shared by the property files: running an implementation on a case, reference results with error
+// scales, and element-wise comparison with the tolerance model's messages (case, index, expected, actual, tol).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attncheck/reference.hpp"
+#include "attncheck/tolerance.hpp"
+#include "properties.hpp"
+
+namespace attncheck::prop {
+
+struct Ran {
+  std::vector<double> out, lse, w;  // logical order: out [B,Hq,Lq,Dv], lse [B,Hq,Lq], w [B,Hq,Lq,Lk]
+};
+
+// Runs `impl`; nullopt (with the reason) when it does not support the case.
+std::optional<Ran> run(const Impl& impl, const Case& c, std::string* why);
+
+struct Tol {
+  ReferenceResult ref;
+  std::vector<double> out, lse, w;
+};
+// The reference (with weights, whatever the case asks) and the tolerance model's per-element tolerances.
+Tol tolerances(const Case& c);
+
+// Collects comparisons; the first failure keeps its message, the ratio is the worst over all.
+struct Checker {
+  const Impl& impl;
+  const Case& c;
+  Outcome result;
+  Checker(const Impl& i, const Case& cs) : impl(i), c(cs) {}
+  // Compare `actual` to `expected` element-wise within `tol` (non-finite expected must match in kind).
+  bool compare(const std::string& what, const std::vector<int64_t>& shape, const std::vector<double>& expected,
+               const std::vector<double>& actual, const std::vector<double>& tol);
+  bool fail(const std::string& msg);
+  Outcome done() { return result; }
+};
+
+std::vector<int64_t> out_shape(const Problem& p);
+std::vector<int64_t> lse_shape(const Problem& p);
+std::vector<int64_t> w_shape(const Problem& p);
+std::vector<double> add(const std::vector<double>& a, const std::vector<double>& b);
+// Same case with lse and weights requested when the implementation can produce them.
+Case with_stats(const Impl& impl, Case c);
+
+}  // namespace attncheck::prop

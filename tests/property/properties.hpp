@@ -1,0 +1,45 @@
+// The properties every implementation must satisfy, as plain functions of (implementation, case). The RapidCheck
+// suite (test_properties.cpp) and `attncheck selftest` (mutants) both run this one list.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attncheck/impl.hpp"
+#include "case.hpp"
+
+namespace attncheck::prop {
+
+struct Outcome {
+  enum Kind { pass, fail, unsupported } kind = pass;
+  std::string message;  // fail: case name, worst index, expected, actual, error, tolerance; unsupported: reason
+  double ratio = 0.0;   // largest error / tolerance seen by the comparisons of this check (0 when none)
+  static Outcome unsup(std::string why) { return {unsupported, std::move(why), 0.0}; }
+};
+
+struct Property {
+  const char* name;
+  const char* what;
+  // Steer a generated spec towards cases where the property says something (e.g. force a mask).
+  void (*prepare)(CaseSpec&);
+  Outcome (*check)(const Impl&, const Case&);
+};
+
+const std::vector<Property>& properties();
+const Property* find_property(const std::string& name);
+
+// The work budget (CaseSpec::cost) for an implementation: ATTNCHECK_PROPERTY_BUDGET, times 8 in long mode
+// (ATTNCHECK_PROPERTY_LONG=1), divided for implementations known to be slow (emulated kernels).
+int64_t default_budget(const Impl& impl);
+bool long_mode();
+
+// prepare -> normalise -> restrict to capabilities -> budget -> build -> check; exceptions become failures.
+// `removed` receives the features restrict_to took out; `built` (optional) the case that was checked.
+Outcome evaluate(const Property& prop, const Impl& impl, CaseSpec spec, int64_t budget,
+                 std::vector<std::string>* removed = nullptr, Case* built = nullptr);
+
+// Part lists (properties_basic.cpp, properties_meta.cpp).
+std::vector<Property> basic_properties();
+std::vector<Property> metamorphic_properties();
+
+}  // namespace attncheck::prop

@@ -1,0 +1,72 @@
+// `attncheck selftest [--json]`: proof that the property suite catches bugs. Every mutant of the test-only catalogue
+// (tests/mutants) must be killed by some property and every correct-but-different variant must pass.
+// Exit 0 when killed == mutants and false_alarms == 0, else 1.
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "../../tests/mutants/selftest.hpp"
+#include "command.hpp"
+
+namespace attncheck::cli {
+namespace {
+
+double finite_or(double x, double alt) { return std::isfinite(x) ? x : alt; }
+
+int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
+  mutants::SelftestOptions o;
+  if (cases > 0) o.cases_per_property = cases;
+  o.seed = seed;
+  const mutants::SelftestReport r = mutants::run_selftest(o);
+  const bool ok = r.killed == r.mutants && r.false_alarms == 0;
+  if (json) {
+    nlohmann::json j;
+    j["mutants"] = r.mutants, j["killed"] = r.killed, j["false_alarms"] = r.false_alarms;
+    j["correct_variants"] = r.correct, j["seconds"] = r.seconds, j["seed"] = o.seed;
+    j["cases_per_property"] = o.cases_per_property;
+    j["details"] = nlohmann::json::array();
+    for (const auto& e : r.details) {
+      nlohmann::json d;
+      d["name"] = e.name, d["bug"] = e.bug, d["kind"] = e.correct ? "correct" : "mutant";
+      d["verdict"] = e.correct ? (e.failures.empty() ? "passed" : "false_alarm") : (e.failures.empty() ? "survived" : "killed");
+      d["killed_by"] = nlohmann::json::array();
+      for (const auto& k : e.failures) {
+        nlohmann::json kj = {{"property", k.property}, {"case", k.case_name}, {"ratio", finite_or(k.ratio, 1e308)}};
+        if (verbose) kj["message"] = k.message;
+        d["killed_by"].push_back(kj);
+      }
+      d["max_pass_ratio"] = e.max_pass_ratio, d["checks"] = e.checks, d["unsupported"] = e.unsupported;
+      j["details"].push_back(d);
+    }
+    std::printf("%s\n", j.dump(verbose ? 2 : -1).c_str());
+  } else {
+    for (const auto& e : r.details) {
+      std::printf("%-24s %-11s", e.name.c_str(),
+                  e.correct ? (e.failures.empty() ? "passed" : "FALSE-ALARM") : (e.failures.empty() ? "SURVIVED" : "killed"));
+      if (e.failures.empty())
+        std::printf(" max error/tol %.3g over %d checks", e.max_pass_ratio, e.checks);
+      for (const auto& k : e.failures) std::printf(" %s(%.3g)", k.property.c_str(), k.ratio);
+      std::printf("\n");
+      if (verbose || (e.correct && !e.failures.empty()))
+        for (const auto& k : e.failures) std::printf("    %s: %s\n", k.property.c_str(), k.message.c_str());
+    }
+    std::printf("mutants %d killed %d false_alarms %d (%d correct variants) in %.1f s\n", r.mutants, r.killed,
+                r.false_alarms, r.correct, r.seconds);
+  }
+  return ok ? 0 : 1;
+}
+
+bool g_json = false, g_verbose = false;
+int g_cases = 0;
+uint64_t g_seed = mutants::SelftestOptions{}.seed;
+const Register reg{{"selftest", "Run the property suite against the mutant catalogue (every mutant must die)",
+                    [](CLI::App& sub) {
+                      sub.add_flag("--json", g_json, "Print the report as JSON");
+                      sub.add_flag("--verbose", g_verbose, "Print every failure message");
+                      sub.add_option("--cases", g_cases, "Cases per property and entry (default 24)");
+                      sub.add_option("--seed", g_seed, "Seed of the generated cases");
+                      return std::function<int()>([] { return run_selftest_cmd(g_json, g_cases, g_seed, g_verbose); });
+                    }}};
+
+}  // namespace
+}  // namespace attncheck::cli
