@@ -1,7 +1,7 @@
 // The property suite: every property of properties() against every implementation in registry(), one GoogleTest
 // per pair (e.g. `Property/Suite.Holds/causality__cpu_flash`), cases generated and shrunk by RapidCheck.
 // Default: a fixed seed per pair and a modest number of cases within each implementation's size budget.
-// ATTNCHECK_PROPERTY_LONG=1 runs 10x the cases with 8x the budget; RC_PARAMS (e.g. "seed=7 max_success=500")
+// ATTNCHECK_PROPERTY_LONG=1 runs 500 cases (default 80) with 8x the budget; RC_PARAMS (e.g. "seed=7 max_success=500")
 // overrides RapidCheck's parameters. A failure prints the shrunk case and writes it as a regression fixture.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
@@ -47,7 +47,7 @@ TEST_P(Suite, Holds) {
 
   rc::detail::TestParams params = rc::detail::configuration().testParams;
   if (!std::getenv("RC_PARAMS")) {
-    params.maxSuccess = long_mode() ? 500 : 50;
+    params.maxSuccess = long_mode() ? 500 : 80;
     params.seed = fnv(prop.name + std::string("/") + impl->name());
   }
   const RcRun r = rc_run(prop, *impl, params, budget);

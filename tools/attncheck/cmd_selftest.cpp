@@ -11,7 +11,8 @@
 namespace attncheck::cli {
 namespace {
 
-double finite_or(double x, double alt) { return std::isfinite(x) ? x : alt; }
+// JSON has no infinity: a kill by NaN, inf or an exact (bitwise, exactly-zero) check reports ratio null.
+nlohmann::json ratio_json(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
   mutants::SelftestOptions o;
@@ -31,7 +32,7 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
       d["verdict"] = e.correct ? (e.failures.empty() ? "passed" : "false_alarm") : (e.failures.empty() ? "survived" : "killed");
       d["killed_by"] = nlohmann::json::array();
       for (const auto& k : e.failures) {
-        nlohmann::json kj = {{"property", k.property}, {"case", k.case_name}, {"ratio", finite_or(k.ratio, 1e308)}};
+        nlohmann::json kj = {{"property", k.property}, {"case", k.case_name}, {"ratio", ratio_json(k.ratio)}};
         if (verbose) kj["message"] = k.message;
         d["killed_by"].push_back(kj);
       }
