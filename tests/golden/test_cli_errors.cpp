@@ -1,11 +1,12 @@
-// Bad input found by review, each exit 2 with a message naming the file and the field, never a crash or a wasted
-// run: specs with overflowing or oversized cases, malformed spec shapes, report paths that cannot be written,
-// directories where a file is expected.
+// Bad input found by review, each exit 2 with a message naming the file and the field, never a crash, a wasted run
+// or a leftover temporary: specs with overflowing or oversized cases, malformed spec shapes, a generate that fails
+// midway, report paths that cannot be written, directories where a file is expected.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "attncheck/fixture.hpp"
 #include "cli_util.hpp"
 
 namespace attncheck {
@@ -67,6 +68,22 @@ TEST(GenerateErrors, MalformedSpecShapesExit2NamingFileAndField) {
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find(dir.string() + ": is a directory"), std::string::npos) << r.out;
   EXPECT_EQ(files_in(dir / "out"), 0u);
+}
+
+// A case that fails after its fixture was written (here: a directory sits where the file goes) used to leave the
+// hidden temporary ".<file>.new.tmp" behind, with a message naming neither file. Earlier cases stay written.
+TEST(GenerateErrors, FailingMidwayKeepsEarlierFilesAndLeavesNoTemporary) {
+  const fs::path dir = test::scratch("gen_midway");
+  const fs::path blocker = dir / "c" / "fp32_B1-Hq1-Hkv1-Lq4-Lk3-D2_plain_normal.h5";
+  fs::create_directories(blocker);
+  std::ofstream(dir / "s.json") << R"({"schema_version": 1, "subdir": "c", "cases": [{"Lq": 3, "Lk": 3, "D": 2},
+      {"Lq": 4, "Lk": 3, "D": 2}, {"Lq": 5, "Lk": 3, "D": 2}]})";
+  const auto r = run("generate --spec " + (dir / "s.json").string() + " --out " + dir.string());
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find(blocker.string() + ": exists and is not a regular file"), std::string::npos) << r.out;
+  EXPECT_NO_THROW(read_fixture((dir / "c" / "fp32_B1-Hq1-Hkv1-Lq3-Lk3-D2_plain_normal.h5").string()));
+  for (const auto& e : fs::directory_iterator(dir / "c"))
+    EXPECT_NE(e.path().filename().string()[0], '.') << "temporary left behind: " << e.path();
 }
 
 // The report path used to be tried only after every case had run (and the table printed).
