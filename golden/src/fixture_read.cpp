@@ -151,7 +151,14 @@ std::optional<Tensor> read_optional(const h5::Reader& r, hid_t file, const std::
   if (declared && !present) r.fail(path, std::string("missing dataset (declared by ") + declared_by + ")");
   if (!declared && present) r.fail(path, std::string("present but not declared by ") + declared_by);
   if (!declared) return std::nullopt;
-  return read_tensor(r, file, path, t, dims, Layout::BHSD);
+  Tensor out = read_tensor(r, file, path, t, dims, Layout::BHSD);
+  // Masks and keep-masks are 0/1 (plugin.h): a 2 would be "attend" to `!= 0` and "masked" to `== 1`, so
+  // implementations could disagree on a malformed fixture instead of being judged.
+  if (t == DType::u8)
+    for (size_t n = 0; n < out.bytes.size(); ++n)
+      if (out.bytes[n] > 1)
+        r.fail(path, "values must be 0 or 1, got " + std::to_string(out.bytes[n]) + " at element " + std::to_string(n));
+  return out;
 }
 
 template <class F>
