@@ -91,19 +91,9 @@ void validate_problem(const h5::Reader& r, const Problem& p) {
   }
 }
 
-// Bytes the fixture needs in memory, computed in double so absurd extents cannot overflow.
+// From the attributes alone, before any dataset is allocated.
 void check_size(const h5::Reader& r, const Problem& p, uint64_t cap) {
-  const double B = double(p.B), Hq = double(p.Hq), Hkv = double(p.Hkv), Lq = double(p.Lq), Lk = double(p.Lk);
-  const double in_size = double(dtype_size(p.dtype));
-  auto numel4 = [](const std::optional<std::array<int64_t, 4>>& s) {
-    return s ? double((*s)[0]) * double((*s)[1]) * double((*s)[2]) * double((*s)[3]) : 0.0;
-  };
-  const double q = B * Hq * Lq * double(p.Dqk) * in_size, k = B * Hkv * Lk * double(p.Dqk) * in_size,
-               v = B * Hkv * Lk * double(p.Dv) * in_size;
-  const double masks = numel4(p.mask_shape) + numel4(p.bias_shape) * double(dtype_size(p.bias_dtype)) +
-                       (p.dropout_p > 0 ? B * Hq * Lq * Lk : 0.0);
-  const double expected = 8.0 * (2 * B * Hq * Lq * double(p.Dv) + 2 * B * Hq * Lq + (p.want_weights ? B * Hq * Lq * Lk : 0));
-  const double total = q + k + v + masks + expected;
+  const double total = fixture_memory_bytes(p);
   if (total > double(cap))
     r.fail("size", "the tensors of problem [B=" + std::to_string(p.B) + ",Hq=" + std::to_string(p.Hq) +
                        ",Hkv=" + std::to_string(p.Hkv) + ",Lq=" + std::to_string(p.Lq) + ",Lk=" +
@@ -161,7 +151,14 @@ std::optional<Tensor> read_optional(const h5::Reader& r, hid_t file, const std::
   if (declared && !present) r.fail(path, std::string("missing dataset (declared by ") + declared_by + ")");
   if (!declared && present) r.fail(path, std::string("present but not declared by ") + declared_by);
   if (!declared) return std::nullopt;
-  return read_tensor(r, file, path, t, dims, Layout::BHSD);
+  Tensor out = read_tensor(r, file, path, t, dims, Layout::BHSD);
+  // Masks and keep-masks are 0/1 (plugin.h): a 2 would be "attend" to `!= 0` and "masked" to `== 1`, so
+  // implementations could disagree on a malformed fixture instead of being judged.
+  if (t == DType::u8)
+    for (size_t n = 0; n < out.bytes.size(); ++n)
+      if (out.bytes[n] > 1)
+        r.fail(path, "values must be 0 or 1, got " + std::to_string(out.bytes[n]) + " at element " + std::to_string(n));
+  return out;
 }
 
 template <class F>
@@ -177,6 +174,20 @@ auto with_file_prefix(const std::string& path, F fn) {
 }
 
 }  // namespace
+
+double fixture_memory_bytes(const Problem& p) {
+  const double B = double(p.B), Hq = double(p.Hq), Hkv = double(p.Hkv), Lq = double(p.Lq), Lk = double(p.Lk);
+  const double in_size = double(dtype_size(p.dtype));
+  auto numel4 = [](const std::optional<std::array<int64_t, 4>>& s) {
+    return s ? double((*s)[0]) * double((*s)[1]) * double((*s)[2]) * double((*s)[3]) : 0.0;
+  };
+  const double q = B * Hq * Lq * double(p.Dqk) * in_size, k = B * Hkv * Lk * double(p.Dqk) * in_size,
+               v = B * Hkv * Lk * double(p.Dv) * in_size;
+  const double masks = numel4(p.mask_shape) + numel4(p.bias_shape) * double(dtype_size(p.bias_dtype)) +
+                       (p.dropout_p > 0 ? B * Hq * Lq * Lk : 0.0);
+  const double expected = 8.0 * (2 * B * Hq * Lq * double(p.Dv) + 2 * B * Hq * Lq + (p.want_weights ? B * Hq * Lq * Lk : 0));
+  return q + k + v + masks + expected;
+}
 
 Fixture read_fixture_header(const std::string& path) {
   return with_file_prefix(path, [&] {

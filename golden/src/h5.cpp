@@ -4,6 +4,7 @@
 #include "h5.hpp"
 
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 namespace attncheck::h5 {
@@ -119,11 +120,13 @@ void Reader::fail(const std::string& where, const std::string& what) const {
 }
 
 Id Reader::open_file() const {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) fail("file", "is a directory, expected an HDF5 file");
   const htri_t is = H5Fis_hdf5(file.c_str());
   if (is < 0) fail("file", "cannot open (missing or unreadable)");
   if (is == 0) fail("file", "not an HDF5 file");
   const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) fail("file", "H5Fopen failed");
+  if (f < 0) fail("file", "H5Fopen failed (truncated or corrupt HDF5 file?)");
   return Id(f, H5Fclose);
 }
 

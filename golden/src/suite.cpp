@@ -77,23 +77,34 @@ CaseSpec parse_case(const json& c, DType dtype) {
   get("dropout_seed", p.dropout_seed);
   p.want_lse = true;
   get("want_lse", p.want_lse);
+  validate(p);  // before any product of the extents below: validate bounds them
   int64_t weights_max = 16384;  // weights are stored in double: 128 KiB at most per fixture by default
   get("weights_max_elements", weights_max);
   p.want_weights = p.B * p.Hq * p.Lq * p.Lk <= weights_max;
   get("want_weights", p.want_weights);
   str("distribution", gen::distribution_from_string, cs.distribution);
   get("seed", cs.seed);
-  validate(p);
+  // A fixture the reader would refuse could be generated (or die allocating) but never verified.
+  const uint64_t cap = FixtureReadOptions{}.max_bytes;
+  if (fixture_memory_bytes(p) > double(cap))
+    throw std::invalid_argument("size: " + p.name() + " needs " + std::to_string(fixture_memory_bytes(p)) +
+                                " bytes in memory, more than the fixture reader's cap of " + std::to_string(cap) +
+                                " bytes");
   cs.name = p.name() + "/" + gen::to_string(cs.distribution);
   std::string tag;  // distinguishes cases whose parameters the problem name does not show (e.g. key_lengths)
   if (get("tag", tag)) cs.name += "/" + tag;
   get("name", cs.name);
+  if (fixture_file_name(cs.name)[0] == '.')  // verify skips hidden files (the temporaries of an interrupted run)
+    throw std::invalid_argument("name: '" + cs.name + "' would be written as the hidden file " +
+                                fixture_file_name(cs.name) + ", which verify skips");
   return cs;
 }
 
 }  // namespace
 
 SuiteSpec read_suite(const std::string& path) {
+  if (std::filesystem::is_directory(path))
+    throw std::invalid_argument(path + ": is a directory, expected a suite spec file (golden/suite.json)");
   std::ifstream f(path);
   if (!f) throw std::invalid_argument(path + ": cannot open the suite spec");
   json j;
@@ -102,25 +113,31 @@ SuiteSpec read_suite(const std::string& path) {
   } catch (const json::parse_error& e) {
     throw std::invalid_argument(path + ": not valid JSON: " + e.what());
   }
+  if (!j.is_object()) throw std::invalid_argument(path + ": must be a JSON object with \"cases\", got " + j.type_name());
   SuiteSpec s;
   s.file_name = std::filesystem::path(path).filename().string();
   for (const auto& [k, v] : j.items())
     if (k != "schema_version" && k != "subdir" && k != "defaults" && k != "cases" && k != "comment")
       throw std::invalid_argument(path + ": unknown top-level key '" + k + "'");
-  if (j.value("schema_version", int64_t{0}) != 1)
+  if (!j.contains("schema_version") || j["schema_version"] != 1)
     throw std::invalid_argument(path + ": schema_version: must be 1");
+  if (j.contains("subdir") && !j["subdir"].is_string())
+    throw std::invalid_argument(path + ": subdir: must be a string, got " + j["subdir"].dump());
   s.subdir = j.value("subdir", std::string("cases"));
   if (s.subdir.empty() || s.subdir.find("..") != std::string::npos || s.subdir[0] == '/')
     throw std::invalid_argument(path + ": subdir: must be a relative directory name, got '" + s.subdir + "'");
+  if (j.contains("defaults") && !j["defaults"].is_object())
+    throw std::invalid_argument(path + ": defaults: must be an object, got " + j["defaults"].dump());
   const json defaults = j.value("defaults", json::object());
   if (!j.contains("cases") || !j["cases"].is_array()) throw std::invalid_argument(path + ": cases: must be a list");
   std::set<std::string> names;
   for (size_t i = 0; i < j["cases"].size(); ++i) {
     const json& raw = j["cases"][i];
     if (raw.is_object() && raw.size() == 1 && raw.contains("comment")) continue;  // a section heading
-    json c = defaults;
-    c.merge_patch(j["cases"][i]);
     const std::string where = path + ": cases[" + std::to_string(i) + "]";
+    if (!raw.is_object()) throw std::invalid_argument(where + ": must be an object, got " + raw.dump());
+    json c = defaults;
+    c.merge_patch(raw);
     try {
       std::vector<std::string> dtypes;
       const json dt = c.value("dtype", json("fp32"));
@@ -128,6 +145,7 @@ SuiteSpec read_suite(const std::string& path) {
         for (const auto& x : dt) dtypes.push_back(x.get<std::string>());
       else
         dtypes.push_back(dt.get<std::string>());
+      if (dtypes.empty()) throw std::invalid_argument("dtype: an empty list makes no case");
       for (const auto& d : dtypes) {
         json one = c;
         if (dtypes.size() > 1 && one.contains("name")) one["name"] = one["name"].get<std::string>() + "/" + d;

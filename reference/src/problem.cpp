@@ -12,6 +12,8 @@ namespace attncheck {
 namespace {
 [[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument(msg); }
 
+constexpr int64_t kMaxElements = int64_t{1} << 60;  // per tensor, and the bound on offsets and windows
+
 std::string shape_str(const std::vector<int64_t>& s) {
   std::ostringstream o;
   o << '[';
@@ -149,11 +151,23 @@ double round_to(DType t, double x) {
 Tensor::Tensor(DType t, std::vector<int64_t> s) : Tensor(t, std::move(s), std::vector<int>{}) {}
 
 Tensor::Tensor(DType t, std::vector<int64_t> s, const std::vector<int>& order) : dtype(t), shape(std::move(s)) {
-  for (size_t i = 0; i < shape.size(); ++i)
+  int64_t bytes_needed = static_cast<int64_t>(dtype_size(t));
+  for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0) fail("tensor shape: negative extent " + shape_str(shape));
+    // Overflow here would wrap to a small allocation that every later index runs past.
+    if (__builtin_mul_overflow(bytes_needed, shape[i], &bytes_needed))
+      fail("tensor shape: " + shape_str(shape) + " of " + to_string(t) + " needs more than 2^63 bytes");
+  }
   std::vector<int> ord = order;
   if (ord.empty())
     for (size_t i = 0; i < shape.size(); ++i) ord.push_back(static_cast<int>(i));
+  std::vector<bool> seen(shape.size(), false);  // a storage order must name every dim exactly once
+  for (int d : ord)
+    if (ord.size() != shape.size() || d < 0 || d >= static_cast<int>(shape.size()) || seen[static_cast<size_t>(d)])
+      fail("tensor storage_order must be a permutation of 0.." + std::to_string(shape.size()) + "-1 for shape " +
+           shape_str(shape) + ", got " + shape_str(std::vector<int64_t>(ord.begin(), ord.end())));
+    else
+      seen[static_cast<size_t>(d)] = true;
   strides.assign(shape.size(), 0);
   int64_t stride = 1;
   for (size_t k = ord.size(); k-- > 0;) {
@@ -319,6 +333,26 @@ void validate(const Problem& p) {
   if (p.Hq % p.Hkv != 0)
     fail("Hq must be a multiple of Hkv (MHA/GQA/MQA), got Hq=" + std::to_string(p.Hq) +
          " Hkv=" + std::to_string(p.Hkv));
+  // Every tensor of the problem must be indexable in int64 with room to spare: element counts of q, k, v, out and
+  // of [B,Hq,Lq,Lk] (weights, masks, keep) at most 2^60, so byte sizes and index arithmetic cannot overflow.
+  auto count = [&](const char* what, std::initializer_list<std::pair<const char*, int64_t>> dims) {
+    int64_t n = 1;
+    std::string expr, vals;
+    bool over = false;
+    for (const auto& [name, v] : dims) {
+      if (!expr.empty()) expr += '*', vals += ' ';
+      expr += name;
+      vals.append(name).append("=").append(std::to_string(v));
+      over = over || __builtin_mul_overflow(n, v, &n) || n > kMaxElements;
+    }
+    if (over)
+      fail(std::string(what) + " elements " + expr + " exceed 2^60 (" + vals + "): too large to index");
+  };
+  count("q", {{"B", p.B}, {"Hq", p.Hq}, {"Lq", p.Lq}, {"Dqk", p.Dqk}});
+  count("k", {{"B", p.B}, {"Hkv", p.Hkv}, {"Lk", p.Lk}, {"Dqk", p.Dqk}});
+  count("v", {{"B", p.B}, {"Hkv", p.Hkv}, {"Lk", p.Lk}, {"Dv", p.Dv}});
+  count("out", {{"B", p.B}, {"Hq", p.Hq}, {"Lq", p.Lq}, {"Dv", p.Dv}});
+  count("weights", {{"B", p.B}, {"Hq", p.Hq}, {"Lq", p.Lq}, {"Lk", p.Lk}});
   if (p.dtype == DType::u8) fail("dtype must be a floating type (fp64, fp32, fp16, bf16), got u8");
   if (p.scale && !std::isfinite(*p.scale)) fail("scale must be finite, got " + std::to_string(*p.scale));
   if (!p.key_lengths.empty()) {
@@ -338,6 +372,17 @@ void validate(const Problem& p) {
       fail("causal_offsets must have B=" + std::to_string(p.B) + " entries, got " +
            std::to_string(p.causal_offsets.size()));
   }
+  // Offsets and windows beyond 2^60 mean the same as 2^60 (sequences are shorter), but i + offset +- window would
+  // overflow int64 in every implementation's mask test and silently mask the wrong keys.
+  auto bounded = [](const std::string& field, int64_t v) {
+    if (v > kMaxElements || v < -kMaxElements)
+      fail(field + " must be within +-2^60 (" + std::to_string(kMaxElements) + "), got " + std::to_string(v));
+  };
+  bounded("causal_offset", p.causal_offset);
+  for (size_t b = 0; b < p.causal_offsets.size(); ++b)
+    bounded("causal_offsets[" + std::to_string(b) + "]", p.causal_offsets[b]);
+  bounded("window_left", p.window_left);
+  bounded("window_right", p.window_right);
   auto check_bcast = [&](const char* field, const std::array<int64_t, 4>& s) {
     const int64_t full[4] = {p.B, p.Hq, p.Lq, p.Lk};
     const char* dims[4] = {"B", "Hq", "Lq", "Lk"};

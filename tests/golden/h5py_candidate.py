@@ -1,6 +1,6 @@
 # The README's h5py route, minus PyTorch: read a fixture with h5py alone, run an independent numpy SDPA on its
 # inputs, write /actual/out as float16, and `attncheck compare` must pass; a perturbed output must fail (exit 1).
-# Usage: h5py_candidate.py ATTNCHECK FIXTURE SCRATCH_DIR. Exit 77 (skipped) when h5py is not installed.
+# Usage: h5py_candidate.py ATTNCHECK FIXTURE SCRATCH_DIR. h5py is a bootstrap dependency: without it this fails.
 import os
 import subprocess
 import sys
@@ -8,9 +8,9 @@ import sys
 try:
     import h5py
     import numpy as np
-except ImportError:
-    print("h5py/numpy not available: skipped")
-    sys.exit(77)
+except ImportError as e:
+    print(f"h5py/numpy not available ({e}): install python3-h5py (tools/bootstrap.sh does)")
+    sys.exit(1)
 
 exe, fixture, scratch = sys.argv[1:4]
 os.makedirs(scratch, exist_ok=True)

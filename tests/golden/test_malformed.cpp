@@ -124,6 +124,26 @@ TEST(Malformed, InvalidProblem) {
                   "problem: Hq must be a multiple of Hkv");
 }
 
+TEST(Malformed, MaskAndKeepValuesMustBeZeroOrOne) {
+  for (const auto& [file, path] : {std::pair<std::string, std::string>{"fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_mask_normal.h5", "/inputs/mask"},
+                                   {"fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_drop_normal.h5", "/inputs/keep"}}) {
+    const fs::path p = test::scratch("mask_values") / file;
+    fs::copy_file(test::golden_case(file), p, fs::copy_options::overwrite_existing);
+    const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hid_t d = H5Dopen2(f, path.c_str(), H5P_DEFAULT);
+    const hid_t s = H5Dget_space(d);
+    std::vector<uint8_t> v(static_cast<size_t>(H5Sget_simple_extent_npoints(s)));
+    H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+    v[3] = 2;
+    H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+    H5Sclose(s);
+    H5Dclose(d);
+    H5Fclose(f);
+    expect_rejected(p.string(), path + ": values must be 0 or 1, got 2 at element 3");
+  }
+}
+
 TEST(Malformed, NotHdf5) {
   const fs::path p = test::scratch("nothdf5") / "text.h5";
   std::ofstream(p) << "this is not HDF5\n";

@@ -1,6 +1,7 @@
 // One test per validation rule of validate(Problem), validate(Problem, Inputs) and the string parsers: each must
 // throw std::invalid_argument whose message names the field and the offending value(s). Nothing may abort.
 #include <functional>
+#include <limits>
 
 #include "tiny.hpp"
 
@@ -216,4 +217,44 @@ TEST(Validation, ParsersNameTheUnknownValue) {
 
 TEST(Validation, TensorRejectsNegativeExtent) {
   expect_invalid([] { Tensor t(DType::f32, {2, -1}); }, {"tensor shape", "[2,-1]"});
+}
+
+// Element counts are products of int64 fields: an overflowing product must be an error, not a wrapped-around
+// small tensor (it made `attncheck generate` segfault on a spec with B = Hq = Hkv = 2^32).
+TEST(Validation, TensorSizesMustNotOverflow) {
+  expect_problem_invalid([](Problem& p) { p.B = p.Hq = p.Hkv = int64_t{1} << 32; },
+                         {"q elements B*Hq*Lq*Dqk exceed 2^60", "B=4294967296", "Hq=4294967296"});
+  expect_problem_invalid([](Problem& p) { p.Lq = p.Lk = int64_t{1} << 31; },
+                         {"weights elements B*Hq*Lq*Lk exceed 2^60", "Lq=2147483648", "Lk=2147483648"});
+  expect_problem_invalid([](Problem& p) { p.Hq = p.Hkv = 4, p.Lk = int64_t{1} << 40, p.Dv = int64_t{1} << 20; },
+                         {"v elements B*Hkv*Lk*Dv exceed 2^60", "Dv=1048576"});
+  Problem big = base();  // just under the bound is valid (it only has to be representable, not allocatable)
+  big.B = 1, big.Hq = big.Hkv = 1, big.Lq = big.Lk = int64_t{1} << 30, big.Dqk = big.Dv = 1;
+  EXPECT_NO_THROW(validate(big));
+}
+
+// i + offset +- window must not overflow: with window_right = INT64_MAX the reference masked every key of rows
+// i >= 1 (out 0 instead of the mean of the visible values), a silently wrong answer.
+TEST(Validation, OffsetsAndWindowsMustBeWithinTwoToTheSixty) {
+  const int64_t max = std::numeric_limits<int64_t>::max(), min = std::numeric_limits<int64_t>::min();
+  expect_problem_invalid([&](Problem& p) { p.window_right = max; }, {"window_right", "2^60", std::to_string(max)});
+  expect_problem_invalid([&](Problem& p) { p.window_left = max; }, {"window_left", std::to_string(max)});
+  expect_problem_invalid([&](Problem& p) { p.alignment = Alignment::explicit_, p.causal_offset = max; },
+                         {"causal_offset", std::to_string(max)});
+  expect_problem_invalid([&](Problem& p) { p.alignment = Alignment::explicit_, p.causal_offsets = {0, min}; },
+                         {"causal_offsets[1]", std::to_string(min)});
+  Problem ok = base();  // a bound far beyond any sequence still means "unbounded" and is accepted
+  ok.window_left = ok.window_right = int64_t{1} << 60;
+  ok.alignment = Alignment::explicit_, ok.causal_offset = -(int64_t{1} << 60);
+  EXPECT_NO_THROW(validate(ok));
+}
+
+TEST(Validation, TensorRejectsOverflowingShapeAndBadStorageOrder) {
+  expect_invalid([] { Tensor t(DType::f32, {int64_t{1} << 30, int64_t{1} << 30, int64_t{1} << 30}); },
+                 {"tensor shape", "[1073741824,1073741824,1073741824]", "fp32", "2^63 bytes"});
+  expect_invalid([] { Tensor t(DType::f32, {2, 3}, {0, 5}); }, {"storage_order", "permutation", "[0,5]"});
+  expect_invalid([] { Tensor t(DType::f32, {2, 3}, {1, 1}); }, {"storage_order", "[1,1]"});
+  expect_invalid([] { Tensor t(DType::f32, {2, 3, 4}, {1, 0}); }, {"storage_order", "[2,3,4]", "[1,0]"});
+  const Tensor t(DType::f32, {2, 3}, {1, 0});  // a valid permutation: column-major
+  EXPECT_EQ(t.strides, (std::vector<int64_t>{1, 2}));
 }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <stdexcept>
 
 #include "attncheck/suite.hpp"
 #include "command.hpp"
@@ -79,24 +80,32 @@ int run_generate() {
     const Fixture f = build_case(c, spec.file_name);
     write_fixture(fresh.string(), f);  // atomic itself; `fresh` is then either renamed or removed
     std::string line;
-    if (!fs::exists(target)) {
-      fs::rename(fresh, target);
-      ++created;
-      line = "new      " + c.name;
-    } else if (slurp(fresh) == slurp(target)) {
-      fs::remove(fresh);
-      ++same;
-    } else {
-      const std::string what = describe_change(target, f);
-      if (g.update) {
+    try {  // whatever fails from here on, `fresh` must not stay behind
+      if (fs::exists(target) && !fs::is_regular_file(target))
+        throw std::invalid_argument(target.string() + ": exists and is not a regular file");
+      if (!fs::exists(target)) {
         fs::rename(fresh, target);
-        ++updated;
-        line = "updated  " + c.name + ": " + what;
-      } else {
+        ++created;
+        line = "new      " + c.name;
+      } else if (slurp(fresh) == slurp(target)) {
         fs::remove(fresh);
-        ++differ;
-        line = "DIFFERS  " + c.name + ": " + what + " (not written; rerun with --update)";
+        ++same;
+      } else {
+        const std::string what = describe_change(target, f);
+        if (g.update) {
+          fs::rename(fresh, target);
+          ++updated;
+          line = "updated  " + c.name + ": " + what;
+        } else {
+          fs::remove(fresh);
+          ++differ;
+          line = "DIFFERS  " + c.name + ": " + what + " (not written; rerun with --update)";
+        }
       }
+    } catch (...) {
+      std::error_code ec;
+      fs::remove(fresh, ec);
+      throw;
     }
     if (!line.empty()) {
       progress.clear();

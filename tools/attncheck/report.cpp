@@ -4,7 +4,10 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -107,6 +110,17 @@ void check_report_path(const std::string& path) {
   const std::string e = lower_ext(path);
   if (e != ".json" && e != ".xml")
     throw std::invalid_argument("--report: '" + path + "' must end in .json or .xml");
+  // Writable now, not after a long run: the directory must exist and accept files (the file itself is only
+  // created at the end, so a run that stops on bad input leaves no empty report behind).
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path), dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  if (fs::is_directory(p, ec)) throw std::invalid_argument("--report: '" + path + "' is a directory");
+  if (!fs::is_directory(dir, ec))
+    throw std::invalid_argument("--report: cannot write '" + path + "': directory '" + dir.string() +
+                                "' does not exist");
+  if (::access(fs::exists(p, ec) ? path.c_str() : dir.c_str(), W_OK) != 0)
+    throw std::invalid_argument("--report: cannot write '" + path + "': " + std::strerror(errno));
 }
 
 void write_report(const std::string& path, const std::vector<CaseResult>& rs) {

@@ -45,6 +45,11 @@ struct FixtureReadOptions {
   uint64_t max_bytes = uint64_t{2} << 30;
 };
 
+// Bytes a fixture of problem `p` needs in memory when read (inputs as stored, expected in double), computed in
+// double so absurd extents cannot overflow. read_fixture refuses more than FixtureReadOptions::max_bytes, and
+// read_suite refuses a case beyond it (it could be generated but never verified).
+double fixture_memory_bytes(const Problem& p);
+
 // Build a fixture from a problem and inputs: runs the reference (double) and fills `expected`.
 Fixture make_fixture(std::string name, const Problem& p, Inputs in, Provenance prov, ToleranceModel tol = {});
 

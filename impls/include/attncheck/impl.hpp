@@ -59,7 +59,8 @@ class Impl {
   // Per case; the default checks capabilities. Override to add backend-specific limits.
   virtual Support supports(const Problem& p) const { return check_capabilities(capabilities(), p); }
   // Compute outputs for a validated, supported problem. Outputs are pre-allocated by make_outputs() and
-  // poisoned with NaN by the harness: every element the implementation does not write will fail.
+  // poisoned with NaN (+inf under the fully-masked policy nan) by the harness: every element the implementation
+  // does not write will fail.
   // Errors are thrown (std::exception) with a message; they are reported as status "error".
   virtual void run(const Problem& p, const Inputs& in, Outputs& out) const = 0;
 };

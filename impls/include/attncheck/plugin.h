@@ -36,7 +36,8 @@ typedef enum { ATTNCHECK_STATUS_OK = 0, ATTNCHECK_STATUS_ERROR = 1 } attncheck_s
  * out [B,Hq,Lq,Dv] in `dtype`. mask, bias and keep are indexed by (b, h, i, j) with their strides; a broadcast dim
  * has stride 0, so element (b,h,i,j) is always at b*s[0] + h*s[1] + i*s[2] + j*s[3]. lse [B,Hq,Lq] and
  * weights [B,Hq,Lq,Lk] are in `stat_dtype` (f64 for f64 problems, otherwise f32). Pointers of absent tensors are
- * NULL. Outputs are pre-filled with NaN by the host: every element the plugin does not write fails. */
+ * NULL. Outputs are pre-filled with NaN (+inf when fully_masked is NAN) by the host: every element the plugin does
+ * not write fails. */
 typedef struct attncheck_problem {
   int64_t B, Hq, Hkv, Lq, Lk, Dqk, Dv; /* Hq is a multiple of Hkv; query head h reads KV head h / (Hq / Hkv) */
   int32_t dtype;                       /* attncheck_dtype of q, k, v and out */
