@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "attncheck/fixture.hpp"
 #include "cli_util.hpp"
@@ -100,6 +101,25 @@ TEST(VerifyErrors, UnwritableReportIsRejectedBeforeAnyCaseRuns) {
     EXPECT_NE(r.out.find(message), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("results:"), std::string::npos) << "cases ran before the report path was checked:\n" << r.out;
   }
+}
+
+// A case name with bytes that are not UTF-8 (fixture names are whatever the file holds) made the JSON report throw
+// after the whole run (exit 2, no report) and the JUnit XML ill-formed.
+TEST(VerifyErrors, ReportsStayWellFormedForNonUtf8CaseNames) {
+  const fs::path dir = test::scratch("non_utf8");
+  Fixture f = read_fixture(test::golden_case("fp32_B1-Hq1-Hkv1-Lq1-Lk1-D1_plain_normal.h5"));
+  f.name = "bad\xff\xc3name";
+  write_fixture((dir / "x.h5").string(), f);
+  for (const char* report : {"r.json", "r.xml"}) {
+    const auto r = run("verify --impl reference --fixtures " + dir.string() + " --report " + (dir / report).string());
+    EXPECT_EQ(r.rc, 0) << r.out;
+  }
+  std::ifstream js(dir / "r.json");
+  const auto j = nlohmann::json::parse(js, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << "r.json does not parse";
+  EXPECT_EQ(j["cases"][0]["fixture"], "bad\xEF\xBF\xBD\xEF\xBF\xBDname");
+  const std::string py = "/usr/bin/python3 -c \"import xml.etree.ElementTree as E; E.parse('" + (dir / "r.xml").string() + "')\"";
+  EXPECT_EQ(std::system(py.c_str()), 0) << "r.xml is not well-formed";
 }
 
 TEST(InputErrors, ADirectoryWhereAFixtureIsExpectedIsNamedAsSuch) {

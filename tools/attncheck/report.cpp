@@ -42,7 +42,36 @@ json tensor_json(const TensorVerdict& t) {
           {"expected", num(t.expected)}, {"actual", num(t.actual)}, {"tolerance", num(t.tolerance)}};
 }
 
-std::string xml_escape(const std::string& s) {
+// Case names come from fixture files and messages from plugins: neither is guaranteed UTF-8, and both report
+// formats must stay well-formed. Each invalid byte becomes U+FFFD.
+std::string valid_utf8(const std::string& s) {
+  std::string o;
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 && b >= 0xc2 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e && b <= 0xf4 ? 4 : 0;
+    bool ok = n > 0 && i + n <= s.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    if (ok && n == 3) {  // no overlong forms, no surrogates
+      const auto b1 = static_cast<unsigned char>(s[i + 1]);
+      ok = !(b == 0xe0 && b1 < 0xa0) && !(b == 0xed && b1 >= 0xa0);
+    }
+    if (ok && n == 4) {
+      const auto b1 = static_cast<unsigned char>(s[i + 1]);
+      ok = !(b == 0xf0 && b1 < 0x90) && !(b == 0xf4 && b1 >= 0x90);
+    }
+    if (ok) {
+      o.append(s, i, n);
+      i += n;
+    } else {
+      o += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return o;
+}
+
+std::string xml_escape(const std::string& raw) {
+  const std::string s = valid_utf8(raw);
   std::string o;
   for (char c : s) {
     switch (c) {
@@ -151,7 +180,7 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs) {
                     {"summary",
                      {{"pass", n["pass"]}, {"fail", n["fail"]}, {"unsupported", n["unsupported"]},
                       {"error", n["error"]}}}};
-    out << j.dump(2) << '\n';
+    out << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
   } else {
     // JUnit: one testsuite per implementation, one testcase per fixture; unsupported -> <skipped/>.
     std::map<std::string, std::vector<const CaseResult*>> by_impl;
