@@ -150,6 +150,7 @@ void write_file(const std::string& path, const Fixture& f) {
     write_doubles(g, "score_mag", r.score_mag, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
     write_doubles(g, "out_abs", to_layout(r.out_abs, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
   }
+  h5::flush_file(file, path);
 }
 
 // A temporary name in the same directory (rename is atomic only within one file system), hidden and *.tmp.
@@ -201,6 +202,7 @@ void write_candidate(const std::string& path, const Problem& p, const Outputs& o
       if (out.lse) write_tensor(g, "lse", *out.lse, out.lse->shape, "B,Hq,Lq");
       if (out.weights) write_tensor(g, "weights", canonical(*out.weights, Layout::BHSD), out.weights->shape,
                                     "B,Hq,Lq,Lk");
+      h5::flush_file(file, tmp.string());
     }
     fs::rename(tmp, target);
   } catch (...) {

@@ -78,6 +78,8 @@ Id create_file(const std::string& path) {
   return check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose, "H5Fcreate " + path);
 }
 
+void flush_file(hid_t file, const std::string& path) { check(H5Fflush(file, H5F_SCOPE_GLOBAL), "H5Fflush " + path); }
+
 Id create_group(hid_t loc, const char* name) {
   Id gcpl = no_times(H5P_GROUP_CREATE);
   return check(H5Gcreate2(loc, name, H5P_DEFAULT, gcpl, H5P_DEFAULT), H5Gclose, std::string("H5Gcreate2 ") + name);

@@ -63,6 +63,9 @@ Id file_type(DType t);
 
 // ---- writing (throw std::runtime_error on HDF5 failures) ----------------------------------------------------
 Id create_file(const std::string& path);
+// Flush everything written to the file and check it, so a failed write (disk full) throws before the caller
+// renames the temporary into place; the destructor's H5Fclose cannot report errors.
+void flush_file(hid_t file, const std::string& path);
 Id create_group(hid_t loc, const char* name);
 void write_dataset(hid_t loc, const char* name, hid_t type, const std::vector<int64_t>& dims, const void* data);
 void write_attr(hid_t loc, const char* name, int64_t v);
