@@ -2,6 +2,7 @@
 #include <cstdlib>
 
 #include "cpu_common.hpp"
+#include "attncheck/reference.hpp"
 #include "cpu_impls.hpp"
 
 namespace attncheck {
@@ -10,14 +11,7 @@ std::vector<ImplPtr> make_cpu_impls() { return {cpu::make_dense_impl(), cpu::mak
 
 namespace cpu {
 
-int cpu_threads() {
-  if (const char* e = std::getenv("ATTNCHECK_THREADS")) {
-    const int n = std::atoi(e);
-    if (n > 0) return n;
-  }
-  const unsigned hc = std::thread::hardware_concurrency();
-  return hc ? static_cast<int>(hc) : 1;
-}
+int cpu_threads() { return default_threads(); }  // ATTNCHECK_THREADS or the hardware concurrency, as the reference
 
 void parallel_tasks(int64_t n, int threads, const std::function<void(int64_t, int)>& fn) {
   threads = static_cast<int>(std::clamp<int64_t>(threads, 1, std::max<int64_t>(n, 1)));
