@@ -1,11 +1,11 @@
 // `attncheck selftest [--json]`: proof that the property suite catches bugs. Every mutant of the test-only catalogue
-// (tests/mutants) must be killed by some property and every correct-but-different variant must pass.
+// (harness/mutants) must be killed by some property and every correct-but-different variant must pass.
 // Exit 0 when killed == mutants and false_alarms == 0, else 1.
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "../../tests/mutants/selftest.hpp"
+#include "selftest.hpp"
 #include "command.hpp"
 
 namespace attncheck::cli {

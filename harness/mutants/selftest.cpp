@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "../property/properties.hpp"
+#include "properties.hpp"
 #include "mutants.hpp"
 
 namespace attncheck::mutants {
