@@ -54,11 +54,12 @@ struct Row {
 
 Row row_scales(const Problem& p, const ReferenceResult& r, size_t row, const Units& u, const ToleranceModel& m) {
   Row x{};
-  // One score: a length-Dqk dot product (sqrt(Dqk) u: its rounding errors are independent, and so are those of
-  // different keys, so one lambda covers the whole weighted sum), q and k rounded to the qk operand format
-  // (sqrt(2) u_qk), the score stored, and ~4 more roundings (scale, softcap, bias, max subtraction; 5 when log2(e)
-  // is folded into the scale).
-  x.c_s = std::sqrt(static_cast<double>(p.Dqk)) * u.acc + std::sqrt(2.0) * u.qk + u.scores + (u.exp2 ? 5.0 : 4.0) * u.acc;
+  // One score: a length-Dqk dot product (partial sums at most k/Dqk of the magnitude: sqrt(Dqk/3) u; its rounding
+  // errors are independent, and so are those of different keys, so one lambda covers the whole weighted sum),
+  // q and k rounded to the qk operand format (sqrt(2) u_qk), the score stored, and the scale multiply and max
+  // subtraction (3u), +1 with a bias add, +2 for softcap's tanh, +1 when log2(e) is folded into the scale.
+  const double extra = 3.0 + (p.bias_shape ? 1.0 : 0.0) + (p.softcap > 0 ? 2.0 : 0.0) + (u.exp2 ? 1.0 : 0.0);
+  x.c_s = std::sqrt(static_cast<double>(p.Dqk) / 3.0) * u.acc + std::sqrt(2.0) * u.qk + u.scores + extra * u.acc;
   x.c_e = kExpU * u.acc;
   x.n = r.n_terms.empty() ? static_cast<double>(p.Lk) : r.n_terms[row];
   x.ties = r.n_tied.empty() ? x.n : std::max(r.n_tied[row] - 1.0, 0.0);
@@ -107,7 +108,9 @@ TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType d
   const double lam = m.lambda;
   TolTerms t = zero();
   t[int(TolTerm::scores)] = lam * (x.c_s * dev_s + x.c_e * dev);
-  t[int(TolTerm::operands)] = lam * std::hypot(u.p_round, u.v_round) * R;  // P and/or V rounded before P·V
+  // P and/or V rounded before P·V: independent errors (lambda * rss) unless a few terms dominate (then the
+  // worst case, the sum of |terms|, is smaller).
+  t[int(TolTerm::operands)] = std::min(lam * std::hypot(u.p_round, u.v_round) * R, (u.p_round + u.v_round) * A);
   t[int(TolTerm::systematic)] = 2.0 * u.acc * cov;  // every score scaled alike (the scale multiply)
   // The P·V sum (same partial-sum model with T = o, sum t^2 = rss^2), the denominator, repeated terms.
   t[int(TolTerm::key_sum)] =
