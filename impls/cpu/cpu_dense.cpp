@@ -10,6 +10,7 @@ namespace {
 
 // Query rows per GEMM block: keys no row of the block can see (causal, windows, padding) are left out.
 constexpr int64_t kRowBlock = 96;
+constexpr int64_t kFewRows = 4;  // up to this many queries: K in the row layout (gemm_nt), as cpu-flash's decode
 
 template <class T>
 void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
@@ -31,7 +32,9 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
     const int64_t b = task / p.Hq, h = task % p.Hq;
     w.Q.resize(static_cast<size_t>(Lq * Dqk));
     load_rows(in.q, b, h, 0, Lq, w.Q.data());  // (Lq, Dqk)
-    w.pan.pack(p, in, b, p.kv_head(h), 0, Lk);  // Kᵀ and V panels, non-finite V rows set aside
+    // Kᵀ and V panels (K rows as they are for a few queries: no transposed copy for so little use), non-finite V
+    // rows set aside.
+    w.pan.pack(p, in, b, p.kv_head(h), 0, Lk, Lq <= kFewRows);
     w.S.resize(static_cast<size_t>(Lq * ld));
     w.O.resize(static_cast<size_t>(Lq * dvp));
     const bool finite = scorer.finite_fill();
@@ -43,7 +46,9 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
       for (int64_t i = r0; i < r0 + nr; ++i)
         if (const Span sp = scorer.span(b, i); sp.lo < sp.hi) lo = std::min(lo, sp.lo), hi = std::max(hi, sp.hi);
       if (finite) lo = 0, hi = Lk;
-      if (lo < hi) {  // raw dot products; masked columns are overwritten by the scorer
+      if (lo < hi && w.pan.rows) {
+        simd::gemm_nt<T>(nr, hi - lo, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.krow_at(lo), Dqk, S + lo, ld);
+      } else if (lo < hi) {  // raw dot products; masked columns are overwritten by the scorer
         const int64_t sa = lo / W, sb = (hi + W - 1) / W;
         simd::gemm<T>(nr, (sb - sa) * W, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.kt_at(sa * W), Dqk * W, W,
                       S + sa * W, ld, false);
