@@ -83,6 +83,7 @@ class WorkerImpl final : public Impl {
   std::string description() const override { return description_ + " [isolated: " + o_.label + "]"; }
   Capabilities capabilities() const override { return caps_; }
   Support available() const override { return available_; }
+  Declarations declarations() const override { return declarations_; }
 
   Support supports(const Problem& p) const override {
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
@@ -251,7 +252,9 @@ class WorkerImpl final : public Impl {
                                    ? h["unavailable_reason"].get<std::string>()
                                    : "the worker says it is unavailable (no reason given)");
     has_supports_ = h.contains("supports") && worker::bool_field(h, w, "supports");
-    declarations_ = h.contains("declarations") ? h["declarations"] : json::object();
+    declarations_ = h.contains("declarations")
+                        ? worker::declarations_from_json(h["declarations"], w, Impl::declarations())
+                        : Impl::declarations();
   }
 
   // Send one request and wait for the reply with the same type and id; the child's death, silence or a malformed
@@ -384,7 +387,7 @@ class WorkerImpl final : public Impl {
   mutable Capabilities caps_;
   mutable Support available_;
   mutable bool has_supports_ = false;
-  mutable json declarations_;
+  mutable Declarations declarations_;
   mutable pid_t pid_ = -1;
   mutable int to_ = -1, from_ = -1, err_ = -1;
   mutable std::string rbuf_, tail_;

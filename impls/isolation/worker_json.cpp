@@ -202,4 +202,50 @@ Capabilities capabilities_from_json(const json& j, const std::string& where) {
   return c;
 }
 
+json declarations_to_json(const Declarations& d) {
+  json j = {{"outputs", d.outputs}, {"deterministic", d.deterministic}, {"backward", d.backward}};
+  if (d.fully_masked_policy) j["fully_masked_policy"] = to_string(*d.fully_masked_policy);
+  j["contract"] = json::object();
+  for (const auto& [t, c] : d.contracts) j["contract"][dtype_name(t)] = c.to_string();
+  return j;
+}
+
+Declarations declarations_from_json(const json& j, const std::string& where, Declarations d) {
+  const std::string w = where + ": declarations";
+  if (!j.is_object()) throw ProtocolError(w + ": expected a JSON object, got " + j.dump());
+  if (j.contains("fully_masked_policy"))
+    d.fully_masked_policy = parse_enum(j, w, "fully_masked_policy", fully_masked_from_string);
+  if (j.contains("deterministic")) d.deterministic = bool_field(j, w, "deterministic");
+  if (j.contains("backward")) d.backward = bool_field(j, w, "backward");
+  if (j.contains("outputs")) {
+    const json& o = j["outputs"];
+    if (!o.is_array()) bad(w, "outputs", "an array of \"out\", \"lse\", \"weights\"", o);
+    d.outputs.clear();
+    for (const auto& x : o) {
+      if (!x.is_string() || (x != "out" && x != "lse" && x != "weights"))
+        bad(w, "outputs", "an array of \"out\", \"lse\", \"weights\"", o);
+      d.outputs.push_back(x.get<std::string>());
+    }
+  }
+  if (j.contains("contract")) {
+    const json& c = j["contract"];
+    if (!c.is_object()) bad(w, "contract", "an object {dtype: contract string}", c);
+    for (const auto& [k, v] : c.items()) {
+      const std::string key = "contract." + k;
+      try {
+        const DType t = dtype_from_string(k);
+        if (!v.is_string()) bad(w, key, "a contract string such as \"qk=fp16,acc=fp32\"", v);
+        PrecisionContract pc = contract_from_string(v.get<std::string>(), t);
+        validate_contract(pc, t);
+        d.contracts[t] = pc;
+      } catch (const ProtocolError&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw ProtocolError(w + ": field '" + key + "': " + e.what());
+      }
+    }
+  }
+  return d;
+}
+
 }  // namespace attncheck::worker

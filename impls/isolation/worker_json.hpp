@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 
 namespace attncheck::worker {
@@ -38,6 +39,10 @@ Problem problem_from_json(const json& j, const std::string& where);
 // Capabilities by feature name; unknown names are ignored (a worker may know features this attncheck does not).
 json capabilities_to_json(const Capabilities& c);
 Capabilities capabilities_from_json(const json& j, const std::string& where);
+
+// Declarations (attncheck::Declarations) as JSON; from_json starts from `defaults` and overrides what is given.
+json declarations_to_json(const Declarations& d);
+Declarations declarations_from_json(const json& j, const std::string& where, Declarations defaults);
 
 // The feature names of version 1, in protocol order, with the Capabilities flag each one sets.
 const std::vector<std::pair<const char*, bool Capabilities::*>>& feature_flags();

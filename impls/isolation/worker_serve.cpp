@@ -115,6 +115,7 @@ class ImplBackend final : public Backend {
     const Support a = impl_->available();
     return {{"name", impl_->name()}, {"description", impl_->description()},
             {"capabilities", capabilities_to_json(impl_->capabilities())}, {"supports", true},
+            {"declarations", declarations_to_json(impl_->declarations())},
             {"available", a.ok}, {"unavailable_reason", a.reason}};
   }
   Support supports(const Problem& p) override { return impl_->supports(p); }

@@ -9,7 +9,9 @@
 #include <filesystem>
 
 #include "attncheck/fixture.hpp"
+#include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
+#include "attncheck/reference.hpp"
 #include "attncheck/run_failure.hpp"
 #include "command.hpp"
 #include "plugins.hpp"
@@ -112,6 +114,39 @@ Problem judged_problem(const Impl& impl, const Problem& fixture, std::string& un
   return fixture;  // still unsupported without the optional outputs: report the fixture's own reason
 }
 
+// A fixture written with a fully-masked policy the implementation does not support, while it declares another one:
+// judge it under its declared policy, with the expectation recomputed by the reference from the fixture's inputs.
+// Returns the note for the row, "" when the fixture is judged as written.
+std::string under_declared_policy(const Impl& impl, const Fixture& f, Problem& p, ReferenceResult& expected) {
+  const Declarations d = impl.declarations();
+  if (!d.fully_masked_policy || *d.fully_masked_policy == p.fully_masked ||
+      impl.capabilities().fully_masked.count(p.fully_masked))
+    return "";
+  Problem q = p;
+  q.fully_masked = *d.fully_masked_policy;
+  try {
+    validate(q, f.inputs);
+  } catch (const std::exception&) {
+    return "";  // the declared policy cannot describe this problem: judged (unsupported) as written
+  }
+  expected = reference_attention(q, f.inputs);
+  const std::string note = std::string("judged under the declared fully-masked policy ") + to_string(q.fully_masked) +
+                           " (fixture: " + to_string(p.fully_masked) + ", expectation recomputed by the reference)";
+  p = q;
+  return note;
+}
+
+// FNV-1a over every input byte: an implementation running in this process that writes into its inputs is caught
+// (isolated ones work on a copy in shared memory and are checked there, element by element).
+uint64_t inputs_hash(const Inputs& in) {
+  uint64_t h = 1469598103934665603ull;
+  for (const Tensor* t : {&in.q, &in.k, &in.v, in.mask ? &*in.mask : nullptr, in.bias ? &*in.bias : nullptr,
+                          in.keep ? &*in.keep : nullptr})
+    if (t)
+      for (uint8_t b : t->bytes) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
 int run_verify() {
   load_plugins(g.plugins);
   if (!g.report.empty()) check_report_path(g.report);
@@ -140,7 +175,8 @@ int run_verify() {
   print_header();
   Progress progress(fixtures.size() * impls.size());
   for (const auto& [file, name] : fixtures) {
-    const Fixture f = read_fixture(file);  // a malformed fixture is an input error: exit 2 via main
+    Fixture f = read_fixture(file);  // a malformed fixture is an input error: exit 2 via main
+    const uint64_t pristine = inputs_hash(f.inputs);
     for (size_t ii = 0; ii < impls.size(); ++ii) {
       const ImplPtr& impl = impls[ii];
       progress.step(impl->name() + " " + name);
@@ -151,14 +187,24 @@ int run_verify() {
       } else try {
         Outputs out;
         std::string unchecked;
-        const Problem p = judged_problem(*impl, f.problem, unchecked);
+        ReferenceResult recomputed;
+        Problem p = f.problem;
+        const std::string note = under_declared_policy(*impl, f, p, recomputed);
+        p = judged_problem(*impl, p, unchecked);
         const Support s = run_impl(*impl, p, f.inputs, out);
         if (!s.ok) {
           r.status = "unsupported";
           r.message = s.reason;
         } else {
-          r = judged_result(name, file, impl->name(), judge(p, f.expected, out, f.tolerance));
+          r = judged_result(name, file, impl->name(), judge(p, note.empty() ? f.expected : recomputed, out, f.tolerance));
           if (!unchecked.empty()) r.message = unchecked + " not checked (not supported); " + r.message;
+          if (!note.empty()) r.message = note + "; " + r.message;
+        }
+        if (inputs_hash(f.inputs) != pristine) {
+          r = CaseResult{name, file, impl->name(), "modified-input",
+                         impl->name() + " wrote into its inputs on " + name + " (input checksum changed); the fixture "
+                         "is read again for the next implementation", false, {}};
+          f = read_fixture(file);
         }
       } catch (const RunFailure& e) {
         r.status = e.outcome();
