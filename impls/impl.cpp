@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 
 namespace attncheck {
@@ -34,6 +35,16 @@ Support check_capabilities(const Capabilities& c, const Problem& p) {
   if (p.want_weights && !c.weights_out) return Support::no("weights output not supported");
   if (p.want_lse && !c.lse_out) return Support::no("lse output not supported");
   return Support::yes();
+}
+
+Declarations Impl::declarations() const {
+  const Capabilities c = capabilities();
+  Declarations d;
+  if (c.fully_masked.size() == 1) d.fully_masked_policy = *c.fully_masked.begin();
+  d.outputs = {"out"};
+  if (c.lse_out) d.outputs.push_back("lse");
+  if (c.weights_out) d.outputs.push_back("weights");
+  return d;
 }
 
 Support run_impl(const Impl& impl, const Problem& p, const Inputs& in, Outputs& out) {

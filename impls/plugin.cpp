@@ -8,6 +8,7 @@
 
 #include "attncheck/plugin.h"
 #include "attncheck/plugin_loader.hpp"
+#include "plugin_abi.hpp"
 
 namespace attncheck {
 namespace {
@@ -47,7 +48,8 @@ void copy_strides(const Tensor& t, int64_t (&s)[N]) {
   for (size_t d = 0; d < N; ++d) s[d] = t.strides[d];
 }
 
-// The shape and semantic fields of a problem; tensor pointers stay NULL. `diag` must outlive the descriptor.
+}  // namespace
+
 attncheck_problem describe(const Problem& p, std::vector<int64_t>& diag) {
   attncheck_problem d;
   std::memset(&d, 0, sizeof d);
@@ -79,6 +81,8 @@ attncheck_problem describe(const Problem& p, std::vector<int64_t>& diag) {
   d.dropout_seed = p.dropout_seed;
   return d;
 }
+
+namespace {
 
 static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT &&
               static_cast<int>(Alignment::bottom_right) == ATTNCHECK_ALIGN_BOTTOM_RIGHT &&
@@ -129,6 +133,7 @@ Capabilities convert(const attncheck_capabilities& c, const std::string& path) {
 
 class PluginImpl final : public Impl {
  public:
+  explicit PluginImpl(const OpenedPlugin& o) : PluginImpl(o.path, o.vt, o.caps) {}
   PluginImpl(std::string path, const attncheck_plugin* vt, Capabilities caps)
       : path_(std::move(path)), vt_(vt), caps_(std::move(caps)), name_(vt->name),
         description_(vt->description ? vt->description : "") {}
@@ -185,7 +190,7 @@ class PluginImpl final : public Impl {
 
 }  // namespace
 
-ImplPtr load_plugin(const std::string& path) {
+OpenedPlugin open_plugin(const std::string& path) {
   // RTLD_NOW: an unresolved symbol in the plugin is reported here, with its name, not in the middle of a run.
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
@@ -222,7 +227,9 @@ ImplPtr load_plugin(const std::string& path) {
   MessageBuffer err;
   if (vt->capabilities(&c, err.text, sizeof err.text) != ATTNCHECK_STATUS_OK)
     throw PluginError(file_error(path, "capabilities() failed: " + err.str()));
-  return std::make_shared<PluginImpl>(path, vt, convert(c, path));
+  return {path, vt, convert(c, path)};
 }
+
+ImplPtr load_plugin(const std::string& path) { return std::make_shared<PluginImpl>(open_plugin(path)); }
 
 }  // namespace attncheck

@@ -45,6 +45,10 @@ struct Support {
   static Support no(std::string why) { return {false, std::move(why)}; }
 };
 
+// What an implementation declares about itself (attncheck/declarations.hpp; kept apart so that this header stays
+// C++17 for nvcc-compiled backends).
+struct Declarations;
+
 // Checks a problem against capability flags; the common part of every Impl::supports.
 Support check_capabilities(const Capabilities& c, const Problem& p);
 
@@ -63,6 +67,9 @@ class Impl {
   // does not write will fail.
   // Errors are thrown (std::exception) with a message; they are reported as status "error".
   virtual void run(const Problem& p, const Inputs& in, Outputs& out) const = 0;
+  // The default derives what the capabilities imply: a single supported fully-masked policy is the declared one;
+  // lse and weights are outputs when supported.
+  virtual Declarations declarations() const;
 };
 
 using ImplPtr = std::shared_ptr<const Impl>;
