@@ -27,15 +27,18 @@ def flops(s):
 
 
 def median_seconds(fn, reps, warmup=1):
+    """(wall, process CPU) seconds of fn(), each the median over reps."""
     for _ in range(warmup):
         fn()
-    t = []
+    wall, cpu = [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         fn()
-        t.append(time.perf_counter() - t0)
-    t.sort()
-    return t[len(t) // 2]
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    wall.sort()
+    cpu.sort()
+    return wall[len(wall) // 2], cpu[len(cpu) // 2]
 
 
 def attncheck_gflops(exe, impl, s, dtype, threads, reps):
@@ -134,6 +137,7 @@ def main():
             for impl in impls:
                 j, err = attncheck_gflops(a.attncheck, impl, s, dtype, a.threads, a.reps)
                 res[impl] = j["gflops"] if j else None
+                res[impl + ":cpu"] = flops(s) / j["cpu_seconds"] / 1e9 if j else None
                 if j:
                     isa = j["isa"]
                     res["sgemm"] = j["sgemm_gflops"]
@@ -141,11 +145,12 @@ def main():
                 elif err:
                     print(f"# {impl} {s} {dtype}: {err}", file=sys.stderr)
             for name, run in (("torch", torch_run), ("ort", ort_run)):
-                res[name] = None
+                res[name] = res[name + ":cpu"] = None
                 if run is None:
                     continue
                 try:
-                    res[name] = flops(s) / run(s, dtype, a.reps) / 1e9
+                    wall, cpu = run(s, dtype, a.reps)
+                    res[name], res[name + ":cpu"] = flops(s) / wall / 1e9, flops(s) / cpu / 1e9
                 except Exception as e:  # noqa: BLE001 - an unsupported case is reported, not fatal
                     print(f"# {name} {s} {dtype}: {e}", file=sys.stderr)
             rows.append((s, dtype, res))
@@ -158,8 +163,11 @@ def main():
         return "—" if x is None or y is None or y == 0 else f"{x / y:.2f}"
 
     print(f"# attncheck target (isa): {isa}; load average at end {os.getloadavg()[0]:.1f}")
+    print("# GF/s = 4·B·H·Lq·Lk·D (causal: half) / median wall seconds; 'CPU' ratios use process CPU seconds instead")
+    print("# (less sensitive to other processes on a shared machine; spinning threads count as used).")
     head = ["shape B×H×Lq×Lk×D", "dtype"] + [f"{i} GF/s" for i in impls] + ["PyTorch GF/s", "ORT GF/s", "SGEMM GF/s"]
     head += [f"{i}/PyTorch" for i in impls] + [f"{impls[0]}/ORT", f"{impls[0]}/SGEMM"]
+    head += [f"{i}/PyTorch CPU" for i in impls] + [f"{impls[0]}/ORT CPU"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for s, dtype, r in rows:
@@ -168,8 +176,9 @@ def main():
         cells += [f(r.get(i)) for i in impls] + [f(r["torch"]), f(r["ort"]), f(r.get("sgemm"))]
         cells += [ratio(r.get(i), r["torch"]) for i in impls] + [ratio(r.get(impls[0]), r["ort"]),
                                                                   ratio(r.get(impls[0]), r.get("sgemm"))]
+        cells += [ratio(r.get(i + ":cpu"), r["torch:cpu"]) for i in impls] + [ratio(r.get(impls[0] + ":cpu"),
+                                                                                     r["ort:cpu"])]
         print("| " + " | ".join(cells) + " |")
-
 
 if __name__ == "__main__":
     main()

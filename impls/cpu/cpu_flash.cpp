@@ -15,6 +15,8 @@ namespace {
 // Fewer (batch, head, query block) tasks than this: split the keys. A constant (not the thread count), so results
 // are bitwise the same for any number of threads.
 constexpr int64_t kMinTasks = 8;
+// Query blocks of at most this many rows use the row layout (gemm_nt) when packing per key block.
+constexpr int64_t kFewRows = 4;
 
 // Running softmax state of nr rows: max, visible max, denominator and the unnormalised accumulator (nr x dvp).
 template <class T>
@@ -124,9 +126,11 @@ class Flash {
   void scores(int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t c0, int64_t c1, Work& w,
               T* mvis) const {
     const int64_t ld = kFlashBlockK;
-    if (c0 < c1) {
+    if (c0 < c1 && w.pan.rows) {
+      simd::gemm_nt<T>(nr, c1 - c0, p_.Dqk, w.Q.data(), p_.Dqk, w.pan.krow_at(c0), p_.Dqk, w.S.data() + (c0 - j0), ld);
+    } else if (c0 < c1) {
       const int64_t sa = (c0 - j0) / W_, sb = (c1 - j0 + W_ - 1) / W_;
-      simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, w.Q.data(), p_.Dqk, w.pan.kt_at(j0 + sa * W_), p_.Dqk * W_,
+      simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, w.Q.data(), p_.Dqk, w.pan.kt_at(j0 + sa * W_), p_.Dqk * W_, W_,
                     w.S.data() + sa * W_, ld, false);
     }
     for (int64_t r = 0; r < nr; ++r) {
@@ -152,7 +156,8 @@ class Flash {
       const int64_t j1 = std::min(j0 + Bk, kb), nc = j1 - j0;
       const int64_t c0 = std::max(j0, w.ulo), c1 = std::min(j1, w.uhi);
       if (c0 >= c1 && !finite) continue;  // every key of the block is masked for every row: weight exactly 0
-      if (pack) w.pan.pack(p_, in_, b, p_.kv_head(h), j0, finite ? j1 : c1);
+      // A few rows: dot products against K rows as loaded (no transposed panel to build for one use).
+      if (pack) w.pan.pack(p_, in_, b, p_.kv_head(h), j0, finite ? j1 : c1, nr <= kFewRows);
       scores(b, h, i0, nr, j0, nc, c0, c1, w, st.mvis.data());
       // Online softmax: S becomes exp(s - m_new) (times keep / (1 - p)); l and acc are rescaled to the new max.
       for (int64_t r = 0; r < nr; ++r) {
@@ -175,7 +180,8 @@ class Flash {
       // acc += P·V over the keys that can carry weight: the span union, or the whole block with a finite fill.
       const int64_t v0 = finite ? j0 : c0, v1 = finite ? j1 : c1;
       const T* P = w.S.data() + (v0 - j0);
-      simd::gemm<T>(nr, p_.Dv, v1 - v0, P, Bk, w.pan.v_at(v0), w.pan.vstride(), st.acc.data(), dvp_, true);
+      simd::gemm<T>(nr, p_.Dv, v1 - v0, P, Bk, w.pan.v_at(v0), w.pan.v_bstride(), w.pan.v_ldb(), st.acc.data(), dvp_,
+                    true);
       w.pan.add_bad(w.S.data(), Bk, nr, j0, v0, v1, st.acc.data(), dvp_);
     }
   }

@@ -145,7 +145,7 @@ void check_gemm(double tol) {
                 s += static_cast<double>(A[static_cast<size_t>(i * k + p)]) * Bd[static_cast<size_t>(p * n + j)];
               want[static_cast<size_t>(i * ldc + j)] = s;
             }
-          simd::gemm<T>(m, n, k, A.data(), k, B.data(), k * W, C.data(), ldc, acc);
+          simd::gemm<T>(m, n, k, A.data(), k, B.data(), k * W, W, C.data(), ldc, acc);
           for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j)
               ASSERT_NEAR(C[static_cast<size_t>(i * ldc + j)], want[static_cast<size_t>(i * ldc + j)],
@@ -156,7 +156,36 @@ void check_gemm(double tol) {
     }
   }
 }
+// gemm_nt (rows of A against rows of B) against a double loop: key counts off the 4-key groups, k off the vector.
+template <class T>
+void check_gemm_nt(double tol) {
+  uint64_t state = 99;
+  auto rnd = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<T>(static_cast<double>(state >> 11) * 0x1.0p-53 - 0.5);
+  };
+  for (int64_t m : {int64_t{1}, int64_t{3}})
+    for (int64_t n : {int64_t{1}, int64_t{4}, int64_t{7}, int64_t{130}})
+      for (int64_t k : {int64_t{1}, int64_t{5}, int64_t{64}, int64_t{77}}) {
+        const int64_t lda = k + 3, ldb = k + 1, ldc = n + 2;
+        std::vector<T> A(static_cast<size_t>(m * lda)), B(static_cast<size_t>(n * ldb)), C(static_cast<size_t>(m * ldc));
+        for (T& a : A) a = rnd();
+        for (T& b : B) b = rnd();
+        simd::gemm_nt<T>(m, n, k, A.data(), lda, B.data(), ldb, C.data(), ldc);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double want = 0;
+            for (int64_t p = 0; p < k; ++p)
+              want += static_cast<double>(A[static_cast<size_t>(i * lda + p)]) * B[static_cast<size_t>(j * ldb + p)];
+            ASSERT_NEAR(C[static_cast<size_t>(i * ldc + j)], want, tol * static_cast<double>(k + 1))
+                << "m " << m << " n " << n << " k " << k << " at " << i << "," << j;
+          }
+      }
+}
+
 TEST(CpuIsa, GemmMatchesDoubleLoopFloat) { check_gemm<float>(1e-6); }
+TEST(CpuIsa, GemmNtMatchesDoubleLoopFloat) { check_gemm_nt<float>(1e-6); }
+TEST(CpuIsa, GemmNtMatchesDoubleLoopDouble) { check_gemm_nt<double>(1e-15); }
 TEST(CpuIsa, GemmMatchesDoubleLoopDouble) { check_gemm<double>(1e-15); }
 
 // Short-query problems without weights split the keys into chunks merged by their maxima (cpu_flash.cpp: fewer

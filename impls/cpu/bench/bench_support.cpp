@@ -142,7 +142,7 @@ std::pair<double, double> sgemm_seconds(int64_t n, int threads, int warmup, int 
   threads = static_cast<int>(std::clamp<int64_t>(threads, 1, n));
   auto part = [&](int t) {
     const int64_t r0 = n * t / threads, r1 = n * (t + 1) / threads;
-    cpu::simd::gemm<float>(r1 - r0, n, n, A.data() + r0 * n, n, B.data(), n * W, C.data() + r0 * np, np, false);
+    cpu::simd::gemm<float>(r1 - r0, n, n, A.data() + r0 * n, n, B.data(), n * W, W, C.data() + r0 * np, np, false);
   };
   auto once = [&] {
     if (threads == 1) return part(0);

@@ -25,12 +25,17 @@ std::vector<std::string> runnable_targets();
 template <class T>
 int64_t strip_width();
 
-// C[m x n] (+)= A[m x k] · B[k x n]. A is row-major with row stride lda. B is packed in strips of W =
-// strip_width<T>() columns: strip s (columns s·W .. s·W+W) starts at B + s·bstride and holds k rows of W values.
+// C[m x n] (+)= A[m x k] · B[k x n]. A is row-major with row stride lda. B is read in strips of W =
+// strip_width<T>() columns: strip s (columns s·W .. s·W+W) starts at B + s·bstride, its row p at + p·ldb (packed
+// panels: ldb = W; a row-major matrix whose row stride ldb is a multiple of W: bstride = W).
 // C has row stride ldc >= ceil(n / W)·W: whole strips are written, columns past n get the padding's values.
 template <class T>
-void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t bstride, T* C, int64_t ldc,
-          bool accumulate);
+void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t bstride, int64_t ldb, T* C,
+          int64_t ldc, bool accumulate);
+// C[i][j] = Σ_p A[i][p]·B[j][p] for row-major A (m x k) and B (n x k): a few query rows against key rows as they
+// lie in memory (decode), no transposed panel needed.
+template <class T>
+void gemm_nt(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc);
 
 // ---- softmax pieces -------------------------------------------------------------------------------------------
 // y[j] = exp(x[j]) with Highway's vectorised exp (documented max error 1 ulp; tests/cpu measures it over the whole

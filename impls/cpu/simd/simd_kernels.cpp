@@ -31,10 +31,10 @@ int64_t StripWidthF32() { return StripWidth<float>(); }
 int64_t StripWidthF64() { return StripWidth<double>(); }
 int64_t TargetBit() { return HWY_TARGET; }
 
-// C[MR x W] (+)= A[MR x k] · Bstrip[k x W]; A rows are lda apart, the strip's rows W apart.
+// C[MR x W] (+)= A[MR x k] · Bstrip[k x W]; A rows are lda apart, the strip's rows ldb apart.
 template <size_t MR, class T>
-HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const T* HWY_RESTRICT B, int64_t k, T* HWY_RESTRICT C,
-                     int64_t ldc, bool acc) {
+HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const T* HWY_RESTRICT B, int64_t ldb, int64_t k,
+                     T* HWY_RESTRICT C, int64_t ldc, bool acc) {
   const hn::ScalableTag<T> d;
   const size_t N = hn::Lanes(d);
   using V = hn::Vec<decltype(d)>;
@@ -44,7 +44,7 @@ HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const T* HWY_RESTRICT
     c1[i] = acc ? hn::LoadU(d, C + i * ldc + N) : hn::Zero(d);
   }
   for (int64_t p = 0; p < k; ++p) {
-    const V b0 = hn::LoadU(d, B + p * 2 * N), b1 = hn::LoadU(d, B + p * 2 * N + N);
+    const V b0 = hn::LoadU(d, B + p * ldb), b1 = hn::LoadU(d, B + p * ldb + N);
     for (size_t i = 0; i < MR; ++i) {
       const V a = hn::Set(d, A[i * lda + p]);
       c0[i] = hn::MulAdd(a, b0, c0[i]);
@@ -58,17 +58,18 @@ HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const T* HWY_RESTRICT
 }
 
 template <class T>
-HWY_INLINE void TileRows(size_t r, const T* A, int64_t lda, const T* B, int64_t k, T* C, int64_t ldc, bool acc) {
+HWY_INLINE void TileRows(size_t r, const T* A, int64_t lda, const T* B, int64_t ldb, int64_t k, T* C, int64_t ldc,
+                         bool acc) {
   switch (r) {
-    case 1: return Tile<1>(A, lda, B, k, C, ldc, acc);
-    case 2: return Tile<2>(A, lda, B, k, C, ldc, acc);
-    case 3: return Tile<3>(A, lda, B, k, C, ldc, acc);
-    case 4: return Tile<4>(A, lda, B, k, C, ldc, acc);
-    case 5: return Tile<5>(A, lda, B, k, C, ldc, acc);
-    case 6: return Tile<6>(A, lda, B, k, C, ldc, acc);
+    case 1: return Tile<1>(A, lda, B, ldb, k, C, ldc, acc);
+    case 2: return Tile<2>(A, lda, B, ldb, k, C, ldc, acc);
+    case 3: return Tile<3>(A, lda, B, ldb, k, C, ldc, acc);
+    case 4: return Tile<4>(A, lda, B, ldb, k, C, ldc, acc);
+    case 5: return Tile<5>(A, lda, B, ldb, k, C, ldc, acc);
+    case 6: return Tile<6>(A, lda, B, ldb, k, C, ldc, acc);
 #if HWY_TARGET <= HWY_AVX3
-    case 7: return Tile<7>(A, lda, B, k, C, ldc, acc);
-    case 8: return Tile<8>(A, lda, B, k, C, ldc, acc);
+    case 7: return Tile<7>(A, lda, B, ldb, k, C, ldc, acc);
+    case 8: return Tile<8>(A, lda, B, ldb, k, C, ldc, acc);
 #endif
     default: return;
   }
@@ -76,8 +77,8 @@ HWY_INLINE void TileRows(size_t r, const T* A, int64_t lda, const T* B, int64_t 
 
 // Blocked so that the B block in use (kc rows of a few strips) stays in L2 and each A row tile in L1.
 template <class T>
-void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t bstride, T* C, int64_t ldc,
-          bool accumulate) {
+void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t bstride, int64_t ldb, T* C,
+          int64_t ldc, bool accumulate) {
   const int64_t W = StripWidth<T>(), strips = (n + W - 1) / W;
   if (k <= 0) {
     if (!accumulate)
@@ -94,18 +95,72 @@ void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, 
       for (int64_t i0 = 0; i0 < m; i0 += static_cast<int64_t>(kMaxMR)) {
         const size_t r = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kMaxMR), m - i0));
         for (int64_t s = s0; s < s1; ++s)
-          TileRows(r, A + i0 * lda + k0, lda, B + s * bstride + k0 * W, kb, C + i0 * ldc + s * W, ldc, acc);
+          TileRows(r, A + i0 * lda + k0, lda, B + s * bstride + k0 * ldb, ldb, kb, C + i0 * ldc + s * W, ldc, acc);
       }
     }
   }
 }
 void GemmF32(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t bstride,
-             float* C, int64_t ldc, bool accumulate) {
-  Gemm(m, n, k, A, lda, B, bstride, C, ldc, accumulate);
+             int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  Gemm(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
 }
 void GemmF64(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t bstride,
-             double* C, int64_t ldc, bool accumulate) {
-  Gemm(m, n, k, A, lda, B, bstride, C, ldc, accumulate);
+             int64_t ldb, double* C, int64_t ldc, bool accumulate) {
+  Gemm(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
+}
+
+// C[i][j] = sum_p A[i][p] · B[j][p] (both row-major): for a few rows against rows of K as they lie in memory,
+// four keys at a time, each a vector accumulator reduced at the end; k tail through a zero-padded buffer.
+template <class T>
+void GemmNT(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), kv = k / N * N;
+  auto tail = [&](const T* row) {  // the last k - kv values, zero-padded to a vector
+    alignas(64) T buf[64 / sizeof(T)] = {};
+    std::copy(row + kv, row + k, buf);
+    return hn::LoadU(d, buf);
+  };
+  for (int64_t i = 0; i < m; ++i) {
+    const T* a = A + i * lda;
+    const auto at = tail(a);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      const T* b = B + j * ldb;
+      auto c0 = hn::Zero(d), c1 = hn::Zero(d), c2 = hn::Zero(d), c3 = hn::Zero(d);
+      for (int64_t p = 0; p < kv; p += N) {
+        const auto x = hn::LoadU(d, a + p);
+        c0 = hn::MulAdd(x, hn::LoadU(d, b + p), c0);
+        c1 = hn::MulAdd(x, hn::LoadU(d, b + ldb + p), c1);
+        c2 = hn::MulAdd(x, hn::LoadU(d, b + 2 * ldb + p), c2);
+        c3 = hn::MulAdd(x, hn::LoadU(d, b + 3 * ldb + p), c3);
+      }
+      if (kv < k) {
+        c0 = hn::MulAdd(at, tail(b), c0);
+        c1 = hn::MulAdd(at, tail(b + ldb), c1);
+        c2 = hn::MulAdd(at, tail(b + 2 * ldb), c2);
+        c3 = hn::MulAdd(at, tail(b + 3 * ldb), c3);
+      }
+      C[i * ldc + j] = hn::GetLane(hn::SumOfLanes(d, c0));
+      C[i * ldc + j + 1] = hn::GetLane(hn::SumOfLanes(d, c1));
+      C[i * ldc + j + 2] = hn::GetLane(hn::SumOfLanes(d, c2));
+      C[i * ldc + j + 3] = hn::GetLane(hn::SumOfLanes(d, c3));
+    }
+    for (; j < n; ++j) {
+      const T* b = B + j * ldb;
+      auto c0 = hn::Zero(d);
+      for (int64_t p = 0; p < kv; p += N) c0 = hn::MulAdd(hn::LoadU(d, a + p), hn::LoadU(d, b + p), c0);
+      if (kv < k) c0 = hn::MulAdd(at, tail(b), c0);
+      C[i * ldc + j] = hn::GetLane(hn::SumOfLanes(d, c0));
+    }
+  }
+}
+void GemmNTF32(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+               int64_t ldc) {
+  GemmNT(m, n, k, A, lda, B, ldb, C, ldc);
+}
+void GemmNTF64(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t ldb,
+               double* C, int64_t ldc) {
+  GemmNT(m, n, k, A, lda, B, ldb, C, ldc);
 }
 
 // exp with exact zeros below the smallest normal number and NaN kept (Highway's Exp maps NaN to 0).
@@ -228,6 +283,8 @@ HWY_EXPORT(StripWidthF64);
 HWY_EXPORT(TargetBit);
 HWY_EXPORT(GemmF32);
 HWY_EXPORT(GemmF64);
+HWY_EXPORT(GemmNTF32);
+HWY_EXPORT(GemmNTF64);
 HWY_EXPORT(ExpShiftedF32);
 HWY_EXPORT(ExpShiftedF64);
 HWY_EXPORT(ExpF32);
@@ -301,13 +358,23 @@ int64_t strip_width<double>() {
 }
 template <>
 void gemm<float>(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t bstride,
-                 float* C, int64_t ldc, bool accumulate) {
-  HWY_DYNAMIC_DISPATCH(GemmF32)(m, n, k, A, lda, B, bstride, C, ldc, accumulate);
+                 int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(GemmF32)(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
 }
 template <>
 void gemm<double>(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t bstride,
-                  double* C, int64_t ldc, bool accumulate) {
-  HWY_DYNAMIC_DISPATCH(GemmF64)(m, n, k, A, lda, B, bstride, C, ldc, accumulate);
+                  int64_t ldb, double* C, int64_t ldc, bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(GemmF64)(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
+}
+template <>
+void gemm_nt<float>(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
+                    float* C, int64_t ldc) {
+  HWY_DYNAMIC_DISPATCH(GemmNTF32)(m, n, k, A, lda, B, ldb, C, ldc);
+}
+template <>
+void gemm_nt<double>(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t ldb,
+                     double* C, int64_t ldc) {
+  HWY_DYNAMIC_DISPATCH(GemmNTF64)(m, n, k, A, lda, B, ldb, C, ldc);
 }
 template <>
 void exp<float>(const float* x, float* y, int64_t n) {
