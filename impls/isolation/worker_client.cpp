@@ -71,7 +71,15 @@ class WorkerImpl final : public Impl {
     try {
       start();
     } catch (const std::exception& e) {
-      throw PluginError(o_.label + ": " + e.what());
+      // The worker host refusing a library says why on stderr ("attncheck: error: plugin X: ABI version ..."):
+      // that line is the error. Otherwise the failure itself, named once by the label.
+      const std::string host_error = "attncheck: error: ";
+      if (const auto at = tail_.rfind(host_error); at != std::string::npos) {
+        std::string line = tail_.substr(at + host_error.size());
+        throw PluginError(line.substr(0, line.find('\n')));
+      }
+      const std::string m = e.what();
+      throw PluginError(m.rfind(o_.label, 0) == 0 ? m : o_.label + ": " + m);
     }
     name_ = hello_name_;
   }
