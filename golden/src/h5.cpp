@@ -326,18 +326,6 @@ bool Reader::bf16_encoded(hid_t dset, const std::string& where) const {
   return attr_str(dset, where, "encoding") == "bfloat16";
 }
 
-namespace {
-// h5py writes numpy bool as an 8-bit enum {FALSE = 0, TRUE = 1}; anything else is not a boolean.
-bool is_h5py_bool(hid_t type) {
-  if (H5Tget_class(type) != H5T_ENUM || H5Tget_size(type) != 1 || H5Tget_nmembers(type) != 2) return false;
-  for (unsigned m = 0; m < 2; ++m) {
-    int8_t value = -1;
-    if (H5Tget_member_value(type, m, &value) < 0 || value != int8_t(m)) return false;
-  }
-  return true;
-}
-}  // namespace
-
 void Reader::expect_dtype(hid_t dset, const std::string& where, DType want) const {
   Id t(H5Dget_type(dset), H5Tclose);
   const H5T_class_t cls = H5Tget_class(t);
@@ -351,12 +339,11 @@ void Reader::expect_dtype(hid_t dset, const std::string& where, DType want) cons
     case DType::bf16:
       ok = cls == H5T_INTEGER && size == 2 && H5Tget_sign(t) == H5T_SGN_NONE && bf16_encoded(dset, where);
       break;
-    // 0/1 masks: unsigned or signed 8-bit integers (read_raw checks the values) or h5py booleans.
-    case DType::u8: ok = (cls == H5T_INTEGER && size == 1) || is_h5py_bool(t); break;
+    case DType::u8: ok = cls == H5T_INTEGER && size == 1 && H5Tget_sign(t) == H5T_SGN_NONE; break;
   }
   if (!ok) {
     const char* want_s = want == DType::bf16  ? "bf16 (unsigned uint16 bit patterns with attribute encoding=\"bfloat16\")"
-                         : want == DType::u8  ? "u8 (8-bit integer, 0/1)"
+                         : want == DType::u8  ? "u8 (unsigned 8-bit integer, 0/1)"
                                               : to_string(want);
     fail(where, std::string("dtype must be ") + want_s + ", got " + type_name(dset) +
                     (cls == H5T_INTEGER && size == 2 && H5Tget_sign(t) != H5T_SGN_NONE ? " (signed)"
@@ -372,22 +359,7 @@ void Reader::read_raw(hid_t dset, const std::string& where, DType t, void* out) 
     case DType::f32: mt = Id(H5Tcopy(H5T_NATIVE_FLOAT), H5Tclose); break;
     case DType::f16: mt = float16_type(); break;
     case DType::bf16: mt = Id(H5Tcopy(H5T_NATIVE_UINT16), H5Tclose); break;
-    case DType::u8: {
-      // Read in the stored kind: converting a signed -1 (or an enum) to uint8 would clip it to 0 silently.
-      Id ft(H5Dget_type(dset), H5Tclose);
-      mt = Id(H5Tget_native_type(ft, H5T_DIR_ASCEND), H5Tclose);
-      const bool is_signed = H5Tget_class(ft) == H5T_INTEGER && H5Tget_sign(ft) == H5T_SGN_2;
-      if (H5Dread(dset, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) fail(where, "cannot read data");
-      Id space(H5Dget_space(dset), H5Sclose);
-      const auto n = static_cast<size_t>(H5Sget_simple_extent_npoints(space));
-      const auto* bytes = static_cast<const uint8_t*>(out);
-      for (size_t i = 0; i < n; ++i)
-        if (bytes[i] > 1)
-          fail(where, "values must be 0 or 1, got " +
-                          std::to_string(is_signed ? int(int8_t(bytes[i])) : int(bytes[i])) + " at element " +
-                          std::to_string(i));
-      return;
-    }
+    case DType::u8: mt = Id(H5Tcopy(H5T_NATIVE_UINT8), H5Tclose); break;
   }
   if (H5Dread(dset, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) fail(where, "cannot read data");
 }
