@@ -3,9 +3,21 @@
 #include <cmath>
 #include <limits>
 
+#include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 
 namespace attncheck {
+
+Declarations Impl::declarations() const { return default_declarations(capabilities()); }
+
+Declarations default_declarations(const Capabilities& c) {
+  Declarations d;
+  if (c.fully_masked.size() == 1) d.fully_masked_policy = *c.fully_masked.begin();
+  d.outputs = {"out"};
+  if (c.lse_out) d.outputs.push_back("lse");
+  if (c.weights_out) d.outputs.push_back("weights");
+  return d;
+}
 
 Support run_impl(const Impl& impl, const Problem& p, const Inputs& in, Outputs& out) {
   validate(p, in);

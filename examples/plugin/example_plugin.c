@@ -4,7 +4,9 @@
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
  * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing),
  * EXAMPLE_PLUGIN_RUN_FAILS (run() reports an error status), EXAMPLE_PLUGIN_NO_WEIGHTS (declares no weights output,
- * like fused kernels). */
+ * like fused kernels), EXAMPLE_PLUGIN_ZERO_POLICY (supports only the zero fully-masked policy, like FlashAttention);
+ * tests/isolation/hostile_plugin.c sets EXAMPLE_PLUGIN_NAME and EXAMPLE_PLUGIN_HOOK (called
+ * first in run) to misbehave. */
 #include <math.h>
 #include <stdio.h>
 
@@ -13,12 +15,15 @@
 #ifndef EXAMPLE_PLUGIN_ABI
 #define EXAMPLE_PLUGIN_ABI ATTNCHECK_PLUGIN_ABI_VERSION
 #endif
-#if defined(EXAMPLE_PLUGIN_BUG)
+#if defined(EXAMPLE_PLUGIN_NAME)
+#elif defined(EXAMPLE_PLUGIN_BUG)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-buggy"
 #elif defined(EXAMPLE_PLUGIN_RUN_FAILS)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-failing"
 #elif defined(EXAMPLE_PLUGIN_NO_WEIGHTS)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-noweights"
+#elif defined(EXAMPLE_PLUGIN_ZERO_POLICY)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-zero"
 #else
 #define EXAMPLE_PLUGIN_NAME "example-plugin"
 #endif
@@ -39,6 +44,9 @@ static int32_t example_capabilities(attncheck_capabilities* c, char* err, size_t
   c->weights_out = c->lse_out = 1;
 #ifdef EXAMPLE_PLUGIN_NO_WEIGHTS
   c->weights_out = 0;
+#endif
+#ifdef EXAMPLE_PLUGIN_ZERO_POLICY
+  c->fully_masked = 1u << ATTNCHECK_FULLY_MASKED_ZERO;
 #endif
   c->max_head_dim = 0;
   c->head_dim_multiple = 1;
@@ -70,6 +78,9 @@ static int visible(const attncheck_problem* p, int64_t b, int64_t h, int64_t i, 
 }
 
 static int32_t example_run(const attncheck_problem* p, char* err, size_t err_size) {
+#ifdef EXAMPLE_PLUGIN_HOOK
+  EXAMPLE_PLUGIN_HOOK(p);
+#endif
 #ifdef EXAMPLE_PLUGIN_RUN_FAILS
   snprintf(err, err_size, "planted failure: out of device memory for Lk=%lld", (long long)p->Lk);
   return ATTNCHECK_STATUS_ERROR;
@@ -144,6 +155,16 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
   return ATTNCHECK_STATUS_OK;
 }
 
+#if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
+/* What the example declares (ABI v2): plain fp32 loops are deterministic and round nothing below fp32. */
+static int32_t example_declarations(attncheck_declarations* d, char* err, size_t err_size) {
+  (void)err; (void)err_size;
+  d->deterministic = 1;
+  d->contract[ATTNCHECK_DTYPE_F32] = "qk=fp32,scores=fp32,pv=fp32,acc=fp32,p=exact,exp=exp";
+  return ATTNCHECK_STATUS_OK;
+}
+#endif
+
 static const attncheck_plugin example_vtable = {
     EXAMPLE_PLUGIN_ABI,
     EXAMPLE_PLUGIN_NAME,
@@ -152,6 +173,11 @@ static const attncheck_plugin example_vtable = {
     NULL, /* available: always */
     example_supports,
     example_run,
+#if ATTNCHECK_PLUGIN_ABI_VERSION >= 2 /* built against a v1 header, the vtable ends here */
+    sizeof(attncheck_plugin),
+    NULL, /* features beyond the v1 capability flags: none */
+    example_declarations,
+#endif
 };
 
 #ifndef EXAMPLE_PLUGIN_NO_ENTRY

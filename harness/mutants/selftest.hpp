@@ -7,12 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/impl.hpp"
+
 namespace attncheck::mutants {
 
 struct SelftestOptions {
   int cases_per_property = 24;
   uint64_t seed = 20261122;
   int64_t budget = 40000;  // CaseSpec::cost per case
+  // A candidate (plugin, worker, built-in): the cases are restricted to what it supports, every mutant must still
+  // die on them, and the candidate itself runs as one more entry that must pass (a false alarm otherwise).
+  ImplPtr candidate;
 };
 
 struct Kill {
@@ -25,13 +30,14 @@ struct Kill {
 struct EntryResult {
   std::string name, bug;
   bool correct = false;
+  bool out_of_scope = false;    // with a candidate: killed only on cases outside its capabilities
   std::vector<Kill> failures;   // one per property that failed (first failing case)
   double max_pass_ratio = 0;    // largest error / tolerance among passing checks
   int checks = 0, unsupported = 0;
 };
 
 struct SelftestReport {
-  int mutants = 0, killed = 0, correct = 0, false_alarms = 0;
+  int mutants = 0, killed = 0, correct = 0, false_alarms = 0, out_of_scope = 0;
   double seconds = 0;
   std::vector<EntryResult> details;
 };

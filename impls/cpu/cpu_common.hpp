@@ -15,10 +15,12 @@
 #include <functional>
 #include <limits>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "attncheck/impl.hpp"
 #include "attncheck/problem.hpp"
+#include "simd.hpp"
 
 namespace attncheck::cpu {
 
@@ -51,6 +53,18 @@ void load_rows(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r1, T*
         for (int64_t d = 0; d < D; ++d) o[d] = static_cast<T>(conv(row[d * sd]));
     }
   };
+  if constexpr (std::is_same_v<T, float>) {  // 16-bit rows into float: vectorised widening (F16C, shifts)
+    if (sd == 1 && (t.dtype == DType::f16 || t.dtype == DType::bf16)) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint16_t* row = t.data<uint16_t>() + base + r * sr;
+        if (t.dtype == DType::f16)
+          simd::widen_f16(row, dst + (r - r0) * D, D);
+        else
+          simd::widen_bf16(row, dst + (r - r0) * D, D);
+      }
+      return;
+    }
+  }
   switch (t.dtype) {
     case DType::f64: copy(t.data<double>(), [](double x) { return x; }); break;
     case DType::f32: copy(t.data<float>(), [](float x) { return x; }); break;
@@ -83,34 +97,26 @@ void store_row(Tensor& t, int64_t b, int64_t h, int64_t i, const T* src) {
 }
 
 // ---- exp with exact zeros ---------------------------------------------------------------------------------
-// Eigen's vectorised exp clamps its argument, so exp(-inf) would be ~3e-39 instead of 0: a masked key would leak
-// a tiny weight (and NaN from a poisoned value). Results below the smallest normal number (arguments below about
-// -87.3 in float, -708.4 in double) become exactly 0, which is also what the double reference gives wherever its
-// weight is exactly 0 (masked, or fill - max < -745); in between the reference's weights are below the tolerance
-// model's absolute floor.
+// A plain vectorised exp would give exp(-inf) a tiny nonzero value (Eigen's clamps its argument: ~3e-39), so a
+// masked key would leak weight (and NaN from a poisoned value). Results below the smallest normal number
+// (arguments below about -87.3 in float, -708.4 in double) are exactly 0, which is also what the double reference
+// gives wherever its weight is exactly 0 (masked, or fill - max < -745); in between the reference's weights are
+// below the tolerance model's absolute floor.
 template <class T>
 inline T exp0(T x) {
   const T e = std::exp(x);
   return e < std::numeric_limits<T>::min() ? T(0) : e;
 }
-// dst[j] = exp0(src[j] - m) for j < n (dst may alias src); returns the sum (fixed-order tree reduction).
+// dst[j] = exp0(src[j] - m) for j < n (dst may alias src); returns the sum (fixed order). SIMD, see simd.hpp.
 template <class T>
 inline T exp_shifted(const T* src, T* dst, int64_t n, T m) {
-  if (n <= 0) return T(0);
-  ArrMap<T> out(dst, n);
-  // Vectorised exp, then the zeroing as a plain loop (Eigen 3.4's select() would evaluate exp one by one).
-  out = (Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(src, n) - m).exp();
-  const T tiny = std::numeric_limits<T>::min();
-  for (int64_t j = 0; j < n; ++j) dst[j] = dst[j] < tiny ? T(0) : dst[j];
-  return out.sum();
+  return n <= 0 ? T(0) : simd::exp_shifted<T>(src, dst, n, m);
 }
-// max(m, s[0..n)), skipping NaN like std::max(m, x) does in the reference. Vectorised: a scalar `?:` chain would
-// be one dependent compare per element, as slow as the GEMM it follows.
+// max(m, s[0..n)), skipping NaN like std::max(m, x) does in the reference. SIMD: a scalar `?:` chain would be one
+// dependent compare per element, as slow as the GEMM it follows.
 template <class T>
 inline T row_max(const T* s, int64_t n, T m) {
-  if (n <= 0) return m;
-  const T x = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(s, n).template maxCoeff<Eigen::PropagateNumbers>();
-  return x > m ? x : m;  // x is NaN only when every element is
+  return n <= 0 ? m : simd::row_max<T>(s, n, m);
 }
 
 // ---- the score pipeline of one query row --------------------------------------------------------------------

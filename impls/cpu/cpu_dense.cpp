@@ -1,11 +1,16 @@
-// `cpu`: the dense vectorised implementation. Per (batch, head): S = Q·Kᵀ with an Eigen GEMM (Lq x Lk, the
-// whole score matrix), the reference's score pipeline and a max-subtracted softmax row by row, then O = P·V with
-// a second GEMM. fp64 computes in double; fp32/fp16/bf16 in float, rounded once into the output dtype.
+// `cpu`: the dense vectorised implementation. Per (batch, head): S = Q·Kᵀ with the SIMD GEMM (simd.hpp; Lq x Lk,
+// the whole score matrix), the reference's score pipeline and a max-subtracted softmax row by row, then O = P·V
+// with a second GEMM. fp64 computes in double; fp32/fp16/bf16 in float, rounded once into the output dtype.
 #include "cpu_common.hpp"
 #include "cpu_impls.hpp"
+#include "cpu_pack.hpp"
 
 namespace attncheck::cpu {
 namespace {
+
+// Query rows per GEMM block: keys no row of the block can see (causal, windows, padding) are left out.
+constexpr int64_t kRowBlock = 96;
+constexpr int64_t kFewRows = 4;  // up to this many queries: K in the row layout (gemm_nt), as cpu-flash's decode
 
 template <class T>
 void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
@@ -13,53 +18,74 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
   const Scorer<T> scorer(p, in);
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p.dropout_p));
   const T pol_w = policy_weight<T>(p), pol_lse = policy_lse<T>(p);
+  const int64_t W = simd::strip_width<T>(), ld = (Lk + W - 1) / W * W, dvp = (Dv + W - 1) / W * W;
 
   struct Work {
-    RowMat<T> Q, K, V, S, O;
-    BadValues<T> bad;
+    std::vector<T> Q, S, O;
+    Panels<T> pan;
   };
   const int threads = static_cast<int>(std::min<int64_t>(cpu_threads(), p.B * p.Hq));
   std::vector<Work> work(static_cast<size_t>(std::max(threads, 1)));
 
   parallel_tasks(p.B * p.Hq, threads, [&](int64_t task, int worker) {
     Work& w = work[static_cast<size_t>(worker)];
-    const int64_t b = task / p.Hq, h = task % p.Hq, kvh = p.kv_head(h);
-    w.Q.resize(Lq, Dqk);
-    w.K.resize(Lk, Dqk);
-    w.V.resize(Lk, Dv);
+    const int64_t b = task / p.Hq, h = task % p.Hq;
+    w.Q.resize(static_cast<size_t>(Lq * Dqk));
     load_rows(in.q, b, h, 0, Lq, w.Q.data());  // (Lq, Dqk)
-    load_rows(in.k, b, kvh, 0, Lk, w.K.data());  // (Lk, Dqk)
-    load_rows(in.v, b, kvh, 0, Lk, w.V.data());  // (Lk, Dv)
-    w.bad.clear();
-    w.bad.scan(w.V.data(), Lk, Dv, 0);
-
-    w.S.resize(Lq, Lk);
-    w.S.noalias() = w.Q * w.K.transpose();  // raw dot products; masked columns are overwritten by the scorer
-
-    for (int64_t i = 0; i < Lq; ++i) {
-      T* s = w.S.row(i).data();
-      const T mvis = scorer.process(b, h, i, 0, s, Lk, scorer.span(b, i));
-      T lse;
-      if (mvis == -std::numeric_limits<T>::infinity()) {  // no visible key (or all visible at -inf)
-        std::fill(s, s + Lk, pol_w);
-        lse = pol_lse;
-      } else {
-        // With a finite fill the masked keys take part, as in the reference's max(m, fill); -inf ones cannot matter.
-        const T m = scorer.finite_fill() ? row_max(s, Lk, mvis) : mvis;
-        const T sum = exp_shifted(s, s, Lk, m);
-        ArrMap<T>(s, Lk) /= sum;
-        lse = m + std::log(sum);
+    // Kᵀ and V panels (K rows as they are for a few queries: no transposed copy for so little use), non-finite V
+    // rows set aside.
+    w.pan.pack(p, in, b, p.kv_head(h), 0, Lk, Lq <= kFewRows);
+    w.S.resize(static_cast<size_t>(Lq * ld));
+    w.O.resize(static_cast<size_t>(Lq * dvp));
+    const bool finite = scorer.finite_fill();
+    for (int64_t r0 = 0; r0 < Lq; r0 += kRowBlock) {
+      const int64_t nr = std::min(kRowBlock, Lq - r0);
+      T* S = w.S.data() + r0 * ld;
+      // Keys any row of the block can see (all of them with a finite fill): only those go through the GEMMs.
+      int64_t lo = Lk, hi = 0;
+      for (int64_t i = r0; i < r0 + nr; ++i)
+        if (const Span sp = scorer.span(b, i); sp.lo < sp.hi) lo = std::min(lo, sp.lo), hi = std::max(hi, sp.hi);
+      if (finite) lo = 0, hi = Lk;
+      if (lo < hi && w.pan.rows) {
+        simd::gemm_nt<T>(nr, hi - lo, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.krow_at(lo), Dqk, S + lo, ld);
+      } else if (lo < hi) {  // raw dot products; masked columns are overwritten by the scorer
+        const int64_t sa = lo / W, sb = (hi + W - 1) / W;
+        simd::gemm<T>(nr, (sb - sa) * W, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.kt_at(sa * W), Dqk * W, W,
+                      S + sa * W, ld, false);
       }
-      const int64_t row = (b * p.Hq + h) * Lq + i;
-      if (out.lse) out.lse->data<T>()[row] = lse;
-      if (out.weights) std::copy(s, s + Lk, out.weights->data<T>() + row * Lk);  // weights are pre-dropout
-      if (const uint8_t* keep = keep_row(p, in, b, h, i, 0)) apply_keep(s, keep, Lk, keep_scale);
+      bool policy_rows = false;  // rows without a visible key weigh every key
+      for (int64_t i = r0; i < r0 + nr; ++i) {
+        T* s = w.S.data() + i * ld;
+        const Span sp = scorer.span(b, i);
+        const T mvis = scorer.process(b, h, i, 0, s, Lk, sp);
+        T lse;
+        if (mvis == -std::numeric_limits<T>::infinity()) {  // no visible key (or all visible at -inf)
+          std::fill(s, s + Lk, pol_w);
+          lse = pol_lse;
+          policy_rows = policy_rows || pol_w != T(0);
+        } else {
+          // With a finite fill the masked keys take part, as in the reference's max(m, fill); with -inf they
+          // weigh exactly 0, so the exp runs over the span only.
+          const T m = finite ? row_max(s, Lk, mvis) : mvis;
+          const int64_t a = finite ? 0 : sp.lo, e = finite ? Lk : sp.hi;
+          std::fill(s, s + a, T(0));
+          std::fill(s + e, s + Lk, T(0));
+          const T sum = exp_shifted(s + a, s + a, e - a, m);
+          for (int64_t j = a; j < e; ++j) s[j] /= sum;
+          lse = m + std::log(sum);
+        }
+        const int64_t row = (b * p.Hq + h) * Lq + i;
+        if (out.lse) out.lse->data<T>()[row] = lse;
+        if (out.weights) std::copy(s, s + Lk, out.weights->data<T>() + row * Lk);  // weights are pre-dropout
+        if (const uint8_t* keep = keep_row(p, in, b, h, i, 0)) apply_keep(s, keep, Lk, keep_scale);
+      }
+      if (policy_rows) lo = 0, hi = Lk;
+      hi = std::max(lo, hi);
+      T* O = w.O.data() + r0 * dvp;
+      simd::gemm<T>(nr, Dv, hi - lo, S + lo, ld, w.pan.v_at(lo), w.pan.v_bstride(), w.pan.v_ldb(), O, dvp, false);
+      w.pan.add_bad(S, ld, nr, 0, lo, hi, O, dvp);
     }
-
-    w.O.resize(Lq, Dv);
-    w.O.noalias() = w.S * w.V;
-    w.bad.add(w.S, w.O);
-    for (int64_t i = 0; i < Lq; ++i) store_row(out.out, b, h, i, w.O.row(i).data());
+    for (int64_t i = 0; i < Lq; ++i) store_row(out.out, b, h, i, w.O.data() + i * dvp);
   });
 }
 
@@ -67,7 +93,7 @@ class DenseImpl final : public Impl {
  public:
   std::string name() const override { return "cpu"; }
   std::string description() const override {
-    return "dense Eigen: S = Q·Kᵀ per (batch, head), row softmax, O = P·V; threads over (batch, head)";
+    return "dense: S = Q·Kᵀ per (batch, head), row softmax, O = P·V (runtime-dispatched SIMD GEMM); threads over (batch, head)";
   }
   Capabilities capabilities() const override {
     Capabilities c;  // everything the problem model has

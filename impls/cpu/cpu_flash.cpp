@@ -1,17 +1,34 @@
-// `cpu-flash`: the fused online-softmax implementation. One task = (batch, head, block of kFlashBlockQ queries);
-// keys are visited in blocks of kFlashBlockK with a running max, denominator and rescaled accumulator, so no
-// Lq x Lk matrix exists (memory per thread: O(Bq·Bk + (Bq + Bk)·D)). Blocks outside every row's causal /
-// window / padding span are skipped (with a -inf fill they have exactly zero weight). Tail blocks are simply
-// shorter: there are no padded phantom keys that could be scored 0. Weights, when requested, come from a second
-// pass that recomputes each score block and normalises it with the final max and denominator.
+// `cpu-flash`: the fused online-softmax implementation. A task owns (batch, head, a set of kFlashBlockQ-query
+// blocks) and packs that head's K/V panels once (cpu_pack.hpp), reused by each of its query blocks; keys are
+// visited in blocks of kFlashBlockK with a running max, denominator and rescaled accumulator, with the SIMD GEMM
+// and exp of simd.hpp, so no Lq x Lk matrix exists (memory: O(Lk·D) panels + O(Bq·(Bk + D)) per thread). Key
+// blocks outside every row's causal / window / padding span are skipped (with a -inf fill their weight is exactly
+// 0). Short-query problems (decode) split the keys into chunks computed in parallel and merged by their lse.
+// Weights, when requested, come from a second pass that recomputes each score block with the final max and sum.
 #include "cpu_common.hpp"
 #include "cpu_impls.hpp"
+#include "cpu_pack.hpp"
 
 namespace attncheck::cpu {
 namespace {
 
+// Fewer (batch, head, query block) tasks than this: split the keys. A constant (not the thread count), so results
+// are bitwise the same for any number of threads.
+constexpr int64_t kMinTasks = 8;
+// Query blocks of at most this many rows use the row layout (gemm_nt) when packing per key block.
+constexpr int64_t kFewRows = 4;
+
+// Running softmax state of nr rows: max, visible max, denominator and the unnormalised accumulator (nr x dvp).
 template <class T>
-using MatMap = Eigen::Map<RowMat<T>>;
+struct RowState {
+  std::vector<T> m, mvis, l, acc;
+  void reset(int64_t nr, int64_t dvp) {
+    m.assign(static_cast<size_t>(nr), -std::numeric_limits<T>::infinity());
+    mvis.assign(static_cast<size_t>(nr), -std::numeric_limits<T>::infinity());
+    l.assign(static_cast<size_t>(nr), T(0));
+    acc.assign(static_cast<size_t>(nr * dvp), T(0));
+  }
+};
 
 template <class T>
 class Flash {
@@ -23,75 +40,129 @@ class Flash {
         sc_(p, in),
         keep_scale_(static_cast<T>(1.0 / (1.0 - p.dropout_p))),
         pol_w_(policy_weight<T>(p)),
-        pol_lse_(policy_lse<T>(p)) {}
+        pol_lse_(policy_lse<T>(p)),
+        W_(simd::strip_width<T>()),
+        dvp_((p.Dv + W_ - 1) / W_ * W_) {}
 
   void run() {
-    const int64_t nqb = (p_.Lq + kFlashBlockQ - 1) / kFlashBlockQ, n = p_.B * p_.Hq * nqb;
-    const int threads = static_cast<int>(std::min<int64_t>(cpu_threads(), n));
+    const int64_t Bq = kFlashBlockQ, Bk = kFlashBlockK;
+    const int64_t nqb = (p_.Lq + Bq - 1) / Bq, heads = p_.B * p_.Hq, nkb = (p_.Lk + Bk - 1) / Bk;
+    const int threads = cpu_threads();
     std::vector<Work> work(static_cast<size_t>(std::max(threads, 1)));
-    parallel_tasks(n, threads, [&](int64_t t, int worker) {
-      const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb;  // last query blocks first: causal's heaviest tasks
-      const int64_t i0 = qb * kFlashBlockQ, i1 = std::min(i0 + kFlashBlockQ, p_.Lq);
-      task(bh / p_.Hq, bh % p_.Hq, i0, i1, work[static_cast<size_t>(worker)]);
+    const int64_t split = out_.weights || heads * nqb >= kMinTasks ? 1 : std::clamp(kMinTasks / (heads * nqb), int64_t{1}, nkb);
+    if (split == 1) {
+      // Enough heads: one task per head (panels packed once). Otherwise each head's query blocks are dealt
+      // round-robin to a few tasks, so causal work stays balanced.
+      const int64_t groups = std::clamp<int64_t>((2 * threads + heads - 1) / heads, 1, nqb);
+      parallel_tasks(heads * groups, threads, [&](int64_t t, int worker) {
+        const int64_t bh = t / groups, g = t % groups;
+        std::vector<int64_t> blocks;
+        for (int64_t qb = nqb - 1 - g; qb >= 0; qb -= groups) blocks.push_back(qb);
+        head_task(bh / p_.Hq, bh % p_.Hq, blocks, 0, p_.Lk, work[static_cast<size_t>(worker)], nullptr);
+      });
+      return;
+    }
+    std::vector<RowState<T>> part(static_cast<size_t>(heads * nqb * split));
+    parallel_tasks(heads * nqb * split, threads, [&](int64_t t, int worker) {
+      const int64_t c = t % split, bq = t / split, bh = bq / nqb, qb = bq % nqb;
+      const int64_t ka = c * nkb / split * Bk, kb = std::min(p_.Lk, (c + 1) * nkb / split * Bk);
+      head_task(bh / p_.Hq, bh % p_.Hq, {qb}, ka, kb, work[static_cast<size_t>(worker)], &part[static_cast<size_t>(t)]);
+    });
+    parallel_tasks(heads * nqb, threads, [&](int64_t t, int worker) {
+      const int64_t bh = t / nqb, i0 = t % nqb * Bq, nr = std::min(Bq, p_.Lq - i0);
+      Work& w = work[static_cast<size_t>(worker)];
+      merge(&part[static_cast<size_t>(t * split)], split, nr, w.st);
+      finish(bh / p_.Hq, bh % p_.Hq, i0, nr, w);
     });
   }
 
  private:
   struct Work {
-    std::vector<T> Q, K, V, S, acc, m, mvis, l, bmax;  // bmax: this block's visible max per row
+    std::vector<T> Q, S, o, bmax;  // bmax: this block's visible max per row
     std::vector<Span> spans;
-    BadValues<T> bad;
+    Panels<T> pan;
+    RowState<T> st;
+    int64_t ulo = 0, uhi = 0;  // union of the current block's visible spans
   };
   static constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
-  // Final scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) into w.S (nr x nc). Only columns [c0, c1)
-  // (the union of the rows' spans) go through the GEMM; the scorer fills the rest. Updates mvis when given.
-  void scores(int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t c0, int64_t c1,
-              Work& w, T* mvis) const {
-    MatMap<T> S(w.S.data(), nr, nc);
-    if (c0 < c1) {
-      MatMap<T> K(w.K.data(), c1 - c0, p_.Dqk);
-      load_rows(in_.k, b, p_.kv_head(h), c0, c1, K.data());  // (c1 - c0, Dqk)
-      S.middleCols(c0 - j0, c1 - c0).noalias() = MatMap<T>(w.Q.data(), nr, p_.Dqk) * K.transpose();
+  // Rows [i0, i0 + nr): their spans and the union of them.
+  void spans(int64_t b, int64_t i0, int64_t nr, Work& w) const {
+    w.spans.resize(static_cast<size_t>(nr));
+    w.ulo = p_.Lk, w.uhi = 0;
+    for (int64_t r = 0; r < nr; ++r) {
+      const Span s = w.spans[static_cast<size_t>(r)] = sc_.span(b, i0 + r);
+      if (s.lo < s.hi) w.ulo = std::min(w.ulo, s.lo), w.uhi = std::max(w.uhi, s.hi);
+    }
+  }
+
+  // Query blocks `blocks` of head h against keys [ka, kb): pack the panels the blocks can need, run each block;
+  // its final result goes to the outputs, or (key chunks) its state to *part.
+  void head_task(int64_t b, int64_t h, const std::vector<int64_t>& blocks, int64_t ka, int64_t kb, Work& w,
+                 RowState<T>* part) const {
+    int64_t lo = kb, hi = ka;
+    for (int64_t qb : blocks) {
+      const int64_t i0 = qb * kFlashBlockQ;
+      spans(b, i0, std::min(kFlashBlockQ, p_.Lq - i0), w);
+      lo = std::min(lo, w.ulo), hi = std::max(hi, w.uhi);
+    }
+    if (sc_.finite_fill()) lo = ka, hi = kb;  // masked keys take part too
+    lo = std::max(lo, ka), hi = std::min(hi, kb);
+    const int64_t pa = lo < hi ? ka + (lo - ka) / kFlashBlockK * kFlashBlockK : ka;
+    // One query block (decode, key chunks): nothing to reuse, so each key block is packed just before its use
+    // and K/V are read from memory once. Several: the head's panels are packed once for all of them.
+    const bool per_block = blocks.size() == 1 && !out_.weights;
+    if (!per_block) w.pan.pack(p_, in_, b, p_.kv_head(h), pa, std::max(pa, hi));
+    for (int64_t qb : blocks) {
+      const int64_t i0 = qb * kFlashBlockQ, nr = std::min(kFlashBlockQ, p_.Lq - i0);
+      RowState<T>& st = part ? *part : w.st;
+      block(b, h, i0, nr, pa, kb, per_block, w, st);
+      if (!part) finish(b, h, i0, nr, w);
+    }
+  }
+
+  // Final scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) into w.S (row stride kFlashBlockK). Only the
+  // strips covering [c0, c1) (the union of the rows' spans) go through the GEMM; the scorer fills the rest.
+  void scores(int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t c0, int64_t c1, Work& w,
+              T* mvis) const {
+    const int64_t ld = kFlashBlockK;
+    if (c0 < c1 && w.pan.rows) {
+      simd::gemm_nt<T>(nr, c1 - c0, p_.Dqk, w.Q.data(), p_.Dqk, w.pan.krow_at(c0), p_.Dqk, w.S.data() + (c0 - j0), ld);
+    } else if (c0 < c1) {
+      const int64_t sa = (c0 - j0) / W_, sb = (c1 - j0 + W_ - 1) / W_;
+      simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, w.Q.data(), p_.Dqk, w.pan.kt_at(j0 + sa * W_), p_.Dqk * W_, W_,
+                    w.S.data() + sa * W_, ld, false);
     }
     for (int64_t r = 0; r < nr; ++r) {
-      const T mv = sc_.process(b, h, i0 + r, j0, S.row(r).data(), nc, w.spans[static_cast<size_t>(r)]);
+      const T mv = sc_.process(b, h, i0 + r, j0, w.S.data() + r * ld, nc, w.spans[static_cast<size_t>(r)]);
       w.bmax[static_cast<size_t>(r)] = mv;
       if (mvis) mvis[r] = mv > mvis[r] ? mv : mvis[r];
     }
   }
 
-  void task(int64_t b, int64_t h, int64_t i0, int64_t i1, Work& w) const {
-    const int64_t nr = i1 - i0, Lk = p_.Lk, Dv = p_.Dv, Bk = kFlashBlockK;
+  // One query block against key blocks from pa (a multiple of kFlashBlockK) to kb: the online softmax into st.
+  // `pack`: pack each key block's panels here (else the task packed them all).
+  void block(int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t pa, int64_t kb, bool pack, Work& w,
+             RowState<T>& st) const {
+    const int64_t Bk = kFlashBlockK;
     w.Q.resize(static_cast<size_t>(nr * p_.Dqk));
-    w.K.resize(static_cast<size_t>(Bk * p_.Dqk));
-    w.V.resize(static_cast<size_t>(Bk * Dv));
     w.S.resize(static_cast<size_t>(nr * Bk));
-    w.acc.assign(static_cast<size_t>(nr * Dv), T(0));
-    w.m.assign(static_cast<size_t>(nr), kNegInf);
-    w.mvis.assign(static_cast<size_t>(nr), kNegInf);
-    w.l.assign(static_cast<size_t>(nr), T(0));
     w.bmax.resize(static_cast<size_t>(nr));
-    w.spans.resize(static_cast<size_t>(nr));
-    load_rows(in_.q, b, h, i0, i1, w.Q.data());  // (nr, Dqk)
-    int64_t ulo = Lk, uhi = 0;                   // union of the rows' visible spans
-    for (int64_t r = 0; r < nr; ++r) {
-      const Span s = w.spans[static_cast<size_t>(r)] = sc_.span(b, i0 + r);
-      if (s.lo < s.hi) ulo = std::min(ulo, s.lo), uhi = std::max(uhi, s.hi);
-    }
+    load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
+    spans(b, i0, nr, w);
+    st.reset(nr, dvp_);
     const bool finite = sc_.finite_fill();
-    MatMap<T> acc(w.acc.data(), nr, Dv);
-
-    for (int64_t j0 = 0; j0 < Lk; j0 += Bk) {
-      const int64_t j1 = std::min(j0 + Bk, Lk), nc = j1 - j0;
-      const int64_t c0 = std::max(j0, ulo), c1 = std::min(j1, uhi);
+    for (int64_t j0 = pa; j0 < kb; j0 += Bk) {
+      const int64_t j1 = std::min(j0 + Bk, kb), nc = j1 - j0;
+      const int64_t c0 = std::max(j0, w.ulo), c1 = std::min(j1, w.uhi);
       if (c0 >= c1 && !finite) continue;  // every key of the block is masked for every row: weight exactly 0
-      scores(b, h, i0, nr, j0, nc, c0, c1, w, w.mvis.data());
-      MatMap<T> S(w.S.data(), nr, nc);
+      // A few rows: dot products against K rows as loaded (no transposed panel to build for one use).
+      if (pack) w.pan.pack(p_, in_, b, p_.kv_head(h), j0, finite ? j1 : c1, nr <= kFewRows);
+      scores(b, h, i0, nr, j0, nc, c0, c1, w, st.mvis.data());
       // Online softmax: S becomes exp(s - m_new) (times keep / (1 - p)); l and acc are rescaled to the new max.
       for (int64_t r = 0; r < nr; ++r) {
-        T* s = S.row(r).data();
-        T& m = w.m[static_cast<size_t>(r)];
+        T* s = w.S.data() + r * Bk;
+        T& m = st.m[static_cast<size_t>(r)];
         // Masked keys at -inf cannot raise the max; with a finite fill they take part like visible ones.
         const T m_new = finite ? row_max(s, nc, m) : std::max(m, w.bmax[static_cast<size_t>(r)]);
         if (m_new == kNegInf) {  // nothing with a finite score yet
@@ -100,73 +171,101 @@ class Flash {
         }
         const T alpha = exp0(m - m_new);  // 0 on the first finite block (m = -inf)
         const T sum = exp_shifted(s, s, nc, m_new);
-        w.l[static_cast<size_t>(r)] = w.l[static_cast<size_t>(r)] * alpha + sum;
-        if (alpha != T(1)) acc.row(r) *= alpha;
+        st.l[static_cast<size_t>(r)] = st.l[static_cast<size_t>(r)] * alpha + sum;
+        if (alpha != T(1))
+          for (int64_t d = 0; d < p_.Dv; ++d) st.acc[static_cast<size_t>(r * dvp_ + d)] *= alpha;
         m = m_new;
         if (const uint8_t* keep = keep_row(p_, in_, b, h, i0 + r, j0)) apply_keep(s, keep, nc, keep_scale_);
       }
       // acc += P·V over the keys that can carry weight: the span union, or the whole block with a finite fill.
       const int64_t v0 = finite ? j0 : c0, v1 = finite ? j1 : c1;
-      MatMap<T> V(w.V.data(), v1 - v0, Dv);
-      load_rows(in_.v, b, p_.kv_head(h), v0, v1, V.data());  // (v1 - v0, Dv)
-      w.bad.clear();
-      w.bad.scan(V.data(), v1 - v0, Dv, v0 - j0);
-      acc.noalias() += S.middleCols(v0 - j0, v1 - v0) * V;
-      w.bad.add(S, acc);
+      const T* P = w.S.data() + (v0 - j0);
+      simd::gemm<T>(nr, p_.Dv, v1 - v0, P, Bk, w.pan.v_at(v0), w.pan.v_bstride(), w.pan.v_ldb(), st.acc.data(), dvp_,
+                    true);
+      w.pan.add_bad(w.S.data(), Bk, nr, j0, v0, v1, st.acc.data(), dvp_);
     }
+  }
 
-    std::vector<T> o(static_cast<size_t>(Dv));
+  // Merge key-chunk states by their maxima (the lse merge) into out.
+  void merge(const RowState<T>* part, int64_t n, int64_t nr, RowState<T>& out) const {
+    out.reset(nr, dvp_);
     for (int64_t r = 0; r < nr; ++r) {
+      const size_t rr = static_cast<size_t>(r);
+      T m = kNegInf;
+      for (int64_t c = 0; c < n; ++c) {
+        m = std::max(m, part[c].m[rr]);
+        out.mvis[rr] = std::max(out.mvis[rr], part[c].mvis[rr]);
+      }
+      out.m[rr] = m;
+      if (m == kNegInf) continue;
+      for (int64_t c = 0; c < n; ++c) {
+        if (part[c].m[rr] == kNegInf) continue;
+        const T f = exp0(part[c].m[rr] - m);
+        out.l[rr] += part[c].l[rr] * f;
+        for (int64_t d = 0; d < p_.Dv; ++d) out.acc[rr * dvp_ + d] += part[c].acc[rr * dvp_ + d] * f;
+      }
+    }
+  }
+
+  // Outputs of rows [i0, i0 + nr) from w.st: O = acc / l, lse = m + log l, or the fully-masked policy.
+  void finish(int64_t b, int64_t h, int64_t i0, int64_t nr, Work& w) const {
+    const RowState<T>& st = w.st;
+    w.o.resize(static_cast<size_t>(p_.Dv));
+    for (int64_t r = 0; r < nr; ++r) {
+      const size_t rr = static_cast<size_t>(r);
       const int64_t i = i0 + r, row = (b * p_.Hq + h) * p_.Lq + i;
       T lse;
-      if (w.mvis[static_cast<size_t>(r)] == kNegInf) {
+      if (st.mvis[rr] == kNegInf) {
         lse = pol_lse_;
-        fully_masked_out(b, h, i, o.data(), w);
+        fully_masked_out(b, h, i, w.o.data());
       } else {
-        const T l = w.l[static_cast<size_t>(r)];
-        for (int64_t d = 0; d < Dv; ++d) o[static_cast<size_t>(d)] = acc(r, d) / l;
-        lse = w.m[static_cast<size_t>(r)] + std::log(l);
+        for (int64_t d = 0; d < p_.Dv; ++d) w.o[static_cast<size_t>(d)] = st.acc[rr * dvp_ + d] / st.l[rr];
+        lse = st.m[rr] + std::log(st.l[rr]);
       }
-      store_row(out_.out, b, h, i, o.data());
+      store_row(out_.out, b, h, i, w.o.data());
       if (out_.lse) out_.lse->data<T>()[row] = lse;
     }
-    if (out_.weights) weights_pass(b, h, i0, nr, ulo, uhi, w);
+    if (out_.weights) weights_pass(b, h, i0, nr, w);
   }
 
   // The output of a row without a visible key: every key weighs policy_weight (NaN, 1/Lk or 0), dropout applies.
-  void fully_masked_out(int64_t b, int64_t h, int64_t i, T* o, Work& w) const {
+  void fully_masked_out(int64_t b, int64_t h, int64_t i, T* o) const {
     const int64_t Dv = p_.Dv;
     std::fill(o, o + Dv, T(0));
     if (p_.fully_masked == FullyMasked::zero) return;
     const uint8_t* keep = keep_row(p_, in_, b, h, i, 0);
+    std::vector<T> v(static_cast<size_t>(kFlashBlockK * Dv));
     for (int64_t j0 = 0; j0 < p_.Lk; j0 += kFlashBlockK) {
       const int64_t j1 = std::min(j0 + kFlashBlockK, p_.Lk);
-      load_rows(in_.v, b, p_.kv_head(h), j0, j1, w.V.data());
+      load_rows(in_.v, b, p_.kv_head(h), j0, j1, v.data());
       for (int64_t j = j0; j < j1; ++j) {
         const T wj = keep ? (keep[j] ? pol_w_ * keep_scale_ : T(0)) : pol_w_;
         if (wj == T(0)) continue;  // a dropped key contributes nothing, as in the reference
-        for (int64_t d = 0; d < Dv; ++d) o[d] += wj * w.V[static_cast<size_t>((j - j0) * Dv + d)];
+        for (int64_t d = 0; d < Dv; ++d) o[d] += wj * v[static_cast<size_t>((j - j0) * Dv + d)];
       }
     }
   }
 
-  // Second pass for want_weights: recompute each score block, write exp(s - m) / l with the final m and l.
-  void weights_pass(int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t ulo, int64_t uhi, Work& w) const {
+  // Second pass for want_weights (keys never split then): recompute each score block, write exp(s - m) / l.
+  void weights_pass(int64_t b, int64_t h, int64_t i0, int64_t nr, Work& w) const {
     T* base = out_.weights->data<T>() + ((b * p_.Hq + h) * p_.Lq + i0) * p_.Lk;  // (nr, Lk), contiguous
+    load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
+    spans(b, i0, nr, w);
     for (int64_t j0 = 0; j0 < p_.Lk; j0 += kFlashBlockK) {
       const int64_t j1 = std::min(j0 + kFlashBlockK, p_.Lk), nc = j1 - j0;
-      const int64_t c0 = std::max(j0, ulo), c1 = std::min(j1, uhi);
+      const int64_t c0 = std::max(j0, w.ulo), c1 = std::min(j1, w.uhi);
       const bool skipped = c0 >= c1 && !sc_.finite_fill();
       if (!skipped) scores(b, h, i0, nr, j0, nc, c0, c1, w, nullptr);
       for (int64_t r = 0; r < nr; ++r) {
+        const size_t rr = static_cast<size_t>(r);
         T* dst = base + r * p_.Lk + j0;
-        if (w.mvis[static_cast<size_t>(r)] == kNegInf) {
+        if (w.st.mvis[rr] == kNegInf) {
           std::fill(dst, dst + nc, pol_w_);
         } else if (skipped) {
           std::fill(dst, dst + nc, T(0));
         } else {
-          exp_shifted(w.S.data() + r * nc, dst, nc, w.m[static_cast<size_t>(r)]);
-          ArrMap<T>(dst, nc) /= w.l[static_cast<size_t>(r)];
+          exp_shifted(w.S.data() + r * kFlashBlockK, dst, nc, w.st.m[rr]);
+          for (int64_t j = 0; j < nc; ++j) dst[j] /= w.st.l[rr];
         }
       }
     }
@@ -177,13 +276,15 @@ class Flash {
   Outputs& out_;
   const Scorer<T> sc_;
   const T keep_scale_, pol_w_, pol_lse_;
+  const int64_t W_, dvp_;  // SIMD strip width; Dv padded to whole strips (the accumulator's row stride)
 };
 
 class FlashImpl final : public Impl {
  public:
   std::string name() const override { return "cpu-flash"; }
   std::string description() const override {
-    return "fused online softmax over key blocks, threads over (batch, head, query block); never forms Lq x Lk";
+    return "fused online softmax over key blocks with packed K/V panels and runtime-dispatched SIMD (Highway); "
+           "never forms Lq x Lk";
   }
   Capabilities capabilities() const override {
     Capabilities c;  // everything the problem model has

@@ -10,6 +10,6 @@ ImplPtr make_flash_impl();  // "cpu-flash"  (cpu_flash.cpp)
 
 namespace attncheck::cpu {
 // cpu-flash tiles: query rows per task and keys per block (tests use them to hit tails at block +- 1).
-inline constexpr int64_t kFlashBlockQ = 256;
-inline constexpr int64_t kFlashBlockK = 256;
+inline constexpr int64_t kFlashBlockQ = 96;   // a multiple of the GEMM tile rows (6 and 8)
+inline constexpr int64_t kFlashBlockK = 128;  // a multiple of every SIMD strip width
 }  // namespace attncheck::cpu

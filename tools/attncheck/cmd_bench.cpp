@@ -46,9 +46,10 @@ int run_bench() {
   std::printf("%s %s B=%lld H=%lld Lq=%lld Lk=%lld D=%lld%s threads=%d (isa %s)\n", impl->name().c_str(),
               to_string(c.dtype), static_cast<long long>(s.B), static_cast<long long>(s.H),
               static_cast<long long>(s.Lq), static_cast<long long>(s.Lk), static_cast<long long>(s.D),
-              c.causal ? " causal" : "", c.threads, bench::compiled_isa());
+              c.causal ? " causal" : "", c.threads, bench::isa().c_str());
   std::printf("  median %.4f s over %d reps: %.1f GFLOP/s; same-run SGEMM (n=%lld) %.1f GFLOP/s; ratio %.3f\n",
               r.seconds, c.reps, r.gflops, static_cast<long long>(r.sgemm_n), r.sgemm_gflops, r.ratio_to_sgemm);
+  std::printf("  measured FMA peak %.1f GFLOP/s: %.3f of peak\n", r.fma_peak_gflops, r.fraction_of_peak);
   std::printf("  process CPU time %.4f s per run; ratio of CPU-time rates to the SGEMM %.3f\n", r.cpu_seconds,
               r.cpu_ratio_to_sgemm);
   if (r.extra_rss_bytes >= 0)
@@ -70,8 +71,8 @@ const Register reg{
        sub.add_flag("--causal", g.causal, "Top-left causal mask (FLOPs counted half)");
        sub.add_flag("--json", g.json,
                     "One JSON object: impl, shape, dtype, causal, threads, reps, seconds, gflops, sgemm_gflops, "
-                    "sgemm_n, ratio_to_sgemm, peak_extra_rss_bytes, peak_extra_rss_mib, cpu_seconds, "
-                    "cpu_ratio_to_sgemm, isa");
+                    "sgemm_n, ratio_to_sgemm, fma_peak_gflops, fraction_of_peak, peak_extra_rss_bytes, peak_extra_rss_mib, cpu_seconds, "
+                    "cpu_ratio_to_sgemm, isa (the SIMD target used; ATTNCHECK_ISA forces one)");
        add_plugin_option(sub, g.plugins);
        return std::function<int()>(run_bench);
      }}};

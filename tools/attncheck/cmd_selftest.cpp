@@ -5,8 +5,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "selftest.hpp"
 #include "command.hpp"
+#include "plugins.hpp"
+#include "selftest.hpp"
 
 namespace attncheck::cli {
 namespace {
@@ -14,8 +15,31 @@ namespace {
 // JSON has no infinity: a kill by NaN, inf or an exact (bitwise, exactly-zero) check reports ratio null.
 nlohmann::json ratio_json(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
+std::vector<std::string> g_plugins;
+std::string g_candidate;
+
 int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
+  load_plugins(g_plugins);
   mutants::SelftestOptions o;
+  if (g_candidate.empty() && registry().size() > 0) {  // a single --plugin/--worker is the candidate
+    std::vector<ImplPtr> brought;
+    for (const auto& i : registry())
+      if (i->description().find("[isolated: ") != std::string::npos || i->description().find("[plugin ") != std::string::npos)
+        brought.push_back(i);
+    if (brought.size() > 1) throw std::invalid_argument("selftest: several plugins/workers given; name one with --candidate");
+    if (brought.size() == 1) o.candidate = brought[0];
+  }
+  if (!g_candidate.empty()) {
+    o.candidate = find_impl(g_candidate);
+    if (!o.candidate) throw std::invalid_argument("--candidate: unknown implementation '" + g_candidate + "'");
+  }
+  if (o.candidate) {
+    if (const Support a = o.candidate->available(); !a.ok) {
+      std::fprintf(stderr, "attncheck: exit 1: candidate %s is unavailable: %s\n", o.candidate->name().c_str(),
+                   a.reason.c_str());
+      return 1;
+    }
+  }
   if (cases > 0) o.cases_per_property = cases;
   o.seed = seed;
   const mutants::SelftestReport r = mutants::run_selftest(o);
@@ -25,11 +49,15 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
     j["mutants"] = r.mutants, j["killed"] = r.killed, j["false_alarms"] = r.false_alarms;
     j["correct_variants"] = r.correct, j["seconds"] = r.seconds, j["seed"] = o.seed;
     j["cases_per_property"] = o.cases_per_property;
+    j["out_of_scope"] = r.out_of_scope;
+    j["candidate"] = o.candidate ? nlohmann::json(o.candidate->name()) : nlohmann::json(nullptr);
     j["details"] = nlohmann::json::array();
     for (const auto& e : r.details) {
       nlohmann::json d;
       d["name"] = e.name, d["bug"] = e.bug, d["kind"] = e.correct ? "correct" : "mutant";
-      d["verdict"] = e.correct ? (e.failures.empty() ? "passed" : "false_alarm") : (e.failures.empty() ? "survived" : "killed");
+      d["verdict"] = e.out_of_scope ? "out_of_scope"
+                     : e.correct  ? (e.failures.empty() ? "passed" : "false_alarm")
+                                  : (e.failures.empty() ? "survived" : "killed");
       d["killed_by"] = nlohmann::json::array();
       for (const auto& k : e.failures) {
         nlohmann::json kj = {{"property", k.property}, {"case", k.case_name}, {"ratio", ratio_json(k.ratio)}};
@@ -42,8 +70,10 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
     std::printf("%s\n", j.dump(verbose ? 2 : -1).c_str());
   } else {
     for (const auto& e : r.details) {
-      std::printf("%-24s %-11s", e.name.c_str(),
-                  e.correct ? (e.failures.empty() ? "passed" : "FALSE-ALARM") : (e.failures.empty() ? "SURVIVED" : "killed"));
+      std::printf("%-24s %-12s", e.name.c_str(),
+                  e.out_of_scope ? "out-of-scope"
+                  : e.correct    ? (e.failures.empty() ? "passed" : "FALSE-ALARM")
+                                 : (e.failures.empty() ? "SURVIVED" : "killed"));
       if (e.failures.empty())
         std::printf(" max error/tol %.3g over %d checks", e.max_pass_ratio, e.checks);
       for (const auto& k : e.failures) std::printf(" %s(%.3g)", k.property.c_str(), k.ratio);
@@ -53,6 +83,9 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
     }
     std::printf("mutants %d killed %d false_alarms %d (%d correct variants) in %.1f s\n", r.mutants, r.killed,
                 r.false_alarms, r.correct, r.seconds);
+    if (o.candidate)
+      std::printf("candidate %s: cases restricted to its capabilities; %d mutants out of scope (their bug lies in a "
+                  "feature it does not support)\n", o.candidate->name().c_str(), r.out_of_scope);
   }
   return ok ? 0 : 1;
 }
@@ -66,6 +99,9 @@ const Register reg{{"selftest", "Run the property suite against the mutant catal
                       sub.add_flag("--verbose", g_verbose, "Print every failure message");
                       sub.add_option("--cases", g_cases, "Cases per property and entry (default 24)");
                       sub.add_option("--seed", g_seed, "Seed of the generated cases");
+                      sub.add_option("--candidate", g_candidate,
+                                     "Restrict the cases to what this implementation supports and run it too");
+                      add_plugin_option(sub, g_plugins);
                       return std::function<int()>([] { return run_selftest_cmd(g_json, g_cases, g_seed, g_verbose); });
                     }}};
 

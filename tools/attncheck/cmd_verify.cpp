@@ -1,6 +1,7 @@
 // `attncheck verify`: replays golden fixtures against implementations and judges them with the tolerance model.
-// Per (fixture, implementation): pass / fail / unsupported / error, errors and the worst element; a table, an
-// optional JSON or JUnit report, GoogleTest-style sharding. Exit 0 all pass, 1 any fail or error, 2 bad input.
+// Per (fixture, implementation): a status (report.hpp), errors and the worst element; a table, an optional JSON or
+// JUnit report, GoogleTest-style sharding. Exit 0 all pass, 1 any failure, a named implementation unavailable or
+// nothing compared (unless --allow-unavailable), 2 bad input.
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -8,7 +9,10 @@
 #include <filesystem>
 
 #include "attncheck/fixture.hpp"
+#include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
+#include "attncheck/reference.hpp"
+#include "attncheck/run_failure.hpp"
 #include "command.hpp"
 #include "plugins.hpp"
 #include "report.hpp"
@@ -21,6 +25,7 @@ namespace fs = std::filesystem;
 struct Options {
   std::vector<std::string> impls, plugins;
   std::string fixtures = "golden", filter, report, shard;
+  bool allow_unavailable = false;
 };
 Options g;
 
@@ -109,10 +114,43 @@ Problem judged_problem(const Impl& impl, const Problem& fixture, std::string& un
   return fixture;  // still unsupported without the optional outputs: report the fixture's own reason
 }
 
+// A fixture written with a fully-masked policy the implementation does not support, while it declares another one:
+// judge it under its declared policy, with the expectation recomputed by the reference from the fixture's inputs.
+// Returns the note for the row, "" when the fixture is judged as written.
+std::string under_declared_policy(const Impl& impl, const Fixture& f, Problem& p, ReferenceResult& expected) {
+  const Declarations d = impl.declarations();
+  if (!d.fully_masked_policy || *d.fully_masked_policy == p.fully_masked ||
+      impl.capabilities().fully_masked.count(p.fully_masked))
+    return "";
+  Problem q = p;
+  q.fully_masked = *d.fully_masked_policy;
+  try {
+    validate(q, f.inputs);
+  } catch (const std::exception&) {
+    return "";  // the declared policy cannot describe this problem: judged (unsupported) as written
+  }
+  expected = reference_attention(q, f.inputs);
+  const std::string note = std::string("judged under the declared fully-masked policy ") + to_string(q.fully_masked) +
+                           " (fixture: " + to_string(p.fully_masked) + ", expectation recomputed by the reference)";
+  p = q;
+  return note;
+}
+
+// FNV-1a over every input byte: an implementation running in this process that writes into its inputs is caught
+// (isolated ones work on a copy in shared memory and are checked there, element by element).
+uint64_t inputs_hash(const Inputs& in) {
+  uint64_t h = 1469598103934665603ull;
+  for (const Tensor* t : {&in.q, &in.k, &in.v, in.mask ? &*in.mask : nullptr, in.bias ? &*in.bias : nullptr,
+                          in.keep ? &*in.keep : nullptr})
+    if (t)
+      for (uint8_t b : t->bytes) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
 int run_verify() {
   load_plugins(g.plugins);
   if (!g.report.empty()) check_report_path(g.report);
-  const std::vector<ImplPtr> impls = select_impls(g.impls);
+  const std::vector<ImplPtr> impls = maybe_isolate(select_impls(g.impls));
   auto fixtures = list_fixtures(g.fixtures);
   if (fixtures.empty()) throw std::invalid_argument("--fixtures: no *.h5 fixtures under '" + g.fixtures + "'");
   std::erase_if(fixtures, [](const auto& f) {
@@ -128,26 +166,49 @@ int run_verify() {
     std::printf("shard %s: %zu fixtures\n", g.shard.c_str(), fixtures.size());
   }
 
+  // Availability is a property of the machine, asked once per implementation; every case of an unavailable one is
+  // reported as such (with the reason), never as unsupported or passed.
+  std::vector<Support> avail;
+  for (const auto& impl : impls) avail.push_back(impl->available());
+
   std::vector<CaseResult> results;
   print_header();
   Progress progress(fixtures.size() * impls.size());
   for (const auto& [file, name] : fixtures) {
-    const Fixture f = read_fixture(file);  // a malformed fixture is an input error: exit 2 via main
-    for (const auto& impl : impls) {
+    Fixture f = read_fixture(file);  // a malformed fixture is an input error: exit 2 via main
+    const uint64_t pristine = inputs_hash(f.inputs);
+    for (size_t ii = 0; ii < impls.size(); ++ii) {
+      const ImplPtr& impl = impls[ii];
       progress.step(impl->name() + " " + name);
       CaseResult r{name, file, impl->name(), "", "", false, {}};
-      try {
+      if (!avail[ii].ok) {
+        r.status = "unavailable";
+        r.message = "unavailable: " + avail[ii].reason;
+      } else try {
         Outputs out;
         std::string unchecked;
-        const Problem p = judged_problem(*impl, f.problem, unchecked);
+        ReferenceResult recomputed;
+        Problem p = f.problem;
+        const std::string note = under_declared_policy(*impl, f, p, recomputed);
+        p = judged_problem(*impl, p, unchecked);
         const Support s = run_impl(*impl, p, f.inputs, out);
         if (!s.ok) {
           r.status = "unsupported";
           r.message = s.reason;
         } else {
-          r = judged_result(name, file, impl->name(), judge(p, f.expected, out, f.tolerance));
+          r = judged_result(name, file, impl->name(), judge(p, note.empty() ? f.expected : recomputed, out, f.tolerance));
           if (!unchecked.empty()) r.message = unchecked + " not checked (not supported); " + r.message;
+          if (!note.empty()) r.message = note + "; " + r.message;
         }
+        if (inputs_hash(f.inputs) != pristine) {
+          r = CaseResult{name, file, impl->name(), "modified-input",
+                         impl->name() + " wrote into its inputs on " + name + " (input checksum changed); the fixture "
+                         "is read again for the next implementation", false, {}};
+          f = read_fixture(file);
+        }
+      } catch (const RunFailure& e) {
+        r.status = e.outcome();
+        r.message = e.what();
       } catch (const std::exception& e) {
         r.status = "error";
         r.message = e.what();
@@ -160,7 +221,14 @@ int run_verify() {
   progress.clear();
   print_summary(results);
   if (!g.report.empty()) write_report(g.report, results);
-  return exit_code(results);
+  ExitRules rules;
+  if (!g.allow_unavailable) {
+    rules.require_compared = true;
+    const bool all = g.impls.empty() || std::find(g.impls.begin(), g.impls.end(), "all") != g.impls.end();
+    if (!all)
+      for (const auto& impl : impls) rules.must_be_available.push_back(impl->name());
+  }
+  return exit_code(results, rules);
 }
 
 const Register reg{{"verify", "Replay golden fixtures against implementations", [](CLI::App& sub) {
@@ -171,6 +239,8 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                                      "Globs on case or file names, ':'-separated; '-' before a glob excludes: 'fp16/*:-*drop*'");
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
                       sub.add_option("--shard", g.shard, "Run shard I of N (0-based), e.g. 0/4");
+                      sub.add_flag("--allow-unavailable", g.allow_unavailable,
+                                   "Exit 0 even when a named implementation is unavailable or no case was compared");
                       add_plugin_option(sub, g.plugins);
                       return std::function<int()>(run_verify);
                     }}};

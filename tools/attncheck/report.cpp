@@ -2,9 +2,11 @@
 // non-finite numbers are written as null, and the message text still shows them.
 #include "report.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -92,6 +94,56 @@ std::string fmt_err(double x) {
 }
 }  // namespace
 
+const std::vector<std::string>& statuses() {
+  static const std::vector<std::string> s = {"pass",  "fail",    "unsupported", "unavailable",    "error",
+                                             "crashed", "timeout", "exited",      "modified-input", "out-of-bounds"};
+  return s;
+}
+
+bool is_failure(const std::string& status) {
+  return status != "pass" && status != "unsupported" && status != "unavailable";
+}
+
+namespace {
+std::map<std::string, int> count(const std::vector<CaseResult>& rs) {
+  std::map<std::string, int> n;
+  for (const auto& s : statuses()) n[s] = 0;
+  for (const auto& r : rs) ++n[r.status];
+  return n;
+}
+
+// The report lands complete or not at all: written to a temporary file beside it, flushed to disk, renamed.
+void write_atomically(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const std::string tmp = (p.parent_path() / ("." + p.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::invalid_argument("--report: cannot write '" + tmp + "': " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw std::invalid_argument("--report: write to '" + tmp + "' failed: " + std::strerror(e));
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw std::invalid_argument("--report: flushing '" + tmp + "' failed: " + std::strerror(e));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw std::invalid_argument("--report: renaming '" + tmp + "' to '" + path + "' failed: " + std::strerror(e));
+  }
+}
+}  // namespace
+
 CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v) {
   CaseResult r{std::move(fixture), std::move(file), std::move(impl), v.pass ? "pass" : "fail", "", true, {}};
   std::string msg;
@@ -123,15 +175,22 @@ void print_row(const CaseResult& r) {
 }
 
 void print_summary(const std::vector<CaseResult>& rs) {
-  std::map<std::string, int> n{{"pass", 0}, {"fail", 0}, {"unsupported", 0}, {"error", 0}};
-  for (const auto& r : rs) ++n[r.status];
-  std::printf("\n%zu results: pass %d  fail %d  unsupported %d  error %d\n", rs.size(), n["pass"], n["fail"],
+  std::map<std::string, int> n = count(rs);
+  // The first four always (scripts match them); the rarer outcomes only when they occurred.
+  std::printf("\n%zu results: pass %d  fail %d  unsupported %d  error %d", rs.size(), n["pass"], n["fail"],
               n["unsupported"], n["error"]);
-  if ((n["fail"] || n["error"]) && rs.size() > 20) {
+  int failures = 0;
+  for (const auto& s : statuses()) {
+    if (is_failure(s)) failures += n[s];
+    if (s != "pass" && s != "fail" && s != "unsupported" && s != "error" && n[s] > 0)
+      std::printf("  %s %d", s.c_str(), n[s]);
+  }
+  std::printf("\n");
+  if (failures > 0 && rs.size() > 20) {
     std::printf("failures and errors:\n");
     print_header();
     for (const auto& r : rs)
-      if (r.status == "fail" || r.status == "error") print_row(r);
+      if (is_failure(r.status)) print_row(r);
   }
 }
 
@@ -154,8 +213,7 @@ void check_report_path(const std::string& path) {
 
 void write_report(const std::string& path, const std::vector<CaseResult>& rs) {
   check_report_path(path);
-  std::map<std::string, int> n{{"pass", 0}, {"fail", 0}, {"unsupported", 0}, {"error", 0}};
-  for (const auto& r : rs) ++n[r.status];
+  std::map<std::string, int> n = count(rs);
   std::ostringstream out;
   if (lower_ext(path) == ".json") {
     json cases = json::array();
@@ -176,24 +234,35 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs) {
       }
       cases.push_back(c);
     }
-    const json j = {{"cases", cases},
-                    {"summary",
-                     {{"pass", n["pass"]}, {"fail", n["fail"]}, {"unsupported", n["unsupported"]},
-                      {"error", n["error"]}}}};
+    json summary = json::object();
+    for (const auto& st : statuses()) summary[st] = n[st];
+    const json j = {{"cases", cases}, {"summary", summary}};
     out << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
   } else {
-    // JUnit: one testsuite per implementation, one testcase per fixture; unsupported -> <skipped/>.
+    // JUnit: one testsuite per implementation, one testcase per fixture. A wrong answer (fail, modified-input,
+    // out-of-bounds) is a <failure>, a run that broke down (error, crashed, timeout, exited) an <error>,
+    // unsupported and unavailable <skipped>; the attncheck status is the element's `type`.
+    auto tag_of = [](const std::string& st) {
+      return st == "fail" || st == "modified-input" || st == "out-of-bounds" ? "failure"
+             : st == "unsupported" || st == "unavailable"                    ? "skipped"
+                                                                             : "error";
+    };
     std::map<std::string, std::vector<const CaseResult*>> by_impl;
-    for (const auto& r : rs) by_impl[r.impl].push_back(&r);
+    int tf = 0, te = 0, ts = 0;
+    for (const auto& r : rs) {
+      by_impl[r.impl].push_back(&r);
+      if (r.status == "pass") continue;
+      const std::string t = tag_of(r.status);
+      tf += t == "failure", te += t == "error", ts += t == "skipped";
+    }
     out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"attncheck\" tests=\"" << rs.size()
-        << "\" failures=\"" << n["fail"] << "\" errors=\"" << n["error"] << "\" skipped=\"" << n["unsupported"]
-        << "\">\n";
+        << "\" failures=\"" << tf << "\" errors=\"" << te << "\" skipped=\"" << ts << "\">\n";
     for (const auto& [impl, list] : by_impl) {
       int f = 0, e = 0, s = 0;
       for (const auto* r : list) {
-        f += r->status == "fail";
-        e += r->status == "error";
-        s += r->status == "unsupported";
+        if (r->status == "pass") continue;
+        const std::string t = tag_of(r->status);
+        f += t == "failure", e += t == "error", s += t == "skipped";
       }
       out << "  <testsuite name=\"" << xml_escape(impl) << "\" tests=\"" << list.size() << "\" failures=\"" << f
           << "\" errors=\"" << e << "\" skipped=\"" << s << "\">\n";
@@ -204,22 +273,34 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs) {
           continue;
         }
         out << ">\n";
-        const char* tag = r->status == "fail" ? "failure" : r->status == "error" ? "error" : "skipped";
-        out << "      <" << tag << " message=\"" << xml_escape(r->message) << "\"/>\n    </testcase>\n";
+        out << "      <" << tag_of(r->status) << " message=\"" << xml_escape(r->message) << "\" type=\""
+            << xml_escape(r->status) << "\"/>\n    </testcase>\n";
       }
       out << "  </testsuite>\n";
     }
     out << "</testsuites>\n";
   }
-  std::ofstream f(path);
-  if (!f) throw std::invalid_argument("--report: cannot write '" + path + "'");
-  f << out.str();
-  if (!f) throw std::invalid_argument("--report: write to '" + path + "' failed");
+  write_atomically(path, out.str());
 }
 
-int exit_code(const std::vector<CaseResult>& rs) {
+int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules) {
   for (const auto& r : rs)
-    if (r.status == "fail" || r.status == "error") return 1;
+    if (is_failure(r.status)) return 1;
+  for (const auto& name : rules.must_be_available)
+    for (const auto& r : rs)
+      if (r.impl == name && r.status == "unavailable") {
+        std::fprintf(stderr, "attncheck: exit 1: implementation '%s' is %s (pass --allow-unavailable to accept)\n",
+                     name.c_str(), r.message.c_str());
+        return 1;
+      }
+  if (rules.require_compared && std::none_of(rs.begin(), rs.end(), [](const CaseResult& r) { return r.judged; })) {
+    const auto n = count(rs);
+    std::fprintf(stderr,
+                 "attncheck: exit 1: no case was compared (%d unsupported, %d unavailable); pass "
+                 "--allow-unavailable to accept\n",
+                 n.at("unsupported"), n.at("unavailable"));
+    return 1;
+  }
   return 0;
 }
 

@@ -15,11 +15,18 @@ struct CaseResult {
   std::string fixture;  // case name (pasteable into --filter)
   std::string file;     // fixture path
   std::string impl;
-  std::string status;   // pass, fail, unsupported, error
+  std::string status;   // one of statuses(): pass, fail, unsupported, unavailable, error, crashed, timeout, ...
   std::string message;  // reason (unsupported/error) or the worst element's description
   bool judged = false;  // a verdict exists (pass or fail)
   Verdict verdict;
 };
+
+// Every status a row can have, in report order. Judged: pass, fail. Not run: unsupported, unavailable (the
+// implementation cannot run on this machine). Failures of the run itself (attncheck/run_failure.hpp): error,
+// crashed, timeout, exited, modified-input, out-of-bounds.
+const std::vector<std::string>& statuses();
+// fail or a failure of the run (everything except pass, unsupported, unavailable).
+bool is_failure(const std::string& status);
 
 // pass/fail row from a verdict.
 CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v);
@@ -33,8 +40,14 @@ void print_summary(const std::vector<CaseResult>& rs);
 void write_report(const std::string& path, const std::vector<CaseResult>& rs);
 // Throws std::invalid_argument when the report path has an unknown extension (checked before any work).
 void check_report_path(const std::string& path);
-// 0 when nothing failed or errored (unsupported is not a failure), else 1.
-int exit_code(const std::vector<CaseResult>& rs);
+// CI honesty: what besides failures makes the exit code 1. verify sets both unless --allow-unavailable.
+struct ExitRules {
+  std::vector<std::string> must_be_available;  // implementations named on the command line
+  bool require_compared = false;               // at least one row must be judged (pass or fail)
+};
+// 0 when nothing failed (unsupported is never a failure; unavailable only under the rules), else 1. When a rule
+// decides, the reason is printed to stderr.
+int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules = {});
 
 // A one-line progress bar on stderr, drawn only when stderr is a terminal (never in CI logs or pipes).
 class Progress {

@@ -2,8 +2,8 @@
 // a run, so the figure is the run's own high-water mark above the resident size it started from.
 #include "bench_support.hpp"
 
-#define EIGEN_DONT_PARALLELIZE
-#include <Eigen/Core>
+#include "simd.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -127,25 +127,49 @@ struct ThreadsEnv {
 }  // namespace
 
 std::pair<double, double> sgemm_seconds(int64_t n, int threads, int warmup, int reps) {
-  Eigen::MatrixXf A = Eigen::MatrixXf::Random(n, n), B = Eigen::MatrixXf::Random(n, n), C(n, n);
+  // A (n x n) row-major and B packed in strips once (as the attention kernels pack K and V once per head);
+  // C = A·B with the dispatched SIMD GEMM, rows split over the threads.
+  const int64_t W = cpu::simd::strip_width<float>(), np = (n + W - 1) / W * W;
+  std::vector<float> A(static_cast<size_t>(n * n)), B(static_cast<size_t>(n * np), 0.0f), C(static_cast<size_t>(n * np));
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto rnd = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-52 - 0.5);
+  };
+  for (float& a : A) a = rnd();
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t j = 0; j < n; ++j) B[static_cast<size_t>(j / W * n * W + k * W + j % W)] = rnd();
   threads = static_cast<int>(std::clamp<int64_t>(threads, 1, n));
+  auto part = [&](int t) {
+    const int64_t r0 = n * t / threads, r1 = n * (t + 1) / threads;
+    cpu::simd::gemm<float>(r1 - r0, n, n, A.data() + r0 * n, n, B.data(), n * W, W, C.data() + r0 * np, np, false);
+  };
   auto once = [&] {
-    if (threads == 1) {
-      C.noalias() = A * B;
-      return;
-    }
+    if (threads == 1) return part(0);
     std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] {
-        const int64_t c0 = n * t / threads, c1 = n * (t + 1) / threads;
-        C.middleCols(c0, c1 - c0).noalias() = A * B.middleCols(c0, c1 - c0);
-      });
+    for (int t = 0; t < threads; ++t) pool.emplace_back(part, t);
     for (auto& th : pool) th.join();
   };
   for (int w = 0; w < warmup; ++w) once();
   const auto t = time_median(reps, once);
-  if (!std::isfinite(C(0, 0))) throw std::runtime_error("sgemm produced a non-finite value");
+  if (!std::isfinite(C[0])) throw std::runtime_error("sgemm produced a non-finite value");
   return t;
+}
+
+double fma_peak_gflops(int threads) {
+  const int64_t iters = 20'000'000;
+  threads = std::max(threads, 1);
+  std::vector<float> sink(static_cast<size_t>(threads));
+  auto once = [&] {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { sink[static_cast<size_t>(t)] = cpu::simd::fma_chains(iters); });
+    for (auto& th : pool) th.join();
+  };
+  once();  // warm-up (clock ramp)
+  const double flops = static_cast<double>(cpu::simd::fma_flops_per_iter()) * static_cast<double>(iters) * threads;
+  const double seconds = time_median(3, once).first;
+  if (!std::isfinite(sink[0])) throw std::runtime_error("fma peak produced a non-finite value");
+  return flops / seconds / 1e9;
 }
 
 Result run(const Impl& impl, const Config& c) {
@@ -186,23 +210,13 @@ Result run(const Impl& impl, const Config& c) {
   const auto [sg_wall, sg_cpu] = sgemm_seconds(r.sgemm_n, c.threads, c.warmup, c.reps);
   r.sgemm_gflops = gemm_flops / sg_wall / 1e9;
   r.ratio_to_sgemm = r.gflops / r.sgemm_gflops;
+  r.fma_peak_gflops = fma_peak_gflops(c.threads);
+  r.fraction_of_peak = r.gflops / r.fma_peak_gflops;
   r.cpu_ratio_to_sgemm = (flops / r.cpu_seconds) / (gemm_flops / sg_cpu);
   return r;
 }
 
-const char* compiled_isa() {
-#if defined(__AVX512F__)
-  return "avx512";
-#elif defined(__AVX2__)
-  return "avx2";
-#elif defined(__AVX__)
-  return "avx";
-#elif defined(__SSE2__)
-  return "sse2";
-#else
-  return "generic";
-#endif
-}
+std::string isa() { return cpu::simd::target(); }
 
 std::string to_json(const std::string& impl, const Config& c, const Result& r) {
   const Shape& s = c.shape;
@@ -210,13 +224,13 @@ std::string to_json(const std::string& impl, const Config& c, const Result& r) {
   std::snprintf(buf, sizeof buf,
                 "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, "
                 "\"threads\": %d, \"reps\": %d, \"seconds\": %.6g, \"gflops\": %.4g, \"sgemm_gflops\": %.4g, "
-                "\"sgemm_n\": %lld, \"ratio_to_sgemm\": %.4g, \"peak_extra_rss_bytes\": %.0f, "
+                "\"sgemm_n\": %lld, \"ratio_to_sgemm\": %.4g, \"fma_peak_gflops\": %.4g, \"fraction_of_peak\": %.4g, \"peak_extra_rss_bytes\": %.0f, "
                 "\"peak_extra_rss_mib\": %.2f, \"cpu_seconds\": %.6g, \"cpu_ratio_to_sgemm\": %.4g, \"isa\": \"%s\"}",
                 impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.Lq),
                 static_cast<long long>(s.Lk), static_cast<long long>(s.D), to_string(c.dtype),
                 c.causal ? "true" : "false", c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
-                static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm, r.extra_rss_bytes,
-                r.extra_rss_bytes / (1024.0 * 1024.0), r.cpu_seconds, r.cpu_ratio_to_sgemm, compiled_isa());
+                static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm, r.fma_peak_gflops, r.fraction_of_peak, r.extra_rss_bytes,
+                r.extra_rss_bytes / (1024.0 * 1024.0), r.cpu_seconds, r.cpu_ratio_to_sgemm, isa().c_str());
   return buf;
 }
 

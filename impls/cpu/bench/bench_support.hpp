@@ -1,5 +1,6 @@
 // Benchmark machinery shared by `attncheck bench` and the Google Benchmark sweep: a random problem of a given
-// shape, median timing of an implementation, the same-run Eigen SGEMM of equal FLOP count, and extra peak RSS.
+// shape, median timing of an implementation, the same-run SGEMM of equal FLOP count, the measured FMA peak, and
+// extra peak RSS.
 #pragma once
 
 #include <array>
@@ -34,6 +35,8 @@ struct Result {
   double sgemm_gflops = 0;  // same-run square SGEMM of the same FLOP count, same thread count
   int64_t sgemm_n = 0;      // its size n (n x n times n x n)
   double ratio_to_sgemm = 0;
+  double fma_peak_gflops = 0;   // same-run FMA throughput of the dispatched target (fma_peak_gflops())
+  double fraction_of_peak = 0;  // gflops / fma_peak_gflops
   double extra_rss_bytes = -1;  // peak RSS during one run minus RSS before it (-1: could not be measured)
   // Process CPU seconds per run (median) and the ratio of CPU-time rates: on a loaded machine wall-clock rates
   // measure the neighbours, CPU time much less so. The wall-clock figures above stay the primary result.
@@ -44,12 +47,16 @@ struct Result {
 // not counted), then the SGEMM. Throws std::invalid_argument when the impl does not support the problem.
 Result run(const Impl& impl, const Config& c);
 
-// Median wall-clock and process CPU seconds of an n x n x n SGEMM (Eigen, single-threaded kernels, columns
-// split over `threads` threads).
+// Median wall-clock and process CPU seconds of an n x n x n SGEMM (the CPU backend's dispatched SIMD GEMM on a
+// pre-packed B, rows split over `threads` threads).
 std::pair<double, double> sgemm_seconds(int64_t n, int threads, int warmup, int reps);
 
-// The vector ISA this translation unit was compiled for ("avx512", "avx2", "sse2", ...).
-const char* compiled_isa();
+// Measured FMA peak: `threads` threads each running independent fused multiply-add chains in the dispatched
+// target's widest vectors (median of 3); the denominator of fraction_of_peak.
+double fma_peak_gflops(int threads);
+
+// The SIMD target the CPU kernels dispatch to ("avx2", "avx3", ...; ATTNCHECK_ISA forces one).
+std::string isa();
 
 // One JSON object with the fields documented in `attncheck bench --help`.
 std::string to_json(const std::string& impl, const Config& c, const Result& r);

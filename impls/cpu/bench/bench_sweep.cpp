@@ -10,7 +10,7 @@
 #include "bench_support.hpp"
 
 namespace attncheck {
-std::vector<ImplPtr> make_cpu_impls();  // compiled into this binary (natively, see CMakeLists.txt)
+std::vector<ImplPtr> make_cpu_impls();  // impls/cpu (attncheck_backend_cpu)
 }
 
 int main(int argc, char** argv) {

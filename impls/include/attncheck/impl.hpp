@@ -14,6 +14,10 @@
 
 namespace attncheck {
 
+// What an implementation declares about itself (attncheck/declarations.hpp; kept apart so that this header stays
+// C++17 for nvcc-compiled backends). Capabilities and Support live in attncheck/capabilities.hpp (also C++17).
+struct Declarations;
+
 class Impl {
  public:
   virtual ~Impl() = default;
@@ -29,6 +33,9 @@ class Impl {
   // does not write will fail.
   // Errors are thrown (std::exception) with a message; they are reported as status "error".
   virtual void run(const Problem& p, const Inputs& in, Outputs& out) const = 0;
+  // The default derives what the capabilities imply: a single supported fully-masked policy is the declared one;
+  // lse and weights are outputs when supported.
+  virtual Declarations declarations() const;
 };
 
 using ImplPtr = std::shared_ptr<const Impl>;

@@ -1,0 +1,90 @@
+// Packed K/V panels for the SIMD GEMM (simd.hpp) of one (batch, kv head) and key range: Kᵀ in strips of W keys
+// (for S = Q·Kᵀ) and V in strips of W value columns (for O += P·V), in the compute type. Packed once per task and
+// reused by every query block of it. Non-finite V rows are zeroed in the panel and remembered (BadValues).
+#pragma once
+
+#include "cpu_common.hpp"
+#include "simd.hpp"
+
+namespace attncheck::cpu {
+
+template <class T>
+struct Panels {
+  int64_t W = 0, k0 = 0, k1 = 0, Dqk = 0, Dv = 0, rows_pad = 0;
+  bool rows = false;       // row layout (K rows as they are, V rows padded to dv_pad()) for gemm_nt / decode
+  std::vector<T> kt;       // strip s (keys k0 + s·W ..) at s·Dqk·W, row p (head dim p) at + p·W; rows: key-major
+  std::vector<T> v;        // strip s (value dims s·W ..) at s·vstride(), row j (key k0 + j) at + j·W; rows: dv_pad()
+  std::vector<T> scratch;  // rows as loaded
+  BadValues<T> bad;        // cols are absolute key indices
+
+  int64_t vstride() const { return rows_pad * W; }
+  int64_t dv_pad() const { return (Dv + W - 1) / W * W; }
+  // Packed Kᵀ starting at key j (j - k0 a multiple of W); K row j (row layout).
+  const T* kt_at(int64_t j) const { return kt.data() + (j - k0) / W * Dqk * W; }
+  const T* krow_at(int64_t j) const { return kt.data() + (j - k0) * Dqk; }
+  // V from key j as a gemm() B operand: pointer, strip stride, row stride.
+  const T* v_at(int64_t j) const { return v.data() + (j - k0) * (rows ? dv_pad() : W); }
+  int64_t v_bstride() const { return rows ? W : vstride(); }
+  int64_t v_ldb() const { return rows ? dv_pad() : W; }
+
+  // Keys [a, b) of head kvh of batch b_ (a may be any key; panels start there), in the strip or the row layout.
+  void pack(const Problem& p, const Inputs& in, int64_t b_, int64_t kvh, int64_t a, int64_t b, bool row_layout = false) {
+    W = simd::strip_width<T>(), k0 = a, k1 = std::max(a, b), Dqk = p.Dqk, Dv = p.Dv, rows = row_layout;
+    const int64_t n = k1 - k0, strips = (n + W - 1) / W;
+    rows_pad = strips * W;
+    bad.clear();
+    if (rows) {
+      kt.resize(static_cast<size_t>(n * Dqk));
+      v.resize(static_cast<size_t>(n * dv_pad()));
+      load_rows(in.k, b_, kvh, k0, k1, kt.data());
+      scratch.resize(static_cast<size_t>(n * Dv));
+      load_rows(in.v, b_, kvh, k0, k1, scratch.data());
+      bad.scan(scratch.data(), n, Dv, k0);
+      for (int64_t r = 0; r < n; ++r) {
+        T* dst = v.data() + r * dv_pad();
+        std::copy(scratch.data() + r * Dv, scratch.data() + (r + 1) * Dv, dst);
+        std::fill(dst + Dv, dst + dv_pad(), T(0));
+      }
+      return;
+    }
+    kt.assign(static_cast<size_t>(strips * Dqk * W), T(0));
+    v.assign(static_cast<size_t>((dv_pad() / W) * vstride()), T(0));
+    constexpr int64_t kChunk = 64;  // keys loaded at a time (a multiple of every W)
+    scratch.resize(static_cast<size_t>(kChunk * std::max(Dqk, Dv)));
+    for (int64_t j = k0; j < k1; j += kChunk) {
+      const int64_t je = std::min(k1, j + kChunk), nr = je - j;
+      load_rows(in.k, b_, kvh, j, je, scratch.data());
+      for (int64_t r = 0; r < nr; ++r) {
+        const int64_t key = j - k0 + r;
+        T* dst = kt.data() + key / W * Dqk * W + key % W;
+        const T* src = scratch.data() + r * Dqk;
+        for (int64_t d = 0; d < Dqk; ++d) dst[d * W] = src[d];
+      }
+      load_rows(in.v, b_, kvh, j, je, scratch.data());
+      bad.scan(scratch.data(), nr, Dv, j);
+      for (int64_t r = 0; r < nr; ++r) {  // row r of V: W contiguous values into each strip
+        const T* src = scratch.data() + r * Dv;
+        T* dst = v.data() + (j - k0 + r) * W;
+        for (int64_t d0 = 0, s = 0; d0 < Dv; d0 += W, ++s)
+          std::copy(src + d0, src + std::min(Dv, d0 + W), dst + s * vstride());
+      }
+    }
+  }
+
+  // acc[r, :] += P[r, key - j0] · V[key] for the remembered non-finite rows with key in [v0, v1) and a nonzero
+  // weight (what the reference does; the GEMM saw zeros there).
+  void add_bad(const T* P, int64_t ldp, int64_t nr, int64_t j0, int64_t v0, int64_t v1, T* acc, int64_t ldacc) const {
+    for (size_t c = 0; c < bad.cols.size(); ++c) {
+      const int64_t key = bad.cols[c];
+      if (key < v0 || key >= v1) continue;
+      const T* row = bad.rows.data() + c * static_cast<size_t>(Dv);
+      for (int64_t r = 0; r < nr; ++r) {
+        const T w = P[r * ldp + key - j0];
+        if (w == T(0)) continue;
+        for (int64_t d = 0; d < Dv; ++d) acc[r * ldacc + d] += w * row[d];
+      }
+    }
+  }
+};
+
+}  // namespace attncheck::cpu

@@ -1,0 +1,63 @@
+// The CPU backends' hot kernels, compiled by Google Highway for several x86 targets (EMU128, SSSE3, SSE4, AVX2,
+// AVX3 = AVX-512, AVX3_DL) in one binary and dispatched at run time to the best one the CPU has, or to the one
+// named by ATTNCHECK_ISA. Everything is templated on float and double (the compute types of cpu and cpu-flash).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attncheck::cpu::simd {
+
+// ---- target selection -------------------------------------------------------------------------------------
+// Applies ATTNCHECK_ISA (a target name from runnable_targets(), case-insensitive) once per process; throws
+// std::invalid_argument naming the variable and its value when the name is unknown or this CPU cannot run it.
+// The CPU implementations call it at the start of every run (through strip_width), so the first run fixes it.
+void select_target();
+// Name of the target the kernels dispatch to ("avx2", "avx3", ...), after select_target().
+std::string target();
+// Targets compiled into this binary, best first, and the subset this CPU can run.
+std::vector<std::string> compiled_targets();
+std::vector<std::string> runnable_targets();
+
+// ---- GEMM on packed panels ----------------------------------------------------------------------------------
+// Columns per packed strip: two vectors of T on the chosen target (8/16/32 floats for SSE/AVX2/AVX-512).
+template <class T>
+int64_t strip_width();
+
+// C[m x n] (+)= A[m x k] · B[k x n]. A is row-major with row stride lda. B is read in strips of W =
+// strip_width<T>() columns: strip s (columns s·W .. s·W+W) starts at B + s·bstride, its row p at + p·ldb (packed
+// panels: ldb = W; a row-major matrix whose row stride ldb is a multiple of W: bstride = W).
+// C has row stride ldc >= ceil(n / W)·W: whole strips are written, columns past n get the padding's values.
+template <class T>
+void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t bstride, int64_t ldb, T* C,
+          int64_t ldc, bool accumulate);
+// C[i][j] = Σ_p A[i][p]·B[j][p] for row-major A (m x k) and B (n x k): a few query rows against key rows as they
+// lie in memory (decode), no transposed panel needed.
+template <class T>
+void gemm_nt(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc);
+
+// ---- softmax pieces -------------------------------------------------------------------------------------------
+// y[j] = exp(x[j]) with Highway's vectorised exp (documented max error 1 ulp; tests/cpu measures it over the whole
+// argument range), exactly 0 below the smallest normal number and NaN for NaN.
+template <class T>
+void exp(const T* x, T* y, int64_t n);
+// dst[j] = exp(src[j] - m) as above (dst may alias src); returns the sum in a fixed order.
+template <class T>
+T exp_shifted(const T* src, T* dst, int64_t n, T m);
+// max(m, s[0..n)), NaN elements skipped (as std::max(m, x)).
+template <class T>
+T row_max(const T* s, int64_t n, T m);
+
+// ---- conversions ----------------------------------------------------------------------------------------------
+// dst[j] = float(src[j]) for n contiguous bf16 / fp16 bit patterns (exact widening).
+void widen_bf16(const uint16_t* src, float* dst, int64_t n);
+void widen_f16(const uint16_t* src, float* dst, int64_t n);
+
+// ---- peak ----------------------------------------------------------------------------------------------------
+// fma_chains(iters) runs iters rounds of independent fp32 fused multiply-adds in the widest vectors (the bench's
+// FMA peak); each round is fma_flops_per_iter() FLOPs. The result only keeps the work from being optimised away.
+int64_t fma_flops_per_iter();
+float fma_chains(int64_t iters);
+
+}  // namespace attncheck::cpu::simd

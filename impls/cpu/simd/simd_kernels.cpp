@@ -1,0 +1,417 @@
+// Highway implementation of simd.hpp: this file is compiled once per target by hwy/foreach_target.h (each copy in
+// its own namespace, so nothing is shared between targets); the HWY_ONCE part at the end holds the dispatch
+// tables and the target selection (ATTNCHECK_ISA).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "simd_kernels.cpp"
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL 1  // also compile the Ice Lake / Zen 4 AVX-512 target
+#endif
+#include <hwy/foreach_target.h>  // must come before highway.h
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "attncheck/problem.hpp"  // half_bits_to_float, bf16_bits_to_float for the tails
+
+HWY_BEFORE_NAMESPACE();
+namespace attncheck::cpu::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Rows of C per register tile: MR x (2 vectors) accumulators, leaving registers for two B loads and a broadcast.
+constexpr size_t kMaxMR = (HWY_TARGET <= HWY_AVX3) ? 8 : 6;
+
+template <class T>
+int64_t StripWidth() {
+  return static_cast<int64_t>(2 * hn::Lanes(hn::ScalableTag<T>()));
+}
+int64_t StripWidthF32() { return StripWidth<float>(); }
+int64_t StripWidthF64() { return StripWidth<double>(); }
+int64_t TargetBit() { return HWY_TARGET; }
+
+// C[MR x W] (+)= A[MR x k] · Bstrip[k x W]; A rows are lda apart, the strip's rows ldb apart.
+template <size_t MR, class T>
+HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const T* HWY_RESTRICT B, int64_t ldb, int64_t k,
+                     T* HWY_RESTRICT C, int64_t ldc, bool acc) {
+  const hn::ScalableTag<T> d;
+  const size_t N = hn::Lanes(d);
+  using V = hn::Vec<decltype(d)>;
+  V c0[MR], c1[MR];
+  for (size_t i = 0; i < MR; ++i) {
+    c0[i] = acc ? hn::LoadU(d, C + i * ldc) : hn::Zero(d);
+    c1[i] = acc ? hn::LoadU(d, C + i * ldc + N) : hn::Zero(d);
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    const V b0 = hn::LoadU(d, B + p * ldb), b1 = hn::LoadU(d, B + p * ldb + N);
+    for (size_t i = 0; i < MR; ++i) {
+      const V a = hn::Set(d, A[i * lda + p]);
+      c0[i] = hn::MulAdd(a, b0, c0[i]);
+      c1[i] = hn::MulAdd(a, b1, c1[i]);
+    }
+  }
+  for (size_t i = 0; i < MR; ++i) {
+    hn::StoreU(c0[i], d, C + i * ldc);
+    hn::StoreU(c1[i], d, C + i * ldc + N);
+  }
+}
+
+template <class T>
+HWY_INLINE void TileRows(size_t r, const T* A, int64_t lda, const T* B, int64_t ldb, int64_t k, T* C, int64_t ldc,
+                         bool acc) {
+  switch (r) {
+    case 1: return Tile<1>(A, lda, B, ldb, k, C, ldc, acc);
+    case 2: return Tile<2>(A, lda, B, ldb, k, C, ldc, acc);
+    case 3: return Tile<3>(A, lda, B, ldb, k, C, ldc, acc);
+    case 4: return Tile<4>(A, lda, B, ldb, k, C, ldc, acc);
+    case 5: return Tile<5>(A, lda, B, ldb, k, C, ldc, acc);
+    case 6: return Tile<6>(A, lda, B, ldb, k, C, ldc, acc);
+#if HWY_TARGET <= HWY_AVX3
+    case 7: return Tile<7>(A, lda, B, ldb, k, C, ldc, acc);
+    case 8: return Tile<8>(A, lda, B, ldb, k, C, ldc, acc);
+#endif
+    default: return;
+  }
+}
+
+// Blocked so that the B block in use (kc rows of a few strips) stays in L2 and each A row tile in L1.
+template <class T>
+void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t bstride, int64_t ldb, T* C,
+          int64_t ldc, bool accumulate) {
+  const int64_t W = StripWidth<T>(), strips = (n + W - 1) / W;
+  if (k <= 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i) std::fill(C + i * ldc, C + i * ldc + strips * W, T(0));
+    return;
+  }
+  constexpr int64_t kc = 256, kL2Bytes = 192 * 1024;
+  for (int64_t k0 = 0; k0 < k; k0 += kc) {
+    const int64_t kb = std::min(kc, k - k0);
+    const bool acc = accumulate || k0 > 0;
+    const int64_t nsb = std::max<int64_t>(1, kL2Bytes / (kb * W * static_cast<int64_t>(sizeof(T))));
+    for (int64_t s0 = 0; s0 < strips; s0 += nsb) {
+      const int64_t s1 = std::min(strips, s0 + nsb);
+      for (int64_t i0 = 0; i0 < m; i0 += static_cast<int64_t>(kMaxMR)) {
+        const size_t r = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kMaxMR), m - i0));
+        for (int64_t s = s0; s < s1; ++s)
+          TileRows(r, A + i0 * lda + k0, lda, B + s * bstride + k0 * ldb, ldb, kb, C + i0 * ldc + s * W, ldc, acc);
+      }
+    }
+  }
+}
+void GemmF32(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t bstride,
+             int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  Gemm(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
+}
+void GemmF64(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t bstride,
+             int64_t ldb, double* C, int64_t ldc, bool accumulate) {
+  Gemm(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
+}
+
+// C[i][j] = sum_p A[i][p] · B[j][p] (both row-major): for a few rows against rows of K as they lie in memory,
+// four keys at a time, each a vector accumulator reduced at the end; k tail through a zero-padded buffer.
+template <class T>
+void GemmNT(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), kv = k / N * N;
+  auto tail = [&](const T* row) {  // the last k - kv values, zero-padded to a vector
+    alignas(64) T buf[64 / sizeof(T)] = {};
+    std::copy(row + kv, row + k, buf);
+    return hn::LoadU(d, buf);
+  };
+  for (int64_t i = 0; i < m; ++i) {
+    const T* a = A + i * lda;
+    const auto at = tail(a);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      const T* b = B + j * ldb;
+      auto c0 = hn::Zero(d), c1 = hn::Zero(d), c2 = hn::Zero(d), c3 = hn::Zero(d);
+      for (int64_t p = 0; p < kv; p += N) {
+        const auto x = hn::LoadU(d, a + p);
+        c0 = hn::MulAdd(x, hn::LoadU(d, b + p), c0);
+        c1 = hn::MulAdd(x, hn::LoadU(d, b + ldb + p), c1);
+        c2 = hn::MulAdd(x, hn::LoadU(d, b + 2 * ldb + p), c2);
+        c3 = hn::MulAdd(x, hn::LoadU(d, b + 3 * ldb + p), c3);
+      }
+      if (kv < k) {
+        c0 = hn::MulAdd(at, tail(b), c0);
+        c1 = hn::MulAdd(at, tail(b + ldb), c1);
+        c2 = hn::MulAdd(at, tail(b + 2 * ldb), c2);
+        c3 = hn::MulAdd(at, tail(b + 3 * ldb), c3);
+      }
+      C[i * ldc + j] = hn::GetLane(hn::SumOfLanes(d, c0));
+      C[i * ldc + j + 1] = hn::GetLane(hn::SumOfLanes(d, c1));
+      C[i * ldc + j + 2] = hn::GetLane(hn::SumOfLanes(d, c2));
+      C[i * ldc + j + 3] = hn::GetLane(hn::SumOfLanes(d, c3));
+    }
+    for (; j < n; ++j) {
+      const T* b = B + j * ldb;
+      auto c0 = hn::Zero(d);
+      for (int64_t p = 0; p < kv; p += N) c0 = hn::MulAdd(hn::LoadU(d, a + p), hn::LoadU(d, b + p), c0);
+      if (kv < k) c0 = hn::MulAdd(at, tail(b), c0);
+      C[i * ldc + j] = hn::GetLane(hn::SumOfLanes(d, c0));
+    }
+  }
+}
+void GemmNTF32(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+               int64_t ldc) {
+  GemmNT(m, n, k, A, lda, B, ldb, C, ldc);
+}
+void GemmNTF64(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t ldb,
+               double* C, int64_t ldc) {
+  GemmNT(m, n, k, A, lda, B, ldb, C, ldc);
+}
+
+// exp with exact zeros below the smallest normal number and NaN kept (Highway's Exp maps NaN to 0).
+template <class D, class V>
+HWY_INLINE V Exp0(D d, V x) {
+  using T = hn::TFromD<D>;
+  const V y = hn::Exp(d, x);
+  const V z = hn::IfThenZeroElse(hn::Lt(y, hn::Set(d, std::numeric_limits<T>::min())), y);
+  return hn::IfThenElse(hn::IsNaN(x), x, z);
+}
+
+// dst = exp0(src - m) over n values; returns their sum (two vector accumulators, then the lanes, fixed order).
+template <class T>
+T ExpShifted(const T* src, T* dst, int64_t n, T m) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vm = hn::Set(d, m);
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d);
+  int64_t j = 0;
+  for (; j + 2 * N <= n; j += 2 * N) {
+    const auto y0 = Exp0(d, hn::Sub(hn::LoadU(d, src + j), vm));
+    const auto y1 = Exp0(d, hn::Sub(hn::LoadU(d, src + j + N), vm));
+    hn::StoreU(y0, d, dst + j);
+    hn::StoreU(y1, d, dst + j + N);
+    s0 = hn::Add(s0, y0);
+    s1 = hn::Add(s1, y1);
+  }
+  for (; j < n; j += N) {  // tail: through a buffer padded with -inf (whose exp is 0)
+    alignas(64) T buf[64 / sizeof(T)];
+    const int64_t r = std::min(N, n - j);
+    for (int64_t t = 0; t < N; ++t) buf[t] = t < r ? src[j + t] - m : -std::numeric_limits<T>::infinity();
+    const auto y = Exp0(d, hn::LoadU(d, buf));
+    hn::StoreU(y, d, buf);
+    std::copy(buf, buf + r, dst + j);
+    s0 = hn::Add(s0, y);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
+}
+float ExpShiftedF32(const float* s, float* d, int64_t n, float m) { return ExpShifted(s, d, n, m); }
+double ExpShiftedF64(const double* s, double* d, int64_t n, double m) { return ExpShifted(s, d, n, m); }
+
+template <class T>
+void ExpN(const T* x, T* y, int64_t n) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t j = 0;
+  for (; j + N <= n; j += N) hn::StoreU(Exp0(d, hn::LoadU(d, x + j)), d, y + j);
+  for (; j < n; ++j) {
+    alignas(64) T buf[64 / sizeof(T)] = {};
+    buf[0] = x[j];
+    hn::StoreU(Exp0(d, hn::LoadU(d, buf)), d, buf);
+    y[j] = buf[0];
+  }
+}
+void ExpF32(const float* x, float* y, int64_t n) { ExpN(x, y, n); }
+void ExpF64(const double* x, double* y, int64_t n) { ExpN(x, y, n); }
+
+// max(m, s[..]) skipping NaN: a lane is replaced only when the new value compares greater.
+template <class T>
+T RowMax(const T* s, int64_t n, T m) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto acc = hn::Set(d, -std::numeric_limits<T>::infinity());
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto x = hn::LoadU(d, s + j);
+    acc = hn::IfThenElse(hn::Lt(acc, x), x, acc);
+  }
+  T mx = hn::GetLane(hn::MaxOfLanes(d, acc));
+  for (; j < n; ++j) mx = mx < s[j] ? s[j] : mx;
+  return mx > m ? mx : m;
+}
+float RowMaxF32(const float* s, int64_t n, float m) { return RowMax(s, n, m); }
+double RowMaxF64(const double* s, int64_t n, double m) { return RowMax(s, n, m); }
+
+// The FMA peak: 12 independent multiply-add chains (enough to cover latency x throughput on current x86 cores).
+constexpr int kChains = 12;
+int64_t FmaFlopsPerIter() { return 2 * kChains * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
+float FmaChains(int64_t iters) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  V c[kChains];
+  for (int i = 0; i < kChains; ++i) c[i] = hn::Set(d, static_cast<float>(i));
+  const V a = hn::Set(d, 0.999999f), b = hn::Set(d, 1e-6f);
+  for (int64_t t = 0; t < iters; ++t)
+    for (int i = 0; i < kChains; ++i) c[i] = hn::MulAdd(c[i], a, b);
+  for (int i = 1; i < kChains; ++i) c[0] = hn::Add(c[0], c[i]);
+  return hn::GetLane(c[0]);
+}
+
+template <class Half, class Scalar>
+void Widen(const uint16_t* src, float* dst, int64_t n, Scalar scalar) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<Half, decltype(df)> dh;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const Half* h = reinterpret_cast<const Half*>(src);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + j)), df, dst + j);
+  for (; j < n; ++j) dst[j] = scalar(src[j]);
+}
+void WidenBF16(const uint16_t* src, float* dst, int64_t n) {
+  Widen<hwy::bfloat16_t>(src, dst, n, bf16_bits_to_float);
+}
+void WidenF16(const uint16_t* src, float* dst, int64_t n) { Widen<hwy::float16_t>(src, dst, n, half_bits_to_float); }
+
+}  // namespace attncheck::cpu::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <cctype>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+
+#include "simd.hpp"
+
+namespace attncheck::cpu::simd {
+HWY_EXPORT(StripWidthF32);
+HWY_EXPORT(StripWidthF64);
+HWY_EXPORT(TargetBit);
+HWY_EXPORT(GemmF32);
+HWY_EXPORT(GemmF64);
+HWY_EXPORT(GemmNTF32);
+HWY_EXPORT(GemmNTF64);
+HWY_EXPORT(ExpShiftedF32);
+HWY_EXPORT(ExpShiftedF64);
+HWY_EXPORT(ExpF32);
+HWY_EXPORT(ExpF64);
+HWY_EXPORT(RowMaxF32);
+HWY_EXPORT(RowMaxF64);
+HWY_EXPORT(WidenBF16);
+HWY_EXPORT(WidenF16);
+HWY_EXPORT(FmaFlopsPerIter);
+HWY_EXPORT(FmaChains);
+
+namespace {
+std::string lower_name(int64_t bit) {
+  std::string s = hwy::TargetName(bit);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+std::vector<std::string> names(int64_t bits) {
+  std::vector<std::string> v;
+  for (int64_t b = bits; b != 0; b &= b - 1) v.push_back(lower_name(b & -b));
+  return v;  // Highway's better targets have lower bits: best first
+}
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+// What this CPU runs, before ATTNCHECK_ISA narrows it.
+int64_t detected() {
+  static const int64_t bits = hwy::SupportedTargets() & HWY_TARGETS;
+  return bits;
+}
+}  // namespace
+
+void select_target() {
+  static std::once_flag once;
+  static std::string error;
+  std::call_once(once, [] {
+    const int64_t runnable = detected();
+    const char* env = std::getenv("ATTNCHECK_ISA");
+    if (env == nullptr || *env == '\0') return;
+    std::string want = env;
+    for (char& c : want) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (int64_t b = runnable; b != 0; b &= b - 1)
+      if (lower_name(b & -b) == want) {
+        hwy::DisableTargets(~(b & -b));  // dispatch now has exactly this target to choose
+        return;
+      }
+    error = std::string("ATTNCHECK_ISA: '") + env + "' is not a target this CPU can run from this binary (runnable: " +
+            joined(names(runnable)) + "; compiled: " + joined(compiled_targets()) + ")";
+  });
+  if (!error.empty()) throw std::invalid_argument(error);
+}
+
+std::string target() {
+  select_target();
+  return lower_name(HWY_DYNAMIC_DISPATCH(TargetBit)());
+}
+std::vector<std::string> compiled_targets() { return names(HWY_TARGETS); }
+std::vector<std::string> runnable_targets() { return names(detected()); }
+
+template <>
+int64_t strip_width<float>() {
+  select_target();
+  return HWY_DYNAMIC_DISPATCH(StripWidthF32)();
+}
+template <>
+int64_t strip_width<double>() {
+  select_target();
+  return HWY_DYNAMIC_DISPATCH(StripWidthF64)();
+}
+template <>
+void gemm<float>(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t bstride,
+                 int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(GemmF32)(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
+}
+template <>
+void gemm<double>(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t bstride,
+                  int64_t ldb, double* C, int64_t ldc, bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(GemmF64)(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
+}
+template <>
+void gemm_nt<float>(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
+                    float* C, int64_t ldc) {
+  HWY_DYNAMIC_DISPATCH(GemmNTF32)(m, n, k, A, lda, B, ldb, C, ldc);
+}
+template <>
+void gemm_nt<double>(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t ldb,
+                     double* C, int64_t ldc) {
+  HWY_DYNAMIC_DISPATCH(GemmNTF64)(m, n, k, A, lda, B, ldb, C, ldc);
+}
+template <>
+void exp<float>(const float* x, float* y, int64_t n) {
+  select_target();
+  HWY_DYNAMIC_DISPATCH(ExpF32)(x, y, n);
+}
+template <>
+void exp<double>(const double* x, double* y, int64_t n) {
+  select_target();
+  HWY_DYNAMIC_DISPATCH(ExpF64)(x, y, n);
+}
+template <>
+float exp_shifted<float>(const float* s, float* d, int64_t n, float m) {
+  return HWY_DYNAMIC_DISPATCH(ExpShiftedF32)(s, d, n, m);
+}
+template <>
+double exp_shifted<double>(const double* s, double* d, int64_t n, double m) {
+  return HWY_DYNAMIC_DISPATCH(ExpShiftedF64)(s, d, n, m);
+}
+template <>
+float row_max<float>(const float* s, int64_t n, float m) {
+  return HWY_DYNAMIC_DISPATCH(RowMaxF32)(s, n, m);
+}
+template <>
+double row_max<double>(const double* s, int64_t n, double m) {
+  return HWY_DYNAMIC_DISPATCH(RowMaxF64)(s, n, m);
+}
+void widen_bf16(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(WidenBF16)(src, dst, n); }
+void widen_f16(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(WidenF16)(src, dst, n); }
+int64_t fma_flops_per_iter() {
+  select_target();
+  return HWY_DYNAMIC_DISPATCH(FmaFlopsPerIter)();
+}
+float fma_chains(int64_t iters) {
+  select_target();
+  return HWY_DYNAMIC_DISPATCH(FmaChains)(iters);
+}
+
+}  // namespace attncheck::cpu::simd
+#endif  // HWY_ONCE

@@ -1,0 +1,421 @@
+// The client side of the worker protocol: starts the child, shakes hands, and runs each case through a shared-memory
+// file laid out as [guard][tensor][slack+guard]... . Guards are 0xFF bytes (NaN in every float dtype); after each
+// call inputs are compared with the caller's bytes and every guard is checked. Failures become RunFailure.
+#include "worker_client.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "../plugin_abi.hpp"
+#include "attncheck/declarations.hpp"
+#include "attncheck/plugin_loader.hpp"
+#include "attncheck/run_failure.hpp"
+#include "worker_json.hpp"
+
+namespace attncheck {
+
+using worker::json;
+
+double default_timeout(const Problem& p) {
+  const double flops = 2.0 * static_cast<double>(p.B * p.Hq) * static_cast<double>(p.Lq) *
+                       static_cast<double>(p.Lk) * static_cast<double>(p.Dqk + p.Dv);
+  return 10.0 + flops / 1e9;
+}
+
+std::vector<std::string> plugin_host_argv(const std::string& attncheck_exe, const std::string& plugin_path) {
+  const char* env = std::getenv("ATTNCHECK_WORKER_HOST");
+  return {env && *env ? env : attncheck_exe, "worker-host", "--plugin", plugin_path};
+}
+
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kStderrTail = 4096;
+constexpr unsigned char kCanary = 0xFF;
+
+size_t round_up(size_t n) { return (n + kPage - 1) / kPage * kPage; }
+
+std::string signal_text(int sig) {
+  const char* d = strsignal(sig);
+  return "signal " + std::to_string(sig) + " (" + (d ? d : "?") + ")";
+}
+
+// One tensor's place in the shared file.
+struct Slot {
+  std::string name;
+  const Tensor* src = nullptr;  // inputs: compared after the call
+  Tensor* dst = nullptr;        // outputs: copied back
+  size_t offset = 0, nbytes = 0;
+};
+
+class WorkerImpl final : public Impl {
+ public:
+  explicit WorkerImpl(WorkerOptions o) : o_(std::move(o)) {
+    if (o_.argv.empty()) throw PluginError("worker: empty command");
+    if (o_.label.empty())
+      for (const auto& a : o_.argv) o_.label += (o_.label.empty() ? "" : " ") + a;
+    struct sigaction sa {};
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, nullptr);  // a dead worker's stdin must be an EPIPE, not the end of attncheck
+    try {
+      start();
+    } catch (const std::exception& e) {
+      // The worker host refusing a library says why on stderr ("attncheck: error: plugin X: ABI version ..."):
+      // that line is the error. Otherwise the failure itself, named once by the label.
+      const std::string host_error = "attncheck: error: ";
+      if (const auto at = tail_.rfind(host_error); at != std::string::npos) {
+        std::string line = tail_.substr(at + host_error.size());
+        throw PluginError(line.substr(0, line.find('\n')));
+      }
+      const std::string m = e.what();
+      throw PluginError(m.rfind(o_.label, 0) == 0 ? m : o_.label + ": " + m);
+    }
+    name_ = hello_name_;
+  }
+  ~WorkerImpl() override {
+    stop(true);
+    if (shm_) munmap(shm_, shm_size_);
+    if (shm_fd_ >= 0) ::close(shm_fd_);
+    if (!shm_path_.empty()) ::unlink(shm_path_.c_str());
+  }
+
+  std::string name() const override { return name_; }
+  std::string description() const override { return description_ + " [isolated: " + o_.label + "]"; }
+  Capabilities capabilities() const override { return caps_; }
+  Support available() const override { return available_; }
+  Declarations declarations() const override { return declarations_; }
+
+  Support supports(const Problem& p) const override {
+    if (Support s = check_capabilities(caps_, p); !s.ok) return s;
+    for (const auto& f : features_beyond_v1(p))
+      if (!features_.count(f)) return Support::no(f + " not supported (not among the worker's declared features)");
+    if (!has_supports_) return Support::yes();
+    std::lock_guard lock(mu_);
+    ensure_running(p.name());
+    const int64_t id = ++next_id_;
+    const json reply = call({{"type", "supports"}, {"id", id}, {"problem", worker::problem_to_json(p)}}, "supports",
+                            id, p.name(), o_.startup_timeout_s);
+    const std::string where = o_.label + ": reply to supports " + std::to_string(id);
+    if (worker::bool_field(reply, where, "ok")) return Support::yes();
+    const std::string why = reply.contains("reason") && reply["reason"].is_string() ? reply["reason"].get<std::string>() : "";
+    return Support::no(why.empty() ? "worker declined the case (no reason given)" : why);
+  }
+
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override {
+    std::lock_guard lock(mu_);
+    ensure_running(p.name());
+    std::vector<Slot> slots;
+    auto add = [&](const std::string& n, const Tensor* s, Tensor* d) {
+      const Tensor& t = s ? *s : *d;
+      slots.push_back({n, s, d, 0, t.bytes.size()});
+    };
+    add("q", &in.q, nullptr), add("k", &in.k, nullptr), add("v", &in.v, nullptr);
+    if (in.mask) add("mask", &*in.mask, nullptr);
+    if (in.bias) add("bias", &*in.bias, nullptr);
+    if (in.keep) add("keep", &*in.keep, nullptr);
+    add("out", nullptr, &out.out);
+    if (out.lse) add("lse", nullptr, &*out.lse);
+    if (out.weights) add("weights", nullptr, &*out.weights);
+    size_t size = kPage;  // a guard page before the first tensor
+    for (auto& s : slots) {
+      s.offset = size;
+      size += round_up(s.nbytes) + kPage;  // slack up to the page, then a guard page
+    }
+    map_shm(size);
+    std::memset(shm_, kCanary, shm_size_);
+    json tensors = json::object();
+    for (const auto& s : slots) {
+      const Tensor& t = s.src ? *s.src : *s.dst;
+      std::memcpy(shm_ + s.offset, t.bytes.data(), s.nbytes);
+      std::vector<int64_t> strides = t.strides;
+      for (size_t d = 0; d < strides.size(); ++d)
+        if ((s.name == "mask" || s.name == "bias") && t.shape[d] == 1) strides[d] = 0;
+      tensors[s.name] = {{"offset", s.offset}, {"nbytes", s.nbytes}, {"dtype", worker::dtype_name(t.dtype)},
+                         {"shape", t.shape}, {"strides", strides}};
+    }
+    const int64_t id = ++next_id_;
+    const double timeout = o_.timeout_s > 0 ? o_.timeout_s : default_timeout(p);
+    const json reply = call({{"type", "run"}, {"id", id}, {"problem", worker::problem_to_json(p)},
+                             {"shm", shm_path_}, {"shm_size", shm_size_}, {"tensors", tensors}},
+                            "run", id, p.name(), timeout);
+    const std::string where = o_.label + ": reply to run " + std::to_string(id);
+    const std::string status = worker::str_field(reply, where, "status");
+    check_memory(slots, p.name());
+    if (status == "error") {
+      const std::string m = reply.contains("message") && reply["message"].is_string() ? reply["message"].get<std::string>() : "";
+      throw std::runtime_error(name_ + " (" + o_.label + "): run failed: " + (m.empty() ? "(no message)" : m));
+    }
+    if (status != "ok") {
+      stop(true);
+      throw worker::ProtocolError(where + ": field 'status': expected \"ok\" or \"error\", got \"" + status + "\"");
+    }
+    for (const auto& s : slots)
+      if (s.dst) std::memcpy(s.dst->bytes.data(), shm_ + s.offset, s.nbytes);
+  }
+
+ private:
+  // Inputs unchanged, guards intact; otherwise modified-input / out-of-bounds naming the tensor and the offset.
+  void check_memory(const std::vector<Slot>& slots, const std::string& case_name) const {
+    for (const auto& s : slots) {
+      if (!s.src || std::memcmp(shm_ + s.offset, s.src->bytes.data(), s.nbytes) == 0) continue;
+      size_t i = 0;
+      while (shm_[s.offset + i] == s.src->bytes[i]) ++i;
+      const size_t es = dtype_size(s.src->dtype);
+      throw RunFailure("modified-input", name_ + " wrote into its input '" + s.name + "' on " + case_name +
+                                             ": first changed element " + std::to_string(i / es) + " (byte " +
+                                             std::to_string(i) + ")");
+    }
+    size_t prev_end = 0;
+    for (size_t k = 0; k <= slots.size(); ++k) {
+      const size_t begin = prev_end, end = k < slots.size() ? slots[k].offset : shm_size_;
+      for (size_t b = begin; b < end; ++b) {
+        if (shm_[b] == kCanary) continue;
+        // Blame the nearer tensor: bytes after the previous one or before the next one.
+        const bool after = k > 0 && (k == slots.size() || b - begin < end - b);
+        const Slot& t = after ? slots[k - 1] : slots[k];
+        const std::string where = after ? std::to_string(b - begin) + " bytes past the end of '" + t.name + "'"
+                                        : std::to_string(end - b) + " bytes before the start of '" + t.name + "'";
+        throw RunFailure("out-of-bounds", name_ + " wrote outside its buffers on " + case_name + ": guard band byte " +
+                                              where + " (byte offset " +
+                                              std::to_string(static_cast<int64_t>(b) - static_cast<int64_t>(t.offset)) +
+                                              " from the start of '" + t.name + "')");
+      }
+      if (k < slots.size()) prev_end = slots[k].offset + slots[k].nbytes;
+    }
+  }
+
+  void map_shm(size_t size) const {
+    if (shm_ && size <= shm_size_) return;
+    if (shm_) munmap(shm_, shm_size_), shm_ = nullptr;
+    if (shm_fd_ < 0) {
+      std::string path = "/dev/shm/attncheck-" + std::to_string(::getpid()) + "-XXXXXX";
+      shm_fd_ = ::mkstemp(path.data());
+      if (shm_fd_ < 0) throw std::runtime_error("worker: cannot create " + path + ": " + std::strerror(errno));
+      shm_path_ = path;
+    }
+    if (::ftruncate(shm_fd_, static_cast<off_t>(size)) != 0)
+      throw std::runtime_error("worker: cannot size " + shm_path_ + " to " + std::to_string(size) + " bytes: " +
+                               std::strerror(errno));
+    void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd_, 0);
+    if (m == MAP_FAILED) throw std::runtime_error("worker: cannot map " + shm_path_ + ": " + std::strerror(errno));
+    shm_ = static_cast<unsigned char*>(m);
+    shm_size_ = size;
+  }
+
+  void ensure_running(const std::string& case_name) const {
+    if (pid_ > 0) return;
+    start();
+    if (hello_name_ != name_)
+      throw std::runtime_error(o_.label + ": restarted for " + case_name + " but now calls itself '" + hello_name_ +
+                               "' instead of '" + name_ + "'");
+  }
+
+  void start() const {
+    int in[2], out[2], err[2];
+    if (::pipe2(in, O_CLOEXEC) || ::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC))
+      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    std::vector<char*> argv;
+    for (const auto& a : o_.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {  // child: only async-signal-safe calls until exec
+      ::setpgid(0, 0);
+      ::dup2(in[0], 0), ::dup2(out[1], 1), ::dup2(err[1], 2);
+      if (o_.memory_limit_mb > 0) {
+        const rlim_t bytes = static_cast<rlim_t>(o_.memory_limit_mb) << 20;
+        const struct rlimit r {bytes, bytes};
+        ::setrlimit(RLIMIT_AS, &r);
+      }
+      ::execvp(argv[0], argv.data());
+      const char msg[] = "worker: exec failed\n";
+      (void)!::write(2, msg, sizeof msg - 1);
+      ::_exit(127);
+    }
+    ::close(in[0]), ::close(out[1]), ::close(err[1]);
+    pid_ = pid, to_ = in[1], from_ = out[0], err_ = err[0];
+    rbuf_.clear(), tail_.clear();
+    const json h = call({{"type", "hello"}, {"protocols", {worker::kProtocolVersion}}}, "hello", -1, "the handshake",
+                        o_.startup_timeout_s);
+    read_hello(h);
+  }
+
+  void read_hello(const json& h) const {
+    const std::string w = o_.label + ": hello";
+    if (worker::int_field(h, w, "protocol") != worker::kProtocolVersion)
+      throw worker::ProtocolError(w + ": field 'protocol': expected 1, got " + h["protocol"].dump());
+    hello_name_ = worker::str_field(h, w, "name");
+    if (hello_name_.empty()) throw worker::ProtocolError(w + ": field 'name' is empty");
+    description_ = h.contains("description") && h["description"].is_string() ? h["description"].get<std::string>() : "";
+    caps_ = worker::capabilities_from_json(worker::field(h, w, "capabilities"), w);
+    features_.clear();
+    for (const auto& f : h["capabilities"]["features"]) features_.insert(f.get<std::string>());
+    available_ = Support::yes();
+    if (h.contains("available") && !worker::bool_field(h, w, "available"))
+      available_ = Support::no(h.contains("unavailable_reason") && h["unavailable_reason"].is_string()
+                                   ? h["unavailable_reason"].get<std::string>()
+                                   : "the worker says it is unavailable (no reason given)");
+    has_supports_ = h.contains("supports") && worker::bool_field(h, w, "supports");
+    declarations_ = h.contains("declarations")
+                        ? worker::declarations_from_json(h["declarations"], w, Impl::declarations())
+                        : Impl::declarations();
+  }
+
+  // Send one request and wait for the reply with the same type and id; the child's death, silence or a malformed
+  // reply ends it (stop) and throws.
+  json call(const json& request, const std::string& type, int64_t id, const std::string& case_name,
+            double timeout) const {
+    const std::string line = request.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    for (size_t done = 0; done < line.size();) {
+      const ssize_t w = ::write(to_, line.data() + done, line.size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) dead(type, case_name);  // EPIPE: it is gone
+      done += static_cast<size_t>(w);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+    for (;;) {
+      if (const auto nl = rbuf_.find('\n'); nl != std::string::npos) {
+        const std::string msg = rbuf_.substr(0, nl);
+        rbuf_.erase(0, nl + 1);
+        json j;
+        const std::string where = o_.label + ": reply to " + type + (id >= 0 ? " " + std::to_string(id) : "");
+        try {
+          j = json::parse(msg);
+          if (worker::str_field(j, where, "type") == "error")
+            throw worker::ProtocolError(where + ": the worker reports a protocol error: " +
+                                        (j.contains("message") ? j["message"].dump() : "(no message)"));
+          if (worker::str_field(j, where, "type") != type)
+            throw worker::ProtocolError(where + ": field 'type': expected \"" + type + "\", got " + j["type"].dump());
+          if (id >= 0 && worker::int_field(j, where, "id") != id)
+            throw worker::ProtocolError(where + ": field 'id': expected " + std::to_string(id) + ", got " + j["id"].dump());
+        } catch (const json::parse_error& e) {
+          stop(true);
+          throw worker::ProtocolError(where + ": not JSON (" + e.what() + "): " + msg.substr(0, 200));
+        } catch (const worker::ProtocolError&) {
+          stop(true);
+          throw;
+        }
+        return j;
+      }
+      const auto left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0) {
+        stop(true);
+        char t[32];
+        std::snprintf(t, sizeof t, "%.1f", timeout);
+        throw RunFailure("timeout", name_or_label() + " gave no reply to " + type + " of " + case_name + " within " + t +
+                                        " s (killed; --timeout S to change)" + tail_text());
+      }
+      pollfd fds[2] = {{from_, POLLIN, 0}, {err_, POLLIN, 0}};
+      ::poll(fds, err_ >= 0 ? 2 : 1, static_cast<int>(std::min(left * 1000.0, 1000.0)) + 1);
+      char buf[65536];
+      if (err_ >= 0 && (fds[1].revents & (POLLIN | POLLHUP))) {
+        const ssize_t n = ::read(err_, buf, sizeof buf);
+        if (n > 0) append_tail(buf, static_cast<size_t>(n));
+        if (n == 0) ::close(err_), err_ = -1;
+      }
+      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+        const ssize_t n = ::read(from_, buf, sizeof buf);
+        if (n > 0) rbuf_.append(buf, static_cast<size_t>(n));
+        if (n == 0 || (n < 0 && errno != EINTR)) dead(type, case_name);
+      }
+    }
+  }
+
+  // The worker closed its stdout: collect its status and throw crashed / exited.
+  [[noreturn]] void dead(const std::string& type, const std::string& case_name) const {
+    int status = 0;
+    const pid_t pid = pid_;
+    reap(pid, status, 2.0);
+    drain_stderr();
+    close_fds();
+    pid_ = -1;
+    const std::string during = " during " + type + " of " + case_name;
+    if (WIFSIGNALED(status))
+      throw RunFailure("crashed", name_or_label() + " crashed with " + signal_text(WTERMSIG(status)) + during + tail_text());
+    throw RunFailure("exited", name_or_label() + " exited with status " + std::to_string(WEXITSTATUS(status)) + during +
+                                   tail_text());
+  }
+
+  // Wait up to `grace` seconds for the child, then SIGKILL its process group.
+  static void reap(pid_t pid, int& status, double grace) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace);
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > until) {
+        ::kill(-pid, SIGKILL), ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  void stop(bool kill_now) const {
+    if (pid_ <= 0) return;
+    if (!kill_now && to_ >= 0) (void)!::write(to_, "{\"type\":\"bye\"}\n", 15);
+    if (kill_now) ::kill(-pid_, SIGKILL), ::kill(pid_, SIGKILL);
+    int status = 0;
+    reap(pid_, status, kill_now ? 0.0 : 1.0);
+    close_fds();
+    pid_ = -1;
+  }
+
+  void close_fds() const {
+    for (int* fd : {&to_, &from_, &err_})
+      if (*fd >= 0) ::close(*fd), *fd = -1;
+  }
+
+  void drain_stderr() const {
+    if (err_ < 0) return;
+    char buf[4096];
+    const int flags = ::fcntl(err_, F_GETFL);
+    ::fcntl(err_, F_SETFL, flags | O_NONBLOCK);
+    ssize_t n;
+    while ((n = ::read(err_, buf, sizeof buf)) > 0) append_tail(buf, static_cast<size_t>(n));
+  }
+
+  void append_tail(const char* p, size_t n) const {
+    tail_.append(p, n);
+    if (tail_.size() > kStderrTail) tail_.erase(0, tail_.size() - kStderrTail);
+  }
+  std::string tail_text() const {
+    std::string t = tail_;
+    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+    return t.empty() ? "; stderr empty" : "; stderr tail: " + t;
+  }
+  std::string name_or_label() const { return (name_.empty() ? "worker" : name_) + " (" + o_.label + ")"; }
+
+  WorkerOptions o_;
+  std::string name_;
+  mutable std::mutex mu_;
+  mutable std::string hello_name_, description_;
+  mutable Capabilities caps_;
+  mutable std::set<std::string> features_;
+  mutable Support available_;
+  mutable bool has_supports_ = false;
+  mutable Declarations declarations_;
+  mutable pid_t pid_ = -1;
+  mutable int to_ = -1, from_ = -1, err_ = -1;
+  mutable std::string rbuf_, tail_;
+  mutable int64_t next_id_ = 0;
+  mutable int shm_fd_ = -1;
+  mutable std::string shm_path_;
+  mutable unsigned char* shm_ = nullptr;
+  mutable size_t shm_size_ = 0;
+};
+
+}  // namespace
+
+ImplPtr start_worker(const WorkerOptions& o) { return std::make_shared<WorkerImpl>(o); }
+
+}  // namespace attncheck

@@ -1,0 +1,251 @@
+// Problems and capabilities as worker-protocol JSON (docs/worker-protocol.md), with errors that name the message
+// and the field, e.g. "reply to run 7: field 'status': expected a string, got 3".
+#include "worker_json.hpp"
+
+namespace attncheck::worker {
+
+namespace {
+[[noreturn]] void bad(const std::string& where, const std::string& key, const std::string& expected, const json& got) {
+  throw ProtocolError(where + ": field '" + key + "': expected " + expected + ", got " + got.dump());
+}
+
+std::vector<int64_t> int_list(const json& j, const std::string& where, const std::string& key) {
+  std::vector<int64_t> v;
+  if (j.is_null()) return v;
+  if (!j.is_array()) bad(where, key, "an array of integers or null", j);
+  for (const auto& x : j) {
+    if (!x.is_number_integer()) bad(where, key, "an array of integers", j);
+    v.push_back(x.get<int64_t>());
+  }
+  return v;
+}
+
+std::optional<std::array<int64_t, 4>> shape4(const json& j, const std::string& where, const std::string& key) {
+  if (j.is_null()) return std::nullopt;
+  const auto v = int_list(j, where, key);
+  if (v.size() != 4) bad(where, key, "4 integers or null", j);
+  return std::array<int64_t, 4>{v[0], v[1], v[2], v[3]};
+}
+
+template <class F>
+auto parse_enum(const json& obj, const std::string& where, const std::string& key, F from_string) {
+  const std::string s = str_field(obj, where, key);
+  try {
+    return from_string(s);
+  } catch (const std::exception& e) {
+    throw ProtocolError(where + ": field '" + key + "': " + e.what());
+  }
+}
+}  // namespace
+
+const json& field(const json& obj, const std::string& where, const std::string& key) {
+  if (!obj.is_object()) throw ProtocolError(where + ": expected a JSON object, got " + obj.dump());
+  const auto it = obj.find(key);
+  if (it == obj.end()) throw ProtocolError(where + ": field '" + key + "' is missing");
+  return *it;
+}
+std::string str_field(const json& obj, const std::string& where, const std::string& key) {
+  const json& j = field(obj, where, key);
+  if (!j.is_string()) bad(where, key, "a string", j);
+  return j.get<std::string>();
+}
+int64_t int_field(const json& obj, const std::string& where, const std::string& key) {
+  const json& j = field(obj, where, key);
+  if (!j.is_number_integer()) bad(where, key, "an integer", j);
+  return j.get<int64_t>();
+}
+double num_field(const json& obj, const std::string& where, const std::string& key) {
+  const json& j = field(obj, where, key);
+  if (!j.is_number()) bad(where, key, "a number", j);
+  return j.get<double>();
+}
+bool bool_field(const json& obj, const std::string& where, const std::string& key) {
+  const json& j = field(obj, where, key);
+  if (!j.is_boolean()) bad(where, key, "true or false", j);
+  return j.get<bool>();
+}
+
+std::string dtype_name(DType t) {
+  switch (t) {
+    case DType::f64: return "f64";
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::u8: return "u8";
+  }
+  return "?";
+}
+std::string layout_name(Layout l) { return l == Layout::BHSD ? "bhsd" : "bshd"; }
+std::string alignment_name(Alignment a) { return a == Alignment::explicit_ ? "explicit" : to_string(a); }
+
+json problem_to_json(const Problem& p) {
+  json d = json::array();
+  for (int64_t b = 0; b < p.B; ++b) d.push_back(p.diagonal_offset(b));
+  auto list_or_null = [](const std::vector<int64_t>& v) { return v.empty() ? json(nullptr) : json(v); };
+  auto shape_or_null = [](const auto& s) { return s ? json(*s) : json(nullptr); };
+  // Non-finite doubles are not JSON: fill_value and scale are finite by validate(); softcap >= 0.
+  return {{"name", p.name()}, {"B", p.B}, {"Hq", p.Hq}, {"Hkv", p.Hkv}, {"Lq", p.Lq}, {"Lk", p.Lk},
+          {"Dqk", p.Dqk}, {"Dv", p.Dv}, {"dtype", dtype_name(p.dtype)}, {"layout", layout_name(p.layout)},
+          {"stat_dtype", dtype_name(p.stat_dtype())}, {"scale", p.effective_scale()}, {"causal", p.causal},
+          {"alignment", alignment_name(p.alignment)}, {"diagonal_offset", d},
+          {"causal_offsets", list_or_null(p.causal_offsets)}, {"causal_offset", p.causal_offset},
+          {"key_lengths", list_or_null(p.key_lengths)}, {"window_left", p.window_left},
+          {"window_right", p.window_right}, {"softcap", p.softcap}, {"mask_shape", shape_or_null(p.mask_shape)},
+          {"bias_shape", shape_or_null(p.bias_shape)}, {"bias_dtype", dtype_name(p.bias_dtype)},
+          {"fill", to_string(p.fill)}, {"fill_value", p.fill_value}, {"fully_masked", to_string(p.fully_masked)},
+          {"dropout_p", p.dropout_p}, {"dropout_seed", p.dropout_seed}, {"want_lse", p.want_lse},
+          {"want_weights", p.want_weights}};
+}
+
+Problem problem_from_json(const json& j, const std::string& where) {
+  const std::string w = where + ": problem";
+  Problem p;
+  for (auto [k, f] : {std::pair{"B", &Problem::B}, {"Hq", &Problem::Hq}, {"Hkv", &Problem::Hkv}, {"Lq", &Problem::Lq},
+                      {"Lk", &Problem::Lk}, {"Dqk", &Problem::Dqk}, {"Dv", &Problem::Dv},
+                      {"causal_offset", &Problem::causal_offset}, {"window_left", &Problem::window_left},
+                      {"window_right", &Problem::window_right}})
+    p.*f = int_field(j, w, k);
+  p.dtype = parse_enum(j, w, "dtype", dtype_from_string);
+  p.layout = parse_enum(j, w, "layout", layout_from_string);
+  p.scale = num_field(j, w, "scale");
+  p.causal = bool_field(j, w, "causal");
+  p.alignment = parse_enum(j, w, "alignment", alignment_from_string);
+  p.causal_offsets = int_list(field(j, w, "causal_offsets"), w, "causal_offsets");
+  p.key_lengths = int_list(field(j, w, "key_lengths"), w, "key_lengths");
+  p.softcap = num_field(j, w, "softcap");
+  p.mask_shape = shape4(field(j, w, "mask_shape"), w, "mask_shape");
+  p.bias_shape = shape4(field(j, w, "bias_shape"), w, "bias_shape");
+  p.bias_dtype = parse_enum(j, w, "bias_dtype", dtype_from_string);
+  p.fill = parse_enum(j, w, "fill", fill_from_string);
+  p.fill_value = num_field(j, w, "fill_value");
+  p.fully_masked = parse_enum(j, w, "fully_masked", fully_masked_from_string);
+  p.dropout_p = num_field(j, w, "dropout_p");
+  p.dropout_seed = static_cast<uint64_t>(int_field(j, w, "dropout_seed"));
+  p.want_lse = bool_field(j, w, "want_lse");
+  p.want_weights = bool_field(j, w, "want_weights");
+  try {
+    validate(p);
+  } catch (const std::exception& e) {
+    throw ProtocolError(w + ": " + e.what());
+  }
+  return p;
+}
+
+const std::vector<std::pair<const char*, bool Capabilities::*>>& feature_flags() {
+  static const std::vector<std::pair<const char*, bool Capabilities::*>> f = {
+      {"gqa", &Capabilities::gqa},           {"cross", &Capabilities::cross},
+      {"dqk_ne_dv", &Capabilities::dqk_ne_dv}, {"causal", &Capabilities::causal},
+      {"per_batch_offsets", &Capabilities::per_batch_offsets}, {"key_padding", &Capabilities::key_padding},
+      {"bool_mask", &Capabilities::bool_mask}, {"bias", &Capabilities::bias},
+      {"window", &Capabilities::window},     {"softcap", &Capabilities::softcap},
+      {"dropout", &Capabilities::dropout},   {"finite_fill", &Capabilities::finite_fill},
+      {"weights_out", &Capabilities::weights_out}, {"lse_out", &Capabilities::lse_out}};
+  return f;
+}
+
+json capabilities_to_json(const Capabilities& c) {
+  json j;
+  j["dtypes"] = json::array();
+  for (DType t : c.dtypes) j["dtypes"].push_back(dtype_name(t));
+  j["layouts"] = json::array();
+  for (Layout l : c.layouts) j["layouts"].push_back(layout_name(l));
+  j["alignments"] = json::array();
+  for (Alignment a : c.alignments) j["alignments"].push_back(alignment_name(a));
+  j["fully_masked"] = json::array();
+  for (FullyMasked f : c.fully_masked) j["fully_masked"].push_back(to_string(f));
+  j["features"] = json::array();
+  for (const auto& [name, flag] : feature_flags())
+    if (c.*flag) j["features"].push_back(name);
+  j["max_head_dim"] = c.max_head_dim;
+  j["head_dim_multiple"] = c.head_dim_multiple;
+  j["notes"] = c.notes;
+  return j;
+}
+
+Capabilities capabilities_from_json(const json& j, const std::string& where) {
+  const std::string w = where + ": capabilities";
+  auto names = [&](const char* key) {
+    const json& a = field(j, w, key);
+    if (!a.is_array()) bad(w, key, "an array of strings", a);
+    std::vector<std::string> v;
+    for (const auto& x : a) {
+      if (!x.is_string()) bad(w, key, "an array of strings", a);
+      v.push_back(x.get<std::string>());
+    }
+    return v;
+  };
+  auto enum_set = [&](const char* key, auto from_string, auto& out) {
+    out.clear();
+    for (const auto& s : names(key)) {
+      try {
+        out.insert(from_string(s));
+      } catch (const std::exception& e) {
+        throw ProtocolError(w + ": field '" + key + "': " + e.what());
+      }
+    }
+  };
+  Capabilities c;
+  enum_set("dtypes", dtype_from_string, c.dtypes);
+  c.dtypes.erase(DType::u8);
+  enum_set("layouts", layout_from_string, c.layouts);
+  enum_set("alignments", alignment_from_string, c.alignments);
+  enum_set("fully_masked", fully_masked_from_string, c.fully_masked);
+  const auto features = names("features");
+  for (const auto& [name, flag] : feature_flags())
+    c.*flag = std::find(features.begin(), features.end(), name) != features.end();
+  c.max_head_dim = j.contains("max_head_dim") ? int_field(j, w, "max_head_dim") : 0;
+  c.head_dim_multiple = j.contains("head_dim_multiple") ? int_field(j, w, "head_dim_multiple") : 1;
+  if (c.max_head_dim < 0 || c.head_dim_multiple < 1)
+    throw ProtocolError(w + ": max_head_dim must be >= 0 and head_dim_multiple >= 1, got " +
+                        std::to_string(c.max_head_dim) + " and " + std::to_string(c.head_dim_multiple));
+  c.notes = j.contains("notes") && j["notes"].is_string() ? j["notes"].get<std::string>() : "";
+  return c;
+}
+
+json declarations_to_json(const Declarations& d) {
+  json j = {{"outputs", d.outputs}, {"deterministic", d.deterministic}, {"backward", d.backward}};
+  if (d.fully_masked_policy) j["fully_masked_policy"] = to_string(*d.fully_masked_policy);
+  j["contract"] = json::object();
+  for (const auto& [t, c] : d.contracts) j["contract"][dtype_name(t)] = c.to_string();
+  return j;
+}
+
+Declarations declarations_from_json(const json& j, const std::string& where, Declarations d) {
+  const std::string w = where + ": declarations";
+  if (!j.is_object()) throw ProtocolError(w + ": expected a JSON object, got " + j.dump());
+  if (j.contains("fully_masked_policy"))
+    d.fully_masked_policy = parse_enum(j, w, "fully_masked_policy", fully_masked_from_string);
+  if (j.contains("deterministic")) d.deterministic = bool_field(j, w, "deterministic");
+  if (j.contains("backward")) d.backward = bool_field(j, w, "backward");
+  if (j.contains("outputs")) {
+    const json& o = j["outputs"];
+    if (!o.is_array()) bad(w, "outputs", "an array of \"out\", \"lse\", \"weights\"", o);
+    d.outputs.clear();
+    for (const auto& x : o) {
+      if (!x.is_string() || (x != "out" && x != "lse" && x != "weights"))
+        bad(w, "outputs", "an array of \"out\", \"lse\", \"weights\"", o);
+      d.outputs.push_back(x.get<std::string>());
+    }
+  }
+  if (j.contains("contract")) {
+    const json& c = j["contract"];
+    if (!c.is_object()) bad(w, "contract", "an object {dtype: contract string}", c);
+    for (const auto& [k, v] : c.items()) {
+      const std::string key = "contract." + k;
+      try {
+        const DType t = dtype_from_string(k);
+        if (!v.is_string()) bad(w, key, "a contract string such as \"qk=fp16,acc=fp32\"", v);
+        PrecisionContract pc = contract_from_string(v.get<std::string>(), t);
+        validate_contract(pc, t);
+        d.contracts[t] = pc;
+      } catch (const ProtocolError&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw ProtocolError(w + ": field '" + key + "': " + e.what());
+      }
+    }
+  }
+  return d;
+}
+
+}  // namespace attncheck::worker

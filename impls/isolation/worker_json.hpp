@@ -1,0 +1,50 @@
+// The JSON side of the worker protocol (docs/worker-protocol.md): problems, capabilities and declarations as JSON,
+// and field access that names the message and the field in every error. Shared by the client (worker_client.cpp)
+// and the worker host that serves plugins and built-ins (worker_serve.cpp).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "attncheck/declarations.hpp"
+#include "attncheck/impl.hpp"
+
+namespace attncheck::worker {
+
+using json = nlohmann::json;
+constexpr int kProtocolVersion = 1;
+
+// A message that does not follow the protocol; what() names the message and the field.
+struct ProtocolError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Field access: `where` is the message context ("hello", "reply to run 7"), `key` the field name.
+const json& field(const json& obj, const std::string& where, const std::string& key);
+std::string str_field(const json& obj, const std::string& where, const std::string& key);
+int64_t int_field(const json& obj, const std::string& where, const std::string& key);
+double num_field(const json& obj, const std::string& where, const std::string& key);
+bool bool_field(const json& obj, const std::string& where, const std::string& key);
+
+// Protocol spellings: f64 f32 f16 bf16 u8, bhsd bshd, top_left bottom_right explicit.
+std::string dtype_name(DType t);
+std::string layout_name(Layout l);
+std::string alignment_name(Alignment a);
+
+// The problem fully resolved (effective scale, per-batch diagonal offsets), plus what rebuilds the Problem.
+json problem_to_json(const Problem& p);
+Problem problem_from_json(const json& j, const std::string& where);
+
+// Capabilities by feature name; unknown names are ignored (a worker may know features this attncheck does not).
+json capabilities_to_json(const Capabilities& c);
+Capabilities capabilities_from_json(const json& j, const std::string& where);
+
+// Declarations (attncheck::Declarations) as JSON; from_json starts from `defaults` and overrides what is given.
+json declarations_to_json(const Declarations& d);
+Declarations declarations_from_json(const json& j, const std::string& where, Declarations defaults);
+
+// The feature names of version 1, in protocol order, with the Capabilities flag each one sets.
+const std::vector<std::pair<const char*, bool Capabilities::*>>& feature_flags();
+
+}  // namespace attncheck::worker

@@ -1,0 +1,220 @@
+// The worker side of the protocol for what attncheck itself can run: a C plugin (called straight on the shared
+// memory, so its stray writes hit the client's guard bands) or a registered Impl (inputs copied out of and outputs
+// into shared memory). Used by `attncheck worker-host`.
+#include "worker_serve.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+#include "../plugin_abi.hpp"
+#include "worker_json.hpp"
+
+namespace attncheck::worker {
+
+namespace {
+
+// The client's shared file, mapped while its path and size stay the same.
+struct Shm {
+  std::string path;
+  size_t size = 0;
+  unsigned char* base = nullptr;
+  void map(const std::string& p, size_t n) {
+    if (base && p == path && n == size) return;
+    if (base) munmap(base, size), base = nullptr;
+    const int fd = ::open(p.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) throw ProtocolError("run: field 'shm': cannot open '" + p + "': " + std::strerror(errno));
+    void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) throw ProtocolError("run: field 'shm': cannot map '" + p + "': " + std::strerror(errno));
+    base = static_cast<unsigned char*>(m), path = p, size = n;
+  }
+};
+
+struct View {
+  unsigned char* ptr = nullptr;
+  size_t nbytes = 0;
+  std::vector<int64_t> shape, strides;
+};
+
+// The tensor `key` of a run request, bounds-checked against the shared file; absent -> ptr null.
+View view(const json& tensors, const std::string& key, unsigned char* base, size_t size) {
+  View v;
+  if (!tensors.contains(key)) return v;
+  const std::string w = "run: tensors." + key;
+  const json& t = tensors[key];
+  const int64_t off = int_field(t, w, "offset"), n = int_field(t, w, "nbytes");
+  if (off < 0 || n < 0 || static_cast<size_t>(off + n) > size)
+    throw ProtocolError(w + ": offset " + std::to_string(off) + " + nbytes " + std::to_string(n) +
+                        " is outside the shared file of " + std::to_string(size) + " bytes");
+  v.ptr = base + off, v.nbytes = static_cast<size_t>(n);
+  for (const char* f : {"shape", "strides"}) {
+    const json& a = field(t, w, f);
+    if (!a.is_array()) throw ProtocolError(w + ": field '" + f + "': expected an array, got " + a.dump());
+    for (const auto& x : a) (std::string(f) == "shape" ? v.shape : v.strides).push_back(x.get<int64_t>());
+  }
+  return v;
+}
+
+class PluginBackend final : public Backend {
+ public:
+  explicit PluginBackend(const std::string& path) : o_(open_plugin(path)) {}
+  json hello() override {
+    json h = {{"name", o_.vt->name}, {"description", o_.vt->description ? o_.vt->description : ""},
+              {"capabilities", capabilities_to_json(o_.caps)}, {"supports", o_.vt->supports != nullptr},
+              {"declarations", declarations_to_json(o_.declarations)}};
+    for (const auto& f : o_.features) h["capabilities"]["features"].push_back(f);
+    if (o_.vt->available) {
+      char why[1024] = {};
+      const bool ok = o_.vt->available(why, sizeof why) == 1;
+      why[sizeof why - 1] = '\0';
+      h["available"] = ok, h["unavailable_reason"] = ok ? "" : why;
+    }
+    return h;
+  }
+  Support supports(const Problem& p) override {
+    if (!o_.vt->supports) return Support::yes();
+    Described desc;
+    describe(p, desc);
+    char why[1024] = {};
+    if (o_.vt->supports(&desc.d, why, sizeof why) == 1) return Support::yes();
+    why[sizeof why - 1] = '\0';
+    return Support::no(why[0] ? why : "plugin declined the case (no reason given)");
+  }
+  std::string run(const Problem& p, const json& tensors, unsigned char* base, size_t size) override {
+    Described desc;
+    describe(p, desc);
+    attncheck_problem& d = desc.d;
+    auto set = [&](const char* key, auto& ptr, int64_t* strides, size_t rank) {
+      const View v = view(tensors, key, base, size);
+      if (!v.ptr) return;
+      ptr = reinterpret_cast<std::remove_reference_t<decltype(ptr)>>(v.ptr);
+      if (v.strides.size() != rank) throw ProtocolError(std::string("run: tensors.") + key + ": field 'strides': wrong rank");
+      for (size_t i = 0; i < rank; ++i) strides[i] = v.strides[i];
+    };
+    set("q", d.q, d.q_strides, 4), set("k", d.k, d.k_strides, 4), set("v", d.v, d.v_strides, 4);
+    set("mask", d.mask, d.mask_strides, 4), set("bias", d.bias, d.bias_strides, 4), set("keep", d.keep, d.keep_strides, 4);
+    set("out", d.out, d.out_strides, 4), set("lse", d.lse, d.lse_strides, 3);
+    set("weights", d.weights, d.weights_strides, 4);
+    char err[1024] = {};
+    if (o_.vt->run(&d, err, sizeof err) == ATTNCHECK_STATUS_OK) return "";
+    err[sizeof err - 1] = '\0';
+    return err[0] ? err : "(no message)";
+  }
+
+ private:
+  OpenedPlugin o_;
+};
+
+class ImplBackend final : public Backend {
+ public:
+  explicit ImplBackend(ImplPtr impl) : impl_(std::move(impl)) {}
+  json hello() override {
+    const Support a = impl_->available();
+    return {{"name", impl_->name()}, {"description", impl_->description()},
+            {"capabilities", capabilities_to_json(impl_->capabilities())}, {"supports", true},
+            {"declarations", declarations_to_json(impl_->declarations())},
+            {"available", a.ok}, {"unavailable_reason", a.reason}};
+  }
+  Support supports(const Problem& p) override { return impl_->supports(p); }
+  std::string run(const Problem& p, const json& tensors, unsigned char* base, size_t size) override {
+    auto load = [&](const char* key, DType t) {
+      const View v = view(tensors, key, base, size);
+      Tensor x(t, v.shape);
+      x.strides = v.strides;
+      for (size_t d = 0; d < x.shape.size(); ++d)
+        if (x.shape[d] == 1 && x.strides[d] == 0) x.strides[d] = 1;  // broadcast dims: any stride reads element 0
+      x.bytes.assign(v.ptr, v.ptr + v.nbytes);
+      return x;
+    };
+    Inputs in{load("q", p.dtype), load("k", p.dtype), load("v", p.dtype), {}, {}, {}};
+    if (p.mask_shape) in.mask = load("mask", DType::u8);
+    if (p.bias_shape) in.bias = load("bias", p.bias_dtype);
+    if (p.dropout_p > 0) in.keep = load("keep", DType::u8);
+    Outputs out = make_outputs(p);
+    auto copy = [&](const char* key, Tensor* t, bool to_shm) {
+      const View v = view(tensors, key, base, size);
+      if (!t || !v.ptr) return;
+      if (v.nbytes != t->bytes.size()) throw ProtocolError(std::string("run: tensors.") + key + ": field 'nbytes' does not match the problem");
+      to_shm ? std::memcpy(v.ptr, t->bytes.data(), v.nbytes) : std::memcpy(t->bytes.data(), v.ptr, v.nbytes);
+    };
+    for (bool to_shm : {false, true}) {  // poisoned outputs in, results out
+      copy("out", &out.out, to_shm), copy("lse", out.lse ? &*out.lse : nullptr, to_shm);
+      copy("weights", out.weights ? &*out.weights : nullptr, to_shm);
+      if (!to_shm) impl_->run(p, in, out);
+    }
+    return "";
+  }
+
+ private:
+  ImplPtr impl_;
+};
+
+void reply(int fd, const json& j) {
+  const std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  for (size_t done = 0; done < line.size();) {
+    const ssize_t w = ::write(fd, line.data() + done, line.size() - done);
+    if (w <= 0) std::_Exit(3);  // attncheck is gone
+    done += static_cast<size_t>(w);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> plugin_backend(const std::string& path) { return std::make_unique<PluginBackend>(path); }
+std::unique_ptr<Backend> impl_backend(ImplPtr impl) { return std::make_unique<ImplBackend>(std::move(impl)); }
+
+int serve(Backend& backend) {
+  // The protocol owns the real stdout; anything the implementation prints goes to stderr instead.
+  const int proto = ::dup(1);
+  ::dup2(2, 1);
+  Shm shm;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    json req;
+    int64_t id = -1;
+    try {
+      req = json::parse(line);
+      const std::string type = str_field(req, "request", "type");
+      if (type == "bye") return 0;
+      if (type == "hello") {
+        json h = backend.hello();
+        h["type"] = "hello", h["protocol"] = kProtocolVersion;
+        reply(proto, h);
+        continue;
+      }
+      id = int_field(req, type, "id");
+      const Problem p = problem_from_json(field(req, type, "problem"), type);
+      if (type == "supports") {
+        const Support s = backend.supports(p);
+        reply(proto, {{"type", "supports"}, {"id", id}, {"ok", s.ok}, {"reason", s.reason}});
+      } else if (type == "run") {
+        shm.map(str_field(req, type, "shm"), static_cast<size_t>(int_field(req, type, "shm_size")));
+        std::string err;
+        try {
+          err = backend.run(p, field(req, type, "tensors"), shm.base, shm.size);
+        } catch (const ProtocolError&) {
+          throw;
+        } catch (const std::exception& e) {
+          err = e.what();
+        }
+        reply(proto, err.empty() ? json{{"type", "run"}, {"id", id}, {"status", "ok"}}
+                                 : json{{"type", "run"}, {"id", id}, {"status", "error"}, {"message", err}});
+      } else {
+        throw ProtocolError("request: field 'type': expected hello, supports, run or bye, got \"" + type + "\"");
+      }
+    } catch (const std::exception& e) {
+      json r = {{"type", "error"}, {"message", e.what()}};
+      if (id >= 0) r["id"] = id;
+      reply(proto, r);
+    }
+  }
+  return 0;
+}
+
+}  // namespace attncheck::worker

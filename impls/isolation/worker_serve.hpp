@@ -1,0 +1,29 @@
+// The worker side of the protocol (docs/worker-protocol.md) for implementations attncheck can load itself: a C
+// plugin library or a registered Impl. `attncheck worker-host --plugin LIB.so | --impl NAME` calls serve().
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "attncheck/impl.hpp"
+#include "worker_json.hpp"
+
+namespace attncheck::worker {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual json hello() = 0;  // name, description, capabilities, supports, available (no type/protocol)
+  virtual Support supports(const Problem& p) = 0;
+  // Run on the tensors of a request, which live in the mapped shared file [base, base + size). Returns "" or the
+  // implementation's error message; throws ProtocolError for a malformed request.
+  virtual std::string run(const Problem& p, const json& tensors, unsigned char* base, size_t size) = 0;
+};
+
+std::unique_ptr<Backend> plugin_backend(const std::string& path);  // throws PluginError
+std::unique_ptr<Backend> impl_backend(ImplPtr impl);
+
+// Reads requests on stdin and answers on stdout until `bye` or end of input; returns the exit status (0).
+int serve(Backend& backend);
+
+}  // namespace attncheck::worker

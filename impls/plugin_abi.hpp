@@ -1,0 +1,40 @@
+// Internal to attncheck: the pieces of the plugin host (impls/plugin.cpp) that the isolated worker host reuses to
+// call a plugin on tensors that live in shared memory. Not installed; plugin authors use attncheck/plugin.h.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attncheck/declarations.hpp"
+#include "attncheck/impl.hpp"
+#include "attncheck/plugin.h"
+
+namespace attncheck {
+
+// A dlopened, checked plugin: its vtable and converted capabilities. Throws PluginError like load_plugin.
+struct OpenedPlugin {
+  std::string path;
+  const attncheck_plugin* vt = nullptr;
+  Capabilities caps;
+  Declarations declarations;          // v2 declarations(), else derived from the capabilities
+  std::vector<std::string> features;  // v2 feature names beyond the v1 flags
+};
+OpenedPlugin open_plugin(const std::string& path);
+
+// A problem descriptor with the storage it points into (diagonal offsets, the v2 extension chain).
+struct Described {
+  attncheck_problem d;
+  std::vector<int64_t> diag;
+  std::string name;
+  attncheck_ext_case_name case_name;
+  Described() = default;
+  Described(const Described&) = delete;  // d points into the members
+};
+// The shape and semantic fields of a problem; tensor pointers stay NULL.
+void describe(const Problem& p, Described& out);
+
+// Problem features beyond the v1 capability flags that `p` uses, by name; a v2 plugin must list each of them in
+// its `features`. The problem model has none yet: every feature it knows has a v1 flag.
+std::vector<std::string> features_beyond_v1(const Problem& p);
+
+}  // namespace attncheck

@@ -1,0 +1,266 @@
+// One SIMD target of the CPU kernels, forced through ATTNCHECK_ISA: `test_cpu_isa <target>` runs the hostile case
+// table of both CPU implementations (test_cpu_impls.cpp, linked in) plus kernel-level checks: the exp error bound
+// over the whole argument range, the GEMM against a double loop, and that the forced target is the one used.
+// Exit code 77 (ctest: skipped, never passed) when this CPU cannot run the target.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attncheck/impl.hpp"
+#include "attncheck/reference.hpp"
+#include "attncheck/tolerance.hpp"
+#include "cpu_cases.hpp"
+#include "simd.hpp"
+
+namespace {
+namespace simd = attncheck::cpu::simd;
+std::string g_target;
+
+TEST(CpuIsa, ForcedTargetIsUsed) { EXPECT_EQ(simd::target(), g_target); }
+
+// Integer ulp distance between two finite non-negative values of T (their bit patterns are ordered).
+template <class T, class U>
+U ulp_distance(T a, T b) {
+  U ua, ub;
+  std::memcpy(&ua, &a, sizeof(T));
+  std::memcpy(&ub, &b, sizeof(T));
+  return ua > ub ? ua - ub : ub - ua;
+}
+
+// Every `stride`-th bit pattern from lo to hi (both negative-to-positive ordered through the sign flip), through
+// the kernel; compared with long double expl rounded once to T. Results whose true value is below the smallest
+// normal number must be exactly 0 (or the smallest normal at the boundary); the rest within `bound` ulps.
+template <class T, class U>
+void check_exp(T lo, T hi, U stride, U bound) {
+  std::vector<T> xs;
+  auto add_range = [&](T a, T b) {  // a <= b, same sign: walk the bit patterns
+    U ua, ub;
+    std::memcpy(&ua, &a, sizeof(T));
+    std::memcpy(&ub, &b, sizeof(T));
+    if (ua > ub) std::swap(ua, ub);
+    for (U u = ua; u <= ub && u >= ua; u += stride) {
+      T x;
+      std::memcpy(&x, &u, sizeof(T));
+      xs.push_back(x);
+    }
+  };
+  add_range(lo, T(-0.0));
+  add_range(T(0), hi);
+  for (T x : {lo, hi, T(0), T(-0.0), -std::numeric_limits<T>::infinity(), std::numeric_limits<T>::quiet_NaN()})
+    xs.push_back(x);
+  std::vector<T> ys(xs.size());
+  simd::exp<T>(xs.data(), ys.data(), static_cast<int64_t>(xs.size()));
+  U worst = 0;
+  T worst_x = 0;
+  int64_t flushed = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const T x = xs[i], y = ys[i];
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(y)) << "exp(NaN) = " << y;
+      continue;
+    }
+    const T ref = static_cast<T>(std::exp(static_cast<long double>(x)));
+    if (ref < std::numeric_limits<T>::min()) {
+      ++flushed;
+      ASSERT_TRUE(y == T(0) || y == std::numeric_limits<T>::min()) << "exp(" << x << ") = " << y << ", want 0";
+      continue;
+    }
+    ASSERT_TRUE(std::isfinite(y) && y > 0) << "exp(" << x << ") = " << y;
+    const U d = ulp_distance<T, U>(y, ref);
+    if (d > worst) worst = d, worst_x = x;
+  }
+  std::printf("exp<%s> on %s: %zu arguments in [%g, %g], max error %llu ulp (at %.9g), %lld flushed to 0\n",
+              sizeof(T) == 4 ? "float" : "double", g_target.c_str(), xs.size(), static_cast<double>(lo),
+              static_cast<double>(hi), static_cast<unsigned long long>(worst), static_cast<double>(worst_x),
+              static_cast<long long>(flushed));
+  EXPECT_LE(worst, bound) << "at x = " << worst_x;
+  EXPECT_GT(flushed, 0) << "the range did not reach the flush-to-zero region";
+}
+
+// The documented bound of Highway's Exp: 1 ulp from the correctly rounded result, over its whole valid range
+// (to the overflow threshold). float: every 251st bit pattern (~9 million arguments); double: ~4 million.
+TEST(CpuIsa, ExpWithinOneUlpFloat) { check_exp<float, uint32_t>(-104.0f, 88.7f, 251, 1); }
+TEST(CpuIsa, ExpWithinOneUlpDouble) {
+  check_exp<double, uint64_t>(-745.0, 709.7, uint64_t{1} << 41, 1);
+}
+
+// exp_shifted: the sum and the exact zeros (-inf and far below the max), tails of every length.
+TEST(CpuIsa, ExpShiftedSumsAndZeros) {
+  for (int64_t n = 1; n <= 70; ++n) {
+    std::vector<float> s(static_cast<size_t>(n)), d(s.size());
+    for (int64_t j = 0; j < n; ++j)
+      s[static_cast<size_t>(j)] = j % 5 == 3 ? -std::numeric_limits<float>::infinity() : (j % 7 == 1 ? -200.0f : -0.25f * static_cast<float>(j % 9));
+    const float sum = simd::exp_shifted<float>(s.data(), d.data(), n, 0.0f);
+    double want = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const float x = s[static_cast<size_t>(j)], y = d[static_cast<size_t>(j)];
+      if (x < -100) {
+        EXPECT_EQ(y, 0.0f) << "n " << n << " j " << j;
+      } else {
+        EXPECT_NEAR(y, std::exp(static_cast<double>(x)), 2e-7 * std::exp(static_cast<double>(x)));
+      }
+      want += y;
+    }
+    EXPECT_NEAR(sum, want, 1e-6 * want) << "n " << n;
+  }
+}
+
+// The packed GEMM against a double loop, over sizes that leave row, strip and k-block tails.
+template <class T>
+void check_gemm(double tol) {
+  const int64_t W = simd::strip_width<T>();
+  uint64_t state = 12345;
+  auto rnd = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<T>(static_cast<double>(state >> 11) * 0x1.0p-53 - 0.5);
+  };
+  for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{8}, int64_t{13}}) {
+    for (int64_t n : {int64_t{1}, W - 1, W + 3, 3 * W}) {
+      for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{300}}) {
+        for (bool acc : {false, true}) {
+          const int64_t strips = (n + W - 1) / W, ldc = strips * W;
+          std::vector<T> A(static_cast<size_t>(m * k)), B(static_cast<size_t>(strips * k * W), T(0)),
+              C(static_cast<size_t>(m * ldc));
+          for (T& a : A) a = rnd();
+          for (T& c : C) c = rnd();
+          std::vector<double> want(C.begin(), C.end());
+          std::vector<double> Bd(static_cast<size_t>(k * n));
+          for (int64_t p = 0; p < k; ++p)
+            for (int64_t j = 0; j < n; ++j) {
+              const T b = rnd();
+              Bd[static_cast<size_t>(p * n + j)] = b;
+              B[static_cast<size_t>(j / W * k * W + p * W + j % W)] = b;
+            }
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double s = acc ? want[static_cast<size_t>(i * ldc + j)] : 0.0;
+              for (int64_t p = 0; p < k; ++p)
+                s += static_cast<double>(A[static_cast<size_t>(i * k + p)]) * Bd[static_cast<size_t>(p * n + j)];
+              want[static_cast<size_t>(i * ldc + j)] = s;
+            }
+          simd::gemm<T>(m, n, k, A.data(), k, B.data(), k * W, W, C.data(), ldc, acc);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j)
+              ASSERT_NEAR(C[static_cast<size_t>(i * ldc + j)], want[static_cast<size_t>(i * ldc + j)],
+                          tol * static_cast<double>(k + 1))
+                  << "m " << m << " n " << n << " k " << k << " acc " << acc << " at " << i << "," << j;
+        }
+      }
+    }
+  }
+}
+// gemm_nt (rows of A against rows of B) against a double loop: key counts off the 4-key groups, k off the vector.
+template <class T>
+void check_gemm_nt(double tol) {
+  uint64_t state = 99;
+  auto rnd = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<T>(static_cast<double>(state >> 11) * 0x1.0p-53 - 0.5);
+  };
+  for (int64_t m : {int64_t{1}, int64_t{3}})
+    for (int64_t n : {int64_t{1}, int64_t{4}, int64_t{7}, int64_t{130}})
+      for (int64_t k : {int64_t{1}, int64_t{5}, int64_t{64}, int64_t{77}}) {
+        const int64_t lda = k + 3, ldb = k + 1, ldc = n + 2;
+        std::vector<T> A(static_cast<size_t>(m * lda)), B(static_cast<size_t>(n * ldb)), C(static_cast<size_t>(m * ldc));
+        for (T& a : A) a = rnd();
+        for (T& b : B) b = rnd();
+        simd::gemm_nt<T>(m, n, k, A.data(), lda, B.data(), ldb, C.data(), ldc);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double want = 0;
+            for (int64_t p = 0; p < k; ++p)
+              want += static_cast<double>(A[static_cast<size_t>(i * lda + p)]) * B[static_cast<size_t>(j * ldb + p)];
+            ASSERT_NEAR(C[static_cast<size_t>(i * ldc + j)], want, tol * static_cast<double>(k + 1))
+                << "m " << m << " n " << n << " k " << k << " at " << i << "," << j;
+          }
+      }
+}
+
+TEST(CpuIsa, GemmMatchesDoubleLoopFloat) { check_gemm<float>(1e-6); }
+TEST(CpuIsa, GemmNtMatchesDoubleLoopFloat) { check_gemm_nt<float>(1e-6); }
+TEST(CpuIsa, GemmNtMatchesDoubleLoopDouble) { check_gemm_nt<double>(1e-15); }
+TEST(CpuIsa, GemmMatchesDoubleLoopDouble) { check_gemm<double>(1e-15); }
+
+// Short-query problems without weights split the keys into chunks merged by their maxima (cpu_flash.cpp: fewer
+// than 8 (batch, head, query block) tasks and Lk over one key block). Each case below is such a problem, with
+// padding, poisoned values, windows, finite fill, dropout and fully-masked rows, checked against the reference.
+TEST(CpuIsa, KeySplitDecodeMatchesReference) {
+  using attncheck::testing::Case;
+  std::vector<Case> cases;
+  auto base = [](attncheck::DType t, int64_t Hq, int64_t Hkv, int64_t Lq, int64_t Lk, int64_t D) {
+    Case c;
+    c.p.dtype = t, c.p.B = 1, c.p.Hq = Hq, c.p.Hkv = Hkv, c.p.Lq = Lq, c.p.Lk = Lk, c.p.Dqk = c.p.Dv = D;
+    c.p.want_lse = true;
+    c.seed = 77 + static_cast<uint64_t>(Lk);
+    return c;
+  };
+  {
+    Case c = base(attncheck::DType::f32, 2, 2, 1, 1000, 64);
+    c.p.key_lengths = {700};
+    c.poison = true;
+    cases.push_back(c);
+  }
+  {
+    Case c = base(attncheck::DType::bf16, 4, 1, 3, 777, 40);
+    c.p.causal = true;
+    c.p.alignment = attncheck::Alignment::bottom_right;
+    c.p.window_left = 300;
+    cases.push_back(c);
+  }
+  {
+    Case c = base(attncheck::DType::f64, 1, 1, 2, 2000, 16);
+    c.p.mask_shape = std::array<int64_t, 4>{1, 1, 1, 2000};
+    c.p.fill = attncheck::MaskFill::finite;
+    c.p.fill_value = -1e9;
+    cases.push_back(c);
+  }
+  {
+    Case c = base(attncheck::DType::f16, 1, 1, 5, 1300, 32);
+    c.p.dropout_p = 0.25;
+    c.p.mask_shape = std::array<int64_t, 4>{1, 1, 5, 1300};  // row 3 fully masked
+    c.p.fully_masked = attncheck::FullyMasked::uniform;
+    cases.push_back(c);
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name());
+    attncheck::validate(c.p);
+    const attncheck::Inputs in = attncheck::testing::make_inputs(c);
+    const attncheck::ReferenceResult ref = attncheck::reference_attention(c.p, in);
+    attncheck::Outputs out;
+    ASSERT_TRUE(attncheck::run_impl(*attncheck::find_impl("cpu-flash"), c.p, in, out).ok);
+    const attncheck::Verdict v = attncheck::judge(c.p, ref, out);
+    for (const auto& t : v.tensors) EXPECT_TRUE(t.pass) << t.describe() << " max_abs_err " << t.max_abs_err;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: test_cpu_isa <target> (one of: %s)\n", [] {
+      std::string s;
+      for (const auto& t : simd::compiled_targets()) s += t + " ";
+      return s;
+    }().c_str());
+    return 2;
+  }
+  g_target = argv[1];
+  bool runnable = false;
+  for (const auto& t : simd::runnable_targets()) runnable = runnable || t == g_target;
+  if (!runnable) {
+    std::string s;
+    for (const auto& t : simd::runnable_targets()) s += t + " ";
+    std::printf("SKIP: this CPU cannot run target '%s' (runnable: %s)\n", g_target.c_str(), s.c_str());
+    return 77;
+  }
+  setenv("ATTNCHECK_ISA", g_target.c_str(), 1);
+  return RUN_ALL_TESTS();
+}
