@@ -2,12 +2,15 @@
 // attributes (validated), then the memory cap from those shapes, then each dataset's dtype and extents are
 // checked against the problem, and only then is anything allocated and read.
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include "attncheck/fixture.hpp"
 #include "fixture_attrs.hpp"
 #include "fixture_layout.hpp"
+#include "attncheck/user_arrays.hpp"
 #include "h5.hpp"
+#include "h5_ints.hpp"
 
 namespace attncheck {
 
@@ -16,11 +19,18 @@ using fixture_detail::to_layout;
 
 namespace {
 
+std::string fmt_g(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
 // Attributes -> Problem (from the feature table), name, provenance, tolerance. Per-batch vectors are read from
 // /inputs after the shape check.
-void read_attrs(const h5::Reader& r, hid_t root, Fixture& f) {
+void read_attrs(h5::Reader& r, hid_t root, Fixture& f) {
   Provenance& pv = f.provenance;
   pv.schema_version = r.attr_i64(root, "/", "schema_version");
+  r.allow_vlen_strings = pv.schema_version == 1;  // v1 stored strings at variable length
   if (pv.schema_version > kFixtureSchemaVersion)
     r.fail("schema_version", "is " + std::to_string(pv.schema_version) + ", from the future: this attncheck (" +
                                  attncheck_version() + ") reads schema_version <= " +
@@ -62,11 +72,18 @@ void check_size(const h5::Reader& r, const Problem& p, uint64_t cap) {
                        std::to_string(cap) + " bytes");
 }
 
-Fixture read_header(const h5::Reader& r, hid_t file, uint64_t cap) {
+Fixture read_header(h5::Reader& r, hid_t file, uint64_t cap) {
   Fixture f;
   h5::Id root = r.open_group(file, "/");
   read_attrs(r, root, f);
   validate_problem(r, f.problem);
+  // effective_scale is what h5py users read; it must be the one the problem implies, bit for bit.
+  if (r.has_attr(root, "effective_scale")) {
+    const double stored = r.attr_f64(root, "/", "effective_scale"), implied = f.problem.effective_scale();
+    if (!(stored == implied))
+      r.fail("effective_scale", "is " + fmt_g(stored) + " but the problem implies " + fmt_g(implied) +
+                                    " (scale attribute or 1/sqrt(Dqk))");
+  }
   check_size(r, f.problem, cap);
   fixture_detail::read_problem_datasets(r, file, f.problem);
   validate_problem(r, f.problem);
@@ -100,13 +117,20 @@ std::optional<Tensor> read_optional(const h5::Reader& r, hid_t file, const std::
   if (declared && !present) r.fail(path, std::string("missing dataset (declared by ") + declared_by + ")");
   if (!declared && present) r.fail(path, std::string("present but not declared by ") + declared_by);
   if (!declared) return std::nullopt;
-  Tensor out = read_tensor(r, file, path, t, dims, Layout::BHSD);
+  if (t != DType::u8) return read_tensor(r, file, path, t, dims, Layout::BHSD);
   // Masks and keep-masks are 0/1 (plugin.h): a 2 would be "attend" to `!= 0` and "masked" to `== 1`, so
-  // implementations could disagree on a malformed fixture instead of being judged.
-  if (t == DType::u8)
-    for (size_t n = 0; n < out.bytes.size(); ++n)
-      if (out.bytes[n] > 1)
-        r.fail(path, "values must be 0 or 1, got " + std::to_string(out.bytes[n]) + " at element " + std::to_string(n));
+  // implementations could disagree on a malformed fixture instead of being judged. Any integer width and h5py's
+  // enum bool are read unclipped (an int8 -1 is named, not turned into 0).
+  h5::Id d = r.open_dataset(file, path);
+  r.expect_extents(d, path, dims);
+  Tensor out(t, dims);
+  const std::vector<int64_t> v = h5::read_integers(r, d, path, out.bytes.size());
+  for (size_t n = 0; n < v.size(); ++n) {
+    if (v[n] != 0 && v[n] != 1)
+      r.fail(path, "values must be 0 or 1, got " + std::to_string(v[n]) + " at element " + std::to_string(n) +
+                       ", index " + index_string(dims, int64_t(n)));
+    out.bytes[n] = static_cast<uint8_t>(v[n]);
+  }
   return out;
 }
 
@@ -140,7 +164,7 @@ double fixture_memory_bytes(const Problem& p) {
 
 Fixture read_fixture_header(const std::string& path) {
   return with_file_prefix(path, [&] {
-    const h5::Reader r{path};
+    h5::Reader r{path};
     h5::Id file = r.open_file();
     return read_header(r, file, FixtureReadOptions{}.max_bytes);
   });
@@ -148,7 +172,7 @@ Fixture read_fixture_header(const std::string& path) {
 
 Fixture read_fixture(const std::string& path, const FixtureReadOptions& options) {
   return with_file_prefix(path, [&] {
-    const h5::Reader r{path};
+    h5::Reader r{path};
     h5::Id file = r.open_file();
     Fixture f = read_header(r, file, options.max_bytes);
     const Problem& p = f.problem;
@@ -181,6 +205,7 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
     } catch (const std::invalid_argument& ex) {
       r.fail("inputs", ex.what());
     }
+    fill_error_scales(p, in, e);  // tolerance model v2's row scales, from the stored inputs (docs/tolerance.md)
     return f;
   });
 }
@@ -190,28 +215,34 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
     const h5::Reader r{path};
     h5::Id file = r.open_file();
     r.open_group(file, "/actual");
+    // Count only the outputs the candidate holds: an out-only candidate of a large fixture is valid.
     const double rows = double(p.B) * double(p.Hq) * double(p.Lq);
-    const double need = 8.0 * rows * (double(p.Dv) + 1 + double(p.Lk));
+    const bool has_lse = r.has_object(file, "/actual/lse"), has_weights = r.has_object(file, "/actual/weights");
+    const double need = 8.0 * rows * (double(p.Dv) + (has_lse ? 1 : 0) + (has_weights ? double(p.Lk) : 0));
     if (need > double(options.max_bytes))
       r.fail("size", "candidate needs " + std::to_string(need) + " bytes, more than the memory cap of " +
                          std::to_string(options.max_bytes) + " bytes");
     Outputs o;
-    auto read_into = [&](const std::string& where, Tensor& t, const std::vector<int64_t>& dims) {
+    // Each output keeps the precision it was delivered in (a 16-bit float dataset is judged as fp16, a
+    // bfloat16-encoded one as bf16), so the tolerance model charges exactly that output rounding.
+    auto read_into = [&](const std::string& where, std::optional<Tensor>& t, const std::vector<int64_t>& logical,
+                         const std::vector<int64_t>& dims, std::vector<int> order) {
       h5::Id d = r.open_dataset(file, where);
       r.expect_extents(d, where, dims);
-      const std::vector<double> v = r.read_as_double(d, where, static_cast<size_t>(t.numel()));
-      for (size_t n = 0; n < v.size(); ++n) t.set_offset(static_cast<int64_t>(n), v[n]);  // storage order
+      const std::string type = r.type_name(d);
+      const bool bf16 = type == "unsigned 16-bit integer";  // read_as_double accepts only the bfloat16 encoding
+      const DType dt = type == "16-bit float" ? DType::f16 : bf16 ? DType::bf16 : type == "32-bit float" ? DType::f32 : DType::f64;
+      t = order.empty() ? Tensor(dt, logical) : Tensor(dt, logical, order);
+      const std::vector<double> v = r.read_as_double(d, where, static_cast<size_t>(t->numel()));
+      for (size_t n = 0; n < v.size(); ++n) t->set_offset(static_cast<int64_t>(n), v[n]);  // storage order, exact
     };
-    o.out = Tensor(DType::f64, {p.B, p.Hq, p.Lq, p.Dv}, storage_order(p.layout));
-    read_into("/actual/out", o.out, stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout));
-    if (r.has_object(file, "/actual/lse")) {
-      o.lse = Tensor(DType::f64, {p.B, p.Hq, p.Lq});
-      read_into("/actual/lse", *o.lse, {p.B, p.Hq, p.Lq});
-    }
-    if (r.has_object(file, "/actual/weights")) {
-      o.weights = Tensor(DType::f64, {p.B, p.Hq, p.Lq, p.Lk});
-      read_into("/actual/weights", *o.weights, {p.B, p.Hq, p.Lq, p.Lk});
-    }
+    std::optional<Tensor> out;
+    read_into("/actual/out", out, {p.B, p.Hq, p.Lq, p.Dv}, stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout),
+              storage_order(p.layout));
+    o.out = std::move(*out);
+    if (has_lse) read_into("/actual/lse", o.lse, {p.B, p.Hq, p.Lq}, {p.B, p.Hq, p.Lq}, {});
+    if (has_weights)
+      read_into("/actual/weights", o.weights, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
     return o;
   });
 }
