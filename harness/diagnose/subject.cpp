@@ -22,14 +22,14 @@ Subject::Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& 
   out = actual.out.to_double();
   if (actual.lse && p.want_lse) lse = actual.lse->to_double();
   if (actual.weights && p.want_weights && !r.weights.empty()) w = actual.weights->to_double();
-  tol_out = out_tolerance(p, r, m);
+  tol_out = out_tolerance(p, r, m, actual.out.dtype);
   mark(r.out, out, tol_out, bad_out, n_bad_out);
   if (!lse.empty()) {
-    tol_lse = lse_tolerance(p, r, m);
+    tol_lse = lse_tolerance(p, r, m, actual.lse->dtype);
     mark(r.lse, lse, tol_lse, bad_lse, n_bad_lse);
   }
   if (!w.empty()) {
-    tol_w = weights_tolerance(p, r, m);
+    tol_w = weights_tolerance(p, r, m, actual.weights->dtype);
     mark(r.weights, w, tol_w, bad_w, n_bad_w);
   }
   const int64_t Lk = p.Lk;

@@ -29,6 +29,7 @@ struct Options {
   bool allow_unavailable = false;
   bool diagnose = false;
   int diagnose_reruns = 12;
+  double tol_scale = 1.0;  // --tol-scale: explicit multiplier of every tolerance, recorded in the report
 };
 Options g;
 
@@ -200,12 +201,15 @@ int run_verify() {
           r.status = "unsupported";
           r.message = s.reason;
         } else {
-          r = judged_result(name, file, impl->name(), judge(p, note.empty() ? f.expected : recomputed, out, f.tolerance));
+          ToleranceModel m = f.tolerance;  // the bound follows the implementation's declared contract, scaled openly
+          m.contract = impl->declarations().contract_for(p.dtype);
+          m.scale = g.tol_scale;
+          r = judged_result(name, file, impl->name(), judge(p, note.empty() ? f.expected : recomputed, out, m));
           if (!unchecked.empty()) r.message = unchecked + " not checked (not supported); " + r.message;
           if (!note.empty()) r.message = note + "; " + r.message;
           if (g.diagnose && r.status == "fail") {
             diagnose::Options o;
-            o.rerun = impl.get(), o.max_reruns = g.diagnose_reruns, o.tolerance = f.tolerance;
+            o.rerun = impl.get(), o.max_reruns = g.diagnose_reruns, o.tolerance = m;
             const diagnose::Diagnosis d = diagnose::diagnose({{}, p, f.inputs}, note.empty() ? f.expected : recomputed, out, o);
             diagnosis = d.text();
             r.diagnosis_json = diagnose::to_json(d);
@@ -232,7 +236,8 @@ int run_verify() {
   }
   progress.clear();
   print_summary(results);
-  if (!g.report.empty()) write_report(g.report, results);
+  if (!g.report.empty()) write_report(g.report, results, g.tol_scale);
+  if (g.tol_scale != 1.0) std::printf("every tolerance scaled by --tol-scale %g\n", g.tol_scale);
   ExitRules rules;
   if (!g.allow_unavailable) {
     rules.require_compared = true;
@@ -256,6 +261,8 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                                    "implementation on derived problems (docs/diagnosis.md)");
                       sub.add_option("--diagnose-reruns", g.diagnose_reruns, "Re-run budget per diagnosed failure")
                           ->capture_default_str()->check(CLI::Range(0, 1000));
+                      sub.add_option("--tol-scale", g.tol_scale, "Multiply every derived tolerance by X (recorded in the report)")
+                          ->check(CLI::PositiveNumber);
                       sub.add_flag("--allow-unavailable", g.allow_unavailable,
                                    "Exit 0 even when a named implementation is unavailable or no case was compared");
                       add_plugin_option(sub, g.plugins);
