@@ -17,9 +17,9 @@ const std::vector<std::string>& known_tags() {
   static const std::vector<std::string> tags = {
       "causal-diagonal", "causal-alignment", "window-edge", "tile-tail", "skipped-keys", "gqa-mapping", "softcap-order",
       "mask-fill", "key-padding", "mask-ignored", "mask-after-softmax", "softmax-axis", "fully-masked-policy",
-      "dropout-scale", "dropout-mask", "scale", "layout-stride", "lse-base", "lse-missing-max", "lse-unscaled-max",
+      "dropout-scale", "dropout-mask", "scale", "layout-stride", "lse-base", "lse-offset", "lse-missing-max", "lse-unscaled-max",
       "nan-leak", "no-max-subtraction", "fp16-overflow", "missed-rescale", "low-precision-scores",
-      "low-precision-accumulation", "tf32", "uninitialised-output"};
+      "low-precision-accumulation", "tf32", "row-scale", "uninitialised-output"};
   return tags;
 }
 

@@ -83,11 +83,11 @@ std::vector<double> out_from_weights(const Subject& s, const std::vector<double>
   return o;
 }
 
-Prediction softmax_model(const Subject& s, const std::function<double(int64_t, int64_t)>& score, bool fp16_acc) {
+Prediction softmax_model(const Subject& s, const std::function<double(int64_t, int64_t)>& score, DType sum_acc, DType pv_acc) {
   const Problem& p = s.p();
   std::vector<double> w(s.score.size(), 0.0);
   Prediction pr{{}, s.ref.lse};
-  auto acc = [&](double a, double y) { return fp16_acc ? round_to(DType::f16, a + y) : a + y; };
+  auto acc = [](DType t, double a, double y) { return round_to(t, a + y); };
   std::vector<char> modelled(static_cast<size_t>(s.rows()), 0);
   for (int64_t r = 0; r < s.rows(); ++r) {
     double m = -INFINITY, sum = 0;
@@ -96,7 +96,7 @@ Prediction softmax_model(const Subject& s, const std::function<double(int64_t, i
     if (m == -INFINITY) continue;
     modelled[static_cast<size_t>(r)] = 1;
     for (int64_t j = 0; j < p.Lk; ++j)
-      if (const double x = score(r, j); !std::isnan(x)) sum = acc(sum, std::exp(x - m));
+      if (const double x = score(r, j); !std::isnan(x)) sum = acc(sum_acc, sum, std::exp(x - m));
     for (int64_t j = 0; j < p.Lk; ++j)
       if (const double x = score(r, j); !std::isnan(x)) w[static_cast<size_t>(r * p.Lk + j)] = std::exp(x - m) / sum;
     pr.lse[static_cast<size_t>(r)] = m + std::log(sum);
@@ -114,7 +114,7 @@ Prediction softmax_model(const Subject& s, const std::function<double(int64_t, i
             double x = w[static_cast<size_t>(r * p.Lk + j)];
             if (x == 0) continue;
             if (s.c.in.keep) x *= s.c.in.keep->get_offset(r * p.Lk + j) * k;
-            a = acc(a, x * s.c.in.v.at(b, p.kv_head(h), j, d));
+            a = acc(pv_acc, a, x * s.c.in.v.at(b, p.kv_head(h), j, d));
           }
           pr.out[static_cast<size_t>(r * p.Dv + d)] = a;
         }
@@ -133,6 +133,8 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   const double d = static_cast<double>(p.Dqk);
   if (!p.scale) sc.variant("scale", "default scale 1/d instead of 1/sqrt(d)", [&] { return with_problem(c, [&](Problem& q) { q.scale = 1.0 / d; }); });
   else sc.variant("scale", "explicit scale ignored (default 1/sqrt(d) used)", [&] { return with_problem(c, [](Problem& q) { q.scale.reset(); }); });
+  if (p.Dv != p.Dqk)
+    sc.variant("scale", "scale 1/sqrt(Dv) instead of 1/sqrt(Dqk)", [&] { return with_problem(c, [&](Problem& q) { q.scale = 1.0 / std::sqrt(double(p.Dv)); }); });
   if (p.effective_scale() != 1.0) sc.variant("scale", "scale not applied (1)", [&] { return with_problem(c, [](Problem& q) { q.scale = 1.0; }); });
 
   // causal diagonal and alignment
@@ -215,6 +217,10 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
                  std::to_string(T) + ") never read", [&] { return mask_keys_from(c, j0); });
     last_pad = Lk2, last_start = j0;
   }
+
+  key_hypotheses(s, [&](const std::string& tag, const std::string& what, const std::vector<double>& o, const std::vector<double>* l) {
+    sc.add(tag, what, o, l);
+  });
 
   // mask applied after the softmax without renormalising: out_vis * (visible mass / total mass)
   if ((p.causal || p.has_window() || !p.key_lengths.empty() || p.mask_shape)) {

@@ -14,14 +14,18 @@ namespace attncheck::diagnose {
 // Causes whose predictions explain some failing elements, unsorted, scores in (0, 1].
 std::vector<Cause> structural_hypotheses(const Subject& s);  // masks, alignment, scale, GQA, tiles, layout, policy
 std::vector<Cause> numeric_hypotheses(const Subject& s);     // lse forms, non-finite rows, precision
+// Keys never read (a whole tile anywhere, one key per row), reported through `add(tag, what, out, lse)`.
+void key_hypotheses(const Subject& s, const std::function<void(const std::string&, const std::string&, const std::vector<double>&,
+                                                                 const std::vector<double>*)>& add);
 
 // A direct model of a kernel: row softmax over the keys whose score(row, j) is not NaN, then P.V (with dropout);
-// fp16_acc rounds the softmax sum and the P.V accumulators to fp16 after every add. Rows without a key keep the
-// reference's out and lse.
+// Rows without a key keep the reference's out and lse.
 struct Prediction {
   std::vector<double> out, lse;
 };
-Prediction softmax_model(const Subject& s, const std::function<double(int64_t row, int64_t j)>& score, bool fp16_acc = false);
+// sum_acc / pv_acc: the dtype the softmax sum and the P.V accumulators round to after every add (f64: none).
+Prediction softmax_model(const Subject& s, const std::function<double(int64_t row, int64_t j)>& score,
+                         DType sum_acc = DType::f64, DType pv_acc = DType::f64);
 
 // Weights [B,Hq,Lq,Lk] applied to the values (with the dropout keep-mask and 1/(1-p)): out [B,Hq,Lq,Dv].
 std::vector<double> out_from_weights(const Subject& s, const std::vector<double>& w, bool rescale_dropout = true);

@@ -2,6 +2,8 @@
 // explained by overflow (no max subtraction, fp16 scores) or by poison in masked slots, and precision loss modelled
 // directly (scores rounded to fp16/bf16, q and k rounded to tf32, softmax sum and P.V accumulated in fp16).
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -31,6 +33,54 @@ double rms_diff(const std::vector<double>& a, const std::vector<double>& b) {
   return n ? std::sqrt(s / static_cast<double>(n)) : 0.0;
 }
 
+// Round to TF32 (10-bit mantissa, round to nearest even), the operand precision of tensor cores.
+double tf32(double x) {
+  float f = static_cast<float>(x);
+  if (!std::isfinite(f)) return f;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0xFFFu + ((u >> 13) & 1u);
+  u &= ~0x1FFFu;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Online softmax over key tiles of T where the first tile boundary at which the running max grows keeps the old
+// scale (the accumulators are not multiplied by exp(m_old - m_new)).
+Prediction missed_rescale(const Subject& s, int64_t T) {
+  const Problem& p = s.p();
+  Prediction pr{s.ref.out, s.ref.lse};
+  for (int64_t r = 0; r < s.rows(); ++r) {
+    const int64_t b = r / (p.Hq * p.Lq), h = r / p.Lq % p.Hq;
+    double m = -INFINITY, l = 0;
+    std::vector<double> acc(static_cast<size_t>(p.Dv), 0.0);
+    bool missed = false;
+    for (int64_t j0 = 0; j0 < p.Lk; j0 += T) {
+      const int64_t j1 = std::min(p.Lk, j0 + T);
+      double bm = m;
+      for (int64_t j = j0; j < j1; ++j)
+        if (s.vis[static_cast<size_t>(r * p.Lk + j)]) bm = std::max(bm, s.score[static_cast<size_t>(r * p.Lk + j)]);
+      if (bm == -INFINITY) continue;
+      double alpha = m == -INFINITY ? 0.0 : std::exp(m - bm);
+      if (!missed && j0 > 0 && bm > m) alpha = 1.0, missed = true;
+      l *= alpha;
+      for (double& a : acc) a *= alpha;
+      for (int64_t j = j0; j < j1; ++j) {
+        const size_t n = static_cast<size_t>(r * p.Lk + j);
+        if (!s.vis[n]) continue;
+        const double e = std::exp(s.score[n] - bm);
+        l += e;
+        for (int64_t d = 0; d < p.Dv; ++d) acc[static_cast<size_t>(d)] += e * s.c.in.v.at(b, p.kv_head(h), j, d);
+      }
+      m = bm;
+    }
+    if (m == -INFINITY || p.dropout_p > 0) continue;
+    for (int64_t d = 0; d < p.Dv; ++d) pr.out[static_cast<size_t>(r * p.Dv + d)] = acc[static_cast<size_t>(d)] / l;
+    pr.lse[static_cast<size_t>(r)] = m + std::log(l);
+  }
+  return pr;
+}
+
 }  // namespace
 
 std::vector<Cause> numeric_hypotheses(const Subject& s) {
@@ -53,6 +103,7 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
       causes.push_back({tag, static_cast<double>(s.n_bad_lse - left) / static_cast<double>(total), e.str()});
     };
     lse_form("lse-base", "lse in base 2 (log2 of the denominator)", [](double l, double) { return l / std::log(2.0); });
+    lse_form("lse-offset", "lse off by log 2", [](double l, double) { return l + std::log(2.0); });
     lse_form("lse-missing-max", "lse without the row max (log of the shifted sum only)", [](double l, double m) { return l - m; });
     if (scale != 0 && scale != 1)
       lse_form("lse-unscaled-max", "lse from the unscaled row max (m/scale + log sum)", [&](double l, double m) { return l - m + m / scale; });
@@ -132,7 +183,47 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
   }
   if (p.dtype != DType::f16)
     precision("low-precision-accumulation", "softmax sum and P.V accumulated in fp16",
-              softmax_model(s, [&](int64_t r, int64_t j) { return s.score[static_cast<size_t>(r * p.Lk + j)]; }, true));
+              softmax_model(s, [&](int64_t r, int64_t j) { return s.score[static_cast<size_t>(r * p.Lk + j)]; }, DType::f16, DType::f16));
+  if (p.dtype != DType::bf16)
+    precision("low-precision-accumulation", "P.V accumulated in bf16",
+              softmax_model(s, [&](int64_t r, int64_t j) { return s.score[static_cast<size_t>(r * p.Lk + j)]; }, DType::f64, DType::bf16));
+  if (p.dtype == DType::f32) {
+    prop::Case d = s.c;
+    for (Tensor* t : {&d.in.q, &d.in.k, &d.in.v})
+      for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, tf32(t->get_offset(n)));
+    d.p.want_weights = false, d.p.want_lse = true;
+    const ReferenceResult r = reference_attention(d.p, d.in);
+    precision("tf32", "q, k and v rounded to TF32 (10-bit mantissa)", Prediction{r.out, r.lse});
+  }
+  if (p.dropout_p == 0)
+    for (int64_t T : {16, 32, 64, 128})
+      if (p.Lk > T) precision("missed-rescale", "online softmax over key tiles of " + std::to_string(T) +
+                              ": one tile boundary where the max grows is not rescaled", missed_rescale(s, T));
+
+  // rows off by a constant factor (a wrong normaliser): a weak, two-parameter-per-row fit, so scored at 0.8
+  if (s.n_bad_out > 0) {
+    std::vector<double> pred = s.ref.out;
+    int64_t rows = 0;
+    for (int64_t r = 0; r < s.rows(); ++r) {
+      double ae = 0, ee = 0;
+      bool bad = false;
+      for (int64_t d = 0; d < p.Dv; ++d) {
+        const size_t k = static_cast<size_t>(r * p.Dv + d);
+        bad = bad || s.bad_out[k];
+        if (std::isfinite(s.out[k]) && std::isfinite(s.ref.out[k])) ae += s.out[k] * s.ref.out[k], ee += s.ref.out[k] * s.ref.out[k];
+      }
+      if (!bad || ee == 0) continue;
+      ++rows;
+      for (int64_t d = 0; d < p.Dv; ++d) pred[static_cast<size_t>(r * p.Dv + d)] *= ae / ee;
+    }
+    const int64_t left = s.bad_against(pred);
+    if (left < s.n_bad_out && rows > 0) {
+      std::ostringstream e;
+      e << rows << " failing rows are the reference's rows times a per-row constant (a wrong normaliser); explains "
+        << (s.n_bad_out - left) << " of " << s.n_bad_out << " failing out elements";
+      causes.push_back({"row-scale", 0.8 * static_cast<double>(s.n_bad_out - left) / static_cast<double>(total), e.str()});
+    }
+  }
   return causes;
 }
 

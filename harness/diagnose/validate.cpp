@@ -75,7 +75,7 @@ std::vector<ValidationRow> validate_on_mutants(const std::string& fixtures_dir, 
 
 std::string validation_table(const std::vector<ValidationRow>& rows) {
   std::ostringstream o;
-  o << "| mutant | injected cause | failing cases diagnosed | top tag = injected | top tags (count) |\n";
+  o << "| mutant / fault | injected cause | failing cases diagnosed | top tag = injected | top tags (count) |\n";
   o << "|---|---|---|---|---|\n";
   int cases = 0, hits = 0;
   std::vector<int> reruns;
