@@ -6,7 +6,9 @@
 
 #include "attncheck/fixture.hpp"
 #include "fixture_layout.hpp"
+#include "attncheck/user_arrays.hpp"
 #include "h5.hpp"
+#include "h5_ints.hpp"
 
 namespace attncheck {
 
@@ -151,13 +153,20 @@ std::optional<Tensor> read_optional(const h5::Reader& r, hid_t file, const std::
   if (declared && !present) r.fail(path, std::string("missing dataset (declared by ") + declared_by + ")");
   if (!declared && present) r.fail(path, std::string("present but not declared by ") + declared_by);
   if (!declared) return std::nullopt;
-  Tensor out = read_tensor(r, file, path, t, dims, Layout::BHSD);
+  if (t != DType::u8) return read_tensor(r, file, path, t, dims, Layout::BHSD);
   // Masks and keep-masks are 0/1 (plugin.h): a 2 would be "attend" to `!= 0` and "masked" to `== 1`, so
-  // implementations could disagree on a malformed fixture instead of being judged.
-  if (t == DType::u8)
-    for (size_t n = 0; n < out.bytes.size(); ++n)
-      if (out.bytes[n] > 1)
-        r.fail(path, "values must be 0 or 1, got " + std::to_string(out.bytes[n]) + " at element " + std::to_string(n));
+  // implementations could disagree on a malformed fixture instead of being judged. Any integer width and h5py's
+  // enum bool are read unclipped (an int8 -1 is named, not turned into 0).
+  h5::Id d = r.open_dataset(file, path);
+  r.expect_extents(d, path, dims);
+  Tensor out(t, dims);
+  const std::vector<int64_t> v = h5::read_integers(r, d, path, out.bytes.size());
+  for (size_t n = 0; n < v.size(); ++n) {
+    if (v[n] != 0 && v[n] != 1)
+      r.fail(path, "values must be 0 or 1, got " + std::to_string(v[n]) + " at element " + std::to_string(n) +
+                       ", index " + index_string(dims, int64_t(n)));
+    out.bytes[n] = static_cast<uint8_t>(v[n]);
+  }
   return out;
 }
 
