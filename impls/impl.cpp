@@ -37,8 +37,9 @@ Support check_capabilities(const Capabilities& c, const Problem& p) {
   return Support::yes();
 }
 
-Declarations Impl::declarations() const {
-  const Capabilities c = capabilities();
+Declarations Impl::declarations() const { return default_declarations(capabilities()); }
+
+Declarations default_declarations(const Capabilities& c) {
   Declarations d;
   if (c.fully_masked.size() == 1) d.fully_masked_policy = *c.fully_masked.begin();
   d.outputs = {"out"};

@@ -3,6 +3,8 @@
 // tensors (no copies), so the plugin sees exactly the bytes and strides a built-in implementation sees.
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -50,8 +52,9 @@ void copy_strides(const Tensor& t, int64_t (&s)[N]) {
 
 }  // namespace
 
-attncheck_problem describe(const Problem& p, std::vector<int64_t>& diag) {
-  attncheck_problem d;
+void describe(const Problem& p, Described& out) {
+  attncheck_problem& d = out.d;
+  std::vector<int64_t>& diag = out.diag;
   std::memset(&d, 0, sizeof d);
   d.B = p.B; d.Hq = p.Hq; d.Hkv = p.Hkv; d.Lq = p.Lq; d.Lk = p.Lk; d.Dqk = p.Dqk; d.Dv = p.Dv;
   d.dtype = abi_dtype(p.dtype);
@@ -79,8 +82,15 @@ attncheck_problem describe(const Problem& p, std::vector<int64_t>& diag) {
   d.fully_masked = static_cast<int32_t>(p.fully_masked);
   d.dropout_p = p.dropout_p;
   d.dropout_seed = p.dropout_seed;
-  return d;
+  // v2 fields (a v1 plugin never reads past weights_strides).
+  d.struct_size = sizeof d;
+  d.abi_version = ATTNCHECK_PLUGIN_ABI_VERSION;
+  out.name = p.name();
+  out.case_name = {{ATTNCHECK_EXT_CASE_NAME, sizeof out.case_name, nullptr}, out.name.c_str()};
+  d.next = &out.case_name.header;
 }
+
+std::vector<std::string> features_beyond_v1(const Problem&) { return {}; }
 
 namespace {
 
@@ -133,14 +143,14 @@ Capabilities convert(const attncheck_capabilities& c, const std::string& path) {
 
 class PluginImpl final : public Impl {
  public:
-  explicit PluginImpl(const OpenedPlugin& o) : PluginImpl(o.path, o.vt, o.caps) {}
-  PluginImpl(std::string path, const attncheck_plugin* vt, Capabilities caps)
-      : path_(std::move(path)), vt_(vt), caps_(std::move(caps)), name_(vt->name),
-        description_(vt->description ? vt->description : "") {}
+  explicit PluginImpl(OpenedPlugin o)
+      : path_(o.path), vt_(o.vt), caps_(std::move(o.caps)), decl_(std::move(o.declarations)),
+        features_(std::move(o.features)), name_(vt_->name), description_(vt_->description ? vt_->description : "") {}
 
   std::string name() const override { return name_; }
   std::string description() const override { return description_ + " [plugin " + path_ + "]"; }
   Capabilities capabilities() const override { return caps_; }
+  Declarations declarations() const override { return decl_; }
 
   Support available() const override {
     if (!vt_->available) return Support::yes();
@@ -151,18 +161,22 @@ class PluginImpl final : public Impl {
 
   Support supports(const Problem& p) const override {
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
+    for (const auto& f : features_beyond_v1(p))
+      if (std::find(features_.begin(), features_.end(), f) == features_.end())
+        return Support::no(f + " not supported (not among the plugin's declared features)");
     if (!vt_->supports) return Support::yes();
-    std::vector<int64_t> diag;
-    const attncheck_problem d = describe(p, diag);
+    Described desc;
+    describe(p, desc);
     MessageBuffer why;
-    if (vt_->supports(&d, why.text, sizeof why.text) == 1) return Support::yes();
+    if (vt_->supports(&desc.d, why.text, sizeof why.text) == 1) return Support::yes();
     std::string reason = why.str();
     return Support::no(reason.empty() ? "plugin declined the case (no reason given)" : reason);
   }
 
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
-    std::vector<int64_t> diag;
-    attncheck_problem d = describe(p, diag);
+    Described desc;
+    describe(p, desc);
+    attncheck_problem& d = desc.d;
     d.q = in.q.bytes.data(); copy_strides(in.q, d.q_strides);
     d.k = in.k.bytes.data(); copy_strides(in.k, d.k_strides);
     d.v = in.v.bytes.data(); copy_strides(in.v, d.v_strides);
@@ -185,8 +199,49 @@ class PluginImpl final : public Impl {
   std::string path_;
   const attncheck_plugin* vt_;
   Capabilities caps_;
+  Declarations decl_;
+  std::vector<std::string> features_;
   std::string name_, description_;
 };
+
+// The v2 declarations() of a plugin, over the defaults its capabilities imply.
+Declarations read_declarations(const attncheck_plugin* vt, const Capabilities& caps, const std::string& path) {
+  Declarations decl = default_declarations(caps);
+  if (!vt->declarations) return decl;
+  attncheck_declarations d;
+  std::memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  d.fully_masked_policy = -1;
+  MessageBuffer err;
+  if (vt->declarations(&d, err.text, sizeof err.text) != ATTNCHECK_STATUS_OK)
+    throw PluginError(file_error(path, "declarations() failed: " + err.str()));
+  if (d.fully_masked_policy < -1 || d.fully_masked_policy > ATTNCHECK_FULLY_MASKED_UNIFORM)
+    throw PluginError(file_error(path, "declarations.fully_masked_policy = " + std::to_string(d.fully_masked_policy) +
+                                           " (expected -1 or an attncheck_fully_masked value)"));
+  if (d.fully_masked_policy >= 0) decl.fully_masked_policy = static_cast<FullyMasked>(d.fully_masked_policy);
+  decl.deterministic = d.deterministic == 1;
+  if (d.outputs >> 3)
+    throw PluginError(file_error(path, "declarations.outputs = " + std::to_string(d.outputs) + " has unknown bits"));
+  if (d.outputs) {
+    decl.outputs.clear();
+    const char* names[] = {"out", "lse", "weights"};
+    for (int b = 0; b < 3; ++b)
+      if (d.outputs & (1u << b)) decl.outputs.push_back(names[b]);
+  }
+  for (DType t : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    const char* c = d.contract[abi_dtype(t)];
+    if (!c) continue;
+    try {
+      PrecisionContract pc = contract_from_string(c, t);
+      validate_contract(pc, t);
+      decl.contracts[t] = pc;
+    } catch (const std::exception& e) {
+      throw PluginError(file_error(path, std::string("declarations.contract[") + to_string(t) + "] = '" + c + "': " +
+                                             e.what()));
+    }
+  }
+  return decl;
+}
 
 }  // namespace
 
@@ -214,11 +269,17 @@ OpenedPlugin open_plugin(const std::string& path) {
   // The library stays loaded from here on (see plugin_loader.hpp), also on the error paths below: a plugin's
   // static destructors running at dlclose could touch state we never set up.
   if (!vt) throw PluginError(file_error(path, std::string(ATTNCHECK_PLUGIN_ENTRY_SYMBOL) + "() returned NULL"));
-  if (vt->abi_version != ATTNCHECK_PLUGIN_ABI_VERSION)
+  if (vt->abi_version < 1 || vt->abi_version > ATTNCHECK_PLUGIN_ABI_VERSION)
     throw PluginError(file_error(path, "ABI version mismatch: the plugin was built for attncheck plugin ABI " +
-                                           std::to_string(vt->abi_version) + ", this attncheck supports ABI " +
+                                           std::to_string(vt->abi_version) + ", this attncheck supports ABI 1 up to ABI " +
                                            std::to_string(ATTNCHECK_PLUGIN_ABI_VERSION) +
                                            " (rebuild the plugin against this attncheck/plugin.h)"));
+  // v2 fields exist only in a v2 vtable; a v1 plugin's vtable ends at `run`.
+  const bool v2 = vt->abi_version >= 2;
+  if (v2 && vt->struct_size < offsetof(attncheck_plugin, declarations) + sizeof vt->declarations)
+    throw PluginError(file_error(path, "vtable field 'struct_size' = " + std::to_string(vt->struct_size) +
+                                           " is smaller than the ABI 2 vtable (" +
+                                           std::to_string(sizeof(attncheck_plugin)) + " bytes)"));
   if (!vt->name || !*vt->name) throw PluginError(file_error(path, "vtable field 'name' is NULL or empty"));
   if (!vt->capabilities) throw PluginError(file_error(path, "vtable field 'capabilities' is NULL"));
   if (!vt->run) throw PluginError(file_error(path, "vtable field 'run' is NULL"));
@@ -227,7 +288,11 @@ OpenedPlugin open_plugin(const std::string& path) {
   MessageBuffer err;
   if (vt->capabilities(&c, err.text, sizeof err.text) != ATTNCHECK_STATUS_OK)
     throw PluginError(file_error(path, "capabilities() failed: " + err.str()));
-  return {path, vt, convert(c, path)};
+  OpenedPlugin o{path, vt, convert(c, path), {}, {}};
+  o.declarations = v2 ? read_declarations(vt, o.caps, path) : default_declarations(o.caps);
+  if (v2 && vt->features)
+    for (const char* const* f = vt->features; *f; ++f) o.features.emplace_back(*f);
+  return o;
 }
 
 ImplPtr load_plugin(const std::string& path) { return std::make_shared<PluginImpl>(open_plugin(path)); }

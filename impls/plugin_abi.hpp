@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/plugin.h"
 
@@ -15,10 +16,25 @@ struct OpenedPlugin {
   std::string path;
   const attncheck_plugin* vt = nullptr;
   Capabilities caps;
+  Declarations declarations;          // v2 declarations(), else derived from the capabilities
+  std::vector<std::string> features;  // v2 feature names beyond the v1 flags
 };
 OpenedPlugin open_plugin(const std::string& path);
 
-// The shape and semantic fields of a problem; tensor pointers stay NULL. `diag` must outlive the descriptor.
-attncheck_problem describe(const Problem& p, std::vector<int64_t>& diag);
+// A problem descriptor with the storage it points into (diagonal offsets, the v2 extension chain).
+struct Described {
+  attncheck_problem d;
+  std::vector<int64_t> diag;
+  std::string name;
+  attncheck_ext_case_name case_name;
+  Described() = default;
+  Described(const Described&) = delete;  // d points into the members
+};
+// The shape and semantic fields of a problem; tensor pointers stay NULL.
+void describe(const Problem& p, Described& out);
+
+// Problem features beyond the v1 capability flags that `p` uses, by name; a v2 plugin must list each of them in
+// its `features`. The problem model has none yet: every feature it knows has a v1 flag.
+std::vector<std::string> features_beyond_v1(const Problem& p);
 
 }  // namespace attncheck

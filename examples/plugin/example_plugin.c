@@ -155,6 +155,16 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
   return ATTNCHECK_STATUS_OK;
 }
 
+#if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
+/* What the example declares (ABI v2): plain fp32 loops are deterministic and round nothing below fp32. */
+static int32_t example_declarations(attncheck_declarations* d, char* err, size_t err_size) {
+  (void)err; (void)err_size;
+  d->deterministic = 1;
+  d->contract[ATTNCHECK_DTYPE_F32] = "qk=fp32,scores=fp32,pv=fp32,acc=fp32,p=exact,exp=exp";
+  return ATTNCHECK_STATUS_OK;
+}
+#endif
+
 static const attncheck_plugin example_vtable = {
     EXAMPLE_PLUGIN_ABI,
     EXAMPLE_PLUGIN_NAME,
@@ -163,6 +173,11 @@ static const attncheck_plugin example_vtable = {
     NULL, /* available: always */
     example_supports,
     example_run,
+#if ATTNCHECK_PLUGIN_ABI_VERSION >= 2 /* built against a v1 header, the vtable ends here */
+    sizeof(attncheck_plugin),
+    NULL, /* features beyond the v1 capability flags: none */
+    example_declarations,
+#endif
 };
 
 #ifndef EXAMPLE_PLUGIN_NO_ENTRY

@@ -14,8 +14,11 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <thread>
 
+#include "../plugin_abi.hpp"
+#include "attncheck/declarations.hpp"
 #include "attncheck/plugin_loader.hpp"
 #include "attncheck/run_failure.hpp"
 #include "worker_json.hpp"
@@ -68,7 +71,15 @@ class WorkerImpl final : public Impl {
     try {
       start();
     } catch (const std::exception& e) {
-      throw PluginError(o_.label + ": " + e.what());
+      // The worker host refusing a library says why on stderr ("attncheck: error: plugin X: ABI version ..."):
+      // that line is the error. Otherwise the failure itself, named once by the label.
+      const std::string host_error = "attncheck: error: ";
+      if (const auto at = tail_.rfind(host_error); at != std::string::npos) {
+        std::string line = tail_.substr(at + host_error.size());
+        throw PluginError(line.substr(0, line.find('\n')));
+      }
+      const std::string m = e.what();
+      throw PluginError(m.rfind(o_.label, 0) == 0 ? m : o_.label + ": " + m);
     }
     name_ = hello_name_;
   }
@@ -87,6 +98,8 @@ class WorkerImpl final : public Impl {
 
   Support supports(const Problem& p) const override {
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
+    for (const auto& f : features_beyond_v1(p))
+      if (!features_.count(f)) return Support::no(f + " not supported (not among the worker's declared features)");
     if (!has_supports_) return Support::yes();
     std::lock_guard lock(mu_);
     ensure_running(p.name());
@@ -246,6 +259,8 @@ class WorkerImpl final : public Impl {
     if (hello_name_.empty()) throw worker::ProtocolError(w + ": field 'name' is empty");
     description_ = h.contains("description") && h["description"].is_string() ? h["description"].get<std::string>() : "";
     caps_ = worker::capabilities_from_json(worker::field(h, w, "capabilities"), w);
+    features_.clear();
+    for (const auto& f : h["capabilities"]["features"]) features_.insert(f.get<std::string>());
     available_ = Support::yes();
     if (h.contains("available") && !worker::bool_field(h, w, "available"))
       available_ = Support::no(h.contains("unavailable_reason") && h["unavailable_reason"].is_string()
@@ -265,7 +280,9 @@ class WorkerImpl final : public Impl {
     for (size_t done = 0; done < line.size();) {
       const ssize_t w = ::write(to_, line.data() + done, line.size() - done);
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) dead(type, case_name);  // EPIPE: it is gone
+      // EPIPE: it stopped reading or is gone. What it wrote before may still be in the pipe (a worker may answer
+      // and exit at once), so read on: a reply is taken, end of file is its death.
+      if (w <= 0) break;
       done += static_cast<size_t>(w);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
@@ -385,6 +402,7 @@ class WorkerImpl final : public Impl {
   mutable std::mutex mu_;
   mutable std::string hello_name_, description_;
   mutable Capabilities caps_;
+  mutable std::set<std::string> features_;
   mutable Support available_;
   mutable bool has_supports_ = false;
   mutable Declarations declarations_;

@@ -66,7 +66,9 @@ class PluginBackend final : public Backend {
   explicit PluginBackend(const std::string& path) : o_(open_plugin(path)) {}
   json hello() override {
     json h = {{"name", o_.vt->name}, {"description", o_.vt->description ? o_.vt->description : ""},
-              {"capabilities", capabilities_to_json(o_.caps)}, {"supports", o_.vt->supports != nullptr}};
+              {"capabilities", capabilities_to_json(o_.caps)}, {"supports", o_.vt->supports != nullptr},
+              {"declarations", declarations_to_json(o_.declarations)}};
+    for (const auto& f : o_.features) h["capabilities"]["features"].push_back(f);
     if (o_.vt->available) {
       char why[1024] = {};
       const bool ok = o_.vt->available(why, sizeof why) == 1;
@@ -77,16 +79,17 @@ class PluginBackend final : public Backend {
   }
   Support supports(const Problem& p) override {
     if (!o_.vt->supports) return Support::yes();
-    std::vector<int64_t> diag;
-    const attncheck_problem d = describe(p, diag);
+    Described desc;
+    describe(p, desc);
     char why[1024] = {};
-    if (o_.vt->supports(&d, why, sizeof why) == 1) return Support::yes();
+    if (o_.vt->supports(&desc.d, why, sizeof why) == 1) return Support::yes();
     why[sizeof why - 1] = '\0';
     return Support::no(why[0] ? why : "plugin declined the case (no reason given)");
   }
   std::string run(const Problem& p, const json& tensors, unsigned char* base, size_t size) override {
-    std::vector<int64_t> diag;
-    attncheck_problem d = describe(p, diag);
+    Described desc;
+    describe(p, desc);
+    attncheck_problem& d = desc.d;
     auto set = [&](const char* key, auto& ptr, int64_t* strides, size_t rank) {
       const View v = view(tensors, key, base, size);
       if (!v.ptr) return;

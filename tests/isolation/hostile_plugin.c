@@ -1,5 +1,5 @@
 /* Test-only plugins that misbehave on purpose: the example plugin (examples/plugin) with a hook that, on the cases
- * with Lq 15 or 17, crashes, aborts, hangs, exits 0, writes past its output or into its input. Every other case is
+ * with Lq 15 or 17, crashes, aborts, hangs, exits 0, writes past its output or into its input, or allocates 1 GiB. Every other case is
  * computed correctly, so a test can see the rest of the run go on. Built once per HOSTILE_<KIND> macro. */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
@@ -29,6 +29,15 @@ static void hostile(const attncheck_problem* p) {
   ((float*)p->out)[p->B * p->Hq * p->Lq * p->Dv + 2] = 1.0f;
 #elif defined(HOSTILE_WRITE_INPUT)
   ((float*)(size_t)p->q)[5] += 1.0f;
+#elif defined(HOSTILE_ALLOC)
+  { /* 1 GiB: fine on any test machine, refused under --memory-limit 256 */
+    void* m = malloc((size_t)1 << 30);
+    if (!m) {
+      fprintf(stderr, "hostile plugin: malloc of 1 GiB failed\n");
+      abort();
+    }
+    free(m);
+  }
 #endif
 }
 
@@ -44,6 +53,8 @@ static void hostile(const attncheck_problem* p) {
 #define EXAMPLE_PLUGIN_NAME "hostile-oob"
 #elif defined(HOSTILE_WRITE_INPUT)
 #define EXAMPLE_PLUGIN_NAME "hostile-write-input"
+#elif defined(HOSTILE_ALLOC)
+#define EXAMPLE_PLUGIN_NAME "hostile-alloc"
 #endif
 #define EXAMPLE_PLUGIN_HOOK hostile
 #include "../../examples/plugin/example_plugin.c"

@@ -1,10 +1,12 @@
 // `attncheck compare --expected FIXTURE.h5 --actual CANDIDATE.h5`: the verdict for an implementation that lives
 // elsewhere (PyTorch, JAX, Triton, CUDA): it writes /actual/out (optionally lse, weights) with h5py or any HDF5
-// library; the same tolerance model, table and reports as verify. Exit 0 pass, 1 fail, 2 bad input.
+// library; the same tolerance model, table and reports as verify. `--policy` declares the candidate's fully-masked
+// policy: the reference recomputes the expectation under it. Exit 0 pass, 1 fail, 2 bad input.
 #include <cstdio>
 #include <filesystem>
 
 #include "attncheck/fixture.hpp"
+#include "attncheck/reference.hpp"
 #include "command.hpp"
 #include "report.hpp"
 
@@ -12,13 +14,34 @@ namespace attncheck::cli {
 namespace {
 
 struct Options {
-  std::string expected, actual, report, name;
+  std::string expected, actual, report, name, policy;
 };
 Options g;
 
 int run_compare() {
   if (!g.report.empty()) check_report_path(g.report);
-  const Fixture f = read_fixture(g.expected);
+  Fixture f = read_fixture(g.expected);
+  if (!g.policy.empty()) {
+    FullyMasked pol;
+    try {
+      pol = fully_masked_from_string(g.policy);
+    } catch (const std::exception&) {
+      throw std::invalid_argument("--policy: unknown value '" + g.policy + "' (expected zero, nan, uniform)");
+    }
+    if (pol != f.problem.fully_masked) {
+      Problem q = f.problem;
+      q.fully_masked = pol;
+      try {
+        validate(q, f.inputs);
+      } catch (const std::exception& e) {
+        throw std::invalid_argument("--policy " + g.policy + ": " + e.what());
+      }
+      std::printf("note: judged under the declared fully-masked policy %s (fixture: %s; expectation recomputed by the "
+                  "reference)\n", to_string(pol), to_string(f.problem.fully_masked));
+      f.expected = reference_attention(q, f.inputs);
+      f.problem = q;
+    }
+  }
   const Outputs cand = read_candidate(g.actual, f.problem);
   // Judge what the candidate provides: lse is always in the fixture; weights only when the fixture has them.
   Problem p = f.problem;
@@ -46,6 +69,8 @@ const Register reg{{"compare", "Judge a candidate's outputs (/actual/out, ...) a
                           ->required();
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
                       sub.add_option("--name", g.name, "Implementation name in the report (default: file name)");
+                      sub.add_option("--policy", g.policy,
+                                     "The candidate's fully-masked-row policy (zero, nan, uniform), if not the fixture's");
                       return std::function<int()>(run_compare);
                     }}};
 

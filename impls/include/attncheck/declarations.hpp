@@ -28,4 +28,8 @@ struct Declarations {
   bool backward = false;       // it also computes gradients
 };
 
+// What the capabilities imply: a single supported fully-masked policy is the declared one; lse and weights are
+// outputs when supported. Impl::declarations() returns this unless overridden.
+Declarations default_declarations(const Capabilities& c);
+
 }  // namespace attncheck

@@ -1,6 +1,7 @@
 /* attncheck plugin ABI: the C interface a user's shared library implements so `attncheck verify --plugin LIB.so`
  * (and the property suite) can judge it like any built-in implementation. C99, no attncheck headers needed.
- * The host dlopens the library, calls attncheck_plugin_entry() and checks abi_version before anything else. */
+ * The host dlopens the library, calls attncheck_plugin_entry() and checks abi_version before anything else.
+ * Version 2 only appends: v1 plugins keep working unchanged (rules in docs/plugins.md). */
 #ifndef ATTNCHECK_PLUGIN_H
 #define ATTNCHECK_PLUGIN_H
 
@@ -11,8 +12,9 @@
 extern "C" {
 #endif
 
-/* Bumped on any change to the structs or function signatures below. The host refuses any other version. */
-#define ATTNCHECK_PLUGIN_ABI_VERSION 1u
+/* The version this header describes. The host accepts every version from 1 up to its own and refuses newer ones.
+ * A new version only appends fields to the structs below; fields added by version N are marked "v N". */
+#define ATTNCHECK_PLUGIN_ABI_VERSION 2u
 /* The one symbol a plugin exports (extern "C", default visibility). */
 #define ATTNCHECK_PLUGIN_ENTRY_SYMBOL "attncheck_plugin_entry"
 
@@ -77,7 +79,28 @@ typedef struct attncheck_problem {
   int64_t lse_strides[3];
   void* weights;                       /* NULL unless requested */
   int64_t weights_strides[4];
+
+  /* v2: only read these when the vtable's abi_version >= 2 (the host then always sets them). */
+  uint32_t struct_size;                /* sizeof(attncheck_problem) of the host: later versions append more */
+  uint32_t abi_version;                /* the host's ATTNCHECK_PLUGIN_ABI_VERSION */
+  const struct attncheck_extension* next; /* extension chain: problem features beyond the fields above */
 } attncheck_problem;
+
+/* Extensions: tagged structs chained behind attncheck_problem.next (and each other's next). A plugin walks the
+ * chain; an extension whose tag it does not know describes a feature it did not declare, and the host never sends
+ * a problem with such a feature (see `features` in the vtable), so unknown tags can be skipped safely. */
+typedef struct attncheck_extension {
+  uint32_t tag;                        /* ATTNCHECK_EXT_* */
+  uint32_t struct_size;                /* size of the whole tagged struct */
+  const struct attncheck_extension* next;
+} attncheck_extension;
+
+/* Tag 1: the case's name ("fp32/B1-Hq2-.../causal-tl"), for the plugin's own logs. Always present in v2. */
+#define ATTNCHECK_EXT_CASE_NAME 1u
+typedef struct attncheck_ext_case_name {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_CASE_NAME */
+  const char* name;
+} attncheck_ext_case_name;
 
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */
@@ -92,6 +115,17 @@ typedef struct attncheck_capabilities {
   int64_t head_dim_multiple; /* 1 = any */
   const char* notes;         /* static string or NULL */
 } attncheck_capabilities;
+
+/* v2: what the plugin declares about itself; the harness judges against it (docs/isolation.md#declarations).
+ * The host zero-fills the struct and sets struct_size before the call. */
+typedef struct attncheck_declarations {
+  uint32_t struct_size;
+  int32_t fully_masked_policy;         /* attncheck_fully_masked followed natively, or -1 = follows the problem */
+  int32_t deterministic;               /* 1: same inputs give the same bits */
+  uint32_t outputs;                    /* bits: 1 = out, 2 = lse, 4 = weights (0 = derived from the capabilities) */
+  const char* contract[4];             /* per attncheck_dtype f64..bf16: precision contract string as in
+                                          attncheck/contract.hpp ("qk=fp16,acc=fp32,p=rounded"), or NULL = default */
+} attncheck_declarations;
 
 /* The vtable. Strings are static, NUL-terminated UTF-8. Messages go into caller-owned buffers (always
  * NUL-terminated by the plugin, truncated if needed) so plugins need no thread-local state. */
@@ -108,6 +142,15 @@ typedef struct attncheck_plugin {
   int32_t (*supports)(const attncheck_problem* p, char* reason, size_t reason_size);
   /* Compute out (and lse, weights when their pointers are set). ATTNCHECK_STATUS_OK, or ERROR with a message. */
   int32_t (*run)(const attncheck_problem* p, char* err, size_t err_size);
+
+  /* v2 (read only when abi_version >= 2): */
+  uint32_t struct_size;  /* sizeof(attncheck_plugin) the plugin was built with */
+  /* Capability negotiation for features beyond the v1 flags: NULL-terminated list of the feature names (as in
+   * docs/worker-protocol.md) the plugin supports. A problem using a feature not listed here is reported
+   * unsupported and never reaches supports() or run(). NULL = none beyond the v1 flags. */
+  const char* const* features;
+  /* Optional (may be NULL): fill *d. ATTNCHECK_STATUS_OK, or ERROR with a message. */
+  int32_t (*declarations)(attncheck_declarations* d, char* err, size_t err_size);
 } attncheck_plugin;
 
 /* The entry point: returns a pointer to a static vtable (never freed by the host). A plugin defines it as

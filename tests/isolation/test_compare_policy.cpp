@@ -1,0 +1,34 @@
+// `compare --policy`: a correct kernel with the zero fully-masked policy (here the cpu backend) is judged against a
+// fixture written with the nan policy. Without the declaration it fails; with `--policy zero` the reference
+// recomputes the expectation and it passes; a wrong declaration still fails; a bad value is exit 2 naming the flag.
+#include <gtest/gtest.h>
+
+#include "attncheck/fixture.hpp"
+#include "attncheck/impl.hpp"
+#include "cli_util.hpp"
+
+using namespace attncheck;
+
+TEST(ComparePolicy, ZeroPolicyCandidateAgainstANanFixture) {
+  const std::string fix = test::golden_case("fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-fm-nan_normal_empty-batch.h5");
+  const Fixture f = read_fixture(fix);
+  ASSERT_EQ(f.problem.fully_masked, FullyMasked::nan);
+  Problem zero = f.problem;
+  zero.fully_masked = FullyMasked::zero;
+  Outputs out;
+  ASSERT_TRUE(run_impl(*find_impl("cpu"), zero, f.inputs, out).ok);
+  const auto dir = test::scratch("compare_policy");
+  const std::string cand = (dir / "zero.h5").string();
+  write_candidate(cand, zero, out);
+
+  auto r = test::run("compare --expected " + fix + " --actual " + cand);
+  EXPECT_EQ(r.rc, 1) << "the fixture's rows are NaN, the candidate's 0: " << r.out;
+  r = test::run("compare --expected " + fix + " --actual " + cand + " --policy zero");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("judged under the declared fully-masked policy zero (fixture: nan"), std::string::npos) << r.out;
+  r = test::run("compare --expected " + fix + " --actual " + cand + " --policy uniform");
+  EXPECT_EQ(r.rc, 1) << "a wrong declaration must not pass: " << r.out;
+  r = test::run("compare --expected " + fix + " --actual " + cand + " --policy sometimes");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--policy: unknown value 'sometimes'"), std::string::npos) << r.out;
+}
