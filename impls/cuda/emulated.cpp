@@ -5,10 +5,22 @@
 #include <cstring>
 #include <memory>
 
+#include "attncheck/run_failure.hpp"
+
 namespace attncheck::cuda {
 
-void run_emulated(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v, emu::Order order) {
-  HostPlan plan = make_plan(p, in, out, v);
+void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const size_t (&sizes)[4]) {
+  void** ptrs[4] = {&plan.params.out, &plan.params.lse, &plan.params.weights, &plan.params.scratch};
+  const char* names[4] = {"out", "lse", "weights", "scratch"};
+  std::vector<unsigned char> framed[4];
+  void* original[4];
+  for (int b = 0; b < 4; ++b) {
+    original[b] = *ptrs[b];
+    if (!original[b]) continue;
+    framed[b].assign(sizes[b] + 2 * kGuardBytes, 0xFF);
+    std::memcpy(framed[b].data() + kGuardBytes, original[b], sizes[b]);
+    *ptrs[b] = framed[b].data() + kGuardBytes;
+  }
   const KernelLaunch k = plan_launch(plan.params, plan.elem, v);
   emu::LaunchConfig cfg;
   cfg.grid = k.grid;
@@ -16,6 +28,29 @@ void run_emulated(const Problem& p, const Inputs& in, Outputs& out, KernelVersio
   cfg.dynamic_smem = k.smem;
   cfg.order = order;
   emu::launch(cfg, k.fn, plan.params);
+  for (int b = 0; b < 4; ++b) {
+    if (!original[b]) continue;
+    *ptrs[b] = original[b];
+    const unsigned char* f = framed[b].data();
+    for (size_t n = 0; n < framed[b].size(); ++n) {
+      if (n == kGuardBytes) n += sizes[b];
+      if (n >= framed[b].size() || f[n] == 0xFF) continue;
+      const bool before = n < kGuardBytes;
+      throw RunFailure("out-of-bounds",
+                       std::string("emulated kernel wrote outside '") + names[b] + "': guard byte " +
+                           std::to_string(before ? kGuardBytes - n : n - kGuardBytes - sizes[b]) +
+                           (before ? " before its start" : " past its end") + " (byte offset " +
+                           std::to_string(static_cast<int64_t>(n) - static_cast<int64_t>(kGuardBytes)) + ")");
+    }
+    std::memcpy(original[b], f + kGuardBytes, sizes[b]);
+  }
+}
+
+void run_emulated(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v, emu::Order order) {
+  HostPlan plan = make_plan(p, in, out, v);
+  const size_t sizes[4] = {out.out.bytes.size(), out.lse ? out.lse->bytes.size() : 0,
+                           out.weights ? out.weights->bytes.size() : 0, plan.scratch.size()};
+  launch_guarded(plan, v, order, sizes);
 }
 
 namespace {

@@ -280,7 +280,9 @@ class WorkerImpl final : public Impl {
     for (size_t done = 0; done < line.size();) {
       const ssize_t w = ::write(to_, line.data() + done, line.size() - done);
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) dead(type, case_name);  // EPIPE: it is gone
+      // EPIPE: it stopped reading or is gone. What it wrote before may still be in the pipe (a worker may answer
+      // and exit at once), so read on: a reply is taken, end of file is its death.
+      if (w <= 0) break;
       done += static_cast<size_t>(w);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
