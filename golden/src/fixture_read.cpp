@@ -232,6 +232,7 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
     } catch (const std::invalid_argument& ex) {
       r.fail("inputs", ex.what());
     }
+    fill_error_scales(p, in, e);  // tolerance model v2's row scales, from the stored inputs (docs/tolerance.md)
     return f;
   });
 }
@@ -247,22 +248,26 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
       r.fail("size", "candidate needs " + std::to_string(need) + " bytes, more than the memory cap of " +
                          std::to_string(options.max_bytes) + " bytes");
     Outputs o;
-    auto read_into = [&](const std::string& where, Tensor& t, const std::vector<int64_t>& dims) {
+    // Each output keeps the precision it was delivered in (a 16-bit float dataset is judged as fp16, a
+    // bfloat16-encoded one as bf16), so the tolerance model charges exactly that output rounding.
+    auto read_into = [&](const std::string& where, std::optional<Tensor>& t, const std::vector<int64_t>& logical,
+                         const std::vector<int64_t>& dims, std::vector<int> order) {
       h5::Id d = r.open_dataset(file, where);
       r.expect_extents(d, where, dims);
-      const std::vector<double> v = r.read_as_double(d, where, static_cast<size_t>(t.numel()));
-      for (size_t n = 0; n < v.size(); ++n) t.set_offset(static_cast<int64_t>(n), v[n]);  // storage order
+      const std::string type = r.type_name(d);
+      const bool bf16 = type == "unsigned 16-bit integer";  // read_as_double accepts only the bfloat16 encoding
+      const DType dt = type == "16-bit float" ? DType::f16 : bf16 ? DType::bf16 : type == "32-bit float" ? DType::f32 : DType::f64;
+      t = order.empty() ? Tensor(dt, logical) : Tensor(dt, logical, order);
+      const std::vector<double> v = r.read_as_double(d, where, static_cast<size_t>(t->numel()));
+      for (size_t n = 0; n < v.size(); ++n) t->set_offset(static_cast<int64_t>(n), v[n]);  // storage order, exact
     };
-    o.out = Tensor(DType::f64, {p.B, p.Hq, p.Lq, p.Dv}, storage_order(p.layout));
-    read_into("/actual/out", o.out, stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout));
-    if (r.has_object(file, "/actual/lse")) {
-      o.lse = Tensor(DType::f64, {p.B, p.Hq, p.Lq});
-      read_into("/actual/lse", *o.lse, {p.B, p.Hq, p.Lq});
-    }
-    if (r.has_object(file, "/actual/weights")) {
-      o.weights = Tensor(DType::f64, {p.B, p.Hq, p.Lq, p.Lk});
-      read_into("/actual/weights", *o.weights, {p.B, p.Hq, p.Lq, p.Lk});
-    }
+    std::optional<Tensor> out;
+    read_into("/actual/out", out, {p.B, p.Hq, p.Lq, p.Dv}, stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout),
+              storage_order(p.layout));
+    o.out = std::move(*out);
+    if (r.has_object(file, "/actual/lse")) read_into("/actual/lse", o.lse, {p.B, p.Hq, p.Lq}, {p.B, p.Hq, p.Lq}, {});
+    if (r.has_object(file, "/actual/weights"))
+      read_into("/actual/weights", o.weights, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
     return o;
   });
 }

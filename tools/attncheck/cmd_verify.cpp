@@ -26,6 +26,7 @@ struct Options {
   std::vector<std::string> impls, plugins;
   std::string fixtures = "golden", filter, report, shard;
   bool allow_unavailable = false;
+  double tol_scale = 1.0;  // --tol-scale: explicit multiplier of every tolerance, recorded in the report
 };
 Options g;
 
@@ -196,7 +197,10 @@ int run_verify() {
           r.status = "unsupported";
           r.message = s.reason;
         } else {
-          r = judged_result(name, file, impl->name(), judge(p, note.empty() ? f.expected : recomputed, out, f.tolerance));
+          ToleranceModel m = f.tolerance;  // the bound follows the implementation's declared contract, scaled openly
+          m.contract = impl->declarations().contract_for(p.dtype);
+          m.scale = g.tol_scale;
+          r = judged_result(name, file, impl->name(), judge(p, note.empty() ? f.expected : recomputed, out, m));
           if (!unchecked.empty()) r.message = unchecked + " not checked (not supported); " + r.message;
           if (!note.empty()) r.message = note + "; " + r.message;
         }
@@ -220,7 +224,8 @@ int run_verify() {
   }
   progress.clear();
   print_summary(results);
-  if (!g.report.empty()) write_report(g.report, results);
+  if (!g.report.empty()) write_report(g.report, results, g.tol_scale);
+  if (g.tol_scale != 1.0) std::printf("every tolerance scaled by --tol-scale %g\n", g.tol_scale);
   ExitRules rules;
   if (!g.allow_unavailable) {
     rules.require_compared = true;
@@ -239,6 +244,8 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                                      "Globs on case or file names, ':'-separated; '-' before a glob excludes: 'fp16/*:-*drop*'");
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
                       sub.add_option("--shard", g.shard, "Run shard I of N (0-based), e.g. 0/4");
+                      sub.add_option("--tol-scale", g.tol_scale, "Multiply every derived tolerance by X (recorded in the report)")
+                          ->check(CLI::PositiveNumber);
                       sub.add_flag("--allow-unavailable", g.allow_unavailable,
                                    "Exit 0 even when a named implementation is unavailable or no case was compared");
                       add_plugin_option(sub, g.plugins);

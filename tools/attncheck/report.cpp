@@ -41,7 +41,8 @@ json tensor_json(const TensorVerdict& t) {
   for (int k = 0; k < t.worst_rank; ++k) idx[index_names(t, k)] = t.worst[static_cast<size_t>(k)];
   return {{"tensor", t.tensor}, {"pass", t.pass}, {"n", t.n}, {"n_bad", t.n_bad},
           {"max_abs_err", num(t.max_abs_err)}, {"max_rel_err", num(t.max_rel_err)}, {"worst_index", idx},
-          {"expected", num(t.expected)}, {"actual", num(t.actual)}, {"tolerance", num(t.tolerance)}};
+          {"expected", num(t.expected)}, {"actual", num(t.actual)}, {"tolerance", num(t.tolerance)},
+          {"dominant_term", t.dominant}};
 }
 
 // Case names come from fixture files and messages from plugins: neither is guaranteed UTF-8, and both report
@@ -211,7 +212,7 @@ void check_report_path(const std::string& path) {
     throw std::invalid_argument("--report: cannot write '" + path + "': " + std::strerror(errno));
 }
 
-void write_report(const std::string& path, const std::vector<CaseResult>& rs) {
+void write_report(const std::string& path, const std::vector<CaseResult>& rs, double tol_scale) {
   check_report_path(path);
   std::map<std::string, int> n = count(rs);
   std::ostringstream out;
@@ -236,7 +237,7 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs) {
     }
     json summary = json::object();
     for (const auto& st : statuses()) summary[st] = n[st];
-    const json j = {{"cases", cases}, {"summary", summary}};
+    const json j = {{"cases", cases}, {"summary", summary}, {"tol_scale", tol_scale}};
     out << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
   } else {
     // JUnit: one testsuite per implementation, one testcase per fixture. A wrong answer (fail, modified-input,

@@ -36,8 +36,9 @@ void print_header();
 void print_row(const CaseResult& r);
 // "pass 12  fail 0  unsupported 3  error 0" plus the failing rows again when there are many.
 void print_summary(const std::vector<CaseResult>& rs);
-// .json -> {"cases":[...],"summary":{...}}; .xml -> JUnit XML. Anything else: std::invalid_argument.
-void write_report(const std::string& path, const std::vector<CaseResult>& rs);
+// .json -> {"cases":[...],"summary":{...},"tol_scale":X}; .xml -> JUnit XML. Anything else: std::invalid_argument.
+// tol_scale: the user's explicit multiplier of every bound (`--tol-scale`), recorded so it is never silent.
+void write_report(const std::string& path, const std::vector<CaseResult>& rs, double tol_scale = 1.0);
 // Throws std::invalid_argument when the report path has an unknown extension (checked before any work).
 void check_report_path(const std::string& path);
 // CI honesty: what besides failures makes the exit code 1. verify sets both unless --allow-unavailable.

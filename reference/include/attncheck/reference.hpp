@@ -16,7 +16,32 @@ struct ReferenceResult {
   // Error scales for the tolerance model (docs/tolerance.md), computed alongside in double:
   std::vector<double> score_mag;  // [B, Hq, Lq]: max over visible j of |scale|*|q_i|*|k_j| + |bias_ij|
   std::vector<double> out_abs;    // [B, Hq, Lq, Dv]: sum_j |w_ij * keep_ij/(1-p) * v_jd|
+  // Tolerance model v2's row scales (docs/tolerance.md), with w' = w * keep/(1-p) and mag_j = |scale||q||k_j|+|bias|:
+  std::vector<double> out_rss;    // [B, Hq, Lq, Dv]: sqrt(sum_j (w'_j v_jd)^2)
+  std::vector<double> out_dev;    // [B, Hq, Lq, Dv]: sqrt(sum_j (w'_j v_jd - w_j o_d)^2)
+  std::vector<double> out_dev_s;  // [B, Hq, Lq, Dv]: sqrt(sum_j mag_j^2 (w'_j v_jd - w_j o_d)^2)
+  std::vector<double> out_cov;    // [B, Hq, Lq, Dv]: sum_j |s_j - s_mean| |w'_j v_jd - w_j o_d|
+  std::vector<double> p_rss;      // [B, Hq, Lq]: sqrt(sum_j w_j^2), 1/sqrt(effective number of keys)
+  std::vector<double> p_rss_s;    // [B, Hq, Lq]: sqrt(sum_j (w_j mag_j)^2)
+  std::vector<double> spread;     // [B, Hq, Lq]: sum_j w_j |s_j - s_mean|, s_mean = sum_j w_j s_j
+  std::vector<double> n_terms;    // [B, Hq, Lq]: keys taking part in the softmax sum
+  std::vector<double> n_tied;     // [B, Hq, Lq]: most keys sharing one exact score (repeated terms drift)
 };
+
+// One row's data for row_error_scales (spans of length Lk; V rows of length Dv).
+struct RowInputs {
+  const std::vector<double>& s;          // scores (finite where taking part)
+  const std::vector<char>& takes_part;   // key takes part in the softmax sum
+  const std::vector<double>& w;          // normalised weights
+  const std::vector<double>& keep;       // 1, or keep_ij/(1-p) under dropout
+  const std::vector<double>& mag;        // per-key score magnitude
+  const double* v;                       // (Lk, Dv)
+  int64_t Dv;
+};
+// Computes row `row`'s error scales into r (out, sized vectors must be allocated; out must be final).
+void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r);
+
+void fill_error_scales(const Problem& p, const Inputs& in, ReferenceResult& r);
 
 // Validates problem and inputs (throws std::invalid_argument), then computes in double.
 // threads = 0: ATTNCHECK_THREADS or the hardware concurrency. Rows are independent, so results do not depend on it.

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "attncheck/contract.hpp"
 #include "attncheck/problem.hpp"
 #include "attncheck/reference.hpp"
 
@@ -17,12 +19,32 @@ struct ToleranceModel {
   double lambda = 3.0;
   // Relative-error floor for reporting max_rel_err (|a-e| / max(|e|, rel_floor)).
   double rel_floor = 1e-6;
+  // Explicit user scaling of every bound (`--tol-scale X`); 1 = the derived bound. Reports record it.
+  double scale = 1.0;
+  // The candidate's declared precision contract; empty = default_contract(problem dtype).
+  std::optional<PrecisionContract> contract;
 };
 
-// Per-element tolerances for out [B,Hq,Lq,Dv], lse [B,Hq,Lq] and weights [B,Hq,Lq,Lk] of a reference result.
-std::vector<double> out_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {});
-std::vector<double> lse_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {});
-std::vector<double> weights_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {});
+// The terms a bound is made of (docs/tolerance.md); a failure names the one that dominated at its worst element.
+enum class TolTerm : uint8_t { scores, operands, systematic, key_sum, division, storage, floor_ };
+constexpr int kTolTerms = 7;
+const char* to_string(TolTerm t);
+using TolTerms = std::array<double, kTolTerms>;
+
+// The terms of one element's bound: out element n ([B,Hq,Lq,Dv] row-major), lse row, weights element
+// ([B,Hq,Lq,Lk]). `delivered` is the dtype the candidate delivered the output in.
+TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
+TolTerms lse_terms(const Problem& p, const ReferenceResult& r, size_t row, DType delivered, const ToleranceModel& m);
+TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
+
+// Per-element tolerances (sums of the terms times m.scale) for out [B,Hq,Lq,Dv], lse [B,Hq,Lq] and weights
+// [B,Hq,Lq,Lk] of a reference result. Without `delivered`: out in the problem dtype, lse/weights in stat_dtype.
+std::vector<double> out_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
+                                  std::optional<DType> delivered = {});
+std::vector<double> lse_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
+                                  std::optional<DType> delivered = {});
+std::vector<double> weights_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
+                                      std::optional<DType> delivered = {});
 
 // The verdict on one output tensor.
 struct TensorVerdict {
@@ -34,6 +56,7 @@ struct TensorVerdict {
   std::array<int64_t, 4> worst{};  // logical index of the element with the largest error/tolerance ratio
   int worst_rank = 0;
   double expected = 0, actual = 0, tolerance = 0;  // at `worst`
+  std::string dominant;            // the bound's largest term at `worst` ("key_sum", "storage", ...), if known
   std::string describe() const;    // "out[b=0,h=1,i=5,d=3]: expected 0.12 actual 0.13 |err| 0.01 > tol 1e-3"
 };
 

@@ -1,0 +1,237 @@
+// The power grid: Lk x dtype x logit distribution, three problem shapes each (dense, causal with diagonals on a
+// tile edge, a 256-key window), every correct variant on every shape, every fault on the shape it needs; the
+// looped fp64 reference and judge() decide. A fault whose effect (how far it moves the base kernel's outputs) is
+// no larger than a correct variant's error on the same problem is inside rounding noise, and the report says so.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "attncheck/reference.hpp"
+#include "attncheck/tolerance.hpp"
+#include "power.hpp"
+
+namespace attncheck::power {
+
+namespace {
+Variant make(std::string name, std::string what, Fault f, Order o = Order::online, int block = 64) {
+  Variant v;
+  v.name = std::move(name), v.what = std::move(what), v.fault = f, v.order = o, v.block = block;
+  return v;
+}
+
+Flavour flavour_of(Fault f) {
+  if (f == Fault::causal_excl_diag || f == Fault::causal_future_key) return Flavour::causal;
+  if (f == Fault::window_off_by_one) return Flavour::window;
+  return Flavour::dense;
+}
+
+constexpr int64_t kDqk = 64, kDv = 32;  // Dqk != Dv, so scaling by 1/sqrt(Dv) is a different scale
+
+}  // namespace
+
+Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
+  Problem p;
+  p.Lq = rows, p.Lk = lk, p.Dqk = kDqk, p.Dv = kDv, p.dtype = t, p.want_lse = true;
+  if (f != Flavour::dense) {
+    // Diagonals of rows rows/2-1 and rows/2 are the last key of a tile and the first key of the next.
+    p.alignment = Alignment::explicit_;
+    p.causal_offset = lk - 64 - rows / 2;
+    if (f == Flavour::causal) p.causal = true;
+    if (f == Flavour::window) p.window_left = 255, p.window_right = 0;
+  }
+  return p;
+}
+
+Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  const double sd = lg == Logits::large ? std::sqrt(7.0) : 1.0;  // scores ~ N(0, 7^2): |s| up to ~30 at 128k
+  Inputs in;
+  in.q = Tensor(p.dtype, {1, 1, p.Lq, p.Dqk});
+  in.k = Tensor(p.dtype, {1, 1, p.Lk, p.Dqk});
+  in.v = Tensor(p.dtype, {1, 1, p.Lk, p.Dv});
+  for (int64_t n = 0; n < in.q.numel(); ++n) in.q.set_offset(n, sd * n01(g));
+  for (int64_t n = 0; n < in.k.numel(); ++n) in.k.set_offset(n, sd * n01(g));
+  for (int64_t n = 0; n < in.v.numel(); ++n) in.v.set_offset(n, n01(g));
+  if (lg == Logits::near_one_hot) {
+    // Row i gets one key with a score in [12, 15) (the rest ~N(0,1)), visible in every shape: j = diag - 100 - 6i.
+    const double scale = p.effective_scale();
+    std::uniform_real_distribution<double> target(12.0, 15.0);
+    for (int64_t i = 0; i < p.Lq; ++i) {
+      const double s_i = target(g);
+      const int64_t j = p.Lk - 64 - p.Lq / 2 + i - 100 - 6 * i;
+      double qq = 0;
+      for (int64_t d = 0; d < p.Dqk; ++d) qq += in.q.at(0, 0, i, d) * in.q.at(0, 0, i, d);
+      for (int64_t d = 0; d < p.Dqk; ++d) in.k.put(0, 0, j, d, in.q.at(0, 0, i, d) * s_i / (scale * qq));
+    }
+  }
+  return in;
+}
+
+namespace {
+struct Judged {
+  double ratio = 0, err_out = 0, err_lse = 0;
+  std::string worst;
+  Outputs outputs;
+};
+
+// Largest |a - b| over the elements of two outputs (inf where exactly one is non-finite).
+double max_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_double(), y = b.to_double();
+  double m = 0;
+  for (size_t n = 0; n < x.size(); ++n) {
+    const double d = std::abs(x[n] - y[n]);
+    m = std::max(m, std::isfinite(d) ? d : (x[n] == y[n] ? 0.0 : INFINITY));
+  }
+  return m;
+}
+
+Judged judge_run(const Problem& p, const ReferenceResult& ref, Outputs o) {
+  const Verdict v = judge(p, ref, o);
+  Judged j;
+  j.outputs = std::move(o);
+
+  for (const auto& t : v.tensors) {
+    const double err = std::abs(t.actual - t.expected);
+    const double r = std::isfinite(err) ? (t.tolerance > 0 ? err / t.tolerance : (err > 0 ? INFINITY : 0.0)) : INFINITY;
+    if (r >= j.ratio) j.ratio = r, j.worst = t.describe();
+    (t.tensor == "out" ? j.err_out : j.err_lse) = std::isfinite(t.max_abs_err) ? t.max_abs_err : INFINITY;
+  }
+  return j;
+}
+}  // namespace
+
+const char* to_string(Flavour f) { return f == Flavour::dense ? "dense" : f == Flavour::causal ? "causal" : "window"; }
+const char* to_string(Logits l) {
+  return l == Logits::normal ? "normal" : l == Logits::large ? "large" : "near_one_hot";
+}
+
+std::vector<Variant> correct_variants() {
+  std::vector<Variant> v{
+      make("sequential", "two passes, keys summed in order", Fault::none, Order::sequential),
+      make("pairwise", "two passes, pairwise sums", Fault::none, Order::pairwise),
+      make("kahan", "two passes, compensated sums", Fault::none, Order::kahan),
+      make("reversed", "two passes, keys summed last to first", Fault::none, Order::reversed),
+      make("online-7", "online softmax, 7-key blocks", Fault::none, Order::online, 7),
+      make("online-64", "online softmax, 64-key tiles (the base of every fault)", Fault::none),
+      make("online-256", "online softmax, 256-key tiles", Fault::none, Order::online, 256),
+      make("p-rounded", "unnormalised P rounded to the input dtype before P·V", Fault::none),
+      make("exp2", "exp2 with log2(e) folded into the scale", Fault::none),
+      make("fma", "fused multiply-add in dot products and P·V", Fault::none),
+      make("ftz", "subnormal exps flushed to zero", Fault::none),
+  };
+  v[7].p_rounded = true, v[8].exp2 = true, v[9].fma = true, v[10].ftz = true;
+  return v;
+}
+
+std::vector<Variant> fault_variants() {
+  return {
+      make("skip-tile", "one 64-key tile in the middle skipped", Fault::skip_tile),
+      make("drop-max-key", "the highest-weight key skipped", Fault::drop_max_key),
+      make("drop-random-key", "one random key skipped", Fault::drop_random_key),
+      make("causal-excl-diag", "diagonal excluded where it is a tile's first key", Fault::causal_excl_diag),
+      make("causal-future-key", "one future key included where the diagonal ends a tile", Fault::causal_future_key),
+      make("window-off-by-one", "window admits one key too many on the left", Fault::window_off_by_one),
+      make("scale-dv", "scale 1/sqrt(Dv) instead of 1/sqrt(Dqk)", Fault::scale_dv),
+      make("tf32", "TF32 operands under the fp32 contract", Fault::tf32_operands),
+      make("fp16-scores", "scores stored in fp16 under the fp32-score contract", Fault::fp16_scores),
+      make("bf16-pv-acc", "P·V accumulated in bf16", Fault::bf16_pv_accumulation),
+      make("missed-rescale", "online rescale skipped at one tile boundary", Fault::missed_rescale),
+      make("row-1pct", "one row's output 1% off", Fault::row_1pct),
+      make("row-4ulp", "one row's output 4 ulps off", Fault::row_4ulp),
+      make("lse-plus-log2", "lse off by log 2", Fault::lse_plus_log2),
+      make("lse-base2", "lse in base 2", Fault::lse_base2),
+  };
+}
+
+Report run_grid(const GridOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<Variant> good = correct_variants(), bad = fault_variants();
+  const Flavour flavours[] = {Flavour::dense, Flavour::causal, Flavour::window};
+  Report rep;
+  for (int64_t lk : o.lk)
+    for (DType t : o.dtypes)
+      for (Logits lg : o.logits) {
+        const uint64_t seed = o.seed ^ (static_cast<uint64_t>(lk) * 0x9E3779B97F4A7C15ull) ^
+                              (static_cast<uint64_t>(t) << 8) ^ (static_cast<uint64_t>(lg) << 16);
+        Problem ps[3];
+        Inputs ins[3];
+        ReferenceResult refs[3];
+        for (int f = 0; f < 3; ++f) {
+          ps[f] = grid_problem(lk, t, flavours[f], o.rows);
+          ins[f] = grid_inputs(ps[f], lg, seed);
+          refs[f] = reference_attention(ps[f], ins[f], o.threads);
+        }
+        // Runs: every correct variant on every shape, every fault on its own shape.
+        struct RunSpec { const Variant* v; int f; };
+        std::vector<RunSpec> runs;
+        for (const auto& v : good)
+          for (int f = 0; f < 3; ++f) runs.push_back({&v, f});
+        for (const auto& v : bad) runs.push_back({&v, static_cast<int>(flavour_of(v.fault))});
+        std::vector<Judged> res(runs.size());
+        parallel_rows(static_cast<int64_t>(runs.size()), o.threads, [&](int64_t n) {
+          const RunSpec& r = runs[static_cast<size_t>(n)];
+          res[static_cast<size_t>(n)] = judge_run(ps[r.f], refs[r.f], run_variant(*r.v, ps[r.f], ins[r.f]));
+        });
+        // The noise: the largest error of any correct variant on the same problem, per output tensor.
+        double noise_out[3] = {0, 0, 0}, noise_lse[3] = {0, 0, 0};
+        size_t base_run[3] = {0, 0, 0};
+        for (size_t n = 0; n < runs.size(); ++n)
+          if (runs[n].v->correct()) {
+            if (runs[n].v->name == "online-64") base_run[runs[n].f] = n;
+            noise_out[runs[n].f] = std::max(noise_out[runs[n].f], res[n].err_out);
+            noise_lse[runs[n].f] = std::max(noise_lse[runs[n].f], res[n].err_lse);
+          }
+        auto cell_of = [&](const Variant& v) {
+          for (auto& c : rep.cells)
+            if (c.variant == v.name && c.lk == lk && c.dtype == t && c.logits == lg) return &c;
+          Cell c;
+          c.variant = v.name, c.correct = v.correct(), c.lk = lk, c.dtype = t, c.logits = lg;
+          c.applicable = !(v.fault == Fault::tf32_operands && t != DType::f32);
+          rep.cells.push_back(c);
+          return &rep.cells.back();
+        };
+        for (size_t n = 0; n < runs.size(); ++n) {
+          Cell* c = cell_of(*runs[n].v);
+          const Judged& j = res[n];
+          if (j.ratio >= c->ratio) c->ratio = j.ratio, c->worst = j.worst;
+          if (c->correct) c->fault_err = std::max(c->fault_err, std::max(j.err_out, j.err_lse));
+          const int f = runs[n].f;
+          c->noise_err = std::max(noise_out[f], noise_lse[f]);
+          if (!c->correct) {
+            // The fault's effect: how far it moves the base kernel's (online-64's) outputs.
+            const Judged& base = res[base_run[f]];
+            const double eff_out = max_diff(j.outputs.out, base.outputs.out);
+            const double eff_lse = max_diff(*j.outputs.lse, *base.outputs.lse);
+            c->fault_err = std::max(eff_out, eff_lse);
+            c->inside_noise = j.ratio <= 1.0 && eff_out <= noise_out[f] && eff_lse <= noise_lse[f];
+          }
+        }
+      }
+  rep.headroom_32k_fp32 = std::numeric_limits<double>::quiet_NaN();
+  for (Logits lg : o.logits) {
+    double worst = -1;
+    for (const auto& c : rep.cells)
+      if (c.correct && c.lk == 32768 && c.dtype == DType::f32 && c.logits == lg) worst = std::max(worst, c.ratio);
+    if (worst >= 0) rep.headroom_32k_fp32 = std::isnan(rep.headroom_32k_fp32) ? worst : std::min(rep.headroom_32k_fp32, worst);
+  }
+  for (const auto& c : rep.cells) {
+    if (c.correct) {
+      rep.false_alarms += c.ratio > 1.0;
+      continue;
+    }
+    ++rep.faults;
+    if (!c.applicable) ++rep.not_applicable;
+    else if (c.ratio > 1.0) ++rep.detected;
+    else if (c.inside_noise) ++rep.undetectable;
+    else ++rep.missed;
+  }
+  rep.accepted = rep.missed == 0 && rep.false_alarms == 0 &&
+                 (std::isnan(rep.headroom_32k_fp32) || rep.headroom_32k_fp32 >= 0.01);
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+}  // namespace attncheck::power

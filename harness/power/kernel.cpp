@@ -1,0 +1,180 @@
+// The correct fast kernel of `attncheck power` (online softmax over 64-key tiles in fp32, as FlashAttention) and
+// its variants: correct ones that sum differently, and faults injected at one place each. Plain loops, one query
+// row at a time: for each key a dot product, then the softmax and P·V in the variant's order.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <cstring>
+#include <random>
+
+#include "power.hpp"
+
+namespace attncheck::power {
+
+namespace {
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+float tf32(float x) {  // round to nearest even with a 10-bit mantissa (tensor-core operands)
+  if (!std::isfinite(x)) return x;
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  b = (b + 0xFFFu + ((b >> 13) & 1u)) & ~0x1FFFu;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+float bf16(float x) { return static_cast<float>(round_to(DType::bf16, x)); }
+float half(float x) { return static_cast<float>(round_to(DType::f16, x)); }
+
+// Sum of terms in the variant's order (two-pass orders).
+float sum_terms(const std::vector<float>& t, Order o) {
+  switch (o) {
+    case Order::reversed: {
+      float s = 0;
+      for (size_t j = t.size(); j-- > 0;) s += t[j];
+      return s;
+    }
+    case Order::kahan: {
+      float s = 0, c = 0;
+      for (float x : t) {
+        const float y = x - c, u = s + y;
+        c = (u - s) - y;
+        s = u;
+      }
+      return s;
+    }
+    case Order::pairwise: {
+      std::vector<float> a = t;
+      while (a.size() > 1) {
+        std::vector<float> b((a.size() + 1) / 2);
+        for (size_t k = 0; k < a.size() / 2; ++k) b[k] = a[2 * k] + a[2 * k + 1];
+        if (a.size() % 2) b.back() = a.back();
+        a.swap(b);
+      }
+      return a.empty() ? 0.0f : a[0];
+    }
+    default: {
+      float s = 0;
+      for (float x : t) s += x;
+      return s;
+    }
+  }
+}
+
+struct Row {
+  std::vector<float> s;     // scores (-inf where not visible)
+  std::vector<char> vis;
+};
+}  // namespace
+
+Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
+  const int64_t Lq = p.Lq, Lk = p.Lk, D = p.Dqk, Dv = p.Dv;
+  const bool is_f32 = p.dtype == DType::f32;
+  auto load = [&](const Tensor& t) {
+    const std::vector<double> d = t.to_double();
+    std::vector<float> f(d.begin(), d.end());
+    if (v.fault == Fault::tf32_operands && is_f32)
+      for (float& x : f) x = tf32(x);
+    return f;
+  };
+  const std::vector<float> q = load(in.q), k = load(in.k), vv = load(in.v);
+  const float scale = static_cast<float>(v.fault == Fault::scale_dv ? 1.0 / std::sqrt(double(Dv)) : p.effective_scale());
+  const float log2e = 1.4426950408889634f;
+  // Faults placed once per problem: the middle tile, one random key.
+  const int64_t skip_lo = (Lk / 64 / 2) * 64;
+  const int64_t random_key = static_cast<int64_t>(std::mt19937_64(p.Lk * 7919 + 17)() % static_cast<uint64_t>(Lk));
+
+  Outputs o;
+  o.out = Tensor(p.dtype, {1, 1, Lq, Dv});
+  o.lse = Tensor(DType::f32, {1, 1, Lq});
+  for (int64_t i = 0; i < Lq; ++i) {
+    const int64_t diag = i + p.diagonal_offset(0);
+    Row r{std::vector<float>(static_cast<size_t>(Lk), -kInf), std::vector<char>(static_cast<size_t>(Lk), 0)};
+    for (int64_t j = 0; j < Lk; ++j) {
+      bool vis = true;
+      if (p.causal && j > diag) vis = false;
+      if (p.window_left >= 0 && j < diag - p.window_left) vis = false;
+      if (p.window_right >= 0 && j > diag + p.window_right) vis = false;
+      if (v.fault == Fault::causal_excl_diag && j == diag && diag % 64 == 0) vis = false;  // diagonal tile's first key
+      if (v.fault == Fault::causal_future_key && j == diag + 1 && diag % 64 == 63) vis = true;  // next tile's key
+      if (v.fault == Fault::window_off_by_one && j == diag - p.window_left - 1) vis = true;
+      if (v.fault == Fault::skip_tile && j >= skip_lo && j < skip_lo + 64) vis = false;
+      if (v.fault == Fault::drop_random_key && j == random_key) vis = false;
+      r.vis[static_cast<size_t>(j)] = vis;
+      if (!vis) continue;
+      float dot = 0;
+      for (int64_t d = 0; d < D; ++d)
+        dot = v.fma ? std::fma(q[size_t(i * D + d)], k[size_t(j * D + d)], dot) : dot + q[size_t(i * D + d)] * k[size_t(j * D + d)];
+      float sc = v.exp2 ? dot * (scale * log2e) : dot * scale;
+      if (v.fault == Fault::fp16_scores) sc = half(sc);
+      r.s[static_cast<size_t>(j)] = sc;
+    }
+    if (v.fault == Fault::drop_max_key) {
+      const auto it = std::max_element(r.s.begin(), r.s.end());
+      r.vis[static_cast<size_t>(it - r.s.begin())] = 0;
+      *it = -kInf;
+    }
+    auto ex = [&](float x) {  // exp of a max-subtracted score (base 2 with the folded scale)
+      float e = v.exp2 ? std::exp2(x) : std::exp(x);
+      if (v.ftz && e < std::numeric_limits<float>::min()) e = 0;
+      return e;
+    };
+    auto pv_term = [&](float pj) { return v.p_rounded ? static_cast<float>(round_to(p.dtype, pj)) : pj; };
+    std::vector<float> acc(static_cast<size_t>(Dv), 0.0f);
+    float l = 0, m = -kInf;
+    if (v.order != Order::online) {
+      for (int64_t j = 0; j < Lk; ++j) m = std::max(m, r.s[size_t(j)]);
+      std::vector<float> pj(static_cast<size_t>(Lk), 0.0f), t(static_cast<size_t>(Lk));
+      for (int64_t j = 0; j < Lk; ++j)
+        if (r.vis[size_t(j)]) pj[size_t(j)] = ex(r.s[size_t(j)] - m);
+      l = sum_terms(pj, v.order);
+      for (int64_t d = 0; d < Dv; ++d) {
+        for (int64_t j = 0; j < Lk; ++j) t[size_t(j)] = pv_term(pj[size_t(j)]) * vv[size_t(j * Dv + d)];
+        acc[size_t(d)] = sum_terms(t, v.order);
+      }
+    } else {
+      bool rescale_missed = false;
+      for (int64_t j0 = 0; j0 < Lk; j0 += v.block) {
+        const int64_t j1 = std::min(Lk, j0 + v.block);
+        float bm = -kInf;
+        for (int64_t j = j0; j < j1; ++j) bm = std::max(bm, r.s[size_t(j)]);
+        const float m_new = std::max(m, bm);
+        if (m_new == -kInf) continue;
+        float alpha = m == -kInf ? 0.0f : ex(m - m_new);
+        if (v.fault == Fault::missed_rescale && !rescale_missed && j0 > 0 && m_new > m) {
+          alpha = 1.0f;  // the first tile boundary where the running max grows keeps the old scale
+          rescale_missed = true;
+        }
+        l *= alpha;
+        for (float& a : acc) a *= alpha;
+        for (int64_t j = j0; j < j1; ++j) {
+          if (!r.vis[size_t(j)]) continue;
+          const float pj = ex(r.s[size_t(j)] - m_new);
+          l += pj;
+          const float pr = pv_term(pj);
+          for (int64_t d = 0; d < Dv; ++d) {
+            float& a = acc[size_t(d)];
+            a = v.fma ? std::fma(pr, vv[size_t(j * Dv + d)], a) : a + pr * vv[size_t(j * Dv + d)];
+            if (v.fault == Fault::bf16_pv_accumulation) a = bf16(a);
+          }
+        }
+        m = m_new;
+      }
+    }
+    float lse = v.exp2 ? (m + std::log2(l)) / log2e : m + std::log(l);
+    if (v.fault == Fault::lse_plus_log2) lse += std::log(2.0f);
+    if (v.fault == Fault::lse_base2) lse = lse * log2e;
+    o.lse->set_offset(i, lse);
+    for (int64_t d = 0; d < Dv; ++d) {
+      double x = round_to(p.dtype, acc[size_t(d)] / l);
+      if (i == Lq / 2 + 1 && v.fault == Fault::row_1pct) x = round_to(p.dtype, x * 1.01);
+      if (i == Lq / 2 + 1 && v.fault == Fault::row_4ulp && x != 0) {  // 4 units in the last place of the dtype
+        const int mant = p.dtype == DType::f16 ? 10 : p.dtype == DType::bf16 ? 7 : 23;
+        x += std::copysign(4.0 * std::ldexp(1.0, std::ilogb(x) - mant), x);
+      }
+      o.out.put(0, 0, i, d, x);
+    }
+  }
+  return o;
+}
+
+}  // namespace attncheck::power

@@ -1,0 +1,88 @@
+// `attncheck power`: fault injection into a correct fast attention kernel, judged by the tolerance model on a grid
+// of context lengths, dtypes and logit distributions. Shows which real bug classes the bound catches, and how much
+// of the bound correct-but-different implementations use (docs/tolerance.md, "Detection power").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attncheck/problem.hpp"
+
+namespace attncheck::power {
+
+// The injected faults (each a bug seen in real kernels) and none = a correct variant.
+enum class Fault : uint8_t {
+  none, skip_tile, drop_max_key, drop_random_key, causal_excl_diag, causal_future_key, window_off_by_one,
+  scale_dv, tf32_operands, fp16_scores, bf16_pv_accumulation, missed_rescale, row_1pct, row_4ulp, lse_plus_log2,
+  lse_base2
+};
+
+// How the kernel sums over keys.
+enum class Order : uint8_t { sequential, pairwise, kahan, reversed, online };
+
+struct Variant {
+  std::string name;
+  std::string what;
+  Fault fault = Fault::none;
+  Order order = Order::online;
+  int block = 64;          // keys per tile of the online softmax
+  bool p_rounded = false;  // unnormalised P rounded to the input dtype before P·V
+  bool exp2 = false;       // exp2 with log2(e) folded into the scale
+  bool fma = false;        // fused multiply-add in the dot products and P·V
+  bool ftz = false;        // flush subnormal exps to zero
+  bool correct() const { return fault == Fault::none; }
+};
+
+std::vector<Variant> correct_variants();
+std::vector<Variant> fault_variants();
+
+// Problem shapes of the grid: dense, causal (diagonals around a tile edge), window of 256 keys.
+enum class Flavour : uint8_t { dense, causal, window };
+const char* to_string(Flavour f);
+enum class Logits : uint8_t { normal, large, near_one_hot };
+const char* to_string(Logits l);
+
+// The grid's problems (B = Hq = Hkv = 1, Dqk 64, Dv 32, BHSD, want_lse; causal/window diagonals of rows
+// rows/2-1 and rows/2 end and start a tile) and seeded inputs (near_one_hot: each row has one key scoring 12..15).
+Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows);
+Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed);
+
+// Runs the kernel variant on a problem of the grid (B = Hq = Hkv = 1, BHSD, want_lse) and returns its outputs.
+Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in);
+
+struct GridOptions {
+  std::vector<int64_t> lk{1024, 8192, 32768, 131072};
+  std::vector<DType> dtypes{DType::f32, DType::f16, DType::bf16};
+  std::vector<Logits> logits{Logits::normal, Logits::large, Logits::near_one_hot};
+  int64_t rows = 8;  // query rows judged per problem (the sampled rows; faults are placed where they see them)
+  uint64_t seed = 20261123;
+  int threads = 0;   // 0 = default
+};
+
+struct Cell {  // one variant on one configuration (Lk, dtype, logits), over the flavours it runs on
+  std::string variant;
+  bool correct = false;
+  int64_t lk = 0;
+  DType dtype = DType::f32;
+  Logits logits = Logits::normal;
+  double ratio = 0;          // largest error/tolerance of any judged element (faults: detected iff > 1)
+  std::string worst;         // the verdict's description of that element
+  bool applicable = true;    // false: the fault is the identity here (TF32 rounding of fp16/bf16 operands)
+  bool inside_noise = false; // fault not detected and its effect no larger than a correct variant's error
+  // faults: largest change of the base kernel's out/lse; correct variants: largest |error|. noise: the correct
+  // variants' largest |error| on the same problem.
+  double fault_err = 0, noise_err = 0;
+};
+
+struct Report {
+  std::vector<Cell> cells;
+  int faults = 0, detected = 0, undetectable = 0, missed = 0, not_applicable = 0, false_alarms = 0;
+  double headroom_32k_fp32 = 0;  // smallest (over logits) largest correct ratio at Lk = 32768, fp32
+  bool accepted = false;
+  double seconds = 0;
+};
+
+Report run_grid(const GridOptions& o);
+
+}  // namespace attncheck::power

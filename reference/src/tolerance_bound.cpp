@@ -1,0 +1,193 @@
+// Tolerance model v2: the per-element bound, term by term, from the actual row's error scales (P's root sum of
+// squares, the terms of P·V, the keys in the sum, exact ties) and the declared precision contract.
+// docs/tolerance.md derives every term; the names here are the names used there.
+#include <cmath>
+#include <limits>
+
+#include "attncheck/tolerance.hpp"
+
+namespace attncheck {
+
+namespace {
+// Smallest positive (subnormal) value of a dtype: the absolute floor below which no dtype can resolve errors.
+double denorm_min(DType t) {
+  switch (t) {
+    case DType::f64: return std::numeric_limits<double>::denorm_min();
+    case DType::f32: return std::numeric_limits<float>::denorm_min();
+    case DType::f16: return std::ldexp(1.0, -24);
+    case DType::bf16: return std::ldexp(1.0, -133);
+    case DType::u8: return 1.0;
+  }
+  return 0.0;
+}
+
+// Relative error of one exp in the working precision: vectorised and fast-math exps are within 2 ulps (4u).
+constexpr double kExpU = 4.0;
+
+// The unit roundoffs of the declared computation. A rounding to a format the value is already exact in costs
+// nothing (fp16 inputs under qk=fp16), so each operand rounding counts only where it is coarser.
+struct Units {
+  double acc, qk, scores, p_round, v_round;
+  bool exp2;
+};
+
+Units units(const Problem& p, const ToleranceModel& m) {
+  const PrecisionContract c = m.contract ? *m.contract : default_contract(p.dtype);
+  const double u_in = unit_roundoff(p.dtype), acc = unit_roundoff(c.accumulate);
+  auto coarser = [](double u, double than) { return u > than ? u : 0.0; };
+  return {acc,
+          coarser(unit_roundoff(c.qk_operands), u_in),
+          coarser(unit_roundoff(c.scores), acc),
+          c.p_rounded ? coarser(unit_roundoff(c.pv_operands), acc) : 0.0,
+          coarser(unit_roundoff(c.pv_operands), u_in),
+          c.exp == ExpFlavour::exp2};
+}
+
+// Everything the terms need about one row.
+struct Row {
+  double c_s;   // score error per unit of score magnitude: dot product, operand and score rounding, ~4 more ops
+  double c_e;   // relative error of one exp
+  double n;     // keys in the sum
+  double ties;  // exact ties beyond the first: repeated terms whose rounding errors do not cancel
+  double den;   // relative error of the softmax denominator (summation + ties)
+};
+
+Row row_scales(const Problem& p, const ReferenceResult& r, size_t row, const Units& u, const ToleranceModel& m) {
+  Row x{};
+  // One score: a length-Dqk dot product (partial sums at most k/Dqk of the magnitude: sqrt(Dqk/3) u; its rounding
+  // errors are independent, and so are those of different keys, so one lambda covers the whole weighted sum),
+  // q and k rounded to the qk operand format (sqrt(2) u_qk), the score stored, and the scale multiply and max
+  // subtraction (3u), +1 with a bias add, +2 for softcap's tanh, +1 when log2(e) is folded into the scale.
+  const double extra = 3.0 + (p.bias_shape ? 1.0 : 0.0) + (p.softcap > 0 ? 2.0 : 0.0) + (u.exp2 ? 1.0 : 0.0);
+  x.c_s = std::sqrt(static_cast<double>(p.Dqk) / 3.0) * u.acc + std::sqrt(2.0) * u.qk + u.scores + extra * u.acc;
+  x.c_e = kExpU * u.acc;
+  x.n = r.n_terms.empty() ? static_cast<double>(p.Lk) : r.n_terms[row];
+  x.ties = r.n_tied.empty() ? x.n : std::max(r.n_tied[row] - 1.0, 0.0);
+  const double rho = r.p_rss.empty() ? 1.0 : r.p_rss[row];
+  // A sum of n positive terms in any order: partial sums grow like k*T/n, the rounding errors like u*|S_k|;
+  // lambda * u * sqrt(sum_k S_k^2) = lambda * u * sqrt(n * (T^2/3 + sum t^2/6)) with T = 1 (normalised).
+  x.den = m.lambda * u.acc * std::sqrt(x.n * (1.0 / 3.0 + rho * rho / 6.0)) + x.ties * u.acc;
+  return x;
+}
+
+// A result without the v2 scales (built by hand, not by the reference) gets their upper bounds.
+double at(const std::vector<double>& v, size_t n, double fallback) { return v.empty() ? fallback : v[n]; }
+
+double floor_of(const Problem& p, DType delivered) {
+  // Implementations may flush subnormal intermediates (FTZ, GPU fast-math): below the working precision's
+  // smallest normal number nothing is resolved.
+  const double flush = p.dtype == DType::f64 ? std::numeric_limits<double>::min() : std::numeric_limits<float>::min();
+  return std::max(denorm_min(delivered), flush);
+}
+
+TolTerms zero() { return TolTerms{}; }
+}  // namespace
+
+const char* to_string(TolTerm t) {
+  switch (t) {
+    case TolTerm::scores: return "scores";
+    case TolTerm::operands: return "operands";
+    case TolTerm::systematic: return "systematic";
+    case TolTerm::key_sum: return "key_sum";
+    case TolTerm::division: return "division";
+    case TolTerm::storage: return "storage";
+    case TolTerm::floor_: return "floor";
+  }
+  return "?";
+}
+
+TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m) {
+  // o_d = sum_j w'_j v_jd. Independent relative errors eps_j of the unnormalised weights move it by
+  // sum_j eps_j (w'_j v_jd - w_j o_d): lambda * (c_s * dev_s + c_e * dev) with the row's own deviations.
+  const Units u = units(p, m);
+  const size_t row = n / static_cast<size_t>(p.Dv);
+  const Row x = row_scales(p, r, row, u, m);
+  const double O = std::abs(r.out[n]), A = r.out_abs[n], sm = r.score_mag[row];
+  const double R = at(r.out_rss, n, A), dev = at(r.out_dev, n, A + O), dev_s = at(r.out_dev_s, n, sm * (A + O));
+  const double cov = at(r.out_cov, n, 2.0 * sm * (A + O));
+  const double lam = m.lambda;
+  TolTerms t = zero();
+  t[int(TolTerm::scores)] = lam * (x.c_s * dev_s + x.c_e * dev);
+  // P and/or V rounded before P·V: independent errors (lambda * rss) unless a few terms dominate (then the
+  // worst case, the sum of |terms|, is smaller).
+  t[int(TolTerm::operands)] = std::min(lam * std::hypot(u.p_round, u.v_round) * R, (u.p_round + u.v_round) * A);
+  t[int(TolTerm::systematic)] = 2.0 * u.acc * cov;  // every score scaled alike (the scale multiply)
+  // The P·V sum (same partial-sum model with T = o, sum t^2 = rss^2), the denominator, repeated terms.
+  t[int(TolTerm::key_sum)] =
+      lam * u.acc * std::sqrt(x.n * (O * O / 3.0 + R * R / 6.0)) + O * x.den + x.ties * u.acc * A;
+  t[int(TolTerm::division)] = 2.0 * u.acc * O;
+  t[int(TolTerm::storage)] = unit_roundoff(delivered) * O;
+  t[int(TolTerm::floor_)] = floor_of(p, delivered);
+  return t;
+}
+
+TolTerms lse_terms(const Problem& p, const ReferenceResult& r, size_t row, DType delivered, const ToleranceModel& m) {
+  // lse = log sum_j e^{s_j}: d lse = sum_j P_j eps_j (independent: lambda (c_s rho_s + c_e rho)) + the common
+  // score error (2u * score_mag) + the denominator's relative error + the log and the add of the max + storage.
+  const Units u = units(p, m);
+  const Row x = row_scales(p, r, row, u, m);
+  const double L = std::abs(r.lse[row]), sm = r.score_mag[row];
+  const double rho = at(r.p_rss, row, 1.0), rho_s = at(r.p_rss_s, row, sm);
+  TolTerms t = zero();
+  t[int(TolTerm::scores)] = m.lambda * (x.c_s * rho_s + x.c_e * rho);
+  t[int(TolTerm::systematic)] = 2.0 * u.acc * sm;
+  t[int(TolTerm::key_sum)] = x.den;
+  t[int(TolTerm::division)] = 2.0 * u.acc * (L + sm);
+  t[int(TolTerm::storage)] = unit_roundoff(delivered) * L;
+  t[int(TolTerm::floor_)] = denorm_min(delivered);
+  return t;
+}
+
+TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m) {
+  // P_j = e^{s_j} / D: its own key's error (bounded with the row's largest score magnitude), the denominator's
+  // (independent part, systematic, summation), the division and storage. A masked weight (exactly 0) gets no
+  // floor: a leak fails.
+  const Units u = units(p, m);
+  const size_t row = n / static_cast<size_t>(p.Lk);
+  const Row x = row_scales(p, r, row, u, m);
+  const double P = std::abs(r.weights[n]), sm = r.score_mag[row];
+  const double rho = at(r.p_rss, row, 1.0), rho_s = at(r.p_rss_s, row, sm);
+  TolTerms t = zero();
+  t[int(TolTerm::scores)] = P * m.lambda * (x.c_s * (sm + rho_s) + x.c_e * (1.0 + rho));
+  t[int(TolTerm::systematic)] = P * 4.0 * u.acc * sm;
+  t[int(TolTerm::key_sum)] = P * x.den;
+  t[int(TolTerm::division)] = P * 2.0 * u.acc;
+  t[int(TolTerm::storage)] = P * unit_roundoff(delivered);
+  t[int(TolTerm::floor_)] =
+      r.weights[n] == 0.0 ? 0.0 : std::max(denorm_min(delivered), double(std::numeric_limits<float>::min()));
+  return t;
+}
+
+namespace {
+template <class F>
+std::vector<double> sum_terms(size_t count, double scale, F terms) {
+  std::vector<double> tol(count);
+  for (size_t n = 0; n < count; ++n) {
+    const TolTerms t = terms(n);
+    double s = 0;
+    for (double v : t) s += v;
+    tol[n] = s * scale;
+  }
+  return tol;
+}
+}  // namespace
+
+std::vector<double> out_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m,
+                                  std::optional<DType> delivered) {
+  const DType d = delivered.value_or(p.dtype);
+  return sum_terms(r.out.size(), m.scale, [&](size_t n) { return out_terms(p, r, n, d, m); });
+}
+
+std::vector<double> lse_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m,
+                                  std::optional<DType> delivered) {
+  const DType d = delivered.value_or(p.stat_dtype());
+  return sum_terms(r.lse.size(), m.scale, [&](size_t n) { return lse_terms(p, r, n, d, m); });
+}
+
+std::vector<double> weights_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m,
+                                      std::optional<DType> delivered) {
+  const DType d = delivered.value_or(p.stat_dtype());
+  return sum_terms(r.weights.size(), m.scale, [&](size_t n) { return weights_terms(p, r, n, d, m); });
+}
+
+}  // namespace attncheck

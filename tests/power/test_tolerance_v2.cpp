@@ -1,0 +1,86 @@
+// Tolerance model v2 on the cases the issue names: outputs judged in the dtype delivered, the contract decides
+// (TF32 only when declared), failures name their dominant term, --tol-scale scales exactly, and the bound no
+// longer grows with Lk (a skipped 64-key tile at 128k keys is caught).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "attncheck/reference.hpp"
+#include "attncheck/tolerance.hpp"
+#include "power.hpp"
+
+namespace attncheck {
+namespace {
+
+using power::Flavour;
+using power::Logits;
+
+power::Variant variant(const std::string& name) {
+  for (const auto& v : power::correct_variants())
+    if (v.name == name) return v;
+  for (const auto& v : power::fault_variants())
+    if (v.name == name) return v;
+  throw std::invalid_argument(name);
+}
+
+TEST(ToleranceV2, Fp16WeightsThatAreTheExactRoundingPassAndAreNotAcceptedAsFp32) {
+  Problem p = power::grid_problem(1024, DType::f16, Flavour::causal, 4);
+  p.want_weights = true;
+  const Inputs in = power::grid_inputs(p, Logits::normal, 7);
+  const ReferenceResult r = reference_attention(p, in);
+  Outputs o = power::run_variant(variant("online-64"), p, in);
+  Tensor w16(DType::f16, {1, 1, p.Lq, p.Lk}), w32(DType::f32, {1, 1, p.Lq, p.Lk});
+  for (int64_t n = 0; n < w16.numel(); ++n) {
+    w16.set_offset(n, r.weights[static_cast<size_t>(n)]);  // the exact answer rounded to fp16
+    w32.set_offset(n, w16.get_offset(n));                   // the same values, delivered as fp32
+  }
+  o.weights = w16;
+  const Verdict v16 = judge(p, r, o);
+  EXPECT_TRUE(v16.pass) << v16.worst().describe();
+  o.weights = w32;
+  const Verdict v32 = judge(p, r, o);
+  EXPECT_FALSE(v32.pass) << "fp16 rounding delivered as fp32 must be judged at fp32";
+}
+
+TEST(ToleranceV2, Tf32PassesOnlyWhenDeclared) {
+  const Problem p = power::grid_problem(1024, DType::f32, Flavour::dense, 4);
+  const Inputs in = power::grid_inputs(p, Logits::normal, 11);
+  const ReferenceResult r = reference_attention(p, in);
+  const Outputs o = power::run_variant(variant("tf32"), p, in);
+  const Verdict undeclared = judge(p, r, o);
+  EXPECT_FALSE(undeclared.pass) << "fp32 never admits TF32 silently";
+  ToleranceModel m;
+  m.contract = contract_from_string("qk=tf32,pv=tf32", DType::f32);
+  const Verdict declared = judge(p, r, o, m);
+  EXPECT_TRUE(declared.pass) << declared.worst().describe();
+}
+
+TEST(ToleranceV2, FailureNamesTheDominantTermAndTolScaleIsExact) {
+  const Problem p = power::grid_problem(1024, DType::f32, Flavour::dense, 4);
+  const Inputs in = power::grid_inputs(p, Logits::normal, 13);
+  const ReferenceResult r = reference_attention(p, in);
+  const Verdict v = judge(p, r, power::run_variant(variant("drop-max-key"), p, in));
+  ASSERT_FALSE(v.pass);
+  EXPECT_NE(v.worst().describe().find("(bound dominated by "), std::string::npos) << v.worst().describe();
+  EXPECT_FALSE(v.worst().dominant.empty());
+  ToleranceModel twice;
+  twice.scale = 2.0;
+  const std::vector<double> a = out_tolerance(p, r), b = out_tolerance(p, r, twice);
+  for (size_t n = 0; n < a.size(); ++n) ASSERT_EQ(b[n], 2.0 * a[n]);
+}
+
+TEST(ToleranceV2, SkippedTileAt128kKeysIsCaughtInEveryDtype) {
+  // Under (Lk+3)u this fault passed at Lk = 131072 (error/tolerance 0.05-0.07, issue 11).
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    const Problem p = power::grid_problem(131072, t, Flavour::dense, 4);
+    const Inputs in = power::grid_inputs(p, Logits::normal, 17);
+    const ReferenceResult r = reference_attention(p, in);
+    const Verdict bad = judge(p, r, power::run_variant(variant("skip-tile"), p, in));
+    EXPECT_FALSE(bad.pass) << to_string(t);
+    const Verdict good = judge(p, r, power::run_variant(variant("sequential"), p, in));
+    EXPECT_TRUE(good.pass) << to_string(t) << ": " << good.worst().describe();
+  }
+}
+
+}  // namespace
+}  // namespace attncheck
