@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make ccache pkg-config libeigen3-dev libhdf5-dev hdf5-tools libgtest-dev librapidcheck-dev
-          libbenchmark-dev libhwy-dev libcli11-dev nlohmann-json3-dev libfmt-dev libboost-context-dev libpng-dev python3-h5py)
+          libbenchmark-dev libhwy-dev libcli11-dev nlohmann-json3-dev libfmt-dev libboost-context-dev libpng-dev python3-h5py
+          python3-numpy python3-pytest zlib1g-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,11 +2,14 @@
 // attributes (validated), then the memory cap from those shapes, then each dataset's dtype and extents are
 // checked against the problem, and only then is anything allocated and read.
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include "attncheck/fixture.hpp"
 #include "fixture_layout.hpp"
+#include "attncheck/user_arrays.hpp"
 #include "h5.hpp"
+#include "h5_ints.hpp"
 
 namespace attncheck {
 
@@ -14,6 +17,12 @@ using fixture_detail::stored_dims;
 using fixture_detail::to_layout;
 
 namespace {
+
+std::string fmt_g(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
 
 std::array<int64_t, 4> shape4(const h5::Reader& r, hid_t root, const char* name) {
   const auto v = r.attr_i64s(root, "/", name);
@@ -24,9 +33,10 @@ std::array<int64_t, 4> shape4(const h5::Reader& r, hid_t root, const char* name)
 
 // Attributes -> Problem, name, provenance, tolerance. Per-batch vectors (key_lengths, causal_offsets) are read
 // from /inputs after the shape check.
-void read_attrs(const h5::Reader& r, hid_t root, Fixture& f) {
+void read_attrs(h5::Reader& r, hid_t root, Fixture& f) {
   Provenance& pv = f.provenance;
   pv.schema_version = r.attr_i64(root, "/", "schema_version");
+  r.allow_vlen_strings = pv.schema_version == 1;  // v1 stored strings at variable length
   if (pv.schema_version > kFixtureSchemaVersion)
     r.fail("schema_version", "is " + std::to_string(pv.schema_version) + ", from the future: this attncheck (" +
                                  attncheck_version() + ") reads schema_version <= " +
@@ -112,11 +122,18 @@ std::vector<int64_t> read_per_batch(const h5::Reader& r, hid_t file, const char*
   return v;
 }
 
-Fixture read_header(const h5::Reader& r, hid_t file, uint64_t cap) {
+Fixture read_header(h5::Reader& r, hid_t file, uint64_t cap) {
   Fixture f;
   h5::Id root = r.open_group(file, "/");
   read_attrs(r, root, f);
   validate_problem(r, f.problem);
+  // effective_scale is what h5py users read; it must be the one the problem implies, bit for bit.
+  if (r.has_attr(root, "effective_scale")) {
+    const double stored = r.attr_f64(root, "/", "effective_scale"), implied = f.problem.effective_scale();
+    if (!(stored == implied))
+      r.fail("effective_scale", "is " + fmt_g(stored) + " but the problem implies " + fmt_g(implied) +
+                                    " (scale attribute or 1/sqrt(Dqk))");
+  }
   check_size(r, f.problem, cap);
   f.problem.key_lengths = read_per_batch(r, file, "key_lengths", f.problem.B);
   f.problem.causal_offsets = read_per_batch(r, file, "causal_offsets", f.problem.B);
@@ -151,13 +168,20 @@ std::optional<Tensor> read_optional(const h5::Reader& r, hid_t file, const std::
   if (declared && !present) r.fail(path, std::string("missing dataset (declared by ") + declared_by + ")");
   if (!declared && present) r.fail(path, std::string("present but not declared by ") + declared_by);
   if (!declared) return std::nullopt;
-  Tensor out = read_tensor(r, file, path, t, dims, Layout::BHSD);
+  if (t != DType::u8) return read_tensor(r, file, path, t, dims, Layout::BHSD);
   // Masks and keep-masks are 0/1 (plugin.h): a 2 would be "attend" to `!= 0` and "masked" to `== 1`, so
-  // implementations could disagree on a malformed fixture instead of being judged.
-  if (t == DType::u8)
-    for (size_t n = 0; n < out.bytes.size(); ++n)
-      if (out.bytes[n] > 1)
-        r.fail(path, "values must be 0 or 1, got " + std::to_string(out.bytes[n]) + " at element " + std::to_string(n));
+  // implementations could disagree on a malformed fixture instead of being judged. Any integer width and h5py's
+  // enum bool are read unclipped (an int8 -1 is named, not turned into 0).
+  h5::Id d = r.open_dataset(file, path);
+  r.expect_extents(d, path, dims);
+  Tensor out(t, dims);
+  const std::vector<int64_t> v = h5::read_integers(r, d, path, out.bytes.size());
+  for (size_t n = 0; n < v.size(); ++n) {
+    if (v[n] != 0 && v[n] != 1)
+      r.fail(path, "values must be 0 or 1, got " + std::to_string(v[n]) + " at element " + std::to_string(n) +
+                       ", index " + index_string(dims, int64_t(n)));
+    out.bytes[n] = static_cast<uint8_t>(v[n]);
+  }
   return out;
 }
 
@@ -191,7 +215,7 @@ double fixture_memory_bytes(const Problem& p) {
 
 Fixture read_fixture_header(const std::string& path) {
   return with_file_prefix(path, [&] {
-    const h5::Reader r{path};
+    h5::Reader r{path};
     h5::Id file = r.open_file();
     return read_header(r, file, FixtureReadOptions{}.max_bytes);
   });
@@ -199,7 +223,7 @@ Fixture read_fixture_header(const std::string& path) {
 
 Fixture read_fixture(const std::string& path, const FixtureReadOptions& options) {
   return with_file_prefix(path, [&] {
-    const h5::Reader r{path};
+    h5::Reader r{path};
     h5::Id file = r.open_file();
     Fixture f = read_header(r, file, options.max_bytes);
     const Problem& p = f.problem;
@@ -242,8 +266,10 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
     const h5::Reader r{path};
     h5::Id file = r.open_file();
     r.open_group(file, "/actual");
+    // Count only the outputs the candidate holds: an out-only candidate of a large fixture is valid.
     const double rows = double(p.B) * double(p.Hq) * double(p.Lq);
-    const double need = 8.0 * rows * (double(p.Dv) + 1 + double(p.Lk));
+    const bool has_lse = r.has_object(file, "/actual/lse"), has_weights = r.has_object(file, "/actual/weights");
+    const double need = 8.0 * rows * (double(p.Dv) + (has_lse ? 1 : 0) + (has_weights ? double(p.Lk) : 0));
     if (need > double(options.max_bytes))
       r.fail("size", "candidate needs " + std::to_string(need) + " bytes, more than the memory cap of " +
                          std::to_string(options.max_bytes) + " bytes");
@@ -265,8 +291,8 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
     read_into("/actual/out", out, {p.B, p.Hq, p.Lq, p.Dv}, stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout),
               storage_order(p.layout));
     o.out = std::move(*out);
-    if (r.has_object(file, "/actual/lse")) read_into("/actual/lse", o.lse, {p.B, p.Hq, p.Lq}, {p.B, p.Hq, p.Lq}, {});
-    if (r.has_object(file, "/actual/weights"))
+    if (has_lse) read_into("/actual/lse", o.lse, {p.B, p.Hq, p.Lq}, {p.B, p.Hq, p.Lq}, {});
+    if (has_weights)
       read_into("/actual/weights", o.weights, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
     return o;
   });

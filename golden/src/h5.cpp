@@ -3,6 +3,7 @@
 // identical bytes on every run; data sets are contiguous and uncompressed.
 #include "h5.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -108,12 +109,15 @@ void write_attr(hid_t loc, const char* name, const std::vector<int64_t>& v) {
   write_attr_raw(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, {static_cast<int64_t>(v.size())}, v.data());
 }
 void write_attr(hid_t loc, const char* name, const std::string& v) {
-  // Variable-length UTF-8: h5py returns a Python str, h5dump prints it quoted.
+  // Fixed-length UTF-8, NUL-padded (schema_version 2): readers of untrusted files never need HDF5's
+  // variable-length string path. h5py returns numpy.bytes_; h5dump prints it quoted.
   Id t = check(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy");
-  check(H5Tset_size(t, H5T_VARIABLE), "H5Tset_size");
+  check(H5Tset_size(t, std::max<size_t>(v.size(), 1)), "H5Tset_size");
+  check(H5Tset_strpad(t, H5T_STR_NULLPAD), "H5Tset_strpad");
   check(H5Tset_cset(t, H5T_CSET_UTF8), "H5Tset_cset");
-  const char* p = v.c_str();
-  write_attr_raw(loc, name, t, t, {}, &p);
+  std::string padded = v;
+  padded.resize(std::max<size_t>(v.size(), 1), '\0');
+  write_attr_raw(loc, name, t, t, {}, padded.data());
 }
 
 // ---- reading -------------------------------------------------------------------------------------------------
@@ -124,6 +128,10 @@ void Reader::fail(const std::string& where, const std::string& what) const {
 Id Reader::open_file() const {
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec)) fail("file", "is a directory, expected an HDF5 file");
+  // A FIFO would block the open forever and a device could be endless: only regular files (or links to them).
+  const auto st = std::filesystem::status(file, ec);
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    fail("file", "is not a regular file (FIFO, socket or device); fixtures and candidates must be regular files");
   const htri_t is = H5Fis_hdf5(file.c_str());
   if (is < 0) fail("file", "cannot open (missing or unreadable)");
   if (is == 0) fail("file", "not an HDF5 file");
@@ -180,10 +188,18 @@ double Reader::attr_f64(hid_t loc, const std::string& where, const char* name) c
   return v;
 }
 
+namespace {
+constexpr size_t kMaxStringAttr = 1 << 20;  // longer than any string the schema defines
+}  // namespace
+
 std::string Reader::attr_str(hid_t loc, const std::string& where, const char* name) const {
   Attr a = open_attr(*this, loc, where, name);
   if (a.cls != H5T_STRING || a.n != 1) fail(where, std::string("attribute '") + name + "' must be a scalar string");
   if (H5Tis_variable_str(a.type) > 0) {
+    if (!allow_vlen_strings)
+      fail(where, std::string("attribute '") + name +
+                      "' is a variable-length string; schema_version >= 2 and candidates store strings at fixed "
+                      "length (variable-length strings of untrusted files are refused)");
     Id mt(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mt, H5T_VARIABLE);
     H5Tset_cset(mt, H5Tget_cset(a.type));
@@ -194,6 +210,9 @@ std::string Reader::attr_str(hid_t loc, const std::string& where, const char* na
     return s;
   }
   const size_t size = H5Tget_size(a.type);
+  if (size == 0 || size > kMaxStringAttr)
+    fail(where, std::string("attribute '") + name + "' has a string size of " + std::to_string(size) +
+                    " bytes, outside 1.." + std::to_string(kMaxStringAttr));
   std::string s(size, '\0');
   if (H5Aread(a.attr, a.type, s.data()) < 0) fail(where, std::string("cannot read attribute '") + name + "'");
   s.resize(std::strlen(s.c_str()));
@@ -211,15 +230,22 @@ std::vector<int64_t> Reader::attr_i64s(hid_t loc, const std::string& where, cons
 }
 
 bool Reader::has_object(hid_t loc, const std::string& path) const {
-  // Check each component so that a missing parent group does not raise an HDF5 error.
+  // Check each component so that a missing parent group does not raise an HDF5 error, and refuse soft and
+  // external links before HDF5 follows them.
   std::string partial;
   size_t pos = 0;
   while (pos < path.size()) {
     size_t next = path.find('/', pos + 1);
     if (next == std::string::npos) next = path.size();
     partial = path.substr(0, next);
-    if (partial != "/" && H5Lexists(loc, partial.c_str(), H5P_DEFAULT) <= 0) return false;
     pos = next;
+    if (partial == "/") continue;
+    if (H5Lexists(loc, partial.c_str(), H5P_DEFAULT) <= 0) return false;
+    H5L_info_t info;
+    if (H5Lget_info(loc, partial.c_str(), &info, H5P_DEFAULT) < 0) fail(partial, "cannot read link information");
+    if (info.type == H5L_TYPE_SOFT) fail(partial, "is a soft link; links are refused in fixtures and candidates");
+    if (info.type != H5L_TYPE_HARD)
+      fail(partial, "is an external or user-defined link; links are refused in fixtures and candidates");
   }
   return H5Oexists_by_name(loc, path.c_str(), H5P_DEFAULT) > 0;
 }
@@ -235,6 +261,14 @@ Id Reader::open_dataset(hid_t loc, const std::string& path) const {
   if (!has_object(loc, path)) fail(path, "missing dataset");
   Id d(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), H5Dclose);
   if (!d.valid()) fail(path, "is not a dataset");
+  // External storage would read another file's bytes; a virtual dataset with missing sources reads as fill.
+  Id dcpl(H5Dget_create_plist(d), H5Pclose);
+  if (!dcpl.valid()) fail(path, "cannot read the dataset's creation properties");
+  if (H5Pget_external_count(dcpl) != 0) fail(path, "uses external storage (data in another file); refused");
+  const H5D_layout_t layout = H5Pget_layout(dcpl);
+  if (layout == H5D_VIRTUAL) fail(path, "is a virtual dataset; refused");
+  if (layout != H5D_CONTIGUOUS && layout != H5D_COMPACT && layout != H5D_CHUNKED)
+    fail(path, "has a storage layout the schema does not define (" + std::to_string(int(layout)) + ")");
   return d;
 }
 
@@ -282,26 +316,15 @@ std::string Reader::type_name(hid_t dset) const {
   }
 }
 
-namespace {
-bool is_bf16_encoded(hid_t dset) {
+bool Reader::bf16_encoded(hid_t dset, const std::string& where) const {
   if (H5Aexists(dset, "encoding") <= 0) return false;
-  Id a(H5Aopen(dset, "encoding", H5P_DEFAULT), H5Aclose);
-  Id t(H5Aget_type(a), H5Tclose);
-  if (H5Tget_class(t) != H5T_STRING) return false;
-  std::string s;
-  if (H5Tis_variable_str(t) > 0) {
-    char* p = nullptr;
-    if (H5Aread(a, t, &p) < 0) return false;
-    s = p ? p : "";
-    H5free_memory(p);
-  } else {
-    s.assign(H5Tget_size(t), '\0');
-    if (H5Aread(a, t, s.data()) < 0) return false;
-    s.resize(std::strlen(s.c_str()));
+  {
+    Id a(H5Aopen(dset, "encoding", H5P_DEFAULT), H5Aclose);
+    Id t(H5Aget_type(a), H5Tclose);
+    if (H5Tget_class(t) != H5T_STRING) return false;
   }
-  return s == "bfloat16";
+  return attr_str(dset, where, "encoding") == "bfloat16";
 }
-}  // namespace
 
 void Reader::expect_dtype(hid_t dset, const std::string& where, DType want) const {
   Id t(H5Dget_type(dset), H5Tclose);
@@ -312,15 +335,20 @@ void Reader::expect_dtype(hid_t dset, const std::string& where, DType want) cons
     case DType::f64: ok = cls == H5T_FLOAT && size == 8; break;
     case DType::f32: ok = cls == H5T_FLOAT && size == 4; break;
     case DType::f16: ok = cls == H5T_FLOAT && size == 2; break;
-    case DType::bf16: ok = cls == H5T_INTEGER && size == 2 && is_bf16_encoded(dset); break;
-    case DType::u8: ok = cls == H5T_INTEGER && size == 1; break;
+    // Unsigned only: a signed 16-bit dataset would clip every negative bit pattern to 0 on conversion.
+    case DType::bf16:
+      ok = cls == H5T_INTEGER && size == 2 && H5Tget_sign(t) == H5T_SGN_NONE && bf16_encoded(dset, where);
+      break;
+    case DType::u8: ok = cls == H5T_INTEGER && size == 1 && H5Tget_sign(t) == H5T_SGN_NONE; break;
   }
   if (!ok) {
-    const char* want_s = want == DType::bf16  ? "bf16 (uint16 bit patterns with attribute encoding=\"bfloat16\")"
-                         : want == DType::u8  ? "u8 (8-bit integer, 0/1)"
+    const char* want_s = want == DType::bf16  ? "bf16 (unsigned uint16 bit patterns with attribute encoding=\"bfloat16\")"
+                         : want == DType::u8  ? "u8 (unsigned 8-bit integer, 0/1)"
                                               : to_string(want);
     fail(where, std::string("dtype must be ") + want_s + ", got " + type_name(dset) +
-                    (cls == H5T_INTEGER && size == 2 ? " without encoding=\"bfloat16\"" : ""));
+                    (cls == H5T_INTEGER && size == 2 && H5Tget_sign(t) != H5T_SGN_NONE ? " (signed)"
+                     : cls == H5T_INTEGER && size == 2 && !bf16_encoded(dset, where) ? " without encoding=\"bfloat16\""
+                                                                                     : ""));
   }
 }
 
@@ -351,7 +379,7 @@ std::vector<double> Reader::read_as_double(hid_t dset, const std::string& where,
       fail(where, "cannot read data");
     return out;
   }
-  if (cls == H5T_INTEGER && H5Tget_size(t) == 2 && is_bf16_encoded(dset)) {
+  if (cls == H5T_INTEGER && H5Tget_size(t) == 2 && H5Tget_sign(t) == H5T_SGN_NONE && bf16_encoded(dset, where)) {
     std::vector<uint16_t> bits(n);
     read_raw(dset, where, DType::bf16, bits.data());
     for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(bits[i]);

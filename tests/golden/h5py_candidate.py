@@ -17,7 +17,7 @@ os.makedirs(scratch, exist_ok=True)
 
 with h5py.File(fixture, "r") as f:
     q, k, v = (f["inputs"][n][()] for n in "qkv")  # float16 [B, H, L, D]: exactly what the implementation gets
-    assert q.dtype == np.float16 and f.attrs["layout"] == "BHSD" and f.attrs["causal"] == 1
+    assert q.dtype == np.float16 and f.attrs["layout"].decode() == "BHSD" and f.attrs["causal"] == 1
     scale = float(f.attrs["effective_scale"])
     expected = f["expected"]["out"][()]
 

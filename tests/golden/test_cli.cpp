@@ -71,7 +71,7 @@ TEST_P(Compare, ExactPassesPerturbedFails) {
   // inspect: the fixture's summary, and with the candidate its verdict and the perturbed element listed first.
   r = run("inspect " + fix + " --actual " + (dir / "perturbed.h5").string());
   EXPECT_EQ(r.rc, 1) << r.out;
-  const std::vector<std::string> lines = {"case        " + f.name, "provenance  schema_version 1",
+  const std::vector<std::string> lines = {"case        " + f.name, "provenance  schema_version " + std::to_string(kFixtureSchemaVersion),
                                          "tolerance   lambda",
                                          "candidate   " + (dir / "perturbed.h5").string() + ": FAIL",
                                          "worst out elements (error / tolerance):\n    " + where};

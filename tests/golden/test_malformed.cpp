@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -71,8 +74,8 @@ TEST(Malformed, GoodFixtureIsAccepted) {  // the baseline the damaged copies sta
 }
 
 TEST(Malformed, SchemaVersionFromTheFuture) {
-  expect_rejected(damaged("future", [](hid_t f) { set_i64_attr(f, "schema_version", 2); }),
-                  "schema_version: is 2, from the future");
+  expect_rejected(damaged("future", [](hid_t f) { set_i64_attr(f, "schema_version", 3); }),
+                  "schema_version: is 3, from the future");
 }
 
 TEST(Malformed, MissingDataset) {
@@ -183,6 +186,173 @@ TEST(Malformed, CandidateWithoutOutOrWithWrongShapeOrTypeExits2) {
   r = run("compare --expected " + fix + " --actual " + ints);
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find(ints + ": /actual/out: dtype must be a floating type"), std::string::npos) << r.out;
+}
+
+// ---- storage the schema does not define, and values that conversion would clip ---------------------------------
+
+// Replaces attribute `name` of the root group by a variable-length string (what schema_version 1 wrote).
+void set_vlen_attr(hid_t f, const char* name, const char* value) {
+  H5Adelete(f, name);
+  const hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, H5T_VARIABLE);
+  const hid_t s = H5Screate(H5S_SCALAR);
+  const hid_t a = H5Acreate2(f, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, t, &value);
+  H5Aclose(a);
+  H5Sclose(s);
+  H5Tclose(t);
+}
+
+// Replaces dataset `path` by one of `type` holding `values` (converted from int).
+void replace_with_ints(hid_t f, const char* path, hid_t type, const std::vector<int>& values) {
+  const hid_t d0 = H5Dopen2(f, path, H5P_DEFAULT);
+  const hid_t s = H5Dget_space(d0);
+  H5Dclose(d0);
+  H5Ldelete(f, path, H5P_DEFAULT);
+  const hid_t d = H5Dcreate2(f, path, type, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  std::vector<int> v(static_cast<size_t>(H5Sget_simple_extent_npoints(s)), 1);
+  std::copy(values.begin(), values.end(), v.begin());
+  H5Dwrite(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+  H5Dclose(d);
+  H5Sclose(s);
+}
+
+TEST(Malformed, VariableLengthStringsAreRefusedFromSchema2) {
+  expect_rejected(damaged("vlen", [](hid_t f) { set_vlen_attr(f, "dtype", "fp16"); }),
+                  "/: attribute 'dtype' is a variable-length string");
+}
+
+TEST(Malformed, Schema1FilesWithVariableLengthStringsAreStillRead) {
+  // golden/regressions/ was written by schema_version 1 (variable-length strings).
+  for (const auto& e : fs::directory_iterator(fs::path(test::golden_case(kGood)).parent_path().parent_path() /
+                                              "regressions")) {
+    const Fixture f = read_fixture(e.path().string());
+    EXPECT_EQ(f.provenance.schema_version, 1) << e.path();
+  }
+}
+
+TEST(Malformed, SignedMaskValuesAreNotClippedToZero) {
+  const std::string file = "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_mask_normal.h5";
+  const fs::path p = test::scratch("signed_mask") / file;
+  fs::copy_file(test::golden_case(file), p, fs::copy_options::overwrite_existing);
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  replace_with_ints(f, "/inputs/mask", H5T_STD_I8LE, {1, 0, 1, -1});
+  H5Fclose(f);
+  expect_rejected(p.string(), "/inputs/mask: values must be 0 or 1, got -1 at element 3");
+}
+
+TEST(Malformed, H5pyBooleanMasksAreRead) {
+  const std::string file = "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_mask_normal.h5";
+  const fs::path p = test::scratch("bool_mask") / file;
+  fs::copy_file(test::golden_case(file), p, fs::copy_options::overwrite_existing);
+  const Fixture good = read_fixture(p.string());
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const hid_t d0 = H5Dopen2(f, "/inputs/mask", H5P_DEFAULT);
+  const hid_t s = H5Dget_space(d0);
+  H5Dclose(d0);
+  H5Ldelete(f, "/inputs/mask", H5P_DEFAULT);
+  const hid_t t = H5Tenum_create(H5T_NATIVE_INT8);  // h5py's bool: enum {FALSE = 0, TRUE = 1}
+  int8_t no = 0, yes = 1;
+  H5Tenum_insert(t, "FALSE", &no);
+  H5Tenum_insert(t, "TRUE", &yes);
+  const hid_t d = H5Dcreate2(f, "/inputs/mask", t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, good.inputs.mask->bytes.data());
+  H5Dclose(d);
+  H5Tclose(t);
+  H5Sclose(s);
+  H5Fclose(f);
+  const Fixture back = read_fixture(p.string());
+  EXPECT_EQ(back.inputs.mask->bytes, good.inputs.mask->bytes);
+}
+
+TEST(Malformed, SignedBf16BitPatternsAreRefused) {
+  const std::string file = "bf16_B2-Hq4-Hkv2-Lq13-Lk17-D16_bias_normal.h5";
+  const fs::path p = test::scratch("signed_bf16") / file;
+  fs::copy_file(test::golden_case(file), p, fs::copy_options::overwrite_existing);
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  replace_with_ints(f, "/inputs/q", H5T_STD_I16LE, {-16512});  // bf16 -1.0 as a signed pattern
+  const hid_t d = H5Dopen2(f, "/inputs/q", H5P_DEFAULT);
+  const hid_t st = H5Tcopy(H5T_C_S1);
+  H5Tset_size(st, 8);
+  const hid_t sp = H5Screate(H5S_SCALAR);
+  const hid_t a = H5Acreate2(d, "encoding", st, sp, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, st, "bfloat16");
+  H5Aclose(a);
+  H5Sclose(sp);
+  H5Tclose(st);
+  H5Dclose(d);
+  H5Fclose(f);
+  expect_rejected(p.string(), "/inputs/q: dtype must be bf16 (unsigned uint16 bit patterns");
+}
+
+TEST(Malformed, LinksAreRefused) {
+  expect_rejected(damaged("soft", [](hid_t f) {
+                    H5Ldelete(f, "/inputs/k", H5P_DEFAULT);
+                    H5Lcreate_soft("/inputs/q", f, "/inputs/k", H5P_DEFAULT, H5P_DEFAULT);
+                  }),
+                  "/inputs/k: is a soft link");
+  expect_rejected(damaged("external_link", [](hid_t f) {
+                    H5Ldelete(f, "/inputs/k", H5P_DEFAULT);
+                    H5Lcreate_external("/etc/other.h5", "/k", f, "/inputs/k", H5P_DEFAULT, H5P_DEFAULT);
+                  }),
+                  "/inputs/k: is an external or user-defined link");
+}
+
+TEST(Malformed, ExternalStorageIsRefused) {
+  // The dataset's bytes would come from an arbitrary file of the machine.
+  expect_rejected(damaged("external_storage", [](hid_t f) {
+                    const hid_t d0 = H5Dopen2(f, "/inputs/q", H5P_DEFAULT);
+                    const hid_t t = H5Dget_type(d0), s = H5Dget_space(d0);
+                    H5Dclose(d0);
+                    H5Ldelete(f, "/inputs/q", H5P_DEFAULT);
+                    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+                    H5Pset_external(dcpl, "/etc/hostname", 0, H5F_UNLIMITED);
+                    H5Dclose(H5Dcreate2(f, "/inputs/q", t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+                    H5Pclose(dcpl);
+                    H5Tclose(t);
+                    H5Sclose(s);
+                  }),
+                  "/inputs/q: uses external storage");
+}
+
+TEST(Malformed, VirtualDatasetsAreRefused) {
+  expect_rejected(damaged("virtual", [](hid_t f) {
+                    const hid_t d0 = H5Dopen2(f, "/inputs/q", H5P_DEFAULT);
+                    const hid_t t = H5Dget_type(d0), s = H5Dget_space(d0);
+                    H5Dclose(d0);
+                    H5Ldelete(f, "/inputs/q", H5P_DEFAULT);
+                    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+                    H5Pset_virtual(dcpl, s, "/nonexistent/source.h5", "/q", s);
+                    H5Dclose(H5Dcreate2(f, "/inputs/q", t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+                    H5Pclose(dcpl);
+                    H5Tclose(t);
+                    H5Sclose(s);
+                  }),
+                  "/inputs/q: is a virtual dataset");
+}
+
+TEST(Malformed, EffectiveScaleMustMatchTheProblem) {
+  expect_rejected(damaged("eff_scale", [](hid_t f) {
+                    H5Adelete(f, "effective_scale");
+                    const double v = 0.5;
+                    const hid_t s = H5Screate(H5S_SCALAR);
+                    const hid_t a = H5Acreate2(f, "effective_scale", H5T_IEEE_F64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+                    H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+                    H5Aclose(a);
+                    H5Sclose(s);
+                  }),
+                  "effective_scale: is 0.5 but the problem implies 0.25");
+}
+
+TEST(Malformed, AFifoIsRefusedWithoutHanging) {
+  const fs::path p = test::scratch("fifo") / "fixture.h5";
+  fs::remove(p);
+  ASSERT_EQ(mkfifo(p.c_str(), 0600), 0);
+  // Opening a FIFO blocks until a writer appears: the reader must refuse it from its file type first.
+  expect_rejected(p.string(), "file: is not a regular file");
 }
 
 }  // namespace

@@ -14,8 +14,8 @@
 
 namespace attncheck {
 
-// The schema this library writes; it reads this version and every older one it knows (only 1 so far).
-inline constexpr int64_t kFixtureSchemaVersion = 1;
+// The schema this library writes; it reads this version and every older one (1: variable-length strings, read only from files that declare it).
+inline constexpr int64_t kFixtureSchemaVersion = 2;  // 2: strings stored at fixed length
 
 // Where a fixture came from. Everything here is deterministic (no timestamps, no host names), so regenerating a
 // fixture reproduces its bytes.

@@ -1,0 +1,34 @@
+// A user's own tensors for `attncheck import`: named n-d arrays read from numpy's .npz (np.savez or
+// np.savez_compressed) or from an HDF5 file (h5py), widened to double, with masks checked to hold only 0/1.
+// Errors are std::invalid_argument naming the file, the array and the offending value or index.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace attncheck {
+
+struct UserArray {
+  std::string dtype;             // numpy's name: "float16", "float32", "float64", "bool", "int8", "uint16", ...
+  std::vector<int64_t> shape;
+  std::vector<double> values;    // C (row-major) order, exact for every float and for integers up to 2^53
+  bool is_float() const { return dtype.rfind("float", 0) == 0; }
+  bool is_integer_or_bool() const { return !is_float(); }
+};
+
+// Arrays named q, k, v, mask, bias, keep found in `path` (.npz: members "q.npy", ...; .h5/.hdf5: datasets /q or
+// /inputs/q, ...). Unknown names are ignored. Refuses files larger than `max_bytes`.
+std::map<std::string, UserArray> read_user_arrays(const std::string& path, uint64_t max_bytes = uint64_t{2} << 30);
+
+// The arrays of one .npz file (exposed for tests), every member.
+std::map<std::string, UserArray> read_npz(const std::string& path, uint64_t max_bytes = uint64_t{2} << 30);
+
+// "[0,2,3,1]": a flat C-order element number as an index into `shape`.
+std::string index_string(const std::vector<int64_t>& shape, int64_t flat);
+
+// Throws naming `what` and the index of the first value that is not 0 or 1 (a mask or keep-mask).
+void check_zero_one(const std::string& what, const UserArray& a);
+
+}  // namespace attncheck

@@ -1,0 +1,9 @@
+# attncheck for Python kernels: the fp64 reference, fixtures as dicts of numpy arrays, compare, the property suite
+# with shrinking against a Python callable (check), and worker.serve for `attncheck verify --worker`.
+# It drives the attncheck executable (docs/python.md says why); numpy is required, h5py for fixtures.
+from . import worker
+from .check import check
+from .compare import Result, compare
+from .fixture import load, make_fixture, reference, save
+
+__all__ = ["check", "compare", "load", "make_fixture", "reference", "save", "worker", "Result"]

@@ -1,0 +1,72 @@
+# check(fn, ...): the property suite of the C++ engine (harness/property: generated problems, shrinking, shrunk
+# failures saved as fixtures) run against a Python callable in this process. `attncheck property` drives a relay
+# worker (_relay.py) whose protocol traffic this process serves over a Unix socket, so fn runs here, with its
+# closures, imports and devices. Raises AssertionError naming the minimal failing problem.
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+
+from . import _cli
+from .worker import serve_streams
+
+
+def check(fn, cases=40, seed=20261122, features=None, dtypes=None, properties=None, regressions=None,
+          timeout=None, **declarations):
+    """Runs every property (or `properties`) on `cases` generated problems each against fn.
+
+    fn is called like worker.serve's fn. features/dtypes restrict what is generated (protocol names: "causal",
+    "gqa", "bool_mask", ..., "f32", "f16", ...); other declarations (policy, name, ...) as in worker.hello().
+    The shrunk failure is written under `regressions` (default ./attncheck-regressions) and named in the error.
+    Returns the CLI's summary text when every property holds.
+    """
+    if features is not None:
+        declarations["features"] = list(features)
+    if dtypes is not None:
+        declarations["dtypes"] = list(dtypes)
+    declarations.setdefault("name", getattr(fn, "__name__", "python-kernel").replace("_", "-"))
+    regressions = os.path.abspath(regressions or "attncheck-regressions")
+    with tempfile.TemporaryDirectory(prefix="attncheck-") as tmp:
+        path = os.path.join(tmp, "sock")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(path)
+        server.listen(1)
+        relay = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_relay.py")
+        args = [_cli.exe(), "property", "--worker", f"{sys.executable} {relay} {path}", "--cases", str(cases),
+                "--seed", str(seed), "--regressions", regressions, "--impl", declarations["name"]]
+        for p in properties or []:
+            args += ["--property", p]
+        if timeout:
+            args += ["--timeout", str(timeout)]
+        log_out, log_err = open(os.path.join(tmp, "out"), "w+"), open(os.path.join(tmp, "err"), "w+")
+        proc = subprocess.Popen(args, stdout=log_out, stderr=log_err, text=True)  # files: no pipe can fill up
+        try:
+            while proc.poll() is None:
+                ready, _, _ = select.select([server], [], [], 0.2)
+                if not ready:
+                    continue
+                conn, _ = server.accept()
+                with conn, conn.makefile("r") as rfile, conn.makefile("w") as wfile:
+                    try:
+                        serve_streams(fn, declarations, rfile, wfile)
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass  # attncheck ended this worker (timeout, bad output); it restarts the relay
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            server.close()
+            log_out.seek(0), log_err.seek(0)
+            out, err = log_out.read(), log_err.read()
+            log_out.close(), log_err.close()
+    if proc.returncode == 2:
+        raise ValueError(f"attncheck property: {err.strip() or out.strip()}")
+    if proc.returncode != 0:
+        lines = [ln for ln in out.splitlines() if ln.startswith(("FAIL", "            shrunk", "UNAVAILABLE",
+                                                                   "NOTHING", "UNSUPPORTED", "properties:"))]
+        raise AssertionError(f"{declarations['name']}: property suite failed (seed {seed})\n" + "\n".join(lines)
+                             + (f"\nattncheck stderr:\n{err[-2000:]}" if err.strip() else ""))
+    return out

@@ -1,0 +1,121 @@
+# The Python side of docs/worker-protocol.md: serve(fn, declarations) turns a Python attention kernel into a worker
+# that `attncheck verify|property|selftest --worker "python3 mine.py"` drives. Tensors are numpy views of the shared
+# memory file (inputs read-only); fn returns out, or a dict with out/lse/weights.
+import json
+import os
+import sys
+
+import numpy as np
+
+PROTOCOL = 1
+_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.uint16, "u8": np.uint8}
+_ALL_FEATURES = ["gqa", "cross", "dqk_ne_dv", "causal", "per_batch_offsets", "key_padding", "bool_mask", "bias",
+                 "window", "softcap", "dropout", "finite_fill", "weights_out", "lse_out"]
+
+
+def hello(declarations):
+    """The worker's hello message from a flat declarations dict (see docs/python.md)."""
+    d = dict(declarations or {})
+    policy = d.get("policy", "zero")
+    caps = {"dtypes": d.get("dtypes", ["f64", "f32", "f16", "bf16"]), "layouts": d.get("layouts", ["bhsd", "bshd"]),
+            "alignments": d.get("alignments", ["top_left", "bottom_right", "explicit"]),
+            "fully_masked": d.get("fully_masked", [policy]), "features": d.get("features", list(_ALL_FEATURES)),
+            "max_head_dim": d.get("max_head_dim", 0), "head_dim_multiple": d.get("head_dim_multiple", 1)}
+    decl = {"fully_masked_policy": policy, "deterministic": bool(d.get("deterministic", False))}
+    for key in ("outputs", "contract"):
+        if key in d:
+            decl[key] = d[key]
+    available = d.get("available", True)
+    return {"type": "hello", "protocol": PROTOCOL, "name": d.get("name", "python-worker"),
+            "description": d.get("description", "Python kernel (attncheck.worker)"), "available": bool(available),
+            "unavailable_reason": d.get("unavailable_reason", ""), "supports": False, "capabilities": caps,
+            "declarations": decl}
+
+
+def _view(buf, t, writeable):
+    dt = np.dtype(_DTYPES[t["dtype"]])
+    flat = np.frombuffer(buf, dtype=np.uint8, count=t["nbytes"], offset=t["offset"]).view(dt)
+    a = np.lib.stride_tricks.as_strided(flat, t["shape"], [s * dt.itemsize for s in t["strides"]], writeable=writeable)
+    return a
+
+
+def to_bf16_bits(x):
+    """float array -> bfloat16 bit patterns (uint16), round to nearest even, NaN stays NaN."""
+    b = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7FC0), r)
+
+
+def from_bf16_bits(u):
+    return (np.asarray(u, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _store(dst, value, dtype):
+    value = np.broadcast_to(np.asarray(value), dst.shape)
+    dst[...] = to_bf16_bits(value) if dtype == "bf16" else value.astype(dst.dtype)
+
+
+def run_case(fn, buf, req):
+    """Calls fn for one run request and writes its outputs into the shared memory."""
+    p, ts = req["problem"], req["tensors"]
+    args = {}
+    for name in ("q", "k", "v", "mask", "bias", "keep"):
+        if name in ts:
+            a = _view(buf, ts[name], False)
+            args[name] = from_bf16_bits(a) if ts[name]["dtype"] == "bf16" else a
+    res = fn(args.pop("q"), args.pop("k"), args.pop("v"), problem=p, **args)
+    if not isinstance(res, dict):
+        res = dict(zip(("out", "lse", "weights"), res if isinstance(res, tuple) else (res,)))
+    for name in ("out", "lse", "weights"):
+        if name in ts:
+            if res.get(name) is None:
+                raise ValueError(f"fn returned no {name!r}, which the problem asks for")
+            _store(_view(buf, ts[name], True), res[name], ts[name]["dtype"])
+
+
+def serve_streams(fn, declarations, rfile, wfile):
+    """The protocol loop over two text streams; returns at bye or end of input."""
+    def send(msg):
+        wfile.write(json.dumps(msg) + "\n")
+        wfile.flush()
+
+    buf, mapped = None, None
+    for line in rfile:
+        try:
+            req = json.loads(line)
+            kind = req["type"]
+        except (ValueError, KeyError, TypeError) as e:
+            send({"type": "error", "message": f"request: not a JSON object with field 'type': {e}"})
+            continue
+        if kind == "bye":
+            return
+        if kind == "hello":
+            if PROTOCOL not in req.get("protocols", []):
+                send({"type": "error", "message": f"hello: field 'protocols': {req.get('protocols')} lacks {PROTOCOL}"})
+                return
+            send(hello(declarations))
+        elif kind == "supports":
+            send({"type": "supports", "id": req.get("id"), "ok": True, "reason": ""})
+        elif kind == "run":
+            if mapped != (req["shm"], req["shm_size"]):
+                buf = np.memmap(req["shm"], dtype=np.uint8, mode="r+", shape=(req["shm_size"],))
+                mapped = (req["shm"], req["shm_size"])
+            try:
+                run_case(fn, buf, req)
+                send({"type": "run", "id": req["id"], "status": "ok"})
+            except Exception as e:  # the kernel's own error: outcome "error" with its message
+                send({"type": "run", "id": req["id"], "status": "error", "message": f"{type(e).__name__}: {e}"})
+        else:
+            send({"type": "error", "id": req.get("id"), "message": f"request: field 'type': unknown {kind!r}"})
+
+
+def serve(fn, declarations=None):
+    """Serve fn over stdin/stdout until attncheck says bye. Prints of fn go to stderr (stdout is the protocol's).
+
+    fn(q, k, v, *, problem, mask=None, bias=None, keep=None) gets numpy arrays in logical order
+    (q [B,Hq,Lq,Dqk], k/v [B,Hkv,Lk,D]; bf16 widened to float32) and the problem dict of the protocol, and returns
+    out [B,Hq,Lq,Dv] or a dict {"out", "lse", "weights"} (lse/weights when problem["want_lse"/"want_weights"]).
+    """
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    serve_streams(fn, declarations, sys.stdin, proto)

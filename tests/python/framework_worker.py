@@ -1,0 +1,60 @@
+# PyTorch / JAX SDPA as attncheck workers, run only when the framework is importable: otherwise exit 77, which
+# ctest reports as skipped (never as a pass), with the reason. Usage: framework_worker.py torch|jax [serve]
+# Without "serve" it runs `attncheck verify --worker "<this> FRAMEWORK serve"` over the golden suite.
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+framework = sys.argv[1]
+try:
+    if framework == "torch":
+        import torch
+        import torch.nn.functional as F
+    else:
+        import jax
+        import jax.numpy as jnp
+except ImportError as e:
+    print(f"SKIP: {framework} is not importable here ({e}); pip install {framework} to run this worker")
+    sys.exit(77)
+
+FEATURES = ["gqa", "cross", "dqk_ne_dv", "causal", "bool_mask"]
+
+
+def torch_sdpa(q, k, v, *, problem, mask=None, bias=None, keep=None):
+    dt = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[problem["dtype"]]
+    q, k, v = (torch.from_numpy(np.ascontiguousarray(x)).to(dt) for x in (q, k, v))
+    if problem["causal"] and problem["alignment"] != "top_left":
+        raise NotImplementedError("is_causal is top-left only")
+    attn_mask, causal = None, problem["causal"]
+    if mask is not None:  # torch refuses attn_mask with is_causal: fold the causal mask in
+        attn_mask = torch.from_numpy(np.ascontiguousarray(mask) != 0)
+        if causal:
+            attn_mask = attn_mask & torch.ones(problem["Lq"], problem["Lk"], dtype=torch.bool).tril()
+            causal = False
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
+                                         scale=problem["scale"], enable_gqa=problem["Hq"] != problem["Hkv"])
+    return out.float().numpy()
+
+
+def jax_sdpa(q, k, v, *, problem, mask=None, bias=None, keep=None):
+    t = lambda x: jnp.asarray(np.swapaxes(x, 1, 2))  # noqa: E731  jax wants [B, L, H, D]
+    m = None if mask is None else jnp.asarray(np.broadcast_to(mask != 0, (problem["B"], problem["Hq"], problem["Lq"], problem["Lk"])))
+    if problem["causal"] and problem["alignment"] != "top_left":
+        raise NotImplementedError("is_causal is top-left only")
+    out = jax.nn.dot_product_attention(t(q), t(k), t(v), mask=m, scale=problem["scale"], is_causal=problem["causal"])
+    return np.swapaxes(np.asarray(out, dtype=np.float32), 1, 2)
+
+
+if len(sys.argv) > 2 and sys.argv[2] == "serve":
+    import attncheck
+    attncheck.worker.serve(torch_sdpa if framework == "torch" else jax_sdpa,
+                           {"name": f"{framework}-sdpa", "policy": "nan" if framework == "torch" else "zero",
+                            "dtypes": ["f32", "f16", "bf16"], "layouts": ["bhsd"], "alignments": ["top_left"],
+                            "features": FEATURES})
+else:
+    exe, golden = sys.argv[2:4]
+    cmd = [exe, "verify", "--worker", f"{sys.executable} {os.path.abspath(__file__)} {framework} serve",
+           "--impl", f"{framework}-sdpa", "--fixtures", golden]
+    sys.exit(subprocess.run(cmd).returncode)

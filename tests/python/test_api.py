@@ -1,0 +1,70 @@
+# The attncheck Python package's API: reference() against an independent numpy computation, compare() verdicts
+# with the worst element, index and bound, load()/save() round trip, and the worker's protocol helpers.
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+
+import attncheck
+from attncheck import worker
+
+rng = np.random.default_rng(3)
+q = rng.standard_normal((1, 2, 5, 8)).astype(np.float32)
+k = rng.standard_normal((1, 2, 6, 8)).astype(np.float32)
+v = rng.standard_normal((1, 2, 6, 4)).astype(np.float32)
+
+
+def numpy_sdpa(scale):
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) * scale
+    s = np.where(np.arange(6)[None, :] <= np.arange(5)[:, None] + 1, s, -np.inf)  # bottom-right: offset 6-5
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    return w, np.einsum("bhij,bhjd->bhid", w, v.astype(np.float64))
+
+
+def test_reference_matches_numpy():
+    r = attncheck.reference(q, k, v, causal="bottom_right", scale=0.2)
+    w, out = numpy_sdpa(0.2)
+    assert np.abs(r["out"] - out).max() < 1e-13 and np.abs(r["weights"] - w).max() < 1e-13
+
+
+def test_reference_bad_mask_names_index():
+    mask = np.ones((5, 6), dtype=np.int8)
+    mask[2, 3] = -1
+    with pytest.raises(ValueError, match=r"got -1 at index \[2,3\]"):
+        attncheck.reference(q, k, v, mask=mask)
+
+
+def test_compare_and_roundtrip(tmp_path):
+    f = attncheck.make_fixture(tmp_path / "case.h5", q, k, v, causal="bottom_right", scale=0.2, want_lse=True)
+    out = f["expected"]["out"].astype(np.float32)
+    ok = attncheck.compare(f, out=out, lse=f["expected"]["lse"])
+    assert ok.passed and ok.verdict == "pass" and "PASS" in str(ok)
+    bad = out.copy()
+    bad[0, 1, 3, 2] += 1e-3
+    r = attncheck.compare(f, out=bad)
+    assert not r and r.tensor == "out" and r.index == {"b": 0, "h": 1, "i": 3, "d": 2}
+    assert abs(r.actual - r.expected - 1e-3) < 1e-6 and 0 < r.bound < 1e-3 and "FAIL" in str(r)
+    attncheck.save(tmp_path / "copy.h5", f)  # load -> save -> load keeps every array and attribute
+    g = attncheck.load(tmp_path / "copy.h5")
+    assert all(np.array_equal(f[s][n], g[s][n]) for s in ("inputs", "expected") for n in f[s])
+    assert attncheck.compare(g, out=bad).index == r.index
+
+
+def test_worker_hello_and_protocol_errors():
+    requests = io.StringIO(json.dumps({"type": "hello", "protocols": [1]}) + "\n" + "not json\n" +
+                           json.dumps({"type": "frobnicate", "id": 3}) + "\n" + json.dumps({"type": "bye"}) + "\n")
+    replies = io.StringIO()
+    worker.serve_streams(lambda *a, **kw: None, {"name": "t", "features": ["causal"]}, requests, replies)
+    hello, err1, err2 = (json.loads(x) for x in replies.getvalue().splitlines())
+    assert hello["protocol"] == 1 and hello["name"] == "t" and hello["capabilities"]["features"] == ["causal"]
+    assert err1["type"] == "error" and "field 'type'" in err1["message"]
+    assert err2 == {"type": "error", "id": 3, "message": "request: field 'type': unknown 'frobnicate'"}
+
+
+def test_bf16_bits_round_to_nearest_even():
+    x = np.array([1.0, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -2.5, np.inf, np.nan], dtype=np.float32)
+    bits = worker.to_bf16_bits(x)
+    assert list(bits[:5]) == [0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F80] and np.isnan(worker.from_bf16_bits(bits)[5])

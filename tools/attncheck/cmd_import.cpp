@@ -1,0 +1,163 @@
+// `attncheck import TENSORS.npz|.h5 --out CASE.h5 [--causal bottom-right --scale S --softcap C --policy P ...]`:
+// a fixture from a user's own tensors (q, k, v, optional mask, bias, keep). The problem comes from the arrays'
+// shapes and dtype plus the flags; the reference computes the expected outputs; `verify` replays the result.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "attncheck/fixture.hpp"
+#include "attncheck/user_arrays.hpp"
+#include "command.hpp"
+
+namespace attncheck::cli {
+namespace {
+
+struct Options {
+  std::string input, out, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value;
+  std::optional<double> scale;
+  double softcap = 0, dropout_p = 0;
+  std::optional<int64_t> causal_offset;
+  std::vector<int64_t> window, key_lengths;
+  uint64_t dropout_seed = 0;
+  bool want_lse = false, want_weights = false;
+};
+Options g;
+
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
+
+std::string shape_string(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) r += ',';
+    r += std::to_string(s[i]);
+  }
+  return r + "]";
+}
+
+DType dtype_of(const UserArray& a, const std::string& name) {
+  if (a.dtype == "float16") return DType::f16;
+  if (a.dtype == "float32") return DType::f32;
+  if (a.dtype == "float64") return DType::f64;
+  bad(name + ": dtype " + a.dtype + " is not a tensor dtype (float16, float32, float64; bf16: pass uint16 bit "
+      "patterns with --dtype bf16)");
+}
+
+// A rank-4 tensor in storage order `order` from a C-order array whose dims are the stored (memory-order) ones.
+Tensor to_tensor(const UserArray& a, DType t, const std::vector<int64_t>& logical, Layout l, bool bf16_bits) {
+  Tensor out(t, logical, storage_order(l));
+  for (size_t n = 0; n < a.values.size(); ++n)
+    out.set_offset(int64_t(n), bf16_bits ? double(bf16_bits_to_float(uint16_t(a.values[n]))) : a.values[n]);
+  return out;
+}
+
+// Mask/bias: numpy broadcasting to [B, Hq, Lq, Lk] (missing leading dims are 1).
+std::array<int64_t, 4> broadcast_shape(const UserArray& a, const std::string& name) {
+  if (a.shape.empty() || a.shape.size() > 4) bad(name + ": rank must be 1 to 4, got shape " + shape_string(a.shape));
+  std::array<int64_t, 4> s{1, 1, 1, 1};
+  std::copy(a.shape.begin(), a.shape.end(), s.begin() + (4 - long(a.shape.size())));
+  return s;
+}
+
+int run_import() {
+  if (g.out.empty() || std::filesystem::path(g.out).extension() != ".h5") bad("--out: must name a .h5 file, got '" + g.out + "'");
+  std::map<std::string, UserArray> arrays = read_user_arrays(g.input);
+  for (const char* n : {"q", "k", "v"})
+    if (!arrays.count(n)) bad(g.input + ": no array named '" + n + "' (need q, k, v; optional mask, bias, keep)");
+  const UserArray &q = arrays["q"], &k = arrays["k"], &v = arrays["v"];
+  for (const auto* a : {&q, &k, &v})
+    if (a->shape.size() != 4) bad(g.input + ": q, k, v must have rank 4, got q " + shape_string(q.shape) + ", k " +
+                                  shape_string(k.shape) + ", v " + shape_string(v.shape));
+  if (q.dtype != k.dtype || q.dtype != v.dtype)
+    bad(g.input + ": q, k, v must share a dtype, got " + q.dtype + ", " + k.dtype + ", " + v.dtype);
+
+  Problem p;
+  p.layout = layout_from_string(g.layout == "bhsd" ? "BHSD" : g.layout == "bshd" ? "BSHD" : g.layout);
+  const bool bshd = p.layout == Layout::BSHD;
+  const bool bf16_bits = g.dtype == "bf16" && q.dtype == "uint16";
+  p.dtype = g.dtype.empty() ? dtype_of(q, "q") : dtype_from_string(g.dtype);
+  if (!bf16_bits && dtype_of(q, "q") != p.dtype)
+    std::printf("note: q, k, v (%s) are rounded to --dtype %s\n", q.dtype.c_str(), g.dtype.c_str());
+  auto dim = [&](const UserArray& a, int logical) { return a.shape[size_t(bshd && (logical == 1 || logical == 2) ? 3 - logical : logical)]; };
+  p.B = dim(q, 0), p.Hq = dim(q, 1), p.Lq = dim(q, 2), p.Dqk = dim(q, 3);
+  p.Hkv = dim(k, 1), p.Lk = dim(k, 2), p.Dv = dim(v, 3);
+  if (dim(k, 0) != p.B || dim(v, 0) != p.B || dim(k, 3) != p.Dqk || dim(v, 1) != p.Hkv || dim(v, 2) != p.Lk)
+    bad(g.input + ": shapes do not agree (" + g.layout + "): q " + shape_string(q.shape) + ", k " + shape_string(k.shape) +
+        ", v " + shape_string(v.shape));
+  p.scale = g.scale;
+  p.softcap = g.softcap;
+  if (!g.causal.empty()) {
+    std::string a = g.causal;
+    std::replace(a.begin(), a.end(), '-', '_');
+    p.causal = true;
+    p.alignment = alignment_from_string(a);
+  }
+  if (g.causal_offset) p.alignment = Alignment::explicit_, p.causal_offset = *g.causal_offset;
+  if (!g.window.empty()) {
+    if (g.window.size() != 2) bad("--window: expected LEFT,RIGHT (-1 = unbounded)");
+    p.window_left = g.window[0], p.window_right = g.window[1];
+  }
+  p.key_lengths = g.key_lengths;
+  p.fully_masked = fully_masked_from_string(g.policy);
+  if (!g.fill_value.empty()) p.fill = MaskFill::finite, p.fill_value = std::stod(g.fill_value);
+  p.dropout_p = g.dropout_p, p.dropout_seed = g.dropout_seed;
+  p.want_lse = g.want_lse, p.want_weights = g.want_weights;
+
+  Inputs in;
+  in.q = to_tensor(q, p.dtype, {p.B, p.Hq, p.Lq, p.Dqk}, p.layout, bf16_bits);
+  in.k = to_tensor(k, p.dtype, {p.B, p.Hkv, p.Lk, p.Dqk}, p.layout, bf16_bits);
+  in.v = to_tensor(v, p.dtype, {p.B, p.Hkv, p.Lk, p.Dv}, p.layout, bf16_bits);
+  if (auto it = arrays.find("mask"); it != arrays.end()) {
+    check_zero_one(g.input + ": mask", it->second);
+    p.mask_shape = broadcast_shape(it->second, "mask");
+    in.mask = to_tensor(it->second, DType::u8, {p.mask_shape->begin(), p.mask_shape->end()}, Layout::BHSD, false);
+  }
+  if (auto it = arrays.find("bias"); it != arrays.end()) {
+    p.bias_shape = broadcast_shape(it->second, "bias");
+    p.bias_dtype = it->second.dtype == "float16" ? DType::f16 : it->second.dtype == "float64" ? DType::f64 : DType::f32;
+    if (!it->second.is_float()) bad(g.input + ": bias: dtype " + it->second.dtype + " must be a float type");
+    in.bias = to_tensor(it->second, p.bias_dtype, {p.bias_shape->begin(), p.bias_shape->end()}, Layout::BHSD, false);
+  }
+  if (auto it = arrays.find("keep"); it != arrays.end()) {
+    check_zero_one(g.input + ": keep", it->second);
+    if (!(p.dropout_p > 0)) bad(g.input + ": keep: a dropout keep-mask needs --dropout-p P > 0");
+    in.keep = to_tensor(it->second, DType::u8, it->second.shape, Layout::BHSD, false);
+  } else if (p.dropout_p > 0) {
+    bad("--dropout-p " + std::to_string(p.dropout_p) + ": needs a keep array in " + g.input);
+  }
+  validate(p);
+  validate(p, in);
+  Provenance prov;
+  prov.distribution = "user";
+  prov.command = "attncheck import " + std::filesystem::path(g.input).filename().string();
+  const std::string name = g.name.empty() ? p.name() + "/imported" : g.name;
+  const Fixture f = make_fixture(name, p, std::move(in), prov);
+  write_fixture(g.out, f);
+  std::printf("imported %s -> %s (%s)\nreplay: attncheck verify --fixtures %s --impl NAME\n", g.input.c_str(),
+              g.out.c_str(), name.c_str(), std::filesystem::path(g.out).parent_path().string().c_str());
+  return 0;
+}
+
+const Register reg{{"import", "Make a fixture from your own tensors (.npz or .h5 with q, k, v [, mask, bias, keep])",
+                    [](CLI::App& sub) {
+                      sub.add_option("input", g.input, "Tensors: .npz (np.savez[_compressed]) or .h5 (h5py)")->required();
+                      sub.add_option("--out", g.out, "Fixture to write (.h5)")->required();
+                      sub.add_option("--name", g.name, "Case name (default: from the problem)");
+                      sub.add_option("--dtype", g.dtype, "Problem dtype (default: q's; bf16 from uint16 bit patterns)");
+                      sub.add_option("--layout", g.layout, "Memory order of q, k, v: bhsd or bshd")->capture_default_str();
+                      sub.add_option("--causal", g.causal, "Causal mask aligned top-left or bottom-right");
+                      sub.add_option("--causal-offset", g.causal_offset, "Causal/window diagonal offset (explicit)");
+                      sub.add_option("--scale", g.scale, "Softmax scale (default 1/sqrt(Dqk))");
+                      sub.add_option("--softcap", g.softcap, "Logit softcap c (0 = off)");
+                      sub.add_option("--window", g.window, "Sliding window LEFT,RIGHT")->delimiter(',');
+                      sub.add_option("--key-lengths", g.key_lengths, "Valid keys per batch")->delimiter(',');
+                      sub.add_option("--policy", g.policy, "Fully-masked rows: zero, nan, uniform")->capture_default_str();
+                      sub.add_option("--fill-value", g.fill_value, "Masked scores become this finite value (default -inf)");
+                      sub.add_option("--dropout-p", g.dropout_p, "Dropout probability of the keep array");
+                      sub.add_option("--dropout-seed", g.dropout_seed, "Recorded with the keep array");
+                      sub.add_flag("--want-lse", g.want_lse, "Ask implementations for lse");
+                      sub.add_flag("--want-weights", g.want_weights, "Ask for (and store) the attention weights");
+                      return std::function<int()>(run_import);
+                    }}};
+
+}  // namespace
+}  // namespace attncheck::cli
