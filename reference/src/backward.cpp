@@ -1,0 +1,256 @@
+// The looped reference backward: for each query row, recompute the scores and softmax of the forward, then
+// dP = dO·Vᵀ (through the keep-mask), D = Σ_j P'·dP', dS = P∘(dP − D), the softcap chain rule, and accumulate
+// dQ = scale·dS·K, dK = scale·dSᵀ·Q, dV = P'ᵀ·dO, dBias = Σ dS over broadcast dims (derivation: docs/backward.md).
+#include "attncheck/backward.hpp"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "attncheck/reference.hpp"
+
+namespace attncheck {
+
+namespace {
+
+// Everything the backward of one (b, h, i) row needs, recomputed from the problem.
+struct RowGrad {
+  bool fully_masked = false;
+  double lse = 0, d = 0;
+  std::vector<char> vis;   // key visible (its score depends on q, k, bias)
+  std::vector<double> pp;  // P'_ij = P_ij keep_ij/(1-p): the weight that multiplies v_j in the forward
+  std::vector<double> ds;  // dS_ij: gradient of the score after softcap (what the bias receives)
+  std::vector<double> dr;  // dS_ij * softcap derivative: gradient of scale·q·k (what q and k receive, / scale)
+  std::vector<double> g;   // error scale of dS_ij (backward.hpp)
+  std::vector<double> chain;  // softcap derivative c_ij (1 without softcap)
+};
+
+class Backward {
+ public:
+  Backward(const Problem& p, const Inputs& in, const Tensor& dout)
+      : p_(p), in_(in), q_(in.q.to_double()), k_(in.k.to_double()), v_(in.v.to_double()), do_(dout.to_double()) {}
+
+  const std::vector<double>& q() const { return q_; }
+  const std::vector<double>& dO() const { return do_; }
+
+  void row(int64_t b, int64_t h, int64_t i, RowGrad& r) const {
+    const Problem& p = p_;
+    const int64_t Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv;
+    const double inf = std::numeric_limits<double>::infinity();
+    const double fill = p.fill == MaskFill::neg_inf ? -inf : p.fill_value;
+    const double scale = p.effective_scale();
+    const int64_t kvh = p.kv_head(h);
+    const int64_t row = (b * p.Hq + h) * p.Lq + i;
+    const double* qi = &q_[static_cast<size_t>(row * Dqk)];
+    const double* kb = &k_[static_cast<size_t>((b * p.Hkv + kvh) * Lk * Dqk)];
+    const double* vb = &v_[static_cast<size_t>((b * p.Hkv + kvh) * Lk * Dv)];
+    const double* doi = &do_[static_cast<size_t>(row * Dv)];
+    const int64_t diag = i + p.diagonal_offset(b), valid_keys = p.key_length(b);
+    r.vis.assign(static_cast<size_t>(Lk), 0);
+    r.pp.assign(static_cast<size_t>(Lk), 0.0);
+    r.ds.assign(static_cast<size_t>(Lk), 0.0);
+    r.dr.assign(static_cast<size_t>(Lk), 0.0);
+    r.g.assign(static_cast<size_t>(Lk), 0.0);
+    r.chain.assign(static_cast<size_t>(Lk), 1.0);
+    std::vector<double>& chain = r.chain;
+    std::vector<double> s(static_cast<size_t>(Lk), fill);
+
+    // Forward, step 1: scores (as reference.cpp: masked keys take the fill and are never read).
+    double m = -inf;
+    for (int64_t j = 0; j < Lk; ++j) {
+      bool vis = true;
+      if (p.causal && j > diag) vis = false;
+      if (j >= valid_keys) vis = false;
+      if (p.window_left >= 0 && j < diag - p.window_left) vis = false;
+      if (p.window_right >= 0 && j > diag + p.window_right) vis = false;
+      if (in_.mask && in_.mask->get_offset(broadcast_offset(*in_.mask, b, h, i, j)) == 0) vis = false;
+      if (!vis) continue;
+      r.vis[static_cast<size_t>(j)] = 1;
+      double dot = 0.0;
+      for (int64_t d = 0; d < Dqk; ++d) dot += qi[d] * kb[j * Dqk + d];
+      double score = dot * scale;
+      if (p.softcap > 0) {
+        const double t = std::tanh(score / p.softcap);
+        score = p.softcap * t;
+        chain[static_cast<size_t>(j)] = 1.0 - t * t;  // d(c·tanh(x/c))/dx
+      }
+      if (in_.bias) score += in_.bias->get_offset(broadcast_offset(*in_.bias, b, h, i, j));
+      s[static_cast<size_t>(j)] = score;
+      m = std::max(m, score);
+    }
+    // Forward, step 2: the softmax. A row with no visible key (or only -inf scores) has no gradient.
+    r.fully_masked = m == -inf;
+    if (r.fully_masked) {
+      r.lse = p.fill == MaskFill::finite ? fill + std::log(static_cast<double>(Lk)) : -inf;
+      r.d = 0;
+      return;
+    }
+    if (p.fill == MaskFill::finite) m = std::max(m, fill);
+    std::vector<double> P(static_cast<size_t>(Lk), 0.0);
+    double sum = 0.0;
+    for (int64_t j = 0; j < Lk; ++j) {
+      const bool takes_part = r.vis[static_cast<size_t>(j)] || p.fill == MaskFill::finite;
+      P[static_cast<size_t>(j)] = takes_part ? std::exp(s[static_cast<size_t>(j)] - m) : 0.0;
+      sum += P[static_cast<size_t>(j)];
+    }
+    for (double& x : P) x /= sum;
+    r.lse = m + std::log(sum);
+
+    // Backward: dP_ij = keep_ij/(1-p) · dO_i·v_j (the same keep-mask as the forward), only where P'_ij != 0.
+    const double keep_scale = 1.0 / (1.0 - p.dropout_p);
+    std::vector<double> dP(static_cast<size_t>(Lk), 0.0), mag(static_cast<size_t>(Lk), 0.0);
+    double D = 0.0, M = 0.0;
+    for (int64_t j = 0; j < Lk; ++j) {
+      double kf = 1.0;
+      if (in_.keep) kf = in_.keep->get_offset(((b * p.Hq + h) * p.Lq + i) * Lk + j) != 0 ? keep_scale : 0.0;
+      const double pj = P[static_cast<size_t>(j)];
+      r.pp[static_cast<size_t>(j)] = pj * kf;
+      if (pj * kf == 0.0) continue;  // a dropped or zero weight: v_j is never read (it may be poisoned)
+      double dot = 0.0, abs_dot = 0.0;
+      for (int64_t d = 0; d < Dv; ++d) {
+        dot += doi[d] * vb[j * Dv + d];
+        abs_dot += std::abs(doi[d] * vb[j * Dv + d]);
+      }
+      dP[static_cast<size_t>(j)] = kf * dot;
+      mag[static_cast<size_t>(j)] = kf * abs_dot;
+      D += pj * dP[static_cast<size_t>(j)];  // D_i = Σ_j P_ij dP_ij = Σ_j P'_ij dP'_ij
+      M += pj * mag[static_cast<size_t>(j)];
+    }
+    r.d = D;
+    // dS_ij = P_ij (dP_ij − D_i) on visible keys; a masked key's score is the constant fill: no gradient.
+    for (int64_t j = 0; j < Lk; ++j) {
+      const size_t J = static_cast<size_t>(j);
+      if (!r.vis[J] || P[J] == 0.0) continue;
+      r.ds[J] = P[J] * (dP[J] - D);
+      r.dr[J] = r.ds[J] * chain[J];
+      r.g[J] = P[J] * (std::abs(dP[J]) + std::abs(D) + mag[J] + M);
+    }
+  }
+
+ private:
+  const Problem& p_;
+  const Inputs& in_;
+  std::vector<double> q_, k_, v_, do_;
+};
+
+void check_dout(const Problem& p, const Tensor& dout) {
+  const std::vector<int64_t> want = {p.B, p.Hq, p.Lq, p.Dv};
+  if (dout.shape != want) {
+    std::string got;
+    for (int64_t x : dout.shape) got += (got.empty() ? "" : ",") + std::to_string(x);
+    throw std::invalid_argument("dout: shape [" + got + "] does not match [B,Hq,Lq,Dv] = [" +
+                                std::to_string(p.B) + "," + std::to_string(p.Hq) + "," + std::to_string(p.Lq) +
+                                "," + std::to_string(p.Dv) + "]");
+  }
+  if (dout.dtype == DType::u8) throw std::invalid_argument("dout: dtype u8 is not a floating type");
+}
+
+}  // namespace
+
+std::vector<int64_t> grad_shape(const Problem& p, int which) {
+  switch (which) {
+    case 0: return {p.B, p.Hq, p.Lq, p.Dqk};
+    case 1: return {p.B, p.Hkv, p.Lk, p.Dqk};
+    case 2: return {p.B, p.Hkv, p.Lk, p.Dv};
+    default:
+      if (!p.bias_shape) return {};
+      return {(*p.bias_shape)[0], (*p.bias_shape)[1], (*p.bias_shape)[2], (*p.bias_shape)[3]};
+  }
+}
+
+Gradients make_gradients(const Problem& p) {
+  Gradients g{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), std::nullopt};
+  if (p.bias_shape) g.dbias = Tensor(p.bias_dtype, grad_shape(p, 3));
+  return g;
+}
+
+Tensor make_dout(const Problem& p) { return Tensor(p.dtype, {p.B, p.Hq, p.Lq, p.Dv}, storage_order(p.layout)); }
+
+BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tensor& dout, int threads,
+                                  bool want_ds) {
+  validate(p, in);
+  check_dout(p, dout);
+  const int64_t B = p.B, Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, G = p.group_size();
+  const double scale = p.effective_scale();
+  const Backward bw(p, in, dout);
+  const std::vector<double> k = in.k.to_double();
+
+  BackwardResult r;
+  r.dq.assign(static_cast<size_t>(B * Hq * Lq * Dqk), 0.0);
+  r.dq_abs = r.dq;
+  r.dk.assign(static_cast<size_t>(B * Hkv * Lk * Dqk), 0.0);
+  r.dk_abs = r.dk;
+  r.dv.assign(static_cast<size_t>(B * Hkv * Lk * Dv), 0.0);
+  r.dv_abs = r.dv;
+  r.d.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
+  r.lse = r.d;
+  if (want_ds) r.ds.assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
+
+  // Phase 1, one task per (batch, KV head): it owns dK and dV of that head, summed over the group's query heads
+  // (GQA) and their queries in a fixed order; dQ rows are written by the one task that computes them.
+  parallel_rows(B * Hkv, threads, [&](int64_t unit) {
+    const int64_t b = unit / Hkv, kvh = unit % Hkv;
+    const double* kb = &k[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];
+    double* dk = &r.dk[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];
+    double* dk_abs = &r.dk_abs[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];
+    double* dv = &r.dv[static_cast<size_t>((b * Hkv + kvh) * Lk * Dv)];
+    double* dv_abs = &r.dv_abs[static_cast<size_t>((b * Hkv + kvh) * Lk * Dv)];
+    RowGrad g;
+    for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h)
+      for (int64_t i = 0; i < Lq; ++i) {
+        bw.row(b, h, i, g);
+        const int64_t row = (b * Hq + h) * Lq + i;
+        r.d[static_cast<size_t>(row)] = g.d;
+        r.lse[static_cast<size_t>(row)] = g.lse;
+        if (g.fully_masked) continue;
+        if (want_ds) std::copy(g.ds.begin(), g.ds.end(), r.ds.begin() + row * Lk);
+        const double* qi = &bw.q()[static_cast<size_t>(row * Dqk)];
+        const double* doi = &bw.dO()[static_cast<size_t>(row * Dv)];
+        double* dq = &r.dq[static_cast<size_t>(row * Dqk)];
+        double* dq_abs = &r.dq_abs[static_cast<size_t>(row * Dqk)];
+        for (int64_t j = 0; j < Lk; ++j) {
+          const size_t J = static_cast<size_t>(j);
+          if (g.pp[J] != 0.0)  // dV_j += P'_ij dO_i
+            for (int64_t d = 0; d < Dv; ++d) {
+              dv[j * Dv + d] += g.pp[J] * doi[d];
+              dv_abs[j * Dv + d] += std::abs(g.pp[J] * doi[d]);
+            }
+          if (!g.vis[J] || g.g[J] == 0.0) continue;  // no score gradient: k_j is never read
+          const double c = scale * g.dr[J], ca = std::abs(scale * g.chain[J]) * g.g[J];
+          for (int64_t d = 0; d < Dqk; ++d) {
+            dq[d] += c * kb[j * Dqk + d];  // dQ_i = scale Σ_j dS_ij c_ij k_j
+            dq_abs[d] += std::abs(ca * kb[j * Dqk + d]);
+            dk[j * Dqk + d] += c * qi[d];  // dK_j = scale Σ_i dS_ij c_ij q_i
+            dk_abs[j * Dqk + d] += std::abs(ca * qi[d]);
+          }
+        }
+      }
+  });
+
+  // Phase 2, dBias: one task per row (b', h', i') of the bias tensor sums dS over every (b, h, i) that reads it.
+  if (in.bias) {
+    const std::vector<int64_t> bs = grad_shape(p, 3);
+    r.dbias.assign(static_cast<size_t>(bs[0] * bs[1] * bs[2] * bs[3]), 0.0);
+    r.dbias_abs = r.dbias;
+    parallel_rows(bs[0] * bs[1] * bs[2], threads, [&](int64_t brow) {
+      const int64_t bb = brow / (bs[1] * bs[2]), hh = (brow / bs[2]) % bs[1], ii = brow % bs[2];
+      double* db = &r.dbias[static_cast<size_t>(brow * bs[3])];
+      double* db_abs = &r.dbias_abs[static_cast<size_t>(brow * bs[3])];
+      RowGrad g;
+      for (int64_t b = (bs[0] == 1 ? 0 : bb); b < (bs[0] == 1 ? B : bb + 1); ++b)
+        for (int64_t h = (bs[1] == 1 ? 0 : hh); h < (bs[1] == 1 ? Hq : hh + 1); ++h)
+          for (int64_t i = (bs[2] == 1 ? 0 : ii); i < (bs[2] == 1 ? Lq : ii + 1); ++i) {
+            bw.row(b, h, i, g);
+            if (g.fully_masked) continue;
+            for (int64_t j = 0; j < Lk; ++j) {
+              db[bs[3] == 1 ? 0 : j] += g.ds[static_cast<size_t>(j)];
+              db_abs[bs[3] == 1 ? 0 : j] += g.g[static_cast<size_t>(j)];
+            }
+          }
+    });
+  }
+  return r;
+}
+
+}  // namespace attncheck
