@@ -4,6 +4,6 @@
 from . import worker
 from .check import check
 from .compare import Result, compare
-from .fixture import load, make_fixture, reference, save
+from .fixture import load, make_fixture, reference, save, tolerance
 
-__all__ = ["check", "compare", "load", "make_fixture", "reference", "save", "worker", "Result"]
+__all__ = ["check", "compare", "load", "make_fixture", "reference", "save", "tolerance", "worker", "Result"]

@@ -57,7 +57,7 @@ def _flags(problem):
     return flags
 
 
-def make_fixture(path, q, k, v, mask=None, bias=None, keep=None, **problem):
+def make_fixture(path, q, k, v, mask=None, bias=None, keep=None, tolerances=None, **problem):
     """Writes a fixture for your tensors with `attncheck import` and returns load(path).
 
     problem: causal (True = top_left, "bottom_right", ...), scale, softcap, policy, window=(left, right),
@@ -68,7 +68,8 @@ def make_fixture(path, q, k, v, mask=None, bias=None, keep=None, **problem):
     with tempfile.TemporaryDirectory() as tmp:
         npz = os.path.join(tmp, "tensors.npz")
         np.savez(npz, **{n: np.asarray(a) for n, a in arrays.items() if a is not None})
-        r = _cli.run(["import", npz, "--out", os.fspath(path)] + _flags(problem))
+        extra = ["--tolerances", os.fspath(tolerances)] if tolerances else []
+        r = _cli.run(["import", npz, "--out", os.fspath(path)] + extra + _flags(problem))
         if r.returncode != 0:
             raise RuntimeError(r.stderr or r.stdout)
     return load(path)
@@ -80,3 +81,16 @@ def reference(q, k, v, mask=None, bias=None, keep=None, **problem):
     with tempfile.TemporaryDirectory() as tmp:
         e = make_fixture(os.path.join(tmp, "case.h5"), q, k, v, mask, bias, keep, **problem)["expected"]
     return {n: e[n] for n in ("out", "lse", "weights") if n in e}
+
+
+def tolerance(q, k, v, mask=None, bias=None, keep=None, **problem):
+    """Per-element tolerances {"out", "lse", "weights"} for outputs of your tensors' problem delivered in its dtype
+    (the tolerance model of docs/tolerance.md, as compare and verify apply it); arrays in q's layout."""
+    problem.setdefault("want_weights", True)
+    with tempfile.TemporaryDirectory() as tmp:
+        make_fixture(os.path.join(tmp, "case.h5"), q, k, v, mask, bias, keep, tolerances=tmp, **problem)
+        tol = {n: np.load(os.path.join(tmp, n + ".npy")) for n in ("out", "lse", "weights")
+               if os.path.exists(os.path.join(tmp, n + ".npy"))}
+    if problem.get("layout") == "bshd":  # stored [B, L, H, D] like the inputs
+        tol["out"] = tol["out"].transpose(0, 2, 1, 3)
+    return tol

@@ -32,3 +32,27 @@ TEST(ComparePolicy, ZeroPolicyCandidateAgainstANanFixture) {
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("--policy: unknown value 'sometimes'"), std::string::npos) << r.out;
 }
+
+// `compare --contract`: a candidate that rounds its fp32 operands to bf16 fails the default fp32 contract and
+// passes when it declares that rounding; a malformed contract is exit 2 naming the flag.
+TEST(CompareContract, DeclaredOperandRoundingIsJudgedByItsBound) {
+  const std::string fix = test::golden_case("fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_causal-br_normal.h5");
+  const Fixture f = read_fixture(fix);
+  Inputs rounded = f.inputs;
+  for (Tensor* t : {&rounded.q, &rounded.k, &rounded.v})
+    for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, round_to(DType::bf16, t->get_offset(n)));
+  Outputs out;
+  ASSERT_TRUE(run_impl(*find_impl("reference"), f.problem, rounded, out).ok);
+  const auto dir = test::scratch("compare_contract");
+  const std::string cand = (dir / "bf16_operands.h5").string();
+  write_candidate(cand, f.problem, out);
+
+  auto r = test::run("compare --expected " + fix + " --actual " + cand);
+  EXPECT_EQ(r.rc, 1) << "bf16 operand rounding is far outside the fp32 contract: " << r.out;
+  r = test::run("compare --expected " + fix + " --actual " + cand + " --contract qk=bf16,pv=bf16");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("judged under the declared precision contract qk=bf16"), std::string::npos) << r.out;
+  r = test::run("compare --expected " + fix + " --actual " + cand + " --contract qk=int3");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--contract: "), std::string::npos) << r.out;
+}

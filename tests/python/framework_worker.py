@@ -19,7 +19,7 @@ except ImportError as e:
     print(f"SKIP: {framework} is not importable here ({e}); pip install {framework} to run this worker")
     sys.exit(77)
 
-FEATURES = ["gqa", "cross", "dqk_ne_dv", "causal", "bool_mask"]
+FEATURES = ["gqa", "cross", "causal", "bool_mask"]
 
 
 def torch_sdpa(q, k, v, *, problem, mask=None, bias=None, keep=None):
@@ -50,7 +50,7 @@ def jax_sdpa(q, k, v, *, problem, mask=None, bias=None, keep=None):
 if len(sys.argv) > 2 and sys.argv[2] == "serve":
     import attncheck
     attncheck.worker.serve(torch_sdpa if framework == "torch" else jax_sdpa,
-                           {"name": f"{framework}-sdpa", "policy": "nan" if framework == "torch" else "zero",
+                           {"name": f"{framework}-sdpa", "policy": "nan" if framework == "torch" else "uniform",
                             "dtypes": ["f32", "f16", "bf16"], "layouts": ["bhsd"], "alignments": ["top_left"],
                             "features": FEATURES})
 else:

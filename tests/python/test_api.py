@@ -53,6 +53,16 @@ def test_compare_and_roundtrip(tmp_path):
     assert attncheck.compare(g, out=bad).index == r.index
 
 
+def test_tolerance_is_the_bound_compare_applies(tmp_path):
+    tol = attncheck.tolerance(q, k, v, causal="bottom_right", scale=0.2)
+    f = attncheck.make_fixture(tmp_path / "case.h5", q, k, v, causal="bottom_right", scale=0.2)
+    out = f["expected"]["out"].astype(np.float32)
+    out[0, 0, 4, 1] += 0.1
+    r = attncheck.compare(f, out=out)
+    assert tol["out"].shape == out.shape and tol["lse"].shape == (1, 2, 5) and tol["weights"].shape == (1, 2, 5, 6)
+    assert r.index == {"b": 0, "h": 0, "i": 4, "d": 1} and r.bound == tol["out"][0, 0, 4, 1] > 0
+
+
 def test_worker_hello_and_protocol_errors():
     requests = io.StringIO(json.dumps({"type": "hello", "protocols": [1]}) + "\n" + "not json\n" +
                            json.dumps({"type": "frobnicate", "id": 3}) + "\n" + json.dumps({"type": "bye"}) + "\n")

@@ -1,11 +1,13 @@
 // `attncheck compare --expected FIXTURE.h5 --actual CANDIDATE.h5`: the verdict for an implementation that lives
 // elsewhere (PyTorch, JAX, Triton, CUDA): it writes /actual/out (optionally lse, weights) with h5py or any HDF5
 // library; the same tolerance model, table and reports as verify. `--policy` declares the candidate's fully-masked
-// policy: the reference recomputes the expectation under it. Exit 0 pass, 1 fail, 2 bad input.
+// policy: the reference recomputes the expectation under it; `--contract` its precision contract, which the
+// tolerance bound follows. Exit 0 pass, 1 fail, 2 bad input.
 #include <cstdio>
 #include <filesystem>
 
 #include "attncheck/fixture.hpp"
+#include "attncheck/contract.hpp"
 #include "attncheck/reference.hpp"
 #include "command.hpp"
 #include "report.hpp"
@@ -14,7 +16,7 @@ namespace attncheck::cli {
 namespace {
 
 struct Options {
-  std::string expected, actual, report, name, policy;
+  std::string expected, actual, report, name, policy, contract;
 };
 Options g;
 
@@ -53,7 +55,17 @@ int run_compare() {
   if (!cand.weights && f.problem.want_weights)
     std::printf("note: %s has no /actual/weights: weights not compared\n", g.actual.c_str());
   const std::string impl = g.name.empty() ? std::filesystem::path(g.actual).filename().string() : g.name;
-  std::vector<CaseResult> rs{judged_result(f.name, g.expected, impl, judge(p, f.expected, cand, f.tolerance))};
+  ToleranceModel m = f.tolerance;
+  if (!g.contract.empty()) {
+    try {
+      m.contract = contract_from_string(g.contract, p.dtype);
+      validate_contract(*m.contract, p.dtype);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(std::string("--contract: ") + e.what());
+    }
+    std::printf("note: judged under the declared precision contract %s\n", m.contract->to_string().c_str());
+  }
+  std::vector<CaseResult> rs{judged_result(f.name, g.expected, impl, judge(p, f.expected, cand, m))};
   print_header();
   print_row(rs[0]);
   for (const auto& t : rs[0].verdict.tensors) std::printf("  %s\n", t.describe().c_str());
@@ -71,6 +83,8 @@ const Register reg{{"compare", "Judge a candidate's outputs (/actual/out, ...) a
                       sub.add_option("--name", g.name, "Implementation name in the report (default: file name)");
                       sub.add_option("--policy", g.policy,
                                      "The candidate's fully-masked-row policy (zero, nan, uniform), if not the fixture's");
+                      sub.add_option("--contract", g.contract,
+                                     "The candidate's precision contract, e.g. qk=bf16,pv=bf16,acc=fp32 (docs/tolerance.md)");
                       return std::function<int()>(run_compare);
                     }}};
 

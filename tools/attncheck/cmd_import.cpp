@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "attncheck/fixture.hpp"
 #include "attncheck/user_arrays.hpp"
@@ -13,7 +14,7 @@ namespace attncheck::cli {
 namespace {
 
 struct Options {
-  std::string input, out, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value;
+  std::string input, out, tolerances, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value;
   std::optional<double> scale;
   double softcap = 0, dropout_p = 0;
   std::optional<int64_t> causal_offset;
@@ -22,6 +23,22 @@ struct Options {
   bool want_lse = false, want_weights = false;
 };
 Options g;
+
+// A little-endian float64 .npy file (numpy's format, version 1.0): what `--tolerances DIR` writes.
+void write_npy(const std::string& path, const std::vector<int64_t>& shape, const std::vector<double>& v) {
+  std::string dims;
+  for (int64_t d : shape) dims += std::to_string(d) + ", ";
+  std::string h = "{'descr': '<f8', 'fortran_order': False, 'shape': (" + dims + "), }";
+  h.append(63 - (10 + h.size()) % 64, ' ');
+  h += '\n';
+  std::ofstream f(path, std::ios::binary);
+  const unsigned char len[2] = {static_cast<unsigned char>(h.size() & 255), static_cast<unsigned char>(h.size() >> 8)};
+  f << "\x93NUMPY\x01" << '\0';
+  f.write(reinterpret_cast<const char*>(len), 2);
+  f << h;
+  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(double)));
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
 
@@ -132,6 +149,13 @@ int run_import() {
   const std::string name = g.name.empty() ? p.name() + "/imported" : g.name;
   const Fixture f = make_fixture(name, p, std::move(in), prov);
   write_fixture(g.out, f);
+  if (!g.tolerances.empty()) {  // per-element bounds for outputs in the problem dtype (row-major, logical order)
+    std::filesystem::create_directories(g.tolerances);
+    write_npy(g.tolerances + "/out.npy", {p.B, p.Hq, p.Lq, p.Dv}, out_tolerance(p, f.expected, f.tolerance));
+    write_npy(g.tolerances + "/lse.npy", {p.B, p.Hq, p.Lq}, lse_tolerance(p, f.expected, f.tolerance));
+    if (p.want_weights)
+      write_npy(g.tolerances + "/weights.npy", {p.B, p.Hq, p.Lq, p.Lk}, weights_tolerance(p, f.expected, f.tolerance));
+  }
   std::printf("imported %s -> %s (%s)\nreplay: attncheck verify --fixtures %s --impl NAME\n", g.input.c_str(),
               g.out.c_str(), name.c_str(), std::filesystem::path(g.out).parent_path().string().c_str());
   return 0;
@@ -141,6 +165,8 @@ const Register reg{{"import", "Make a fixture from your own tensors (.npz or .h5
                     [](CLI::App& sub) {
                       sub.add_option("input", g.input, "Tensors: .npz (np.savez[_compressed]) or .h5 (h5py)")->required();
                       sub.add_option("--out", g.out, "Fixture to write (.h5)")->required();
+                      sub.add_option("--tolerances", g.tolerances, "Also write the per-element tolerances as DIR/out.npy, "
+                                     "lse.npy [, weights.npy] (logical [B,H,L,...] order)");
                       sub.add_option("--name", g.name, "Case name (default: from the problem)");
                       sub.add_option("--dtype", g.dtype, "Problem dtype (default: q's; bf16 from uint16 bit patterns)");
                       sub.add_option("--layout", g.layout, "Memory order of q, k, v: bhsd or bshd")->capture_default_str();

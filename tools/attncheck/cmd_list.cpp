@@ -4,6 +4,7 @@
 
 #include "attncheck/impl.hpp"
 #include "command.hpp"
+#include "attncheck/declarations.hpp"
 #include "plugins.hpp"
 
 namespace attncheck::cli {
@@ -36,13 +37,25 @@ void print_capabilities(const Capabilities& c) {
   if (!c.notes.empty()) std::printf("    notes: %s\n", c.notes.c_str());
 }
 
+// What the implementation declares (attncheck/declarations.hpp): policy, determinism, outputs, contracts.
+void print_declarations(const Declarations& d) {
+  std::string line = d.fully_masked_policy ? std::string("fully-masked ") + to_string(*d.fully_masked_policy)
+                                           : "follows the problem's fully-masked policy";
+  line += d.deterministic ? "; deterministic" : "; not declared deterministic";
+  line += "; outputs";
+  for (const auto& o : d.outputs) line += " " + o;
+  for (const auto& [t, c] : d.contracts) line += std::string("; contract ") + to_string(t) + " " + c.to_string();
+  std::printf("    declares: %s\n", line.c_str());
+}
+
 int run_list() {
   load_plugins(g_plugins);
-  for (const auto& impl : registry()) {
+  for (const auto& impl : maybe_isolate(registry())) {
     const Support a = impl->available();
     std::printf("%-16s %-12s %s\n", impl->name().c_str(), a.ok ? "available" : "unavailable",
                 a.ok ? impl->description().c_str() : a.reason.c_str());
     print_capabilities(impl->capabilities());
+    print_declarations(impl->declarations());
   }
   return 0;
 }
