@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "grad_cases.hpp"
+#include "backward_cases.hpp"
 
 using namespace attncheck;
 using namespace attncheck::gradtest;
