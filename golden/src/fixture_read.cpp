@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "attncheck/fixture.hpp"
+#include "fixture_attrs.hpp"
 #include "fixture_layout.hpp"
 #include "attncheck/user_arrays.hpp"
 #include "h5.hpp"
@@ -24,15 +25,8 @@ std::string fmt_g(double x) {
   return buf;
 }
 
-std::array<int64_t, 4> shape4(const h5::Reader& r, hid_t root, const char* name) {
-  const auto v = r.attr_i64s(root, "/", name);
-  if (v.size() != 4) r.fail("/", std::string("attribute '") + name + "' must have 4 entries, got " +
-                                     std::to_string(v.size()));
-  return {v[0], v[1], v[2], v[3]};
-}
-
-// Attributes -> Problem, name, provenance, tolerance. Per-batch vectors (key_lengths, causal_offsets) are read
-// from /inputs after the shape check.
+// Attributes -> Problem (from the feature table), name, provenance, tolerance. Per-batch vectors are read from
+// /inputs after the shape check.
 void read_attrs(h5::Reader& r, hid_t root, Fixture& f) {
   Provenance& pv = f.provenance;
   pv.schema_version = r.attr_i64(root, "/", "schema_version");
@@ -49,41 +43,7 @@ void read_attrs(h5::Reader& r, hid_t root, Fixture& f) {
   pv.distribution = r.attr_str(root, "/", "distribution");
   pv.command = r.attr_str(root, "/", "command");
 
-  Problem& p = f.problem;
-  p.B = r.attr_i64(root, "/", "B");
-  p.Hq = r.attr_i64(root, "/", "Hq");
-  p.Hkv = r.attr_i64(root, "/", "Hkv");
-  p.Lq = r.attr_i64(root, "/", "Lq");
-  p.Lk = r.attr_i64(root, "/", "Lk");
-  p.Dqk = r.attr_i64(root, "/", "Dqk");
-  p.Dv = r.attr_i64(root, "/", "Dv");
-  auto parse = [&](const char* field, auto fn) {
-    const std::string s = r.attr_str(root, "/", field);
-    try {
-      return fn(s);
-    } catch (const std::invalid_argument& e) {
-      r.fail(field, e.what());
-    }
-  };
-  p.dtype = parse("dtype", dtype_from_string);
-  p.layout = parse("layout", layout_from_string);
-  if (r.has_attr(root, "scale")) p.scale = r.attr_f64(root, "/", "scale");
-  p.causal = r.attr_i64(root, "/", "causal") != 0;
-  p.alignment = parse("alignment", alignment_from_string);
-  p.causal_offset = r.attr_i64(root, "/", "causal_offset");
-  if (r.has_attr(root, "mask_shape")) p.mask_shape = shape4(r, root, "mask_shape");
-  if (r.has_attr(root, "bias_shape")) p.bias_shape = shape4(r, root, "bias_shape");
-  p.bias_dtype = parse("bias_dtype", dtype_from_string);
-  p.window_left = r.attr_i64(root, "/", "window_left");
-  p.window_right = r.attr_i64(root, "/", "window_right");
-  p.softcap = r.attr_f64(root, "/", "softcap");
-  p.fill = parse("fill", fill_from_string);
-  p.fill_value = r.attr_f64(root, "/", "fill_value");
-  p.fully_masked = parse("fully_masked", fully_masked_from_string);
-  p.dropout_p = r.attr_f64(root, "/", "dropout_p");
-  p.dropout_seed = r.attr_u64(root, "/", "dropout_seed");
-  p.want_weights = r.attr_i64(root, "/", "want_weights") != 0;
-  p.want_lse = r.attr_i64(root, "/", "want_lse") != 0;
+  fixture_detail::read_problem_attrs(r, root, f.problem);
 
   f.tolerance.lambda = r.attr_f64(root, "/", "tolerance_lambda");
   f.tolerance.rel_floor = r.attr_f64(root, "/", "tolerance_rel_floor");
@@ -112,16 +72,6 @@ void check_size(const h5::Reader& r, const Problem& p, uint64_t cap) {
                        std::to_string(cap) + " bytes");
 }
 
-std::vector<int64_t> read_per_batch(const h5::Reader& r, hid_t file, const char* name, int64_t B) {
-  const std::string path = std::string("/inputs/") + name;
-  if (!r.has_object(file, path)) return {};
-  h5::Id d = r.open_dataset(file, path);
-  r.expect_extents(d, path, {B});
-  std::vector<int64_t> v(static_cast<size_t>(B));
-  r.read_i64(d, path, v.data());
-  return v;
-}
-
 Fixture read_header(h5::Reader& r, hid_t file, uint64_t cap) {
   Fixture f;
   h5::Id root = r.open_group(file, "/");
@@ -135,8 +85,7 @@ Fixture read_header(h5::Reader& r, hid_t file, uint64_t cap) {
                                     " (scale attribute or 1/sqrt(Dqk))");
   }
   check_size(r, f.problem, cap);
-  f.problem.key_lengths = read_per_batch(r, file, "key_lengths", f.problem.B);
-  f.problem.causal_offsets = read_per_batch(r, file, "causal_offsets", f.problem.B);
+  fixture_detail::read_problem_datasets(r, file, f.problem);
   validate_problem(r, f.problem);
   return f;
 }

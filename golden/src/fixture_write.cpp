@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "attncheck/fixture.hpp"
+#include "fixture_attrs.hpp"
 #include "fixture_layout.hpp"
 #include "h5.hpp"
 
@@ -18,6 +19,7 @@ namespace attncheck {
 
 using fixture_detail::stored_dims;
 using fixture_detail::to_layout;
+using fixture_detail::write_problem_attrs;
 
 const char* attncheck_version() { return ATTNCHECK_VERSION; }
 
@@ -72,37 +74,6 @@ void write_doubles(hid_t g, const char* name, const std::vector<double>& v, cons
   h5::write_attr(d, "dims", std::string(dim_names));
 }
 
-void write_problem_attrs(hid_t root, const Problem& p) {
-  using h5::write_attr;
-  write_attr(root, "B", p.B);
-  write_attr(root, "Hq", p.Hq);
-  write_attr(root, "Hkv", p.Hkv);
-  write_attr(root, "Lq", p.Lq);
-  write_attr(root, "Lk", p.Lk);
-  write_attr(root, "Dqk", p.Dqk);
-  write_attr(root, "Dv", p.Dv);
-  write_attr(root, "dtype", std::string(to_string(p.dtype)));
-  write_attr(root, "layout", std::string(to_string(p.layout)));
-  if (p.scale) write_attr(root, "scale", *p.scale);
-  write_attr(root, "effective_scale", p.effective_scale());
-  write_attr(root, "causal", int64_t{p.causal});
-  write_attr(root, "alignment", std::string(to_string(p.alignment)));
-  write_attr(root, "causal_offset", p.causal_offset);
-  if (p.mask_shape) write_attr(root, "mask_shape", std::vector<int64_t>(p.mask_shape->begin(), p.mask_shape->end()));
-  if (p.bias_shape) write_attr(root, "bias_shape", std::vector<int64_t>(p.bias_shape->begin(), p.bias_shape->end()));
-  write_attr(root, "bias_dtype", std::string(to_string(p.bias_dtype)));
-  write_attr(root, "window_left", p.window_left);
-  write_attr(root, "window_right", p.window_right);
-  write_attr(root, "softcap", p.softcap);
-  write_attr(root, "fill", std::string(to_string(p.fill)));
-  write_attr(root, "fill_value", p.fill_value);
-  write_attr(root, "fully_masked", std::string(to_string(p.fully_masked)));
-  write_attr(root, "dropout_p", p.dropout_p);
-  h5::write_attr_u64(root, "dropout_seed", p.dropout_seed);
-  write_attr(root, "want_weights", int64_t{p.want_weights});
-  write_attr(root, "want_lse", int64_t{p.want_lse});
-}
-
 void write_file(const std::string& path, const Fixture& f) {
   const Problem& p = f.problem;
   const Inputs& in = f.inputs;
@@ -113,7 +84,7 @@ void write_file(const std::string& path, const Fixture& f) {
   // Provenance first: a reader checks schema_version before anything else.
   h5::write_attr(root, "schema_version", f.provenance.schema_version);
   h5::write_attr(root, "name", f.name);
-  h5::write_attr(root, "problem_name", p.name());
+  h5::write_attr(root, "problem_name", p.short_name());
   h5::write_attr(root, "attncheck_version", f.provenance.attncheck_version);
   h5::write_attr(root, "reference_precision", f.provenance.reference_precision);
   h5::write_attr_u64(root, "seed", f.provenance.seed);
@@ -136,10 +107,7 @@ void write_file(const std::string& path, const Fixture& f) {
     if (in.mask) write_tensor(g, "mask", canonical(*in.mask, Layout::BHSD), in.mask->shape, "B,Hq,Lq,Lk (broadcast)");
     if (in.bias) write_tensor(g, "bias", canonical(*in.bias, Layout::BHSD), in.bias->shape, "B,Hq,Lq,Lk (broadcast)");
     if (in.keep) write_tensor(g, "keep", canonical(*in.keep, Layout::BHSD), in.keep->shape, "B,Hq,Lq,Lk");
-    if (!p.key_lengths.empty())
-      h5::write_dataset(g, "key_lengths", H5T_STD_I64LE, {p.B}, p.key_lengths.data());
-    if (!p.causal_offsets.empty())
-      h5::write_dataset(g, "causal_offsets", H5T_STD_I64LE, {p.B}, p.causal_offsets.data());
+    fixture_detail::write_problem_datasets(g, p);
   }
   {
     h5::Id g = h5::create_group(file, "expected");

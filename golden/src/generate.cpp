@@ -8,25 +8,6 @@
 
 namespace attncheck::gen {
 
-uint64_t Rng::next() {
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-double Rng::uniform_signed() { return 2.0 * uniform() - 1.0; }
-double Rng::normal() {
-  double s = 0.0;
-  for (int i = 0; i < 12; ++i) s += uniform();
-  return s - 6.0;
-}
-Rng Rng::split(uint64_t stream) const {
-  Rng r(state_ ^ (stream * 0xd1b54a32d192ed03ull));
-  r.next();
-  return Rng(r.next());
-}
-
 namespace {
 const std::vector<std::pair<Distribution, const char*>>& names() {
   static const std::vector<std::pair<Distribution, const char*>> n = {

@@ -2,6 +2,8 @@
 // produce a different suite. Defaults come from the spec's "defaults" object, then from Problem's defaults.
 #include "attncheck/suite.hpp"
 
+#include "attncheck/features.hpp"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,23 +16,33 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::set<std::string>& known_keys() {
-  static const std::set<std::string> k = {
-      "name", "B", "Hq", "Hkv", "Lq", "Lk", "Dqk", "Dv", "D", "dtype", "layout", "scale", "causal",
-      "alignment", "causal_offset", "causal_offsets", "key_lengths", "mask_shape", "bias_shape", "bias_dtype",
-      "window", "softcap", "fill", "fill_value", "fully_masked", "dropout_p", "dropout_seed", "want_weights",
-      "want_lse", "distribution", "seed", "comment", "tag", "weights_max_elements"};
-  return k;
-}
+// Keys of the spec that are not Problem fields; every field of the feature table is a key too.
+const std::set<std::string> kSpecOnlyKeys = {"name", "D", "dtype", "window", "distribution", "seed", "comment", "tag",
+                                             "weights_max_elements"};
 
-std::array<int64_t, 4> shape4(const json& v, const char* field) {
-  if (!v.is_array() || v.size() != 4) throw std::invalid_argument(std::string(field) + ": must be a list of 4 integers");
-  return {v[0].get<int64_t>(), v[1].get<int64_t>(), v[2].get<int64_t>(), v[3].get<int64_t>()};
+// A JSON value as the feature table's text form (field_text): bools 0/1, lists joined by ',' ('x' for 4-d shapes).
+std::string field_json_text(const Field& f, const json& v) {
+  if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) return v.dump();
+  const bool shape = std::holds_alternative<std::optional<std::array<int64_t, 4>> Problem::*>(f.ref);
+  if (shape && v.size() != 4) throw std::invalid_argument(std::string(f.key) + ": must be a list of 4 integers");
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number_integer())
+      throw std::invalid_argument(std::string(f.key) + ": must be a list of integers, got " + v.dump());
+    if (i) out.push_back(shape ? 'x' : ',');
+    out += v[i].dump();
+  }
+  return out;
 }
 
 CaseSpec parse_case(const json& c, DType dtype) {
-  for (const auto& [k, v] : c.items())
-    if (!known_keys().count(k)) throw std::invalid_argument("unknown key '" + k + "'");
+  for (const auto& [k, v] : c.items()) {
+    const Field* f = find_field(k);
+    if (!kSpecOnlyKeys.count(k) && (!f || f->stored == Stored::derived))
+      throw std::invalid_argument("unknown key '" + k + "'");
+  }
   CaseSpec cs;
   Problem& p = cs.problem;
   auto get = [&](const char* key, auto& out) {
@@ -42,55 +54,32 @@ CaseSpec parse_case(const json& c, DType dtype) {
     }
     return true;
   };
-  auto str = [&](const char* key, auto parse, auto& out) {
-    std::string s;
-    if (get(key, s)) out = parse(s);
-  };
   int64_t D = 0;
   if (get("D", D)) p.Dqk = p.Dv = D;  // Dqk / Dv, when given, override D
-  get("B", p.B); get("Hq", p.Hq); get("Hkv", p.Hkv); get("Lq", p.Lq); get("Lk", p.Lk);
-  get("Dqk", p.Dqk); get("Dv", p.Dv);
   p.dtype = dtype;
-  str("layout", layout_from_string, p.layout);
-  double scale = 0;
-  if (get("scale", scale)) p.scale = scale;
-  get("causal", p.causal);
-  str("alignment", alignment_from_string, p.alignment);
-  get("causal_offset", p.causal_offset);
-  get("causal_offsets", p.causal_offsets);
-  get("key_lengths", p.key_lengths);
-  if (c.contains("mask_shape")) p.mask_shape = shape4(c["mask_shape"], "mask_shape");
-  if (c.contains("bias_shape")) p.bias_shape = shape4(c["bias_shape"], "bias_shape");
   p.bias_dtype = p.dtype == DType::f64 ? DType::f64 : DType::f32;
-  str("bias_dtype", dtype_from_string, p.bias_dtype);
+  p.want_lse = true;
+  for (const Field& f : problem_fields())  // every other field by its table key
+    if (f.key != std::string("dtype") && c.contains(f.key)) set_field_text(p, f, field_json_text(f, c[f.key]));
   if (c.contains("window")) {
     const json& w = c["window"];
     if (!w.is_array() || w.size() != 2) throw std::invalid_argument("window: must be [left, right] (-1 = unbounded)");
     p.window_left = w[0].get<int64_t>();
     p.window_right = w[1].get<int64_t>();
   }
-  get("softcap", p.softcap);
-  str("fill", fill_from_string, p.fill);
-  get("fill_value", p.fill_value);
-  str("fully_masked", fully_masked_from_string, p.fully_masked);
-  get("dropout_p", p.dropout_p);
-  get("dropout_seed", p.dropout_seed);
-  p.want_lse = true;
-  get("want_lse", p.want_lse);
   validate(p);  // before any product of the extents below: validate bounds them
   int64_t weights_max = 16384;  // weights are stored in double: 128 KiB at most per fixture by default
   get("weights_max_elements", weights_max);
-  p.want_weights = p.B * p.Hq * p.Lq * p.Lk <= weights_max;
-  get("want_weights", p.want_weights);
-  str("distribution", gen::distribution_from_string, cs.distribution);
+  if (!c.contains("want_weights")) p.want_weights = p.B * p.Hq * p.Lq * p.Lk <= weights_max;
+  if (std::string d; get("distribution", d)) cs.distribution = gen::distribution_from_string(d);
   get("seed", cs.seed);
   // A fixture the reader would refuse could be generated (or die allocating) but never verified.
   const uint64_t cap = FixtureReadOptions{}.max_bytes;
   if (fixture_memory_bytes(p) > double(cap))
-    throw std::invalid_argument("size: " + p.name() + " needs " + std::to_string(fixture_memory_bytes(p)) +
+    throw std::invalid_argument("size: " + p.short_name() + " needs " + std::to_string(fixture_memory_bytes(p)) +
                                 " bytes in memory, more than the fixture reader's cap of " + std::to_string(cap) +
                                 " bytes");
-  cs.name = p.name() + "/" + gen::to_string(cs.distribution);
+  cs.name = p.short_name() + "/" + gen::to_string(cs.distribution);
   std::string tag;  // distinguishes cases whose parameters the problem name does not show (e.g. key_lengths)
   if (get("tag", tag)) cs.name += "/" + tag;
   get("name", cs.name);

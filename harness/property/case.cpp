@@ -16,13 +16,6 @@ const char* to_string(Values v) {
   return static_cast<size_t>(v) < std::size(names) ? names[static_cast<size_t>(v)] : "?";
 }
 
-uint64_t SeededChooser::next() {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 double normal(SeededChooser& r) {
   const double u1 = ((r.next() >> 11) + 1) * 0x1.0p-53, u2 = (r.next() >> 11) * 0x1.0p-53;
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
@@ -41,7 +34,7 @@ std::string CaseSpec::str() const {
   return o.str();
 }
 
-std::string Case::name() const { return p.name() + "/" + to_string(spec.values); }
+std::string Case::name() const { return p.short_name() + "/" + to_string(spec.values); }
 
 void normalise(CaseSpec& s) {
   s.Hkv = std::max<int64_t>(1, s.Hkv);

@@ -9,6 +9,7 @@
 
 #include "attncheck/impl.hpp"
 #include "attncheck/problem.hpp"
+#include "attncheck/rng.hpp"
 
 namespace attncheck::prop {
 
@@ -59,7 +60,7 @@ struct Case {
   CaseSpec spec;
   Problem p;
   Inputs in;
-  std::string name() const;  // Problem::name() + "/" + values
+  std::string name() const;  // Problem::short_name() + "/" + values (regression fixture names)
 };
 
 // Draws a spec over the whole space. `C` provides int64_t pick(lo, hi) (inclusive; shrinks towards lo), so the
@@ -67,13 +68,8 @@ struct Case {
 template <class C>
 CaseSpec draw_spec(C& c);
 
-// The deterministic chooser of the selftest and of replays: SplitMix64.
-struct SeededChooser {
-  uint64_t state;
-  explicit SeededChooser(uint64_t seed) : state(seed) {}
-  uint64_t next();
-  int64_t pick(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1)); }
-};
+// The deterministic chooser of the selftest and of replays: the shared counter-based generator (rng.hpp).
+using SeededChooser = Rng;
 
 // Remove what the implementation cannot do (unsupported features become off, unsupported dtypes another dtype);
 // returns the list of features removed, for the coverage report.
@@ -102,7 +98,7 @@ Case permute_queries(const Case& c, const std::vector<int64_t>& perm);
 // Replace non-finite or huge (|x| > 1e6) entries of K, V and bias by 0.
 void depoison(Case& c);
 
-// Normal variates for derived cases (Box-Muller on SplitMix64).
+// Normal variates for derived cases (Box-Muller on the shared generator).
 double normal(SeededChooser& r);
 
 }  // namespace attncheck::prop

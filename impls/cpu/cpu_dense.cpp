@@ -47,7 +47,7 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
         if (const Span sp = scorer.span(b, i); sp.lo < sp.hi) lo = std::min(lo, sp.lo), hi = std::max(hi, sp.hi);
       if (finite) lo = 0, hi = Lk;
       if (lo < hi && w.pan.rows) {
-        simd::gemm_nt<T>(nr, hi - lo, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.krow_at(lo), Dqk, S + lo, ld);
+        simd::gemm_nt<T>(nr, hi - lo, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.krow_at(lo), w.pan.kld, S + lo, ld);
       } else if (lo < hi) {  // raw dot products; masked columns are overwritten by the scorer
         const int64_t sa = lo / W, sb = (hi + W - 1) / W;
         simd::gemm<T>(nr, (sb - sa) * W, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.kt_at(sa * W), Dqk * W, W,

@@ -127,7 +127,8 @@ class Flash {
               T* mvis) const {
     const int64_t ld = kFlashBlockK;
     if (c0 < c1 && w.pan.rows) {
-      simd::gemm_nt<T>(nr, c1 - c0, p_.Dqk, w.Q.data(), p_.Dqk, w.pan.krow_at(c0), p_.Dqk, w.S.data() + (c0 - j0), ld);
+      simd::gemm_nt<T>(nr, c1 - c0, p_.Dqk, w.Q.data(), p_.Dqk, w.pan.krow_at(c0), w.pan.kld, w.S.data() + (c0 - j0),
+                       ld);
     } else if (c0 < c1) {
       const int64_t sa = (c0 - j0) / W_, sb = (c1 - j0 + W_ - 1) / W_;
       simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, w.Q.data(), p_.Dqk, w.pan.kt_at(j0 + sa * W_), p_.Dqk * W_, W_,

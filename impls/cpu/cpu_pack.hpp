@@ -3,6 +3,8 @@
 // reused by every query block of it. Non-finite V rows are zeroed in the panel and remembered (BadValues).
 #pragma once
 
+#include <type_traits>
+
 #include "cpu_common.hpp"
 #include "simd.hpp"
 
@@ -19,13 +21,31 @@ struct Panels {
 
   int64_t vstride() const { return rows_pad * W; }
   int64_t dv_pad() const { return (Dv + W - 1) / W * W; }
-  // Packed Kᵀ starting at key j (j - k0 a multiple of W); K row j (row layout).
+  // Row layout: K and V rows, copied (kld = Dqk, vld = dv_pad()) or, when the input already has them in the
+  // compute type with finite values, read in place (the tensor's row strides; V only if Dv is whole strips).
+  const T *krows = nullptr, *vrows = nullptr;
+  int64_t kld = 0, vld = 0;
+
+  // Packed Kᵀ starting at key j (j - k0 a multiple of W); K row j (row layout, kld apart).
   const T* kt_at(int64_t j) const { return kt.data() + (j - k0) / W * Dqk * W; }
-  const T* krow_at(int64_t j) const { return kt.data() + (j - k0) * Dqk; }
+  const T* krow_at(int64_t j) const { return krows + (j - k0) * kld; }
   // V from key j as a gemm() B operand: pointer, strip stride, row stride.
-  const T* v_at(int64_t j) const { return v.data() + (j - k0) * (rows ? dv_pad() : W); }
+  const T* v_at(int64_t j) const { return rows ? vrows + (j - k0) * vld : v.data() + (j - k0) * W; }
   int64_t v_bstride() const { return rows ? W : vstride(); }
-  int64_t v_ldb() const { return rows ? dv_pad() : W; }
+  int64_t v_ldb() const { return rows ? vld : W; }
+
+  // Rows [a, b) of head h of batch bb of t in place, if t holds T with a unit inner stride (else nullptr).
+  static const T* in_place(const Tensor& t, int64_t bb, int64_t h, int64_t a) {
+    const DType want = std::is_same_v<T, double> ? DType::f64 : DType::f32;
+    if (t.dtype != want || t.strides[3] != 1) return nullptr;
+    return t.data<T>() + bb * t.strides[0] + h * t.strides[1] + a * t.strides[2];
+  }
+  // Whether rows [a, b) of V are all finite (read only).
+  static bool finite_rows(const T* v, int64_t ld, int64_t n, int64_t Dv) {
+    for (int64_t r = 0; r < n; ++r)  // x * 0 is 0 for finite x, NaN otherwise; the sum sees any NaN
+      if ((Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(v + r * ld, Dv) * T(0)).sum() != T(0)) return false;
+    return true;
+  }
 
   // Keys [a, b) of head kvh of batch b_ (a may be any key; panels start there), in the strip or the row layout.
   void pack(const Problem& p, const Inputs& in, int64_t b_, int64_t kvh, int64_t a, int64_t b, bool row_layout = false) {
@@ -34,9 +54,16 @@ struct Panels {
     rows_pad = strips * W;
     bad.clear();
     if (rows) {
-      kt.resize(static_cast<size_t>(n * Dqk));
+      krows = in_place(in.k, b_, kvh, k0), kld = in.k.strides[2];
+      if (!krows) {
+        kt.resize(static_cast<size_t>(n * Dqk));
+        load_rows(in.k, b_, kvh, k0, k1, kt.data());
+        krows = kt.data(), kld = Dqk;
+      }
+      vrows = Dv % W == 0 ? in_place(in.v, b_, kvh, k0) : nullptr, vld = in.v.strides[2];
+      if (vrows && finite_rows(vrows, vld, n, Dv)) return;
       v.resize(static_cast<size_t>(n * dv_pad()));
-      load_rows(in.k, b_, kvh, k0, k1, kt.data());
+      vrows = v.data(), vld = dv_pad();
       scratch.resize(static_cast<size_t>(n * Dv));
       load_rows(in.v, b_, kvh, k0, k1, scratch.data());
       bad.scan(scratch.data(), n, Dv, k0);

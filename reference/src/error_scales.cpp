@@ -26,15 +26,23 @@ struct Rss {
 };
 }  // namespace
 
+void KeyScales::set(size_t j, double scale, double dot, double qk2, double dqk, double score) {
+  a[j] = std::abs(scale) * std::sqrt(dqk * (dot * dot / 3.0 + qk2 / 6.0));
+  b[j] = std::abs(scale) * std::sqrt(qk2);
+  c[j] = std::abs(score);
+}
+
 void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
   const size_t Lk = x.s.size(), Dv = static_cast<size_t>(x.Dv);
-  Rss w2, ws2;
+  Rss w2, wa, wb, wc;
   double mean = 0;
   std::vector<double> part;
   for (size_t j = 0; j < Lk; ++j) {
     if (!x.takes_part[j] || !std::isfinite(x.s[j])) continue;  // a -inf bias hides the key like a mask
     w2.add(x.w[j]);
-    ws2.add(x.w[j] * x.mag[j]);
+    wa.add(x.w[j] * x.mag.a[j]);
+    wb.add(x.w[j] * x.mag.b[j]);
+    wc.add(x.w[j] * x.mag.c[j]);
     if (x.w[j] != 0) mean += x.w[j] * x.s[j];
     part.push_back(x.s[j]);
   }
@@ -48,7 +56,9 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
     tied = std::max(tied, b - a);
   }
   r.p_rss[row] = w2.value();
-  r.p_rss_s[row] = ws2.value();
+  r.p_rss_a[row] = wa.value();
+  r.p_rss_b[row] = wb.value();
+  r.p_rss_c[row] = wc.value();
   r.spread[row] = spread;
   r.n_terms[row] = static_cast<double>(part.size());
   r.n_tied[row] = static_cast<double>(tied);
@@ -57,7 +67,7 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
   // when weight j alone moves by a relative error, the denominator included).
   const double* o = &r.out[row * Dv];
   for (size_t d = 0; d < Dv; ++d) {
-    Rss rss, dev, dev_s;
+    Rss rss, dev, dev_a, dev_b, dev_c;
     double cov = 0;
     for (size_t j = 0; j < Lk; ++j) {
       if (!x.takes_part[j] || x.w[j] == 0) continue;
@@ -65,12 +75,16 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
       const double dv = t - x.w[j] * o[d];
       rss.add(t);
       dev.add(dv);
-      dev_s.add(x.mag[j] * dv);
+      dev_a.add(x.mag.a[j] * dv);
+      dev_b.add(x.mag.b[j] * dv);
+      dev_c.add(x.mag.c[j] * dv);
       cov += std::abs(x.s[j] - mean) * std::abs(dv);
     }
     r.out_rss[row * Dv + d] = rss.value();
     r.out_dev[row * Dv + d] = dev.value();
-    r.out_dev_s[row * Dv + d] = dev_s.value();
+    r.out_dev_a[row * Dv + d] = dev_a.value();
+    r.out_dev_b[row * Dv + d] = dev_b.value();
+    r.out_dev_c[row * Dv + d] = dev_c.value();
     r.out_cov[row * Dv + d] = cov;
   }
 }
@@ -79,10 +93,14 @@ void fill_error_scales(const Problem& p, const Inputs& in, ReferenceResult& r) {
   ReferenceResult x = reference_attention(p, in);
   r.out_rss = std::move(x.out_rss);
   r.out_dev = std::move(x.out_dev);
-  r.out_dev_s = std::move(x.out_dev_s);
+  r.out_dev_a = std::move(x.out_dev_a);
+  r.out_dev_b = std::move(x.out_dev_b);
+  r.out_dev_c = std::move(x.out_dev_c);
   r.out_cov = std::move(x.out_cov);
   r.p_rss = std::move(x.p_rss);
-  r.p_rss_s = std::move(x.p_rss_s);
+  r.p_rss_a = std::move(x.p_rss_a);
+  r.p_rss_b = std::move(x.p_rss_b);
+  r.p_rss_c = std::move(x.p_rss_c);
   r.spread = std::move(x.spread);
   r.n_terms = std::move(x.n_terms);
   r.n_tied = std::move(x.n_tied);

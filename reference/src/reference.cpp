@@ -68,8 +68,8 @@ ReferenceResult reference_attention(const Problem& p, const Inputs& in, int thre
   if (p.want_weights) r.weights.assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
   r.score_mag.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
   r.out_abs.assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
-  for (auto* e : {&r.out_rss, &r.out_dev, &r.out_dev_s, &r.out_cov}) e->assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
-  for (auto* e : {&r.p_rss, &r.p_rss_s, &r.spread, &r.n_terms, &r.n_tied}) e->assign(static_cast<size_t>(B * Hq * Lq), 0.0);
+  for (auto* e : {&r.out_rss, &r.out_dev, &r.out_dev_a, &r.out_dev_b, &r.out_dev_c, &r.out_cov}) e->assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
+  for (auto* e : {&r.p_rss, &r.p_rss_a, &r.p_rss_b, &r.p_rss_c, &r.spread, &r.n_terms, &r.n_tied}) e->assign(static_cast<size_t>(B * Hq * Lq), 0.0);
 
   // One row = one (batch, query head, query token). Rows share nothing, so any thread order gives the same bits.
   parallel_rows(B * Hq * Lq, threads, [&](int64_t row) {
@@ -84,7 +84,7 @@ ReferenceResult reference_attention(const Problem& p, const Inputs& in, int thre
     // 1. scores: for each key token, visible -> scale * dot(q, k) (softcapped, plus bias); masked -> fill.
     std::vector<double> s(static_cast<size_t>(Lk));
     std::vector<char> visible(static_cast<size_t>(Lk));
-    std::vector<double> key_mag(static_cast<size_t>(Lk), 0.0);  // |scale|*|q|*|k_j| + |bias|: tolerance model only
+    KeyScales ks(static_cast<size_t>(Lk));  // per-key error magnitudes: tolerance model only
     int64_t n_visible = 0;
     double q_norm = 0.0, score_mag = 0.0;  // for the tolerance model only
     for (int64_t d = 0; d < Dqk; ++d) q_norm += qi[d] * qi[d];
@@ -105,8 +105,11 @@ ReferenceResult reference_attention(const Problem& p, const Inputs& in, int thre
       for (int64_t d = 0; d < Dqk; ++d) dot += qi[d] * kb[j * Dqk + d];
       double score = dot * scale;
       if (p.softcap > 0) score = p.softcap * std::tanh(score / p.softcap);
-      double k_norm = 0.0;
-      for (int64_t d = 0; d < Dqk; ++d) k_norm += kb[j * Dqk + d] * kb[j * Dqk + d];
+      double k_norm = 0.0, qk2 = 0.0;
+      for (int64_t d = 0; d < Dqk; ++d) {
+        k_norm += kb[j * Dqk + d] * kb[j * Dqk + d];
+        qk2 += (qi[d] * kb[j * Dqk + d]) * (qi[d] * kb[j * Dqk + d]);
+      }
       double mag = std::abs(scale) * q_norm * std::sqrt(k_norm);
       if (in.bias) {
         const double bias = in.bias->get_offset(broadcast_offset(*in.bias, b, h, i, j));
@@ -114,7 +117,7 @@ ReferenceResult reference_attention(const Problem& p, const Inputs& in, int thre
         mag += std::abs(bias);
       }
       if (std::isfinite(score)) score_mag = std::max(score_mag, mag);  // a -inf bias masks, it has no error
-      key_mag[static_cast<size_t>(j)] = std::isfinite(score) ? mag : 0.0;
+      if (std::isfinite(score)) ks.set(static_cast<size_t>(j), scale, dot, qk2, static_cast<double>(Dqk), score);
       s[static_cast<size_t>(j)] = score;
       ++n_visible;
     }
@@ -171,7 +174,7 @@ ReferenceResult reference_attention(const Problem& p, const Inputs& in, int thre
       for (int64_t j = 0; j < Lk; ++j)
         takes_part[static_cast<size_t>(j)] = fully_masked || visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite;
       const std::vector<double> s_row = fully_masked ? std::vector<double>(static_cast<size_t>(Lk), 0.0) : s;
-      row_error_scales(RowInputs{s_row, takes_part, w, keep, key_mag, vb, Dv}, static_cast<size_t>(row), r);
+      row_error_scales(RowInputs{s_row, takes_part, w, keep, ks, vb, Dv}, static_cast<size_t>(row), r);
     }
   });
   return r;

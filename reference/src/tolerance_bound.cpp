@@ -45,7 +45,8 @@ Units units(const Problem& p, const ToleranceModel& m) {
 
 // Everything the terms need about one row.
 struct Row {
-  double c_s;   // score error per unit of score magnitude: dot product, operand and score rounding, ~4 more ops
+  double c_a, c_b, c_c;  // score error per unit of the KeyScales magnitudes a, b, c
+  double c_s;   // score error per unit of score_mag (the Cauchy-Schwarz bound), for weights and fallbacks
   double c_e;   // relative error of one exp
   double n;     // keys in the sum
   double ties;  // exact ties beyond the first: repeated terms whose rounding errors do not cancel
@@ -59,6 +60,9 @@ Row row_scales(const Problem& p, const ReferenceResult& r, size_t row, const Uni
   // q and k rounded to the qk operand format (sqrt(2) u_qk), the score stored, and the scale multiply and max
   // subtraction (3u), +1 with a bias add, +2 for softcap's tanh, +1 when log2(e) is folded into the scale.
   const double extra = 3.0 + (p.bias_shape ? 1.0 : 0.0) + (p.softcap > 0 ? 2.0 : 0.0) + (u.exp2 ? 1.0 : 0.0);
+  x.c_a = u.acc;
+  x.c_b = std::sqrt(2.0) * u.qk;
+  x.c_c = u.scores + extra * u.acc;
   x.c_s = std::sqrt(static_cast<double>(p.Dqk) / 3.0) * u.acc + std::sqrt(2.0) * u.qk + u.scores + extra * u.acc;
   x.c_e = kExpU * u.acc;
   x.n = r.n_terms.empty() ? static_cast<double>(p.Lk) : r.n_terms[row];
@@ -103,11 +107,13 @@ TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType d
   const size_t row = n / static_cast<size_t>(p.Dv);
   const Row x = row_scales(p, r, row, u, m);
   const double O = std::abs(r.out[n]), A = r.out_abs[n], sm = r.score_mag[row];
-  const double R = at(r.out_rss, n, A), dev = at(r.out_dev, n, A + O), dev_s = at(r.out_dev_s, n, sm * (A + O));
+  const double R = at(r.out_rss, n, A), dev = at(r.out_dev, n, A + O);
   const double cov = at(r.out_cov, n, 2.0 * sm * (A + O));
   const double lam = m.lambda;
+  const double score_part = r.out_dev_a.empty() ? x.c_s * sm * (A + O)
+                                                : x.c_a * r.out_dev_a[n] + x.c_b * r.out_dev_b[n] + x.c_c * r.out_dev_c[n];
   TolTerms t = zero();
-  t[int(TolTerm::scores)] = lam * (x.c_s * dev_s + x.c_e * dev);
+  t[int(TolTerm::scores)] = lam * (score_part + x.c_e * dev);
   // P and/or V rounded before P·V: independent errors (lambda * rss) unless a few terms dominate (then the
   // worst case, the sum of |terms|, is smaller).
   t[int(TolTerm::operands)] = std::min(lam * std::hypot(u.p_round, u.v_round) * R, (u.p_round + u.v_round) * A);
@@ -127,12 +133,16 @@ TolTerms lse_terms(const Problem& p, const ReferenceResult& r, size_t row, DType
   const Units u = units(p, m);
   const Row x = row_scales(p, r, row, u, m);
   const double L = std::abs(r.lse[row]), sm = r.score_mag[row];
-  const double rho = at(r.p_rss, row, 1.0), rho_s = at(r.p_rss_s, row, sm);
+  const double rho = at(r.p_rss, row, 1.0);
+  const double score_part = r.p_rss_a.empty() ? x.c_s * sm
+                                              : x.c_a * r.p_rss_a[row] + x.c_b * r.p_rss_b[row] + x.c_c * r.p_rss_c[row];
+  // The max m and the mean score lie within log(n) of lse (lse - log n <= m <= lse; entropy <= log n).
+  const double near_lse = L + std::log(std::max(x.n, 1.0));
   TolTerms t = zero();
-  t[int(TolTerm::scores)] = m.lambda * (x.c_s * rho_s + x.c_e * rho);
-  t[int(TolTerm::systematic)] = 2.0 * u.acc * sm;
+  t[int(TolTerm::scores)] = m.lambda * (score_part + x.c_e * rho);
+  t[int(TolTerm::systematic)] = 2.0 * u.acc * std::min(sm, near_lse);  // every score scaled alike moves lse by s_mean
   t[int(TolTerm::key_sum)] = x.den;
-  t[int(TolTerm::division)] = 2.0 * u.acc * (L + sm);
+  t[int(TolTerm::division)] = 2.0 * u.acc * near_lse;  // log(sum) and the add of the max
   t[int(TolTerm::storage)] = unit_roundoff(delivered) * L;
   t[int(TolTerm::floor_)] = denorm_min(delivered);
   return t;
@@ -146,9 +156,11 @@ TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DTy
   const size_t row = n / static_cast<size_t>(p.Lk);
   const Row x = row_scales(p, r, row, u, m);
   const double P = std::abs(r.weights[n]), sm = r.score_mag[row];
-  const double rho = at(r.p_rss, row, 1.0), rho_s = at(r.p_rss_s, row, sm);
+  const double rho = at(r.p_rss, row, 1.0);
+  const double others = r.p_rss_a.empty() ? x.c_s * sm
+                                          : x.c_a * r.p_rss_a[row] + x.c_b * r.p_rss_b[row] + x.c_c * r.p_rss_c[row];
   TolTerms t = zero();
-  t[int(TolTerm::scores)] = P * m.lambda * (x.c_s * (sm + rho_s) + x.c_e * (1.0 + rho));
+  t[int(TolTerm::scores)] = P * m.lambda * (x.c_s * sm + others + x.c_e * (1.0 + rho));
   t[int(TolTerm::systematic)] = P * 4.0 * u.acc * sm;
   t[int(TolTerm::key_sum)] = P * x.den;
   t[int(TolTerm::division)] = P * 2.0 * u.acc;

@@ -301,35 +301,36 @@ TEST(Malformed, LinksAreRefused) {
                   "/inputs/k: is an external or user-defined link");
 }
 
+// Recreates /inputs/q with its type and shape but the storage `set_storage` puts on its creation properties.
+template <class F>
+void recreate_q_with_storage(hid_t f, F set_storage) {
+  const hid_t d0 = H5Dopen2(f, "/inputs/q", H5P_DEFAULT);
+  const hid_t t = H5Dget_type(d0), s = H5Dget_space(d0);
+  H5Dclose(d0);
+  H5Ldelete(f, "/inputs/q", H5P_DEFAULT);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  set_storage(dcpl, s);
+  H5Dclose(H5Dcreate2(f, "/inputs/q", t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+  H5Pclose(dcpl);
+  H5Tclose(t);
+  H5Sclose(s);
+}
+
 TEST(Malformed, ExternalStorageIsRefused) {
   // The dataset's bytes would come from an arbitrary file of the machine.
   expect_rejected(damaged("external_storage", [](hid_t f) {
-                    const hid_t d0 = H5Dopen2(f, "/inputs/q", H5P_DEFAULT);
-                    const hid_t t = H5Dget_type(d0), s = H5Dget_space(d0);
-                    H5Dclose(d0);
-                    H5Ldelete(f, "/inputs/q", H5P_DEFAULT);
-                    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-                    H5Pset_external(dcpl, "/etc/hostname", 0, H5F_UNLIMITED);
-                    H5Dclose(H5Dcreate2(f, "/inputs/q", t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT));
-                    H5Pclose(dcpl);
-                    H5Tclose(t);
-                    H5Sclose(s);
+                    recreate_q_with_storage(f, [](hid_t dcpl, hid_t) {
+                      H5Pset_external(dcpl, "/etc/hostname", 0, H5F_UNLIMITED);
+                    });
                   }),
                   "/inputs/q: uses external storage");
 }
 
 TEST(Malformed, VirtualDatasetsAreRefused) {
   expect_rejected(damaged("virtual", [](hid_t f) {
-                    const hid_t d0 = H5Dopen2(f, "/inputs/q", H5P_DEFAULT);
-                    const hid_t t = H5Dget_type(d0), s = H5Dget_space(d0);
-                    H5Dclose(d0);
-                    H5Ldelete(f, "/inputs/q", H5P_DEFAULT);
-                    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-                    H5Pset_virtual(dcpl, s, "/nonexistent/source.h5", "/q", s);
-                    H5Dclose(H5Dcreate2(f, "/inputs/q", t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT));
-                    H5Pclose(dcpl);
-                    H5Tclose(t);
-                    H5Sclose(s);
+                    recreate_q_with_storage(f, [](hid_t dcpl, hid_t space) {
+                      H5Pset_virtual(dcpl, space, "/nonexistent/source.h5", "/q", space);
+                    });
                   }),
                   "/inputs/q: is a virtual dataset");
 }

@@ -84,3 +84,28 @@ TEST(ToleranceV2, SkippedTileAt128kKeysIsCaughtInEveryDtype) {
 
 }  // namespace
 }  // namespace attncheck
+
+namespace attncheck {
+namespace {
+
+TEST(PowerGrid, NoFalseAlarmAndTheGrossFaultsAreCaughtEverywhereAt1kKeys) {
+  power::GridOptions o;
+  o.lk = {1024};
+  const power::Report r = power::run_grid(o);
+  EXPECT_EQ(r.false_alarms, 0);
+  for (const auto& c : r.cells) {
+    if (c.correct) {
+      EXPECT_LE(c.ratio, 1.0) << c.variant << " " << to_string(c.dtype) << " " << power::to_string(c.logits);
+      continue;
+    }
+    // Faults whose effect is far above rounding in every dtype: each must fail in every configuration.
+    for (const char* gross : {"skip-tile", "drop-max-key", "scale-dv", "missed-rescale", "lse-plus-log2", "lse-base2",
+                              "fp16-scores", "bf16-pv-acc", "tf32"})
+      if (c.variant == gross && c.applicable)
+        EXPECT_GT(c.ratio, 1.0) << c.variant << " " << to_string(c.dtype) << " " << power::to_string(c.logits);
+    if (c.variant == "tf32") EXPECT_EQ(c.applicable, c.dtype == DType::f32);
+  }
+}
+
+}  // namespace
+}  // namespace attncheck

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <string>
 
+#include "attncheck/features.hpp"
 #include "attncheck/impl.hpp"
 #include "command.hpp"
 #include "attncheck/declarations.hpp"
@@ -22,11 +23,12 @@ std::string join(const Set& s) {
 // Two lines under each implementation: what it supports, and what it does not (so a gap is never silent).
 void print_capabilities(const Capabilities& c) {
   std::string yes, no;
-  auto flag = [&](bool on, const char* what) { (on ? yes : no) += (on ? yes : no).empty() ? what : std::string(" ") + what; };
-  flag(c.gqa, "gqa"); flag(c.cross, "lq!=lk"); flag(c.dqk_ne_dv, "dqk!=dv"); flag(c.causal, "causal");
-  flag(c.per_batch_offsets, "per-batch-offsets"); flag(c.key_padding, "key-padding"); flag(c.bool_mask, "bool-mask");
-  flag(c.bias, "bias"); flag(c.window, "window"); flag(c.softcap, "softcap"); flag(c.dropout, "dropout");
-  flag(c.finite_fill, "finite-fill"); flag(c.lse_out, "lse"); flag(c.weights_out, "weights");
+  for (const Feature& f : problem_features())  // every boolean capability of the feature table
+    if (f.flag) {
+      const bool on = c.*f.flag;
+      std::string& list = on ? yes : no;
+      list += (list.empty() ? "" : " ") + std::string(f.name);
+    }
   std::printf("    dtypes %s; layouts %s; alignments %s; fully-masked %s\n", join(c.dtypes).c_str(),
               join(c.layouts).c_str(), join(c.alignments).c_str(), join(c.fully_masked).c_str());
   std::printf("    supports: %s\n", yes.empty() ? "-" : yes.c_str());

@@ -14,6 +14,7 @@
 #include "attncheck/reference.hpp"
 #include "attncheck/run_failure.hpp"
 #include "command.hpp"
+#include "diagnosis.hpp"
 #include "plugins.hpp"
 #include "report.hpp"
 
@@ -26,6 +27,8 @@ struct Options {
   std::vector<std::string> impls, plugins;
   std::string fixtures = "golden", filter, report, shard;
   bool allow_unavailable = false;
+  bool diagnose = false;
+  int diagnose_reruns = 12;
   double tol_scale = 1.0;  // --tol-scale: explicit multiplier of every tolerance, recorded in the report
 };
 Options g;
@@ -181,7 +184,8 @@ int run_verify() {
     for (size_t ii = 0; ii < impls.size(); ++ii) {
       const ImplPtr& impl = impls[ii];
       progress.step(impl->name() + " " + name);
-      CaseResult r{name, file, impl->name(), "", "", false, {}};
+      CaseResult r{name, file, impl->name(), "", "", false, {}, ""};
+      std::vector<std::string> diagnosis;
       if (!avail[ii].ok) {
         r.status = "unavailable";
         r.message = "unavailable: " + avail[ii].reason;
@@ -203,11 +207,18 @@ int run_verify() {
           r = judged_result(name, file, impl->name(), judge(p, note.empty() ? f.expected : recomputed, out, m));
           if (!unchecked.empty()) r.message = unchecked + " not checked (not supported); " + r.message;
           if (!note.empty()) r.message = note + "; " + r.message;
+          if (g.diagnose && r.status == "fail") {
+            diagnose::Options o;
+            o.rerun = impl.get(), o.max_reruns = g.diagnose_reruns, o.tolerance = m;
+            const diagnose::Diagnosis d = diagnose::diagnose({{}, p, f.inputs}, note.empty() ? f.expected : recomputed, out, o);
+            diagnosis = d.text();
+            r.diagnosis_json = diagnose::to_json(d);
+          }
         }
         if (inputs_hash(f.inputs) != pristine) {
           r = CaseResult{name, file, impl->name(), "modified-input",
                          impl->name() + " wrote into its inputs on " + name + " (input checksum changed); the fixture "
-                         "is read again for the next implementation", false, {}};
+                         "is read again for the next implementation", false, {}, ""};
           f = read_fixture(file);
         }
       } catch (const RunFailure& e) {
@@ -219,6 +230,7 @@ int run_verify() {
       }
       progress.clear();
       print_row(r);
+      for (const std::string& l : diagnosis) std::printf("    %s\n", l.c_str());
       results.push_back(std::move(r));
     }
   }
@@ -244,6 +256,11 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                                      "Globs on case or file names, ':'-separated; '-' before a glob excludes: 'fp16/*:-*drop*'");
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
                       sub.add_option("--shard", g.shard, "Run shard I of N (0-based), e.g. 0/4");
+                      sub.add_flag("--diagnose", g.diagnose,
+                                   "For each failure: error anatomy, likely causes (tags) and probes that re-run the "
+                                   "implementation on derived problems (docs/diagnosis.md)");
+                      sub.add_option("--diagnose-reruns", g.diagnose_reruns, "Re-run budget per diagnosed failure")
+                          ->capture_default_str()->check(CLI::Range(0, 1000));
                       sub.add_option("--tol-scale", g.tol_scale, "Multiply every derived tolerance by X (recorded in the report)")
                           ->check(CLI::PositiveNumber);
                       sub.add_flag("--allow-unavailable", g.allow_unavailable,

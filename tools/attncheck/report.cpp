@@ -146,7 +146,7 @@ void write_atomically(const std::string& path, const std::string& text) {
 }  // namespace
 
 CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v) {
-  CaseResult r{std::move(fixture), std::move(file), std::move(impl), v.pass ? "pass" : "fail", "", true, {}};
+  CaseResult r{std::move(fixture), std::move(file), std::move(impl), v.pass ? "pass" : "fail", "", true, {}, ""};
   std::string msg;
   for (const auto& t : v.tensors)
     if (!t.pass) msg += (msg.empty() ? "" : "; ") + t.describe();
@@ -221,6 +221,7 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
     for (const auto& r : rs) {
       json c = {{"fixture", r.fixture}, {"file", r.file}, {"impl", r.impl}, {"status", r.status},
                 {"message", r.message}};
+      if (!r.diagnosis_json.empty()) c["diagnosis"] = json::parse(r.diagnosis_json);
       if (r.judged) {
         const TensorVerdict& w = r.verdict.worst();
         const json t = tensor_json(w);

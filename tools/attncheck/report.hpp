@@ -19,6 +19,7 @@ struct CaseResult {
   std::string message;  // reason (unsupported/error) or the worst element's description
   bool judged = false;  // a verdict exists (pass or fail)
   Verdict verdict;
+  std::string diagnosis_json;  // with --diagnose on a failure: harness/diagnose's JSON object, else ""
 };
 
 // Every status a row can have, in report order. Judged: pass, fail. Not run: unsupported, unavailable (the

@@ -8,25 +8,12 @@
 #include <vector>
 
 #include "attncheck/problem.hpp"
+#include "attncheck/rng.hpp"
 
 namespace attncheck::gen {
 
-// SplitMix64 (Steele, Lea, Flood 2014): a tiny generator whose output is a pure function of the seed.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next();
-  double uniform();         // [0, 1), 53 random bits
-  double uniform_signed();  // [-1, 1)
-  // Approximately standard normal: the Irwin-Hall sum of 12 uniforms minus 6 (mean 0, variance 1, tails cut at
-  // +-6). Chosen over Box-Muller because Box-Muller needs log and cos, whose last bit differs between libms.
-  double normal();
-  // A derived, independent stream (one per tensor), so adding a mask does not change q, k or v.
-  Rng split(uint64_t stream) const;
-
- private:
-  uint64_t state_;
-};
+// The shared counter-based generator (attncheck/rng.hpp); golden inputs draw from it.
+using Rng = attncheck::Rng;
 
 // Value distributions of q, k, v (and what they stress):
 //   normal         N(0,1) everywhere: the plain case.

@@ -13,7 +13,7 @@
 namespace attncheck {
 
 struct CaseSpec {
-  std::string name;  // unique; default "<Problem::name()>/<distribution>"
+  std::string name;  // unique; default "<Problem::short_name()>/<distribution>"
   Problem problem;
   gen::Distribution distribution = gen::Distribution::normal;
   uint64_t seed = 0;

@@ -9,50 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/capabilities.hpp"
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
 
-struct Capabilities {
-  std::set<DType> dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
-  std::set<Layout> layouts = {Layout::BHSD, Layout::BSHD};
-  bool gqa = true;          // Hq != Hkv
-  bool cross = true;        // Lq != Lk
-  bool dqk_ne_dv = true;    // Dqk != Dv
-  bool causal = true;
-  std::set<Alignment> alignments = {Alignment::top_left, Alignment::bottom_right, Alignment::explicit_};
-  bool per_batch_offsets = true;
-  bool key_padding = true;
-  bool bool_mask = true;
-  bool bias = true;
-  bool window = true;
-  bool softcap = true;
-  bool dropout = true;      // through Inputs::keep
-  bool finite_fill = true;
-  std::set<FullyMasked> fully_masked = {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform};
-  bool weights_out = true;
-  bool lse_out = true;
-  int64_t max_head_dim = 0;       // 0 = no limit
-  int64_t head_dim_multiple = 1;  // Dqk and Dv must be multiples of this
-  std::string notes;              // free text shown by `attncheck list` (e.g. "inline PTX paths not emulated")
-};
-
-// Why a case can or cannot run. ok == false carries the reason, e.g. "softcap not supported".
-struct Support {
-  bool ok = true;
-  std::string reason;
-  static Support yes() { return {}; }
-  static Support no(std::string why) { return {false, std::move(why)}; }
-};
-
 // What an implementation declares about itself (attncheck/declarations.hpp; kept apart so that this header stays
-// C++17 for nvcc-compiled backends).
+// C++17 for nvcc-compiled backends). Capabilities and Support live in attncheck/capabilities.hpp (also C++17).
 struct Declarations;
 // Gradients of the backward pass (attncheck/backward.hpp).
 struct Gradients;
-
-// Checks a problem against capability flags; the common part of every Impl::supports.
-Support check_capabilities(const Capabilities& c, const Problem& p);
 
 class Impl {
  public:

@@ -138,12 +138,18 @@ struct Problem {
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
   // dtype of weights and lse outputs: f64 for f64 problems, otherwise f32.
   DType stat_dtype() const { return dtype == DType::f64 ? DType::f64 : DType::f32; }
-  // A short name from the parameters, e.g. "f16/B2-Hq8-Hkv2-Lq97-Lk257-D64/causal-br".
+  // The name from the parameters, lossless: parse_name(p.name()) is p. One component per non-default field,
+  // e.g. "fp16/B2-Hq8-Hkv2-Lq97-Lk257-D64/causal/alignment=bottom_right/want_lse".
   std::string name() const;
+  // The schema-1 short name, e.g. "fp16/B2-Hq8-Hkv2-Lq97-Lk257-D64/causal-br": golden case names and fixture
+  // file names are built from it, so it never changes. Not every value shows (it does not parse back).
+  std::string short_name() const;
 };
 
 // Throws std::invalid_argument naming the field and the values on any inconsistency.
 void validate(const Problem& p);
+// The problem a name() stands for (validated); throws naming the component it cannot read.
+Problem parse_name(const std::string& name);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Inputs and outputs

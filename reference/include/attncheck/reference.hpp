@@ -16,16 +16,26 @@ struct ReferenceResult {
   // Error scales for the tolerance model (docs/tolerance.md), computed alongside in double:
   std::vector<double> score_mag;  // [B, Hq, Lq]: max over visible j of |scale|*|q_i|*|k_j| + |bias_ij|
   std::vector<double> out_abs;    // [B, Hq, Lq, Dv]: sum_j |w_ij * keep_ij/(1-p) * v_jd|
-  // Tolerance model v2's row scales (docs/tolerance.md), with w' = w * keep/(1-p) and mag_j = |scale||q||k_j|+|bias|:
+  // Tolerance model v2's row scales (docs/tolerance.md), with w' = w * keep/(1-p), dv_j = w'_j v_jd - w_j o_d and
+  // the per-key score error magnitudes of KeyScales (a: accumulation, b: operand rounding, c: the score itself):
   std::vector<double> out_rss;    // [B, Hq, Lq, Dv]: sqrt(sum_j (w'_j v_jd)^2)
-  std::vector<double> out_dev;    // [B, Hq, Lq, Dv]: sqrt(sum_j (w'_j v_jd - w_j o_d)^2)
-  std::vector<double> out_dev_s;  // [B, Hq, Lq, Dv]: sqrt(sum_j mag_j^2 (w'_j v_jd - w_j o_d)^2)
-  std::vector<double> out_cov;    // [B, Hq, Lq, Dv]: sum_j |s_j - s_mean| |w'_j v_jd - w_j o_d|
+  std::vector<double> out_dev;    // [B, Hq, Lq, Dv]: sqrt(sum_j dv_j^2)
+  std::vector<double> out_dev_a, out_dev_b, out_dev_c;  // [B, Hq, Lq, Dv]: sqrt(sum_j (a_j dv_j)^2), b, c alike
+  std::vector<double> out_cov;    // [B, Hq, Lq, Dv]: sum_j |s_j - s_mean| |dv_j|
   std::vector<double> p_rss;      // [B, Hq, Lq]: sqrt(sum_j w_j^2), 1/sqrt(effective number of keys)
-  std::vector<double> p_rss_s;    // [B, Hq, Lq]: sqrt(sum_j (w_j mag_j)^2)
+  std::vector<double> p_rss_a, p_rss_b, p_rss_c;  // [B, Hq, Lq]: sqrt(sum_j (w_j a_j)^2), b, c alike
   std::vector<double> spread;     // [B, Hq, Lq]: sum_j w_j |s_j - s_mean|, s_mean = sum_j w_j s_j
   std::vector<double> n_terms;    // [B, Hq, Lq]: keys taking part in the softmax sum
   std::vector<double> n_tied;     // [B, Hq, Lq]: most keys sharing one exact score (repeated terms drift)
+};
+
+// Per-key magnitudes of a score's rounding errors. a: the dot product's partial sums, sqrt(Dqk (dot^2/3 +
+// sum_d (q_d k_d)^2 / 6)) * |scale| (sums that grow linearly and sums that random-walk); b: the products'
+// operand rounding, sqrt(sum_d (q_d k_d)^2) * |scale|; c: the score itself, |s| (scale, bias, softcap, max).
+struct KeyScales {
+  std::vector<double> a, b, c;
+  explicit KeyScales(size_t n) : a(n, 0.0), b(n, 0.0), c(n, 0.0) {}
+  void set(size_t j, double scale, double dot, double qk2, double dqk, double score);
 };
 
 // One row's data for row_error_scales (spans of length Lk; V rows of length Dv).
@@ -34,7 +44,7 @@ struct RowInputs {
   const std::vector<char>& takes_part;   // key takes part in the softmax sum
   const std::vector<double>& w;          // normalised weights
   const std::vector<double>& keep;       // 1, or keep_ij/(1-p) under dropout
-  const std::vector<double>& mag;        // per-key score magnitude
+  const KeyScales& mag;                  // per-key score error magnitudes
   const double* v;                       // (Lk, Dv)
   int64_t Dv;
 };

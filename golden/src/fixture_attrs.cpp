@@ -1,0 +1,90 @@
+// Problem fields <-> fixture attributes and per-batch datasets, generically over the feature table: a new field
+// needs no code here. Booleans are int64 0/1, enums their names, uint64 an unsigned attribute (golden/SCHEMA.md).
+#include "fixture_attrs.hpp"
+
+#include <stdexcept>
+
+#include "attncheck/features.hpp"
+
+namespace attncheck::fixture_detail {
+
+namespace {
+template <class... F>
+struct Overload : F... {
+  using F::operator()...;
+};
+using P = Problem;
+}  // namespace
+
+void write_problem_attrs(hid_t root, const Problem& p) {
+  for (const Field& f : problem_fields()) {
+    if (f.stored == Stored::dataset) continue;
+    if (f.stored == Stored::if_set && field_is_default(p, f)) continue;
+    const char* k = f.key;
+    std::visit(Overload{[&](DerivedF64 fn) { h5::write_attr(root, k, fn(p)); },
+                        [&](int64_t P::*m) { h5::write_attr(root, k, p.*m); },
+                        [&](bool P::*m) { h5::write_attr(root, k, int64_t{p.*m}); },
+                        [&](double P::*m) { h5::write_attr(root, k, p.*m); },
+                        [&](uint64_t P::*m) { h5::write_attr_u64(root, k, p.*m); },
+                        [&](std::optional<double> P::*m) { h5::write_attr(root, k, *(p.*m)); },
+                        [&](std::optional<std::array<int64_t, 4>> P::*m) {
+                          h5::write_attr(root, k, std::vector<int64_t>((p.*m)->begin(), (p.*m)->end()));
+                        },
+                        [&](std::vector<int64_t> P::*) {},
+                        [&](auto P::*m) { h5::write_attr(root, k, std::string(to_string(p.*m))); }},
+               f.ref);
+  }
+}
+
+void write_problem_datasets(hid_t inputs, const Problem& p) {
+  for (const Field& f : problem_fields())
+    if (f.stored == Stored::dataset)
+      if (const auto& v = p.*std::get<std::vector<int64_t> P::*>(f.ref); !v.empty())
+        h5::write_dataset(inputs, f.key, H5T_STD_I64LE, {static_cast<int64_t>(v.size())}, v.data());
+}
+
+void read_problem_attrs(const h5::Reader& r, hid_t root, Problem& p) {
+  for (const Field& f : problem_fields()) {
+    if (f.stored == Stored::dataset || f.stored == Stored::derived) continue;
+    if (f.stored == Stored::if_set && !r.has_attr(root, f.key)) continue;
+    const char* k = f.key;
+    std::visit(Overload{[&](DerivedF64) {},
+                        [&](int64_t P::*m) { p.*m = r.attr_i64(root, "/", k); },
+                        [&](bool P::*m) { p.*m = r.attr_i64(root, "/", k) != 0; },
+                        [&](double P::*m) { p.*m = r.attr_f64(root, "/", k); },
+                        [&](uint64_t P::*m) { p.*m = r.attr_u64(root, "/", k); },
+                        [&](std::optional<double> P::*m) { p.*m = r.attr_f64(root, "/", k); },
+                        [&](std::optional<std::array<int64_t, 4>> P::*m) {
+                          const auto v = r.attr_i64s(root, "/", k);
+                          if (v.size() != 4)
+                            r.fail("/", std::string("attribute '") + k + "' must have 4 entries, got " +
+                                            std::to_string(v.size()));
+                          p.*m = std::array<int64_t, 4>{v[0], v[1], v[2], v[3]};
+                        },
+                        [&](std::vector<int64_t> P::*) {},
+                        [&](auto P::*) {
+                          try {
+                            set_field_text(p, f, r.attr_str(root, "/", k));
+                          } catch (const std::invalid_argument& e) {
+                            r.fail(k, e.what());
+                          }
+                        }},
+               f.ref);
+  }
+}
+
+void read_problem_datasets(const h5::Reader& r, hid_t file, Problem& p) {
+  for (const Field& f : problem_fields()) {
+    if (f.stored != Stored::dataset) continue;
+    const std::string path = std::string("/inputs/") + f.key;
+    auto& v = p.*std::get<std::vector<int64_t> P::*>(f.ref);
+    v.clear();
+    if (!r.has_object(file, path)) continue;
+    h5::Id d = r.open_dataset(file, path);
+    r.expect_extents(d, path, {p.B});
+    v.resize(static_cast<size_t>(p.B));
+    r.read_i64(d, path, v.data());
+  }
+}
+
+}  // namespace attncheck::fixture_detail

@@ -1,0 +1,16 @@
+// The Problem's part of a fixture, derived from the feature table (reference/include/attncheck/features.hpp):
+// one root attribute per field (in table order) and one /inputs dataset per per-batch field.
+#pragma once
+
+#include "attncheck/problem.hpp"
+#include "h5.hpp"
+
+namespace attncheck::fixture_detail {
+
+void write_problem_attrs(hid_t root, const Problem& p);
+void write_problem_datasets(hid_t inputs, const Problem& p);
+// Attributes into p (datasets are read by read_problem_datasets once the shapes are validated).
+void read_problem_attrs(const h5::Reader& r, hid_t root, Problem& p);
+void read_problem_datasets(const h5::Reader& r, hid_t file, Problem& p);
+
+}  // namespace attncheck::fixture_detail

@@ -1,0 +1,126 @@
+// Derived cases for hypotheses and probes (see derive.hpp). Tensors keep the case's layout; masks that must change
+// per key are folded first into one boolean mask by prop::canonical, so what each query sees stays explicit.
+#include "derive.hpp"
+
+namespace attncheck::diagnose {
+
+namespace {
+Tensor like(const Tensor& t, DType dt, std::vector<int64_t> shape, Layout l) {
+  return t.shape.size() == 4 && shape.size() == 4 ? Tensor(dt, std::move(shape), storage_order(l)) : Tensor(dt, std::move(shape));
+}
+}  // namespace
+
+prop::Case with_problem(const prop::Case& c, const std::function<void(Problem&)>& f) {
+  prop::Case d = c;
+  f(d.p);
+  validate(d.p, d.in);
+  return d;
+}
+
+prop::Case expand_kv_heads(const prop::Case& c, const std::function<int64_t(int64_t)>& map) {
+  prop::Case d = c;
+  const Problem& p = c.p;
+  d.p.Hkv = p.Hq;
+  for (auto [src, dst, D] : {std::tuple{&c.in.k, &d.in.k, p.Dqk}, std::tuple{&c.in.v, &d.in.v, p.Dv}}) {
+    Tensor t = like(*src, src->dtype, {p.B, p.Hq, p.Lk, D}, p.layout);
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hq; ++h)
+        for (int64_t j = 0; j < p.Lk; ++j)
+          for (int64_t e = 0; e < D; ++e) t.put(b, h, j, e, src->at(b, map(h), j, e));
+    *dst = std::move(t);
+  }
+  validate(d.p, d.in);
+  return d;
+}
+
+prop::Case pad_keys(const prop::Case& c0, int64_t Lk2) {
+  prop::Case c = prop::canonical(c0), d = c;
+  const Problem& p = c.p;
+  d.p.Lk = Lk2;
+  auto keys = [&](const Tensor& src, int64_t D) {
+    Tensor t = like(src, src.dtype, {p.B, p.Hkv, Lk2, D}, p.layout);
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hkv; ++h)
+        for (int64_t j = 0; j < p.Lk; ++j)
+          for (int64_t e = 0; e < D; ++e) t.put(b, h, j, e, src.at(b, h, j, e));
+    return t;
+  };
+  d.in.k = keys(c.in.k, p.Dqk), d.in.v = keys(c.in.v, p.Dv);
+  auto scores = [&](const Tensor& src, double pad) {
+    Tensor t(src.dtype, {p.B, p.Hq, p.Lq, Lk2});
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hq; ++h)
+        for (int64_t i = 0; i < p.Lq; ++i)
+          for (int64_t j = 0; j < Lk2; ++j)
+            t.put(b, h, i, j, j < p.Lk ? src.get_offset(broadcast_offset(src, b, h, i, j)) : pad);
+    return t;
+  };
+  const std::array<int64_t, 4> full{p.B, p.Hq, p.Lq, Lk2};
+  if (c.in.mask) d.in.mask = scores(*c.in.mask, 1.0), d.p.mask_shape = full;
+  if (c.in.bias) d.in.bias = scores(*c.in.bias, 0.0), d.p.bias_shape = full;
+  if (c.in.keep) d.in.keep = scores(*c.in.keep, 1.0);
+  validate(d.p, d.in);
+  return d;
+}
+
+prop::Case mask_keys_from(const prop::Case& c0, int64_t j0) {
+  prop::Case d = prop::canonical(c0);
+  const Problem& p = d.p;
+  if (!d.in.mask) {
+    Tensor m(DType::u8, {p.B, p.Hq, p.Lq, p.Lk});
+    m.fill(1);
+    d.in.mask = std::move(m);
+    d.p.mask_shape = std::array<int64_t, 4>{p.B, p.Hq, p.Lq, p.Lk};
+  }
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i)
+        for (int64_t j = j0; j < p.Lk; ++j) d.in.mask->put(b, h, i, j, 0);
+  validate(d.p, d.in);
+  return d;
+}
+
+prop::Case with_dtype(const prop::Case& c, DType t) {
+  prop::Case d = c;
+  d.p.dtype = t;
+  for (auto [src, dst] : {std::pair{&c.in.q, &d.in.q}, std::pair{&c.in.k, &d.in.k}, std::pair{&c.in.v, &d.in.v}}) {
+    Tensor x = like(*src, t, src->shape, c.p.layout);
+    for (int64_t a = 0; a < x.shape[0]; ++a)
+      for (int64_t b = 0; b < x.shape[1]; ++b)
+        for (int64_t i = 0; i < x.shape[2]; ++i)
+          for (int64_t e = 0; e < x.shape[3]; ++e) x.put(a, b, i, e, src->at(a, b, i, e));
+    *dst = std::move(x);
+  }
+  validate(d.p, d.in);
+  return d;
+}
+
+std::vector<std::string> active_features(const Problem& p) {
+  std::vector<std::string> f;
+  if (p.causal) f.push_back("causal");
+  if (p.has_window()) f.push_back("window");
+  if (!p.key_lengths.empty()) f.push_back("key padding");
+  if (p.mask_shape) f.push_back("mask");
+  if (p.bias_shape) f.push_back("bias");
+  if (p.softcap > 0) f.push_back("softcap");
+  if (p.dropout_p > 0) f.push_back("dropout");
+  return f;
+}
+
+prop::Case without(const prop::Case& c, const std::string& feature) {
+  prop::Case d = c;
+  Problem& p = d.p;
+  if (feature == "causal") p.causal = false;
+  else if (feature == "window") p.window_left = p.window_right = -1;
+  else if (feature == "key padding") p.key_lengths.clear();
+  else if (feature == "mask") p.mask_shape.reset(), d.in.mask.reset();
+  else if (feature == "bias") p.bias_shape.reset(), d.in.bias.reset();
+  else if (feature == "softcap") p.softcap = 0;
+  else if (feature == "dropout") p.dropout_p = 0, d.in.keep.reset();
+  else throw std::invalid_argument("diagnose: unknown feature '" + feature + "'");
+  if (!p.causal && !p.has_window()) p.alignment = Alignment::top_left, p.causal_offset = 0, p.causal_offsets.clear();
+  validate(p, d.in);
+  return d;
+}
+
+}  // namespace attncheck::diagnose

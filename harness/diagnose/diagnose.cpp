@@ -1,0 +1,83 @@
+// diagnose(): anatomy, hypotheses and (with a re-runnable candidate) probes, merged into one ranked list of causes.
+// A cause keeps its best-scoring evidence; a probe vote adds 0.3 (the failure vanishes) or takes 0.2; causes below 0.25 are dropped,
+// so an unexplained failure says "no known signature" rather than guessing.
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "anatomy.hpp"
+#include "diagnosis.hpp"
+#include "hypotheses.hpp"
+#include "probes.hpp"
+
+namespace attncheck::diagnose {
+
+const std::vector<std::string>& known_tags() {
+  // In tie-break order: the more specific signature first.
+  static const std::vector<std::string> tags = {
+      "causal-diagonal", "causal-alignment", "window-edge", "tile-tail", "skipped-keys", "gqa-mapping", "softcap-order",
+      "mask-fill", "key-padding", "mask-ignored", "mask-after-softmax", "softmax-axis", "fully-masked-policy",
+      "dropout-scale", "dropout-mask", "scale", "layout-stride", "lse-base", "lse-offset", "lse-missing-max", "lse-unscaled-max",
+      "nan-leak", "no-max-subtraction", "fp16-overflow", "missed-rescale", "low-precision-scores",
+      "low-precision-accumulation", "tf32", "row-scale", "uninitialised-output"};
+  return tags;
+}
+
+namespace {
+size_t rank_of(const std::string& tag) {
+  const auto& t = known_tags();
+  return static_cast<size_t>(std::find(t.begin(), t.end(), tag) - t.begin());
+}
+}  // namespace
+
+Diagnosis diagnose(const prop::Case& c, const ReferenceResult& ref, const Outputs& actual, const Options& o) {
+  Diagnosis d;
+  const Subject s(c, ref, actual, o.tolerance);
+  d.anatomy = anatomy(s);
+  std::vector<Cause> all = structural_hypotheses(s);
+  for (Cause& x : numeric_hypotheses(s)) all.push_back(std::move(x));
+  std::map<std::string, Cause> best;
+  for (Cause& x : all)
+    if (!best.count(x.tag) || x.score > best[x.tag].score) best[x.tag] = std::move(x);
+  d.rerun_budget = o.rerun ? o.max_reruns : 0;
+  if (o.rerun && s.n_bad_out + s.n_bad_lse + s.n_bad_w > 0) {
+    ProbeEvidence ev = run_probes(c, *o.rerun, o.max_reruns, o.tolerance);
+    d.probes = ev.results, d.reruns = ev.reruns;
+    for (const auto& [tag, v] : ev.votes) {
+      if (v == 0) continue;
+      const double delta = v > 0 ? 0.3 : -0.2;
+      if (best.count(tag)) {
+        best[tag].score += delta;
+        best[tag].evidence += "; probe " + ev.why[tag];
+      } else if (v > 0) {
+        best[tag] = {tag, delta, "probe " + ev.why[tag]};
+      }
+    }
+  }
+  for (auto& [tag, cause] : best)
+    if (cause.score >= 0.25) d.causes.push_back(cause);
+  std::stable_sort(d.causes.begin(), d.causes.end(), [](const Cause& a, const Cause& b) {
+    if (std::abs(a.score - b.score) > 1e-9) return a.score > b.score;
+    return rank_of(a.tag) < rank_of(b.tag);
+  });
+  return d;
+}
+
+std::vector<std::string> Diagnosis::text() const {
+  std::vector<std::string> l;
+  l.push_back("diagnosis: " + top());
+  for (const std::string& a : anatomy) l.push_back("  anatomy: " + a);
+  for (const Cause& c : causes) {
+    std::ostringstream o;
+    o.precision(2);
+    o << "  cause " << c.tag << " (score " << std::fixed << c.score << "): " << c.evidence;
+    l.push_back(o.str());
+  }
+  if (causes.empty()) l.push_back("  cause: no known signature (no hypothesis explains a quarter of the failing elements)");
+  for (const ProbeResult& p : probes)
+    l.push_back("  probe " + p.name + ": " + p.outcome + (p.detail.empty() ? "" : " (" + p.detail + ")"));
+  if (rerun_budget > 0) l.push_back("  re-runs: " + std::to_string(reruns) + " of " + std::to_string(rerun_budget));
+  return l;
+}
+
+}  // namespace attncheck::diagnose

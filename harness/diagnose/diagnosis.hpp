@@ -1,0 +1,54 @@
+// Diagnosis of a failing attention case: where the error lives (anatomy), which known bug classes fit (tagged
+// causes with evidence, ranked), what re-running the candidate on derived problems showed (probes), and how many
+// re-runs that cost. A pure function of the case and the outputs, plus optional bounded re-runs of the candidate.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attncheck/impl.hpp"
+#include "attncheck/reference.hpp"
+#include "attncheck/tolerance.hpp"
+#include "case.hpp"
+
+namespace attncheck::diagnose {
+
+// Stable, machine-readable cause tags (docs/diagnosis.md lists them with their signatures).
+const std::vector<std::string>& known_tags();
+
+struct Cause {
+  std::string tag;       // one of known_tags()
+  double score = 0;      // 0..1: fraction of the failing elements the cause explains (plus probe evidence)
+  std::string evidence;  // one line: what matched
+};
+
+struct ProbeResult {
+  std::string name;     // e.g. "causal removed"
+  std::string outcome;  // "pass", "fail", "unsupported", "error"
+  std::string detail;
+};
+
+struct Diagnosis {
+  std::vector<std::string> anatomy;  // one finding per line, most specific first
+  std::vector<Cause> causes;         // best first; empty = no known signature
+  std::vector<ProbeResult> probes;
+  int reruns = 0;                    // candidate runs spent by the probes
+  int rerun_budget = 0;
+  std::string top() const { return causes.empty() ? "no known signature" : causes.front().tag; }
+  std::vector<std::string> text() const;  // indented report lines
+};
+
+struct Options {
+  const Impl* rerun = nullptr;  // the candidate, when it can be re-run on derived problems (probes)
+  int max_reruns = 12;
+  ToleranceModel tolerance;
+};
+
+// `ref` is the reference result for (c.p, c.in) with lse (and weights when c.p.want_weights); `actual` the
+// candidate's outputs for it. Deterministic; throws only on inconsistent shapes.
+Diagnosis diagnose(const prop::Case& c, const ReferenceResult& ref, const Outputs& actual, const Options& o = {});
+
+// {"top": tag, "causes": [{tag, score, evidence}], "anatomy": [...], "probes": [...], "reruns", "rerun_budget"}.
+std::string to_json(const Diagnosis& d);
+
+}  // namespace attncheck::diagnose

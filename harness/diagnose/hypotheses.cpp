@@ -1,0 +1,279 @@
+// Structural hypotheses: the reference on a derived problem is what a kernel with that bug computes (diagonal one
+// key off, the other causal alignment, window one key wider, tiled GQA head map, last tile padded with score 0 or
+// skipped, masks ignored, a finite sentinel, softcap after masking, other default scale, swapped layout...).
+#include "hypotheses.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <sstream>
+
+#include "derive.hpp"
+
+namespace attncheck::diagnose {
+
+namespace {
+
+struct Scorer {
+  const Subject& s;
+  std::vector<Cause>& out;
+  // Score a prediction of out (and lse when given) against the candidate.
+  void add(const std::string& tag, const std::string& what, const std::vector<double>& pred_out,
+           const std::vector<double>* pred_lse = nullptr) {
+    const int64_t total = s.n_bad_out + s.n_bad_lse;
+    if (total == 0) return;
+    int64_t left = s.bad_against(pred_out);
+    int64_t left_lse = pred_lse && !s.lse.empty() ? s.bad_lse_against(*pred_lse) : s.n_bad_lse;
+    const double explained = static_cast<double>(s.n_bad_out - left + s.n_bad_lse - left_lse) / static_cast<double>(total);
+    if (explained <= 0) return;
+    std::ostringstream e;
+    e << what << ": the candidate matches this prediction on " << (total - left - left_lse) << " of " << total
+      << " failing elements";
+    if (left + left_lse > 0) e << " (" << (left + left_lse) << " still off)";
+    out.push_back({tag, explained, e.str()});
+  }
+  // The reference on a derived case as the prediction; silently skipped when the derived case is invalid.
+  void variant(const std::string& tag, const std::string& what, const std::function<prop::Case()>& make) {
+    try {
+      prop::Case d = make();
+      d.p.want_weights = false;
+      d.p.want_lse = true;
+      const ReferenceResult r = reference_attention(d.p, d.in);
+      add(tag, what, r.out, d.p.Lq == s.p().Lq ? &r.lse : nullptr);
+    } catch (const std::invalid_argument&) {
+    }
+  }
+};
+
+// The candidate's out read through the other layout's strides: what a kernel writing BHSD into BSHD (or back) stores.
+std::vector<double> other_layout(const Problem& p, const std::vector<double>& ref, bool inverse) {
+  std::vector<double> pred(ref.size());
+  const int64_t H = p.Hq, L = p.Lq, D = p.Dv;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          // Written at the BSHD offset of (b,h,i,d), read back as BHSD (the two orders swap roles symmetrically).
+          const int64_t off = ((b * L + i) * H + h) * D + d;
+          const int64_t h2 = (off / D) % (H * L) / L, i2 = (off / D) % L;
+          const auto x = static_cast<size_t>(((b * H + h) * L + i) * D + d), y = static_cast<size_t>(((b * H + h2) * L + i2) * D + d);
+          pred[inverse ? x : y] = ref[inverse ? y : x];
+        }
+  return pred;
+}
+
+}  // namespace
+
+std::vector<double> out_from_weights(const Subject& s, const std::vector<double>& w, bool rescale_dropout) {
+  const Problem& p = s.p();
+  std::vector<double> o(static_cast<size_t>(s.rows() * p.Dv), 0.0);
+  const double kscale = p.dropout_p > 0 && rescale_dropout ? 1.0 / (1.0 - p.dropout_p) : 1.0;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i) {
+        const int64_t row = (b * p.Hq + h) * p.Lq + i;
+        for (int64_t j = 0; j < p.Lk; ++j) {
+          double wij = w[static_cast<size_t>(row * p.Lk + j)];
+          if (wij == 0) continue;
+          if (s.c.in.keep) wij *= s.c.in.keep->get_offset(row * p.Lk + j) * kscale;
+          for (int64_t d = 0; d < p.Dv; ++d)
+            o[static_cast<size_t>(row * p.Dv + d)] += wij * s.c.in.v.at(b, p.kv_head(h), j, d);
+        }
+      }
+  return o;
+}
+
+Prediction softmax_model(const Subject& s, const std::function<double(int64_t, int64_t)>& score, DType sum_acc, DType pv_acc) {
+  const Problem& p = s.p();
+  std::vector<double> w(s.score.size(), 0.0);
+  Prediction pr{{}, s.ref.lse};
+  auto acc = [](DType t, double a, double y) { return round_to(t, a + y); };
+  std::vector<char> modelled(static_cast<size_t>(s.rows()), 0);
+  for (int64_t r = 0; r < s.rows(); ++r) {
+    double m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < p.Lk; ++j)
+      if (const double x = score(r, j); !std::isnan(x)) m = std::max(m, x);
+    if (m == -INFINITY) continue;
+    modelled[static_cast<size_t>(r)] = 1;
+    for (int64_t j = 0; j < p.Lk; ++j)
+      if (const double x = score(r, j); !std::isnan(x)) sum = acc(sum_acc, sum, std::exp(x - m));
+    for (int64_t j = 0; j < p.Lk; ++j)
+      if (const double x = score(r, j); !std::isnan(x)) w[static_cast<size_t>(r * p.Lk + j)] = std::exp(x - m) / sum;
+    pr.lse[static_cast<size_t>(r)] = m + std::log(sum);
+  }
+  const double k = p.dropout_p > 0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
+  pr.out = s.ref.out;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i) {
+        const int64_t r = (b * p.Hq + h) * p.Lq + i;
+        if (!modelled[static_cast<size_t>(r)]) continue;
+        for (int64_t d = 0; d < p.Dv; ++d) {
+          double a = 0;
+          for (int64_t j = 0; j < p.Lk; ++j) {
+            double x = w[static_cast<size_t>(r * p.Lk + j)];
+            if (x == 0) continue;
+            if (s.c.in.keep) x *= s.c.in.keep->get_offset(r * p.Lk + j) * k;
+            a = acc(pv_acc, a, x * s.c.in.v.at(b, p.kv_head(h), j, d));
+          }
+          pr.out[static_cast<size_t>(r * p.Dv + d)] = a;
+        }
+      }
+  return pr;
+}
+
+std::vector<Cause> structural_hypotheses(const Subject& s) {
+  std::vector<Cause> causes;
+  Scorer sc{s, causes};
+  const Problem& p = s.p();
+  const prop::Case& c = s.c;
+  using C = prop::Case;
+
+  // scale
+  const double d = static_cast<double>(p.Dqk);
+  if (!p.scale) sc.variant("scale", "default scale 1/d instead of 1/sqrt(d)", [&] { return with_problem(c, [&](Problem& q) { q.scale = 1.0 / d; }); });
+  else sc.variant("scale", "explicit scale ignored (default 1/sqrt(d) used)", [&] { return with_problem(c, [](Problem& q) { q.scale.reset(); }); });
+  if (p.Dv != p.Dqk)
+    sc.variant("scale", "scale 1/sqrt(Dv) instead of 1/sqrt(Dqk)", [&] { return with_problem(c, [&](Problem& q) { q.scale = 1.0 / std::sqrt(double(p.Dv)); }); });
+  if (p.effective_scale() != 1.0) sc.variant("scale", "scale not applied (1)", [&] { return with_problem(c, [](Problem& q) { q.scale = 1.0; }); });
+
+  // causal diagonal and alignment
+  if (p.causal || p.has_window()) {
+    for (int delta : {+1, -1})
+      sc.variant(p.causal ? "causal-diagonal" : "window-edge",
+                 std::string("diagonal one key ") + (delta > 0 ? "right (j <= i+off+1)" : "left (j < i+off)"), [&] {
+                   return with_problem(c, [&](Problem& q) {
+                     q.causal_offsets.clear();
+                     for (int64_t b = 0; b < p.B; ++b) q.causal_offsets.push_back(p.diagonal_offset(b) + delta);
+                     q.alignment = Alignment::explicit_;
+                   });
+                 });
+    for (Alignment a : {Alignment::top_left, Alignment::bottom_right}) {
+      if (a == p.alignment) continue;
+      bool differs = false;
+      Problem q = p;
+      q.alignment = a, q.causal_offsets.clear();
+      for (int64_t b = 0; b < p.B; ++b) differs = differs || q.diagonal_offset(b) != p.diagonal_offset(b);
+      if (differs)
+        sc.variant("causal-alignment", std::string("diagonal aligned ") + to_string(a) + " instead of " + to_string(p.alignment),
+                   [&] { return with_problem(c, [&](Problem& r) { r.alignment = a, r.causal_offsets.clear(); }); });
+    }
+  }
+  for (auto [side, delta] : {std::pair{0, 1}, std::pair{0, -1}, std::pair{1, 1}, std::pair{1, -1}}) {
+    int64_t Problem::*f = side == 0 ? &Problem::window_left : &Problem::window_right;
+    if (p.*f < 0 || p.*f + delta < 0) continue;
+    sc.variant("window-edge", std::string(side == 0 ? "left" : "right") + " window edge " + (delta > 0 ? "one key wider" : "one key narrower"),
+               [&] { return with_problem(c, [&](Problem& q) { q.*f += delta; }); });
+  }
+
+  // masks ignored, fill, policy, softcap order
+  if (!p.key_lengths.empty()) sc.variant("key-padding", "padded keys (beyond key_lengths) attended", [&] { return without(c, "key padding"); });
+  if (p.mask_shape) sc.variant("mask-ignored", "boolean mask ignored", [&] { return without(c, "mask"); });
+  if (p.fill == MaskFill::neg_inf)
+    sc.variant("mask-fill", "finite sentinel -1e9 instead of -inf (fully masked rows become uniform)", [&] {
+      return with_problem(c, [](Problem& q) { q.fill = MaskFill::finite, q.fill_value = -1e9, q.fully_masked = FullyMasked::uniform; });
+    });
+  for (FullyMasked f : {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform}) {
+    if (f == p.fully_masked || (f == FullyMasked::uniform && p.fill == MaskFill::neg_inf)) continue;
+    sc.variant("fully-masked-policy", std::string("fully masked rows follow policy ") + to_string(f) + " instead of " + to_string(p.fully_masked),
+               [&] { return with_problem(c, [&](Problem& q) { q.fully_masked = f; }); });
+  }
+  if (p.softcap > 0)
+    sc.variant("softcap-order", "softcap applied after masking (masked scores become -softcap)", [&] {
+      return with_problem(c, [&](Problem& q) { q.fill = MaskFill::finite, q.fill_value = -p.softcap; });
+    });
+
+  if (p.softcap > 0) {
+    const double cap = p.softcap;
+    const Prediction pr = softmax_model(s, [&](int64_t r, int64_t j) {
+      const size_t n = static_cast<size_t>(r * p.Lk + j);
+      if (!s.vis[n]) return s.row_visible[static_cast<size_t>(r)] ? -cap : NAN;
+      const double biased = s.c.in.bias ? s.score[n] - cap * std::tanh(s.logit[n] / cap) + s.logit[n] : s.logit[n];
+      return cap * std::tanh(biased / cap);
+    });
+    sc.add("softcap-order", "softcap applied after bias and masking (masked scores become -softcap)", pr.out, &pr.lse);
+  }
+  if (p.fill == MaskFill::neg_inf) {
+    const Prediction pr = softmax_model(s, [&](int64_t r, int64_t) { return s.row_visible[static_cast<size_t>(r)] ? NAN : -1e9; });
+    sc.add("mask-fill", "finite sentinel -1e9: fully masked rows average every key's (kept) value", pr.out, &pr.lse);
+  }
+
+  // GQA head map
+  if (p.Hkv > 1 && p.group_size() > 1)
+    sc.variant("gqa-mapping", "query head h reads KV head h % Hkv (tiled) instead of h / group", [&] {
+      return expand_kv_heads(c, [&](int64_t h) { return h % p.Hkv; });
+    });
+
+  // last tile: padded with score 0, or skipped
+  int64_t last_pad = -1, last_start = -1;
+  for (int64_t T : {8, 16, 32, 64, 128}) {
+    if (p.Lk % T == 0) continue;
+    const int64_t Lk2 = (p.Lk + T - 1) / T * T, j0 = p.Lk / T * T;
+    if (Lk2 != last_pad)
+      sc.variant("tile-tail", "last key tile (size " + std::to_string(T) + ") padded to " + std::to_string(Lk2) +
+                 " keys scored 0 instead of -inf", [&] { return pad_keys(c, Lk2); });
+    if (j0 > 0 && j0 != last_start)
+      sc.variant("skipped-keys", "keys " + std::to_string(j0) + ".." + std::to_string(p.Lk - 1) + " (the last partial tile of " +
+                 std::to_string(T) + ") never read", [&] { return mask_keys_from(c, j0); });
+    last_pad = Lk2, last_start = j0;
+  }
+
+  key_hypotheses(s, [&](const std::string& tag, const std::string& what, const std::vector<double>& o, const std::vector<double>* l) {
+    sc.add(tag, what, o, l);
+  });
+
+  // mask applied after the softmax without renormalising: out_vis * (visible mass / total mass)
+  if ((p.causal || p.has_window() || !p.key_lengths.empty() || p.mask_shape)) {
+    try {
+      C d = c;
+      const std::vector<std::string> active = active_features(p);
+      for (const char* f : {"causal", "window", "key padding", "mask"})
+        if (std::find(active.begin(), active.end(), f) != active.end()) d = without(d, f);
+      d.p.want_weights = false, d.p.want_lse = true;
+      const ReferenceResult all = reference_attention(d.p, d.in);
+      std::vector<double> pred = s.ref.out;
+      for (int64_t r = 0; r < s.rows(); ++r) {
+        const double f = std::exp(s.ref.lse[static_cast<size_t>(r)] - all.lse[static_cast<size_t>(r)]);
+        for (int64_t k = 0; k < p.Dv; ++k)
+          if (std::isfinite(f)) pred[static_cast<size_t>(r * p.Dv + k)] *= f;
+      }
+      sc.add("mask-after-softmax", "mask applied after the softmax without renormalising", pred, &all.lse);
+    } catch (const std::invalid_argument&) {
+    }
+  }
+
+  // softmax over the wrong axis (over queries for each key)
+  if (p.Lq > 1) {
+    std::vector<double> w(s.score.size(), 0.0);
+    for (int64_t bh = 0; bh < p.B * p.Hq; ++bh)
+      for (int64_t j = 0; j < p.Lk; ++j) {
+        double m = -INFINITY, sum = 0;
+        for (int64_t i = 0; i < p.Lq; ++i)
+          if (s.vis[static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)]) m = std::max(m, s.score[static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)]);
+        for (int64_t i = 0; i < p.Lq; ++i)
+          if (s.vis[static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)]) sum += std::exp(s.score[static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)] - m);
+        for (int64_t i = 0; i < p.Lq; ++i) {
+          const size_t n = static_cast<size_t>((bh * p.Lq + i) * p.Lk + j);
+          if (s.vis[n]) w[n] = std::exp(s.score[n] - m) / sum;
+        }
+      }
+    sc.add("softmax-axis", "softmax normalised over the queries of each key instead of over the keys", out_from_weights(s, w));
+  }
+
+  // dropout
+  if (p.dropout_p > 0) {
+    std::vector<double> pred = s.ref.out;
+    for (double& x : pred) x *= 1.0 - p.dropout_p;
+    sc.add("dropout-scale", "kept weights not rescaled by 1/(1-p)", pred);
+    sc.variant("dropout-mask", "keep-mask not applied", [&] { return without(c, "dropout"); });
+  }
+
+  // layout: out written with the other layout's strides
+  if (p.Hq > 1 && p.Lq > 1)
+    for (bool inv : {false, true})
+      sc.add("layout-stride", std::string("out written with the ") + (inv ? "BHSD" : "BSHD") + " strides into the " +
+             (inv ? "BSHD" : "BHSD") + " order", other_layout(p, s.ref.out, inv));
+  return causes;
+}
+
+}  // namespace attncheck::diagnose

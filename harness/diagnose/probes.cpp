@@ -1,0 +1,80 @@
+// The probes of probes.hpp, in a fixed order (deterministic), each one candidate run judged against the reference
+// on the derived case; a derived case the candidate does not support is reported as unsupported and costs nothing.
+#include "probes.hpp"
+
+#include <functional>
+
+#include "attncheck/reference.hpp"
+#include "derive.hpp"
+
+namespace attncheck::diagnose {
+
+namespace {
+struct Probe {
+  std::string name;
+  std::function<prop::Case()> make;
+  std::vector<std::string> tags;  // causes this change removes the trigger of
+  bool positive_only = false;     // a failure that persists says nothing against the tags
+};
+}  // namespace
+
+ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, const ToleranceModel& m) {
+  const Problem& p = c.p;
+  std::vector<Probe> probes;
+  const std::map<std::string, std::vector<std::string>> feature_tags = {
+      {"causal", {"causal-diagonal", "causal-alignment", "mask-after-softmax"}},
+      {"window", {"window-edge", "causal-alignment", "mask-after-softmax"}},
+      {"key padding", {"key-padding", "fully-masked-policy", "mask-fill", "mask-after-softmax"}},
+      {"mask", {"mask-ignored", "fully-masked-policy", "mask-fill", "mask-after-softmax", "nan-leak"}},
+      {"bias", {}},
+      {"softcap", {"softcap-order"}},
+      {"dropout", {"dropout-scale", "dropout-mask"}}};
+  for (const std::string& f : active_features(p))
+    probes.push_back({f + " removed", [&c, f] { return without(c, f); }, feature_tags.at(f)});
+  if (p.Hkv < p.Hq)
+    probes.push_back({"GQA expanded to MHA", [&c] { return expand_kv_heads(c, [&c](int64_t h) { return c.p.kv_head(h); }); }, {"gqa-mapping"}});
+  if (!p.scale)
+    probes.push_back({"default scale passed explicitly", [&c] { return with_problem(c, [](Problem& q) { q.scale = q.effective_scale(); }); }, {"scale"}});
+  if (p.Lk > 16 && p.Lk % 16)
+    probes.push_back({"Lk cut to " + std::to_string(p.Lk / 16 * 16) + " (a multiple of 16)",
+                      [&c] { return prop::slice_keys(prop::canonical(c), 0, c.p.Lk / 16 * 16); }, {"tile-tail", "skipped-keys"}});
+  if (p.dtype != DType::f64)
+    probes.push_back({"inputs in fp64", [&c] { return with_dtype(c, DType::f64); },
+                      {"low-precision-scores", "low-precision-accumulation", "tf32", "fp16-overflow", "no-max-subtraction"}, true});
+
+  ProbeEvidence ev;
+  for (const Probe& pr : probes) {
+    ProbeResult r{pr.name, "", ""};
+    try {
+      prop::Case d = pr.make();
+      const Support sup = impl.supports(d.p);
+      if (!sup.ok) {
+        r.outcome = "unsupported", r.detail = sup.reason;
+        ev.results.push_back(r);
+        continue;
+      }
+      if (ev.reruns >= budget) {
+        r.outcome = "skipped", r.detail = "re-run budget spent";
+        ev.results.push_back(r);
+        continue;
+      }
+      ++ev.reruns;
+      Outputs out;
+      run_impl(impl, d.p, d.in, out);
+      const Verdict v = judge(d.p, reference_attention(d.p, d.in), out, m);
+      r.outcome = v.pass ? "pass" : "fail";
+      if (!v.pass) r.detail = v.worst().describe();
+      for (const std::string& t : pr.tags) {
+        if (!v.pass && pr.positive_only) continue;
+        ev.votes[t] += v.pass ? 1 : -1;
+        ev.why[t] = pr.name + (v.pass ? ": the failure disappears" : ": still fails");
+      }
+    } catch (const std::exception& e) {
+      r.outcome = "error", r.detail = e.what();
+    }
+    ev.results.push_back(r);
+  }
+  return ev;
+}
+
+}  // namespace attncheck::diagnose

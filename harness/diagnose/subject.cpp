@@ -1,0 +1,85 @@
+// Builds the Subject: flattens the candidate's outputs, applies the tolerance model element by element, and
+// recomputes the visible scores in double (the same definitions as the reference; used only to locate errors).
+#include "subject.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace attncheck::diagnose {
+
+namespace {
+void mark(const std::vector<double>& e, const std::vector<double>& a, const std::vector<double>& t,
+          std::vector<char>& bad, int64_t& n) {
+  bad.assign(e.size(), 0);
+  if (a.size() != e.size()) return;
+  for (size_t k = 0; k < e.size(); ++k) n += bad[k] = is_bad(e[k], a[k], t[k]);
+}
+}  // namespace
+
+Subject::Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& actual, const ToleranceModel& m)
+    : c(cs), ref(r) {
+  const Problem& p = c.p;
+  out = actual.out.to_double();
+  if (actual.lse && p.want_lse) lse = actual.lse->to_double();
+  if (actual.weights && p.want_weights && !r.weights.empty()) w = actual.weights->to_double();
+  tol_out = out_tolerance(p, r, m, actual.out.dtype);
+  mark(r.out, out, tol_out, bad_out, n_bad_out);
+  if (!lse.empty()) {
+    tol_lse = lse_tolerance(p, r, m, actual.lse->dtype);
+    mark(r.lse, lse, tol_lse, bad_lse, n_bad_lse);
+  }
+  if (!w.empty()) {
+    tol_w = weights_tolerance(p, r, m, actual.weights->dtype);
+    mark(r.weights, w, tol_w, bad_w, n_bad_w);
+  }
+  const int64_t Lk = p.Lk;
+  vis.assign(static_cast<size_t>(rows() * Lk), 0);
+  score.assign(vis.size(), std::numeric_limits<double>::quiet_NaN());
+  logit.assign(vis.size(), 0.0);
+  row_max.assign(static_cast<size_t>(rows()), -std::numeric_limits<double>::infinity());
+  row_visible.assign(static_cast<size_t>(rows()), 0);
+  const double scale = p.effective_scale();
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i) {
+        const int64_t row = (b * p.Hq + h) * p.Lq + i;
+        for (int64_t j = 0; j < Lk; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < p.Dqk; ++d) s += c.in.q.at(b, h, i, d) * c.in.k.at(b, p.kv_head(h), j, d);
+          s *= scale;
+          logit[static_cast<size_t>(row * Lk + j)] = s;
+          if (!prop::visible(p, c.in, b, h, i, j)) continue;
+          if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
+          if (c.in.bias) s += c.in.bias->get_offset(broadcast_offset(*c.in.bias, b, h, i, j));
+          const size_t n = static_cast<size_t>(row * Lk + j);
+          vis[n] = 1, score[n] = s;
+          row_max[static_cast<size_t>(row)] = std::max(row_max[static_cast<size_t>(row)], s);
+          ++row_visible[static_cast<size_t>(row)];
+        }
+      }
+}
+
+// A prediction is not the reference: besides the reference's tolerance it gets the rounding a kernel computing
+// it in working precision would add (4 units of the output's roundoff on the element and on its row's largest).
+int64_t Subject::bad_against(const std::vector<double>& expected) const {
+  int64_t n = 0;
+  if (expected.size() != out.size()) return n_bad_out;
+  const double u = c.p.dtype == DType::f64 ? unit_roundoff(DType::f64) : std::max(unit_roundoff(DType::f32), unit_roundoff(c.p.dtype));
+  const size_t D = static_cast<size_t>(c.p.Dv);
+  for (size_t r = 0; r * D < out.size(); ++r) {
+    double amax = 0;
+    for (size_t k = r * D; k < (r + 1) * D; ++k) amax = std::isfinite(expected[k]) ? std::max(amax, std::abs(expected[k])) : amax;
+    for (size_t k = r * D; k < (r + 1) * D; ++k) n += is_bad(expected[k], out[k], tol_out[k] + 4 * u * (std::abs(expected[k]) + amax));
+  }
+  return n;
+}
+
+int64_t Subject::bad_lse_against(const std::vector<double>& expected) const {
+  int64_t n = 0;
+  if (expected.size() != lse.size()) return n_bad_lse;
+  const double u = unit_roundoff(c.p.stat_dtype());
+  for (size_t k = 0; k < lse.size(); ++k) n += is_bad(expected[k], lse[k], tol_lse[k] + 4 * u * std::abs(expected[k]));
+  return n;
+}
+
+}  // namespace attncheck::diagnose

@@ -1,0 +1,42 @@
+// What every part of the diagnosis looks at: the case, the reference, the candidate's outputs flattened to logical
+// order, per-element tolerances, which elements fail, and the scores the reference saw (for |logit| and row maxima).
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "attncheck/reference.hpp"
+#include "attncheck/tolerance.hpp"
+#include "case.hpp"
+
+namespace attncheck::diagnose {
+
+// Outside tolerance the way judge() counts it: a non-finite expectation must be matched in kind.
+inline bool is_bad(double e, double a, double tol) {
+  if (!std::isfinite(e)) return std::isnan(e) ? !std::isnan(a) : a != e;
+  return !std::isfinite(a) || std::abs(a - e) > tol;
+}
+
+struct Subject {
+  const prop::Case& c;
+  const ReferenceResult& ref;
+  std::vector<double> out, lse, w;        // candidate, logical order (lse / w empty when not produced)
+  std::vector<double> tol_out, tol_lse, tol_w;
+  std::vector<char> bad_out, bad_lse, bad_w;
+  int64_t n_bad_out = 0, n_bad_lse = 0, n_bad_w = 0;
+  std::vector<char> vis;                  // [B,Hq,Lq,Lk] visibility under the problem's masks
+  std::vector<double> score;              // [B,Hq,Lq,Lk] scaled (softcapped, biased) scores, NaN where masked
+  std::vector<double> logit;              // [B,Hq,Lq,Lk] scale * q.k for every key (before softcap, bias, masks)
+  std::vector<double> row_max;            // [B,Hq,Lq] max visible score (-inf for fully masked rows)
+  std::vector<int64_t> row_visible;       // [B,Hq,Lq] visible key count
+
+  Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& actual, const ToleranceModel& m);
+  const Problem& p() const { return c.p; }
+  int64_t rows() const { return c.p.B * c.p.Hq * c.p.Lq; }
+  // Count of out elements outside tolerance when `expected` is taken as the truth instead of the reference.
+  int64_t bad_against(const std::vector<double>& expected) const;
+  int64_t bad_lse_against(const std::vector<double>& expected) const;
+};
+
+}  // namespace attncheck::diagnose

@@ -1,0 +1,84 @@
+// validate_on_power (validate.hpp): every fault of the detection-power engine (harness/power) on small grid problems
+// (Lk 1024, 8 query rows, every flavour, dtype and logit shape), each detected failure diagnosed with probes that
+// re-run the faulty kernel behind the Impl interface.
+#include "attncheck/reference.hpp"
+#include "diagnosis.hpp"
+#include "power.hpp"
+#include "validate.hpp"
+
+namespace attncheck::diagnose {
+
+namespace {
+// A power kernel variant as an implementation: single batch and head, BHSD, no masks beyond causal/window.
+class PowerImpl final : public Impl {
+ public:
+  explicit PowerImpl(power::Variant v) : v_(std::move(v)) {}
+  std::string name() const override { return v_.name; }
+  std::string description() const override { return v_.what; }
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.dtypes = {DType::f32, DType::f16, DType::bf16};
+    c.layouts = {Layout::BHSD};
+    c.gqa = c.key_padding = c.bool_mask = c.bias = c.softcap = c.dropout = c.finite_fill = c.weights_out = false;
+    return c;
+  }
+  Support supports(const Problem& p) const override {
+    if (p.B != 1 || p.Hq != 1 || p.Hkv != 1) return Support::no("one batch and one head only");
+    return check_capabilities(capabilities(), p);
+  }
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override {
+    Outputs o = power::run_variant(v_, p, in);
+    out.out = std::move(o.out);
+    if (out.lse) out.lse = std::move(o.lse);
+  }
+
+ private:
+  power::Variant v_;
+};
+}  // namespace
+
+const std::map<std::string, std::string>& power_injected_tags() {
+  static const std::map<std::string, std::string> m = {
+      {"skip-tile", "skipped-keys"}, {"drop-max-key", "skipped-keys"}, {"drop-random-key", "skipped-keys"},
+      {"causal-excl-diag", "causal-diagonal"}, {"causal-future-key", "causal-diagonal"}, {"window-off-by-one", "window-edge"},
+      {"scale-dv", "scale"}, {"tf32", "tf32"}, {"fp16-scores", "low-precision-scores"},
+      {"bf16-pv-acc", "low-precision-accumulation"}, {"missed-rescale", "missed-rescale"}, {"row-1pct", "row-scale"},
+      {"row-4ulp", "row-scale"}, {"lse-plus-log2", "lse-offset"}, {"lse-base2", "lse-base"}};
+  return m;
+}
+
+std::vector<ValidationRow> validate_on_power(int per_fault, int max_reruns) {
+  std::vector<ValidationRow> rows;
+  for (const power::Variant& v : power::fault_variants()) {
+    const auto tag = power_injected_tags().find(v.name);
+    ValidationRow row{v.name, tag == power_injected_tags().end() ? "?" : tag->second, 0, 0, {}, {}, {}};
+    const PowerImpl impl(v);
+    for (power::Flavour f : {power::Flavour::dense, power::Flavour::causal, power::Flavour::window})
+      for (DType t : {DType::f32, DType::f16, DType::bf16})
+        for (power::Logits lg : {power::Logits::normal, power::Logits::large, power::Logits::near_one_hot}) {
+          if (row.cases >= per_fault) continue;
+          const Problem p = power::grid_problem(1024, t, f, 8);
+          const Inputs in = power::grid_inputs(p, lg, 20261123);
+          const ReferenceResult ref = reference_attention(p, in);
+          Outputs out;
+          run_impl(impl, p, in, out);
+          if (judge(p, ref, out).pass) continue;
+          Options o;
+          o.rerun = &impl, o.max_reruns = max_reruns;
+          const Diagnosis d = diagnose({{}, p, in}, ref, out, o);
+          ++row.cases;
+          row.hits += d.top() == row.injected;
+          ++row.top_tags[d.top()];
+          row.reruns.push_back(d.reruns);
+          if (d.top() != row.injected) {
+            std::string why = p.name() + std::string("/") + power::to_string(lg);
+            for (const std::string& l : d.text()) why += "\n    " + l;
+            row.misses.push_back(why);
+          }
+        }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace attncheck::diagnose

@@ -1,0 +1,49 @@
+// What an implementation declares it can do, and the verdict on one problem. The check itself is derived from
+// the feature table (features.hpp): a feature a backend does not declare is reported unsupported, never run.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "attncheck/problem.hpp"
+
+namespace attncheck {
+
+struct Capabilities {
+  std::set<DType> dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+  std::set<Layout> layouts = {Layout::BHSD, Layout::BSHD};
+  bool gqa = true;          // Hq != Hkv
+  bool cross = true;        // Lq != Lk
+  bool dqk_ne_dv = true;    // Dqk != Dv
+  bool causal = true;
+  std::set<Alignment> alignments = {Alignment::top_left, Alignment::bottom_right, Alignment::explicit_};
+  bool per_batch_offsets = true;
+  bool key_padding = true;
+  bool bool_mask = true;
+  bool bias = true;
+  bool window = true;
+  bool softcap = true;
+  bool dropout = true;      // through Inputs::keep
+  bool finite_fill = true;
+  std::set<FullyMasked> fully_masked = {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform};
+  bool weights_out = true;
+  bool lse_out = true;
+  int64_t max_head_dim = 0;       // 0 = no limit
+  int64_t head_dim_multiple = 1;  // Dqk and Dv must be multiples of this
+  std::string notes;              // free text shown by `attncheck list` (e.g. "inline PTX paths not emulated")
+};
+
+// Why a case can or cannot run. ok == false carries the reason, e.g. "softcap not supported".
+struct Support {
+  bool ok = true;
+  std::string reason;
+  static Support yes() { return {}; }
+  static Support no(std::string why) { return {false, std::move(why)}; }
+};
+
+// Checks a problem against capability flags (every entry of problem_features()); the common part of every
+// Impl::supports. The first unsupported feature is the reason.
+Support check_capabilities(const Capabilities& c, const Problem& p);
+
+}  // namespace attncheck

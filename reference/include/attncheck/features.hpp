@@ -1,0 +1,75 @@
+// The one description of the problem: every Problem field (type, default, valid range, fixture storage, name
+// fragment) and every optional feature (what turns it on, the capability that allows it). Validation, capability
+// checks, names, parse_name, fixture attributes, the spec reader and `attncheck list` iterate these tables.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "attncheck/capabilities.hpp"
+#include "attncheck/problem.hpp"
+
+namespace attncheck {
+
+// A Problem member, typed; or, for a derived attribute, the function that computes it.
+using DerivedF64 = double (*)(const Problem&);
+using FieldRef =
+    std::variant<int64_t Problem::*, double Problem::*, uint64_t Problem::*, bool Problem::*, DType Problem::*,
+                 Layout Problem::*, Alignment Problem::*, MaskFill Problem::*, FullyMasked Problem::*,
+                 std::optional<double> Problem::*, std::optional<std::array<int64_t, 4>> Problem::*,
+                 std::vector<int64_t> Problem::*, DerivedF64>;
+
+// Where a field is kept in a fixture (golden/SCHEMA.md).
+enum class Stored : uint8_t {
+  attribute,   // root attribute, always written
+  if_set,      // root attribute written only when it differs from the default (absent = default): fields added
+               // after schema 1 use this, so fixtures without the feature stay byte-identical
+  dataset,     // /inputs/<key>, one int64 per batch, written when non-empty
+  derived,     // root attribute computed from other fields; written for readers of the file, never read back
+};
+
+// How a field appears in Problem::name().
+enum class Named : uint8_t {
+  dtype,     // the first component
+  shape,     // "B2-Hq4-..." in the second component (Dqk == Dv prints as D)
+  fragment,  // "key" (a true bool) or "key=value", one component each, only when not the default
+  no,        // not part of the name (derived)
+};
+
+struct Field {
+  const char* key;  // Problem member name = suite spec key = fixture attribute or dataset = name fragment key
+  FieldRef ref;
+  Stored stored;
+  Named named;
+  const char* rule;                // the valid range, as the error message words it ("must be >= 1")
+  bool (*valid)(const Problem&);   // nullptr: any value of the type (cross-field rules live in validate())
+  const char* doc;
+};
+
+// Every field, in fixture attribute order (that order is part of the byte-identical golden files).
+std::span<const Field> problem_fields();
+const Field* find_field(const std::string& key);
+
+// Generic access through a Field, for the layers that iterate the table.
+std::string field_text(const Problem& p, const Field& f);  // shortest text that parses back to the same value
+void set_field_text(Problem& p, const Field& f, const std::string& text);  // throws naming the field
+bool field_is_default(const Problem& p, const Field& f);
+bool field_equal(const Problem& a, const Problem& b, const Field& f);
+
+// Every optional feature a backend may not support, in the order capability checks report them.
+struct Feature {
+  const char* name;                              // as `attncheck list` and reports print it
+  bool (*used)(const Problem&);                  // does the problem use it
+  Support (*check)(const Capabilities&, const Problem&);  // is it allowed (used only when `used`)
+  bool Capabilities::*flag;                      // the boolean capability, or nullptr when `check` is richer
+  // The extension tag through which plugins declare it: 0 = in attncheck_capabilities (plugin ABI v1); new
+  // features have no ABI route yet and are offered to no plugin (their Capabilities flag defaults to false).
+  uint32_t abi_tag;
+};
+std::span<const Feature> problem_features();
+
+}  // namespace attncheck

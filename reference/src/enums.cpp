@@ -1,0 +1,51 @@
+// Names of the problem's enumerations, and parsing them back (errors name the field and the choices).
+#include "attncheck/problem.hpp"
+#include "detail.hpp"
+
+namespace attncheck {
+
+using detail::fail;
+
+// ---- enums -------------------------------------------------------------------------------------------------
+const char* to_string(Layout l) { return l == Layout::BHSD ? "BHSD" : "BSHD"; }
+Layout layout_from_string(const std::string& s) {
+  if (s == "BHSD" || s == "bhsd") return Layout::BHSD;
+  if (s == "BSHD" || s == "bshd") return Layout::BSHD;
+  fail("layout: unknown value '" + s + "' (expected BHSD or BSHD)");
+}
+const char* to_string(Alignment a) {
+  switch (a) {
+    case Alignment::top_left: return "top_left";
+    case Alignment::bottom_right: return "bottom_right";
+    case Alignment::explicit_: return "offset";
+  }
+  return "?";
+}
+Alignment alignment_from_string(const std::string& s) {
+  if (s == "top_left" || s == "tl") return Alignment::top_left;
+  if (s == "bottom_right" || s == "br") return Alignment::bottom_right;
+  if (s == "offset" || s == "explicit") return Alignment::explicit_;
+  fail("alignment: unknown value '" + s + "' (expected top_left, bottom_right, offset)");
+}
+const char* to_string(MaskFill f) { return f == MaskFill::neg_inf ? "neg_inf" : "finite"; }
+MaskFill fill_from_string(const std::string& s) {
+  if (s == "neg_inf" || s == "-inf") return MaskFill::neg_inf;
+  if (s == "finite") return MaskFill::finite;
+  fail("fill: unknown value '" + s + "' (expected neg_inf or finite)");
+}
+const char* to_string(FullyMasked p) {
+  switch (p) {
+    case FullyMasked::nan: return "nan";
+    case FullyMasked::zero: return "zero";
+    case FullyMasked::uniform: return "uniform";
+  }
+  return "?";
+}
+FullyMasked fully_masked_from_string(const std::string& s) {
+  if (s == "nan") return FullyMasked::nan;
+  if (s == "zero") return FullyMasked::zero;
+  if (s == "uniform") return FullyMasked::uniform;
+  fail("fully_masked: unknown value '" + s + "' (expected nan, zero, uniform)");
+}
+
+}  // namespace attncheck

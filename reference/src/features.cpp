@@ -1,0 +1,233 @@
+// The feature table (features.hpp): every Problem field once, with its range and storage, every optional feature
+// once, with the capability that allows it; and the generic text conversion the name, spec and CLI layers share.
+#include "attncheck/features.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "detail.hpp"
+
+namespace attncheck {
+
+using detail::fail;
+using detail::kMaxElements;
+
+namespace {
+
+using P = Problem;
+constexpr auto kAttr = Stored::attribute;
+constexpr auto kFrag = Named::fragment;
+
+bool finite_or_unset(const std::optional<double>& x) { return !x || std::isfinite(*x); }
+bool window_ok(int64_t w) { return w >= -1 && w <= kMaxElements; }
+
+const Field kFields[] = {
+    {"B", &P::B, kAttr, Named::shape, "must be >= 1", [](const P& p) { return p.B >= 1; }, "batch"},
+    {"Hq", &P::Hq, kAttr, Named::shape, "must be >= 1", [](const P& p) { return p.Hq >= 1; }, "query heads"},
+    {"Hkv", &P::Hkv, kAttr, Named::shape, "must be >= 1", [](const P& p) { return p.Hkv >= 1; }, "key/value heads"},
+    {"Lq", &P::Lq, kAttr, Named::shape, "must be >= 1", [](const P& p) { return p.Lq >= 1; }, "query length"},
+    {"Lk", &P::Lk, kAttr, Named::shape, "must be >= 1", [](const P& p) { return p.Lk >= 1; }, "key length"},
+    {"Dqk", &P::Dqk, kAttr, Named::shape, "must be >= 1", [](const P& p) { return p.Dqk >= 1; }, "q/k head dim"},
+    {"Dv", &P::Dv, kAttr, Named::shape, "must be >= 1", [](const P& p) { return p.Dv >= 1; }, "v head dim"},
+    {"dtype", &P::dtype, kAttr, Named::dtype, "must be a floating type (fp64, fp32, fp16, bf16)",
+     [](const P& p) { return p.dtype != DType::u8; }, "q, k, v and out"},
+    {"layout", &P::layout, kAttr, kFrag, nullptr, nullptr, "memory order of q, k, v, out"},
+    {"scale", &P::scale, Stored::if_set, kFrag, "must be finite", [](const P& p) { return finite_or_unset(p.scale); },
+     "score scale; unset = 1/sqrt(Dqk)"},
+    {"effective_scale", DerivedF64{[](const P& p) { return p.effective_scale(); }}, Stored::derived, Named::no,
+     nullptr, nullptr, "the scale in use"},
+    {"causal", &P::causal, kAttr, kFrag, nullptr, nullptr, "key j visible to query i iff j <= i + offset"},
+    {"alignment", &P::alignment, kAttr, kFrag, nullptr, nullptr, "where the causal/window diagonal sits"},
+    {"causal_offset", &P::causal_offset, kAttr, kFrag, "must be within +-2^60",
+     [](const P& p) { return p.causal_offset <= kMaxElements && p.causal_offset >= -kMaxElements; }, "diagonal offset with alignment=offset"},
+    {"mask_shape", &P::mask_shape, Stored::if_set, kFrag, nullptr, nullptr, "boolean mask, broadcast"},
+    {"bias_shape", &P::bias_shape, Stored::if_set, kFrag, nullptr, nullptr, "additive bias, broadcast"},
+    {"bias_dtype", &P::bias_dtype, kAttr, kFrag, nullptr, nullptr, "dtype of the bias"},
+    {"window_left", &P::window_left, kAttr, kFrag, "must be >= 0 or -1 (unbounded), and at most 2^60",
+     [](const P& p) { return window_ok(p.window_left); }, "keys left of the diagonal"},
+    {"window_right", &P::window_right, kAttr, kFrag, "must be >= 0 or -1 (unbounded), and at most 2^60",
+     [](const P& p) { return window_ok(p.window_right); }, "keys right of the diagonal"},
+    {"softcap", &P::softcap, kAttr, kFrag, "must be a finite value >= 0 (0 = off)",
+     [](const P& p) { return p.softcap >= 0 && std::isfinite(p.softcap); }, "c*tanh(s/c) before bias and masks"},
+    {"fill", &P::fill, kAttr, kFrag, nullptr, nullptr, "what a masked score becomes"},
+    {"fill_value", &P::fill_value, kAttr, kFrag, "must be finite with fill=finite",
+     [](const P& p) { return p.fill != MaskFill::finite || std::isfinite(p.fill_value); }, "the finite fill"},
+    {"fully_masked", &P::fully_masked, kAttr, kFrag, nullptr, nullptr, "output of a row with no visible key"},
+    {"dropout_p", &P::dropout_p, kAttr, kFrag, "must be in [0, 1)",
+     [](const P& p) { return p.dropout_p >= 0.0 && p.dropout_p < 1.0; }, "dropout probability"},
+    {"dropout_seed", &P::dropout_seed, kAttr, kFrag, nullptr, nullptr, "Philox seed of the keep-mask"},
+    {"want_weights", &P::want_weights, kAttr, kFrag, nullptr, nullptr, "output P [B,Hq,Lq,Lk]"},
+    {"want_lse", &P::want_lse, kAttr, kFrag, nullptr, nullptr, "output lse [B,Hq,Lq]"},
+    {"key_lengths", &P::key_lengths, Stored::dataset, kFrag, nullptr, nullptr, "valid keys per batch"},
+    {"causal_offsets", &P::causal_offsets, Stored::dataset, kFrag, nullptr, nullptr, "diagonal offset per batch"},
+};
+
+// ---- text of one value ----
+std::string num(int64_t v) { return std::to_string(v); }
+std::string num(uint64_t v) { return std::to_string(v); }
+std::string num(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back to the same double
+  return std::string(buf, r.ptr);
+}
+template <class T>
+T parse_num(const std::string& s, const char* key) {
+  T v{};
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size())
+    fail(std::string(key) + ": cannot read '" + s + "' as a number");
+  return v;
+}
+std::vector<int64_t> parse_list(const std::string& s, char sep, const char* key) {
+  std::vector<int64_t> out;
+  size_t a = 0;
+  while (true) {
+    const size_t b = s.find(sep, a);
+    out.push_back(parse_num<int64_t>(s.substr(a, b == std::string::npos ? b : b - a), key));
+    if (b == std::string::npos) return out;
+    a = b + 1;
+  }
+}
+std::string join(const int64_t* v, size_t n, char sep) {
+  std::string o;
+  for (size_t i = 0; i < n; ++i) {
+    if (i) o.push_back(sep);
+    o.append(num(v[i]));
+  }
+  return o;
+}
+
+template <class... F>
+struct Overload : F... {
+  using F::operator()...;
+};
+
+}  // namespace
+
+std::span<const Field> problem_fields() { return kFields; }
+
+const Field* find_field(const std::string& key) {
+  for (const Field& f : kFields)
+    if (key == f.key) return &f;
+  return nullptr;
+}
+
+std::string field_text(const Problem& p, const Field& f) {
+  return std::visit(
+      Overload{[&](DerivedF64 fn) { return num(fn(p)); },
+               [&](bool P::*m) { return std::string(p.*m ? "1" : "0"); },
+               [&](std::optional<double> P::*m) { return (p.*m) ? num(*(p.*m)) : std::string(); },
+               [&](std::optional<std::array<int64_t, 4>> P::*m) {
+                 return (p.*m) ? join((p.*m)->data(), 4, 'x') : std::string();
+               },
+               [&](std::vector<int64_t> P::*m) { return join((p.*m).data(), (p.*m).size(), ','); },
+               [&](auto P::*m) -> std::string {
+                 using T = std::remove_cvref_t<decltype(p.*m)>;
+                 if constexpr (std::is_enum_v<T>)
+                   return to_string(p.*m);
+                 else
+                   return num(p.*m);
+               }},
+      f.ref);
+}
+
+void set_field_text(Problem& p, const Field& f, const std::string& s) {
+  std::visit(Overload{[&](DerivedF64) { fail(std::string(f.key) + ": is derived and cannot be set"); },
+                      [&](bool P::*m) {
+                        if (s != "0" && s != "1") fail(std::string(f.key) + ": must be 0 or 1, got '" + s + "'");
+                        p.*m = s == "1";
+                      },
+                      [&](std::optional<double> P::*m) { p.*m = parse_num<double>(s, f.key); },
+                      [&](std::optional<std::array<int64_t, 4>> P::*m) {
+                        const auto v = parse_list(s, 'x', f.key);
+                        if (v.size() != 4) fail(std::string(f.key) + ": must have 4 extents, got '" + s + "'");
+                        p.*m = std::array<int64_t, 4>{v[0], v[1], v[2], v[3]};
+                      },
+                      [&](std::vector<int64_t> P::*m) { p.*m = parse_list(s, ',', f.key); },
+                      [&](DType P::*m) { p.*m = dtype_from_string(s); },
+                      [&](Layout P::*m) { p.*m = layout_from_string(s); },
+                      [&](Alignment P::*m) { p.*m = alignment_from_string(s); },
+                      [&](MaskFill P::*m) { p.*m = fill_from_string(s); },
+                      [&](FullyMasked P::*m) { p.*m = fully_masked_from_string(s); },
+                      [&](auto P::*m) { p.*m = parse_num<std::remove_cvref_t<decltype(p.*m)>>(s, f.key); }},
+             f.ref);
+}
+
+bool field_equal(const Problem& a, const Problem& b, const Field& f) {
+  return std::visit(Overload{[&](DerivedF64 fn) { return fn(a) == fn(b) || (std::isnan(fn(a)) && std::isnan(fn(b))); },
+                             [&](auto P::*m) { return a.*m == b.*m; }},
+                    f.ref);
+}
+
+bool field_is_default(const Problem& p, const Field& f) { return field_equal(p, Problem{}, f); }
+
+// ---- features ----------------------------------------------------------------------------------------------
+namespace {
+
+template <class T>
+Support in_set(const std::set<T>& s, T v, const char* what) {
+  return s.count(v) ? Support::yes() : Support::no(std::string(what) + " " + to_string(v) + " not supported");
+}
+bool uses_alignment(const P& p) { return p.causal || p.has_window(); }
+Support head_dims(const Capabilities& c, const P& p) {
+  if (c.max_head_dim > 0 && (p.Dqk > c.max_head_dim || p.Dv > c.max_head_dim))
+    return Support::no("head dim " + std::to_string(std::max(p.Dqk, p.Dv)) + " > " + std::to_string(c.max_head_dim));
+  if (c.head_dim_multiple > 1 && (p.Dqk % c.head_dim_multiple || p.Dv % c.head_dim_multiple))
+    return Support::no("head dims (" + std::to_string(p.Dqk) + ", " + std::to_string(p.Dv) + ") not multiples of " +
+                       std::to_string(c.head_dim_multiple));
+  return Support::yes();
+}
+// A boolean capability's check is generated from its flag and its message.
+#define ATTNCHECK_FLAG(name, member, used_expr, message)                                            \
+  Feature {                                                                                         \
+    name, [](const P& p) -> bool { return used_expr; },                                             \
+        [](const Capabilities& c, const P&) { return c.member ? Support::yes() : Support::no(message); }, \
+        &Capabilities::member, 0                                                                    \
+  }
+
+const Feature kFeatures[] = {
+    {"dtype", [](const P&) { return true; },
+     [](const Capabilities& c, const P& p) { return in_set(c.dtypes, p.dtype, "dtype"); }, nullptr, 0},
+    {"layout", [](const P&) { return true; },
+     [](const Capabilities& c, const P& p) { return in_set(c.layouts, p.layout, "layout"); }, nullptr, 0},
+    ATTNCHECK_FLAG("gqa", gqa, p.Hq != p.Hkv, "GQA/MQA (Hq != Hkv) not supported"),
+    ATTNCHECK_FLAG("lq!=lk", cross, p.Lq != p.Lk, "Lq != Lk not supported"),
+    ATTNCHECK_FLAG("dqk!=dv", dqk_ne_dv, p.Dqk != p.Dv, "Dqk != Dv not supported"),
+    {"head-dims", [](const P&) { return true; }, head_dims, nullptr, 0},
+    ATTNCHECK_FLAG("causal", causal, p.causal, "causal mask not supported"),
+    {"alignment", uses_alignment,
+     [](const Capabilities& c, const P& p) { return in_set(c.alignments, p.alignment, "alignment"); }, nullptr, 0},
+    ATTNCHECK_FLAG("per-batch-offsets", per_batch_offsets, !p.causal_offsets.empty(),
+                   "per-batch causal offsets not supported"),
+    ATTNCHECK_FLAG("key-padding", key_padding, !p.key_lengths.empty(), "key padding not supported"),
+    ATTNCHECK_FLAG("bool-mask", bool_mask, p.mask_shape.has_value(), "boolean mask not supported"),
+    ATTNCHECK_FLAG("bias", bias, p.bias_shape.has_value(), "additive bias not supported"),
+    ATTNCHECK_FLAG("window", window, p.has_window(), "sliding window not supported"),
+    ATTNCHECK_FLAG("softcap", softcap, p.softcap > 0, "softcap not supported"),
+    ATTNCHECK_FLAG("dropout", dropout, p.dropout_p > 0, "dropout not supported"),
+    ATTNCHECK_FLAG("finite-fill", finite_fill, p.fill == MaskFill::finite, "finite mask fill not supported"),
+    {"fully-masked", [](const P&) { return true; },
+     [](const Capabilities& c, const P& p) {
+       return c.fully_masked.count(p.fully_masked)
+                  ? Support::yes()
+                  : Support::no(std::string("fully-masked policy '") + to_string(p.fully_masked) + "' not supported");
+     },
+     nullptr, 0},
+    ATTNCHECK_FLAG("weights", weights_out, p.want_weights, "weights output not supported"),
+    ATTNCHECK_FLAG("lse", lse_out, p.want_lse, "lse output not supported"),
+};
+#undef ATTNCHECK_FLAG
+
+}  // namespace
+
+std::span<const Feature> problem_features() { return kFeatures; }
+
+Support check_capabilities(const Capabilities& c, const Problem& p) {
+  for (const Feature& f : kFeatures)
+    if (f.used(p))
+      if (Support s = f.check(c, p); !s.ok) return s;
+  return Support::yes();
+}
+
+}  // namespace attncheck

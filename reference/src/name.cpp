@@ -1,0 +1,98 @@
+// Problem::name() and parse_name(): a name built from the feature table that parses back to the same problem.
+#include <cctype>
+#include <sstream>
+
+#include "attncheck/features.hpp"
+#include "detail.hpp"
+
+namespace attncheck {
+
+using detail::fail;
+
+// The schema-1 display name, kept byte for byte: golden case names and fixture files are built from it.
+std::string Problem::short_name() const {
+  std::ostringstream o;
+  o << to_string(dtype) << "/B" << B << "-Hq" << Hq << "-Hkv" << Hkv << "-Lq" << Lq << "-Lk" << Lk;
+  if (Dqk == Dv)
+    o << "-D" << Dqk;
+  else
+    o << "-Dqk" << Dqk << "-Dv" << Dv;
+  std::string feats;
+  auto add = [&](const std::string& f) { feats += (feats.empty() ? "" : "-") + f; };
+  if (layout == Layout::BSHD) add("bshd");
+  if (causal) {
+    if (alignment == Alignment::top_left) add("causal-tl");
+    if (alignment == Alignment::bottom_right) add("causal-br");
+    if (alignment == Alignment::explicit_)
+      add("causal-off" + (causal_offsets.empty() ? std::to_string(causal_offset) : std::string("pb")));
+  }
+  if (!key_lengths.empty()) add("pad");
+  if (mask_shape) add("mask");
+  if (bias_shape) add("bias");
+  if (has_window()) add("win" + std::to_string(window_left) + "_" + std::to_string(window_right));
+  if (softcap > 0) add("softcap");
+  if (dropout_p > 0) add("drop");
+  if (fill == MaskFill::finite) add("finite");
+  if (fully_masked != FullyMasked::zero) add(std::string("fm-") + to_string(fully_masked));
+  if (scale) add("scaled");
+  o << '/' << (feats.empty() ? std::string("plain") : feats);
+  return o.str();
+}
+
+namespace {
+const char* const kShapeKeys[] = {"B", "Hq", "Hkv", "Lq", "Lk"};
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  for (size_t b; (b = s.find(sep, a)) != std::string::npos; a = b + 1) out.push_back(s.substr(a, b - a));
+  out.push_back(s.substr(a));
+  return out;
+}
+}  // namespace
+
+// "<dtype>/B2-Hq4-Hkv2-Lq13-Lk17-D16/<key=value>/..." with one component per field that differs from its
+// default (a true bool is just its key), in table order; "plain" when none does.
+std::string Problem::name() const {
+  std::string shape;
+  for (const char* k : kShapeKeys) shape += (shape.empty() ? "" : "-") + std::string(k) + field_text(*this, *find_field(k));
+  shape += Dqk == Dv ? "-D" + std::to_string(Dqk) : "-Dqk" + std::to_string(Dqk) + "-Dv" + std::to_string(Dv);
+  std::string frags;
+  for (const Field& f : problem_fields()) {
+    if (f.named != Named::fragment || field_is_default(*this, f)) continue;
+    const bool flag = std::holds_alternative<bool Problem::*>(f.ref);
+    frags += "/" + std::string(f.key) + (flag ? "" : "=" + field_text(*this, f));
+  }
+  return std::string(to_string(dtype)) + "/" + shape + (frags.empty() ? "/plain" : frags);
+}
+
+Problem parse_name(const std::string& name) {
+  const std::vector<std::string> parts = split(name, '/');
+  if (parts.size() < 3) fail("name '" + name + "': expected <dtype>/<shape>/<features or plain>");
+  Problem p;
+  p.dtype = dtype_from_string(parts[0]);
+  for (const std::string& tok : split(parts[1], '-')) {
+    size_t n = 0;
+    while (n < tok.size() && std::isalpha(static_cast<unsigned char>(tok[n]))) ++n;
+    const std::string key = tok.substr(0, n), value = tok.substr(n);
+    if (key == "D") {
+      set_field_text(p, *find_field("Dqk"), value);
+      p.Dv = p.Dqk;
+      continue;
+    }
+    const Field* f = find_field(key);
+    if (!f || f->named != Named::shape) fail("name '" + name + "': unknown shape entry '" + tok + "'");
+    set_field_text(p, *f, value);
+  }
+  if (!(parts.size() == 3 && parts[2] == "plain"))
+    for (size_t i = 2; i < parts.size(); ++i) {
+      const size_t eq = parts[i].find('=');
+      const std::string key = parts[i].substr(0, eq);
+      const Field* f = find_field(key);
+      if (!f || f->named != Named::fragment) fail("name '" + name + "': unknown feature '" + key + "'");
+      set_field_text(p, *f, eq == std::string::npos ? "1" : parts[i].substr(eq + 1));
+    }
+  validate(p);
+  return p;
+}
+
+}  // namespace attncheck

@@ -1,0 +1,93 @@
+// validate(Problem): the per-field ranges of the feature table, then the cross-field rules.
+#include <cmath>
+
+#include "attncheck/features.hpp"
+#include "detail.hpp"
+
+namespace attncheck {
+
+using detail::fail;
+using detail::kMaxElements;
+using detail::shape_str;
+
+namespace {
+// A field's value as error messages print it (doubles as std::to_string does: "got 1.000000").
+std::string message_value(const Problem& p, const Field& f) {
+  if (const auto* m = std::get_if<double Problem::*>(&f.ref)) return std::to_string(p.**m);
+  if (const auto* m = std::get_if<std::optional<double> Problem::*>(&f.ref))
+    return (p.**m) ? std::to_string(*(p.**m)) : "unset";
+  return field_text(p, f);
+}
+}  // namespace
+
+void validate(const Problem& p) {
+  // 1. Each field's own range, from the feature table.
+  for (const Field& f : problem_fields())
+    if (f.valid && !f.valid(p)) fail(std::string(f.key) + " " + f.rule + ", got " + message_value(p, f));
+  // 2. Rules across fields.
+  if (p.Hq % p.Hkv != 0)
+    fail("Hq must be a multiple of Hkv (MHA/GQA/MQA), got Hq=" + std::to_string(p.Hq) +
+         " Hkv=" + std::to_string(p.Hkv));
+  // Every tensor of the problem must be indexable in int64 with room to spare: element counts of q, k, v, out and
+  // of [B,Hq,Lq,Lk] (weights, masks, keep) at most 2^60, so byte sizes and index arithmetic cannot overflow.
+  auto count = [&](const char* what, std::initializer_list<std::pair<const char*, int64_t>> dims) {
+    int64_t n = 1;
+    std::string expr, vals;
+    bool over = false;
+    for (const auto& [name, v] : dims) {
+      if (!expr.empty()) expr += '*', vals += ' ';
+      expr += name;
+      vals.append(name).append("=").append(std::to_string(v));
+      over = over || __builtin_mul_overflow(n, v, &n) || n > kMaxElements;
+    }
+    if (over)
+      fail(std::string(what) + " elements " + expr + " exceed 2^60 (" + vals + "): too large to index");
+  };
+  count("q", {{"B", p.B}, {"Hq", p.Hq}, {"Lq", p.Lq}, {"Dqk", p.Dqk}});
+  count("k", {{"B", p.B}, {"Hkv", p.Hkv}, {"Lk", p.Lk}, {"Dqk", p.Dqk}});
+  count("v", {{"B", p.B}, {"Hkv", p.Hkv}, {"Lk", p.Lk}, {"Dv", p.Dv}});
+  count("out", {{"B", p.B}, {"Hq", p.Hq}, {"Lq", p.Lq}, {"Dv", p.Dv}});
+  count("weights", {{"B", p.B}, {"Hq", p.Hq}, {"Lq", p.Lq}, {"Lk", p.Lk}});
+  if (!p.key_lengths.empty()) {
+    if (static_cast<int64_t>(p.key_lengths.size()) != p.B)
+      fail("key_lengths must have B=" + std::to_string(p.B) + " entries, got " +
+           std::to_string(p.key_lengths.size()));
+    for (size_t b = 0; b < p.key_lengths.size(); ++b)
+      if (p.key_lengths[b] < 0 || p.key_lengths[b] > p.Lk)
+        fail("key_lengths[" + std::to_string(b) + "] must be in [0, Lk=" + std::to_string(p.Lk) + "], got " +
+             std::to_string(p.key_lengths[b]));
+  }
+  if (!p.causal_offsets.empty()) {
+    if (p.alignment != Alignment::explicit_)
+      fail(std::string("causal_offsets are only meaningful with alignment=offset, got alignment=") +
+           to_string(p.alignment));
+    if (static_cast<int64_t>(p.causal_offsets.size()) != p.B)
+      fail("causal_offsets must have B=" + std::to_string(p.B) + " entries, got " +
+           std::to_string(p.causal_offsets.size()));
+  }
+  // Offsets and windows beyond 2^60 mean the same as 2^60 (sequences are shorter), but i + offset +- window would
+  // overflow int64 in every implementation's mask test and silently mask the wrong keys.
+  auto bounded = [](const std::string& field, int64_t v) {
+    if (v > kMaxElements || v < -kMaxElements)
+      fail(field + " must be within +-2^60 (" + std::to_string(kMaxElements) + "), got " + std::to_string(v));
+  };
+  for (size_t b = 0; b < p.causal_offsets.size(); ++b)
+    bounded("causal_offsets[" + std::to_string(b) + "]", p.causal_offsets[b]);
+  auto check_bcast = [&](const char* field, const std::array<int64_t, 4>& s) {
+    const int64_t full[4] = {p.B, p.Hq, p.Lq, p.Lk};
+    const char* dims[4] = {"B", "Hq", "Lq", "Lk"};
+    for (int d = 0; d < 4; ++d)
+      if (s[d] != 1 && s[d] != full[d])
+        fail(std::string(field) + " shape " + shape_str({s[0], s[1], s[2], s[3]}) +
+             " is not broadcastable to [B,Hq,Lq,Lk]=" + shape_str({p.B, p.Hq, p.Lq, p.Lk}) + ": dim " +
+             std::to_string(d) + " (" + dims[d] + ") is " + std::to_string(s[d]) + ", expected 1 or " +
+             std::to_string(full[d]));
+  };
+  if (p.mask_shape) check_bcast("mask", *p.mask_shape);
+  if (p.bias_shape) {
+    check_bcast("bias", *p.bias_shape);
+    if (p.bias_dtype == DType::u8) fail("bias_dtype must be a floating type, got u8");
+  }
+}
+
+}  // namespace attncheck
