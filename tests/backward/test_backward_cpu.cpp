@@ -71,6 +71,33 @@ TEST(CpuBackward, FlashDeclaresBroadcastBiasUnsupported) {
   EXPECT_FALSE(find_impl("reference")->supports_backward(c.p).ok);
 }
 
+// Saturated softcap in fp32: cpu and cpu-flash form the derivative as 1 − t² from the float tanh t, as FlashAttention
+// does; where tanh rounds to 1 that is 0 while the true derivative is ~1e-8..1e-20. The gradient tolerance carries
+// that absolute error of the derivative (docs/backward.md "Softcap derivative"), so both pass, and stay inside.
+TEST(CpuBackward, SaturatedSoftcapFp32Passes) {
+  for (uint64_t seed : {3u, 11u, 29u}) {
+    prop::CaseSpec s;
+    s.Hq = 2;
+    s.Lq = 16;
+    s.Lk = 14;
+    s.Dqk = s.Dv = 4;
+    s.softcap = 5.0;
+    s.bias_kind = 1;
+    s.values = prop::Values::large_logits;
+    s.seed = seed;
+    const prop::Case c = prop::build_case(s);
+    const Tensor dout = random_dout(c.p, seed);
+    const ReferenceResult f = reference_attention(c.p, c.in);
+    const BackwardResult r = reference_backward(c.p, c.in, dout);
+    for (const char* name : {"cpu", "cpu-flash"}) {
+      Gradients g;
+      ASSERT_TRUE(run_backward_impl(*find_impl(name), c.p, c.in, dout, g).ok);
+      const Verdict v = judge_backward(c.p, f, r, g);
+      EXPECT_TRUE(v.pass) << name << " " << c.name() << "\n  " << v.worst().describe();
+    }
+  }
+}
+
 // Long context: a correct fp32 flash backward must use >= 1% of the bound (the bound is not vacuous) and pass.
 TEST(CpuBackward, TightAtLongContextFp32) {
   prop::CaseSpec s;
