@@ -17,6 +17,7 @@ struct CaseSpec {
   Problem problem;
   gen::Distribution distribution = gen::Distribution::normal;
   uint64_t seed = 0;
+  bool gradients = false;  // also dout and the reference gradients (attncheck/fixture_gradients.hpp)
 };
 
 struct SuiteSpec {
