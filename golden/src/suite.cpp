@@ -3,6 +3,7 @@
 #include "attncheck/suite.hpp"
 
 #include "attncheck/features.hpp"
+#include "attncheck/fixture_gradients.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -18,7 +19,7 @@ namespace {
 
 // Keys of the spec that are not Problem fields; every field of the feature table is a key too.
 const std::set<std::string> kSpecOnlyKeys = {"name", "D", "dtype", "window", "distribution", "seed", "comment", "tag",
-                                             "weights_max_elements"};
+                                             "weights_max_elements", "gradients"};
 
 // A JSON value as the feature table's text form (field_text): bools 0/1, lists joined by ',' ('x' for 4-d shapes).
 std::string field_json_text(const Field& f, const json& v) {
@@ -73,13 +74,14 @@ CaseSpec parse_case(const json& c, DType dtype) {
   if (!c.contains("want_weights")) p.want_weights = p.B * p.Hq * p.Lq * p.Lk <= weights_max;
   if (std::string d; get("distribution", d)) cs.distribution = gen::distribution_from_string(d);
   get("seed", cs.seed);
+  get("gradients", cs.gradients);
   // A fixture the reader would refuse could be generated (or die allocating) but never verified.
   const uint64_t cap = FixtureReadOptions{}.max_bytes;
   if (fixture_memory_bytes(p) > double(cap))
     throw std::invalid_argument("size: " + p.short_name() + " needs " + std::to_string(fixture_memory_bytes(p)) +
                                 " bytes in memory, more than the fixture reader's cap of " + std::to_string(cap) +
                                 " bytes");
-  cs.name = p.short_name() + "/" + gen::to_string(cs.distribution);
+  cs.name = p.short_name() + "/" + gen::to_string(cs.distribution) + (cs.gradients ? "/grad" : "");
   std::string tag;  // distinguishes cases whose parameters the problem name does not show (e.g. key_lengths)
   if (get("tag", tag)) cs.name += "/" + tag;
   get("name", cs.name);
@@ -168,7 +170,9 @@ Fixture build_case(const CaseSpec& c, const std::string& spec_file_name) {
   prov.seed = c.seed;
   prov.distribution = gen::to_string(c.distribution);
   prov.command = "attncheck generate --spec " + spec_file_name;
-  return make_fixture(c.name, c.problem, gen::generate_inputs(c.problem, c.distribution, c.seed), prov);
+  Fixture f = make_fixture(c.name, c.problem, gen::generate_inputs(c.problem, c.distribution, c.seed), prov);
+  if (c.gradients) add_gradients(f, c.seed);
+  return f;
 }
 
 }  // namespace attncheck

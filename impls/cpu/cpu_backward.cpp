@@ -96,7 +96,8 @@ void dense_backward(const Problem& p, const Inputs& in, const Tensor& dout, Grad
         for (int64_t j = 0; j < Lk; ++j) {
           const T kf = keep_factor(keep, j, ks);
           Pk(i, j) = P(i, j) * kf;
-          D += Pk(i, j) * dPk(i, j);
+          // A key of weight 0 is never read: its dP' may be inf (finite poison of V, dO·v overflowing), and 0·inf.
+          if (Pk(i, j) != T(0)) D += Pk(i, j) * dPk(i, j);
         }
         for (int64_t j = 0; j < Lk; ++j) {
           if (!rs.visible(sc, j) || P(i, j) == T(0)) continue;

@@ -3,6 +3,8 @@
 // fp32 implementation uses at least 1% of the bound at Lk = 32768).
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "attncheck/tolerance_backward.hpp"
 #include "backward_cases.hpp"
 
@@ -95,6 +97,39 @@ TEST(CpuBackward, SaturatedSoftcapFp32Passes) {
       const Verdict v = judge_backward(c.p, f, r, g);
       EXPECT_TRUE(v.pass) << name << " " << c.name() << "\n  " << v.worst().describe();
     }
+  }
+}
+
+// Keys no query sees hold the largest finite float (golden's poison_masked): dO·v overflows to inf there, and a
+// backward that sums D over every key (0·inf = NaN) poisons whole rows. Gradients must match the reference, and
+// the unseen keys must get exactly zero dK and dV.
+TEST(CpuBackward, MaxFiniteValuesInUnseenKeysNeverLeak) {
+  prop::CaseSpec s;
+  s.Hq = 2;
+  s.Lq = 4;
+  s.Lk = 9;  // causal top-left: keys 4..8 are seen by no query
+  s.causal = true;
+  const prop::Case base = prop::build_case(s);
+  prop::Case c = base;
+  const double big = std::numeric_limits<float>::max();
+  for (int64_t j = 4; j < 9; ++j)
+    for (int64_t d = 0; d < c.p.Dqk; ++d) {
+      c.in.k.put(0, 0, j, d, d % 2 ? big : -big);
+      c.in.v.put(0, 0, j, d, d % 2 ? -big : big);
+    }
+  const Tensor dout = random_dout(c.p, 2);
+  const ReferenceResult f = reference_attention(c.p, c.in);
+  const BackwardResult r = reference_backward(c.p, c.in, dout);
+  for (const char* name : {"cpu", "cpu-flash"}) {
+    Gradients g;
+    ASSERT_TRUE(run_backward_impl(*find_impl(name), c.p, c.in, dout, g).ok);
+    const Verdict v = judge_backward(c.p, f, r, g);
+    EXPECT_TRUE(v.pass) << name << "\n  " << v.worst().describe();
+    for (int64_t j = 4; j < 9; ++j)
+      for (int64_t d = 0; d < c.p.Dqk; ++d) {
+        EXPECT_EQ(g.dk.at(0, 0, j, d), 0.0) << name << " dk key " << j;
+        EXPECT_EQ(g.dv.at(0, 0, j, d), 0.0) << name << " dv key " << j;
+      }
   }
 }
 

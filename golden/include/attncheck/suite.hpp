@@ -17,6 +17,7 @@ struct CaseSpec {
   Problem problem;
   gen::Distribution distribution = gen::Distribution::normal;
   uint64_t seed = 0;  // the generator seed: case_seed(spec seed, name)
+  bool gradients = false;  // also dout and the reference gradients (attncheck/fixture_gradients.hpp)
 };
 
 struct SuiteSpec {
