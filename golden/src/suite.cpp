@@ -85,6 +85,7 @@ CaseSpec parse_case(const json& c, DType dtype) {
   std::string tag;  // distinguishes cases whose parameters the problem name does not show (e.g. key_lengths)
   if (get("tag", tag)) cs.name += "/" + tag;
   get("name", cs.name);
+  cs.seed = case_seed(cs.seed, cs.name);
   if (fixture_file_name(cs.name)[0] == '.')  // verify skips hidden files (the temporaries of an interrupted run)
     throw std::invalid_argument("name: '" + cs.name + "' would be written as the hidden file " +
                                 fixture_file_name(cs.name) + ", which verify skips");
@@ -92,6 +93,15 @@ CaseSpec parse_case(const json& c, DType dtype) {
 }
 
 }  // namespace
+
+uint64_t case_seed(uint64_t spec_seed, const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  uint64_t z = spec_seed ^ h;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 SuiteSpec read_suite(const std::string& path) {
   if (std::filesystem::is_directory(path))
@@ -142,7 +152,7 @@ SuiteSpec read_suite(const std::string& path) {
         if (dtypes.size() > 1 && one.contains("name")) one["name"] = one["name"].get<std::string>() + "/" + d;
         CaseSpec cs = parse_case(one, dtype_from_string(d));
         if (!names.insert(cs.name).second)
-          throw std::invalid_argument("name: duplicate case name '" + cs.name + "' (set \"name\" or \"seed\")");
+          throw std::invalid_argument("name: duplicate case name '" + cs.name + "' (set \"name\" or \"tag\")");
         s.cases.push_back(std::move(cs));
       }
     } catch (const std::invalid_argument& e) {
