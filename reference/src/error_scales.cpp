@@ -35,7 +35,7 @@ void KeyScales::set(size_t j, double scale, double dot, double qk2, double dqk, 
 void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
   const size_t Lk = x.s.size(), Dv = static_cast<size_t>(x.Dv);
   Rss w2, wa, wb, wc;
-  double mean = 0;
+  double mean = 0, small = 0;
   std::vector<double> part;
   for (size_t j = 0; j < Lk; ++j) {
     if (!x.takes_part[j] || !std::isfinite(x.s[j])) continue;  // a -inf bias hides the key like a mask
@@ -44,6 +44,7 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
     wb.add(x.w[j] * x.mag.b[j]);
     wc.add(x.w[j] * x.mag.c[j]);
     if (x.w[j] != 0) mean += x.w[j] * x.s[j];
+    if (x.w[j] < 0x1.0p-23) small += x.w[j];
     part.push_back(x.s[j]);
   }
   double spread = 0;
@@ -62,6 +63,7 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
   r.spread[row] = spread;
   r.n_terms[row] = static_cast<double>(part.size());
   r.n_tied[row] = static_cast<double>(tied);
+  r.p_small[row] = small;
 
   // Per output element: the P·V terms t_j = w'_j v_jd and their deviations w'_j v_jd - w_j o_d (the change of o_d
   // when weight j alone moves by a relative error, the denominator included).
@@ -104,6 +106,7 @@ void fill_error_scales(const Problem& p, const Inputs& in, ReferenceResult& r) {
   r.spread = std::move(x.spread);
   r.n_terms = std::move(x.n_terms);
   r.n_tied = std::move(x.n_tied);
+  r.p_small = std::move(x.p_small);
 }
 
 }  // namespace attncheck

@@ -74,7 +74,7 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
   r.score_mag.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
   r.out_abs.assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
   for (auto* e : {&r.out_rss, &r.out_dev, &r.out_dev_a, &r.out_dev_b, &r.out_dev_c, &r.out_cov}) e->assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
-  for (auto* e : {&r.p_rss, &r.p_rss_a, &r.p_rss_b, &r.p_rss_c, &r.spread, &r.n_terms, &r.n_tied}) e->assign(static_cast<size_t>(B * Hq * Lq), 0.0);
+  for (auto* e : {&r.p_rss, &r.p_rss_a, &r.p_rss_b, &r.p_rss_c, &r.spread, &r.n_terms, &r.n_tied, &r.p_small}) e->assign(static_cast<size_t>(B * Hq * Lq), 0.0);
 
   // One row = one (batch, query head, query token). Rows share nothing, so any thread order gives the same bits.
   const auto one_row = [&](int64_t row) {

@@ -1,6 +1,7 @@
 // Tolerance model v2: the per-element bound, term by term, from the actual row's error scales (P's root sum of
 // squares, the terms of P·V, the keys in the sum, exact ties) and the declared precision contract.
 // docs/tolerance.md derives every term; the names here are the names used there.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -53,6 +54,9 @@ struct Row {
   double den;   // relative error of the softmax denominator (summation + ties)
 };
 
+// A result without the v2 scales (built by hand, not by the reference) gets their upper bounds.
+double at(const std::vector<double>& v, size_t n, double fallback) { return v.empty() ? fallback : v[n]; }
+
 Row row_scales(const Problem& p, const ReferenceResult& r, size_t row, const Units& u, const ToleranceModel& m) {
   Row x{};
   // One score: a length-Dqk dot product (partial sums at most k/Dqk of the magnitude: sqrt(Dqk/3) u; its rounding
@@ -71,11 +75,13 @@ Row row_scales(const Problem& p, const ReferenceResult& r, size_t row, const Uni
   // A sum of n positive terms in any order: partial sums grow like k*T/n, the rounding errors like u*|S_k|;
   // lambda * u * sqrt(sum_k S_k^2) = lambda * u * sqrt(n * (T^2/3 + sum t^2/6)) with T = 1 (normalised).
   x.den = m.lambda * u.acc * std::sqrt(x.n * (1.0 / 3.0 + rho * rho / 6.0)) + x.ties * u.acc;
+  // A term below u of the running sum is absorbed whole by a sequential or blocked fp32 sum: a one-signed error the
+  // random walk does not cover. Its total is at most the row's weight on keys with w_j < 2u (p_small, for fp32
+  // accumulation; a result without it gets min(1, 2u n)).
+  if (u.acc == unit_roundoff(DType::f32)) x.den += at(r.p_small, row, std::min(1.0, 2.0 * u.acc * x.n));
   return x;
 }
 
-// A result without the v2 scales (built by hand, not by the reference) gets their upper bounds.
-double at(const std::vector<double>& v, size_t n, double fallback) { return v.empty() ? fallback : v[n]; }
 
 double floor_of(const Problem& p, DType delivered) {
   // Implementations may flush subnormal intermediates (FTZ, GPU fast-math): below the working precision's

@@ -82,6 +82,22 @@ TEST(ToleranceV2, SkippedTileAt128kKeysIsCaughtInEveryDtype) {
   }
 }
 
+// The power grid's false alarm at 128k keys: fp16, logits up to ~30, a sequential fp32 sum absorbs the ~128k tiny
+// exps whole (one-signed), which the random-walk term alone did not cover (lse at 1.09x its bound).
+TEST(ToleranceV2, TinyTermsAbsorbedByA128kKeySumAreCovered) {
+  const int64_t lk = 131072;
+  const uint64_t seed = power::GridOptions{}.seed ^ (static_cast<uint64_t>(lk) * 0x9E3779B97F4A7C15ull) ^
+                        (static_cast<uint64_t>(DType::f16) << 8) ^ (static_cast<uint64_t>(Logits::large) << 16);
+  const Problem p = power::grid_problem(lk, DType::f16, Flavour::dense, 8);
+  const Inputs in = power::grid_inputs(p, Logits::large, seed);
+  const ReferenceResult r = reference_attention(p, in);
+  const Verdict v = judge(p, r, power::run_variant(variant("sequential"), p, in));
+  EXPECT_TRUE(v.pass) << v.worst().describe();
+  double absorbed = 0;
+  for (double x : r.p_small) absorbed = std::max(absorbed, x);
+  EXPECT_GT(absorbed, 1e-5);  // the case really has absorbed mass well above the random-walk term's scale
+}
+
 }  // namespace
 }  // namespace attncheck
 
