@@ -10,7 +10,11 @@ class ReferenceImpl final : public Impl {
  public:
   std::string name() const override { return "reference"; }
   std::string description() const override { return "naive looped reference, double accumulation (the oracle)"; }
-  Capabilities capabilities() const override { return Capabilities{}; }
+  Capabilities capabilities() const override {
+    Capabilities c;  // the whole problem model, extension features included
+    c.sinks = true;
+    return c;
+  }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     const ReferenceResult r = reference_attention(p, in);
     for (int64_t b = 0, n = 0; b < p.B; ++b)

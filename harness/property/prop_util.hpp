@@ -46,4 +46,14 @@ std::vector<double> add(const std::vector<double>& a, const std::vector<double>&
 // Same case with lse and weights requested when the implementation can produce them.
 Case with_stats(const Impl& impl, Case c);
 
+// Compare the implementation's results on two cases whose exact results coincide (after mapping b's results
+// onto a's indices): within twice a's tolerance.
+Outcome compare_pair(const Impl& impl, const Case& a, const Ran& ra, const Ran& rb_mapped);
+
+// Runs impl on c into `var`, or returns unsupported from the enclosing check.
+#define RUN_OR_UNSUP(var, impl, c)              \
+  std::string why_##var;                        \
+  const auto var = run(impl, c, &why_##var);    \
+  if (!var) return Outcome::unsup(why_##var)
+
 }  // namespace attncheck::prop

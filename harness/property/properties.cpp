@@ -79,6 +79,7 @@ const std::vector<Property>& properties() {
   static const std::vector<Property> all = [] {
     std::vector<Property> v = basic_properties();
     for (auto& p : metamorphic_properties()) v.push_back(p);
+    for (auto& p : model_properties()) v.push_back(p);
     return v;
   }();
   return all;

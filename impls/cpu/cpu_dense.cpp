@@ -54,23 +54,24 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
                       S + sa * W, ld, false);
       }
       bool policy_rows = false;  // rows without a visible key weigh every key
+      const T kNegInf = -std::numeric_limits<T>::infinity(), sink = static_cast<T>(p.sink(h));
       for (int64_t i = r0; i < r0 + nr; ++i) {
         T* s = w.S.data() + i * ld;
         const Span sp = scorer.span(b, i);
         const T mvis = scorer.process(b, h, i, 0, s, Lk, sp);
         T lse;
-        if (mvis == -std::numeric_limits<T>::infinity()) {  // no visible key (or all visible at -inf)
+        if (mvis == kNegInf && sink == kNegInf) {  // no visible key (or all visible at -inf), no sink
           std::fill(s, s + Lk, pol_w);
           lse = pol_lse;
           policy_rows = policy_rows || pol_w != T(0);
         } else {
           // With a finite fill the masked keys take part, as in the reference's max(m, fill); with -inf they
-          // weigh exactly 0, so the exp runs over the span only.
-          const T m = finite ? row_max(s, Lk, mvis) : mvis;
+          // weigh exactly 0, so the exp runs over the span only. The sink adds exp(sink - m), no value.
+          const T m = std::max(finite ? row_max(s, Lk, mvis) : mvis, sink);
           const int64_t a = finite ? 0 : sp.lo, e = finite ? Lk : sp.hi;
           std::fill(s, s + a, T(0));
           std::fill(s + e, s + Lk, T(0));
-          const T sum = exp_shifted(s + a, s + a, e - a, m);
+          const T sum = exp_shifted(s + a, s + a, e - a, m) + (sink == kNegInf ? T(0) : exp0(sink - m));
           for (int64_t j = a; j < e; ++j) s[j] /= sum;
           lse = m + std::log(sum);
         }
@@ -97,6 +98,7 @@ class DenseImpl final : public Impl {
   }
   Capabilities capabilities() const override {
     Capabilities c;  // everything the problem model has
+    c.sinks = true;
     c.notes = "fp64 in double; fp32/fp16/bf16 in float, output rounded once; materialises Lq x Lk per thread";
     return c;
   }

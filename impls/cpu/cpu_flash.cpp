@@ -152,6 +152,9 @@ class Flash {
     load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
     spans(b, i0, nr, w);
     st.reset(nr, dvp_);
+    // The running max starts at the sink: terms far below it (a finite fill) then weigh exactly 0 from the start,
+    // as in the reference, instead of weighing 1 until finish() rescales them (0 * a poisoned value is NaN).
+    if (const T sink = static_cast<T>(p_.sink(h)); sink != kNegInf) std::fill(st.m.begin(), st.m.end(), sink);
     const bool finite = sc_.finite_fill();
     for (int64_t j0 = pa; j0 < kb; j0 += Bk) {
       const int64_t j1 = std::min(j0 + Bk, kb), nc = j1 - j0;
@@ -210,13 +213,21 @@ class Flash {
 
   // Outputs of rows [i0, i0 + nr) from w.st: O = acc / l, lse = m + log l, or the fully-masked policy.
   void finish(int64_t b, int64_t h, int64_t i0, int64_t nr, Work& w) const {
-    const RowState<T>& st = w.st;
+    RowState<T>& st = w.st;
     w.o.resize(static_cast<size_t>(p_.Dv));
+    const T sink = static_cast<T>(p_.sink(h));
     for (int64_t r = 0; r < nr; ++r) {
       const size_t rr = static_cast<size_t>(r);
       const int64_t i = i0 + r, row = (b * p_.Hq + h) * p_.Lq + i;
+      if (sink != kNegInf) {  // the sink: one more term of the denominator, without a value (rescale to its max)
+        const T m_new = std::max(st.m[rr], sink), alpha = exp0(st.m[rr] - m_new);
+        st.l[rr] = st.l[rr] * alpha + exp0(sink - m_new);
+        if (alpha != T(1))
+          for (int64_t d = 0; d < p_.Dv; ++d) st.acc[rr * dvp_ + d] *= alpha;
+        st.m[rr] = m_new;
+      }
       T lse;
-      if (st.mvis[rr] == kNegInf) {
+      if (st.mvis[rr] == kNegInf && sink == kNegInf) {
         lse = pol_lse_;
         fully_masked_out(b, h, i, w.o.data());
       } else {
@@ -252,6 +263,7 @@ class Flash {
     T* base = out_.weights->data<T>() + ((b * p_.Hq + h) * p_.Lq + i0) * p_.Lk;  // (nr, Lk), contiguous
     load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
     spans(b, i0, nr, w);
+    const bool no_sink = p_.sink(h) == -std::numeric_limits<double>::infinity();
     for (int64_t j0 = 0; j0 < p_.Lk; j0 += kFlashBlockK) {
       const int64_t j1 = std::min(j0 + kFlashBlockK, p_.Lk), nc = j1 - j0;
       const int64_t c0 = std::max(j0, w.ulo), c1 = std::min(j1, w.uhi);
@@ -260,7 +272,7 @@ class Flash {
       for (int64_t r = 0; r < nr; ++r) {
         const size_t rr = static_cast<size_t>(r);
         T* dst = base + r * p_.Lk + j0;
-        if (w.st.mvis[rr] == kNegInf) {
+        if (w.st.mvis[rr] == kNegInf && no_sink) {
           std::fill(dst, dst + nc, pol_w_);
         } else if (skipped) {
           std::fill(dst, dst + nc, T(0));
@@ -289,6 +301,7 @@ class FlashImpl final : public Impl {
   }
   Capabilities capabilities() const override {
     Capabilities c;  // everything the problem model has
+    c.sinks = true;
     c.notes = "fp64 in double; fp32/fp16/bf16 in float, output rounded once; weights by a second pass";
     return c;
   }

@@ -1,5 +1,6 @@
 // The Problem's derived quantities, tensor allocation for a problem, and the check that inputs match it.
 #include <cmath>
+#include <limits>
 
 #include "attncheck/problem.hpp"
 #include "detail.hpp"
@@ -24,6 +25,10 @@ int64_t Problem::diagonal_offset(int64_t b) const {
       return causal_offsets.empty() ? causal_offset : causal_offsets[static_cast<size_t>(b)];
   }
   return 0;
+}
+
+double Problem::sink(int64_t h) const {
+  return sinks.empty() ? -std::numeric_limits<double>::infinity() : sinks[static_cast<size_t>(h)];
 }
 
 std::vector<int> storage_order(Layout l) {

@@ -122,16 +122,19 @@ ReferenceResult reference_attention(const Problem& p, const Inputs& in, int thre
       ++n_visible;
     }
 
-    // 2. softmax of the row: max, exps, sum, normalise.
+    // 2. softmax of the row: max, exps, sum, normalise. A sink is one more term of the sum, without a value;
+    //    a row keeps its sink even when no key is visible (then every key weighs 0 and lse = sink).
+    const double sink = p.sink(h);
     double m = -inf;
     for (int64_t j = 0; j < Lk; ++j)
       if (visible[static_cast<size_t>(j)]) m = std::max(m, s[static_cast<size_t>(j)]);
-    const bool fully_masked = n_visible == 0 || m == -inf;
+    const bool fully_masked = (n_visible == 0 || m == -inf) && sink == -inf;
     std::vector<double> w(static_cast<size_t>(Lk), 0.0);
     double lse;
     if (!fully_masked) {
       if (p.fill == MaskFill::finite) m = std::max(m, fill);  // masked keys take part with the finite fill
-      double sum = 0.0;
+      m = std::max(m, sink);
+      double sum = sink == -inf ? 0.0 : std::exp(sink - m);
       for (int64_t j = 0; j < Lk; ++j) {
         const bool takes_part = visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite;
         w[static_cast<size_t>(j)] = takes_part ? std::exp(s[static_cast<size_t>(j)] - m) : 0.0;

@@ -102,6 +102,16 @@ typedef struct attncheck_ext_case_name {
   const char* name;
 } attncheck_ext_case_name;
 
+/* Tag 2: attention sinks, present iff the problem has them (feature name "sinks"). sinks[h] is query head h's
+ * sink logit: exp(sinks[h]) joins the softmax denominator of every row of that head and carries no value, so
+ * lse = log(sum_j exp(s_ij) + exp(sinks[h])); -INFINITY means no sink for that head. A row without a visible key
+ * but with a finite sink is not fully masked: its key weights and output are 0 and lse = sinks[h]. */
+#define ATTNCHECK_EXT_SINKS 2u
+typedef struct attncheck_ext_sinks {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_SINKS */
+  const double* sinks;                 /* [Hq] */
+} attncheck_ext_sinks;
+
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */
 typedef struct attncheck_capabilities {

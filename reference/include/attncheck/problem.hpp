@@ -119,6 +119,9 @@ struct Problem {
   DType bias_dtype = DType::f32;
   int64_t window_left = -1, window_right = -1;  // sliding window around the diagonal; -1 = unbounded
   double softcap = 0.0;                         // c > 0: s -> c*tanh(s/c) before bias and masking; 0 = off
+  // Attention sinks: one logit per query head that joins every row's softmax denominator and has no value
+  // (exp(sinks[h]) is added to the sum; -inf = no sink for that head). Empty = no sinks.
+  std::vector<double> sinks;
 
   MaskFill fill = MaskFill::neg_inf;
   double fill_value = -1e9;  // used with MaskFill::finite
@@ -136,6 +139,8 @@ struct Problem {
   int64_t key_length(int64_t b) const;      // valid keys of batch b
   int64_t diagonal_offset(int64_t b) const;  // the offset of the alignment for batch b
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
+  // The sink logit of query head h: -inf without sinks.
+  double sink(int64_t h) const;
   // dtype of weights and lse outputs: f64 for f64 problems, otherwise f32.
   DType stat_dtype() const { return dtype == DType::f64 ? DType::f64 : DType::f32; }
   // The name from the parameters, lossless: parse_name(p.name()) is p. One component per non-default field,
