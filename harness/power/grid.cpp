@@ -44,6 +44,38 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
   return p;
 }
 
+namespace {
+// The hazards a real suite plants where off-by-one and tiling bugs live (test-backend-ops and PyTorch use such
+// cases): row i's keys on both sides of every mask edge (causal diagonal and the key after it, the window's first
+// key and the one before it; same positions in every shape) and the first key of tile i*T/rows get a score
+// ln(visible keys) - 2 + U(0,1), about 5-15% of the row's weight each, so including or dropping one moves the
+// output by far more than rounding. V gets mean 1 (|out| ~ 1), so P·V rounding noise is small against |out|.
+// Row i owns Q coordinate i % Dqk (set to 4, zero in the other rows' coordinates up to Dqk); a boosted key's
+// coordinate there sets its score, so the boosts of different rows do not disturb each other.
+void add_hazards(const Problem& p, Inputs& in, std::mt19937_64& g) {
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  for (int64_t n = 0; n < in.v.numel(); ++n) in.v.set_offset(n, 1.0 + in.v.get_offset(n));
+  const int64_t rows = p.Lq, own = std::min(rows, p.Dqk);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < own; ++c) in.q.put(0, 0, i, c, c == i % p.Dqk ? 4.0 : (i < own ? 0.0 : in.q.at(0, 0, i, c)));
+  const double scale = p.effective_scale();
+  const int64_t tiles = p.Lk / 64, corner = p.Lk - 64 - rows / 2, w = 255;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t diag = corner + i;
+    const int64_t visible = p.causal ? diag + 1 : p.window_left >= 0 ? p.window_left + 1 : p.Lk;
+    const int64_t c = i % p.Dqk;
+    for (int64_t j : {diag, diag + 1, diag - w, diag - w - 1, 64 * (i * tiles / rows)}) {
+      if (j < 0 || j >= p.Lk) continue;
+      const double target = std::log(static_cast<double>(visible)) - 2.0 + u01(g);
+      double rest = 0;
+      for (int64_t d = 0; d < p.Dqk; ++d)
+        if (d != c) rest += in.q.at(0, 0, i, d) * in.k.at(0, 0, j, d);
+      in.k.put(0, 0, j, c, (target / scale - rest) / in.q.at(0, 0, i, c));
+    }
+  }
+}
+}  // namespace
+
 Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed) {
   std::mt19937_64 g(seed);
   std::normal_distribution<double> n01(0.0, 1.0);
@@ -67,6 +99,7 @@ Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed) {
       for (int64_t d = 0; d < p.Dqk; ++d) in.k.put(0, 0, j, d, in.q.at(0, 0, i, d) * s_i / (scale * qq));
     }
   }
+  if (lg == Logits::hazard) add_hazards(p, in, g);
   return in;
 }
 
@@ -105,7 +138,7 @@ Judged judge_run(const Problem& p, const ReferenceResult& ref, Outputs o) {
 
 const char* to_string(Flavour f) { return f == Flavour::dense ? "dense" : f == Flavour::causal ? "causal" : "window"; }
 const char* to_string(Logits l) {
-  return l == Logits::normal ? "normal" : l == Logits::large ? "large" : "near_one_hot";
+  return l == Logits::normal ? "normal" : l == Logits::large ? "large" : l == Logits::near_one_hot ? "near_one_hot" : "hazard";
 }
 
 std::vector<Variant> correct_variants() {
@@ -113,7 +146,7 @@ std::vector<Variant> correct_variants() {
       make("sequential", "two passes, keys summed in order", Fault::none, Order::sequential),
       make("pairwise", "two passes, pairwise sums", Fault::none, Order::pairwise),
       make("kahan", "two passes, compensated sums", Fault::none, Order::kahan),
-      make("reversed", "two passes, keys summed last to first", Fault::none, Order::reversed),
+      make("reversed", "two passes, keys and dot products summed last to first", Fault::none, Order::reversed),
       make("online-7", "online softmax, 7-key blocks", Fault::none, Order::online, 7),
       make("online-64", "online softmax, 64-key tiles (the base of every fault)", Fault::none),
       make("online-256", "online softmax, 256-key tiles", Fault::none, Order::online, 256),
@@ -121,8 +154,9 @@ std::vector<Variant> correct_variants() {
       make("exp2", "exp2 with log2(e) folded into the scale", Fault::none),
       make("fma", "fused multiply-add in dot products and P·V", Fault::none),
       make("ftz", "subnormal exps flushed to zero", Fault::none),
+      make("dot-lanes-8", "dot products in 8 interleaved partial sums (SIMD lanes)", Fault::none),
   };
-  v[7].p_rounded = true, v[8].exp2 = true, v[9].fma = true, v[10].ftz = true;
+  v[7].p_rounded = true, v[8].exp2 = true, v[9].fma = true, v[10].ftz = true, v[11].lanes = 8;
   return v;
 }
 
@@ -222,10 +256,23 @@ Report run_grid(const GridOptions& o) {
       rep.false_alarms += c.ratio > 1.0;
       continue;
     }
+    Coverage* cov = nullptr;
+    for (auto& k : rep.coverage)
+      if (k.fault == c.variant && k.lk == c.lk && k.dtype == c.dtype) cov = &k;
+    if (!cov) {
+      rep.coverage.push_back(Coverage{c.variant, c.lk, c.dtype, {}, c.applicable, true});
+      cov = &rep.coverage.back();
+    }
+    if (!c.applicable) continue;
+    if (c.ratio > 1.0) ++rep.cells_detected, cov->caught_by.push_back(c.logits), cov->undetectable = false;
+    else if (c.inside_noise) ++rep.cells_inside_noise;
+    else ++rep.cells_below_bound, cov->undetectable = false;
+  }
+  for (auto& k : rep.coverage) {
     ++rep.faults;
-    if (!c.applicable) ++rep.not_applicable;
-    else if (c.ratio > 1.0) ++rep.detected;
-    else if (c.inside_noise) ++rep.undetectable;
+    if (!k.applicable) ++rep.not_applicable;
+    else if (!k.caught_by.empty()) ++rep.detected;
+    else if (k.undetectable) ++rep.undetectable;
     else ++rep.missed;
   }
   rep.accepted = rep.missed == 0 && rep.false_alarms == 0 &&

@@ -101,9 +101,17 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       if (v.fault == Fault::drop_random_key && j == random_key) vis = false;
       r.vis[static_cast<size_t>(j)] = vis;
       if (!vis) continue;
-      float dot = 0;
-      for (int64_t d = 0; d < D; ++d)
-        dot = v.fma ? std::fma(q[size_t(i * D + d)], k[size_t(j * D + d)], dot) : dot + q[size_t(i * D + d)] * k[size_t(j * D + d)];
+      // The dot product in `lanes` interleaved partial sums (SIMD lanes, tensor-core k-slices), combined pairwise;
+      // the reversed order also runs it last to first.
+      float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t n = 0; n < D; ++n) {
+        const int64_t d = v.order == Order::reversed ? D - 1 - n : n;
+        float& a = part[n % v.lanes];
+        a = v.fma ? std::fma(q[size_t(i * D + d)], k[size_t(j * D + d)], a) : a + q[size_t(i * D + d)] * k[size_t(j * D + d)];
+      }
+      for (int w = v.lanes / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; ++l) part[l] += part[l + w];
+      const float dot = part[0];
       float sc = v.exp2 ? dot * (scale * log2e) : dot * scale;
       if (v.fault == Fault::fp16_scores) sc = half(sc);
       r.s[static_cast<size_t>(j)] = sc;

@@ -31,6 +31,7 @@ struct Variant {
   bool exp2 = false;       // exp2 with log2(e) folded into the scale
   bool fma = false;        // fused multiply-add in the dot products and P·V
   bool ftz = false;        // flush subnormal exps to zero
+  int lanes = 1;           // dot products in 1, 2, 4 or 8 interleaved partial sums
   bool correct() const { return fault == Fault::none; }
 };
 
@@ -40,11 +41,12 @@ std::vector<Variant> fault_variants();
 // Problem shapes of the grid: dense, causal (diagonals around a tile edge), window of 256 keys.
 enum class Flavour : uint8_t { dense, causal, window };
 const char* to_string(Flavour f);
-enum class Logits : uint8_t { normal, large, near_one_hot };
+enum class Logits : uint8_t { normal, large, near_one_hot, hazard };
 const char* to_string(Logits l);
 
 // The grid's problems (B = Hq = Hkv = 1, Dqk 64, Dv 32, BHSD, want_lse; causal/window diagonals of rows
-// rows/2-1 and rows/2 end and start a tile) and seeded inputs (near_one_hot: each row has one key scoring 12..15).
+// rows/2-1 and rows/2 end and start a tile) and seeded inputs (near_one_hot: each row has one key scoring 12..15;
+// hazard: the keys on every mask edge and one tile edge per row hold 5-15% of the row's weight, V has mean 1).
 Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows);
 Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed);
 
@@ -54,7 +56,7 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in);
 struct GridOptions {
   std::vector<int64_t> lk{1024, 8192, 32768, 131072};
   std::vector<DType> dtypes{DType::f32, DType::f16, DType::bf16};
-  std::vector<Logits> logits{Logits::normal, Logits::large, Logits::near_one_hot};
+  std::vector<Logits> logits{Logits::normal, Logits::large, Logits::near_one_hot, Logits::hazard};
   int64_t rows = 8;  // query rows judged per problem (the sampled rows; faults are placed where they see them)
   uint64_t seed = 20261123;
   int threads = 0;   // 0 = default
@@ -75,8 +77,23 @@ struct Cell {  // one variant on one configuration (Lk, dtype, logits), over the
   double fault_err = 0, noise_err = 0;
 };
 
+// One fault on one (Lk, dtype) over every input kind: a real suite holds all kinds, so the fault is caught when
+// any kind detects it. Undetectable: no kind detects it and in every kind its effect is inside rounding noise.
+struct Coverage {
+  std::string fault;
+  int64_t lk = 0;
+  DType dtype = DType::f32;
+  std::vector<Logits> caught_by;
+  bool applicable = true, undetectable = false;
+};
+
 struct Report {
   std::vector<Cell> cells;
+  std::vector<Coverage> coverage;
+  // Cells (fault x Lk x dtype x logits): detected, inside rounding noise, neither (below the bound, effect above
+  // the correct variants' error on these inputs), not applicable.
+  int cells_detected = 0, cells_inside_noise = 0, cells_below_bound = 0;
+  // Coverage (fault x Lk x dtype): caught by some input kind, undetectable, missed, not applicable.
   int faults = 0, detected = 0, undetectable = 0, missed = 0, not_applicable = 0, false_alarms = 0;
   double headroom_32k_fp32 = 0;  // smallest (over logits) largest correct ratio at Lk = 32768, fp32
   bool accepted = false;

@@ -101,9 +101,43 @@ TEST(PowerGrid, NoFalseAlarmAndTheGrossFaultsAreCaughtEverywhereAt1kKeys) {
     // Faults whose effect is far above rounding in every dtype: each must fail in every configuration.
     for (const char* gross : {"skip-tile", "drop-max-key", "scale-dv", "missed-rescale", "lse-plus-log2", "lse-base2",
                               "fp16-scores", "bf16-pv-acc", "tf32"})
-      if (c.variant == gross && c.applicable)
+      if (c.variant == gross && c.applicable) {
         EXPECT_GT(c.ratio, 1.0) << c.variant << " " << to_string(c.dtype) << " " << power::to_string(c.logits);
+      }
     if (c.variant == "tf32") EXPECT_EQ(c.applicable, c.dtype == DType::f32);
+  }
+  EXPECT_EQ(r.missed, 0);
+  EXPECT_TRUE(r.accepted);
+}
+
+// The hazard inputs plant a key of 5-15% weight on both sides of each mask edge and on a tile edge per row: the
+// causal diagonal is visible with that weight and the key after it is masked.
+TEST(PowerGrid, HazardInputsPutWeightOnTheMaskEdges) {
+  Problem p = power::grid_problem(8192, DType::f32, Flavour::causal, 8);
+  p.want_weights = true;
+  const ReferenceResult r = reference_attention(p, power::grid_inputs(p, Logits::hazard, 5));
+  for (int64_t i = 0; i < p.Lq; ++i) {
+    const int64_t diag = i + p.diagonal_offset(0);
+    const double w = r.weights[static_cast<size_t>(i * p.Lk + diag)];
+    EXPECT_GT(w, 0.03) << "row " << i;
+    EXPECT_LT(w, 0.3) << "row " << i;
+    EXPECT_EQ(r.weights[static_cast<size_t>(i * p.Lk + diag + 1)], 0.0);
+  }
+}
+
+// Off-by-one faults whose key carries almost no weight in random inputs are caught by the hazard inputs in every
+// dtype; a 4-ulp error in one fp32 row is the one fault inside rounding noise (docs/tolerance.md).
+TEST(PowerGrid, HazardInputsCatchEveryFaultAt1kKeys) {
+  power::GridOptions o;
+  o.lk = {1024};
+  o.logits = {Logits::hazard};
+  for (const auto& c : power::run_grid(o).cells) {
+    if (c.correct || !c.applicable) continue;
+    if (c.variant == "row-4ulp" && c.dtype == DType::f32) {
+      EXPECT_TRUE(c.inside_noise);
+    } else {
+      EXPECT_GT(c.ratio, 1.0) << c.variant << " " << to_string(c.dtype);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // `attncheck power [--json] [--lk 1024,8192] [--rows N]`: fault injection over the Lk x dtype x logits grid
-// (harness/power). Exit 0 when every applicable fault is detected or provably inside rounding noise, no correct
-// variant fails and correct variants use >= 1% of the bound at Lk = 32k fp32; else 1.
+// (harness/power). Exit 0 when every applicable fault is caught on every (Lk, dtype) by some input kind or is inside
+// rounding noise for all of them, no correct variant fails and correct variants use >= 1% of the bound at Lk = 32k
+// fp32; else 1.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -18,7 +19,19 @@ std::string verdict(const power::Cell& c) {
   if (c.correct) return c.ratio > 1.0 ? "FALSE-ALARM" : "pass";
   if (!c.applicable) return "n/a";
   if (c.ratio > 1.0) return "detected";
-  return c.inside_noise ? "undetectable" : "MISSED";
+  return c.inside_noise ? "inside-noise" : "below-bound";
+}
+
+std::string coverage_verdict(const power::Coverage& k) {
+  if (!k.applicable) return "n/a";
+  if (k.caught_by.empty()) return k.undetectable ? "undetectable" : "MISSED";
+  return "caught";
+}
+
+std::string kinds(const power::Coverage& k) {
+  std::string s;
+  for (auto lg : k.caught_by) s += (s.empty() ? "" : ",") + std::string(power::to_string(lg));
+  return s;
 }
 
 int run_power(bool json, const std::vector<int64_t>& lk, int64_t rows, uint64_t seed) {
@@ -35,6 +48,12 @@ int run_power(bool json, const std::vector<int64_t>& lk, int64_t rows, uint64_t 
     j["not_applicable"] = r.not_applicable, j["false_alarms"] = r.false_alarms;
     j["headroom_32k_fp32"] = num(r.headroom_32k_fp32), j["accepted"] = r.accepted, j["seconds"] = r.seconds;
     j["seed"] = seed, j["rows"] = rows;
+    j["cells_detected"] = r.cells_detected, j["cells_inside_noise"] = r.cells_inside_noise;
+    j["cells_below_bound"] = r.cells_below_bound;
+    j["coverage"] = nlohmann::json::array();
+    for (const auto& k : r.coverage)
+      j["coverage"].push_back({{"fault", k.fault}, {"lk", k.lk}, {"dtype", to_string(k.dtype)},
+                               {"verdict", coverage_verdict(k)}, {"caught_by", kinds(k)}});
     j["cells"] = nlohmann::json::array();
     for (const auto& c : r.cells)
       j["cells"].push_back({{"variant", c.variant}, {"kind", c.correct ? "correct" : "fault"}, {"lk", c.lk},
@@ -56,7 +75,14 @@ int run_power(bool json, const std::vector<int64_t>& lk, int64_t rows, uint64_t 
       for (const auto* c : lines[key]) std::printf("  Lk=%-6lld %9.3g %-12s", static_cast<long long>(c->lk), c->ratio, verdict(*c).c_str());
       std::printf("\n");
     }
-    std::printf("faults %d: detected %d, undetectable (inside rounding noise) %d, MISSED %d, n/a %d; false alarms %d; "
+    // Coverage: per fault, dtype and Lk, the input kinds that catch it.
+    std::printf("\n");
+    for (const auto& k : r.coverage)
+      std::printf("%-20s %-5s Lk=%-7lld %-12s %s\n", k.fault.c_str(), to_string(k.dtype),
+                  static_cast<long long>(k.lk), coverage_verdict(k).c_str(), kinds(k).c_str());
+    std::printf("cells: detected %d, inside rounding noise %d, below the bound %d\n", r.cells_detected,
+                r.cells_inside_noise, r.cells_below_bound);
+    std::printf("faults x Lk x dtype %d: caught %d, undetectable %d, MISSED %d, n/a %d; false alarms %d; "
                 "headroom at Lk=32k fp32 %.3g; %s in %.1f s\n",
                 r.faults, r.detected, r.undetectable, r.missed, r.not_applicable, r.false_alarms, r.headroom_32k_fp32,
                 r.accepted ? "ACCEPTED" : "NOT ACCEPTED", r.seconds);
