@@ -96,6 +96,11 @@ void describe(const Problem& p, Described& out) {
     *tail = &out.sinks.header;
     tail = &out.sinks.header.next;
   }
+  if (p.scores_out != ScoresOut::none) {
+    out.scores = {{ATTNCHECK_EXT_SCORES, sizeof out.scores, nullptr}, static_cast<int32_t>(p.scores_out), nullptr, {}};
+    *tail = &out.scores.header;
+    tail = &out.scores.header.next;
+  }
 }
 
 std::vector<std::string> features_beyond_v1(const Problem& p) { return extension_features(p); }
@@ -105,7 +110,9 @@ namespace {
 static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT &&
               static_cast<int>(Alignment::bottom_right) == ATTNCHECK_ALIGN_BOTTOM_RIGHT &&
               static_cast<int>(Alignment::explicit_) == ATTNCHECK_ALIGN_EXPLICIT);
-static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS, "the feature table's extension tags are plugin.h's");
+static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCHECK_EXT_SCORES,
+              "the feature table's extension tags are plugin.h's");
+static_assert(static_cast<int>(ScoresOut::scaled) == 1 && static_cast<int>(ScoresOut::masked) == 3);
 static_assert(static_cast<int>(FullyMasked::nan) == ATTNCHECK_FULLY_MASKED_NAN &&
               static_cast<int>(FullyMasked::zero) == ATTNCHECK_FULLY_MASKED_ZERO &&
               static_cast<int>(FullyMasked::uniform) == ATTNCHECK_FULLY_MASKED_UNIFORM);
@@ -195,6 +202,7 @@ class PluginImpl final : public Impl {
     d.out = out.out.bytes.data(); copy_strides(out.out, d.out_strides);
     if (out.lse) { d.lse = out.lse->bytes.data(); copy_strides(*out.lse, d.lse_strides); }
     if (out.weights) { d.weights = out.weights->bytes.data(); copy_strides(*out.weights, d.weights_strides); }
+    if (out.scores) { desc.scores.scores = out.scores->bytes.data(); copy_strides(*out.scores, desc.scores.strides); }
     MessageBuffer err;
     const int32_t status = vt_->run(&d, err.text, sizeof err.text);
     if (status != ATTNCHECK_STATUS_OK) {

@@ -28,6 +28,7 @@ struct Described {
   std::string name;
   attncheck_ext_case_name case_name;
   attncheck_ext_sinks sinks;
+  attncheck_ext_scores scores;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };

@@ -13,6 +13,7 @@ class ReferenceImpl final : public Impl {
   Capabilities capabilities() const override {
     Capabilities c;  // the whole problem model, extension features included
     c.sinks = true;
+    c.scores_out = true;
     return c;
   }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
@@ -26,6 +27,8 @@ class ReferenceImpl final : public Impl {
     if (out.weights)
       for (int64_t n = 0; n < out.weights->numel(); ++n)
         out.weights->set_offset(n, r.weights[static_cast<size_t>(n)]);
+    if (out.scores)
+      for (int64_t n = 0; n < out.scores->numel(); ++n) out.scores->set_offset(n, r.scores[static_cast<size_t>(n)]);
   }
 };
 

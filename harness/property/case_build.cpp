@@ -140,6 +140,7 @@ Case build_case(const CaseSpec& s) {
   p.dropout_seed = s.seed;
   p.want_lse = s.want_lse;
   p.want_weights = s.want_weights;
+  p.scores_out = s.scores_out;
 
   Inputs& in = c.in;
   in.q = make_qkv(p, 0), in.k = make_qkv(p, 1), in.v = make_qkv(p, 2);

@@ -14,6 +14,7 @@ namespace attncheck::prop {
 
 struct Ran {
   std::vector<double> out, lse, w;  // logical order: out [B,Hq,Lq,Dv], lse [B,Hq,Lq], w [B,Hq,Lq,Lk]
+  std::vector<double> s;             // raw scores [B,Hq,Lq,Lk], when the case asks for them
 };
 
 // Runs `impl`; nullopt (with the reason) when it does not support the case.
@@ -21,7 +22,7 @@ std::optional<Ran> run(const Impl& impl, const Case& c, std::string* why);
 
 struct Tol {
   ReferenceResult ref;
-  std::vector<double> out, lse, w;
+  std::vector<double> out, lse, w, s;  // s: raw scores, when the case asks for them
 };
 // The reference (with weights, whatever the case asks) and the tolerance model's per-element tolerances.
 Tol tolerances(const Case& c);

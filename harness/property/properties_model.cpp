@@ -1,7 +1,9 @@
 // Invariants of the features of problem model v2 (docs/problem-model.md), each an implementation compared with
-// itself on an equivalent case: a sink of -inf is no sink; a sink is a key of score `sink` whose value is zero.
+// itself on an equivalent case: a sink of -inf is no sink; a sink is a key of score `sink` whose value is zero;
+// raw scores agree with the weights and lse, and their stages with each other.
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "prop_util.hpp"
 
@@ -84,6 +86,77 @@ Outcome sink_is_zero_value_key(const Impl& impl, const Case& c) {
   return k.done();
 }
 
+// ---- raw-score outputs ------------------------------------------------------------------------------------
+// Raw stages read every key by definition, so poison (NaN in keys no query sees) would only test poison.
+void prep_scores(CaseSpec& s) {
+  s.scores_out = ScoresOut::masked;
+  s.poison = false;
+}
+
+// The softmax's input and its outputs agree: weights = exp(masked score - lse) on every row that is not fully
+// masked (the sink, if any, is in lse), within the weights' tolerance plus the scores' and lse's carried over.
+Outcome scores_softmax(const Impl& impl, const Case& c0) {
+  const Case c = with_stats(impl, c0);
+  if (c.p.scores_out != ScoresOut::masked) return Outcome::unsup("raw-score output not supported");
+  if (!c.p.want_weights || !c.p.want_lse) return Outcome::unsup("needs weights and lse outputs");
+  RUN_OR_UNSUP(r, impl, c);
+  const Tol t = tolerances(c);
+  std::vector<double> e(r->w.size()), tol(r->w.size());
+  for (int64_t b = 0, row = 0; b < c.p.B; ++b)
+    for (int64_t h = 0; h < c.p.Hq; ++h)
+      for (int64_t i = 0; i < c.p.Lq; ++i, ++row)
+        for (int64_t j = 0; j < c.p.Lk; ++j) {
+          const size_t n = static_cast<size_t>(row * c.p.Lk + j);
+          const bool empty = row_fully_masked(c.p, c.in, b, h, i);
+          e[n] = empty ? r->w[n] : std::exp(r->s[n] - r->lse[static_cast<size_t>(row)]);
+          tol[n] = empty ? 0.0 : t.w[n] + 1.01 * t.ref.weights[n] * (t.s[n] + t.lse[static_cast<size_t>(row)]);
+        }
+  Checker k(impl, c);
+  k.compare("weights vs exp(scores - lse)", w_shape(c.p), e, r->w, tol);
+  return k.done();
+}
+
+void prep_stages(CaseSpec& s) {
+  prep_scores(s);
+  if (s.softcap == 0 && s.seed % 2) s.softcap = 5.0;
+}
+
+// The stages follow from each other: capped = softcap(scaled); masked = capped + bias where visible, the fill
+// elsewhere (exactly). Three runs of the same case, one per stage.
+Outcome scores_stages(const Impl& impl, const Case& c) {
+  if (c.p.scores_out == ScoresOut::none) return Outcome::unsup("raw-score output not supported");
+  Case at[3] = {c, c, c};
+  const ScoresOut stages[3] = {ScoresOut::scaled, ScoresOut::capped, ScoresOut::masked};
+  std::optional<Ran> r[3];
+  Tol t[3];
+  for (int k = 0; k < 3; ++k) {
+    at[k].p.scores_out = stages[k];
+    std::string why;
+    if (!(r[k] = run(impl, at[k], &why))) return Outcome::unsup(why);
+    t[k] = tolerances(at[k]);
+  }
+  const Problem& p = c.p;
+  const double fill = p.fill == MaskFill::finite ? p.fill_value : kNegInf;
+  std::vector<double> capped(r[0]->s.size()), masked(capped.size()), tol_c(capped.size()), tol_m(capped.size());
+  for (int64_t b = 0, row = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i, ++row)
+        for (int64_t j = 0; j < p.Lk; ++j) {
+          const size_t n = static_cast<size_t>(row * p.Lk + j);
+          const double x = r[0]->s[n];
+          capped[n] = p.softcap > 0 ? p.softcap * std::tanh(x / p.softcap) : x;
+          tol_c[n] = t[1].s[n] + t[0].s[n];  // the softcap's slope is at most 1
+          const bool vis = visible(p, c.in, b, h, i, j);
+          const double bias = c.in.bias ? c.in.bias->get_offset(broadcast_offset(*c.in.bias, b, h, i, j)) : 0.0;
+          masked[n] = vis ? r[1]->s[n] + bias : fill;
+          tol_m[n] = vis ? t[2].s[n] + t[1].s[n] : 0.0;
+        }
+  Checker k(impl, c);
+  k.compare("capped vs softcap(scaled)", w_shape(p), capped, r[1]->s, tol_c);
+  k.compare("masked vs capped + bias, or the fill", w_shape(p), masked, r[2]->s, tol_m);
+  return k.done();
+}
+
 }  // namespace
 
 std::vector<Property> model_properties() {
@@ -91,6 +164,9 @@ std::vector<Property> model_properties() {
       {"sink_neg_inf_is_none", "a sink of -inf on every head equals no sinks", prep_sinks, sink_neg_inf_is_none},
       {"sink_is_zero_value_key", "a sink equals one more key with score = sink and a zero value", prep_sink_key,
        sink_is_zero_value_key},
+      {"scores_softmax", "weights equal exp(masked scores - lse)", prep_scores, scores_softmax},
+      {"scores_stages", "raw-score stages: capped = softcap(scaled), masked = capped + bias or the fill", prep_stages,
+       scores_stages},
   };
 }
 

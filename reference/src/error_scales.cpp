@@ -104,6 +104,8 @@ void fill_error_scales(const Problem& p, const Inputs& in, ReferenceResult& r) {
   r.spread = std::move(x.spread);
   r.n_terms = std::move(x.n_terms);
   r.n_tied = std::move(x.n_tied);
+  r.scores_a = std::move(x.scores_a);
+  r.scores_b = std::move(x.scores_b);
 }
 
 }  // namespace attncheck

@@ -64,6 +64,8 @@ const Field kFields[] = {
     {"sinks", &P::sinks, Stored::dataset, kFrag, "must be finite or -inf (no sink)",
      [](const P& p) { return std::none_of(p.sinks.begin(), p.sinks.end(), [](double x) { return std::isnan(x) || x == HUGE_VAL; }); },
      "sink logit per query head: joins the softmax denominator, has no value"},
+    {"scores_out", &P::scores_out, Stored::if_set, kFrag, nullptr, nullptr,
+     "raw scores output [B,Hq,Lq,Lk] at a stage (ONNX qk_matmul_output_mode 0-2)"},
 };
 
 // ---- text of one value ----
@@ -157,6 +159,7 @@ void set_field_text(Problem& p, const Field& f, const std::string& s) {
                       [&](Alignment P::*m) { p.*m = alignment_from_string(s); },
                       [&](MaskFill P::*m) { p.*m = fill_from_string(s); },
                       [&](FullyMasked P::*m) { p.*m = fully_masked_from_string(s); },
+                      [&](ScoresOut P::*m) { p.*m = scores_out_from_string(s); },
                       [&](auto P::*m) { p.*m = parse_num<std::remove_cvref_t<decltype(p.*m)>>(s, f.key); }},
              f.ref);
 }
@@ -226,6 +229,8 @@ const Feature kFeatures[] = {
     ATTNCHECK_FLAG("lse", lse_out, p.want_lse, "lse output not supported"),
     // Features after plugin ABI 2 travel in extensions.
     ATTNCHECK_FLAG_EXT("sinks", sinks, !p.sinks.empty(), "attention sinks not supported", ext_tag::sinks),
+    ATTNCHECK_FLAG_EXT("scores", scores_out, p.scores_out != ScoresOut::none, "raw-score output not supported",
+                       ext_tag::scores),
 };
 #undef ATTNCHECK_FLAG
 #undef ATTNCHECK_FLAG_EXT

@@ -47,6 +47,7 @@ Outputs make_outputs(const Problem& p) {
   o.out = Tensor(p.dtype, {p.B, p.Hq, p.Lq, p.Dv}, storage_order(p.layout));
   if (p.want_lse) o.lse = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq});
   if (p.want_weights) o.weights = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});
+  if (p.scores_out != ScoresOut::none) o.scores = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});
   return o;
 }
 

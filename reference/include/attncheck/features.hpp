@@ -21,7 +21,7 @@ using FieldRef =
     std::variant<int64_t Problem::*, double Problem::*, uint64_t Problem::*, bool Problem::*, DType Problem::*,
                  Layout Problem::*, Alignment Problem::*, MaskFill Problem::*, FullyMasked Problem::*,
                  std::optional<double> Problem::*, std::optional<std::array<int64_t, 4>> Problem::*,
-                 std::vector<int64_t> Problem::*, std::vector<double> Problem::*, DerivedF64>;
+                 std::vector<int64_t> Problem::*, std::vector<double> Problem::*, ScoresOut Problem::*, DerivedF64>;
 
 // Where a field is kept in a fixture (golden/SCHEMA.md).
 enum class Stored : uint8_t {
@@ -64,6 +64,7 @@ bool field_equal(const Problem& a, const Problem& b, const Field& f);
 // Plugin extension tags of the features added after ABI 2 (ATTNCHECK_EXT_* in plugin.h, asserted equal there).
 namespace ext_tag {
 inline constexpr uint32_t sinks = 2;
+inline constexpr uint32_t scores = 3;
 }
 
 // Every optional feature a backend may not support, in the order capability checks report them.
