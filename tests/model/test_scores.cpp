@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "attncheck/generate.hpp"
+#include "impl_check.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/plugin_loader.hpp"
 #include "attncheck/reference.hpp"
@@ -81,22 +82,10 @@ std::vector<Problem> cpu_problems() {
 }
 
 TEST(Scores, CpuImplementationsMatchTheReference) {
-  for (const char* name : {"cpu", "cpu-flash", "reference"}) {
-    const ImplPtr impl = find_impl(name);
-    ASSERT_TRUE(impl) << name;
-    for (const Problem& p : cpu_problems()) {
-      const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 5);
-      Outputs out;
-      const Support s = run_impl(*impl, p, in, out);
-      ASSERT_TRUE(s.ok) << name << " " << p.name() << ": " << s.reason;
-      const Verdict v = judge(p, reference_attention(p, in), out);
-      EXPECT_TRUE(v.pass) << name << " " << p.name() << ": " << v.worst().describe();
-      // A guard against passing by accident: the scores of another stage are judged wrong.
-      Problem other = p;
-      other.scores_out = p.scores_out == ScoresOut::masked ? ScoresOut::scaled : ScoresOut::masked;
-      EXPECT_FALSE(judge(other, reference_attention(other, in), out).pass) << name << " " << p.name();
-    }
-  }
+  expect_impls_match_reference(cpu_problems(), [](Problem p) {  // the scores of another stage are judged wrong
+    p.scores_out = p.scores_out == ScoresOut::masked ? ScoresOut::scaled : ScoresOut::masked;
+    return p;
+  });
 }
 
 TEST(Scores, OfferedOnlyToPluginsThatDeclareThem) {

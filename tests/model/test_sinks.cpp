@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "attncheck/generate.hpp"
+#include "impl_check.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/plugin_loader.hpp"
 #include "attncheck/reference.hpp"
@@ -109,22 +110,10 @@ std::vector<Problem> cpu_problems() {
 }
 
 TEST(Sinks, CpuImplementationsMatchTheReference) {
-  for (const char* name : {"cpu", "cpu-flash", "reference"}) {
-    const ImplPtr impl = find_impl(name);
-    ASSERT_TRUE(impl) << name;
-    for (const Problem& p : cpu_problems()) {
-      const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 5);
-      Outputs out;
-      const Support s = run_impl(*impl, p, in, out);
-      ASSERT_TRUE(s.ok) << name << " " << p.name() << ": " << s.reason;
-      const Verdict v = judge(p, reference_attention(p, in), out);
-      EXPECT_TRUE(v.pass) << name << " " << p.name() << ": " << v.worst().describe();
-      // Guard against passing by accident: without the sinks the expected result is different.
-      Problem plain = p;
-      plain.sinks.clear();
-      EXPECT_FALSE(judge(plain, reference_attention(plain, in), out).pass) << name << " " << p.name();
-    }
-  }
+  expect_impls_match_reference(cpu_problems(), [](Problem p) {
+    p.sinks.clear();  // without the sinks the expected result is different
+    return p;
+  });
 }
 
 // A finite fill far below a finite sink weighs exactly 0, so masked keys' values are never read even in a row
