@@ -7,6 +7,7 @@
 
 #include "attncheck/fixture.hpp"
 #include "fixture_attrs.hpp"
+#include "fixture_grad.hpp"
 #include "fixture_layout.hpp"
 #include "attncheck/user_arrays.hpp"
 #include "h5.hpp"
@@ -87,6 +88,7 @@ Fixture read_header(h5::Reader& r, hid_t file, uint64_t cap) {
   check_size(r, f.problem, cap);
   fixture_detail::read_problem_datasets(r, file, f.problem);
   validate_problem(r, f.problem);
+  fixture_detail::read_gradients(r, file, f, false, cap);
   return f;
 }
 
@@ -208,6 +210,7 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
       r.fail("inputs", ex.what());
     }
     fill_error_scales(p, in, e);  // tolerance model v2's row scales, from the stored inputs (docs/tolerance.md)
+    fixture_detail::read_gradients(r, file, f, true, options.max_bytes);
     return f;
   });
 }

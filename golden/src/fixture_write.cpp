@@ -8,6 +8,7 @@
 
 #include "attncheck/fixture.hpp"
 #include "fixture_attrs.hpp"
+#include "fixture_grad.hpp"
 #include "fixture_layout.hpp"
 #include "h5.hpp"
 
@@ -94,6 +95,7 @@ void write_file(const std::string& path, const Fixture& f) {
   h5::write_attr(root, "tolerance_model", std::string("attncheck derived forward-error bound (docs/tolerance.md)"));
   h5::write_attr(root, "tolerance_lambda", f.tolerance.lambda);
   h5::write_attr(root, "tolerance_rel_floor", f.tolerance.rel_floor);
+  fixture_detail::write_gradients_attr(root, f);
 
   const char* qdims = p.layout == Layout::BHSD ? "B,Hq,Lq,Dqk" : "B,Lq,Hq,Dqk";
   const char* kdims = p.layout == Layout::BHSD ? "B,Hkv,Lk,Dqk" : "B,Lk,Hkv,Dqk";
@@ -108,6 +110,7 @@ void write_file(const std::string& path, const Fixture& f) {
     if (in.bias) write_tensor(g, "bias", canonical(*in.bias, Layout::BHSD), in.bias->shape, "B,Hq,Lq,Lk (broadcast)");
     if (in.keep) write_tensor(g, "keep", canonical(*in.keep, Layout::BHSD), in.keep->shape, "B,Hq,Lq,Lk");
     fixture_detail::write_problem_datasets(g, p);
+    fixture_detail::write_gradient_inputs(g, f);
   }
   {
     h5::Id g = h5::create_group(file, "expected");
@@ -118,6 +121,7 @@ void write_file(const std::string& path, const Fixture& f) {
     if (p.scores_out != ScoresOut::none) write_doubles(g, "scores", r.scores, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
     write_doubles(g, "score_mag", r.score_mag, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
     write_doubles(g, "out_abs", to_layout(r.out_abs, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
+    fixture_detail::write_gradient_expected(g, f);
   }
   h5::flush_file(file, path);
 }

@@ -15,7 +15,10 @@ const std::vector<std::pair<Distribution, const char*>>& names() {
       {Distribution::large_logits, "large_logits"}, {Distribution::tied_maxima, "tied_maxima"},
       {Distribution::all_equal, "all_equal"},   {Distribution::one_hot, "one_hot"},
       {Distribution::constant_v, "constant_v"}, {Distribution::tiny, "tiny"},
-      {Distribution::poison_masked, "poison_masked"}};
+      {Distribution::poison_masked, "poison_masked"}, {Distribution::fp16_overflow, "fp16_overflow"},
+      {Distribution::logits_30_80, "logits_30_80"}, {Distribution::near_ties, "near_ties"},
+      {Distribution::neg_inf_bias, "neg_inf_bias"}, {Distribution::tile_edge_dominant, "tile_edge_dominant"},
+      {Distribution::one_hot_v, "one_hot_v"}};
   return n;
 }
 
@@ -27,15 +30,6 @@ double huge(DType t) {
     case DType::f32: return std::numeric_limits<float>::max();
     default: return 1e300;
   }
-}
-
-// Visit a [B,H,L,D] tensor in logical order: fn(b, h, l, d) returns the value.
-template <class F>
-void fill4(Tensor& t, F fn) {
-  for (int64_t b = 0; b < t.shape[0]; ++b)
-    for (int64_t h = 0; h < t.shape[1]; ++h)
-      for (int64_t l = 0; l < t.shape[2]; ++l)
-        for (int64_t d = 0; d < t.shape[3]; ++d) t.put(b, h, l, d, fn(b, h, l, d));
 }
 }  // namespace
 
@@ -144,6 +138,8 @@ Inputs generate_inputs(const Problem& p, Distribution dist, uint64_t seed) {
       fill4(in.k, [&](auto...) { return 0x1.0p-10 * rk.normal(); });
       fill4(in.v, [&](auto...) { return 0x1.0p-16 * rv.normal(); });
       break;
+    default:
+      break;
   }
 
   if (p.mask_shape) {
@@ -157,6 +153,7 @@ Inputs generate_inputs(const Problem& p, Distribution dist, uint64_t seed) {
     for (int64_t n = 0; n < in.bias->numel(); ++n) in.bias->set_offset(n, rb.normal());
   }
   if (p.dropout_p > 0) in.keep = make_keep_mask(p);
+  fill_hazard(p, dist, in, rq, rk, rv);
 
   if (dist == Distribution::poison_masked) {
     // Only keys that no query can see are poisoned; the reference never reads them, nor may an implementation.

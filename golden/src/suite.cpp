@@ -3,6 +3,7 @@
 #include "attncheck/suite.hpp"
 
 #include "attncheck/features.hpp"
+#include "attncheck/fixture_gradients.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -18,7 +19,7 @@ namespace {
 
 // Keys of the spec that are not Problem fields; every field of the feature table is a key too.
 const std::set<std::string> kSpecOnlyKeys = {"name", "D", "dtype", "window", "distribution", "seed", "comment", "tag",
-                                             "weights_max_elements"};
+                                             "weights_max_elements", "gradients"};
 
 // A JSON value as the feature table's text form (field_text): bools 0/1, lists joined by ',' ('x' for 4-d shapes).
 std::string field_json_text(const Field& f, const json& v) {
@@ -77,16 +78,18 @@ CaseSpec parse_case(const json& c, DType dtype) {
   if (!c.contains("want_weights")) p.want_weights = p.B * p.Hq * p.Lq * p.Lk <= weights_max;
   if (std::string d; get("distribution", d)) cs.distribution = gen::distribution_from_string(d);
   get("seed", cs.seed);
+  get("gradients", cs.gradients);
   // A fixture the reader would refuse could be generated (or die allocating) but never verified.
   const uint64_t cap = FixtureReadOptions{}.max_bytes;
   if (fixture_memory_bytes(p) > double(cap))
     throw std::invalid_argument("size: " + p.short_name() + " needs " + std::to_string(fixture_memory_bytes(p)) +
                                 " bytes in memory, more than the fixture reader's cap of " + std::to_string(cap) +
                                 " bytes");
-  cs.name = p.short_name() + "/" + gen::to_string(cs.distribution);
+  cs.name = p.short_name() + "/" + gen::to_string(cs.distribution) + (cs.gradients ? "/grad" : "");
   std::string tag;  // distinguishes cases whose parameters the problem name does not show (e.g. key_lengths)
   if (get("tag", tag)) cs.name += "/" + tag;
   get("name", cs.name);
+  cs.seed = case_seed(cs.seed, cs.name);
   if (fixture_file_name(cs.name)[0] == '.')  // verify skips hidden files (the temporaries of an interrupted run)
     throw std::invalid_argument("name: '" + cs.name + "' would be written as the hidden file " +
                                 fixture_file_name(cs.name) + ", which verify skips");
@@ -94,6 +97,15 @@ CaseSpec parse_case(const json& c, DType dtype) {
 }
 
 }  // namespace
+
+uint64_t case_seed(uint64_t spec_seed, const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  uint64_t z = spec_seed ^ h;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 SuiteSpec read_suite(const std::string& path) {
   if (std::filesystem::is_directory(path))
@@ -144,7 +156,7 @@ SuiteSpec read_suite(const std::string& path) {
         if (dtypes.size() > 1 && one.contains("name")) one["name"] = one["name"].get<std::string>() + "/" + d;
         CaseSpec cs = parse_case(one, dtype_from_string(d));
         if (!names.insert(cs.name).second)
-          throw std::invalid_argument("name: duplicate case name '" + cs.name + "' (set \"name\" or \"seed\")");
+          throw std::invalid_argument("name: duplicate case name '" + cs.name + "' (set \"name\" or \"tag\")");
         s.cases.push_back(std::move(cs));
       }
     } catch (const std::invalid_argument& e) {
@@ -162,7 +174,9 @@ Fixture build_case(const CaseSpec& c, const std::string& spec_file_name) {
   prov.seed = c.seed;
   prov.distribution = gen::to_string(c.distribution);
   prov.command = "attncheck generate --spec " + spec_file_name;
-  return make_fixture(c.name, c.problem, gen::generate_inputs(c.problem, c.distribution, c.seed), prov);
+  Fixture f = make_fixture(c.name, c.problem, gen::generate_inputs(c.problem, c.distribution, c.seed), prov);
+  if (c.gradients) add_gradients(f, c.seed);
+  return f;
 }
 
 }  // namespace attncheck

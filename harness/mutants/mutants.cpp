@@ -92,7 +92,8 @@ struct Kernel {
     std::vector<char> empty(static_cast<size_t>(Lq));
     for (int64_t i = 0; i < Lq; ++i) {
       bool any = false;
-      for (int64_t j = 0; j < Lpad; ++j) any = any || vis[static_cast<size_t>(i * Lpad + j)];
+      // A row is fully masked when no visible key has a finite score (a -inf bias masks too, as in the reference).
+      for (int64_t j = 0; j < Lpad; ++j) any = any || (vis[static_cast<size_t>(i * Lpad + j)] && S[static_cast<size_t>(i * Lpad + j)] > -inf);
       empty[static_cast<size_t>(i)] = !any && bug != Bug::finite_fill_uniform;
       for (int64_t j = 0; j < Lpad; ++j) {
         const size_t n = static_cast<size_t>(i * Lpad + j);

@@ -3,11 +3,15 @@
 
 #include "cpu_common.hpp"
 #include "attncheck/reference.hpp"
+#include "cpu_backward.hpp"
 #include "cpu_impls.hpp"
 
 namespace attncheck {
 
-std::vector<ImplPtr> make_cpu_impls() { return {cpu::make_dense_impl(), cpu::make_flash_impl()}; }
+std::vector<ImplPtr> make_cpu_impls() {
+  return {cpu::with_backward(cpu::make_dense_impl(), cpu::BackwardAlgo::dense),
+          cpu::with_backward(cpu::make_flash_impl(), cpu::BackwardAlgo::flash)};
+}
 
 namespace cpu {
 

@@ -14,6 +14,13 @@ namespace attncheck {
 
 namespace {
 
+// d(c·tanh(x/c))/dx = 1 − tanh²(y) at y = x/c, written as 4e/(1+e)² with e = exp(−2|y|): accurate to a few ulps
+// for every y. 1 − t·t from the rounded t cancels: it is 0 in double from |y| ≈ 19 on (docs/backward.md).
+double softcap_derivative(double y) {
+  const double e = std::exp(-2.0 * std::abs(y));
+  return 4.0 * e / ((1.0 + e) * (1.0 + e));
+}
+
 // Everything the backward of one (b, h, i) row needs, recomputed from the problem.
 struct RowGrad {
   bool fully_masked = false;
@@ -71,9 +78,9 @@ class Backward {
       for (int64_t d = 0; d < Dqk; ++d) dot += qi[d] * kb[j * Dqk + d];
       double score = dot * scale;
       if (p.softcap > 0) {
-        const double t = std::tanh(score / p.softcap);
+        const double y = score / p.softcap, t = std::tanh(y);
         score = p.softcap * t;
-        chain[static_cast<size_t>(j)] = 1.0 - t * t;  // d(c·tanh(x/c))/dx
+        chain[static_cast<size_t>(j)] = softcap_derivative(y);
       }
       if (in_.bias) score += in_.bias->get_offset(broadcast_offset(*in_.bias, b, h, i, j));
       s[static_cast<size_t>(j)] = score;
@@ -181,6 +188,10 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
   r.dq_abs = r.dq;
   r.dk.assign(static_cast<size_t>(B * Hkv * Lk * Dqk), 0.0);
   r.dk_abs = r.dk;
+  if (p.softcap > 0) {
+    r.dq_abs_unchained = r.dq;
+    r.dk_abs_unchained = r.dk;
+  }
   r.dv.assign(static_cast<size_t>(B * Hkv * Lk * Dv), 0.0);
   r.dv_abs = r.dv;
   r.d.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
@@ -209,6 +220,8 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
         const double* doi = &bw.dO()[static_cast<size_t>(row * Dv)];
         double* dq = &r.dq[static_cast<size_t>(row * Dqk)];
         double* dq_abs = &r.dq_abs[static_cast<size_t>(row * Dqk)];
+        double* dq_un = p.softcap > 0 ? &r.dq_abs_unchained[static_cast<size_t>(row * Dqk)] : nullptr;
+        double* dk_un = p.softcap > 0 ? &r.dk_abs_unchained[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)] : nullptr;
         for (int64_t j = 0; j < Lk; ++j) {
           const size_t J = static_cast<size_t>(j);
           if (g.pp[J] != 0.0)  // dV_j += P'_ij dO_i
@@ -224,6 +237,11 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
             dk[j * Dqk + d] += c * qi[d];  // dK_j = scale Σ_i dS_ij c_ij q_i
             dk_abs[j * Dqk + d] += std::abs(ca * qi[d]);
           }
+          if (dq_un)  // the same sums with the softcap derivative replaced by 1
+            for (int64_t d = 0; d < Dqk; ++d) {
+              dq_un[d] += std::abs(scale * g.g[J] * kb[j * Dqk + d]);
+              dk_un[j * Dqk + d] += std::abs(scale * g.g[J] * qi[d]);
+            }
         }
       }
   });

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "grad_cases.hpp"
+#include "backward_cases.hpp"
 
 using namespace attncheck;
 using namespace attncheck::gradtest;

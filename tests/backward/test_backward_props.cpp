@@ -1,12 +1,13 @@
 // Properties of the reference backward on generated fp64 cases: Σ_j dS_ij = 0, dV = P'ᵀ·dO from the forward's
 // weights, GQA equals MHA with repeated K/V after summing, keys no query sees get exactly zero dK/dV, linearity
-// in dO, NaN-poisoned unseen keys never leak, a hand-computed two-key example, and dout validation.
+// in dO, NaN-poisoned unseen keys never leak, a hand-computed two-key example (and a saturated softcap), and dout
+// validation.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "grad_cases.hpp"
+#include "backward_cases.hpp"
 
 using namespace attncheck;
 using namespace attncheck::gradtest;
@@ -209,6 +210,30 @@ TEST(BackwardProperties, TwoKeyWorkedExample) {
   EXPECT_NEAR(g.dq[0], dS0 * 1.0 + dS1 * -2.0, 1e-15);
   EXPECT_NEAR(g.dk[0], dS0 * 0.5, 1e-15);
   EXPECT_NEAR(g.dk[1], dS1 * 0.5, 1e-15);
+}
+
+// Saturated softcap (x/c = 30): the derivative 1 − tanh² = 4e^-60/(1+e^-60)² is tiny but not zero, and the oracle
+// must keep its relative accuracy (1 − t·t from the rounded t is exactly 0 in double from x/c ≈ 19 on).
+TEST(BackwardProperties, SaturatedSoftcapDerivativeKeepsRelativeAccuracy) {
+  Problem p;
+  p.dtype = DType::f64;
+  p.Lk = 2;
+  p.scale = 1.0;
+  p.softcap = 1.0;
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  in.q.put(0, 0, 0, 0, 1.0);
+  in.k.put(0, 0, 0, 0, 30.0);
+  in.k.put(0, 0, 1, 0, 0.0);
+  in.v.put(0, 0, 0, 0, 1.0);
+  in.v.put(0, 0, 1, 0, 0.0);
+  Tensor dout = make_dout(p);
+  dout.put(0, 0, 0, 0, 1.0);
+  // s = [tanh(30), 0] = [1, 0] in double; dP = [1, 0]; D = P0; dS0 = P0 P1; key 1 has k = 0.
+  const double P0 = std::exp(1.0) / (std::exp(1.0) + 1.0), P1 = 1.0 - P0, e = std::exp(-60.0);
+  const double chain0 = 4.0 * e / ((1.0 + e) * (1.0 + e));
+  const BackwardResult g = reference_backward(p, in, dout);
+  EXPECT_NEAR(g.dq[0], 30.0 * P0 * P1 * chain0, 1e-12 * 30.0 * P0 * P1 * chain0);
+  EXPECT_NEAR(g.dk[0], P0 * P1 * chain0, 1e-12 * P0 * P1 * chain0);
 }
 
 TEST(BackwardProperties, BadDoutNamesTheField) {

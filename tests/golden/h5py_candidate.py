@@ -1,5 +1,6 @@
 # The README's h5py route, minus PyTorch: read a fixture with h5py alone, run an independent numpy SDPA on its
-# inputs, write /actual/out as float16, and `attncheck compare` must pass; a perturbed output must fail (exit 1).
+# inputs, write /actual/out as float16 and /actual/lse as float32, and `attncheck compare` must pass; a perturbed
+# output or lse must fail (exit 1).
 # Usage: h5py_candidate.py ATTNCHECK FIXTURE SCRATCH_DIR. h5py is a bootstrap dependency: without it this fails.
 import os
 import subprocess
@@ -25,27 +26,37 @@ with h5py.File(fixture, "r") as f:
 s = np.einsum("bhid,bhjd->bhij", q.astype(np.float32), k.astype(np.float32)) * np.float32(scale)
 lq, lk = s.shape[-2:]
 s = np.where(np.tril(np.ones((lq, lk), dtype=bool)), s, -np.inf)
-p = np.exp(s - s.max(axis=-1, keepdims=True))
+m = s.max(axis=-1, keepdims=True)
+p = np.exp(s - m)
+lse = (m + np.log(p.sum(axis=-1, keepdims=True)))[..., 0]  # float32 [B, H, Lq], as the README writes it
 p /= p.sum(axis=-1, keepdims=True)
 out = np.einsum("bhij,bhjd->bhid", p, v.astype(np.float32)).astype(np.float16)
 
 
-def compare(name, data):
+def compare(name, data, lse_data):
     path = os.path.join(scratch, name)
     with h5py.File(path, "w") as c:
         c["actual/out"] = data
+        c["actual/lse"] = lse_data
     return subprocess.run([exe, "compare", "--expected", fixture, "--actual", path]).returncode
 
 
-rc = compare("numpy_sdpa.h5", out)
+rc = compare("numpy_sdpa.h5", out, lse)
 if rc != 0:
     sys.exit(f"numpy SDPA: expected exit 0, got {rc}")
-rc = compare("expected_copy.h5", expected)  # the expected values themselves, in float64
+with h5py.File(fixture, "r") as f:
+    expected_lse = f["expected"]["lse"][()]
+rc = compare("expected_copy.h5", expected, expected_lse)  # the expected values themselves, in float64
 if rc != 0:
-    sys.exit(f"copy of /expected/out: expected exit 0, got {rc}")
+    sys.exit(f"copy of /expected/out and /expected/lse: expected exit 0, got {rc}")
 bad = out.copy()
 bad[1, 2, 3, 4] += np.float16(0.05)
-rc = compare("perturbed.h5", bad)
+rc = compare("perturbed.h5", bad, lse)
 if rc != 1:
     sys.exit(f"perturbed output: expected exit 1, got {rc}")
-print("h5py candidate route: numpy SDPA passes, perturbed output fails")
+bad_lse = lse.copy()
+bad_lse[0, 1, 2] += np.float32(np.log(2.0))
+rc = compare("perturbed_lse.h5", out, bad_lse)
+if rc != 1:
+    sys.exit(f"lse off by log 2: expected exit 1, got {rc}")
+print("h5py candidate route: numpy SDPA (out and lse) passes, perturbed out or lse fails")

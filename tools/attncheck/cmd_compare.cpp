@@ -2,14 +2,18 @@
 // elsewhere (PyTorch, JAX, Triton, CUDA): it writes /actual/out (optionally lse, weights) with h5py or any HDF5
 // library; the same tolerance model, table and reports as verify. `--policy` declares the candidate's fully-masked
 // policy: the reference recomputes the expectation under it; `--contract` its precision contract, which the
-// tolerance bound follows. Exit 0 pass, 1 fail, 2 bad input.
+// tolerance bound follows. /actual/dq, dk, dv (dbias) are judged against a fixture's gradients (docs/backward.md).
+// Exit 0 pass, 1 fail, 2 bad input.
 #include <cstdio>
 #include <filesystem>
 
 #include "attncheck/fixture.hpp"
 #include "attncheck/contract.hpp"
 #include "attncheck/reference.hpp"
+#include "attncheck/fixture_gradients.hpp"
+#include "attncheck/tolerance_backward.hpp"
 #include "command.hpp"
+#include "gradients.hpp"
 #include "report.hpp"
 
 namespace attncheck::cli {
@@ -66,9 +70,20 @@ int run_compare() {
     std::printf("note: judged under the declared precision contract %s\n", m.contract->to_string().c_str());
   }
   std::vector<CaseResult> rs{judged_result(f.name, g.expected, impl, judge(p, f.expected, cand, m))};
+  // Gradients (/actual/dq, dk, dv, dbias): judged against the fixture's reference gradients.
+  if (const std::optional<Gradients> grads = read_candidate_gradients(g.actual, f.problem)) {
+    if (!f.has_gradients)
+      throw std::invalid_argument("--actual: " + g.actual + " has gradients but " + g.expected +
+                                  " has none (fixtures generated with \"gradients\": golden/backward)");
+    rs.push_back(judged_result(f.name, g.expected, backward_label(impl), judge_backward(p, f.expected, *f.grad, *grads, m)));
+  } else if (f.has_gradients) {
+    std::printf("note: %s has no /actual/dq: gradients not compared\n", g.actual.c_str());
+  }
   print_header();
-  print_row(rs[0]);
-  for (const auto& t : rs[0].verdict.tensors) std::printf("  %s\n", t.describe().c_str());
+  for (const auto& r : rs) {
+    print_row(r);
+    for (const auto& t : r.verdict.tensors) std::printf("  %s\n", t.describe().c_str());
+  }
   print_summary(rs);
   if (!g.report.empty()) write_report(g.report, rs);
   return exit_code(rs);
@@ -77,7 +92,8 @@ int run_compare() {
 const Register reg{{"compare", "Judge a candidate's outputs (/actual/out, ...) against a fixture",
                     [](CLI::App& sub) {
                       sub.add_option("--expected", g.expected, "Golden fixture (.h5)")->required();
-                      sub.add_option("--actual", g.actual, "Candidate file with /actual/out [, lse, weights]")
+                      sub.add_option("--actual", g.actual,
+                                     "Candidate file with /actual/out [, lse, weights] [, dq, dk, dv, dbias]")
                           ->required();
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
                       sub.add_option("--name", g.name, "Implementation name in the report (default: file name)");

@@ -15,6 +15,7 @@
 #include "attncheck/run_failure.hpp"
 #include "command.hpp"
 #include "diagnosis.hpp"
+#include "gradients.hpp"
 #include "plugins.hpp"
 #include "report.hpp"
 
@@ -30,6 +31,7 @@ struct Options {
   bool diagnose = false;
   int diagnose_reruns = 12;
   double tol_scale = 1.0;  // --tol-scale: explicit multiplier of every tolerance, recorded in the report
+  std::string pass = "forward";  // --pass forward|backward|both (gradients.hpp)
 };
 Options g;
 
@@ -152,6 +154,7 @@ uint64_t inputs_hash(const Inputs& in) {
 }
 
 int run_verify() {
+  const Pass pass = pass_from_string(g.pass);
   load_plugins(g.plugins);
   if (!g.report.empty()) check_report_path(g.report);
   const std::vector<ImplPtr> impls = maybe_isolate(select_impls(g.impls));
@@ -161,6 +164,12 @@ int run_verify() {
     return !matches(g.filter, f.second, fs::path(f.first).filename().string());
   });
   if (fixtures.empty()) throw std::invalid_argument("--filter: '" + g.filter + "' matches no fixture");
+  if (!has_forward(pass)) {  // the backward pass alone: only fixtures that carry gradients
+    std::erase_if(fixtures, [](const auto& f) { return !read_fixture_header(f.first).has_gradients; });
+    if (fixtures.empty())
+      throw std::invalid_argument("--pass backward: no fixture with gradients under '" + g.fixtures +
+                                  "' (matching the filter); golden/backward has them");
+  }
   if (!g.shard.empty()) {
     const auto [i, n] = parse_shard(g.shard);
     std::vector<std::pair<std::string, std::string>> mine;
@@ -181,7 +190,7 @@ int run_verify() {
   for (const auto& [file, name] : fixtures) {
     Fixture f = read_fixture(file);  // a malformed fixture is an input error: exit 2 via main
     const uint64_t pristine = inputs_hash(f.inputs);
-    for (size_t ii = 0; ii < impls.size(); ++ii) {
+    for (size_t ii = 0; has_forward(pass) && ii < impls.size(); ++ii) {
       const ImplPtr& impl = impls[ii];
       progress.step(impl->name() + " " + name);
       CaseResult r{name, file, impl->name(), "", "", false, {}, ""};
@@ -233,6 +242,13 @@ int run_verify() {
       for (const std::string& l : diagnosis) std::printf("    %s\n", l.c_str());
       results.push_back(std::move(r));
     }
+    for (size_t ii = 0; has_backward(pass) && f.has_gradients && ii < impls.size(); ++ii) {
+      progress.step(backward_label(impls[ii]->name()) + " " + name);
+      CaseResult r = backward_row(*impls[ii], avail[ii], f, file, g.tol_scale);
+      progress.clear();
+      print_row(r);
+      results.push_back(std::move(r));
+    }
   }
   progress.clear();
   print_summary(results);
@@ -256,6 +272,9 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                                      "Globs on case or file names, ':'-separated; '-' before a glob excludes: 'fp16/*:-*drop*'");
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
                       sub.add_option("--shard", g.shard, "Run shard I of N (0-based), e.g. 0/4");
+                      sub.add_option("--pass", g.pass,
+                                     "forward, backward (gradients of the fixtures that have them) or both")
+                          ->capture_default_str();
                       sub.add_flag("--diagnose", g.diagnose,
                                    "For each failure: error anatomy, likely causes (tags) and probes that re-run the "
                                    "implementation on derived problems (docs/diagnosis.md)");

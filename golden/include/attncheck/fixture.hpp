@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/backward.hpp"
 #include "attncheck/problem.hpp"
 #include "attncheck/reference.hpp"
 #include "attncheck/tolerance.hpp"
@@ -37,6 +38,12 @@ struct Fixture {
   ReferenceResult expected;
   Provenance provenance;
   ToleranceModel tolerance;
+  // Backward (golden/SCHEMA.md "Gradients", attncheck/fixture_gradients.hpp): only in fixtures generated with
+  // "gradients". has_gradients is read by read_fixture_header too; dout and grad (the reference gradients with
+  // their error scales) by read_fixture.
+  bool has_gradients = false;
+  std::optional<Tensor> dout;
+  std::optional<BackwardResult> grad;
 };
 
 struct FixtureReadOptions {

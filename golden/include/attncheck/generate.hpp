@@ -26,8 +26,20 @@ using Rng = attncheck::Rng;
 //   tiny           q, k ~ 1e-3 and v ~ 1.5e-5 (fp16 subnormals): underflow, denormal handling.
 //   poison_masked  N(0,1), but keys masked for every query (padding, masked columns, causal tail) hold NaN and
 //                  +-huge values in k and v: a correct implementation never reads them into the result.
+// Hazards (golden/src/generate_hazards.cpp), each a bug class of public trackers:
+//   fp16_overflow  q, k ~ 2^8.5/Dqk^(1/4) * N(0,1): raw q.k around 2^17, beyond fp16's 65504; with a scale near
+//                  2^-13 the softmax is finite and spread. An fp16 dot product overflows to inf.
+//   logits_30_80   scores ~ N(0, 30^2): magnitudes 30-80, where exp(s) without the max overflows fp16 and fp32.
+//   near_ties      every key is one of 3 vectors plus a 2^-9 relative perturbation: scores tie to ~1e-3.
+//   neg_inf_bias   N(0,1), and the bias (required) is -inf where (i + j) % 3 == 0 and on the whole first query row:
+//                  -inf reaching the softmax by addition, and a row masked by the bias alone.
+//   tile_edge_dominant  N(0,1), but the keys on both sides of every 64-key tile edge (j % 64 == 0 or 63) score
+//                  +8: the weight sits where tiling bugs drop, double-count or misalign keys.
+//   one_hot_v      N(0,1) q, k; v_jd = 1 if d == j % Dv else 0: each output column sums the weights of its own keys,
+//                  so a wrong key shows up in a known column.
 enum class Distribution : uint8_t {
-  normal, uniform, large_logits, tied_maxima, all_equal, one_hot, constant_v, tiny, poison_masked
+  normal, uniform, large_logits, tied_maxima, all_equal, one_hot, constant_v, tiny, poison_masked,
+  fp16_overflow, logits_30_80, near_ties, neg_inf_bias, tile_edge_dominant, one_hot_v
 };
 const char* to_string(Distribution d);
 Distribution distribution_from_string(const std::string& s);  // throws std::invalid_argument naming the choices
@@ -38,6 +50,18 @@ const std::vector<Distribution>& all_distributions();
 // [B,H,L,D] order, so BHSD and BSHD problems with one seed hold the same values. Throws std::invalid_argument for
 // poison_masked with a finite fill (masked values then legitimately reach fully masked rows).
 Inputs generate_inputs(const Problem& p, Distribution d, uint64_t seed);
+
+// Fills q, k, v (and plants the bias's -inf) for the hazard distributions; false for any other distribution.
+bool fill_hazard(const Problem& p, Distribution d, Inputs& in, Rng& rq, Rng& rk, Rng& rv);
+
+// Visit a [B,H,L,D] tensor in logical order: fn(b, h, l, d) returns the value.
+template <class F>
+void fill4(Tensor& t, F fn) {
+  for (int64_t b = 0; b < t.shape[0]; ++b)
+    for (int64_t h = 0; h < t.shape[1]; ++h)
+      for (int64_t l = 0; l < t.shape[2]; ++l)
+        for (int64_t d = 0; d < t.shape[3]; ++d) t.put(b, h, l, d, fn(b, h, l, d));
+}
 
 // Whether key j of batch b and KV head kvh is visible to at least one query of the problem (the masks of the
 // reference: causal, window, key padding, boolean mask).

@@ -16,7 +16,8 @@ struct CaseSpec {
   std::string name;  // unique; default "<Problem::short_name()>/<distribution>"
   Problem problem;
   gen::Distribution distribution = gen::Distribution::normal;
-  uint64_t seed = 0;
+  uint64_t seed = 0;  // the generator seed: case_seed(spec seed, name)
+  bool gradients = false;  // also dout and the reference gradients (attncheck/fixture_gradients.hpp)
 };
 
 struct SuiteSpec {
@@ -24,6 +25,10 @@ struct SuiteSpec {
   std::string subdir = "cases";  // fixtures go to <out>/<subdir>/
   std::vector<CaseSpec> cases;
 };
+
+// The generator seed of a case: its spec seed mixed with its name (FNV-1a, then the SplitMix64 finaliser), so no
+// two fixtures of a suite share values (one spec seed across cases and dtypes still gives distinct rows).
+uint64_t case_seed(uint64_t spec_seed, const std::string& name);
 
 // Parses and validates a spec; throws std::invalid_argument "<path>: cases[i] (<name>): <field>: <what>" on
 // unknown keys, bad values, invalid problems or duplicate names. A case whose "dtype" is a list expands into one

@@ -17,6 +17,8 @@ namespace attncheck {
 // What an implementation declares about itself (attncheck/declarations.hpp; kept apart so that this header stays
 // C++17 for nvcc-compiled backends). Capabilities and Support live in attncheck/capabilities.hpp (also C++17).
 struct Declarations;
+// Gradients of the backward pass (attncheck/backward.hpp).
+struct Gradients;
 
 class Impl {
  public:
@@ -36,6 +38,13 @@ class Impl {
   // The default derives what the capabilities imply: a single supported fully-masked policy is the declared one;
   // lse and weights are outputs when supported.
   virtual Declarations declarations() const;
+  // The backward pass (optional; docs/backward.md). supports_backward: whether gradients of this problem can be
+  // computed (default: "backward pass not implemented"). run_backward: dq, dk, dv (and dbias with a bias) of
+  // L = Σ dout∘out, given this implementation's forward outputs `fwd` for the same problem run with want_lse;
+  // the gradient tensors are pre-allocated (make_gradients) and NaN-poisoned by the harness.
+  virtual Support supports_backward(const Problem& p) const;
+  virtual void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
+                            Gradients& g) const;
 };
 
 using ImplPtr = std::shared_ptr<const Impl>;
@@ -50,5 +59,7 @@ ImplPtr find_impl(const std::string& name);
 // Run an implementation on a case the way the harness does: validate, check support, allocate, poison with NaN,
 // run. Returns the support verdict; outputs are only meaningful when it is ok.
 Support run_impl(const Impl& impl, const Problem& p, const Inputs& in, Outputs& out);
+// The same for the backward pass: the implementation's forward (want_lse on), then its backward into `g`.
+Support run_backward_impl(const Impl& impl, const Problem& p, const Inputs& in, const Tensor& dout, Gradients& g);
 
 }  // namespace attncheck

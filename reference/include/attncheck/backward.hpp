@@ -24,6 +24,9 @@ struct BackwardResult {
   std::vector<double> dk_abs;     // [B,Hkv,Lk,Dqk]: sum over the group's heads and i of |scale c_ij| g_ij |q_id|
   std::vector<double> dv_abs;     // [B,Hkv,Lk,Dv]: sum over the group's heads and i of |P'_ij dO_id|
   std::vector<double> dbias_abs;  // bias_shape: sum over the broadcast set of g_ij
+  // With a softcap only (empty otherwise): dq_abs and dk_abs with c_ij replaced by 1, what an absolute error of the
+  // derivative (1 - t² from a rounded tanh t) is multiplied by.
+  std::vector<double> dq_abs_unchained, dk_abs_unchained;
   std::vector<double> ds;         // [B,Hq,Lq,Lk] dS = dL/d(score after softcap), only when asked (tests)
 };
 

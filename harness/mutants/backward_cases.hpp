@@ -1,5 +1,5 @@
-// Shared helpers of the backward tests: generated fp64 cases over the whole feature space (every feature forced on
-// in turn so each is covered), a random upstream gradient dO, and which rows have no visible key.
+// The generated cases of the backward checks (tests/backward and the backward selftest): fp64 (or a given dtype)
+// cases over the whole feature space with every feature forced on in turn, a random dO, rows with no visible key.
 #pragma once
 
 #include <cmath>
@@ -11,11 +11,12 @@
 
 namespace attncheck::gradtest {
 
-// Case n of a deterministic stream: drawn like the property suite, made fp64 and small; features forced in turn.
-inline prop::Case grad_case(uint64_t n, int64_t budget = 2500) {
+// Case n of a deterministic stream: drawn like the property suite, made `dtype` (fp64 by default) and small;
+// features forced in turn.
+inline prop::Case grad_case(uint64_t n, int64_t budget = 2500, DType dtype = DType::f64) {
   prop::SeededChooser pick(0x9e3779b97f4a7c15ull ^ (n * 7919));
   prop::CaseSpec s = prop::draw_spec(pick);
-  s.dtype = DType::f64;
+  s.dtype = dtype;
   switch (n % 6) {
     case 1: s.softcap = 5.0; break;
     case 2: s.dropout_p = 0.5; break;
@@ -27,10 +28,10 @@ inline prop::Case grad_case(uint64_t n, int64_t budget = 2500) {
   prop::normalise(s);
   prop::apply_budget(s, budget);
   prop::Case c = prop::build_case(s);
-  if (c.in.bias) {  // an exact fp64 bias, so that a finite-difference step is exactly the step taken
+  if (c.in.bias && dtype == DType::f64) {  // an exact fp64 bias: a finite-difference step is the step taken
     const std::vector<double> b = c.in.bias->to_double();
     Tensor t(DType::f64, c.in.bias->shape);
-    for (size_t n = 0; n < b.size(); ++n) t.set_offset(static_cast<int64_t>(n), b[n]);
+    for (size_t e = 0; e < b.size(); ++e) t.set_offset(static_cast<int64_t>(e), b[e]);
     c.in.bias = t;
     c.p.bias_dtype = DType::f64;
   }

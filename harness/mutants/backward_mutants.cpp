@@ -1,0 +1,178 @@
+// The backward mutants (backward_mutants.hpp): forward = the reference; backward = fp64 loops over rows that take
+// P = exp(s - lse) from the forward's lse and D = dO·O from its output, as FlashAttention-2 does, with one fault.
+#include "backward_mutants.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "attncheck/tolerance_backward.hpp"
+#include "backward_cases.hpp"
+
+namespace attncheck::mutants {
+
+const char* to_string(BwdFault f) {
+  switch (f) {
+    case BwdFault::none: return "bwd-correct-flash-loops";
+    case BwdFault::no_d_term: return "bwd-no-d-term";
+    case BwdFault::d_pre_dropout: return "bwd-d-pre-dropout";
+    case BwdFault::dropout_not_replayed: return "bwd-dropout-not-replayed";
+    case BwdFault::dropout_not_rescaled: return "bwd-dropout-not-rescaled";
+    case BwdFault::gqa_not_summed: return "bwd-gqa-not-summed";
+    case BwdFault::no_softcap_derivative: return "bwd-no-softcap-derivative";
+    case BwdFault::no_scale_dk: return "bwd-no-scale-dk";
+    case BwdFault::no_causal_mask: return "bwd-no-causal-mask";
+    case BwdFault::lse_wrong_row: return "bwd-lse-wrong-row";
+  }
+  return "?";
+}
+
+std::vector<BwdFault> all_backward_faults() {
+  return {BwdFault::no_d_term,        BwdFault::d_pre_dropout,         BwdFault::dropout_not_replayed,
+          BwdFault::dropout_not_rescaled, BwdFault::gqa_not_summed,    BwdFault::no_softcap_derivative,
+          BwdFault::no_scale_dk,      BwdFault::no_causal_mask,        BwdFault::lse_wrong_row};
+}
+
+namespace {
+
+class LoopedBackward final : public Impl {
+ public:
+  explicit LoopedBackward(BwdFault f) : f_(f), ref_(find_impl("reference")) {}
+  std::string name() const override { return to_string(f_); }
+  std::string description() const override { return "test-only backward variant"; }
+  Capabilities capabilities() const override { return ref_->capabilities(); }
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override { ref_->run(p, in, out); }
+  Support supports_backward(const Problem& p) const override { return supports(p); }
+
+  void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
+                    Gradients& g) const override {
+    const int64_t Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, G = p.group_size(), rows = p.B * p.Hq * Lq;
+    const double scale = p.effective_scale(), inf = std::numeric_limits<double>::infinity();
+    const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double();
+    const std::vector<double> o = fwd.out.to_double(), dO = dout.to_double(), lse = fwd.lse->to_double();
+    std::vector<double> dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
+    std::vector<double> db(g.dbias ? static_cast<size_t>(g.dbias->numel()) : 0, 0.0);
+    const double ks = f_ == BwdFault::dropout_not_rescaled ? 1.0 : 1.0 / (1.0 - p.dropout_p);
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t b = row / (p.Hq * Lq), h = (row / Lq) % p.Hq, i = row % Lq, kvh = p.kv_head(h);
+      const bool first = h == kvh * G;
+      const bool to_kv = f_ != BwdFault::gqa_not_summed || first;
+      const double L = lse[static_cast<size_t>(f_ == BwdFault::lse_wrong_row ? (row + 1) % rows : row)];
+      const int64_t diag = i + p.diagonal_offset(b);
+      const double* qi = &q[static_cast<size_t>(row * Dqk)];
+      const double* di = &dO[static_cast<size_t>(row * Dv)];
+      std::vector<double> s(static_cast<size_t>(Lk), -inf), chain(static_cast<size_t>(Lk), 1.0);
+      bool live = false;
+      for (int64_t j = 0; j < Lk; ++j) {
+        if ((p.causal && f_ != BwdFault::no_causal_mask && j > diag) || j >= p.key_length(b)) continue;
+        if ((p.window_left >= 0 && j < diag - p.window_left) || (p.window_right >= 0 && j > diag + p.window_right))
+          continue;
+        if (in.mask && in.mask->get_offset(broadcast_offset(*in.mask, b, h, i, j)) == 0) continue;
+        const double* kj = &k[static_cast<size_t>(((b * p.Hkv + kvh) * Lk + j) * Dqk)];
+        double x = 0;
+        for (int64_t d = 0; d < Dqk; ++d) x += qi[d] * kj[d];
+        x *= scale;
+        if (p.softcap > 0) {
+          const double t = std::tanh(x / p.softcap);
+          x = p.softcap * t;
+          if (f_ != BwdFault::no_softcap_derivative) chain[static_cast<size_t>(j)] = 1 - t * t;
+        }
+        if (in.bias) x += in.bias->get_offset(broadcast_offset(*in.bias, b, h, i, j));
+        s[static_cast<size_t>(j)] = x;
+        live = live || x > -inf;
+      }
+      if (!live) continue;
+      const uint8_t* keep = in.keep ? in.keep->data<uint8_t>() + row * Lk : nullptr;
+      auto kf = [&](int64_t j) {
+        return (!keep || f_ == BwdFault::dropout_not_replayed) ? 1.0 : (keep[j] ? ks : 0.0);
+      };
+      double D = 0;
+      if (f_ == BwdFault::d_pre_dropout) {
+        for (int64_t j = 0; j < Lk; ++j) {
+          const double P = s[static_cast<size_t>(j)] > -inf ? std::exp(s[static_cast<size_t>(j)] - L) : 0.0;
+          if (P == 0) continue;
+          const double* vj = &v[static_cast<size_t>(((b * p.Hkv + kvh) * Lk + j) * Dv)];
+          for (int64_t d = 0; d < Dv; ++d) D += P * di[d] * vj[d];
+        }
+      } else if (f_ != BwdFault::no_d_term) {
+        for (int64_t d = 0; d < Dv; ++d) D += di[d] * o[static_cast<size_t>(row * Dv + d)];  // rowsum(dO∘O)
+      }
+      for (int64_t j = 0; j < Lk; ++j) {
+        const bool vis = s[static_cast<size_t>(j)] > -inf;
+        const double sj = vis ? s[static_cast<size_t>(j)] : (p.fill == MaskFill::finite ? p.fill_value : -inf);
+        const double P = sj > -inf ? std::exp(sj - L) : 0.0, pk = P * kf(j);
+        if (pk == 0 && (!vis || P == 0)) continue;
+        const size_t kv = static_cast<size_t>((b * p.Hkv + kvh) * Lk + j);
+        double dp = 0;
+        if (pk != 0) {
+          for (int64_t d = 0; d < Dv; ++d) {
+            dp += di[d] * v[kv * static_cast<size_t>(Dv) + static_cast<size_t>(d)];
+            if (to_kv) dv[kv * static_cast<size_t>(Dv) + static_cast<size_t>(d)] += pk * di[d];
+          }
+          dp *= kf(j);
+        }
+        if (!vis) continue;
+        const double ds = P * (dp - D), dr = ds * chain[static_cast<size_t>(j)];
+        for (int64_t d = 0; d < Dqk; ++d) {
+          dq[static_cast<size_t>(row * Dqk + d)] += scale * dr * k[kv * static_cast<size_t>(Dqk) + static_cast<size_t>(d)];
+          if (to_kv) dk[kv * static_cast<size_t>(Dqk) + static_cast<size_t>(d)] += (f_ == BwdFault::no_scale_dk ? 1.0 : scale) * dr * qi[d];
+        }
+        if (g.dbias) db[static_cast<size_t>(broadcast_offset(*g.dbias, b, h, i, j))] += ds;
+      }
+    }
+    auto put = [](Tensor& t, const std::vector<double>& x) {  // logical BHSD order into t's layout
+      for (int64_t n = 0; n < t.numel(); ++n) {
+        int64_t idx[4], r = n;
+        for (int a = 3; a >= 0; --a) {
+          idx[a] = r % t.shape[static_cast<size_t>(a)];
+          r /= t.shape[static_cast<size_t>(a)];
+        }
+        t.set(idx, x[static_cast<size_t>(n)]);
+      }
+    };
+    put(g.dq, dq);
+    put(g.dk, dk);
+    put(g.dv, dv);
+    if (g.dbias) put(*g.dbias, db);
+  }
+
+ private:
+  BwdFault f_;
+  ImplPtr ref_;
+};
+
+}  // namespace
+
+ImplPtr make_backward_mutant(BwdFault f) { return std::make_shared<LoopedBackward>(f); }
+
+std::vector<BackwardSelftestResult> run_backward_selftest(int cases) {
+  std::vector<BwdFault> entries = all_backward_faults();
+  entries.insert(entries.begin(), BwdFault::none);
+  std::vector<BackwardSelftestResult> out;
+  for (BwdFault f : entries) {
+    const ImplPtr impl = make_backward_mutant(f);
+    BackwardSelftestResult r;
+    r.name = to_string(f);
+    r.correct = f == BwdFault::none;
+    for (int n = 0; n < cases && !r.killed; ++n) {
+      const prop::Case c = gradtest::grad_case(static_cast<uint64_t>(n), 2500, n % 2 ? DType::f32 : DType::f64);
+      const Tensor dout = gradtest::random_dout(c.p, static_cast<uint64_t>(n));
+      Gradients g;
+      if (!run_backward_impl(*impl, c.p, c.in, dout, g).ok) continue;
+      ++r.ran;
+      const ReferenceResult fr = reference_attention(c.p, c.in);
+      const BackwardResult br = reference_backward(c.p, c.in, dout);
+      const Verdict v = judge_backward(c.p, fr, br, g);
+      if (!v.pass) {
+        r.killed = true;
+        r.first_failure = c.name() + ": " + v.worst().describe();
+      } else {
+        for (const auto& t : v.tensors)
+          if (t.tolerance > 0) r.max_ratio = std::max(r.max_ratio, std::abs(t.actual - t.expected) / t.tolerance);
+      }
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace attncheck::mutants

@@ -1,0 +1,144 @@
+// The gradient tolerance (docs/backward.md "Tolerance"): per row a relative error eps_i of dS_ij measured against
+// its error scale g_ij, then the accumulation of dQ (Lk terms), dK/dV (Hq/Hkv · Lq terms) and dBias (broadcast
+// terms), all with the probabilistic lambda·sqrt(n)·u of independent roundings, plus storage and a floor.
+#include "attncheck/tolerance_backward.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attncheck {
+
+namespace {
+struct Units {
+  double acc;    // accumulation (dot products, sums)
+  double round;  // P' and dS rounded to the P·V operand format before the backward GEMMs (FlashAttention-2, cuDNN)
+  double out;    // the delivered gradients, and O (D = rowsum(dO∘O) reads the stored O)
+  double score;  // the scores and the softcap's tanh
+};
+
+Units units(const Problem& p, const ToleranceModel& m) {
+  const PrecisionContract c = m.contract ? *m.contract : default_contract(p.dtype);
+  const double acc = unit_roundoff(c.accumulate);
+  return {acc, c.p_rounded ? std::max(unit_roundoff(c.pv_operands) - acc, 0.0) : 0.0, unit_roundoff(p.dtype),
+          unit_roundoff(c.scores)};
+}
+
+double floor_of(const Problem& p) {  // flushed subnormals (FTZ) and the smallest step of the delivered dtype
+  const double flush = p.dtype == DType::f64 ? std::numeric_limits<double>::min() : std::numeric_limits<float>::min();
+  return std::max(flush, p.dtype == DType::f16 ? std::ldexp(1.0, -24) : 0.0);
+}
+
+double score_error(const Problem& p, const Units& u) {  // c_s: a score's relative error per unit of score_mag
+  const double extra = 4.0 + (p.bias_shape ? 1.0 : 0.0) + (p.softcap > 0 ? 2.0 : 0.0);
+  return (std::sqrt(static_cast<double>(p.Dqk) / 3.0) + extra) * u.acc;
+}
+// Relative error of the weights P_ij of a row: the score error of key j and of the max (2 · c_s · |s|max), the exp
+// (4u) and the denominator, a sum of Lk positive terms (lambda u sqrt(Lk)).
+double p_error(const Problem& p, const ReferenceResult& fwd, size_t row, const Units& u, double lambda) {
+  const double c_s = score_error(p, u);
+  return lambda * (2.0 * c_s * fwd.score_mag[row] + 4.0 * u.acc + u.acc * std::sqrt(static_cast<double>(p.Lk)));
+}
+
+// Relative error of dS_ij against g_ij = P(|dP| + |D| + m + M): P's error, dP's length-Dv dot product, D's sum
+// (over Lk keys or Dv features, whichever the implementation uses) from the stored O, and dS's rounding.
+double ds_error(const Problem& p, const ReferenceResult& fwd, size_t row, const Units& u, double lambda) {
+  const double n = static_cast<double>(std::max(p.Lk, p.Dv));
+  return p_error(p, fwd, row, u, lambda) + lambda * u.acc * (std::sqrt(static_cast<double>(p.Dv) / 3.0) + std::sqrt(n)) +
+         2.0 * u.out + u.round + 3.0 * u.acc;
+}
+
+double accumulation(double n, const Units& u, double lambda) { return lambda * u.acc * std::sqrt(n / 3.0) + u.acc; }
+
+// The softcap derivative c = 1 − tanh²(x/c) (docs/backward.md "Softcap derivative"). Relative error from the score
+// error δx = c_s·|x| and the division x/c: 2|t|·δx/c ≤ 2(c_s + u)·score_mag/c (a row quantity).
+double chain_relative(const Problem& p, const ReferenceResult& fwd, size_t row, const Units& u) {
+  return p.softcap > 0 ? 2.0 * (score_error(p, u) + u.score) * fwd.score_mag[row] / p.softcap : 0.0;
+}
+// Absolute error of c when a kernel forms it as 1 − t·t from the tanh t it kept from the forward (FlashAttention):
+// t carries ≤ 4u (a 2-ulp tanh), so 2|t|·4u, plus u for t·t and u for the subtraction. It does not shrink with c:
+// where tanh saturates (c below ~u) it is the whole derivative, and it multiplies the unchained sums.
+constexpr double kChainAbsolute = 10.0;
+}  // namespace
+
+GradTolerance grad_tolerance(const Problem& p, const ReferenceResult& fwd, const BackwardResult& r,
+                             const ToleranceModel& m) {
+  const Units u = units(p, m);
+  const double fl = floor_of(p), lam = m.lambda;
+  const int64_t G = p.group_size(), rows = p.B * p.Hq * p.Lq;
+  GradTolerance t;
+  // dK, dV and dBias collect rows of different error: take the largest eps of the rows that feed them.
+  std::vector<double> eps_ds(static_cast<size_t>(rows)), eps_p(eps_ds), eps_c(eps_ds);
+  for (int64_t row = 0; row < rows; ++row) {
+    eps_ds[static_cast<size_t>(row)] = ds_error(p, fwd, static_cast<size_t>(row), u, lam);
+    eps_p[static_cast<size_t>(row)] = p_error(p, fwd, static_cast<size_t>(row), u, lam);
+    eps_c[static_cast<size_t>(row)] = chain_relative(p, fwd, static_cast<size_t>(row), u);
+  }
+  t.dq.resize(r.dq.size());
+  const double acc_q = accumulation(static_cast<double>(p.Lk), u, lam);
+  const bool cap = p.softcap > 0;
+  for (size_t n = 0; n < r.dq.size(); ++n) {
+    const size_t row = n / static_cast<size_t>(p.Dqk);
+    t.dq[n] = (eps_ds[row] + eps_c[row] + acc_q) * r.dq_abs[n] + u.out * std::abs(r.dq[n]) + fl;
+    if (cap) t.dq[n] += kChainAbsolute * u.score * r.dq_abs_unchained[n];
+  }
+  const double acc_kv = accumulation(static_cast<double>(G * p.Lq), u, lam);
+  t.dk.resize(r.dk.size());
+  t.dv.resize(r.dv.size());
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t kvh = 0; kvh < p.Hkv; ++kvh) {
+      double e_ds = 0, e_p = 0, e_c = 0;
+      for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h)
+        for (int64_t i = 0; i < p.Lq; ++i) {
+          const size_t row = static_cast<size_t>((b * p.Hq + h) * p.Lq + i);
+          e_ds = std::max(e_ds, eps_ds[row]);
+          e_p = std::max(e_p, eps_p[row]);
+          e_c = std::max(e_c, eps_c[row]);
+        }
+      const size_t k0 = static_cast<size_t>((b * p.Hkv + kvh) * p.Lk * p.Dqk), nk = static_cast<size_t>(p.Lk * p.Dqk);
+      for (size_t n = k0; n < k0 + nk; ++n) {
+        t.dk[n] = (e_ds + e_c + acc_kv) * r.dk_abs[n] + u.out * std::abs(r.dk[n]) + fl;
+        if (cap) t.dk[n] += kChainAbsolute * u.score * r.dk_abs_unchained[n];
+      }
+      const size_t v0 = static_cast<size_t>((b * p.Hkv + kvh) * p.Lk * p.Dv), nv = static_cast<size_t>(p.Lk * p.Dv);
+      for (size_t n = v0; n < v0 + nv; ++n)
+        t.dv[n] = (e_p + u.round + acc_kv) * r.dv_abs[n] + u.out * std::abs(r.dv[n]) + fl;
+    }
+  if (!r.dbias.empty()) {
+    const std::vector<int64_t> bs = grad_shape(p, 3);
+    const double n_in = static_cast<double>((bs[0] == 1 ? p.B : 1) * (bs[1] == 1 ? p.Hq : 1) * (bs[2] == 1 ? p.Lq : 1) *
+                                            (bs[3] == 1 ? p.Lk : 1));
+    const double e_ds = *std::max_element(eps_ds.begin(), eps_ds.end());
+    const double acc_b = accumulation(n_in, u, lam), u_b = unit_roundoff(p.bias_dtype);
+    t.dbias.resize(r.dbias.size());
+    for (size_t n = 0; n < r.dbias.size(); ++n)
+      t.dbias[n] = (e_ds + acc_b) * r.dbias_abs[n] + u_b * std::abs(r.dbias[n]) + fl;
+  }
+  for (auto* v : {&t.dq, &t.dk, &t.dv, &t.dbias})
+    for (double& x : *v) x *= m.scale;
+  return t;
+}
+
+Verdict judge_backward(const Problem& p, const ReferenceResult& fwd, const BackwardResult& r, const Gradients& actual,
+                       const ToleranceModel& m) {
+  const GradTolerance t = grad_tolerance(p, fwd, r, m);
+  Verdict v;
+  v.tensors.push_back(compare_values("dq", grad_shape(p, 0), r.dq, actual.dq.to_double(), t.dq, m));
+  v.tensors.push_back(compare_values("dk", grad_shape(p, 1), r.dk, actual.dk.to_double(), t.dk, m));
+  v.tensors.push_back(compare_values("dv", grad_shape(p, 2), r.dv, actual.dv.to_double(), t.dv, m));
+  if (p.bias_shape) {
+    if (actual.dbias) {
+      v.tensors.push_back(compare_values("dbias", grad_shape(p, 3), r.dbias, actual.dbias->to_double(), t.dbias, m));
+    } else {
+      TensorVerdict missing;
+      missing.tensor = "dbias";
+      missing.pass = false;
+      missing.n_bad = 1;
+      v.tensors.push_back(missing);
+    }
+  }
+  for (const auto& tv : v.tensors) v.pass = v.pass && tv.pass;
+  return v;
+}
+
+}  // namespace attncheck

@@ -1,0 +1,50 @@
+// verify's backward rows (gradients.hpp): the implementation's own forward then backward on the fixture's dout,
+// judged against the fixture's reference gradients under the implementation's declared precision contract.
+#include "gradients.hpp"
+
+#include "attncheck/declarations.hpp"
+#include "attncheck/run_failure.hpp"
+#include "attncheck/tolerance_backward.hpp"
+
+namespace attncheck::cli {
+
+Pass pass_from_string(const std::string& s) {
+  if (s == "forward") return Pass::forward;
+  if (s == "backward") return Pass::backward;
+  if (s == "both") return Pass::both;
+  throw std::invalid_argument("--pass: unknown value '" + s + "' (expected forward, backward or both)");
+}
+
+std::string backward_label(const std::string& impl) { return impl + "/backward"; }
+
+CaseResult backward_row(const Impl& impl, const Support& available, const Fixture& f, const std::string& file,
+                        double tol_scale) {
+  CaseResult r{f.name, file, backward_label(impl.name()), "", "", false, {}, ""};
+  if (!available.ok) {
+    r.status = "unavailable";
+    r.message = "unavailable: " + available.reason;
+    return r;
+  }
+  try {
+    Gradients g;
+    const Support s = run_backward_impl(impl, f.problem, f.inputs, *f.dout, g);
+    if (!s.ok) {
+      r.status = "unsupported";
+      r.message = "backward: " + s.reason;
+      return r;
+    }
+    ToleranceModel m = f.tolerance;
+    m.contract = impl.declarations().contract_for(f.problem.dtype);
+    m.scale = tol_scale;
+    return judged_result(f.name, file, r.impl, judge_backward(f.problem, f.expected, *f.grad, g, m));
+  } catch (const RunFailure& e) {
+    r.status = e.outcome();
+    r.message = e.what();
+  } catch (const std::exception& e) {
+    r.status = "error";
+    r.message = e.what();
+  }
+  return r;
+}
+
+}  // namespace attncheck::cli
