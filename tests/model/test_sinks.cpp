@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attncheck/backward.hpp"
 #include "attncheck/generate.hpp"
 #include "impl_check.hpp"
 #include "attncheck/impl.hpp"
@@ -137,6 +138,14 @@ TEST(Sinks, FiniteFillBelowTheSinkNeverReadsMaskedValues) {
     const Verdict v = judge(p, r, out);
     EXPECT_TRUE(v.pass) << name << ": " << v.worst().describe();
   }
+}
+
+// The backward has no sink term: the reference refuses sinks, the CPU backward reports them unsupported.
+TEST(Sinks, BackwardIsNotModelled) {
+  const Problem p = tiny();
+  EXPECT_THROW(reference_backward(p, tiny_inputs(p), make_dout(p)), std::invalid_argument);
+  for (const char* name : {"cpu", "cpu-flash"})
+    EXPECT_EQ(find_impl(name)->supports_backward(p).reason, "backward with attention sinks not implemented") << name;
 }
 
 TEST(Sinks, OfferedOnlyToPluginsThatDeclareThem) {
