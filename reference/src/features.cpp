@@ -225,12 +225,13 @@ const Feature kFeatures[] = {
                   : Support::no(std::string("fully-masked policy '") + to_string(p.fully_masked) + "' not supported");
      },
      nullptr, 0},
-    ATTNCHECK_FLAG("weights", weights_out, p.want_weights, "weights output not supported"),
-    ATTNCHECK_FLAG("lse", lse_out, p.want_lse, "lse output not supported"),
-    // Features after plugin ABI 2 travel in extensions.
+    // Features after plugin ABI 2 travel in extensions. Before weights and lse: a harness that drops an
+    // unsupported weights/lse output and retries must see these as the reason.
     ATTNCHECK_FLAG_EXT("sinks", sinks, !p.sinks.empty(), "attention sinks not supported", ext_tag::sinks),
     ATTNCHECK_FLAG_EXT("scores", scores_out, p.scores_out != ScoresOut::none, "raw-score output not supported",
                        ext_tag::scores),
+    ATTNCHECK_FLAG("weights", weights_out, p.want_weights, "weights output not supported"),
+    ATTNCHECK_FLAG("lse", lse_out, p.want_lse, "lse output not supported"),
 };
 #undef ATTNCHECK_FLAG
 #undef ATTNCHECK_FLAG_EXT
