@@ -4,6 +4,7 @@
 
 #include "attncheck/features.hpp"
 #include "attncheck/fixture_gradients.hpp"
+#include "attncheck/reference.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -176,6 +177,20 @@ Fixture build_case(const CaseSpec& c, const std::string& spec_file_name) {
   prov.command = "attncheck generate --spec " + spec_file_name;
   Fixture f = make_fixture(c.name, c.problem, gen::generate_inputs(c.problem, c.distribution, c.seed), prov);
   if (c.gradients) add_gradients(f, c.seed);
+  return f;
+}
+
+Fixture build_case_rows(const CaseSpec& c, const std::string& spec_file_name, int64_t rows) {
+  if (rows <= 0 || rows >= c.problem.Lq) return build_case(c, spec_file_name);
+  Fixture f;
+  f.name = c.name;
+  f.problem = c.problem;
+  f.inputs = gen::generate_inputs(c.problem, c.distribution, c.seed);
+  f.expected = reference_attention_rows(f.problem, f.inputs, sample_rows(f.problem, f.inputs, rows));
+  f.provenance.attncheck_version = attncheck_version();
+  f.provenance.seed = c.seed;
+  f.provenance.distribution = gen::to_string(c.distribution);
+  f.provenance.command = "attncheck verify --spec " + spec_file_name + " --rows " + std::to_string(rows);
   return f;
 }
 

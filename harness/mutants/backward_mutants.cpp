@@ -2,6 +2,7 @@
 // P = exp(s - lse) from the forward's lse and D = dO·O from its output, as FlashAttention-2 does, with one fault.
 #include "backward_mutants.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -22,6 +23,11 @@ const char* to_string(BwdFault f) {
     case BwdFault::no_scale_dk: return "bwd-no-scale-dk";
     case BwdFault::no_causal_mask: return "bwd-no-causal-mask";
     case BwdFault::lse_wrong_row: return "bwd-lse-wrong-row";
+    case BwdFault::ds_bf16: return "bwd-ds-bf16";
+    case BwdFault::d_from_bf16_o: return "bwd-d-from-bf16-o";
+    case BwdFault::lse_plus_log2: return "bwd-lse-plus-log2";
+    case BwdFault::skip_dq_tile: return "bwd-skip-dq-tile";
+    case BwdFault::drop_max_key_dq: return "bwd-drop-max-key-dq";
   }
   return "?";
 }
@@ -30,6 +36,11 @@ std::vector<BwdFault> all_backward_faults() {
   return {BwdFault::no_d_term,        BwdFault::d_pre_dropout,         BwdFault::dropout_not_replayed,
           BwdFault::dropout_not_rescaled, BwdFault::gqa_not_summed,    BwdFault::no_softcap_derivative,
           BwdFault::no_scale_dk,      BwdFault::no_causal_mask,        BwdFault::lse_wrong_row};
+}
+
+std::vector<BwdFault> subtle_backward_faults() {
+  return {BwdFault::ds_bf16, BwdFault::d_from_bf16_o, BwdFault::lse_plus_log2, BwdFault::skip_dq_tile,
+          BwdFault::drop_max_key_dq};
 }
 
 namespace {
@@ -56,7 +67,8 @@ class LoopedBackward final : public Impl {
       const int64_t b = row / (p.Hq * Lq), h = (row / Lq) % p.Hq, i = row % Lq, kvh = p.kv_head(h);
       const bool first = h == kvh * G;
       const bool to_kv = f_ != BwdFault::gqa_not_summed || first;
-      const double L = lse[static_cast<size_t>(f_ == BwdFault::lse_wrong_row ? (row + 1) % rows : row)];
+      const double L = lse[static_cast<size_t>(f_ == BwdFault::lse_wrong_row ? (row + 1) % rows : row)] +
+                       (f_ == BwdFault::lse_plus_log2 ? std::log(2.0) : 0.0);
       const int64_t diag = i + p.diagonal_offset(b);
       const double* qi = &q[static_cast<size_t>(row * Dqk)];
       const double* di = &dO[static_cast<size_t>(row * Dv)];
@@ -94,8 +106,12 @@ class LoopedBackward final : public Impl {
           for (int64_t d = 0; d < Dv; ++d) D += P * di[d] * vj[d];
         }
       } else if (f_ != BwdFault::no_d_term) {
-        for (int64_t d = 0; d < Dv; ++d) D += di[d] * o[static_cast<size_t>(row * Dv + d)];  // rowsum(dO∘O)
+        for (int64_t d = 0; d < Dv; ++d) {  // rowsum(dO∘O)
+          const double od = o[static_cast<size_t>(row * Dv + d)];
+          D += di[d] * (f_ == BwdFault::d_from_bf16_o ? round_to(DType::bf16, od) : od);
+        }
       }
+      const int64_t jmax = std::max_element(s.begin(), s.end()) - s.begin();  // drop_max_key_dq's key
       for (int64_t j = 0; j < Lk; ++j) {
         const bool vis = s[static_cast<size_t>(j)] > -inf;
         const double sj = vis ? s[static_cast<size_t>(j)] : (p.fill == MaskFill::finite ? p.fill_value : -inf);
@@ -111,9 +127,13 @@ class LoopedBackward final : public Impl {
           dp *= kf(j);
         }
         if (!vis) continue;
-        const double ds = P * (dp - D), dr = ds * chain[static_cast<size_t>(j)];
+        const double ds0 = P * (dp - D), ds = f_ == BwdFault::ds_bf16 ? round_to(DType::bf16, ds0) : ds0;
+        const double dr = ds * chain[static_cast<size_t>(j)];
+        const bool to_dq = !(f_ == BwdFault::skip_dq_tile && j >= 64 && j < 128) &&
+                           !(f_ == BwdFault::drop_max_key_dq && j == jmax);
         for (int64_t d = 0; d < Dqk; ++d) {
-          dq[static_cast<size_t>(row * Dqk + d)] += scale * dr * k[kv * static_cast<size_t>(Dqk) + static_cast<size_t>(d)];
+          if (to_dq)
+            dq[static_cast<size_t>(row * Dqk + d)] += scale * dr * k[kv * static_cast<size_t>(Dqk) + static_cast<size_t>(d)];
           if (to_kv) dk[kv * static_cast<size_t>(Dqk) + static_cast<size_t>(d)] += (f_ == BwdFault::no_scale_dk ? 1.0 : scale) * dr * qi[d];
         }
         if (g.dbias) db[static_cast<size_t>(broadcast_offset(*g.dbias, b, h, i, j))] += ds;

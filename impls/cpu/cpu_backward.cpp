@@ -1,7 +1,8 @@
 // The CPU backward (docs/backward.md): `cpu` recomputes the softmax of a head densely and runs the five GEMMs of
 // the derivation on Lq x Lk matrices; `cpu-flash` recomputes P = exp(s - lse) from the forward's lse tile by tile,
-// takes D = rowsum(dO∘O) from the forward's output, and never stores an Lq x Lk matrix: tasks over key blocks
-// accumulate dK, dV; tasks over query blocks accumulate dQ (and dBias). Compute type: double for fp64, else float.
+// takes D = rowsum(dO∘O) from the forward's output, and never stores an Lq x Lk matrix (only 64 x 64 tiles): tasks
+// over key blocks accumulate dK, dV; tasks over query blocks accumulate dQ (and dBias); each tile's products are
+// GEMMs. Compute type: double for fp64, else float.
 #include "cpu_backward.hpp"
 
 #include "attncheck/declarations.hpp"
@@ -143,80 +144,98 @@ void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, cons
     }
   });
 
-  // One query row against keys [j0, j0 + n): weights, dS (into ds) and dR = dS · softcap' (into dr).
-  auto row_grad = [&](RowScores<T>& rs, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n, const RowMat<T>& Kb,
-                      const RowMat<T>& Vb, const T* q, const T* dO, T* pk, T* ds, T* dr) {
+  // One query row against keys [j0, j0 + n), from its raw dot products q·k_j and dP'_ij = dO_i·v_j (GEMM rows):
+  // weights P' (into pk), dS (into ds) and dR = dS · softcap' (into dr).
+  auto row_grad = [&](RowScores<T>& rs, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n, const T* raw,
+                      const T* dpk, T* pk, T* ds, T* dr) {
     const size_t row = static_cast<size_t>((b * p.Hq + h) * Lq + i);
-    Eigen::Matrix<T, Eigen::Dynamic, 1> raw = Kb * Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(q, p.Dqk);
-    rs.compute(p, sc, b, h, i, j0, raw.data(), n);
+    rs.compute(p, sc, b, h, i, j0, raw, n);
     const uint8_t* keep = keep_row(p, in, b, h, i, j0);
+    exp_shifted(rs.s.data(), pk, n, lse[row]);  // P: 0 where masked (-inf), exp(fill - lse) under a finite fill
     for (int64_t j = 0; j < n; ++j) {
       const bool vis = rs.visible(sc, j);
-      const T P = (vis || sc.finite_fill()) ? exp0(rs.s[static_cast<size_t>(j)] - lse[row]) : T(0);
-      const T kf = keep_factor(keep, j, ks);
+      const T P = pk[j], kf = keep_factor(keep, j, ks);
       pk[j] = P * kf;
       ds[j] = dr[j] = 0;
-      if (!vis || P == T(0)) continue;
-      const T dp = kf == T(0) ? T(0) : kf * Vb.row(j).dot(Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(dO, p.Dv));
+      if (!vis || P == T(0)) continue;  // never read: dpk may be inf (a huge value of an unseen key)
+      const T dp = kf == T(0) ? T(0) : kf * dpk[j];
       ds[j] = P * (dp - D[row]);
       dr[j] = ds[j] * rs.chain[static_cast<size_t>(j)];
     }
   };
+  // The GEMMs of one (query block, key block) tile: raw scores and dP' (rows of dead queries are skipped later).
+  auto tile = [&](const RowMat<T>& Qb, const RowMat<T>& dOb, const RowMat<T>& Kb, const RowMat<T>& Vb, RowMat<T>& S,
+                  RowMat<T>& dPk) {
+    S.noalias() = Qb * Kb.transpose();
+    dPk.noalias() = dOb * Vb.transpose();
+  };
 
-  // Pass 1: dK, dV, one task per (batch, KV head, key block), summing over the group's query heads (GQA).
+  // Pass 1: dK, dV, one task per (batch, KV head, key block), summing over the group's query heads (GQA), query
+  // block by query block: dV += P'ᵀ·dO and dK += scale·dRᵀ·Q as GEMMs.
   const int64_t nkb = (Lk + kBwdBlockK - 1) / kBwdBlockK;
   parallel_tasks(p.B * p.Hkv * nkb, cpu_threads(), [&](int64_t task, int) {
     const int64_t b = task / (p.Hkv * nkb), kvh = (task / nkb) % p.Hkv, j0 = (task % nkb) * kBwdBlockK;
     const int64_t n = std::min(kBwdBlockK, Lk - j0);
     const RowMat<T> Kb = load_head<T>(in.k, b, kvh, j0, j0 + n), Vb = load_head<T>(in.v, b, kvh, j0, j0 + n);
-    RowMat<T> dK = RowMat<T>::Zero(n, p.Dqk), dV = RowMat<T>::Zero(n, p.Dv);
-    std::vector<T> pk(static_cast<size_t>(n)), ds(pk), dr(pk);
+    RowMat<T> dK = RowMat<T>::Zero(n, p.Dqk), dV = RowMat<T>::Zero(n, p.Dv), S, dPk, PK, DS, DR;
     RowScores<T> rs;
-    for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
-      RowMat<T> Q(Lq, p.Dqk), dO(Lq, p.Dv);
-      load_rows(in.q, b, h, 0, Lq, Q.data());
-      load_rows(dout, b, h, 0, Lq, dO.data());
-      for (int64_t i = 0; i < Lq; ++i) {
-        if (!live[static_cast<size_t>((b * p.Hq + h) * Lq + i)]) continue;
-        row_grad(rs, b, h, i, j0, n, Kb, Vb, Q.row(i).data(), dO.row(i).data(), pk.data(), ds.data(), dr.data());
-        for (int64_t j = 0; j < n; ++j) {
-          if (pk[static_cast<size_t>(j)] != T(0)) dV.row(j) += pk[static_cast<size_t>(j)] * dO.row(i);
-          if (dr[static_cast<size_t>(j)] != T(0)) dK.row(j) += (scale * dr[static_cast<size_t>(j)]) * Q.row(i);
+    for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h)
+      for (int64_t i0 = 0; i0 < Lq; i0 += kBwdBlockQ) {
+        const int64_t m = std::min(kBwdBlockQ, Lq - i0);
+        RowMat<T> Qb(m, p.Dqk), dOb(m, p.Dv);
+        load_rows(in.q, b, h, i0, i0 + m, Qb.data());
+        load_rows(dout, b, h, i0, i0 + m, dOb.data());
+        tile(Qb, dOb, Kb, Vb, S, dPk);
+        PK.setZero(m, n);
+        DS.setZero(m, n);
+        DR.setZero(m, n);
+        bool any = false;
+        for (int64_t i = 0; i < m; ++i) {
+          if (!live[static_cast<size_t>((b * p.Hq + h) * Lq + i0 + i)]) continue;
+          any = true;
+          row_grad(rs, b, h, i0 + i, j0, n, S.row(i).data(), dPk.row(i).data(), PK.row(i).data(), DS.row(i).data(),
+                   DR.row(i).data());
         }
+        if (!any) continue;
+        dV.noalias() += PK.transpose() * dOb;
+        dK.noalias() += scale * (DR.transpose() * Qb);
       }
-    }
     for (int64_t j = 0; j < n; ++j) {
       store_row(g.dk, b, kvh, j0 + j, dK.row(j).data());
       store_row(g.dv, b, kvh, j0 + j, dV.row(j).data());
     }
   });
 
-  // Pass 2: dQ (and dBias), one task per (batch, query head, query block); with a bias one task per head, so
-  // that rows broadcast onto one dBias row (bias dim 2 == 1) are summed by one task.
+  // Pass 2: dQ (and dBias), one task per (batch, query head, query block), key block by key block: dQ += scale·dR·K
+  // as a GEMM. With a bias one task per head, so that rows broadcast onto one dBias row (bias dim 2 == 1) are summed
+  // by one task.
   const int64_t bq = g.dbias ? Lq : kBwdBlockQ, nqb = (Lq + bq - 1) / bq;
   std::vector<double> dbias(g.dbias ? static_cast<size_t>(g.dbias->numel()) : 0, 0.0);
   parallel_tasks(p.B * p.Hq * nqb, cpu_threads(), [&](int64_t task, int) {
     const int64_t b = task / (p.Hq * nqb), h = (task / nqb) % p.Hq, i0 = (task % nqb) * bq;
-    const int64_t i1 = std::min(Lq, i0 + bq), kvh = p.kv_head(h);
-    const RowMat<T> K = load_head<T>(in.k, b, kvh, 0, Lk), V = load_head<T>(in.v, b, kvh, 0, Lk);
-    RowMat<T> Q(i1 - i0, p.Dqk), dO(i1 - i0, p.Dv);
-    load_rows(in.q, b, h, i0, i1, Q.data());
-    load_rows(dout, b, h, i0, i1, dO.data());
-    std::vector<T> pk(static_cast<size_t>(Lk)), ds(pk), dr(pk);
-    Eigen::Matrix<T, 1, Eigen::Dynamic> dq(p.Dqk);
+    const int64_t m = std::min(Lq, i0 + bq) - i0, kvh = p.kv_head(h);
+    RowMat<T> Qb(m, p.Dqk), dOb(m, p.Dv), dQ = RowMat<T>::Zero(m, p.Dqk), S, dPk, PK, DS, DR;
+    load_rows(in.q, b, h, i0, i0 + m, Qb.data());
+    load_rows(dout, b, h, i0, i0 + m, dOb.data());
     RowScores<T> rs;
-    for (int64_t i = i0; i < i1; ++i) {
-      dq.setZero();
-      if (live[static_cast<size_t>((b * p.Hq + h) * Lq + i)]) {
-        row_grad(rs, b, h, i, 0, Lk, K, V, Q.row(i - i0).data(), dO.row(i - i0).data(), pk.data(), ds.data(),
-                 dr.data());
-        dq = scale * (Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(dr.data(), Lk) * K);
+    for (int64_t j0 = 0; j0 < Lk; j0 += kBwdBlockK) {
+      const int64_t n = std::min(kBwdBlockK, Lk - j0);
+      const RowMat<T> Kb = load_head<T>(in.k, b, kvh, j0, j0 + n), Vb = load_head<T>(in.v, b, kvh, j0, j0 + n);
+      tile(Qb, dOb, Kb, Vb, S, dPk);
+      PK.setZero(m, n);
+      DS.setZero(m, n);
+      DR.setZero(m, n);
+      for (int64_t i = 0; i < m; ++i) {
+        if (!live[static_cast<size_t>((b * p.Hq + h) * Lq + i0 + i)]) continue;
+        row_grad(rs, b, h, i0 + i, j0, n, S.row(i).data(), dPk.row(i).data(), PK.row(i).data(), DS.row(i).data(),
+                 DR.row(i).data());
         if (g.dbias)
-          for (int64_t j = 0; j < Lk; ++j)
-            dbias[static_cast<size_t>(broadcast_offset(*g.dbias, b, h, i, j))] += ds[static_cast<size_t>(j)];
+          for (int64_t j = 0; j < n; ++j)
+            dbias[static_cast<size_t>(broadcast_offset(*g.dbias, b, h, i0 + i, j0 + j))] += DS(i, j);
       }
-      store_row(g.dq, b, h, i, dq.data());
+      dQ.noalias() += scale * (DR * Kb);
     }
+    for (int64_t i = 0; i < m; ++i) store_row(g.dq, b, h, i0 + i, dQ.row(i).data());
   });
   if (g.dbias) store_dbias(dbias, g);
 }

@@ -52,6 +52,11 @@ std::vector<double> widen(const Tensor& t) { return t.to_double(); }
 }  // namespace
 
 ReferenceResult reference_attention(const Problem& p, const Inputs& in, int threads) {
+  return reference_attention_rows(p, in, {}, threads);
+}
+
+ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, const std::vector<int64_t>& rows,
+                                         int threads) {
   validate(p, in);
   const int64_t B = p.B, Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv;
   const double scale = p.effective_scale();
@@ -75,7 +80,7 @@ ReferenceResult reference_attention(const Problem& p, const Inputs& in, int thre
   for (auto* e : {&r.p_rss, &r.p_rss_a, &r.p_rss_b, &r.p_rss_c, &r.spread, &r.n_terms, &r.n_tied}) e->assign(static_cast<size_t>(B * Hq * Lq), 0.0);
 
   // One row = one (batch, query head, query token). Rows share nothing, so any thread order gives the same bits.
-  parallel_rows(B * Hq * Lq, threads, [&](int64_t row) {
+  const auto one_row = [&](int64_t row) {
     const int64_t b = row / (Hq * Lq), h = (row / Lq) % Hq, i = row % Lq;
     const int64_t kvh = h / (Hq / Hkv);  // GQA: query head h reads KV head h / group
     const double* qi = &q[static_cast<size_t>(((b * Hq + h) * Lq + i) * Dqk)];          // (Dqk)
@@ -205,7 +210,13 @@ ReferenceResult reference_attention(const Problem& p, const Inputs& in, int thre
       const std::vector<double> s_row = fully_masked ? std::vector<double>(static_cast<size_t>(Lk), 0.0) : s;
       row_error_scales(RowInputs{s_row, takes_part, w, keep, ks, vb, Dv}, static_cast<size_t>(row), r);
     }
-  });
+  };
+  r.sampled_rows = rows;
+  for (int64_t i : rows)
+    if (i < 0 || i >= Lq) throw std::invalid_argument("rows: query row " + std::to_string(i) + " outside [0, " + std::to_string(Lq) + ")");
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (rows.empty()) parallel_rows(B * Hq * Lq, threads, one_row);
+  else parallel_rows(B * Hq * n, threads, [&](int64_t k) { one_row((k / n) * Lq + rows[static_cast<size_t>(k % n)]); });
   return r;
 }
 

@@ -27,17 +27,20 @@ std::string TensorVerdict::describe() const {
 
 TensorVerdict compare_values(const std::string& name, const std::vector<int64_t>& shape,
                              const std::vector<double>& expected, const std::vector<double>& actual,
-                             const std::vector<double>& tol, const ToleranceModel& m) {
+                             const std::vector<double>& tol, const ToleranceModel& m,
+                             const std::vector<char>* judged, size_t row_len) {
   TensorVerdict v;
   v.tensor = name;
   v.worst_rank = static_cast<int>(shape.size());
-  v.n = static_cast<int64_t>(expected.size());
+  v.n = 0;
   if (actual.size() != expected.size() || tol.size() != expected.size())
     throw std::invalid_argument(name + ": actual has " + std::to_string(actual.size()) + " elements, expected " +
                                 std::to_string(expected.size()));
   double worst_ratio = -1.0;
   size_t worst_n = 0;
   for (size_t n = 0; n < expected.size(); ++n) {
+    if (judged && !(*judged)[n / row_len]) continue;
+    ++v.n;
     const double e = expected[n], a = actual[n];
     double err, ratio;
     bool ok;
@@ -64,7 +67,7 @@ TensorVerdict compare_values(const std::string& name, const std::vector<int64_t>
       worst_n = n;
     }
   }
-  if (!expected.empty()) {
+  if (v.n > 0) {
     size_t rest = worst_n;
     for (size_t k = shape.size(); k-- > 0;) {
       v.worst[k] = static_cast<int64_t>(rest % static_cast<size_t>(shape[k]));
@@ -107,8 +110,15 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
   const std::vector<int64_t> out_shape{p.B, p.Hq, p.Lq, p.Dv}, lse_shape{p.B, p.Hq, p.Lq},
       w_shape{p.B, p.Hq, p.Lq, p.Lk};
   const DType d_out = delivered(actual.out, p.dtype);
+  std::vector<char> rows;  // sampled reference: the (b, h, i) rows it computed
+  if (!r.sampled_rows.empty()) {
+    rows.assign(static_cast<size_t>(p.B * p.Hq * p.Lq), 0);
+    for (int64_t bh = 0; bh < p.B * p.Hq; ++bh)
+      for (int64_t i : r.sampled_rows) rows[static_cast<size_t>(bh * p.Lq + i)] = 1;
+  }
+  const std::vector<char>* jr = rows.empty() ? nullptr : &rows;
   v.tensors.push_back(compare_values("out", out_shape, r.out, actual.out.to_double(),
-                                     out_tolerance(p, r, m, d_out), m));
+                                     out_tolerance(p, r, m, d_out), m, jr, static_cast<size_t>(p.Dv)));
   name_dominant(v.tensors.back(), out_shape, [&](size_t n) { return out_terms(p, r, n, d_out, m); });
   auto missing = [&](const char* name) {
     TensorVerdict t;
@@ -122,7 +132,7 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
       missing("lse");
     } else {
       const DType d = delivered(*actual.lse, p.stat_dtype());
-      v.tensors.push_back(compare_values("lse", lse_shape, r.lse, actual.lse->to_double(), lse_tolerance(p, r, m, d), m));
+      v.tensors.push_back(compare_values("lse", lse_shape, r.lse, actual.lse->to_double(), lse_tolerance(p, r, m, d), m, jr));
       name_dominant(v.tensors.back(), lse_shape, [&](size_t n) { return lse_terms(p, r, n, d, m); });
     }
   }
@@ -132,7 +142,7 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
     } else {
       const DType d = delivered(*actual.weights, p.stat_dtype());
       v.tensors.push_back(compare_values("weights", w_shape, r.weights, actual.weights->to_double(),
-                                         weights_tolerance(p, r, m, d), m));
+                                         weights_tolerance(p, r, m, d), m, jr, static_cast<size_t>(p.Lk)));
       name_dominant(v.tensors.back(), w_shape, [&](size_t n) { return weights_terms(p, r, n, d, m); });
     }
   }
@@ -142,10 +152,11 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
     } else {
       const DType d = delivered(*actual.scores, p.stat_dtype());
       v.tensors.push_back(compare_values("scores", w_shape, r.scores, actual.scores->to_double(),
-                                         scores_tolerance(p, r, m, d), m));
+                                         scores_tolerance(p, r, m, d), m, jr, static_cast<size_t>(p.Lk)));
       name_dominant(v.tensors.back(), w_shape, [&](size_t n) { return scores_terms(p, r, n, d, m); });
     }
   }
+  if (jr) v.tensors.push_back(reference_free_checks(p, actual));
   for (const auto& t : v.tensors) v.pass = v.pass && t.pass;
   return v;
 }

@@ -27,6 +27,14 @@ double max_ratio(const Problem& p, const ReferenceResult& f, const BackwardResul
   return worst;
 }
 
+// `name`'s gradients of a case (a test failure, and NaN gradients, if it declines the case).
+Gradients run_backward_of(const char* name, const prop::Case& c, const Tensor& dout) {
+  Gradients g;
+  const Support s = run_backward_impl(*find_impl(name), c.p, c.in, dout, g);
+  if (!s.ok) ADD_FAILURE() << name << " declined " << c.name() << ": " << s.reason;
+  return g;
+}
+
 class CpuBackward : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CpuBackward, MatchesReferenceGradients) {
@@ -92,8 +100,7 @@ TEST(CpuBackward, SaturatedSoftcapFp32Passes) {
     const ReferenceResult f = reference_attention(c.p, c.in);
     const BackwardResult r = reference_backward(c.p, c.in, dout);
     for (const char* name : {"cpu", "cpu-flash"}) {
-      Gradients g;
-      ASSERT_TRUE(run_backward_impl(*find_impl(name), c.p, c.in, dout, g).ok);
+      const Gradients g = run_backward_of(name, c, dout);
       const Verdict v = judge_backward(c.p, f, r, g);
       EXPECT_TRUE(v.pass) << name << " " << c.name() << "\n  " << v.worst().describe();
     }
@@ -121,8 +128,7 @@ TEST(CpuBackward, MaxFiniteValuesInUnseenKeysNeverLeak) {
   const ReferenceResult f = reference_attention(c.p, c.in);
   const BackwardResult r = reference_backward(c.p, c.in, dout);
   for (const char* name : {"cpu", "cpu-flash"}) {
-    Gradients g;
-    ASSERT_TRUE(run_backward_impl(*find_impl(name), c.p, c.in, dout, g).ok);
+    const Gradients g = run_backward_of(name, c, dout);
     const Verdict v = judge_backward(c.p, f, r, g);
     EXPECT_TRUE(v.pass) << name << "\n  " << v.worst().describe();
     for (int64_t j = 4; j < 9; ++j)
@@ -146,8 +152,7 @@ TEST(CpuBackward, TightAtLongContextFp32) {
   const ReferenceResult f = reference_attention(c.p, c.in);
   const BackwardResult r = reference_backward(c.p, c.in, dout);
   for (const char* name : {"cpu", "cpu-flash"}) {
-    Gradients g;
-    ASSERT_TRUE(run_backward_impl(*find_impl(name), c.p, c.in, dout, g).ok);
+    const Gradients g = run_backward_of(name, c, dout);
     const double ratio = max_ratio(c.p, f, r, g);
     std::cout << "[backward] " << name << " Lk=32768 fp32: max error/tolerance " << ratio << "\n";
     EXPECT_LE(ratio, 1.0) << name;

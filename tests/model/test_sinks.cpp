@@ -140,6 +140,20 @@ TEST(Sinks, FiniteFillBelowTheSinkNeverReadsMaskedValues) {
   }
 }
 
+// Judged on sampled reference rows (long-context verification), every row's weights must sum to 1 - exp(sink - lse).
+TEST(Sinks, SampledRowsCheckTheWeightSumWithTheSink) {
+  Problem p = cpu_problems()[0];
+  p.want_weights = true;
+  const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 7);
+  Outputs out;
+  ASSERT_TRUE(run_impl(*find_impl("cpu-flash"), p, in, out).ok);
+  const Verdict v = judge(p, reference_attention_rows(p, in, {0, 5, 36}), out);
+  EXPECT_TRUE(v.pass) << v.worst().describe();
+  Problem plain = p;  // the same outputs read as a problem without sinks: the row sums fall short of 1
+  plain.sinks.clear();
+  EXPECT_FALSE(judge(plain, reference_attention_rows(plain, in, {0, 5, 36}), out).pass);
+}
+
 // The backward has no sink term: the reference refuses sinks, the CPU backward reports them unsupported.
 TEST(Sinks, BackwardIsNotModelled) {
   const Problem p = tiny();

@@ -12,7 +12,7 @@ namespace attncheck::cli {
 namespace {
 
 struct Options {
-  std::string impl, shape, dtype = "fp32";
+  std::string impl, shape, dtype = "fp32", pass = "forward";
   int threads = 0, reps = 5, warmup = 1;
   bool causal = false, json = false;
   std::vector<std::string> plugins;
@@ -25,6 +25,9 @@ int run_bench() {
   c.dtype = dtype_from_string(g.dtype);
   if (c.dtype == DType::u8) throw std::invalid_argument("--dtype: must be fp64, fp32, fp16 or bf16, got u8");
   c.causal = g.causal;
+  if (g.pass != "forward" && g.pass != "backward")
+    throw std::invalid_argument("--pass: must be forward or backward, got '" + g.pass + "'");
+  c.backward = g.pass == "backward";
   if (g.threads < 0) throw std::invalid_argument("--threads: must be >= 1 (0 = default), got " + std::to_string(g.threads));
   c.threads = g.threads > 0 ? g.threads : default_threads();
   if (g.reps < 1) throw std::invalid_argument("--reps: must be >= 1, got " + std::to_string(g.reps));
@@ -49,6 +52,9 @@ int run_bench() {
               c.causal ? " causal" : "", c.threads, bench::isa().c_str());
   std::printf("  median %.4f s over %d reps: %.1f GFLOP/s; same-run SGEMM (n=%lld) %.1f GFLOP/s; ratio %.3f\n",
               r.seconds, c.reps, r.gflops, static_cast<long long>(r.sgemm_n), r.sgemm_gflops, r.ratio_to_sgemm);
+  if (c.backward)
+    std::printf("  backward (FLOPs 2.5x forward); same-run forward median %.4f s: backward/forward time %.3f\n",
+                r.forward_seconds, r.seconds / r.forward_seconds);
   std::printf("  measured FMA peak %.1f GFLOP/s: %.3f of peak\n", r.fma_peak_gflops, r.fraction_of_peak);
   std::printf("  process CPU time %.4f s per run; ratio of CPU-time rates to the SGEMM %.3f\n", r.cpu_seconds,
               r.cpu_ratio_to_sgemm);
@@ -69,10 +75,12 @@ const Register reg{
        sub.add_option("--reps", g.reps, "Timed repetitions; the median is reported (default 5)");
        sub.add_option("--warmup", g.warmup, "Untimed warm-up runs (default 1); the first untimed run (always made) also measures peak memory");
        sub.add_flag("--causal", g.causal, "Top-left causal mask (FLOPs counted half)");
+       sub.add_option("--pass", g.pass, "forward or backward (dq, dk, dv after one forward; FLOPs 2.5x forward)")
+           ->capture_default_str();
        sub.add_flag("--json", g.json,
                     "One JSON object: impl, shape, dtype, causal, threads, reps, seconds, gflops, sgemm_gflops, "
                     "sgemm_n, ratio_to_sgemm, fma_peak_gflops, fraction_of_peak, peak_extra_rss_bytes, peak_extra_rss_mib, cpu_seconds, "
-                    "cpu_ratio_to_sgemm, isa (the SIMD target used; ATTNCHECK_ISA forces one)");
+                    "cpu_ratio_to_sgemm, isa (the SIMD target used; ATTNCHECK_ISA forces one), pass, forward_seconds");
        add_plugin_option(sub, g.plugins);
        return std::function<int()>(run_bench);
      }}};

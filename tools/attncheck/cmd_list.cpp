@@ -50,6 +50,16 @@ void print_declarations(const Declarations& d) {
   std::printf("    declares: %s\n", line.c_str());
 }
 
+// Whether the implementation has a backward pass, asked on a plain fp32 problem (per-problem limits, such as
+// cpu-flash's broadcast dBias, show as unsupported rows of `verify --pass backward`).
+void print_backward(const Impl& impl) {
+  Problem p;
+  p.want_lse = true;
+  const Support s = impl.supports_backward(p);
+  const std::string line = s.ok ? "dq dk dv dbias (docs/backward.md)" : "not supported: " + s.reason;
+  std::printf("    backward: %s\n", line.c_str());
+}
+
 int run_list() {
   load_plugins(g_plugins);
   for (const auto& impl : maybe_isolate(registry())) {
@@ -58,6 +68,7 @@ int run_list() {
                 a.ok ? impl->description().c_str() : a.reason.c_str());
     print_capabilities(impl->capabilities());
     print_declarations(impl->declarations());
+    print_backward(*impl);
   }
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "attncheck/impl.hpp"
 #include "attncheck/reference.hpp"
 #include "attncheck/run_failure.hpp"
+#include "attncheck/suite.hpp"
 #include "command.hpp"
 #include "diagnosis.hpp"
 #include "gradients.hpp"
@@ -32,6 +33,8 @@ struct Options {
   int diagnose_reruns = 12;
   double tol_scale = 1.0;  // --tol-scale: explicit multiplier of every tolerance, recorded in the report
   std::string pass = "forward";  // --pass forward|backward|both (gradients.hpp)
+  std::string spec;        // --spec: cases generated on demand from a suite spec instead of fixture files
+  int64_t rows = 0;        // --rows: with --spec, the reference computes about this many sampled query rows
 };
 Options g;
 
@@ -135,7 +138,7 @@ std::string under_declared_policy(const Impl& impl, const Fixture& f, Problem& p
   } catch (const std::exception&) {
     return "";  // the declared policy cannot describe this problem: judged (unsupported) as written
   }
-  expected = reference_attention(q, f.inputs);
+  expected = reference_attention_rows(q, f.inputs, f.expected.sampled_rows);
   const std::string note = std::string("judged under the declared fully-masked policy ") + to_string(q.fully_masked) +
                            " (fixture: " + to_string(p.fully_masked) + ", expectation recomputed by the reference)";
   p = q;
@@ -158,8 +161,22 @@ int run_verify() {
   load_plugins(g.plugins);
   if (!g.report.empty()) check_report_path(g.report);
   const std::vector<ImplPtr> impls = maybe_isolate(select_impls(g.impls));
-  auto fixtures = list_fixtures(g.fixtures);
-  if (fixtures.empty()) throw std::invalid_argument("--fixtures: no *.h5 fixtures under '" + g.fixtures + "'");
+  if (g.rows > 0 && g.spec.empty()) throw std::invalid_argument("--rows: needs --spec (fixture files hold every row)");
+  SuiteSpec suite;  // --spec: (spec file, case name) pairs, each case generated when its turn comes
+  std::vector<std::pair<std::string, std::string>> fixtures;
+  if (!g.spec.empty()) {
+    suite = read_suite(g.spec);
+    for (const auto& c : suite.cases) fixtures.emplace_back(g.spec, c.name);
+  } else {
+    fixtures = list_fixtures(g.fixtures);
+    if (fixtures.empty()) throw std::invalid_argument("--fixtures: no *.h5 fixtures under '" + g.fixtures + "'");
+  }
+  auto load = [&](const std::string& file, const std::string& name) {
+    if (g.spec.empty()) return read_fixture(file);
+    for (const auto& c : suite.cases)
+      if (c.name == name) return build_case_rows(c, suite.file_name, g.rows);
+    throw std::logic_error("no case " + name);
+  };
   std::erase_if(fixtures, [](const auto& f) {
     return !matches(g.filter, f.second, fs::path(f.first).filename().string());
   });
@@ -188,7 +205,7 @@ int run_verify() {
   print_header();
   Progress progress(fixtures.size() * impls.size());
   for (const auto& [file, name] : fixtures) {
-    Fixture f = read_fixture(file);  // a malformed fixture is an input error: exit 2 via main
+    Fixture f = load(file, name);  // a malformed fixture is an input error: exit 2 via main
     const uint64_t pristine = inputs_hash(f.inputs);
     for (size_t ii = 0; has_forward(pass) && ii < impls.size(); ++ii) {
       const ImplPtr& impl = impls[ii];
@@ -228,7 +245,7 @@ int run_verify() {
           r = CaseResult{name, file, impl->name(), "modified-input",
                          impl->name() + " wrote into its inputs on " + name + " (input checksum changed); the fixture "
                          "is read again for the next implementation", false, {}, ""};
-          f = read_fixture(file);
+          f = load(file, name);
         }
       } catch (const RunFailure& e) {
         r.status = e.outcome();
@@ -268,6 +285,11 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                       sub.add_option("--impl", g.impls, "Implementation names, or all (default: all)");
                       sub.add_option("--fixtures", g.fixtures, "Directory searched for *.h5 fixtures")
                           ->capture_default_str();
+                      sub.add_option("--spec", g.spec, "Generate the cases of a suite spec on demand instead "
+                                                       "(e.g. golden/suite-long.json)");
+                      sub.add_option("--rows", g.rows, "With --spec: reference on about N sampled query rows, "
+                                                       "reference-free checks on every row (docs/tolerance.md)")
+                          ->check(CLI::PositiveNumber);
                       sub.add_option("--filter", g.filter,
                                      "Globs on case or file names, ':'-separated; '-' before a glob excludes: 'fp16/*:-*drop*'");
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");

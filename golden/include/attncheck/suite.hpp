@@ -38,5 +38,8 @@ SuiteSpec read_suite(const std::string& path);
 // The fixture of one case: deterministic inputs from (distribution, seed), the reference in double, provenance
 // with the canonical command "attncheck generate --spec <file_name>".
 Fixture build_case(const CaseSpec& c, const std::string& spec_file_name);
+// The same with the reference on about `rows` sampled query rows (sample_rows; rows <= 0: every row), for long
+// contexts verified on demand (`verify --spec --rows`); never written as a fixture.
+Fixture build_case_rows(const CaseSpec& c, const std::string& spec_file_name, int64_t rows);
 
 }  // namespace attncheck

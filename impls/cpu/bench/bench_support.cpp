@@ -2,6 +2,7 @@
 // a run, so the figure is the run's own high-water mark above the resident size it started from.
 #include "bench_support.hpp"
 
+#include "attncheck/backward.hpp"
 #include "simd.hpp"
 
 #include <algorithm>
@@ -50,7 +51,7 @@ double attention_flops(const Config& c) {
   const Shape& s = c.shape;
   const double f = 4.0 * static_cast<double>(s.B * s.H) * static_cast<double>(s.Lq) * static_cast<double>(s.Lk) *
                    static_cast<double>(s.D);
-  return c.causal ? f / 2 : f;
+  return (c.causal ? f / 2 : f) * (c.backward ? 2.5 : 1.0);
 }
 
 namespace {
@@ -177,10 +178,13 @@ Result run(const Impl& impl, const Config& c) {
   p.B = c.shape.B, p.Hq = p.Hkv = c.shape.H, p.Lq = c.shape.Lq, p.Lk = c.shape.Lk, p.Dqk = p.Dv = c.shape.D;
   p.dtype = c.dtype;
   p.causal = c.causal;
+  p.want_lse = p.want_lse || c.backward;  // a flash backward recomputes P from the saved lse
   validate(p);
   if (const Support s = impl.available(); !s.ok) throw std::invalid_argument(impl.name() + " unavailable: " + s.reason);
   if (const Support s = impl.supports(p); !s.ok)
     throw std::invalid_argument(impl.name() + " does not support " + p.name() + ": " + s.reason);
+  if (const Support s = c.backward ? impl.supports_backward(p) : Support::yes(); !s.ok)
+    throw std::invalid_argument(impl.name() + " has no backward for " + p.name() + ": " + s.reason);
   Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
   uint64_t state = 0x2545f4914f6cdd1dull;
   for (Tensor* t : {&in.q, &in.k, &in.v})
@@ -189,19 +193,28 @@ Result run(const Impl& impl, const Config& c) {
       t->set_offset(n, static_cast<double>(state >> 11) * 0x1.0p-52 - 1.0);  // signed, in [-1, 1)
     }
   Outputs out = make_outputs(p);
+  // The backward's operands: dout like the inputs, the forward's outputs (with lse) computed once, the gradients.
+  Tensor dout = make_dout(p);
+  for (int64_t n = 0; c.backward && n < dout.numel(); ++n) dout.set_offset(n, in.q.get_offset(n % in.q.numel()));
+  Gradients grads = c.backward ? make_gradients(p) : Gradients{};
   fix_malloc_for_rss();
+  auto once = [&] { c.backward ? impl.run_backward(p, in, out, dout, grads) : impl.run(p, in, out); };
 
   Result r;
   {
     const ThreadsEnv env(c.threads);
+    if (c.backward) {
+      impl.run(p, in, out);
+      std::tie(r.forward_seconds, std::ignore) = time_median(c.reps, [&] { impl.run(p, in, out); });
+    }
     // Memory on the first run: resident size before, high-water mark during (outputs are already allocated).
     const bool reset = reset_peak_rss();
     const double rss0 = proc_status_bytes("VmRSS");
-    impl.run(p, in, out);
+    once();
     const double hwm = proc_status_bytes("VmHWM");
     if (reset && rss0 >= 0 && hwm >= 0) r.extra_rss_bytes = std::max(0.0, hwm - rss0);
-    for (int w = 1; w < c.warmup; ++w) impl.run(p, in, out);  // the memory run was the first warm-up
-    std::tie(r.seconds, r.cpu_seconds) = time_median(c.reps, [&] { impl.run(p, in, out); });
+    for (int w = 1; w < c.warmup; ++w) once();  // the memory run was the first warm-up
+    std::tie(r.seconds, r.cpu_seconds) = time_median(c.reps, once);
   }
   const double flops = attention_flops(c);
   r.gflops = flops / r.seconds / 1e9;
@@ -225,12 +238,14 @@ std::string to_json(const std::string& impl, const Config& c, const Result& r) {
                 "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, "
                 "\"threads\": %d, \"reps\": %d, \"seconds\": %.6g, \"gflops\": %.4g, \"sgemm_gflops\": %.4g, "
                 "\"sgemm_n\": %lld, \"ratio_to_sgemm\": %.4g, \"fma_peak_gflops\": %.4g, \"fraction_of_peak\": %.4g, \"peak_extra_rss_bytes\": %.0f, "
-                "\"peak_extra_rss_mib\": %.2f, \"cpu_seconds\": %.6g, \"cpu_ratio_to_sgemm\": %.4g, \"isa\": \"%s\"}",
+                "\"peak_extra_rss_mib\": %.2f, \"cpu_seconds\": %.6g, \"cpu_ratio_to_sgemm\": %.4g, \"isa\": \"%s\", "
+                "\"pass\": \"%s\", \"forward_seconds\": %.6g}",
                 impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.Lq),
                 static_cast<long long>(s.Lk), static_cast<long long>(s.D), to_string(c.dtype),
                 c.causal ? "true" : "false", c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
                 static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm, r.fma_peak_gflops, r.fraction_of_peak, r.extra_rss_bytes,
-                r.extra_rss_bytes / (1024.0 * 1024.0), r.cpu_seconds, r.cpu_ratio_to_sgemm, isa().c_str());
+                r.extra_rss_bytes / (1024.0 * 1024.0), r.cpu_seconds, r.cpu_ratio_to_sgemm, isa().c_str(),
+                c.backward ? "backward" : "forward", c.backward ? r.forward_seconds : r.seconds);
   return buf;
 }
 

@@ -24,9 +24,11 @@ struct Config {
   bool causal = false;  // top-left (PyTorch is_causal)
   int threads = 1;
   int warmup = 1, reps = 5;
+  bool backward = false;  // time run_backward (after one forward that saves lse) instead of the forward
 };
 
-// Attention FLOPs: 4·B·H·Lq·Lk·D (two GEMMs); causal counts half.
+// Attention FLOPs: 4·B·H·Lq·Lk·D (two GEMMs); causal counts half; the backward 2.5 times that (FlashAttention's
+// convention: five GEMMs against the forward's two).
 double attention_flops(const Config& c);
 
 struct Result {
@@ -41,10 +43,12 @@ struct Result {
   // Process CPU seconds per run (median) and the ratio of CPU-time rates: on a loaded machine wall-clock rates
   // measure the neighbours, CPU time much less so. The wall-clock figures above stay the primary result.
   double cpu_seconds = 0, cpu_ratio_to_sgemm = 0;
+  double forward_seconds = 0;  // with Config::backward: the forward's median in the same run
 };
 
 // Times `impl` on a random signed problem of the configured shape (inputs and outputs allocated beforehand and
-// not counted), then the SGEMM. Throws std::invalid_argument when the impl does not support the problem.
+// not counted), then the SGEMM. Throws std::invalid_argument when the impl does not support the problem (or,
+// with Config::backward, its backward).
 Result run(const Impl& impl, const Config& c);
 
 // Median wall-clock and process CPU seconds of an n x n x n SGEMM (the CPU backend's dispatched SIMD GEMM on a

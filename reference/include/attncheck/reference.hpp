@@ -30,6 +30,8 @@ struct ReferenceResult {
   std::vector<double> spread;     // [B, Hq, Lq]: sum_j w_j |s_j - s_mean|, s_mean = sum_j w_j s_j
   std::vector<double> n_terms;    // [B, Hq, Lq]: keys taking part in the softmax sum
   std::vector<double> n_tied;     // [B, Hq, Lq]: most keys sharing one exact score (repeated terms drift)
+  // Query rows i computed (for every b, h); empty = all. Other rows hold zeros and are not judged (tolerance.hpp).
+  std::vector<int64_t> sampled_rows;
 };
 
 // Per-key magnitudes of a score's rounding errors. a: the dot product's partial sums, sqrt(Dqk (dot^2/3 +
@@ -59,6 +61,15 @@ void fill_error_scales(const Problem& p, const Inputs& in, ReferenceResult& r);
 // Validates problem and inputs (throws std::invalid_argument), then computes in double.
 // threads = 0: ATTNCHECK_THREADS or the hardware concurrency. Rows are independent, so results do not depend on it.
 ReferenceResult reference_attention(const Problem& p, const Inputs& in, int threads = 0);
+// The same, for the query rows `rows` only (each in [0, Lq), for every batch and head; empty = all rows): long
+// contexts verified in minutes (docs/tolerance.md, "Sampled rows"). Pick the rows with sample_rows.
+ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, const std::vector<int64_t>& rows,
+                                         int threads = 0);
+// About n query rows (sorted, distinct), always including the first and last row, the rows on both sides of every
+// 64- and 128-key tile edge of the diagonal (as many as fit in n / 2), the first and last row whose causal or window
+// diagonal enters the keys, the first and last fully masked row (mask-free criteria: causal, window, padding), and
+// the rows with the largest |q_i| (the largest bound on |logit|); the rest evenly spaced.
+std::vector<int64_t> sample_rows(const Problem& p, const Inputs& in, int64_t n);
 
 // Run fn(row) for row in [0, n) on `threads` OS threads (0 = default). Each row must be independent.
 void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& fn);

@@ -65,10 +65,17 @@ struct TensorVerdict {
 };
 
 // Non-finite expected values must be matched exactly in kind (NaN by NaN, +inf by +inf); a non-finite actual
-// where a finite value is expected always fails.
+// where a finite value is expected always fails. With `judged`, only elements n whose row n / row_len is marked
+// are compared (sampled reference rows).
 TensorVerdict compare_values(const std::string& name, const std::vector<int64_t>& shape,
                              const std::vector<double>& expected, const std::vector<double>& actual,
-                             const std::vector<double>& tol, const ToleranceModel& m = {});
+                             const std::vector<double>& tol, const ToleranceModel& m = {},
+                             const std::vector<char>* judged = nullptr, size_t row_len = 1);
+
+// The checks that need no reference, on every row of a result whose reference covers sampled rows only: out
+// finite (NaN allowed only in rows the candidate reports fully masked, lse -inf, under the nan policy), lse
+// finite or -inf, weight rows summing to 1 within u_delivered + Lk * u_acc. One verdict, tensor "all_rows".
+TensorVerdict reference_free_checks(const Problem& p, const Outputs& actual);
 
 struct Verdict {
   bool pass = true;
