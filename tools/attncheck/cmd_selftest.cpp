@@ -1,10 +1,12 @@
 // `attncheck selftest [--json]`: proof that the property suite catches bugs. Every mutant of the test-only catalogue
-// (harness/mutants) must be killed by some property and every correct-but-different variant must pass.
-// Exit 0 when killed == mutants and false_alarms == 0, else 1.
+// (harness/mutants) must be killed by some property and every correct-but-different variant must pass. With
+// `--pass backward`: every backward mutant (backward_mutants.hpp) must fail the gradient comparison on generated
+// cases and the correct flash-style backward must pass them all. Exit 0 when killed == mutants and false_alarms == 0.
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "backward_mutants.hpp"
 #include "command.hpp"
 #include "plugins.hpp"
 #include "selftest.hpp"
@@ -90,7 +92,34 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
   return ok ? 0 : 1;
 }
 
+// The backward catalogue (docs/backward.md "Backward mutants"): one row per entry, the same exit rule.
+int run_backward_selftest_cmd(bool json, int cases) {
+  const auto rs = mutants::run_backward_selftest(cases > 0 ? cases : 60);
+  int mutants = 0, killed = 0, false_alarms = 0;
+  nlohmann::json details = nlohmann::json::array();
+  for (const auto& r : rs) {
+    mutants += r.correct ? 0 : 1;
+    killed += !r.correct && r.killed ? 1 : 0;
+    false_alarms += r.correct && r.killed ? 1 : 0;
+    const char* verdict = r.correct ? (r.killed ? "false_alarm" : "passed") : (r.killed ? "killed" : "survived");
+    if (json) {
+      details.push_back({{"name", r.name}, {"kind", r.correct ? "correct" : "mutant"}, {"verdict", verdict},
+                         {"cases", r.ran}, {"max_pass_ratio", r.max_ratio}, {"first_failure", r.first_failure}});
+    } else {
+      std::printf("%-28s %-12s %d cases, max error/tol of the passing ones %.3g%s%s\n", r.name.c_str(), verdict, r.ran,
+                  r.max_ratio, r.killed ? "; first failure: " : "", r.first_failure.c_str());
+    }
+  }
+  if (json)
+    std::printf("%s\n", nlohmann::json({{"pass", "backward"}, {"mutants", mutants}, {"killed", killed},
+                                         {"false_alarms", false_alarms}, {"details", details}}).dump().c_str());
+  else
+    std::printf("backward mutants %d killed %d false_alarms %d\n", mutants, killed, false_alarms);
+  return killed == mutants && false_alarms == 0 ? 0 : 1;
+}
+
 bool g_json = false, g_verbose = false;
+std::string g_pass = "forward";
 int g_cases = 0;
 uint64_t g_seed = mutants::SelftestOptions{}.seed;
 const Register reg{{"selftest", "Run the property suite against the mutant catalogue (every mutant must die)",
@@ -101,8 +130,15 @@ const Register reg{{"selftest", "Run the property suite against the mutant catal
                       sub.add_option("--seed", g_seed, "Seed of the generated cases");
                       sub.add_option("--candidate", g_candidate,
                                      "Restrict the cases to what this implementation supports and run it too");
+                      sub.add_option("--pass", g_pass, "forward (the property suite) or backward (the gradient mutants)")
+                          ->capture_default_str();
                       add_plugin_option(sub, g_plugins);
-                      return std::function<int()>([] { return run_selftest_cmd(g_json, g_cases, g_seed, g_verbose); });
+                      return std::function<int()>([] {
+                        if (g_pass != "forward" && g_pass != "backward")
+                          throw std::invalid_argument("--pass: must be forward or backward, got '" + g_pass + "'");
+                        return g_pass == "backward" ? run_backward_selftest_cmd(g_json, g_cases)
+                                                    : run_selftest_cmd(g_json, g_cases, g_seed, g_verbose);
+                      });
                     }}};
 
 }  // namespace

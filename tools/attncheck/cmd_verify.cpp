@@ -162,6 +162,9 @@ int run_verify() {
   if (!g.report.empty()) check_report_path(g.report);
   const std::vector<ImplPtr> impls = maybe_isolate(select_impls(g.impls));
   if (g.rows > 0 && g.spec.empty()) throw std::invalid_argument("--rows: needs --spec (fixture files hold every row)");
+  if (has_backward(pass) && !g.spec.empty())
+    throw std::invalid_argument("--pass " + g.pass + ": not with --spec (gradients are judged from fixture files, "
+                                "e.g. --fixtures golden/backward)");
   SuiteSpec suite;  // --spec: (spec file, case name) pairs, each case generated when its turn comes
   std::vector<std::pair<std::string, std::string>> fixtures;
   if (!g.spec.empty()) {
