@@ -31,6 +31,7 @@ Support run_impl(const Impl& impl, const Problem& p, const Inputs& in, Outputs& 
   out.out.fill(poison);
   if (out.lse) out.lse->fill(poison);
   if (out.weights) out.weights->fill(poison);
+  if (out.scores) out.scores->fill(poison);
   impl.run(p, in, out);
   return Support::yes();
 }

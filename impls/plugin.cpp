@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "attncheck/features.hpp"
 #include "attncheck/plugin.h"
 #include "attncheck/plugin_loader.hpp"
 #include "plugin_abi.hpp"
@@ -88,15 +89,30 @@ void describe(const Problem& p, Described& out) {
   out.name = p.name();
   out.case_name = {{ATTNCHECK_EXT_CASE_NAME, sizeof out.case_name, nullptr}, out.name.c_str()};
   d.next = &out.case_name.header;
+  // Extension features, each chained only when the problem uses it (a plugin is offered it only if declared).
+  const attncheck_extension** tail = &out.case_name.header.next;
+  if (!p.sinks.empty()) {
+    out.sinks = {{ATTNCHECK_EXT_SINKS, sizeof out.sinks, nullptr}, p.sinks.data()};
+    *tail = &out.sinks.header;
+    tail = &out.sinks.header.next;
+  }
+  if (p.scores_out != ScoresOut::none) {
+    out.scores = {{ATTNCHECK_EXT_SCORES, sizeof out.scores, nullptr}, static_cast<int32_t>(p.scores_out), nullptr, {}};
+    *tail = &out.scores.header;
+    tail = &out.scores.header.next;
+  }
 }
 
-std::vector<std::string> features_beyond_v1(const Problem&) { return {}; }
+std::vector<std::string> features_beyond_v1(const Problem& p) { return extension_features(p); }
 
 namespace {
 
 static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT &&
               static_cast<int>(Alignment::bottom_right) == ATTNCHECK_ALIGN_BOTTOM_RIGHT &&
               static_cast<int>(Alignment::explicit_) == ATTNCHECK_ALIGN_EXPLICIT);
+static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCHECK_EXT_SCORES,
+              "the feature table's extension tags are plugin.h's");
+static_assert(static_cast<int>(ScoresOut::scaled) == 1 && static_cast<int>(ScoresOut::masked) == 3);
 static_assert(static_cast<int>(FullyMasked::nan) == ATTNCHECK_FULLY_MASKED_NAN &&
               static_cast<int>(FullyMasked::zero) == ATTNCHECK_FULLY_MASKED_ZERO &&
               static_cast<int>(FullyMasked::uniform) == ATTNCHECK_FULLY_MASKED_UNIFORM);
@@ -186,6 +202,7 @@ class PluginImpl final : public Impl {
     d.out = out.out.bytes.data(); copy_strides(out.out, d.out_strides);
     if (out.lse) { d.lse = out.lse->bytes.data(); copy_strides(*out.lse, d.lse_strides); }
     if (out.weights) { d.weights = out.weights->bytes.data(); copy_strides(*out.weights, d.weights_strides); }
+    if (out.scores) { desc.scores.scores = out.scores->bytes.data(); copy_strides(*out.scores, desc.scores.strides); }
     MessageBuffer err;
     const int32_t status = vt_->run(&d, err.text, sizeof err.text);
     if (status != ATTNCHECK_STATUS_OK) {
@@ -292,6 +309,7 @@ OpenedPlugin open_plugin(const std::string& path) {
   o.declarations = v2 ? read_declarations(vt, o.caps, path) : default_declarations(o.caps);
   if (v2 && vt->features)
     for (const char* const* f = vt->features; *f; ++f) o.features.emplace_back(*f);
+  declare_extension_features(o.caps, o.features);  // a v1 plugin declares none: never offered a newer feature
   return o;
 }
 

@@ -27,14 +27,16 @@ struct Described {
   std::vector<int64_t> diag;
   std::string name;
   attncheck_ext_case_name case_name;
+  attncheck_ext_sinks sinks;
+  attncheck_ext_scores scores;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };
 // The shape and semantic fields of a problem; tensor pointers stay NULL.
 void describe(const Problem& p, Described& out);
 
-// Problem features beyond the v1 capability flags that `p` uses, by name; a v2 plugin must list each of them in
-// its `features`. The problem model has none yet: every feature it knows has a v1 flag.
+// Problem features beyond the v1 capability flags that `p` uses, by name (the feature table's extension
+// features); a v2 plugin must list each of them in its `features`.
 std::vector<std::string> features_beyond_v1(const Problem& p);
 
 }  // namespace attncheck

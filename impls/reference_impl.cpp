@@ -10,7 +10,12 @@ class ReferenceImpl final : public Impl {
  public:
   std::string name() const override { return "reference"; }
   std::string description() const override { return "naive looped reference, double accumulation (the oracle)"; }
-  Capabilities capabilities() const override { return Capabilities{}; }
+  Capabilities capabilities() const override {
+    Capabilities c;  // the whole problem model, extension features included
+    c.sinks = true;
+    c.scores_out = true;
+    return c;
+  }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     const ReferenceResult r = reference_attention(p, in);
     for (int64_t b = 0, n = 0; b < p.B; ++b)
@@ -22,6 +27,8 @@ class ReferenceImpl final : public Impl {
     if (out.weights)
       for (int64_t n = 0; n < out.weights->numel(); ++n)
         out.weights->set_offset(n, r.weights[static_cast<size_t>(n)]);
+    if (out.scores)
+      for (int64_t n = 0; n < out.scores->numel(); ++n) out.scores->set_offset(n, r.scores[static_cast<size_t>(n)]);
   }
 };
 

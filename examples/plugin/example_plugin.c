@@ -1,6 +1,7 @@
 /* An example attncheck plugin: scaled dot-product attention in plain fp32 loops, written against the C ABI
  * (attncheck/plugin.h) only, as a user's library would be. It supports a declared subset (fp32; causal, window,
- * padding, boolean mask, softcap; no bias, dropout or finite fill) and says "unsupported" for everything else.
+ * padding, boolean mask, softcap, attention sinks through the ABI v2 extension chain; no bias, dropout or finite
+ * fill) and says "unsupported" for everything else.
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
  * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing),
  * EXAMPLE_PLUGIN_RUN_FAILS (run() reports an error status), EXAMPLE_PLUGIN_NO_WEIGHTS (declares no weights output,
@@ -77,6 +78,19 @@ static int visible(const attncheck_problem* p, int64_t b, int64_t h, int64_t i, 
   return 1;
 }
 
+/* The sink logit of query head h, from the extension chain (ABI v2): -INFINITY when the problem has none. The
+ * host sends sinks only because the vtable lists "sinks" in `features`; other tags are skipped. */
+static float sink_of(const attncheck_problem* p, int64_t h) {
+#if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
+  if (p->abi_version >= 2)
+    for (const attncheck_extension* e = p->next; e; e = e->next)
+      if (e->tag == ATTNCHECK_EXT_SINKS) return (float)((const attncheck_ext_sinks*)e)->sinks[h];
+#else
+  (void)p; (void)h;
+#endif
+  return -INFINITY;
+}
+
 static int32_t example_run(const attncheck_problem* p, char* err, size_t err_size) {
 #ifdef EXAMPLE_PLUGIN_HOOK
   EXAMPLE_PLUGIN_HOOK(p);
@@ -105,6 +119,7 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
   for (int64_t b = 0; b < p->B; ++b)
     for (int64_t h = 0; h < p->Hq; ++h) {
       const int64_t kh = h / group;
+      const float sink = sink_of(p, h);
       for (int64_t i = 0; i < p->Lq; ++i) {
         /* scores of the visible keys and their maximum */
         float m = -INFINITY;
@@ -121,9 +136,11 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
           if (s > m) m = s;
           ++n_vis;
         }
-        /* softmax weights, normalised in place; a row with no visible key follows the fully-masked policy */
-        const int none = n_vis == 0 || m == -INFINITY;
-        float sum = 0.0f;
+        /* softmax weights, normalised in place; a row with no visible key (and no sink) follows the fully-masked
+         * policy. A sink joins the denominator without a value. */
+        const int none = (n_vis == 0 || m == -INFINITY) && sink == -INFINITY;
+        if (sink > m) m = sink;
+        float sum = sink == -INFINITY ? 0.0f : expf(sink - m);
         int64_t last_vis = -1;
         for (int64_t j = 0; j < p->Lk; ++j)
           if (vis[j] && !none) {
@@ -165,6 +182,10 @@ static int32_t example_declarations(attncheck_declarations* d, char* err, size_t
 }
 #endif
 
+#if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
+static const char* const example_features[] = {"sinks", NULL};
+#endif
+
 static const attncheck_plugin example_vtable = {
     EXAMPLE_PLUGIN_ABI,
     EXAMPLE_PLUGIN_NAME,
@@ -175,7 +196,7 @@ static const attncheck_plugin example_vtable = {
     example_run,
 #if ATTNCHECK_PLUGIN_ABI_VERSION >= 2 /* built against a v1 header, the vtable ends here */
     sizeof(attncheck_plugin),
-    NULL, /* features beyond the v1 capability flags: none */
+    example_features, /* features beyond the v1 capability flags */
     example_declarations,
 #endif
 };

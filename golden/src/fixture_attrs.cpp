@@ -31,16 +31,21 @@ void write_problem_attrs(hid_t root, const Problem& p) {
                           h5::write_attr(root, k, std::vector<int64_t>((p.*m)->begin(), (p.*m)->end()));
                         },
                         [&](std::vector<int64_t> P::*) {},
+                        [&](std::vector<double> P::*) {},
                         [&](auto P::*m) { h5::write_attr(root, k, std::string(to_string(p.*m))); }},
                f.ref);
   }
 }
 
 void write_problem_datasets(hid_t inputs, const Problem& p) {
-  for (const Field& f : problem_fields())
-    if (f.stored == Stored::dataset)
-      if (const auto& v = p.*std::get<std::vector<int64_t> P::*>(f.ref); !v.empty())
-        h5::write_dataset(inputs, f.key, H5T_STD_I64LE, {static_cast<int64_t>(v.size())}, v.data());
+  auto write = [&](const char* key, hid_t type, const auto& v) {
+    if (!v.empty()) h5::write_dataset(inputs, key, type, {static_cast<int64_t>(v.size())}, v.data());
+  };
+  for (const Field& f : problem_fields()) {
+    if (f.stored != Stored::dataset) continue;
+    if (const auto* m = std::get_if<std::vector<int64_t> P::*>(&f.ref)) write(f.key, H5T_STD_I64LE, p.**m);
+    if (const auto* m = std::get_if<std::vector<double> P::*>(&f.ref)) write(f.key, H5T_IEEE_F64LE, p.**m);
+  }
 }
 
 void read_problem_attrs(const h5::Reader& r, hid_t root, Problem& p) {
@@ -62,6 +67,7 @@ void read_problem_attrs(const h5::Reader& r, hid_t root, Problem& p) {
                           p.*m = std::array<int64_t, 4>{v[0], v[1], v[2], v[3]};
                         },
                         [&](std::vector<int64_t> P::*) {},
+                        [&](std::vector<double> P::*) {},
                         [&](auto P::*) {
                           try {
                             set_field_text(p, f, r.attr_str(root, "/", k));
@@ -77,7 +83,16 @@ void read_problem_datasets(const h5::Reader& r, hid_t file, Problem& p) {
   for (const Field& f : problem_fields()) {
     if (f.stored != Stored::dataset) continue;
     const std::string path = std::string("/inputs/") + f.key;
-    auto& v = p.*std::get<std::vector<int64_t> P::*>(f.ref);
+    if (const auto* m = std::get_if<std::vector<double> P::*>(&f.ref)) {  // one f64 per query head
+      auto& v = p.**m;
+      v.clear();
+      if (!r.has_object(file, path)) continue;
+      h5::Id d = r.open_dataset(file, path);
+      r.expect_extents(d, path, {p.Hq});
+      v = r.read_as_double(d, path, static_cast<size_t>(p.Hq));
+      continue;
+    }
+    auto& v = p.*std::get<std::vector<int64_t> P::*>(f.ref);  // one int64 per batch
     v.clear();
     if (!r.has_object(file, path)) continue;
     h5::Id d = r.open_dataset(file, path);

@@ -1,5 +1,5 @@
 // The Problem's part of a fixture, derived from the feature table (reference/include/attncheck/features.hpp):
-// one root attribute per field (in table order) and one /inputs dataset per per-batch field.
+// one root attribute per field (in table order) and one /inputs dataset per per-batch or per-head field.
 #pragma once
 
 #include "attncheck/problem.hpp"

@@ -160,7 +160,8 @@ double fixture_memory_bytes(const Problem& p) {
                v = B * Hkv * Lk * double(p.Dv) * in_size;
   const double masks = numel4(p.mask_shape) + numel4(p.bias_shape) * double(dtype_size(p.bias_dtype)) +
                        (p.dropout_p > 0 ? B * Hq * Lq * Lk : 0.0);
-  const double expected = 8.0 * (2 * B * Hq * Lq * double(p.Dv) + 2 * B * Hq * Lq + (p.want_weights ? B * Hq * Lq * Lk : 0));
+  const double expected = 8.0 * (2 * B * Hq * Lq * double(p.Dv) + 2 * B * Hq * Lq + (p.want_weights ? B * Hq * Lq * Lk : 0) +
+                                 (p.scores_out != ScoresOut::none ? 3 * B * Hq * Lq * Lk : 0));  // scores + 2 scales
   return q + k + v + masks + expected;
 }
 
@@ -202,6 +203,7 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
     e.lse = read_doubles(r, file, "/expected/lse", {p.B, p.Hq, p.Lq});
     e.score_mag = read_doubles(r, file, "/expected/score_mag", {p.B, p.Hq, p.Lq});
     if (p.want_weights) e.weights = read_doubles(r, file, "/expected/weights", {p.B, p.Hq, p.Lq, p.Lk});
+    if (p.scores_out != ScoresOut::none) e.scores = read_doubles(r, file, "/expected/scores", {p.B, p.Hq, p.Lq, p.Lk});
     try {
       validate(p, in);
     } catch (const std::invalid_argument& ex) {
@@ -221,7 +223,9 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
     // Count only the outputs the candidate holds: an out-only candidate of a large fixture is valid.
     const double rows = double(p.B) * double(p.Hq) * double(p.Lq);
     const bool has_lse = r.has_object(file, "/actual/lse"), has_weights = r.has_object(file, "/actual/weights");
-    const double need = 8.0 * rows * (double(p.Dv) + (has_lse ? 1 : 0) + (has_weights ? double(p.Lk) : 0));
+    const bool has_scores = r.has_object(file, "/actual/scores");
+    const double need = 8.0 * rows * (double(p.Dv) + (has_lse ? 1 : 0) + (has_weights ? double(p.Lk) : 0) +
+                                      (has_scores ? double(p.Lk) : 0));
     if (need > double(options.max_bytes))
       r.fail("size", "candidate needs " + std::to_string(need) + " bytes, more than the memory cap of " +
                          std::to_string(options.max_bytes) + " bytes");
@@ -246,6 +250,7 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
     if (has_lse) read_into("/actual/lse", o.lse, {p.B, p.Hq, p.Lq}, {p.B, p.Hq, p.Lq}, {});
     if (has_weights)
       read_into("/actual/weights", o.weights, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
+    if (has_scores) read_into("/actual/scores", o.scores, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
     return o;
   });
 }

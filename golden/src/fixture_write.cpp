@@ -118,6 +118,7 @@ void write_file(const std::string& path, const Fixture& f) {
     write_doubles(g, "out", to_layout(r.out, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
     write_doubles(g, "lse", r.lse, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
     if (p.want_weights) write_doubles(g, "weights", r.weights, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
+    if (p.scores_out != ScoresOut::none) write_doubles(g, "scores", r.scores, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
     write_doubles(g, "score_mag", r.score_mag, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
     write_doubles(g, "out_abs", to_layout(r.out_abs, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
     fixture_detail::write_gradient_expected(g, f);
@@ -143,7 +144,8 @@ void write_fixture(const std::string& path, const Fixture& f) {
   const size_t rows = static_cast<size_t>(p.B * p.Hq * p.Lq);
   if (f.expected.out.size() != rows * static_cast<size_t>(p.Dv) || f.expected.lse.size() != rows ||
       f.expected.score_mag.size() != rows || f.expected.out_abs.size() != f.expected.out.size() ||
-      (p.want_weights && f.expected.weights.size() != rows * static_cast<size_t>(p.Lk)))
+      (p.want_weights && f.expected.weights.size() != rows * static_cast<size_t>(p.Lk)) ||
+      (p.scores_out != ScoresOut::none && f.expected.scores.size() != rows * static_cast<size_t>(p.Lk)))
     throw std::invalid_argument(path + ": expected: sizes do not match the problem " + p.name() +
                                 " (use make_fixture to compute them)");
   namespace fs = std::filesystem;
@@ -174,6 +176,7 @@ void write_candidate(const std::string& path, const Problem& p, const Outputs& o
       if (out.lse) write_tensor(g, "lse", *out.lse, out.lse->shape, "B,Hq,Lq");
       if (out.weights) write_tensor(g, "weights", canonical(*out.weights, Layout::BHSD), out.weights->shape,
                                     "B,Hq,Lq,Lk");
+      if (out.scores) write_tensor(g, "scores", canonical(*out.scores, Layout::BHSD), out.scores->shape, "B,Hq,Lq,Lk");
       h5::flush_file(file, tmp.string());
     }
     fs::rename(tmp, target);

@@ -29,12 +29,16 @@ std::string field_json_text(const Field& f, const json& v) {
   if (!v.is_array()) return v.dump();
   const bool shape = std::holds_alternative<std::optional<std::array<int64_t, 4>> Problem::*>(f.ref);
   if (shape && v.size() != 4) throw std::invalid_argument(std::string(f.key) + ": must be a list of 4 integers");
+  // Lists of doubles take numbers and "-inf" (JSON has no infinities); every other list takes integers.
+  const bool reals = std::holds_alternative<std::vector<double> Problem::*>(f.ref);
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_number_integer())
-      throw std::invalid_argument(std::string(f.key) + ": must be a list of integers, got " + v.dump());
+    const bool ok = reals ? v[i].is_number() || v[i] == "-inf" : v[i].is_number_integer();
+    if (!ok)
+      throw std::invalid_argument(std::string(f.key) + ": must be a list of " +
+                                  (reals ? "numbers (or \"-inf\")" : "integers") + ", got " + v.dump());
     if (i) out.push_back(shape ? 'x' : ',');
-    out += v[i].dump();
+    out += v[i].is_string() ? v[i].get<std::string>() : v[i].dump();
   }
   return out;
 }

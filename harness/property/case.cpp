@@ -31,6 +31,8 @@ std::string CaseSpec::str() const {
     << " fully_masked=" << to_string(fully_masked) << " scale_kind=" << scale_kind << " dropout=" << dropout_p
     << " values=" << to_string(values) << " poison=" << poison << " empty_rows=" << empty_rows
     << " lse=" << want_lse << " weights=" << want_weights << " seed=" << seed;
+  if (sinks_kind) o << " sinks=" << sinks_kind;
+  if (scores_out != ScoresOut::none) o << " scores_out=" << to_string(scores_out);
   return o.str();
 }
 
@@ -94,6 +96,8 @@ std::vector<std::string> restrict_to(CaseSpec& s, const Capabilities& c) {
   off(!c.fully_masked.count(s.fully_masked), "fully_masked", [&] { s.fully_masked = *c.fully_masked.begin(); });
   off(s.want_weights && !c.weights_out, "weights_out", [&] { s.want_weights = false; });
   off(s.want_lse && !c.lse_out, "lse_out", [&] { s.want_lse = false; });
+  off(s.sinks_kind && !c.sinks, "sinks", [&] { s.sinks_kind = 0; });
+  off(s.scores_out != ScoresOut::none && !c.scores_out, "scores_out", [&] { s.scores_out = ScoresOut::none; });
   if (!s.causal && s.window_left < 0 && s.window_right < 0) s.alignment = Alignment::top_left;
   if (s.alignment != Alignment::explicit_) s.per_batch_offsets = false;
   return removed;

@@ -20,6 +20,7 @@ bool visible(const Problem& p, const Inputs& in, int64_t b, int64_t h, int64_t i
 }
 
 bool row_fully_masked(const Problem& p, const Inputs& in, int64_t b, int64_t h, int64_t i) {
+  if (p.sink(h) != -std::numeric_limits<double>::infinity()) return false;  // the sink keeps the row's softmax
   for (int64_t j = 0; j < p.Lk; ++j)
     if (visible(p, in, b, h, i, j)) return false;
   return true;
@@ -139,6 +140,7 @@ Case build_case(const CaseSpec& s) {
   p.dropout_seed = s.seed;
   p.want_lse = s.want_lse;
   p.want_weights = s.want_weights;
+  p.scores_out = s.scores_out;
 
   Inputs& in = c.in;
   in.q = make_qkv(p, 0), in.k = make_qkv(p, 1), in.v = make_qkv(p, 2);
@@ -186,6 +188,10 @@ Case build_case(const CaseSpec& s) {
               if (!visible(p, in, b, h, i, j) && p.fully_masked != FullyMasked::uniform)
                 in.bias->put(b, h, i, j, std::numeric_limits<double>::quiet_NaN());
   }
+  // Drawn last, so the inputs above are those of the same spec without sinks. bf16 values: exact in every dtype.
+  for (int64_t h = 0; h < p.Hq && s.sinks_kind; ++h)
+    p.sinks.push_back(s.sinks_kind == 2 && h % 2 == 0 ? -std::numeric_limits<double>::infinity()
+                                                      : round_to(DType::bf16, (h % 3 == 2 ? 8.0 : 0.0) + 2.0 * normal(r)));
   return c;
 }
 

@@ -14,6 +14,7 @@ namespace attncheck::prop {
 
 struct Ran {
   std::vector<double> out, lse, w;  // logical order: out [B,Hq,Lq,Dv], lse [B,Hq,Lq], w [B,Hq,Lq,Lk]
+  std::vector<double> s;             // raw scores [B,Hq,Lq,Lk], when the case asks for them
 };
 
 // Runs `impl`; nullopt (with the reason) when it does not support the case.
@@ -21,7 +22,7 @@ std::optional<Ran> run(const Impl& impl, const Case& c, std::string* why);
 
 struct Tol {
   ReferenceResult ref;
-  std::vector<double> out, lse, w;
+  std::vector<double> out, lse, w, s;  // s: raw scores, when the case asks for them
 };
 // The reference (with weights, whatever the case asks) and the tolerance model's per-element tolerances.
 Tol tolerances(const Case& c);
@@ -45,5 +46,15 @@ std::vector<int64_t> w_shape(const Problem& p);
 std::vector<double> add(const std::vector<double>& a, const std::vector<double>& b);
 // Same case with lse and weights requested when the implementation can produce them.
 Case with_stats(const Impl& impl, Case c);
+
+// Compare the implementation's results on two cases whose exact results coincide (after mapping b's results
+// onto a's indices): within twice a's tolerance.
+Outcome compare_pair(const Impl& impl, const Case& a, const Ran& ra, const Ran& rb_mapped);
+
+// Runs impl on c into `var`, or returns unsupported from the enclosing check.
+#define RUN_OR_UNSUP(var, impl, c)              \
+  std::string why_##var;                        \
+  const auto var = run(impl, c, &why_##var);    \
+  if (!var) return Outcome::unsup(why_##var)
 
 }  // namespace attncheck::prop

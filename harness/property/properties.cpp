@@ -19,6 +19,7 @@ std::optional<Ran> run(const Impl& impl, const Case& c, std::string* why) {
   r.out = o.out.to_double();
   if (o.lse) r.lse = o.lse->to_double();
   if (o.weights) r.w = o.weights->to_double();
+  if (o.scores) r.s = o.scores->to_double();
   return r;
 }
 
@@ -30,6 +31,7 @@ Tol tolerances(const Case& c) {
   t.out = out_tolerance(p, t.ref);
   t.lse = lse_tolerance(p, t.ref);
   t.w = weights_tolerance(p, t.ref);
+  if (p.scores_out != ScoresOut::none) t.s = scores_tolerance(p, t.ref);
   return t;
 }
 
@@ -79,6 +81,7 @@ const std::vector<Property>& properties() {
   static const std::vector<Property> all = [] {
     std::vector<Property> v = basic_properties();
     for (auto& p : metamorphic_properties()) v.push_back(p);
+    for (auto& p : model_properties()) v.push_back(p);
     return v;
   }();
   return all;

@@ -38,8 +38,9 @@ bool long_mode();
 Outcome evaluate(const Property& prop, const Impl& impl, CaseSpec spec, int64_t budget,
                  std::vector<std::string>* removed = nullptr, Case* built = nullptr);
 
-// Part lists (properties_basic.cpp, properties_meta.cpp).
+// Part lists (properties_basic.cpp, properties_meta.cpp, properties_model.cpp).
 std::vector<Property> basic_properties();
 std::vector<Property> metamorphic_properties();
+std::vector<Property> model_properties();  // properties_model.cpp: invariants of the v2 features
 
 }  // namespace attncheck::prop

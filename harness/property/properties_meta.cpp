@@ -11,6 +11,15 @@
 
 namespace attncheck::prop {
 
+Outcome compare_pair(const Impl& impl, const Case& a, const Ran& ra, const Ran& rb_mapped) {
+  const Tol t = tolerances(a);
+  Checker k(impl, a);
+  k.compare("out", out_shape(a.p), ra.out, rb_mapped.out, add(t.out, t.out));
+  if (a.p.want_lse) k.compare("lse", lse_shape(a.p), ra.lse, rb_mapped.lse, add(t.lse, t.lse));
+  if (a.p.want_weights) k.compare("weights", w_shape(a.p), ra.w, rb_mapped.w, add(t.w, t.w));
+  return k.done();
+}
+
 namespace {
 
 // Element (o, n, x) of a result computed on permuted data belongs at (o, perm[n], x) of the original.
@@ -24,7 +33,6 @@ std::vector<double> unpermute(const std::vector<double>& v, int64_t outer, int64
   return r;
 }
 
-std::vector<double> twice(const std::vector<double>& a) { return add(a, a); }
 
 std::vector<int64_t> make_perm(int64_t n, SeededChooser& r) {
   std::vector<int64_t> perm(static_cast<size_t>(n));
@@ -36,21 +44,6 @@ std::vector<int64_t> make_perm(int64_t n, SeededChooser& r) {
   }
   return perm;
 }
-
-// Compare the implementation's results on two cases whose exact results coincide (after unpermuting).
-Outcome compare_pair(const Impl& impl, const Case& a, const Ran& ra, const Ran& rb_mapped) {
-  const Tol t = tolerances(a);
-  Checker k(impl, a);
-  k.compare("out", out_shape(a.p), ra.out, rb_mapped.out, twice(t.out));
-  if (a.p.want_lse) k.compare("lse", lse_shape(a.p), ra.lse, rb_mapped.lse, twice(t.lse));
-  if (a.p.want_weights) k.compare("weights", w_shape(a.p), ra.w, rb_mapped.w, twice(t.w));
-  return k.done();
-}
-
-#define RUN_OR_UNSUP(var, impl, c)              \
-  std::string why_##var;                        \
-  const auto var = run(impl, c, &why_##var);    \
-  if (!var) return Outcome::unsup(why_##var)
 
 void prep_none(CaseSpec&) {}
 

@@ -138,6 +138,14 @@ class Scorer {
 
   T fill() const { return fill_; }
   bool finite_fill() const { return finite_fill_; }
+  // Raw scores at the stages before masking (ScoresOut::scaled / capped), from raw dot products, with the same
+  // operations as process().
+  void staged(const T* dot, T* dst, int64_t n, ScoresOut stage) const {
+    for (int64_t j = 0; j < n; ++j) {
+      const T v = dot[j] * scale_;
+      dst[j] = stage == ScoresOut::capped && softcap_ > 0 ? softcap_ * std::tanh(v / softcap_) : v;
+    }
+  }
 
   Span span(int64_t b, int64_t i) const {
     const int64_t diag = i + p_.diagonal_offset(b);

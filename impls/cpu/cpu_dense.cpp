@@ -16,6 +16,7 @@ template <class T>
 void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
   const int64_t Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv;
   const Scorer<T> scorer(p, in);
+  const bool raw_scores = p.scores_out == ScoresOut::scaled || p.scores_out == ScoresOut::capped;
   const T keep_scale = static_cast<T>(1.0 / (1.0 - p.dropout_p));
   const T pol_w = policy_weight<T>(p), pol_lse = policy_lse<T>(p);
   const int64_t W = simd::strip_width<T>(), ld = (Lk + W - 1) / W * W, dvp = (Dv + W - 1) / W * W;
@@ -45,7 +46,7 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
       int64_t lo = Lk, hi = 0;
       for (int64_t i = r0; i < r0 + nr; ++i)
         if (const Span sp = scorer.span(b, i); sp.lo < sp.hi) lo = std::min(lo, sp.lo), hi = std::max(hi, sp.hi);
-      if (finite) lo = 0, hi = Lk;
+      if (finite || raw_scores) lo = 0, hi = Lk;  // raw scores: every key's dot product
       if (lo < hi && w.pan.rows) {
         simd::gemm_nt<T>(nr, hi - lo, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.krow_at(lo), w.pan.kld, S + lo, ld);
       } else if (lo < hi) {  // raw dot products; masked columns are overwritten by the scorer
@@ -54,23 +55,27 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
                       S + sa * W, ld, false);
       }
       bool policy_rows = false;  // rows without a visible key weigh every key
+      const T kNegInf = -std::numeric_limits<T>::infinity(), sink = static_cast<T>(p.sink(h));
       for (int64_t i = r0; i < r0 + nr; ++i) {
         T* s = w.S.data() + i * ld;
         const Span sp = scorer.span(b, i);
+        T* scores = out.scores ? out.scores->data<T>() + ((b * p.Hq + h) * Lq + i) * Lk : nullptr;
+        if (scores && raw_scores) scorer.staged(s, scores, Lk, p.scores_out);
         const T mvis = scorer.process(b, h, i, 0, s, Lk, sp);
+        if (scores && !raw_scores) std::copy(s, s + Lk, scores);  // the softmax's input, masked keys = fill
         T lse;
-        if (mvis == -std::numeric_limits<T>::infinity()) {  // no visible key (or all visible at -inf)
+        if (mvis == kNegInf && sink == kNegInf) {  // no visible key (or all visible at -inf), no sink
           std::fill(s, s + Lk, pol_w);
           lse = pol_lse;
           policy_rows = policy_rows || pol_w != T(0);
         } else {
           // With a finite fill the masked keys take part, as in the reference's max(m, fill); with -inf they
-          // weigh exactly 0, so the exp runs over the span only.
-          const T m = finite ? row_max(s, Lk, mvis) : mvis;
+          // weigh exactly 0, so the exp runs over the span only. The sink adds exp(sink - m), no value.
+          const T m = std::max(finite ? row_max(s, Lk, mvis) : mvis, sink);
           const int64_t a = finite ? 0 : sp.lo, e = finite ? Lk : sp.hi;
           std::fill(s, s + a, T(0));
           std::fill(s + e, s + Lk, T(0));
-          const T sum = exp_shifted(s + a, s + a, e - a, m);
+          const T sum = exp_shifted(s + a, s + a, e - a, m) + (sink == kNegInf ? T(0) : exp0(sink - m));
           for (int64_t j = a; j < e; ++j) s[j] /= sum;
           lse = m + std::log(sum);
         }
@@ -97,6 +102,7 @@ class DenseImpl final : public Impl {
   }
   Capabilities capabilities() const override {
     Capabilities c;  // everything the problem model has
+    c.sinks = c.scores_out = true;
     c.notes = "fp64 in double; fp32/fp16/bf16 in float, output rounded once; materialises Lq x Lk per thread";
     return c;
   }

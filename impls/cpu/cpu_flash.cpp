@@ -49,7 +49,9 @@ class Flash {
     const int64_t nqb = (p_.Lq + Bq - 1) / Bq, heads = p_.B * p_.Hq, nkb = (p_.Lk + Bk - 1) / Bk;
     const int threads = cpu_threads();
     std::vector<Work> work(static_cast<size_t>(std::max(threads, 1)));
-    const int64_t split = out_.weights || heads * nqb >= kMinTasks ? 1 : std::clamp(kMinTasks / (heads * nqb), int64_t{1}, nkb);
+    const int64_t split = out_.weights || out_.scores || heads * nqb >= kMinTasks
+                              ? 1
+                              : std::clamp(kMinTasks / (heads * nqb), int64_t{1}, nkb);
     if (split == 1) {
       // Enough heads: one task per head (panels packed once). Otherwise each head's query blocks are dealt
       // round-robin to a few tasks, so causal work stays balanced.
@@ -106,12 +108,12 @@ class Flash {
       spans(b, i0, std::min(kFlashBlockQ, p_.Lq - i0), w);
       lo = std::min(lo, w.ulo), hi = std::max(hi, w.uhi);
     }
-    if (sc_.finite_fill()) lo = ka, hi = kb;  // masked keys take part too
+    if (sc_.finite_fill() || raw_scores()) lo = ka, hi = kb;  // masked keys take part (or show) too
     lo = std::max(lo, ka), hi = std::min(hi, kb);
     const int64_t pa = lo < hi ? ka + (lo - ka) / kFlashBlockK * kFlashBlockK : ka;
     // One query block (decode, key chunks): nothing to reuse, so each key block is packed just before its use
     // and K/V are read from memory once. Several: the head's panels are packed once for all of them.
-    const bool per_block = blocks.size() == 1 && !out_.weights;
+    const bool per_block = blocks.size() == 1 && !out_.weights && !out_.scores;
     if (!per_block) w.pan.pack(p_, in_, b, p_.kv_head(h), pa, std::max(pa, hi));
     for (int64_t qb : blocks) {
       const int64_t i0 = qb * kFlashBlockQ, nr = std::min(kFlashBlockQ, p_.Lq - i0);
@@ -121,10 +123,22 @@ class Flash {
     }
   }
 
+  bool raw_scores() const { return p_.scores_out == ScoresOut::scaled || p_.scores_out == ScoresOut::capped; }
+
   // Final scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) into w.S (row stride kFlashBlockK). Only the
   // strips covering [c0, c1) (the union of the rows' spans) go through the GEMM; the scorer fills the rest.
   void scores(int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t c0, int64_t c1, Work& w,
               T* mvis) const {
+    dots(nr, j0, c0, c1, w);
+    for (int64_t r = 0; r < nr; ++r) {
+      const T mv = sc_.process(b, h, i0 + r, j0, w.S.data() + r * kFlashBlockK, nc, w.spans[static_cast<size_t>(r)]);
+      w.bmax[static_cast<size_t>(r)] = mv;
+      if (mvis) mvis[r] = mv > mvis[r] ? mv : mvis[r];
+    }
+  }
+
+  // Raw dot products of rows w.Q against keys [c0, c1) into w.S (columns from j0; whole strips).
+  void dots(int64_t nr, int64_t j0, int64_t c0, int64_t c1, Work& w) const {
     const int64_t ld = kFlashBlockK;
     if (c0 < c1 && w.pan.rows) {
       simd::gemm_nt<T>(nr, c1 - c0, p_.Dqk, w.Q.data(), p_.Dqk, w.pan.krow_at(c0), w.pan.kld, w.S.data() + (c0 - j0),
@@ -133,11 +147,6 @@ class Flash {
       const int64_t sa = (c0 - j0) / W_, sb = (c1 - j0 + W_ - 1) / W_;
       simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, w.Q.data(), p_.Dqk, w.pan.kt_at(j0 + sa * W_), p_.Dqk * W_, W_,
                     w.S.data() + sa * W_, ld, false);
-    }
-    for (int64_t r = 0; r < nr; ++r) {
-      const T mv = sc_.process(b, h, i0 + r, j0, w.S.data() + r * ld, nc, w.spans[static_cast<size_t>(r)]);
-      w.bmax[static_cast<size_t>(r)] = mv;
-      if (mvis) mvis[r] = mv > mvis[r] ? mv : mvis[r];
     }
   }
 
@@ -152,6 +161,9 @@ class Flash {
     load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
     spans(b, i0, nr, w);
     st.reset(nr, dvp_);
+    // The running max starts at the sink: terms far below it (a finite fill) then weigh exactly 0 from the start,
+    // as in the reference, instead of weighing 1 until finish() rescales them (0 * a poisoned value is NaN).
+    if (const T sink = static_cast<T>(p_.sink(h)); sink != kNegInf) std::fill(st.m.begin(), st.m.end(), sink);
     const bool finite = sc_.finite_fill();
     for (int64_t j0 = pa; j0 < kb; j0 += Bk) {
       const int64_t j1 = std::min(j0 + Bk, kb), nc = j1 - j0;
@@ -210,13 +222,21 @@ class Flash {
 
   // Outputs of rows [i0, i0 + nr) from w.st: O = acc / l, lse = m + log l, or the fully-masked policy.
   void finish(int64_t b, int64_t h, int64_t i0, int64_t nr, Work& w) const {
-    const RowState<T>& st = w.st;
+    RowState<T>& st = w.st;
     w.o.resize(static_cast<size_t>(p_.Dv));
+    const T sink = static_cast<T>(p_.sink(h));
     for (int64_t r = 0; r < nr; ++r) {
       const size_t rr = static_cast<size_t>(r);
       const int64_t i = i0 + r, row = (b * p_.Hq + h) * p_.Lq + i;
+      if (sink != kNegInf) {  // the sink: one more term of the denominator, without a value (rescale to its max)
+        const T m_new = std::max(st.m[rr], sink), alpha = exp0(st.m[rr] - m_new);
+        st.l[rr] = st.l[rr] * alpha + exp0(sink - m_new);
+        if (alpha != T(1))
+          for (int64_t d = 0; d < p_.Dv; ++d) st.acc[rr * dvp_ + d] *= alpha;
+        st.m[rr] = m_new;
+      }
       T lse;
-      if (st.mvis[rr] == kNegInf) {
+      if (st.mvis[rr] == kNegInf && sink == kNegInf) {
         lse = pol_lse_;
         fully_masked_out(b, h, i, w.o.data());
       } else {
@@ -227,6 +247,29 @@ class Flash {
       if (out_.lse) out_.lse->data<T>()[row] = lse;
     }
     if (out_.weights) weights_pass(b, h, i0, nr, w);
+    if (out_.scores) scores_pass(b, h, i0, nr, w);
+  }
+
+  // Raw-score output of rows [i0, i0 + nr): each key block recomputed; stages scaled/capped from every key's dot
+  // product (the head's panels then cover all keys), stage masked after the scorer (masked keys = fill).
+  void scores_pass(int64_t b, int64_t h, int64_t i0, int64_t nr, Work& w) const {
+    T* base = out_.scores->data<T>() + ((b * p_.Hq + h) * p_.Lq + i0) * p_.Lk;  // (nr, Lk), contiguous
+    load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
+    spans(b, i0, nr, w);
+    for (int64_t j0 = 0; j0 < p_.Lk; j0 += kFlashBlockK) {
+      const int64_t j1 = std::min(j0 + kFlashBlockK, p_.Lk), nc = j1 - j0;
+      if (raw_scores())
+        dots(nr, j0, j0, j1, w);
+      else
+        scores(b, h, i0, nr, j0, nc, std::max(j0, w.ulo), std::min(j1, w.uhi), w, nullptr);
+      for (int64_t r = 0; r < nr; ++r) {
+        const T* s = w.S.data() + r * kFlashBlockK;
+        if (raw_scores())
+          sc_.staged(s, base + r * p_.Lk + j0, nc, p_.scores_out);
+        else
+          std::copy(s, s + nc, base + r * p_.Lk + j0);
+      }
+    }
   }
 
   // The output of a row without a visible key: every key weighs policy_weight (NaN, 1/Lk or 0), dropout applies.
@@ -252,6 +295,7 @@ class Flash {
     T* base = out_.weights->data<T>() + ((b * p_.Hq + h) * p_.Lq + i0) * p_.Lk;  // (nr, Lk), contiguous
     load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
     spans(b, i0, nr, w);
+    const bool no_sink = p_.sink(h) == -std::numeric_limits<double>::infinity();
     for (int64_t j0 = 0; j0 < p_.Lk; j0 += kFlashBlockK) {
       const int64_t j1 = std::min(j0 + kFlashBlockK, p_.Lk), nc = j1 - j0;
       const int64_t c0 = std::max(j0, w.ulo), c1 = std::min(j1, w.uhi);
@@ -260,7 +304,7 @@ class Flash {
       for (int64_t r = 0; r < nr; ++r) {
         const size_t rr = static_cast<size_t>(r);
         T* dst = base + r * p_.Lk + j0;
-        if (w.st.mvis[rr] == kNegInf) {
+        if (w.st.mvis[rr] == kNegInf && no_sink) {
           std::fill(dst, dst + nc, pol_w_);
         } else if (skipped) {
           std::fill(dst, dst + nc, T(0));
@@ -289,6 +333,7 @@ class FlashImpl final : public Impl {
   }
   Capabilities capabilities() const override {
     Capabilities c;  // everything the problem model has
+    c.sinks = c.scores_out = true;
     c.notes = "fp64 in double; fp32/fp16/bf16 in float, output rounded once; weights by a second pass";
     return c;
   }

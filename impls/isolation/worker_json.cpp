@@ -2,6 +2,8 @@
 // and the field, e.g. "reply to run 7: field 'status': expected a string, got 3".
 #include "worker_json.hpp"
 
+#include "attncheck/features.hpp"
+
 namespace attncheck::worker {
 
 namespace {
@@ -123,6 +125,18 @@ Problem problem_from_json(const json& j, const std::string& where) {
   p.dropout_seed = static_cast<uint64_t>(int_field(j, w, "dropout_seed"));
   p.want_lse = bool_field(j, w, "want_lse");
   p.want_weights = bool_field(j, w, "want_weights");
+  // Fields the protocol does not spell out (features added through the feature table) travel in the lossless
+  // name; a worker is only sent them when it declared the feature.
+  if (j.contains("name") && j["name"].is_string()) {
+    try {
+      const Problem named = parse_name(j["name"].get<std::string>());
+      for (const Field& f : problem_fields())
+        if (!j.contains(f.key) && f.stored != Stored::derived && !field_is_default(named, f))
+          set_field_text(p, f, field_text(named, f));
+    } catch (const std::exception& e) {
+      throw ProtocolError(w + ": name: " + e.what());
+    }
+  }
   try {
     validate(p);
   } catch (const std::exception& e) {
@@ -156,6 +170,8 @@ json capabilities_to_json(const Capabilities& c) {
   j["features"] = json::array();
   for (const auto& [name, flag] : feature_flags())
     if (c.*flag) j["features"].push_back(name);
+  for (const Feature& f : problem_features())  // extension features, by their table names
+    if (f.abi_tag && f.flag && c.*f.flag) j["features"].push_back(f.name);
   j["max_head_dim"] = c.max_head_dim;
   j["head_dim_multiple"] = c.head_dim_multiple;
   j["notes"] = c.notes;
@@ -193,6 +209,8 @@ Capabilities capabilities_from_json(const json& j, const std::string& where) {
   const auto features = names("features");
   for (const auto& [name, flag] : feature_flags())
     c.*flag = std::find(features.begin(), features.end(), name) != features.end();
+  declare_extension_features(c, features);
+  c.scores_out = false;  // the protocol returns out, lse and weights only: a raw-score output cannot travel back
   c.max_head_dim = j.contains("max_head_dim") ? int_field(j, w, "max_head_dim") : 0;
   c.head_dim_multiple = j.contains("head_dim_multiple") ? int_field(j, w, "head_dim_multiple") : 1;
   if (c.max_head_dim < 0 || c.head_dim_multiple < 1)

@@ -33,6 +33,20 @@ MaskFill fill_from_string(const std::string& s) {
   if (s == "finite") return MaskFill::finite;
   fail("fill: unknown value '" + s + "' (expected neg_inf or finite)");
 }
+const char* to_string(ScoresOut s) {
+  switch (s) {
+    case ScoresOut::none: return "none";
+    case ScoresOut::scaled: return "scaled";
+    case ScoresOut::capped: return "capped";
+    case ScoresOut::masked: return "masked";
+  }
+  return "?";
+}
+ScoresOut scores_out_from_string(const std::string& s) {
+  for (ScoresOut v : {ScoresOut::none, ScoresOut::scaled, ScoresOut::capped, ScoresOut::masked})
+    if (s == to_string(v)) return v;
+  fail("scores_out: unknown value '" + s + "' (expected none, scaled, capped, masked)");
+}
 const char* to_string(FullyMasked p) {
   switch (p) {
     case FullyMasked::nan: return "nan";

@@ -107,6 +107,8 @@ void fill_error_scales(const Problem& p, const Inputs& in, ReferenceResult& r) {
   r.n_terms = std::move(x.n_terms);
   r.n_tied = std::move(x.n_tied);
   r.p_small = std::move(x.p_small);
+  r.scores_a = std::move(x.scores_a);
+  r.scores_b = std::move(x.scores_b);
 }
 
 }  // namespace attncheck

@@ -61,6 +61,11 @@ const Field kFields[] = {
     {"want_lse", &P::want_lse, kAttr, kFrag, nullptr, nullptr, "output lse [B,Hq,Lq]"},
     {"key_lengths", &P::key_lengths, Stored::dataset, kFrag, nullptr, nullptr, "valid keys per batch"},
     {"causal_offsets", &P::causal_offsets, Stored::dataset, kFrag, nullptr, nullptr, "diagonal offset per batch"},
+    {"sinks", &P::sinks, Stored::dataset, kFrag, "must be finite or -inf (no sink)",
+     [](const P& p) { return std::none_of(p.sinks.begin(), p.sinks.end(), [](double x) { return std::isnan(x) || x == HUGE_VAL; }); },
+     "sink logit per query head: joins the softmax denominator, has no value"},
+    {"scores_out", &P::scores_out, Stored::if_set, kFrag, nullptr, nullptr,
+     "raw scores output [B,Hq,Lq,Lk] at a stage (ONNX qk_matmul_output_mode 0-2)"},
 };
 
 // ---- text of one value ----
@@ -79,17 +84,19 @@ T parse_num(const std::string& s, const char* key) {
     fail(std::string(key) + ": cannot read '" + s + "' as a number");
   return v;
 }
-std::vector<int64_t> parse_list(const std::string& s, char sep, const char* key) {
-  std::vector<int64_t> out;
+template <class T = int64_t>
+std::vector<T> parse_list(const std::string& s, char sep, const char* key) {
+  std::vector<T> out;
   size_t a = 0;
   while (true) {
     const size_t b = s.find(sep, a);
-    out.push_back(parse_num<int64_t>(s.substr(a, b == std::string::npos ? b : b - a), key));
+    out.push_back(parse_num<T>(s.substr(a, b == std::string::npos ? b : b - a), key));
     if (b == std::string::npos) return out;
     a = b + 1;
   }
 }
-std::string join(const int64_t* v, size_t n, char sep) {
+template <class T>
+std::string join(const T* v, size_t n, char sep) {
   std::string o;
   for (size_t i = 0; i < n; ++i) {
     if (i) o.push_back(sep);
@@ -122,6 +129,7 @@ std::string field_text(const Problem& p, const Field& f) {
                  return (p.*m) ? join((p.*m)->data(), 4, 'x') : std::string();
                },
                [&](std::vector<int64_t> P::*m) { return join((p.*m).data(), (p.*m).size(), ','); },
+               [&](std::vector<double> P::*m) { return join((p.*m).data(), (p.*m).size(), ','); },
                [&](auto P::*m) -> std::string {
                  using T = std::remove_cvref_t<decltype(p.*m)>;
                  if constexpr (std::is_enum_v<T>)
@@ -145,11 +153,13 @@ void set_field_text(Problem& p, const Field& f, const std::string& s) {
                         p.*m = std::array<int64_t, 4>{v[0], v[1], v[2], v[3]};
                       },
                       [&](std::vector<int64_t> P::*m) { p.*m = parse_list(s, ',', f.key); },
+                      [&](std::vector<double> P::*m) { p.*m = parse_list<double>(s, ',', f.key); },
                       [&](DType P::*m) { p.*m = dtype_from_string(s); },
                       [&](Layout P::*m) { p.*m = layout_from_string(s); },
                       [&](Alignment P::*m) { p.*m = alignment_from_string(s); },
                       [&](MaskFill P::*m) { p.*m = fill_from_string(s); },
                       [&](FullyMasked P::*m) { p.*m = fully_masked_from_string(s); },
+                      [&](ScoresOut P::*m) { p.*m = scores_out_from_string(s); },
                       [&](auto P::*m) { p.*m = parse_num<std::remove_cvref_t<decltype(p.*m)>>(s, f.key); }},
              f.ref);
 }
@@ -178,13 +188,14 @@ Support head_dims(const Capabilities& c, const P& p) {
                        std::to_string(c.head_dim_multiple));
   return Support::yes();
 }
-// A boolean capability's check is generated from its flag and its message.
-#define ATTNCHECK_FLAG(name, member, used_expr, message)                                            \
+// A boolean capability's check is generated from its flag and its message; `tag` is its plugin extension.
+#define ATTNCHECK_FLAG_EXT(name, member, used_expr, message, tag)                                   \
   Feature {                                                                                         \
     name, [](const P& p) -> bool { return used_expr; },                                             \
         [](const Capabilities& c, const P&) { return c.member ? Support::yes() : Support::no(message); }, \
-        &Capabilities::member, 0                                                                    \
+        &Capabilities::member, tag                                                                  \
   }
+#define ATTNCHECK_FLAG(name, member, used_expr, message) ATTNCHECK_FLAG_EXT(name, member, used_expr, message, 0)
 
 const Feature kFeatures[] = {
     {"dtype", [](const P&) { return true; },
@@ -214,14 +225,32 @@ const Feature kFeatures[] = {
                   : Support::no(std::string("fully-masked policy '") + to_string(p.fully_masked) + "' not supported");
      },
      nullptr, 0},
+    // Features after plugin ABI 2 travel in extensions. Before weights and lse: a harness that drops an
+    // unsupported weights/lse output and retries must see these as the reason.
+    ATTNCHECK_FLAG_EXT("sinks", sinks, !p.sinks.empty(), "attention sinks not supported", ext_tag::sinks),
+    ATTNCHECK_FLAG_EXT("scores", scores_out, p.scores_out != ScoresOut::none, "raw-score output not supported",
+                       ext_tag::scores),
     ATTNCHECK_FLAG("weights", weights_out, p.want_weights, "weights output not supported"),
     ATTNCHECK_FLAG("lse", lse_out, p.want_lse, "lse output not supported"),
 };
 #undef ATTNCHECK_FLAG
+#undef ATTNCHECK_FLAG_EXT
 
 }  // namespace
 
 std::span<const Feature> problem_features() { return kFeatures; }
+
+std::vector<std::string> extension_features(const Problem& p) {
+  std::vector<std::string> out;
+  for (const Feature& f : kFeatures)
+    if (f.abi_tag && f.used(p)) out.emplace_back(f.name);
+  return out;
+}
+
+void declare_extension_features(Capabilities& c, const std::vector<std::string>& names) {
+  for (const Feature& f : kFeatures)
+    if (f.abi_tag && f.flag) c.*f.flag = std::find(names.begin(), names.end(), f.name) != names.end();
+}
 
 Support check_capabilities(const Capabilities& c, const Problem& p) {
   for (const Feature& f : kFeatures)

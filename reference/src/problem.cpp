@@ -1,5 +1,6 @@
 // The Problem's derived quantities, tensor allocation for a problem, and the check that inputs match it.
 #include <cmath>
+#include <limits>
 
 #include "attncheck/problem.hpp"
 #include "detail.hpp"
@@ -26,6 +27,10 @@ int64_t Problem::diagonal_offset(int64_t b) const {
   return 0;
 }
 
+double Problem::sink(int64_t h) const {
+  return sinks.empty() ? -std::numeric_limits<double>::infinity() : sinks[static_cast<size_t>(h)];
+}
+
 std::vector<int> storage_order(Layout l) {
   return l == Layout::BHSD ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 2, 1, 3};
 }
@@ -42,6 +47,7 @@ Outputs make_outputs(const Problem& p) {
   o.out = Tensor(p.dtype, {p.B, p.Hq, p.Lq, p.Dv}, storage_order(p.layout));
   if (p.want_lse) o.lse = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq});
   if (p.want_weights) o.weights = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});
+  if (p.scores_out != ScoresOut::none) o.scores = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});
   return o;
 }
 

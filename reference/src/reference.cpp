@@ -71,6 +71,9 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
   r.out.assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
   r.lse.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
   if (p.want_weights) r.weights.assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
+  const bool want_scores = p.scores_out != ScoresOut::none;
+  if (want_scores)
+    for (auto* e : {&r.scores, &r.scores_a, &r.scores_b}) e->assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
   r.score_mag.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
   r.out_abs.assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
   for (auto* e : {&r.out_rss, &r.out_dev, &r.out_dev_a, &r.out_dev_b, &r.out_dev_c, &r.out_cov}) e->assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
@@ -94,6 +97,32 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     double q_norm = 0.0, score_mag = 0.0;  // for the tolerance model only
     for (int64_t d = 0; d < Dqk; ++d) q_norm += qi[d] * qi[d];
     q_norm = std::sqrt(q_norm);
+    // The score of key j before masking: scale * dot(q, k), softcapped; the dot product and sum of squared
+    // products feed the error scales.
+    auto raw_score = [&](int64_t j, double& dot, double& qk2, double& capped) {
+      dot = 0.0, qk2 = 0.0;
+      for (int64_t d = 0; d < Dqk; ++d) {
+        dot += qi[d] * kb[j * Dqk + d];
+        qk2 += (qi[d] * kb[j * Dqk + d]) * (qi[d] * kb[j * Dqk + d]);
+      }
+      capped = p.softcap > 0 ? p.softcap * std::tanh(dot * scale / p.softcap) : dot * scale;
+      return dot * scale;
+    };
+    // Raw-score output: stages scaled and capped cover every key (ONNX adds the mask after them), so masked keys
+    // are read here, and only here.
+    double* out_s = want_scores ? &r.scores[static_cast<size_t>(row * Lk)] : nullptr;
+    auto record = [&](int64_t j, double value, double dot, double qk2) {
+      if (!out_s) return;
+      out_s[j] = value;
+      r.scores_a[static_cast<size_t>(row * Lk + j)] =
+          std::abs(scale) * std::sqrt(static_cast<double>(Dqk) * (dot * dot / 3.0 + qk2 / 6.0));
+      r.scores_b[static_cast<size_t>(row * Lk + j)] = std::abs(scale) * std::sqrt(qk2);
+    };
+    for (int64_t j = 0; j < Lk && p.scores_out != ScoresOut::none && p.scores_out != ScoresOut::masked; ++j) {
+      double dot, qk2, capped;
+      const double scaled = raw_score(j, dot, qk2, capped);
+      record(j, p.scores_out == ScoresOut::scaled ? scaled : capped, dot, qk2);
+    }
     for (int64_t j = 0; j < Lk; ++j) {
       bool vis = true;
       if (p.causal && j > diag) vis = false;                           // causal: j <= i + offset
@@ -104,17 +133,13 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
       visible[static_cast<size_t>(j)] = vis;
       if (!vis) {
         s[static_cast<size_t>(j)] = fill;  // never touch a masked key: it may hold NaN on purpose
+        if (p.scores_out == ScoresOut::masked) record(j, fill, 0.0, 0.0);
         continue;
       }
-      double dot = 0.0;
-      for (int64_t d = 0; d < Dqk; ++d) dot += qi[d] * kb[j * Dqk + d];
-      double score = dot * scale;
-      if (p.softcap > 0) score = p.softcap * std::tanh(score / p.softcap);
-      double k_norm = 0.0, qk2 = 0.0;
-      for (int64_t d = 0; d < Dqk; ++d) {
-        k_norm += kb[j * Dqk + d] * kb[j * Dqk + d];
-        qk2 += (qi[d] * kb[j * Dqk + d]) * (qi[d] * kb[j * Dqk + d]);
-      }
+      double dot, qk2, score;
+      raw_score(j, dot, qk2, score);
+      double k_norm = 0.0;
+      for (int64_t d = 0; d < Dqk; ++d) k_norm += kb[j * Dqk + d] * kb[j * Dqk + d];
       double mag = std::abs(scale) * q_norm * std::sqrt(k_norm);
       if (in.bias) {
         const double bias = in.bias->get_offset(broadcast_offset(*in.bias, b, h, i, j));
@@ -124,19 +149,23 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
       if (std::isfinite(score)) score_mag = std::max(score_mag, mag);  // a -inf bias masks, it has no error
       if (std::isfinite(score)) ks.set(static_cast<size_t>(j), scale, dot, qk2, static_cast<double>(Dqk), score);
       s[static_cast<size_t>(j)] = score;
+      if (p.scores_out == ScoresOut::masked) record(j, score, dot, qk2);
       ++n_visible;
     }
 
-    // 2. softmax of the row: max, exps, sum, normalise.
+    // 2. softmax of the row: max, exps, sum, normalise. A sink is one more term of the sum, without a value;
+    //    a row keeps its sink even when no key is visible (then every key weighs 0 and lse = sink).
+    const double sink = p.sink(h);
     double m = -inf;
     for (int64_t j = 0; j < Lk; ++j)
       if (visible[static_cast<size_t>(j)]) m = std::max(m, s[static_cast<size_t>(j)]);
-    const bool fully_masked = n_visible == 0 || m == -inf;
+    const bool fully_masked = (n_visible == 0 || m == -inf) && sink == -inf;
     std::vector<double> w(static_cast<size_t>(Lk), 0.0);
     double lse;
     if (!fully_masked) {
       if (p.fill == MaskFill::finite) m = std::max(m, fill);  // masked keys take part with the finite fill
-      double sum = 0.0;
+      m = std::max(m, sink);
+      double sum = sink == -inf ? 0.0 : std::exp(sink - m);
       for (int64_t j = 0; j < Lk; ++j) {
         const bool takes_part = visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite;
         w[static_cast<size_t>(j)] = takes_part ? std::exp(s[static_cast<size_t>(j)] - m) : 0.0;

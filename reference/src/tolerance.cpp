@@ -16,7 +16,8 @@ std::string TensorVerdict::describe() const {
   o.precision(9);
   o << tensor << '[';
   for (int k = 0; k < worst_rank; ++k)
-    o << (k ? "," : "") << (tensor == "weights" ? namesw[k] : names4[k]) << '=' << worst[static_cast<size_t>(k)];
+    o << (k ? "," : "") << (tensor == "weights" || tensor == "scores" ? namesw[k] : names4[k]) << '='
+      << worst[static_cast<size_t>(k)];
   o << "]: expected " << expected << " actual " << actual << " |err| " << std::abs(actual - expected)
     << (pass ? " <= " : " > ") << "tol " << tolerance;
   if (!dominant.empty()) o << " (bound dominated by " << dominant << ")";
@@ -143,6 +144,16 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
       v.tensors.push_back(compare_values("weights", w_shape, r.weights, actual.weights->to_double(),
                                          weights_tolerance(p, r, m, d), m, jr, static_cast<size_t>(p.Lk)));
       name_dominant(v.tensors.back(), w_shape, [&](size_t n) { return weights_terms(p, r, n, d, m); });
+    }
+  }
+  if (p.scores_out != ScoresOut::none) {
+    if (!actual.scores) {
+      missing("scores");
+    } else {
+      const DType d = delivered(*actual.scores, p.stat_dtype());
+      v.tensors.push_back(compare_values("scores", w_shape, r.scores, actual.scores->to_double(),
+                                         scores_tolerance(p, r, m, d), m, jr, static_cast<size_t>(p.Lk)));
+      name_dominant(v.tensors.back(), w_shape, [&](size_t n) { return scores_terms(p, r, n, d, m); });
     }
   }
   if (jr) v.tensors.push_back(reference_free_checks(p, actual));

@@ -176,6 +176,21 @@ TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DTy
   return t;
 }
 
+TolTerms scores_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m) {
+  // One score, as in the softmax's input (row_scales' c_a, c_b, c_c on this key's own magnitudes a, b, |s|);
+  // a fill (masked key under stage masked) is exact.
+  const Units u = units(p, m);
+  const Row x = row_scales(p, r, n / static_cast<size_t>(p.Lk), u, m);
+  const double S = std::abs(r.scores[n]);
+  TolTerms t = zero();
+  const double fill = p.fill == MaskFill::finite ? p.fill_value : -std::numeric_limits<double>::infinity();
+  if (!std::isfinite(r.scores[n]) || (p.scores_out == ScoresOut::masked && r.scores[n] == fill)) return t;
+  t[int(TolTerm::scores)] = m.lambda * (x.c_a * r.scores_a[n] + x.c_b * r.scores_b[n]) + x.c_c * S;
+  t[int(TolTerm::storage)] = unit_roundoff(delivered) * S;
+  t[int(TolTerm::floor_)] = floor_of(p, delivered);
+  return t;
+}
+
 namespace {
 template <class F>
 std::vector<double> sum_terms(size_t count, double scale, F terms) {
@@ -200,6 +215,12 @@ std::vector<double> lse_tolerance(const Problem& p, const ReferenceResult& r, co
                                   std::optional<DType> delivered) {
   const DType d = delivered.value_or(p.stat_dtype());
   return sum_terms(r.lse.size(), m.scale, [&](size_t n) { return lse_terms(p, r, n, d, m); });
+}
+
+std::vector<double> scores_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m,
+                                     std::optional<DType> delivered) {
+  const DType d = delivered.value_or(p.stat_dtype());
+  return sum_terms(r.scores.size(), m.scale, [&](size_t n) { return scores_terms(p, r, n, d, m); });
 }
 
 std::vector<double> weights_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m,

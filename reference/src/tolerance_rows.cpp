@@ -1,5 +1,6 @@
 // The checks that need no reference (tolerance.hpp, reference_free_checks): when the reference computed sampled
 // rows only, every row of the candidate's result still has to be finite, have a sane lse and weights summing to 1.
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -48,8 +49,10 @@ TensorVerdict reference_free_checks(const Problem& p, const Outputs& actual) {
     if (w.empty() || !std::isfinite(l) || !finite) continue;
     double sum = 0;  // weights: the rounding of each (u_w of the sum) and of the candidate's denominator (Lk u)
     for (int64_t j = 0; j < p.Lk; ++j) sum += w[static_cast<size_t>(row * p.Lk + j)];
-    const double tol = u_w + static_cast<double>(p.Lk) * u_acc;
-    if (!(std::abs(sum - 1.0) <= tol)) fail(row, 1.0, sum, tol);
+    // A sink takes exp(sink - lse) of the row and leaves the keys the rest (docs/problem-model.md).
+    const double sink = p.sink((row / p.Lq) % p.Hq), target = sink == -INFINITY ? 1.0 : 1.0 - std::exp(sink - l);
+    const double tol = u_w + static_cast<double>(p.Lk) * u_acc * (1.0 + (1.0 - target) * std::max(1.0, std::abs(l)));
+    if (!(std::abs(sum - target) <= tol)) fail(row, target, sum, tol);
   }
   return v;
 }

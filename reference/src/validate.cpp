@@ -83,6 +83,9 @@ void validate(const Problem& p) {
              std::to_string(d) + " (" + dims[d] + ") is " + std::to_string(s[d]) + ", expected 1 or " +
              std::to_string(full[d]));
   };
+  if (!p.sinks.empty() && static_cast<int64_t>(p.sinks.size()) != p.Hq)
+    fail("sinks must have Hq=" + std::to_string(p.Hq) + " entries (one per query head), got " +
+         std::to_string(p.sinks.size()));
   if (p.mask_shape) check_bcast("mask", *p.mask_shape);
   if (p.bias_shape) {
     check_bcast("bias", *p.bias_shape);

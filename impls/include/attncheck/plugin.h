@@ -102,6 +102,28 @@ typedef struct attncheck_ext_case_name {
   const char* name;
 } attncheck_ext_case_name;
 
+/* Tag 2: attention sinks, present iff the problem has them (feature name "sinks"). sinks[h] is query head h's
+ * sink logit: exp(sinks[h]) joins the softmax denominator of every row of that head and carries no value, so
+ * lse = log(sum_j exp(s_ij) + exp(sinks[h])); -INFINITY means no sink for that head. A row without a visible key
+ * but with a finite sink is not fully masked: its key weights and output are 0 and lse = sinks[h]. */
+#define ATTNCHECK_EXT_SINKS 2u
+typedef struct attncheck_ext_sinks {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_SINKS */
+  const double* sinks;                 /* [Hq] */
+} attncheck_ext_sinks;
+
+/* Tag 3: the raw-score output, present iff the problem asks for it (feature name "scores"; ONNX Attention's
+ * qk_matmul_output_mode 0-2). The plugin writes scores[b,h,i,j] (stat_dtype, strides in elements) at the stage:
+ * 1 = scale * q.k for every key (masked or not), 2 = the same after the softcap, 3 = after softcap, bias and
+ * masks (the softmax's input; masked keys hold the fill: -inf, or fill_value). Pre-filled with NaN by the host. */
+#define ATTNCHECK_EXT_SCORES 3u
+typedef struct attncheck_ext_scores {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_SCORES */
+  int32_t stage;                       /* 1 scaled, 2 capped, 3 masked */
+  void* scores;                        /* [B,Hq,Lq,Lk]; NULL in supports() */
+  int64_t strides[4];
+} attncheck_ext_scores;
+
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */
 typedef struct attncheck_capabilities {

@@ -21,14 +21,15 @@ using FieldRef =
     std::variant<int64_t Problem::*, double Problem::*, uint64_t Problem::*, bool Problem::*, DType Problem::*,
                  Layout Problem::*, Alignment Problem::*, MaskFill Problem::*, FullyMasked Problem::*,
                  std::optional<double> Problem::*, std::optional<std::array<int64_t, 4>> Problem::*,
-                 std::vector<int64_t> Problem::*, DerivedF64>;
+                 std::vector<int64_t> Problem::*, std::vector<double> Problem::*, ScoresOut Problem::*, DerivedF64>;
 
 // Where a field is kept in a fixture (golden/SCHEMA.md).
 enum class Stored : uint8_t {
   attribute,   // root attribute, always written
   if_set,      // root attribute written only when it differs from the default (absent = default): fields added
                // after schema 1 use this, so fixtures without the feature stay byte-identical
-  dataset,     // /inputs/<key>, one int64 per batch, written when non-empty
+  dataset,     // /inputs/<key>, written when non-empty: int64 lists one entry per batch, double lists (f64) one
+               // entry per query head
   derived,     // root attribute computed from other fields; written for readers of the file, never read back
 };
 
@@ -60,16 +61,28 @@ void set_field_text(Problem& p, const Field& f, const std::string& text);  // th
 bool field_is_default(const Problem& p, const Field& f);
 bool field_equal(const Problem& a, const Problem& b, const Field& f);
 
+// Plugin extension tags of the features added after ABI 2 (ATTNCHECK_EXT_* in plugin.h, asserted equal there).
+namespace ext_tag {
+inline constexpr uint32_t sinks = 2;
+inline constexpr uint32_t scores = 3;
+}
+
 // Every optional feature a backend may not support, in the order capability checks report them.
 struct Feature {
   const char* name;                              // as `attncheck list` and reports print it
   bool (*used)(const Problem&);                  // does the problem use it
   Support (*check)(const Capabilities&, const Problem&);  // is it allowed (used only when `used`)
   bool Capabilities::*flag;                      // the boolean capability, or nullptr when `check` is richer
-  // The extension tag through which plugins declare it: 0 = in attncheck_capabilities (plugin ABI v1); new
-  // features have no ABI route yet and are offered to no plugin (their Capabilities flag defaults to false).
+  // The extension tag (ATTNCHECK_EXT_* of plugin.h) that carries it to plugins: 0 = a v1 field of
+  // attncheck_problem and a flag of attncheck_capabilities. A feature with a tag is offered only to a plugin that
+  // lists `name` in its vtable's `features` (its Capabilities flag defaults to false), so older plugins never see
+  // it.
   uint32_t abi_tag;
 };
 std::span<const Feature> problem_features();
+// The features of `p` that travel in an extension (abi_tag != 0), by name.
+std::vector<std::string> extension_features(const Problem& p);
+// Sets the Capabilities flag of every extension feature named in `names` (a plugin's or worker's declaration).
+void declare_extension_features(Capabilities& c, const std::vector<std::string>& names);
 
 }  // namespace attncheck

@@ -95,8 +95,15 @@ enum class MaskFill : uint8_t { neg_inf, finite };
 //   uniform  weights 1/Lk over all keys, out = mean of all values (a finite fill such as -1e9)
 // lse of such a row is log(sum_j exp(fill)): -inf with an infinite fill, fill + log(Lk) with a finite one.
 enum class FullyMasked : uint8_t { nan, zero, uniform };
+// Raw scores as an output (ONNX Attention's qk_matmul_output_mode 0, 1, 2; mode 3 is want_weights), [B,Hq,Lq,Lk]:
+//   scaled  scale * q_i.k_j for every key, masked or not (mode 0)
+//   capped  the same after the softcap (mode 1; = scaled without a softcap)
+//   masked  after softcap, bias and masks: the softmax's input, masked keys = the fill (mode 2)
+enum class ScoresOut : uint8_t { none, scaled, capped, masked };
 const char* to_string(MaskFill f);
 const char* to_string(FullyMasked p);
+const char* to_string(ScoresOut s);
+ScoresOut scores_out_from_string(const std::string& s);
 MaskFill fill_from_string(const std::string& s);
 FullyMasked fully_masked_from_string(const std::string& s);
 
@@ -119,6 +126,9 @@ struct Problem {
   DType bias_dtype = DType::f32;
   int64_t window_left = -1, window_right = -1;  // sliding window around the diagonal; -1 = unbounded
   double softcap = 0.0;                         // c > 0: s -> c*tanh(s/c) before bias and masking; 0 = off
+  // Attention sinks: one logit per query head that joins every row's softmax denominator and has no value
+  // (exp(sinks[h]) is added to the sum; -inf = no sink for that head). Empty = no sinks.
+  std::vector<double> sinks;
 
   MaskFill fill = MaskFill::neg_inf;
   double fill_value = -1e9;  // used with MaskFill::finite
@@ -129,6 +139,7 @@ struct Problem {
 
   bool want_weights = false;  // P [B, Hq, Lq, Lk]
   bool want_lse = false;      // lse [B, Hq, Lq]
+  ScoresOut scores_out = ScoresOut::none;  // raw scores [B, Hq, Lq, Lk] at this stage
 
   double effective_scale() const;
   int64_t group_size() const { return Hq / Hkv; }  // query heads per KV head
@@ -136,6 +147,8 @@ struct Problem {
   int64_t key_length(int64_t b) const;      // valid keys of batch b
   int64_t diagonal_offset(int64_t b) const;  // the offset of the alignment for batch b
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
+  // The sink logit of query head h: -inf without sinks.
+  double sink(int64_t h) const;
   // dtype of weights and lse outputs: f64 for f64 problems, otherwise f32.
   DType stat_dtype() const { return dtype == DType::f64 ? DType::f64 : DType::f32; }
   // The name from the parameters, lossless: parse_name(p.name()) is p. One component per non-default field,
@@ -165,6 +178,7 @@ struct Outputs {
   Tensor out;                   // problem.dtype, [B,Hq,Lq,Dv] in the layout
   std::optional<Tensor> lse;    // stat_dtype, [B,Hq,Lq]
   std::optional<Tensor> weights;  // stat_dtype, [B,Hq,Lq,Lk], contiguous
+  std::optional<Tensor> scores;   // stat_dtype, [B,Hq,Lq,Lk], contiguous, when scores_out != none
 };
 
 // Allocate tensors of the right shapes for the problem (zero-filled).

@@ -13,6 +13,9 @@ struct ReferenceResult {
   std::vector<double> out;      // [B, Hq, Lq, Dv], row-major
   std::vector<double> lse;      // [B, Hq, Lq]: natural log of the softmax denominator (always computed)
   std::vector<double> weights;  // [B, Hq, Lq, Lk], only when problem.want_weights
+  std::vector<double> scores;   // [B, Hq, Lq, Lk], the raw scores at problem.scores_out (when not none)
+  // Their error magnitudes (KeyScales a and b of each score; 0 where the score is the fill): tolerance model.
+  std::vector<double> scores_a, scores_b;
   // Error scales for the tolerance model (docs/tolerance.md), computed alongside in double:
   std::vector<double> score_mag;  // [B, Hq, Lq]: max over visible j of |scale|*|q_i|*|k_j| + |bias_ij|
   std::vector<double> out_abs;    // [B, Hq, Lq, Dv]: sum_j |w_ij * keep_ij/(1-p) * v_jd|

@@ -36,6 +36,8 @@ using TolTerms = std::array<double, kTolTerms>;
 TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
 TolTerms lse_terms(const Problem& p, const ReferenceResult& r, size_t row, DType delivered, const ToleranceModel& m);
 TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
+// Raw scores element n ([B,Hq,Lq,Lk], problem.scores_out): one score's own error, its storage, the floor.
+TolTerms scores_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
 
 // Per-element tolerances (sums of the terms times m.scale) for out [B,Hq,Lq,Dv], lse [B,Hq,Lq] and weights
 // [B,Hq,Lq,Lk] of a reference result. Without `delivered`: out in the problem dtype, lse/weights in stat_dtype.
@@ -45,6 +47,8 @@ std::vector<double> lse_tolerance(const Problem& p, const ReferenceResult& r, co
                                   std::optional<DType> delivered = {});
 std::vector<double> weights_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
                                       std::optional<DType> delivered = {});
+std::vector<double> scores_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
+                                     std::optional<DType> delivered = {});
 
 // The verdict on one output tensor.
 struct TensorVerdict {

@@ -1,0 +1,173 @@
+// Invariants of the features of problem model v2 (docs/problem-model.md), each an implementation compared with
+// itself on an equivalent case: a sink of -inf is no sink; a sink is a key of score `sink` whose value is zero;
+// raw scores agree with the weights and lse, and their stages with each other.
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "prop_util.hpp"
+
+namespace attncheck::prop {
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// ---- attention sinks -------------------------------------------------------------------------------------
+void prep_sinks(CaseSpec& s) { s.sinks_kind = 1 + static_cast<int>(s.seed % 2); }
+// Finite sinks only: a row with no visible key and a -inf sink is fully masked, and its policy output (uniform:
+// the mean of Lk values) and lse (finite fill: fill + log Lk) count the keys, which differ by the extra one.
+void prep_sink_key(CaseSpec& s) { s.sinks_kind = 1; }
+
+Outcome sink_neg_inf_is_none(const Impl& impl, const Case& c) {
+  if (c.p.sinks.empty()) return Outcome::unsup("attention sinks not supported");
+  Case none = c, neg = c;
+  none.p.sinks.clear();
+  for (double& x : neg.p.sinks) x = kNegInf;
+  RUN_OR_UNSUP(ra, impl, neg);
+  RUN_OR_UNSUP(rb, impl, none);
+  return compare_pair(impl, none, *ra, *rb);
+}
+
+// The case with one key appended per (batch, kv head): K = 0 and V = 0, visible to every query, bias sinks[h]
+// (its score is scale·0, softcapped 0, plus the bias: exactly the sink), kept by dropout; and no sinks.
+Case sink_as_key(const Case& c0) {
+  const Case c = canonical(c0);
+  const int64_t Lk = c.p.Lk;
+  Case d = c;
+  d.p.Lk = Lk + 1;
+  d.p.sinks.clear();
+  d.in.k = make_qkv(d.p, 1), d.in.v = make_qkv(d.p, 2);
+  for (int64_t b = 0; b < c.p.B; ++b)
+    for (int64_t h = 0; h < c.p.Hkv; ++h)
+      for (int64_t j = 0; j < Lk; ++j) {
+        for (int64_t e = 0; e < c.p.Dqk; ++e) d.in.k.put(b, h, j, e, c.in.k.at(b, h, j, e));
+        for (int64_t e = 0; e < c.p.Dv; ++e) d.in.v.put(b, h, j, e, c.in.v.at(b, h, j, e));
+      }
+  const std::vector<int64_t> full = {c.p.B, c.p.Hq, c.p.Lq, Lk + 1};
+  auto widen = [&](const std::optional<Tensor>& t, DType dt, auto last) {
+    Tensor w(dt, full);
+    for (int64_t b = 0; b < c.p.B; ++b)
+      for (int64_t h = 0; h < c.p.Hq; ++h)
+        for (int64_t i = 0; i < c.p.Lq; ++i)
+          for (int64_t j = 0; j <= Lk; ++j)
+            w.put(b, h, i, j, j == Lk ? last(h) : t ? t->get_offset(broadcast_offset(*t, b, h, i, j)) : 0.0);
+    return w;
+  };
+  d.in.bias = widen(c.in.bias, c.p.bias_dtype, [&](int64_t h) { return c.p.sinks[static_cast<size_t>(h)]; });
+  d.p.bias_shape = std::array<int64_t, 4>{full[0], full[1], full[2], full[3]};
+  if (c.in.mask) d.in.mask = widen(c.in.mask, DType::u8, [](int64_t) { return 1.0; }), d.p.mask_shape = d.p.bias_shape;
+  if (c.in.keep) d.in.keep = widen(c.in.keep, DType::u8, [](int64_t) { return 1.0; });
+  return d;
+}
+
+Outcome sink_is_zero_value_key(const Impl& impl, const Case& c) {
+  if (c.p.sinks.empty()) return Outcome::unsup("attention sinks not supported");
+  const Case d = sink_as_key(c);
+  RUN_OR_UNSUP(ra, impl, c);
+  RUN_OR_UNSUP(rb, impl, d);
+  // Each run is within its own tolerance of its exact result, and the exact results coincide (weights: the
+  // first Lk keys of the longer case), so the runs differ by at most the sum of both tolerances.
+  const Tol ta = tolerances(c), tb = tolerances(d);
+  const int64_t rows = c.p.B * c.p.Hq * c.p.Lq, Lk = c.p.Lk;
+  Ran mapped = *rb;
+  std::vector<double> wtol(ta.w.size());
+  if (c.p.want_weights) mapped.w.resize(ta.w.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < Lk; ++j) {
+      const size_t n = static_cast<size_t>(r * Lk + j), m = static_cast<size_t>(r * (Lk + 1) + j);
+      if (c.p.want_weights) mapped.w[n] = rb->w[m];
+      wtol[n] = ta.w[n] + tb.w[m];
+    }
+  Checker k(impl, c);
+  k.compare("out", out_shape(c.p), ra->out, mapped.out, add(ta.out, tb.out));
+  if (c.p.want_lse) k.compare("lse", lse_shape(c.p), ra->lse, mapped.lse, add(ta.lse, tb.lse));
+  if (c.p.want_weights) k.compare("weights", w_shape(c.p), ra->w, mapped.w, wtol);
+  return k.done();
+}
+
+// ---- raw-score outputs ------------------------------------------------------------------------------------
+// Raw stages read every key by definition, so poison (NaN in keys no query sees) would only test poison.
+void prep_scores(CaseSpec& s) {
+  s.scores_out = ScoresOut::masked;
+  s.poison = false;
+}
+
+// The softmax's input and its outputs agree: weights = exp(masked score - lse) on every row that is not fully
+// masked (the sink, if any, is in lse), within the weights' tolerance plus the scores' and lse's carried over.
+Outcome scores_softmax(const Impl& impl, const Case& c0) {
+  const Case c = with_stats(impl, c0);
+  if (c.p.scores_out != ScoresOut::masked) return Outcome::unsup("raw-score output not supported");
+  if (!c.p.want_weights || !c.p.want_lse) return Outcome::unsup("needs weights and lse outputs");
+  RUN_OR_UNSUP(r, impl, c);
+  const Tol t = tolerances(c);
+  std::vector<double> e(r->w.size()), tol(r->w.size());
+  for (int64_t b = 0, row = 0; b < c.p.B; ++b)
+    for (int64_t h = 0; h < c.p.Hq; ++h)
+      for (int64_t i = 0; i < c.p.Lq; ++i, ++row)
+        for (int64_t j = 0; j < c.p.Lk; ++j) {
+          const size_t n = static_cast<size_t>(row * c.p.Lk + j);
+          const bool empty = row_fully_masked(c.p, c.in, b, h, i);
+          e[n] = empty ? r->w[n] : std::exp(r->s[n] - r->lse[static_cast<size_t>(row)]);
+          tol[n] = empty ? 0.0 : t.w[n] + 1.01 * t.ref.weights[n] * (t.s[n] + t.lse[static_cast<size_t>(row)]);
+        }
+  Checker k(impl, c);
+  k.compare("weights vs exp(scores - lse)", w_shape(c.p), e, r->w, tol);
+  return k.done();
+}
+
+void prep_stages(CaseSpec& s) {
+  prep_scores(s);
+  if (s.softcap == 0 && s.seed % 2) s.softcap = 5.0;
+}
+
+// The stages follow from each other: capped = softcap(scaled); masked = capped + bias where visible, the fill
+// elsewhere (exactly). Three runs of the same case, one per stage.
+Outcome scores_stages(const Impl& impl, const Case& c) {
+  if (c.p.scores_out == ScoresOut::none) return Outcome::unsup("raw-score output not supported");
+  Case at[3] = {c, c, c};
+  const ScoresOut stages[3] = {ScoresOut::scaled, ScoresOut::capped, ScoresOut::masked};
+  std::optional<Ran> r[3];
+  Tol t[3];
+  for (int k = 0; k < 3; ++k) {
+    at[k].p.scores_out = stages[k];
+    std::string why;
+    if (!(r[k] = run(impl, at[k], &why))) return Outcome::unsup(why);
+    t[k] = tolerances(at[k]);
+  }
+  const Problem& p = c.p;
+  const double fill = p.fill == MaskFill::finite ? p.fill_value : kNegInf;
+  std::vector<double> capped(r[0]->s.size()), masked(capped.size()), tol_c(capped.size()), tol_m(capped.size());
+  for (int64_t b = 0, row = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i, ++row)
+        for (int64_t j = 0; j < p.Lk; ++j) {
+          const size_t n = static_cast<size_t>(row * p.Lk + j);
+          const double x = r[0]->s[n];
+          capped[n] = p.softcap > 0 ? p.softcap * std::tanh(x / p.softcap) : x;
+          tol_c[n] = t[1].s[n] + t[0].s[n];  // the softcap's slope is at most 1
+          const bool vis = visible(p, c.in, b, h, i, j);
+          const double bias = c.in.bias ? c.in.bias->get_offset(broadcast_offset(*c.in.bias, b, h, i, j)) : 0.0;
+          masked[n] = vis ? r[1]->s[n] + bias : fill;
+          tol_m[n] = vis ? t[2].s[n] + t[1].s[n] : 0.0;
+        }
+  Checker k(impl, c);
+  k.compare("capped vs softcap(scaled)", w_shape(p), capped, r[1]->s, tol_c);
+  k.compare("masked vs capped + bias, or the fill", w_shape(p), masked, r[2]->s, tol_m);
+  return k.done();
+}
+
+}  // namespace
+
+std::vector<Property> model_properties() {
+  return {
+      {"sink_neg_inf_is_none", "a sink of -inf on every head equals no sinks", prep_sinks, sink_neg_inf_is_none},
+      {"sink_is_zero_value_key", "a sink equals one more key with score = sink and a zero value", prep_sink_key,
+       sink_is_zero_value_key},
+      {"scores_softmax", "weights equal exp(masked scores - lse)", prep_scores, scores_softmax},
+      {"scores_stages", "raw-score stages: capped = softcap(scaled), masked = capped + bias or the fill", prep_stages,
+       scores_stages},
+  };
+}
+
+}  // namespace attncheck::prop
