@@ -21,6 +21,25 @@ except ImportError as e:
 
 FEATURES = ["gqa", "cross", "causal", "bool_mask"]
 
+# Fully masked rows: PyTorch's CPU SDPA returns NaN before 2.5 and zeros from 2.5 on; JAX fills masked scores with a
+# finite value, so such a row is uniform.
+if framework == "torch":
+    POLICY = "zero" if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5) else "nan"
+else:
+    POLICY = "uniform"
+
+# Failures that are the framework's own bugs, each with its upstream report (or how attncheck found it). The test
+# mode passes when exactly these fail: a new failure, or one of these passing again, fails the test, so the list
+# is kept true rather than silencing the framework.
+KNOWN_FAILURES = {
+    "torch": {
+        "poison_masked": "pytorch#101967: NaN in masked-out K/V leaks into the output (0*NaN in P.V)",
+        "causal-tl-scaled": "is_causal with a negative scale returns NaN on the CPU flash path "
+                            "(found by attncheck; the math path is right)",
+    },
+    "jax": {},
+}
+
 
 def torch_sdpa(q, k, v, *, problem, mask=None, bias=None, keep=None):
     dt = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[problem["dtype"]]
@@ -50,11 +69,28 @@ def jax_sdpa(q, k, v, *, problem, mask=None, bias=None, keep=None):
 if len(sys.argv) > 2 and sys.argv[2] == "serve":
     import attncheck
     attncheck.worker.serve(torch_sdpa if framework == "torch" else jax_sdpa,
-                           {"name": f"{framework}-sdpa", "policy": "nan" if framework == "torch" else "uniform",
+                           {"name": f"{framework}-sdpa", "policy": POLICY,
                             "dtypes": ["f32", "f16", "bf16"], "layouts": ["bhsd"], "alignments": ["top_left"],
                             "features": FEATURES})
 else:
+    import json
+    import tempfile
     exe, golden = sys.argv[2:4]
-    cmd = [exe, "verify", "--worker", f"{sys.executable} {os.path.abspath(__file__)} {framework} serve",
-           "--impl", f"{framework}-sdpa", "--fixtures", golden]
-    sys.exit(subprocess.run(cmd).returncode)
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "report.json")
+        cmd = [exe, "verify", "--worker", f"{sys.executable} {os.path.abspath(__file__)} {framework} serve",
+               "--impl", f"{framework}-sdpa", "--fixtures", golden, "--report", report]
+        rc = subprocess.run(cmd).returncode
+        if rc not in (0, 1) or not os.path.exists(report):
+            sys.exit(f"verify exited {rc} without a report")
+        cases = json.load(open(report))["cases"]
+    known = KNOWN_FAILURES[framework]
+    failed = {c["fixture"] for c in cases if c["status"] not in ("pass", "unsupported")}
+    unexpected = sorted(f for f in failed if not any(k in f for k in known))
+    fixed = sorted(k for k in known if not any(k in f for f in failed))
+    for f in sorted(failed - set(unexpected)):
+        print(f"known upstream failure: {f}: {next(v for k, v in known.items() if k in f)}")
+    if not any(c["status"] == "pass" for c in cases):
+        sys.exit("no case passed")
+    if unexpected or fixed:
+        sys.exit(f"unexpected failures: {unexpected}; known failures that no longer fail: {fixed}")
