@@ -64,6 +64,9 @@ HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   a.q = in.q.bytes.data();
   a.k = in.k.bytes.data();
   a.v = in.v.bytes.data();
+  plan.q_bytes = in.q.bytes.size();
+  plan.k_bytes = in.k.bytes.size();
+  plan.v_bytes = in.v.bytes.size();
   a.out = out.out.bytes.data();
   copy_strides(a.q_stride, in.q);
   copy_strides(a.k_stride, in.k);
