@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "attncheck/run_failure.hpp"
+#include "host_plan_backward.hpp"
 
 namespace attncheck::cuda {
 
@@ -95,6 +96,11 @@ class EmulatedImpl final : public Impl {
   Support supports(const Problem& p) const override { return kernel_supports(p); }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     run_emulated_both_orders(p, in, out, default_version(p));
+  }
+  Support supports_backward(const Problem& p) const override { return backward_supports(p); }
+  void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
+                    Gradients& g) const override {
+    run_backward_both_orders(p, in, fwd, dout, g);
   }
 };
 }  // namespace

@@ -31,6 +31,12 @@ struct HostPlan {
   const void* bias_data() const { return bias_f64.empty() ? static_cast<const void*>(bias_f32.data()) : bias_f64.data(); }
 };
 
+// Params pointing into `in` only (q, k, v, masks, bias, dropout, per-batch offsets); out, lse, weights, scratch
+// unset. Throws std::invalid_argument when the problem is not supported (kernel_supports).
+HostPlan make_input_plan(const Problem& p, const Inputs& in);
+// The element strides of a 4-d tensor into AttnParams' stride arrays.
+void copy_strides(int64_t* dst, const Tensor& t);
+
 // Params pointing into `in` and `out` (which must come from make_outputs(p)). Throws std::invalid_argument when
 // the problem is not supported (kernel_supports) or when `v` cannot produce a requested output.
 HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v);
