@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "host_plan.hpp"
+#include "host_plan_backward.hpp"
 
 namespace attncheck::cuda {
 namespace {
@@ -102,6 +102,64 @@ void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   if (out.weights) download(out.weights->bytes.data(), w, out.weights->bytes.size());
 }
 
+// The backward kernels on the device: the same BwdParams as the emulation with every buffer copied; the gradients
+// come back into the harness's (NaN-poisoned) tensors, dBias through the accumulation-type workspace.
+void run_backward_on_device(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout, Gradients& g) {
+  BwdPlan plan = make_backward_plan(p, in, fwd, dout, g);
+  const HostPlan& hp = plan.inputs;
+  BwdParams bp = plan.params;  // host pointers, replaced one by one with device copies
+  AttnParams& a = bp.a;
+  DeviceBuffer q = upload(in.q.bytes.data(), in.q.bytes.size());
+  DeviceBuffer k = upload(in.k.bytes.data(), in.k.bytes.size());
+  DeviceBuffer vv = upload(in.v.bytes.data(), in.v.bytes.size());
+  DeviceBuffer o = upload(fwd.out.bytes.data(), fwd.out.bytes.size());
+  DeviceBuffer lse = upload(fwd.lse->bytes.data(), fwd.lse->bytes.size());
+  DeviceBuffer diag = upload(hp.diag_offset.data(), hp.diag_offset.size() * sizeof(int64_t));
+  DeviceBuffer kl = upload(hp.key_length.data(), hp.key_length.size() * sizeof(int64_t));
+  DeviceBuffer mask = upload(a.mask, hp.mask_bytes);
+  DeviceBuffer bias = upload(hp.bias_data(), hp.bias_bytes());
+  DeviceBuffer keep = upload(a.keep, hp.keep_bytes);
+  DeviceBuffer d_o = upload(dout.bytes.data(), dout.bytes.size());
+  DeviceBuffer dq = upload(g.dq.bytes.data(), g.dq.bytes.size());  // keeps the harness's NaN poison
+  DeviceBuffer dk = upload(g.dk.bytes.data(), g.dk.bytes.size());
+  DeviceBuffer dv = upload(g.dv.bytes.data(), g.dv.bytes.size());
+  DeviceBuffer dstat = upload(plan.d.data(), plan.d.size());
+  DeviceBuffer live = upload(plan.live.data(), plan.live.size());
+  DeviceBuffer ds = upload(plan.ds.data(), plan.ds.size());  // zero-initialised
+  DeviceBuffer dbias = upload(plan.dbias.data(), plan.dbias.size());
+  a.q = q.get<void>();
+  a.k = k.get<void>();
+  a.v = vv.get<void>();
+  a.out = o.get<void>();
+  a.lse = lse.get<void>();
+  a.weights = nullptr;
+  a.scratch = nullptr;
+  a.diag_offset = diag.get<int64_t>();
+  a.key_length = kl.get<int64_t>();
+  a.mask = a.mask ? mask.get<unsigned char>() : nullptr;
+  a.bias = a.bias ? bias.get<void>() : nullptr;
+  a.keep = a.keep ? keep.get<unsigned char>() : nullptr;
+  bp.dout = d_o.get<void>();
+  bp.dq = dq.get<void>();
+  bp.dk = dk.get<void>();
+  bp.dv = dv.get<void>();
+  bp.d = dstat.get<void>();
+  bp.live = live.get<unsigned char>();
+  bp.ds = plan.ds.empty() ? nullptr : ds.get<void>();
+  bp.dbias = plan.dbias.empty() ? nullptr : dbias.get<void>();
+
+  for (const BwdLaunch& l : plan_backward(bp, hp.elem)) {
+    l.fn<<<l.grid, l.block, l.smem>>>(bp);
+    ATTNCHECK_CUDA_CHECK(cudaGetLastError());
+  }
+  ATTNCHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  download(g.dq.bytes.data(), dq, g.dq.bytes.size());
+  download(g.dk.bytes.data(), dk, g.dk.bytes.size());
+  download(g.dv.bytes.data(), dv, g.dv.bytes.size());
+  download(plan.dbias.data(), dbias, plan.dbias.size());
+  store_dbias(plan, g);
+}
+
 class DeviceImpl final : public Impl {
  public:
   std::string name() const override { return "cuda"; }
@@ -113,6 +171,11 @@ class DeviceImpl final : public Impl {
   Support supports(const Problem& p) const override { return kernel_supports(p); }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     run_on_device(p, in, out, default_version(p));
+  }
+  Support supports_backward(const Problem& p) const override { return backward_supports(p); }
+  void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
+                    Gradients& g) const override {
+    run_backward_on_device(p, in, fwd, dout, g);
   }
 };
 

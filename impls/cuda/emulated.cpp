@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "attncheck/run_failure.hpp"
+#include "host_plan_backward.hpp"
 
 namespace attncheck::cuda {
 
@@ -27,7 +28,26 @@ void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const siz
   cfg.block = k.block;
   cfg.dynamic_smem = k.smem;
   cfg.order = order;
-  emu::launch(cfg, k.fn, plan.params);
+  // Every buffer the kernels may touch is registered: a load or store outside all of them names the buffer, the
+  // element and the thread at the moment it happens; the guard bands below stay as the net for unchecked writes.
+  const AttnParams& a = plan.params;
+  cfg.globals = {{"q", a.q, plan.q_bytes},
+                 {"k", a.k, plan.k_bytes},
+                 {"v", a.v, plan.v_bytes},
+                 {"diag_offset", a.diag_offset, plan.diag_offset.size() * sizeof(int64_t)},
+                 {"key_length", a.key_length, plan.key_length.size() * sizeof(int64_t)}};
+  if (a.mask) cfg.globals.push_back({"mask", a.mask, plan.mask_bytes});
+  if (a.bias) cfg.globals.push_back({"bias", a.bias, plan.bias_bytes()});
+  if (a.keep) cfg.globals.push_back({"keep", a.keep, plan.keep_bytes});
+  for (int b = 0; b < 4; ++b)
+    if (original[b]) cfg.globals.push_back({names[b], *ptrs[b], sizes[b]});
+  try {
+    emu::launch(cfg, k.fn, plan.params);
+  } catch (const emu::OutOfBounds& e) {
+    for (int b = 0; b < 4; ++b)
+      if (original[b]) *ptrs[b] = original[b];
+    throw RunFailure("out-of-bounds", std::string("emulated ") + k.name + " kernel: " + e.what());
+  }
   for (int b = 0; b < 4; ++b) {
     if (!original[b]) continue;
     *ptrs[b] = original[b];
@@ -95,6 +115,11 @@ class EmulatedImpl final : public Impl {
   Support supports(const Problem& p) const override { return kernel_supports(p); }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     run_emulated_both_orders(p, in, out, default_version(p));
+  }
+  Support supports_backward(const Problem& p) const override { return backward_supports(p); }
+  void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
+                    Gradients& g) const override {
+    run_backward_both_orders(p, in, fwd, dout, g);
   }
 };
 }  // namespace

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "emu/simt.hpp"
+#include "attncheck/backward.hpp"
 #include "host_plan.hpp"
 
 namespace attncheck::cuda {
@@ -19,5 +20,13 @@ void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const siz
 // Forward and reversed orders, compared bit for bit; a difference is a race and throws emu::EmulationError
 // naming the tensor and element. `out` receives the forward run.
 void run_emulated_both_orders(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v);
+
+// The backward kernels (emulated_backward.cpp): row statistics, dK/dV, dQ, dBias, every buffer they write framed
+// by guard bands. `fwd` is the forward's outputs with lse; `g` comes from make_gradients(p).
+void run_backward_emulated(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout, Gradients& g,
+                           emu::Order order);
+// Both thread orders, compared bit for bit (a difference throws emu::EmulationError naming the gradient).
+void run_backward_both_orders(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
+                              Gradients& g);
 
 }  // namespace attncheck::cuda

@@ -43,35 +43,31 @@ ElemType elem_type(DType t) {
   throw std::invalid_argument(std::string("cuda: dtype ") + to_string(t) + " not supported (fp64, fp32, fp16, bf16)");
 }
 
-namespace {
 void copy_strides(int64_t* dst, const Tensor& t) {
   for (int k = 0; k < 4; ++k) dst[k] = t.strides[static_cast<size_t>(k)];
 }
+
+namespace {
 // Element strides of a broadcast tensor: 0 along dims of extent 1, so the kernels index it with (b, h, i, j).
 void broadcast_strides(int64_t* dst, const Tensor& t) {
   for (int k = 0; k < 4; ++k) dst[k] = t.shape[static_cast<size_t>(k)] == 1 ? 0 : t.strides[static_cast<size_t>(k)];
 }
 }  // namespace
 
-HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v) {
+HostPlan make_input_plan(const Problem& p, const Inputs& in) {
   if (Support s = kernel_supports(p); !s.ok) throw std::invalid_argument("cuda: " + s.reason);
-  if (p.want_weights && v != KernelVersion::naive)
-    throw std::invalid_argument("cuda: the fused kernel 2 does not produce weights (want_weights = true)");
   HostPlan plan;
   plan.elem = elem_type(p.dtype);
-  plan.version = v;
   AttnParams& a = plan.params;
   a.q = in.q.bytes.data();
   a.k = in.k.bytes.data();
   a.v = in.v.bytes.data();
-  a.out = out.out.bytes.data();
+  plan.q_bytes = in.q.bytes.size();
+  plan.k_bytes = in.k.bytes.size();
+  plan.v_bytes = in.v.bytes.size();
   copy_strides(a.q_stride, in.q);
   copy_strides(a.k_stride, in.k);
   copy_strides(a.v_stride, in.v);
-  copy_strides(a.o_stride, out.out);
-  // lse and weights are stat_dtype: fp64 for fp64 problems, fp32 otherwise -- the kernels' accumulation type.
-  a.lse = out.lse ? out.lse->bytes.data() : nullptr;
-  a.weights = out.weights ? out.weights->bytes.data() : nullptr;
   const bool wide = p.dtype == DType::f64;
   a.B = static_cast<int>(p.B);
   a.Hq = static_cast<int>(p.Hq);
@@ -122,8 +118,24 @@ HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
     plan.keep_bytes = in.keep->bytes.size();
   }
   a.keep_scale = 1.0 / (1.0 - p.dropout_p);
+  return plan;
+}
+
+HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v) {
+  if (Support s = kernel_supports(p); !s.ok) throw std::invalid_argument("cuda: " + s.reason);
+  if (p.want_weights && v != KernelVersion::naive)
+    throw std::invalid_argument("cuda: the fused kernel 2 does not produce weights (want_weights = true)");
+  HostPlan plan = make_input_plan(p, in);
+  plan.version = v;
+  AttnParams& a = plan.params;
+  a.out = out.out.bytes.data();
+  copy_strides(a.o_stride, out.out);
+  // lse and weights are stat_dtype: fp64 for fp64 problems, fp32 otherwise -- the kernels' accumulation type.
+  a.lse = out.lse ? out.lse->bytes.data() : nullptr;
+  a.weights = out.weights ? out.weights->bytes.data() : nullptr;
   if (v == KernelVersion::naive && !a.weights) {
-    plan.scratch.assign(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Lk) * (wide ? sizeof(double) : sizeof(float)), 0);
+    const size_t acc = p.dtype == DType::f64 ? sizeof(double) : sizeof(float);
+    plan.scratch.assign(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Lk) * acc, 0);
     a.scratch = plan.scratch.data();
   }
   return plan;

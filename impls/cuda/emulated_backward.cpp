@@ -1,0 +1,113 @@
+// The CUDA backward kernels on the host SIMT emulation: every buffer they write sits in a copy framed by guard
+// bands (a changed guard byte is an out-of-bounds write), and `cuda-emulated` runs them in both thread orders,
+// compared bit for bit (a difference is a race).
+#include <cstring>
+#include <functional>
+
+#include "attncheck/run_failure.hpp"
+#include "emulated.hpp"
+#include "host_plan_backward.hpp"
+
+namespace attncheck::cuda {
+
+namespace {
+// Buffers moved into framed copies for the duration of a launch sequence.
+class GuardBands {
+ public:
+  template <class P>
+  void add(P*& ptr, size_t bytes, const char* name) {
+    if (!ptr) return;
+    P* const original = ptr;
+    Band b;
+    b.original = original;
+    b.bytes = bytes;
+    b.name = name;
+    b.framed.assign(bytes + 2 * kGuardBytes, 0xFF);
+    std::memcpy(b.framed.data() + kGuardBytes, original, bytes);
+    ptr = reinterpret_cast<P*>(b.framed.data() + kGuardBytes);
+    b.restore = [&ptr, original] { ptr = original; };
+    bands_.push_back(std::move(b));
+  }
+  // Puts the original pointers back, copies the results into them; throws RunFailure("out-of-bounds") naming the
+  // buffer and the byte offset of the first changed guard byte.
+  void check_and_restore() {
+    for (Band& b : bands_) {
+      b.restore();
+      const unsigned char* f = b.framed.data();
+      for (size_t n = 0; n < b.framed.size(); ++n) {
+        if (n == kGuardBytes) n += b.bytes;
+        if (n >= b.framed.size() || f[n] == 0xFF) continue;
+        const bool before = n < kGuardBytes;
+        throw RunFailure("out-of-bounds",
+                         std::string("emulated backward kernel wrote outside '") + b.name + "': guard byte " +
+                             std::to_string(before ? kGuardBytes - n : n - kGuardBytes - b.bytes) +
+                             (before ? " before its start" : " past its end") + " (byte offset " +
+                             std::to_string(static_cast<int64_t>(n) - static_cast<int64_t>(kGuardBytes)) + ")");
+      }
+      std::memcpy(b.original, f + kGuardBytes, b.bytes);
+    }
+  }
+
+ private:
+  struct Band {
+    void* original = nullptr;
+    size_t bytes = 0;
+    const char* name = "";
+    std::vector<unsigned char> framed;
+    std::function<void()> restore;
+  };
+  std::vector<Band> bands_;
+};
+
+int64_t first_difference(const Tensor& a, const Tensor& b) {
+  const size_t es = dtype_size(a.dtype);
+  for (size_t n = 0; n < a.bytes.size(); n += es)
+    if (std::memcmp(&a.bytes[n], &b.bytes[n], es) != 0) return static_cast<int64_t>(n / es);
+  return -1;
+}
+
+void compare_runs(const char* name, const Tensor& fwd, const Tensor& rev) {
+  const int64_t n = first_difference(fwd, rev);
+  if (n < 0) return;
+  throw emu::EmulationError(std::string("race: forward and reversed thread orders disagree on ") + name +
+                            " (storage element " + std::to_string(n) + ": " + std::to_string(fwd.get_offset(n)) +
+                            " vs " + std::to_string(rev.get_offset(n)) + ")");
+}
+}  // namespace
+
+void run_backward_emulated(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout, Gradients& g,
+                           emu::Order order) {
+  BwdPlan plan = make_backward_plan(p, in, fwd, dout, g);
+  BwdParams& bp = plan.params;
+  GuardBands guard;
+  guard.add(bp.dq, g.dq.bytes.size(), "dq");
+  guard.add(bp.dk, g.dk.bytes.size(), "dk");
+  guard.add(bp.dv, g.dv.bytes.size(), "dv");
+  guard.add(bp.d, plan.d.size(), "D workspace");
+  guard.add(bp.live, plan.live.size(), "live workspace");
+  guard.add(bp.ds, plan.ds.size(), "dS workspace");
+  guard.add(bp.dbias, plan.dbias.size(), "dbias workspace");
+  for (const BwdLaunch& k : plan_backward(bp, plan.inputs.elem)) {
+    emu::LaunchConfig cfg;
+    cfg.grid = k.grid;
+    cfg.block = k.block;
+    cfg.dynamic_smem = k.smem;
+    cfg.order = order;
+    emu::launch(cfg, k.fn, bp);
+  }
+  guard.check_and_restore();
+  store_dbias(plan, g);
+}
+
+void run_backward_both_orders(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
+                              Gradients& g) {
+  Gradients reversed = g;  // the same poison as the harness put in `g`
+  run_backward_emulated(p, in, fwd, dout, g, emu::Order::forward);
+  run_backward_emulated(p, in, fwd, dout, reversed, emu::Order::reversed);
+  compare_runs("dq", g.dq, reversed.dq);
+  compare_runs("dk", g.dk, reversed.dk);
+  compare_runs("dv", g.dv, reversed.dv);
+  if (g.dbias) compare_runs("dbias", *g.dbias, *reversed.dbias);
+}
+
+}  // namespace attncheck::cuda
