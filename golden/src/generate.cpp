@@ -74,6 +74,15 @@ bool key_visible_anywhere(const Problem& p, const Inputs& in, int64_t b, int64_t
 
 Inputs generate_inputs(const Problem& p, Distribution dist, uint64_t seed) {
   validate(p);
+  if (p.past_len > 0) {
+    // KV-cache append: the inputs of attending over the whole sequence, its first past_len tokens moved into the
+    // past (so a fixture with a past and one without hold the same sequence, hazards and poison included).
+    Problem whole = p;
+    whole.past_len = 0;
+    Inputs in = generate_inputs(whole, dist, seed);
+    split_past(p, in);
+    return in;
+  }
   if (dist == Distribution::poison_masked && p.fill == MaskFill::finite)
     throw std::invalid_argument(
         "distribution: poison_masked needs fill=neg_inf (with a finite fill, masked keys take part in fully "

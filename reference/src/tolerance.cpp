@@ -156,6 +156,20 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
       name_dominant(v.tensors.back(), w_shape, [&](size_t n) { return scores_terms(p, r, n, d, m); });
     }
   }
+  if (p.past_len > 0) {
+    // present = concat(past, new) is a copy: exact, element by element (NaN where the input holds NaN).
+    const std::pair<const char*, const std::vector<double>*> expected[] = {{"present_k", &r.present_k},
+                                                                          {"present_v", &r.present_v}};
+    for (const auto& [name, e] : expected) {
+      const std::optional<Tensor>& a = name == expected[0].first ? actual.present_k : actual.present_v;
+      if (!a) {
+        missing(name);
+        continue;
+      }
+      v.tensors.push_back(compare_values(name, a->shape, *e, a->to_double(), std::vector<double>(e->size(), 0.0), m));
+      v.tensors.back().dominant = "exact copy";
+    }
+  }
   if (jr) v.tensors.push_back(reference_free_checks(p, actual));
   for (const auto& t : v.tensors) v.pass = v.pass && t.pass;
   return v;
