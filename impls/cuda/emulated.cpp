@@ -28,7 +28,26 @@ void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const siz
   cfg.block = k.block;
   cfg.dynamic_smem = k.smem;
   cfg.order = order;
-  emu::launch(cfg, k.fn, plan.params);
+  // Every buffer the kernels may touch is registered: a load or store outside all of them names the buffer, the
+  // element and the thread at the moment it happens; the guard bands below stay as the net for unchecked writes.
+  const AttnParams& a = plan.params;
+  cfg.globals = {{"q", a.q, plan.q_bytes},
+                 {"k", a.k, plan.k_bytes},
+                 {"v", a.v, plan.v_bytes},
+                 {"diag_offset", a.diag_offset, plan.diag_offset.size() * sizeof(int64_t)},
+                 {"key_length", a.key_length, plan.key_length.size() * sizeof(int64_t)}};
+  if (a.mask) cfg.globals.push_back({"mask", a.mask, plan.mask_bytes});
+  if (a.bias) cfg.globals.push_back({"bias", a.bias, plan.bias_bytes()});
+  if (a.keep) cfg.globals.push_back({"keep", a.keep, plan.keep_bytes});
+  for (int b = 0; b < 4; ++b)
+    if (original[b]) cfg.globals.push_back({names[b], *ptrs[b], sizes[b]});
+  try {
+    emu::launch(cfg, k.fn, plan.params);
+  } catch (const emu::OutOfBounds& e) {
+    for (int b = 0; b < 4; ++b)
+      if (original[b]) *ptrs[b] = original[b];
+    throw RunFailure("out-of-bounds", std::string("emulated ") + k.name + " kernel: " + e.what());
+  }
   for (int b = 0; b < 4; ++b) {
     if (!original[b]) continue;
     *ptrs[b] = original[b];

@@ -62,6 +62,9 @@ HostPlan make_input_plan(const Problem& p, const Inputs& in) {
   a.q = in.q.bytes.data();
   a.k = in.k.bytes.data();
   a.v = in.v.bytes.data();
+  plan.q_bytes = in.q.bytes.size();
+  plan.k_bytes = in.k.bytes.size();
+  plan.v_bytes = in.v.bytes.size();
   copy_strides(a.q_stride, in.q);
   copy_strides(a.k_stride, in.k);
   copy_strides(a.v_stride, in.v);

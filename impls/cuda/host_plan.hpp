@@ -27,6 +27,7 @@ struct HostPlan {
   std::vector<double> bias_f64;                  //   row-major over its broadcast shape
   std::vector<unsigned char> scratch;            // kernel 1's score workspace when weights are not requested
   size_t mask_bytes = 0, keep_bytes = 0;         // extents of the u8 buffers, for device copies
+  size_t q_bytes = 0, k_bytes = 0, v_bytes = 0;  // extents of the inputs, for the emulation's bounds checks
   size_t bias_bytes() const { return bias_f32.size() * sizeof(float) + bias_f64.size() * sizeof(double); }
   const void* bias_data() const { return bias_f64.empty() ? static_cast<const void*>(bias_f32.data()) : bias_f64.data(); }
 };

@@ -49,6 +49,7 @@ struct Block {
 thread_local Thread* tl_thread = nullptr;
 thread_local Block* tl_block = nullptr;
 thread_local std::vector<unsigned char> tl_dynamic_shared;
+thread_local const std::vector<GlobalBuffer>* tl_globals = nullptr;  // of the launch whose block runs here
 
 const char* op_name(WarpOp op) {
   switch (op) {
@@ -236,10 +237,12 @@ void run_block(const LaunchConfig& cfg, const std::function<void()>& body, uint3
   tl_dynamic_shared.assign(std::max<size_t>(cfg.dynamic_smem, 16), 0xff);
 
   tl_block = &blk;
+  tl_globals = cfg.globals.empty() ? nullptr : &cfg.globals;
   struct Reset {
     ~Reset() {
       tl_thread = nullptr;
       tl_block = nullptr;
+      tl_globals = nullptr;
     }
   } reset;
   for (;;) {
@@ -292,6 +295,73 @@ const ThreadIdentity& identity() {
 unsigned char* dynamic_shared() {
   if (!tl_thread) throw EmulationError("dynamic shared memory used outside an emulated kernel");
   return tl_dynamic_shared.data();
+}
+
+namespace {
+std::string thread_str(const ThreadIdentity& id) {
+  std::ostringstream o;
+  o << "thread (" << id.thread_idx.x << "," << id.thread_idx.y << "," << id.thread_idx.z << ") of " << block_str(id);
+  return o.str();
+}
+
+bool holds(const GlobalBuffer& g, uintptr_t addr, bool inclusive_end) {
+  const auto b = reinterpret_cast<uintptr_t>(g.base);
+  return addr >= b && (inclusive_end ? addr <= b + g.bytes : addr < b + g.bytes);
+}
+
+// "k[element 272: 16 elements past the end of its 256]" for an access at `addr` near or inside `g`.
+std::string locate(const GlobalBuffer& g, intptr_t addr, size_t elem) {
+  const auto b = static_cast<intptr_t>(reinterpret_cast<uintptr_t>(g.base));
+  const auto e = static_cast<intptr_t>(elem);
+  const intptr_t rel = addr - b;
+  const intptr_t n = static_cast<intptr_t>(g.bytes) / e;
+  const intptr_t idx = rel >= 0 ? rel / e : -((-rel + e - 1) / e);
+  std::ostringstream o;
+  o << g.name << "[element " << idx;
+  if (idx < 0)
+    o << ": " << -idx << " element" << (idx == -1 ? "" : "s") << " before its start";
+  else if (rel + e > static_cast<intptr_t>(g.bytes))
+    o << ": " << idx - n + 1 << " element" << (idx - n + 1 == 1 ? "" : "s") << " past the end of its " << n;
+  else
+    o << " of " << n;
+  o << "]";
+  if (rel % e != 0) o << " (byte offset " << rel << ", misaligned)";
+  return o.str();
+}
+}  // namespace
+
+void check_global(const void* base, int64_t index, size_t elem_bytes, bool store) {
+  const std::vector<GlobalBuffer>* globals = tl_globals;
+  if (!globals || !tl_thread) return;
+  const auto b = reinterpret_cast<uintptr_t>(base);
+  const uintptr_t addr = b + static_cast<uintptr_t>(index) * elem_bytes;  // wraps like the device's address math
+  auto fail = [&](const std::string& where) {
+    throw OutOfBounds(std::string("out-of-bounds global ") + (store ? "store to " : "load from ") + where + " by " +
+                      thread_str(tl_thread->id));
+  };
+  // The buffer the kernel means: the one `base` points into (strictly inside first, then one past its end).
+  const GlobalBuffer* owner = nullptr;
+  for (const GlobalBuffer& g : *globals)
+    if (holds(g, b, false)) owner = &g;
+  if (!owner)
+    for (const GlobalBuffer& g : *globals)
+      if (holds(g, b, true)) owner = &g;
+  if (owner) {
+    if (holds(*owner, addr, false) && holds(*owner, addr + elem_bytes, true)) return;
+    fail(locate(*owner, static_cast<intptr_t>(addr), elem_bytes));
+  }
+  const GlobalBuffer* near = nullptr;
+  uintptr_t best = 4096 + 1;
+  for (const GlobalBuffer& g : *globals) {
+    if (holds(g, addr, false) && holds(g, addr + elem_bytes, true)) return;
+    const auto gb = reinterpret_cast<uintptr_t>(g.base);
+    const uintptr_t d = addr < gb ? gb - addr : addr < gb + g.bytes ? 0 : addr - (gb + g.bytes);
+    if (d < best) best = d, near = &g;
+  }
+  if (near) fail(locate(*near, static_cast<intptr_t>(addr), elem_bytes));
+  std::ostringstream o;
+  o << "an address in no registered buffer (0x" << std::hex << addr << ")";
+  fail(o.str());
 }
 
 void block_barrier(const std::source_location& where) {

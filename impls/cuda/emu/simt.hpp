@@ -28,6 +28,20 @@ class EmulationError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A global load or store outside every buffer registered for the launch (LaunchConfig::globals). The message
+// names the buffer, the element, the thread and the block.
+class OutOfBounds : public EmulationError {
+ public:
+  using EmulationError::EmulationError;
+};
+
+// A buffer of global memory the kernel may read or write: `bytes` from `base`, named in errors.
+struct GlobalBuffer {
+  std::string name;
+  const void* base = nullptr;
+  size_t bytes = 0;
+};
+
 // The order in which the scheduler resumes the threads of a block (and dispatches blocks) at every step.
 // Running a kernel in both orders and comparing the results exposes races on shared and global memory.
 enum class Order { forward, reversed };
@@ -39,6 +53,7 @@ struct LaunchConfig {
   size_t smem_limit = 48 * 1024;     // the device's default limit without cudaFuncAttributeMaxDynamicSharedMemorySize
   Order order = Order::forward;
   int os_threads = 0;                // blocks run in parallel on this many OS threads (0: attncheck default)
+  std::vector<GlobalBuffer> globals;  // empty: global accesses are not checked; else every one must fall inside
 };
 
 // The identity of the running emulated thread (what threadIdx & co. read).
@@ -67,6 +82,12 @@ void launch(const LaunchConfig& cfg, void (*kernel)(Params...), Args&&... args) 
 const ThreadIdentity& identity();  // throws EmulationError outside an emulated kernel
 unsigned char* dynamic_shared();
 void block_barrier(const std::source_location& where);
+
+// The bounds check of one global access: element `index` of `elem_bytes` bytes from `base` (a pointer into the
+// buffer the kernel means; it may point past its start). The buffer holding `base` must hold the whole element;
+// a `base` in no buffer is judged by the address (the buffer holding it wins, else the nearest within 4 KiB is
+// named as overrun). Throws OutOfBounds; no check when the launch registered no globals.
+void check_global(const void* base, int64_t index, size_t elem_bytes, bool store);
 
 enum class WarpOp : uint8_t { sync, shfl_idx, shfl_up, shfl_down, shfl_xor, ballot };
 // Every lane in `mask` must reach the same collective; each lane gets the 64-bit value the operation selects.

@@ -72,23 +72,36 @@ __device__ inline float widen(float x) { return x; }
 __device__ inline double widen(double x) { return x; }
 __device__ inline float widen(__half x) { return __half2float(x); }
 __device__ inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+// Every access to global memory goes through gload/gstore: element `off` of the buffer at `base`. The emulation
+// checks it against the launch's registered buffers (naming buffer, element, thread and block); nvcc: plain access.
+template <class T>
+__device__ inline T gload(const T* base, int64_t off) {
+  ATTNCHECK_CHECK_GLOBAL(base, off, sizeof(T), false);
+  return base[off];
+}
+template <class T>
+__device__ inline void gstore(T* base, int64_t off, T x) {
+  ATTNCHECK_CHECK_GLOBAL(base, off, sizeof(T), true);
+  base[off] = x;
+}
+
 template <class T>
 __device__ inline typename AccOf<T>::type load_as(const void* base, int64_t off) {
-  return widen(static_cast<const T*>(base)[off]);
+  return widen(gload(static_cast<const T*>(base), off));
 }
 template <class T>
 __device__ inline void store_as(void* base, int64_t off, typename AccOf<T>::type x);
 template <>
-__device__ inline void store_as<float>(void* base, int64_t off, float x) { static_cast<float*>(base)[off] = x; }
+__device__ inline void store_as<float>(void* base, int64_t off, float x) { gstore(static_cast<float*>(base), off, x); }
 template <>
-__device__ inline void store_as<double>(void* base, int64_t off, double x) { static_cast<double*>(base)[off] = x; }
+__device__ inline void store_as<double>(void* base, int64_t off, double x) { gstore(static_cast<double*>(base), off, x); }
 template <>
 __device__ inline void store_as<__half>(void* base, int64_t off, float x) {
-  static_cast<__half*>(base)[off] = __float2half_rn(x);
+  gstore(static_cast<__half*>(base), off, __float2half_rn(x));
 }
 template <>
 __device__ inline void store_as<__nv_bfloat16>(void* base, int64_t off, float x) {
-  static_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(x);
+  gstore(static_cast<__nv_bfloat16*>(base), off, __float2bfloat16_rn(x));
 }
 
 __device__ inline int64_t offset4(const int64_t* s, int64_t a, int64_t b, int64_t c, int64_t d) {
@@ -106,7 +119,7 @@ __device__ inline bool key_visible(const AttnParams& p, int b, int h, int64_t i,
   if (p.causal && j > diag) return false;                                 // causal: j <= i + offset
   if (p.window_left >= 0 && j < diag - p.window_left) return false;       // window, left edge
   if (p.window_right >= 0 && j > diag + p.window_right) return false;     // window, right edge
-  if (p.mask && p.mask[offset4(p.mask_stride, b, h, i, j)] == 0) return false;  // boolean mask
+  if (p.mask && gload(p.mask, offset4(p.mask_stride, b, h, i, j)) == 0) return false;  // boolean mask
   return true;
 }
 
@@ -118,7 +131,7 @@ __device__ inline Acc transform_score(const AttnParams& p, Acc dot, int b, int h
     const Acc c = static_cast<Acc>(p.softcap);
     s = c * ac_tanh(s / c);
   }
-  if (p.bias) s += static_cast<const Acc*>(p.bias)[offset4(p.bias_stride, b, h, i, j)];
+  if (p.bias) s += gload(static_cast<const Acc*>(p.bias), offset4(p.bias_stride, b, h, i, j));
   return s;
 }
 
@@ -126,7 +139,8 @@ __device__ inline Acc transform_score(const AttnParams& p, Acc dot, int b, int h
 template <class Acc>
 __device__ inline Acc keep_factor(const AttnParams& p, int b, int h, int64_t i, int64_t j) {
   if (!p.keep) return Acc(1);
-  return p.keep[((static_cast<int64_t>(b) * p.Hq + h) * p.Lq + i) * p.Lk + j] ? static_cast<Acc>(p.keep_scale) : Acc(0);
+  return gload(p.keep, ((static_cast<int64_t>(b) * p.Hq + h) * p.Lq + i) * p.Lk + j) ? static_cast<Acc>(p.keep_scale)
+                                                                                     : Acc(0);
 }
 
 // Sum and max over the 32 lanes of a warp (butterfly: every lane ends with the result).

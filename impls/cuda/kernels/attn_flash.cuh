@@ -36,7 +36,7 @@ __global__ void attn_flash_kernel(AttnParams p) {
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * BR;
   const int64_t i = i0 + warp;
   const bool row_valid = i < p.Lq;  // rows past Lq still take part in every __syncthreads
-  const int64_t off = p.diag_offset[b], valid = p.key_length[b];
+  const int64_t off = gload(p.diag_offset, b), valid = gload(p.key_length, b);
   const int64_t diag = i + off;
   const Acc fill = static_cast<Acc>(p.fill_value);
 
@@ -159,7 +159,7 @@ __global__ void attn_flash_kernel(AttnParams p) {
     }
     lse = fully_masked_lse<Acc>(p);
   }
-  if (p.lse && lane == 0) static_cast<Acc*>(p.lse)[(static_cast<int64_t>(b) * p.Hq + h) * p.Lq + i] = lse;
+  if (p.lse && lane == 0) gstore(static_cast<Acc*>(p.lse), (static_cast<int64_t>(b) * p.Hq + h) * p.Lq + i, lse);
 }
 
 }  // inline namespace ATTNCHECK_KERNEL_NS

@@ -21,24 +21,25 @@ __global__ void attn_naive_kernel(AttnParams p) {
   const int h = static_cast<int>((row / p.Lq) % p.Hq);
   const int64_t i = row % p.Lq;
   const int kvh = h / (p.Hq / p.Hkv);  // GQA: query head h reads KV head h / group
-  const int64_t diag = i + p.diag_offset[b];
-  const int64_t valid = p.key_length[b];
+  const int64_t diag = i + gload(p.diag_offset, b);
+  const int64_t valid = gload(p.key_length, b);
   const Acc fill = p.fill_finite ? static_cast<Acc>(p.fill_value) : neg_inf<Acc>();
-  Acc* s = static_cast<Acc*>(p.weights ? p.weights : p.scratch) + row * p.Lk;  // (Lk): scores, then weights
+  Acc* const s = static_cast<Acc*>(p.weights ? p.weights : p.scratch) + row * p.Lk;  // (Lk): scores, then weights
 
   // 1. scores: visible keys get scale·q·k (softcapped, + bias), masked keys the fill; lanes stride over keys.
   Acc m = neg_inf<Acc>();  // max over visible keys (the reference's m before the finite fill joins)
   for (int64_t j = lane; j < p.Lk; j += 32) {
     if (!key_visible(p, b, h, i, j, diag, valid)) {
-      s[j] = fill;  // never read K or V of a masked key
+      gstore(s, j, fill);  // never read K or V of a masked key
       continue;
     }
     Acc dot = 0;
     for (int d = 0; d < p.Dqk; ++d)
       dot = ac_fma(load_as<T>(p.q, offset4(p.q_stride, b, h, i, d)), load_as<T>(p.k, offset4(p.k_stride, b, kvh, j, d)),
                    dot);
-    s[j] = transform_score(p, dot, b, h, i, j);
-    m = max_keep(m, s[j]);
+    const Acc sj = transform_score(p, dot, b, h, i, j);
+    gstore(s, j, sj);
+    m = max_keep(m, sj);
   }
   m = warp_max(m);
   __syncwarp();  // scores written by other lanes are read below
@@ -49,18 +50,19 @@ __global__ void attn_naive_kernel(AttnParams p) {
     if (p.fill_finite) m = max_keep(m, fill);  // masked keys take part with the finite fill
     Acc sum = 0;
     for (int64_t j = lane; j < p.Lk; j += 32) {
-      s[j] = ac_exp(s[j] - m);  // a masked key with fill -inf gives exactly 0
-      sum += s[j];
+      const Acc e = ac_exp(gload(s, j) - m);  // a masked key with fill -inf gives exactly 0
+      gstore(s, j, e);
+      sum += e;
     }
     sum = warp_sum(sum);
-    for (int64_t j = lane; j < p.Lk; j += 32) s[j] /= sum;
+    for (int64_t j = lane; j < p.Lk; j += 32) gstore(s, j, gload(s, j) / sum);
     lse = m + ac_log(sum);
   } else {
     const Acc w = fully_masked_weight<Acc>(p);
-    for (int64_t j = lane; j < p.Lk; j += 32) s[j] = w;
+    for (int64_t j = lane; j < p.Lk; j += 32) gstore(s, j, w);
     lse = fully_masked_lse<Acc>(p);
   }
-  if (p.lse && lane == 0) static_cast<Acc*>(p.lse)[row] = lse;
+  if (p.lse && lane == 0) gstore(static_cast<Acc*>(p.lse), row, lse);
   __syncwarp();
 
   // 3. out = weights·V; dropout keeps (x 1/(1-p)) or drops; a zero weight never touches V (it may be NaN).
@@ -68,7 +70,7 @@ __global__ void attn_naive_kernel(AttnParams p) {
     Acc acc = 0;
     for (int64_t j = 0; j < p.Lk; ++j) {
       const Acc kf = keep_factor<Acc>(p, b, h, i, j);
-      const Acc w = kf == Acc(0) ? Acc(0) : s[j] * kf;
+      const Acc w = kf == Acc(0) ? Acc(0) : gload(s, j) * kf;
       if (w == Acc(0)) continue;
       acc = ac_fma(w, load_as<T>(p.v, offset4(p.v_stride, b, kvh, j, d)), acc);
     }

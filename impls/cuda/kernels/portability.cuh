@@ -18,6 +18,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #define ATTNCHECK_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) type name[]
+// On the device a global access is not checked (compute-sanitizer does that); the emulation checks every one.
+#define ATTNCHECK_CHECK_GLOBAL(base, index, elem_bytes, store) ((void)0)
 #else
 #include "../emu/simt.hpp"
+#define ATTNCHECK_CHECK_GLOBAL(base, index, elem_bytes, store) \
+  ::attncheck::emu::check_global(base, index, elem_bytes, store)
 #endif
