@@ -101,6 +101,13 @@ void describe(const Problem& p, Described& out) {
     *tail = &out.scores.header;
     tail = &out.scores.header.next;
   }
+  if (p.past_len > 0) {
+    out.kv_append = {};
+    out.kv_append.header = {ATTNCHECK_EXT_KV_APPEND, sizeof out.kv_append, nullptr};
+    out.kv_append.past_len = p.past_len;
+    *tail = &out.kv_append.header;
+    tail = &out.kv_append.header.next;
+  }
 }
 
 std::vector<std::string> features_beyond_v1(const Problem& p) { return extension_features(p); }
@@ -110,7 +117,8 @@ namespace {
 static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT &&
               static_cast<int>(Alignment::bottom_right) == ATTNCHECK_ALIGN_BOTTOM_RIGHT &&
               static_cast<int>(Alignment::explicit_) == ATTNCHECK_ALIGN_EXPLICIT);
-static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCHECK_EXT_SCORES,
+static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCHECK_EXT_SCORES &&
+                  ext_tag::kv_append == ATTNCHECK_EXT_KV_APPEND,
               "the feature table's extension tags are plugin.h's");
 static_assert(static_cast<int>(ScoresOut::scaled) == 1 && static_cast<int>(ScoresOut::masked) == 3);
 static_assert(static_cast<int>(FullyMasked::nan) == ATTNCHECK_FULLY_MASKED_NAN &&
@@ -203,6 +211,13 @@ class PluginImpl final : public Impl {
     if (out.lse) { d.lse = out.lse->bytes.data(); copy_strides(*out.lse, d.lse_strides); }
     if (out.weights) { d.weights = out.weights->bytes.data(); copy_strides(*out.weights, d.weights_strides); }
     if (out.scores) { desc.scores.scores = out.scores->bytes.data(); copy_strides(*out.scores, desc.scores.strides); }
+    if (p.past_len > 0) {
+      attncheck_ext_kv_append& a = desc.kv_append;
+      a.past_k = in.past_k->bytes.data(); copy_strides(*in.past_k, a.past_k_strides);
+      a.past_v = in.past_v->bytes.data(); copy_strides(*in.past_v, a.past_v_strides);
+      a.present_k = out.present_k->bytes.data(); copy_strides(*out.present_k, a.present_k_strides);
+      a.present_v = out.present_v->bytes.data(); copy_strides(*out.present_v, a.present_v_strides);
+    }
     MessageBuffer err;
     const int32_t status = vt_->run(&d, err.text, sizeof err.text);
     if (status != ATTNCHECK_STATUS_OK) {

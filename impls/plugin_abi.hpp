@@ -29,6 +29,7 @@ struct Described {
   attncheck_ext_case_name case_name;
   attncheck_ext_sinks sinks;
   attncheck_ext_scores scores;
+  attncheck_ext_kv_append kv_append;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };

@@ -14,6 +14,7 @@ class ReferenceImpl final : public Impl {
     Capabilities c;  // the whole problem model, extension features included
     c.sinks = true;
     c.scores_out = true;
+    c.kv_append = true;
     return c;
   }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
@@ -29,6 +30,12 @@ class ReferenceImpl final : public Impl {
         out.weights->set_offset(n, r.weights[static_cast<size_t>(n)]);
     if (out.scores)
       for (int64_t n = 0; n < out.scores->numel(); ++n) out.scores->set_offset(n, r.scores[static_cast<size_t>(n)]);
+    for (auto [t, e] : {std::pair{&out.present_k, &r.present_k}, std::pair{&out.present_v, &r.present_v}})
+      if (*t) {  // [B,Hkv,Lk,D] logical order in the reference, the layout's order in the tensor
+        const int64_t H = (*t)->shape[1], L = (*t)->shape[2], D = (*t)->shape[3];
+        for (int64_t n = 0; n < (*t)->numel(); ++n)
+          (*t)->put(n / (H * L * D), n / (L * D) % H, n / D % L, n % D, (*e)[static_cast<size_t>(n)]);
+      }
   }
 };
 

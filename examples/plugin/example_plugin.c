@@ -1,6 +1,6 @@
 /* An example attncheck plugin: scaled dot-product attention in plain fp32 loops, written against the C ABI
  * (attncheck/plugin.h) only, as a user's library would be. It supports a declared subset (fp32; causal, window,
- * padding, boolean mask, softcap, attention sinks through the ABI v2 extension chain; no bias, dropout or finite
+ * padding, boolean mask, softcap, attention sinks and KV-cache append through the ABI v2 extension chain; no bias, dropout or finite
  * fill) and says "unsupported" for everything else.
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
  * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing),
@@ -91,6 +91,39 @@ static float sink_of(const attncheck_problem* p, int64_t h) {
   return -INFINITY;
 }
 
+#if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
+/* KV-cache append (extension tag 4): copy past then new into present, and return present as the keys/values to
+ * attend over (strides included). Without the extension, k and v are left as they are. */
+static void append_kv(const attncheck_problem* p, const float** k, const float** v, const int64_t** ks,
+                      const int64_t** vs) {
+  if (p->abi_version < 2) return;
+  for (const attncheck_extension* e = p->next; e; e = e->next) {
+    if (e->tag != ATTNCHECK_EXT_KV_APPEND) continue;
+    const attncheck_ext_kv_append* a = (const attncheck_ext_kv_append*)e;
+    for (int which = 0; which < 2; ++which) {
+      const float* past = (const float*)(which ? a->past_v : a->past_k);
+      const float* now = which ? *v : *k;
+      float* present = (float*)(which ? a->present_v : a->present_k);
+      const int64_t* ps = which ? a->past_v_strides : a->past_k_strides;
+      const int64_t* ns = which ? *vs : *ks;
+      const int64_t* ts = which ? a->present_v_strides : a->present_k_strides;
+      const int64_t D = which ? p->Dv : p->Dqk;
+      for (int64_t b = 0; b < p->B; ++b)
+        for (int64_t h = 0; h < p->Hkv; ++h)
+          for (int64_t j = 0; j < p->Lk; ++j)
+            for (int64_t d = 0; d < D; ++d) {
+              const int64_t jn = j - a->past_len;
+              present[b * ts[0] + h * ts[1] + j * ts[2] + d * ts[3]] =
+                  jn < 0 ? past[b * ps[0] + h * ps[1] + j * ps[2] + d * ps[3]]
+                         : now[b * ns[0] + h * ns[1] + jn * ns[2] + d * ns[3]];
+            }
+    }
+    *k = (const float*)a->present_k, *ks = a->present_k_strides;
+    *v = (const float*)a->present_v, *vs = a->present_v_strides;
+  }
+}
+#endif
+
 static int32_t example_run(const attncheck_problem* p, char* err, size_t err_size) {
 #ifdef EXAMPLE_PLUGIN_HOOK
   EXAMPLE_PLUGIN_HOOK(p);
@@ -110,6 +143,9 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
   float* lse = (float*)p->lse;
   float* weights = (float*)p->weights;
   const int64_t *qs = p->q_strides, *ks = p->k_strides, *vs = p->v_strides, *os = p->out_strides;
+#if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
+  append_kv(p, &k, &v, &ks, &vs);
+#endif
   const int64_t group = p->Hq / p->Hkv;
   const float scale = (float)p->scale;
   const float softcap = (float)p->softcap;
@@ -183,7 +219,7 @@ static int32_t example_declarations(attncheck_declarations* d, char* err, size_t
 #endif
 
 #if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
-static const char* const example_features[] = {"sinks", NULL};
+static const char* const example_features[] = {"sinks", "kv_append", NULL};
 #endif
 
 static const attncheck_plugin example_vtable = {

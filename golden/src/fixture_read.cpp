@@ -52,6 +52,9 @@ void read_attrs(h5::Reader& r, hid_t root, Fixture& f) {
     r.fail("tolerance_lambda", "must be a finite value > 0, got " + std::to_string(f.tolerance.lambda));
   if (!(f.tolerance.rel_floor > 0) || !std::isfinite(f.tolerance.rel_floor))
     r.fail("tolerance_rel_floor", "must be a finite value > 0, got " + std::to_string(f.tolerance.rel_floor));
+  const int64_t exact = r.has_attr(root, "exact_out") ? r.attr_i64(root, "/", "exact_out") : 0;
+  if (exact != 0 && exact != 1) r.fail("exact_out", "must be 0 or 1, got " + std::to_string(exact));
+  f.tolerance.exact_out = exact == 1;
 }
 
 void validate_problem(const h5::Reader& r, const Problem& p) {
@@ -161,7 +164,8 @@ double fixture_memory_bytes(const Problem& p) {
   const double masks = numel4(p.mask_shape) + numel4(p.bias_shape) * double(dtype_size(p.bias_dtype)) +
                        (p.dropout_p > 0 ? B * Hq * Lq * Lk : 0.0);
   const double expected = 8.0 * (2 * B * Hq * Lq * double(p.Dv) + 2 * B * Hq * Lq + (p.want_weights ? B * Hq * Lq * Lk : 0) +
-                                 (p.scores_out != ScoresOut::none ? 3 * B * Hq * Lq * Lk : 0));  // scores + 2 scales
+                                 (p.scores_out != ScoresOut::none ? 3 * B * Hq * Lq * Lk : 0) +  // scores + 2 scales
+                                 (p.past_len > 0 ? B * Hkv * Lk * double(p.Dqk + p.Dv) : 0));     // present k, v
   return q + k + v + masks + expected;
 }
 
@@ -183,8 +187,12 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
     r.open_group(file, "/expected");
     Inputs& in = f.inputs;
     in.q = read_tensor(r, file, "/inputs/q", p.dtype, {p.B, p.Hq, p.Lq, p.Dqk}, p.layout);
-    in.k = read_tensor(r, file, "/inputs/k", p.dtype, {p.B, p.Hkv, p.Lk, p.Dqk}, p.layout);
-    in.v = read_tensor(r, file, "/inputs/v", p.dtype, {p.B, p.Hkv, p.Lk, p.Dv}, p.layout);
+    in.k = read_tensor(r, file, "/inputs/k", p.dtype, {p.B, p.Hkv, p.new_len(), p.Dqk}, p.layout);
+    in.v = read_tensor(r, file, "/inputs/v", p.dtype, {p.B, p.Hkv, p.new_len(), p.Dv}, p.layout);
+    if (p.past_len > 0) {
+      in.past_k = read_tensor(r, file, "/inputs/past_key", p.dtype, {p.B, p.Hkv, p.past_len, p.Dqk}, p.layout);
+      in.past_v = read_tensor(r, file, "/inputs/past_value", p.dtype, {p.B, p.Hkv, p.past_len, p.Dv}, p.layout);
+    }
     auto vec = [](const std::optional<std::array<int64_t, 4>>& s) {
       return s ? std::vector<int64_t>(s->begin(), s->end()) : std::vector<int64_t>{};
     };
@@ -204,12 +212,24 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
     e.score_mag = read_doubles(r, file, "/expected/score_mag", {p.B, p.Hq, p.Lq});
     if (p.want_weights) e.weights = read_doubles(r, file, "/expected/weights", {p.B, p.Hq, p.Lq, p.Lk});
     if (p.scores_out != ScoresOut::none) e.scores = read_doubles(r, file, "/expected/scores", {p.B, p.Hq, p.Lq, p.Lk});
+    if (p.past_len > 0) {
+      e.present_k = to_layout(read_doubles(r, file, "/expected/present_key", stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout)),
+                              p.B, p.Hkv, p.Lk, p.Dqk, p.layout, true);
+      e.present_v = to_layout(read_doubles(r, file, "/expected/present_value", stored_dims({p.B, p.Hkv, p.Lk, p.Dv}, p.layout)),
+                              p.B, p.Hkv, p.Lk, p.Dv, p.layout, true);
+    }
     try {
       validate(p, in);
     } catch (const std::invalid_argument& ex) {
       r.fail("inputs", ex.what());
     }
     fill_error_scales(p, in, e);  // tolerance model v2's row scales, from the stored inputs (docs/tolerance.md)
+    try {
+      check_exact_out(f);  // a hand-edited exact_out must not turn a correct result into a failure
+    } catch (const std::invalid_argument& ex) {
+      const std::string w = ex.what();
+      r.fail("exact_out", w.substr(w.find(": ") + 2));
+    }
     fixture_detail::read_gradients(r, file, f, true, options.max_bytes);
     return f;
   });
@@ -224,8 +244,10 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
     const double rows = double(p.B) * double(p.Hq) * double(p.Lq);
     const bool has_lse = r.has_object(file, "/actual/lse"), has_weights = r.has_object(file, "/actual/weights");
     const bool has_scores = r.has_object(file, "/actual/scores");
+    const bool has_present = r.has_object(file, "/actual/present_key") && r.has_object(file, "/actual/present_value");
     const double need = 8.0 * rows * (double(p.Dv) + (has_lse ? 1 : 0) + (has_weights ? double(p.Lk) : 0) +
-                                      (has_scores ? double(p.Lk) : 0));
+                                      (has_scores ? double(p.Lk) : 0)) +
+                        (has_present ? 8.0 * double(p.B) * double(p.Hkv) * double(p.Lk) * double(p.Dqk + p.Dv) : 0);
     if (need > double(options.max_bytes))
       r.fail("size", "candidate needs " + std::to_string(need) + " bytes, more than the memory cap of " +
                          std::to_string(options.max_bytes) + " bytes");
@@ -251,6 +273,12 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
     if (has_weights)
       read_into("/actual/weights", o.weights, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
     if (has_scores) read_into("/actual/scores", o.scores, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
+    if (has_present) {
+      read_into("/actual/present_key", o.present_k, {p.B, p.Hkv, p.Lk, p.Dqk},
+                stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout), storage_order(p.layout));
+      read_into("/actual/present_value", o.present_v, {p.B, p.Hkv, p.Lk, p.Dv},
+                stored_dims({p.B, p.Hkv, p.Lk, p.Dv}, p.layout), storage_order(p.layout));
+    }
     return o;
   });
 }

@@ -95,6 +95,7 @@ void write_file(const std::string& path, const Fixture& f) {
   h5::write_attr(root, "tolerance_model", std::string("attncheck derived forward-error bound (docs/tolerance.md)"));
   h5::write_attr(root, "tolerance_lambda", f.tolerance.lambda);
   h5::write_attr(root, "tolerance_rel_floor", f.tolerance.rel_floor);
+  if (f.tolerance.exact_out) h5::write_attr(root, "exact_out", int64_t{1});  // absent: judged by the bound
   fixture_detail::write_gradients_attr(root, f);
 
   const char* qdims = p.layout == Layout::BHSD ? "B,Hq,Lq,Dqk" : "B,Lq,Hq,Dqk";
@@ -109,6 +110,10 @@ void write_file(const std::string& path, const Fixture& f) {
     if (in.mask) write_tensor(g, "mask", canonical(*in.mask, Layout::BHSD), in.mask->shape, "B,Hq,Lq,Lk (broadcast)");
     if (in.bias) write_tensor(g, "bias", canonical(*in.bias, Layout::BHSD), in.bias->shape, "B,Hq,Lq,Lk (broadcast)");
     if (in.keep) write_tensor(g, "keep", canonical(*in.keep, Layout::BHSD), in.keep->shape, "B,Hq,Lq,Lk");
+    if (in.past_k) {  // KV-cache append: k and v above hold the new tokens only
+      write_tensor(g, "past_key", canonical(*in.past_k, p.layout), stored_dims(in.past_k->shape, p.layout), kdims);
+      write_tensor(g, "past_value", canonical(*in.past_v, p.layout), stored_dims(in.past_v->shape, p.layout), vdims);
+    }
     fixture_detail::write_problem_datasets(g, p);
     fixture_detail::write_gradient_inputs(g, f);
   }
@@ -119,6 +124,12 @@ void write_file(const std::string& path, const Fixture& f) {
     write_doubles(g, "lse", r.lse, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
     if (p.want_weights) write_doubles(g, "weights", r.weights, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
     if (p.scores_out != ScoresOut::none) write_doubles(g, "scores", r.scores, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
+    if (p.past_len > 0) {
+      write_doubles(g, "present_key", to_layout(r.present_k, p.B, p.Hkv, p.Lk, p.Dqk, p.layout),
+                    stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout), kdims);
+      write_doubles(g, "present_value", to_layout(r.present_v, p.B, p.Hkv, p.Lk, p.Dv, p.layout),
+                    stored_dims({p.B, p.Hkv, p.Lk, p.Dv}, p.layout), vdims);
+    }
     write_doubles(g, "score_mag", r.score_mag, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
     write_doubles(g, "out_abs", to_layout(r.out_abs, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
     fixture_detail::write_gradient_expected(g, f);
@@ -145,7 +156,8 @@ void write_fixture(const std::string& path, const Fixture& f) {
   if (f.expected.out.size() != rows * static_cast<size_t>(p.Dv) || f.expected.lse.size() != rows ||
       f.expected.score_mag.size() != rows || f.expected.out_abs.size() != f.expected.out.size() ||
       (p.want_weights && f.expected.weights.size() != rows * static_cast<size_t>(p.Lk)) ||
-      (p.scores_out != ScoresOut::none && f.expected.scores.size() != rows * static_cast<size_t>(p.Lk)))
+      (p.scores_out != ScoresOut::none && f.expected.scores.size() != rows * static_cast<size_t>(p.Lk)) ||
+      (p.past_len > 0 && f.expected.present_k.size() != static_cast<size_t>(p.B * p.Hkv * p.Lk * p.Dqk)))
     throw std::invalid_argument(path + ": expected: sizes do not match the problem " + p.name() +
                                 " (use make_fixture to compute them)");
   namespace fs = std::filesystem;
@@ -177,6 +189,12 @@ void write_candidate(const std::string& path, const Problem& p, const Outputs& o
       if (out.weights) write_tensor(g, "weights", canonical(*out.weights, Layout::BHSD), out.weights->shape,
                                     "B,Hq,Lq,Lk");
       if (out.scores) write_tensor(g, "scores", canonical(*out.scores, Layout::BHSD), out.scores->shape, "B,Hq,Lq,Lk");
+      if (out.present_k) {
+        write_tensor(g, "present_key", canonical(*out.present_k, p.layout), stored_dims(out.present_k->shape, p.layout),
+                     p.layout == Layout::BHSD ? "B,Hkv,Lk,Dqk" : "B,Lk,Hkv,Dqk");
+        write_tensor(g, "present_value", canonical(*out.present_v, p.layout), stored_dims(out.present_v->shape, p.layout),
+                     p.layout == Layout::BHSD ? "B,Hkv,Lk,Dv" : "B,Lk,Hkv,Dv");
+      }
       h5::flush_file(file, tmp.string());
     }
     fs::rename(tmp, target);

@@ -18,7 +18,7 @@ const std::vector<std::pair<Distribution, const char*>>& names() {
       {Distribution::poison_masked, "poison_masked"}, {Distribution::fp16_overflow, "fp16_overflow"},
       {Distribution::logits_30_80, "logits_30_80"}, {Distribution::near_ties, "near_ties"},
       {Distribution::neg_inf_bias, "neg_inf_bias"}, {Distribution::tile_edge_dominant, "tile_edge_dominant"},
-      {Distribution::one_hot_v, "one_hot_v"}};
+      {Distribution::one_hot_v, "one_hot_v"},   {Distribution::uniform_rows, "uniform_rows"}};
   return n;
 }
 
@@ -74,6 +74,15 @@ bool key_visible_anywhere(const Problem& p, const Inputs& in, int64_t b, int64_t
 
 Inputs generate_inputs(const Problem& p, Distribution dist, uint64_t seed) {
   validate(p);
+  if (p.past_len > 0) {
+    // KV-cache append: the inputs of attending over the whole sequence, its first past_len tokens moved into the
+    // past (so a fixture with a past and one without hold the same sequence, hazards and poison included).
+    Problem whole = p;
+    whole.past_len = 0;
+    Inputs in = generate_inputs(whole, dist, seed);
+    split_past(p, in);
+    return in;
+  }
   if (dist == Distribution::poison_masked && p.fill == MaskFill::finite)
     throw std::invalid_argument(
         "distribution: poison_masked needs fill=neg_inf (with a finite fill, masked keys take part in fully "

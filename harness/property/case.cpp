@@ -33,6 +33,7 @@ std::string CaseSpec::str() const {
     << " lse=" << want_lse << " weights=" << want_weights << " seed=" << seed;
   if (sinks_kind) o << " sinks=" << sinks_kind;
   if (scores_out != ScoresOut::none) o << " scores_out=" << to_string(scores_out);
+  if (kv_append) o << " kv_append=1";
   return o.str();
 }
 
@@ -98,6 +99,7 @@ std::vector<std::string> restrict_to(CaseSpec& s, const Capabilities& c) {
   off(s.want_lse && !c.lse_out, "lse_out", [&] { s.want_lse = false; });
   off(s.sinks_kind && !c.sinks, "sinks", [&] { s.sinks_kind = 0; });
   off(s.scores_out != ScoresOut::none && !c.scores_out, "scores_out", [&] { s.scores_out = ScoresOut::none; });
+  off(s.kv_append && !c.kv_append, "kv_append", [&] { s.kv_append = false; });
   if (!s.causal && s.window_left < 0 && s.window_right < 0) s.alignment = Alignment::top_left;
   if (s.alignment != Alignment::explicit_) s.per_batch_offsets = false;
   return removed;

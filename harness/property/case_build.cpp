@@ -192,6 +192,11 @@ Case build_case(const CaseSpec& s) {
   for (int64_t h = 0; h < p.Hq && s.sinks_kind; ++h)
     p.sinks.push_back(s.sinks_kind == 2 && h % 2 == 0 ? -std::numeric_limits<double>::infinity()
                                                       : round_to(DType::bf16, (h % 3 == 2 ? 8.0 : 0.0) + 2.0 * normal(r)));
+  // KV-cache append, drawn after everything else: the same sequence, its first past_len tokens moved to the past.
+  if (s.kv_append && p.Lk > 1) {
+    p.past_len = r.pick(1, p.Lk - 1);
+    split_past(p, in);
+  }
   return c;
 }
 

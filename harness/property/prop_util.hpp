@@ -15,6 +15,7 @@ namespace attncheck::prop {
 struct Ran {
   std::vector<double> out, lse, w;  // logical order: out [B,Hq,Lq,Dv], lse [B,Hq,Lq], w [B,Hq,Lq,Lk]
   std::vector<double> s;             // raw scores [B,Hq,Lq,Lk], when the case asks for them
+  std::vector<double> present_k, present_v;  // [B,Hkv,Lk,D], when the case has a past (KV-cache append)
 };
 
 // Runs `impl`; nullopt (with the reason) when it does not support the case.

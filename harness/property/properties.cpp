@@ -20,6 +20,7 @@ std::optional<Ran> run(const Impl& impl, const Case& c, std::string* why) {
   if (o.lse) r.lse = o.lse->to_double();
   if (o.weights) r.w = o.weights->to_double();
   if (o.scores) r.s = o.scores->to_double();
+  if (o.present_k) r.present_k = o.present_k->to_double(), r.present_v = o.present_v->to_double();
   return r;
 }
 

@@ -1,6 +1,8 @@
 // Invariants of the features of problem model v2 (docs/problem-model.md), each an implementation compared with
 // itself on an equivalent case: a sink of -inf is no sink; a sink is a key of score `sink` whose value is zero;
-// raw scores agree with the weights and lse, and their stages with each other.
+// raw scores agree with the weights and lse, and their stages with each other; append then attend equals attend
+// over the concatenation.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -157,6 +159,31 @@ Outcome scores_stages(const Impl& impl, const Case& c) {
   return k.done();
 }
 
+// ---- KV-cache append --------------------------------------------------------------------------------------
+void prep_append(CaseSpec& s) {
+  s.kv_append = true;
+  s.Lk = std::max<int64_t>(s.Lk, 2);  // at least one past and one new token
+}
+
+// Append then attend equals attend over the concatenation: present is concat(past, new) exactly (NaN poison
+// included), and the outputs match the same implementation's run on the whole sequence without a past.
+Outcome append_equals_concat(const Impl& impl, const Case& c) {
+  if (c.p.past_len == 0) return Outcome::unsup("KV-cache append not supported");
+  Case whole = c;
+  const Attended a = attend_over_present(c.p, c.in);
+  whole.p = a.p, whole.in = a.in;
+  RUN_OR_UNSUP(ra, impl, c);
+  RUN_OR_UNSUP(rb, impl, whole);
+  Checker k(impl, c);
+  const std::vector<int64_t> kshape{c.p.B, c.p.Hkv, c.p.Lk, c.p.Dqk}, vshape{c.p.B, c.p.Hkv, c.p.Lk, c.p.Dv};
+  k.compare("present_k = concat(past_k, k)", kshape, whole.in.k.to_double(), ra->present_k,
+            std::vector<double>(ra->present_k.size(), 0.0));
+  k.compare("present_v = concat(past_v, v)", vshape, whole.in.v.to_double(), ra->present_v,
+            std::vector<double>(ra->present_v.size(), 0.0));
+  if (k.result.kind == Outcome::fail) return k.done();
+  return compare_pair(impl, whole, *rb, *ra);
+}
+
 }  // namespace
 
 std::vector<Property> model_properties() {
@@ -167,6 +194,8 @@ std::vector<Property> model_properties() {
       {"scores_softmax", "weights equal exp(masked scores - lse)", prep_scores, scores_softmax},
       {"scores_stages", "raw-score stages: capped = softcap(scaled), masked = capped + bias or the fill", prep_stages,
        scores_stages},
+      {"append_equals_concat", "KV-cache append: present = concat(past, new) exactly, and attending after the append "
+       "equals attending over the concatenation", prep_append, append_equals_concat},
   };
 }
 

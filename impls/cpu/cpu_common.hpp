@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -277,5 +278,34 @@ struct BadValues {
       }
   }
 };
+
+// KV-cache append as a kernel with a cache does it: write present = concat(past, new) into the outputs (rows of
+// D elements copied as bytes: past, new and present share dtype and layout), then attend over what was written,
+// so a wrong copy shows in the attention output too. attend(p, in) gets the problem without append.
+template <class F>
+void run_appending(const Problem& p, const Inputs& in, Outputs& out, F&& attend) {
+  if (p.past_len == 0) return attend(p, in);
+  Inputs present = in;
+  present.past_k.reset(), present.past_v.reset();
+  for (int which : {1, 2}) {
+    const Tensor& past = which == 1 ? *in.past_k : *in.past_v;
+    const Tensor& now = which == 1 ? in.k : in.v;
+    Tensor& dst = which == 1 ? *out.present_k : *out.present_v;
+    const size_t row = static_cast<size_t>(dst.shape[3]) * dtype_size(dst.dtype);
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hkv; ++h)
+        for (int64_t j = 0; j < p.Lk; ++j) {
+          const bool old = j < p.past_len;
+          const int64_t from[4] = {b, h, old ? j : j - p.past_len, 0}, to[4] = {b, h, j, 0};
+          const Tensor& src = old ? past : now;
+          std::memcpy(dst.bytes.data() + dst.offset(to) * static_cast<int64_t>(dtype_size(dst.dtype)),
+                      src.bytes.data() + src.offset(from) * static_cast<int64_t>(dtype_size(src.dtype)), row);
+        }
+    (which == 1 ? present.k : present.v) = dst;
+  }
+  Problem q = p;
+  q.past_len = 0;
+  attend(q, present);
+}
 
 }  // namespace attncheck::cpu

@@ -333,15 +333,17 @@ class FlashImpl final : public Impl {
   }
   Capabilities capabilities() const override {
     Capabilities c;  // everything the problem model has
-    c.sinks = c.scores_out = true;
+    c.sinks = c.scores_out = c.kv_append = true;
     c.notes = "fp64 in double; fp32/fp16/bf16 in float, output rounded once; weights by a second pass";
     return c;
   }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
-    if (p.dtype == DType::f64)
-      Flash<double>(p, in, out).run();
-    else
-      Flash<float>(p, in, out).run();
+    run_appending(p, in, out, [&](const Problem& q, const Inputs& x) {
+      if (q.dtype == DType::f64)
+        Flash<double>(q, x, out).run();
+      else
+        Flash<float>(q, x, out).run();
+    });
   }
 };
 

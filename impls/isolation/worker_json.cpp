@@ -210,7 +210,9 @@ Capabilities capabilities_from_json(const json& j, const std::string& where) {
   for (const auto& [name, flag] : feature_flags())
     c.*flag = std::find(features.begin(), features.end(), name) != features.end();
   declare_extension_features(c, features);
-  c.scores_out = false;  // the protocol returns out, lse and weights only: a raw-score output cannot travel back
+  // The protocol returns out, lse and weights only: a raw-score or present key/value output cannot travel back.
+  c.scores_out = false;
+  c.kv_append = false;
   c.max_head_dim = j.contains("max_head_dim") ? int_field(j, w, "max_head_dim") : 0;
   c.head_dim_multiple = j.contains("head_dim_multiple") ? int_field(j, w, "head_dim_multiple") : 1;
   if (c.max_head_dim < 0 || c.head_dim_multiple < 1)

@@ -66,6 +66,9 @@ const Field kFields[] = {
      "sink logit per query head: joins the softmax denominator, has no value"},
     {"scores_out", &P::scores_out, Stored::if_set, kFrag, nullptr, nullptr,
      "raw scores output [B,Hq,Lq,Lk] at a stage (ONNX qk_matmul_output_mode 0-2)"},
+    {"past_len", &P::past_len, Stored::if_set, kFrag, "must be in [0, Lk) (at least one new key/value token)",
+     [](const P& p) { return p.past_len >= 0 && p.past_len < p.Lk; },
+     "KV-cache append: cached tokens before the new k/v; present = concat(past, new) is an output"},
 };
 
 // ---- text of one value ----
@@ -230,6 +233,8 @@ const Feature kFeatures[] = {
     ATTNCHECK_FLAG_EXT("sinks", sinks, !p.sinks.empty(), "attention sinks not supported", ext_tag::sinks),
     ATTNCHECK_FLAG_EXT("scores", scores_out, p.scores_out != ScoresOut::none, "raw-score output not supported",
                        ext_tag::scores),
+    ATTNCHECK_FLAG_EXT("kv_append", kv_append, p.past_len > 0, "KV-cache append (past/present key and value) not supported",
+                       ext_tag::kv_append),
     ATTNCHECK_FLAG("weights", weights_out, p.want_weights, "weights output not supported"),
     ATTNCHECK_FLAG("lse", lse_out, p.want_lse, "lse output not supported"),
 };

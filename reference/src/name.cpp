@@ -36,7 +36,8 @@ std::string Problem::short_name() const {
   if (fully_masked != FullyMasked::zero) add(std::string("fm-") + to_string(fully_masked));
   if (scale) add("scaled");
   if (!sinks.empty()) add("sinks");
-  if (scores_out != ScoresOut::none) add(std::string("scores-") + to_string(scores_out));  // features after schema 1 append here, so older names stay as they were
+  if (scores_out != ScoresOut::none) add(std::string("scores-") + to_string(scores_out));
+  if (past_len > 0) add("past" + std::to_string(past_len));  // features after schema 1 append here, so older names stay as they were
   o << '/' << (feats.empty() ? std::string("plain") : feats);
   return o.str();
 }

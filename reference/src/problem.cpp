@@ -37,9 +37,51 @@ std::vector<int> storage_order(Layout l) {
 
 Tensor make_qkv(const Problem& p, int which) {
   const int64_t H = which == 0 ? p.Hq : p.Hkv;
-  const int64_t L = which == 0 ? p.Lq : p.Lk;
+  const int64_t L = which == 0 ? p.Lq : p.new_len();
   const int64_t D = which == 2 ? p.Dv : p.Dqk;
   return Tensor(p.dtype, {p.B, H, L, D}, storage_order(p.layout));
+}
+
+Tensor make_kv(const Problem& p, int which, int64_t L) {
+  return Tensor(p.dtype, {p.B, p.Hkv, L, which == 2 ? p.Dv : p.Dqk}, storage_order(p.layout));
+}
+
+// present[b,h,j] = j < P ? past[b,h,j] : new[b,h,j-P], element by element (values are copied, never rounded).
+Attended attend_over_present(const Problem& p, const Inputs& in) {
+  Attended a{p, in};
+  a.p.past_len = 0;
+  if (p.past_len == 0) return a;
+  const int64_t P = p.past_len;
+  for (int which : {1, 2}) {
+    const Tensor& past = which == 1 ? *in.past_k : *in.past_v;
+    const Tensor& now = which == 1 ? in.k : in.v;
+    Tensor& present = which == 1 ? a.in.k : a.in.v;
+    present = make_kv(p, which, p.Lk);
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hkv; ++h)
+        for (int64_t j = 0; j < p.Lk; ++j)
+          for (int64_t d = 0; d < present.shape[3]; ++d)
+            present.put(b, h, j, d, j < P ? past.at(b, h, j, d) : now.at(b, h, j - P, d));
+  }
+  a.in.past_k.reset();
+  a.in.past_v.reset();
+  return a;
+}
+
+void split_past(const Problem& p, Inputs& in) {
+  if (p.past_len == 0) return;
+  const int64_t P = p.past_len;
+  for (int which : {1, 2}) {
+    Tensor& full = which == 1 ? in.k : in.v;
+    Tensor past = make_kv(p, which, P), now = make_qkv(p, which);
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hkv; ++h)
+        for (int64_t j = 0; j < p.Lk; ++j)
+          for (int64_t d = 0; d < full.shape[3]; ++d)
+            (j < P ? past : now).put(b, h, j < P ? j : j - P, d, full.at(b, h, j, d));
+    full = std::move(now);
+    (which == 1 ? in.past_k : in.past_v) = std::move(past);
+  }
 }
 
 Outputs make_outputs(const Problem& p) {
@@ -48,6 +90,7 @@ Outputs make_outputs(const Problem& p) {
   if (p.want_lse) o.lse = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq});
   if (p.want_weights) o.weights = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});
   if (p.scores_out != ScoresOut::none) o.scores = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});
+  if (p.past_len > 0) o.present_k = make_kv(p, 1, p.Lk), o.present_v = make_kv(p, 2, p.Lk);
   return o;
 }
 
@@ -77,8 +120,15 @@ void validate(const Problem& p, const Inputs& in) {
            " of shape " + shape_str(t.shape) + ", which holds only " + std::to_string(t.numel()));
   };
   check("q", in.q, p.dtype, {p.B, p.Hq, p.Lq, p.Dqk});
-  check("k", in.k, p.dtype, {p.B, p.Hkv, p.Lk, p.Dqk});
-  check("v", in.v, p.dtype, {p.B, p.Hkv, p.Lk, p.Dv});
+  check("k", in.k, p.dtype, {p.B, p.Hkv, p.new_len(), p.Dqk});
+  check("v", in.v, p.dtype, {p.B, p.Hkv, p.new_len(), p.Dv});
+  if ((p.past_len > 0) != in.past_k.has_value() || in.past_k.has_value() != in.past_v.has_value())
+    fail("past_k/past_v: past_len=" + std::to_string(p.past_len) + " but the inputs " +
+         (in.past_k ? "have past_k" : "have no past_k") + " and " + (in.past_v ? "past_v" : "no past_v"));
+  if (in.past_k) {
+    check("past_k", *in.past_k, p.dtype, {p.B, p.Hkv, p.past_len, p.Dqk});
+    check("past_v", *in.past_v, p.dtype, {p.B, p.Hkv, p.past_len, p.Dv});
+  }
   if (p.mask_shape.has_value() != in.mask.has_value())
     fail(std::string("mask: problem ") + (p.mask_shape ? "declares" : "does not declare") +
          " a boolean mask but the inputs " + (in.mask ? "have one" : "have none"));

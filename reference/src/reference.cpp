@@ -58,6 +58,14 @@ ReferenceResult reference_attention(const Problem& p, const Inputs& in, int thre
 ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, const std::vector<int64_t>& rows,
                                          int threads) {
   validate(p, in);
+  if (p.past_len > 0) {
+    // KV-cache append: attend over present = concat(past, new); present itself is an expected output.
+    const Attended a = attend_over_present(p, in);
+    ReferenceResult r = reference_attention_rows(a.p, a.in, rows, threads);
+    r.present_k = a.in.k.to_double();
+    r.present_v = a.in.v.to_double();
+    return r;
+  }
   const int64_t B = p.B, Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv;
   const double scale = p.effective_scale();
   const double inf = std::numeric_limits<double>::infinity();

@@ -20,7 +20,10 @@ std::string TensorVerdict::describe() const {
       << worst[static_cast<size_t>(k)];
   o << "]: expected " << expected << " actual " << actual << " |err| " << std::abs(actual - expected)
     << (pass ? " <= " : " > ") << "tol " << tolerance;
-  if (!dominant.empty()) o << " (bound dominated by " << dominant << ")";
+  if (dominant == kExactDominant)
+    o << " (exact case: the answer is representable in the output dtype, any difference is a bug)";
+  else if (!dominant.empty())
+    o << " (bound dominated by " << dominant << ")";
   if (!pass) o << " (" << n_bad << " of " << n << " elements outside)";
   return o.str();
 }
@@ -120,6 +123,7 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
   v.tensors.push_back(compare_values("out", out_shape, r.out, actual.out.to_double(),
                                      out_tolerance(p, r, m, d_out), m, jr, static_cast<size_t>(p.Dv)));
   name_dominant(v.tensors.back(), out_shape, [&](size_t n) { return out_terms(p, r, n, d_out, m); });
+  if (m.exact_out) v.tensors.back().dominant = kExactDominant;
   auto missing = [&](const char* name) {
     TensorVerdict t;
     t.tensor = name;
@@ -154,6 +158,20 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
       v.tensors.push_back(compare_values("scores", w_shape, r.scores, actual.scores->to_double(),
                                          scores_tolerance(p, r, m, d), m, jr, static_cast<size_t>(p.Lk)));
       name_dominant(v.tensors.back(), w_shape, [&](size_t n) { return scores_terms(p, r, n, d, m); });
+    }
+  }
+  if (p.past_len > 0) {
+    // present = concat(past, new) is a copy: exact, element by element (NaN where the input holds NaN).
+    const std::pair<const char*, const std::vector<double>*> expected[] = {{"present_k", &r.present_k},
+                                                                          {"present_v", &r.present_v}};
+    for (const auto& [name, e] : expected) {
+      const std::optional<Tensor>& a = name == expected[0].first ? actual.present_k : actual.present_v;
+      if (!a) {
+        missing(name);
+        continue;
+      }
+      v.tensors.push_back(compare_values(name, a->shape, *e, a->to_double(), std::vector<double>(e->size(), 0.0), m));
+      v.tensors.back().dominant = "exact copy";
     }
   }
   if (jr) v.tensors.push_back(reference_free_checks(p, actual));

@@ -124,6 +124,22 @@ typedef struct attncheck_ext_scores {
   int64_t strides[4];
 } attncheck_ext_scores;
 
+/* Tag 4: KV-cache append, present iff the problem has a past (feature name "kv_append"; ONNX past_key/present_key,
+ * FlashAttention's flash_attn_with_kvcache with k_new/v_new). Then k and v of attncheck_problem hold only the
+ * Lk - past_len new tokens (k_strides, v_strides index them from 0) and Lk is the present length. The plugin writes
+ * present[b,h,j,:] = j < past_len ? past[b,h,j,:] : new[b,h,j - past_len,:] (dtype of q/k/v, an exact copy), for
+ * keys and values, and attends over the Lk present tokens (masks, padding and the diagonal refer to present
+ * positions). Present buffers are pre-filled with NaN by the host; all pointers are NULL in supports(). */
+#define ATTNCHECK_EXT_KV_APPEND 4u
+typedef struct attncheck_ext_kv_append {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_KV_APPEND */
+  int64_t past_len;                    /* >= 1 */
+  const void *past_k, *past_v;         /* [B,Hkv,past_len,Dqk], [B,Hkv,past_len,Dv] */
+  int64_t past_k_strides[4], past_v_strides[4];
+  void *present_k, *present_v;         /* [B,Hkv,Lk,Dqk], [B,Hkv,Lk,Dv] */
+  int64_t present_k_strides[4], present_v_strides[4];
+} attncheck_ext_kv_append;
+
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */
 typedef struct attncheck_capabilities {

@@ -65,6 +65,7 @@ bool field_equal(const Problem& a, const Problem& b, const Field& f);
 namespace ext_tag {
 inline constexpr uint32_t sinks = 2;
 inline constexpr uint32_t scores = 3;
+inline constexpr uint32_t kv_append = 4;
 }
 
 // Every optional feature a backend may not support, in the order capability checks report them.

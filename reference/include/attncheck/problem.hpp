@@ -129,6 +129,11 @@ struct Problem {
   // Attention sinks: one logit per query head that joins every row's softmax denominator and has no value
   // (exp(sinks[h]) is added to the sum; -inf = no sink for that head). Empty = no sinks.
   std::vector<double> sinks;
+  // KV-cache append (ONNX past_key/present_key, FlashAttention flash_attn_with_kvcache k_new/v_new): 0 = off.
+  // P > 0: Inputs::past_k/past_v hold P cached tokens, k/v hold the Lk - P new ones; the implementation writes
+  // present = concat(past, new) along the sequence (Outputs::present_k/present_v, Lk tokens, an exact copy) and
+  // attends over the Lk present keys. Masks, padding and alignment refer to present positions.
+  int64_t past_len = 0;
 
   MaskFill fill = MaskFill::neg_inf;
   double fill_value = -1e9;  // used with MaskFill::finite
@@ -144,6 +149,7 @@ struct Problem {
   double effective_scale() const;
   int64_t group_size() const { return Hq / Hkv; }  // query heads per KV head
   int64_t kv_head(int64_t h) const { return h / group_size(); }
+  int64_t new_len() const { return Lk - past_len; }  // key/value tokens in Inputs::k and v
   int64_t key_length(int64_t b) const;      // valid keys of batch b
   int64_t diagonal_offset(int64_t b) const;  // the offset of the alignment for batch b
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
@@ -172,6 +178,7 @@ struct Inputs {
   std::optional<Tensor> mask;   // u8 (0/1), shape == problem.mask_shape
   std::optional<Tensor> bias;   // bias_dtype, shape == problem.bias_shape
   std::optional<Tensor> keep;   // u8 (0/1), [B, Hq, Lq, Lk], present iff dropout_p > 0
+  std::optional<Tensor> past_k, past_v;  // [B,Hkv,past_len,Dqk|Dv] like k and v, present iff past_len > 0
 };
 
 struct Outputs {
@@ -179,13 +186,28 @@ struct Outputs {
   std::optional<Tensor> lse;    // stat_dtype, [B,Hq,Lq]
   std::optional<Tensor> weights;  // stat_dtype, [B,Hq,Lq,Lk], contiguous
   std::optional<Tensor> scores;   // stat_dtype, [B,Hq,Lq,Lk], contiguous, when scores_out != none
+  std::optional<Tensor> present_k, present_v;  // like k and v with Lk tokens, when past_len > 0
 };
 
 // Allocate tensors of the right shapes for the problem (zero-filled).
-Tensor make_qkv(const Problem& p, int which);  // 0 = q, 1 = k, 2 = v
+Tensor make_qkv(const Problem& p, int which);  // 0 = q, 1 = k, 2 = v (k, v: the new_len() new tokens)
+// A [B,Hkv,L,D] key (which = 1) or value (2) tensor of L tokens in the problem's dtype and layout: past_len for
+// the past, Lk for the present.
+Tensor make_kv(const Problem& p, int which, int64_t L);
 Outputs make_outputs(const Problem& p);
 // Throws when the tensors do not match the problem (shape, dtype, presence).
 void validate(const Problem& p, const Inputs& in);
+
+// KV-cache append as plain data movement, for the layers that hold a whole sequence (generators, the
+// reference). attend_over_present: the problem and inputs of attending over present = concat(past, new) with
+// no append (past_len = 0). split_past: the reverse, moving the first p.past_len tokens of full-length k/v
+// (Lk tokens) into past_k/past_v.
+struct Attended {
+  Problem p;
+  Inputs in;
+};
+Attended attend_over_present(const Problem& p, const Inputs& in);
+void split_past(const Problem& p, Inputs& in);
 
 // Storage order for a layout: BHSD -> {0,1,2,3}, BSHD -> {0,2,1,3}.
 std::vector<int> storage_order(Layout l);

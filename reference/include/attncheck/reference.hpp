@@ -14,6 +14,7 @@ struct ReferenceResult {
   std::vector<double> lse;      // [B, Hq, Lq]: natural log of the softmax denominator (always computed)
   std::vector<double> weights;  // [B, Hq, Lq, Lk], only when problem.want_weights
   std::vector<double> scores;   // [B, Hq, Lq, Lk], the raw scores at problem.scores_out (when not none)
+  std::vector<double> present_k, present_v;  // [B, Hkv, Lk, Dqk|Dv]: concat(past, new), when problem.past_len > 0
   // Their error magnitudes (KeyScales a and b of each score; 0 where the score is the fill): tolerance model.
   std::vector<double> scores_a, scores_b;
   // Error scales for the tolerance model (docs/tolerance.md), computed alongside in double:
