@@ -70,7 +70,7 @@ Outcome sink_is_zero_value_key(const Impl& impl, const Case& c) {
   RUN_OR_UNSUP(rb, impl, d);
   // Each run is within its own tolerance of its exact result, and the exact results coincide (weights: the
   // first Lk keys of the longer case), so the runs differ by at most the sum of both tolerances.
-  const Tol ta = tolerances(c), tb = tolerances(d);
+  const Tol ta = tolerances(impl, c), tb = tolerances(impl, d);
   const int64_t rows = c.p.B * c.p.Hq * c.p.Lq, Lk = c.p.Lk;
   Ran mapped = *rb;
   std::vector<double> wtol(ta.w.size());
@@ -102,7 +102,7 @@ Outcome scores_softmax(const Impl& impl, const Case& c0) {
   if (c.p.scores_out != ScoresOut::masked) return Outcome::unsup("raw-score output not supported");
   if (!c.p.want_weights || !c.p.want_lse) return Outcome::unsup("needs weights and lse outputs");
   RUN_OR_UNSUP(r, impl, c);
-  const Tol t = tolerances(c);
+  const Tol t = tolerances(impl, c);
   std::vector<double> e(r->w.size()), tol(r->w.size());
   for (int64_t b = 0, row = 0; b < c.p.B; ++b)
     for (int64_t h = 0; h < c.p.Hq; ++h)
@@ -135,7 +135,7 @@ Outcome scores_stages(const Impl& impl, const Case& c) {
     at[k].p.scores_out = stages[k];
     std::string why;
     if (!(r[k] = run(impl, at[k], &why))) return Outcome::unsup(why);
-    t[k] = tolerances(at[k]);
+    t[k] = tolerances(impl, at[k]);
   }
   const Problem& p = c.p;
   const double fill = p.fill == MaskFill::finite ? p.fill_value : kNegInf;
