@@ -65,17 +65,15 @@ static int32_t example_capabilities(attncheck_capabilities* c, char* err, size_t
   return ATTNCHECK_STATUS_OK;
 }
 
+#if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
 /* The extension with tag `tag` in the problem's chain (ABI v2), or NULL. */
 static const attncheck_extension* extension(const attncheck_problem* p, uint32_t tag) {
-#if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
   if (p->abi_version >= 2)
     for (const attncheck_extension* e = p->next; e; e = e->next)
       if (e->tag == tag) return e;
-#else
-  (void)p; (void)tag;
-#endif
   return NULL;
 }
+#endif
 
 static int32_t example_supports(const attncheck_problem* p, char* reason, size_t reason_size) {
   if (p->Lk > MAX_KEYS) {
