@@ -30,6 +30,7 @@ struct Described {
   attncheck_ext_sinks sinks;
   attncheck_ext_scores scores;
   attncheck_ext_kv_append kv_append;
+  attncheck_ext_varlen varlen;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };

@@ -66,6 +66,7 @@ namespace ext_tag {
 inline constexpr uint32_t sinks = 2;
 inline constexpr uint32_t scores = 3;
 inline constexpr uint32_t kv_append = 4;
+inline constexpr uint32_t varlen = 5;
 }
 
 // Every optional feature a backend may not support, in the order capability checks report them.
