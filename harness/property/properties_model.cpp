@@ -189,6 +189,7 @@ void prep_varlen(CaseSpec& s) {
   s.varlen = true;
   s.B = 1;
   s.key_padding = s.per_batch_offsets = false;
+  s.poison = false;  // poison is placed on keys no query sees before the packing is drawn, which moves diagonals
   if (s.fully_masked == FullyMasked::uniform) s.fully_masked = FullyMasked::zero;  // undefined without keys
 }
 
