@@ -6,7 +6,9 @@
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
  * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing),
  * EXAMPLE_PLUGIN_RUN_FAILS (run() reports an error status), EXAMPLE_PLUGIN_NO_WEIGHTS (declares no weights output,
- * like fused kernels), EXAMPLE_PLUGIN_ZERO_POLICY (supports only the zero fully-masked policy, like FlashAttention);
+ * like fused kernels), EXAMPLE_PLUGIN_ZERO_POLICY (supports only the zero fully-masked policy, like FlashAttention),
+ * EXAMPLE_PLUGIN_BF16_P (rounds the weights to bf16 before P.V, like a tensor-core P.V, and declares pv=bf16,
+ * p=rounded in its precision contract; with EXAMPLE_PLUGIN_UNDECLARED it rounds without declaring it: a wrong plugin);
  * tests/isolation/hostile_plugin.c sets EXAMPLE_PLUGIN_NAME and EXAMPLE_PLUGIN_HOOK (called
  * first in run) to misbehave. */
 #include <math.h>
@@ -26,6 +28,10 @@
 #define EXAMPLE_PLUGIN_NAME "example-plugin-noweights"
 #elif defined(EXAMPLE_PLUGIN_ZERO_POLICY)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-zero"
+#elif defined(EXAMPLE_PLUGIN_BF16_P) && defined(EXAMPLE_PLUGIN_UNDECLARED)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-bf16p-undeclared"
+#elif defined(EXAMPLE_PLUGIN_BF16_P)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-bf16p"
 #else
 #define EXAMPLE_PLUGIN_NAME "example-plugin"
 #endif
@@ -94,6 +100,20 @@ static int64_t row_keys(const attncheck_problem* p, int64_t b, int64_t i, int64_
                       : p->alignment == ATTNCHECK_ALIGN_EXPLICIT   ? p->causal_offset
                                                                    : 0;
   return *k0 + (i - q0) + off;
+}
+
+/* A normalised weight w = p / sum as it enters P.V: unchanged, or (BF16_P) with the unnormalised p rounded to bf16
+ * (nearest even) and divided by the unrounded sum, as FlashAttention's P.V does. */
+static float pv_weight(float w, float sum) {
+#ifdef EXAMPLE_PLUGIN_BF16_P
+  union { float f; uint32_t u; } b;
+  b.f = w * sum;
+  if (isfinite(b.f)) b.u = (b.u + 0x7fffu + ((b.u >> 16) & 1u)) & 0xffff0000u;
+  return b.f / sum;
+#else
+  (void)sum;
+  return w;
+#endif
 }
 
 /* Is key j visible to query i of batch b? Every mask of the problem, written out. */
@@ -238,7 +258,7 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
           float acc = none ? row_fill : 0.0f; /* nan policy: NaN, also for a sequence without keys */
           if (!none)
             for (int64_t j = 0; j < p->Lk; ++j)
-              if (vis[j]) acc += score[j] * v[b * vs[0] + kh * vs[1] + j * vs[2] + d * vs[3]];
+              if (vis[j]) acc += pv_weight(score[j], sum) * v[b * vs[0] + kh * vs[1] + j * vs[2] + d * vs[3]];
           out[b * os[0] + h * os[1] + i * os[2] + d * os[3]] = acc;
         }
       }
@@ -251,7 +271,11 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
 static int32_t example_declarations(attncheck_declarations* d, char* err, size_t err_size) {
   (void)err; (void)err_size;
   d->deterministic = 1;
+#if defined(EXAMPLE_PLUGIN_BF16_P) && !defined(EXAMPLE_PLUGIN_UNDECLARED)
+  d->contract[ATTNCHECK_DTYPE_F32] = "qk=fp32,scores=fp32,pv=bf16,acc=fp32,p=rounded,exp=exp";
+#else
   d->contract[ATTNCHECK_DTYPE_F32] = "qk=fp32,scores=fp32,pv=fp32,acc=fp32,p=exact,exp=exp";
+#endif
   return ATTNCHECK_STATUS_OK;
 }
 #endif

@@ -52,6 +52,9 @@ void read_attrs(h5::Reader& r, hid_t root, Fixture& f) {
     r.fail("tolerance_lambda", "must be a finite value > 0, got " + std::to_string(f.tolerance.lambda));
   if (!(f.tolerance.rel_floor > 0) || !std::isfinite(f.tolerance.rel_floor))
     r.fail("tolerance_rel_floor", "must be a finite value > 0, got " + std::to_string(f.tolerance.rel_floor));
+  const int64_t exact = r.has_attr(root, "exact_out") ? r.attr_i64(root, "/", "exact_out") : 0;
+  if (exact != 0 && exact != 1) r.fail("exact_out", "must be 0 or 1, got " + std::to_string(exact));
+  f.tolerance.exact_out = exact == 1;
 }
 
 void validate_problem(const h5::Reader& r, const Problem& p) {
@@ -221,6 +224,12 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
       r.fail("inputs", ex.what());
     }
     fill_error_scales(p, in, e);  // tolerance model v2's row scales, from the stored inputs (docs/tolerance.md)
+    try {
+      check_exact_out(f);  // a hand-edited exact_out must not turn a correct result into a failure
+    } catch (const std::invalid_argument& ex) {
+      const std::string w = ex.what();
+      r.fail("exact_out", w.substr(w.find(": ") + 2));
+    }
     fixture_detail::read_gradients(r, file, f, true, options.max_bytes);
     return f;
   });

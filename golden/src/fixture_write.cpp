@@ -95,6 +95,7 @@ void write_file(const std::string& path, const Fixture& f) {
   h5::write_attr(root, "tolerance_model", std::string("attncheck derived forward-error bound (docs/tolerance.md)"));
   h5::write_attr(root, "tolerance_lambda", f.tolerance.lambda);
   h5::write_attr(root, "tolerance_rel_floor", f.tolerance.rel_floor);
+  if (f.tolerance.exact_out) h5::write_attr(root, "exact_out", int64_t{1});  // absent: judged by the bound
   fixture_detail::write_gradients_attr(root, f);
 
   const char* qdims = p.layout == Layout::BHSD ? "B,Hq,Lq,Dqk" : "B,Lq,Hq,Dqk";

@@ -18,7 +18,7 @@ const std::vector<std::pair<Distribution, const char*>>& names() {
       {Distribution::poison_masked, "poison_masked"}, {Distribution::fp16_overflow, "fp16_overflow"},
       {Distribution::logits_30_80, "logits_30_80"}, {Distribution::near_ties, "near_ties"},
       {Distribution::neg_inf_bias, "neg_inf_bias"}, {Distribution::tile_edge_dominant, "tile_edge_dominant"},
-      {Distribution::one_hot_v, "one_hot_v"}};
+      {Distribution::one_hot_v, "one_hot_v"},   {Distribution::uniform_rows, "uniform_rows"}};
   return n;
 }
 

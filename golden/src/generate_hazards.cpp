@@ -67,6 +67,21 @@ bool fill_hazard(const Problem& p, Distribution dist, Inputs& in, Rng& rq, Rng& 
       fill4(in.q, normal_q); fill4(in.k, normal_k);
       fill4(in.v, [&](int64_t, int64_t, int64_t j, int64_t d) { return d == j % p.Dv ? 1.0 : 0.0; });
       return true;
+    case Distribution::uniform_rows: {
+      fill4(in.q, [](auto...) { return 0.0; });
+      fill4(in.k, normal_k);
+      // Integers -2..3 from the stream; a column summing to 0 gets +1 on its first key (a zero answer would be a
+      // cancellation, not exact for an implementation that rounds its partial results).
+      fill4(in.v, [&](auto...) { return static_cast<double>(static_cast<int64_t>(rv.next() % 6) - 2); });
+      for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t h = 0; h < p.Hkv; ++h)
+          for (int64_t d = 0; d < p.Dv; ++d) {
+            double sum = 0;
+            for (int64_t j = 0; j < p.Lk; ++j) sum += in.v.at(b, h, j, d);
+            if (sum == 0) in.v.put(b, h, 0, d, in.v.at(b, h, 0, d) + 1.0);
+          }
+      return true;
+    }
     default:
       return false;
   }

@@ -20,7 +20,7 @@ namespace {
 
 // Keys of the spec that are not Problem fields; every field of the feature table is a key too.
 const std::set<std::string> kSpecOnlyKeys = {"name", "D", "dtype", "window", "distribution", "seed", "comment", "tag",
-                                             "weights_max_elements", "gradients"};
+                                             "weights_max_elements", "gradients", "exact_out"};
 
 // A JSON value as the feature table's text form (field_text): bools 0/1, lists joined by ',' ('x' for 4-d shapes).
 std::string field_json_text(const Field& f, const json& v) {
@@ -80,6 +80,7 @@ CaseSpec parse_case(const json& c, DType dtype) {
   if (std::string d; get("distribution", d)) cs.distribution = gen::distribution_from_string(d);
   get("seed", cs.seed);
   get("gradients", cs.gradients);
+  get("exact_out", cs.exact_out);
   // A fixture the reader would refuse could be generated (or die allocating) but never verified.
   const uint64_t cap = FixtureReadOptions{}.max_bytes;
   if (fixture_memory_bytes(p) > double(cap))
@@ -175,7 +176,10 @@ Fixture build_case(const CaseSpec& c, const std::string& spec_file_name) {
   prov.seed = c.seed;
   prov.distribution = gen::to_string(c.distribution);
   prov.command = "attncheck generate --spec " + spec_file_name;
-  Fixture f = make_fixture(c.name, c.problem, gen::generate_inputs(c.problem, c.distribution, c.seed), prov);
+  ToleranceModel tol;
+  tol.exact_out = c.exact_out;
+  Fixture f = make_fixture(c.name, c.problem, gen::generate_inputs(c.problem, c.distribution, c.seed), prov, tol);
+  check_exact_out(f);
   if (c.gradients) add_gradients(f, c.seed);
   return f;
 }
@@ -187,6 +191,8 @@ Fixture build_case_rows(const CaseSpec& c, const std::string& spec_file_name, in
   f.problem = c.problem;
   f.inputs = gen::generate_inputs(c.problem, c.distribution, c.seed);
   f.expected = reference_attention_rows(f.problem, f.inputs, sample_rows(f.problem, f.inputs, rows));
+  f.tolerance.exact_out = c.exact_out;
+  check_exact_out(f);
   f.provenance.attncheck_version = attncheck_version();
   f.provenance.seed = c.seed;
   f.provenance.distribution = gen::to_string(c.distribution);

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "attncheck/declarations.hpp"
+#include "attncheck/features.hpp"
 #include "properties.hpp"
 #include "mutants.hpp"
 
@@ -16,17 +18,16 @@ Capabilities intersect(const Capabilities& a, const Capabilities& b) {
   auto keep = [](auto& set, const auto& other) { std::erase_if(set, [&](const auto& x) { return !other.count(x); }); };
   keep(c.dtypes, b.dtypes), keep(c.layouts, b.layouts), keep(c.alignments, b.alignments);
   keep(c.fully_masked, b.fully_masked);
-  for (bool Capabilities::*f : {&Capabilities::gqa, &Capabilities::cross, &Capabilities::dqk_ne_dv, &Capabilities::causal,
-                                &Capabilities::per_batch_offsets, &Capabilities::key_padding, &Capabilities::bool_mask,
-                                &Capabilities::bias, &Capabilities::window, &Capabilities::softcap, &Capabilities::dropout,
-                                &Capabilities::finite_fill, &Capabilities::weights_out, &Capabilities::lse_out})
-    c.*f = a.*f && b.*f;
+  for (const Feature& f : problem_features())  // every boolean capability of the table
+    if (f.flag) c.*f.flag = a.*f.flag && b.*f.flag;
   c.max_head_dim = a.max_head_dim == 0 ? b.max_head_dim : b.max_head_dim == 0 ? a.max_head_dim : std::min(a.max_head_dim, b.max_head_dim);
   c.head_dim_multiple = std::max(a.head_dim_multiple, b.head_dim_multiple);  // both are 1 or powers of two
   return c;
 }
 
-// A catalogue entry seen through the candidate's capabilities, so generated cases stay within what it supports.
+// A catalogue entry seen through the candidate's capabilities, so generated cases stay within what it supports,
+// and judged at the candidate's declared precision contract: the question is whether the tolerances that judge
+// this candidate are tight enough to kill the mutants.
 class Restricted final : public Impl {
  public:
   Restricted(ImplPtr base, const Impl& candidate)
@@ -34,6 +35,11 @@ class Restricted final : public Impl {
   std::string name() const override { return base_->name(); }
   std::string description() const override { return base_->description(); }
   Capabilities capabilities() const override { return caps_; }
+  Declarations declarations() const override {
+    Declarations d = base_->declarations();
+    d.contracts = cand_.declarations().contracts;
+    return d;
+  }
   Support supports(const Problem& p) const override {
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
     if (Support s = cand_.supports(p); !s.ok) return s;

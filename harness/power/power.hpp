@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "attncheck/contract.hpp"
 #include "attncheck/problem.hpp"
 
 namespace attncheck::power {
@@ -53,6 +56,18 @@ Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed);
 // Runs the kernel variant on a problem of the grid (B = Hq = Hkv = 1, BHSD, want_lse) and returns its outputs.
 Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in);
 
+// An implementation brought by the user (`power --plugin/--worker`): it runs as one more correct variant on every
+// grid problem it supports, judged at its declared precision contract. Faults stay injected into the built-in
+// kernel (a black box cannot be faulted); the candidate's rows say whether it passes and how much of the bound it
+// uses at long context. The harness supplies the callbacks, so this engine keeps depending on the core only.
+struct Candidate {
+  std::string name;
+  // The candidate's outputs, or nullopt (with the reason in `why`) when it does not support the problem. May throw
+  // (a crash or timeout of an isolated candidate): the cell then fails with the message.
+  std::function<std::optional<Outputs>(const Problem&, const Inputs&, std::string* why)> run;
+  std::function<PrecisionContract(DType)> contract;
+};
+
 struct GridOptions {
   std::vector<int64_t> lk{1024, 8192, 32768, 131072};
   std::vector<DType> dtypes{DType::f32, DType::f16, DType::bf16};
@@ -60,6 +75,7 @@ struct GridOptions {
   int64_t rows = 8;  // query rows judged per problem (the sampled rows; faults are placed where they see them)
   uint64_t seed = 20261123;
   int threads = 0;   // 0 = default
+  std::optional<Candidate> candidate;
 };
 
 struct Cell {  // one variant on one configuration (Lk, dtype, logits), over the flavours it runs on

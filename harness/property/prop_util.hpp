@@ -25,8 +25,9 @@ struct Tol {
   ReferenceResult ref;
   std::vector<double> out, lse, w, s;  // s: raw scores, when the case asks for them
 };
-// The reference (with weights, whatever the case asks) and the tolerance model's per-element tolerances.
-Tol tolerances(const Case& c);
+// The reference (with weights, whatever the case asks) and the tolerance model's per-element tolerances, at the
+// precision contract `impl` declares for the case's dtype (its declarations(); the default contract otherwise).
+Tol tolerances(const Impl& impl, const Case& c);
 
 // Collects comparisons; the first failure keeps its message, the ratio is the worst over all.
 struct Checker {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "attncheck/declarations.hpp"
 #include "prop_util.hpp"
 
 namespace attncheck::prop {
@@ -24,15 +25,17 @@ std::optional<Ran> run(const Impl& impl, const Case& c, std::string* why) {
   return r;
 }
 
-Tol tolerances(const Case& c) {
+Tol tolerances(const Impl& impl, const Case& c) {
   Problem p = c.p;
   p.want_weights = true;
+  ToleranceModel m;
+  m.contract = impl.declarations().contract_for(p.dtype);
   Tol t;
   t.ref = reference_attention(p, c.in);
-  t.out = out_tolerance(p, t.ref);
-  t.lse = lse_tolerance(p, t.ref);
-  t.w = weights_tolerance(p, t.ref);
-  if (p.scores_out != ScoresOut::none) t.s = scores_tolerance(p, t.ref);
+  t.out = out_tolerance(p, t.ref, m);
+  t.lse = lse_tolerance(p, t.ref, m);
+  t.w = weights_tolerance(p, t.ref, m);
+  if (p.scores_out != ScoresOut::none) t.s = scores_tolerance(p, t.ref, m);
   return t;
 }
 

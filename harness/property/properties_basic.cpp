@@ -26,7 +26,7 @@ Outcome agreement(const Impl& impl, const Case& c) {
   std::string why;
   const auto r = run(impl, c, &why);
   if (!r) return Outcome::unsup(why);
-  const Tol t = tolerances(c);
+  const Tol t = tolerances(impl, c);
   Checker k(impl, c);
   k.compare("out", out_shape(c.p), t.ref.out, r->out, t.out);
   if (c.p.want_lse) k.compare("lse", lse_shape(c.p), t.ref.lse, r->lse, t.lse);
@@ -40,7 +40,7 @@ Outcome weights_rows(const Impl& impl, const Case& c) {
   std::string why;
   const auto r = run(impl, c, &why);
   if (!r) return Outcome::unsup(why);
-  const Tol t = tolerances(c);
+  const Tol t = tolerances(impl, c);
   Checker k(impl, c);
   const int64_t Lk = c.p.Lk;
   for (int64_t b = 0, row = 0; b < c.p.B; ++b)
@@ -136,7 +136,7 @@ Outcome convex_hull(const Impl& impl, const Case& c) {
   std::string why;
   const auto r = run(impl, c, &why);
   if (!r) return Outcome::unsup(why);
-  const Tol t = tolerances(c);
+  const Tol t = tolerances(impl, c);
   const auto v = c.in.v.to_double();
   Checker k(impl, c);
   const int64_t Lk = c.p.Lk, Dv = c.p.Dv;
@@ -193,7 +193,7 @@ Outcome one_visible_key(const Impl& impl, const Case& c0) {
   std::string why;
   const auto r = run(impl, c, &why);
   if (!r) return Outcome::unsup(why);
-  const Tol t = tolerances(c);
+  const Tol t = tolerances(impl, c);
   const double u = p.dtype == DType::f64 ? unit_roundoff(DType::f64) : unit_roundoff(DType::f32);
   std::vector<double> eo(r->out.size()), to(r->out.size()), el(t.ref.lse.size()), ew(t.ref.weights.size(), 0.0);
   const auto q = c.in.q.to_double(), kk = c.in.k.to_double(), v = c.in.v.to_double();
@@ -237,7 +237,7 @@ Outcome equal_scores(const Impl& impl, const Case& c0) {
   std::string why;
   const auto r = run(impl, c, &why);
   if (!r) return Outcome::unsup(why);
-  const Tol t = tolerances(c);
+  const Tol t = tolerances(impl, c);
   std::vector<double> e = t.ref.out;  // fully-masked rows: the policy (checked by fully_masked_policy)
   for (int64_t b = 0, row = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.Hq; ++h)
@@ -266,7 +266,7 @@ Outcome fully_masked_policy(const Impl& impl, const Case& c) {
   std::string why;
   const auto r = run(impl, c, &why);
   if (!r) return Outcome::unsup(why);
-  const Tol t = tolerances(c);
+  const Tol t = tolerances(impl, c);
   std::vector<double> eo = r->out, to(eo.size(), 0.0), el = r->lse, tl(el.size(), 0.0), ew = r->w, tw(ew.size(), 0.0);
   int64_t rows = 0;
   const double keep_scale = 1.0 / (1.0 - p.dropout_p);

@@ -12,7 +12,7 @@
 namespace attncheck::prop {
 
 Outcome compare_pair(const Impl& impl, const Case& a, const Ran& ra, const Ran& rb_mapped) {
-  const Tol t = tolerances(a);
+  const Tol t = tolerances(impl, a);
   Checker k(impl, a);
   k.compare("out", out_shape(a.p), ra.out, rb_mapped.out, add(t.out, t.out));
   if (a.p.want_lse) k.compare("lse", lse_shape(a.p), ra.lse, rb_mapped.lse, add(t.lse, t.lse));
@@ -97,7 +97,7 @@ Outcome shift_invariance(const Impl& impl, const Case& c) {
                              shift[static_cast<size_t>(row)]);
   RUN_OR_UNSUP(ra, impl, c);
   RUN_OR_UNSUP(rb, impl, d);
-  const Tol ta = tolerances(c), tb = tolerances(d);
+  const Tol ta = tolerances(impl, c), tb = tolerances(impl, d);
   Checker k(impl, c);
   k.compare("out", out_shape(p), ra->out, rb->out, add(ta.out, tb.out));
   if (p.want_lse) {
@@ -154,7 +154,7 @@ Outcome mask_after_softmax(const Impl& impl, const Case& c0) {
   u.p.mask_shape.reset(), u.in.mask.reset();
   RUN_OR_UNSUP(rm, impl, m);
   RUN_OR_UNSUP(ru, impl, u);
-  const Tol tm = tolerances(m), tu = tolerances(u);
+  const Tol tm = tolerances(impl, m), tu = tolerances(impl, u);
   const Problem& p = m.p;
   std::vector<double> e = rm->w, tol(e.size(), 0.0);
   for (int64_t row = 0; row < p.B * p.Hq * p.Lq; ++row) {
@@ -212,7 +212,7 @@ Outcome split_keys_merge(const Impl& impl, const Case& c0) {
   RUN_OR_UNSUP(rf, impl, c);
   RUN_OR_UNSUP(ra, impl, a);
   RUN_OR_UNSUP(rb, impl, b);
-  const Tol tf = tolerances(c), ta = tolerances(a), tb = tolerances(b);
+  const Tol tf = tolerances(impl, c), ta = tolerances(impl, a), tb = tolerances(impl, b);
   const Problem& p = c.p;
   std::vector<double> eo = rf->out, to(eo.size(), 0.0), el = rf->lse, tl(el.size(), 0.0);
   for (int64_t row = 0; row < p.B * p.Hq * p.Lq; ++row) {

@@ -70,7 +70,7 @@ Outcome sink_is_zero_value_key(const Impl& impl, const Case& c) {
   RUN_OR_UNSUP(rb, impl, d);
   // Each run is within its own tolerance of its exact result, and the exact results coincide (weights: the
   // first Lk keys of the longer case), so the runs differ by at most the sum of both tolerances.
-  const Tol ta = tolerances(c), tb = tolerances(d);
+  const Tol ta = tolerances(impl, c), tb = tolerances(impl, d);
   const int64_t rows = c.p.B * c.p.Hq * c.p.Lq, Lk = c.p.Lk;
   Ran mapped = *rb;
   std::vector<double> wtol(ta.w.size());
@@ -102,7 +102,7 @@ Outcome scores_softmax(const Impl& impl, const Case& c0) {
   if (c.p.scores_out != ScoresOut::masked) return Outcome::unsup("raw-score output not supported");
   if (!c.p.want_weights || !c.p.want_lse) return Outcome::unsup("needs weights and lse outputs");
   RUN_OR_UNSUP(r, impl, c);
-  const Tol t = tolerances(c);
+  const Tol t = tolerances(impl, c);
   std::vector<double> e(r->w.size()), tol(r->w.size());
   for (int64_t b = 0, row = 0; b < c.p.B; ++b)
     for (int64_t h = 0; h < c.p.Hq; ++h)
@@ -135,7 +135,7 @@ Outcome scores_stages(const Impl& impl, const Case& c) {
     at[k].p.scores_out = stages[k];
     std::string why;
     if (!(r[k] = run(impl, at[k], &why))) return Outcome::unsup(why);
-    t[k] = tolerances(at[k]);
+    t[k] = tolerances(impl, at[k]);
   }
   const Problem& p = c.p;
   const double fill = p.fill == MaskFill::finite ? p.fill_value : kNegInf;
@@ -200,7 +200,7 @@ Outcome varlen_equals_separate(const Impl& impl, const Case& c0) {
   const Case c = with_stats(impl, c0);
   if (c.p.cu_seqlens_q.empty()) return Outcome::unsup("variable-length packed sequences not supported");
   RUN_OR_UNSUP(packed, impl, c);
-  const Tol tp = tolerances(c);
+  const Tol tp = tolerances(impl, c);
   const Problem& p = c.p;
   // Rows of sequences without keys keep the reference and the packed case's own tolerance.
   std::vector<double> e_out = tp.ref.out, t_out = tp.out, e_lse = tp.ref.lse, t_lse = tp.lse;
@@ -214,7 +214,7 @@ Outcome varlen_equals_separate(const Impl& impl, const Case& c0) {
     const Attended a = sequence_problem(p, c.in, s);
     one.p = a.p, one.in = a.in;
     RUN_OR_UNSUP(alone, impl, one);
-    const Tol ts = tolerances(one);
+    const Tol ts = tolerances(impl, one);
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < one.p.Lq; ++i) {
         const size_t rp = static_cast<size_t>(h * p.Lq + q0 + i), rs = static_cast<size_t>(h * one.p.Lq + i);

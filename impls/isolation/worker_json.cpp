@@ -145,18 +145,6 @@ Problem problem_from_json(const json& j, const std::string& where) {
   return p;
 }
 
-const std::vector<std::pair<const char*, bool Capabilities::*>>& feature_flags() {
-  static const std::vector<std::pair<const char*, bool Capabilities::*>> f = {
-      {"gqa", &Capabilities::gqa},           {"cross", &Capabilities::cross},
-      {"dqk_ne_dv", &Capabilities::dqk_ne_dv}, {"causal", &Capabilities::causal},
-      {"per_batch_offsets", &Capabilities::per_batch_offsets}, {"key_padding", &Capabilities::key_padding},
-      {"bool_mask", &Capabilities::bool_mask}, {"bias", &Capabilities::bias},
-      {"window", &Capabilities::window},     {"softcap", &Capabilities::softcap},
-      {"dropout", &Capabilities::dropout},   {"finite_fill", &Capabilities::finite_fill},
-      {"weights_out", &Capabilities::weights_out}, {"lse_out", &Capabilities::lse_out}};
-  return f;
-}
-
 json capabilities_to_json(const Capabilities& c) {
   json j;
   j["dtypes"] = json::array();
@@ -168,10 +156,8 @@ json capabilities_to_json(const Capabilities& c) {
   j["fully_masked"] = json::array();
   for (FullyMasked f : c.fully_masked) j["fully_masked"].push_back(to_string(f));
   j["features"] = json::array();
-  for (const auto& [name, flag] : feature_flags())
-    if (c.*flag) j["features"].push_back(name);
-  for (const Feature& f : problem_features())  // extension features, by their table names
-    if (f.abi_tag && f.flag && c.*f.flag) j["features"].push_back(f.name);
+  for (const Feature& f : problem_features())  // every boolean capability of the table, by its protocol name
+    if (f.flag && c.*f.flag) j["features"].push_back(f.protocol);
   j["max_head_dim"] = c.max_head_dim;
   j["head_dim_multiple"] = c.head_dim_multiple;
   j["notes"] = c.notes;
@@ -207,9 +193,8 @@ Capabilities capabilities_from_json(const json& j, const std::string& where) {
   enum_set("alignments", alignment_from_string, c.alignments);
   enum_set("fully_masked", fully_masked_from_string, c.fully_masked);
   const auto features = names("features");
-  for (const auto& [name, flag] : feature_flags())
-    c.*flag = std::find(features.begin(), features.end(), name) != features.end();
-  declare_extension_features(c, features);
+  for (const Feature& f : problem_features())
+    if (f.flag) c.*f.flag = std::find(features.begin(), features.end(), f.protocol) != features.end();
   // The protocol returns out, lse and weights only: a raw-score or present key/value output cannot travel back.
   c.scores_out = false;
   c.kv_append = false;

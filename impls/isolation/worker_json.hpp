@@ -44,7 +44,4 @@ Capabilities capabilities_from_json(const json& j, const std::string& where);
 json declarations_to_json(const Declarations& d);
 Declarations declarations_from_json(const json& j, const std::string& where, Declarations defaults);
 
-// The feature names of version 1, in protocol order, with the Capabilities flag each one sets.
-const std::vector<std::pair<const char*, bool Capabilities::*>>& feature_flags();
-
 }  // namespace attncheck::worker

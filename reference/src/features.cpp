@@ -195,37 +195,40 @@ Support head_dims(const Capabilities& c, const P& p) {
                        std::to_string(c.head_dim_multiple));
   return Support::yes();
 }
-// A boolean capability's check is generated from its flag and its message; `tag` is its plugin extension.
-#define ATTNCHECK_FLAG_EXT(name, member, used_expr, message, tag)                                   \
+// A boolean capability's check is generated from its flag and its message; `protocol` is its worker-protocol
+// name, `tag` its plugin extension.
+#define ATTNCHECK_FLAG_EXT(name, protocol, member, used_expr, message, tag)                         \
   Feature {                                                                                         \
-    name, [](const P& p) -> bool { return used_expr; },                                             \
+    name, protocol, [](const P& p) -> bool { return used_expr; },                                   \
         [](const Capabilities& c, const P&) { return c.member ? Support::yes() : Support::no(message); }, \
         &Capabilities::member, tag                                                                  \
   }
-#define ATTNCHECK_FLAG(name, member, used_expr, message) ATTNCHECK_FLAG_EXT(name, member, used_expr, message, 0)
+#define ATTNCHECK_FLAG(name, protocol, member, used_expr, message) \
+  ATTNCHECK_FLAG_EXT(name, protocol, member, used_expr, message, 0)
 
 const Feature kFeatures[] = {
-    {"dtype", [](const P&) { return true; },
+    {"dtype", "dtypes", [](const P&) { return true; },
      [](const Capabilities& c, const P& p) { return in_set(c.dtypes, p.dtype, "dtype"); }, nullptr, 0},
-    {"layout", [](const P&) { return true; },
+    {"layout", "layouts", [](const P&) { return true; },
      [](const Capabilities& c, const P& p) { return in_set(c.layouts, p.layout, "layout"); }, nullptr, 0},
-    ATTNCHECK_FLAG("gqa", gqa, p.Hq != p.Hkv, "GQA/MQA (Hq != Hkv) not supported"),
-    ATTNCHECK_FLAG("lq!=lk", cross, p.Lq != p.Lk, "Lq != Lk not supported"),
-    ATTNCHECK_FLAG("dqk!=dv", dqk_ne_dv, p.Dqk != p.Dv, "Dqk != Dv not supported"),
-    {"head-dims", [](const P&) { return true; }, head_dims, nullptr, 0},
-    ATTNCHECK_FLAG("causal", causal, p.causal, "causal mask not supported"),
-    {"alignment", uses_alignment,
+    ATTNCHECK_FLAG("gqa", "gqa", gqa, p.Hq != p.Hkv, "GQA/MQA (Hq != Hkv) not supported"),
+    ATTNCHECK_FLAG("lq!=lk", "cross", cross, p.Lq != p.Lk, "Lq != Lk not supported"),
+    ATTNCHECK_FLAG("dqk!=dv", "dqk_ne_dv", dqk_ne_dv, p.Dqk != p.Dv, "Dqk != Dv not supported"),
+    {"head-dims", "max_head_dim", [](const P&) { return true; }, head_dims, nullptr, 0},
+    ATTNCHECK_FLAG("causal", "causal", causal, p.causal, "causal mask not supported"),
+    {"alignment", "alignments", uses_alignment,
      [](const Capabilities& c, const P& p) { return in_set(c.alignments, p.alignment, "alignment"); }, nullptr, 0},
-    ATTNCHECK_FLAG("per-batch-offsets", per_batch_offsets, !p.causal_offsets.empty(),
+    ATTNCHECK_FLAG("per-batch-offsets", "per_batch_offsets", per_batch_offsets, !p.causal_offsets.empty(),
                    "per-batch causal offsets not supported"),
-    ATTNCHECK_FLAG("key-padding", key_padding, !p.key_lengths.empty(), "key padding not supported"),
-    ATTNCHECK_FLAG("bool-mask", bool_mask, p.mask_shape.has_value(), "boolean mask not supported"),
-    ATTNCHECK_FLAG("bias", bias, p.bias_shape.has_value(), "additive bias not supported"),
-    ATTNCHECK_FLAG("window", window, p.has_window(), "sliding window not supported"),
-    ATTNCHECK_FLAG("softcap", softcap, p.softcap > 0, "softcap not supported"),
-    ATTNCHECK_FLAG("dropout", dropout, p.dropout_p > 0, "dropout not supported"),
-    ATTNCHECK_FLAG("finite-fill", finite_fill, p.fill == MaskFill::finite, "finite mask fill not supported"),
-    {"fully-masked", [](const P&) { return true; },
+    ATTNCHECK_FLAG("key-padding", "key_padding", key_padding, !p.key_lengths.empty(), "key padding not supported"),
+    ATTNCHECK_FLAG("bool-mask", "bool_mask", bool_mask, p.mask_shape.has_value(), "boolean mask not supported"),
+    ATTNCHECK_FLAG("bias", "bias", bias, p.bias_shape.has_value(), "additive bias not supported"),
+    ATTNCHECK_FLAG("window", "window", window, p.has_window(), "sliding window not supported"),
+    ATTNCHECK_FLAG("softcap", "softcap", softcap, p.softcap > 0, "softcap not supported"),
+    ATTNCHECK_FLAG("dropout", "dropout", dropout, p.dropout_p > 0, "dropout not supported"),
+    ATTNCHECK_FLAG("finite-fill", "finite_fill", finite_fill, p.fill == MaskFill::finite,
+                   "finite mask fill not supported"),
+    {"fully-masked", "fully_masked", [](const P&) { return true; },
      [](const Capabilities& c, const P& p) {
        return c.fully_masked.count(p.fully_masked)
                   ? Support::yes()
@@ -234,15 +237,15 @@ const Feature kFeatures[] = {
      nullptr, 0},
     // Features after plugin ABI 2 travel in extensions. Before weights and lse: a harness that drops an
     // unsupported weights/lse output and retries must see these as the reason.
-    ATTNCHECK_FLAG_EXT("sinks", sinks, !p.sinks.empty(), "attention sinks not supported", ext_tag::sinks),
-    ATTNCHECK_FLAG_EXT("scores", scores_out, p.scores_out != ScoresOut::none, "raw-score output not supported",
-                       ext_tag::scores),
-    ATTNCHECK_FLAG_EXT("kv_append", kv_append, p.past_len > 0, "KV-cache append (past/present key and value) not supported",
-                       ext_tag::kv_append),
-    ATTNCHECK_FLAG_EXT("varlen", varlen, !p.cu_seqlens_q.empty(), "variable-length packed sequences not supported",
-                       ext_tag::varlen),
-    ATTNCHECK_FLAG("weights", weights_out, p.want_weights, "weights output not supported"),
-    ATTNCHECK_FLAG("lse", lse_out, p.want_lse, "lse output not supported"),
+    ATTNCHECK_FLAG_EXT("sinks", "sinks", sinks, !p.sinks.empty(), "attention sinks not supported", ext_tag::sinks),
+    ATTNCHECK_FLAG_EXT("scores", "scores", scores_out, p.scores_out != ScoresOut::none,
+                       "raw-score output not supported", ext_tag::scores),
+    ATTNCHECK_FLAG_EXT("kv_append", "kv_append", kv_append, p.past_len > 0,
+                       "KV-cache append (past/present key and value) not supported", ext_tag::kv_append),
+    ATTNCHECK_FLAG_EXT("varlen", "varlen", varlen, !p.cu_seqlens_q.empty(),
+                       "variable-length packed sequences not supported", ext_tag::varlen),
+    ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),
+    ATTNCHECK_FLAG("lse", "lse_out", lse_out, p.want_lse, "lse output not supported"),
 };
 #undef ATTNCHECK_FLAG
 #undef ATTNCHECK_FLAG_EXT
@@ -254,13 +257,13 @@ std::span<const Feature> problem_features() { return kFeatures; }
 std::vector<std::string> extension_features(const Problem& p) {
   std::vector<std::string> out;
   for (const Feature& f : kFeatures)
-    if (f.abi_tag && f.used(p)) out.emplace_back(f.name);
+    if (f.abi_tag && f.used(p)) out.emplace_back(f.protocol);
   return out;
 }
 
 void declare_extension_features(Capabilities& c, const std::vector<std::string>& names) {
   for (const Feature& f : kFeatures)
-    if (f.abi_tag && f.flag) c.*f.flag = std::find(names.begin(), names.end(), f.name) != names.end();
+    if (f.abi_tag && f.flag) c.*f.flag = std::find(names.begin(), names.end(), f.protocol) != names.end();
 }
 
 Support check_capabilities(const Capabilities& c, const Problem& p) {

@@ -20,7 +20,10 @@ std::string TensorVerdict::describe() const {
       << worst[static_cast<size_t>(k)];
   o << "]: expected " << expected << " actual " << actual << " |err| " << std::abs(actual - expected)
     << (pass ? " <= " : " > ") << "tol " << tolerance;
-  if (!dominant.empty()) o << " (bound dominated by " << dominant << ")";
+  if (dominant == kExactDominant)
+    o << " (exact case: the answer is representable in the output dtype, any difference is a bug)";
+  else if (!dominant.empty())
+    o << " (bound dominated by " << dominant << ")";
   if (!pass) o << " (" << n_bad << " of " << n << " elements outside)";
   return o.str();
 }
@@ -120,6 +123,7 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
   v.tensors.push_back(compare_values("out", out_shape, r.out, actual.out.to_double(),
                                      out_tolerance(p, r, m, d_out), m, jr, static_cast<size_t>(p.Dv)));
   name_dominant(v.tensors.back(), out_shape, [&](size_t n) { return out_terms(p, r, n, d_out, m); });
+  if (m.exact_out) v.tensors.back().dominant = kExactDominant;
   auto missing = [&](const char* name) {
     TensorVerdict t;
     t.tensor = name;

@@ -109,6 +109,7 @@ const char* to_string(TolTerm t) {
 TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m) {
   // o_d = sum_j w'_j v_jd. Independent relative errors eps_j of the unnormalised weights move it by
   // sum_j eps_j (w'_j v_jd - w_j o_d): lambda * (c_s * dev_s + c_e * dev) with the row's own deviations.
+  if (m.exact_out) return zero();  // an exact case: the representable answer, nothing else
   const Units u = units(p, m);
   const size_t row = n / static_cast<size_t>(p.Dv);
   const Row x = row_scales(p, r, row, u, m);

@@ -28,7 +28,7 @@ TEST(SuiteKills, EveryMutantFailsAGoldenFixtureAndNoCorrectVariantDoes) {
       Outputs out;
       if (!run_impl(*m.impl, f.problem, f.inputs, out).ok) continue;
       ++ran;
-      const Verdict v = judge(f.problem, f.expected, out);
+      const Verdict v = judge(f.problem, f.expected, out, f.tolerance);  // exact cases judged for equality
       failed += !v.pass;
       if (m.correct && !v.pass) std::cout << "  " << f.name << ": " << v.worst().describe() << "\n";
     }

@@ -1,13 +1,17 @@
-// `attncheck power [--json] [--lk 1024,8192] [--rows N]`: fault injection over the Lk x dtype x logits grid
-// (harness/power). Exit 0 when every applicable fault is caught on every (Lk, dtype) by some input kind or is inside
+// `attncheck power [--json] [--lk 1024,8192] [--rows N] [--plugin LIB | --worker CMD]`: fault injection over the
+// Lk x dtype x logits grid (harness/power); a plugin or worker runs as one more correct variant, at its contract. Exit 0 when every applicable fault is caught on every (Lk, dtype) by some input kind or is inside
 // rounding noise for all of them, no correct variant fails and correct variants use >= 1% of the bound at Lk = 32k
 // fp32; else 1.
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
+#include "attncheck/declarations.hpp"
 #include "command.hpp"
+#include "plugins.hpp"
 #include "power.hpp"
 
 namespace attncheck::cli {
@@ -34,20 +38,58 @@ std::string kinds(const power::Coverage& k) {
   return s;
 }
 
+std::vector<std::string> g_plugins;
+std::string g_candidate;
+
+// The candidate (--plugin/--worker/--candidate) as the engine's callbacks: run through run_impl, judged at its
+// declared contract.
+std::optional<power::Candidate> candidate_of(const ImplPtr& impl) {
+  if (!impl) return std::nullopt;
+  power::Candidate c;
+  c.name = impl->name();
+  c.run = [impl](const Problem& p, const Inputs& in, std::string* why) -> std::optional<Outputs> {
+    Outputs out;
+    const Support s = run_impl(*impl, p, in, out);
+    if (!s.ok) {
+      *why = s.reason;
+      return std::nullopt;
+    }
+    return out;
+  };
+  const Declarations d = impl->declarations();
+  c.contract = [d](DType t) { return d.contract_for(t); };
+  return c;
+}
+
 int run_power(bool json, const std::vector<int64_t>& lk, int64_t rows, uint64_t seed) {
+  load_plugins(g_plugins);
+  const ImplPtr cand = brought_candidate(g_candidate, "power");
+  if (cand)
+    if (const Support a = cand->available(); !a.ok) {
+      std::fprintf(stderr, "attncheck: exit 1: candidate %s is unavailable: %s\n", cand->name().c_str(), a.reason.c_str());
+      return 1;
+    }
   power::GridOptions o;
+  o.candidate = candidate_of(cand);
   if (!lk.empty()) o.lk = lk;
   for (int64_t x : o.lk)
     if (x < 1024) throw CLI::ValidationError("--lk", "each Lk must be >= 1024 (got " + std::to_string(x) + ")");
   if (rows < 4) throw CLI::ValidationError("--rows", "must be >= 4 (got " + std::to_string(rows) + ")");
   o.rows = rows, o.seed = seed;
   const power::Report r = power::run_grid(o);
+  int cand_cells = 0, cand_alarms = 0;
+  double cand_worst = 0;
+  for (const auto& c : r.cells)
+    if (cand && c.variant == cand->name())
+      ++cand_cells, cand_alarms += c.ratio > 1.0, cand_worst = std::max(cand_worst, c.ratio);
   if (json) {
     nlohmann::json j;
     j["faults"] = r.faults, j["detected"] = r.detected, j["undetectable"] = r.undetectable, j["missed"] = r.missed;
     j["not_applicable"] = r.not_applicable, j["false_alarms"] = r.false_alarms;
     j["headroom_32k_fp32"] = num(r.headroom_32k_fp32), j["accepted"] = r.accepted, j["seconds"] = r.seconds;
     j["seed"] = seed, j["rows"] = rows;
+    j["candidate"] = cand ? nlohmann::json(cand->name()) : nlohmann::json(nullptr);
+    j["candidate_cells"] = cand_cells, j["candidate_false_alarms"] = cand_alarms;
     j["cells_detected"] = r.cells_detected, j["cells_inside_noise"] = r.cells_inside_noise;
     j["cells_below_bound"] = r.cells_below_bound;
     j["coverage"] = nlohmann::json::array();
@@ -80,12 +122,23 @@ int run_power(bool json, const std::vector<int64_t>& lk, int64_t rows, uint64_t 
     for (const auto& k : r.coverage)
       std::printf("%-20s %-5s Lk=%-7lld %-12s %s\n", k.fault.c_str(), to_string(k.dtype),
                   static_cast<long long>(k.lk), coverage_verdict(k).c_str(), kinds(k).c_str());
+    if (cand) {
+      std::printf("candidate %s: %d cells run (unsupported problems skipped), %d false alarms, largest error/tol %.3g; "
+                  "judged at its declared contract:", cand->name().c_str(), cand_cells, cand_alarms, cand_worst);
+      for (DType t : cand->capabilities().dtypes)
+        if (t != DType::u8) std::printf(" %s %s;", to_string(t), cand->declarations().contract_for(t).to_string().c_str());
+      std::printf("\n");
+    }
     std::printf("cells: detected %d, inside rounding noise %d, below the bound %d\n", r.cells_detected,
                 r.cells_inside_noise, r.cells_below_bound);
     std::printf("faults x Lk x dtype %d: caught %d, undetectable %d, MISSED %d, n/a %d; false alarms %d; "
                 "headroom at Lk=32k fp32 %.3g; %s in %.1f s\n",
                 r.faults, r.detected, r.undetectable, r.missed, r.not_applicable, r.false_alarms, r.headroom_32k_fp32,
                 r.accepted ? "ACCEPTED" : "NOT ACCEPTED", r.seconds);
+  }
+  if (cand && cand_cells == 0) {
+    std::fprintf(stderr, "attncheck: exit 1: candidate %s supports none of the grid's problems\n", cand->name().c_str());
+    return 1;
   }
   return r.accepted ? 0 : 1;
 }
@@ -101,6 +154,9 @@ const Register reg{{"power", "Inject faults into a correct fast kernel and show 
                           ->delimiter(',');
                       sub.add_option("--rows", g_rows, "Query rows judged per problem (default 8)");
                       sub.add_option("--seed", g_seed, "Seed of the inputs");
+                      sub.add_option("--candidate", g_candidate,
+                                     "Run this implementation as one more correct variant, at its declared contract");
+                      add_plugin_option(sub, g_plugins);
                       return std::function<int()>([] { return run_power(g_json, g_lk, g_rows, g_seed); });
                     }}};
 

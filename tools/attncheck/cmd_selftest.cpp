@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "attncheck/declarations.hpp"
 #include "backward_mutants.hpp"
 #include "command.hpp"
 #include "plugins.hpp"
@@ -20,21 +21,19 @@ nlohmann::json ratio_json(double x) { return std::isfinite(x) ? nlohmann::json(x
 std::vector<std::string> g_plugins;
 std::string g_candidate;
 
+// The contracts the candidate is judged at, one per dtype it supports ("fp32 qk=bf16,scores=fp32,...").
+std::vector<std::pair<std::string, std::string>> candidate_contracts(const Impl& c) {
+  std::vector<std::pair<std::string, std::string>> r;
+  const Declarations d = c.declarations();
+  for (DType t : c.capabilities().dtypes)
+    if (t != DType::u8) r.emplace_back(to_string(t), d.contract_for(t).to_string());
+  return r;
+}
+
 int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
   load_plugins(g_plugins);
   mutants::SelftestOptions o;
-  if (g_candidate.empty() && registry().size() > 0) {  // a single --plugin/--worker is the candidate
-    std::vector<ImplPtr> brought;
-    for (const auto& i : registry())
-      if (i->description().find("[isolated: ") != std::string::npos || i->description().find("[plugin ") != std::string::npos)
-        brought.push_back(i);
-    if (brought.size() > 1) throw std::invalid_argument("selftest: several plugins/workers given; name one with --candidate");
-    if (brought.size() == 1) o.candidate = brought[0];
-  }
-  if (!g_candidate.empty()) {
-    o.candidate = find_impl(g_candidate);
-    if (!o.candidate) throw std::invalid_argument("--candidate: unknown implementation '" + g_candidate + "'");
-  }
+  o.candidate = brought_candidate(g_candidate, "selftest");
   if (o.candidate) {
     if (const Support a = o.candidate->available(); !a.ok) {
       std::fprintf(stderr, "attncheck: exit 1: candidate %s is unavailable: %s\n", o.candidate->name().c_str(),
@@ -53,6 +52,8 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
     j["cases_per_property"] = o.cases_per_property;
     j["out_of_scope"] = r.out_of_scope;
     j["candidate"] = o.candidate ? nlohmann::json(o.candidate->name()) : nlohmann::json(nullptr);
+    if (o.candidate)  // the mutants and the candidate are judged at the candidate's declared contract
+      for (const auto& [t, c] : candidate_contracts(*o.candidate)) j["contract"][t] = c;
     j["details"] = nlohmann::json::array();
     for (const auto& e : r.details) {
       nlohmann::json d;
@@ -85,9 +86,13 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
     }
     std::printf("mutants %d killed %d false_alarms %d (%d correct variants) in %.1f s\n", r.mutants, r.killed,
                 r.false_alarms, r.correct, r.seconds);
-    if (o.candidate)
+    if (o.candidate) {
       std::printf("candidate %s: cases restricted to its capabilities; %d mutants out of scope (their bug lies in a "
                   "feature it does not support)\n", o.candidate->name().c_str(), r.out_of_scope);
+      std::printf("tolerances of the candidate and of every mutant follow its declared precision contract:");
+      for (const auto& [t, c] : candidate_contracts(*o.candidate)) std::printf(" %s %s;", t.c_str(), c.c_str());
+      std::printf("\n");
+    }
   }
   return ok ? 0 : 1;
 }

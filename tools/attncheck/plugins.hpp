@@ -66,6 +66,22 @@ inline void load_plugins(const std::vector<std::string>& paths) {
     register_impl(start_worker(worker_options({"/bin/sh", "-c", "exec " + cmd}, "worker " + cmd)));
 }
 
+// The implementation a command judges as its candidate: the one named by --candidate, else the single plugin or
+// worker given (several: the user must name one), else nullptr. Throws std::invalid_argument (exit 2).
+inline ImplPtr brought_candidate(const std::string& named, const std::string& cmd) {
+  if (!named.empty()) {
+    ImplPtr c = find_impl(named);
+    if (!c) throw std::invalid_argument("--candidate: unknown implementation '" + named + "'");
+    return c;
+  }
+  std::vector<ImplPtr> brought;
+  for (const auto& i : registry())
+    if (i->description().find("[isolated: ") != std::string::npos || i->description().find("[plugin ") != std::string::npos)
+      brought.push_back(i);
+  if (brought.size() > 1) throw std::invalid_argument(cmd + ": several plugins/workers given; name one with --candidate");
+  return brought.empty() ? nullptr : brought[0];
+}
+
 // With --isolate, each built-in is replaced by the same implementation served by `attncheck worker-host --impl`.
 inline std::vector<ImplPtr> maybe_isolate(std::vector<ImplPtr> impls) {
   if (!isolation().isolate) return impls;

@@ -60,6 +60,12 @@ double fixture_memory_bytes(const Problem& p);
 // Build a fixture from a problem and inputs: runs the reference (double) and fills `expected`.
 Fixture make_fixture(std::string name, const Problem& p, Inputs in, Provenance prov, ToleranceModel tol = {});
 
+// An exact case's claim (tolerance.exact_out; docs/tolerance.md "Exact cases"): no dropout, no sinks, every (sampled)
+// row has one visible key, or (fp16/bf16) every visible score tied and a non-zero answer, and every expected out
+// value is representable in the dtype. Throws std::invalid_argument "exact_out: row ...: what" otherwise; nothing
+// when the fixture is not exact.
+void check_exact_out(const Fixture& f);
+
 // Write atomically: the file is written under a temporary name in the same directory and renamed over `path`, so
 // an interrupted run never leaves a half-written fixture. Output is byte-identical for identical fixtures.
 void write_fixture(const std::string& path, const Fixture& f);

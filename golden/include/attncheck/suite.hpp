@@ -18,6 +18,7 @@ struct CaseSpec {
   gen::Distribution distribution = gen::Distribution::normal;
   uint64_t seed = 0;  // the generator seed: case_seed(spec seed, name)
   bool gradients = false;  // also dout and the reference gradients (attncheck/fixture_gradients.hpp)
+  bool exact_out = false;  // an exact case: out judged for equality (check_exact_out refuses a false claim)
 };
 
 struct SuiteSpec {

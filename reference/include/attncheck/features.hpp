@@ -72,6 +72,10 @@ inline constexpr uint32_t varlen = 5;
 // Every optional feature a backend may not support, in the order capability checks report them.
 struct Feature {
   const char* name;                              // as `attncheck list` and reports print it
+  // The name in the worker protocol's `capabilities.features` and in a v2 plugin's `features` list (frozen for
+  // the features of protocol 1, which predate the table's names); for a feature without a boolean flag, the key
+  // of the worker protocol's capabilities object that carries it ("dtypes", "max_head_dim", ...).
+  const char* protocol;
   bool (*used)(const Problem&);                  // does the problem use it
   Support (*check)(const Capabilities&, const Problem&);  // is it allowed (used only when `used`)
   bool Capabilities::*flag;                      // the boolean capability, or nullptr when `check` is richer
@@ -82,9 +86,9 @@ struct Feature {
   uint32_t abi_tag;
 };
 std::span<const Feature> problem_features();
-// The features of `p` that travel in an extension (abi_tag != 0), by name.
+// The features of `p` that travel in an extension (abi_tag != 0), by protocol name.
 std::vector<std::string> extension_features(const Problem& p);
-// Sets the Capabilities flag of every extension feature named in `names` (a plugin's or worker's declaration).
+// Sets the Capabilities flag of every extension feature whose protocol name is in `names` (a plugin's declaration).
 void declare_extension_features(Capabilities& c, const std::vector<std::string>& names);
 
 }  // namespace attncheck

@@ -23,6 +23,10 @@ struct ToleranceModel {
   double scale = 1.0;
   // The candidate's declared precision contract; empty = default_contract(problem dtype).
   std::optional<PrecisionContract> contract;
+  // An exact case (fixture attribute exact_out, docs/tolerance.md "Exact cases"): the problem was constructed so
+  // that out's exact value is representable in the output dtype and every computation within the contract rounds
+  // to it, so out is judged for equality (tolerance 0); lse and weights keep their bounds.
+  bool exact_out = false;
 };
 
 // The terms a bound is made of (docs/tolerance.md); a failure names the one that dominated at its worst element.
@@ -50,6 +54,8 @@ std::vector<double> weights_tolerance(const Problem& p, const ReferenceResult& r
 std::vector<double> scores_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
                                      std::optional<DType> delivered = {});
 
+inline constexpr const char* kExactDominant = "exact";
+
 // The verdict on one output tensor.
 struct TensorVerdict {
   std::string tensor;              // "out", "lse", "weights"
@@ -60,7 +66,8 @@ struct TensorVerdict {
   std::array<int64_t, 4> worst{};  // logical index of the element with the largest error/tolerance ratio
   int worst_rank = 0;
   double expected = 0, actual = 0, tolerance = 0;  // at `worst`
-  std::string dominant;            // the bound's largest term at `worst` ("key_sum", "storage", ...), if known
+  std::string dominant;            // the bound's largest term at `worst` ("key_sum", "storage", ...), if known;
+                                   // kExactDominant for the out of an exact case
   std::string describe() const;    // "out[b=0,h=1,i=5,d=3]: expected 0.12 actual 0.13 |err| 0.01 > tol 1e-3"
 };
 

@@ -1,0 +1,93 @@
+// The worker protocol knows every feature of the table (attncheck/features.hpp): its capability names come from the
+// table, so a feature added there travels to workers and plugins without touching the protocol code. Each feature's
+// protocol name round-trips through the capabilities JSON, and docs/worker-protocol.md names it.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "attncheck/features.hpp"
+#include "worker_json.hpp"
+
+namespace attncheck::worker {
+namespace {
+
+Capabilities all_flags_on() {
+  Capabilities c;
+  for (const Feature& f : problem_features())
+    if (f.flag) c.*f.flag = true;
+  return c;
+}
+
+// Features whose outputs the protocol has no tensor for: listed by name, but never offered to a worker.
+bool output_never_travels(const std::string& name) { return name == "scores" || name == "kv_append"; }
+
+bool lists(const json& caps, const std::string& name) {
+  for (const auto& x : caps.at("features"))
+    if (x.get<std::string>() == name) return true;
+  return false;
+}
+
+TEST(WorkerJson, EveryTableFeatureHasAProtocolName) {
+  std::set<std::string> seen;
+  int flags = 0;
+  for (const Feature& f : problem_features()) {
+    ASSERT_NE(f.protocol, nullptr) << f.name;
+    const std::string name = f.protocol;
+    EXPECT_FALSE(name.empty()) << f.name;
+    EXPECT_TRUE(seen.insert(name).second) << "protocol name '" << name << "' used twice";
+    if (!f.flag) {  // carried by its own key of the capabilities object
+      EXPECT_TRUE(capabilities_to_json(Capabilities{}).contains(name)) << f.name << " -> " << name;
+      continue;
+    }
+    ++flags;
+    if (output_never_travels(name)) continue;  // from_json clears them; checked below
+    Capabilities on = all_flags_on(), off = all_flags_on();
+    off.*f.flag = false;
+    EXPECT_TRUE(lists(capabilities_to_json(on), name)) << f.name;
+    EXPECT_FALSE(lists(capabilities_to_json(off), name)) << f.name;
+    EXPECT_TRUE(capabilities_from_json(capabilities_to_json(on), "test").*f.flag) << f.name;
+    EXPECT_FALSE(capabilities_from_json(capabilities_to_json(off), "test").*f.flag) << f.name;
+    // Every other flag is untouched by this one's name.
+    const Capabilities back = capabilities_from_json(capabilities_to_json(off), "test");
+    for (const Feature& g : problem_features()) {
+      if (g.flag && g.flag != f.flag && !output_never_travels(g.protocol)) {
+        EXPECT_TRUE(back.*g.flag) << g.name << " lost while round-tripping " << f.name;
+      }
+    }
+  }
+  EXPECT_GE(flags, 16);
+}
+
+TEST(WorkerJson, OutputsWithoutAProtocolTensorAreNeverOfferedToAWorker) {
+  Capabilities c = all_flags_on();
+  EXPECT_TRUE(lists(capabilities_to_json(c), "scores"));
+  EXPECT_TRUE(lists(capabilities_to_json(c), "kv_append"));
+  const Capabilities back = capabilities_from_json(capabilities_to_json(c), "test");
+  EXPECT_FALSE(back.scores_out) << "a worker cannot return raw scores: the protocol has no such tensor";
+  EXPECT_FALSE(back.kv_append) << "a worker cannot return present keys/values: the protocol has no such tensor";
+}
+
+TEST(WorkerJson, UnknownFeatureNamesAreIgnored) {
+  json j = capabilities_to_json(Capabilities{});
+  j["features"].push_back("a-feature-of-a-later-attncheck");
+  EXPECT_NO_THROW(capabilities_from_json(j, "test"));
+}
+
+TEST(WorkerJson, TheProtocolDocumentNamesEveryFeature) {
+  std::ifstream in(WORKER_PROTOCOL_DOC);
+  ASSERT_TRUE(in) << WORKER_PROTOCOL_DOC;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  for (const Feature& f : problem_features()) {
+    std::string quoted = "`";
+    quoted.append(f.protocol).push_back('`');
+    EXPECT_NE(doc.find(quoted), std::string::npos)
+        << "docs/worker-protocol.md does not name " << quoted << " (feature " << f.name << ")";
+  }
+}
+
+}  // namespace
+}  // namespace attncheck::worker
