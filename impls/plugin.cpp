@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "attncheck/backward.hpp"
 #include "attncheck/features.hpp"
 #include "attncheck/plugin.h"
 #include "attncheck/plugin_loader.hpp"
@@ -116,6 +117,20 @@ void describe(const Problem& p, Described& out) {
   }
 }
 
+attncheck_ext_backward& chain_backward(Described& out) {
+  std::memset(&out.backward, 0, sizeof out.backward);
+  out.backward.header = {ATTNCHECK_EXT_BACKWARD, sizeof out.backward, nullptr};
+  if (!out.d.next) {
+    out.d.next = &out.backward.header;
+    return out.backward;
+  }
+  // The chain's structs are members of `out` (describe()), so they may be written through.
+  auto* last = const_cast<attncheck_extension*>(out.d.next);
+  while (last->next) last = const_cast<attncheck_extension*>(last->next);
+  last->next = &out.backward.header;
+  return out.backward;
+}
+
 std::vector<std::string> features_beyond_v1(const Problem& p) { return extension_features(p); }
 
 namespace {
@@ -124,7 +139,8 @@ static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT 
               static_cast<int>(Alignment::bottom_right) == ATTNCHECK_ALIGN_BOTTOM_RIGHT &&
               static_cast<int>(Alignment::explicit_) == ATTNCHECK_ALIGN_EXPLICIT);
 static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCHECK_EXT_SCORES &&
-                  ext_tag::kv_append == ATTNCHECK_EXT_KV_APPEND && ext_tag::varlen == ATTNCHECK_EXT_VARLEN,
+                  ext_tag::kv_append == ATTNCHECK_EXT_KV_APPEND && ext_tag::backward == ATTNCHECK_EXT_BACKWARD &&
+                  ext_tag::varlen == ATTNCHECK_EXT_VARLEN,
               "the feature table's extension tags are plugin.h's");
 static_assert(static_cast<int>(ScoresOut::scaled) == 1 && static_cast<int>(ScoresOut::masked) == 3);
 static_assert(static_cast<int>(FullyMasked::nan) == ATTNCHECK_FULLY_MASKED_NAN &&
@@ -207,12 +223,7 @@ class PluginImpl final : public Impl {
     Described desc;
     describe(p, desc);
     attncheck_problem& d = desc.d;
-    d.q = in.q.bytes.data(); copy_strides(in.q, d.q_strides);
-    d.k = in.k.bytes.data(); copy_strides(in.k, d.k_strides);
-    d.v = in.v.bytes.data(); copy_strides(in.v, d.v_strides);
-    if (in.mask) { d.mask = in.mask->data<uint8_t>(); broadcast_strides(*in.mask, d.mask_shape, d.mask_strides); }
-    if (in.bias) { d.bias = in.bias->bytes.data(); broadcast_strides(*in.bias, d.bias_shape, d.bias_strides); }
-    if (in.keep) { d.keep = in.keep->data<uint8_t>(); copy_strides(*in.keep, d.keep_strides); }
+    set_inputs(d, in);
     d.out = out.out.bytes.data(); copy_strides(out.out, d.out_strides);
     if (out.lse) { d.lse = out.lse->bytes.data(); copy_strides(*out.lse, d.lse_strides); }
     if (out.weights) { d.weights = out.weights->bytes.data(); copy_strides(*out.weights, d.weights_strides); }
@@ -224,16 +235,68 @@ class PluginImpl final : public Impl {
       a.present_k = out.present_k->bytes.data(); copy_strides(*out.present_k, a.present_k_strides);
       a.present_v = out.present_v->bytes.data(); copy_strides(*out.present_v, a.present_v_strides);
     }
+    call_run(d, "run");
+  }
+
+  // Backward through the extension chain (plugin.h tag 5), offered only to a plugin that lists "backward".
+  Support supports_backward(const Problem& p) const override {
+    if (std::find(features_.begin(), features_.end(), kBackwardFeature) == features_.end())
+      return Support::no("backward pass not supported (the plugin does not list \"backward\" in its features)");
+    if (p.past_len > 0) return Support::no("backward of a KV-cache append (past_len > 0) not supported through the ABI");
+    if (Support s = check_capabilities(caps_, p); !s.ok) return s;
+    for (const auto& f : features_beyond_v1(p))
+      if (std::find(features_.begin(), features_.end(), f) == features_.end())
+        return Support::no(f + " not supported (not among the plugin's declared features)");
+    if (!vt_->supports) return Support::yes();
+    Described desc;
+    describe(p, desc);
+    chain_backward(desc);
+    MessageBuffer why;
+    if (vt_->supports(&desc.d, why.text, sizeof why.text) == 1) return Support::yes();
+    std::string reason = why.str();
+    return Support::no(reason.empty() ? "plugin declined the backward of the case (no reason given)" : reason);
+  }
+
+  void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
+                    Gradients& g) const override {
+    Described desc;
+    describe(p, desc);
+    set_inputs(desc.d, in);
+    attncheck_ext_backward& b = chain_backward(desc);
+    b.out = fwd.out.bytes.data(), copy_strides(fwd.out, b.out_strides);
+    if (fwd.lse) b.lse = fwd.lse->bytes.data(), copy_strides(*fwd.lse, b.lse_strides);
+    b.dout = dout.bytes.data(), copy_strides(dout, b.dout_strides);
+    b.dq = g.dq.bytes.data(), copy_strides(g.dq, b.dq_strides);
+    b.dk = g.dk.bytes.data(), copy_strides(g.dk, b.dk_strides);
+    b.dv = g.dv.bytes.data(), copy_strides(g.dv, b.dv_strides);
+    if (g.dbias) {  // indexed by (b, h, i, j) like the bias: stride 0 along broadcast dims, so the plugin sums there
+      int64_t shape[4];
+      b.dbias = g.dbias->bytes.data();
+      broadcast_strides(*g.dbias, shape, b.dbias_strides);
+    }
+    call_run(desc.d, "run (backward)");
+  }
+
+ private:
+  static void set_inputs(attncheck_problem& d, const Inputs& in) {
+    d.q = in.q.bytes.data(); copy_strides(in.q, d.q_strides);
+    d.k = in.k.bytes.data(); copy_strides(in.k, d.k_strides);
+    d.v = in.v.bytes.data(); copy_strides(in.v, d.v_strides);
+    if (in.mask) { d.mask = in.mask->data<uint8_t>(); broadcast_strides(*in.mask, d.mask_shape, d.mask_strides); }
+    if (in.bias) { d.bias = in.bias->bytes.data(); broadcast_strides(*in.bias, d.bias_shape, d.bias_strides); }
+    if (in.keep) { d.keep = in.keep->data<uint8_t>(); copy_strides(*in.keep, d.keep_strides); }
+  }
+
+  void call_run(const attncheck_problem& d, const char* what) const {
     MessageBuffer err;
     const int32_t status = vt_->run(&d, err.text, sizeof err.text);
     if (status != ATTNCHECK_STATUS_OK) {
       std::string msg = err.str();
-      throw std::runtime_error("plugin " + name_ + " (" + path_ + "): run returned status " + std::to_string(status) +
-                               ": " + (msg.empty() ? "(no message)" : msg));
+      throw std::runtime_error("plugin " + name_ + " (" + path_ + "): " + what + " returned status " +
+                               std::to_string(status) + ": " + (msg.empty() ? "(no message)" : msg));
     }
   }
 
- private:
   std::string path_;
   const attncheck_plugin* vt_;
   Capabilities caps_;
@@ -331,6 +394,8 @@ OpenedPlugin open_plugin(const std::string& path) {
   if (v2 && vt->features)
     for (const char* const* f = vt->features; *f; ++f) o.features.emplace_back(*f);
   declare_extension_features(o.caps, o.features);  // a v1 plugin declares none: never offered a newer feature
+  o.declarations.backward =
+      std::find(o.features.begin(), o.features.end(), kBackwardFeature) != o.features.end();
   return o;
 }
 

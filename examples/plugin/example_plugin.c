@@ -1,14 +1,16 @@
 /* An example attncheck plugin: scaled dot-product attention in plain fp32 loops, written against the C ABI
  * (attncheck/plugin.h) only, as a user's library would be. It supports a declared subset (fp32; causal, window,
  * padding, boolean mask, softcap, attention sinks, KV-cache append and packed sequences through the ABI v2 extension
- * chain; no bias, dropout or finite
- * fill) and says "unsupported" for everything else.
+ * chain; no bias, dropout or finite fill) and says "unsupported" for everything else. It also offers the backward pass
+ * (feature "backward", extension tag 5): dQ, dK, dV in plain loops, for the same subset without sinks or KV-cache
+ * append.
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
  * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing),
  * EXAMPLE_PLUGIN_RUN_FAILS (run() reports an error status), EXAMPLE_PLUGIN_NO_WEIGHTS (declares no weights output,
  * like fused kernels), EXAMPLE_PLUGIN_ZERO_POLICY (supports only the zero fully-masked policy, like FlashAttention),
  * EXAMPLE_PLUGIN_BF16_P (rounds the weights to bf16 before P.V, like a tensor-core P.V, and declares pv=bf16,
- * p=rounded in its precision contract; with EXAMPLE_PLUGIN_UNDECLARED it rounds without declaring it: a wrong plugin);
+ * p=rounded in its precision contract; with EXAMPLE_PLUGIN_UNDECLARED it rounds without declaring it: a wrong plugin),
+ * EXAMPLE_PLUGIN_BWD_NO_D (a backward that forgets the D_i = rowsum(dO * O) term, FlashAttention's real bug);
  * tests/isolation/hostile_plugin.c sets EXAMPLE_PLUGIN_NAME and EXAMPLE_PLUGIN_HOOK (called
  * first in run) to misbehave. */
 #include <math.h>
@@ -28,6 +30,8 @@
 #define EXAMPLE_PLUGIN_NAME "example-plugin-noweights"
 #elif defined(EXAMPLE_PLUGIN_ZERO_POLICY)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-zero"
+#elif defined(EXAMPLE_PLUGIN_BWD_NO_D)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-bwd-no-d"
 #elif defined(EXAMPLE_PLUGIN_BF16_P) && defined(EXAMPLE_PLUGIN_UNDECLARED)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-bf16p-undeclared"
 #elif defined(EXAMPLE_PLUGIN_BF16_P)
@@ -62,24 +66,43 @@ static int32_t example_capabilities(attncheck_capabilities* c, char* err, size_t
   return ATTNCHECK_STATUS_OK;
 }
 
+#if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
+/* The extension with tag `tag` in the problem's chain (ABI v2), or NULL. */
+static const attncheck_extension* extension(const attncheck_problem* p, uint32_t tag) {
+  if (p->abi_version >= 2)
+    for (const attncheck_extension* e = p->next; e; e = e->next)
+      if (e->tag == tag) return e;
+  return NULL;
+}
+#endif
+
 static int32_t example_supports(const attncheck_problem* p, char* reason, size_t reason_size) {
   if (p->Lk > MAX_KEYS) {
     snprintf(reason, reason_size, "Lk=%lld > %d: the example keeps one score row in a fixed buffer",
              (long long)p->Lk, MAX_KEYS);
     return 0;
   }
+#ifdef ATTNCHECK_EXT_BACKWARD
+  if (extension(p, ATTNCHECK_EXT_BACKWARD) && extension(p, ATTNCHECK_EXT_SINKS)) {
+    snprintf(reason, reason_size, "the example's backward has no sink term");
+    return 0;
+  }
+  if (extension(p, ATTNCHECK_EXT_BACKWARD) && extension(p, ATTNCHECK_EXT_VARLEN)) {
+    snprintf(reason, reason_size, "the example's backward is not checked with packed sequences (no reference for it)");
+    return 0;
+  }
+#endif
   return 1;
 }
 
-/* The packed sequences' offsets (extension tag 5): 1 and cu_seqlens_q/k, or 0 without packed sequences. */
+/* The packed sequences' offsets (extension tag 6): 1 and cu_seqlens_q/k, or 0 without packed sequences. */
 static int varlen_of(const attncheck_problem* p, const int64_t** cq, const int64_t** ck) {
-#if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
-  if (p->abi_version >= 2)
-    for (const attncheck_extension* e = p->next; e; e = e->next)
-      if (e->tag == ATTNCHECK_EXT_VARLEN) {
-        *cq = ((const attncheck_ext_varlen*)e)->cu_seqlens_q, *ck = ((const attncheck_ext_varlen*)e)->cu_seqlens_k;
-        return 1;
-      }
+#ifdef ATTNCHECK_EXT_VARLEN
+  const attncheck_ext_varlen* e = (const attncheck_ext_varlen*)extension(p, ATTNCHECK_EXT_VARLEN);
+  if (e) {
+    *cq = e->cu_seqlens_q, *ck = e->cu_seqlens_k;
+    return 1;
+  }
 #endif
   (void)p, (void)cq, (void)ck;
   return 0;
@@ -135,9 +158,8 @@ static int visible(const attncheck_problem* p, int64_t b, int64_t h, int64_t i, 
  * host sends sinks only because the vtable lists "sinks" in `features`; other tags are skipped. */
 static float sink_of(const attncheck_problem* p, int64_t h) {
 #if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
-  if (p->abi_version >= 2)
-    for (const attncheck_extension* e = p->next; e; e = e->next)
-      if (e->tag == ATTNCHECK_EXT_SINKS) return (float)((const attncheck_ext_sinks*)e)->sinks[h];
+  const attncheck_extension* e = extension(p, ATTNCHECK_EXT_SINKS);
+  if (e) return (float)((const attncheck_ext_sinks*)e)->sinks[h];
 #else
   (void)p; (void)h;
 #endif
@@ -177,6 +199,86 @@ static void append_kv(const attncheck_problem* p, const float** k, const float**
 }
 #endif
 
+#ifdef ATTNCHECK_EXT_BACKWARD
+/* Gradients of L = sum(dout * out) in plain loops, as the textbook derivation reads (docs/backward.md). For each
+ * query row the weights are recomputed from the forward's lse, P_ij = exp(s_ij - lse_i), then
+ *   D_i = sum_d dO_id O_id,   dP_ij = dO_i . V_j,   dS_ij = P_ij (dP_ij - D_i),
+ *   through the softcap s = c tanh(t / c):  dT_ij = dS_ij (1 - tanh^2(t_ij / c)),
+ *   dQ_i = scale sum_j dT_ij K_j,   dK_j += scale dT_ij Q_i,   dV_j += P_ij dO_i,
+ * dK and dV summed over the query heads that share a KV head. A fully masked row (lse = -inf) and a masked key get
+ * exactly zero gradient. */
+static int32_t example_backward(const attncheck_problem* p, const attncheck_ext_backward* g) {
+  const float* q = (const float*)p->q;
+  const float* k = (const float*)p->k;
+  const float* v = (const float*)p->v;
+  const float* o = (const float*)g->out;
+  const float* lse = (const float*)g->lse;
+  const float* dout = (const float*)g->dout;
+  float* dq = (float*)g->dq;
+  float* dk = (float*)g->dk;
+  float* dv = (float*)g->dv;
+  const int64_t *qs = p->q_strides, *ks = p->k_strides, *vs = p->v_strides, *os = g->out_strides;
+  const int64_t *ls = g->lse_strides, *gs = g->dout_strides, *dqs = g->dq_strides, *dks = g->dk_strides,
+                *dvs = g->dv_strides;
+  const int64_t group = p->Hq / p->Hkv;
+  const float scale = (float)p->scale;
+  const float softcap = (float)p->softcap;
+  float pw[MAX_KEYS], dt[MAX_KEYS]; /* per key of the row: P_ij and dT_ij */
+
+  /* dK and dV accumulate over rows and heads: zero them first (the host pre-fills every gradient with NaN). */
+  for (int64_t b = 0; b < p->B; ++b)
+    for (int64_t kh = 0; kh < p->Hkv; ++kh)
+      for (int64_t j = 0; j < p->Lk; ++j) {
+        for (int64_t d = 0; d < p->Dqk; ++d) dk[b * dks[0] + kh * dks[1] + j * dks[2] + d * dks[3]] = 0.0f;
+        for (int64_t d = 0; d < p->Dv; ++d) dv[b * dvs[0] + kh * dvs[1] + j * dvs[2] + d * dvs[3]] = 0.0f;
+      }
+  for (int64_t b = 0; b < p->B; ++b)
+    for (int64_t h = 0; h < p->Hq; ++h) {
+      const int64_t kh = h / group;
+      for (int64_t i = 0; i < p->Lq; ++i) {
+        const float lse_i = lse[b * ls[0] + h * ls[1] + i * ls[2]];
+        const int live = isfinite(lse_i);
+        float D = 0.0f; /* D_i = rowsum(dO * O) */
+        for (int64_t d = 0; d < p->Dv && live; ++d)
+          D += dout[b * gs[0] + h * gs[1] + i * gs[2] + d * gs[3]] * o[b * os[0] + h * os[1] + i * os[2] + d * os[3]];
+#ifdef EXAMPLE_PLUGIN_BWD_NO_D
+        D = 0.0f; /* the planted bug: the D term forgotten */
+#endif
+        for (int64_t j = 0; j < p->Lk; ++j) {
+          pw[j] = dt[j] = 0.0f;
+          if (!live || !visible(p, b, h, i, j)) continue;
+          float dot = 0.0f, dp = 0.0f;
+          for (int64_t d = 0; d < p->Dqk; ++d)
+            dot += q[b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]] * k[b * ks[0] + kh * ks[1] + j * ks[2] + d * ks[3]];
+          for (int64_t d = 0; d < p->Dv; ++d)
+            dp += dout[b * gs[0] + h * gs[1] + i * gs[2] + d * gs[3]] * v[b * vs[0] + kh * vs[1] + j * vs[2] + d * vs[3]];
+          const float t = dot * scale;
+          const float th = softcap > 0.0f ? tanhf(t / softcap) : 0.0f;
+          const float s = softcap > 0.0f ? softcap * th : t;
+          pw[j] = expf(s - lse_i);
+          dt[j] = pw[j] * (dp - D) * (softcap > 0.0f ? 1.0f - th * th : 1.0f);
+        }
+        for (int64_t d = 0; d < p->Dqk; ++d) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < p->Lk; ++j)
+            if (dt[j] != 0.0f) acc += dt[j] * k[b * ks[0] + kh * ks[1] + j * ks[2] + d * ks[3]];
+          dq[b * dqs[0] + h * dqs[1] + i * dqs[2] + d * dqs[3]] = scale * acc;
+        }
+        for (int64_t j = 0; j < p->Lk; ++j) {
+          if (pw[j] == 0.0f && dt[j] == 0.0f) continue;
+          for (int64_t d = 0; d < p->Dqk; ++d)
+            dk[b * dks[0] + kh * dks[1] + j * dks[2] + d * dks[3]] +=
+                scale * dt[j] * q[b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]];
+          for (int64_t d = 0; d < p->Dv; ++d)
+            dv[b * dvs[0] + kh * dvs[1] + j * dvs[2] + d * dvs[3]] +=
+                pw[j] * dout[b * gs[0] + h * gs[1] + i * gs[2] + d * gs[3]];
+        }
+      }
+    }
+  return ATTNCHECK_STATUS_OK;
+}
+#endif
+
 static int32_t example_run(const attncheck_problem* p, char* err, size_t err_size) {
 #ifdef EXAMPLE_PLUGIN_HOOK
   EXAMPLE_PLUGIN_HOOK(p);
@@ -189,6 +291,12 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
     snprintf(err, err_size, "dtype %d: the example only computes fp32", (int)p->dtype);
     return ATTNCHECK_STATUS_ERROR;
   }
+#ifdef ATTNCHECK_EXT_BACKWARD
+  { /* a backward request (tag 5): the gradients instead of the forward */
+    const attncheck_extension* bw = extension(p, ATTNCHECK_EXT_BACKWARD);
+    if (bw) return example_backward(p, (const attncheck_ext_backward*)bw);
+  }
+#endif
   const float* q = (const float*)p->q;
   const float* k = (const float*)p->k;
   const float* v = (const float*)p->v;
@@ -281,7 +389,7 @@ static int32_t example_declarations(attncheck_declarations* d, char* err, size_t
 #endif
 
 #if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
-static const char* const example_features[] = {"sinks", "kv_append", "varlen", NULL};
+static const char* const example_features[] = {"sinks", "kv_append", "varlen", "backward", NULL};
 #endif
 
 static const attncheck_plugin example_vtable = {

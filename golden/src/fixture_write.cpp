@@ -1,11 +1,9 @@
 // Writing fixtures (golden/SCHEMA.md): attributes for every Problem field, provenance and tolerance on the root
-// group, /inputs exactly as an implementation receives them, /expected in double. Atomic via temp + rename.
-#include <unistd.h>
-
+// group, /inputs exactly as an implementation receives them, /expected in double. Built in memory, written with write_file_durably.
 #include <cstdio>
-#include <filesystem>
 #include <stdexcept>
 
+#include "attncheck/durable_file.hpp"
 #include "attncheck/fixture.hpp"
 #include "fixture_attrs.hpp"
 #include "fixture_grad.hpp"
@@ -75,11 +73,12 @@ void write_doubles(hid_t g, const char* name, const std::vector<double>& v, cons
   h5::write_attr(d, "dims", std::string(dim_names));
 }
 
-void write_file(const std::string& path, const Fixture& f) {
+std::string fixture_bytes(const std::string& path, const Fixture& f) {
   const Problem& p = f.problem;
   const Inputs& in = f.inputs;
   const ReferenceResult& r = f.expected;
-  h5::Id file = h5::create_file(path);
+  h5::MemoryFile mem(path);
+  const hid_t file = mem.id();
   h5::Id root(H5Gopen2(file, "/", H5P_DEFAULT), H5Gclose);
 
   // Provenance first: a reader checks schema_version before anything else.
@@ -134,22 +133,13 @@ void write_file(const std::string& path, const Fixture& f) {
     write_doubles(g, "out_abs", to_layout(r.out_abs, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
     fixture_detail::write_gradient_expected(g, f);
   }
-  h5::flush_file(file, path);
-}
-
-// A temporary name in the same directory (rename is atomic only within one file system), hidden and *.tmp.
-std::filesystem::path temp_path(const std::filesystem::path& target) {
-  std::string name = ".";
-  name += target.filename().string();
-  name += '.';
-  name += std::to_string(::getpid());
-  name += ".tmp";
-  return target.parent_path() / name;
+  root.reset();
+  return mem.close();
 }
 
 }  // namespace
 
-void write_fixture(const std::string& path, const Fixture& f) {
+std::string fixture_image(const std::string& path, const Fixture& f) {
   validate(f.problem, f.inputs);
   const Problem& p = f.problem;
   const size_t rows = static_cast<size_t>(p.B * p.Hq * p.Lq);
@@ -160,49 +150,34 @@ void write_fixture(const std::string& path, const Fixture& f) {
       (p.past_len > 0 && f.expected.present_k.size() != static_cast<size_t>(p.B * p.Hkv * p.Lk * p.Dqk)))
     throw std::invalid_argument(path + ": expected: sizes do not match the problem " + p.name() +
                                 " (use make_fixture to compute them)");
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path tmp = temp_path(target);
-  try {
-    h5::QuietErrors quiet;
-    write_file(tmp.string(), f);
-    fs::rename(tmp, target);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
-  }
+  h5::QuietErrors quiet;
+  return fixture_bytes(path, f);
 }
 
+void write_fixture(const std::string& path, const Fixture& f) { write_file_durably(path, fixture_image(path, f)); }
+
 void write_candidate(const std::string& path, const Problem& p, const Outputs& out) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path tmp = temp_path(target);
-  try {
+  std::string bytes;
+  {
     h5::QuietErrors quiet;
-    {
-      h5::Id file = h5::create_file(tmp.string());
-      h5::Id g = h5::create_group(file, "actual");
-      write_tensor(g, "out", canonical(out.out, p.layout), stored_dims(out.out.shape, p.layout),
-                   p.layout == Layout::BHSD ? "B,Hq,Lq,Dv" : "B,Lq,Hq,Dv");
-      if (out.lse) write_tensor(g, "lse", *out.lse, out.lse->shape, "B,Hq,Lq");
-      if (out.weights) write_tensor(g, "weights", canonical(*out.weights, Layout::BHSD), out.weights->shape,
-                                    "B,Hq,Lq,Lk");
-      if (out.scores) write_tensor(g, "scores", canonical(*out.scores, Layout::BHSD), out.scores->shape, "B,Hq,Lq,Lk");
-      if (out.present_k) {
-        write_tensor(g, "present_key", canonical(*out.present_k, p.layout), stored_dims(out.present_k->shape, p.layout),
-                     p.layout == Layout::BHSD ? "B,Hkv,Lk,Dqk" : "B,Lk,Hkv,Dqk");
-        write_tensor(g, "present_value", canonical(*out.present_v, p.layout), stored_dims(out.present_v->shape, p.layout),
-                     p.layout == Layout::BHSD ? "B,Hkv,Lk,Dv" : "B,Lk,Hkv,Dv");
-      }
-      h5::flush_file(file, tmp.string());
+    h5::MemoryFile mem(path);
+    h5::Id g = h5::create_group(mem.id(), "actual");
+    write_tensor(g, "out", canonical(out.out, p.layout), stored_dims(out.out.shape, p.layout),
+                 p.layout == Layout::BHSD ? "B,Hq,Lq,Dv" : "B,Lq,Hq,Dv");
+    if (out.lse) write_tensor(g, "lse", *out.lse, out.lse->shape, "B,Hq,Lq");
+    if (out.weights) write_tensor(g, "weights", canonical(*out.weights, Layout::BHSD), out.weights->shape,
+                                  "B,Hq,Lq,Lk");
+    if (out.scores) write_tensor(g, "scores", canonical(*out.scores, Layout::BHSD), out.scores->shape, "B,Hq,Lq,Lk");
+    if (out.present_k) {
+      write_tensor(g, "present_key", canonical(*out.present_k, p.layout), stored_dims(out.present_k->shape, p.layout),
+                   p.layout == Layout::BHSD ? "B,Hkv,Lk,Dqk" : "B,Lk,Hkv,Dqk");
+      write_tensor(g, "present_value", canonical(*out.present_v, p.layout), stored_dims(out.present_v->shape, p.layout),
+                   p.layout == Layout::BHSD ? "B,Hkv,Lk,Dv" : "B,Lk,Hkv,Dv");
     }
-    fs::rename(tmp, target);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
+    g = h5::Id();
+    bytes = mem.close();
   }
+  write_file_durably(path, bytes);
 }
 
 }  // namespace attncheck

@@ -4,6 +4,7 @@
 #include "h5.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -72,14 +73,74 @@ Id file_type(DType t) {
 }
 
 // ---- writing -------------------------------------------------------------------------------------------------
-Id create_file(const std::string& path) {
+// The core driver's buffer goes through these callbacks, so the image it holds at close is captured instead of
+// freed. Its length is the largest extent written (increment 1); the file's true end is the superblock's EOF
+// address, which HDF5 writes last at close (sec2 truncates or extends the file to it).
+struct MemoryFile::Image {
+  void* buf = nullptr;
+  size_t size = 0;
+  std::string bytes;
+  bool closed = false;
+};
+
+namespace {
+using Img = MemoryFile::Image;
+void* img_malloc(size_t size, H5FD_file_image_op_t, void* u) {
+  auto* im = static_cast<Img*>(u);
+  void* p = std::malloc(size ? size : 1);
+  if (p) im->buf = p, im->size = size;
+  return p;
+}
+void* img_memcpy(void* dst, const void* src, size_t size, H5FD_file_image_op_t, void*) {
+  return std::memcpy(dst, src, size);
+}
+void* img_realloc(void* ptr, size_t size, H5FD_file_image_op_t, void* u) {
+  auto* im = static_cast<Img*>(u);
+  void* p = std::realloc(ptr, size ? size : 1);
+  if (p) im->buf = p, im->size = size;
+  return p;
+}
+herr_t img_free(void* ptr, H5FD_file_image_op_t op, void* u) {
+  auto* im = static_cast<Img*>(u);
+  if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && ptr == im->buf) {
+    im->bytes.assign(static_cast<const char*>(ptr), im->size);
+    im->closed = true;
+  }
+  std::free(ptr);
+  return 0;
+}
+void* udata_copy(void* u) { return u; }  // one Image shared by every copy of the property list
+herr_t udata_free(void*) { return 0; }
+}  // namespace
+
+MemoryFile::MemoryFile(const std::string& path) : image_(std::make_unique<Image>()), path_(path) {
   Id fcpl = no_times(H5P_FILE_CREATE);  // the root group is created from the file creation property list
   Id fapl = check(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate");
   check(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18), "H5Pset_libver_bounds");
-  return check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose, "H5Fcreate " + path);
+  check(H5Pset_fapl_core(fapl, 1, false), "H5Pset_fapl_core");
+  H5FD_file_image_callbacks_t cb{img_malloc, img_memcpy, img_realloc, img_free, udata_copy, udata_free, image_.get()};
+  check(H5Pset_file_image_callbacks(fapl, &cb), "H5Pset_file_image_callbacks");
+  file_ = check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose, "H5Fcreate " + path);
 }
 
-void flush_file(hid_t file, const std::string& path) { check(H5Fflush(file, H5F_SCOPE_GLOBAL), "H5Fflush " + path); }
+MemoryFile::~MemoryFile() = default;
+
+std::string MemoryFile::close() {
+  // Objects still open would keep the file open past H5Fclose, and its image would not be captured yet.
+  if (H5Fget_obj_count(file_, H5F_OBJ_ALL | H5F_OBJ_LOCAL) != 1)
+    throw std::logic_error("HDF5: " + path_ + ": MemoryFile::close with objects still open");
+  check(H5Fclose(file_.release()), "H5Fclose " + path_);
+  std::string& b = image_->bytes;
+  // Superblock version 2 (the 1.8 format): signature, version, offset size 8, ..., EOF address at byte 28.
+  static const char sig[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+  if (!image_->closed || b.size() < 48 || std::memcmp(b.data(), sig, 8) != 0 || b[8] != 2 || b[9] != 8)
+    throw std::runtime_error("HDF5: " + path_ + ": the in-memory file has no version-2 superblock");
+  uint64_t eof = 0;
+  for (int i = 7; i >= 0; --i) eof = eof << 8 | static_cast<unsigned char>(b[28 + i]);
+  if (eof < 48 || eof > (uint64_t{1} << 40)) throw std::runtime_error("HDF5: " + path_ + ": bad end of file address");
+  b.resize(static_cast<size_t>(eof), '\0');
+  return std::move(b);
+}
 
 Id create_group(hid_t loc, const char* name) {
   Id gcpl = no_times(H5P_GROUP_CREATE);

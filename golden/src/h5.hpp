@@ -6,6 +6,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,7 @@ class Id {
     id_ = -1;
   }
   hid_t get() const { return id_; }
+  hid_t release() { return std::exchange(id_, -1); }
   operator hid_t() const { return id_; }
   bool valid() const { return id_ >= 0; }
 
@@ -62,10 +64,25 @@ Id float16_type();
 Id file_type(DType t);
 
 // ---- writing (throw std::runtime_error on HDF5 failures) ----------------------------------------------------
-Id create_file(const std::string& path);
-// Flush everything written to the file and check it, so a failed write (disk full) throws before the caller
-// renames the temporary into place; the destructor's H5Fclose cannot report errors.
-void flush_file(hid_t file, const std::string& path);
+// A file built in memory (HDF5's core driver, no backing store) and written out by the caller with
+// write_file_durably: HDF5 never writes to disk itself, so a full disk cannot leave a file whose close failed
+// (HDF5 1.10 closes such a file again at exit and crashes). `path` only names the file in messages.
+class MemoryFile {
+ public:
+  explicit MemoryFile(const std::string& path);
+  ~MemoryFile();
+  MemoryFile(const MemoryFile&) = delete;
+  MemoryFile& operator=(const MemoryFile&) = delete;
+  hid_t id() const { return file_.get(); }
+  // Closes the file; returns exactly the bytes HDF5 would have left on disk (what the sec2 driver writes).
+  std::string close();
+  struct Image;  // the captured buffer (h5.cpp)
+
+ private:
+  std::unique_ptr<Image> image_;  // declared first: outlives the file, whose close frees the buffer into it
+  Id file_;
+  std::string path_;
+};
 Id create_group(hid_t loc, const char* name);
 void write_dataset(hid_t loc, const char* name, hid_t type, const std::vector<int64_t>& dims, const void* data);
 void write_attr(hid_t loc, const char* name, int64_t v);

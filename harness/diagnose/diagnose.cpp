@@ -43,6 +43,16 @@ Diagnosis diagnose(const prop::Case& c, const ReferenceResult& ref, const Output
   if (o.rerun && s.n_bad_out + s.n_bad_lse + s.n_bad_w > 0) {
     ProbeEvidence ev = run_probes(c, *o.rerun, o.max_reruns, o.tolerance);
     d.probes = ev.results, d.reruns = ev.reruns;
+    // A sole-trigger probe whose change removes the failure outranks every fit: the other causes cannot explain a
+    // failure that only this change removes, so they are voted down and the probe's tag is put first.
+    for (const std::string& t : ev.sole) {
+      for (auto& [tag, cause] : best)
+        if (std::find(ev.sole.begin(), ev.sole.end(), tag) == ev.sole.end()) {
+          ev.votes[tag] = -1;
+          ev.why[tag] = "only the probe for " + t + " removes the failure";
+        }
+      best[t] = {t, 1.0, "probe " + ev.why[t]};
+    }
     for (const auto& [tag, v] : ev.votes) {
       if (v == 0) continue;
       const double delta = v > 0 ? 0.3 : -0.2;

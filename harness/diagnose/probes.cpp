@@ -15,6 +15,7 @@ struct Probe {
   std::function<prop::Case()> make;
   std::vector<std::string> tags;  // causes this change removes the trigger of
   bool positive_only = false;     // a failure that persists says nothing against the tags
+  bool sole_trigger = false;      // when the failure disappears, no other cause can explain it
 };
 }  // namespace
 
@@ -35,6 +36,9 @@ ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, cons
     probes.push_back({"GQA expanded to MHA", [&c] { return expand_kv_heads(c, [&c](int64_t h) { return c.p.kv_head(h); }); }, {"gqa-mapping"}});
   if (!p.scale)
     probes.push_back({"default scale passed explicitly", [&c] { return with_problem(c, [](Problem& q) { q.scale = q.effective_scale(); }); }, {"scale"}});
+  if (p.scale && *p.scale < 0)
+    probes.push_back({"scale made positive", [&c] { return with_problem(c, [](Problem& q) { q.scale = -*q.scale; }); },
+                      {"negative-scale-mask"}, false, true});
   if (p.Lk > 16 && p.Lk % 16)
     probes.push_back({"Lk cut to " + std::to_string(p.Lk / 16 * 16) + " (a multiple of 16)",
                       [&c] { return prop::slice_keys(prop::canonical(c), 0, c.p.Lk / 16 * 16); }, {"tile-tail", "skipped-keys"}});
@@ -69,6 +73,7 @@ ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, cons
         ev.votes[t] += v.pass ? 1 : -1;
         ev.why[t] = pr.name + (v.pass ? ": the failure disappears" : ": still fails");
       }
+      if (v.pass && pr.sole_trigger) ev.sole.insert(ev.sole.end(), pr.tags.begin(), pr.tags.end());
     } catch (const std::exception& e) {
       r.outcome = "error", r.detail = e.what();
     }

@@ -1,6 +1,7 @@
 // Active probes: the candidate re-run on problems derived from the failing one (each active mask or feature
-// removed, GQA expanded to MHA, the default scale made explicit, Lk cut to a tile multiple, fp64 inputs). Which
-// changes make the failure disappear is evidence for or against each cause. Bounded by a re-run budget.
+// removed, GQA expanded to MHA, the default scale made explicit, a negative scale made positive, Lk cut to a tile
+// multiple, fp64 inputs). Which changes make the failure disappear is evidence for or against each cause. Bounded by a
+// re-run budget.
 #pragma once
 
 #include <map>
@@ -17,6 +18,8 @@ struct ProbeEvidence {
   // tag -> +1 when a probe that removes the tag's trigger passes, -1 when it still fails.
   std::map<std::string, int> votes;
   std::map<std::string, std::string> why;  // tag -> the probe that voted last
+  // Tags of sole-trigger probes whose change made the failure disappear: every other cause is voted down.
+  std::vector<std::string> sole;
 };
 
 ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, const ToleranceModel& m);

@@ -1,6 +1,6 @@
-// The CUDA backward kernels on the host SIMT emulation: every buffer they write sits in a copy framed by guard
-// bands (a changed guard byte is an out-of-bounds write), and `cuda-emulated` runs them in both thread orders,
-// compared bit for bit (a difference is a race).
+// The CUDA backward kernels on the host SIMT emulation: every global access is bounds-checked against the
+// registered buffers, every buffer they write also sits in a copy framed by guard bands (a changed guard byte is an
+// out-of-bounds write), and `cuda-emulated` runs them in both thread orders, compared bit for bit (races).
 #include <cstring>
 #include <functional>
 
@@ -87,13 +87,40 @@ void run_backward_emulated(const Problem& p, const Inputs& in, const Outputs& fw
   guard.add(bp.live, plan.live.size(), "live workspace");
   guard.add(bp.ds, plan.ds.size(), "dS workspace");
   guard.add(bp.dbias, plan.dbias.size(), "dbias workspace");
-  for (const BwdLaunch& k : plan_backward(bp, plan.inputs.elem)) {
+  // Every buffer the kernels may touch is registered for the bounds check of each global access.
+  const HostPlan& hp = plan.inputs;
+  const AttnParams& a = bp.a;
+  std::vector<emu::GlobalBuffer> globals = {
+      {"q", a.q, hp.q_bytes},
+      {"k", a.k, hp.k_bytes},
+      {"v", a.v, hp.v_bytes},
+      {"out (forward)", a.out, fwd.out.bytes.size()},
+      {"lse (forward)", a.lse, fwd.lse->bytes.size()},
+      {"dout", bp.dout, dout.bytes.size()},
+      {"dq", bp.dq, g.dq.bytes.size()},
+      {"dk", bp.dk, g.dk.bytes.size()},
+      {"dv", bp.dv, g.dv.bytes.size()},
+      {"D workspace", bp.d, plan.d.size()},
+      {"live workspace", bp.live, plan.live.size()},
+      {"diag_offset", a.diag_offset, hp.diag_offset.size() * sizeof(int64_t)},
+      {"key_length", a.key_length, hp.key_length.size() * sizeof(int64_t)}};
+  if (a.mask) globals.push_back({"mask", a.mask, hp.mask_bytes});
+  if (a.bias) globals.push_back({"bias", a.bias, hp.bias_bytes()});
+  if (a.keep) globals.push_back({"keep", a.keep, hp.keep_bytes});
+  if (bp.ds) globals.push_back({"dS workspace", bp.ds, plan.ds.size()});
+  if (bp.dbias) globals.push_back({"dbias workspace", bp.dbias, plan.dbias.size()});
+  for (const BwdLaunch& k : plan_backward(bp, hp.elem)) {
     emu::LaunchConfig cfg;
     cfg.grid = k.grid;
     cfg.block = k.block;
     cfg.dynamic_smem = k.smem;
     cfg.order = order;
-    emu::launch(cfg, k.fn, bp);
+    cfg.globals = globals;
+    try {
+      emu::launch(cfg, k.fn, bp);
+    } catch (const emu::OutOfBounds& e) {
+      throw RunFailure("out-of-bounds", std::string("emulated ") + k.name + " kernel: " + e.what());
+    }
   }
   guard.check_and_restore();
   store_dbias(plan, g);

@@ -55,4 +55,21 @@ Support cudnn_supports(const Problem& p) {
   return Support::yes();
 }
 
+Support cudnn_supports_backward(const Problem& p) {
+  if (Support s = cudnn_supports(p); !s.ok) return s;
+  if (p.dtype == DType::f32)  // heuristics propose none for sm_80 or sm_90 (CudnnBackwardGraphNegative)
+    return Support::no("cuDNN SDPA backward: no backward engine for fp32 I/O (fp16, bf16 only)");
+  if (p.Dqk > 128 || p.Dv > 128)
+    return Support::no("cuDNN SDPA backward: head dims above 128 (Dqk " + std::to_string(p.Dqk) + ", Dv " +
+                       std::to_string(p.Dv) + ") only on sm_90, and the device is not known before the run");
+  if (p.Lq == 1 && p.Lk == 1) return Support::no("cuDNN SDPA backward: Lq = Lk = 1 not supported");
+  if (p.bias_shape) {
+    const auto& bs = *p.bias_shape;
+    if ((bs[0] != 1 && p.B != 1) || bs[1] != p.Hq || bs[2] != p.Lq || bs[3] != p.Lk)
+      return Support::no("cuDNN SDPA backward: dBias only as [1, Hq, Lq, Lk], the bias is [" + std::to_string(bs[0]) +
+                         "," + std::to_string(bs[1]) + "," + std::to_string(bs[2]) + "," + std::to_string(bs[3]) + "]");
+  }
+  return Support::yes();
+}
+
 }  // namespace attncheck::cudnn

@@ -10,5 +10,9 @@ Capabilities cudnn_capabilities();
 // Capability flags plus the per-case limits that flags cannot say (bias dtype, rows with no visible key,
 // bottom-right causal with bias or dropout).
 Support cudnn_supports(const Problem& p);
+// cudnn_supports plus the backward graph's limits (cudnn-frontend's SDPA backward checks, and cuDNN's heuristics,
+// which propose no engine otherwise): fp16/bf16 only, head dims up to 128 (above needs sm_90, and the device is
+// not known here), not Lq = Lk = 1, and a bias only when its dBias is cuDNN's [1, Hq, Lq, Lk].
+Support cudnn_supports_backward(const Problem& p);
 
 }  // namespace attncheck::cudnn

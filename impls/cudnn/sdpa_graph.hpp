@@ -3,6 +3,10 @@
 // The graph is the composite form cuDNN's fused flash-attention engines recognise (see docs/cudnn.md):
 //   S = (Q·Kᵀ) * scale [+ bias] [padding select] [causal select]; softmax by max/sub/exp/sum/div with
 //   stats = max + log(sum); [P = P * 1/(1-p) * keep]; O = P·V.
+// The backward graph is the composite form of cudnn-frontend's SDPA backward (docs/cudnn.md, "Backward"):
+//   softmax_sum = (1-p)·rowsum(dO∘O); P = exp(S - stats) with S recomputed and masked as in the forward;
+//   dV = (P·keep/(1-p))ᵀ·dO; dS = P·(dP·keep - softmax_sum)/(1-p) with dP = dO·Vᵀ; [dBias = Σ_b dS];
+//   dK = (scale·dS)ᵀ·Q; dQ = scale·dS·K; GQA gradients summed over the group's heads by reductions.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +27,15 @@ struct SdpaUids {
   int64_t bias = 0;            // when bias_shape
   int64_t seq_q = 0, seq_kv = 0;  // int32 [B, 1, 1, 1], when key padding is used
   int64_t keep = 0;            // dropout keep-mask [B, Hq, Lq, Lk] in the I/O dtype, when dropout_p > 0
+  // Backward graph only: dO (strides of O), stats as an input, the gradients (strides of Q, K, V; dBias
+  // [1, Hq, Lq, Lk] in the bias dtype) and two fp32 work tensors: softmax_sum [B, Hq, Lq, 1] = (1-p)·rowsum(dO∘O),
+  // and without a bias the dQ accumulator [B, Hq, Lq, Dqk] (cuDNN initialises both itself from 9.6 on).
+  int64_t d_o = 0, dq = 0, dk = 0, dv = 0, dbias = 0;
+  int64_t softmax_sum = 0, dq_accum = 0;
 };
+
+// Which pass a graph computes: the forward (out, stats) or the backward (dQ, dK, dV, dBias from dO, O, stats).
+enum class Pass { forward, backward };
 
 // Element strides of q, k, v, o as the problem's layout stores them (logical order [B, H, L, D]).
 struct SdpaStrides {
@@ -33,9 +45,10 @@ struct SdpaStrides {
 
 class SdpaGraph {
  public:
-  // Builds and finalizes the operation graph. The problem must be one the cudnn backend supports
-  // (cudnn_supports); the graph does not re-check the problem model's semantics.
-  explicit SdpaGraph(const Problem& p);
+  // Builds and finalizes the operation graph of `pass`. The problem must be one the cudnn backend supports
+  // (cudnn_supports, and cudnn_supports_backward for the backward); the graph does not re-check the problem
+  // model's semantics.
+  explicit SdpaGraph(const Problem& p, Pass pass = Pass::forward);
   SdpaGraph(const SdpaGraph&) = delete;
   SdpaGraph& operator=(const SdpaGraph&) = delete;
 

@@ -28,12 +28,13 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-std::vector<HostBinding> host_bindings(const Problem& p, const Inputs& in, const SdpaGraph& g) {
+std::vector<HostBinding> host_bindings(const Problem& p, const Inputs& in, const SdpaGraph& g,
+                                       const BackwardData* bwd) {
   const SdpaUids& u = g.uids();
   const SdpaStrides st = SdpaStrides::from_layout(p);
   std::vector<HostBinding> out;
   for (const SdpaGraph::DeviceTensor& t : g.device_tensors()) {
-    HostBinding b{t.uid, t.name, t.bytes, false, {}};
+    HostBinding b{t.uid, t.name, t.bytes, false, false, {}};
     auto take = [&](const Tensor& x) { b.upload = x.bytes; };
     if (t.uid == u.q) {
       take(with_strides(in.q, st.q));
@@ -59,12 +60,25 @@ std::vector<HostBinding> host_bindings(const Problem& p, const Inputs& in, const
         len[static_cast<size_t>(i)] = static_cast<int32_t>(t.uid == u.seq_q ? p.Lq : p.key_length(i));
       b.upload.resize(len.size() * sizeof(int32_t));
       std::memcpy(b.upload.data(), len.data(), b.upload.size());
-    } else if (t.uid == u.o || t.uid == u.stats) {
+    } else if (bwd && t.uid == u.o) {
+      take(with_strides(bwd->fwd.out, st.o));
+    } else if (bwd && t.uid == u.d_o) {
+      take(with_strides(bwd->dout, st.o));
+    } else if (bwd && t.uid == u.stats) {  // the forward's lse as fp32 [B, Hq, Lq, 1]
+      if (!bwd->fwd.lse) throw std::logic_error("cudnn: the backward graph needs the forward's lse");
+      std::vector<float> lse(static_cast<size_t>(bwd->fwd.lse->numel()));
+      for (size_t i = 0; i < lse.size(); ++i) lse[i] = static_cast<float>(bwd->fwd.lse->get_offset(static_cast<int64_t>(i)));
+      b.upload.resize(lse.size() * sizeof(float));
+      std::memcpy(b.upload.data(), lse.data(), b.upload.size());
+    } else if (bwd && (t.uid == u.softmax_sum || t.uid == u.dq_accum)) {
+      b.is_work = true;
+    } else if (t.uid == u.o || t.uid == u.stats || (bwd && (t.uid == u.dq || t.uid == u.dk || t.uid == u.dv ||
+                                                             t.uid == u.dbias))) {
       b.is_output = true;
     } else {
       throw std::logic_error("cudnn: no data for graph tensor '" + t.name + "' (uid " + std::to_string(t.uid) + ")");
     }
-    if (!b.is_output && static_cast<int64_t>(b.upload.size()) != b.bytes)
+    if (!b.is_output && !b.is_work && static_cast<int64_t>(b.upload.size()) != b.bytes)
       throw std::logic_error("cudnn: '" + t.name + "' has " + std::to_string(b.upload.size()) +
                              " bytes, the graph declares " + std::to_string(b.bytes));
     out.push_back(std::move(b));
@@ -90,6 +104,28 @@ void store_output(const Problem& p, const SdpaGraph& g, int64_t uid, const std::
     }
   } else {
     throw std::logic_error("cudnn: uid " + std::to_string(uid) + " is not an output of the graph");
+  }
+}
+
+void store_gradient(const Problem& p, const SdpaGraph& g, int64_t uid, const std::vector<uint8_t>& bytes,
+                    Gradients& grads) {
+  const SdpaUids& u = g.uids();
+  const SdpaStrides st = SdpaStrides::from_layout(p);
+  auto put = [&](Tensor& t, const std::vector<int64_t>& strides, const char* name) {
+    if (t.strides != strides || bytes.size() != t.bytes.size())
+      throw std::logic_error(std::string("cudnn: device ") + name + " does not match the gradient's layout or size");
+    t.bytes = bytes;
+  };
+  if (uid == u.dq) {
+    put(grads.dq, st.q, "dQ");
+  } else if (uid == u.dk) {
+    put(grads.dk, st.k, "dK");
+  } else if (uid == u.dv) {
+    put(grads.dv, st.v, "dV");
+  } else if (uid == u.dbias && grads.dbias) {  // [1, Hq, Lq, Lk] packed, the bias dtype
+    put(*grads.dbias, contiguous_strides(grads.dbias->shape), "dBias");
+  } else {
+    throw std::logic_error("cudnn: uid " + std::to_string(uid) + " is not a gradient of the graph");
   }
 }
 

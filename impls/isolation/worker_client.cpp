@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "../plugin_abi.hpp"
+#include "attncheck/backward.hpp"
 #include "attncheck/declarations.hpp"
 #include "attncheck/plugin_loader.hpp"
 #include "attncheck/run_failure.hpp"
@@ -101,32 +102,73 @@ class WorkerImpl final : public Impl {
     for (const auto& f : features_beyond_v1(p))
       if (!features_.count(f)) return Support::no(f + " not supported (not among the worker's declared features)");
     if (!has_supports_) return Support::yes();
-    std::lock_guard lock(mu_);
-    ensure_running(p.name());
-    const int64_t id = ++next_id_;
-    const json reply = call({{"type", "supports"}, {"id", id}, {"problem", worker::problem_to_json(p)}}, "supports",
-                            id, p.name(), o_.startup_timeout_s);
-    const std::string where = o_.label + ": reply to supports " + std::to_string(id);
-    if (worker::bool_field(reply, where, "ok")) return Support::yes();
-    const std::string why = reply.contains("reason") && reply["reason"].is_string() ? reply["reason"].get<std::string>() : "";
-    return Support::no(why.empty() ? "worker declined the case (no reason given)" : why);
+    return ask_supports(p, "forward");
   }
 
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
+    std::vector<Slot> slots;
+    add_inputs(slots, in);
+    add(slots, "out", nullptr, &out.out);
+    if (out.lse) add(slots, "lse", nullptr, &*out.lse);
+    if (out.weights) add(slots, "weights", nullptr, &*out.weights);
+    exchange("run", p, slots);
+  }
+
+  // Protocol 2: the backward message, for a worker that declares `backward`.
+  Support supports_backward(const Problem& p) const override {
+    if (protocol_ < 2)
+      return Support::no("backward pass not supported (the worker speaks protocol " + std::to_string(protocol_) +
+                         ", which has no backward message)");
+    if (!declarations_.backward) return Support::no("backward pass not supported (the worker does not declare backward)");
+    if (Support s = check_capabilities(caps_, p); !s.ok) return s;
+    for (const auto& f : features_beyond_v1(p))
+      if (!features_.count(f)) return Support::no(f + " not supported (not among the worker's declared features)");
+    if (!has_supports_) return Support::yes();
+    return ask_supports(p, "backward");
+  }
+
+  void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
+                    Gradients& g) const override {
+    std::vector<Slot> slots;
+    add_inputs(slots, in);
+    add(slots, "out", &fwd.out, nullptr);  // the forward's results and dout are inputs: checked unchanged
+    if (fwd.lse) add(slots, "lse", &*fwd.lse, nullptr);
+    add(slots, "dout", &dout, nullptr);
+    add(slots, "dq", nullptr, &g.dq), add(slots, "dk", nullptr, &g.dk), add(slots, "dv", nullptr, &g.dv);
+    if (g.dbias) add(slots, "dbias", nullptr, &*g.dbias);
+    exchange("backward", p, slots);
+  }
+
+ private:
+  Support ask_supports(const Problem& p, const std::string& pass) const {
     std::lock_guard lock(mu_);
     ensure_running(p.name());
-    std::vector<Slot> slots;
-    auto add = [&](const std::string& n, const Tensor* s, Tensor* d) {
-      const Tensor& t = s ? *s : *d;
-      slots.push_back({n, s, d, 0, t.bytes.size()});
-    };
-    add("q", &in.q, nullptr), add("k", &in.k, nullptr), add("v", &in.v, nullptr);
-    if (in.mask) add("mask", &*in.mask, nullptr);
-    if (in.bias) add("bias", &*in.bias, nullptr);
-    if (in.keep) add("keep", &*in.keep, nullptr);
-    add("out", nullptr, &out.out);
-    if (out.lse) add("lse", nullptr, &*out.lse);
-    if (out.weights) add("weights", nullptr, &*out.weights);
+    const int64_t id = ++next_id_;
+    json request = {{"type", "supports"}, {"id", id}, {"problem", worker::problem_to_json(p)}};
+    if (pass == "backward") request["pass"] = pass;  // protocol 2; absent = forward (protocol 1 requests)
+    const json reply = call(request, "supports", id, p.name(), o_.startup_timeout_s);
+    const std::string where = o_.label + ": reply to supports " + std::to_string(id);
+    if (worker::bool_field(reply, where, "ok")) return Support::yes();
+    const std::string why = reply.contains("reason") && reply["reason"].is_string() ? reply["reason"].get<std::string>() : "";
+    return Support::no(why.empty() ? "worker declined the " + pass + " of the case (no reason given)" : why);
+  }
+
+  static void add(std::vector<Slot>& slots, const std::string& n, const Tensor* s, Tensor* d) {
+    const Tensor& t = s ? *s : *d;
+    slots.push_back({n, s, d, 0, t.bytes.size()});
+  }
+  static void add_inputs(std::vector<Slot>& slots, const Inputs& in) {
+    add(slots, "q", &in.q, nullptr), add(slots, "k", &in.k, nullptr), add(slots, "v", &in.v, nullptr);
+    if (in.mask) add(slots, "mask", &*in.mask, nullptr);
+    if (in.bias) add(slots, "bias", &*in.bias, nullptr);
+    if (in.keep) add(slots, "keep", &*in.keep, nullptr);
+  }
+
+  // One run or backward request: every slot in the shared file between guard pages, the call under the case's
+  // timeout, then inputs compared and guards checked (modified-input / out-of-bounds), outputs copied back.
+  void exchange(const std::string& type, const Problem& p, std::vector<Slot>& slots) const {
+    std::lock_guard lock(mu_);
+    ensure_running(p.name());
     size_t size = kPage;  // a guard page before the first tensor
     for (auto& s : slots) {
       s.offset = size;
@@ -139,22 +181,23 @@ class WorkerImpl final : public Impl {
       const Tensor& t = s.src ? *s.src : *s.dst;
       std::memcpy(shm_ + s.offset, t.bytes.data(), s.nbytes);
       std::vector<int64_t> strides = t.strides;
-      for (size_t d = 0; d < strides.size(); ++d)
-        if ((s.name == "mask" || s.name == "bias") && t.shape[d] == 1) strides[d] = 0;
+      for (size_t d = 0; d < strides.size(); ++d)  // broadcast dims of mask, bias and dbias: stride 0
+        if ((s.name == "mask" || s.name == "bias" || s.name == "dbias") && t.shape[d] == 1) strides[d] = 0;
       tensors[s.name] = {{"offset", s.offset}, {"nbytes", s.nbytes}, {"dtype", worker::dtype_name(t.dtype)},
                          {"shape", t.shape}, {"strides", strides}};
     }
     const int64_t id = ++next_id_;
-    const double timeout = o_.timeout_s > 0 ? o_.timeout_s : default_timeout(p);
-    const json reply = call({{"type", "run"}, {"id", id}, {"problem", worker::problem_to_json(p)},
+    // The backward does about 2.5x the forward's work (FlashAttention's count): its default timeout scales with it.
+    const double timeout = o_.timeout_s > 0 ? o_.timeout_s : (type == "backward" ? 2.5 : 1.0) * default_timeout(p);
+    const json reply = call({{"type", type}, {"id", id}, {"problem", worker::problem_to_json(p)},
                              {"shm", shm_path_}, {"shm_size", shm_size_}, {"tensors", tensors}},
-                            "run", id, p.name(), timeout);
-    const std::string where = o_.label + ": reply to run " + std::to_string(id);
+                            type, id, p.name(), timeout);
+    const std::string where = o_.label + ": reply to " + type + " " + std::to_string(id);
     const std::string status = worker::str_field(reply, where, "status");
     check_memory(slots, p.name());
     if (status == "error") {
       const std::string m = reply.contains("message") && reply["message"].is_string() ? reply["message"].get<std::string>() : "";
-      throw std::runtime_error(name_ + " (" + o_.label + "): run failed: " + (m.empty() ? "(no message)" : m));
+      throw std::runtime_error(name_ + " (" + o_.label + "): " + type + " failed: " + (m.empty() ? "(no message)" : m));
     }
     if (status != "ok") {
       stop(true);
@@ -164,7 +207,6 @@ class WorkerImpl final : public Impl {
       if (s.dst) std::memcpy(s.dst->bytes.data(), shm_ + s.offset, s.nbytes);
   }
 
- private:
   // Inputs unchanged, guards intact; otherwise modified-input / out-of-bounds naming the tensor and the offset.
   void check_memory(const std::vector<Slot>& slots, const std::string& case_name) const {
     for (const auto& s : slots) {
@@ -246,15 +288,18 @@ class WorkerImpl final : public Impl {
     ::close(in[0]), ::close(out[1]), ::close(err[1]);
     pid_ = pid, to_ = in[1], from_ = out[0], err_ = err[0];
     rbuf_.clear(), tail_.clear();
-    const json h = call({{"type", "hello"}, {"protocols", {worker::kProtocolVersion}}}, "hello", -1, "the handshake",
-                        o_.startup_timeout_s);
+    json versions = json::array();
+    for (int v = worker::kMinProtocolVersion; v <= worker::kProtocolVersion; ++v) versions.push_back(v);
+    const json h = call({{"type", "hello"}, {"protocols", versions}}, "hello", -1, "the handshake", o_.startup_timeout_s);
     read_hello(h);
   }
 
   void read_hello(const json& h) const {
     const std::string w = o_.label + ": hello";
-    if (worker::int_field(h, w, "protocol") != worker::kProtocolVersion)
-      throw worker::ProtocolError(w + ": field 'protocol': expected 1, got " + h["protocol"].dump());
+    const int64_t version = worker::int_field(h, w, "protocol");
+    if (version < worker::kMinProtocolVersion || version > worker::kProtocolVersion)
+      throw worker::ProtocolError(w + ": field 'protocol': expected 1 or 2, got " + h["protocol"].dump());
+    protocol_ = static_cast<int>(version);
     hello_name_ = worker::str_field(h, w, "name");
     if (hello_name_.empty()) throw worker::ProtocolError(w + ": field 'name' is empty");
     description_ = h.contains("description") && h["description"].is_string() ? h["description"].get<std::string>() : "";
@@ -405,6 +450,7 @@ class WorkerImpl final : public Impl {
   mutable std::set<std::string> features_;
   mutable Support available_;
   mutable bool has_supports_ = false;
+  mutable int protocol_ = 1;  // as the worker answered the hello
   mutable Declarations declarations_;
   mutable pid_t pid_ = -1;
   mutable int to_ = -1, from_ = -1, err_ = -1;

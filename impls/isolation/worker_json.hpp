@@ -13,7 +13,9 @@
 namespace attncheck::worker {
 
 using json = nlohmann::json;
-constexpr int kProtocolVersion = 1;
+// The versions attncheck speaks: 1 (forward) and 2 (adds the backward message). A worker answers one of them.
+constexpr int kProtocolVersion = 2;
+constexpr int kMinProtocolVersion = 1;
 
 // A message that does not follow the protocol; what() names the message and the field.
 struct ProtocolError : std::runtime_error {

@@ -8,11 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 
 #include "../plugin_abi.hpp"
+#include "attncheck/backward.hpp"
 #include "worker_json.hpp"
 
 namespace attncheck::worker {
@@ -61,6 +63,21 @@ View view(const json& tensors, const std::string& key, unsigned char* base, size
   return v;
 }
 
+// Points a descriptor field at the tensor `key` of a request (absent: left NULL) and copies its strides.
+struct Setter {
+  const json& tensors;
+  unsigned char* base;
+  size_t size;
+  template <class Ptr>
+  void operator()(const char* key, Ptr& ptr, int64_t* strides, size_t rank) const {
+    const View v = view(tensors, key, base, size);
+    if (!v.ptr) return;
+    ptr = reinterpret_cast<Ptr>(v.ptr);
+    if (v.strides.size() != rank) throw ProtocolError(std::string("run: tensors.") + key + ": field 'strides': wrong rank");
+    for (size_t i = 0; i < rank; ++i) strides[i] = v.strides[i];
+  }
+};
+
 class PluginBackend final : public Backend {
  public:
   explicit PluginBackend(const std::string& path) : o_(open_plugin(path)) {}
@@ -90,24 +107,47 @@ class PluginBackend final : public Backend {
     Described desc;
     describe(p, desc);
     attncheck_problem& d = desc.d;
-    auto set = [&](const char* key, auto& ptr, int64_t* strides, size_t rank) {
-      const View v = view(tensors, key, base, size);
-      if (!v.ptr) return;
-      ptr = reinterpret_cast<std::remove_reference_t<decltype(ptr)>>(v.ptr);
-      if (v.strides.size() != rank) throw ProtocolError(std::string("run: tensors.") + key + ": field 'strides': wrong rank");
-      for (size_t i = 0; i < rank; ++i) strides[i] = v.strides[i];
-    };
-    set("q", d.q, d.q_strides, 4), set("k", d.k, d.k_strides, 4), set("v", d.v, d.v_strides, 4);
-    set("mask", d.mask, d.mask_strides, 4), set("bias", d.bias, d.bias_strides, 4), set("keep", d.keep, d.keep_strides, 4);
+    const Setter set{tensors, base, size};
+    set_inputs(set, d);
     set("out", d.out, d.out_strides, 4), set("lse", d.lse, d.lse_strides, 3);
     set("weights", d.weights, d.weights_strides, 4);
+    return call(d);
+  }
+  Support supports_backward(const Problem& p) override {
+    if (!o_.declarations.backward) return Support::no("backward pass not supported (the plugin does not list \"backward\")");
+    if (!o_.vt->supports) return Support::yes();
+    Described desc;
+    describe(p, desc);
+    chain_backward(desc);
+    char why[1024] = {};
+    if (o_.vt->supports(&desc.d, why, sizeof why) == 1) return Support::yes();
+    why[sizeof why - 1] = '\0';
+    return Support::no(why[0] ? why : "plugin declined the backward of the case (no reason given)");
+  }
+  std::string run_backward(const Problem& p, const json& tensors, unsigned char* base, size_t size) override {
+    Described desc;
+    describe(p, desc);
+    attncheck_problem& d = desc.d;
+    const Setter set{tensors, base, size};
+    set_inputs(set, d);
+    attncheck_ext_backward& b = chain_backward(desc);
+    set("out", b.out, b.out_strides, 4), set("lse", b.lse, b.lse_strides, 3), set("dout", b.dout, b.dout_strides, 4);
+    set("dq", b.dq, b.dq_strides, 4), set("dk", b.dk, b.dk_strides, 4), set("dv", b.dv, b.dv_strides, 4);
+    set("dbias", b.dbias, b.dbias_strides, 4);
+    return call(d);
+  }
+
+ private:
+  static void set_inputs(const Setter& set, attncheck_problem& d) {
+    set("q", d.q, d.q_strides, 4), set("k", d.k, d.k_strides, 4), set("v", d.v, d.v_strides, 4);
+    set("mask", d.mask, d.mask_strides, 4), set("bias", d.bias, d.bias_strides, 4), set("keep", d.keep, d.keep_strides, 4);
+  }
+  std::string call(const attncheck_problem& d) {
     char err[1024] = {};
     if (o_.vt->run(&d, err, sizeof err) == ATTNCHECK_STATUS_OK) return "";
     err[sizeof err - 1] = '\0';
     return err[0] ? err : "(no message)";
   }
-
- private:
   OpenedPlugin o_;
 };
 
@@ -116,42 +156,69 @@ class ImplBackend final : public Backend {
   explicit ImplBackend(ImplPtr impl) : impl_(std::move(impl)) {}
   json hello() override {
     const Support a = impl_->available();
+    Declarations d = impl_->declarations();
+    d.backward = true;  // backward requests are answered; `supports` with pass "backward" decides each case
     return {{"name", impl_->name()}, {"description", impl_->description()},
             {"capabilities", capabilities_to_json(impl_->capabilities())}, {"supports", true},
-            {"declarations", declarations_to_json(impl_->declarations())},
+            {"declarations", declarations_to_json(d)},
             {"available", a.ok}, {"unavailable_reason", a.reason}};
   }
   Support supports(const Problem& p) override { return impl_->supports(p); }
   std::string run(const Problem& p, const json& tensors, unsigned char* base, size_t size) override {
-    auto load = [&](const char* key, DType t) {
-      const View v = view(tensors, key, base, size);
-      Tensor x(t, v.shape);
-      x.strides = v.strides;
-      for (size_t d = 0; d < x.shape.size(); ++d)
-        if (x.shape[d] == 1 && x.strides[d] == 0) x.strides[d] = 1;  // broadcast dims: any stride reads element 0
-      x.bytes.assign(v.ptr, v.ptr + v.nbytes);
-      return x;
-    };
-    Inputs in{load("q", p.dtype), load("k", p.dtype), load("v", p.dtype), {}, {}, {}};
-    if (p.mask_shape) in.mask = load("mask", DType::u8);
-    if (p.bias_shape) in.bias = load("bias", p.bias_dtype);
-    if (p.dropout_p > 0) in.keep = load("keep", DType::u8);
+    const Inputs in = inputs(p, tensors, base, size);
     Outputs out = make_outputs(p);
-    auto copy = [&](const char* key, Tensor* t, bool to_shm) {
-      const View v = view(tensors, key, base, size);
-      if (!t || !v.ptr) return;
-      if (v.nbytes != t->bytes.size()) throw ProtocolError(std::string("run: tensors.") + key + ": field 'nbytes' does not match the problem");
-      to_shm ? std::memcpy(v.ptr, t->bytes.data(), v.nbytes) : std::memcpy(t->bytes.data(), v.ptr, v.nbytes);
-    };
     for (bool to_shm : {false, true}) {  // poisoned outputs in, results out
-      copy("out", &out.out, to_shm), copy("lse", out.lse ? &*out.lse : nullptr, to_shm);
-      copy("weights", out.weights ? &*out.weights : nullptr, to_shm);
+      copy(tensors, base, size, "out", &out.out, to_shm);
+      copy(tensors, base, size, "lse", out.lse ? &*out.lse : nullptr, to_shm);
+      copy(tensors, base, size, "weights", out.weights ? &*out.weights : nullptr, to_shm);
       if (!to_shm) impl_->run(p, in, out);
+    }
+    return "";
+  }
+  Support supports_backward(const Problem& p) override { return impl_->supports_backward(p); }
+  std::string run_backward(const Problem& p, const json& tensors, unsigned char* base, size_t size) override {
+    const Inputs in = inputs(p, tensors, base, size);
+    Outputs fwd = make_outputs(p);
+    copy(tensors, base, size, "out", &fwd.out, false);
+    if (fwd.lse) copy(tensors, base, size, "lse", &*fwd.lse, false);
+    Tensor dout = make_dout(p);
+    copy(tensors, base, size, "dout", &dout, false);
+    Gradients g = make_gradients(p);
+    for (bool to_shm : {false, true}) {  // poisoned gradients in, results out
+      copy(tensors, base, size, "dq", &g.dq, to_shm), copy(tensors, base, size, "dk", &g.dk, to_shm);
+      copy(tensors, base, size, "dv", &g.dv, to_shm);
+      copy(tensors, base, size, "dbias", g.dbias ? &*g.dbias : nullptr, to_shm);
+      if (!to_shm) impl_->run_backward(p, in, fwd, dout, g);
     }
     return "";
   }
 
  private:
+  static Tensor load(const json& tensors, unsigned char* base, size_t size, const char* key, DType t) {
+    const View v = view(tensors, key, base, size);
+    Tensor x(t, v.shape);
+    x.strides = v.strides;
+    for (size_t d = 0; d < x.shape.size(); ++d)
+      if (x.shape[d] == 1 && x.strides[d] == 0) x.strides[d] = 1;  // broadcast dims: any stride reads element 0
+    x.bytes.assign(v.ptr, v.ptr + v.nbytes);
+    return x;
+  }
+  static Inputs inputs(const Problem& p, const json& tensors, unsigned char* base, size_t size) {
+    auto ld = [&](const char* key, DType t) { return load(tensors, base, size, key, t); };
+    Inputs in{ld("q", p.dtype), ld("k", p.dtype), ld("v", p.dtype), {}, {}, {}, {}, {}};
+    if (p.mask_shape) in.mask = ld("mask", DType::u8);
+    if (p.bias_shape) in.bias = ld("bias", p.bias_dtype);
+    if (p.dropout_p > 0) in.keep = ld("keep", DType::u8);
+    return in;
+  }
+  // Copies the tensor `key` of the shared file into `t` or back; the byte counts must agree.
+  static void copy(const json& tensors, unsigned char* base, size_t size, const char* key, Tensor* t, bool to_shm) {
+    const View v = view(tensors, key, base, size);
+    if (!t || !v.ptr) return;
+    if (v.nbytes != t->bytes.size())
+      throw ProtocolError(std::string("run: tensors.") + key + ": field 'nbytes' does not match the problem");
+    to_shm ? std::memcpy(v.ptr, t->bytes.data(), v.nbytes) : std::memcpy(t->bytes.data(), v.ptr, v.nbytes);
+  }
   ImplPtr impl_;
 };
 
@@ -174,6 +241,7 @@ int serve(Backend& backend) {
   const int proto = ::dup(1);
   ::dup2(2, 1);
   Shm shm;
+  int protocol = kMinProtocolVersion;  // as negotiated by hello
   std::string line;
   while (std::getline(std::cin, line)) {
     json req;
@@ -182,31 +250,49 @@ int serve(Backend& backend) {
       req = json::parse(line);
       const std::string type = str_field(req, "request", "type");
       if (type == "bye") return 0;
-      if (type == "hello") {
+      if (type == "hello") {  // the highest version both speak
+        int version = 0;
+        if (req.contains("protocols") && req["protocols"].is_array())
+          for (const auto& v : req["protocols"])
+            if (v.is_number_integer() && v.get<int>() >= kMinProtocolVersion && v.get<int>() <= kProtocolVersion)
+              version = std::max(version, v.get<int>());
+        if (version == 0)
+          throw ProtocolError("hello: field 'protocols': none of " + (req.contains("protocols") ? req["protocols"].dump() : "[]") +
+                              " is spoken here (1.." + std::to_string(kProtocolVersion) + ")");
+        protocol = version;
         json h = backend.hello();
-        h["type"] = "hello", h["protocol"] = kProtocolVersion;
+        h["type"] = "hello", h["protocol"] = version;
+        if (version < 2) h["declarations"]["backward"] = false;  // protocol 1 has no backward message
         reply(proto, h);
         continue;
       }
       id = int_field(req, type, "id");
       const Problem p = problem_from_json(field(req, type, "problem"), type);
+      const bool backward = type == "backward" ||
+                            (type == "supports" && req.contains("pass") && req["pass"] == "backward");
+      if (backward && protocol < 2)
+        throw ProtocolError(type + ": the backward pass needs protocol 2 (this session speaks " +
+                            std::to_string(protocol) + ")");
       if (type == "supports") {
-        const Support s = backend.supports(p);
+        const Support s = backward ? backend.supports_backward(p) : backend.supports(p);
         reply(proto, {{"type", "supports"}, {"id", id}, {"ok", s.ok}, {"reason", s.reason}});
-      } else if (type == "run") {
+      } else if (type == "run" || type == "backward") {
         shm.map(str_field(req, type, "shm"), static_cast<size_t>(int_field(req, type, "shm_size")));
         std::string err;
         try {
-          err = backend.run(p, field(req, type, "tensors"), shm.base, shm.size);
+          const json& tensors = field(req, type, "tensors");
+          err = backward ? backend.run_backward(p, tensors, shm.base, shm.size)
+                         : backend.run(p, tensors, shm.base, shm.size);
         } catch (const ProtocolError&) {
           throw;
         } catch (const std::exception& e) {
           err = e.what();
         }
-        reply(proto, err.empty() ? json{{"type", "run"}, {"id", id}, {"status", "ok"}}
-                                 : json{{"type", "run"}, {"id", id}, {"status", "error"}, {"message", err}});
+        reply(proto, err.empty() ? json{{"type", type}, {"id", id}, {"status", "ok"}}
+                                 : json{{"type", type}, {"id", id}, {"status", "error"}, {"message", err}});
       } else {
-        throw ProtocolError("request: field 'type': expected hello, supports, run or bye, got \"" + type + "\"");
+        throw ProtocolError("request: field 'type': expected hello, supports, run, backward or bye, got \"" + type +
+                            "\"");
       }
     } catch (const std::exception& e) {
       json r = {{"type", "error"}, {"message", e.what()}};

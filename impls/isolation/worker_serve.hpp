@@ -18,6 +18,9 @@ class Backend {
   // Run on the tensors of a request, which live in the mapped shared file [base, base + size). Returns "" or the
   // implementation's error message; throws ProtocolError for a malformed request.
   virtual std::string run(const Problem& p, const json& tensors, unsigned char* base, size_t size) = 0;
+  // Protocol 2: the backward pass. Tensors: the inputs, out and lse of the forward, dout, and dq, dk, dv (dbias).
+  virtual Support supports_backward(const Problem& p) = 0;
+  virtual std::string run_backward(const Problem& p, const json& tensors, unsigned char* base, size_t size) = 0;
 };
 
 std::unique_ptr<Backend> plugin_backend(const std::string& path);  // throws PluginError

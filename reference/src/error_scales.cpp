@@ -44,7 +44,9 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
     wb.add(x.w[j] * x.mag.b[j]);
     wc.add(x.w[j] * x.mag.c[j]);
     if (x.w[j] != 0) mean += x.w[j] * x.s[j];
-    if (x.w[j] < 0x1.0p-23) small += x.w[j];
+    // A key that a running fp32 sum may absorb (w_j < 2u) loses at most itself, and at most the one rounding of
+    // an addition to a sum no larger than the row's: min(w_j, u) (docs/tolerance.md, "Softmax denominator").
+    if (x.w[j] < 0x1.0p-23) small += std::min(x.w[j], 0x1.0p-24);
     part.push_back(x.s[j]);
   }
   double spread = 0;

@@ -76,7 +76,7 @@ Row row_scales(const Problem& p, const ReferenceResult& r, size_t row, const Uni
   // lambda * u * sqrt(sum_k S_k^2) = lambda * u * sqrt(n * (T^2/3 + sum t^2/6)) with T = 1 (normalised).
   x.den = m.lambda * u.acc * std::sqrt(x.n * (1.0 / 3.0 + rho * rho / 6.0)) + x.ties * u.acc;
   // A term below u of the running sum is absorbed whole by a sequential or blocked fp32 sum: a one-signed error the
-  // random walk does not cover. Its total is at most the row's weight on keys with w_j < 2u (p_small, for fp32
+  // random walk does not cover. Its total is at most sum min(w_j, u) over keys with w_j < 2u (p_small, for fp32
   // accumulation; a result without it gets min(1, 2u n)).
   if (u.acc == unit_roundoff(DType::f32)) x.den += at(r.p_small, row, std::min(1.0, 2.0 * u.acc * x.n));
   return x;

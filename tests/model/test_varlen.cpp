@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attncheck/backward.hpp"
 #include "attncheck/generate.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/plugin_loader.hpp"
@@ -166,6 +167,18 @@ TEST(Varlen, OfferedOnlyToImplementationsThatDeclareIt) {
   EXPECT_TRUE(v.pass) << v.worst().describe();
   if (const ImplPtr emu = find_impl("cuda-emulated"))
     EXPECT_EQ(emu->supports(p).reason, "variable-length packed sequences not supported");
+}
+
+// Backward arrived on main beside varlen: no backward models packed sequences, so each must decline them rather
+// than return the gradients of the unpacked problem.
+TEST(Varlen, NoBackwardAcceptsPackedSequences) {
+  Problem p = varlen_problems()[0];
+  for (const char* name : {"cpu", "cpu-flash"})
+    EXPECT_EQ(find_impl(name)->supports_backward(p).reason, "backward with packed sequences (varlen) not implemented");
+  EXPECT_EQ(load_plugin(EXAMPLE_PLUGIN_PATH)->supports_backward(p).reason,
+            "the example's backward is not checked with packed sequences (no reference for it)");
+  const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 2);
+  EXPECT_THROW(reference_backward(p, in, make_dout(p)), std::invalid_argument);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // `attncheck generate --spec golden/suite.json --out golden [--update]`: rebuilds the golden suite from its spec,
-// byte-identically. Each file is written under a temporary name and renamed; an existing file whose bytes would
-// change is left alone unless --update, and what changed is printed numerically (max |diff| of expected out).
+// byte-identically. Each file is built in memory and written durably (durable_file.hpp); an existing file whose
+// bytes would change is left alone unless --update, and what changed is printed numerically (max |diff| of expected out).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "attncheck/durable_file.hpp"
 #include "attncheck/suite.hpp"
 #include "command.hpp"
 #include "report.hpp"
@@ -76,36 +77,28 @@ int run_generate() {
     progress.step(c.name);
     const std::string file = fixture_file_name(c.name);
     expected_files.insert(file);
-    const fs::path target = dir / file, fresh = dir / ("." + file + ".new.tmp");
+    const fs::path target = dir / file;
     const Fixture f = build_case(c, spec.file_name);
-    write_fixture(fresh.string(), f);  // atomic itself; `fresh` is then either renamed or removed
+    const std::string bytes = fixture_image(target.string(), f);
     std::string line;
-    try {  // whatever fails from here on, `fresh` must not stay behind
-      if (fs::exists(target) && !fs::is_regular_file(target))
-        throw std::invalid_argument(target.string() + ": exists and is not a regular file");
-      if (!fs::exists(target)) {
-        fs::rename(fresh, target);
-        ++created;
-        line = "new      " + c.name;
-      } else if (slurp(fresh) == slurp(target)) {
-        fs::remove(fresh);
-        ++same;
+    if (fs::exists(target) && !fs::is_regular_file(target))
+      throw std::invalid_argument(target.string() + ": exists and is not a regular file");
+    if (!fs::exists(target)) {
+      write_file_durably(target.string(), bytes);
+      ++created;
+      line = "new      " + c.name;
+    } else if (slurp(target) == bytes) {
+      ++same;
+    } else {
+      const std::string what = describe_change(target, f);
+      if (g.update) {
+        write_file_durably(target.string(), bytes);
+        ++updated;
+        line = "updated  " + c.name + ": " + what;
       } else {
-        const std::string what = describe_change(target, f);
-        if (g.update) {
-          fs::rename(fresh, target);
-          ++updated;
-          line = "updated  " + c.name + ": " + what;
-        } else {
-          fs::remove(fresh);
-          ++differ;
-          line = "DIFFERS  " + c.name + ": " + what + " (not written; rerun with --update)";
-        }
+        ++differ;
+        line = "DIFFERS  " + c.name + ": " + what + " (not written; rerun with --update)";
       }
-    } catch (...) {
-      std::error_code ec;
-      fs::remove(fresh, ec);
-      throw;
     }
     if (!line.empty()) {
       progress.clear();

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
+#include "attncheck/durable_file.hpp"
 #include "attncheck/fixture.hpp"
 #include "attncheck/user_arrays.hpp"
 #include "command.hpp"
@@ -31,13 +31,13 @@ void write_npy(const std::string& path, const std::vector<int64_t>& shape, const
   std::string h = "{'descr': '<f8', 'fortran_order': False, 'shape': (" + dims + "), }";
   h.append(63 - (10 + h.size()) % 64, ' ');
   h += '\n';
-  std::ofstream f(path, std::ios::binary);
-  const unsigned char len[2] = {static_cast<unsigned char>(h.size() & 255), static_cast<unsigned char>(h.size() >> 8)};
-  f << "\x93NUMPY\x01" << '\0';
-  f.write(reinterpret_cast<const char*>(len), 2);
-  f << h;
-  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(double)));
-  if (!f) throw std::runtime_error("cannot write " + path);
+  std::string bytes("\x93NUMPY\x01", 7);
+  bytes += '\0';
+  bytes += static_cast<char>(h.size() & 255);
+  bytes += static_cast<char>(h.size() >> 8);
+  bytes += h;
+  bytes.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
+  write_file_durably(path, bytes);
 }
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }

@@ -50,13 +50,24 @@ void print_declarations(const Declarations& d) {
   std::printf("    declares: %s\n", line.c_str());
 }
 
-// Whether the implementation has a backward pass, asked on a plain fp32 problem (per-problem limits, such as
-// cpu-flash's broadcast dBias, show as unsupported rows of `verify --pass backward`).
+// Whether the implementation has a backward pass, asked on a plain problem in each dtype it declares (per-problem
+// limits, such as cpu-flash's broadcast dBias, show as unsupported rows of `verify --pass backward`).
 void print_backward(const Impl& impl) {
-  Problem p;
-  p.want_lse = true;
-  const Support s = impl.supports_backward(p);
-  const std::string line = s.ok ? "dq dk dv dbias (docs/backward.md)" : "not supported: " + s.reason;
+  std::string yes, no;
+  for (DType t : impl.capabilities().dtypes) {
+    Problem p;  // 1 x 1 x 64 x 64, head dim 64: inside every backend's shape limits
+    p.Lq = p.Lk = p.Dqk = p.Dv = 64;
+    p.want_lse = true;
+    p.dtype = t;
+    const Support s = impl.supports_backward(p);
+    if (s.ok)
+      yes += (yes.empty() ? "" : ",") + std::string(to_string(t));
+    else if (no.empty())
+      no = std::string(to_string(t)) + ": " + s.reason;
+  }
+  const std::string line = yes.empty() ? "not supported: " + no.substr(no.find(": ") + 2)
+                                        : "dq dk dv dbias in " + yes + (no.empty() ? "" : "; not " + no) +
+                                              " (docs/backward.md)";
   std::printf("    backward: %s\n", line.c_str());
 }
 

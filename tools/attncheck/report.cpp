@@ -2,10 +2,6 @@
 // non-finite numbers are written as null, and the message text still shows them.
 #include "report.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+
+#include "attncheck/durable_file.hpp"
 
 namespace attncheck::cli {
 
@@ -113,34 +111,12 @@ std::map<std::string, int> count(const std::vector<CaseResult>& rs) {
   return n;
 }
 
-// The report lands complete or not at all: written to a temporary file beside it, flushed to disk, renamed.
-void write_atomically(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  const fs::path p(path);
-  const std::string tmp = (p.parent_path() / ("." + p.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::invalid_argument("--report: cannot write '" + tmp + "': " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw std::invalid_argument("--report: write to '" + tmp + "' failed: " + std::strerror(e));
-    }
-    done += static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw std::invalid_argument("--report: flushing '" + tmp + "' failed: " + std::strerror(e));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw std::invalid_argument("--report: renaming '" + tmp + "' to '" + path + "' failed: " + std::strerror(e));
+// The report lands complete or not at all (durable_file.hpp); a failure is an input error naming the flag.
+void write_report_file(const std::string& path, const std::string& text) {
+  try {
+    write_file_durably(path, text);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(std::string("--report: ") + e.what());
   }
 }
 }  // namespace
@@ -282,7 +258,7 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
     }
     out << "</testsuites>\n";
   }
-  write_atomically(path, out.str());
+  write_report_file(path, out.str());
 }
 
 int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules) {

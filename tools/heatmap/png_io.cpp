@@ -1,8 +1,11 @@
-// PNG reading and writing through libpng's simplified API (png_image), which needs no setjmp error handling;
+// PNG reading and writing (durably) through libpng's simplified API (png_image), which needs no setjmp error handling;
 // libpng's own message is passed on with the file name.
 #include <png.h>
 
 #include <stdexcept>
+#include <string>
+
+#include "attncheck/durable_file.hpp"
 
 #include "attncheck/heatmap.hpp"
 
@@ -18,11 +21,18 @@ void write_png(const std::string& path, const Image& img) {
   image.width = static_cast<png_uint_32>(img.width);
   image.height = static_cast<png_uint_32>(img.height);
   image.format = PNG_FORMAT_RGB;
-  if (!png_image_write_to_file(&image, path.c_str(), 0, img.rgb.data(), 0, nullptr)) {
-    const std::string msg = image.message;
-    png_image_free(&image);
-    throw std::runtime_error("write_png " + path + ": " + msg);
+  // Encoded in memory (first call sizes the buffer), then written durably (durable_file.hpp).
+  png_alloc_size_t size = 0;
+  std::string bytes;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (!png_image_write_to_memory(&image, pass ? bytes.data() : nullptr, &size, 0, img.rgb.data(), 0, nullptr)) {
+      const std::string msg = image.message;
+      png_image_free(&image);
+      throw std::runtime_error("write_png " + path + ": " + msg);
+    }
+    bytes.resize(size);
   }
+  write_file_durably(path, bytes);
 }
 
 Image read_png(const std::string& path) {

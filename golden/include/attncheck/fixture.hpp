@@ -66,9 +66,11 @@ Fixture make_fixture(std::string name, const Problem& p, Inputs in, Provenance p
 // when the fixture is not exact.
 void check_exact_out(const Fixture& f);
 
-// Write atomically: the file is written under a temporary name in the same directory and renamed over `path`, so
-// an interrupted run never leaves a half-written fixture. Output is byte-identical for identical fixtures.
+// Write durably (write_file_durably, durable_file.hpp): an interrupted run or a full disk never leaves a
+// half-written fixture. Output is byte-identical for identical fixtures.
 void write_fixture(const std::string& path, const Fixture& f);
+// The bytes write_fixture writes (`path` names the file in messages): `generate` compares them with a file.
+std::string fixture_image(const std::string& path, const Fixture& f);
 
 // Read and validate. Throws std::invalid_argument "<path>: <field>: <what>" for: a file that is not HDF5, a
 // schema_version from the future, missing attributes or datasets, wrong dtype, rank or shape, sizes beyond

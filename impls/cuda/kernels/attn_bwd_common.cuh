@@ -91,7 +91,7 @@ __global__ void attn_bwd_rowstats_kernel(BwdParams bp) {
   const int h = static_cast<int>((row / p.Lq) % p.Hq);
   const int64_t i = row % p.Lq;
   const int kvh = h / (p.Hq / p.Hkv);
-  const int64_t diag = i + p.diag_offset[b], valid = p.key_length[b];
+  const int64_t diag = i + gload(p.diag_offset, b), valid = gload(p.key_length, b);
 
   int live = 0;
   for (int64_t j0 = 0; j0 < p.Lk && !live; j0 += 32) {  // `live` is warp-uniform: every lane leaves together
@@ -113,8 +113,8 @@ __global__ void attn_bwd_rowstats_kernel(BwdParams bp) {
     D = warp_sum(D);
   }
   if (lane == 0) {
-    static_cast<Acc*>(bp.d)[row] = D;
-    bp.live[row] = static_cast<unsigned char>(live);
+    gstore(static_cast<Acc*>(bp.d), row, D);
+    gstore(bp.live, row, static_cast<unsigned char>(live));
   }
 }
 
@@ -139,8 +139,8 @@ __global__ void attn_bwd_dbias_kernel(BwdParams bp) {
   for (int64_t b = b_lo; b < b_hi; ++b)
     for (int64_t h = h_lo; h < h_hi; ++h)
       for (int64_t i = i_lo; i < i_hi; ++i)
-        for (int64_t j = j_lo; j < j_hi; ++j) sum += ds[((b * p.Hq + h) * p.Lq + i) * p.Lk + j];
-  static_cast<Acc*>(bp.dbias)[n] = sum;
+        for (int64_t j = j_lo; j < j_hi; ++j) sum += gload(ds, ((b * p.Hq + h) * p.Lq + i) * p.Lk + j);
+  gstore(static_cast<Acc*>(bp.dbias), n, sum);
 }
 
 }  // inline namespace ATTNCHECK_KERNEL_NS

@@ -39,7 +39,7 @@ __global__ void attn_bwd_kv_kernel(BwdParams bp) {
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * KW;
   const int64_t j = j0 + warp;
   const bool key_valid = j < p.Lk;  // warps past Lk still take part in every __syncthreads
-  const int64_t off = p.diag_offset[b], valid = p.key_length[b];
+  const int64_t off = gload(p.diag_offset, b), valid = gload(p.key_length, b);
   const Acc* lse = static_cast<const Acc*>(p.lse);
   const Acc* Drow = static_cast<const Acc*>(bp.d);
 
@@ -72,9 +72,9 @@ __global__ void attn_bwd_kv_kernel(BwdParams bp) {
         const int64_t i = i0 + lane;
         PairGrad<Acc> g{Acc(0), Acc(0), Acc(0)};
         const int64_t row = (static_cast<int64_t>(b) * p.Hq + h) * p.Lq + i;
-        if (i < p.Lq && bp.live[row])
+        if (i < p.Lq && gload(bp.live, row))
           g = pair_grad<Acc>(p, b, h, i, j, i + off, valid, sQ + lane * p.Dqk, sK + warp * p.Dqk, sdO + lane * p.Dv,
-                             sV + warp * p.Dv, p.Dqk, p.Dv, lse[row], Drow[row]);
+                             sV + warp * p.Dv, p.Dqk, p.Dv, gload(lse, row), gload(Drow, row));
         sP[warp * RT + lane] = g.pk;
         sR[warp * RT + lane] = g.dr;
       }

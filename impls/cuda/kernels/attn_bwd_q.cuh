@@ -37,10 +37,10 @@ __global__ void attn_bwd_q_kernel(BwdParams bp) {
   const int64_t i = i0 + warp;
   const bool row_valid = i < p.Lq;  // rows past Lq still take part in every __syncthreads
   const int64_t row = (static_cast<int64_t>(b) * p.Hq + h) * p.Lq + i;
-  const bool live = row_valid && bp.live[row];
-  const int64_t off = p.diag_offset[b], valid = p.key_length[b];
-  const Acc lse = live ? static_cast<const Acc*>(p.lse)[row] : Acc(0);
-  const Acc D = live ? static_cast<const Acc*>(bp.d)[row] : Acc(0);
+  const bool live = row_valid && gload(bp.live, row);
+  const int64_t off = gload(p.diag_offset, b), valid = gload(p.key_length, b);
+  const Acc lse = live ? gload(static_cast<const Acc*>(p.lse), row) : Acc(0);
+  const Acc D = live ? gload(static_cast<const Acc*>(bp.d), row) : Acc(0);
   Acc* ds = static_cast<Acc*>(bp.ds);
 
   for (int x = tid; x < BR * p.Dqk; x += nthreads) {
@@ -84,7 +84,7 @@ __global__ void attn_bwd_q_kernel(BwdParams bp) {
         g = pair_grad<Acc>(p, b, h, i, j, i + off, valid, sQ + warp * p.Dqk, sK + lane * p.Dqk, sdO + warp * p.Dv,
                            sV + lane * p.Dv, p.Dqk, p.Dv, lse, D);
       sR[warp * BC + lane] = g.dr;
-      if (ds && j < p.Lk) ds[row * p.Lk + j] = g.ds;
+      if (ds && j < p.Lk) gstore(ds, row * p.Lk + j, g.ds);
     }
     __syncwarp();
     for (int c = 0; c < NV; ++c) {

@@ -140,14 +140,43 @@ typedef struct attncheck_ext_kv_append {
   int64_t present_k_strides[4], present_v_strides[4];
 } attncheck_ext_kv_append;
 
-/* Tag 5: packed variable-length sequences, present iff the problem has them (feature name "varlen"; FlashAttention's
+/* Tag 5: the backward pass (feature name "backward"; a plugin that does not list it is never asked). With this
+ * extension in the chain, supports() is asked whether the plugin can compute the gradients of this problem
+ * (pointers NULL), and run() computes them instead of the forward: p->out, p->lse and p->weights are NULL, and the
+ * plugin's own forward results for the same problem (run with lse) come in here, with the upstream gradient dout.
+ * The gradients are of L = sum(dout * out): dq [B,Hq,Lq,Dqk], dk [B,Hkv,Lk,Dqk], dv [B,Hkv,Lk,Dv] in `dtype`
+ * (GQA: dk and dv summed over the query heads of each KV head), dbias in bias_dtype with bias_shape, NULL without a
+ * bias; dbias_strides are 0 along its broadcast dims, like bias_strides, so element (b,h,i,j) of the full gradient
+ * adds into dbias[b*s[0] + h*s[1] + i*s[2] + j*s[3]]. The host pre-fills them with NaN: every element must be written,
+ * zeros included (masked keys and fully-masked rows get exactly zero gradient). Inputs, out, lse and dout are
+ * checked unchanged afterwards and the gradients have guard bands, as in the forward. docs/plugins.md#backward. */
+#define ATTNCHECK_EXT_BACKWARD 5u
+typedef struct attncheck_ext_backward {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_BACKWARD */
+  const void* out;                     /* the forward output [B,Hq,Lq,Dv], dtype */
+  int64_t out_strides[4];
+  const void* lse;                     /* the forward lse [B,Hq,Lq], stat_dtype */
+  int64_t lse_strides[3];
+  const void* dout;                    /* [B,Hq,Lq,Dv], dtype */
+  int64_t dout_strides[4];
+  void* dq;
+  int64_t dq_strides[4];
+  void* dk;
+  int64_t dk_strides[4];
+  void* dv;
+  int64_t dv_strides[4];
+  void* dbias;                         /* NULL without a bias */
+  int64_t dbias_strides[4];
+} attncheck_ext_backward;
+
+/* Tag 6: packed variable-length sequences, present iff the problem has them (feature name "varlen"; FlashAttention's
  * varlen API with cu_seqlens_q/cu_seqlens_k). Then B = 1 and sequence s owns queries [cu_seqlens_q[s],
  * cu_seqlens_q[s+1]) and keys [cu_seqlens_k[s], cu_seqlens_k[s+1]) of the one batch entry (empty sequences allowed).
  * A query sees only its own sequence's keys; other keys are not part of its row (weights 0, even with a finite
  * fill). The causal/window diagonal is per sequence: key k0 + (i - q0) + offset, offset = 0 (top-left),
  * Lk_s - Lq_s (bottom-right) or causal_offset (explicit); key_lengths and diagonal_offset do not apply. A sequence
  * with queries but no keys is fully masked (out by the policy, lse -inf), unless its head has a sink. */
-#define ATTNCHECK_EXT_VARLEN 5u
+#define ATTNCHECK_EXT_VARLEN 6u
 typedef struct attncheck_ext_varlen {
   attncheck_extension header;          /* tag ATTNCHECK_EXT_VARLEN */
   int64_t sequences;                   /* S >= 1 */
@@ -199,7 +228,7 @@ typedef struct attncheck_plugin {
   /* v2 (read only when abi_version >= 2): */
   uint32_t struct_size;  /* sizeof(attncheck_plugin) the plugin was built with */
   /* Capability negotiation for features beyond the v1 flags: NULL-terminated list of the feature names (as in
-   * docs/worker-protocol.md) the plugin supports. A problem using a feature not listed here is reported
+   * docs/worker-protocol.md) the plugin supports, and "backward" when run() computes gradients (tag 5). A problem using a feature not listed here is reported
    * unsupported and never reaches supports() or run(). NULL = none beyond the v1 flags. */
   const char* const* features;
   /* Optional (may be NULL): fill *d. ATTNCHECK_STATUS_OK, or ERROR with a message. */

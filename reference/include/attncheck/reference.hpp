@@ -31,7 +31,7 @@ struct ReferenceResult {
   std::vector<double> spread;     // [B, Hq, Lq]: sum_j w_j |s_j - s_mean|, s_mean = sum_j w_j s_j
   std::vector<double> n_terms;    // [B, Hq, Lq]: keys taking part in the softmax sum
   std::vector<double> n_tied;     // [B, Hq, Lq]: most keys sharing one exact score (repeated terms drift)
-  std::vector<double> p_small;    // [B, Hq, Lq]: sum of w_j over keys with w_j < 2^-23 (a running fp32 sum absorbs them)
+  std::vector<double> p_small;    // [B, Hq, Lq]: sum of min(w_j, 2^-24) over keys with w_j < 2^-23 (what a running fp32 sum may absorb)
   // Query rows i computed (for every b, h); empty = all. Other rows hold zeros and are not judged (tolerance.hpp).
   std::vector<int64_t> sampled_rows;
 };
