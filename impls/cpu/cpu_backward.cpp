@@ -121,10 +121,54 @@ void dense_backward(const Problem& p, const Inputs& in, const Tensor& dout, Grad
   if (g.dbias) store_dbias(dbias, g);
 }
 
-// cpu-flash: per-row lse (the forward's), D = dO·O (the forward's O) and liveness, then the two tiled passes.
+// A row-major block for the SIMD GEMM (simd.hpp): the row stride is whole strips of W columns, the padding zero,
+// so a block is a gemm() B operand as it stands (bstride = W, ldb = ld) and a C operand (ldc = ld).
+template <class T>
+struct Block {
+  int64_t rows = 0, cols = 0, ld = 0;
+  std::vector<T> a;
+  void reset(int64_t r, int64_t c) {
+    const int64_t W = simd::strip_width<T>();
+    rows = r, cols = c, ld = (c + W - 1) / W * W;
+    a.assign(static_cast<size_t>(r * ld), T(0));
+  }
+  T* row(int64_t r) { return a.data() + r * ld; }
+  const T* row(int64_t r) const { return a.data() + r * ld; }
+  T& operator()(int64_t r, int64_t c) { return a[static_cast<size_t>(r * ld + c)]; }
+  // Rows [r0, r1) of head h of batch b of t; with zero_bad, rows holding a non-finite value become zero (keys that
+  // are never visible: a GEMM would turn their zero weights into 0 · NaN = NaN).
+  void load(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r1, bool zero_bad) {
+    const int64_t D = t.shape[3];
+    reset(r1 - r0, D);
+    std::vector<T> tmp(static_cast<size_t>((r1 - r0) * D));
+    load_rows(t, b, h, r0, r1, tmp.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* src = tmp.data() + r * D;
+      bool finite = true;
+      for (int64_t d = 0; d < D; ++d) finite = finite && std::isfinite(src[d]);
+      if (finite || !zero_bad) std::copy(src, src + D, row(r));
+    }
+  }
+  // This block's transpose into t.
+  void transpose_into(Block& t) const {
+    t.reset(cols, rows);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) t(c, r) = a[static_cast<size_t>(r * ld + c)];
+  }
+};
+
+// C (+)= A · B for a row-major A of B.rows columns (row stride lda) and m rows.
+template <class T>
+void gemm(int64_t m, const T* A, int64_t lda, const Block<T>& B, Block<T>& C, bool accumulate) {
+  simd::gemm<T>(m, B.cols, B.rows, A, lda, B.a.data(), simd::strip_width<T>(), B.ld, C.a.data(), C.ld, accumulate);
+}
+
+// cpu-flash: per-row lse (the forward's), D = dO·O (the forward's O) and liveness, then the two tiled passes. The
+// tiles' products run on the dispatched SIMD GEMM (the forward's), scale applied once to dK and dQ when stored.
 template <class T>
 void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout, Gradients& g) {
   if (!fwd.lse) throw std::invalid_argument("cpu-flash backward: the forward's lse is missing (run it with want_lse)");
+  simd::select_target();
   const Scorer<T> sc(p, in);
   const Scorer<double> scd(p, in);
   const T scale = static_cast<T>(p.effective_scale()), ks = static_cast<T>(1.0 / (1.0 - p.dropout_p));
@@ -163,79 +207,89 @@ void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, cons
       dr[j] = ds[j] * rs.chain[static_cast<size_t>(j)];
     }
   };
-  // The GEMMs of one (query block, key block) tile: raw scores and dP' (rows of dead queries are skipped later).
-  auto tile = [&](const RowMat<T>& Qb, const RowMat<T>& dOb, const RowMat<T>& Kb, const RowMat<T>& Vb, RowMat<T>& S,
-                  RowMat<T>& dPk) {
-    S.noalias() = Qb * Kb.transpose();
-    dPk.noalias() = dOb * Vb.transpose();
+  // Scratch of one task: the tile's raw scores S = Q·Kᵀ, dP' = dO·Vᵀ, P', dS, dR (m x n), and transposes.
+  struct Tile {
+    Block<T> S, dPk, PK, DS, DR, T1;
+    RowScores<T> rs;
+  };
+  // Rows of the query block that are live get P', dS and dR; returns whether any row is live.
+  auto tile = [&](Tile& w, int64_t b, int64_t h, int64_t i0, int64_t j0, const Block<T>& Qb, const Block<T>& dOb,
+                  const Block<T>& KbT, const Block<T>& VbT) {
+    const int64_t m = Qb.rows, n = KbT.cols;
+    for (Block<T>* x : {&w.S, &w.dPk, &w.PK, &w.DS, &w.DR}) x->reset(m, n);
+    gemm(m, Qb.a.data(), Qb.ld, KbT, w.S, false);
+    gemm(m, dOb.a.data(), dOb.ld, VbT, w.dPk, false);
+    bool any = false;
+    for (int64_t i = 0; i < m; ++i) {
+      if (!live[static_cast<size_t>((b * p.Hq + h) * Lq + i0 + i)]) continue;
+      any = true;
+      row_grad(w.rs, b, h, i0 + i, j0, n, w.S.row(i), w.dPk.row(i), w.PK.row(i), w.DS.row(i), w.DR.row(i));
+    }
+    return any;
+  };
+  auto store_scaled = [&](Tensor& t, int64_t b, int64_t h, int64_t r0, Block<T>& X) {
+    for (int64_t r = 0; r < X.rows; ++r) {
+      for (int64_t c = 0; c < X.cols; ++c) X(r, c) *= scale;
+      store_row(t, b, h, r0 + r, X.row(r));
+    }
   };
 
   // Pass 1: dK, dV, one task per (batch, KV head, key block), summing over the group's query heads (GQA), query
-  // block by query block: dV += P'ᵀ·dO and dK += scale·dRᵀ·Q as GEMMs.
+  // block by query block: dV += P'ᵀ·dO and dK += dRᵀ·Q.
   const int64_t nkb = (Lk + kBwdBlockK - 1) / kBwdBlockK;
   parallel_tasks(p.B * p.Hkv * nkb, cpu_threads(), [&](int64_t task, int) {
     const int64_t b = task / (p.Hkv * nkb), kvh = (task / nkb) % p.Hkv, j0 = (task % nkb) * kBwdBlockK;
     const int64_t n = std::min(kBwdBlockK, Lk - j0);
-    const RowMat<T> Kb = load_head<T>(in.k, b, kvh, j0, j0 + n), Vb = load_head<T>(in.v, b, kvh, j0, j0 + n);
-    RowMat<T> dK = RowMat<T>::Zero(n, p.Dqk), dV = RowMat<T>::Zero(n, p.Dv), S, dPk, PK, DS, DR;
-    RowScores<T> rs;
+    Block<T> Kb, Vb, KbT, VbT, Qb, dOb, dK, dV;
+    Kb.load(in.k, b, kvh, j0, j0 + n, true);
+    Vb.load(in.v, b, kvh, j0, j0 + n, true);
+    Kb.transpose_into(KbT);
+    Vb.transpose_into(VbT);
+    dK.reset(n, p.Dqk);
+    dV.reset(n, p.Dv);
+    Tile w;
     for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h)
       for (int64_t i0 = 0; i0 < Lq; i0 += kBwdBlockQ) {
         const int64_t m = std::min(kBwdBlockQ, Lq - i0);
-        RowMat<T> Qb(m, p.Dqk), dOb(m, p.Dv);
-        load_rows(in.q, b, h, i0, i0 + m, Qb.data());
-        load_rows(dout, b, h, i0, i0 + m, dOb.data());
-        tile(Qb, dOb, Kb, Vb, S, dPk);
-        PK.setZero(m, n);
-        DS.setZero(m, n);
-        DR.setZero(m, n);
-        bool any = false;
-        for (int64_t i = 0; i < m; ++i) {
-          if (!live[static_cast<size_t>((b * p.Hq + h) * Lq + i0 + i)]) continue;
-          any = true;
-          row_grad(rs, b, h, i0 + i, j0, n, S.row(i).data(), dPk.row(i).data(), PK.row(i).data(), DS.row(i).data(),
-                   DR.row(i).data());
-        }
-        if (!any) continue;
-        dV.noalias() += PK.transpose() * dOb;
-        dK.noalias() += scale * (DR.transpose() * Qb);
+        Qb.load(in.q, b, h, i0, i0 + m, false);
+        dOb.load(dout, b, h, i0, i0 + m, false);
+        if (!tile(w, b, h, i0, j0, Qb, dOb, KbT, VbT)) continue;
+        w.PK.transpose_into(w.T1);
+        gemm(n, w.T1.a.data(), w.T1.ld, dOb, dV, true);
+        w.DR.transpose_into(w.T1);
+        gemm(n, w.T1.a.data(), w.T1.ld, Qb, dK, true);
       }
-    for (int64_t j = 0; j < n; ++j) {
-      store_row(g.dk, b, kvh, j0 + j, dK.row(j).data());
-      store_row(g.dv, b, kvh, j0 + j, dV.row(j).data());
-    }
+    store_scaled(g.dk, b, kvh, j0, dK);
+    for (int64_t j = 0; j < n; ++j) store_row(g.dv, b, kvh, j0 + j, dV.row(j));
   });
 
-  // Pass 2: dQ (and dBias), one task per (batch, query head, query block), key block by key block: dQ += scale·dR·K
-  // as a GEMM. With a bias one task per head, so that rows broadcast onto one dBias row (bias dim 2 == 1) are summed
-  // by one task.
+  // Pass 2: dQ (and dBias), one task per (batch, query head, query block), key block by key block: dQ += dR·K.
+  // With a bias one task per head, so that rows broadcast onto one dBias row (bias dim 2 == 1) are summed by one
+  // task.
   const int64_t bq = g.dbias ? Lq : kBwdBlockQ, nqb = (Lq + bq - 1) / bq;
   std::vector<double> dbias(g.dbias ? static_cast<size_t>(g.dbias->numel()) : 0, 0.0);
   parallel_tasks(p.B * p.Hq * nqb, cpu_threads(), [&](int64_t task, int) {
     const int64_t b = task / (p.Hq * nqb), h = (task / nqb) % p.Hq, i0 = (task % nqb) * bq;
     const int64_t m = std::min(Lq, i0 + bq) - i0, kvh = p.kv_head(h);
-    RowMat<T> Qb(m, p.Dqk), dOb(m, p.Dv), dQ = RowMat<T>::Zero(m, p.Dqk), S, dPk, PK, DS, DR;
-    load_rows(in.q, b, h, i0, i0 + m, Qb.data());
-    load_rows(dout, b, h, i0, i0 + m, dOb.data());
-    RowScores<T> rs;
+    Block<T> Qb, dOb, Kb, Vb, KbT, VbT, dQ;
+    Qb.load(in.q, b, h, i0, i0 + m, false);
+    dOb.load(dout, b, h, i0, i0 + m, false);
+    dQ.reset(m, p.Dqk);
+    Tile w;
     for (int64_t j0 = 0; j0 < Lk; j0 += kBwdBlockK) {
       const int64_t n = std::min(kBwdBlockK, Lk - j0);
-      const RowMat<T> Kb = load_head<T>(in.k, b, kvh, j0, j0 + n), Vb = load_head<T>(in.v, b, kvh, j0, j0 + n);
-      tile(Qb, dOb, Kb, Vb, S, dPk);
-      PK.setZero(m, n);
-      DS.setZero(m, n);
-      DR.setZero(m, n);
-      for (int64_t i = 0; i < m; ++i) {
-        if (!live[static_cast<size_t>((b * p.Hq + h) * Lq + i0 + i)]) continue;
-        row_grad(rs, b, h, i0 + i, j0, n, S.row(i).data(), dPk.row(i).data(), PK.row(i).data(), DS.row(i).data(),
-                 DR.row(i).data());
-        if (g.dbias)
+      Kb.load(in.k, b, kvh, j0, j0 + n, true);
+      Vb.load(in.v, b, kvh, j0, j0 + n, true);
+      Kb.transpose_into(KbT);
+      Vb.transpose_into(VbT);
+      if (!tile(w, b, h, i0, j0, Qb, dOb, KbT, VbT)) continue;
+      if (g.dbias)
+        for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j)
-            dbias[static_cast<size_t>(broadcast_offset(*g.dbias, b, h, i0 + i, j0 + j))] += DS(i, j);
-      }
-      dQ.noalias() += scale * (DR * Kb);
+            dbias[static_cast<size_t>(broadcast_offset(*g.dbias, b, h, i0 + i, j0 + j))] += w.DS(i, j);
+      gemm(m, w.DR.a.data(), w.DR.ld, Kb, dQ, true);
     }
-    for (int64_t i = 0; i < m; ++i) store_row(g.dq, b, h, i0 + i, dQ.row(i).data());
+    store_scaled(g.dq, b, h, i0, dQ);
   });
   if (g.dbias) store_dbias(dbias, g);
 }

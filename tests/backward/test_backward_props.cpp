@@ -1,11 +1,12 @@
 // Properties of the reference backward on generated fp64 cases: Σ_j dS_ij = 0, dV = P'ᵀ·dO from the forward's
 // weights, GQA equals MHA with repeated K/V after summing, keys no query sees get exactly zero dK/dV, linearity
-// in dO, NaN-poisoned unseen keys never leak, a hand-computed two-key example (and a saturated softcap), and dout
-// validation.
+// in dO, NaN-poisoned unseen keys never leak, permutation equivariance of keys and queries, a hand-computed
+// two-key example (and a saturated softcap), and dout validation.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "backward_cases.hpp"
 
@@ -171,6 +172,62 @@ TEST(BackwardProperties, LinearInDout) {
     check(g1.dk, g2.dk, gm.dk, g1.dk_abs, g2.dk_abs, "dk");
     check(g1.dv, g2.dv, gm.dv, g1.dv_abs, g2.dv_abs, "dv");
     check(g1.dbias, g2.dbias, gm.dbias, g1.dbias_abs, g2.dbias_abs, "dbias");
+  }
+}
+
+// Permutation equivariance on canonical cases (positional masks folded into a boolean mask, bias expanded): keys
+// (K, V rows with their mask, bias and keep columns) permuted give dK, dV permuted alike and dQ unchanged; queries
+// (Q and dO rows with their mask, bias and keep rows) permuted give dQ permuted alike and dK, dV unchanged. Only the
+// order of the sums differs.
+namespace {
+std::vector<int64_t> shuffled(int64_t n, uint64_t seed) {
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) perm[static_cast<size_t>(i)] = i;
+  prop::SeededChooser r(seed);
+  for (int64_t i = n - 1; i > 0; --i) std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(r.pick(0, i))]);
+  return perm;
+}
+// Element (o, perm[n], x) of `orig` against element (o, n, x) of `permuted`, within summation-order rounding.
+void expect_permuted(const std::vector<double>& orig, const std::vector<double>& permuted,
+                     const std::vector<double>& abs, int64_t outer, int64_t L, int64_t inner,
+                     const std::vector<int64_t>& perm, const std::string& what) {
+  ASSERT_EQ(orig.size(), permuted.size()) << what;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t n = 0; n < L; ++n)
+      for (int64_t x = 0; x < inner; ++x) {
+        const size_t a = static_cast<size_t>((o * L + perm[static_cast<size_t>(n)]) * inner + x);
+        const size_t b = static_cast<size_t>((o * L + n) * inner + x);
+        ASSERT_NEAR(orig[a], permuted[b], 1e-12 * abs[a] + 1e-300) << what << " element " << a;
+      }
+}
+}  // namespace
+
+TEST(BackwardProperties, PermutingKeysOrQueriesPermutesTheirGradients) {
+  for (uint64_t n = 0; n < kCases; ++n) {
+    const prop::Case c = prop::canonical(grad_case(n));
+    const Problem& p = c.p;
+    const Tensor dout = random_dout(p, n);
+    const BackwardResult g = reference_backward(p, c.in, dout, 1);
+    const std::string name = c.name();
+
+    const std::vector<int64_t> kp = shuffled(p.Lk, n * 31 + 7);
+    const prop::Case ck = prop::permute_keys(c, kp);
+    const BackwardResult gk = reference_backward(ck.p, ck.in, dout, 1);
+    expect_permuted(g.dq, gk.dq, g.dq_abs, p.B * p.Hq * p.Lq, 1, p.Dqk, std::vector<int64_t>{0}, name + " keys: dq");
+    expect_permuted(g.dk, gk.dk, g.dk_abs, p.B * p.Hkv, p.Lk, p.Dqk, kp, name + " keys: dk");
+    expect_permuted(g.dv, gk.dv, g.dv_abs, p.B * p.Hkv, p.Lk, p.Dv, kp, name + " keys: dv");
+
+    const std::vector<int64_t> qp = shuffled(p.Lq, n * 37 + 11);
+    const prop::Case cq = prop::permute_queries(c, qp);
+    Tensor dq_out = make_dout(p);
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hq; ++h)
+        for (int64_t i = 0; i < p.Lq; ++i)
+          for (int64_t d = 0; d < p.Dv; ++d) dq_out.put(b, h, i, d, dout.at(b, h, qp[static_cast<size_t>(i)], d));
+    const BackwardResult gq = reference_backward(cq.p, cq.in, dq_out, 1);
+    expect_permuted(g.dq, gq.dq, g.dq_abs, p.B * p.Hq, p.Lq, p.Dqk, qp, name + " queries: dq");
+    expect_permuted(g.dk, gq.dk, g.dk_abs, p.B * p.Hkv * p.Lk, 1, p.Dqk, std::vector<int64_t>{0}, name + " queries: dk");
+    expect_permuted(g.dv, gq.dv, g.dv_abs, p.B * p.Hkv * p.Lk, 1, p.Dv, std::vector<int64_t>{0}, name + " queries: dv");
   }
 }
 
