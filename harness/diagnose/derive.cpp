@@ -2,6 +2,8 @@
 // per key are folded first into one boolean mask by prop::canonical, so what each query sees stays explicit.
 #include "derive.hpp"
 
+#include <cmath>
+
 namespace attncheck::diagnose {
 
 namespace {
@@ -90,6 +92,41 @@ prop::Case with_dtype(const prop::Case& c, DType t) {
         for (int64_t i = 0; i < x.shape[2]; ++i)
           for (int64_t e = 0; e < x.shape[3]; ++e) x.put(a, b, i, e, src->at(a, b, i, e));
     *dst = std::move(x);
+  }
+  validate(d.p, d.in);
+  return d;
+}
+
+prop::Case zero_masked_poison(const prop::Case& c, int64_t& zeroed) {
+  prop::Case d = c;
+  const Problem& p = c.p;
+  zeroed = 0;
+  auto poison = [](double x) { return !std::isfinite(x) || std::abs(x) > 1e6; };
+  std::vector<char> seen(static_cast<size_t>(p.B * p.Hkv * p.Lk), 0);
+  std::vector<char> bias_seen(d.in.bias ? static_cast<size_t>(d.in.bias->numel()) : 0, 0);
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i)
+        for (int64_t j = 0; j < p.Lk; ++j) {
+          if (!prop::visible(p, c.in, b, h, i, j)) continue;
+          seen[static_cast<size_t>((b * p.Hkv + p.kv_head(h)) * p.Lk + j)] = 1;
+          if (d.in.bias) bias_seen[static_cast<size_t>(broadcast_offset(*d.in.bias, b, h, i, j))] = 1;
+        }
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t kh = 0; kh < p.Hkv; ++kh)
+      for (int64_t j = 0; j < p.Lk; ++j) {
+        if (seen[static_cast<size_t>((b * p.Hkv + kh) * p.Lk + j)]) continue;
+        const bool past = j < p.past_len;  // the past holds the first past_len tokens, k and v the rest
+        Tensor* kt = past ? &*d.in.past_k : &d.in.k;
+        Tensor* vt = past ? &*d.in.past_v : &d.in.v;
+        const int64_t t = past ? j : j - p.past_len;
+        for (auto [x, D] : {std::pair{kt, p.Dqk}, std::pair{vt, p.Dv}})
+          for (int64_t e = 0; e < D; ++e)
+            if (poison(x->at(b, kh, t, e))) x->put(b, kh, t, e, 0.0), ++zeroed;
+      }
+  for (size_t n = 0; n < bias_seen.size(); ++n) {
+    const double x = d.in.bias->get_offset(static_cast<int64_t>(n));
+    if (!bias_seen[n] && poison(x) && x != -INFINITY) d.in.bias->set_offset(static_cast<int64_t>(n), 0.0), ++zeroed;
   }
   validate(d.p, d.in);
   return d;

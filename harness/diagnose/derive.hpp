@@ -22,6 +22,9 @@ prop::Case with_dtype(const prop::Case& c, DType t);
 // the features active in c, in that order.
 prop::Case without(const prop::Case& c, const std::string& feature);
 std::vector<std::string> active_features(const Problem& p);
+// Poison (NaN, +-Inf or |x| > 1e6; a -inf bias is a legitimate mask and stays) in K, V, past K/V and bias slots that
+// no query can see, replaced by 0: the reference result is unchanged by definition. `zeroed` counts the slots.
+prop::Case zero_masked_poison(const prop::Case& c, int64_t& zeroed);
 // c with the problem changed by f (inputs unchanged), validated.
 prop::Case with_problem(const prop::Case& c, const std::function<void(Problem&)>& f);
 

@@ -125,12 +125,16 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
       causes.push_back({tag, a * frac, e.str()});
     };
     const double lim = std::log(p.dtype == DType::f64 ? std::numeric_limits<double>::max() : std::numeric_limits<float>::max());
-    std::vector<char> over(nf.size()), raw16(nf.size()), poison(nf.size());
+    std::vector<char> over(nf.size()), raw16(nf.size()), poison(nf.size()), negscale(nf.size());
+    const bool neg_fill = p.effective_scale() < 0 && p.fill != MaskFill::finite;
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t h = 0; h < p.Hq; ++h)
         for (int64_t i = 0; i < p.Lq; ++i) {
           const int64_t r = (b * p.Hq + h) * p.Lq + i;
           over[static_cast<size_t>(r)] = s.row_max[static_cast<size_t>(r)] > lim;
+          // a -inf fill multiplied by a negative scale is +inf: NaN in every row with a visible and a masked key
+          const int64_t nvis = s.row_visible[static_cast<size_t>(r)];
+          negscale[static_cast<size_t>(r)] = neg_fill && nvis > 0 && nvis < p.Lk;
           for (int64_t j = 0; j < p.Lk; ++j) {
             const size_t n = static_cast<size_t>(r * p.Lk + j);
             if (s.vis[n]) {
@@ -149,11 +153,12 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
     rows_cause("no-max-subtraction", "rows whose max score exceeds log(max float): exp overflows without subtracting the max", over);
     rows_cause("fp16-overflow", "rows with a raw q.k beyond the fp16 range (65504)", raw16);
     rows_cause("nan-leak", "rows whose masked keys hold NaN/Inf poison in K, V or bias", poison);
+    rows_cause("negative-scale-mask", "rows with masked keys under a negative scale (mask fill scaled to +inf)", negscale);
     std::vector<char> all_nan(nf.size(), 0);
     for (size_t k = 0; k < s.out.size(); ++k)
       if (std::isnan(s.out[k]) && std::isfinite(s.ref.out[k])) all_nan[k / static_cast<size_t>(p.Dv)] = 1;
     std::vector<char> left(nf.size());
-    for (size_t r = 0; r < nf.size(); ++r) left[r] = all_nan[r] && !over[r] && !raw16[r] && !poison[r];
+    for (size_t r = 0; r < nf.size(); ++r) left[r] = all_nan[r] && !over[r] && !raw16[r] && !poison[r] && !negscale[r];
     rows_cause("uninitialised-output", "NaN (the harness's poison) left in rows that neither overflow nor see poison", left);
   }
 

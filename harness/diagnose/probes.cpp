@@ -30,6 +30,10 @@ ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, cons
       {"bias", {}},
       {"softcap", {"softcap-order"}},
       {"dropout", {"dropout-scale", "dropout-mask"}}};
+  int64_t poisoned = 0;
+  const prop::Case clean = zero_masked_poison(c, poisoned);
+  if (poisoned > 0)  // pytorch#101967: 0 * NaN from a masked slot makes the row NaN
+    probes.push_back({"poison in masked slots replaced by 0", [&clean] { return clean; }, {"nan-leak"}, false, true});
   for (const std::string& f : active_features(p))
     probes.push_back({f + " removed", [&c, f] { return without(c, f); }, feature_tags.at(f)});
   if (p.Hkv < p.Hq)

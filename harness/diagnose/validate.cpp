@@ -26,7 +26,9 @@ const std::map<std::string, std::string>& injected_tags() {
       {"softcap-after-mask", "softcap-order"},
       {"finite-fill-uniform", "mask-fill"},
       {"dropout-no-rescale", "dropout-scale"},
-      {"lse-off-by-scale", "lse-unscaled-max"}};
+      {"lse-off-by-scale", "lse-unscaled-max"},
+      {"masked-values-read", "nan-leak"},
+      {"mask-before-scale", "negative-scale-mask"}};
   return m;
 }
 

@@ -16,7 +16,7 @@ enum class Bug {
   reverse_order, online_block7, p_rounded,  // correct variants
   wrong_scale, no_max_subtraction, causal_off_by_one, causal_wrong_alignment, mask_after_softmax_no_renorm,
   softmax_wrong_axis, gqa_tiled, partial_tile_dropped, partial_tile_scored_zero, fp16_accumulation,
-  softcap_after_mask, finite_fill_uniform, dropout_no_rescale, lse_off_by_scale
+  softcap_after_mask, finite_fill_uniform, dropout_no_rescale, lse_off_by_scale, masked_values_read, mask_before_scale
 };
 
 template <class T>
@@ -63,7 +63,8 @@ struct Kernel {
         if (bug == Bug::partial_tile_dropped && j >= Lk / tile * tile) v = false;  // the loop skips the last tile
         vis[n] = v;
         if (!v && bug != Bug::mask_after_softmax_no_renorm) {
-          S[n] = fill;
+          // mask_before_scale: the fill goes into the raw dot products, then everything is scaled (-inf * -s = +inf)
+          S[n] = bug == Bug::mask_before_scale ? fill * scale : fill;
           if (capped_late) S[n] = static_cast<T>(p.softcap) * std::tanh(S[n] / static_cast<T>(p.softcap));
           continue;
         }
@@ -98,7 +99,9 @@ struct Kernel {
       for (int64_t j = 0; j < Lpad; ++j) {
         const size_t n = static_cast<size_t>(i * Lpad + j);
         const bool dropped = bug == Bug::partial_tile_dropped && j >= Lk / tile * tile && j < Lk;
-        part[n] = !dropped && (vis[n] || finite || capped_late || bug == Bug::mask_after_softmax_no_renorm);
+        // mask_before_scale relies on the (scaled) fill to mask: every key takes part in the softmax
+        part[n] = !dropped && (vis[n] || finite || capped_late || bug == Bug::mask_after_softmax_no_renorm ||
+                               bug == Bug::mask_before_scale);
       }
     }
     if (bug == Bug::softmax_wrong_axis) {  // normalised over the queries of each key instead of over the keys
@@ -166,7 +169,9 @@ struct Kernel {
         for (int64_t e = 0; e < Lpad; ++e) {
           const int64_t j = bug == Bug::reverse_order ? Lpad - 1 - e : e;
           T w = W[static_cast<size_t>(i * Lpad + j)];
-          if (w == 0) continue;  // zero weight: the value is never read (it may be poison)
+          // zero weight: the value is never read (it may be poison); masked_values_read multiplies it anyway
+          // (0 * NaN = NaN, pytorch#101967)
+          if (w == 0 && bug != Bug::masked_values_read) continue;
           if (bug == Bug::p_rounded && !empty[static_cast<size_t>(i)]) {
             const T e = std::exp(S[static_cast<size_t>(i * Lpad + j)] - mrow[static_cast<size_t>(i)]);
             w = static_cast<T>(round_to(p.dtype, static_cast<double>(e))) / srow[static_cast<size_t>(i)];
@@ -231,6 +236,8 @@ const std::vector<Entry>& catalogue() {
     add("finite-fill-uniform", Bug::finite_fill_uniform, false, "fill -1e9: fully-masked rows become uniform");
     add("dropout-no-rescale", Bug::dropout_no_rescale, false, "kept weights not rescaled by 1/(1-p)");
     add("lse-off-by-scale", Bug::lse_off_by_scale, false, "lse from the unscaled max: m/scale + log(sum)");
+    add("masked-values-read", Bug::masked_values_read, false, "V of masked keys multiplied by weight 0: NaN poison leaks");
+    add("mask-before-scale", Bug::mask_before_scale, false, "mask fill applied before the scale (-inf * negative = +inf)");
     return v;
   }();
   return all;

@@ -1,5 +1,5 @@
 // The "scale made positive" probe: a candidate that fails only with a negative scale (PyTorch CPU SDPA with
-// is_causal and a negative scale returns NaN) is diagnosed negative-scale-mask, outranking the NaN-row fits.
+// is_causal and a negative scale returns NaN) is diagnosed negative-scale-mask with the probe as evidence.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,9 +45,15 @@ TEST(ScaleProbe, NegativeScaleFailureThatAPositiveScaleRemovesIsNegativeScaleMas
   o.rerun = &impl, o.tolerance = f.tolerance;
   const diagnose::Diagnosis d = diagnose::diagnose(prop::Case{{}, f.problem, f.inputs}, ref, out, o);
   EXPECT_EQ(d.top(), "negative-scale-mask");
-  // The same candidate without the probe (no re-run) cannot say so.
+  EXPECT_NE(d.causes.front().evidence.find("probe scale made positive"), std::string::npos) << d.causes.front().evidence;
+  // Without the probe (no re-run) the NaN rows fit the tag only partly (this candidate also NaNs the last row,
+  // which has no masked key), with no probe evidence.
   const diagnose::Diagnosis blind = diagnose::diagnose(prop::Case{{}, f.problem, f.inputs}, ref, out, {});
-  EXPECT_NE(blind.top(), "negative-scale-mask");
+  for (const diagnose::Cause& c : blind.causes)
+    if (c.tag == "negative-scale-mask") {
+      EXPECT_LT(c.score, 1.0);
+      EXPECT_EQ(c.evidence.find("probe"), std::string::npos) << c.evidence;
+    }
 }
 
 }  // namespace
