@@ -8,18 +8,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <thread>
+
+#include "attncheck/threads.hpp"
 
 namespace attncheck {
-
-int default_threads() {
-  if (const char* e = std::getenv("ATTNCHECK_THREADS")) {
-    const int n = std::atoi(e);
-    if (n > 0) return n;
-  }
-  const unsigned hc = std::thread::hardware_concurrency();
-  return hc ? static_cast<int>(hc) : 1;
-}
 
 void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
   if (threads <= 0) threads = default_threads();
@@ -28,22 +20,19 @@ void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& f
     for (int64_t r = 0; r < n; ++r) fn(r);
     return;
   }
+  // Rows are claimed from a shared counter, so a pool the OS made smaller still computes every row.
   std::atomic<int64_t> next{0};
-  std::vector<std::thread> pool;
-  std::exception_ptr error;
   std::atomic<bool> failed{false};
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      for (int64_t r; !failed && (r = next.fetch_add(1)) < n;) {
-        try {
-          fn(r);
-        } catch (...) {
-          if (!failed.exchange(true)) error = std::current_exception();
-        }
+  run_on_threads(threads, [&](int) {
+    for (int64_t r; !failed && (r = next.fetch_add(1)) < n;) {
+      try {
+        fn(r);
+      } catch (...) {
+        failed = true;
+        throw;
       }
-    });
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
+    }
+  }, Shortfall::fewer);
 }
 
 namespace {
@@ -100,8 +89,11 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     const double* qi = &q[static_cast<size_t>(((b * Hq + h) * Lq + i) * Dqk)];          // (Dqk)
     const double* kb = &k[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];             // (Lk, Dqk)
     const double* vb = &v[static_cast<size_t>((b * Hkv + kvh) * Lk * Dv)];              // (Lk, Dv)
-    const int64_t diag = i + p.diagonal_offset(b);  // key index on this query's diagonal
-    const int64_t valid_keys = p.key_length(b);
+    // The row's keys: [begin, end) (a packed sequence's own keys with varlen, else all Lk), the valid ones
+    // (key padding) and the key on this query's diagonal.
+    const Problem::RowKeys rk = p.row_keys(b, i);
+    const int64_t diag = rk.diag, valid_keys = rk.valid_end;
+    const auto in_row = [&](int64_t j) { return j >= rk.begin && j < rk.end; };
 
     // 1. scores: for each key token, visible -> scale * dot(q, k) (softcapped, plus bias); masked -> fill.
     std::vector<double> s(static_cast<size_t>(Lk));
@@ -140,7 +132,7 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     for (int64_t j = 0; j < Lk; ++j) {
       bool vis = true;
       if (p.causal && j > diag) vis = false;                           // causal: j <= i + offset
-      if (j >= valid_keys) vis = false;                                // key padding
+      if (j >= valid_keys || !in_row(j)) vis = false;                  // key padding; another packed sequence
       if (p.window_left >= 0 && j < diag - p.window_left) vis = false;   // sliding window, left edge
       if (p.window_right >= 0 && j > diag + p.window_right) vis = false; // sliding window, right edge
       if (in.mask && in.mask->get_offset(broadcast_offset(*in.mask, b, h, i, j)) == 0) vis = false;
@@ -181,7 +173,7 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
       m = std::max(m, sink);
       double sum = sink == -inf ? 0.0 : std::exp(sink - m);
       for (int64_t j = 0; j < Lk; ++j) {
-        const bool takes_part = visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite;
+        const bool takes_part = visible[static_cast<size_t>(j)] || (p.fill == MaskFill::finite && in_row(j));
         w[static_cast<size_t>(j)] = takes_part ? std::exp(s[static_cast<size_t>(j)] - m) : 0.0;
         sum += w[static_cast<size_t>(j)];
       }
@@ -189,11 +181,12 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
       lse = m + std::log(sum);
     } else {
       // No visible key: log(sum_j exp(fill)) and the declared policy decide.
-      lse = p.fill == MaskFill::finite ? fill + std::log(static_cast<double>(Lk)) : -inf;
+      const double row_keys = static_cast<double>(rk.end - rk.begin);
+      lse = p.fill == MaskFill::finite ? fill + std::log(row_keys) : -inf;
       const double wv = p.fully_masked == FullyMasked::nan       ? std::numeric_limits<double>::quiet_NaN()
-                        : p.fully_masked == FullyMasked::uniform ? 1.0 / static_cast<double>(Lk)
+                        : p.fully_masked == FullyMasked::uniform ? 1.0 / row_keys
                                                                  : 0.0;
-      std::fill(w.begin(), w.end(), wv);
+      std::fill(w.begin() + rk.begin, w.begin() + rk.end, wv);  // keys of other packed sequences weigh 0
     }
     r.lse[static_cast<size_t>(row)] = lse;
     r.score_mag[static_cast<size_t>(row)] = score_mag;
@@ -213,6 +206,9 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
         oi_abs[d] += std::abs(wj * vb[j * Dv + d]);
       }
     }
+    // A packed sequence with no keys under the nan policy: the -inf softmax over zero keys is 0/0.
+    if (fully_masked && p.fully_masked == FullyMasked::nan && rk.begin == rk.end)
+      std::fill(oi, oi + Dv, std::numeric_limits<double>::quiet_NaN());
     if (!fully_masked || p.fully_masked == FullyMasked::uniform) {
       std::vector<double> keep(static_cast<size_t>(Lk), in.keep ? 0.0 : 1.0);
       if (in.keep)
@@ -220,7 +216,8 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
           if (in.keep->get_offset(((b * Hq + h) * Lq + i) * Lk + j) != 0) keep[static_cast<size_t>(j)] = keep_scale;
       std::vector<char> takes_part(static_cast<size_t>(Lk));
       for (int64_t j = 0; j < Lk; ++j)
-        takes_part[static_cast<size_t>(j)] = fully_masked || visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite;
+        takes_part[static_cast<size_t>(j)] =
+            in_row(j) && (fully_masked || visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite);
       const std::vector<double> s_row = fully_masked ? std::vector<double>(static_cast<size_t>(Lk), 0.0) : s;
       row_error_scales(RowInputs{s_row, takes_part, w, keep, ks, vb, Dv,
                                                  vgroup[size_t(b * Hkv + kvh)].data(), vgroups[size_t(b * Hkv + kvh)],
