@@ -1,5 +1,6 @@
 // reduce() and cut() (reduce.hpp). The steps run in a fixed order, each trying cuts of the current best case; a cut
-// is kept when the candidate still fails with the same top diagnosis. Trials are diagnosed without re-runs first
+// is kept when the candidate still fails with the same top diagnosis; then each active feature is switched off the
+// same way. Trials are diagnosed without re-runs first
 // and with probes only when that does not already rank the tag first (tags that only a probe finds).
 #include "reduce.hpp"
 
@@ -9,6 +10,7 @@
 #include <stdexcept>
 
 #include "attncheck/reference.hpp"
+#include "derive.hpp"
 
 namespace attncheck::diagnose {
 
@@ -199,6 +201,16 @@ Reduction reduce(const prop::Case& c, const Impl& impl, const std::string& top, 
   });
   shortest(cur.dqk, [&](int64_t n) { Cut k = cur; k.dqk = n; return k; });
   shortest(cur.dv, [&](int64_t n) { Cut k = cur; k.dv = n; return k; });
+  // Features the failure does not need (a causal mask that no longer masks anything, say), in a fixed order.
+  for (const std::string& f : active_features(r.reduced.p)) {
+    prop::Case d;
+    try {
+      d = without(r.reduced, f);
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    if (t.keeps(d)) r.reduced = std::move(d), ++r.steps;
+  }
 
   // The reduced case's own diagnosis (the original's when nothing was removed is recomputed the same way).
   Outputs out;

@@ -1,6 +1,7 @@
 // Smallest repro (issue 18 item 4): a failing case reduced greedily — one batch, one KV group, one query head, half
-// the query rows at a time, the shortest failing key prefix, the fewest head-dim columns — while the candidate still
-// fails with the same top diagnosis (then the leading keys no kept row needs are dropped too). The result is an ordinary case; the CLI writes it as a regression fixture.
+// the query rows at a time, the shortest failing key prefix then suffix, the fewest head-dim columns, the features it
+// does not need — while the candidate still fails with the same top diagnosis. The result is an ordinary case; the
+// CLI writes it as a regression fixture (repro.hpp).
 #pragma once
 
 #include <string>
