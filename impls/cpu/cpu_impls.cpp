@@ -23,22 +23,19 @@ void parallel_tasks(int64_t n, int threads, const std::function<void(int64_t, in
     for (int64_t t = 0; t < n; ++t) fn(t, 0);
     return;
   }
+  // Tasks are claimed from a shared counter, so a pool the OS made smaller still runs every task.
   std::atomic<int64_t> next{0};
   std::atomic<bool> failed{false};
-  std::exception_ptr error;
-  std::vector<std::thread> pool;
-  for (int w = 0; w < threads; ++w)
-    pool.emplace_back([&, w] {
-      for (int64_t t; !failed && (t = next.fetch_add(1)) < n;) {
-        try {
-          fn(t, w);
-        } catch (...) {
-          if (!failed.exchange(true)) error = std::current_exception();
-        }
+  run_on_threads(threads, [&](int w) {
+    for (int64_t t; !failed && (t = next.fetch_add(1)) < n;) {
+      try {
+        fn(t, w);
+      } catch (...) {
+        failed = true;
+        throw;
       }
-    });
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
+    }
+  }, Shortfall::fewer);
 }
 
 }  // namespace cpu

@@ -81,6 +81,7 @@ int64_t first_difference(const Tensor& a, const Tensor& b) {
     if (std::memcmp(&a.bytes[n], &b.bytes[n], es) != 0) return static_cast<int64_t>(n / es);
   return -1;
 }
+}  // namespace
 
 void compare_runs(const char* name, const Tensor& fwd, const Tensor& rev) {
   const int64_t n = first_difference(fwd, rev);
@@ -89,7 +90,6 @@ void compare_runs(const char* name, const Tensor& fwd, const Tensor& rev) {
                             " (storage element " + std::to_string(n) + ": " + std::to_string(fwd.get_offset(n)) +
                             " vs " + std::to_string(rev.get_offset(n)) + ")");
 }
-}  // namespace
 
 void run_emulated_both_orders(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v) {
   Outputs reversed = out;  // the same poison as the harness put in `out`

@@ -20,6 +20,8 @@ void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const siz
 // Forward and reversed orders, compared bit for bit; a difference is a race and throws emu::EmulationError
 // naming the tensor and element. `out` receives the forward run.
 void run_emulated_both_orders(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v);
+// Throws emu::EmulationError ("race: ...") naming `name` and the first storage element where the two runs differ.
+void compare_runs(const char* name, const Tensor& fwd, const Tensor& rev);
 
 // The backward kernels (emulated_backward.cpp): row statistics, dK/dV, dQ, dBias, every buffer they write framed
 // by guard bands. `fwd` is the forward's outputs with lse; `g` comes from make_gradients(p).

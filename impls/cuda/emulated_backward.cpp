@@ -59,20 +59,6 @@ class GuardBands {
   std::vector<Band> bands_;
 };
 
-int64_t first_difference(const Tensor& a, const Tensor& b) {
-  const size_t es = dtype_size(a.dtype);
-  for (size_t n = 0; n < a.bytes.size(); n += es)
-    if (std::memcmp(&a.bytes[n], &b.bytes[n], es) != 0) return static_cast<int64_t>(n / es);
-  return -1;
-}
-
-void compare_runs(const char* name, const Tensor& fwd, const Tensor& rev) {
-  const int64_t n = first_difference(fwd, rev);
-  if (n < 0) return;
-  throw emu::EmulationError(std::string("race: forward and reversed thread orders disagree on ") + name +
-                            " (storage element " + std::to_string(n) + ": " + std::to_string(fwd.get_offset(n)) +
-                            " vs " + std::to_string(rev.get_offset(n)) + ")");
-}
 }  // namespace
 
 void run_backward_emulated(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout, Gradients& g,

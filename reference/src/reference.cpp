@@ -8,18 +8,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <thread>
+
+#include "attncheck/threads.hpp"
 
 namespace attncheck {
-
-int default_threads() {
-  if (const char* e = std::getenv("ATTNCHECK_THREADS")) {
-    const int n = std::atoi(e);
-    if (n > 0) return n;
-  }
-  const unsigned hc = std::thread::hardware_concurrency();
-  return hc ? static_cast<int>(hc) : 1;
-}
 
 void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
   if (threads <= 0) threads = default_threads();
@@ -28,22 +20,19 @@ void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& f
     for (int64_t r = 0; r < n; ++r) fn(r);
     return;
   }
+  // Rows are claimed from a shared counter, so a pool the OS made smaller still computes every row.
   std::atomic<int64_t> next{0};
-  std::vector<std::thread> pool;
-  std::exception_ptr error;
   std::atomic<bool> failed{false};
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      for (int64_t r; !failed && (r = next.fetch_add(1)) < n;) {
-        try {
-          fn(r);
-        } catch (...) {
-          if (!failed.exchange(true)) error = std::current_exception();
-        }
+  run_on_threads(threads, [&](int) {
+    for (int64_t r; !failed && (r = next.fetch_add(1)) < n;) {
+      try {
+        fn(r);
+      } catch (...) {
+        failed = true;
+        throw;
       }
-    });
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
+    }
+  }, Shortfall::fewer);
 }
 
 namespace {

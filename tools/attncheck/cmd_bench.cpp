@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "attncheck/impl.hpp"
-#include "attncheck/reference.hpp"  // default_threads()
+#include "attncheck/threads.hpp"
 #include "bench_support.hpp"
 #include "command.hpp"
 #include "plugins.hpp"
@@ -28,7 +28,9 @@ int run_bench() {
   if (g.pass != "forward" && g.pass != "backward")
     throw std::invalid_argument("--pass: must be forward or backward, got '" + g.pass + "'");
   c.backward = g.pass == "backward";
-  if (g.threads < 0) throw std::invalid_argument("--threads: must be >= 1 (0 = default), got " + std::to_string(g.threads));
+  if (g.threads < 0 || g.threads > max_threads())
+    throw std::invalid_argument("--threads: must be in 1.." + std::to_string(max_threads()) + " (0 = default), got " +
+                                std::to_string(g.threads));
   c.threads = g.threads > 0 ? g.threads : default_threads();
   if (g.reps < 1) throw std::invalid_argument("--reps: must be >= 1, got " + std::to_string(g.reps));
   if (g.warmup < 0) throw std::invalid_argument("--warmup: must be >= 0, got " + std::to_string(g.warmup));

@@ -131,7 +131,7 @@ const Register reg{{"selftest", "Run the property suite against the mutant catal
                     [](CLI::App& sub) {
                       sub.add_flag("--json", g_json, "Print the report as JSON");
                       sub.add_flag("--verbose", g_verbose, "Print every failure message");
-                      sub.add_option("--cases", g_cases, "Cases per property and entry (default 24)");
+                      sub.add_option("--cases", g_cases, "Cases per property and entry (default 24)")->check(CLI::PositiveNumber);
                       sub.add_option("--seed", g_seed, "Seed of the generated cases");
                       sub.add_option("--candidate", g_candidate,
                                      "Restrict the cases to what this implementation supports and run it too");

@@ -28,7 +28,8 @@ namespace fs = std::filesystem;
 
 struct Options {
   std::vector<std::string> impls, plugins;
-  std::string fixtures = "golden", filter, report, shard;
+  std::string fixtures = "golden", filter, report;
+  std::optional<std::string> shard;
   bool allow_unavailable = false;
   bool diagnose = false;
   std::string repro;  // --repro DIR: with --diagnose, each failure's smallest repro written there as a fixture
@@ -201,13 +202,13 @@ int run_verify() {
       throw std::invalid_argument("--pass backward: no fixture with gradients under '" + g.fixtures +
                                   "' (matching the filter); golden/backward has them");
   }
-  if (!g.shard.empty()) {
-    const auto [i, n] = parse_shard(g.shard);
+  if (g.shard) {  // given, even empty: '' is an error, not "no sharding"
+    const auto [i, n] = parse_shard(*g.shard);
     std::vector<std::pair<std::string, std::string>> mine;
     for (size_t k = 0; k < fixtures.size(); ++k)
       if (static_cast<int64_t>(k) % n == i) mine.push_back(fixtures[k]);
     fixtures = std::move(mine);
-    std::printf("shard %s: %zu fixtures\n", g.shard.c_str(), fixtures.size());
+    std::printf("shard %s: %zu fixtures\n", g.shard->c_str(), fixtures.size());
   }
 
   // Availability is a property of the machine, asked once per implementation; every case of an unavailable one is

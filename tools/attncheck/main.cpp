@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "attncheck/threads.hpp"
 #include "command.hpp"
 
 namespace attncheck::cli {
@@ -16,6 +17,9 @@ std::vector<Command>& commands() {
 
 int main(int argc, char** argv) {
   using namespace attncheck::cli;
+  // Line-buffered even into a pipe or file: a run that is killed (CI timeout, OOM killer) still shows every case
+  // it finished.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"attncheck: verify scaled dot-product attention implementations against a looped reference"};
   app.require_subcommand(1);
   auto& cmds = commands();
@@ -32,6 +36,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
+    attncheck::default_threads();  // a bad ATTNCHECK_THREADS is a usage error before any work starts
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return run();
   } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 #include "bench_support.hpp"
 
 #include "attncheck/backward.hpp"
+#include "attncheck/threads.hpp"
 #include "simd.hpp"
 
 #include <algorithm>
@@ -147,9 +148,7 @@ std::pair<double, double> sgemm_seconds(int64_t n, int threads, int warmup, int 
   };
   auto once = [&] {
     if (threads == 1) return part(0);
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back(part, t);
-    for (auto& th : pool) th.join();
+    run_on_threads(threads, part, Shortfall::fail);  // rows split statically: every thread must run
   };
   for (int w = 0; w < warmup; ++w) once();
   const auto t = time_median(reps, once);
@@ -162,9 +161,9 @@ double fma_peak_gflops(int threads) {
   threads = std::max(threads, 1);
   std::vector<float> sink(static_cast<size_t>(threads));
   auto once = [&] {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { sink[static_cast<size_t>(t)] = cpu::simd::fma_chains(iters); });
-    for (auto& th : pool) th.join();
+    // A peak of N threads needs all N running.
+    run_on_threads(threads, [&](int t) { sink[static_cast<size_t>(t)] = cpu::simd::fma_chains(iters); },
+                   Shortfall::fail);
   };
   once();  // warm-up (clock ramp)
   const double flops = static_cast<double>(cpu::simd::fma_flops_per_iter()) * static_cast<double>(iters) * threads;

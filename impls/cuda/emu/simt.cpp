@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "attncheck/reference.hpp"  // default_threads
+#include "attncheck/threads.hpp"
 #include "fiber_stack.hpp"
 
 namespace attncheck::emu {
@@ -404,27 +404,20 @@ void launch_body(const LaunchConfig& cfg, const std::function<void()>& body) {
   nthreads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nthreads, nblocks)));
   std::atomic<int64_t> next{0};
   std::atomic<bool> failed{false};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  std::vector<std::thread> pool;
-  for (int w = 0; w < nthreads; ++w)
-    pool.emplace_back([&] {
-      for (int64_t k; !failed && (k = next.fetch_add(1)) < nblocks;) {
-        const int64_t lin = cfg.order == Order::forward ? k : nblocks - 1 - k;
-        const uint3 idx{static_cast<unsigned>(lin % cfg.grid.x),
-                        static_cast<unsigned>((lin / cfg.grid.x) % cfg.grid.y),
-                        static_cast<unsigned>(lin / (int64_t{cfg.grid.x} * cfg.grid.y))};
-        try {
-          run_block(cfg, body, idx);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(error_mutex);
-          if (!error) error = std::current_exception();
-          failed = true;
-        }
+  // Blocks are claimed from the counter, so a pool the OS made smaller still runs every block.
+  run_on_threads(nthreads, [&](int) {
+    for (int64_t k; !failed && (k = next.fetch_add(1)) < nblocks;) {
+      const int64_t lin = cfg.order == Order::forward ? k : nblocks - 1 - k;
+      const uint3 idx{static_cast<unsigned>(lin % cfg.grid.x), static_cast<unsigned>((lin / cfg.grid.x) % cfg.grid.y),
+                      static_cast<unsigned>(lin / (int64_t{cfg.grid.x} * cfg.grid.y))};
+      try {
+        run_block(cfg, body, idx);
+      } catch (...) {
+        failed = true;
+        throw;
       }
-    });
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+    }
+  }, Shortfall::fewer);
 }
 
 std::vector<unsigned char> run_both_orders(const std::function<std::vector<unsigned char>(Order)>& run,

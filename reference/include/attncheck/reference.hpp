@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attncheck/problem.hpp"
+#include "attncheck/threads.hpp"  // default_threads()
 
 namespace attncheck {
 
@@ -75,6 +76,5 @@ std::vector<int64_t> sample_rows(const Problem& p, const Inputs& in, int64_t n);
 
 // Run fn(row) for row in [0, n) on `threads` OS threads (0 = default). Each row must be independent.
 void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& fn);
-int default_threads();
 
 }  // namespace attncheck

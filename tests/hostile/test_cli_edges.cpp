@@ -1,0 +1,80 @@
+// Sloppy edges of the CLI (issue 16): `selftest --cases -3` ran with the default, `verify --shard ''` ran
+// unsharded, stdout was block-buffered into a pipe (a killed generate/selftest showed nothing; verify flushed its
+// rows), and the build tree's RUNPATH ended in an empty entry (the current directory searched for libraries).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+
+#include "../golden/cli_util.hpp"
+
+namespace attncheck {
+namespace {
+
+using test::run;
+
+TEST(CliEdges, SelftestCasesMustBePositive) {
+  for (const std::string v : {"-3", "0"}) {
+    const auto r = run("selftest --cases " + v);
+    EXPECT_EQ(r.rc, 2) << r.out;  // was: 0 (ran with the default)
+    EXPECT_NE(r.out.find("--cases"), std::string::npos) << r.out;
+  }
+}
+
+TEST(CliEdges, AnEmptyShardIsAnError) {
+  const auto r = run("verify --impl reference --fixtures " + std::string(GOLDEN_DIR) + "/cases --shard ''");
+  EXPECT_EQ(r.rc, 2) << r.out;  // was: every fixture, unsharded
+  EXPECT_NE(r.out.find("--shard: expected I/N with 0 <= I < N (e.g. 0/4), got ''"), std::string::npos) << r.out;
+}
+
+std::string slurp(const std::string& cmd, int* rc = nullptr) {
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+  const int st = p ? pclose(p) : -1;
+  if (rc) *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return text;
+}
+
+TEST(CliEdges, StdoutIsLineBufferedIntoAPipe) {
+  // A run killed by a CI timeout or the OOM killer shows what it printed only if each line was written when it was
+  // printed. generate prints one line per case: three cases into a pipe must be (at least) three writes to fd 1.
+  int rc = 0;
+  slurp("strace -qq -o /dev/null true 2>&1", &rc);
+  if (rc != 0) GTEST_SKIP() << "strace is not available (or ptrace is not permitted)";
+  const auto dir = test::scratch("edges_linebuf");
+  const auto spec = dir / "three.json";
+  std::ofstream(spec) << R"({"schema_version": 1, "subdir": "cases", "defaults": {"B": 1, "Hq": 1, "Hkv": 1, "Lq": 3,
+      "Lk": 5, "D": 4, "seed": 1}, "cases": [{"dtype": "fp32"}, {"dtype": "fp64"}, {"dtype": "fp16"}]})";
+  const auto log = dir / "strace.log";
+  const std::string out = slurp("strace -qq -e trace=write -o " + log.string() + " " + ATTNCHECK_EXE +
+                                " generate --spec " + spec.string() + " --out " + dir.string() + " | cat", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  std::ifstream in(log);
+  int writes = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("write(1,", 0) == 0) ++writes;
+  EXPECT_GE(writes, 4) << "3 case lines and a summary reached the pipe in " << writes
+                       << " write(s): stdout is block-buffered";  // was: 1 write at exit
+}
+
+TEST(CliEdges, RunpathHasNoEmptyEntry) {
+  FILE* p = popen(("readelf -d " + std::string(ATTNCHECK_EXE) + " 2>/dev/null").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+  if (pclose(p) != 0) GTEST_SKIP() << "readelf is not available";
+  const auto at = text.find("path: [");
+  if (at == std::string::npos) return;  // no RUNPATH at all: nothing searched
+  const std::string path = text.substr(at + 7, text.find(']', at) - at - 7);
+  EXPECT_FALSE(path.empty() || path.front() == ':' || path.back() == ':' || path.find("::") != std::string::npos)
+      << "RUNPATH [" << path << "] has an empty entry: the current directory is searched first";
+}
+
+}  // namespace
+}  // namespace attncheck
