@@ -137,8 +137,7 @@ void read_gradients(const h5::Reader& r, hid_t file, Fixture& f, bool data, uint
                                                double(dtype_size(p.dtype));  // dout
   for (const GradSlot& s : slots(p)) bytes += 8.0 * 3.0 * double(numel(s.logical));
   if (bytes > double(cap))
-    r.fail("size", "the tensors with gradients need " + std::to_string(bytes) + " bytes, more than the memory cap of " +
-                       std::to_string(cap) + " bytes");
+    r.fail("size", "the tensors with gradients need " + std::to_string(bytes) + " bytes, " + over_memory_budget(cap));
   {
     const std::string path = "/inputs/dout";
     h5::Id d = r.open_dataset(file, path);
@@ -173,8 +172,8 @@ std::optional<Gradients> read_candidate_gradients(const std::string& path, const
     double need = 0;
     for (const GradSlot& s : slots(p)) need += 16.0 * double(numel(s.logical));
     if (need > double(options.max_bytes))
-      r.fail("size", "candidate gradients need " + std::to_string(need) + " bytes, more than the memory cap of " +
-                         std::to_string(options.max_bytes) + " bytes");
+      r.fail("size", "candidate gradients need " + std::to_string(need) + " bytes, " +
+                         over_memory_budget(options.max_bytes));
     Gradients g = make_gradients(p);
     for (const GradSlot& s : slots(p)) {
       const std::string where = std::string("/actual/") + s.name;

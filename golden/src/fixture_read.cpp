@@ -72,11 +72,11 @@ void check_size(const h5::Reader& r, const Problem& p, uint64_t cap) {
     r.fail("size", "the tensors of problem [B=" + std::to_string(p.B) + ",Hq=" + std::to_string(p.Hq) +
                        ",Hkv=" + std::to_string(p.Hkv) + ",Lq=" + std::to_string(p.Lq) + ",Lk=" +
                        std::to_string(p.Lk) + ",Dqk=" + std::to_string(p.Dqk) + ",Dv=" + std::to_string(p.Dv) +
-                       "] need " + std::to_string(total) + " bytes, more than the memory cap of " +
-                       std::to_string(cap) + " bytes");
+                       "] need " + std::to_string(total) + " bytes, " + over_memory_budget(cap));
 }
 
-Fixture read_header(h5::Reader& r, hid_t file, uint64_t cap) {
+Fixture read_header(h5::Reader& r, hid_t file, const FixtureReadOptions& options) {
+  const uint64_t cap = options.max_bytes;
   Fixture f;
   h5::Id root = r.open_group(file, "/");
   read_attrs(r, root, f);
@@ -92,6 +92,7 @@ Fixture read_header(h5::Reader& r, hid_t file, uint64_t cap) {
   fixture_detail::read_problem_datasets(r, file, f.problem);
   validate_problem(r, f.problem);
   fixture_detail::read_gradients(r, file, f, false, cap);
+  check_work(f.problem, f.has_gradients, options.max_flops);  // "work: ...", before any dataset is read
   return f;
 }
 
@@ -169,11 +170,11 @@ double fixture_memory_bytes(const Problem& p) {
   return q + k + v + masks + expected;
 }
 
-Fixture read_fixture_header(const std::string& path) {
+Fixture read_fixture_header(const std::string& path, const FixtureReadOptions& options) {
   return with_file_prefix(path, [&] {
     h5::Reader r{path};
     h5::Id file = r.open_file();
-    return read_header(r, file, FixtureReadOptions{}.max_bytes);
+    return read_header(r, file, options);
   });
 }
 
@@ -181,7 +182,7 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
   return with_file_prefix(path, [&] {
     h5::Reader r{path};
     h5::Id file = r.open_file();
-    Fixture f = read_header(r, file, options.max_bytes);
+    Fixture f = read_header(r, file, options);
     const Problem& p = f.problem;
     r.open_group(file, "/inputs");
     r.open_group(file, "/expected");
@@ -249,8 +250,7 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
                                       (has_scores ? double(p.Lk) : 0)) +
                         (has_present ? 8.0 * double(p.B) * double(p.Hkv) * double(p.Lk) * double(p.Dqk + p.Dv) : 0);
     if (need > double(options.max_bytes))
-      r.fail("size", "candidate needs " + std::to_string(need) + " bytes, more than the memory cap of " +
-                         std::to_string(options.max_bytes) + " bytes");
+      r.fail("size", "candidate needs " + std::to_string(need) + " bytes, " + over_memory_budget(options.max_bytes));
     Outputs o;
     // Each output keeps the precision it was delivered in (a 16-bit float dataset is judged as fp16, a
     // bfloat16-encoded one as bf16), so the tolerance model charges exactly that output rounding.

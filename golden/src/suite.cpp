@@ -82,11 +82,11 @@ CaseSpec parse_case(const json& c, DType dtype) {
   get("gradients", cs.gradients);
   get("exact_out", cs.exact_out);
   // A fixture the reader would refuse could be generated (or die allocating) but never verified.
-  const uint64_t cap = FixtureReadOptions{}.max_bytes;
+  const uint64_t cap = budget().max_bytes;
   if (fixture_memory_bytes(p) > double(cap))
     throw std::invalid_argument("size: " + p.short_name() + " needs " + std::to_string(fixture_memory_bytes(p)) +
-                                " bytes in memory, more than the fixture reader's cap of " + std::to_string(cap) +
-                                " bytes");
+                                " bytes in memory, " + over_memory_budget(cap));
+  check_work(p, cs.gradients, budget().max_flops);
   cs.name = p.short_name() + "/" + gen::to_string(cs.distribution) + (cs.gradients ? "/grad" : "");
   std::string tag;  // distinguishes cases whose parameters the problem name does not show (e.g. key_lengths)
   if (get("tag", tag)) cs.name += "/" + tag;

@@ -77,7 +77,7 @@ std::array<int64_t, 4> broadcast_shape(const UserArray& a, const std::string& na
 
 int run_import() {
   if (g.out.empty() || std::filesystem::path(g.out).extension() != ".h5") bad("--out: must name a .h5 file, got '" + g.out + "'");
-  std::map<std::string, UserArray> arrays = read_user_arrays(g.input);
+  std::map<std::string, UserArray> arrays = read_user_arrays(g.input, budget().max_bytes);
   for (const char* n : {"q", "k", "v"})
     if (!arrays.count(n)) bad(g.input + ": no array named '" + n + "' (need q, k, v; optional mask, bias, keep)");
   const UserArray &q = arrays["q"], &k = arrays["k"], &v = arrays["v"];
@@ -143,6 +143,7 @@ int run_import() {
   }
   validate(p);
   validate(p, in);
+  check_work(p, false, budget().max_flops);  // before the reference runs
   Provenance prov;
   prov.distribution = "user";
   prov.command = "attncheck import " + std::filesystem::path(g.input).filename().string();

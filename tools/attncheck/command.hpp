@@ -18,6 +18,10 @@ struct Command {
 
 std::vector<Command>& commands();
 
+// --max-memory / --max-work on the subcommands that read files (budget_options.cpp); applied after parsing.
+void add_budget_options(CLI::App& sub);
+void apply_budget_options();
+
 struct Register {
   explicit Register(Command c) { commands().push_back(std::move(c)); }
 };

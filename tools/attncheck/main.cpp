@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   for (auto& c : cmds) {
     CLI::App* sub = app.add_subcommand(c.name, c.help);
     runners.emplace_back(sub, c.setup(*sub));
+    add_budget_options(*sub);
   }
   try {
     app.parse(argc, argv);
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   }
   try {
     attncheck::default_threads();  // a bad ATTNCHECK_THREADS is a usage error before any work starts
+    apply_budget_options();
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return run();
   } catch (const std::exception& e) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attncheck/backward.hpp"
+#include "attncheck/budget.hpp"
 #include "attncheck/problem.hpp"
 #include "attncheck/reference.hpp"
 #include "attncheck/tolerance.hpp"
@@ -49,7 +50,9 @@ struct Fixture {
 struct FixtureReadOptions {
   // Refuse files whose tensors would need more than this many bytes in memory (inputs + expected, as stored and
   // as widened to double). Checked from the attributes and dataset extents before anything is allocated.
-  uint64_t max_bytes = uint64_t{2} << 30;
+  uint64_t max_bytes = budget().max_bytes;
+  // Refuse fixtures whose problem means more reference work than this (reference_flops; 0 = unlimited).
+  double max_flops = budget().max_flops;
 };
 
 // Bytes a fixture of problem `p` needs in memory when read (inputs as stored, expected in double), computed in
@@ -78,7 +81,7 @@ std::string fixture_image(const std::string& path, const Fixture& f);
 Fixture read_fixture(const std::string& path, const FixtureReadOptions& options = {});
 
 // Read only the attributes (problem, name, provenance, tolerance): cheap, for listing and filtering.
-Fixture read_fixture_header(const std::string& path);
+Fixture read_fixture_header(const std::string& path, const FixtureReadOptions& options = {});
 
 // A candidate's outputs for `attncheck compare`: /actual/out (required), /actual/lse, /actual/weights (optional),
 // in any floating dtype (fp16, fp32, fp64, or uint16 with encoding=bfloat16). Shapes are checked against `p`:
