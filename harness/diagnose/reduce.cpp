@@ -53,6 +53,7 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   const bool within = k.ng == 1 && p.kv_head(k.h0) == k.g0 && p.kv_head(k.h0 + k.nh - 1) == k.g0;
   if (!groups && !within) bad("heads do not keep the GQA map");
   if (p.past_len > 0 && (k.k0 != 0 || k.nk <= p.past_len)) bad("cuts into the KV-cache past or keeps no new key");
+  if (!p.cu_seqlens_q.empty()) bad("of a varlen problem (reduce() takes one sequence first)");
 
   prop::Case d = c;
   Problem& q = d.p;
@@ -140,10 +141,24 @@ struct Trial {
 
 }  // namespace
 
-Reduction reduce(const prop::Case& c, const Impl& impl, const std::string& top, const Options& o, int budget) {
-  const Problem& p = c.p;
+Reduction reduce(const prop::Case& original, const Impl& impl, const std::string& top, const Options& o, int budget) {
   Trial t{impl, o, top, budget};
-  Reduction r{c, {}, 0, 0};
+  Reduction r{original, {}, 0, 0};
+  // Varlen: one packed sequence as a problem of its own first; the cuts below work on an ordinary problem.
+  for (int64_t s = 0; s < original.p.sequences(); ++s) {
+    const Problem& v = original.p;
+    if (v.cu_seqlens_q[static_cast<size_t>(s) + 1] == v.cu_seqlens_q[static_cast<size_t>(s)] ||
+        v.cu_seqlens_k[static_cast<size_t>(s) + 1] == v.cu_seqlens_k[static_cast<size_t>(s)])
+      continue;
+    Attended a = sequence_problem(v, original.in, s);
+    prop::Case d{original.spec, std::move(a.p), std::move(a.in)};
+    if (t.keeps(d)) {
+      r.reduced = std::move(d), ++r.steps;
+      break;
+    }
+  }
+  const prop::Case c = r.reduced;
+  const Problem& p = c.p;
   Cut cur = whole(p);
   auto attempt = [&](const Cut& k) {
     prop::Case d;
