@@ -60,6 +60,7 @@ TEST(Reduce, ACutKeepsWhatEveryKeptRowSees) {
   int64_t rows = 0;
   for (const Fixture& f : golden()) {
     const Problem& p = f.problem;
+    if (p.sequences() > 0) continue;  // varlen: reduce() takes one sequence (sequence_problem), cut() refuses
     const prop::Case c{{}, p, f.inputs};
     diagnose::Cut k = diagnose::whole(p);
     k.b0 = p.B - 1, k.nb = 1;
