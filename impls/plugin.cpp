@@ -109,6 +109,12 @@ void describe(const Problem& p, Described& out) {
     *tail = &out.kv_append.header;
     tail = &out.kv_append.header.next;
   }
+  if (!p.cu_seqlens_q.empty()) {
+    out.varlen = {{ATTNCHECK_EXT_VARLEN, sizeof out.varlen, nullptr}, p.sequences(), p.cu_seqlens_q.data(),
+                  p.cu_seqlens_k.data()};
+    *tail = &out.varlen.header;
+    tail = &out.varlen.header.next;
+  }
 }
 
 attncheck_ext_backward& chain_backward(Described& out) {
@@ -133,7 +139,8 @@ static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT 
               static_cast<int>(Alignment::bottom_right) == ATTNCHECK_ALIGN_BOTTOM_RIGHT &&
               static_cast<int>(Alignment::explicit_) == ATTNCHECK_ALIGN_EXPLICIT);
 static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCHECK_EXT_SCORES &&
-                  ext_tag::kv_append == ATTNCHECK_EXT_KV_APPEND,
+                  ext_tag::kv_append == ATTNCHECK_EXT_KV_APPEND && ext_tag::backward == ATTNCHECK_EXT_BACKWARD &&
+                  ext_tag::varlen == ATTNCHECK_EXT_VARLEN,
               "the feature table's extension tags are plugin.h's");
 static_assert(static_cast<int>(ScoresOut::scaled) == 1 && static_cast<int>(ScoresOut::masked) == 3);
 static_assert(static_cast<int>(FullyMasked::nan) == ATTNCHECK_FULLY_MASKED_NAN &&

@@ -31,6 +31,7 @@ struct Described {
   attncheck_ext_scores scores;
   attncheck_ext_kv_append kv_append;
   attncheck_ext_backward backward;
+  attncheck_ext_varlen varlen;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };
@@ -39,7 +40,7 @@ void describe(const Problem& p, Described& out);
 // Appends out.backward (zeroed, tagged ATTNCHECK_EXT_BACKWARD) to the extension chain: a backward request.
 attncheck_ext_backward& chain_backward(Described& out);
 
-// The feature name by which a plugin or worker offers the backward pass (plugin.h tag 4).
+// The feature name by which a plugin or worker offers the backward pass (plugin.h tag 5).
 inline constexpr const char* kBackwardFeature = "backward";
 
 // Problem features beyond the v1 capability flags that `p` uses, by name (the feature table's extension

@@ -15,6 +15,7 @@ class ReferenceImpl final : public Impl {
     c.sinks = true;
     c.scores_out = true;
     c.kv_append = true;
+    c.varlen = true;
     return c;
   }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {

@@ -1,8 +1,9 @@
 /* An example attncheck plugin: scaled dot-product attention in plain fp32 loops, written against the C ABI
  * (attncheck/plugin.h) only, as a user's library would be. It supports a declared subset (fp32; causal, window,
- * padding, boolean mask, softcap, attention sinks and KV-cache append through the ABI v2 extension chain; no bias,
- * dropout or finite fill) and says "unsupported" for everything else. It also offers the backward pass (feature
- * "backward", extension tag 5): dQ, dK, dV in plain loops, for the same subset without sinks or KV-cache append.
+ * padding, boolean mask, softcap, attention sinks, KV-cache append and packed sequences through the ABI v2 extension
+ * chain; no bias, dropout or finite fill) and says "unsupported" for everything else. It also offers the backward pass
+ * (feature "backward", extension tag 5): dQ, dK, dV in plain loops, for the same subset without sinks or KV-cache
+ * append.
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
  * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing),
  * EXAMPLE_PLUGIN_RUN_FAILS (run() reports an error status), EXAMPLE_PLUGIN_NO_WEIGHTS (declares no weights output,
@@ -86,8 +87,42 @@ static int32_t example_supports(const attncheck_problem* p, char* reason, size_t
     snprintf(reason, reason_size, "the example's backward has no sink term");
     return 0;
   }
+  if (extension(p, ATTNCHECK_EXT_BACKWARD) && extension(p, ATTNCHECK_EXT_VARLEN)) {
+    snprintf(reason, reason_size, "the example's backward is not checked with packed sequences (no reference for it)");
+    return 0;
+  }
 #endif
   return 1;
+}
+
+/* The packed sequences' offsets (extension tag 6): 1 and cu_seqlens_q/k, or 0 without packed sequences. */
+static int varlen_of(const attncheck_problem* p, const int64_t** cq, const int64_t** ck) {
+#ifdef ATTNCHECK_EXT_VARLEN
+  const attncheck_ext_varlen* e = (const attncheck_ext_varlen*)extension(p, ATTNCHECK_EXT_VARLEN);
+  if (e) {
+    *cq = e->cu_seqlens_q, *ck = e->cu_seqlens_k;
+    return 1;
+  }
+#endif
+  (void)p, (void)cq, (void)ck;
+  return 0;
+}
+
+/* Query i's keys [*k0, *k1) and the key on its diagonal: its packed sequence's with varlen, else the valid keys. */
+static int64_t row_keys(const attncheck_problem* p, int64_t b, int64_t i, int64_t* k0, int64_t* k1) {
+  const int64_t *cq, *ck;
+  if (!varlen_of(p, &cq, &ck)) {
+    *k0 = 0, *k1 = p->key_lengths ? p->key_lengths[b] : p->Lk;
+    return i + p->diagonal_offset[b];
+  }
+  int64_t s = 0;
+  while (cq[s + 1] <= i) ++s;
+  const int64_t q0 = cq[s], lq = cq[s + 1] - q0;
+  *k0 = ck[s], *k1 = ck[s + 1];
+  const int64_t off = p->alignment == ATTNCHECK_ALIGN_BOTTOM_RIGHT ? (*k1 - *k0) - lq
+                      : p->alignment == ATTNCHECK_ALIGN_EXPLICIT   ? p->causal_offset
+                                                                   : 0;
+  return *k0 + (i - q0) + off;
 }
 
 /* A normalised weight w = p / sum as it enters P.V: unchanged, or (BF16_P) with the unnormalised p rounded to bf16
@@ -106,9 +141,10 @@ static float pv_weight(float w, float sum) {
 
 /* Is key j visible to query i of batch b? Every mask of the problem, written out. */
 static int visible(const attncheck_problem* p, int64_t b, int64_t h, int64_t i, int64_t j) {
-  const int64_t diag = i + p->diagonal_offset[b];
+  int64_t k0, k1;
+  const int64_t diag = row_keys(p, b, i, &k0, &k1);
   if (p->causal && j > diag) return 0;
-  if (p->key_lengths && j >= p->key_lengths[b]) return 0;
+  if (j < k0 || j >= k1) return 0; /* key padding, or another packed sequence */
   if (p->window_left >= 0 && j < diag - p->window_left) return 0;
   if (p->window_right >= 0 && j > diag + p->window_right) return 0;
   if (p->mask) {
@@ -314,7 +350,12 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
 #endif
         (void)last_vis;
         const float row_fill = p->fully_masked == ATTNCHECK_FULLY_MASKED_NAN ? NAN : 0.0f;
-        for (int64_t j = 0; j < p->Lk; ++j) score[j] = none ? row_fill : vis[j] ? score[j] / sum : 0.0f;
+        int64_t k0, k1;
+        row_keys(p, b, i, &k0, &k1);
+        const int64_t *cq, *ck;
+        if (!varlen_of(p, &cq, &ck)) k0 = 0, k1 = p->Lk; /* a padded key is in the row; another sequence's is not */
+        for (int64_t j = 0; j < p->Lk; ++j)
+          score[j] = none ? (j >= k0 && j < k1 ? row_fill : 0.0f) : vis[j] ? score[j] / sum : 0.0f;
         if (lse) lse[b * p->lse_strides[0] + h * p->lse_strides[1] + i * p->lse_strides[2]] = none ? -INFINITY : m + logf(sum);
         if (weights) {
           const int64_t* ws = p->weights_strides;
@@ -322,7 +363,7 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
         }
         /* out = weights . V, touching only visible keys (masked values may be NaN on purpose) */
         for (int64_t d = 0; d < p->Dv; ++d) {
-          float acc = none ? row_fill : 0.0f;
+          float acc = none ? row_fill : 0.0f; /* nan policy: NaN, also for a sequence without keys */
           if (!none)
             for (int64_t j = 0; j < p->Lk; ++j)
               if (vis[j]) acc += pv_weight(score[j], sum) * v[b * vs[0] + kh * vs[1] + j * vs[2] + d * vs[3]];
@@ -348,7 +389,7 @@ static int32_t example_declarations(attncheck_declarations* d, char* err, size_t
 #endif
 
 #if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
-static const char* const example_features[] = {"sinks", "kv_append", "backward", NULL};
+static const char* const example_features[] = {"sinks", "kv_append", "varlen", "backward", NULL};
 #endif
 
 static const attncheck_plugin example_vtable = {

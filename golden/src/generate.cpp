@@ -58,11 +58,12 @@ const std::vector<Distribution>& all_distributions() {
 }
 
 bool key_visible_anywhere(const Problem& p, const Inputs& in, int64_t b, int64_t kvh, int64_t j) {
-  if (j >= p.key_length(b)) return false;
   const int64_t g = p.group_size();
   for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h)
     for (int64_t i = 0; i < p.Lq; ++i) {
-      const int64_t diag = i + p.diagonal_offset(b);
+      const Problem::RowKeys rk = p.row_keys(b, i);
+      const int64_t diag = rk.diag;
+      if (j < rk.begin || j >= rk.valid_end) continue;  // another packed sequence's key, or padding
       if (p.causal && j > diag) continue;
       if (p.window_left >= 0 && j < diag - p.window_left) continue;
       if (p.window_right >= 0 && j > diag + p.window_right) continue;

@@ -56,6 +56,7 @@ struct CaseSpec {
   int sinks_kind = 0;             // 0 none, 1 finite sinks (every third head large), 2 even heads -inf
   ScoresOut scores_out = ScoresOut::none;  // the raw-score output's stage
   bool kv_append = false;         // the first past_len in [1, Lk) key/value tokens come as a past (KV-cache append)
+  bool varlen = false;            // B = 1 split into 1-4 packed sequences (cu_seqlens; empty ones allowed)
 
   std::string str() const;  // every field, for messages and fixtures
   int64_t cost() const { return B * Hq * Lq * Lk * (Dqk + Dv); }

@@ -197,6 +197,15 @@ Case build_case(const CaseSpec& s) {
     p.past_len = r.pick(1, p.Lk - 1);
     split_past(p, in);
   }
+  // Packed sequences, drawn last: S - 1 cut points in the queries and in the keys (repeats make empty sequences).
+  if (s.varlen && p.B == 1) {
+    const int64_t S = r.pick(1, 4);
+    for (auto [cu, L] : {std::pair{&p.cu_seqlens_q, p.Lq}, std::pair{&p.cu_seqlens_k, p.Lk}}) {
+      cu->assign({0, L});
+      for (int64_t n = 1; n < S; ++n) cu->push_back(r.pick(0, L));
+      std::sort(cu->begin(), cu->end());
+    }
+  }
   return c;
 }
 

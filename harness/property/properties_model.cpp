@@ -1,7 +1,7 @@
 // Invariants of the features of problem model v2 (docs/problem-model.md), each an implementation compared with
 // itself on an equivalent case: a sink of -inf is no sink; a sink is a key of score `sink` whose value is zero;
 // raw scores agree with the weights and lse, and their stages with each other; append then attend equals attend
-// over the concatenation.
+// over the concatenation; packed sequences equal separate calls.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -184,6 +184,58 @@ Outcome append_equals_concat(const Impl& impl, const Case& c) {
   return compare_pair(impl, whole, *rb, *ra);
 }
 
+// ---- packed variable-length sequences -----------------------------------------------------------------------
+void prep_varlen(CaseSpec& s) {
+  s.varlen = true;
+  s.B = 1;
+  s.key_padding = s.per_batch_offsets = false;
+  s.poison = false;  // poison is placed on keys no query sees before the packing is drawn, which moves diagonals
+  if (s.fully_masked == FullyMasked::uniform) s.fully_masked = FullyMasked::zero;  // undefined without keys
+}
+
+// Varlen equals separate calls per sequence: each sequence's rows of the packed run match the same implementation
+// on that sequence alone (within both tolerances), keys of other sequences weigh exactly 0, and rows of a sequence
+// without keys hold the reference's policy values exactly.
+Outcome varlen_equals_separate(const Impl& impl, const Case& c0) {
+  const Case c = with_stats(impl, c0);
+  if (c.p.cu_seqlens_q.empty()) return Outcome::unsup("variable-length packed sequences not supported");
+  RUN_OR_UNSUP(packed, impl, c);
+  const Tol tp = tolerances(impl, c);
+  const Problem& p = c.p;
+  // Rows of sequences without keys keep the reference and the packed case's own tolerance.
+  std::vector<double> e_out = tp.ref.out, t_out = tp.out, e_lse = tp.ref.lse, t_lse = tp.lse;
+  std::vector<double> e_w(static_cast<size_t>(p.Hq * p.Lq * p.Lk), 0.0), t_w(e_w.size(), 0.0);
+  if (p.want_weights) e_w = tp.ref.weights;  // empty-key rows; every other in-block entry is replaced below
+  for (int64_t s = 0; s < p.sequences(); ++s) {
+    const size_t u = static_cast<size_t>(s);
+    const int64_t q0 = p.cu_seqlens_q[u], k0 = p.cu_seqlens_k[u];
+    if (p.cu_seqlens_q[u + 1] == q0 || p.cu_seqlens_k[u + 1] == k0) continue;
+    Case one = c;
+    const Attended a = sequence_problem(p, c.in, s);
+    one.p = a.p, one.in = a.in;
+    RUN_OR_UNSUP(alone, impl, one);
+    const Tol ts = tolerances(impl, one);
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < one.p.Lq; ++i) {
+        const size_t rp = static_cast<size_t>(h * p.Lq + q0 + i), rs = static_cast<size_t>(h * one.p.Lq + i);
+        for (int64_t d = 0; d < p.Dv; ++d) {
+          const size_t np = rp * static_cast<size_t>(p.Dv) + static_cast<size_t>(d), ns = rs * static_cast<size_t>(p.Dv) + static_cast<size_t>(d);
+          e_out[np] = alone->out[ns], t_out[np] = tp.out[np] + ts.out[ns];
+        }
+        if (p.want_lse) e_lse[rp] = alone->lse[rs], t_lse[rp] = tp.lse[rp] + ts.lse[rs];
+        for (int64_t j = 0; j < one.p.Lk && p.want_weights; ++j) {
+          const size_t np = rp * static_cast<size_t>(p.Lk) + static_cast<size_t>(k0 + j), ns = rs * static_cast<size_t>(one.p.Lk) + static_cast<size_t>(j);
+          e_w[np] = alone->w[ns], t_w[np] = tp.w[np] + ts.w[ns];
+        }
+      }
+  }
+  Checker k(impl, c);
+  k.compare("out vs each sequence alone", out_shape(p), e_out, packed->out, t_out);
+  if (p.want_lse) k.compare("lse vs each sequence alone", lse_shape(p), e_lse, packed->lse, t_lse);
+  if (p.want_weights) k.compare("weights vs each sequence alone (0 across sequences)", w_shape(p), e_w, packed->w, t_w);
+  return k.done();
+}
+
 }  // namespace
 
 std::vector<Property> model_properties() {
@@ -196,6 +248,8 @@ std::vector<Property> model_properties() {
        scores_stages},
       {"append_equals_concat", "KV-cache append: present = concat(past, new) exactly, and attending after the append "
        "equals attending over the concatenation", prep_append, append_equals_concat},
+      {"varlen_equals_separate", "packed sequences (cu_seqlens) equal one call per sequence; other sequences' keys "
+       "weigh 0", prep_varlen, varlen_equals_separate},
   };
 }
 

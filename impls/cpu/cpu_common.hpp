@@ -279,12 +279,51 @@ struct BadValues {
   }
 };
 
+// Packed variable-length sequences (cu_seqlens) as a varlen kernel schedules them: each sequence's block on its
+// own (attend(problem, inputs, outputs) on the sequence's problem), scattered into the packed outputs; keys of other
+// sequences weigh 0. A sequence with queries but no keys is fully masked (or has only its sink) and is written here.
+template <class F>
+void run_packed(const Problem& p, const Inputs& in, Outputs& out, F&& attend) {
+  if (p.cu_seqlens_q.empty()) return attend(p, in, out);
+  if (out.weights) out.weights->fill(0.0);
+  for (int64_t s = 0; s < p.sequences(); ++s) {
+    const size_t u = static_cast<size_t>(s);
+    const int64_t q0 = p.cu_seqlens_q[u], q1 = p.cu_seqlens_q[u + 1], k0 = p.cu_seqlens_k[u];
+    if (q1 == q0) continue;
+    if (p.cu_seqlens_k[u + 1] == k0) {
+      for (int64_t h = 0; h < p.Hq; ++h) {
+        const double sink = p.sink(h), inf = std::numeric_limits<double>::infinity();
+        const double o = sink > -inf || p.fully_masked != FullyMasked::nan ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+        for (int64_t i = q0; i < q1; ++i) {
+          for (int64_t d = 0; d < p.Dv; ++d) out.out.put(0, h, i, d, o);
+          const int64_t at[3] = {0, h, i};
+          if (out.lse) out.lse->set(at, sink);  // -inf without a sink
+        }
+      }
+      continue;
+    }
+    const Attended a = sequence_problem(p, in, s);
+    Outputs o = make_outputs(a.p);
+    for (Tensor* t : {&o.out, o.lse ? &*o.lse : nullptr, o.weights ? &*o.weights : nullptr})
+      if (t) t->fill(std::numeric_limits<double>::quiet_NaN());  // an element the kernel skips must not read as 0
+    attend(a.p, a.in, o);
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < a.p.Lq; ++i) {
+        for (int64_t d = 0; d < p.Dv; ++d) out.out.put(0, h, q0 + i, d, o.out.at(0, h, i, d));
+        const int64_t at[3] = {0, h, q0 + i}, from[3] = {0, h, i};
+        if (out.lse) out.lse->set(at, o.lse->get(from));
+        if (out.weights)
+          for (int64_t j = 0; j < a.p.Lk; ++j) out.weights->put(0, h, q0 + i, k0 + j, o.weights->at(0, h, i, j));
+      }
+  }
+}
+
 // KV-cache append as a kernel with a cache does it: write present = concat(past, new) into the outputs (rows of
 // D elements copied as bytes: past, new and present share dtype and layout), then attend over what was written,
-// so a wrong copy shows in the attention output too. attend(p, in) gets the problem without append.
+// so a wrong copy shows in the attention output too. attend(p, in, out) gets the problem without append.
 template <class F>
 void run_appending(const Problem& p, const Inputs& in, Outputs& out, F&& attend) {
-  if (p.past_len == 0) return attend(p, in);
+  if (p.past_len == 0) return attend(p, in, out);
   Inputs present = in;
   present.past_k.reset(), present.past_v.reset();
   for (int which : {1, 2}) {
@@ -305,7 +344,13 @@ void run_appending(const Problem& p, const Inputs& in, Outputs& out, F&& attend)
   }
   Problem q = p;
   q.past_len = 0;
-  attend(q, present);
+  attend(q, present, out);
+}
+
+// The features the CPU implementations handle around their kernel: KV-cache append, then packed sequences.
+template <class F>
+void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
+  run_appending(p, in, out, [&](const Problem& q, const Inputs& x, Outputs& o) { run_packed(q, x, o, kernel); });
 }
 
 }  // namespace attncheck::cpu

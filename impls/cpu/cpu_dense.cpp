@@ -102,16 +102,16 @@ class DenseImpl final : public Impl {
   }
   Capabilities capabilities() const override {
     Capabilities c;  // everything the problem model has
-    c.sinks = c.scores_out = c.kv_append = true;
+    c.sinks = c.scores_out = c.kv_append = c.varlen = true;
     c.notes = "fp64 in double; fp32/fp16/bf16 in float, output rounded once; materialises Lq x Lk per thread";
     return c;
   }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
-    run_appending(p, in, out, [&](const Problem& q, const Inputs& x) {
+    run_cpu(p, in, out, [](const Problem& q, const Inputs& x, Outputs& o) {
       if (q.dtype == DType::f64)
-        dense_attention<double>(q, x, out);
+        dense_attention<double>(q, x, o);
       else
-        dense_attention<float>(q, x, out);
+        dense_attention<float>(q, x, o);
     });
   }
 };

@@ -333,16 +333,16 @@ class FlashImpl final : public Impl {
   }
   Capabilities capabilities() const override {
     Capabilities c;  // everything the problem model has
-    c.sinks = c.scores_out = c.kv_append = true;
+    c.sinks = c.scores_out = c.kv_append = c.varlen = true;
     c.notes = "fp64 in double; fp32/fp16/bf16 in float, output rounded once; weights by a second pass";
     return c;
   }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
-    run_appending(p, in, out, [&](const Problem& q, const Inputs& x) {
+    run_cpu(p, in, out, [](const Problem& q, const Inputs& x, Outputs& o) {
       if (q.dtype == DType::f64)
-        Flash<double>(q, x, out).run();
+        Flash<double>(q, x, o).run();
       else
-        Flash<float>(q, x, out).run();
+        Flash<float>(q, x, o).run();
     });
   }
 };

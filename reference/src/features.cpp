@@ -69,6 +69,10 @@ const Field kFields[] = {
     {"past_len", &P::past_len, Stored::if_set, kFrag, "must be in [0, Lk) (at least one new key/value token)",
      [](const P& p) { return p.past_len >= 0 && p.past_len < p.Lk; },
      "KV-cache append: cached tokens before the new k/v; present = concat(past, new) is an output"},
+    {"cu_seqlens_q", &P::cu_seqlens_q, Stored::dataset, kFrag, nullptr, nullptr,
+     "packed sequences: S+1 query offsets (varlen; B = 1)"},
+    {"cu_seqlens_k", &P::cu_seqlens_k, Stored::dataset, kFrag, nullptr, nullptr,
+     "packed sequences: S+1 key offsets (varlen; B = 1)"},
 };
 
 // ---- text of one value ----
@@ -238,6 +242,8 @@ const Feature kFeatures[] = {
                        "raw-score output not supported", ext_tag::scores),
     ATTNCHECK_FLAG_EXT("kv_append", "kv_append", kv_append, p.past_len > 0,
                        "KV-cache append (past/present key and value) not supported", ext_tag::kv_append),
+    ATTNCHECK_FLAG_EXT("varlen", "varlen", varlen, !p.cu_seqlens_q.empty(),
+                       "variable-length packed sequences not supported", ext_tag::varlen),
     ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),
     ATTNCHECK_FLAG("lse", "lse_out", lse_out, p.want_lse, "lse output not supported"),
 };

@@ -37,7 +37,8 @@ std::string Problem::short_name() const {
   if (scale) add("scaled");
   if (!sinks.empty()) add("sinks");
   if (scores_out != ScoresOut::none) add(std::string("scores-") + to_string(scores_out));
-  if (past_len > 0) add("past" + std::to_string(past_len));  // features after schema 1 append here, so older names stay as they were
+  if (past_len > 0) add("past" + std::to_string(past_len));
+  if (!cu_seqlens_q.empty()) add("varlen" + std::to_string(sequences()));  // features after schema 1 append here, so older names stay as they were
   o << '/' << (feats.empty() ? std::string("plain") : feats);
   return o.str();
 }

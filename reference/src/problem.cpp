@@ -1,4 +1,5 @@
 // The Problem's derived quantities, tensor allocation for a problem, and the check that inputs match it.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -25,6 +26,22 @@ int64_t Problem::diagonal_offset(int64_t b) const {
       return causal_offsets.empty() ? causal_offset : causal_offsets[static_cast<size_t>(b)];
   }
   return 0;
+}
+
+int64_t Problem::sequence_of(int64_t i) const {
+  // the last s with cu_seqlens_q[s] <= i, skipping empty sequences (their offset equals the next one's)
+  const auto it = std::upper_bound(cu_seqlens_q.begin(), cu_seqlens_q.end(), i);
+  return static_cast<int64_t>(it - cu_seqlens_q.begin()) - 1;
+}
+
+Problem::RowKeys Problem::row_keys(int64_t b, int64_t i) const {
+  if (cu_seqlens_q.empty()) return {0, Lk, key_length(b), i + diagonal_offset(b)};
+  const size_t s = static_cast<size_t>(sequence_of(i));
+  const int64_t q0 = cu_seqlens_q[s], k0 = cu_seqlens_k[s], k1 = cu_seqlens_k[s + 1];
+  const int64_t offset = alignment == Alignment::bottom_right ? (k1 - k0) - (cu_seqlens_q[s + 1] - q0)
+                         : alignment == Alignment::explicit_   ? causal_offset
+                                                               : 0;
+  return {k0, k1, k1, k0 + (i - q0) + offset};
 }
 
 double Problem::sink(int64_t h) const {
@@ -65,6 +82,39 @@ Attended attend_over_present(const Problem& p, const Inputs& in) {
   }
   a.in.past_k.reset();
   a.in.past_v.reset();
+  return a;
+}
+
+Attended sequence_problem(const Problem& p, const Inputs& in, int64_t s) {
+  const size_t u = static_cast<size_t>(s);
+  const int64_t q0 = p.cu_seqlens_q[u], k0 = p.cu_seqlens_k[u];
+  Attended a{p, {}};
+  a.p.cu_seqlens_q.clear(), a.p.cu_seqlens_k.clear();
+  a.p.Lq = p.cu_seqlens_q[u + 1] - q0, a.p.Lk = p.cu_seqlens_k[u + 1] - k0;
+  // Rows [r0, r0 + n) of dim 2 and [c0, c0 + m) of dim 3 of a [B,H,L,*] tensor; a broadcast dim (extent 1) stays.
+  auto block = [](const Tensor& t, int64_t r0, int64_t c0, bool cols, Tensor out) {
+    for (int64_t b = 0; b < out.shape[0]; ++b)
+      for (int64_t h = 0; h < out.shape[1]; ++h)
+        for (int64_t i = 0; i < out.shape[2]; ++i)
+          for (int64_t j = 0; j < out.shape[3]; ++j)
+            out.put(b, h, i, j, t.at(b, h, t.shape[2] == 1 ? 0 : r0 + i, cols && t.shape[3] != 1 ? c0 + j : j));
+    return out;
+  };
+  const Problem& q = a.p;
+  a.in.q = block(in.q, q0, 0, false, make_qkv(q, 0));
+  a.in.k = block(in.k, k0, 0, false, make_qkv(q, 1));
+  a.in.v = block(in.v, k0, 0, false, make_qkv(q, 2));
+  auto sliced = [&](const std::optional<Tensor>& t, std::optional<std::array<int64_t, 4>>& shape) -> std::optional<Tensor> {
+    if (!t) return std::nullopt;
+    const auto& e = t->shape;
+    const std::array<int64_t, 4> sub{e[0], e[1], e[2] == 1 ? 1 : q.Lq, e[3] == 1 ? 1 : q.Lk};
+    shape = sub;
+    return block(*t, q0, k0, true, Tensor(t->dtype, {sub[0], sub[1], sub[2], sub[3]}));
+  };
+  a.in.mask = sliced(in.mask, a.p.mask_shape);
+  a.in.bias = sliced(in.bias, a.p.bias_shape);
+  std::optional<std::array<int64_t, 4>> keep_shape;
+  a.in.keep = sliced(in.keep, keep_shape);
   return a;
 }
 

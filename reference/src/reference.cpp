@@ -83,8 +83,11 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     const double* qi = &q[static_cast<size_t>(((b * Hq + h) * Lq + i) * Dqk)];          // (Dqk)
     const double* kb = &k[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];             // (Lk, Dqk)
     const double* vb = &v[static_cast<size_t>((b * Hkv + kvh) * Lk * Dv)];              // (Lk, Dv)
-    const int64_t diag = i + p.diagonal_offset(b);  // key index on this query's diagonal
-    const int64_t valid_keys = p.key_length(b);
+    // The row's keys: [begin, end) (a packed sequence's own keys with varlen, else all Lk), the valid ones
+    // (key padding) and the key on this query's diagonal.
+    const Problem::RowKeys rk = p.row_keys(b, i);
+    const int64_t diag = rk.diag, valid_keys = rk.valid_end;
+    const auto in_row = [&](int64_t j) { return j >= rk.begin && j < rk.end; };
 
     // 1. scores: for each key token, visible -> scale * dot(q, k) (softcapped, plus bias); masked -> fill.
     std::vector<double> s(static_cast<size_t>(Lk));
@@ -123,7 +126,7 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     for (int64_t j = 0; j < Lk; ++j) {
       bool vis = true;
       if (p.causal && j > diag) vis = false;                           // causal: j <= i + offset
-      if (j >= valid_keys) vis = false;                                // key padding
+      if (j >= valid_keys || !in_row(j)) vis = false;                  // key padding; another packed sequence
       if (p.window_left >= 0 && j < diag - p.window_left) vis = false;   // sliding window, left edge
       if (p.window_right >= 0 && j > diag + p.window_right) vis = false; // sliding window, right edge
       if (in.mask && in.mask->get_offset(broadcast_offset(*in.mask, b, h, i, j)) == 0) vis = false;
@@ -164,7 +167,7 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
       m = std::max(m, sink);
       double sum = sink == -inf ? 0.0 : std::exp(sink - m);
       for (int64_t j = 0; j < Lk; ++j) {
-        const bool takes_part = visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite;
+        const bool takes_part = visible[static_cast<size_t>(j)] || (p.fill == MaskFill::finite && in_row(j));
         w[static_cast<size_t>(j)] = takes_part ? std::exp(s[static_cast<size_t>(j)] - m) : 0.0;
         sum += w[static_cast<size_t>(j)];
       }
@@ -172,11 +175,12 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
       lse = m + std::log(sum);
     } else {
       // No visible key: log(sum_j exp(fill)) and the declared policy decide.
-      lse = p.fill == MaskFill::finite ? fill + std::log(static_cast<double>(Lk)) : -inf;
+      const double row_keys = static_cast<double>(rk.end - rk.begin);
+      lse = p.fill == MaskFill::finite ? fill + std::log(row_keys) : -inf;
       const double wv = p.fully_masked == FullyMasked::nan       ? std::numeric_limits<double>::quiet_NaN()
-                        : p.fully_masked == FullyMasked::uniform ? 1.0 / static_cast<double>(Lk)
+                        : p.fully_masked == FullyMasked::uniform ? 1.0 / row_keys
                                                                  : 0.0;
-      std::fill(w.begin(), w.end(), wv);
+      std::fill(w.begin() + rk.begin, w.begin() + rk.end, wv);  // keys of other packed sequences weigh 0
     }
     r.lse[static_cast<size_t>(row)] = lse;
     r.score_mag[static_cast<size_t>(row)] = score_mag;
@@ -196,6 +200,9 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
         oi_abs[d] += std::abs(wj * vb[j * Dv + d]);
       }
     }
+    // A packed sequence with no keys under the nan policy: the -inf softmax over zero keys is 0/0.
+    if (fully_masked && p.fully_masked == FullyMasked::nan && rk.begin == rk.end)
+      std::fill(oi, oi + Dv, std::numeric_limits<double>::quiet_NaN());
     if (!fully_masked || p.fully_masked == FullyMasked::uniform) {
       std::vector<double> keep(static_cast<size_t>(Lk), in.keep ? 0.0 : 1.0);
       if (in.keep)
@@ -203,7 +210,8 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
           if (in.keep->get_offset(((b * Hq + h) * Lq + i) * Lk + j) != 0) keep[static_cast<size_t>(j)] = keep_scale;
       std::vector<char> takes_part(static_cast<size_t>(Lk));
       for (int64_t j = 0; j < Lk; ++j)
-        takes_part[static_cast<size_t>(j)] = fully_masked || visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite;
+        takes_part[static_cast<size_t>(j)] =
+            in_row(j) && (fully_masked || visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite);
       const std::vector<double> s_row = fully_masked ? std::vector<double>(static_cast<size_t>(Lk), 0.0) : s;
       row_error_scales(RowInputs{s_row, takes_part, w, keep, ks, vb, Dv}, static_cast<size_t>(row), r);
     }

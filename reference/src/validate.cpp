@@ -18,6 +18,35 @@ std::string message_value(const Problem& p, const Field& f) {
     return (p.**m) ? std::to_string(*(p.**m)) : "unset";
   return field_text(p, f);
 }
+// Packed sequences: both offset lists, S + 1 entries each, 0 .. Lq and 0 .. Lk, nondecreasing; one batch entry;
+// and the features whose meaning is per batch entry or over all Lk keys are refused.
+void validate_varlen(const Problem& p) {
+  const auto &q = p.cu_seqlens_q, &k = p.cu_seqlens_k;
+  if (q.size() != k.size() || q.size() < 2)
+    fail("cu_seqlens_q and cu_seqlens_k must both have S+1 >= 2 entries, got " + std::to_string(q.size()) + " and " +
+         std::to_string(k.size()));
+  auto offsets = [](const char* name, const std::vector<int64_t>& v, const char* L, int64_t len) {
+    if (v.front() != 0 || v.back() != len)
+      fail(std::string(name) + " must run from 0 to " + L + "=" + std::to_string(len) + ", got " + shape_str(v));
+    for (size_t s = 1; s < v.size(); ++s)
+      if (v[s] < v[s - 1]) fail(std::string(name) + " must be nondecreasing, got " + shape_str(v));
+  };
+  offsets("cu_seqlens_q", q, "Lq", p.Lq);
+  offsets("cu_seqlens_k", k, "Lk", p.Lk);
+  if (p.B != 1) fail("cu_seqlens_q: packed sequences need B=1 (the sequences are the batch), got B=" + std::to_string(p.B));
+  if (!p.key_lengths.empty() || !p.causal_offsets.empty())
+    fail("cu_seqlens_q: packed sequences set each sequence's key length and diagonal; key_lengths and "
+         "causal_offsets must be empty");
+  if (p.scores_out != ScoresOut::none)
+    fail(std::string("cu_seqlens_q: raw scores of packed sequences are not defined (scores_out=") +
+         to_string(p.scores_out) + ")");
+  if (p.past_len > 0) fail("cu_seqlens_q: KV-cache append of packed sequences is not modelled (past_len > 0)");
+  if (p.fully_masked == FullyMasked::uniform)
+    for (size_t s = 0; s + 1 < q.size(); ++s)
+      if (q[s + 1] > q[s] && k[s + 1] == k[s])
+        fail("fully_masked=uniform: sequence " + std::to_string(s) +
+             " has queries but no keys, so a uniform average over its keys is undefined");
+}
 }  // namespace
 
 void validate(const Problem& p) {
@@ -86,6 +115,7 @@ void validate(const Problem& p) {
   if (!p.sinks.empty() && static_cast<int64_t>(p.sinks.size()) != p.Hq)
     fail("sinks must have Hq=" + std::to_string(p.Hq) + " entries (one per query head), got " +
          std::to_string(p.sinks.size()));
+  if (!p.cu_seqlens_q.empty() || !p.cu_seqlens_k.empty()) validate_varlen(p);
   if (p.mask_shape) check_bcast("mask", *p.mask_shape);
   if (p.bias_shape) {
     check_bcast("bias", *p.bias_shape);

@@ -15,6 +15,21 @@
 
 namespace attncheck {
 
+// A test mutant with cpu's capabilities whose run is `run(cpu, problem, inputs, outputs)` (cpu on a changed case).
+class CpuMutant final : public Impl {
+ public:
+  using Run = std::function<void(const Impl&, const Problem&, const Inputs&, Outputs&)>;
+  CpuMutant(std::string name, Run run) : name_(std::move(name)), run_(std::move(run)) {}
+  std::string name() const override { return name_; }
+  std::string description() const override { return "test mutant of cpu: " + name_; }
+  Capabilities capabilities() const override { return find_impl("cpu")->capabilities(); }
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override { run_(*find_impl("cpu"), p, in, out); }
+
+ private:
+  std::string name_;
+  Run run_;
+};
+
 inline void expect_impls_match_reference(const std::vector<Problem>& problems,
                                          const std::function<Problem(Problem)>& without_feature) {
   for (const char* name : {"cpu", "cpu-flash", "reference"}) {

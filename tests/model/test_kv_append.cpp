@@ -11,6 +11,7 @@
 #include "attncheck/plugin_loader.hpp"
 #include "attncheck/reference.hpp"
 #include "attncheck/tolerance.hpp"
+#include "impl_check.hpp"
 #include "properties.hpp"
 
 namespace attncheck {
@@ -81,23 +82,15 @@ TEST(KvAppend, ImplementationsMatchTheReferenceAndCopyExactly) {
 }
 
 // An append that puts the new tokens first (concat(new, past)): both the judge and the property catch it.
-class NewFirst final : public Impl {
- public:
-  std::string name() const override { return "new-first"; }
-  std::string description() const override { return "test mutant: present = concat(new, past)"; }
-  Capabilities capabilities() const override { return find_impl("cpu")->capabilities(); }
-  void run(const Problem& p, const Inputs& in, Outputs& out) const override {
-    if (p.past_len == 0) return find_impl("cpu")->run(p, in, out);
-    Problem q = p;  // swap the roles of past and new, then rename the present back
+TEST(KvAppend, AWrongAppendFailsJudgeAndProperty) {
+  const CpuMutant bad("new-first", [](const Impl& cpu, const Problem& p, const Inputs& in, Outputs& out) {
+    if (p.past_len == 0) return cpu.run(p, in, out);
+    Problem q = p;  // swap the roles of past and new
     q.past_len = p.Lk - p.past_len;
     Inputs swapped = in;
     swapped.past_k = in.k, swapped.past_v = in.v, swapped.k = *in.past_k, swapped.v = *in.past_v;
-    find_impl("cpu")->run(q, swapped, out);
-  }
-};
-
-TEST(KvAppend, AWrongAppendFailsJudgeAndProperty) {
-  const NewFirst bad;
+    cpu.run(q, swapped, out);
+  });
   const Problem p = append_problems()[0];
   const Pair x = inputs_of(p);
   Outputs out;

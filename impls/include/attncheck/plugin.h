@@ -169,6 +169,21 @@ typedef struct attncheck_ext_backward {
   int64_t dbias_strides[4];
 } attncheck_ext_backward;
 
+/* Tag 6: packed variable-length sequences, present iff the problem has them (feature name "varlen"; FlashAttention's
+ * varlen API with cu_seqlens_q/cu_seqlens_k). Then B = 1 and sequence s owns queries [cu_seqlens_q[s],
+ * cu_seqlens_q[s+1]) and keys [cu_seqlens_k[s], cu_seqlens_k[s+1]) of the one batch entry (empty sequences allowed).
+ * A query sees only its own sequence's keys; other keys are not part of its row (weights 0, even with a finite
+ * fill). The causal/window diagonal is per sequence: key k0 + (i - q0) + offset, offset = 0 (top-left),
+ * Lk_s - Lq_s (bottom-right) or causal_offset (explicit); key_lengths and diagonal_offset do not apply. A sequence
+ * with queries but no keys is fully masked (out by the policy, lse -inf), unless its head has a sink. */
+#define ATTNCHECK_EXT_VARLEN 6u
+typedef struct attncheck_ext_varlen {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_VARLEN */
+  int64_t sequences;                   /* S >= 1 */
+  const int64_t* cu_seqlens_q;         /* [S + 1], 0 .. Lq */
+  const int64_t* cu_seqlens_k;         /* [S + 1], 0 .. Lk */
+} attncheck_ext_varlen;
+
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */
 typedef struct attncheck_capabilities {

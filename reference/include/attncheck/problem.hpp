@@ -134,6 +134,12 @@ struct Problem {
   // present = concat(past, new) along the sequence (Outputs::present_k/present_v, Lk tokens, an exact copy) and
   // attends over the Lk present keys. Masks, padding and alignment refer to present positions.
   int64_t past_len = 0;
+  // Variable-length batches (FlashAttention's varlen API, PyTorch's jagged layout): S packed sequences in one batch
+  // entry (B = 1). Sequence s owns queries [cu_seqlens_q[s], cu_seqlens_q[s+1]) and keys [cu_seqlens_k[s],
+  // cu_seqlens_k[s+1]) (S + 1 nondecreasing offsets from 0 to Lq, resp. Lk; empty sequences allowed). A query
+  // attends to its own sequence's keys only; causal/window alignment is per sequence (bottom_right: Lk_s - Lq_s).
+  // Keys of other sequences are not part of the row at all (not even with a finite fill). Empty = off.
+  std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
 
   MaskFill fill = MaskFill::neg_inf;
   double fill_value = -1e9;  // used with MaskFill::finite
@@ -150,6 +156,14 @@ struct Problem {
   int64_t group_size() const { return Hq / Hkv; }  // query heads per KV head
   int64_t kv_head(int64_t h) const { return h / group_size(); }
   int64_t new_len() const { return Lk - past_len; }  // key/value tokens in Inputs::k and v
+  int64_t sequences() const { return cu_seqlens_q.empty() ? 0 : static_cast<int64_t>(cu_seqlens_q.size()) - 1; }
+  int64_t sequence_of(int64_t i) const;  // the packed sequence of query i (varlen only)
+  // The keys of query row (b, i): the row's key range [begin, end) (varlen: its sequence's keys; else [0, Lk)),
+  // the end of its valid keys (key padding) and the key index on its causal/window diagonal.
+  struct RowKeys {
+    int64_t begin, end, valid_end, diag;
+  };
+  RowKeys row_keys(int64_t b, int64_t i) const;
   int64_t key_length(int64_t b) const;      // valid keys of batch b
   int64_t diagonal_offset(int64_t b) const;  // the offset of the alignment for batch b
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
@@ -208,6 +222,9 @@ struct Attended {
 };
 Attended attend_over_present(const Problem& p, const Inputs& in);
 void split_past(const Problem& p, Inputs& in);
+// Sequence s of a varlen problem as a problem of its own (B = 1, Lq_s x Lk_s, no cu_seqlens; masks, bias and the
+// keep-mask sliced to its block). Requires Lq_s >= 1 and Lk_s >= 1 (an empty sequence has no problem of its own).
+Attended sequence_problem(const Problem& p, const Inputs& in, int64_t s);
 
 // Storage order for a layout: BHSD -> {0,1,2,3}, BSHD -> {0,2,1,3}.
 std::vector<int> storage_order(Layout l);
