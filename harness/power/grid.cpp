@@ -21,12 +21,6 @@ Variant make(std::string name, std::string what, Fault f, Order o = Order::onlin
   return v;
 }
 
-Flavour flavour_of(Fault f) {
-  if (f == Fault::causal_excl_diag || f == Fault::causal_future_key) return Flavour::causal;
-  if (f == Fault::window_off_by_one) return Flavour::window;
-  return Flavour::dense;
-}
-
 constexpr int64_t kDqk = 64, kDv = 32;  // Dqk != Dv, so scaling by 1/sqrt(Dv) is a different scale
 
 }  // namespace
@@ -135,6 +129,12 @@ Judged judge_run(const Problem& p, const ReferenceResult& ref, Outputs o, const 
   return j;
 }
 }  // namespace
+
+Flavour flavour_of(Fault f) {
+  if (f == Fault::causal_excl_diag || f == Fault::causal_future_key) return Flavour::causal;
+  if (f == Fault::window_off_by_one) return Flavour::window;
+  return Flavour::dense;
+}
 
 const char* to_string(Flavour f) { return f == Flavour::dense ? "dense" : f == Flavour::causal ? "causal" : "window"; }
 const char* to_string(Logits l) {
