@@ -80,7 +80,11 @@ Fixture read_header(h5::Reader& r, hid_t file, const FixtureReadOptions& options
   Fixture f;
   h5::Id root = r.open_group(file, "/");
   read_attrs(r, root, f);
-  validate_problem(r, f.problem);
+  {  // The attributes alone: the block table of a paged cache is a dataset, read below and checked with the rest.
+    Problem attrs = f.problem;
+    attrs.page_size = attrs.num_pages = 0;
+    validate_problem(r, attrs);
+  }
   // effective_scale is what h5py users read; it must be the one the problem implies, bit for bit.
   if (r.has_attr(root, "effective_scale")) {
     const double stored = r.attr_f64(root, "/", "effective_scale"), implied = f.problem.effective_scale();
@@ -160,8 +164,9 @@ double fixture_memory_bytes(const Problem& p) {
   auto numel4 = [](const std::optional<std::array<int64_t, 4>>& s) {
     return s ? double((*s)[0]) * double((*s)[1]) * double((*s)[2]) * double((*s)[3]) : 0.0;
   };
-  const double q = B * Hq * Lq * double(p.Dqk) * in_size, k = B * Hkv * Lk * double(p.Dqk) * in_size,
-               v = B * Hkv * Lk * double(p.Dv) * in_size;
+  const double kv_tokens = p.page_size > 0 ? double(p.num_pages) * double(p.page_size) : B * Lk;  // pages: the pool
+  const double q = B * Hq * Lq * double(p.Dqk) * in_size, k = kv_tokens * Hkv * double(p.Dqk) * in_size,
+               v = kv_tokens * Hkv * double(p.Dv) * in_size;
   const double masks = numel4(p.mask_shape) + numel4(p.bias_shape) * double(dtype_size(p.bias_dtype)) +
                        (p.dropout_p > 0 ? B * Hq * Lq * Lk : 0.0);
   const double expected = 8.0 * (2 * B * Hq * Lq * double(p.Dv) + 2 * B * Hq * Lq + (p.want_weights ? B * Hq * Lq * Lk : 0) +
@@ -188,8 +193,8 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
     r.open_group(file, "/expected");
     Inputs& in = f.inputs;
     in.q = read_tensor(r, file, "/inputs/q", p.dtype, {p.B, p.Hq, p.Lq, p.Dqk}, p.layout);
-    in.k = read_tensor(r, file, "/inputs/k", p.dtype, {p.B, p.Hkv, p.new_len(), p.Dqk}, p.layout);
-    in.v = read_tensor(r, file, "/inputs/v", p.dtype, {p.B, p.Hkv, p.new_len(), p.Dv}, p.layout);
+    in.k = read_tensor(r, file, "/inputs/k", p.dtype, qkv_shape(p, 1), p.layout);
+    in.v = read_tensor(r, file, "/inputs/v", p.dtype, qkv_shape(p, 2), p.layout);
     if (p.past_len > 0) {
       in.past_k = read_tensor(r, file, "/inputs/past_key", p.dtype, {p.B, p.Hkv, p.past_len, p.Dqk}, p.layout);
       in.past_v = read_tensor(r, file, "/inputs/past_value", p.dtype, {p.B, p.Hkv, p.past_len, p.Dv}, p.layout);
