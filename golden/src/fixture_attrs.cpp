@@ -13,6 +13,8 @@ template <class... F>
 struct Overload : F... {
   using F::operator()...;
 };
+template <class... F>
+Overload(F...) -> Overload<F...>;  // clang 14 (the fuzz and sanitizer builds) lacks C++20's implicit guide
 using P = Problem;
 }  // namespace
 
@@ -55,15 +57,18 @@ void read_problem_attrs(const h5::Reader& r, hid_t root, Problem& p) {
     const char* k = f.key;
     std::visit(Overload{[&](DerivedF64) {},
                         [&](int64_t P::*m) { p.*m = r.attr_i64(root, "/", k); },
-                        [&](bool P::*m) { p.*m = r.attr_i64(root, "/", k) != 0; },
+                        [&](bool P::*m) {
+                          const int64_t v = r.attr_i64(root, "/", k);
+                          if (v != 0 && v != 1) r.fail(k, "must be 0 or 1, got " + std::to_string(v));
+                          p.*m = v == 1;
+                        },
                         [&](double P::*m) { p.*m = r.attr_f64(root, "/", k); },
                         [&](uint64_t P::*m) { p.*m = r.attr_u64(root, "/", k); },
                         [&](std::optional<double> P::*m) { p.*m = r.attr_f64(root, "/", k); },
                         [&](std::optional<std::array<int64_t, 4>> P::*m) {
                           const auto v = r.attr_i64s(root, "/", k);
                           if (v.size() != 4)
-                            r.fail("/", std::string("attribute '") + k + "' must have 4 entries, got " +
-                                            std::to_string(v.size()));
+                            r.fail(k, "must have 4 entries, got " + std::to_string(v.size()));
                           p.*m = std::array<int64_t, 4>{v[0], v[1], v[2], v[3]};
                         },
                         [&](std::vector<int64_t> P::*) {},

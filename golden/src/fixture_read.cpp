@@ -48,10 +48,11 @@ void read_attrs(h5::Reader& r, hid_t root, Fixture& f) {
 
   f.tolerance.lambda = r.attr_f64(root, "/", "tolerance_lambda");
   f.tolerance.rel_floor = r.attr_f64(root, "/", "tolerance_rel_floor");
-  if (!(f.tolerance.lambda > 0) || !std::isfinite(f.tolerance.lambda))
-    r.fail("tolerance_lambda", "must be a finite value > 0, got " + std::to_string(f.tolerance.lambda));
-  if (!(f.tolerance.rel_floor > 0) || !std::isfinite(f.tolerance.rel_floor))
-    r.fail("tolerance_rel_floor", "must be a finite value > 0, got " + std::to_string(f.tolerance.rel_floor));
+  // Bounded above too: a file claiming lambda 1e300 (or a relative floor of 100%) would pass any candidate.
+  if (!(f.tolerance.lambda > 0 && f.tolerance.lambda <= 1000))
+    r.fail("tolerance_lambda", "must be in (0, 1000] (the model's multiplier is 3), got " + fmt_g(f.tolerance.lambda));
+  if (!(f.tolerance.rel_floor > 0 && f.tolerance.rel_floor <= 1))
+    r.fail("tolerance_rel_floor", "must be in (0, 1], got " + fmt_g(f.tolerance.rel_floor));
   const int64_t exact = r.has_attr(root, "exact_out") ? r.attr_i64(root, "/", "exact_out") : 0;
   if (exact != 0 && exact != 1) r.fail("exact_out", "must be 0 or 1, got " + std::to_string(exact));
   f.tolerance.exact_out = exact == 1;
@@ -93,10 +94,18 @@ Fixture read_header(h5::Reader& r, hid_t file, const FixtureReadOptions& options
                                     " (scale attribute or 1/sqrt(Dqk))");
   }
   check_size(r, f.problem, cap);
+  fixture_detail::read_gradients(r, file, f, false, cap);  // only the attribute `gradients`
+  check_work(f.problem, f.has_gradients, options.max_flops);  // "work: ...", before any dataset is read
   fixture_detail::read_problem_datasets(r, file, f.problem);
   validate_problem(r, f.problem);
-  fixture_detail::read_gradients(r, file, f, false, cap);
-  check_work(f.problem, f.has_gradients, options.max_flops);  // "work: ...", before any dataset is read
+  // problem_name (written as short_name()) must describe the problem read: a deleted /inputs/key_lengths would
+  // otherwise turn a padded case into an unpadded one that verify fails (exit 1) instead of refusing.
+  if (r.has_attr(root, "problem_name")) {
+    const std::string stored = r.attr_str(root, "/", "problem_name"), read = f.problem.short_name();
+    if (stored != read)
+      r.fail("problem_name", "is '" + stored + "' but the attributes and datasets describe '" + read +
+                                 "' (an attribute changed, or a dataset under /inputs such as key_lengths missing?)");
+  }
   return f;
 }
 

@@ -87,6 +87,9 @@ std::vector<std::string> Diagnosis::text() const {
   for (const ProbeResult& p : probes)
     l.push_back("  probe " + p.name + ": " + p.outcome + (p.detail.empty() ? "" : " (" + p.detail + ")"));
   if (rerun_budget > 0) l.push_back("  re-runs: " + std::to_string(reruns) + " of " + std::to_string(rerun_budget));
+  if (repro)
+    l.push_back("  repro: " + repro->before + " -> " + repro->after + " (still " + repro->top + ", " +
+                std::to_string(repro->reruns) + " re-runs)" + (repro->path.empty() ? "" : ", written to " + repro->path));
   return l;
 }
 

@@ -3,6 +3,7 @@
 // re-runs that cost. A pure function of the case and the outputs, plus optional bounded re-runs of the candidate.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,12 +29,21 @@ struct ProbeResult {
   std::string detail;
 };
 
+// The smallest repro of the failure (reduce.hpp), when one was asked for.
+struct Repro {
+  std::string before, after;  // Problem::short_name() of the failing case and of the reduced one
+  std::string top;            // the reduced case's top tag (the original's, unless nothing could be removed)
+  int reruns = 0;             // candidate runs the reduction spent (not counted in Diagnosis::reruns)
+  std::string path;           // the regression fixture written ("" when none was written)
+};
+
 struct Diagnosis {
   std::vector<std::string> anatomy;  // one finding per line, most specific first
   std::vector<Cause> causes;         // best first; empty = no known signature
   std::vector<ProbeResult> probes;
   int reruns = 0;                    // candidate runs spent by the probes
   int rerun_budget = 0;
+  std::optional<Repro> repro;
   std::string top() const { return causes.empty() ? "no known signature" : causes.front().tag; }
   std::vector<std::string> text() const;  // indented report lines
 };
@@ -48,7 +58,8 @@ struct Options {
 // candidate's outputs for it. Deterministic; throws only on inconsistent shapes.
 Diagnosis diagnose(const prop::Case& c, const ReferenceResult& ref, const Outputs& actual, const Options& o = {});
 
-// {"top": tag, "causes": [{tag, score, evidence}], "anatomy": [...], "probes": [...], "reruns", "rerun_budget"}.
+// {"top": tag, "causes": [{tag, score, evidence}], "anatomy": [...], "probes": [...], "reruns", "rerun_budget"},
+// plus "repro": {before, after, top, reruns, path} when a repro was made.
 std::string to_json(const Diagnosis& d);
 
 }  // namespace attncheck::diagnose

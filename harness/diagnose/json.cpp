@@ -10,8 +10,11 @@ std::string to_json(const Diagnosis& d) {
   json causes = json::array(), probes = json::array();
   for (const Cause& c : d.causes) causes.push_back({{"tag", c.tag}, {"score", c.score}, {"evidence", c.evidence}});
   for (const ProbeResult& p : d.probes) probes.push_back({{"probe", p.name}, {"outcome", p.outcome}, {"detail", p.detail}});
-  const json j = {{"top", d.top()}, {"causes", causes}, {"anatomy", d.anatomy}, {"probes", probes},
-                  {"reruns", d.reruns}, {"rerun_budget", d.rerun_budget}};
+  json j = {{"top", d.top()}, {"causes", causes}, {"anatomy", d.anatomy}, {"probes", probes},
+            {"reruns", d.reruns}, {"rerun_budget", d.rerun_budget}};
+  if (d.repro)
+    j["repro"] = {{"before", d.repro->before}, {"after", d.repro->after}, {"top", d.repro->top},
+                  {"reruns", d.repro->reruns}, {"path", d.repro->path}};
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -123,6 +123,8 @@ template <class... F>
 struct Overload : F... {
   using F::operator()...;
 };
+template <class... F>
+Overload(F...) -> Overload<F...>;  // clang 14 (the fuzz and sanitizer builds) lacks C++20's implicit guide
 
 }  // namespace
 

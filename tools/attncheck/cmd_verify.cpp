@@ -18,6 +18,7 @@
 #include "diagnosis.hpp"
 #include "gradients.hpp"
 #include "plugins.hpp"
+#include "repro.hpp"
 #include "report.hpp"
 
 namespace attncheck::cli {
@@ -31,6 +32,7 @@ struct Options {
   std::optional<std::string> shard;
   bool allow_unavailable = false;
   bool diagnose = false;
+  std::string repro;  // --repro DIR: with --diagnose, each failure's smallest repro written there as a fixture
   int diagnose_reruns = 12;
   double tol_scale = 1.0;  // --tol-scale: explicit multiplier of every tolerance, recorded in the report
   std::string pass = "forward";  // --pass forward|backward|both (gradients.hpp)
@@ -161,6 +163,15 @@ int run_verify() {
   const Pass pass = pass_from_string(g.pass);
   load_plugins(g.plugins);
   if (!g.report.empty()) check_report_path(g.report);
+  if (!g.repro.empty()) {
+    if (!g.diagnose)
+      throw std::invalid_argument("--repro: needs --diagnose (the repro is reduced while it keeps the diagnosis of the "
+                                  "failure; add --diagnose or drop --repro " + g.repro + ")");
+    std::error_code ec;
+    fs::create_directories(g.repro, ec);
+    if (ec || !fs::is_directory(g.repro))
+      throw std::invalid_argument("--repro: cannot create the directory '" + g.repro + "'" + (ec ? ": " + ec.message() : ""));
+  }
   const std::vector<ImplPtr> impls = maybe_isolate(select_impls(g.impls));
   if (g.rows > 0 && g.spec.empty()) throw std::invalid_argument("--rows: needs --spec (fixture files hold every row)");
   if (has_backward(pass) && !g.spec.empty())
@@ -240,7 +251,8 @@ int run_verify() {
           if (g.diagnose && r.status == "fail") {
             diagnose::Options o;
             o.rerun = impl.get(), o.max_reruns = g.diagnose_reruns, o.tolerance = m;
-            const diagnose::Diagnosis d = diagnose::diagnose({{}, p, f.inputs}, note.empty() ? f.expected : recomputed, out, o);
+            diagnose::Diagnosis d = diagnose::diagnose({{}, p, f.inputs}, note.empty() ? f.expected : recomputed, out, o);
+            if (!g.repro.empty()) d.repro = diagnose::write_repro(f, p, *impl, d, o, g.repro);
             diagnosis = d.text();
             r.diagnosis_json = diagnose::to_json(d);
           }
@@ -306,6 +318,9 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                                    "implementation on derived problems (docs/diagnosis.md)");
                       sub.add_option("--diagnose-reruns", g.diagnose_reruns, "Re-run budget per diagnosed failure")
                           ->capture_default_str()->check(CLI::Range(0, 1000));
+                      sub.add_option("--repro", g.repro,
+                                     "With --diagnose: reduce each failure to a small case with the same diagnosis and "
+                                     "write it into DIR as a fixture that verify replays");
                       sub.add_option("--tol-scale", g.tol_scale, "Multiply every derived tolerance by X (recorded in the report)")
                           ->check(CLI::PositiveNumber);
                       sub.add_flag("--allow-unavailable", g.allow_unavailable,

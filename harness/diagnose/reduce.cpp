@@ -1,0 +1,246 @@
+// reduce() and cut() (reduce.hpp). The steps run in a fixed order, each trying cuts of the current best case; a cut
+// is kept when the candidate still fails with the same top diagnosis; then each active feature is switched off the
+// same way. Trials are diagnosed without re-runs first
+// and with probes only when that does not already rank the tag first (tags that only a probe finds).
+#include "reduce.hpp"
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <stdexcept>
+
+#include "attncheck/reference.hpp"
+#include "derive.hpp"
+
+namespace attncheck::diagnose {
+
+namespace {
+
+// src restricted to [start, start+count) per dim; a broadcast dim (size 1) stays size 1.
+Tensor slice(const Tensor& src, const std::array<int64_t, 4>& start, const std::array<int64_t, 4>& count,
+             const std::vector<int>& order) {
+  std::vector<int64_t> shape(4);
+  std::array<int64_t, 4> s0{};
+  for (size_t k = 0; k < 4; ++k) {
+    const bool bc = src.shape[k] == 1;
+    shape[k] = bc ? 1 : count[k], s0[k] = bc ? 0 : start[k];
+  }
+  Tensor t = order.empty() ? Tensor(src.dtype, shape) : Tensor(src.dtype, shape, order);
+  int64_t a[4], f[4];
+  for (a[0] = 0; a[0] < shape[0]; ++a[0])
+    for (a[1] = 0; a[1] < shape[1]; ++a[1])
+      for (a[2] = 0; a[2] < shape[2]; ++a[2])
+        for (a[3] = 0; a[3] < shape[3]; ++a[3]) {
+          for (size_t k = 0; k < 4; ++k) f[k] = a[k] + s0[k];
+          t.set(a, src.get(f));
+        }
+  return t;
+}
+
+}  // namespace
+
+Cut whole(const Problem& p) { return {0, p.B, 0, p.Hq, 0, p.Hkv, 0, p.Lq, 0, p.Lk, p.Dqk, p.Dv}; }
+
+prop::Case cut(const prop::Case& c, const Cut& k) {
+  const Problem& p = c.p;
+  const int64_t G = p.group_size();
+  auto bad = [](const std::string& what) { throw std::invalid_argument("reduce: cut " + what); };
+  if (k.nb < 1 || k.b0 + k.nb > p.B || k.nq < 1 || k.i0 + k.nq > p.Lq || k.nk < 1 || k.k0 < 0 || k.k0 + k.nk > p.Lk || k.dqk < 1 ||
+      k.dqk > p.Dqk || k.dv < 1 || k.dv > p.Dv || k.nh < 1 || k.h0 + k.nh > p.Hq || k.ng < 1 || k.g0 + k.ng > p.Hkv)
+    bad("out of range");
+  // The kept query heads must read the kept KV heads as before: whole groups, or heads of one group.
+  const bool groups = k.h0 == k.g0 * G && k.nh == k.ng * G;
+  const bool within = k.ng == 1 && p.kv_head(k.h0) == k.g0 && p.kv_head(k.h0 + k.nh - 1) == k.g0;
+  if (!groups && !within) bad("heads do not keep the GQA map");
+  if (p.past_len > 0 && (k.k0 != 0 || k.nk <= p.past_len)) bad("cuts into the KV-cache past or keeps no new key");
+  if (!p.cu_seqlens_q.empty()) bad("of a varlen problem (reduce() takes one sequence first)");
+
+  prop::Case d = c;
+  Problem& q = d.p;
+  q.B = k.nb, q.Hq = k.nh, q.Hkv = k.ng, q.Lq = k.nq, q.Lk = k.nk, q.Dqk = k.dqk, q.Dv = k.dv;
+  if (!p.sinks.empty()) q.sinks.assign(p.sinks.begin() + k.h0, p.sinks.begin() + k.h0 + k.nh);
+  if (!p.key_lengths.empty()) {
+    q.key_lengths.clear();
+    for (int64_t b = 0; b < k.nb; ++b) q.key_lengths.push_back(std::clamp(p.key_lengths[static_cast<size_t>(k.b0 + b)] - k.k0, int64_t{0}, k.nk));
+  }
+  // Row i and key j of the cut are row i0 + i and key k0 + j of the original: the diagonal moves by i0 - k0.
+  if (!p.causal_offsets.empty())
+    q.causal_offsets.assign(p.causal_offsets.begin() + k.b0, p.causal_offsets.begin() + k.b0 + k.nb);
+  if (p.causal || p.has_window()) {
+    std::vector<int64_t> off;
+    for (int64_t b = 0; b < k.nb; ++b) off.push_back(k.i0 - k.k0 + p.diagonal_offset(k.b0 + b));
+    bool top_left = true, bottom_right = true, same = true;
+    for (int64_t b = 0; b < k.nb; ++b) {
+      const int64_t x = off[static_cast<size_t>(b)];
+      top_left = top_left && x == 0, same = same && x == off[0];
+      bottom_right = bottom_right && x == q.key_length(b) - k.nq;
+    }
+    // The original alignment when it still yields these offsets (fewer features for the candidate to support).
+    q.causal_offsets.clear(), q.causal_offset = 0;
+    if (p.alignment == Alignment::top_left && top_left) {
+      q.alignment = Alignment::top_left;
+    } else if (p.alignment == Alignment::bottom_right && bottom_right) {
+      q.alignment = Alignment::bottom_right;
+    } else {
+      q.alignment = Alignment::explicit_;
+      if (same) q.causal_offset = off[0];
+      else q.causal_offsets = off;
+    }
+  }
+
+  const auto so = storage_order(p.layout);
+  d.in.q = slice(c.in.q, {k.b0, k.h0, k.i0, 0}, {k.nb, k.nh, k.nq, k.dqk}, so);
+  const int64_t nnew = k.nk - p.past_len;  // k and v hold the keys after the past: their first nnew are kept
+  d.in.k = slice(c.in.k, {k.b0, k.g0, k.k0, 0}, {k.nb, k.ng, nnew, k.dqk}, so);
+  d.in.v = slice(c.in.v, {k.b0, k.g0, k.k0, 0}, {k.nb, k.ng, nnew, k.dv}, so);
+  if (c.in.past_k) d.in.past_k = slice(*c.in.past_k, {k.b0, k.g0, 0, 0}, {k.nb, k.ng, p.past_len, k.dqk}, so);
+  if (c.in.past_v) d.in.past_v = slice(*c.in.past_v, {k.b0, k.g0, 0, 0}, {k.nb, k.ng, p.past_len, k.dv}, so);
+  const std::array<int64_t, 4> s0{k.b0, k.h0, k.i0, k.k0}, n{k.nb, k.nh, k.nq, k.nk};
+  auto shape_of = [](const Tensor& t) { return std::array<int64_t, 4>{t.shape[0], t.shape[1], t.shape[2], t.shape[3]}; };
+  if (c.in.mask) d.in.mask = slice(*c.in.mask, s0, n, {}), q.mask_shape = shape_of(*d.in.mask);
+  if (c.in.bias) d.in.bias = slice(*c.in.bias, s0, n, {}), q.bias_shape = shape_of(*d.in.bias);
+  if (c.in.keep) d.in.keep = slice(*c.in.keep, s0, n, {});
+  validate(q, d.in);
+  return d;
+}
+
+namespace {
+
+struct Trial {
+  const Impl& impl;
+  const Options& o;
+  const std::string& top;
+  int budget;
+  int reruns = 0;
+
+  // The candidate fails on d and the failure's diagnosis ranks `top` first.
+  bool keeps(const prop::Case& d) {
+    if (reruns >= budget || !impl.supports(d.p).ok) return false;
+    ++reruns;
+    Outputs out;
+    ReferenceResult ref;
+    try {
+      if (!run_impl(impl, d.p, d.in, out).ok) return false;
+      ref = reference_attention(d.p, d.in);
+      if (judge(d.p, ref, out, o.tolerance).pass) return false;
+    } catch (const std::exception&) {
+      return false;  // a crash is another failure than the one being reduced
+    }
+    if (top == "no known signature") return true;
+    Options blind = o;
+    blind.rerun = nullptr;
+    if (diagnose(d, ref, out, blind).top() == top) return true;
+    if (!o.rerun || reruns >= budget) return false;
+    Options probed = o;
+    probed.max_reruns = std::min(o.max_reruns, budget - reruns);
+    const Diagnosis full = diagnose(d, ref, out, probed);
+    reruns += full.reruns;
+    return full.top() == top;
+  }
+};
+
+}  // namespace
+
+Reduction reduce(const prop::Case& original, const Impl& impl, const std::string& top, const Options& o, int budget) {
+  Trial t{impl, o, top, budget};
+  Reduction r{original, {}, 0, 0};
+  // Varlen: one packed sequence as a problem of its own first; the cuts below work on an ordinary problem.
+  for (int64_t s = 0; s < original.p.sequences(); ++s) {
+    const Problem& v = original.p;
+    if (v.cu_seqlens_q[static_cast<size_t>(s) + 1] == v.cu_seqlens_q[static_cast<size_t>(s)] ||
+        v.cu_seqlens_k[static_cast<size_t>(s) + 1] == v.cu_seqlens_k[static_cast<size_t>(s)])
+      continue;
+    Attended a = sequence_problem(v, original.in, s);
+    prop::Case d{original.spec, std::move(a.p), std::move(a.in)};
+    if (t.keeps(d)) {
+      r.reduced = std::move(d), ++r.steps;
+      break;
+    }
+  }
+  const prop::Case c = r.reduced;
+  const Problem& p = c.p;
+  Cut cur = whole(p);
+  auto attempt = [&](const Cut& k) {
+    prop::Case d;
+    try {
+      d = cut(c, k);
+    } catch (const std::invalid_argument&) {
+      return false;
+    }
+    if (!t.keeps(d)) return false;
+    cur = k, r.reduced = std::move(d), ++r.steps;
+    return true;
+  };
+  // The shortest n in [1, cur] for which make(n) still fails (a bisection: the failure need not be monotone in n,
+  // so this finds a short failing n, not always the shortest).
+  auto shortest = [&](int64_t hi, const std::function<Cut(int64_t)>& make) {
+    int64_t lo = 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (attempt(make(mid))) hi = mid;
+      else lo = mid + 1;
+    }
+  };
+  const int64_t G = p.group_size();
+  for (int64_t b = 0; cur.nb > 1 && b < p.B; ++b) {
+    Cut k = cur;
+    k.b0 = b, k.nb = 1;
+    if (attempt(k)) break;
+  }
+  for (int64_t g = 0; cur.ng > 1 && g < p.Hkv; ++g) {
+    Cut k = cur;
+    k.g0 = g, k.ng = 1, k.h0 = g * G, k.nh = G;
+    if (attempt(k)) break;
+  }
+  for (int64_t h = cur.h0; cur.nh > 1 && h < cur.h0 + cur.nh; ++h) {
+    Cut k = cur;
+    k.h0 = h, k.nh = 1, k.g0 = p.kv_head(h), k.ng = 1;
+    if (attempt(k)) break;
+  }
+  while (cur.nq > 1) {  // halves of the query rows: the first, else the second
+    Cut a = cur, b = cur;
+    a.nq = cur.nq / 2;
+    b.i0 = cur.i0 + cur.nq / 2, b.nq = cur.nq - cur.nq / 2;
+    if (!attempt(a) && !attempt(b)) break;
+  }
+  shortest(cur.nk, [&](int64_t n) { Cut k = cur; k.nk = n; return k; });
+  shortest(cur.nk, [&](int64_t n) {  // then the fewest keys ending where the prefix ends: leading keys dropped
+    Cut k = cur;
+    k.k0 = cur.k0 + cur.nk - n, k.nk = n;
+    return k;
+  });
+  shortest(std::max(cur.dqk, cur.dv), [&](int64_t n) {
+    Cut k = cur;
+    k.dqk = std::min(n, cur.dqk), k.dv = std::min(n, cur.dv);
+    return k;
+  });
+  shortest(cur.dqk, [&](int64_t n) { Cut k = cur; k.dqk = n; return k; });
+  shortest(cur.dv, [&](int64_t n) { Cut k = cur; k.dv = n; return k; });
+  // Features the failure does not need (a causal mask that no longer masks anything, say), in a fixed order.
+  for (const std::string& f : active_features(r.reduced.p)) {
+    prop::Case d;
+    try {
+      d = without(r.reduced, f);
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    if (t.keeps(d)) r.reduced = std::move(d), ++r.steps;
+  }
+
+  // The reduced case's own diagnosis (the original's when nothing was removed is recomputed the same way).
+  Outputs out;
+  try {
+    run_impl(impl, r.reduced.p, r.reduced.in, out);
+    ++t.reruns;
+    Options probed = o;
+    probed.max_reruns = std::max(0, std::min(o.max_reruns, budget - t.reruns));
+    if (probed.max_reruns == 0) probed.rerun = nullptr;
+    r.diagnosis = diagnose(r.reduced, reference_attention(r.reduced.p, r.reduced.in), out, probed);
+    t.reruns += r.diagnosis.reruns;
+  } catch (const std::exception&) {
+  }
+  r.reruns = t.reruns;
+  return r;
+}
+
+}  // namespace attncheck::diagnose

@@ -1,0 +1,19 @@
+// A failure's smallest repro written as an ordinary golden fixture (verify --diagnose --repro DIR): the reduced case
+// (reduce.hpp), the reference's outputs for it, and in the provenance the diagnosis, the implementation and the
+// original case, so `attncheck verify --fixtures DIR` replays it in milliseconds.
+#pragma once
+
+#include <string>
+
+#include "attncheck/fixture.hpp"
+#include "diagnosis.hpp"
+
+namespace attncheck::diagnose {
+
+// Reduces the failure of `impl` on `original` (diagnosed `d`, judged with `o.tolerance`) and writes the result to
+// dir/<repro_impl_case>.h5 with the original fixture's tolerance model. Throws naming the path
+// when the file cannot be written.
+Repro write_repro(const Fixture& original, const Problem& judged, const Impl& impl, const Diagnosis& d,
+                  const Options& o, const std::string& dir);
+
+}  // namespace attncheck::diagnose

@@ -1,0 +1,125 @@
+// The malformed-input catalogue (issue 16): each generated case (catalogue_cases.cpp) through every verb that
+// reads it, each run under a timeout. A damaged fixture goes through inspect, compare (with a good candidate) and
+// verify; a damaged candidate through compare and inspect --actual (with the good fixture). Expected: exit 2 and an
+// error naming the file and the field; never a crash, a hang or exit 0/1. Bit flips are the exception: a flip
+// inside a value is a valid file with another value (nothing in the schema checksums data), so they must only never
+// crash or hang, and an exit 2 must name the file. Each test prints its outcomes per kind and verb.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <map>
+
+#include "../golden/cli_util.hpp"
+#include "catalogue.hpp"
+
+namespace attncheck::catalogue {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int rc = -1;  // exit code; -1 killed by a signal
+  int signal = 0;
+  bool timed_out = false;
+  std::string out;
+};
+
+Outcome run_verb(const std::string& args) {
+  // timeout exits 124 after SIGTERM; -k kills a process that ignores it.
+  const std::string cmd = "timeout -k 2 10 " + std::string(ATTNCHECK_EXE) + " " + args + " 2>&1";
+  Outcome o;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0)
+    if (o.out.size() < 65536) o.out.append(buf, n);
+  const int st = pclose(p);
+  if (WIFEXITED(st)) {
+    o.rc = WEXITSTATUS(st);
+    o.timed_out = o.rc == 124 || o.rc == 137;
+    if (o.rc > 128 && !o.timed_out) o.signal = o.rc - 128;  // timeout passes on the child's signal as 128+N
+  } else if (WIFSIGNALED(st)) {
+    o.signal = WTERMSIG(st);
+  }
+  return o;
+}
+
+std::string label(const Outcome& o) {
+  if (o.timed_out) return "timeout";
+  if (o.signal) return "signal " + std::to_string(o.signal);
+  return "exit " + std::to_string(o.rc);
+}
+
+const Sources& sources() {
+  static const fs::path dir = test::scratch("catalogue");
+  static const Sources s = make_sources(dir);
+  return s;
+}
+
+fs::path dir_for(const std::string& kind) { return sources().plain.parent_path().parent_path() / kind; }
+
+// The verbs that read a case's file.
+std::vector<std::pair<std::string, std::string>> verbs(const Case& c) {
+  const std::string f = c.file.string(), partner = c.partner.string();
+  if (c.candidate)
+    return {{"compare", "compare --expected " + partner + " --actual " + f},
+            {"inspect --actual", "inspect " + partner + " --actual " + f}};
+  std::vector<std::pair<std::string, std::string>> v = {{"inspect", "inspect " + f},
+                                                        {"compare", "compare --expected " + f + " --actual " + partner}};
+  if (c.regular) v.push_back({"verify", "verify --impl reference --fixtures " + c.file.parent_path().string()});
+  return v;
+}
+
+// Runs every case through its verbs, checks each outcome, prints the tally per kind and verb.
+void run_all(const std::vector<Case>& cases) {
+  std::map<std::string, std::map<std::string, std::map<std::string, int>>> tally;  // kind -> verb -> outcome -> n
+  for (const Case& c : cases)
+    for (const auto& [verb, args] : verbs(c)) {
+      const Outcome o = run_verb(args);
+      ++tally[c.kind + (c.want == Want::refused ? "" : c.want == Want::any ? " (any)" : " (valid)")][verb][label(o)];
+      const std::string where = c.name + " via " + verb + ": " + label(o) + "\n" + o.out;
+      EXPECT_FALSE(o.timed_out) << where;
+      EXPECT_EQ(o.signal, 0) << where;
+      if (c.want == Want::refused) {
+        EXPECT_EQ(o.rc, 2) << where;
+      } else if (c.want == Want::accepted) {
+        EXPECT_EQ(o.rc, 0) << where;
+      } else {
+        EXPECT_TRUE(o.rc == 0 || o.rc == 1 || o.rc == 2) << where;
+      }
+      if (o.rc == 2 && c.want != Want::accepted) {
+        EXPECT_NE(o.out.find(c.file.string()), std::string::npos) << "the error does not name the file: " << where;
+        bool named = c.expect.empty();
+        for (const auto& e : c.expect) named = named || o.out.find(e) != std::string::npos;
+        EXPECT_TRUE(named) << "the error names none of the expected fields: " << where;
+      }
+    }
+  for (const auto& [kind, by_verb] : tally)
+    for (const auto& [verb, outcomes] : by_verb) {
+      std::string line = "catalogue " + kind + " | " + verb + " |";
+      for (const auto& [what, n] : outcomes) line += " " + what + ": " + std::to_string(n);
+      std::printf("%s\n", line.c_str());
+    }
+}
+
+TEST(Catalogue, Truncations) { run_all(truncations(sources(), dir_for("truncation"))); }
+TEST(Catalogue, BitFlips) { run_all(bit_flips(sources(), dir_for("bit-flip"))); }
+TEST(Catalogue, Attributes) { run_all(attributes(sources(), dir_for("attribute"))); }
+TEST(Catalogue, Datasets) { run_all(datasets(sources(), dir_for("dataset"))); }
+TEST(Catalogue, ShapesAndBombs) { run_all(shapes_and_bombs(sources(), dir_for("shape"))); }
+TEST(Catalogue, Storage) { run_all(storage(sources(), dir_for("storage"))); }
+TEST(Catalogue, Candidates) { run_all(candidates(sources(), dir_for("candidate"))); }
+
+TEST(Catalogue, HasAtLeast300Cases) {
+  const Sources& s = sources();
+  const fs::path d = dir_for("count");
+  size_t n = truncations(s, d / "t").size() + bit_flips(s, d / "b").size() + attributes(s, d / "a").size() +
+             datasets(s, d / "d").size() + shapes_and_bombs(s, d / "s").size() + storage(s, d / "st").size() +
+             candidates(s, d / "c").size();
+  std::printf("catalogue: %zu cases\n", n);
+  EXPECT_GE(n, 300u);
+}
+
+}  // namespace
+}  // namespace attncheck::catalogue
