@@ -77,8 +77,14 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     for (auto* e : {&r.scores, &r.scores_a, &r.scores_b}) e->assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
   r.score_mag.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
   r.out_abs.assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
-  for (auto* e : {&r.out_rss, &r.out_dev, &r.out_dev_a, &r.out_dev_b, &r.out_dev_c, &r.out_cov}) e->assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
-  for (auto* e : {&r.p_rss, &r.p_rss_a, &r.p_rss_b, &r.p_rss_c, &r.spread, &r.n_terms, &r.n_tied, &r.p_small}) e->assign(static_cast<size_t>(B * Hq * Lq), 0.0);
+  for (auto* e : {&r.out_rss, &r.out_rss_p, &r.out_rss_v, &r.out_sub, &r.out_qdev, &r.out_dev, &r.out_dev_a, &r.out_dev_b, &r.out_dev_c, &r.out_cov}) e->assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
+  for (auto* e : {&r.p_rss, &r.p_rss_a, &r.p_rss_b, &r.p_rss_c, &r.spread, &r.n_terms, &r.n_tied, &r.p_small, &r.p_qbar}) e->assign(static_cast<size_t>(B * Hq * Lq), 0.0);
+
+  // Equal values in a column of V (constant V, one-hot or integer values) round alike: tolerance model only.
+  std::vector<std::vector<int32_t>> vgroup(static_cast<size_t>(B * Hkv));
+  std::vector<int32_t> vgroups(static_cast<size_t>(B * Hkv));
+  for (int64_t bh = 0; bh < B * Hkv; ++bh)
+    vgroup[size_t(bh)] = value_groups(&v[static_cast<size_t>(bh * Lk * Dv)], Lk, Dv, vgroups[size_t(bh)]);
 
   // One row = one (batch, query head, query token). Rows share nothing, so any thread order gives the same bits.
   const auto one_row = [&](int64_t row) {
@@ -217,7 +223,9 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
         takes_part[static_cast<size_t>(j)] =
             in_row(j) && (fully_masked || visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite);
       const std::vector<double> s_row = fully_masked ? std::vector<double>(static_cast<size_t>(Lk), 0.0) : s;
-      row_error_scales(RowInputs{s_row, takes_part, w, keep, ks, vb, Dv}, static_cast<size_t>(row), r);
+      row_error_scales(RowInputs{s_row, takes_part, w, keep, ks, vb, Dv,
+                                                 vgroup[size_t(b * Hkv + kvh)].data(), vgroups[size_t(b * Hkv + kvh)],
+                                                 qi, kb, Dqk, scale}, static_cast<size_t>(row), r);
     }
   };
   r.sampled_rows = rows;

@@ -29,6 +29,7 @@ constexpr double kExpU = 4.0;
 // nothing (fp16 inputs under qk=fp16), so each operand rounding counts only where it is coarser.
 struct Units {
   double acc, qk, scores, p_round, v_round;
+  double p_sub;  // half the subnormal spacing of the P format when P is rounded to fp16 or fp8 e5m2, else 0
   bool exp2;
 };
 
@@ -41,17 +42,22 @@ Units units(const Problem& p, const ToleranceModel& m) {
           coarser(unit_roundoff(c.scores), acc),
           c.p_rounded ? coarser(unit_roundoff(c.pv_operands), acc) : 0.0,
           coarser(unit_roundoff(c.pv_operands), u_in),
+          c.p_rounded && (c.pv_operands == Precision::fp16 || c.pv_operands == Precision::fp8_e5m2)
+              ? std::ldexp(1.0, c.pv_operands == Precision::fp16 ? -25 : -17)
+              : 0.0,
           c.exp == ExpFlavour::exp2};
 }
 
 // Everything the terms need about one row.
 struct Row {
-  double c_a, c_b, c_c;  // score error per unit of the KeyScales magnitudes a, b, c
+  double c_a, c_b, c_c;  // score error per unit of the KeyScales magnitudes a, b, c (c_b: of rounding k, or q)
   double c_s;   // score error per unit of score_mag (the Cauchy-Schwarz bound), for weights and fallbacks
   double c_e;   // relative error of one exp
   double n;     // keys in the sum
   double ties;  // exact ties beyond the first: repeated terms whose rounding errors do not cancel
   double den;   // relative error of the softmax denominator (summation + ties)
+  double nonlin;  // (e^y - 1) / y >= 1 for y = twice the worst error of one score: how far a weight's relative
+                  // error can exceed its first-order value (the score terms are first order; e^eps - 1 is not)
 };
 
 // A result without the v2 scales (built by hand, not by the reference) gets their upper bounds.
@@ -65,11 +71,17 @@ Row row_scales(const Problem& p, const ReferenceResult& r, size_t row, const Uni
   // subtraction (3u), +1 with a bias add, +2 for softcap's tanh, +1 when log2(e) is folded into the scale.
   const double extra = 3.0 + (p.bias_shape ? 1.0 : 0.0) + (p.softcap > 0 ? 2.0 : 0.0) + (u.exp2 ? 1.0 : 0.0);
   x.c_a = u.acc;
-  x.c_b = std::sqrt(2.0) * u.qk;
+  x.c_b = u.qk;  // k's rounding (independent per key) and q's (shared: p_qbar, out_qdev), combined in quadrature
   x.c_c = u.scores + extra * u.acc;
   x.c_s = std::sqrt(static_cast<double>(p.Dqk) / 3.0) * u.acc + std::sqrt(2.0) * u.qk + u.scores + extra * u.acc;
   x.c_e = kExpU * u.acc;
   x.n = r.n_terms.empty() ? static_cast<double>(p.Lk) : r.n_terms[row];
+  // A weight moves by w (e^{eps_j - eta} - 1), |eps_j|, |eta| <= y/2 (its own score's error and the denominator's
+  // weighted mean), and |e^z - 1| <= |z| (e^y - 1)/y for |z| <= y. Negligible (< 1.01) unless the declared operand
+  // format is coarse for the row's logits (bf16 q.k at |s| ~ 1e4: the bound then rightly opens up).
+  const double y = 2.0 * (x.c_s * (r.score_mag.empty() ? 0.0 : r.score_mag[row]) + x.c_e);
+  // Capped so the terms stay finite (a zero term stays zero); at the cap nothing in the row is resolved anyway.
+  x.nonlin = y < 1e-8 ? 1.0 : std::min(std::expm1(std::min(y, 700.0)) / y, 1e250);
   x.ties = r.n_tied.empty() ? x.n : std::max(r.n_tied[row] - 1.0, 0.0);
   const double rho = r.p_rss.empty() ? 1.0 : r.p_rss[row];
   // A sum of n positive terms in any order: partial sums grow like k*T/n, the rounding errors like u*|S_k|;
@@ -118,12 +130,19 @@ TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType d
   const double cov = at(r.out_cov, n, 2.0 * sm * (A + O));
   const double lam = m.lambda;
   const double score_part = r.out_dev_a.empty() ? x.c_s * sm * (A + O)
-                                                : x.c_a * r.out_dev_a[n] + x.c_b * r.out_dev_b[n] + x.c_c * r.out_dev_c[n];
+                                                : x.c_a * r.out_dev_a[n] + x.c_c * r.out_dev_c[n] +
+                                                      x.c_b * std::hypot(r.out_dev_b[n], at(r.out_qdev, n, r.out_dev_b[n]));
   TolTerms t = zero();
-  t[int(TolTerm::scores)] = lam * (score_part + x.c_e * dev);
+  t[int(TolTerm::scores)] = x.nonlin * lam * (score_part + x.c_e * dev);
   // P and/or V rounded before P·V: independent errors (lambda * rss) unless a few terms dominate (then the
   // worst case, the sum of |terms|, is smaller).
-  t[int(TolTerm::operands)] = std::min(lam * std::hypot(u.p_round, u.v_round) * R, (u.p_round + u.v_round) * A);
+  // Equal P (tied scores) and equal values round alike: their terms add before squaring (out_rss_p, out_rss_v).
+  const double Rp = at(r.out_rss_p, n, A), Rv = at(r.out_rss_v, n, A);
+  // An unnormalised P below the format's smallest normal (2^-14) errs absolutely, by up to half the subnormal
+  // spacing, and moves o_d by that times |v_jd| / l: p_sub * out_sub. (An online kernel's P is relative to the
+  // running max, no smaller than the final one, so it is subnormal no more often.)
+  t[int(TolTerm::operands)] = std::min(lam * std::hypot(u.p_round * Rp, u.v_round * Rv), (u.p_round + u.v_round) * A) +
+                              (r.out_sub.empty() ? u.p_sub * A * 0x1.0p14 : u.p_sub * r.out_sub[n]);
   t[int(TolTerm::systematic)] = 2.0 * u.acc * cov;  // every score scaled alike (the scale multiply)
   // The P·V sum (same partial-sum model with T = o, sum t^2 = rss^2), the denominator, repeated terms.
   t[int(TolTerm::key_sum)] =
@@ -142,7 +161,8 @@ TolTerms lse_terms(const Problem& p, const ReferenceResult& r, size_t row, DType
   const double L = std::abs(r.lse[row]), sm = r.score_mag[row];
   const double rho = at(r.p_rss, row, 1.0);
   const double score_part = r.p_rss_a.empty() ? x.c_s * sm
-                                              : x.c_a * r.p_rss_a[row] + x.c_b * r.p_rss_b[row] + x.c_c * r.p_rss_c[row];
+                                              : x.c_a * r.p_rss_a[row] + x.c_c * r.p_rss_c[row] +
+                                                    x.c_b * std::hypot(r.p_rss_b[row], at(r.p_qbar, row, r.p_rss_b[row]));
   // The max m and the mean score lie within log(n) of lse (lse - log n <= m <= lse; entropy <= log n).
   const double near_lse = L + std::log(std::max(x.n, 1.0));
   TolTerms t = zero();
@@ -165,9 +185,10 @@ TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DTy
   const double P = std::abs(r.weights[n]), sm = r.score_mag[row];
   const double rho = at(r.p_rss, row, 1.0);
   const double others = r.p_rss_a.empty() ? x.c_s * sm
-                                          : x.c_a * r.p_rss_a[row] + x.c_b * r.p_rss_b[row] + x.c_c * r.p_rss_c[row];
+                                          : x.c_a * r.p_rss_a[row] + x.c_c * r.p_rss_c[row] +
+                                                x.c_b * std::hypot(r.p_rss_b[row], at(r.p_qbar, row, r.p_rss_b[row]));
   TolTerms t = zero();
-  t[int(TolTerm::scores)] = P * m.lambda * (x.c_s * sm + others + x.c_e * (1.0 + rho));
+  t[int(TolTerm::scores)] = std::min(x.nonlin * P * m.lambda * (x.c_s * sm + others + x.c_e * (1.0 + rho)), 1.0);
   t[int(TolTerm::systematic)] = P * 4.0 * u.acc * sm;
   t[int(TolTerm::key_sum)] = P * x.den;
   t[int(TolTerm::division)] = P * 2.0 * u.acc;
@@ -186,7 +207,7 @@ TolTerms scores_terms(const Problem& p, const ReferenceResult& r, size_t n, DTyp
   TolTerms t = zero();
   const double fill = p.fill == MaskFill::finite ? p.fill_value : -std::numeric_limits<double>::infinity();
   if (!std::isfinite(r.scores[n]) || (p.scores_out == ScoresOut::masked && r.scores[n] == fill)) return t;
-  t[int(TolTerm::scores)] = m.lambda * (x.c_a * r.scores_a[n] + x.c_b * r.scores_b[n]) + x.c_c * S;
+  t[int(TolTerm::scores)] = m.lambda * (x.c_a * r.scores_a[n] + std::sqrt(2.0) * x.c_b * r.scores_b[n]) + x.c_c * S;
   t[int(TolTerm::storage)] = unit_roundoff(delivered) * S;
   t[int(TolTerm::floor_)] = floor_of(p, delivered);
   return t;

@@ -24,6 +24,20 @@ struct ReferenceResult {
   // Tolerance model v2's row scales (docs/tolerance.md), with w' = w * keep/(1-p), dv_j = w'_j v_jd - w_j o_d and
   // the per-key score error magnitudes of KeyScales (a: accumulation, b: operand rounding, c: the score itself):
   std::vector<double> out_rss;    // [B, Hq, Lq, Dv]: sqrt(sum_j (w'_j v_jd)^2)
+  // Repeated operands round alike, so their errors add before squaring: out_rss with the terms of keys sharing
+  // one exact score (equal P) summed first (_p), and with the terms of keys sharing one value v_jd (_v).
+  std::vector<double> out_rss_p, out_rss_v;  // [B, Hq, Lq, Dv]
+  // (1/l) sum_j |keep_j v_jd| over keys whose unnormalised P_j = exp(s_j - m) is below 2^-14 (fp16's smallest
+  // normal), 1/l = the largest weight: where P rounded to fp16 (or fp8 e5m2) is subnormal and errs by up to half
+  // its spacing, not relatively.
+  std::vector<double> out_sub;  // [B, Hq, Lq, Dv]
+  // Rounding q moves every key's score through one vector, so those errors are not independent across keys:
+  // p_qbar = |scale| ||q o k_mean|| (k_mean = sum_j w_j k_j), what it moves lse by per unit; out_qdev =
+  // sum_j |dv_j| |scale| ||q o (k_j - k_mean)||, what it moves o_d by (a common shift cancels, sum_j dv_j = 0).
+  std::vector<double> p_qbar;    // [B, Hq, Lq]
+  std::vector<double> out_qdev;  // [B, Hq, Lq, Dv]
+  // Sums over keys below group copies of one key (equal a_j and b_j: equal dot-product errors) first; the
+  // deviations take the larger of the per-key and the per-group sum.
   std::vector<double> out_dev;    // [B, Hq, Lq, Dv]: sqrt(sum_j dv_j^2)
   std::vector<double> out_dev_a, out_dev_b, out_dev_c;  // [B, Hq, Lq, Dv]: sqrt(sum_j (a_j dv_j)^2), b, c alike
   std::vector<double> out_cov;    // [B, Hq, Lq, Dv]: sum_j |s_j - s_mean| |dv_j|
@@ -55,7 +69,16 @@ struct RowInputs {
   const KeyScales& mag;                  // per-key score error magnitudes
   const double* v;                       // (Lk, Dv)
   int64_t Dv;
+  const int32_t* vgroup = nullptr;       // (Lk, Dv): value_groups of v, or null (every value counted alone)
+  int32_t vgroups = 0;
+  const double* q = nullptr;             // (Dqk): the query row, with k (Lk, Dqk) and the scale: p_qbar, out_qdev
+  const double* k = nullptr;
+  int64_t Dqk = 0;
+  double scale = 0;
 };
+// Groups of equal values within each column of V (Lk, Dv): the group index of v_jd, -1 when no other key of the
+// column holds the same value; `count` receives the number of groups.
+std::vector<int32_t> value_groups(const double* v, int64_t Lk, int64_t Dv, int32_t& count);
 // Computes row `row`'s error scales into r (out, sized vectors must be allocated; out must be final).
 void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r);
 
