@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "attncheck/features.hpp"
 #include "attncheck/fixture.hpp"
 #include "fixture_attrs.hpp"
 #include "fixture_grad.hpp"
@@ -58,11 +59,20 @@ void read_attrs(h5::Reader& r, hid_t root, Fixture& f) {
   f.tolerance.exact_out = exact == 1;
 }
 
+// A rule broken by a dataset's contents (a key_lengths of the wrong length, say) names the dataset's path; every
+// other rule names "problem".
 void validate_problem(const h5::Reader& r, const Problem& p) {
   try {
     validate(p);
   } catch (const std::invalid_argument& e) {
-    r.fail("problem", e.what());
+    const std::string msg = e.what();
+    for (const Field& f : problem_fields()) {
+      const size_t n = std::char_traits<char>::length(f.key);
+      if (f.stored == Stored::dataset && msg.compare(0, n, f.key) == 0 && msg.size() > n &&
+          (msg[n] == ' ' || msg[n] == '[' || msg[n] == ':'))
+        r.fail(std::string("/inputs/") + f.key, msg);
+    }
+    r.fail("problem", msg);
   }
 }
 
