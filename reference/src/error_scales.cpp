@@ -167,11 +167,15 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
   // Terms of repeated P and of repeated values: singletons enter the root sum of squares alone, groups summed.
   std::vector<Rss> rss_p(Dv), rss_v(Dv);
   std::vector<double> gp(static_cast<size_t>(sgroups) * Dv, 0.0), gv(static_cast<size_t>(x.vgroups), 0.0);
+  // The unnormalised P_j = exp(s_j - m) = w_j / w_max (w_max = 1/l when a key holds the max).
+  double w_max = 0;
+  for (size_t j = 0; j < Lk; ++j)
+    if (x.takes_part[j]) w_max = std::max(w_max, x.w[j]);
   for (size_t j = 0; j < Lk; ++j) {
     if (!x.takes_part[j] || x.w[j] == 0) continue;
     for (size_t d = 0; d < Dv; ++d) {
       const double t = std::abs(x.w[j] * x.keep[j] * x.v[j * Dv + d]);
-      if (x.w[j] < 0x1.0p-14) r.out_sub[row * Dv + d] += std::abs(x.keep[j] * x.v[j * Dv + d]);
+      if (x.w[j] < 0x1.0p-14 * w_max) r.out_sub[row * Dv + d] += w_max * std::abs(x.keep[j] * x.v[j * Dv + d]);
       if (sgroup[j] < 0) rss_p[d].add(t);
       else gp[size_t(sgroup[j]) * Dv + d] += t;
       const int32_t vg = x.vgroup ? x.vgroup[j * Dv + d] : -1;

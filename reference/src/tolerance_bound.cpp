@@ -138,8 +138,9 @@ TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType d
   // worst case, the sum of |terms|, is smaller).
   // Equal P (tied scores) and equal values round alike: their terms add before squaring (out_rss_p, out_rss_v).
   const double Rp = at(r.out_rss_p, n, A), Rv = at(r.out_rss_v, n, A);
-  // A P below the format's smallest normal (2^-14) errs absolutely, by up to half the subnormal spacing: with
-  // the unnormalised P (max 1, l >= 1) or the normalised one, o_d moves by at most p_sub * sum of those |v_jd|.
+  // An unnormalised P below the format's smallest normal (2^-14) errs absolutely, by up to half the subnormal
+  // spacing, and moves o_d by that times |v_jd| / l: p_sub * out_sub. (An online kernel's P is relative to the
+  // running max, no smaller than the final one, so it is subnormal no more often.)
   t[int(TolTerm::operands)] = std::min(lam * std::hypot(u.p_round * Rp, u.v_round * Rv), (u.p_round + u.v_round) * A) +
                               (r.out_sub.empty() ? u.p_sub * A * 0x1.0p14 : u.p_sub * r.out_sub[n]);
   t[int(TolTerm::systematic)] = 2.0 * u.acc * cov;  // every score scaled alike (the scale multiply)

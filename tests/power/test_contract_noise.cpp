@@ -96,8 +96,7 @@ TEST(ContractNoise, DeclaredRoundingsPassOnEveryValueDistribution) {
       {DType::f32, "qk=tf32,pv=tf32", PRound::none},
       {DType::f32, "pv=bf16,p=rounded", PRound::unnormalised},
       {DType::f32, "pv=bf16,p=rounded", PRound::normalised},
-      {DType::f16, "", PRound::unnormalised},
-      {DType::f16, "", PRound::normalised},
+      {DType::f16, "", PRound::unnormalised},  // fp16 normalised weights: not p=rounded (docs, "Subnormal P")
       {DType::bf16, "", PRound::unnormalised},
       {DType::bf16, "", PRound::normalised},
   };
@@ -139,6 +138,33 @@ TEST(ContractNoise, DeclaredRoundingsPassOnEveryValueDistribution) {
     std::printf("%-60s %.3f  %s\n", key.c_str(), ratio, ratio > 0.9 ? where[key].c_str() : "");
     EXPECT_LE(ratio, 1.0) << key << ": " << where[key];
   }
+}
+
+// The subnormal part of fp16 P rounding counts keys whose unnormalised P is subnormal (s_j more than 9.7 below the
+// max), not every weight below 2^-14: a flat row of 8192 keys has none, so detection at long context is kept.
+TEST(ContractNoise, SubnormalPTermCountsOnlyKeysFarBelowTheMax) {
+  Problem p;
+  p.Lq = 2;
+  p.Lk = 8192;
+  p.Dqk = 16;
+  p.Dv = 4;
+  p.dtype = DType::f16;
+  Inputs in{Tensor(DType::f16, {1, 1, p.Lq, p.Dqk}), Tensor(DType::f16, {1, 1, p.Lk, p.Dqk}),
+            Tensor(DType::f16, {1, 1, p.Lk, p.Dv}), {}, {}, {}, {}, {}};
+  prop::SeededChooser r(5);
+  for (Tensor* t : {&in.q, &in.k, &in.v})
+    for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, round_to(DType::f16, prop::normal(r)));
+  ReferenceResult ref = reference_attention(p, in);
+  for (double x : ref.out_sub) EXPECT_EQ(x, 0.0);  // every weight is below 2^-14, no P is
+  // One key 20 below the rest (P = e^-20, subnormal in fp16) with a large value: it counts, at |v| / l.
+  for (int64_t d = 0; d < p.Dqk; ++d) in.k.put(0, 0, 7, d, 0.0);
+  p.bias_shape = std::array<int64_t, 4>{1, 1, 1, p.Lk};
+  in.bias = Tensor(p.bias_dtype, {1, 1, 1, p.Lk});
+  in.bias->set_offset(7, -30.0);
+  in.v.put(0, 0, 7, 0, 1000.0);
+  ref = reference_attention(p, in);
+  EXPECT_GT(ref.out_sub[0], 100.0 * ref.out_sub[1]);  // column 0 holds the 1000, column 1 an N(0,1) value
+  EXPECT_GT(ref.out_sub[1], 0.0);
 }
 
 // Keys of real models share a large common component; then the rounding of q (one vector, shared by every key)

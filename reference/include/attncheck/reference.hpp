@@ -27,8 +27,9 @@ struct ReferenceResult {
   // Repeated operands round alike, so their errors add before squaring: out_rss with the terms of keys sharing
   // one exact score (equal P) summed first (_p), and with the terms of keys sharing one value v_jd (_v).
   std::vector<double> out_rss_p, out_rss_v;  // [B, Hq, Lq, Dv]
-  // sum_j |keep_j v_jd| over keys with 0 < w_j < 2^-14 (fp16's smallest normal): where P rounded to fp16 (or
-  // fp8 e5m2) is subnormal and errs by up to half its spacing, not relatively.
+  // (1/l) sum_j |keep_j v_jd| over keys whose unnormalised P_j = exp(s_j - m) is below 2^-14 (fp16's smallest
+  // normal), 1/l = the largest weight: where P rounded to fp16 (or fp8 e5m2) is subnormal and errs by up to half
+  // its spacing, not relatively.
   std::vector<double> out_sub;  // [B, Hq, Lq, Dv]
   // Rounding q moves every key's score through one vector, so those errors are not independent across keys:
   // p_qbar = |scale| ||q o k_mean|| (k_mean = sum_j w_j k_j), what it moves lse by per unit; out_qdev =
