@@ -43,6 +43,7 @@ HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const T* HWY_RESTRICT
     c0[i] = acc ? hn::LoadU(d, C + i * ldc) : hn::Zero(d);
     c1[i] = acc ? hn::LoadU(d, C + i * ldc + N) : hn::Zero(d);
   }
+#pragma GCC unroll 4
   for (int64_t p = 0; p < k; ++p) {
     const V b0 = hn::LoadU(d, B + p * ldb), b1 = hn::LoadU(d, B + p * ldb + N);
     for (size_t i = 0; i < MR; ++i) {
@@ -236,6 +237,33 @@ T RowMax(const T* s, int64_t n, T m) {
 float RowMaxF32(const float* s, int64_t n, float m) { return RowMax(s, n, m); }
 double RowMaxF64(const double* s, int64_t n, double m) { return RowMax(s, n, m); }
 
+// s[j] *= scale and the max of the products (NaN skipped, -inf for n = 0): the scorer's scale and the row max in
+// one pass over the score row instead of two.
+template <class T>
+T ScaleMax(T* s, int64_t n, T scale) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vs = hn::Set(d, scale);
+  auto acc0 = hn::Set(d, -std::numeric_limits<T>::infinity()), acc1 = acc0;
+  int64_t j = 0;
+  for (; j + 2 * N <= n; j += 2 * N) {
+    const auto x0 = hn::Mul(hn::LoadU(d, s + j), vs), x1 = hn::Mul(hn::LoadU(d, s + j + N), vs);
+    hn::StoreU(x0, d, s + j);
+    hn::StoreU(x1, d, s + j + N);
+    acc0 = hn::IfThenElse(hn::Lt(acc0, x0), x0, acc0);
+    acc1 = hn::IfThenElse(hn::Lt(acc1, x1), x1, acc1);
+  }
+  acc0 = hn::IfThenElse(hn::Lt(acc0, acc1), acc1, acc0);
+  T mx = hn::GetLane(hn::MaxOfLanes(d, acc0));
+  for (; j < n; ++j) {
+    s[j] *= scale;
+    mx = mx < s[j] ? s[j] : mx;
+  }
+  return mx;
+}
+float ScaleMaxF32(float* s, int64_t n, float scale) { return ScaleMax(s, n, scale); }
+double ScaleMaxF64(double* s, int64_t n, double scale) { return ScaleMax(s, n, scale); }
+
 // The FMA peak: 12 independent multiply-add chains (enough to cover latency x throughput on current x86 cores).
 constexpr int kChains = 12;
 int64_t FmaFlopsPerIter() { return 2 * kChains * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
@@ -291,6 +319,8 @@ HWY_EXPORT(ExpF32);
 HWY_EXPORT(ExpF64);
 HWY_EXPORT(RowMaxF32);
 HWY_EXPORT(RowMaxF64);
+HWY_EXPORT(ScaleMaxF32);
+HWY_EXPORT(ScaleMaxF64);
 HWY_EXPORT(WidenBF16);
 HWY_EXPORT(WidenF16);
 HWY_EXPORT(FmaFlopsPerIter);
@@ -401,6 +431,14 @@ float row_max<float>(const float* s, int64_t n, float m) {
 template <>
 double row_max<double>(const double* s, int64_t n, double m) {
   return HWY_DYNAMIC_DISPATCH(RowMaxF64)(s, n, m);
+}
+template <>
+float scale_max<float>(float* s, int64_t n, float scale) {
+  return HWY_DYNAMIC_DISPATCH(ScaleMaxF32)(s, n, scale);
+}
+template <>
+double scale_max<double>(double* s, int64_t n, double scale) {
+  return HWY_DYNAMIC_DISPATCH(ScaleMaxF64)(s, n, scale);
 }
 void widen_bf16(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(WidenBF16)(src, dst, n); }
 void widen_f16(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(WidenF16)(src, dst, n); }
