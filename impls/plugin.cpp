@@ -115,6 +115,12 @@ void describe(const Problem& p, Described& out) {
     *tail = &out.varlen.header;
     tail = &out.varlen.header.next;
   }
+  if (p.page_size > 0) {
+    out.paged_kv = {{ATTNCHECK_EXT_PAGED_KV, sizeof out.paged_kv, nullptr}, p.page_size, p.num_pages,
+                    p.pages_per_seq(), p.block_table.data()};
+    *tail = &out.paged_kv.header;
+    tail = &out.paged_kv.header.next;
+  }
 }
 
 attncheck_ext_backward& chain_backward(Described& out) {
@@ -140,7 +146,7 @@ static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT 
               static_cast<int>(Alignment::explicit_) == ATTNCHECK_ALIGN_EXPLICIT);
 static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCHECK_EXT_SCORES &&
                   ext_tag::kv_append == ATTNCHECK_EXT_KV_APPEND && ext_tag::backward == ATTNCHECK_EXT_BACKWARD &&
-                  ext_tag::varlen == ATTNCHECK_EXT_VARLEN,
+                  ext_tag::varlen == ATTNCHECK_EXT_VARLEN && ext_tag::paged_kv == ATTNCHECK_EXT_PAGED_KV,
               "the feature table's extension tags are plugin.h's");
 static_assert(static_cast<int>(ScoresOut::scaled) == 1 && static_cast<int>(ScoresOut::masked) == 3);
 static_assert(static_cast<int>(FullyMasked::nan) == ATTNCHECK_FULLY_MASKED_NAN &&

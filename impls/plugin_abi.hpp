@@ -32,6 +32,7 @@ struct Described {
   attncheck_ext_kv_append kv_append;
   attncheck_ext_backward backward;
   attncheck_ext_varlen varlen;
+  attncheck_ext_paged_kv paged_kv;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };

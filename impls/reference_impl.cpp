@@ -16,6 +16,7 @@ class ReferenceImpl final : public Impl {
     c.scores_out = true;
     c.kv_append = true;
     c.varlen = true;
+    c.paged_kv = true;
     return c;
   }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {

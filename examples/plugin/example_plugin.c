@@ -1,9 +1,9 @@
 /* An example attncheck plugin: scaled dot-product attention in plain fp32 loops, written against the C ABI
  * (attncheck/plugin.h) only, as a user's library would be. It supports a declared subset (fp32; causal, window,
- * padding, boolean mask, softcap, attention sinks, KV-cache append and packed sequences through the ABI v2 extension
- * chain; no bias, dropout or finite fill) and says "unsupported" for everything else. It also offers the backward pass
- * (feature "backward", extension tag 5): dQ, dK, dV in plain loops, for the same subset without sinks or KV-cache
- * append.
+ * padding, boolean mask, softcap, attention sinks, KV-cache append, packed sequences and a paged KV cache through the
+ * ABI v2 extension chain; no bias, dropout or finite fill) and says "unsupported" for everything else. It also offers the backward pass
+ * (feature "backward", extension tag 5): dQ, dK, dV in plain loops, for the same subset without sinks, KV-cache
+ * append, packed sequences or pages.
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
  * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing),
  * EXAMPLE_PLUGIN_RUN_FAILS (run() reports an error status), EXAMPLE_PLUGIN_NO_WEIGHTS (declares no weights output,
@@ -91,6 +91,10 @@ static int32_t example_supports(const attncheck_problem* p, char* reason, size_t
     snprintf(reason, reason_size, "the example's backward is not checked with packed sequences (no reference for it)");
     return 0;
   }
+  if (extension(p, ATTNCHECK_EXT_BACKWARD) && extension(p, ATTNCHECK_EXT_PAGED_KV)) {
+    snprintf(reason, reason_size, "the example's backward does not read pages");
+    return 0;
+  }
 #endif
   return 1;
 }
@@ -106,6 +110,16 @@ static int varlen_of(const attncheck_problem* p, const int64_t** cq, const int64
 #endif
   (void)p, (void)cq, (void)ck;
   return 0;
+}
+
+/* Element offset of token j of batch b in a K or V tensor with strides s (head and dim not included): with a paged
+ * cache (extension tag 7) through the block table, else row j of batch b. */
+static int64_t token_at(const attncheck_problem* p, int64_t b, int64_t j, const int64_t* s) {
+#ifdef ATTNCHECK_EXT_PAGED_KV
+  const attncheck_ext_paged_kv* e = (const attncheck_ext_paged_kv*)extension(p, ATTNCHECK_EXT_PAGED_KV);
+  if (e) return e->block_table[b * e->pages_per_seq + j / e->page_size] * s[0] + (j % e->page_size) * s[2];
+#endif
+  return b * s[0] + j * s[2];
 }
 
 /* Query i's keys [*k0, *k1) and the key on its diagonal: its packed sequence's with varlen, else the valid keys. */
@@ -325,8 +339,8 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
           vis[j] = (unsigned char)visible(p, b, h, i, j);
           if (!vis[j]) continue;
           float dot = 0.0f;
-          for (int64_t d = 0; d < p->Dqk; ++d)
-            dot += q[b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]] * k[b * ks[0] + kh * ks[1] + j * ks[2] + d * ks[3]];
+          const float* kj = k + token_at(p, b, j, ks) + kh * ks[1];
+          for (int64_t d = 0; d < p->Dqk; ++d) dot += q[b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]] * kj[d * ks[3]];
           float s = dot * scale;
           if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
           score[j] = s;
@@ -366,7 +380,7 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
           float acc = none ? row_fill : 0.0f; /* nan policy: NaN, also for a sequence without keys */
           if (!none)
             for (int64_t j = 0; j < p->Lk; ++j)
-              if (vis[j]) acc += pv_weight(score[j], sum) * v[b * vs[0] + kh * vs[1] + j * vs[2] + d * vs[3]];
+              if (vis[j]) acc += pv_weight(score[j], sum) * v[token_at(p, b, j, vs) + kh * vs[1] + d * vs[3]];
           out[b * os[0] + h * os[1] + i * os[2] + d * os[3]] = acc;
         }
       }
@@ -389,7 +403,7 @@ static int32_t example_declarations(attncheck_declarations* d, char* err, size_t
 #endif
 
 #if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
-static const char* const example_features[] = {"sinks", "kv_append", "varlen", "backward", NULL};
+static const char* const example_features[] = {"sinks", "kv_append", "varlen", "paged_kv", "backward", NULL};
 #endif
 
 static const attncheck_plugin example_vtable = {

@@ -97,15 +97,14 @@ void read_problem_datasets(const h5::Reader& r, hid_t file, Problem& p) {
       v = r.read_as_double(d, path, static_cast<size_t>(p.Hq));
       continue;
     }
-    auto& v = p.*std::get<std::vector<int64_t> P::*>(f.ref);  // one int64 per batch; cu_seqlens_*: S + 1
+    // int64 lists (per batch; cu_seqlens_*: S + 1; block_table: B * pages): any 1-d length up to 2^24, and
+    // validate() checks it against the problem, naming the field.
+    auto& v = p.*std::get<std::vector<int64_t> P::*>(f.ref);
     v.clear();
     if (!r.has_object(file, path)) continue;
     h5::Id d = r.open_dataset(file, path);
-    int64_t n = p.B;
-    if (std::string(f.key).rfind("cu_seqlens_", 0) == 0) {  // any 1-d length up to 2^24; validate() checks the rest
-      const std::vector<int64_t> e = r.extents(d, path);
-      n = e.size() == 1 && e[0] >= 1 && e[0] <= (int64_t{1} << 24) ? e[0] : 0;
-    }
+    const std::vector<int64_t> e = r.extents(d, path);
+    const int64_t n = e.size() == 1 && e[0] >= 1 && e[0] <= (int64_t{1} << 24) ? e[0] : 0;
     r.expect_extents(d, path, {n});
     v.resize(static_cast<size_t>(n));
     r.read_i64(d, path, v.data());

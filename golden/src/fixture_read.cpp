@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "attncheck/features.hpp"
 #include "attncheck/fixture.hpp"
 #include "fixture_attrs.hpp"
 #include "fixture_grad.hpp"
@@ -58,11 +59,20 @@ void read_attrs(h5::Reader& r, hid_t root, Fixture& f) {
   f.tolerance.exact_out = exact == 1;
 }
 
+// A rule broken by a dataset's contents (a key_lengths of the wrong length, say) names the dataset's path; every
+// other rule names "problem".
 void validate_problem(const h5::Reader& r, const Problem& p) {
   try {
     validate(p);
   } catch (const std::invalid_argument& e) {
-    r.fail("problem", e.what());
+    const std::string msg = e.what();
+    for (const Field& f : problem_fields()) {
+      const size_t n = std::char_traits<char>::length(f.key);
+      if (f.stored == Stored::dataset && msg.compare(0, n, f.key) == 0 && msg.size() > n &&
+          (msg[n] == ' ' || msg[n] == '[' || msg[n] == ':'))
+        r.fail(std::string("/inputs/") + f.key, msg);
+    }
+    r.fail("problem", msg);
   }
 }
 
@@ -81,7 +91,11 @@ Fixture read_header(h5::Reader& r, hid_t file, const FixtureReadOptions& options
   Fixture f;
   h5::Id root = r.open_group(file, "/");
   read_attrs(r, root, f);
-  validate_problem(r, f.problem);
+  {  // The attributes alone: the block table of a paged cache is a dataset, read below and checked with the rest.
+    Problem attrs = f.problem;
+    attrs.page_size = attrs.num_pages = 0;
+    validate_problem(r, attrs);
+  }
   // effective_scale is what h5py users read; it must be the one the problem implies, bit for bit.
   if (r.has_attr(root, "effective_scale")) {
     const double stored = r.attr_f64(root, "/", "effective_scale"), implied = f.problem.effective_scale();
@@ -169,8 +183,9 @@ double fixture_memory_bytes(const Problem& p) {
   auto numel4 = [](const std::optional<std::array<int64_t, 4>>& s) {
     return s ? double((*s)[0]) * double((*s)[1]) * double((*s)[2]) * double((*s)[3]) : 0.0;
   };
-  const double q = B * Hq * Lq * double(p.Dqk) * in_size, k = B * Hkv * Lk * double(p.Dqk) * in_size,
-               v = B * Hkv * Lk * double(p.Dv) * in_size;
+  const double kv_tokens = p.page_size > 0 ? double(p.num_pages) * double(p.page_size) : B * Lk;  // pages: the pool
+  const double q = B * Hq * Lq * double(p.Dqk) * in_size, k = kv_tokens * Hkv * double(p.Dqk) * in_size,
+               v = kv_tokens * Hkv * double(p.Dv) * in_size;
   const double masks = numel4(p.mask_shape) + numel4(p.bias_shape) * double(dtype_size(p.bias_dtype)) +
                        (p.dropout_p > 0 ? B * Hq * Lq * Lk : 0.0);
   const double expected = 8.0 * (2 * B * Hq * Lq * double(p.Dv) + 2 * B * Hq * Lq + (p.want_weights ? B * Hq * Lq * Lk : 0) +
@@ -197,8 +212,8 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
     r.open_group(file, "/expected");
     Inputs& in = f.inputs;
     in.q = read_tensor(r, file, "/inputs/q", p.dtype, {p.B, p.Hq, p.Lq, p.Dqk}, p.layout);
-    in.k = read_tensor(r, file, "/inputs/k", p.dtype, {p.B, p.Hkv, p.new_len(), p.Dqk}, p.layout);
-    in.v = read_tensor(r, file, "/inputs/v", p.dtype, {p.B, p.Hkv, p.new_len(), p.Dv}, p.layout);
+    in.k = read_tensor(r, file, "/inputs/k", p.dtype, qkv_shape(p, 1), p.layout);
+    in.v = read_tensor(r, file, "/inputs/v", p.dtype, qkv_shape(p, 2), p.layout);
     if (p.past_len > 0) {
       in.past_k = read_tensor(r, file, "/inputs/past_key", p.dtype, {p.B, p.Hkv, p.past_len, p.Dqk}, p.layout);
       in.past_v = read_tensor(r, file, "/inputs/past_value", p.dtype, {p.B, p.Hkv, p.past_len, p.Dv}, p.layout);

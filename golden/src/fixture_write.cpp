@@ -98,8 +98,11 @@ std::string fixture_bytes(const std::string& path, const Fixture& f) {
   fixture_detail::write_gradients_attr(root, f);
 
   const char* qdims = p.layout == Layout::BHSD ? "B,Hq,Lq,Dqk" : "B,Lq,Hq,Dqk";
-  const char* kdims = p.layout == Layout::BHSD ? "B,Hkv,Lk,Dqk" : "B,Lk,Hkv,Dqk";
-  const char* vdims = p.layout == Layout::BHSD ? "B,Hkv,Lk,Dv" : "B,Lk,Hkv,Dv";
+  const bool paged = p.page_size > 0;  // k, v are the page pools
+  const char* kdims = paged ? (p.layout == Layout::BHSD ? "page,Hkv,page_size,Dqk" : "page,page_size,Hkv,Dqk")
+                            : (p.layout == Layout::BHSD ? "B,Hkv,Lk,Dqk" : "B,Lk,Hkv,Dqk");
+  const char* vdims = paged ? (p.layout == Layout::BHSD ? "page,Hkv,page_size,Dv" : "page,page_size,Hkv,Dv")
+                            : (p.layout == Layout::BHSD ? "B,Hkv,Lk,Dv" : "B,Lk,Hkv,Dv");
   const char* odims = p.layout == Layout::BHSD ? "B,Hq,Lq,Dv" : "B,Lq,Hq,Dv";
   {
     h5::Id g = h5::create_group(file, "inputs");

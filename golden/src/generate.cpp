@@ -73,8 +73,43 @@ bool key_visible_anywhere(const Problem& p, const Inputs& in, int64_t b, int64_t
   return false;
 }
 
+void page_inputs(const Problem& p, Inputs& in) {
+  if (p.page_size == 0) return;
+  Problem flat = p;
+  flat.page_size = flat.num_pages = 0, flat.block_table.clear();
+  const int64_t P = p.page_size, n = p.pages_per_seq();
+  std::vector<int> owners(static_cast<size_t>(p.num_pages * P), 0);  // per pool slot: how many (b, j) map to it
+  auto slot_of = [&](int64_t b, int64_t j) { return p.block_table[static_cast<size_t>(b * n + j / P)] * P + j % P; };
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t j = 0; j < p.Lk; ++j) ++owners[static_cast<size_t>(slot_of(b, j))];
+  for (int which : {1, 2}) {
+    Tensor& t = which == 1 ? in.k : in.v;
+    Tensor pool = make_qkv(p, which);
+    pool.fill(std::numeric_limits<double>::quiet_NaN());
+    for (int64_t h = 0; h < p.Hkv; ++h) {
+      std::vector<char> taken(owners.size(), 0);  // 1: written, 2: written by an owner some query sees
+      for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t j = 0; j < p.Lk; ++j) {
+          const size_t s = static_cast<size_t>(slot_of(b, j));
+          const char mine = owners[s] > 1 && key_visible_anywhere(flat, in, b, h, j) ? 2 : 1;
+          if (taken[s] >= mine) continue;
+          taken[s] = mine;
+          for (int64_t d = 0; d < t.shape[3]; ++d) pool.put(static_cast<int64_t>(s) / P, h, static_cast<int64_t>(s) % P, d, t.at(b, h, j, d));
+        }
+    }
+    t = std::move(pool);
+  }
+}
+
 Inputs generate_inputs(const Problem& p, Distribution dist, uint64_t seed) {
   validate(p);
+  if (p.page_size > 0) {  // the contiguous problem's inputs, moved into pages (the same tokens, NaN elsewhere)
+    Problem flat = p;
+    flat.page_size = flat.num_pages = 0, flat.block_table.clear();
+    Inputs in = generate_inputs(flat, dist, seed);
+    page_inputs(p, in);
+    return in;
+  }
   if (p.past_len > 0) {
     // KV-cache append: the inputs of attending over the whole sequence, its first past_len tokens moved into the
     // past (so a fixture with a past and one without hold the same sequence, hazards and poison included).

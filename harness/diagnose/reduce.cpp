@@ -54,6 +54,9 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   if (!groups && !within) bad("heads do not keep the GQA map");
   if (p.past_len > 0 && (k.k0 != 0 || k.nk <= p.past_len)) bad("cuts into the KV-cache past or keeps no new key");
   if (!p.cu_seqlens_q.empty()) bad("of a varlen problem (reduce() takes one sequence first)");
+  if (p.page_size > 0 && k.k0 % p.page_size != 0)  // key k0 must be token 0 of a page for the table to address it
+    bad("drops keys [0, " + std::to_string(k.k0) + ") of a paged KV cache: not a whole number of pages (page_size=" +
+        std::to_string(p.page_size) + ")");
 
   prop::Case d = c;
   Problem& q = d.p;
@@ -90,9 +93,20 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
 
   const auto so = storage_order(p.layout);
   d.in.q = slice(c.in.q, {k.b0, k.h0, k.i0, 0}, {k.nb, k.nh, k.nq, k.dqk}, so);
-  const int64_t nnew = k.nk - p.past_len;  // k and v hold the keys after the past: their first nnew are kept
-  d.in.k = slice(c.in.k, {k.b0, k.g0, k.k0, 0}, {k.nb, k.ng, nnew, k.dqk}, so);
-  d.in.v = slice(c.in.v, {k.b0, k.g0, k.k0, 0}, {k.nb, k.ng, nnew, k.dv}, so);
+  if (p.page_size > 0) {
+    // Paged: the pool keeps every page (cut to the kept KV heads and head-dim columns); the block table keeps the
+    // kept batches' rows and, of each, the pages holding keys [k0, k0+nk).
+    const int64_t n = p.pages_per_seq(), first = k.k0 / p.page_size;
+    q.block_table.clear();
+    for (int64_t b = k.b0; b < k.b0 + k.nb; ++b)
+      for (int64_t j = 0; j < q.pages_per_seq(); ++j) q.block_table.push_back(p.block_table[static_cast<size_t>(b * n + first + j)]);
+    d.in.k = slice(c.in.k, {0, k.g0, 0, 0}, {p.num_pages, k.ng, p.page_size, k.dqk}, so);
+    d.in.v = slice(c.in.v, {0, k.g0, 0, 0}, {p.num_pages, k.ng, p.page_size, k.dv}, so);
+  } else {
+    const int64_t nnew = k.nk - p.past_len;  // k and v hold the keys after the past: their first nnew are kept
+    d.in.k = slice(c.in.k, {k.b0, k.g0, k.k0, 0}, {k.nb, k.ng, nnew, k.dqk}, so);
+    d.in.v = slice(c.in.v, {k.b0, k.g0, k.k0, 0}, {k.nb, k.ng, nnew, k.dv}, so);
+  }
   if (c.in.past_k) d.in.past_k = slice(*c.in.past_k, {k.b0, k.g0, 0, 0}, {k.nb, k.ng, p.past_len, k.dqk}, so);
   if (c.in.past_v) d.in.past_v = slice(*c.in.past_v, {k.b0, k.g0, 0, 0}, {k.nb, k.ng, p.past_len, k.dv}, so);
   const std::array<int64_t, 4> s0{k.b0, k.h0, k.i0, k.k0}, n{k.nb, k.nh, k.nq, k.nk};
@@ -156,6 +170,13 @@ Reduction reduce(const prop::Case& original, const Impl& impl, const std::string
       r.reduced = std::move(d), ++r.steps;
       break;
     }
+  }
+  // Paged: the contiguous problem it stands for, when the candidate still fails the same way on it; a failure that
+  // needs the pages keeps them, and the cuts below keep the block table consistent.
+  if (r.reduced.p.page_size > 0) {
+    Attended a = gather_pages(r.reduced.p, r.reduced.in);
+    prop::Case d{r.reduced.spec, std::move(a.p), std::move(a.in)};
+    if (t.keeps(d)) r.reduced = std::move(d), ++r.steps;
   }
   const prop::Case c = r.reduced;
   const Problem& p = c.p;

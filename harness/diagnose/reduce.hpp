@@ -1,4 +1,5 @@
-// Smallest repro (issue 18 item 4): a failing case reduced greedily — one packed sequence (varlen), one batch, one KV group, one query head, half
+// Smallest repro (issue 18 item 4): a failing case reduced greedily — one packed sequence (varlen), the contiguous
+// problem a paged cache stands for (when the failure survives it), one batch, one KV group, one query head, half
 // the query rows at a time, the shortest failing key prefix then suffix, the fewest head-dim columns, the features it
 // does not need — while the candidate still fails with the same top diagnosis. The result is an ordinary case; the
 // CLI writes it as a regression fixture (repro.hpp).
@@ -18,9 +19,10 @@ struct Cut {
 Cut whole(const Problem& p);
 // The case restricted to the cut. Every kept query row sees exactly the kept keys it saw before (causal and window
 // alignment re-expressed as an offset when needed, key lengths clipped to the kept keys); masks, bias, dropout
-// keep-mask, sinks and the KV-cache past are cut alike. Throws std::invalid_argument for an inconsistent cut (heads
-// that do not form whole GQA groups; with a KV-cache past, keys that do not start at 0 or end inside the past; any
-// cut of a varlen problem).
+// keep-mask, sinks and the KV-cache past are cut alike; a paged cache keeps its pool (cut to the kept KV heads and
+// columns) and the kept rows and pages of its block table. Throws std::invalid_argument for an inconsistent cut
+// (heads that do not form whole GQA groups; with a KV-cache past, keys that do not start at 0 or end inside the
+// past; with a paged cache, keys that do not start at a page boundary; any cut of a varlen problem).
 prop::Case cut(const prop::Case& c, const Cut& k);
 
 struct Reduction {

@@ -35,6 +35,7 @@ std::string CaseSpec::str() const {
   if (scores_out != ScoresOut::none) o << " scores_out=" << to_string(scores_out);
   if (kv_append) o << " kv_append=1";
   if (varlen) o << " varlen=1";
+  if (paged) o << " paged=1";
   return o.str();
 }
 
@@ -102,6 +103,7 @@ std::vector<std::string> restrict_to(CaseSpec& s, const Capabilities& c) {
   off(s.scores_out != ScoresOut::none && !c.scores_out, "scores_out", [&] { s.scores_out = ScoresOut::none; });
   off(s.kv_append && !c.kv_append, "kv_append", [&] { s.kv_append = false; });
   off(s.varlen && !c.varlen, "varlen", [&] { s.varlen = false; });
+  off(s.paged && !c.paged_kv, "paged_kv", [&] { s.paged = false; });
   if (!s.causal && s.window_left < 0 && s.window_right < 0) s.alignment = Alignment::top_left;
   if (s.alignment != Alignment::explicit_) s.per_batch_offsets = false;
   return removed;

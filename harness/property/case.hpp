@@ -57,6 +57,7 @@ struct CaseSpec {
   ScoresOut scores_out = ScoresOut::none;  // the raw-score output's stage
   bool kv_append = false;         // the first past_len in [1, Lk) key/value tokens come as a past (KV-cache append)
   bool varlen = false;            // B = 1 split into 1-4 packed sequences (cu_seqlens; empty ones allowed)
+  bool paged = false;             // K/V in pages of 1..Lk+1 tokens, 0-2 unused pages, batch 1 may share a page
 
   std::string str() const;  // every field, for messages and fixtures
   int64_t cost() const { return B * Hq * Lq * Lk * (Dqk + Dv); }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attncheck/generate.hpp"
 #include "case.hpp"
 
 namespace attncheck::prop {
@@ -205,6 +206,19 @@ Case build_case(const CaseSpec& s) {
       for (int64_t n = 1; n < S; ++n) cu->push_back(r.pick(0, L));
       std::sort(cu->begin(), cu->end());
     }
+  }
+  // A paged KV cache, drawn last: page sizes 1 .. Lk + 1 (most do not divide Lk), pages in a shuffled order with
+  // 0-2 of them unused, and batch 1 sharing batch 0's first page on odd draws; the same tokens, moved into pages.
+  if (s.paged && p.past_len == 0 && p.cu_seqlens_q.empty()) {
+    p.page_size = r.pick(1, p.Lk + 1);
+    const int64_t n = p.pages_per_seq();
+    p.num_pages = p.B * n + r.pick(0, 2);
+    std::vector<int64_t> pages(static_cast<size_t>(p.num_pages));
+    for (size_t e = 0; e < pages.size(); ++e) pages[e] = static_cast<int64_t>(e);
+    for (size_t e = pages.size() - 1; e > 0; --e) std::swap(pages[e], pages[static_cast<size_t>(r.pick(0, static_cast<int64_t>(e)))]);
+    p.block_table.assign(pages.begin(), pages.begin() + p.B * n);
+    if (p.B > 1 && r.pick(0, 1)) p.block_table[static_cast<size_t>(n)] = p.block_table[0];
+    gen::page_inputs(p, in);
   }
   return c;
 }

@@ -1,7 +1,7 @@
 // Invariants of the features of problem model v2 (docs/problem-model.md), each an implementation compared with
 // itself on an equivalent case: a sink of -inf is no sink; a sink is a key of score `sink` whose value is zero;
 // raw scores agree with the weights and lse, and their stages with each other; append then attend equals attend
-// over the concatenation; packed sequences equal separate calls.
+// over the concatenation; packed sequences equal separate calls; a paged cache equals the contiguous K/V.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -159,6 +159,13 @@ Outcome scores_stages(const Impl& impl, const Case& c) {
   return k.done();
 }
 
+// The case with its problem and inputs replaced by an equivalent pair (attend_over_present, gather_pages, ...).
+Case as(const Case& c, Attended a) {
+  Case d = c;
+  d.p = std::move(a.p), d.in = std::move(a.in);
+  return d;
+}
+
 // ---- KV-cache append --------------------------------------------------------------------------------------
 void prep_append(CaseSpec& s) {
   s.kv_append = true;
@@ -169,9 +176,7 @@ void prep_append(CaseSpec& s) {
 // included), and the outputs match the same implementation's run on the whole sequence without a past.
 Outcome append_equals_concat(const Impl& impl, const Case& c) {
   if (c.p.past_len == 0) return Outcome::unsup("KV-cache append not supported");
-  Case whole = c;
-  const Attended a = attend_over_present(c.p, c.in);
-  whole.p = a.p, whole.in = a.in;
+  const Case whole = as(c, attend_over_present(c.p, c.in));
   RUN_OR_UNSUP(ra, impl, c);
   RUN_OR_UNSUP(rb, impl, whole);
   Checker k(impl, c);
@@ -210,9 +215,7 @@ Outcome varlen_equals_separate(const Impl& impl, const Case& c0) {
     const size_t u = static_cast<size_t>(s);
     const int64_t q0 = p.cu_seqlens_q[u], k0 = p.cu_seqlens_k[u];
     if (p.cu_seqlens_q[u + 1] == q0 || p.cu_seqlens_k[u + 1] == k0) continue;
-    Case one = c;
-    const Attended a = sequence_problem(p, c.in, s);
-    one.p = a.p, one.in = a.in;
+    const Case one = as(c, sequence_problem(p, c.in, s));
     RUN_OR_UNSUP(alone, impl, one);
     const Tol ts = tolerances(impl, one);
     for (int64_t h = 0; h < p.Hq; ++h)
@@ -236,6 +239,19 @@ Outcome varlen_equals_separate(const Impl& impl, const Case& c0) {
   return k.done();
 }
 
+// ---- paged KV cache ------------------------------------------------------------------------------------------
+void prep_paged(CaseSpec& s) { s.paged = true; }
+
+// Paged equals contiguous: the outputs equal the same implementation on the contiguous problem the pages stand for
+// (gather_pages), within both tolerances. Unused pool slots hold NaN, so a read of a wrong page or slot shows.
+Outcome paged_equals_contiguous(const Impl& impl, const Case& c) {
+  if (c.p.page_size == 0) return Outcome::unsup("paged KV cache (block table) not supported");
+  const Case flat = as(c, gather_pages(c.p, c.in));
+  RUN_OR_UNSUP(ra, impl, c);
+  RUN_OR_UNSUP(rb, impl, flat);
+  return compare_pair(impl, flat, *rb, *ra);
+}
+
 }  // namespace
 
 std::vector<Property> model_properties() {
@@ -250,6 +266,8 @@ std::vector<Property> model_properties() {
        "equals attending over the concatenation", prep_append, append_equals_concat},
       {"varlen_equals_separate", "packed sequences (cu_seqlens) equal one call per sequence; other sequences' keys "
        "weigh 0", prep_varlen, varlen_equals_separate},
+      {"paged_equals_contiguous", "a paged KV cache (block table, shared and unused pages) equals the contiguous "
+       "K/V it stands for", prep_paged, paged_equals_contiguous},
   };
 }
 

@@ -347,10 +347,16 @@ void run_appending(const Problem& p, const Inputs& in, Outputs& out, F&& attend)
   attend(q, present, out);
 }
 
-// The features the CPU implementations handle around their kernel: KV-cache append, then packed sequences.
+// The features the CPU implementations handle around their kernel: a paged cache (gathered into contiguous K/V,
+// as a kernel without paged reads is fed), KV-cache append, then packed sequences.
 template <class F>
 void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
-  run_appending(p, in, out, [&](const Problem& q, const Inputs& x, Outputs& o) { run_packed(q, x, o, kernel); });
+  auto rest = [&](const Problem& q, const Inputs& x) {
+    run_appending(q, x, out, [&](const Problem& r, const Inputs& y, Outputs& o) { run_packed(r, y, o, kernel); });
+  };
+  if (p.page_size == 0) return rest(p, in);
+  const Attended a = gather_pages(p, in);
+  rest(a.p, a.in);
 }
 
 }  // namespace attncheck::cpu

@@ -102,7 +102,7 @@ class DenseImpl final : public Impl {
   }
   Capabilities capabilities() const override {
     Capabilities c;  // everything the problem model has
-    c.sinks = c.scores_out = c.kv_append = c.varlen = true;
+    c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = true;
     c.notes = "fp64 in double; fp32/fp16/bf16 in float, output rounded once; materialises Lq x Lk per thread";
     return c;
   }

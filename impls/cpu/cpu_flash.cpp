@@ -333,7 +333,7 @@ class FlashImpl final : public Impl {
   }
   Capabilities capabilities() const override {
     Capabilities c;  // everything the problem model has
-    c.sinks = c.scores_out = c.kv_append = c.varlen = true;
+    c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = true;
     c.notes = "fp64 in double; fp32/fp16/bf16 in float, output rounded once; weights by a second pass";
     return c;
   }

@@ -184,6 +184,8 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
     throw std::invalid_argument("past_len: the reference backward does not model KV-cache append");
   if (!p.cu_seqlens_q.empty())  // its masks are the unpacked ones: other sequences' keys would get gradients
     throw std::invalid_argument("cu_seqlens_q: the reference backward does not model packed sequences");
+  if (p.page_size > 0)  // a shared page's gradient would sum over its sequences; dk, dv here are [B,Hkv,Lk,D]
+    throw std::invalid_argument("page_size: the reference backward does not model a paged KV cache");
   const int64_t B = p.B, Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, G = p.group_size();
   const double scale = p.effective_scale();
   const Backward bw(p, in, dout);

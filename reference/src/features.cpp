@@ -73,6 +73,13 @@ const Field kFields[] = {
      "packed sequences: S+1 query offsets (varlen; B = 1)"},
     {"cu_seqlens_k", &P::cu_seqlens_k, Stored::dataset, kFrag, nullptr, nullptr,
      "packed sequences: S+1 key offsets (varlen; B = 1)"},
+    {"page_size", &P::page_size, Stored::if_set, kFrag, "must be in [0, 2^24] (0 = contiguous K/V)",
+     [](const P& p) { return p.page_size >= 0 && p.page_size <= (int64_t{1} << 24); },
+     "paged KV cache: tokens per page; k, v are the pages [num_pages,Hkv,page_size,D]"},
+    {"num_pages", &P::num_pages, Stored::if_set, kFrag, "must be in [0, 2^40]",
+     [](const P& p) { return p.num_pages >= 0 && p.num_pages <= (int64_t{1} << 40); }, "paged KV cache: pages in the pool"},
+    {"block_table", &P::block_table, Stored::dataset, kFrag, nullptr, nullptr,
+     "paged KV cache: page of each (batch, block of page_size keys), [B, ceil(Lk/page_size)]"},
 };
 
 // ---- text of one value ----
@@ -246,6 +253,8 @@ const Feature kFeatures[] = {
                        "KV-cache append (past/present key and value) not supported", ext_tag::kv_append),
     ATTNCHECK_FLAG_EXT("varlen", "varlen", varlen, !p.cu_seqlens_q.empty(),
                        "variable-length packed sequences not supported", ext_tag::varlen),
+    ATTNCHECK_FLAG_EXT("paged_kv", "paged_kv", paged_kv, p.page_size > 0, "paged KV cache (block table) not supported",
+                       ext_tag::paged_kv),
     ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),
     ATTNCHECK_FLAG("lse", "lse_out", lse_out, p.want_lse, "lse output not supported"),
 };

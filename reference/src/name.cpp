@@ -38,7 +38,8 @@ std::string Problem::short_name() const {
   if (!sinks.empty()) add("sinks");
   if (scores_out != ScoresOut::none) add(std::string("scores-") + to_string(scores_out));
   if (past_len > 0) add("past" + std::to_string(past_len));
-  if (!cu_seqlens_q.empty()) add("varlen" + std::to_string(sequences()));  // features after schema 1 append here, so older names stay as they were
+  if (!cu_seqlens_q.empty()) add("varlen" + std::to_string(sequences()));
+  if (page_size > 0) add("paged" + std::to_string(page_size));  // features after schema 1 append here, so older names stay as they were
   o << '/' << (feats.empty() ? std::string("plain") : feats);
   return o.str();
 }

@@ -52,11 +52,33 @@ std::vector<int> storage_order(Layout l) {
   return l == Layout::BHSD ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 2, 1, 3};
 }
 
-Tensor make_qkv(const Problem& p, int which) {
+std::vector<int64_t> qkv_shape(const Problem& p, int which) {
   const int64_t H = which == 0 ? p.Hq : p.Hkv;
-  const int64_t L = which == 0 ? p.Lq : p.new_len();
   const int64_t D = which == 2 ? p.Dv : p.Dqk;
-  return Tensor(p.dtype, {p.B, H, L, D}, storage_order(p.layout));
+  if (which != 0 && p.page_size > 0) return {p.num_pages, H, p.page_size, D};
+  return {p.B, H, which == 0 ? p.Lq : p.new_len(), D};
+}
+
+Tensor make_qkv(const Problem& p, int which) { return Tensor(p.dtype, qkv_shape(p, which), storage_order(p.layout)); }
+
+Attended gather_pages(const Problem& p, const Inputs& in) {
+  Attended a{p, in};
+  if (p.page_size == 0) return a;
+  a.p.page_size = a.p.num_pages = 0;
+  a.p.block_table.clear();
+  const int64_t P = p.page_size, n = p.pages_per_seq();
+  for (int which : {1, 2}) {
+    const Tensor& pool = which == 1 ? in.k : in.v;
+    Tensor flat = make_qkv(a.p, which);
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hkv; ++h)
+        for (int64_t j = 0; j < p.Lk; ++j) {
+          const int64_t page = p.block_table[static_cast<size_t>(b * n + j / P)];
+          for (int64_t d = 0; d < flat.shape[3]; ++d) flat.put(b, h, j, d, pool.at(page, h, j % P, d));
+        }
+    (which == 1 ? a.in.k : a.in.v) = std::move(flat);
+  }
+  return a;
 }
 
 Tensor make_kv(const Problem& p, int which, int64_t L) {
@@ -170,8 +192,8 @@ void validate(const Problem& p, const Inputs& in) {
            " of shape " + shape_str(t.shape) + ", which holds only " + std::to_string(t.numel()));
   };
   check("q", in.q, p.dtype, {p.B, p.Hq, p.Lq, p.Dqk});
-  check("k", in.k, p.dtype, {p.B, p.Hkv, p.new_len(), p.Dqk});
-  check("v", in.v, p.dtype, {p.B, p.Hkv, p.new_len(), p.Dv});
+  check("k", in.k, p.dtype, qkv_shape(p, 1));
+  check("v", in.v, p.dtype, qkv_shape(p, 2));
   if ((p.past_len > 0) != in.past_k.has_value() || in.past_k.has_value() != in.past_v.has_value())
     fail("past_k/past_v: past_len=" + std::to_string(p.past_len) + " but the inputs " +
          (in.past_k ? "have past_k" : "have no past_k") + " and " + (in.past_v ? "past_v" : "no past_v"));

@@ -55,6 +55,10 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     r.present_v = a.in.v.to_double();
     return r;
   }
+  if (p.page_size > 0) {  // paged KV cache: the keys and values read through the block table
+    const Attended a = gather_pages(p, in);
+    return reference_attention_rows(a.p, a.in, rows, threads);
+  }
   const int64_t B = p.B, Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv;
   const double scale = p.effective_scale();
   const double inf = std::numeric_limits<double>::infinity();

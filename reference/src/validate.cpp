@@ -47,6 +47,27 @@ void validate_varlen(const Problem& p) {
         fail("fully_masked=uniform: sequence " + std::to_string(s) +
              " has queries but no keys, so a uniform average over its keys is undefined");
 }
+// Paged KV cache: a pool of num_pages >= 1 pages and one page per (batch, block of page_size keys), each naming a
+// page of the pool; appending into pages and packed sequences are not modelled with it.
+void validate_paged(const Problem& p) {
+  if (p.page_size == 0) {
+    if (p.num_pages != 0 || !p.block_table.empty())
+      fail("page_size: num_pages and block_table need page_size > 0 (a paged cache), got page_size=0, num_pages=" +
+           std::to_string(p.num_pages) + " and " + std::to_string(p.block_table.size()) + " block_table entries");
+    return;
+  }
+  if (p.num_pages < 1) fail("num_pages must be >= 1 with page_size > 0, got " + std::to_string(p.num_pages));
+  const int64_t n = p.pages_per_seq();
+  if (static_cast<int64_t>(p.block_table.size()) != p.B * n)
+    fail("block_table must have B*ceil(Lk/page_size)=" + std::to_string(p.B) + "*" + std::to_string(n) +
+         " entries, got " + std::to_string(p.block_table.size()));
+  for (size_t e = 0; e < p.block_table.size(); ++e)
+    if (p.block_table[e] < 0 || p.block_table[e] >= p.num_pages)
+      fail("block_table[" + std::to_string(static_cast<int64_t>(e) / n) + "][" + std::to_string(static_cast<int64_t>(e) % n) +
+           "] must be a page in [0, num_pages=" + std::to_string(p.num_pages) + "), got " + std::to_string(p.block_table[e]));
+  if (p.past_len > 0) fail("page_size: KV-cache append into pages is not modelled (past_len > 0)");
+  if (!p.cu_seqlens_q.empty()) fail("page_size: packed sequences (cu_seqlens_q) with a paged cache are not modelled");
+}
 }  // namespace
 
 void validate(const Problem& p) {
@@ -77,6 +98,8 @@ void validate(const Problem& p) {
   count("v", {{"B", p.B}, {"Hkv", p.Hkv}, {"Lk", p.Lk}, {"Dv", p.Dv}});
   count("out", {{"B", p.B}, {"Hq", p.Hq}, {"Lq", p.Lq}, {"Dv", p.Dv}});
   count("weights", {{"B", p.B}, {"Hq", p.Hq}, {"Lq", p.Lq}, {"Lk", p.Lk}});
+  count("k pages", {{"num_pages", p.num_pages}, {"Hkv", p.Hkv}, {"page_size", p.page_size}, {"Dqk", p.Dqk}});
+  count("v pages", {{"num_pages", p.num_pages}, {"Hkv", p.Hkv}, {"page_size", p.page_size}, {"Dv", p.Dv}});
   if (!p.key_lengths.empty()) {
     if (static_cast<int64_t>(p.key_lengths.size()) != p.B)
       fail("key_lengths must have B=" + std::to_string(p.B) + " entries, got " +
@@ -116,6 +139,7 @@ void validate(const Problem& p) {
     fail("sinks must have Hq=" + std::to_string(p.Hq) + " entries (one per query head), got " +
          std::to_string(p.sinks.size()));
   if (!p.cu_seqlens_q.empty() || !p.cu_seqlens_k.empty()) validate_varlen(p);
+  validate_paged(p);
   if (p.mask_shape) check_bcast("mask", *p.mask_shape);
   if (p.bias_shape) {
     check_bcast("bias", *p.bias_shape);

@@ -6,6 +6,8 @@
 #include <filesystem>
 
 #include "attncheck/fixture.hpp"
+#include "attncheck/generate.hpp"
+#include "attncheck/impl.hpp"
 #include "attncheck/reference.hpp"
 #include "mutants.hpp"
 #include "reduce.hpp"
@@ -70,10 +72,75 @@ TEST(Reduce, ACutKeepsWhatEveryKeptRowSees) {
     k.nk = p.Lk - p.Lk / 3;
     if (k.nk > p.past_len) rows += expect_rows_kept(c, k, f.name + " (key prefix)"), ++cuts;
     k.k0 = p.Lk / 4, k.nk = p.Lk - p.Lk / 4;
+    if (p.page_size > 0) k.k0 -= k.k0 % p.page_size, k.nk = p.Lk - k.k0;  // a paged cut starts at a page
     if (p.past_len == 0) rows += expect_rows_kept(c, k, f.name + " (key suffix)"), ++cuts;
   }
   EXPECT_GT(cuts, 400);
   EXPECT_GT(rows, 3000);  // rows compared bitwise (4019 when written)
+}
+
+// Two sequences of 17 keys in pages of 5: batch 1 starts on batch 0's first page (shared), pages 2, 4, 6 are unused.
+prop::Case paged_case() {
+  Problem p;
+  p.B = 2, p.Hq = 4, p.Hkv = 2, p.Lq = 3, p.Lk = 17, p.Dqk = 16, p.Dv = 8, p.want_lse = true;
+  p.page_size = 5, p.num_pages = 10, p.block_table = {3, 7, 0, 9, 3, 1, 8, 5};
+  p.key_lengths = {17, 12}, p.causal = true, p.alignment = Alignment::bottom_right;
+  return {{}, p, gen::generate_inputs(p, gen::Distribution::normal, 3)};
+}
+
+TEST(Reduce, APagedCutReadsTheKeptBatchesThroughTheirBlockTableRows) {
+  const prop::Case c = paged_case();
+  diagnose::Cut k = diagnose::whole(c.p);
+  k.b0 = 1, k.nb = 1, k.g0 = 1, k.ng = 1, k.h0 = 2, k.nh = 2;
+  EXPECT_EQ(expect_rows_kept(c, k, "batch 1"), 2 * 3);
+  EXPECT_EQ(diagnose::cut(c, k).p.block_table, (std::vector<int64_t>{3, 1, 8, 5}));
+  k.k0 = 5, k.nk = 12;  // keys from the second page on: batch 1 reads pages 1, 8, 5
+  EXPECT_EQ(diagnose::cut(c, k).p.block_table, (std::vector<int64_t>{1, 8, 5}));
+  expect_rows_kept(c, k, "batch 1 from key 5");
+  k.b0 = 0, k.k0 = 0, k.nk = 6;  // a key prefix: batch 0's first two pages
+  EXPECT_EQ(diagnose::cut(c, k).p.block_table, (std::vector<int64_t>{3, 7}));
+  expect_rows_kept(c, k, "batch 0, 6 keys");
+  k.k0 = 3, k.nk = 14;  // not at a page boundary: refused, naming page_size
+  try {
+    diagnose::cut(c, k);
+    ADD_FAILURE() << "a cut from key 3 of pages of 5 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("page_size=5"), std::string::npos) << e.what();
+  }
+}
+
+// A kernel that reads the pages as if the block table were the identity: its failure needs the pages, so the
+// reduction keeps them, and still cuts the batch down through the block table.
+class PagesInOrder final : public Impl {
+ public:
+  std::string name() const override { return "pages-in-order"; }
+  std::string description() const override { return "test mutant of cpu: ignores the block table"; }
+  Capabilities capabilities() const override { return find_impl("cpu")->capabilities(); }
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override {
+    Problem q = p;
+    for (size_t e = 0; e < q.block_table.size(); ++e) q.block_table[e] = static_cast<int64_t>(e);
+    find_impl("cpu")->run(q, in, out);
+  }
+};
+
+TEST(Reduce, APagedFailureReducesToOneBatchAndKeepsItsPages) {
+  const prop::Case c = paged_case();
+  const PagesInOrder bad;
+  Outputs out;
+  ASSERT_TRUE(run_impl(bad, c.p, c.in, out).ok);
+  const ReferenceResult ref = reference_attention(c.p, c.in);
+  ASSERT_FALSE(judge(c.p, ref, out).pass);
+  diagnose::Options o;
+  o.rerun = &bad;
+  const std::string top = diagnose::diagnose(c, ref, out, o).top();
+  const diagnose::Reduction r = diagnose::reduce(c, bad, top, o);
+  const Problem& q = r.reduced.p;
+  EXPECT_EQ(q.B, 1) << q.name();
+  EXPECT_GT(q.page_size, 0) << "the contiguous problem does not fail: " << q.name();
+  Outputs again;
+  ASSERT_TRUE(run_impl(bad, q, r.reduced.in, again).ok);
+  EXPECT_FALSE(judge(q, reference_attention(q, r.reduced.in), again).pass) << q.name();
+  EXPECT_EQ(r.diagnosis.top(), top) << q.name();
 }
 
 TEST(Reduce, EveryMutantsFailureReducesToASmallCaseWithTheSameDiagnosis) {

@@ -12,6 +12,7 @@
 #include "attncheck/impl.hpp"
 #include "attncheck/reference.hpp"
 #include "attncheck/tolerance.hpp"
+#include "properties.hpp"
 
 namespace attncheck {
 
@@ -46,6 +47,38 @@ inline void expect_impls_match_reference(const std::vector<Problem>& problems,
       EXPECT_FALSE(judge(other, reference_attention(other, in), out).pass) << name << " " << p.name();
     }
   }
+}
+
+// The message validate(p) throws, or "accepted".
+inline std::string validation_message(const Problem& p) {
+  try {
+    validate(p);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+// A feature's property passes for cpu and fails for the mutant `bad` on each case of seeds 1-6 (spec: B 2, Hq 2,
+// Hkv 1, Lq 9, Lk 12, causal on odd seeds; `shape` may change it) that `counts` accepts; at least one counts.
+inline void expect_property_kills(const char* property, const Impl& bad, const std::function<bool(const prop::Case&)>& counts,
+                                  const std::function<void(prop::CaseSpec&)>& shape = {}) {
+  const prop::Property& prop = *prop::find_property(property);
+  int killed = 0, checked = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    prop::CaseSpec s;
+    s.B = 2, s.Hq = 2, s.Hkv = 1, s.Lq = 9, s.Lk = 12, s.seed = seed, s.causal = seed % 2;
+    if (shape) shape(s);
+    prop.prepare(s);
+    const prop::Case c = prop::build_case(s);
+    if (!counts(c)) continue;
+    ++checked;
+    const prop::Outcome good = prop.check(*find_impl("cpu"), c);
+    EXPECT_EQ(good.kind, prop::Outcome::pass) << property << ": " << good.message;
+    killed += prop.check(bad, c).kind == prop::Outcome::fail;
+  }
+  EXPECT_GT(checked, 0) << property;
+  EXPECT_EQ(killed, checked) << property;
 }
 
 }  // namespace attncheck

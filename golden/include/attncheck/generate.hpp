@@ -70,4 +70,9 @@ void fill4(Tensor& t, F fn) {
 // reference: causal, window, key padding, boolean mask).
 bool key_visible_anywhere(const Problem& p, const Inputs& in, int64_t b, int64_t kvh, int64_t j);
 
+// Paged KV cache: moves contiguous k, v [B,Hkv,Lk,D] into the pages of p's block table (the reverse of
+// gather_pages). A pool slot that several (b, j) map to (a shared page) takes the value of its first owner some
+// query sees; a slot no (b, j) maps to (unused pages, the tail of a last page) holds NaN. No-op without paging.
+void page_inputs(const Problem& p, Inputs& in);
+
 }  // namespace attncheck::gen

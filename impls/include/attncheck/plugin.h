@@ -184,6 +184,21 @@ typedef struct attncheck_ext_varlen {
   const int64_t* cu_seqlens_k;         /* [S + 1], 0 .. Lk */
 } attncheck_ext_varlen;
 
+/* Tag 7: a paged KV cache, present iff the problem has one (feature name "paged_kv"; vLLM/FlashInfer paged
+ * attention, FlashAttention's flash_attn_with_kvcache with block_table). Then p->k and p->v are the page pools
+ * [num_pages, Hkv, page_size, Dqk|Dv] (k_strides/v_strides index them: page, head, token, dim) and key j of batch b
+ * is token j % page_size of page block_table[b * pages_per_seq + j / page_size]. Pages may be shared between
+ * batch entries; pool slots no entry maps hold NaN in attncheck's cases. B, Lk and key_lengths (= cache_seqlens)
+ * keep their meaning. */
+#define ATTNCHECK_EXT_PAGED_KV 7u
+typedef struct attncheck_ext_paged_kv {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_PAGED_KV */
+  int64_t page_size;                   /* tokens per page, >= 1 */
+  int64_t num_pages;                   /* pages in the pool */
+  int64_t pages_per_seq;               /* ceil(Lk / page_size): the block table's row length */
+  const int64_t* block_table;          /* [B, pages_per_seq], entries in [0, num_pages) */
+} attncheck_ext_paged_kv;
+
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */
 typedef struct attncheck_capabilities {

@@ -68,6 +68,7 @@ inline constexpr uint32_t scores = 3;
 inline constexpr uint32_t kv_append = 4;
 inline constexpr uint32_t backward = 5;  // not a problem feature: a backward request (plugin.h); reserved here
 inline constexpr uint32_t varlen = 6;
+inline constexpr uint32_t paged_kv = 7;
 }
 
 // Every optional feature a backend may not support, in the order capability checks report them.

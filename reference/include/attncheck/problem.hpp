@@ -140,6 +140,13 @@ struct Problem {
   // attends to its own sequence's keys only; causal/window alignment is per sequence (bottom_right: Lk_s - Lq_s).
   // Keys of other sequences are not part of the row at all (not even with a finite fill). Empty = off.
   std::vector<int64_t> cu_seqlens_q, cu_seqlens_k;
+  // Paged KV cache (vLLM, FlashInfer, FlashAttention's flash_attn_with_kvcache(block_table=...)): page_size > 0
+  // stores K and V in a pool of num_pages pages of page_size tokens, Inputs::k [num_pages, Hkv, page_size, Dqk] and
+  // v [num_pages, Hkv, page_size, Dv] in the layout; key j of batch b is token j % page_size of page
+  // block_table[b * pages_per_seq() + j / page_size]. Pages may be shared; pages no entry names are never read.
+  // The cached length per sequence (FlashAttention's cache_seqlens) is key_lengths. 0 = contiguous K/V.
+  int64_t page_size = 0, num_pages = 0;
+  std::vector<int64_t> block_table;  // [B, pages_per_seq()], row-major
 
   MaskFill fill = MaskFill::neg_inf;
   double fill_value = -1e9;  // used with MaskFill::finite
@@ -157,7 +164,8 @@ struct Problem {
   int64_t kv_head(int64_t h) const { return h / group_size(); }
   int64_t new_len() const { return Lk - past_len; }  // key/value tokens in Inputs::k and v
   int64_t sequences() const { return cu_seqlens_q.empty() ? 0 : static_cast<int64_t>(cu_seqlens_q.size()) - 1; }
-  int64_t sequence_of(int64_t i) const;  // the packed sequence of query i (varlen only)
+  int64_t sequence_of(int64_t i) const;
+  int64_t pages_per_seq() const { return page_size > 0 ? (Lk + page_size - 1) / page_size : 0; }  // the packed sequence of query i (varlen only)
   // The keys of query row (b, i): the row's key range [begin, end) (varlen: its sequence's keys; else [0, Lk)),
   // the end of its valid keys (key padding) and the key index on its causal/window diagonal.
   struct RowKeys {
@@ -204,7 +212,8 @@ struct Outputs {
 };
 
 // Allocate tensors of the right shapes for the problem (zero-filled).
-Tensor make_qkv(const Problem& p, int which);  // 0 = q, 1 = k, 2 = v (k, v: the new_len() new tokens)
+Tensor make_qkv(const Problem& p, int which);  // 0 = q, 1 = k, 2 = v (k, v: the new_len() new tokens, or the pages)
+std::vector<int64_t> qkv_shape(const Problem& p, int which);  // the logical shape make_qkv allocates
 // A [B,Hkv,L,D] key (which = 1) or value (2) tensor of L tokens in the problem's dtype and layout: past_len for
 // the past, Lk for the present.
 Tensor make_kv(const Problem& p, int which, int64_t L);
@@ -225,6 +234,9 @@ void split_past(const Problem& p, Inputs& in);
 // Sequence s of a varlen problem as a problem of its own (B = 1, Lq_s x Lk_s, no cu_seqlens; masks, bias and the
 // keep-mask sliced to its block). Requires Lq_s >= 1 and Lk_s >= 1 (an empty sequence has no problem of its own).
 Attended sequence_problem(const Problem& p, const Inputs& in, int64_t s);
+// A paged problem as the contiguous one it stands for: k, v [B,Hkv,Lk,D] read through the block table (page_size,
+// num_pages and block_table cleared). The identity without paging.
+Attended gather_pages(const Problem& p, const Inputs& in);
 
 // Storage order for a layout: BHSD -> {0,1,2,3}, BSHD -> {0,2,1,3}.
 std::vector<int> storage_order(Layout l);
