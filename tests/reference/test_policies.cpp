@@ -87,7 +87,7 @@ TEST(Policies, FiniteFillMinusOneBillionEqualsMinusInfinityOnPartialRows) {
   // keep at least one key: same bits for weights, out and lse.
   Problem p = scalar_problem(1, 2, 1, 4, 4);
   p.causal = true;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   fill_random(in.q, 1);
   fill_random(in.k, 2);
   fill_random(in.v, 3);
@@ -180,7 +180,7 @@ TEST(Policies, MaskingBeforeEqualsRenormalisingAfter) {
   p.dtype = DType::f64;
   p.B = 2, p.Hq = 4, p.Hkv = 2, p.Lq = 5, p.Lk = 7, p.Dqk = 4, p.Dv = 3;
   p.want_weights = true;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   fill_random(in.q, 7);
   fill_random(in.k, 8);
   fill_random(in.v, 9);
