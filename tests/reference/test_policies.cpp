@@ -137,7 +137,7 @@ TEST(Policies, NaNPoisonedMaskedKeysAndValuesNeverLeak) {
   p.key_lengths = {5, 4};  // padding: key 5 of batch 0, keys 4 and 5 of batch 1
   p.window_left = 1;       // batch 0 diagonals 2, 3, 4 keep keys 1..2, 2..3, 3..4: key 0 only hidden by the window
   p.mask_shape = std::array<int64_t, 4>{1, 1, 1, 6};
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), Tensor(DType::u8, {1, 1, 1, 6}), {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), Tensor(DType::u8, {1, 1, 1, 6}), {}, {}, {}, {}};
   fill_random(in.q, 4);
   fill_random(in.k, 5);
   fill_random(in.v, 6);

@@ -128,7 +128,7 @@ TEST(Shapes, HalfAndBfloat16InputsAreWidenedExactly) {
     }
     Problem p64 = p;
     p64.dtype = DType::f64;
-    Inputs i64{make_qkv(p64, 0), make_qkv(p64, 1), make_qkv(p64, 2), {}, {}, {}};
+    Inputs i64{make_qkv(p64, 0), make_qkv(p64, 1), make_qkv(p64, 2), {}, {}, {}, {}, {}};
     i64.q.put(0, 0, 0, 0, 0.25);
     for (int j = 0; j < 4; ++j) {
       i64.k.put(0, 0, j, 0, c.value[j]);
@@ -153,7 +153,7 @@ TEST(Shapes, BitwiseDeterministicAcrossThreadCounts) {
   p.dropout_p = 0.2;
   p.dropout_seed = 99;
   p.want_weights = true;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, Tensor(DType::f32, {1, 4, 19, 23}), {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, Tensor(DType::f32, {1, 4, 19, 23}), {}, {}, {}};
   fill_random(in.q, 21);
   fill_random(in.k, 22);
   fill_random(in.v, 23);
