@@ -188,6 +188,8 @@ Report run_grid(const GridOptions& o) {
   for (int64_t lk : o.lk)
     for (DType t : o.dtypes)
       for (Logits lg : o.logits) {
+        if (o.on_configuration)
+          o.on_configuration("Lk=" + std::to_string(lk) + " " + to_string(t) + " " + to_string(lg));
         const uint64_t seed = o.seed ^ (static_cast<uint64_t>(lk) * 0x9E3779B97F4A7C15ull) ^
                               (static_cast<uint64_t>(t) << 8) ^ (static_cast<uint64_t>(lg) << 16);
         Problem ps[3];

@@ -77,6 +77,9 @@ struct GridOptions {
   uint64_t seed = 20261123;
   int threads = 0;   // 0 = default
   std::optional<Candidate> candidate;
+  // Called before each (Lk, dtype, logits) configuration with its name: the CLI's progress line and Ctrl-C (it may
+  // throw to stop the grid).
+  std::function<void(const std::string&)> on_configuration;
 };
 
 struct Cell {  // one variant on one configuration (Lk, dtype, logits), over the flavours it runs on
