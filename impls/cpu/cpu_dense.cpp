@@ -1,6 +1,7 @@
-// `cpu`: the dense vectorised implementation. Per (batch, head): S = Q·Kᵀ with the SIMD GEMM (simd.hpp; Lq x Lk,
-// the whole score matrix), the reference's score pipeline and a max-subtracted softmax row by row, then O = P·V
-// with a second GEMM. fp64 computes in double; fp32/fp16/bf16 in float, rounded once into the output dtype.
+// `cpu`: the dense vectorised implementation. Per (batch, head) and block of 96 query rows: S = Q·Kᵀ with the SIMD
+// GEMM (simd.hpp; whole score rows, 96 x Lk), the reference's score pipeline and a max-subtracted softmax row by
+// row, then O = P·V with a second GEMM. fp64 computes in double; fp32/fp16/bf16 in float, rounded once into the
+// output dtype.
 #include "cpu_common.hpp"
 #include "cpu_impls.hpp"
 #include "cpu_pack.hpp"
@@ -36,13 +37,15 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
     // Kᵀ and V panels (K rows as they are for a few queries: no transposed copy for so little use), non-finite V
     // rows set aside.
     w.pan.pack(p, in, b, p.kv_head(h), 0, Lk, Lq <= kFewRows);
-    w.S.resize(static_cast<size_t>(Lq * ld));
+    // Scores of one row block at a time (kRowBlock x Lk): each block's softmax and P·V finish before the next,
+    // so the whole Lq x Lk matrix never exists and the block stays in cache between the passes over it.
+    w.S.resize(static_cast<size_t>(std::min(kRowBlock, Lq) * ld));
     w.O.resize(static_cast<size_t>(Lq * dvp));
     w.div.assign(static_cast<size_t>(Lq), T(1));  // per row: the softmax sum when P is left unnormalised
     const bool finite = scorer.finite_fill();
     for (int64_t r0 = 0; r0 < Lq; r0 += kRowBlock) {
       const int64_t nr = std::min(kRowBlock, Lq - r0);
-      T* S = w.S.data() + r0 * ld;
+      T* S = w.S.data();  // row i of the block at S + (i - r0) * ld
       // Keys any row of the block can see (all of them with a finite fill): only those go through the GEMMs.
       int64_t lo = Lk, hi = 0;
       for (int64_t i = r0; i < r0 + nr; ++i)
@@ -58,7 +61,7 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
       bool policy_rows = false;  // rows without a visible key weigh every key
       const T kNegInf = -std::numeric_limits<T>::infinity(), sink = static_cast<T>(p.sink(h));
       for (int64_t i = r0; i < r0 + nr; ++i) {
-        T* s = w.S.data() + i * ld;
+        T* s = S + (i - r0) * ld;
         const Span sp = scorer.span(b, i);
         T* scores = out.scores ? out.scores->data<T>() + ((b * p.Hq + h) * Lq + i) * Lk : nullptr;
         if (scores && raw_scores) scorer.staged(s, scores, Lk, p.scores_out);
@@ -114,7 +117,7 @@ class DenseImpl final : public Impl {
   Capabilities capabilities() const override {
     Capabilities c;  // everything the problem model has
     c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = true;
-    c.notes = "fp64 in double; fp32/fp16/bf16 in float, output rounded once; materialises Lq x Lk per thread";
+    c.notes = "fp64 in double; fp32/fp16/bf16 in float, output rounded once; materialises 96 x Lk score rows per thread";
     return c;
   }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
