@@ -91,6 +91,8 @@ void store_row(Tensor& t, int64_t b, int64_t h, int64_t i, const T* src) {
       for (int64_t d = 0; d < D; ++d) t.data<uint16_t>()[base + d * sd] = float_to_half_bits(static_cast<float>(src[d]));
       break;
     case DType::bf16:
+      if constexpr (std::is_same_v<T, float>)
+        if (sd == 1) return simd::narrow_bf16(src, t.data<uint16_t>() + base, D);  // vectorised, same bits
       for (int64_t d = 0; d < D; ++d) t.data<uint16_t>()[base + d * sd] = float_to_bf16_bits(static_cast<float>(src[d]));
       break;
     case DType::u8: throw std::invalid_argument("cpu: out dtype u8 is not a floating type");

@@ -127,6 +127,38 @@ TEST(CpuIsa, ExpShiftedSumsAndZeros) {
   }
 }
 
+// narrow_bf16 (the bf16 output store) bit for bit against the scalar float_to_bf16_bits: every 97th float bit
+// pattern (both signs, NaN payloads, infinities, subnormals), the rounding ties and their neighbours, tails of
+// every length.
+TEST(CpuIsa, NarrowBf16MatchesScalarBitForBit) {
+  std::vector<float> x;
+  auto push_bits = [&](uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    x.push_back(f);
+  };
+  for (uint64_t b = 0; b <= 0xffffffffu; b += 97) push_bits(static_cast<uint32_t>(b));
+  for (uint32_t hi : {0x3f80u, 0x3f81u, 0x7f7fu, 0x0000u, 0x8000u, 0xff7fu, 0x7f80u, 0x7fc0u, 0xffffu})
+    for (uint32_t lo : {0x7fffu, 0x8000u, 0x8001u, 0x0000u, 0xffffu, 0x0001u}) push_bits(hi << 16 | lo);
+  std::vector<uint16_t> got(x.size());
+  simd::narrow_bf16(x.data(), got.data(), static_cast<int64_t>(x.size()));
+  size_t bad = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (got[i] != attncheck::float_to_bf16_bits(x[i]) && ++bad <= 5) {
+      uint32_t b;
+      std::memcpy(&b, &x[i], 4);
+      ADD_FAILURE() << "bits 0x" << std::hex << b << ": got 0x" << got[i] << ", want 0x"
+                    << attncheck::float_to_bf16_bits(x[i]);
+    }
+  EXPECT_EQ(bad, 0u) << "of " << x.size();
+  for (int64_t n = 1; n <= 40; ++n) {  // tails: exactly n values written
+    std::vector<uint16_t> out(static_cast<size_t>(n) + 1, 0xabcd);
+    simd::narrow_bf16(x.data() + 1000, out.data(), n);
+    for (int64_t j = 0; j < n; ++j) EXPECT_EQ(out[static_cast<size_t>(j)], attncheck::float_to_bf16_bits(x[static_cast<size_t>(1000 + j)]));
+    EXPECT_EQ(out[static_cast<size_t>(n)], 0xabcd) << "n " << n << ": wrote past the end";
+  }
+}
+
 // The packed GEMM against a double loop, over sizes that leave row, strip and k-block tails.
 template <class T>
 void check_gemm(double tol) {

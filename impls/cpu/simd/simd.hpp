@@ -56,6 +56,8 @@ T scale_max(T* s, int64_t n, T scale);
 // dst[j] = float(src[j]) for n contiguous bf16 / fp16 bit patterns (exact widening).
 void widen_bf16(const uint16_t* src, float* dst, int64_t n);
 void widen_f16(const uint16_t* src, float* dst, int64_t n);
+// dst[j] = float_to_bf16_bits(src[j]) (round to nearest even, NaN quieted), bit for bit.
+void narrow_bf16(const float* src, uint16_t* dst, int64_t n);
 
 // ---- peak ----------------------------------------------------------------------------------------------------
 // fma_chains(iters) runs iters rounds of independent fp32 fused multiply-adds in the widest vectors (the bench's

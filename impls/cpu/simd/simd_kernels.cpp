@@ -340,6 +340,28 @@ void WidenBF16(const uint16_t* src, float* dst, int64_t n) {
 }
 void WidenF16(const uint16_t* src, float* dst, int64_t n) { Widen<hwy::float16_t>(src, dst, n, half_bits_to_float); }
 
+// float -> bf16 bits rounded to nearest even, NaN quieted with its sign and top payload bits: exactly
+// float_to_bf16_bits (attncheck/problem.hpp), eight or sixteen at a time.
+void NarrowBF16(const float* src, uint16_t* dst, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(df)> dh;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto x = hn::BitCast(du, hn::LoadU(df, src + j));
+    const auto mag = hn::BitCast(di, hn::And(x, hn::Set(du, 0x7fffffffu)));  // >= 0: a signed compare will do
+    const auto nan = hn::RebindMask(du, hn::Gt(mag, hn::Set(di, 0x7f800000)));
+    const auto lsb = hn::And(hn::ShiftRight<16>(x), hn::Set(du, 1u));
+    const auto rounded = hn::ShiftRight<16>(hn::Add(x, hn::Add(hn::Set(du, 0x7fffu), lsb)));
+    const auto quiet = hn::Or(hn::ShiftRight<16>(x), hn::Set(du, 0x40u));
+    const auto bits = hn::IfThenElse(nan, quiet, rounded);  // <= 0xffff: the saturating narrowing is exact
+    hn::StoreU(hn::DemoteTo(dh, hn::BitCast(di, bits)), dh, dst + j);
+  }
+  for (; j < n; ++j) dst[j] = float_to_bf16_bits(src[j]);
+}
+
 }  // namespace attncheck::cpu::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -369,6 +391,7 @@ HWY_EXPORT(ScaleMaxF32);
 HWY_EXPORT(ScaleMaxF64);
 HWY_EXPORT(WidenBF16);
 HWY_EXPORT(WidenF16);
+HWY_EXPORT(NarrowBF16);
 HWY_EXPORT(FmaFlopsPerIter);
 HWY_EXPORT(FmaChains);
 
@@ -488,6 +511,7 @@ double scale_max<double>(double* s, int64_t n, double scale) {
 }
 void widen_bf16(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(WidenBF16)(src, dst, n); }
 void widen_f16(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(WidenF16)(src, dst, n); }
+void narrow_bf16(const float* src, uint16_t* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(NarrowBF16)(src, dst, n); }
 int64_t fma_flops_per_iter() {
   select_target();
   return HWY_DYNAMIC_DISPATCH(FmaFlopsPerIter)();
