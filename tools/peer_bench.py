@@ -142,6 +142,8 @@ def main():
                     isa = j["isa"]
                     res["sgemm"] = j["sgemm_gflops"]
                     res["peak"] = j["fma_peak_gflops"]
+                    res[impl + ":bw"] = j["fraction_of_bandwidth"]
+                    res.setdefault("bound", j["bound"])
                 elif err:
                     print(f"# {impl} {s} {dtype}: {err}", file=sys.stderr)
             for name, run in (("torch", torch_run), ("ort", ort_run)):
@@ -165,8 +167,12 @@ def main():
     print(f"# attncheck target (isa): {isa}; load average at end {os.getloadavg()[0]:.1f}")
     print("# GF/s = 4·B·H·Lq·Lk·D (causal: half) / median wall seconds; 'CPU' ratios use process CPU seconds instead")
     print("# (less sensitive to other processes on a shared machine; spinning threads count as used).")
+    print("# bound: memory when the least bytes moved (Q, K, V, O) over the same-run read bandwidth take longer than")
+    print("# the FLOPs at the FMA peak (decode); then /bandwidth (GB/s moved over that bandwidth) is the figure of merit,")
+    print("# else /SGEMM.")
     head = ["shape B×H×Lq×Lk×D", "dtype"] + [f"{i} GF/s" for i in impls] + ["PyTorch GF/s", "ORT GF/s", "SGEMM GF/s"]
-    head += [f"{i}/PyTorch" for i in impls] + [f"{impls[0]}/ORT", f"{impls[0]}/SGEMM"]
+    head += [f"{i}/PyTorch" for i in impls] + [f"{impls[0]}/ORT", f"{impls[0]}/SGEMM", "bound",
+                                                 f"{impls[0]}/bandwidth"]
     head += [f"{i}/PyTorch CPU" for i in impls] + [f"{impls[0]}/ORT CPU"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
@@ -175,7 +181,8 @@ def main():
         cells = [f"{b}×{h}×{lq}×{lk}×{d}" + (" causal" if causal else ""), dtype]
         cells += [f(r.get(i)) for i in impls] + [f(r["torch"]), f(r["ort"]), f(r.get("sgemm"))]
         cells += [ratio(r.get(i), r["torch"]) for i in impls] + [ratio(r.get(impls[0]), r["ort"]),
-                                                                  ratio(r.get(impls[0]), r.get("sgemm"))]
+                                                                  ratio(r.get(impls[0]), r.get("sgemm")),
+                                                                  r.get("bound", "—"), ratio(r.get(impls[0] + ":bw"), 1)]
         cells += [ratio(r.get(i + ":cpu"), r["torch:cpu"]) for i in impls] + [ratio(r.get(impls[0] + ":cpu"),
                                                                                      r["ort:cpu"])]
         print("| " + " | ".join(cells) + " |")

@@ -58,6 +58,8 @@ int run_bench() {
     std::printf("  backward (FLOPs 2.5x forward); same-run forward median %.4f s: backward/forward time %.3f\n",
                 r.forward_seconds, r.seconds / r.forward_seconds);
   std::printf("  measured FMA peak %.1f GFLOP/s: %.3f of peak\n", r.fma_peak_gflops, r.fraction_of_peak);
+  std::printf("  moves at least %.1f MB: %.1f GB/s; same-run read bandwidth %.1f GB/s: %.3f of it; %s-bound\n",
+              r.bytes / 1e6, r.gbytes_per_s, r.stream_gbytes_per_s, r.fraction_of_bandwidth, r.bound.c_str());
   std::printf("  process CPU time %.4f s per run; ratio of CPU-time rates to the SGEMM %.3f\n", r.cpu_seconds,
               r.cpu_ratio_to_sgemm);
   if (r.extra_rss_bytes >= 0)
@@ -82,7 +84,9 @@ const Register reg{
        sub.add_flag("--json", g.json,
                     "One JSON object: impl, shape, dtype, causal, threads, reps, seconds, gflops, sgemm_gflops, "
                     "sgemm_n, ratio_to_sgemm, fma_peak_gflops, fraction_of_peak, peak_extra_rss_bytes, peak_extra_rss_mib, cpu_seconds, "
-                    "cpu_ratio_to_sgemm, isa (the SIMD target used; ATTNCHECK_ISA forces one), pass, forward_seconds");
+                    "cpu_ratio_to_sgemm, isa (the SIMD target used; ATTNCHECK_ISA forces one), pass, forward_seconds, "
+                    "bytes (least the pass moves), gbytes_per_s, stream_gbytes_per_s (same-run read bandwidth), "
+                    "fraction_of_bandwidth, bound (memory or compute: which of the two limits this shape)");
        add_plugin_option(sub, g.plugins);
        return std::function<int()>(run_bench);
      }}};

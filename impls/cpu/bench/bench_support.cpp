@@ -156,6 +156,30 @@ std::pair<double, double> sgemm_seconds(int64_t n, int threads, int warmup, int 
   return t;
 }
 
+double stream_gbytes_per_s(int threads) {
+  // 512 MiB: 16 times the largest last-level caches of the machines this runs on, so the reads come from DRAM.
+  constexpr int64_t kWords = int64_t{64} << 20;
+  threads = std::max(threads, 1);
+  std::vector<uint64_t> buf(static_cast<size_t>(kWords));
+  for (int64_t i = 0; i < kWords; ++i) buf[static_cast<size_t>(i)] = static_cast<uint64_t>(i);  // pages touched
+  std::vector<uint64_t> sink(static_cast<size_t>(threads));
+  auto once = [&] {
+    run_on_threads(threads, [&](int t) {
+      const int64_t a = kWords * t / threads, e = kWords * (t + 1) / threads;
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // independent integer sums: the loop vectorises, no FP latency
+      for (int64_t i = a; i + 4 <= e; i += 4) {
+        s0 += buf[static_cast<size_t>(i)], s1 += buf[static_cast<size_t>(i + 1)];
+        s2 += buf[static_cast<size_t>(i + 2)], s3 += buf[static_cast<size_t>(i + 3)];
+      }
+      sink[static_cast<size_t>(t)] = s0 + s1 + s2 + s3;
+    }, Shortfall::fail);
+  };
+  once();
+  const double seconds = time_median(3, once).first;
+  if (sink[0] == 1) throw std::runtime_error("unreachable");  // keeps the sums alive
+  return static_cast<double>(kWords * 8) / seconds / 1e9;
+}
+
 double fma_peak_gflops(int threads) {
   const int64_t iters = 20'000'000;
   threads = std::max(threads, 1);
@@ -225,6 +249,14 @@ Result run(const Impl& impl, const Config& c) {
   r.fma_peak_gflops = fma_peak_gflops(c.threads);
   r.fraction_of_peak = r.gflops / r.fma_peak_gflops;
   r.cpu_ratio_to_sgemm = (flops / r.cpu_seconds) / (gemm_flops / sg_cpu);
+  const double size = static_cast<double>(dtype_size(c.dtype));
+  const double q_o = static_cast<double>(in.q.numel() + out.out.numel());
+  const double k_v = static_cast<double>(in.k.numel() + in.v.numel());
+  r.bytes = size * (q_o + k_v) * (c.backward ? 2.0 : 1.0);  // backward: dO and dQ like Q and O, dK dV like K V
+  r.gbytes_per_s = r.bytes / r.seconds / 1e9;
+  r.stream_gbytes_per_s = stream_gbytes_per_s(c.threads);
+  r.fraction_of_bandwidth = r.gbytes_per_s / r.stream_gbytes_per_s;
+  r.bound = r.bytes / (r.stream_gbytes_per_s * 1e9) > flops / (r.fma_peak_gflops * 1e9) ? "memory" : "compute";
   return r;
 }
 
@@ -232,19 +264,21 @@ std::string isa() { return cpu::simd::target(); }
 
 std::string to_json(const std::string& impl, const Config& c, const Result& r) {
   const Shape& s = c.shape;
-  char buf[1024];
+  char buf[2048];
   std::snprintf(buf, sizeof buf,
                 "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, "
                 "\"threads\": %d, \"reps\": %d, \"seconds\": %.6g, \"gflops\": %.4g, \"sgemm_gflops\": %.4g, "
                 "\"sgemm_n\": %lld, \"ratio_to_sgemm\": %.4g, \"fma_peak_gflops\": %.4g, \"fraction_of_peak\": %.4g, \"peak_extra_rss_bytes\": %.0f, "
                 "\"peak_extra_rss_mib\": %.2f, \"cpu_seconds\": %.6g, \"cpu_ratio_to_sgemm\": %.4g, \"isa\": \"%s\", "
-                "\"pass\": \"%s\", \"forward_seconds\": %.6g}",
+                "\"pass\": \"%s\", \"forward_seconds\": %.6g, \"bytes\": %.0f, \"gbytes_per_s\": %.4g, "
+                "\"stream_gbytes_per_s\": %.4g, \"fraction_of_bandwidth\": %.4g, \"bound\": \"%s\"}",
                 impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.Lq),
                 static_cast<long long>(s.Lk), static_cast<long long>(s.D), to_string(c.dtype),
                 c.causal ? "true" : "false", c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
                 static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm, r.fma_peak_gflops, r.fraction_of_peak, r.extra_rss_bytes,
                 r.extra_rss_bytes / (1024.0 * 1024.0), r.cpu_seconds, r.cpu_ratio_to_sgemm, isa().c_str(),
-                c.backward ? "backward" : "forward", c.backward ? r.forward_seconds : r.seconds);
+                c.backward ? "backward" : "forward", c.backward ? r.forward_seconds : r.seconds, r.bytes, r.gbytes_per_s,
+                r.stream_gbytes_per_s, r.fraction_of_bandwidth, r.bound.c_str());
   return buf;
 }
 

@@ -44,6 +44,14 @@ struct Result {
   // measure the neighbours, CPU time much less so. The wall-clock figures above stay the primary result.
   double cpu_seconds = 0, cpu_ratio_to_sgemm = 0;
   double forward_seconds = 0;  // with Config::backward: the forward's median in the same run
+  // Memory side (the honest yardstick for decode, Lq = 1: a GEMV reads every K/V element for 2 FLOPs, so the SGEMM
+  // ratio says little there). bytes: what the pass must at least move (Q, K, V read, O written, in the dtype;
+  // the backward adds dO read and dQ, dK, dV written); gbytes_per_s = bytes / seconds; stream_gbytes_per_s: the
+  // same-run read bandwidth of `threads` threads over a buffer far larger than the last-level cache;
+  // fraction_of_bandwidth = gbytes_per_s / that. bound: "memory" when bytes / stream bandwidth exceeds FLOPs / FMA
+  // peak (then fraction_of_bandwidth is the figure of merit), else "compute" (then ratio_to_sgemm).
+  double bytes = 0, gbytes_per_s = 0, stream_gbytes_per_s = 0, fraction_of_bandwidth = 0;
+  std::string bound;
 };
 
 // Times `impl` on a random signed problem of the configured shape (inputs and outputs allocated beforehand and
@@ -54,6 +62,9 @@ Result run(const Impl& impl, const Config& c);
 // Median wall-clock and process CPU seconds of an n x n x n SGEMM (the CPU backend's dispatched SIMD GEMM on a
 // pre-packed B, rows split over `threads` threads).
 std::pair<double, double> sgemm_seconds(int64_t n, int threads, int warmup, int reps);
+
+// Measured read bandwidth in GB/s: `threads` threads each summing their slice of a 512 MiB buffer (median of 3).
+double stream_gbytes_per_s(int threads);
 
 // Measured FMA peak: `threads` threads each running independent fused multiply-add chains in the dispatched
 // target's widest vectors (median of 3); the denominator of fraction_of_peak.
