@@ -17,6 +17,9 @@ namespace {
 constexpr int64_t kMinTasks = 8;
 // Query blocks of at most this many rows use the row layout (gemm_nt) when packing per key block.
 constexpr int64_t kFewRows = 4;
+// Rows of a query block whose GEMMs share one key range (a multiple of the GEMM tile rows, 6 and 8): on a causal
+// diagonal block each group stops at its own last visible key instead of the block's.
+constexpr int64_t kGroupRows = 24;
 
 // Running softmax state of nr rows: max, visible max, denominator and the unnormalised accumulator (nr x dvp).
 template <class T>
@@ -82,19 +85,25 @@ class Flash {
   struct Work {
     std::vector<T> Q, S, o, bmax;  // bmax: this block's visible max per row
     std::vector<Span> spans;
+    std::vector<Span> groups;  // per kGroupRows rows: the union of their spans
     Panels<T> pan;
     RowState<T> st;
     int64_t ulo = 0, uhi = 0;  // union of the current block's visible spans
   };
   static constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
-  // Rows [i0, i0 + nr): their spans and the union of them.
+  // Rows [i0, i0 + nr): their spans, the union of them and of each group of kGroupRows rows.
   void spans(int64_t b, int64_t i0, int64_t nr, Work& w) const {
     w.spans.resize(static_cast<size_t>(nr));
+    w.groups.assign(static_cast<size_t>((nr + kGroupRows - 1) / kGroupRows), Span{p_.Lk, 0});
     w.ulo = p_.Lk, w.uhi = 0;
     for (int64_t r = 0; r < nr; ++r) {
       const Span s = w.spans[static_cast<size_t>(r)] = sc_.span(b, i0 + r);
-      if (s.lo < s.hi) w.ulo = std::min(w.ulo, s.lo), w.uhi = std::max(w.uhi, s.hi);
+      Span& g = w.groups[static_cast<size_t>(r / kGroupRows)];
+      if (s.lo < s.hi) {
+        w.ulo = std::min(w.ulo, s.lo), w.uhi = std::max(w.uhi, s.hi);
+        g.lo = std::min(g.lo, s.lo), g.hi = std::max(g.hi, s.hi);
+      }
     }
   }
 
@@ -137,18 +146,20 @@ class Flash {
     }
   }
 
-  // Raw dot products of rows w.Q against keys [c0, c1) into w.S (columns from j0; whole strips).
-  void dots(int64_t nr, int64_t j0, int64_t c0, int64_t c1, Work& w) const {
+  // Raw dot products of rows [r0, r0 + nr) of w.Q against keys [c0, c1) into w.S (columns from j0; whole strips).
+  void dots(int64_t r0, int64_t nr, int64_t j0, int64_t c0, int64_t c1, Work& w) const {
     const int64_t ld = kFlashBlockK;
+    const T* Q = w.Q.data() + r0 * p_.Dqk;
+    T* S = w.S.data() + r0 * ld;
     if (c0 < c1 && w.pan.rows) {
-      simd::gemm_nt<T>(nr, c1 - c0, p_.Dqk, w.Q.data(), p_.Dqk, w.pan.krow_at(c0), w.pan.kld, w.S.data() + (c0 - j0),
-                       ld);
+      simd::gemm_nt<T>(nr, c1 - c0, p_.Dqk, Q, p_.Dqk, w.pan.krow_at(c0), w.pan.kld, S + (c0 - j0), ld);
     } else if (c0 < c1) {
       const int64_t sa = (c0 - j0) / W_, sb = (c1 - j0 + W_ - 1) / W_;
-      simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, w.Q.data(), p_.Dqk, w.pan.kt_at(j0 + sa * W_), p_.Dqk * W_, W_,
-                    w.S.data() + sa * W_, ld, false);
+      simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, Q, p_.Dqk, w.pan.kt_at(j0 + sa * W_), p_.Dqk * W_, W_, S + sa * W_,
+                    ld, false);
     }
   }
+  void dots(int64_t nr, int64_t j0, int64_t c0, int64_t c1, Work& w) const { dots(0, nr, j0, c0, c1, w); }
 
   // One query block against key blocks from pa (a multiple of kFlashBlockK) to kb: the online softmax into st.
   // `pack`: pack each key block's panels here (else the task packed them all).
@@ -171,7 +182,16 @@ class Flash {
       if (c0 >= c1 && !finite) continue;  // every key of the block is masked for every row: weight exactly 0
       // A few rows: dot products against K rows as loaded (no transposed panel to build for one use).
       if (pack) w.pan.pack(p_, in_, b, p_.kv_head(h), j0, finite ? j1 : c1, nr <= kFewRows);
-      scores(b, h, i0, nr, j0, nc, c0, c1, w, st.mvis.data());
+      // S = Q·Kᵀ per group of rows over the group's visible keys in this block (the scorer fills the rest).
+      for (int64_t g0 = 0; g0 < nr; g0 += kGroupRows) {
+        const Span& g = w.groups[static_cast<size_t>(g0 / kGroupRows)];
+        dots(g0, std::min(kGroupRows, nr - g0), j0, std::max(c0, g.lo), std::min(c1, g.hi), w);
+      }
+      for (int64_t r = 0; r < nr; ++r) {
+        const T mv = sc_.process(b, h, i0 + r, j0, w.S.data() + r * Bk, nc, w.spans[static_cast<size_t>(r)]);
+        w.bmax[static_cast<size_t>(r)] = mv;
+        st.mvis[static_cast<size_t>(r)] = std::max(st.mvis[static_cast<size_t>(r)], mv);
+      }
       // Online softmax: S becomes exp(s - m_new) (times keep / (1 - p)); l and acc are rescaled to the new max.
       for (int64_t r = 0; r < nr; ++r) {
         T* s = w.S.data() + r * Bk;
@@ -190,11 +210,16 @@ class Flash {
         m = m_new;
         if (const uint8_t* keep = keep_row(p_, in_, b, h, i0 + r, j0)) apply_keep(s, keep, nc, keep_scale_);
       }
-      // acc += P·V over the keys that can carry weight: the span union, or the whole block with a finite fill.
+      // acc += P·V over the keys that can carry weight: per group of rows its span union (the other keys weigh
+      // exactly 0), or the whole block with a finite fill.
+      for (int64_t g0 = 0; g0 < nr; g0 += kGroupRows) {
+        const Span& g = w.groups[static_cast<size_t>(g0 / kGroupRows)];
+        const int64_t v0 = finite ? j0 : std::max(c0, g.lo), v1 = finite ? j1 : std::min(c1, g.hi);
+        if (v0 >= v1) continue;
+        simd::gemm<T>(std::min(kGroupRows, nr - g0), p_.Dv, v1 - v0, w.S.data() + g0 * Bk + (v0 - j0), Bk,
+                      w.pan.v_at(v0), w.pan.v_bstride(), w.pan.v_ldb(), st.acc.data() + g0 * dvp_, dvp_, true);
+      }
       const int64_t v0 = finite ? j0 : c0, v1 = finite ? j1 : c1;
-      const T* P = w.S.data() + (v0 - j0);
-      simd::gemm<T>(nr, p_.Dv, v1 - v0, P, Bk, w.pan.v_at(v0), w.pan.v_bstride(), w.pan.v_ldb(), st.acc.data(), dvp_,
-                    true);
       w.pan.add_bad(w.S.data(), Bk, nr, j0, v0, v1, st.acc.data(), dvp_);
     }
   }
