@@ -176,6 +176,7 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
     for (size_t d = 0; d < Dv; ++d) {
       const double t = std::abs(x.w[j] * x.keep[j] * x.v[j * Dv + d]);
       if (x.w[j] < 0x1.0p-14 * w_max) r.out_sub[row * Dv + d] += w_max * std::abs(x.keep[j] * x.v[j * Dv + d]);
+      if (x.w[j] < 0x1.0p-6 * w_max) r.out_sub_e4m3[row * Dv + d] += w_max * std::abs(x.keep[j] * x.v[j * Dv + d]);
       if (sgroup[j] < 0) rss_p[d].add(t);
       else gp[size_t(sgroup[j]) * Dv + d] += t;
       const int32_t vg = x.vgroup ? x.vgroup[j * Dv + d] : -1;
@@ -232,6 +233,7 @@ void fill_error_scales(const Problem& p, const Inputs& in, ReferenceResult& r) {
   r.out_rss_p = std::move(x.out_rss_p);
   r.out_rss_v = std::move(x.out_rss_v);
   r.out_sub = std::move(x.out_sub);
+  r.out_sub_e4m3 = std::move(x.out_sub_e4m3);
   r.p_qbar = std::move(x.p_qbar);
   r.out_qdev = std::move(x.out_qdev);
   r.out_dev = std::move(x.out_dev);
