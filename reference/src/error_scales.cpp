@@ -3,29 +3,13 @@
 // logit spread, the number of keys in the sum and the largest group of exactly tied scores.
 #include <algorithm>
 #include <cmath>
-#include <tuple>
+#include <utility>
+
+#include "rss.hpp"
 
 #include "attncheck/reference.hpp"
 
 namespace attncheck {
-
-namespace {
-// sqrt(sum x^2) without underflow or overflow of the squares (weights of 1e-200 are legitimate), as BLAS nrm2.
-struct Rss {
-  double scale = 0, ssq = 1;
-  void add(double x) {
-    const double a = std::abs(x);
-    if (a == 0 || !std::isfinite(a)) return;
-    if (scale < a) {
-      ssq = 1 + ssq * (scale / a) * (scale / a);
-      scale = a;
-    } else {
-      ssq += (a / scale) * (a / scale);
-    }
-  }
-  double value() const { return scale * std::sqrt(ssq); }
-};
-}  // namespace
 
 void KeyScales::set(size_t j, double scale, double dot, double qk2, double dqk, double score) {
   a[j] = std::abs(scale) * std::sqrt(dqk * (dot * dot / 3.0 + qk2 / 6.0));
@@ -36,25 +20,34 @@ void KeyScales::set(size_t j, double scale, double dot, double qk2, double dqk, 
 // Copies of one key (all_equal, tied_max, one-hot keys; a bias may still tell their scores apart) have their dot
 // products computed identically, so their rounding errors are equal, not independent: a group of keys with equal
 // dot-product magnitudes (a_j, b_j) is one term of the root sums of squares, with the group's summed magnitude
-// (docs/tolerance.md, "Score errors"). Group g is keys[start[g]] .. keys[start[g + 1] - 1].
+// (docs/tolerance.md, "Score errors"). Only groups of two or more keys are listed: group g is keys[start[g]] ..
+// keys[start[g + 1] - 1]; in_group[j] marks their keys, every other key is a group of its own.
 namespace {
 struct TieGroups {
-  std::vector<size_t> keys, start;
+  std::vector<uint32_t> keys;
+  std::vector<size_t> start{0};
+  std::vector<char> in_group;
   size_t size() const { return start.size() - 1; }
-  const size_t* begin(size_t g) const { return keys.data() + start[g]; }
-  const size_t* end(size_t g) const { return keys.data() + start[g + 1]; }
 };
 
 TieGroups tie_groups(const RowInputs& x) {
-  TieGroups t;
+  struct Key {
+    double a, b;
+    uint32_t j;
+    bool operator<(const Key& o) const { return a < o.a || (a == o.a && (b < o.b || (b == o.b && j < o.j))); }
+  };
+  std::vector<Key> keys;
   for (size_t j = 0; j < x.s.size(); ++j)
-    if (x.takes_part[j] && std::isfinite(x.s[j])) t.keys.push_back(j);
-  auto key = [&](size_t j) { return std::make_tuple(x.mag.a[j], x.mag.b[j], j); };
-  std::sort(t.keys.begin(), t.keys.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
-  auto same = [&](size_t a, size_t b) { return x.mag.a[a] == x.mag.a[b] && x.mag.b[a] == x.mag.b[b]; };
-  for (size_t a = 0; a < t.keys.size(); ++a)
-    if (a == 0 || !same(t.keys[a], t.keys[a - 1])) t.start.push_back(a);
-  t.start.push_back(t.keys.size());
+    if (x.takes_part[j] && std::isfinite(x.s[j])) keys.push_back({x.mag.a[j], x.mag.b[j], uint32_t(j)});
+  std::sort(keys.begin(), keys.end());
+  TieGroups t;
+  t.in_group.assign(x.s.size(), 0);
+  for (size_t a = 0, b = 0; a < keys.size(); a = b) {
+    for (b = a + 1; b < keys.size() && keys[b].a == keys[a].a && keys[b].b == keys[a].b;) ++b;
+    if (b - a < 2) continue;
+    for (size_t c = a; c < b; ++c) t.keys.push_back(keys[c].j), t.in_group[keys[c].j] = 1;
+    t.start.push_back(t.keys.size());
+  }
   return t;
 }
 }  // namespace
@@ -62,40 +55,53 @@ TieGroups tie_groups(const RowInputs& x) {
 void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
   const size_t Lk = x.s.size(), Dv = static_cast<size_t>(x.Dv);
   const TieGroups groups = tie_groups(x);
+  const auto part = [&](size_t j) { return x.takes_part[j] && std::isfinite(x.s[j]); };
   Rss w2, wa, wb, wc;
   double mean = 0, small = 0, n = 0;
   size_t tied = 0;
+  // A key that a running fp32 sum may absorb (w_j < 2u) loses at most itself, and at most the one rounding of an
+  // addition to a sum no larger than the row's: min(w_j, u) (docs/tolerance.md, "Softmax denominator").
+  const auto one_key = [&](size_t j) {
+    if (x.w[j] != 0) mean += x.w[j] * x.s[j];
+    if (x.w[j] < 0x1.0p-23) small += std::min(x.w[j], 0x1.0p-24);
+  };
+  for (size_t j = 0; j < Lk; ++j) {
+    if (!part(j) || groups.in_group[j]) continue;
+    one_key(j);
+    w2.add(x.w[j]);
+    wa.add(x.w[j] * x.mag.a[j]);
+    wb.add(x.w[j] * x.mag.b[j]);
+    wc.add(x.w[j] * x.mag.c[j]);
+    n += 1;
+  }
   for (size_t g = 0; g < groups.size(); ++g) {
     double sw = 0, sa = 0, sb = 0, sc = 0;
-    for (const size_t* it = groups.begin(g); it != groups.end(g); ++it) {
-      const size_t j = *it;
+    for (size_t m = groups.start[g]; m < groups.start[g + 1]; ++m) {
+      const size_t j = groups.keys[m];
       sw += x.w[j];
       sa += x.w[j] * x.mag.a[j];
       sb += x.w[j] * x.mag.b[j];
       sc += x.w[j] * x.mag.c[j];
-      if (x.w[j] != 0) mean += x.w[j] * x.s[j];
-      // A key that a running fp32 sum may absorb (w_j < 2u) loses at most itself, and at most the one rounding of
-      // an addition to a sum no larger than the row's: min(w_j, u) (docs/tolerance.md, "Softmax denominator").
-      if (x.w[j] < 0x1.0p-23) small += std::min(x.w[j], 0x1.0p-24);
+      one_key(j);
     }
     w2.add(sw);
     wa.add(sa);
     wb.add(sb);
     wc.add(sc);
-    n += static_cast<double>(groups.end(g) - groups.begin(g));
+    n += static_cast<double>(groups.start[g + 1] - groups.start[g]);
   }
   // Exactly tied scores: repeated terms of the softmax sum, and equal P (sgroup[j]: -1 alone, else its group).
-  std::vector<size_t> part;
+  std::vector<std::pair<double, uint32_t>> by_score;
   for (size_t j = 0; j < Lk; ++j)
-    if (x.takes_part[j] && std::isfinite(x.s[j])) part.push_back(j);
-  std::sort(part.begin(), part.end(), [&](size_t a, size_t b) { return x.s[a] < x.s[b] || (x.s[a] == x.s[b] && a < b); });
+    if (part(j)) by_score.emplace_back(x.s[j], uint32_t(j));
+  std::sort(by_score.begin(), by_score.end());
   std::vector<int32_t> sgroup(Lk, -1);
   int32_t sgroups = 0;
-  for (size_t a = 0, b = 0; a < part.size(); a = b) {
-    for (b = a; b < part.size() && x.s[part[b]] == x.s[part[a]];) ++b;
+  for (size_t a = 0, b = 0; a < by_score.size(); a = b) {
+    for (b = a; b < by_score.size() && by_score[b].first == by_score[a].first;) ++b;
     tied = std::max(tied, b - a);
     if (b - a > 1) {
-      for (size_t c = a; c < b; ++c) sgroup[part[c]] = sgroups;
+      for (size_t c = a; c < b; ++c) sgroup[by_score[c].second] = sgroups;
       ++sgroups;
     }
   }
@@ -123,106 +129,139 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
     r.p_qbar[row] = std::abs(x.scale) * qbar.value();
     for (size_t j = 0; j < Lk; ++j) {
       if (!x.takes_part[j] || x.w[j] == 0) continue;
-      Rss b;
-      for (size_t e = 0; e < Dqk; ++e) b.add(x.q[e] * (x.k[j * Dqk + e] - kmean[e]));
-      bdev[j] = std::abs(x.scale) * b.value();
+      Rss bj;
+      for (size_t e = 0; e < Dqk; ++e) bj.add(x.q[e] * (x.k[j * Dqk + e] - kmean[e]));
+      bdev[j] = std::abs(x.scale) * bj.value();
     }
   }
 
-  // Per output element: the P·V terms t_j = w'_j v_jd and their deviations w'_j v_jd - w_j o_d (the change of o_d
-  // when weight j alone moves by a relative error, the denominator included). A tie group's common error moves
-  // o_d by its summed deviation; the deviations are combined per key and per group, and the larger is kept (keys
-  // tied by chance err independently, copies of one key alike).
+  // Per output element: the P·V terms t_j = w'_j v_jd and their deviations dv_j = w'_j v_jd - w_j o_d (the change
+  // of o_d when weight j alone moves by a relative error, the denominator included). A tie group's common error
+  // moves o_d by its summed deviation; the deviations are combined per key and per group, and the larger is kept
+  // (keys tied by chance err independently, copies of one key alike). Singletons are their own group: `dev1` holds
+  // them, `devm` the keys of larger groups one by one, `gm` those groups' sums; per key = dev1 + devm, per group =
+  // dev1 + gm. Repeated P (tied scores) and repeated values (equal v_jd) sum their |t_j| before squaring (_p, _v).
   const double* o = &r.out[row * Dv];
-  std::vector<Rss> rss(Dv), dev(Dv), dev_a(Dv), dev_b(Dv), dev_c(Dv), gdev(Dv), gdev_a(Dv), gdev_b(Dv), gdev_c(Dv);
-  std::vector<double> cov(Dv, 0.0), s0(Dv), sa(Dv), sb(Dv), sc(Dv);
+  ColumnRss rss(Dv), dev1(Dv), dev1_a(Dv), dev1_b(Dv), dev1_c(Dv), devm(Dv), devm_a(Dv), devm_b(Dv), devm_c(Dv),
+      gm(Dv), gm_a(Dv), gm_b(Dv), gm_c(Dv), rss_p(Dv), rss_v(Dv);
+  std::vector<double> cov(Dv, 0.0), qdev(Dv, 0.0), sub(Dv, 0.0), sub8(Dv, 0.0), t(Dv), dv(Dv), s0(Dv), sa(Dv), sb(Dv), sc(Dv);
+  std::vector<double> gp(static_cast<size_t>(sgroups) * Dv, 0.0);
+  // The unnormalised P_j = exp(s_j - m) = w_j / w_max (w_max = 1/l when a key holds the max).
+  double w_max = 0;
+  for (size_t j = 0; j < Lk; ++j)
+    if (x.takes_part[j]) w_max = std::max(w_max, x.w[j]);
+  const char* grouped_v = x.vgroups ? x.vgroups->grouped.data() : nullptr;
+  // Key j's terms into t and dv, and every sum but the deviations'.
+  const auto key_terms = [&](size_t j) {
+    const double wk = x.w[j] * x.keep[j], c = std::abs(x.s[j] - mean), bd = x.q ? bdev[j] : 0.0;
+    const double* vj = &x.v[j * Dv];
+    for (size_t d = 0; d < Dv; ++d) {
+      t[d] = wk * vj[d];
+      dv[d] = t[d] - x.w[j] * o[d];
+      cov[d] += c * std::abs(dv[d]);
+      qdev[d] += std::abs(dv[d]) * bd;
+    }
+    rss.add(t.data());
+    if (x.w[j] < 0x1.0p-14 * w_max)
+      for (size_t d = 0; d < Dv; ++d) sub[d] += w_max * std::abs(x.keep[j] * vj[d]);
+    if (x.w[j] < 0x1.0p-6 * w_max)  // e4m3's smallest normal
+      for (size_t d = 0; d < Dv; ++d) sub8[d] += w_max * std::abs(x.keep[j] * vj[d]);
+    if (sgroup[j] < 0) rss_p.add(t.data());
+    else
+      for (size_t d = 0; d < Dv; ++d) gp[size_t(sgroup[j]) * Dv + d] += std::abs(t[d]);
+    const char* gv = grouped_v ? grouped_v + j * Dv : nullptr;
+    bool any = false;
+    for (size_t d = 0; gv && d < Dv; ++d) any |= gv[d] != 0;
+    if (!any) rss_v.add(t.data());
+    else
+      for (size_t d = 0; d < Dv; ++d)
+        if (!gv[d]) rss_v.add_one(d, t[d]);
+  };
+  for (size_t j = 0; j < Lk; ++j) {
+    if (!part(j) || groups.in_group[j] || x.w[j] == 0) continue;
+    key_terms(j);
+    dev1.add(dv.data());
+    dev1_a.add(dv.data(), x.mag.a[j]);
+    dev1_b.add(dv.data(), x.mag.b[j]);
+    dev1_c.add(dv.data(), x.mag.c[j]);
+  }
   for (size_t g = 0; g < groups.size(); ++g) {
     std::fill(s0.begin(), s0.end(), 0.0);
     std::fill(sa.begin(), sa.end(), 0.0);
     std::fill(sb.begin(), sb.end(), 0.0);
     std::fill(sc.begin(), sc.end(), 0.0);
-    for (const size_t* it = groups.begin(g); it != groups.end(g); ++it) {
-      const size_t j = *it;
+    for (size_t m = groups.start[g]; m < groups.start[g + 1]; ++m) {
+      const size_t j = groups.keys[m];
       if (x.w[j] == 0) continue;
-      for (size_t d = 0; d < Dv; ++d) {
-        const double t = x.w[j] * x.keep[j] * x.v[j * Dv + d];
-        const double dv = t - x.w[j] * o[d];
-        rss[d].add(t);
-        dev[d].add(dv);
-        dev_a[d].add(x.mag.a[j] * dv);
-        dev_b[d].add(x.mag.b[j] * dv);
-        dev_c[d].add(x.mag.c[j] * dv);
-        s0[d] += dv, sa[d] += x.mag.a[j] * dv, sb[d] += x.mag.b[j] * dv, sc[d] += x.mag.c[j] * dv;
-        cov[d] += std::abs(x.s[j] - mean) * std::abs(dv);
-        if (x.q) r.out_qdev[row * Dv + d] += std::abs(dv) * bdev[j];
-      }
+      key_terms(j);
+      devm.add(dv.data());
+      devm_a.add(dv.data(), x.mag.a[j]);
+      devm_b.add(dv.data(), x.mag.b[j]);
+      devm_c.add(dv.data(), x.mag.c[j]);
+      for (size_t d = 0; d < Dv; ++d)
+        s0[d] += dv[d], sa[d] += x.mag.a[j] * dv[d], sb[d] += x.mag.b[j] * dv[d], sc[d] += x.mag.c[j] * dv[d];
     }
-    for (size_t d = 0; d < Dv; ++d) {
-      gdev[d].add(s0[d]);
-      gdev_a[d].add(sa[d]);
-      gdev_b[d].add(sb[d]);
-      gdev_c[d].add(sc[d]);
-    }
+    gm.add(s0.data());
+    gm_a.add(sa.data());
+    gm_b.add(sb.data());
+    gm_c.add(sc.data());
   }
-  // Terms of repeated P and of repeated values: singletons enter the root sum of squares alone, groups summed.
-  std::vector<Rss> rss_p(Dv), rss_v(Dv);
-  std::vector<double> gp(static_cast<size_t>(sgroups) * Dv, 0.0), gv(static_cast<size_t>(x.vgroups), 0.0);
-  // The unnormalised P_j = exp(s_j - m) = w_j / w_max (w_max = 1/l when a key holds the max).
-  double w_max = 0;
-  for (size_t j = 0; j < Lk; ++j)
-    if (x.takes_part[j]) w_max = std::max(w_max, x.w[j]);
-  for (size_t j = 0; j < Lk; ++j) {
-    if (!x.takes_part[j] || x.w[j] == 0) continue;
-    for (size_t d = 0; d < Dv; ++d) {
-      const double t = std::abs(x.w[j] * x.keep[j] * x.v[j * Dv + d]);
-      if (x.w[j] < 0x1.0p-14 * w_max) r.out_sub[row * Dv + d] += w_max * std::abs(x.keep[j] * x.v[j * Dv + d]);
-      if (x.w[j] < 0x1.0p-6 * w_max) r.out_sub_e4m3[row * Dv + d] += w_max * std::abs(x.keep[j] * x.v[j * Dv + d]);
-      if (sgroup[j] < 0) rss_p[d].add(t);
-      else gp[size_t(sgroup[j]) * Dv + d] += t;
-      const int32_t vg = x.vgroup ? x.vgroup[j * Dv + d] : -1;
-      if (vg < 0) rss_v[d].add(t);
-      else gv[size_t(vg)] += t;
-    }
-  }
-  for (size_t g = 0; g < size_t(sgroups); ++g)
-    for (size_t d = 0; d < Dv; ++d) rss_p[d].add(gp[g * Dv + d]);
-  if (x.vgroup)
-    for (size_t j = 0; j < Lk; ++j)  // each group's sum once, at its column
-      for (size_t d = 0; d < Dv; ++d) {
-        const int32_t vg = x.vgroup[j * Dv + d];
-        if (vg >= 0 && gv[size_t(vg)] != 0) {
-          rss_v[d].add(gv[size_t(vg)]);
-          gv[size_t(vg)] = 0;
-        }
+  for (size_t g = 0; g < size_t(sgroups); ++g) rss_p.add(&gp[g * Dv]);
+  // Each value group's summed |t_j| = |v| sum_j |w'_j| once, column by column.
+  if (x.vgroups) {
+    const ValueGroups& vg = *x.vgroups;
+    std::vector<double> a(Lk, 0.0);
+    for (size_t j = 0; j < Lk; ++j)
+      if (x.takes_part[j] && x.w[j] != 0) a[j] = std::abs(x.w[j] * x.keep[j]);
+    for (size_t d = 0; d < Dv; ++d)
+      for (size_t g = vg.columns[d]; g < vg.columns[d + 1]; ++g) {
+        double sum = 0;
+        for (size_t m = vg.start[g]; m < vg.start[g + 1]; ++m) sum += a[vg.keys[m]];
+        rss_v.add_one(d, vg.value[g] * sum);
       }
+  }
+  ColumnRss per_key = dev1, per_key_a = dev1_a, per_key_b = dev1_b, per_key_c = dev1_c;
+  per_key.merge(devm), per_key_a.merge(devm_a), per_key_b.merge(devm_b), per_key_c.merge(devm_c);
+  dev1.merge(gm), dev1_a.merge(gm_a), dev1_b.merge(gm_b), dev1_c.merge(gm_c);
   for (size_t d = 0; d < Dv; ++d) {
-    r.out_rss_p[row * Dv + d] = rss_p[d].value();
-    r.out_rss_v[row * Dv + d] = rss_v[d].value();
-    r.out_rss[row * Dv + d] = rss[d].value();
-    r.out_dev[row * Dv + d] = std::max(dev[d].value(), gdev[d].value());
-    r.out_dev_a[row * Dv + d] = std::max(dev_a[d].value(), gdev_a[d].value());
-    r.out_dev_b[row * Dv + d] = std::max(dev_b[d].value(), gdev_b[d].value());
-    r.out_dev_c[row * Dv + d] = std::max(dev_c[d].value(), gdev_c[d].value());
-    r.out_cov[row * Dv + d] = cov[d];
+    const size_t e = row * Dv + d;
+    r.out_rss_p[e] = rss_p.value(d);
+    r.out_rss_v[e] = rss_v.value(d);
+    r.out_rss[e] = rss.value(d);
+    r.out_dev[e] = std::max(per_key.value(d), dev1.value(d));
+    r.out_dev_a[e] = std::max(per_key_a.value(d), dev1_a.value(d));
+    r.out_dev_b[e] = std::max(per_key_b.value(d), dev1_b.value(d));
+    r.out_dev_c[e] = std::max(per_key_c.value(d), dev1_c.value(d));
+    r.out_cov[e] = cov[d];
+    r.out_sub[e] += sub[d];
+    r.out_sub_e4m3[e] += sub8[d];
+    if (x.q) r.out_qdev[e] += qdev[d];
   }
 }
 
-std::vector<int32_t> value_groups(const double* v, int64_t Lk, int64_t Dv, int32_t& count) {
-  std::vector<int32_t> g(static_cast<size_t>(Lk * Dv), -1);
-  std::vector<int64_t> idx(static_cast<size_t>(Lk));
-  count = 0;
+ValueGroups value_groups(const double* v, int64_t Lk, int64_t Dv) {
+  ValueGroups g;
+  g.grouped.assign(static_cast<size_t>(Lk * Dv), 0);
+  g.columns.push_back(0);
+  g.start.push_back(0);
+  std::vector<std::pair<double, uint32_t>> col;
   for (int64_t d = 0; d < Dv; ++d) {
-    for (int64_t j = 0; j < Lk; ++j) idx[size_t(j)] = j;
-    auto at = [&](int64_t j) { return v[j * Dv + d]; };
-    // NaN (poison in masked slots) sorts last and is never equal to anything.
-    std::sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return std::isnan(at(b)) ? !std::isnan(at(a)) : at(a) < at(b); });
-    for (size_t a = 0, b = 0; a < idx.size(); a = b) {
-      for (b = a + 1; b < idx.size() && at(idx[b]) == at(idx[a]);) ++b;
-      if (b - a > 1 && std::isfinite(at(idx[a]))) {
-        for (size_t c = a; c < b; ++c) g[size_t(idx[c] * Dv + d)] = count;
-        ++count;
+    // NaN (poison in masked slots) and infinities are never grouped.
+    col.clear();
+    for (int64_t j = 0; j < Lk; ++j)
+      if (std::isfinite(v[j * Dv + d])) col.emplace_back(v[j * Dv + d], uint32_t(j));
+    std::sort(col.begin(), col.end());
+    for (size_t a = 0, b = 0; a < col.size(); a = b) {
+      for (b = a + 1; b < col.size() && col[b].first == col[a].first;) ++b;
+      if (b - a < 2) continue;
+      for (size_t c = a; c < b; ++c) {
+        g.keys.push_back(col[c].second);
+        g.grouped[size_t(col[c].second) * size_t(Dv) + size_t(d)] = 1;
       }
+      g.start.push_back(g.keys.size());
+      g.value.push_back(std::abs(col[a].first));
     }
+    g.columns.push_back(g.value.size());
   }
   return g;
 }

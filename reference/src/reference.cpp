@@ -85,10 +85,10 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
   for (auto* e : {&r.p_rss, &r.p_rss_a, &r.p_rss_b, &r.p_rss_c, &r.spread, &r.n_terms, &r.n_tied, &r.p_small, &r.p_qbar}) e->assign(static_cast<size_t>(B * Hq * Lq), 0.0);
 
   // Equal values in a column of V (constant V, one-hot or integer values) round alike: tolerance model only.
-  std::vector<std::vector<int32_t>> vgroup(static_cast<size_t>(B * Hkv));
-  std::vector<int32_t> vgroups(static_cast<size_t>(B * Hkv));
-  for (int64_t bh = 0; bh < B * Hkv; ++bh)
-    vgroup[size_t(bh)] = value_groups(&v[static_cast<size_t>(bh * Lk * Dv)], Lk, Dv, vgroups[size_t(bh)]);
+  std::vector<ValueGroups> vgroups(static_cast<size_t>(B * Hkv));
+  parallel_rows(B * Hkv, threads, [&](int64_t bh) {
+    vgroups[size_t(bh)] = value_groups(&v[static_cast<size_t>(bh * Lk * Dv)], Lk, Dv);
+  });
 
   // One row = one (batch, query head, query token). Rows share nothing, so any thread order gives the same bits.
   const auto one_row = [&](int64_t row) {
@@ -228,7 +228,7 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
             in_row(j) && (fully_masked || visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite);
       const std::vector<double> s_row = fully_masked ? std::vector<double>(static_cast<size_t>(Lk), 0.0) : s;
       row_error_scales(RowInputs{s_row, takes_part, w, keep, ks, vb, Dv,
-                                                 vgroup[size_t(b * Hkv + kvh)].data(), vgroups[size_t(b * Hkv + kvh)],
+                                                 &vgroups[size_t(b * Hkv + kvh)],
                                                  qi, kb, Dqk, scale}, static_cast<size_t>(row), r);
     }
   };

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -69,11 +70,25 @@ TEST(SuiteV2, EveryPairOfFeatureValuesIsCoveredTwice) {
   EXPECT_TRUE(missing.empty()) << "pairs covered by fewer than two fixtures:\n" << missing;
 }
 
+// Every suite: the committed ones (forward, backward, large) and the long tier generated on demand.
+std::vector<CaseSpec> every_case() {
+  std::vector<CaseSpec> all;
+  for (const char* f : {"suite.json", "suite-backward.json", "suite-large.json", "suite-long.json"}) {
+    SuiteSpec s = read_suite(std::string(GOLDEN_DIR) + "/" + f);
+    for (auto& c : s.cases) {
+      c.name = std::string(f) + ": " + c.name;
+      all.push_back(std::move(c));
+    }
+  }
+  return all;
+}
+
 TEST(SuiteV2, NoTwoFixturesShareASeedOrAGeneratedQueryRow) {
-  const SuiteSpec s = suite();
+  const std::vector<CaseSpec> cases = every_case();
+  EXPECT_GT(cases.size(), 150u);
   std::set<uint64_t> seeds;
   std::map<std::vector<double>, std::string> rows;
-  for (const auto& c : s.cases) {
+  for (const auto& c : cases) {
     EXPECT_TRUE(seeds.insert(c.seed).second) << c.name << " reuses seed " << c.seed;
     const auto d = c.distribution;
     if (d != gen::Distribution::normal && d != gen::Distribution::uniform && d != gen::Distribution::large_logits)
@@ -90,6 +105,15 @@ TEST(SuiteV2, NoTwoFixturesShareASeedOrAGeneratedQueryRow) {
           EXPECT_TRUE(fresh || it->second == c.name) << c.name << " repeats a query row of " << it->second;
         }
   }
+}
+
+// The committed golden/ stays small enough for a fast clone (issue 11: at most 30 MB).
+TEST(SuiteV2, CommittedGoldenDirectoryIsAtMost30MB) {
+  uintmax_t bytes = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(GOLDEN_DIR))
+    if (e.is_regular_file()) bytes += e.file_size();
+  EXPECT_GT(bytes, 1u << 20);  // the fixtures are there
+  EXPECT_LE(bytes, 30u << 20) << GOLDEN_DIR << " holds " << bytes << " bytes";
 }
 
 Problem small(DType t, int64_t lk = 130) {

@@ -2,6 +2,7 @@
 // It mirrors the per-token loops of a textbook derivation and is bitwise deterministic for any thread count.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -62,6 +63,17 @@ struct KeyScales {
   void set(size_t j, double scale, double dot, double qk2, double dqk, double score);
 };
 
+// Groups of equal finite values within each column of V (Lk, Dv), computed once per KV head: which v_jd share
+// their value with another key of column d, and each group's keys, so a row sums its group terms column by column.
+struct ValueGroups {
+  std::vector<char> grouped;     // (Lk, Dv): 1 where another key of column d holds the same value
+  std::vector<size_t> columns;   // (Dv + 1): column d's groups are columns[d] .. columns[d + 1] - 1
+  std::vector<size_t> start;     // (groups + 1): group g's keys are keys[start[g]] .. keys[start[g + 1] - 1]
+  std::vector<uint32_t> keys;
+  std::vector<double> value;     // (groups): |v| of group g
+};
+ValueGroups value_groups(const double* v, int64_t Lk, int64_t Dv);
+
 // One row's data for row_error_scales (spans of length Lk; V rows of length Dv).
 struct RowInputs {
   const std::vector<double>& s;          // scores (finite where taking part)
@@ -71,16 +83,12 @@ struct RowInputs {
   const KeyScales& mag;                  // per-key score error magnitudes
   const double* v;                       // (Lk, Dv)
   int64_t Dv;
-  const int32_t* vgroup = nullptr;       // (Lk, Dv): value_groups of v, or null (every value counted alone)
-  int32_t vgroups = 0;
+  const ValueGroups* vgroups = nullptr;  // value_groups of v, or null (every value counted alone)
   const double* q = nullptr;             // (Dqk): the query row, with k (Lk, Dqk) and the scale: p_qbar, out_qdev
   const double* k = nullptr;
   int64_t Dqk = 0;
   double scale = 0;
 };
-// Groups of equal values within each column of V (Lk, Dv): the group index of v_jd, -1 when no other key of the
-// column holds the same value; `count` receives the number of groups.
-std::vector<int32_t> value_groups(const double* v, int64_t Lk, int64_t Dv, int32_t& count);
 // Computes row `row`'s error scales into r (out, sized vectors must be allocated; out must be final).
 void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r);
 
