@@ -2,6 +2,8 @@
 // dead processes. POSIX only (like the rest of the harness).
 #include "attncheck/durable_file.hpp"
 
+#include "attncheck/cancel.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -73,6 +75,7 @@ void write_file_durably(const std::string& path, std::string_view bytes) {
   name += std::to_string(::getpid());
   name += kSuffix;
   const std::string tmp = (fs::path(dir) / name).string();
+  const CancelDeferred hold;  // a second Ctrl-C waits until the temporary is renamed or removed
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(path, "creating the temporary " + tmp, errno);
   auto give_up = [&](const std::string& step, int err) {

@@ -83,17 +83,22 @@ std::vector<double> out_from_weights(const Subject& s, const std::vector<double>
   return o;
 }
 
-Prediction softmax_model(const Subject& s, const std::function<double(int64_t, int64_t)>& score, DType sum_acc, DType pv_acc) {
+Prediction softmax_model(const Subject& s, const std::function<double(int64_t, int64_t)>& score, DType sum_acc, DType pv_acc,
+                         bool nan_rows) {
   const Problem& p = s.p();
   std::vector<double> w(s.score.size(), 0.0);
   Prediction pr{{}, s.ref.lse};
   auto acc = [](DType t, double a, double y) { return round_to(t, a + y); };
-  std::vector<char> modelled(static_cast<size_t>(s.rows()), 0);
+  std::vector<char> modelled(static_cast<size_t>(s.rows()), 0), nan_row(static_cast<size_t>(s.rows()), 0);
   for (int64_t r = 0; r < s.rows(); ++r) {
     double m = -INFINITY, sum = 0;
+    bool any = false;
     for (int64_t j = 0; j < p.Lk; ++j)
-      if (const double x = score(r, j); !std::isnan(x)) m = std::max(m, x);
-    if (m == -INFINITY) continue;
+      if (const double x = score(r, j); !std::isnan(x)) m = std::max(m, x), any = true;
+    if (m == -INFINITY) {
+      if (nan_rows && any) nan_row[static_cast<size_t>(r)] = 1, pr.lse[static_cast<size_t>(r)] = NAN;
+      continue;
+    }
     modelled[static_cast<size_t>(r)] = 1;
     for (int64_t j = 0; j < p.Lk; ++j)
       if (const double x = score(r, j); !std::isnan(x)) sum = acc(sum_acc, sum, std::exp(x - m));
@@ -107,6 +112,8 @@ Prediction softmax_model(const Subject& s, const std::function<double(int64_t, i
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < p.Lq; ++i) {
         const int64_t r = (b * p.Hq + h) * p.Lq + i;
+        if (nan_row[static_cast<size_t>(r)])
+          for (int64_t d = 0; d < p.Dv; ++d) pr.out[static_cast<size_t>(r * p.Dv + d)] = NAN;
         if (!modelled[static_cast<size_t>(r)]) continue;
         for (int64_t d = 0; d < p.Dv; ++d) {
           double a = 0;
@@ -194,8 +201,14 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
     sc.add("softcap-order", "softcap applied after bias and masking (masked scores become -softcap)", pr.out, &pr.lse);
   }
   if (p.fill == MaskFill::neg_inf) {
-    const Prediction pr = softmax_model(s, [&](int64_t r, int64_t) { return s.row_visible[static_cast<size_t>(r)] ? NAN : -1e9; });
-    sc.add("mask-fill", "finite sentinel -1e9: fully masked rows average every key's (kept) value", pr.out, &pr.lse);
+    // Masked keys score -1e9 and no row is special-cased: a row the masks hide entirely averages every key's value,
+    // a row whose visible keys a -inf bias hides and no mask hides becomes NaN (onnxruntime#28904, ik_llama.cpp#2344).
+    const Prediction pr = softmax_model(s, [&](int64_t r, int64_t j) {
+      const size_t n = static_cast<size_t>(r * p.Lk + j);
+      return s.vis[n] ? s.score[n] : -1e9;
+    }, DType::f64, DType::f64, true);
+    sc.add("mask-fill", "finite sentinel -1e9 and no fully-masked handling: fully masked rows average every masked key's (kept) value, "
+           "rows only a -inf bias hides are NaN", pr.out, &pr.lse);
   }
 
   // GQA head map
@@ -212,9 +225,10 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
     if (Lk2 != last_pad)
       sc.variant("tile-tail", "last key tile (size " + std::to_string(T) + ") padded to " + std::to_string(Lk2) +
                  " keys scored 0 instead of -inf", [&] { return pad_keys(c, Lk2); });
-    if (j0 > 0 && j0 != last_start)
+    // j0 = 0: Lk is below one tile, so a loop over whole tiles reads no key at all (every row as if fully masked)
+    if (j0 != last_start)
       sc.variant("skipped-keys", "keys " + std::to_string(j0) + ".." + std::to_string(p.Lk - 1) + " (the last partial tile of " +
-                 std::to_string(T) + ") never read", [&] { return mask_keys_from(c, j0); });
+                 std::to_string(T) + (j0 == 0 ? ", the only one" : "") + ") never read", [&] { return mask_keys_from(c, j0); });
     last_pad = Lk2, last_start = j0;
   }
 

@@ -24,8 +24,10 @@ struct Prediction {
   std::vector<double> out, lse;
 };
 // sum_acc / pv_acc: the dtype the softmax sum and the P.V accumulators round to after every add (f64: none).
+// nan_rows: a row whose keys all score -inf is NaN, as in a kernel without fully-masked handling (exp(-inf - -inf)),
+// instead of keeping the reference.
 Prediction softmax_model(const Subject& s, const std::function<double(int64_t row, int64_t j)>& score,
-                         DType sum_acc = DType::f64, DType pv_acc = DType::f64);
+                         DType sum_acc = DType::f64, DType pv_acc = DType::f64, bool nan_rows = false);
 
 // Weights [B,Hq,Lq,Lk] applied to the values (with the dropout keep-mask and 1/(1-p)): out [B,Hq,Lq,Dv].
 std::vector<double> out_from_weights(const Subject& s, const std::vector<double>& w, bool rescale_dropout = true);

@@ -2,6 +2,7 @@
 // on the derived case; a derived case the candidate does not support is reported as unsupported and costs nothing.
 #include "probes.hpp"
 
+#include <algorithm>
 #include <functional>
 
 #include "attncheck/reference.hpp"
@@ -72,8 +73,13 @@ ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, cons
       const Verdict v = judge(d.p, reference_attention(d.p, d.in), out, m);
       r.outcome = v.pass ? "pass" : "fail";
       if (!v.pass) r.detail = v.worst().describe();
+      // A failure that persists says nothing against a cause another still active mask can trigger (with causal
+      // and a boolean mask, mask-after-softmax survives removing either one).
+      std::vector<std::string> left;
+      for (const std::string& f : active_features(d.p))
+        if (const auto it = feature_tags.find(f); it != feature_tags.end()) left.insert(left.end(), it->second.begin(), it->second.end());
       for (const std::string& t : pr.tags) {
-        if (!v.pass && pr.positive_only) continue;
+        if (!v.pass && (pr.positive_only || std::find(left.begin(), left.end(), t) != left.end())) continue;
         ev.votes[t] += v.pass ? 1 : -1;
         ev.why[t] = pr.name + (v.pass ? ": the failure disappears" : ": still fails");
       }

@@ -34,7 +34,8 @@ struct Subject {
   Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& actual, const ToleranceModel& m);
   const Problem& p() const { return c.p; }
   int64_t rows() const { return c.p.B * c.p.Hq * c.p.Lq; }
-  // Count of out elements outside tolerance when `expected` is taken as the truth instead of the reference.
+  // Count of out elements outside tolerance when `expected` is taken as the truth instead of the reference, plus
+  // the failing elements where `expected` itself is within the reference's tolerance (it does not predict them).
   int64_t bad_against(const std::vector<double>& expected) const;
   int64_t bad_lse_against(const std::vector<double>& expected) const;
 };

@@ -35,7 +35,7 @@ std::vector<BackwardPowerRow> backward_power(const std::vector<int64_t>& lks, ui
     p.Hq = 2, p.Hkv = 1, p.Lq = 4, p.Lk = lk, p.Dqk = 64, p.Dv = 32;
     p.dtype = DType::f32;
     p.want_lse = true;
-    Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+    Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
     Rng r(seed ^ static_cast<uint64_t>(lk));
     for (Tensor* t : {&in.q, &in.k, &in.v})
       for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, r.normal());

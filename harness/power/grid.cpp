@@ -21,12 +21,6 @@ Variant make(std::string name, std::string what, Fault f, Order o = Order::onlin
   return v;
 }
 
-Flavour flavour_of(Fault f) {
-  if (f == Fault::causal_excl_diag || f == Fault::causal_future_key) return Flavour::causal;
-  if (f == Fault::window_off_by_one) return Flavour::window;
-  return Flavour::dense;
-}
-
 constexpr int64_t kDqk = 64, kDv = 32;  // Dqk != Dv, so scaling by 1/sqrt(Dv) is a different scale
 
 }  // namespace
@@ -136,6 +130,12 @@ Judged judge_run(const Problem& p, const ReferenceResult& ref, Outputs o, const 
 }
 }  // namespace
 
+Flavour flavour_of(Fault f) {
+  if (f == Fault::causal_excl_diag || f == Fault::causal_future_key) return Flavour::causal;
+  if (f == Fault::window_off_by_one) return Flavour::window;
+  return Flavour::dense;
+}
+
 const char* to_string(Flavour f) { return f == Flavour::dense ? "dense" : f == Flavour::causal ? "causal" : "window"; }
 const char* to_string(Logits l) {
   return l == Logits::normal ? "normal" : l == Logits::large ? "large" : l == Logits::near_one_hot ? "near_one_hot" : "hazard";
@@ -188,6 +188,8 @@ Report run_grid(const GridOptions& o) {
   for (int64_t lk : o.lk)
     for (DType t : o.dtypes)
       for (Logits lg : o.logits) {
+        if (o.on_configuration)
+          o.on_configuration("Lk=" + std::to_string(lk) + " " + to_string(t) + " " + to_string(lg));
         const uint64_t seed = o.seed ^ (static_cast<uint64_t>(lk) * 0x9E3779B97F4A7C15ull) ^
                               (static_cast<uint64_t>(t) << 8) ^ (static_cast<uint64_t>(lg) << 16);
         Problem ps[3];

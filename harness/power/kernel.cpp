@@ -94,9 +94,11 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       if (p.causal && j > diag) vis = false;
       if (p.window_left >= 0 && j < diag - p.window_left) vis = false;
       if (p.window_right >= 0 && j > diag + p.window_right) vis = false;
-      if (v.fault == Fault::causal_excl_diag && j == diag && diag % 64 == 0) vis = false;  // diagonal tile's first key
-      if (v.fault == Fault::causal_future_key && j == diag + 1 && diag % 64 == 63) vis = true;  // next tile's key
-      if (v.fault == Fault::window_off_by_one && j == diag - p.window_left - 1) vis = true;
+      // Mask faults live in the mask code, so they act only where that mask is on (as in a real kernel, a problem
+      // without the mask has no such bug; the diagnoser's "mask removed" probes rely on it).
+      if (v.fault == Fault::causal_excl_diag && p.causal && j == diag && diag % 64 == 0) vis = false;  // diagonal tile's first key
+      if (v.fault == Fault::causal_future_key && p.causal && j == diag + 1 && diag % 64 == 63) vis = true;  // next tile's key
+      if (v.fault == Fault::window_off_by_one && p.window_left >= 0 && j == diag - p.window_left - 1) vis = true;
       if (v.fault == Fault::skip_tile && j >= skip_lo && j < skip_lo + 64) vis = false;
       if (v.fault == Fault::drop_random_key && j == random_key) vis = false;
       r.vis[static_cast<size_t>(j)] = vis;

@@ -44,6 +44,7 @@ std::vector<Variant> fault_variants();
 // Problem shapes of the grid: dense, causal (diagonals around a tile edge), window of 256 keys.
 enum class Flavour : uint8_t { dense, causal, window };
 const char* to_string(Flavour f);
+Flavour flavour_of(Fault f);  // the shape a fault is run on (mask faults need their mask)
 enum class Logits : uint8_t { normal, large, near_one_hot, hazard };
 const char* to_string(Logits l);
 
@@ -76,6 +77,9 @@ struct GridOptions {
   uint64_t seed = 20261123;
   int threads = 0;   // 0 = default
   std::optional<Candidate> candidate;
+  // Called before each (Lk, dtype, logits) configuration with its name: the CLI's progress line and Ctrl-C (it may
+  // throw to stop the grid).
+  std::function<void(const std::string&)> on_configuration;
 };
 
 struct Cell {  // one variant on one configuration (Lk, dtype, logits), over the flavours it runs on

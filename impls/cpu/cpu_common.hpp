@@ -174,6 +174,7 @@ class Scorer {
     if (a >= e) return neg_inf;
     T* v = s + a;
     const int64_t m = e - a;
+    if (softcap_ <= 0 && !in_.bias && !in_.mask) return simd::scale_max<T>(v, m, scale_);  // the common case
     ArrMap<T>(v, m) *= scale_;
     if (softcap_ > 0)  // scalar std::tanh: Eigen's fast tanh saturates early (error ~2e-7 * cap near |s| = 8 cap)
       for (int64_t j = 0; j < m; ++j) v[j] = softcap_ * std::tanh(v[j] / softcap_);

@@ -22,7 +22,7 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
   const int64_t W = simd::strip_width<T>(), ld = (Lk + W - 1) / W * W, dvp = (Dv + W - 1) / W * W;
 
   struct Work {
-    std::vector<T> Q, S, O;
+    std::vector<T> Q, S, O, div;
     Panels<T> pan;
   };
   const int threads = static_cast<int>(std::min<int64_t>(cpu_threads(), p.B * p.Hq));
@@ -38,6 +38,7 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
     w.pan.pack(p, in, b, p.kv_head(h), 0, Lk, Lq <= kFewRows);
     w.S.resize(static_cast<size_t>(Lq * ld));
     w.O.resize(static_cast<size_t>(Lq * dvp));
+    w.div.assign(static_cast<size_t>(Lq), T(1));  // per row: the softmax sum when P is left unnormalised
     const bool finite = scorer.finite_fill();
     for (int64_t r0 = 0; r0 < Lq; r0 += kRowBlock) {
       const int64_t nr = std::min(kRowBlock, Lq - r0);
@@ -76,7 +77,12 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
           std::fill(s, s + a, T(0));
           std::fill(s + e, s + Lk, T(0));
           const T sum = exp_shifted(s + a, s + a, e - a, m) + (sink == kNegInf ? T(0) : exp0(sink - m));
-          for (int64_t j = a; j < e; ++j) s[j] /= sum;
+          // Without the weights output P stays unnormalised and the output row is divided instead (Lk divisions
+          // become Dv, as in cpu-flash's acc / l).
+          if (out.weights)
+            for (int64_t j = a; j < e; ++j) s[j] /= sum;
+          else
+            w.div[static_cast<size_t>(i)] = sum;
           lse = m + std::log(sum);
         }
         const int64_t row = (b * p.Hq + h) * Lq + i;
@@ -90,7 +96,12 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
       simd::gemm<T>(nr, Dv, hi - lo, S + lo, ld, w.pan.v_at(lo), w.pan.v_bstride(), w.pan.v_ldb(), O, dvp, false);
       w.pan.add_bad(S, ld, nr, 0, lo, hi, O, dvp);
     }
-    for (int64_t i = 0; i < Lq; ++i) store_row(out.out, b, h, i, w.O.data() + i * dvp);
+    for (int64_t i = 0; i < Lq; ++i) {
+      T* o = w.O.data() + i * dvp;
+      if (const T d = w.div[static_cast<size_t>(i)]; d != T(1))
+        for (int64_t c = 0; c < Dv; ++c) o[c] /= d;
+      store_row(out.out, b, h, i, o);
+    }
   });
 }
 

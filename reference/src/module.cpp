@@ -115,7 +115,7 @@ MhaResult reference_mha(const Problem& p, const MhaWeights& w, const Seq& x_q, c
   validate(p);
   const Seq& xkv = kv_source(p, x_q, x_kv);
   const int64_t nq = p.Hq * p.Dqk, nk = p.Hkv * p.Dqk, nv = p.Hkv * p.Dv;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), extras.mask, extras.bias, extras.keep};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), extras.mask, extras.bias, extras.keep, {}, {}};
   if (w.wqkv) {
     if (w.wq || w.wk || w.wv) fail("weights: give either wqkv (packed) or wq/wk/wv (separate), not both");
     if (x_kv) fail("wqkv (packed) projects one input: it is for self attention only, but x_kv was given");
@@ -150,7 +150,7 @@ MhaResult reference_wrapper(const Problem& p, const std::vector<HeadWeights>& he
          ", got Hq=" + std::to_string(p.Hq) + " Hkv=" + std::to_string(p.Hkv));
   const Seq& xkv = kv_source(p, x_q, x_kv);
   // Check the masks, bias and keep-mask against the whole problem before slicing them per head.
-  validate(p, Inputs{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), extras.mask, extras.bias, extras.keep});
+  validate(p, Inputs{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), extras.mask, extras.bias, extras.keep, {}, {}});
   Problem one = p;  // each head is an independent single-head attention
   one.Hq = one.Hkv = 1;
   if (one.mask_shape) (*one.mask_shape)[1] = 1;
@@ -169,7 +169,7 @@ MhaResult reference_wrapper(const Problem& p, const std::vector<HeadWeights>& he
     check_linear((tag + "wq").c_str(), hw.wq, x_q.E, p.Dqk);
     check_linear((tag + "wk").c_str(), hw.wk, xkv.E, p.Dqk);
     check_linear((tag + "wv").c_str(), hw.wv, xkv.E, p.Dv);
-    Inputs in{make_qkv(one, 0), make_qkv(one, 1), make_qkv(one, 2), {}, {}, {}};
+    Inputs in{make_qkv(one, 0), make_qkv(one, 1), make_qkv(one, 2), {}, {}, {}, {}, {}};
     split_heads(linear(x_q, hw.wq, "wq"), 0, 1, p.Dqk, in.q);
     split_heads(linear(xkv, hw.wk, "wk"), 0, 1, p.Dqk, in.k);
     split_heads(linear(xkv, hw.wv, "wv"), 0, 1, p.Dv, in.v);

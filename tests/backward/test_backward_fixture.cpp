@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "../golden/cli_util.hpp"
 #include "attncheck/fixture_gradients.hpp"
 #include "attncheck/generate.hpp"
 #include "attncheck/suite.hpp"
@@ -37,16 +38,6 @@ Fixture softcap_bias_fixture(Layout layout) {
   Fixture f = make_fixture("t/grad", p, gen::generate_inputs(p, gen::Distribution::normal, 3), {});
   add_gradients(f, 3);
   return f;
-}
-
-// Runs a command, returns its exit code and stdout.
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 // Gradients of a fixture as a candidate delivers them (the reference's, rounded to the problem dtype).
@@ -166,19 +157,19 @@ TEST(BackwardFixture, CompareJudgesCandidateGradients) {
   write_candidate_gradients(file.string(), f.problem, reference_outputs(f), g);
   const std::string cmd = std::string(ATTNCHECK_EXE) + " compare --name cand --expected " + fixture + " --actual " +
                           file.string();
-  auto [rc, out] = run(cmd);
-  EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("PASS        cand/backward"), std::string::npos) << out;
+  auto r = test::run_shell(cmd);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("PASS        cand/backward"), std::string::npos) << r.out;
   int64_t idx[4] = {0, 1, 3, 5};
   g.dv.set(idx, g.dv.get(idx) + 0.5);
   write_candidate_gradients(file.string(), f.problem, reference_outputs(f), g);
-  std::tie(rc, out) = run(cmd);
-  EXPECT_EQ(rc, 1) << out;
-  EXPECT_NE(out.find("dv[b=0,h=1,i=3,d=5]"), std::string::npos) << out;
+  r = test::run_shell(cmd);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("dv[b=0,h=1,i=3,d=5]"), std::string::npos) << r.out;
   const std::string fwd_only = std::string(GOLDEN_DIR) + "/cases/fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_plain_normal.h5";
   const Fixture f16 = read_fixture(fwd_only);
   write_candidate_gradients(file.string(), f16.problem, reference_outputs(f16), make_gradients(f16.problem));
-  std::tie(rc, out) = run(std::string(ATTNCHECK_EXE) + " compare --expected " + fwd_only + " --actual " + file.string());
-  EXPECT_EQ(rc, 2) << out;
-  EXPECT_NE(out.find("has gradients but " + fwd_only + " has none"), std::string::npos) << out;
+  r = test::run_shell(std::string(ATTNCHECK_EXE) + " compare --expected " + fwd_only + " --actual " + file.string());
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("has gradients but " + fwd_only + " has none"), std::string::npos) << r.out;
 }

@@ -250,7 +250,7 @@ TEST(BackwardProperties, TwoKeyWorkedExample) {
   p.dtype = DType::f64;
   p.Lk = 2;
   p.scale = 1.0;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   in.q.put(0, 0, 0, 0, 0.5);
   in.k.put(0, 0, 0, 0, 1.0);
   in.k.put(0, 0, 1, 0, -2.0);
@@ -277,7 +277,7 @@ TEST(BackwardProperties, SaturatedSoftcapDerivativeKeepsRelativeAccuracy) {
   p.Lk = 2;
   p.scale = 1.0;
   p.softcap = 1.0;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   in.q.put(0, 0, 0, 0, 1.0);
   in.k.put(0, 0, 0, 0, 30.0);
   in.k.put(0, 0, 1, 0, 0.0);
@@ -297,7 +297,7 @@ TEST(BackwardProperties, BadDoutNamesTheField) {
   Problem p;
   p.Lq = 3;
   p.Dv = 2;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   try {
     reference_backward(p, in, Tensor(DType::f32, {1, 1, 2, 2}));
     FAIL() << "no throw";

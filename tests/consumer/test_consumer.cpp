@@ -20,7 +20,7 @@ namespace {
 Problem small_case(Inputs& in) {
   Problem p;
   p.dtype = DType::f32; p.Lq = 2; p.Lk = 4; p.Dqk = 3; p.Dv = 2;
-  in = Inputs{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  in = Inputs{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   for (int j = 0; j < 4; ++j) {
     for (int d = 0; d < 3; ++d) in.k.put(0, 0, j, d, 0.25 * (j - d));
     in.v.put(0, 0, j, 0, j + 1.0);    // 1 2 3 4 -> mean 2.5

@@ -38,7 +38,7 @@ struct Rng {
 inline Inputs make_inputs(const Case& c) {
   const Problem& p = c.p;
   Rng rng{c.seed};
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   for (int64_t n = 0; n < in.q.numel(); ++n) in.q.set_offset(n, c.amp * rng.uniform());
   for (int64_t n = 0; n < in.k.numel(); ++n) in.k.set_offset(n, c.amp * rng.uniform());
   for (int64_t n = 0; n < in.v.numel(); ++n) in.v.set_offset(n, rng.uniform());

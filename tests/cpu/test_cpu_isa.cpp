@@ -37,8 +37,9 @@ U ulp_distance(T a, T b) {
 // Every `stride`-th bit pattern from lo to hi (both negative-to-positive ordered through the sign flip), through
 // the kernel; compared with long double expl rounded once to T. Results whose true value is below the smallest
 // normal number must be exactly 0 (or the smallest normal at the boundary); the rest within `bound` ulps.
+// kernel: "exp" (simd::exp) or "exp_shifted" (simd::exp_shifted with m = 0, the softmax's kernel).
 template <class T, class U>
-void check_exp(T lo, T hi, U stride, U bound) {
+void check_exp(T lo, T hi, U stride, U bound, const std::string& kernel = "exp") {
   std::vector<T> xs;
   auto add_range = [&](T a, T b) {  // a <= b, same sign: walk the bit patterns
     U ua, ub;
@@ -52,11 +53,14 @@ void check_exp(T lo, T hi, U stride, U bound) {
     }
   };
   add_range(lo, T(-0.0));
-  add_range(T(0), hi);
+  if (hi > T(0)) add_range(T(0), hi);
   for (T x : {lo, hi, T(0), T(-0.0), -std::numeric_limits<T>::infinity(), std::numeric_limits<T>::quiet_NaN()})
     xs.push_back(x);
   std::vector<T> ys(xs.size());
-  simd::exp<T>(xs.data(), ys.data(), static_cast<int64_t>(xs.size()));
+  if (kernel == "exp")
+    simd::exp<T>(xs.data(), ys.data(), static_cast<int64_t>(xs.size()));
+  else
+    simd::exp_shifted<T>(xs.data(), ys.data(), static_cast<int64_t>(xs.size()), T(0));
   U worst = 0;
   T worst_x = 0;
   int64_t flushed = 0;
@@ -76,8 +80,8 @@ void check_exp(T lo, T hi, U stride, U bound) {
     const U d = ulp_distance<T, U>(y, ref);
     if (d > worst) worst = d, worst_x = x;
   }
-  std::printf("exp<%s> on %s: %zu arguments in [%g, %g], max error %llu ulp (at %.9g), %lld flushed to 0\n",
-              sizeof(T) == 4 ? "float" : "double", g_target.c_str(), xs.size(), static_cast<double>(lo),
+  std::printf("%s<%s> on %s: %zu arguments in [%g, %g], max error %llu ulp (at %.9g), %lld flushed to 0\n",
+              kernel.c_str(), sizeof(T) == 4 ? "float" : "double", g_target.c_str(), xs.size(), static_cast<double>(lo),
               static_cast<double>(hi), static_cast<unsigned long long>(worst), static_cast<double>(worst_x),
               static_cast<long long>(flushed));
   EXPECT_LE(worst, bound) << "at x = " << worst_x;
@@ -89,6 +93,17 @@ void check_exp(T lo, T hi, U stride, U bound) {
 TEST(CpuIsa, ExpWithinOneUlpFloat) { check_exp<float, uint32_t>(-104.0f, 88.7f, 251, 1); }
 TEST(CpuIsa, ExpWithinOneUlpDouble) {
   check_exp<double, uint64_t>(-745.0, 709.7, uint64_t{1} << 41, 1);
+}
+
+// exp_shifted has its own exp for arguments <= 0 (the softmax's s - max; simd_kernels.cpp): 1 ulp over every 131st
+// float bit pattern in [-104, 0] (~8.6 million arguments), and over [-104, 88.7] where vectors with a positive
+// argument take Highway's Exp.
+TEST(CpuIsa, ExpShiftedWithinOneUlpFloat) {
+  check_exp<float, uint32_t>(-104.0f, -0.0f, 131, 1, "exp_shifted");
+  check_exp<float, uint32_t>(-104.0f, 88.7f, 251, 1, "exp_shifted");
+}
+TEST(CpuIsa, ExpShiftedWithinOneUlpDouble) {
+  check_exp<double, uint64_t>(-745.0, 709.7, uint64_t{1} << 41, 1, "exp_shifted");
 }
 
 // exp_shifted: the sum and the exact zeros (-inf and far below the max), tails of every length.

@@ -33,7 +33,7 @@ inline double uniform_pm1(uint64_t& s) { return static_cast<double>(splitmix(s) 
 inline Inputs make_inputs(const Case& c) {
   const Problem& p = c.p;
   uint64_t s = std::hash<std::string>{}(c.label + p.name());
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   for (Tensor* t : {&in.q, &in.k, &in.v})
     for (int64_t n = 0; n < t->numel(); ++n) {
       double x = c.amplitude * uniform_pm1(s);

@@ -84,7 +84,7 @@ INSTANTIATE_TEST_SUITE_P(Hostile, CudaKernel, testing::ValuesIn(params()), param
 TEST(CudaKernelLimits, FusedKernelRefusesWeights) {
   Problem p;
   p.want_weights = true;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   Outputs out = make_outputs(p);
   EXPECT_THROW(cuda::run_emulated(p, in, out, KernelVersion::flash, emu::Order::forward), std::invalid_argument);
 }

@@ -195,7 +195,7 @@ TEST(CudnnBackwardVariantPack, InputsOutputsAndWorkTensorsAreBound) {
     p.dtype = DType::bf16, p.layout = Layout::BSHD, p.want_lse = true, p.dropout_p = 0.3, p.dropout_seed = 9;
     p.key_lengths = {7, 11};
     if (with_bias) p.bias_shape = std::array<int64_t, 4>{1, 4, 5, 11}, p.bias_dtype = DType::bf16;
-    Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+    Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
     fill(in.q, 0.1), fill(in.k, 0.2), fill(in.v, 0.3);
     if (with_bias) in.bias = Tensor(p.bias_dtype, {1, 4, 5, 11}), fill(*in.bias, 0.4);
     in.keep = make_keep_mask(p);
@@ -262,7 +262,7 @@ TEST(CudnnBackwardDevice, MatchesReferenceGradientsOnADevice) {
   Problem p;
   p.B = 2, p.Hq = 4, p.Hkv = 2, p.Lq = 33, p.Lk = 65, p.Dqk = p.Dv = 64, p.dtype = DType::bf16, p.causal = true;
   p.want_lse = true;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   fill(in.q, 0.1), fill(in.k, 0.2), fill(in.v, 0.3);
   Tensor dout = make_dout(p);
   fill(dout, 0.7);

@@ -118,7 +118,7 @@ TEST(CudnnSupport, RunWithoutDeviceIsUnavailableNotACrash) {
     GTEST_SKIP() << "a CUDA device is present: the run path is exercised by attncheck verify --impl cudnn";
   }
   Problem p = base();
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   Outputs out;
   const Support s = run_impl(*impl, p, in, out);
   EXPECT_FALSE(s.ok);

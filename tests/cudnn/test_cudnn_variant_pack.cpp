@@ -23,7 +23,7 @@ void fill(Tensor& t, double salt) {
 }
 
 Inputs inputs_for(const Problem& p) {
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   fill(in.q, 0.1), fill(in.k, 0.2), fill(in.v, 0.3);
   if (p.bias_shape) {
     const auto& s = *p.bias_shape;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 #include "attncheck/fixture.hpp"
 #include "attncheck/generate.hpp"
@@ -173,6 +174,71 @@ TEST(Reduce, EveryMutantsFailureReducesToASmallCaseWithTheSameDiagnosis) {
                   q.short_name().c_str(), r.reruns);
     }
     EXPECT_TRUE(done) << m.impl->name() << ": no golden failure diagnosed " << tag;
+  }
+}
+
+// Varlen (packed sequences, cu_seqlens): the mutants do not run packed problems, so the bugs are planted in the
+// built-in cpu implementation by running it on a derived problem (a default scale of 1/d, a causal diagonal one key
+// to the right). A failure on a packed golden fixture reduces to one sequence as an ordinary (non-varlen) case that
+// still fails with the same diagnosis.
+class Planted final : public Impl {
+ public:
+  Planted(std::string name, std::function<void(Problem&)> bug) : name_(std::move(name)), bug_(std::move(bug)) {}
+  std::string name() const override { return name_; }
+  std::string description() const override { return "cpu with a planted bug"; }
+  Capabilities capabilities() const override { return base()->capabilities(); }
+  Support supports(const Problem& p) const override { return base()->supports(p); }
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override {
+    Problem q = p;
+    bug_(q);
+    base()->run(q, in, out);
+  }
+
+ private:
+  static ImplPtr base() {
+    static const ImplPtr b = find_impl("cpu");
+    return b;
+  }
+  std::string name_;
+  std::function<void(Problem&)> bug_;
+};
+
+TEST(Reduce, VarlenFailuresReduceToOneSequenceWithTheSameDiagnosis) {
+  std::vector<Fixture> packed;
+  for (Fixture& f : golden())
+    if (f.problem.sequences() > 0) packed.push_back(std::move(f));
+  ASSERT_FALSE(packed.empty()) << "no varlen golden fixture";
+  ASSERT_TRUE(find_impl("cpu"));
+  const std::vector<std::pair<Planted, std::string>> bugs = {
+      {Planted("scale-1/d", [](Problem& q) { if (!q.scale) q.scale = 1.0 / static_cast<double>(q.Dqk); }), "scale"},
+      {Planted("diagonal+1", [](Problem& q) {
+         if (!q.causal) return;
+         std::vector<int64_t> off;
+         for (int64_t b = 0; b < q.B; ++b) off.push_back(q.diagonal_offset(b) + 1);
+         q.alignment = Alignment::explicit_, q.causal_offsets = off;
+       }), "causal-diagonal"}};
+  for (const auto& [bug, tag] : bugs) {
+    int reduced = 0;
+    for (const Fixture& f : packed) {
+      Outputs out;
+      if (!run_impl(bug, f.problem, f.inputs, out).ok || judge(f.problem, f.expected, out, f.tolerance).pass) continue;
+      diagnose::Options o;
+      o.rerun = &bug, o.tolerance = f.tolerance;
+      const prop::Case c{{}, f.problem, f.inputs};
+      if (diagnose::diagnose(c, f.expected, out, o).top() != tag) continue;
+      const diagnose::Reduction r = diagnose::reduce(c, bug, tag, o);
+      const Problem& q = r.reduced.p;
+      EXPECT_EQ(q.sequences(), 0) << bug.name() << " on " << f.name << " -> " << q.name();
+      EXPECT_EQ(r.diagnosis.top(), tag) << bug.name() << " on " << f.name << " -> " << q.name();
+      Outputs again;
+      ASSERT_TRUE(run_impl(bug, q, r.reduced.in, again).ok);
+      EXPECT_FALSE(judge(q, reference_attention(q, r.reduced.in), again, f.tolerance).pass) << q.name();
+      EXPECT_LT(q.Lq * q.Hq, f.problem.Lq * f.problem.Hq) << bug.name() << ": " << f.problem.name() << " -> " << q.name();
+      std::printf("[reduce varlen] %-12s %s -> %s (%d re-runs)\n", bug.name().c_str(), f.problem.short_name().c_str(),
+                  q.short_name().c_str(), r.reruns);
+      ++reduced;
+    }
+    EXPECT_GE(reduced, 2) << bug.name() << ": too few varlen golden failures diagnosed " << tag;
   }
 }
 

@@ -17,8 +17,9 @@ struct Run {
   std::string out;  // stdout and stderr together
 };
 
-inline Run run(const std::string& args) {
-  const std::string cmd = std::string(ATTNCHECK_EXE) + " " + args + " 2>&1";
+// Runs a shell command line (stderr joined to stdout); rc is -1 when the shell itself dies by a signal.
+inline Run run_shell(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   Run r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -29,6 +30,9 @@ inline Run run(const std::string& args) {
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+// Runs the attncheck binary with `args`.
+inline Run run(const std::string& args) { return run_shell(std::string(ATTNCHECK_EXE) + " " + args); }
 
 // Scratch directories are removed when the test process exits.
 struct ScratchDirs {

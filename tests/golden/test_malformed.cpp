@@ -12,12 +12,14 @@
 
 #include "attncheck/fixture.hpp"
 #include "cli_util.hpp"
+#include "h5_edit.hpp"
 
 namespace attncheck {
 namespace {
 
 namespace fs = std::filesystem;
 using test::run;
+using test::set_i64_attr;
 
 const std::string kGood = "fp16_B2-Hq4-Hkv2-Lq13-Lk17-D16_plain_normal.h5";
 
@@ -32,15 +34,6 @@ std::string damaged(const std::string& name, F edit) {
   edit(f);
   H5Fclose(f);
   return p.string();
-}
-
-void set_i64_attr(hid_t f, const char* name, int64_t v) {
-  H5Adelete(f, name);
-  const hid_t s = H5Screate(H5S_SCALAR);
-  const hid_t a = H5Acreate2(f, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_INT64, &v);
-  H5Aclose(a);
-  H5Sclose(s);
 }
 
 void replace_dataset(hid_t f, const char* path, hid_t type, std::vector<hsize_t> dims) {

@@ -44,7 +44,7 @@ Problem with_empty_batch(FullyMasked policy) {
 }
 
 Inputs signed_inputs(const Problem& p) {
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   int n = 0;
   for (Tensor* t : {&in.q, &in.k, &in.v})
     for (int64_t e = 0; e < t->numel(); ++e) t->set_offset(e, std::sin(0.7 * ++n));

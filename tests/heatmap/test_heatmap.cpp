@@ -91,7 +91,7 @@ TEST(Heatmap, InspectPictureOfOneHotAttentionAndAPerturbedOutput) {
   // Lq = Lk = 3, Dqk = 1: q = 1, k = (+50, -50, -50) * row-dependent sign, so every row's weight is one-hot.
   Problem pr;
   pr.dtype = DType::f32; pr.Lq = 3; pr.Lk = 3; pr.Dqk = 1; pr.Dv = 2; pr.scale = 1.0;
-  Inputs in{make_qkv(pr, 0), make_qkv(pr, 1), make_qkv(pr, 2), {}, {}, {}};
+  Inputs in{make_qkv(pr, 0), make_qkv(pr, 1), make_qkv(pr, 2), {}, {}, {}, {}, {}};
   for (int i = 0; i < 3; ++i) in.q.put(0, 0, i, 0, 1.0);
   in.k.put(0, 0, 0, 0, 50.0); in.k.put(0, 0, 1, 0, -50.0); in.k.put(0, 0, 2, 0, -50.0);
   for (int j = 0; j < 3; ++j) { in.v.put(0, 0, j, 0, j + 1.0); in.v.put(0, 0, j, 1, -(j + 1.0)); }

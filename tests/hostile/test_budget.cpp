@@ -10,24 +10,18 @@
 #include <vector>
 
 #include "../golden/cli_util.hpp"
+#include "../golden/h5_edit.hpp"
 
 namespace attncheck {
 namespace {
 
 namespace fs = std::filesystem;
 using test::run;
+using test::run_shell;
+using test::set_i64_attr;
 
 const std::string kCase = "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_plain_normal.h5";
 constexpr hsize_t kL = hsize_t{1} << 17;  // Lq = Lk = 131072: ~0.4 GB of tensors, 8.8e12 reference FLOPs
-
-void set_i64(hid_t f, const char* name, int64_t v) {
-  H5Adelete(f, name);
-  const hid_t s = H5Screate(H5S_SCALAR);
-  const hid_t a = H5Acreate2(f, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_INT64, &v);
-  H5Aclose(a);
-  H5Sclose(s);
-}
 
 // Every dataset of `group` recreated with Lq (13) and Lk (17) extents replaced by kL: chunked, deflated, never
 // written (no storage allocated; reads give the fill value 0).
@@ -72,26 +66,15 @@ fs::path work_bomb(const fs::path& dir, const char* name) {
   fs::copy_file(test::golden_case(kCase), p, fs::copy_options::overwrite_existing);
   const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   EXPECT_GE(f, 0);
-  set_i64(f, "Lq", int64_t(kL));
-  set_i64(f, "Lk", int64_t(kL));
-  set_i64(f, "want_weights", 0);  // weights [B,Hq,Lq,Lk] would be a memory bomb instead
+  set_i64_attr(f, "Lq", int64_t(kL));
+  set_i64_attr(f, "Lk", int64_t(kL));
+  set_i64_attr(f, "want_weights", 0);  // weights [B,Hq,Lq,Lk] would be a memory bomb instead
   H5Ldelete(f, "/expected/weights", H5P_DEFAULT);
   H5Adelete(f, "effective_scale");
   blow_up(f, "/inputs");
   blow_up(f, "/expected");
   H5Fclose(f);
   return p;
-}
-
-test::Run shell(const std::string& cmd) {
-  test::Run r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
 }
 
 TEST(Budget, AWorkBombFixtureIsRefusedByEveryVerbBeforeAnyWork) {
@@ -102,7 +85,7 @@ TEST(Budget, AWorkBombFixtureIsRefusedByEveryVerbBeforeAnyWork) {
   for (const std::string& verb :
        {"verify --impl reference --fixtures " + dir.string(), "inspect " + b, "compare --expected " + b +
         " --actual " + b}) {
-    const auto r = shell(timeout + verb);  // was: hours of reference work (verify) or of error scales (inspect, compare)
+    const auto r = run_shell(timeout + verb);  // was: hours of reference work (verify) or of error scales (inspect, compare)
     EXPECT_EQ(r.rc, 2) << verb << "\n" << r.out;
     EXPECT_NE(r.out.find(b + ": work: fp32/B2-Hq4-Hkv2-Lq131072-Lk131072-D16/plain means 8.8e+12 FLOPs of "
                              "reference work, more than the work budget of"),
@@ -137,7 +120,7 @@ TEST(Budget, AWorkBombSpecIsRefusedBeforeGenerating) {
   const fs::path dir = test::scratch("budget_spec");
   std::ofstream(dir / "bomb.json") << R"({"schema_version": 1, "subdir": "c", "cases": [
       {"dtype": "fp32", "B": 1, "Hq": 1, "Hkv": 1, "Lq": 262144, "Lk": 262144, "D": 64}]})";
-  const auto r = shell("timeout -s KILL 60 " + std::string(ATTNCHECK_EXE) + " generate --spec " +
+  const auto r = run_shell("timeout -s KILL 60 " + std::string(ATTNCHECK_EXE) + " generate --spec " +
                      (dir / "bomb.json").string() + " --out " + dir.string());
   // was: ~20 hours of reference work (killed here after a minute)
   EXPECT_EQ(r.rc, 2) << r.out;

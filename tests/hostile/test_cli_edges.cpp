@@ -5,7 +5,6 @@
 
 #include <fstream>
 #include <sstream>
-#include <sys/wait.h>
 
 #include "../golden/cli_util.hpp"
 
@@ -28,31 +27,18 @@ TEST(CliEdges, AnEmptyShardIsAnError) {
   EXPECT_NE(r.out.find("--shard: expected I/N with 0 <= I < N (e.g. 0/4), got ''"), std::string::npos) << r.out;
 }
 
-std::string slurp(const std::string& cmd, int* rc = nullptr) {
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  const int st = p ? pclose(p) : -1;
-  if (rc) *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return text;
-}
-
 TEST(CliEdges, StdoutIsLineBufferedIntoAPipe) {
   // A run killed by a CI timeout or the OOM killer shows what it printed only if each line was written when it was
   // printed. generate prints one line per case: three cases into a pipe must be (at least) three writes to fd 1.
-  int rc = 0;
-  slurp("strace -qq -o /dev/null true 2>&1", &rc);
-  if (rc != 0) GTEST_SKIP() << "strace is not available (or ptrace is not permitted)";
+  if (test::run_shell("strace -qq -o /dev/null true").rc != 0) GTEST_SKIP() << "strace is not available (or ptrace is not permitted)";
   const auto dir = test::scratch("edges_linebuf");
   const auto spec = dir / "three.json";
   std::ofstream(spec) << R"({"schema_version": 1, "subdir": "cases", "defaults": {"B": 1, "Hq": 1, "Hkv": 1, "Lq": 3,
       "Lk": 5, "D": 4, "seed": 1}, "cases": [{"dtype": "fp32"}, {"dtype": "fp64"}, {"dtype": "fp16"}]})";
   const auto log = dir / "strace.log";
-  const std::string out = slurp("strace -qq -e trace=write -o " + log.string() + " " + ATTNCHECK_EXE +
-                                " generate --spec " + spec.string() + " --out " + dir.string() + " | cat", &rc);
-  ASSERT_EQ(rc, 0) << out;
+  const auto r = test::run_shell("strace -qq -e trace=write -o " + log.string() + " " + ATTNCHECK_EXE +
+                                 " generate --spec " + spec.string() + " --out " + dir.string() + " | cat");
+  ASSERT_EQ(r.rc, 0) << r.out;
   std::ifstream in(log);
   int writes = 0;
   for (std::string line; std::getline(in, line);)

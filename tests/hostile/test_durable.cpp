@@ -35,16 +35,7 @@ std::string verify_args() {
 }
 
 // Runs `sh -c SCRIPT`; rc is -1 when the shell dies by a signal and 128+n when attncheck did (exec'd).
-test::Run shell(const std::string& script) {
-  test::Run r;
-  FILE* p = popen(("sh -c '" + script + "' 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+test::Run shell(const std::string& script) { return test::run_shell("sh -c '" + script + "'"); }
 
 std::vector<std::string> leftovers(const fs::path& dir) {
   std::vector<std::string> v;

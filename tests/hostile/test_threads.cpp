@@ -12,15 +12,7 @@ namespace {
 const std::string kCase = "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_plain_normal.h5";
 
 test::Run with_env(const std::string& env, const std::string& args) {
-  test::Run r;
-  const std::string cmd = env + " " + ATTNCHECK_EXE + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return test::run_shell(env + " " + ATTNCHECK_EXE + " " + args);
 }
 
 std::string refuse_after(int n) {

@@ -16,7 +16,7 @@ Problem small() {
   return p;
 }
 Inputs inputs(const Problem& p) {
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   int n = 0;
   for (Tensor* t : {&in.q, &in.k, &in.v})
     for (int64_t e = 0; e < t->numel(); ++e) t->set_offset(e, ((n++ * 37) % 11 - 5) * 0.1);

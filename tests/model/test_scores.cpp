@@ -29,7 +29,7 @@ Problem tiny(ScoresOut stage) {
 }
 Inputs tiny_inputs(const Problem& p) {
   Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), Tensor(DType::u8, {1, 1, 1, 3}),
-            Tensor(DType::f64, {1, 1, 1, 3}), {}};
+            Tensor(DType::f64, {1, 1, 1, 3}), {}, {}, {}};
   in.q.put(0, 0, 0, 0, 2.0);
   const double k[] = {1.0, -3.0, 40.0}, bias[] = {0.25, -1.0, 7.0};
   for (int64_t j = 0; j < 3; ++j) {

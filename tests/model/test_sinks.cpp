@@ -28,7 +28,7 @@ Problem tiny() {
   return p;
 }
 Inputs tiny_inputs(const Problem& p) {
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   for (int64_t h = 0; h < p.Hq; ++h) in.q.put(0, h, 0, 0, 1.0);
   in.k.put(0, 0, 0, 0, 0.0), in.k.put(0, 0, 1, 0, std::log(2.0));
   in.v.put(0, 0, 0, 0, 6.0), in.v.put(0, 0, 1, 0, -12.0);

@@ -73,7 +73,7 @@ TEST(Varlen, EmptySequencesWorkedByHand) {
     Problem p;
     p.dtype = DType::f64, p.Lq = 3, p.Lk = 2, p.cu_seqlens_q = {0, 2, 3}, p.cu_seqlens_k = {0, 0, 2};
     p.fully_masked = policy, p.want_weights = true;
-    Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+    Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
     in.v.put(0, 0, 0, 0, 1.0), in.v.put(0, 0, 1, 0, 3.0);
     const ReferenceResult r = reference_attention(p, in);
     for (int i = 0; i < 2; ++i) {

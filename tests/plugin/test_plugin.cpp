@@ -18,7 +18,7 @@ namespace {
 
 // Signed values from a fixed-seed LCG, so a failure replays.
 Inputs random_inputs(const Problem& p, uint64_t seed) {
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   auto rnd = [&] {
     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
     return ((seed >> 11) * 0x1.0p-53) * 4 - 2;

@@ -139,7 +139,9 @@ TEST(PowerGrid, NoFalseAlarmAndTheGrossFaultsAreCaughtEverywhereAt1kKeys) {
       if (c.variant == gross && c.applicable) {
         EXPECT_GT(c.ratio, 1.0) << c.variant << " " << to_string(c.dtype) << " " << power::to_string(c.logits);
       }
-    if (c.variant == "tf32") EXPECT_EQ(c.applicable, c.dtype == DType::f32);
+    if (c.variant == "tf32") {
+      EXPECT_EQ(c.applicable, c.dtype == DType::f32);
+    }
   }
   EXPECT_EQ(r.missed, 0);
   EXPECT_TRUE(r.accepted);

@@ -249,7 +249,7 @@ TEST(Masks, SoftcapBoundsLargeLogits) {
   // Scores +-1e4 capped at c=2: weights exp(2) : exp(-2) exactly as the closed form says, never overflow.
   Problem p = scalar_problem(1, 1, 1, 1, 2);
   p.softcap = 2.0;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   in.q.fill(1.0);
   in.k.put(0, 0, 0, 0, 1e4);
   in.k.put(0, 0, 1, 0, -1e4);

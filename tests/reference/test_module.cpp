@@ -147,7 +147,7 @@ TEST(Module, CrossAttentionEqualsAttentionOnProjections) {
     w.wo = random_lin(20, 6, 6, true);
     const MhaResult r = reference_mha(p, w, xq, &xkv);
 
-    Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+    Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
     auto project = [](const Seq& x, const Linear& l, int64_t H, int64_t D, Tensor& t) {
       for (int64_t b = 0; b < x.B; ++b)
         for (int64_t s = 0; s < x.L; ++s)

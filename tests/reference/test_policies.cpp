@@ -87,7 +87,7 @@ TEST(Policies, FiniteFillMinusOneBillionEqualsMinusInfinityOnPartialRows) {
   // keep at least one key: same bits for weights, out and lse.
   Problem p = scalar_problem(1, 2, 1, 4, 4);
   p.causal = true;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   fill_random(in.q, 1);
   fill_random(in.k, 2);
   fill_random(in.v, 3);
@@ -137,7 +137,7 @@ TEST(Policies, NaNPoisonedMaskedKeysAndValuesNeverLeak) {
   p.key_lengths = {5, 4};  // padding: key 5 of batch 0, keys 4 and 5 of batch 1
   p.window_left = 1;       // batch 0 diagonals 2, 3, 4 keep keys 1..2, 2..3, 3..4: key 0 only hidden by the window
   p.mask_shape = std::array<int64_t, 4>{1, 1, 1, 6};
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), Tensor(DType::u8, {1, 1, 1, 6}), {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), Tensor(DType::u8, {1, 1, 1, 6}), {}, {}, {}, {}};
   fill_random(in.q, 4);
   fill_random(in.k, 5);
   fill_random(in.v, 6);
@@ -180,7 +180,7 @@ TEST(Policies, MaskingBeforeEqualsRenormalisingAfter) {
   p.dtype = DType::f64;
   p.B = 2, p.Hq = 4, p.Hkv = 2, p.Lq = 5, p.Lk = 7, p.Dqk = 4, p.Dv = 3;
   p.want_weights = true;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   fill_random(in.q, 7);
   fill_random(in.k, 8);
   fill_random(in.v, 9);

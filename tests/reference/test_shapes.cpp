@@ -46,7 +46,7 @@ TEST(Shapes, DqkDiffersFromDvAndDefaultScale) {
   p.dtype = DType::f64;
   p.Lk = 2, p.Dqk = 4, p.Dv = 3;
   p.want_weights = true;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   in.q.put(0, 0, 0, 0, 2.0);
   const double a[2] = {1, 3};
   const double v[2][3] = {{4, -8, 12}, {-4, 16, 0}};
@@ -79,13 +79,13 @@ TEST(Shapes, BshdEqualsBhsd) {
   p.causal = true;
   p.alignment = Alignment::bottom_right;
   p.want_weights = true;
-  Inputs a{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs a{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   fill_random(a.q, 11);
   fill_random(a.k, 12);
   fill_random(a.v, 13);
   Problem ps = p;
   ps.layout = Layout::BSHD;
-  Inputs s{make_qkv(ps, 0), make_qkv(ps, 1), make_qkv(ps, 2), {}, {}, {}};
+  Inputs s{make_qkv(ps, 0), make_qkv(ps, 1), make_qkv(ps, 2), {}, {}, {}, {}, {}};
   ASSERT_NE(s.q.strides, a.q.strides);  // really a different memory order
   for (auto [src, dst] : {std::pair{&a.q, &s.q}, std::pair{&a.k, &s.k}, std::pair{&a.v, &s.v}})
     for (int64_t b = 0; b < src->shape[0]; ++b)
@@ -119,7 +119,7 @@ TEST(Shapes, HalfAndBfloat16InputsAreWidenedExactly) {
     p.dtype = c.t;
     p.Lk = 4, p.Dqk = 1, p.Dv = 1;
     p.want_weights = true;
-    Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+    Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
     in.q.data<uint16_t>()[0] = c.t == DType::f16 ? 0x3400 : 0x3E80;  // 0.25 in both
     for (int j = 0; j < 4; ++j) {
       in.k.data<uint16_t>()[j] = c.bits[j];
@@ -128,7 +128,7 @@ TEST(Shapes, HalfAndBfloat16InputsAreWidenedExactly) {
     }
     Problem p64 = p;
     p64.dtype = DType::f64;
-    Inputs i64{make_qkv(p64, 0), make_qkv(p64, 1), make_qkv(p64, 2), {}, {}, {}};
+    Inputs i64{make_qkv(p64, 0), make_qkv(p64, 1), make_qkv(p64, 2), {}, {}, {}, {}, {}};
     i64.q.put(0, 0, 0, 0, 0.25);
     for (int j = 0; j < 4; ++j) {
       i64.k.put(0, 0, j, 0, c.value[j]);
@@ -153,7 +153,7 @@ TEST(Shapes, BitwiseDeterministicAcrossThreadCounts) {
   p.dropout_p = 0.2;
   p.dropout_seed = 99;
   p.want_weights = true;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, Tensor(DType::f32, {1, 4, 19, 23}), {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, Tensor(DType::f32, {1, 4, 19, 23}), {}, {}, {}};
   fill_random(in.q, 21);
   fill_random(in.k, 22);
   fill_random(in.v, 23);

@@ -30,7 +30,7 @@ void expect_problem_invalid(const std::function<void(Problem&)>& edit, std::init
   expect_invalid([&] { validate(p); }, needles);
 }
 
-Inputs inputs_for(const Problem& p) { return Inputs{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}}; }
+Inputs inputs_for(const Problem& p) { return Inputs{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}}; }
 
 void expect_inputs_invalid(const Problem& p, const std::function<void(Inputs&)>& edit,
                            std::initializer_list<std::string> needles) {

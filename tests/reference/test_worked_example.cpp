@@ -25,7 +25,7 @@ ReferenceResult run(bool causal) {
   p.scale = 1.0 / std::sqrt(2.0);
   p.causal = causal;
   p.want_weights = true;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   for (int i = 0; i < 6; ++i)
     for (int j = 0; j < 6; ++j) {
       in.q.put(0, 0, i, j, kScores[i][j]);

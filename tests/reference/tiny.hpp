@@ -30,7 +30,7 @@ inline Problem scalar_problem(int64_t B, int64_t Hq, int64_t Hkv, int64_t Lq, in
 // Inputs for a scalar problem: key j of (b, kv head g) has score log(a(b,g,j)) and value v(b,g,j).
 inline Inputs scalar_inputs(const Problem& p, const std::function<double(int64_t, int64_t, int64_t)>& a,
                             const std::function<double(int64_t, int64_t, int64_t)>& v) {
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   in.q.fill(1.0);
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t g = 0; g < p.Hkv; ++g)

@@ -3,6 +3,8 @@
 // library; the same tolerance model, table and reports as verify. `--policy` declares the candidate's fully-masked
 // policy: the reference recomputes the expectation under it; `--contract` its precision contract, which the
 // tolerance bound follows. /actual/dq, dk, dv (dbias) are judged against a fixture's gradients (docs/backward.md).
+// `--diagnose` diagnoses a forward failure from the file's outputs; with the candidate re-runnable (`--plugin`,
+// `--worker` or `--candidate NAME`) the probes re-run it and `--repro DIR` writes the smallest repro.
 // Exit 0 pass, 1 fail, 2 bad input.
 #include <cstdio>
 #include <filesystem>
@@ -13,7 +15,10 @@
 #include "attncheck/fixture_gradients.hpp"
 #include "attncheck/tolerance_backward.hpp"
 #include "command.hpp"
+#include "diagnosis.hpp"
 #include "gradients.hpp"
+#include "plugins.hpp"
+#include "repro.hpp"
 #include "report.hpp"
 
 namespace attncheck::cli {
@@ -21,11 +26,58 @@ namespace {
 
 struct Options {
   std::string expected, actual, report, name, policy, contract;
+  bool diagnose = false;
+  int diagnose_reruns = 12;
+  std::string repro, candidate;       // --repro DIR, --candidate NAME (the implementation that wrote --actual)
+  std::vector<std::string> plugins;
 };
 Options g;
 
+// The diagnosis of the forward failure: always from the file's outputs; probes and the repro re-run the candidate
+// when one is given, after checking that its re-run fails the case too (else its probes would describe another
+// implementation than the one that wrote the file).
+std::vector<std::string> diagnose_file(const Fixture& f, const Problem& p, const Outputs& cand, const ToleranceModel& m,
+                                       CaseResult& r) {
+  const ImplPtr rerun = brought_candidate(g.candidate, "compare --diagnose");
+  if (!g.repro.empty() && !rerun)
+    throw std::invalid_argument("--repro: needs a candidate that can be re-run (--plugin, --worker or --candidate NAME); "
+                                "the candidate file alone cannot be reduced");
+  diagnose::Options o;
+  o.max_reruns = g.diagnose_reruns, o.tolerance = m;
+  std::vector<std::string> notes;
+  if (rerun) {
+    Outputs again;
+    const Support s = run_impl(*rerun, p, f.inputs, again);
+    if (!s.ok)
+      notes.push_back("note: " + rerun->name() + " does not support the case (" + s.reason + "): no probes");
+    else if (judge(p, f.expected, again, m).pass)
+      notes.push_back("note: " + rerun->name() + " re-run passes the case the file fails: it is not the candidate that "
+                      "wrote " + g.actual + ", so no probes and no repro");
+    else
+      o.rerun = rerun.get();
+  } else {
+    notes.push_back("note: no re-runnable candidate (--plugin, --worker, --candidate): diagnosis from the file's outputs, no probes");
+  }
+  diagnose::Diagnosis d = diagnose::diagnose({{}, p, f.inputs}, f.expected, cand, o);
+  if (!g.repro.empty() && o.rerun) d.repro = diagnose::write_repro(f, p, *rerun, d, o, g.repro);
+  r.diagnosis_json = diagnose::to_json(d);
+  std::vector<std::string> lines = d.text();
+  lines.insert(lines.begin(), notes.begin(), notes.end());
+  return lines;
+}
+
 int run_compare() {
   if (!g.report.empty()) check_report_path(g.report);
+  if (!g.repro.empty() && !g.diagnose)
+    throw std::invalid_argument("--repro: needs --diagnose (the repro is reduced while it keeps the diagnosis of the "
+                                "failure; add --diagnose or drop --repro " + g.repro + ")");
+  if (!g.repro.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(g.repro, ec);
+    if (ec || !std::filesystem::is_directory(g.repro))
+      throw std::invalid_argument("--repro: cannot create the directory '" + g.repro + "'" + (ec ? ": " + ec.message() : ""));
+  }
+  load_plugins(g.plugins);
   Fixture f = read_fixture(g.expected);
   if (!g.policy.empty()) {
     FullyMasked pol;
@@ -70,6 +122,8 @@ int run_compare() {
     std::printf("note: judged under the declared precision contract %s\n", m.contract->to_string().c_str());
   }
   std::vector<CaseResult> rs{judged_result(f.name, g.expected, impl, judge(p, f.expected, cand, m))};
+  std::vector<std::string> diagnosis;
+  if (g.diagnose && rs[0].status == "fail") diagnosis = diagnose_file(f, p, cand, m, rs[0]);
   // Gradients (/actual/dq, dk, dv, dbias): judged against the fixture's reference gradients.
   if (const std::optional<Gradients> grads = read_candidate_gradients(g.actual, f.problem)) {
     if (!f.has_gradients)
@@ -83,6 +137,8 @@ int run_compare() {
   for (const auto& r : rs) {
     print_row(r);
     for (const auto& t : r.verdict.tensors) std::printf("  %s\n", t.describe().c_str());
+    if (&r == &rs[0])
+      for (const std::string& l : diagnosis) std::printf("    %s\n", l.c_str());
   }
   print_summary(rs);
   if (!g.report.empty()) write_report(g.report, rs);
@@ -101,6 +157,17 @@ const Register reg{{"compare", "Judge a candidate's outputs (/actual/out, ...) a
                                      "The candidate's fully-masked-row policy (zero, nan, uniform), if not the fixture's");
                       sub.add_option("--contract", g.contract,
                                      "The candidate's precision contract, e.g. qk=bf16,pv=bf16,acc=fp32 (docs/tolerance.md)");
+                      sub.add_flag("--diagnose", g.diagnose,
+                                   "Diagnose a failure: where the error lives, likely causes; with a re-runnable "
+                                   "candidate, probes on derived problems (docs/diagnosis.md)");
+                      sub.add_option("--diagnose-reruns", g.diagnose_reruns, "Re-run budget per diagnosed failure")
+                          ->check(CLI::Range(0, 1000));
+                      sub.add_option("--repro", g.repro,
+                                     "With --diagnose and a re-runnable candidate: write the smallest repro as a fixture in DIR");
+                      sub.add_option("--candidate", g.candidate,
+                                     "With --diagnose: the implementation (built-in, plugin or worker) that wrote --actual, "
+                                     "re-run by the probes");
+                      add_plugin_option(sub, g.plugins);
                       return std::function<int()>(run_compare);
                     }}};
 

@@ -13,6 +13,7 @@
 #include "command.hpp"
 #include "plugins.hpp"
 #include "power.hpp"
+#include "report.hpp"
 
 namespace attncheck::cli {
 namespace {
@@ -76,7 +77,10 @@ int run_power(bool json, const std::vector<int64_t>& lk, int64_t rows, uint64_t 
     if (x < 1024) throw CLI::ValidationError("--lk", "each Lk must be >= 1024 (got " + std::to_string(x) + ")");
   if (rows < 4) throw CLI::ValidationError("--rows", "must be >= 4 (got " + std::to_string(rows) + ")");
   o.rows = rows, o.seed = seed;
+  Progress progress(o.lk.size() * o.dtypes.size() * o.logits.size());
+  o.on_configuration = [&](const std::string& what) { progress.step(what); };
   const power::Report r = power::run_grid(o);
+  progress.clear();
   int cand_cells = 0, cand_alarms = 0;
   double cand_worst = 0;
   for (const auto& c : r.cells)

@@ -9,6 +9,7 @@
 #include "plugins.hpp"
 #include "properties.hpp"
 #include "rc_runner.hpp"
+#include "report.hpp"
 
 namespace attncheck::cli {
 namespace {
@@ -49,6 +50,7 @@ int run_property() {
   ::setenv("ATTNCHECK_REGRESSIONS_DIR", g.regressions.c_str(), 1);
 
   int failed = 0, problems = 0;
+  Progress progress(impls.size() * props.size());
   for (const auto& impl : impls) {
     if (const Support a = impl->available(); !a.ok) {
       std::printf("UNAVAILABLE %-16s %s\n", impl->name().c_str(), a.reason.c_str());
@@ -57,11 +59,13 @@ int run_property() {
     }
     int supported = 0;
     for (const prop::Property* p : props) {
+      progress.step(impl->name() + " " + p->name);
       rc::detail::TestParams params = rc::detail::configuration().testParams;
       params.maxSuccess = g.cases;
       params.seed = g.seed;
       const prop::RcRun r = prop::rc_run(*p, *impl, params, prop::default_budget(*impl), !g.no_fixture);
       supported += r.supported;
+      progress.clear();
       if (r.failed || r.gave_up) {
         ++failed;
         // The shrunk failure and its spec; RapidCheck's own trace (counterexample dump) is left out.

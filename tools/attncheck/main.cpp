@@ -1,10 +1,12 @@
 // attncheck CLI entry point: collects the self-registered subcommands, parses, maps errors to exit codes.
-// Exit codes: 0 pass, 1 verification failure, 2 usage or input error. Only this file chooses exit codes for
-// exceptions: library code throws with a message naming the field and the values.
+// Exit codes: 0 pass, 1 verification failure, 2 usage or input error, 128 + signal when interrupted (130 for
+// Ctrl-C, cancel.hpp). Only this file chooses exit codes for exceptions: library code throws with a message naming
+// the field and the values.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
 
+#include "attncheck/cancel.hpp"
 #include "attncheck/threads.hpp"
 #include "command.hpp"
 
@@ -36,11 +38,15 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  attncheck::install_cancel_handlers();  // Ctrl-C / SIGTERM: exit 128 + signal at the next step, no half file
   try {
     attncheck::default_threads();  // a bad ATTNCHECK_THREADS is a usage error before any work starts
     apply_budget_options();
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return run();
+  } catch (const attncheck::Cancelled& e) {
+    std::fprintf(stderr, "attncheck: %s\n", e.what());
+    return 128 + e.signal;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attncheck: error: %s\n", e.what());
     return 2;

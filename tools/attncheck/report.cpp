@@ -12,6 +12,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "attncheck/cancel.hpp"
+
 #include "attncheck/durable_file.hpp"
 
 namespace attncheck::cli {
@@ -286,6 +288,7 @@ Progress::Progress(size_t total) : total_(total), enabled_(::isatty(2) == 1 && t
 Progress::~Progress() { clear(); }
 
 void Progress::step(const std::string& label) {
+  throw_if_cancelled(label);  // every step of a long run is also where Ctrl-C takes effect (cancel.hpp)
   if (!enabled_) return;
   const int width = 30;
   const int filled = static_cast<int>(width * done_ / std::max<size_t>(total_, 1));

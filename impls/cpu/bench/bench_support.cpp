@@ -184,7 +184,7 @@ Result run(const Impl& impl, const Config& c) {
     throw std::invalid_argument(impl.name() + " does not support " + p.name() + ": " + s.reason);
   if (const Support s = c.backward ? impl.supports_backward(p) : Support::yes(); !s.ok)
     throw std::invalid_argument(impl.name() + " has no backward for " + p.name() + ": " + s.reason);
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}};
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   uint64_t state = 0x2545f4914f6cdd1dull;
   for (Tensor* t : {&in.q, &in.k, &in.v})
     for (int64_t n = 0; n < t->numel(); ++n) {

@@ -48,6 +48,9 @@ T exp_shifted(const T* src, T* dst, int64_t n, T m);
 // max(m, s[0..n)), NaN elements skipped (as std::max(m, x)).
 template <class T>
 T row_max(const T* s, int64_t n, T m);
+// s[j] *= scale for j < n; returns the max of the results (NaN skipped, -inf when none).
+template <class T>
+T scale_max(T* s, int64_t n, T scale);
 
 // ---- conversions ----------------------------------------------------------------------------------------------
 // dst[j] = float(src[j]) for n contiguous bf16 / fp16 bit patterns (exact widening).

@@ -43,6 +43,7 @@ HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const T* HWY_RESTRICT
     c0[i] = acc ? hn::LoadU(d, C + i * ldc) : hn::Zero(d);
     c1[i] = acc ? hn::LoadU(d, C + i * ldc + N) : hn::Zero(d);
   }
+#pragma GCC unroll 4
   for (int64_t p = 0; p < k; ++p) {
     const V b0 = hn::LoadU(d, B + p * ldb), b1 = hn::LoadU(d, B + p * ldb + N);
     for (size_t i = 0; i < MR; ++i) {
@@ -172,6 +173,51 @@ HWY_INLINE V Exp0(D d, V x) {
   return hn::IfThenElse(hn::IsNaN(x), x, z);
 }
 
+// exp0 for float arguments x <= 0 (and NaN, -inf): the softmax's exp(s - max). Same method as Highway's Exp
+// (round x/ln2 to q, r = x - q·ln2 in two parts, polynomial, scale by 2^q), but the domain needs only one
+// scaling step (q in [-127, 0], 2^q straight from the bits of the rounding: 2^-127 comes out as exactly 0), no
+// float->int conversion fix-ups and no second range check: about a third fewer instructions. The polynomial is
+// e^r's Taylor series to r^7 (truncation < 1e-8 relative for |r| <= ln2/2); tests/cpu measures the result over
+// every 131st float bit pattern in [-104, 0] on every target: max error 1 ulp, as Highway's Exp.
+template <class D, class V>
+HWY_INLINE V ExpNonPositive(D d, V x) {
+  const hn::RebindToSigned<D> di;
+  const V magic = hn::Set(d, 12582912.0f);  // 1.5·2^23: adding it rounds to an integer in the low mantissa bits
+  const V xc = hn::Max(x, hn::Set(d, -88.0f));  // exp(-88) < 2^-126: below it everything is 0 anyway
+  const V t = hn::MulAdd(xc, hn::Set(d, 1.44269504088896341f), magic);
+  const V q = hn::Sub(t, magic);
+  V r = hn::MulAdd(q, hn::Set(d, -0.693145751953125f), xc);  // ln 2 in two parts: q·hi is exact
+  r = hn::MulAdd(q, hn::Set(d, -1.428606765330187045e-6f), r);
+  V p = hn::Set(d, 1.0f / 5040);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 720));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 120));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+  const V e = hn::Add(hn::MulAdd(p, hn::Mul(r, r), r), hn::Set(d, 1.0f));
+  // bits(t) = bits(magic) + q; shifted left by 23 only q + 127 survives: the exponent field of 2^q.
+  const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::BitCast(di, t), hn::Set(di, 127))));
+  const V y = hn::Mul(e, scale);
+  const V z = hn::IfThenZeroElse(hn::Lt(y, hn::Set(d, std::numeric_limits<float>::min())), y);
+  return hn::IfThenElse(hn::IsNaN(x), x, z);
+}
+
+// exp0 of two vectors of s - m in place: the fast path when no lane is positive (the softmax: m is the max),
+// else Highway's Exp (any argument).
+template <class D, class V>
+HWY_INLINE void Exp0Pair(D d, V& x0, V& x1) {
+  if constexpr (sizeof(hn::TFromD<D>) == 4) {
+    const V zero = hn::Zero(d);
+    if (hn::AllFalse(d, hn::Or(hn::Gt(x0, zero), hn::Gt(x1, zero)))) {
+      x0 = ExpNonPositive(d, x0);
+      x1 = ExpNonPositive(d, x1);
+      return;
+    }
+  }
+  x0 = Exp0(d, x0);
+  x1 = Exp0(d, x1);
+}
+
 // dst = exp0(src - m) over n values; returns their sum (two vector accumulators, then the lanes, fixed order).
 template <class T>
 T ExpShifted(const T* src, T* dst, int64_t n, T m) {
@@ -181,8 +227,8 @@ T ExpShifted(const T* src, T* dst, int64_t n, T m) {
   auto s0 = hn::Zero(d), s1 = hn::Zero(d);
   int64_t j = 0;
   for (; j + 2 * N <= n; j += 2 * N) {
-    const auto y0 = Exp0(d, hn::Sub(hn::LoadU(d, src + j), vm));
-    const auto y1 = Exp0(d, hn::Sub(hn::LoadU(d, src + j + N), vm));
+    auto y0 = hn::Sub(hn::LoadU(d, src + j), vm), y1 = hn::Sub(hn::LoadU(d, src + j + N), vm);
+    Exp0Pair(d, y0, y1);
     hn::StoreU(y0, d, dst + j);
     hn::StoreU(y1, d, dst + j + N);
     s0 = hn::Add(s0, y0);
@@ -192,7 +238,8 @@ T ExpShifted(const T* src, T* dst, int64_t n, T m) {
     alignas(64) T buf[64 / sizeof(T)];
     const int64_t r = std::min(N, n - j);
     for (int64_t t = 0; t < N; ++t) buf[t] = t < r ? src[j + t] - m : -std::numeric_limits<T>::infinity();
-    const auto y = Exp0(d, hn::LoadU(d, buf));
+    auto y = hn::LoadU(d, buf), unused = hn::Zero(d);
+    Exp0Pair(d, y, unused);
     hn::StoreU(y, d, buf);
     std::copy(buf, buf + r, dst + j);
     s0 = hn::Add(s0, y);
@@ -235,6 +282,33 @@ T RowMax(const T* s, int64_t n, T m) {
 }
 float RowMaxF32(const float* s, int64_t n, float m) { return RowMax(s, n, m); }
 double RowMaxF64(const double* s, int64_t n, double m) { return RowMax(s, n, m); }
+
+// s[j] *= scale and the max of the products (NaN skipped, -inf for n = 0): the scorer's scale and the row max in
+// one pass over the score row instead of two.
+template <class T>
+T ScaleMax(T* s, int64_t n, T scale) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vs = hn::Set(d, scale);
+  auto acc0 = hn::Set(d, -std::numeric_limits<T>::infinity()), acc1 = acc0;
+  int64_t j = 0;
+  for (; j + 2 * N <= n; j += 2 * N) {
+    const auto x0 = hn::Mul(hn::LoadU(d, s + j), vs), x1 = hn::Mul(hn::LoadU(d, s + j + N), vs);
+    hn::StoreU(x0, d, s + j);
+    hn::StoreU(x1, d, s + j + N);
+    acc0 = hn::IfThenElse(hn::Lt(acc0, x0), x0, acc0);
+    acc1 = hn::IfThenElse(hn::Lt(acc1, x1), x1, acc1);
+  }
+  acc0 = hn::IfThenElse(hn::Lt(acc0, acc1), acc1, acc0);
+  T mx = hn::GetLane(hn::MaxOfLanes(d, acc0));
+  for (; j < n; ++j) {
+    s[j] *= scale;
+    mx = mx < s[j] ? s[j] : mx;
+  }
+  return mx;
+}
+float ScaleMaxF32(float* s, int64_t n, float scale) { return ScaleMax(s, n, scale); }
+double ScaleMaxF64(double* s, int64_t n, double scale) { return ScaleMax(s, n, scale); }
 
 // The FMA peak: 12 independent multiply-add chains (enough to cover latency x throughput on current x86 cores).
 constexpr int kChains = 12;
@@ -291,6 +365,8 @@ HWY_EXPORT(ExpF32);
 HWY_EXPORT(ExpF64);
 HWY_EXPORT(RowMaxF32);
 HWY_EXPORT(RowMaxF64);
+HWY_EXPORT(ScaleMaxF32);
+HWY_EXPORT(ScaleMaxF64);
 HWY_EXPORT(WidenBF16);
 HWY_EXPORT(WidenF16);
 HWY_EXPORT(FmaFlopsPerIter);
@@ -401,6 +477,14 @@ float row_max<float>(const float* s, int64_t n, float m) {
 template <>
 double row_max<double>(const double* s, int64_t n, double m) {
   return HWY_DYNAMIC_DISPATCH(RowMaxF64)(s, n, m);
+}
+template <>
+float scale_max<float>(float* s, int64_t n, float scale) {
+  return HWY_DYNAMIC_DISPATCH(ScaleMaxF32)(s, n, scale);
+}
+template <>
+double scale_max<double>(double* s, int64_t n, double scale) {
+  return HWY_DYNAMIC_DISPATCH(ScaleMaxF64)(s, n, scale);
 }
 void widen_bf16(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(WidenBF16)(src, dst, n); }
 void widen_f16(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(WidenF16)(src, dst, n); }

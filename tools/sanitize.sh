@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sanitizer CI mode: tools/sanitize.sh [ctest args...]. Builds build-asan/ once with ASan + UBSan (gcc,
+# ATTNCHECK_SANITIZE=ON, no CUDA/cuDNN) and runs the ctest labels reference, golden, cli and hostile under it.
+# Any report fails: ASan halts on the first error, UBSan is -fno-sanitize-recover, LeakSanitizer exits non-zero.
+# Third-party reports are suppressed only through the commented files in tools/sanitizers/. Run by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+mkdir -p build-asan
+CC=gcc CXX=g++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DATTNCHECK_SANITIZE=ON -DATTNCHECK_CUDA=OFF -DATTNCHECK_CUDNN=OFF >build-asan/configure.log 2>&1 \
+  || { cat build-asan/configure.log; exit 1; }
+# Only what the four labels run (not the cpu, property, power, diagnose or isolation tests); the test count check
+# below makes sure no test of these labels is lost because its executable is missing from this list.
+targets=(attncheck example_plugin example_plugin_bad_abi example_plugin_buggy example_plugin_failing
+         example_plugin_no_entry example_plugin_noweights refuse_threads
+         test_reference test_neg_inf_bias test_contract test_backward_reference
+         test_fixture_io test_generate test_suite_v2 test_suite_kills test_exact_cases test_backward_fixture
+         test_cli test_cli_errors test_malformed test_plugin test_run_impl test_heatmap test_inspect_png
+         test_hostile_storage test_hostile_durable test_hostile_threads test_hostile_budget test_hostile_catalogue
+         test_hostile_cli_edges test_hostile_cancel)
+cmake --build build-asan -j"$(nproc)" --target "${targets[@]}" >build-asan/build.log 2>&1 \
+  || { tail -60 build-asan/build.log; exit 1; }
+built=$(date +%s)
+
+supp=$PWD/tools/sanitizers
+export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_checks=1:verify_asan_link_order=0
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp
+export LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0
+# verify_asan_link_order=0: tests/hostile's thread shim is LD_PRELOADed ahead of libasan on purpose.
+labels='^(reference|golden|cli|hostile)$'
+# gtest_discover_tests lists a test only once its executable is built: the release build (build/, made by
+# tools/bootstrap.sh before this in CI) must not list more tests in these labels than build-asan/.
+count() { ctest --test-dir "$1" -N -L "$labels" | sed -n 's/^Total Tests: //p'; }
+if [ -d build ] && [ "$(count build)" != "$(count build-asan)" ]; then
+  echo "sanitize: build/ has $(count build) tests in $labels, build-asan/ $(count build-asan): an executable is" \
+       "missing from the target list in tools/sanitize.sh"
+  exit 1
+fi
+ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -L "$labels" "$@"
+echo "sanitize: build $((built - start)) s, tests $(($(date +%s) - built)) s"
