@@ -271,7 +271,12 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
           if (s.vis[n]) w[n] = std::exp(s.score[n] - m) / sum;
         }
       }
-    sc.add("softmax-axis", "softmax normalised over the queries of each key instead of over the keys", out_from_weights(s, w));
+    // A row without a visible key follows the fully-masked policy before any softmax (the reference's row).
+    std::vector<double> pred = out_from_weights(s, w);
+    for (int64_t r = 0; r < s.rows(); ++r)
+      if (!std::isfinite(s.row_max[static_cast<size_t>(r)]))
+        std::copy_n(s.ref.out.begin() + r * p.Dv, p.Dv, pred.begin() + r * p.Dv);
+    sc.add("softmax-axis", "softmax normalised over the queries of each key instead of over the keys", pred);
   }
 
   // dropout

@@ -207,12 +207,12 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
   for (DType t : {DType::f16, DType::bf16})
     precision("low-precision-scores", std::string("scores rounded to ") + to_string(t),
               softmax_model(s, [&](int64_t r, int64_t j) { return round_to(t, s.score[static_cast<size_t>(r * p.Lk + j)]); }));
-  if (p.dtype != DType::f16)
-    precision("low-precision-accumulation", "softmax sum and P.V accumulated in fp16",
-              softmax_model(s, [&](int64_t r, int64_t j) { return s.score[static_cast<size_t>(r * p.Lk + j)]; }, DType::f16, DType::f16));
-  if (p.dtype != DType::bf16)
-    precision("low-precision-accumulation", "P.V accumulated in bf16",
-              softmax_model(s, [&](int64_t r, int64_t j) { return s.score[static_cast<size_t>(r * p.Lk + j)]; }, DType::f64, DType::bf16));
+  // Accumulators in a 16-bit type: a bug for every input dtype too (the contract accumulates in fp32), including
+  // accumulating in the inputs' own 16-bit type.
+  precision("low-precision-accumulation", "softmax sum and P.V accumulated in fp16",
+            softmax_model(s, [&](int64_t r, int64_t j) { return s.score[static_cast<size_t>(r * p.Lk + j)]; }, DType::f16, DType::f16));
+  precision("low-precision-accumulation", "P.V accumulated in bf16",
+            softmax_model(s, [&](int64_t r, int64_t j) { return s.score[static_cast<size_t>(r * p.Lk + j)]; }, DType::f64, DType::bf16));
   if (p.dtype == DType::f32) {
     prop::Case d = s.c;
     for (Tensor* t : {&d.in.q, &d.in.k, &d.in.v})
