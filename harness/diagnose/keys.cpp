@@ -40,21 +40,11 @@ bool drop_keys(const Subject& s, int64_t r, int64_t j0, int64_t j1, double* out,
   return true;
 }
 
-// The score key j would have in row r if no mask hid it (softcap, then bias, as the reference).
-double unmasked_score(const Subject& s, int64_t r, int64_t j) {
-  const Problem& p = s.p();
-  const int64_t b = r / (p.Hq * p.Lq), h = r / p.Lq % p.Hq, i = r % p.Lq;
-  double x = s.logit[static_cast<size_t>(r * p.Lk + j)];
-  if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
-  if (s.c.in.bias) x += s.c.in.bias->get_offset(broadcast_offset(*s.c.in.bias, b, h, i, j));
-  return x;
-}
-
 // out and lse of row r with the masked key j read as well; false when it cannot change anything.
 bool add_key(const Subject& s, int64_t r, int64_t j, double* out, double& lse) {
   const Problem& p = s.p();
   const int64_t b = r / (p.Hq * p.Lq), h = r / p.Lq % p.Hq;
-  const double l = s.ref.lse[static_cast<size_t>(r)], x = unmasked_score(s, r, j);
+  const double l = s.ref.lse[static_cast<size_t>(r)], x = s.unmasked_score(r, j);
   if (!std::isfinite(l) || !std::isfinite(x)) return false;
   const double w = std::exp(x - l);
   if (!std::isfinite(w) || w == 0) return false;
@@ -132,8 +122,16 @@ void key_hypotheses(const Subject& s, const std::function<void(const std::string
   // one tile of T keys skipped in every row; T = 1: the same single key in every row. These also fit a failure that
   // shows only in lse (a key of little weight moves lse = log sum by more than its tolerance, out by less), since
   // one key set must then explain every row at once.
+  // A single key fits one row's error as freely as the per-row models do; it is tried only when it must explain
+  // several failing rows at once.
+  int64_t failing_rows = 0;
+  for (int64_t r = 0; r < s.rows(); ++r) {
+    bool bad = !s.lse.empty() && s.bad_lse[static_cast<size_t>(r)];
+    for (int64_t d = 0; d < p.Dv && !bad; ++d) bad = s.bad_out[static_cast<size_t>(r * p.Dv + d)];
+    failing_rows += bad;
+  }
   for (int64_t T : {1, 16, 32, 64, 128}) {
-    if (p.Lk < 2 * T) continue;
+    if (p.Lk < 2 * T || (T == 1 && failing_rows < 2)) continue;
     int64_t best_t = -1, best_left = s.n_bad_out + s.n_bad_lse, ties = 0;
     std::vector<double> best_out, best_lse;
     for (int64_t t = 0; t * T < p.Lk; ++t) {

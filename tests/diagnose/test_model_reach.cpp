@@ -1,6 +1,8 @@
 // Bug models must reach every problem where the bug shows: accumulation in the inputs' own 16-bit type (fp16
 // accumulators on fp16 inputs, bf16 on bf16), keys never read where only lse fails (the keys held little weight),
-// and a softmax over the wrong axis on problems with fully masked rows (which follow the policy either way). Each
+// a softmax over the wrong axis on problems with fully masked rows (which follow the policy either way), a mask
+// applied after the softmax where masked keys hold poison or rows are fully masked, and a failure that shows only
+// in the weights (a key of weight 1e-13 never read). Each
 // case was a miss of the full validation run (diagnose_validate golden/cases 1000 v); diagnosed from the outputs
 // alone (no probes), so the models, not re-runs, must find the cause.
 #include <gtest/gtest.h>
@@ -82,6 +84,24 @@ TEST(ModelReach, SoftmaxOverQueriesWithFullyMaskedRows) {
     const diagnose::Diagnosis d = mutant_on("softmax-wrong-axis", f);
     EXPECT_EQ(d.top(), "softmax-axis") << f << "\n" << lines(d);
   }
+}
+
+// The softmax over every key reads the poison of masked keys, so the rows are NaN, as they are for a kernel that
+// ignores the mask (mask-ignored, key-padding, the other causal alignment). The weights tell them apart: this bug
+// zeroes the masked keys' weights, those read them. Fully masked rows follow the policy (before: scaled to 0).
+TEST(ModelReach, MaskAfterSoftmaxWithPoisonedOrFullyMaskedRows) {
+  for (const char* f : {"fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad_poison_masked.h5", "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_mask_poison_masked.h5",
+                        "fp32_B2-Hq4-Hkv2-Lq5-Lk17-D16_causal-tl_poison_masked.h5",
+                        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-fm-uniform_normal_empty-batch.h5"}) {
+    const diagnose::Diagnosis d = mutant_on("mask-after-softmax", f);
+    EXPECT_EQ(d.top(), "mask-after-softmax") << f << "\n" << lines(d);
+  }
+}
+
+// Out and lse pass (the key's weight is ~1e-13), only the weights show key 16 read as 0: the last partial tile.
+TEST(ModelReach, KeysNeverReadWhereOnlyWeightsFail) {
+  const diagnose::Diagnosis d = mutant_on("partial-tile-dropped", "bf16_B2-Hq4-Hkv2-Lq13-Lk17-D16_causal-br-pad-softcap_logits_30_80.h5");
+  EXPECT_EQ(d.top(), "skipped-keys") << lines(d);
 }
 
 }  // namespace
