@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <stdexcept>
 
 #include "attncheck/durable_file.hpp"
 #include "attncheck/fixture.hpp"
@@ -69,7 +70,8 @@ Tensor to_tensor(const UserArray& a, DType t, const std::vector<int64_t>& logica
 
 // Mask/bias: numpy broadcasting to [B, Hq, Lq, Lk] (missing leading dims are 1).
 std::array<int64_t, 4> broadcast_shape(const UserArray& a, const std::string& name) {
-  if (a.shape.empty() || a.shape.size() > 4) bad(name + ": rank must be 1 to 4, got shape " + shape_string(a.shape));
+  if (a.shape.empty() || a.shape.size() > 4)
+    bad(g.input + ": " + name + ": rank must be 1 to 4, got shape " + shape_string(a.shape));
   std::array<int64_t, 4> s{1, 1, 1, 1};
   std::copy(a.shape.begin(), a.shape.end(), s.begin() + (4 - long(a.shape.size())));
   return s;
@@ -137,12 +139,20 @@ int run_import() {
   if (auto it = arrays.find("keep"); it != arrays.end()) {
     check_zero_one(g.input + ": keep", it->second);
     if (!(p.dropout_p > 0)) bad(g.input + ": keep: a dropout keep-mask needs --dropout-p P > 0");
+    const std::vector<int64_t> full{p.B, p.Hq, p.Lq, p.Lk};  // keep is not broadcast
+    if (it->second.shape != full)
+      bad(g.input + ": keep: shape must be [B,Hq,Lq,Lk]=" + shape_string(full) + ", got " + shape_string(it->second.shape));
     in.keep = to_tensor(it->second, DType::u8, it->second.shape, Layout::BHSD, false);
   } else if (p.dropout_p > 0) {
     bad("--dropout-p " + std::to_string(p.dropout_p) + ": needs a keep array in " + g.input);
   }
-  validate(p);
-  validate(p, in);
+  // The problem is this file's arrays with the flags: its errors (a mask or bias not broadcastable, GQA heads,
+  // key_lengths beyond Lk) name the file as well as the field.
+  try {
+    validate(p, in);
+  } catch (const std::invalid_argument& e) {
+    bad(g.input + ": " + e.what());
+  }
   check_work(p, false, budget().max_flops);  // before the reference runs
   Provenance prov;
   prov.distribution = "user";
