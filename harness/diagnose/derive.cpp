@@ -19,6 +19,21 @@ prop::Case with_problem(const prop::Case& c, const std::function<void(Problem&)>
   return d;
 }
 
+prop::Case contiguous_kv(const prop::Case& c) {
+  if (c.p.past_len == 0 && c.p.page_size == 0) return c;
+  const Attended present = attend_over_present(c.p, c.in);
+  const Attended flat = gather_pages(present.p, present.in);
+  return {c.spec, flat.p, flat.in};
+}
+
+prop::Case with_block_table(const prop::Case& c, const std::function<int64_t(int64_t, int64_t)>& page) {
+  return with_problem(c, [&](Problem& q) {
+    const int64_t n = q.pages_per_seq();
+    for (int64_t b = 0; b < q.B; ++b)
+      for (int64_t k = 0; k < n; ++k) q.block_table[static_cast<size_t>(b * n + k)] = page(b, k);
+  });
+}
+
 prop::Case expand_kv_heads(const prop::Case& c, const std::function<int64_t(int64_t)>& map) {
   prop::Case d = c;
   const Problem& p = c.p;

@@ -25,6 +25,12 @@ std::vector<std::string> active_features(const Problem& p);
 // Poison (NaN, +-Inf or |x| > 1e6; a -inf bias is a legitimate mask and stays) in K, V, past K/V and bias slots that
 // no query can see, replaced by 0: the reference result is unchanged by definition. `zeroed` counts the slots.
 prop::Case zero_masked_poison(const prop::Case& c, int64_t& zeroed);
+// The same problem with K and V as [B,Hkv,Lk,D]: a KV-cache past joined to the new tokens, a paged cache read
+// through its block table (attend_over_present, gather_pages); c itself when neither applies.
+prop::Case contiguous_kv(const prop::Case& c);
+// A paged case whose block table is replaced: batch b's page k read from pool page page(b, k); throws (invalid
+// argument) when a page is outside the pool.
+prop::Case with_block_table(const prop::Case& c, const std::function<int64_t(int64_t b, int64_t k)>& page);
 // c with the problem changed by f (inputs unchanged), validated.
 prop::Case with_problem(const prop::Case& c, const std::function<void(Problem&)>& f);
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "anatomy.hpp"
+#include "derive.hpp"
 #include "diagnosis.hpp"
 #include "hypotheses.hpp"
 #include "probes.hpp"
@@ -16,7 +17,7 @@ const std::vector<std::string>& known_tags() {
   // In tie-break order: the more specific signature first.
   static const std::vector<std::string> tags = {
       "causal-diagonal", "causal-alignment", "window-edge", "tile-tail", "skipped-keys", "gqa-mapping", "softcap-order",
-      "mask-fill", "key-padding", "mask-ignored", "mask-after-softmax", "softmax-axis", "fully-masked-policy",
+      "mask-fill", "key-padding", "mask-ignored", "mask-after-softmax", "softmax-axis", "block-table", "fully-masked-policy",
       "dropout-scale", "dropout-mask", "scale", "layout-stride", "lse-base", "lse-offset", "lse-missing-max", "lse-unscaled-max",
       "nan-leak", "no-max-subtraction", "fp16-overflow", "missed-rescale", "low-precision-scores",
       "low-precision-accumulation", "tf32", "row-scale", "negative-scale-mask", "uninitialised-output"};
@@ -32,7 +33,11 @@ size_t rank_of(const std::string& tag) {
 
 Diagnosis diagnose(const prop::Case& c, const ReferenceResult& ref, const Outputs& actual, const Options& o) {
   Diagnosis d;
-  const Subject s(c, ref, actual, o.tolerance);
+  // The models read K and V as [B,Hkv,Lk,D]: a paged cache or a KV-cache past is made contiguous first (the same
+  // problem, the same reference); the probes re-run the candidate on the case as given.
+  const prop::Case flat = contiguous_kv(c);
+  Subject s(flat, ref, actual, o.tolerance);
+  if (c.p.page_size > 0) s.paged = &c;
   d.anatomy = anatomy(s);
   std::vector<Cause> all = structural_hypotheses(s);
   for (Cause& x : numeric_hypotheses(s)) all.push_back(std::move(x));

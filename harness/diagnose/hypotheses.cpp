@@ -17,29 +17,55 @@ namespace {
 struct Scorer {
   const Subject& s;
   std::vector<Cause>& out;
-  // Score a prediction of out (and lse when given) against the candidate.
+  // Score a prediction of out (and lse when given) against the candidate: the fraction of the failing out and lse
+  // elements it explains. When the candidate returned weights and the prediction has them, that fraction is scaled
+  // by the weights' fit (failing weights explained / (failing weights + weights the prediction contradicts)), and it
+  // is the whole score where only weights fail: weights show which keys a kernel read, which out and lse can hide
+  // (a NaN row is NaN whichever keys leaked it).
   void add(const std::string& tag, const std::string& what, const std::vector<double>& pred_out,
-           const std::vector<double>* pred_lse = nullptr) {
+           const std::vector<double>* pred_lse = nullptr, const std::vector<double>* pred_w = nullptr) {
     const int64_t total = s.n_bad_out + s.n_bad_lse;
-    if (total == 0) return;
-    int64_t left = s.bad_against(pred_out);
-    int64_t left_lse = pred_lse && !s.lse.empty() ? s.bad_lse_against(*pred_lse) : s.n_bad_lse;
-    const double explained = static_cast<double>(s.n_bad_out - left + s.n_bad_lse - left_lse) / static_cast<double>(total);
-    if (explained <= 0) return;
+    const bool weighed = pred_w && !s.w.empty() && pred_w->size() == s.w.size();
+    if (total == 0 && !(weighed && s.n_bad_w > 0)) return;
+    const int64_t left = total ? s.bad_against(pred_out) : 0;
+    const int64_t left_lse = total && pred_lse && !s.lse.empty() ? s.bad_lse_against(*pred_lse) : s.n_bad_lse;
+    double explained = total ? static_cast<double>(s.n_bad_out - left + s.n_bad_lse - left_lse) / static_cast<double>(total) : 1.0;
     std::ostringstream e;
-    e << what << ": the candidate matches this prediction on " << (total - left - left_lse) << " of " << total
-      << " failing elements";
-    if (left + left_lse > 0) e << " (" << (left + left_lse) << " still off)";
+    e << what << ": ";
+    if (total) {
+      e << "the candidate matches this prediction on " << (total - left - left_lse) << " of " << total << " failing elements";
+      if (left + left_lse > 0) e << " (" << (left + left_lse) << " still off)";
+    }
+    if (weighed) {
+      const Subject::WeightsFit f = s.weights_fit(*pred_w);
+      const int64_t n = s.n_bad_w + f.contradicted;
+      if (n > 0) {
+        explained *= static_cast<double>(f.explained) / static_cast<double>(n);
+        e << (total ? "; " : "") << "weights: explains " << f.explained << " of " << s.n_bad_w << " failing";
+        if (f.contradicted) e << ", contradicts " << f.contradicted << " right ones";
+      }
+    }
+    if (explained <= 0) return;
     out.push_back({tag, explained, e.str()});
   }
   // The reference on a derived case as the prediction; silently skipped when the derived case is invalid.
   void variant(const std::string& tag, const std::string& what, const std::function<prop::Case()>& make) {
     try {
       prop::Case d = make();
-      d.p.want_weights = false;
+      d.p.want_weights = !s.w.empty() && d.p.Lq == s.p().Lq && d.p.Lk == s.p().Lk;
       d.p.want_lse = true;
-      const ReferenceResult r = reference_attention(d.p, d.in);
-      add(tag, what, r.out, d.p.Lq == s.p().Lq ? &r.lse : nullptr);
+      ReferenceResult r = reference_attention(d.p, d.in);
+      // A kernel writes 0 for a masked key's weight; the reference leaves it NaN in a row that poison made NaN.
+      const Problem& q = d.p;
+      if (q.want_weights)
+        for (int64_t b = 0; b < q.B; ++b)
+          for (int64_t h = 0; h < q.Hq; ++h)
+            for (int64_t i = 0; i < q.Lq; ++i)
+              for (int64_t j = 0; j < q.Lk; ++j) {
+                double& x = r.weights[static_cast<size_t>(((b * q.Hq + h) * q.Lq + i) * q.Lk + j)];
+                if (std::isnan(x) && !prop::visible(q, d.in, b, h, i, j)) x = 0;
+              }
+      add(tag, what, r.out, d.p.Lq == s.p().Lq ? &r.lse : nullptr, d.p.want_weights ? &r.weights : nullptr);
     } catch (const std::invalid_argument&) {
     }
   }
@@ -134,7 +160,6 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   Scorer sc{s, causes};
   const Problem& p = s.p();
   const prop::Case& c = s.c;
-  using C = prop::Case;
 
   // scale
   const double d = static_cast<double>(p.Dqk);
@@ -211,6 +236,17 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
            "rows only a -inf bias hides are NaN", pr.out, &pr.lse);
   }
 
+  // paged KV cache read without its block table: the pool read contiguously (batch b's page k is pool page
+  // b * pages_per_seq + k), or every batch reading the pool's first pages
+  if (s.paged) {
+    const int64_t n = s.paged->p.pages_per_seq();
+    sc.variant("block-table", "block table ignored: batch b's page k read from pool page b*" + std::to_string(n) + "+k (pages read contiguously)",
+               [&] { return with_block_table(*s.paged, [n](int64_t b, int64_t k) { return b * n + k; }); });
+    if (p.B > 1)
+      sc.variant("block-table", "block table ignored: every batch reads pool pages 0.." + std::to_string(n - 1),
+                 [&] { return with_block_table(*s.paged, [](int64_t, int64_t k) { return k; }); });
+  }
+
   // GQA head map
   if (p.Hkv > 1 && p.group_size() > 1)
     sc.variant("gqa-mapping", "query head h reads KV head h % Hkv (tiled) instead of h / group", [&] {
@@ -236,24 +272,24 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
     sc.add(tag, what, o, l);
   });
 
-  // mask applied after the softmax without renormalising: out_vis * (visible mass / total mass)
-  if ((p.causal || p.has_window() || !p.key_lengths.empty() || p.mask_shape)) {
-    try {
-      C d = c;
-      const std::vector<std::string> active = active_features(p);
-      for (const char* f : {"causal", "window", "key padding", "mask"})
-        if (std::find(active.begin(), active.end(), f) != active.end()) d = without(d, f);
-      d.p.want_weights = false, d.p.want_lse = true;
-      const ReferenceResult all = reference_attention(d.p, d.in);
-      std::vector<double> pred = s.ref.out;
-      for (int64_t r = 0; r < s.rows(); ++r) {
-        const double f = std::exp(s.ref.lse[static_cast<size_t>(r)] - all.lse[static_cast<size_t>(r)]);
-        for (int64_t k = 0; k < p.Dv; ++k)
-          if (std::isfinite(f)) pred[static_cast<size_t>(r * p.Dv + k)] *= f;
-      }
-      sc.add("mask-after-softmax", "mask applied after the softmax without renormalising", pred, &all.lse);
-    } catch (const std::invalid_argument&) {
+  // mask applied after the softmax without renormalising: the softmax runs over every key (masked keys scored as
+  // if visible, so poison in them reaches the row), then the masked weights are zeroed: out = out_visible *
+  // exp(lse_visible - lse_all), lse = lse_all. A row without a visible key follows the fully-masked policy.
+  if (p.causal || p.has_window() || !p.key_lengths.empty() || p.mask_shape) {
+    std::vector<double> pred = s.ref.out, lse = s.ref.lse, w = s.w.empty() ? std::vector<double>{} : s.ref.weights;
+    for (int64_t r = 0; r < s.rows(); ++r) {
+      if (!std::isfinite(s.ref.lse[static_cast<size_t>(r)])) continue;
+      double m = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < p.Lk; ++j) m = std::max(m, s.unmasked_score(r, j));
+      for (int64_t j = 0; j < p.Lk; ++j) sum += std::exp(s.unmasked_score(r, j) - m);
+      const double all = m + std::log(sum);  // NaN when a masked key holds poison
+      const double f = std::exp(s.ref.lse[static_cast<size_t>(r)] - all);
+      lse[static_cast<size_t>(r)] = all;
+      for (int64_t k = 0; k < p.Dv; ++k) pred[static_cast<size_t>(r * p.Dv + k)] *= f;
+      for (int64_t j = 0; j < p.Lk && !w.empty(); ++j)
+        if (s.vis[static_cast<size_t>(r * p.Lk + j)]) w[static_cast<size_t>(r * p.Lk + j)] *= f;
     }
+    sc.add("mask-after-softmax", "mask applied after the softmax without renormalising", pred, &lse, w.empty() ? nullptr : &w);
   }
 
   // softmax over the wrong axis (over queries for each key)
@@ -271,7 +307,15 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
           if (s.vis[n]) w[n] = std::exp(s.score[n] - m) / sum;
         }
       }
-    sc.add("softmax-axis", "softmax normalised over the queries of each key instead of over the keys", out_from_weights(s, w));
+    // A row without a visible key follows the fully-masked policy before any softmax (the reference's row).
+    std::vector<double> pred = out_from_weights(s, w);
+    for (int64_t r = 0; r < s.rows(); ++r)
+      if (!std::isfinite(s.row_max[static_cast<size_t>(r)])) {
+        std::copy_n(s.ref.out.begin() + r * p.Dv, p.Dv, pred.begin() + r * p.Dv);
+        if (!s.w.empty()) std::copy_n(s.ref.weights.begin() + r * p.Lk, p.Lk, w.begin() + r * p.Lk);
+      }
+    sc.add("softmax-axis", "softmax normalised over the queries of each key instead of over the keys", pred, nullptr,
+           s.w.empty() ? nullptr : &w);
   }
 
   // dropout

@@ -1,6 +1,6 @@
 // Hypotheses about which keys a kernel read: one whole key tile never read (any position, tile sizes 16..128), one
-// key per row never read, or one masked key per row read (both found per row). Removing a key set S from the
-// reference's softmax gives out' = (out - sum_S w_j v_j) / (1 - sum_S w_j) and lse' = lse + log(1 - sum_S w_j);
+// key never read in every row, one key per row never read, or one masked key per row read (both found per row).
+// Removing a key set S from the reference's softmax gives out' = (out - sum_S w_j v_j) / (1 - sum_S w_j) and lse' = lse + log(1 - sum_S w_j);
 // adding a masked key e with unmasked score x_e gives out' = (out + w v_e) / (1 + w), w = exp(x_e - lse).
 // Where the keys found sit on a mask edge (the causal diagonal, a window edge, the first padded key), the edge's
 // tag is reported too: an edge bug moves exactly that key, a skipped or leaked key anywhere else is not one.
@@ -40,21 +40,11 @@ bool drop_keys(const Subject& s, int64_t r, int64_t j0, int64_t j1, double* out,
   return true;
 }
 
-// The score key j would have in row r if no mask hid it (softcap, then bias, as the reference).
-double unmasked_score(const Subject& s, int64_t r, int64_t j) {
-  const Problem& p = s.p();
-  const int64_t b = r / (p.Hq * p.Lq), h = r / p.Lq % p.Hq, i = r % p.Lq;
-  double x = s.logit[static_cast<size_t>(r * p.Lk + j)];
-  if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
-  if (s.c.in.bias) x += s.c.in.bias->get_offset(broadcast_offset(*s.c.in.bias, b, h, i, j));
-  return x;
-}
-
 // out and lse of row r with the masked key j read as well; false when it cannot change anything.
 bool add_key(const Subject& s, int64_t r, int64_t j, double* out, double& lse) {
   const Problem& p = s.p();
   const int64_t b = r / (p.Hq * p.Lq), h = r / p.Lq % p.Hq;
-  const double l = s.ref.lse[static_cast<size_t>(r)], x = unmasked_score(s, r, j);
+  const double l = s.ref.lse[static_cast<size_t>(r)], x = s.unmasked_score(r, j);
   if (!std::isfinite(l) || !std::isfinite(x)) return false;
   const double w = std::exp(x - l);
   if (!std::isfinite(w) || w == 0) return false;
@@ -128,24 +118,41 @@ void one_key_per_row(const Subject& s, bool extra, const Add& add) {
 void key_hypotheses(const Subject& s, const std::function<void(const std::string&, const std::string&, const std::vector<double>&,
                                                                  const std::vector<double>*)>& add) {
   const Problem& p = s.p();
-  if (p.dropout_p > 0 || s.n_bad_out == 0 || s.rows() * p.Lk * p.Dv > (int64_t{1} << 26)) return;
-  // one tile of T keys skipped in every row
-  for (int64_t T : {16, 32, 64, 128}) {
-    if (p.Lk < 2 * T) continue;
-    int64_t best_t = -1, best_left = s.n_bad_out;
+  if (p.dropout_p > 0 || s.n_bad_out + s.n_bad_lse == 0 || s.rows() * p.Lk * p.Dv > (int64_t{1} << 26)) return;
+  // one tile of T keys skipped in every row; T = 1: the same single key in every row. These also fit a failure that
+  // shows only in lse (a key of little weight moves lse = log sum by more than its tolerance, out by less), since
+  // one key set must then explain every row at once.
+  // A single key fits one row's error as freely as the per-row models do; it is tried only when it must explain
+  // several failing rows at once.
+  int64_t failing_rows = 0;
+  for (int64_t r = 0; r < s.rows(); ++r) {
+    bool bad = !s.lse.empty() && s.bad_lse[static_cast<size_t>(r)];
+    for (int64_t d = 0; d < p.Dv && !bad; ++d) bad = s.bad_out[static_cast<size_t>(r * p.Dv + d)];
+    failing_rows += bad;
+  }
+  for (int64_t T : {1, 16, 32, 64, 128}) {
+    if (p.Lk < 2 * T || (T == 1 && failing_rows < 2)) continue;
+    int64_t best_t = -1, best_left = s.n_bad_out + s.n_bad_lse, ties = 0;
     std::vector<double> best_out, best_lse;
     for (int64_t t = 0; t * T < p.Lk; ++t) {
       std::vector<double> pred = s.ref.out, lse = s.ref.lse;
       for (int64_t r = 0; r < s.rows(); ++r)
         drop_keys(s, r, t * T, std::min(p.Lk, (t + 1) * T), &pred[static_cast<size_t>(r * p.Dv)], lse[static_cast<size_t>(r)]);
-      const int64_t left = s.bad_against(pred);
-      if (left < best_left) best_left = left, best_t = t, best_out = std::move(pred), best_lse = std::move(lse);
+      const int64_t left = s.bad_against(pred) + s.bad_lse_against(lse);
+      if (left == best_left && best_t >= 0) ++ties;
+      if (left < best_left) best_left = left, best_t = t, ties = 0, best_out = std::move(pred), best_lse = std::move(lse);
     }
-    if (best_t >= 0)
+    if (best_t < 0) continue;
+    // Where the dropped keys hold about equal weight (near one-hot rows), other positions fit as well: say so.
+    const std::string also = ties ? " (" + std::to_string(ties) + " other positions fit as well: the place is not identified)" : "";
+    if (T == 1)
+      add("skipped-keys", "key " + std::to_string(best_t) + " never read (in every row)" + also, best_out, &best_lse);
+    else
       add("skipped-keys", "key tile " + std::to_string(best_t) + " of size " + std::to_string(T) + " (keys " +
-          std::to_string(best_t * T) + ".." + std::to_string(std::min(p.Lk, (best_t + 1) * T) - 1) + ") never read",
+          std::to_string(best_t * T) + ".." + std::to_string(std::min(p.Lk, (best_t + 1) * T) - 1) + ") never read" + also,
           best_out, &best_lse);
   }
+  if (s.n_bad_out == 0) return;  // per row, one key fits a single lse value too easily
   one_key_per_row(s, false, add);  // a visible key never read
   one_key_per_row(s, true, add);   // a masked key read
 }

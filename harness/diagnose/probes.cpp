@@ -37,6 +37,8 @@ ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, cons
     probes.push_back({"poison in masked slots replaced by 0", [&clean] { return clean; }, {"nan-leak"}, false, true});
   for (const std::string& f : active_features(p))
     probes.push_back({f + " removed", [&c, f] { return without(c, f); }, feature_tags.at(f)});
+  if (p.page_size > 0)
+    probes.push_back({"paged K/V gathered into contiguous K/V", [&c] { return contiguous_kv(c); }, {"block-table"}});
   if (p.Hkv < p.Hq)
     probes.push_back({"GQA expanded to MHA", [&c] { return expand_kv_heads(c, [&c](int64_t h) { return c.p.kv_head(h); }); }, {"gqa-mapping"}});
   if (!p.scale)

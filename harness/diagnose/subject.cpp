@@ -88,4 +88,26 @@ int64_t Subject::bad_lse_against(const std::vector<double>& expected) const {
   return n;
 }
 
+Subject::WeightsFit Subject::weights_fit(const std::vector<double>& expected) const {
+  WeightsFit f;
+  if (expected.size() != w.size()) return f;
+  const double u = c.p.dtype == DType::f64 ? unit_roundoff(DType::f64) : std::max(unit_roundoff(DType::f32), unit_roundoff(c.p.dtype));
+  for (size_t k = 0; k < w.size(); ++k) {
+    const bool predicts = is_bad(ref.weights[k], expected[k], tol_w[k]);
+    const bool matches = !is_bad(expected[k], w[k], tol_w[k] + 4 * u * std::abs(expected[k]));
+    f.explained += bad_w[k] && predicts && matches;
+    f.contradicted += !bad_w[k] && predicts;
+  }
+  return f;
+}
+
+double Subject::unmasked_score(int64_t r, int64_t j) const {
+  const Problem& p = c.p;
+  const int64_t b = r / (p.Hq * p.Lq), h = r / p.Lq % p.Hq, i = r % p.Lq;
+  double x = logit[static_cast<size_t>(r * p.Lk + j)];
+  if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
+  if (c.in.bias) x += c.in.bias->get_offset(broadcast_offset(*c.in.bias, b, h, i, j));
+  return x;
+}
+
 }  // namespace attncheck::diagnose

@@ -19,7 +19,8 @@ inline bool is_bad(double e, double a, double tol) {
 }
 
 struct Subject {
-  const prop::Case& c;
+  const prop::Case& c;                    // with K and V contiguous (derive.hpp contiguous_kv)
+  const prop::Case* paged = nullptr;      // the case as given, when its K and V are paged
   const ReferenceResult& ref;
   std::vector<double> out, lse, w;        // candidate, logical order (lse / w empty when not produced)
   std::vector<double> tol_out, tol_lse, tol_w;
@@ -38,6 +39,14 @@ struct Subject {
   // the failing elements where `expected` itself is within the reference's tolerance (it does not predict them).
   int64_t bad_against(const std::vector<double>& expected) const;
   int64_t bad_lse_against(const std::vector<double>& expected) const;
+  // Against predicted weights: the failing weights the prediction explains (it fails there itself and the candidate
+  // matches it), and the weights it contradicts (it fails there, the candidate is right).
+  struct WeightsFit {
+    int64_t explained = 0, contradicted = 0;
+  };
+  WeightsFit weights_fit(const std::vector<double>& expected) const;
+  // The score key j would have in row r if no mask hid it (softcap, then bias, as the reference).
+  double unmasked_score(int64_t r, int64_t j) const;
 };
 
 }  // namespace attncheck::diagnose

@@ -57,3 +57,29 @@ TEST(CompareDiagnose, CandidateFileDiagnosedAloneAndWithItsPluginReRun) {
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("--repro: needs --diagnose"), std::string::npos) << r.out;
 }
+
+// `inspect --actual` on a failing candidate file shows its diagnosis from the outputs (the same diagnoser as compare;
+// nothing re-run); a passing candidate gets none.
+TEST(CompareDiagnose, InspectShowsTheDiagnosisOfAFailingCandidate) {
+  const std::string fix = test::golden_case("fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_causal-tl_normal.h5");
+  const Fixture f = read_fixture(fix);
+  const auto dir = test::scratch("inspect_diagnose");
+  Outputs out;
+  ASSERT_TRUE(run_impl(*load_plugin(BUGGY_PLUGIN), f.problem, f.inputs, out).ok);
+  const std::string bad = (dir / "buggy.h5").string();
+  write_candidate(bad, f.problem, out);
+  auto r = test::run("inspect " + fix + " --actual " + bad);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("  diagnosis: row-scale\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    anatomy: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    cause row-scale (score "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("  probe "), std::string::npos) << r.out;
+
+  Outputs good;
+  ASSERT_TRUE(run_impl(*find_impl("cpu"), f.problem, f.inputs, good).ok);
+  const std::string ok = (dir / "cpu.h5").string();
+  write_candidate(ok, f.problem, good);
+  r = test::run("inspect " + fix + " --actual " + ok);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("diagnosis"), std::string::npos) << r.out;
+}

@@ -1,6 +1,7 @@
 // `attncheck inspect FIXTURE.h5 [--actual CANDIDATE.h5]`: a human summary of a fixture (problem, shapes, features,
 // value statistics, provenance, tolerance) and, with a candidate, its verdict and worst elements, so nobody has
-// to read a 4-D array to see what a case is or where an implementation goes wrong.
+// to read a 4-D array to see what a case is or where an implementation goes wrong. A failing candidate also gets
+// its diagnosis from the outputs alone (anatomy and likely causes, docs/diagnosis.md; no probes: nothing is re-run).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "attncheck/fixture.hpp"
 #include "attncheck/heatmap.hpp"
 #include "command.hpp"
+#include "diagnosis.hpp"
 
 namespace attncheck::cli {
 namespace {
@@ -133,6 +135,11 @@ bool print_candidate(const Fixture& f) {
     std::printf("    out[b=%lld,h=%lld,i=%lld,d=%lld] expected %-14.9g actual %-14.9g |err| %-10.3g tol %-10.3g x%.3g\n",
                 (long long)b, (long long)h, (long long)i, (long long)d, e[n], a[n], std::abs(a[n] - e[n]), tol[n],
                 ratio(n));
+  }
+  if (!v.pass) {
+    diagnose::Options o;
+    o.tolerance = f.tolerance;
+    for (const std::string& l : diagnose::diagnose({{}, p, f.inputs}, f.expected, cand, o).text()) std::printf("  %s\n", l.c_str());
   }
   return v.pass;
 }

@@ -1,0 +1,108 @@
+// Bug models must reach every problem where the bug shows: accumulation in the inputs' own 16-bit type (fp16
+// accumulators on fp16 inputs, bf16 on bf16), keys never read where only lse fails (the keys held little weight),
+// a softmax over the wrong axis on problems with fully masked rows (which follow the policy either way), a mask
+// applied after the softmax where masked keys hold poison or rows are fully masked, and a failure that shows only
+// in the weights (a key of weight 1e-13 never read). Each
+// case was a miss of the full validation run (diagnose_validate golden/cases 1000 v); diagnosed from the outputs
+// alone (no probes), so the models, not re-runs, must find the cause.
+#include <gtest/gtest.h>
+
+#include "attncheck/fixture.hpp"
+#include "attncheck/reference.hpp"
+#include "diagnosis.hpp"
+#include "mutants.hpp"
+#include "power.hpp"
+
+namespace attncheck {
+namespace {
+
+std::string lines(const diagnose::Diagnosis& d) {
+  std::string s;
+  for (const std::string& l : d.text()) s += l + "\n";
+  return s;
+}
+
+// A selftest mutant's failure on a golden fixture, diagnosed without re-runs.
+diagnose::Diagnosis mutant_on(const std::string& mutant, const std::string& fixture) {
+  const Fixture f = read_fixture(std::string(ATTNCHECK_GOLDEN_DIR) + "/" + fixture);
+  for (const mutants::Entry& m : mutants::catalogue()) {
+    if (m.impl->name() != mutant) continue;
+    Outputs out;
+    EXPECT_TRUE(run_impl(*m.impl, f.problem, f.inputs, out).ok);
+    EXPECT_FALSE(judge(f.problem, f.expected, out, f.tolerance).pass) << mutant << " passes " << fixture;
+    diagnose::Options o;
+    o.tolerance = f.tolerance;
+    return diagnose::diagnose({{}, f.problem, f.inputs}, f.expected, out, o);
+  }
+  ADD_FAILURE() << "no mutant " << mutant;
+  return {};
+}
+
+// A detection-power fault on a grid problem (Lk 1024, 8 rows), diagnosed without re-runs.
+diagnose::Diagnosis fault_on(const std::string& fault, DType t, power::Flavour fl, power::Logits lg) {
+  const Problem p = power::grid_problem(1024, t, fl, 8);
+  const Inputs in = power::grid_inputs(p, lg, 20261123);
+  const ReferenceResult ref = reference_attention(p, in);
+  for (const power::Variant& v : power::fault_variants()) {
+    if (v.name != fault) continue;
+    const Outputs out = power::run_variant(v, p, in);
+    EXPECT_FALSE(judge(p, ref, out).pass) << fault << " passes " << p.name();
+    return diagnose::diagnose({{}, p, in}, ref, out, {});
+  }
+  ADD_FAILURE() << "no fault " << fault;
+  return {};
+}
+
+TEST(ModelReach, AccumulationInTheInputsOwn16BitType) {
+  for (const char* f : {"fp16_B2-Hq4-Hkv2-Lq13-Lk17-D16_plain_normal.h5", "fp16_B2-Hq4-Hkv2-Lq13-Lk17-D16_causal-tl_normal.h5"}) {
+    const diagnose::Diagnosis d = mutant_on("fp16-accumulation", f);
+    EXPECT_EQ(d.top(), "low-precision-accumulation") << f << "\n" << lines(d);
+  }
+  for (power::Flavour fl : {power::Flavour::dense, power::Flavour::causal}) {
+    const diagnose::Diagnosis d = fault_on("bf16-pv-acc", DType::bf16, fl, power::Logits::normal);
+    EXPECT_EQ(d.top(), "low-precision-accumulation") << power::to_string(fl) << "\n" << lines(d);
+  }
+}
+
+TEST(ModelReach, KeysNeverReadWhereOnlyLseFails) {
+  for (DType t : {DType::f16, DType::bf16}) {
+    const diagnose::Diagnosis d = fault_on("skip-tile", t, power::Flavour::dense, power::Logits::near_one_hot);
+    EXPECT_EQ(d.top(), "skipped-keys") << to_string(t) << "\n" << lines(d);
+    // near one-hot rows: every non-max tile holds about the same weight, so the tile's place is not claimed
+    EXPECT_NE(lines(d).find("the place is not identified"), std::string::npos) << lines(d);
+  }
+  for (power::Flavour fl : {power::Flavour::dense, power::Flavour::window}) {
+    const diagnose::Diagnosis d = fault_on("drop-random-key", DType::bf16, fl, power::Logits::hazard);
+    EXPECT_EQ(d.top(), "skipped-keys") << power::to_string(fl) << "\n" << lines(d);
+    EXPECT_NE(lines(d).find("never read (in every row)"), std::string::npos) << lines(d);
+  }
+}
+
+TEST(ModelReach, SoftmaxOverQueriesWithFullyMaskedRows) {
+  for (const char* f : {"fp32_B2-Hq4-Hkv2-Lq17-Lk5-D16_causal-br-fm-nan_normal.h5",
+                        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-fm-uniform_normal_empty-batch.h5"}) {
+    const diagnose::Diagnosis d = mutant_on("softmax-wrong-axis", f);
+    EXPECT_EQ(d.top(), "softmax-axis") << f << "\n" << lines(d);
+  }
+}
+
+// The softmax over every key reads the poison of masked keys, so the rows are NaN, as they are for a kernel that
+// ignores the mask (mask-ignored, key-padding, the other causal alignment). The weights tell them apart: this bug
+// zeroes the masked keys' weights, those read them. Fully masked rows follow the policy (before: scaled to 0).
+TEST(ModelReach, MaskAfterSoftmaxWithPoisonedOrFullyMaskedRows) {
+  for (const char* f : {"fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad_poison_masked.h5", "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_mask_poison_masked.h5",
+                        "fp32_B2-Hq4-Hkv2-Lq5-Lk17-D16_causal-tl_poison_masked.h5",
+                        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-fm-uniform_normal_empty-batch.h5"}) {
+    const diagnose::Diagnosis d = mutant_on("mask-after-softmax", f);
+    EXPECT_EQ(d.top(), "mask-after-softmax") << f << "\n" << lines(d);
+  }
+}
+
+// Out and lse pass (the key's weight is ~1e-13), only the weights show key 16 read as 0: the last partial tile.
+TEST(ModelReach, KeysNeverReadWhereOnlyWeightsFail) {
+  const diagnose::Diagnosis d = mutant_on("partial-tile-dropped", "bf16_B2-Hq4-Hkv2-Lq13-Lk17-D16_causal-br-pad-softcap_logits_30_80.h5");
+  EXPECT_EQ(d.top(), "skipped-keys") << lines(d);
+}
+
+}  // namespace
+}  // namespace attncheck
