@@ -19,6 +19,16 @@ Declarations default_declarations(const Capabilities& c) {
   return d;
 }
 
+Declarations p_exact_declarations(const Capabilities& c) {
+  Declarations d = default_declarations(c);
+  for (DType t : {DType::e4m3, DType::e5m2}) {
+    PrecisionContract k = default_contract(t);
+    k.p_rounded = false;
+    d.contracts[t] = k;
+  }
+  return d;
+}
+
 Support run_impl(const Impl& impl, const Problem& p, const Inputs& in, Outputs& out) {
   validate(p, in);
   if (Support a = impl.available(); !a.ok) return Support::no("unavailable: " + a.reason);

@@ -339,26 +339,23 @@ Declarations read_declarations(const attncheck_plugin* vt, const Capabilities& c
     for (int b = 0; b < 3; ++b)
       if (d.outputs & (1u << b)) decl.outputs.push_back(names[b]);
   }
-  for (DType t : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
-    const char* c = d.contract[abi_dtype(t)];
+  // The contracts: contract[] for f64..bf16, contract_fp8[] for e4m3 and e5m2 (appended with tag 8: NULL from a
+  // plugin built before it, as the host zero-fills the struct).
+  const std::pair<DType, const char*> contracts[] = {{DType::f64, d.contract[ATTNCHECK_DTYPE_F64]},
+                                                     {DType::f32, d.contract[ATTNCHECK_DTYPE_F32]},
+                                                     {DType::f16, d.contract[ATTNCHECK_DTYPE_F16]},
+                                                     {DType::bf16, d.contract[ATTNCHECK_DTYPE_BF16]},
+                                                     {DType::e4m3, d.contract_fp8[0]},
+                                                     {DType::e5m2, d.contract_fp8[1]}};
+  for (const auto& [t, c] : contracts) {
     if (!c) continue;
     try {
       PrecisionContract pc = contract_from_string(c, t);
       validate_contract(pc, t);
       decl.contracts[t] = pc;
     } catch (const std::exception& e) {
-      throw PluginError(file_error(path, std::string("declarations.contract[") + to_string(t) + "] = '" + c + "': " +
-                                             e.what()));
-    }
-  }
-  for (DType t : {DType::e4m3, DType::e5m2}) {  // the fp8 contracts (zero from a plugin that does not know them)
-    const char* c = d.contract_fp8[t == DType::e4m3 ? 0 : 1];
-    if (!c) continue;
-    try {
-      decl.contracts[t] = contract_from_string(c, t);
-    } catch (const std::exception& e) {
-      throw PluginError(file_error(path, std::string("declarations.contract_fp8[") + to_string(t) + "] = '" + c +
-                                             "': " + e.what()));
+      throw PluginError(file_error(path, std::string("declarations.") + (is_fp8(t) ? "contract_fp8[" : "contract[") +
+                                             to_string(t) + "] = '" + c + "': " + e.what()));
     }
   }
   return decl;

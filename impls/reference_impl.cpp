@@ -22,11 +22,7 @@ class ReferenceImpl final : public Impl {
     return c;
   }
   // fp8 inputs decoded exactly, P in double: not rounded to fp8.
-  Declarations declarations() const override {
-    Declarations d = default_declarations(capabilities());
-    for (DType t : {DType::e4m3, DType::e5m2}) d.contracts[t] = contract_from_string("p=exact", t);
-    return d;
-  }
+  Declarations declarations() const override { return p_exact_declarations(capabilities()); }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     const ReferenceResult r = reference_attention(p, in);
     for (int64_t b = 0, n = 0; b < p.B; ++b)

@@ -1,22 +1,27 @@
 /* An example attncheck plugin: scaled dot-product attention in plain fp32 loops, written against the C ABI
  * (attncheck/plugin.h) only, as a user's library would be. It supports a declared subset (fp32; causal, window,
- * padding, boolean mask, softcap, attention sinks, KV-cache append, packed sequences and a paged KV cache through the
- * ABI v2 extension chain; no bias, dropout or finite fill) and says "unsupported" for everything else. It also offers the backward pass
- * (feature "backward", extension tag 5): dQ, dK, dV in plain loops, for the same subset without sinks, KV-cache
- * append, packed sequences or pages.
+ * padding, boolean mask, softcap, attention sinks, KV-cache append, packed sequences, a paged KV cache and fp8 inputs
+ * (e4m3/e5m2 codes with descales, out in bf16) through the ABI v2 extension chain; no bias, dropout or finite fill)
+ * and says "unsupported" for everything else. It also offers the backward pass (feature "backward", extension tag
+ * 5): dQ, dK, dV in plain loops, for the same subset without sinks, KV-cache append, packed sequences, pages or fp8.
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
  * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing),
  * EXAMPLE_PLUGIN_RUN_FAILS (run() reports an error status), EXAMPLE_PLUGIN_NO_WEIGHTS (declares no weights output,
  * like fused kernels), EXAMPLE_PLUGIN_ZERO_POLICY (supports only the zero fully-masked policy, like FlashAttention),
  * EXAMPLE_PLUGIN_BF16_P (rounds the weights to bf16 before P.V, like a tensor-core P.V, and declares pv=bf16,
  * p=rounded in its precision contract; with EXAMPLE_PLUGIN_UNDECLARED it rounds without declaring it: a wrong plugin),
- * EXAMPLE_PLUGIN_BWD_NO_D (a backward that forgets the D_i = rowsum(dO * O) term, FlashAttention's real bug);
+ * EXAMPLE_PLUGIN_BWD_NO_D (a backward that forgets the D_i = rowsum(dO * O) term, FlashAttention's real bug),
+ * EXAMPLE_PLUGIN_NO_FP8 (does not list "fp8", as a plugin built before extension tag 8),
+ * EXAMPLE_PLUGIN_FP8_DESCALE_V (ignores descale_v: a wrong fp8 kernel);
  * tests/isolation/hostile_plugin.c sets EXAMPLE_PLUGIN_NAME and EXAMPLE_PLUGIN_HOOK (called
  * first in run) to misbehave. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "attncheck/plugin.h"
+#include "example_formats.h"
 
 #ifndef EXAMPLE_PLUGIN_ABI
 #define EXAMPLE_PLUGIN_ABI ATTNCHECK_PLUGIN_ABI_VERSION
@@ -30,6 +35,10 @@
 #define EXAMPLE_PLUGIN_NAME "example-plugin-noweights"
 #elif defined(EXAMPLE_PLUGIN_ZERO_POLICY)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-zero"
+#elif defined(EXAMPLE_PLUGIN_NO_FP8)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-no-fp8"
+#elif defined(EXAMPLE_PLUGIN_FP8_DESCALE_V)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-fp8-descale-v"
 #elif defined(EXAMPLE_PLUGIN_BWD_NO_D)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-bwd-no-d"
 #elif defined(EXAMPLE_PLUGIN_BF16_P) && defined(EXAMPLE_PLUGIN_UNDECLARED)
@@ -96,6 +105,12 @@ static int32_t example_supports(const attncheck_problem* p, char* reason, size_t
     return 0;
   }
 #endif
+#if defined(ATTNCHECK_EXT_BACKWARD) && defined(ATTNCHECK_EXT_FP8)
+  if (extension(p, ATTNCHECK_EXT_BACKWARD) && extension(p, ATTNCHECK_EXT_FP8)) {
+    snprintf(reason, reason_size, "the example's backward reads fp32 only");
+    return 0;
+  }
+#endif
   return 1;
 }
 
@@ -122,6 +137,23 @@ static int64_t token_at(const attncheck_problem* p, int64_t b, int64_t j, const 
   return b * s[0] + j * s[2];
 }
 
+/* fp8 inputs (extension tag 8): *dqk = descale_q * descale_k, folded into the scale as fused fp8 kernels do, and
+ * *dv = descale_v, applied to each value; both 1 without fp8. Returns 0 if out is not in a format written here. */
+static int descales_of(const attncheck_problem* p, float* dqk, float* dv) {
+  *dqk = *dv = 1.0f;
+#ifdef ATTNCHECK_EXT_FP8
+  const attncheck_ext_fp8* e = (const attncheck_ext_fp8*)extension(p, ATTNCHECK_EXT_FP8);
+  if (e) {
+    *dqk = (float)(e->descale_q * e->descale_k), *dv = (float)e->descale_v;
+#ifdef EXAMPLE_PLUGIN_FP8_DESCALE_V
+    *dv = 1.0f; /* the planted bug: descale_v ignored */
+#endif
+    return e->out_dtype == ATTNCHECK_DTYPE_BF16;
+  }
+#endif
+  return p->dtype == ATTNCHECK_DTYPE_F32;
+}
+
 /* Query i's keys [*k0, *k1) and the key on its diagonal: its packed sequence's with varlen, else the valid keys. */
 static int64_t row_keys(const attncheck_problem* p, int64_t b, int64_t i, int64_t* k0, int64_t* k1) {
   const int64_t *cq, *ck;
@@ -144,8 +176,7 @@ static int64_t row_keys(const attncheck_problem* p, int64_t b, int64_t i, int64_
 static float pv_weight(float w, float sum) {
 #ifdef EXAMPLE_PLUGIN_BF16_P
   union { float f; uint32_t u; } b;
-  b.f = w * sum;
-  if (isfinite(b.f)) b.u = (b.u + 0x7fffu + ((b.u >> 16) & 1u)) & 0xffff0000u;
+  b.u = (uint32_t)bf16_bits(w * sum) << 16;
   return b.f / sum;
 #else
   (void)sum;
@@ -183,16 +214,17 @@ static float sink_of(const attncheck_problem* p, int64_t h) {
 #if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
 /* KV-cache append (extension tag 4): copy past then new into present, and return present as the keys/values to
  * attend over (strides included). Without the extension, k and v are left as they are. */
-static void append_kv(const attncheck_problem* p, const float** k, const float** v, const int64_t** ks,
+static void append_kv(const attncheck_problem* p, const void** k, const void** v, const int64_t** ks,
                       const int64_t** vs) {
   if (p->abi_version < 2) return;
   for (const attncheck_extension* e = p->next; e; e = e->next) {
     if (e->tag != ATTNCHECK_EXT_KV_APPEND) continue;
     const attncheck_ext_kv_append* a = (const attncheck_ext_kv_append*)e;
     for (int which = 0; which < 2; ++which) {
-      const float* past = (const float*)(which ? a->past_v : a->past_k);
-      const float* now = which ? *v : *k;
-      float* present = (float*)(which ? a->present_v : a->present_k);
+      const char* past = (const char*)(which ? a->past_v : a->past_k);
+      const char* now = (const char*)(which ? *v : *k);
+      char* present = (char*)(which ? a->present_v : a->present_k);
+      const int64_t z = element_size(p); /* fp8: the codes are copied */
       const int64_t* ps = which ? a->past_v_strides : a->past_k_strides;
       const int64_t* ns = which ? *vs : *ks;
       const int64_t* ts = which ? a->present_v_strides : a->present_k_strides;
@@ -202,13 +234,14 @@ static void append_kv(const attncheck_problem* p, const float** k, const float**
           for (int64_t j = 0; j < p->Lk; ++j)
             for (int64_t d = 0; d < D; ++d) {
               const int64_t jn = j - a->past_len;
-              present[b * ts[0] + h * ts[1] + j * ts[2] + d * ts[3]] =
-                  jn < 0 ? past[b * ps[0] + h * ps[1] + j * ps[2] + d * ps[3]]
-                         : now[b * ns[0] + h * ns[1] + jn * ns[2] + d * ns[3]];
+              memcpy(present + z * (b * ts[0] + h * ts[1] + j * ts[2] + d * ts[3]),
+                     jn < 0 ? past + z * (b * ps[0] + h * ps[1] + j * ps[2] + d * ps[3])
+                            : now + z * (b * ns[0] + h * ns[1] + jn * ns[2] + d * ns[3]),
+                     (size_t)z);
             }
     }
-    *k = (const float*)a->present_k, *ks = a->present_k_strides;
-    *v = (const float*)a->present_v, *vs = a->present_v_strides;
+    *k = a->present_k, *ks = a->present_k_strides;
+    *v = a->present_v, *vs = a->present_v_strides;
   }
 }
 #endif
@@ -301,8 +334,9 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
   snprintf(err, err_size, "planted failure: out of device memory for Lk=%lld", (long long)p->Lk);
   return ATTNCHECK_STATUS_ERROR;
 #endif
-  if (p->dtype != ATTNCHECK_DTYPE_F32 || p->stat_dtype != ATTNCHECK_DTYPE_F32) {
-    snprintf(err, err_size, "dtype %d: the example only computes fp32", (int)p->dtype);
+  float dqk, dv;
+  if (!descales_of(p, &dqk, &dv) || p->stat_dtype != ATTNCHECK_DTYPE_F32) {
+    snprintf(err, err_size, "dtype %d: the example only computes fp32 (and fp8 inputs with a bf16 out)", (int)p->dtype);
     return ATTNCHECK_STATUS_ERROR;
   }
 #ifdef ATTNCHECK_EXT_BACKWARD
@@ -311,10 +345,9 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
     if (bw) return example_backward(p, (const attncheck_ext_backward*)bw);
   }
 #endif
-  const float* q = (const float*)p->q;
-  const float* k = (const float*)p->k;
-  const float* v = (const float*)p->v;
-  float* out = (float*)p->out;
+  const void* q = p->q;
+  const void* k = p->k;
+  const void* v = p->v;
   float* lse = (float*)p->lse;
   float* weights = (float*)p->weights;
   const int64_t *qs = p->q_strides, *ks = p->k_strides, *vs = p->v_strides, *os = p->out_strides;
@@ -322,7 +355,7 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
   append_kv(p, &k, &v, &ks, &vs);
 #endif
   const int64_t group = p->Hq / p->Hkv;
-  const float scale = (float)p->scale;
+  const float scale = (float)p->scale * dqk;
   const float softcap = (float)p->softcap;
   float score[MAX_KEYS];
   unsigned char vis[MAX_KEYS];
@@ -339,8 +372,9 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
           vis[j] = (unsigned char)visible(p, b, h, i, j);
           if (!vis[j]) continue;
           float dot = 0.0f;
-          const float* kj = k + token_at(p, b, j, ks) + kh * ks[1];
-          for (int64_t d = 0; d < p->Dqk; ++d) dot += q[b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]] * kj[d * ks[3]];
+          const int64_t kj = token_at(p, b, j, ks) + kh * ks[1];
+          for (int64_t d = 0; d < p->Dqk; ++d)
+            dot += load(p, q, b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]) * load(p, k, kj + d * ks[3]);
           float s = dot * scale;
           if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
           score[j] = s;
@@ -380,8 +414,10 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
           float acc = none ? row_fill : 0.0f; /* nan policy: NaN, also for a sequence without keys */
           if (!none)
             for (int64_t j = 0; j < p->Lk; ++j)
-              if (vis[j]) acc += pv_weight(score[j], sum) * v[token_at(p, b, j, vs) + kh * vs[1] + d * vs[3]];
-          out[b * os[0] + h * os[1] + i * os[2] + d * os[3]] = acc;
+              if (vis[j]) acc += pv_weight(score[j], sum) * (load(p, v, token_at(p, b, j, vs) + kh * vs[1] + d * vs[3]) * dv);
+          const int64_t at = b * os[0] + h * os[1] + i * os[2] + d * os[3];
+          if (p->dtype == ATTNCHECK_DTYPE_F32) ((float*)p->out)[at] = acc;
+          else ((uint16_t*)p->out)[at] = bf16_bits(acc); /* fp8 inputs: out in bf16 */
         }
       }
     }
@@ -398,12 +434,20 @@ static int32_t example_declarations(attncheck_declarations* d, char* err, size_t
 #else
   d->contract[ATTNCHECK_DTYPE_F32] = "qk=fp32,scores=fp32,pv=fp32,acc=fp32,p=exact,exp=exp";
 #endif
+#ifdef ATTNCHECK_EXT_FP8 /* fp8: the codes' values in fp32, P not rounded to fp8 (a host before tag 8 has no field) */
+  if (d->struct_size >= offsetof(attncheck_declarations, contract_fp8) + sizeof d->contract_fp8)
+    d->contract_fp8[0] = d->contract_fp8[1] = "p=exact";
+#endif
   return ATTNCHECK_STATUS_OK;
 }
 #endif
 
 #if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
-static const char* const example_features[] = {"sinks", "kv_append", "varlen", "paged_kv", "backward", NULL};
+static const char* const example_features[] = {"sinks", "kv_append", "varlen", "paged_kv", "backward",
+#if defined(ATTNCHECK_EXT_FP8) && !defined(EXAMPLE_PLUGIN_NO_FP8)
+                                                "fp8",
+#endif
+                                                NULL};
 #endif
 
 static const attncheck_plugin example_vtable = {

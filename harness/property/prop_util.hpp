@@ -2,6 +2,7 @@
 // scales, and element-wise comparison with the tolerance model's messages (case, index, expected, actual, tol).
 #pragma once
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,6 +53,9 @@ Case with_stats(const Impl& impl, Case c);
 // Compare the implementation's results on two cases whose exact results coincide (after mapping b's results
 // onto a's indices): within twice a's tolerance.
 Outcome compare_pair(const Impl& impl, const Case& a, const Ran& ra, const Ran& rb_mapped);
+
+// Equal values, or both NaN: what the bitwise properties compare (a NaN's payload is not a result).
+inline bool same_bits(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
 // Runs impl on c into `var`, or returns unsupported from the enclosing check.
 #define RUN_OR_UNSUP(var, impl, c)              \

@@ -17,7 +17,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 std::string at(int64_t b, int64_t h, int64_t i) {
   return "[b=" + std::to_string(b) + ",h=" + std::to_string(h) + ",i=" + std::to_string(i) + "]";
 }
-bool same_bits(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
 // ---- agreement with the reference within the tolerance model --------------------------------------------
 void prep_none(CaseSpec&) {}

@@ -360,7 +360,7 @@ void run_appending(const Problem& p, const Inputs& in, Outputs& out, F&& attend)
 // The features the CPU implementations handle around their kernel: a paged cache (gathered into contiguous K/V,
 // as a kernel without paged reads is fed), KV-cache append (present holds the stored codes), fp8 inputs (decoded to
 // float at packing: codes exact, descale_q * descale_k folded into the scale, descale_v into v; P stays float, so
-// their fp8 contract is p=exact: cpu_declarations), then packed sequences.
+// their fp8 contract is p=exact: p_exact_declarations), then packed sequences.
 template <class F>
 void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
   auto rest = [&](const Problem& q, const Inputs& x) {
@@ -381,16 +381,6 @@ inline Capabilities cpu_capabilities(const char* notes) {
   c.dtypes.insert({DType::e4m3, DType::e5m2});
   c.notes = notes;
   return c;
-}
-// Their precision contracts: the defaults, except that fp8 inputs are computed with P in float (not rounded).
-inline Declarations cpu_declarations(const Capabilities& c) {
-  Declarations d = default_declarations(c);
-  for (DType t : {DType::e4m3, DType::e5m2}) {
-    PrecisionContract k = default_contract(t);
-    k.p_rounded = false;
-    d.contracts[t] = k;
-  }
-  return d;
 }
 
 }  // namespace attncheck::cpu

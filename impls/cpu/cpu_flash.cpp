@@ -359,7 +359,7 @@ class FlashImpl final : public Impl {
   Capabilities capabilities() const override {
     return cpu_capabilities("fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; weights by a second pass");
   }
-  Declarations declarations() const override { return cpu_declarations(capabilities()); }
+  Declarations declarations() const override { return p_exact_declarations(capabilities()); }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     run_cpu(p, in, out, [](const Problem& q, const Inputs& x, Outputs& o) {
       if (q.dtype == DType::f64)

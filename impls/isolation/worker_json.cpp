@@ -131,6 +131,10 @@ Problem problem_from_json(const json& j, const std::string& where) {
   p.dropout_seed = static_cast<uint64_t>(int_field(j, w, "dropout_seed"));
   p.want_lse = bool_field(j, w, "want_lse");
   p.want_weights = bool_field(j, w, "want_weights");
+  // fp8 (feature "fp8"): the descales travel as numbers, not only in the name
+  for (auto [k, f] : {std::pair{"descale_q", &Problem::descale_q}, {"descale_k", &Problem::descale_k},
+                      {"descale_v", &Problem::descale_v}})
+    if (j.contains(k)) p.*f = num_field(j, w, k);
   // Fields the protocol does not spell out (features added through the feature table) travel in the lossless
   // name; a worker is only sent them when it declared the feature.
   if (j.contains("name") && j["name"].is_string()) {

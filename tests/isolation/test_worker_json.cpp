@@ -69,6 +69,19 @@ TEST(WorkerJson, OutputsWithoutAProtocolTensorAreNeverOfferedToAWorker) {
   EXPECT_FALSE(back.kv_append) << "a worker cannot return present keys/values: the protocol has no such tensor";
 }
 
+// A problem message read back is the problem sent (its lossless name equal): fp8 descales were dropped (read as 1)
+// because they travel as numbers and the name fallback skips keys the message carries.
+TEST(WorkerJson, ProblemsRoundTripWithTheirFeatures) {
+  Problem fp8;
+  fp8.dtype = DType::e5m2, fp8.descale_q = 0.375, fp8.descale_k = 1.25, fp8.descale_v = 0.1;
+  Problem sinks;
+  sinks.Hq = 2, sinks.sinks = {0.5, -1};
+  for (Problem p : {fp8, sinks}) {
+    p.scale = p.effective_scale();  // the protocol sends the effective scale
+    EXPECT_EQ(problem_from_json(problem_to_json(p), "test").name(), p.name());
+  }
+}
+
 TEST(WorkerJson, UnknownFeatureNamesAreIgnored) {
   json j = capabilities_to_json(Capabilities{});
   j["features"].push_back("a-feature-of-a-later-attncheck");

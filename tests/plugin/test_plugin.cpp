@@ -58,7 +58,7 @@ TEST(Plugin, LoadsAndReportsCapabilities) {
   EXPECT_NE(impl->description().find("fp32 loops"), std::string::npos) << impl->description();
   EXPECT_TRUE(impl->available().ok);
   const Capabilities c = impl->capabilities();
-  EXPECT_EQ(c.dtypes, std::set<DType>{DType::f32});
+  EXPECT_EQ(c.dtypes, (std::set<DType>{DType::f32, DType::e4m3, DType::e5m2}));  // fp8 through its feature "fp8"
   EXPECT_EQ(c.layouts, (std::set<Layout>{Layout::BHSD, Layout::BSHD}));
   EXPECT_EQ(c.fully_masked, (std::set<FullyMasked>{FullyMasked::nan, FullyMasked::zero}));
   EXPECT_EQ(c.alignments.size(), 3u);

@@ -31,5 +31,8 @@ struct Declarations {
 // What the capabilities imply: a single supported fully-masked policy is the declared one; lse and weights are
 // outputs when supported. Impl::declarations() returns this unless overridden.
 Declarations default_declarations(const Capabilities& c);
+// The same for an implementation that decodes fp8 inputs and keeps P in its working precision (the reference, the
+// CPU loops, the example plugin): the default contracts, with p=exact for e4m3 and e5m2.
+Declarations p_exact_declarations(const Capabilities& c);
 
 }  // namespace attncheck
