@@ -18,7 +18,8 @@ std::string set_str(const std::set<int64_t>& s, int64_t n) {
   int k = 0;
   for (int64_t x : s) {
     if (k++ == 12) return r + ",...} of " + std::to_string(n);
-    r += (k > 1 ? "," : "") + std::to_string(x);
+    if (k > 1) r += ',';
+    r += std::to_string(x);  // not "," + to_string(): gcc 12's false -Wrestrict (GCC PR 105329)
   }
   return r + "} of " + std::to_string(n);
 }

@@ -335,7 +335,8 @@ class WorkerImpl final : public Impl {
         const std::string msg = rbuf_.substr(0, nl);
         rbuf_.erase(0, nl + 1);
         json j;
-        const std::string where = o_.label + ": reply to " + type + (id >= 0 ? " " + std::to_string(id) : "");
+        std::string where = o_.label + ": reply to " + type;
+        if (id >= 0) where.append(" ").append(std::to_string(id));  // not " " + to_string(): gcc 12 -Wrestrict
         try {
           j = json::parse(msg);
           if (worker::str_field(j, where, "type") == "error")

@@ -146,7 +146,10 @@ void check_dout(const Problem& p, const Tensor& dout) {
   const std::vector<int64_t> want = {p.B, p.Hq, p.Lq, p.Dv};
   if (dout.shape != want) {
     std::string got;
-    for (int64_t x : dout.shape) got += (got.empty() ? "" : ",") + std::to_string(x);
+    for (int64_t x : dout.shape) {
+      if (!got.empty()) got += ',';
+      got += std::to_string(x);  // not "," + to_string(): gcc 12's false -Wrestrict (GCC PR 105329)
+    }
     throw std::invalid_argument("dout: shape [" + got + "] does not match [B,Hq,Lq,Dv] = [" +
                                 std::to_string(p.B) + "," + std::to_string(p.Hq) + "," + std::to_string(p.Lq) +
                                 "," + std::to_string(p.Dv) + "]");

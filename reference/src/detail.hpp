@@ -15,7 +15,10 @@ inline constexpr int64_t kMaxElements = int64_t{1} << 60;  // per tensor, and th
 
 inline std::string shape_str(const std::vector<int64_t>& s) {
   std::string o = "[";
-  for (size_t i = 0; i < s.size(); ++i) o += (i ? "," : "") + std::to_string(s[i]);
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) o += ',';
+    o += std::to_string(s[i]);  // appended, not "," + to_string(): gcc 12's false -Wrestrict (GCC PR 105329)
+  }
   return o + "]";
 }
 

@@ -60,13 +60,18 @@ std::vector<std::string> split(const std::string& s, char sep) {
 // default (a true bool is just its key), in table order; "plain" when none does.
 std::string Problem::name() const {
   std::string shape;
-  for (const char* k : kShapeKeys) shape += (shape.empty() ? "" : "-") + std::string(k) + field_text(*this, *find_field(k));
+  // Appends rather than "literal" + std::string temporaries: gcc 12 warns falsely on those (-Wrestrict, GCC PR 105329).
+  for (const char* k : kShapeKeys) {
+    if (!shape.empty()) shape += '-';
+    shape.append(k).append(field_text(*this, *find_field(k)));
+  }
   shape += Dqk == Dv ? "-D" + std::to_string(Dqk) : "-Dqk" + std::to_string(Dqk) + "-Dv" + std::to_string(Dv);
   std::string frags;
   for (const Field& f : problem_fields()) {
     if (f.named != Named::fragment || field_is_default(*this, f)) continue;
     const bool flag = std::holds_alternative<bool Problem::*>(f.ref);
-    frags += "/" + std::string(f.key) + (flag ? "" : "=" + field_text(*this, f));
+    frags.append("/").append(f.key);
+    if (!flag) frags.append("=").append(field_text(*this, f));
   }
   return std::string(to_string(dtype)) + "/" + shape + (frags.empty() ? "/plain" : frags);
 }

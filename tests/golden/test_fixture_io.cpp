@@ -66,7 +66,9 @@ Fixture everything(DType dt, Layout layout) {
   Provenance prov;
   prov.attncheck_version = attncheck_version();
   prov.seed = 42; prov.distribution = "test"; prov.command = "test_fixture_io";
-  return make_fixture("test/everything", p, std::move(in), prov, ToleranceModel{2.5, 1e-5});
+  ToleranceModel tol;
+  tol.lambda = 2.5, tol.rel_floor = 1e-5;
+  return make_fixture("test/everything", p, std::move(in), prov, tol);
 }
 
 bool same_doubles(const std::vector<double>& a, const std::vector<double>& b) {

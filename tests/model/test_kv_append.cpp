@@ -147,8 +147,9 @@ TEST(KvAppend, OfferedOnlyToImplementationsThatDeclareIt) {
   ASSERT_TRUE(run_impl(*v2, p, x.in, out).ok);
   const Verdict v = judge(p, reference_attention(p, x.in), out);
   EXPECT_TRUE(v.pass) << v.worst().describe();
-  if (const ImplPtr emu = find_impl("cuda-emulated"))
+  if (const ImplPtr emu = find_impl("cuda-emulated")) {  // braces: gtest macros expand to if/else (-Wdangling-else)
     EXPECT_EQ(emu->supports(p).reason, "KV-cache append (past/present key and value) not supported");
+  }
   for (const char* name : {"cpu", "cpu-flash"})
     EXPECT_EQ(find_impl(name)->supports_backward(p).reason, "backward with KV-cache append not implemented");
 }

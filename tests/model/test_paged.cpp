@@ -113,8 +113,9 @@ TEST(Paged, ThePluginReadsThroughTheBlockTableAndOthersAreNotOffered) {
   ASSERT_TRUE(run_impl(*v2, p, in, out).ok);
   const Verdict v = judge(p, reference_attention(p, in), out);
   EXPECT_TRUE(v.pass) << v.worst().describe();
-  if (const ImplPtr emu = find_impl("cuda-emulated"))
+  if (const ImplPtr emu = find_impl("cuda-emulated")) {  // braces: gtest macros expand to if/else (-Wdangling-else)
     EXPECT_EQ(emu->supports(p).reason, "paged KV cache (block table) not supported");
+  }
   for (const char* name : {"cpu", "cpu-flash"})
     EXPECT_EQ(find_impl(name)->supports_backward(p).reason, "backward with a paged KV cache not implemented");
   EXPECT_EQ(v2->supports_backward(p).reason, "the example's backward does not read pages");

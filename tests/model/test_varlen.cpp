@@ -144,8 +144,9 @@ TEST(Varlen, OfferedOnlyToImplementationsThatDeclareIt) {
   ASSERT_TRUE(run_impl(*v2, p, in, out).ok);
   const Verdict v = judge(p, reference_attention(p, in), out);
   EXPECT_TRUE(v.pass) << v.worst().describe();
-  if (const ImplPtr emu = find_impl("cuda-emulated"))
+  if (const ImplPtr emu = find_impl("cuda-emulated")) {  // braces: gtest macros expand to if/else (-Wdangling-else)
     EXPECT_EQ(emu->supports(p).reason, "variable-length packed sequences not supported");
+  }
 }
 
 // Backward arrived on main beside varlen: no backward models packed sequences, so each must decline them rather

@@ -19,7 +19,9 @@ TEST(NegInfBias, MasksKeyAndKeepsTolerancesFinite) {
   p.Dqk = p.Dv = 2;
   p.bias_shape = std::array<int64_t, 4>{1, 1, 1, 3};
   p.want_weights = true;
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, Tensor(DType::f32, {1, 1, 1, 3}), {}};
+  Inputs in;
+  in.q = make_qkv(p, 0), in.k = make_qkv(p, 1), in.v = make_qkv(p, 2);
+  in.bias = Tensor(DType::f32, {1, 1, 1, 3});
   const double q[2][2] = {{0.5, -1.0}, {2.0, 0.25}}, k[3][2] = {{1, 0}, {0, 1}, {-1, 1}};
   for (int i = 0; i < 2; ++i)
     for (int d = 0; d < 2; ++d) in.q.put(0, 0, i, d, q[i][d]);
