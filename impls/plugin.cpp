@@ -35,6 +35,8 @@ int32_t abi_dtype(DType t) {
     case DType::f16: return ATTNCHECK_DTYPE_F16;
     case DType::bf16: return ATTNCHECK_DTYPE_BF16;
     case DType::u8: return ATTNCHECK_DTYPE_U8;
+    case DType::e4m3: return ATTNCHECK_DTYPE_E4M3;
+    case DType::e5m2: return ATTNCHECK_DTYPE_E5M2;
   }
   return -1;
 }
@@ -121,6 +123,12 @@ void describe(const Problem& p, Described& out) {
     *tail = &out.paged_kv.header;
     tail = &out.paged_kv.header.next;
   }
+  if (is_fp8(p.dtype)) {
+    out.fp8 = {{ATTNCHECK_EXT_FP8, sizeof out.fp8, nullptr}, p.descale_q, p.descale_k, p.descale_v,
+               abi_dtype(p.out_dtype())};
+    *tail = &out.fp8.header;
+    tail = &out.fp8.header.next;
+  }
 }
 
 attncheck_ext_backward& chain_backward(Described& out) {
@@ -137,7 +145,6 @@ attncheck_ext_backward& chain_backward(Described& out) {
   return out.backward;
 }
 
-std::vector<std::string> features_beyond_v1(const Problem& p) { return extension_features(p); }
 
 namespace {
 
@@ -146,7 +153,8 @@ static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT 
               static_cast<int>(Alignment::explicit_) == ATTNCHECK_ALIGN_EXPLICIT);
 static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCHECK_EXT_SCORES &&
                   ext_tag::kv_append == ATTNCHECK_EXT_KV_APPEND && ext_tag::backward == ATTNCHECK_EXT_BACKWARD &&
-                  ext_tag::varlen == ATTNCHECK_EXT_VARLEN && ext_tag::paged_kv == ATTNCHECK_EXT_PAGED_KV,
+                  ext_tag::varlen == ATTNCHECK_EXT_VARLEN && ext_tag::paged_kv == ATTNCHECK_EXT_PAGED_KV &&
+                  ext_tag::fp8 == ATTNCHECK_EXT_FP8,
               "the feature table's extension tags are plugin.h's");
 static_assert(static_cast<int>(ScoresOut::scaled) == 1 && static_cast<int>(ScoresOut::masked) == 3);
 static_assert(static_cast<int>(FullyMasked::nan) == ATTNCHECK_FULLY_MASKED_NAN &&
@@ -213,9 +221,7 @@ class PluginImpl final : public Impl {
 
   Support supports(const Problem& p) const override {
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
-    for (const auto& f : features_beyond_v1(p))
-      if (std::find(features_.begin(), features_.end(), f) == features_.end())
-        return Support::no(f + " not supported (not among the plugin's declared features)");
+    if (Support s = declared_extensions(p, features_, "plugin"); !s.ok) return s;
     if (!vt_->supports) return Support::yes();
     Described desc;
     describe(p, desc);
@@ -250,9 +256,7 @@ class PluginImpl final : public Impl {
       return Support::no("backward pass not supported (the plugin does not list \"backward\" in its features)");
     if (p.past_len > 0) return Support::no("backward of a KV-cache append (past_len > 0) not supported through the ABI");
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
-    for (const auto& f : features_beyond_v1(p))
-      if (std::find(features_.begin(), features_.end(), f) == features_.end())
-        return Support::no(f + " not supported (not among the plugin's declared features)");
+    if (Support s = declared_extensions(p, features_, "plugin"); !s.ok) return s;
     if (!vt_->supports) return Support::yes();
     Described desc;
     describe(p, desc);
@@ -345,6 +349,16 @@ Declarations read_declarations(const attncheck_plugin* vt, const Capabilities& c
     } catch (const std::exception& e) {
       throw PluginError(file_error(path, std::string("declarations.contract[") + to_string(t) + "] = '" + c + "': " +
                                              e.what()));
+    }
+  }
+  for (DType t : {DType::e4m3, DType::e5m2}) {  // the fp8 contracts (zero from a plugin that does not know them)
+    const char* c = d.contract_fp8[t == DType::e4m3 ? 0 : 1];
+    if (!c) continue;
+    try {
+      decl.contracts[t] = contract_from_string(c, t);
+    } catch (const std::exception& e) {
+      throw PluginError(file_error(path, std::string("declarations.contract_fp8[") + to_string(t) + "] = '" + c +
+                                             "': " + e.what()));
     }
   }
   return decl;

@@ -33,6 +33,7 @@ struct Described {
   attncheck_ext_backward backward;
   attncheck_ext_varlen varlen;
   attncheck_ext_paged_kv paged_kv;
+  attncheck_ext_fp8 fp8;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };
@@ -43,9 +44,5 @@ attncheck_ext_backward& chain_backward(Described& out);
 
 // The feature name by which a plugin or worker offers the backward pass (plugin.h tag 5).
 inline constexpr const char* kBackwardFeature = "backward";
-
-// Problem features beyond the v1 capability flags that `p` uses, by name (the feature table's extension
-// features); a v2 plugin must list each of them in its `features`.
-std::vector<std::string> features_beyond_v1(const Problem& p);
 
 }  // namespace attncheck

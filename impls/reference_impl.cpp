@@ -1,5 +1,7 @@
 // The reference registered as an implementation, so `attncheck verify --impl reference` replays fixtures
 // through the same path as every other backend (its outputs are rounded to the problem's dtypes).
+#include "attncheck/declarations.hpp"
+#include "attncheck/features.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/reference.hpp"
 
@@ -11,13 +13,19 @@ class ReferenceImpl final : public Impl {
   std::string name() const override { return "reference"; }
   std::string description() const override { return "naive looped reference, double accumulation (the oracle)"; }
   Capabilities capabilities() const override {
-    Capabilities c;  // the whole problem model, extension features included
-    c.sinks = true;
-    c.scores_out = true;
-    c.kv_append = true;
-    c.varlen = true;
-    c.paged_kv = true;
+    // The whole problem model: every extension feature of the table (fp8 adds its formats to the dtypes).
+    Capabilities c;
+    std::vector<std::string> all;
+    for (const Feature& f : problem_features())
+      if (f.abi_tag && f.flag) all.emplace_back(f.protocol);
+    declare_extension_features(c, all);
     return c;
+  }
+  // fp8 inputs decoded exactly, P in double: not rounded to fp8.
+  Declarations declarations() const override {
+    Declarations d = default_declarations(capabilities());
+    for (DType t : {DType::e4m3, DType::e5m2}) d.contracts[t] = contract_from_string("p=exact", t);
+    return d;
   }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     const ReferenceResult r = reference_attention(p, in);

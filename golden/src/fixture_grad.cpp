@@ -104,7 +104,7 @@ void write_gradient_inputs(hid_t inputs, const Fixture& f) {
   h5::write_dataset(inputs, "dout", type, stored_dims(t.shape, p.layout), t.bytes.data());
   h5::Id d(H5Dopen2(inputs, "dout", H5P_DEFAULT), H5Dclose);
   h5::write_attr(d, "dims", std::string(p.layout == Layout::BHSD ? "B,Hq,Lq,Dv" : "B,Lq,Hq,Dv"));
-  if (t.dtype == DType::bf16) h5::write_attr(d, "encoding", std::string("bfloat16"));
+  if (const char* e = h5::encoding(t.dtype)) h5::write_attr(d, "encoding", std::string(e));
 }
 
 void write_gradient_expected(hid_t expected, const Fixture& f) {

@@ -63,7 +63,7 @@ void write_tensor(hid_t g, const char* name, const Tensor& t, const std::vector<
   h5::write_dataset(g, name, type, dims, t.bytes.data());
   h5::Id d(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
   h5::write_attr(d, "dims", std::string(dim_names));
-  if (t.dtype == DType::bf16) h5::write_attr(d, "encoding", std::string("bfloat16"));
+  if (const char* e = h5::encoding(t.dtype)) h5::write_attr(d, "encoding", std::string(e));
 }
 
 void write_doubles(hid_t g, const char* name, const std::vector<double>& v, const std::vector<int64_t>& dims,

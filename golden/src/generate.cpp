@@ -119,6 +119,21 @@ Inputs generate_inputs(const Problem& p, Distribution dist, uint64_t seed) {
     split_past(p, in);
     return in;
   }
+  if (is_fp8(p.dtype)) {
+    // fp8: the values drawn in double for the same problem, then quantised as a producer does: code = value /
+    // descale, rounded once to the format (a value beyond its range becomes NaN or inf, like the poison).
+    Problem wide = p;
+    wide.dtype = DType::f64, wide.descale_q = wide.descale_k = wide.descale_v = 1.0;
+    Inputs in = generate_inputs(wide, dist, seed);
+    auto quantise = [&](Tensor& t, double descale) {
+      Tensor c(p.dtype, t.shape, std::vector<int>{});
+      c.strides = t.strides;  // the same layout
+      for (int64_t n = 0; n < t.numel(); ++n) c.set_offset(n, t.get_offset(n) / descale);
+      t = std::move(c);
+    };
+    quantise(in.q, p.descale_q), quantise(in.k, p.descale_k), quantise(in.v, p.descale_v);
+    return in;
+  }
   if (dist == Distribution::poison_masked && p.fill == MaskFill::finite)
     throw std::invalid_argument(
         "distribution: poison_masked needs fill=neg_inf (with a finite fill, masked keys take part in fully "

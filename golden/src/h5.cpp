@@ -67,9 +67,15 @@ Id file_type(DType t) {
     case DType::f32: return check(H5Tcopy(H5T_IEEE_F32LE), H5Tclose, "H5Tcopy");
     case DType::f16: return float16_type();
     case DType::bf16: return check(H5Tcopy(H5T_STD_U16LE), H5Tclose, "H5Tcopy");
-    case DType::u8: return check(H5Tcopy(H5T_STD_U8LE), H5Tclose, "H5Tcopy");
+    case DType::u8:
+    case DType::e4m3:
+    case DType::e5m2: return check(H5Tcopy(H5T_STD_U8LE), H5Tclose, "H5Tcopy");
   }
   hdf5_failed("file_type");
+}
+
+const char* encoding(DType t) {
+  return t == DType::bf16 ? "bfloat16" : t == DType::e4m3 ? "float8_e4m3fn" : t == DType::e5m2 ? "float8_e5m2" : nullptr;
 }
 
 // ---- writing -------------------------------------------------------------------------------------------------
@@ -377,14 +383,14 @@ std::string Reader::type_name(hid_t dset) const {
   }
 }
 
-bool Reader::bf16_encoded(hid_t dset, const std::string& where) const {
+bool Reader::encoded_as(hid_t dset, const std::string& where, const char* name) const {
   if (H5Aexists(dset, "encoding") <= 0) return false;
   {
     Id a(H5Aopen(dset, "encoding", H5P_DEFAULT), H5Aclose);
     Id t(H5Aget_type(a), H5Tclose);
     if (H5Tget_class(t) != H5T_STRING) return false;
   }
-  return attr_str(dset, where, "encoding") == "bfloat16";
+  return attr_str(dset, where, "encoding") == name;
 }
 
 void Reader::expect_dtype(hid_t dset, const std::string& where, DType want) const {
@@ -401,10 +407,17 @@ void Reader::expect_dtype(hid_t dset, const std::string& where, DType want) cons
       ok = cls == H5T_INTEGER && size == 2 && H5Tget_sign(t) == H5T_SGN_NONE && bf16_encoded(dset, where);
       break;
     case DType::u8: ok = cls == H5T_INTEGER && size == 1 && H5Tget_sign(t) == H5T_SGN_NONE; break;
+    case DType::e4m3:
+    case DType::e5m2:
+      ok = cls == H5T_INTEGER && size == 1 && H5Tget_sign(t) == H5T_SGN_NONE && encoded_as(dset, where, encoding(want));
+      break;
   }
   if (!ok) {
+    const std::string fp8 = std::string(to_string(want)) + " (unsigned 8-bit codes with attribute encoding=\"" +
+                            (encoding(want) ? encoding(want) : "") + "\")";
     const char* want_s = want == DType::bf16  ? "bf16 (unsigned uint16 bit patterns with attribute encoding=\"bfloat16\")"
                          : want == DType::u8  ? "u8 (unsigned 8-bit integer, 0/1)"
+                         : is_fp8(want)       ? fp8.c_str()
                                               : to_string(want);
     fail(where, std::string("dtype must be ") + want_s + ", got " + type_name(dset) +
                     (cls == H5T_INTEGER && size == 2 && H5Tget_sign(t) != H5T_SGN_NONE ? " (signed)"
@@ -420,7 +433,9 @@ void Reader::read_raw(hid_t dset, const std::string& where, DType t, void* out) 
     case DType::f32: mt = Id(H5Tcopy(H5T_NATIVE_FLOAT), H5Tclose); break;
     case DType::f16: mt = float16_type(); break;
     case DType::bf16: mt = Id(H5Tcopy(H5T_NATIVE_UINT16), H5Tclose); break;
-    case DType::u8: mt = Id(H5Tcopy(H5T_NATIVE_UINT8), H5Tclose); break;
+    case DType::u8:
+    case DType::e4m3:
+    case DType::e5m2: mt = Id(H5Tcopy(H5T_NATIVE_UINT8), H5Tclose); break;
   }
   if (H5Dread(dset, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) fail(where, "cannot read data");
 }

@@ -60,8 +60,12 @@ class QuietErrors {
 // IEEE binary16, little-endian, built the way h5py builds its float16 type (HDF5 1.10 has no H5T_IEEE_F16LE),
 // so h5py reads it as numpy float16 and h5dump prints its values.
 Id float16_type();
-// The HDF5 file type of a dtype: fp16 -> float16_type(), bf16 -> uint16 bit patterns (plus an encoding attribute).
+// The HDF5 file type of a dtype: fp16 -> float16_type(), bf16 -> uint16 bit patterns, fp8 -> uint8 codes (each
+// of the last three plus an encoding attribute).
 Id file_type(DType t);
+// The value of a dataset's "encoding" attribute for a dtype stored as integer codes (ml_dtypes' names: "bfloat16",
+// "float8_e4m3fn", "float8_e5m2"), or nullptr.
+const char* encoding(DType t);
 
 // ---- writing (throw std::runtime_error on HDF5 failures) ----------------------------------------------------
 // A file built in memory (HDF5's core driver, no backing store) and written out by the caller with
@@ -124,7 +128,9 @@ struct Reader {
   [[noreturn]] void fail(const std::string& where, const std::string& what) const;
   std::string type_name(hid_t dset) const;
   // Whether a 16-bit integer dataset carries encoding="bfloat16".
-  bool bf16_encoded(hid_t dset, const std::string& where) const;
+  bool bf16_encoded(hid_t dset, const std::string& where) const { return encoded_as(dset, where, "bfloat16"); }
+  // Whether a dataset carries the string attribute encoding=`name`.
+  bool encoded_as(hid_t dset, const std::string& where, const char* name) const;
 };
 
 }  // namespace attncheck::h5

@@ -220,6 +220,10 @@ Case build_case(const CaseSpec& s) {
     if (p.B > 1 && r.pick(0, 1)) p.block_table[static_cast<size_t>(n)] = p.block_table[0];
     gen::page_inputs(p, in);
   }
+  // fp8 descale factors, drawn last: 2^[-4, 2] * (1 + [0, 7]/8), so most are not powers of two.
+  if (is_fp8(p.dtype))
+    for (double* d : {&p.descale_q, &p.descale_k, &p.descale_v})
+      *d = std::ldexp(1.0 + static_cast<double>(r.pick(0, 7)) / 8.0, static_cast<int>(r.pick(-4, 2)));
   return c;
 }
 

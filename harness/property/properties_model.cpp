@@ -1,7 +1,8 @@
 // Invariants of the features of problem model v2 (docs/problem-model.md), each an implementation compared with
 // itself on an equivalent case: a sink of -inf is no sink; a sink is a key of score `sink` whose value is zero;
 // raw scores agree with the weights and lse, and their stages with each other; append then attend equals attend
-// over the concatenation; packed sequences equal separate calls; a paged cache equals the contiguous K/V.
+// over the concatenation; packed sequences equal separate calls; a paged cache equals the contiguous K/V; fp8
+// codes shifted by 2^k against their descales change nothing, and equal the values they stand for.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -252,6 +253,60 @@ Outcome paged_equals_contiguous(const Impl& impl, const Case& c) {
   return compare_pair(impl, flat, *rb, *ra);
 }
 
+// ---- fp8 inputs ----------------------------------------------------------------------------------------------
+// e4m3 or e5m2 by seed; value distributions whose codes would overflow or vanish in fp8 become normal.
+void prep_fp8(CaseSpec& s) {
+  s.dtype = s.seed % 2 ? DType::e5m2 : DType::e4m3;
+  if (s.values == Values::beyond_fp16 || s.values == Values::mixed || s.values == Values::large_logits ||
+      s.values == Values::tiny)
+    s.values = Values::normal;
+}
+
+// Codes times 2^k and descale times 2^-k: the same values. k (per tensor, up to 3) keeps the largest finite code
+// within the format, so every code stays exact; NaN and inf poison stay what they are.
+Case shift_fp8(const Case& c) {
+  Case d = c;
+  const double top = c.p.dtype == DType::e4m3 ? 448.0 : 57344.0;
+  auto shift = [&](Tensor& t, double& descale, int max_k) {
+    double amax = 0;
+    for (int64_t n = 0; n < t.numel(); ++n)
+      if (std::isfinite(t.get_offset(n))) amax = std::max(amax, std::abs(t.get_offset(n)));
+    int k = max_k;
+    while (k > 0 && amax * std::ldexp(1.0, k) > top) --k;
+    for (int64_t n = 0; n < t.numel(); ++n) t.set_offset(n, std::ldexp(t.get_offset(n), k));
+    descale = std::ldexp(descale, -k);
+    return k;
+  };
+  const int kk = shift(d.in.k, d.p.descale_k, 2), kv = shift(d.in.v, d.p.descale_v, 3);
+  shift(d.in.q, d.p.descale_q, 1);
+  if (d.in.past_k) {  // the past shares the descales: shifted by the same k (or not at all)
+    Tensor& pk = *d.in.past_k;
+    for (int64_t n = 0; n < pk.numel(); ++n) pk.set_offset(n, std::ldexp(pk.get_offset(n), kk));
+    Tensor& pv = *d.in.past_v;
+    for (int64_t n = 0; n < pv.numel(); ++n) pv.set_offset(n, std::ldexp(pv.get_offset(n), kv));
+  }
+  return d;
+}
+
+Outcome fp8_descale_exponent(const Impl& impl, const Case& c) {
+  if (!is_fp8(c.p.dtype)) return Outcome::unsup("fp8 inputs (e4m3/e5m2 with descale factors) not supported");
+  const Case d = shift_fp8(c);
+  RUN_OR_UNSUP(ra, impl, c);
+  RUN_OR_UNSUP(rb, impl, d);
+  return compare_pair(impl, c, *ra, *rb);
+}
+
+// The fp8 case equals the same implementation on the values it stands for (dequantize: fp32 codes, descales folded
+// into the scale and v), within both tolerances: a wrong decode, an ignored or misapplied descale shows.
+Outcome fp8_equals_values(const Impl& impl, const Case& c) {
+  if (!is_fp8(c.p.dtype)) return Outcome::unsup("fp8 inputs (e4m3/e5m2 with descale factors) not supported");
+  const DType wide = impl.capabilities().dtypes.count(DType::f32) ? DType::f32 : DType::f64;
+  const Case values = as(c, dequantize(c.p, c.in, wide));
+  RUN_OR_UNSUP(ra, impl, c);
+  RUN_OR_UNSUP(rb, impl, values);
+  return compare_pair(impl, c, *ra, *rb);
+}
+
 }  // namespace
 
 std::vector<Property> model_properties() {
@@ -268,6 +323,10 @@ std::vector<Property> model_properties() {
        "weigh 0", prep_varlen, varlen_equals_separate},
       {"paged_equals_contiguous", "a paged KV cache (block table, shared and unused pages) equals the contiguous "
        "K/V it stands for", prep_paged, paged_equals_contiguous},
+      {"fp8_descale_exponent", "fp8: codes times 2^k with descales times 2^-k (the same values) give the same "
+       "result", prep_fp8, fp8_descale_exponent},
+      {"fp8_equals_values", "fp8: the result equals the problem of the values the codes and descales stand for",
+       prep_fp8, fp8_equals_values},
   };
 }
 

@@ -6,6 +6,7 @@
 #include "cpu_backward.hpp"
 
 #include "attncheck/declarations.hpp"
+#include "attncheck/features.hpp"
 #include "cpu_common.hpp"
 
 namespace attncheck::cpu {
@@ -307,10 +308,7 @@ class WithBackward final : public Impl {
 
   Support supports_backward(const Problem& p) const override {
     if (Support s = f_->supports(p); !s.ok) return s;
-    if (!p.sinks.empty()) return Support::no("backward with attention sinks not implemented");
-    if (p.past_len > 0) return Support::no("backward with KV-cache append not implemented");
-    if (!p.cu_seqlens_q.empty()) return Support::no("backward with packed sequences (varlen) not implemented");
-    if (p.page_size > 0) return Support::no("backward with a paged KV cache not implemented");
+    if (Support s = backward_modelled(p); !s.ok) return s;  // sinks, append, varlen, pages, fp8
     if (algo_ == BackwardAlgo::flash && p.bias_shape &&
         (((*p.bias_shape)[0] == 1 && p.B > 1) || ((*p.bias_shape)[1] == 1 && p.Hq > 1)))
       return Support::no("dBias of a bias broadcast over batch or heads not supported by cpu-flash backward");

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/problem.hpp"
 #include "simd.hpp"
@@ -72,6 +73,8 @@ void load_rows(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r1, T*
     case DType::f16: copy(t.data<uint16_t>(), [](uint16_t x) { return half_bits_to_float(x); }); break;
     case DType::bf16: copy(t.data<uint16_t>(), [](uint16_t x) { return bf16_bits_to_float(x); }); break;
     case DType::u8: throw std::invalid_argument("cpu: q/k/v dtype u8 is not a floating type");
+    case DType::e4m3:
+    case DType::e5m2: throw std::invalid_argument("cpu: fp8 inputs are decoded before the kernel (run_cpu)");
   }
 }
 
@@ -93,7 +96,9 @@ void store_row(Tensor& t, int64_t b, int64_t h, int64_t i, const T* src) {
     case DType::bf16:
       for (int64_t d = 0; d < D; ++d) t.data<uint16_t>()[base + d * sd] = float_to_bf16_bits(static_cast<float>(src[d]));
       break;
-    case DType::u8: throw std::invalid_argument("cpu: out dtype u8 is not a floating type");
+    case DType::u8:
+    case DType::e4m3:
+    case DType::e5m2: throw std::invalid_argument(std::string("cpu: out dtype ") + to_string(t.dtype) + " not produced");
   }
 }
 
@@ -201,7 +206,9 @@ class Scorer {
       case DType::f32: add(bt.data<float>(), [](float x) { return x; }); break;
       case DType::f16: add(bt.data<uint16_t>(), [](uint16_t x) { return half_bits_to_float(x); }); break;
       case DType::bf16: add(bt.data<uint16_t>(), [](uint16_t x) { return bf16_bits_to_float(x); }); break;
-      case DType::u8: throw std::invalid_argument("cpu: bias dtype u8 is not a floating type");
+      case DType::u8:
+      case DType::e4m3:
+      case DType::e5m2: throw std::invalid_argument(std::string("cpu: bias dtype ") + to_string(bt.dtype) + " not supported");
     }
   }
 
@@ -349,15 +356,39 @@ void run_appending(const Problem& p, const Inputs& in, Outputs& out, F&& attend)
 }
 
 // The features the CPU implementations handle around their kernel: a paged cache (gathered into contiguous K/V,
-// as a kernel without paged reads is fed), KV-cache append, then packed sequences.
+// as a kernel without paged reads is fed), KV-cache append (present holds the stored codes), fp8 inputs (decoded to
+// float at packing: codes exact, descale_q * descale_k folded into the scale, descale_v into v; P stays float, so
+// their fp8 contract is p=exact: cpu_declarations), then packed sequences.
 template <class F>
 void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
   auto rest = [&](const Problem& q, const Inputs& x) {
-    run_appending(q, x, out, [&](const Problem& r, const Inputs& y, Outputs& o) { run_packed(r, y, o, kernel); });
+    run_appending(q, x, out, [&](const Problem& r, const Inputs& y, Outputs& o) {
+      const Attended d = dequantize(r, y, DType::f32);
+      run_packed(d.p, d.in, o, kernel);
+    });
   };
   if (p.page_size == 0) return rest(p, in);
   const Attended a = gather_pages(p, in);
   rest(a.p, a.in);
+}
+
+// What both CPU implementations declare: everything the problem model has, fp8 included.
+inline Capabilities cpu_capabilities(const char* notes) {
+  Capabilities c;
+  c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = c.fp8 = true;
+  c.dtypes.insert({DType::e4m3, DType::e5m2});
+  c.notes = notes;
+  return c;
+}
+// Their precision contracts: the defaults, except that fp8 inputs are computed with P in float (not rounded).
+inline Declarations cpu_declarations(const Capabilities& c) {
+  Declarations d = default_declarations(c);
+  for (DType t : {DType::e4m3, DType::e5m2}) {
+    PrecisionContract k = default_contract(t);
+    k.p_rounded = false;
+    d.contracts[t] = k;
+  }
+  return d;
 }
 
 }  // namespace attncheck::cpu

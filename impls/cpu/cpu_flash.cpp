@@ -332,11 +332,9 @@ class FlashImpl final : public Impl {
            "never forms Lq x Lk";
   }
   Capabilities capabilities() const override {
-    Capabilities c;  // everything the problem model has
-    c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = true;
-    c.notes = "fp64 in double; fp32/fp16/bf16 in float, output rounded once; weights by a second pass";
-    return c;
+    return cpu_capabilities("fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; weights by a second pass");
   }
+  Declarations declarations() const override { return cpu_declarations(capabilities()); }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     run_cpu(p, in, out, [](const Problem& q, const Inputs& x, Outputs& o) {
       if (q.dtype == DType::f64)

@@ -28,6 +28,7 @@ Capabilities cudnn_capabilities() {
   c.fully_masked = {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform};
   c.weights_out = false;  // the fused engines never materialise P
   c.lse_out = true;       // softmax stats: max + log(sum exp), fp32 [B, Hq, Lq, 1]
+  c.fp8 = false;  // cuDNN's sdpa_fp8 (SM90+, head dims % 16, fp8 O with scale_o) is not built here: docs/cudnn.md
   c.max_head_dim = 256;
   c.head_dim_multiple = 8;
   c.notes = "cuDNN 9 graph API; rows with no visible key, bottom-right causal with bias or dropout unsupported";

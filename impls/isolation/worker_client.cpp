@@ -20,6 +20,7 @@
 #include "../plugin_abi.hpp"
 #include "attncheck/backward.hpp"
 #include "attncheck/declarations.hpp"
+#include "attncheck/features.hpp"
 #include "attncheck/plugin_loader.hpp"
 #include "attncheck/run_failure.hpp"
 #include "worker_json.hpp"
@@ -99,8 +100,7 @@ class WorkerImpl final : public Impl {
 
   Support supports(const Problem& p) const override {
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
-    for (const auto& f : features_beyond_v1(p))
-      if (!features_.count(f)) return Support::no(f + " not supported (not among the worker's declared features)");
+    if (Support s = declared_extensions(p, features_, "worker"); !s.ok) return s;
     if (!has_supports_) return Support::yes();
     return ask_supports(p, "forward");
   }
@@ -121,8 +121,7 @@ class WorkerImpl final : public Impl {
                          ", which has no backward message)");
     if (!declarations_.backward) return Support::no("backward pass not supported (the worker does not declare backward)");
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
-    for (const auto& f : features_beyond_v1(p))
-      if (!features_.count(f)) return Support::no(f + " not supported (not among the worker's declared features)");
+    if (Support s = declared_extensions(p, features_, "worker"); !s.ok) return s;
     if (!has_supports_) return Support::yes();
     return ask_supports(p, "backward");
   }

@@ -74,6 +74,8 @@ std::string dtype_name(DType t) {
     case DType::f16: return "f16";
     case DType::bf16: return "bf16";
     case DType::u8: return "u8";
+    case DType::e4m3: return "e4m3";
+    case DType::e5m2: return "e5m2";
   }
   return "?";
 }
@@ -86,7 +88,7 @@ json problem_to_json(const Problem& p) {
   auto list_or_null = [](const std::vector<int64_t>& v) { return v.empty() ? json(nullptr) : json(v); };
   auto shape_or_null = [](const auto& s) { return s ? json(*s) : json(nullptr); };
   // Non-finite doubles are not JSON: fill_value and scale are finite by validate(); softcap >= 0.
-  return {{"name", p.name()}, {"B", p.B}, {"Hq", p.Hq}, {"Hkv", p.Hkv}, {"Lq", p.Lq}, {"Lk", p.Lk},
+  json j = {{"name", p.name()}, {"B", p.B}, {"Hq", p.Hq}, {"Hkv", p.Hkv}, {"Lq", p.Lq}, {"Lk", p.Lk},
           {"Dqk", p.Dqk}, {"Dv", p.Dv}, {"dtype", dtype_name(p.dtype)}, {"layout", layout_name(p.layout)},
           {"stat_dtype", dtype_name(p.stat_dtype())}, {"scale", p.effective_scale()}, {"causal", p.causal},
           {"alignment", alignment_name(p.alignment)}, {"diagonal_offset", d},
@@ -97,6 +99,10 @@ json problem_to_json(const Problem& p) {
           {"fill", to_string(p.fill)}, {"fill_value", p.fill_value}, {"fully_masked", to_string(p.fully_masked)},
           {"dropout_p", p.dropout_p}, {"dropout_seed", p.dropout_seed}, {"want_lse", p.want_lse},
           {"want_weights", p.want_weights}};
+  if (is_fp8(p.dtype))  // fp8 (feature "fp8"): the codes' factors, and out's dtype (not `dtype`)
+    j.update({{"descale_q", p.descale_q}, {"descale_k", p.descale_k}, {"descale_v", p.descale_v},
+              {"out_dtype", dtype_name(p.out_dtype())}});
+  return j;
 }
 
 Problem problem_from_json(const json& j, const std::string& where) {
@@ -195,6 +201,7 @@ Capabilities capabilities_from_json(const json& j, const std::string& where) {
   const auto features = names("features");
   for (const Feature& f : problem_features())
     if (f.flag) c.*f.flag = std::find(features.begin(), features.end(), f.protocol) != features.end();
+  if (!c.fp8) c.dtypes.erase(DType::e4m3), c.dtypes.erase(DType::e5m2);  // fp8 formats need the feature
   // The protocol returns out, lse and weights only: a raw-score or present key/value output cannot travel back.
   c.scores_out = false;
   c.kv_append = false;

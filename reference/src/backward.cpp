@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "attncheck/features.hpp"
 #include "attncheck/reference.hpp"
 
 namespace attncheck {
@@ -178,14 +179,11 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
                                   bool want_ds) {
   validate(p, in);
   check_dout(p, dout);
-  if (!p.sinks.empty())  // the gradients below have no sink term (nor a gradient for the sink logits)
-    throw std::invalid_argument("sinks: the reference backward does not model attention sinks");
-  if (p.past_len > 0)  // dk, dv would be of the present keys; the past is an input without a gradient path here
-    throw std::invalid_argument("past_len: the reference backward does not model KV-cache append");
-  if (!p.cu_seqlens_q.empty())  // its masks are the unpacked ones: other sequences' keys would get gradients
-    throw std::invalid_argument("cu_seqlens_q: the reference backward does not model packed sequences");
-  if (p.page_size > 0)  // a shared page's gradient would sum over its sequences; dk, dv here are [B,Hkv,Lk,D]
-    throw std::invalid_argument("page_size: the reference backward does not model a paged KV cache");
+  // Features the gradients below do not model (the feature table's backward_gap): sinks (no sink term, no
+  // gradient of the sink logits), KV-cache append (the past has no gradient path here), packed sequences (the
+  // masks are the unpacked ones), a paged cache (a shared page's gradient would sum over sequences), fp8 (its
+  // gradients need their own scales, cuDNN's sdpa_fp8_backward).
+  if (Support s = backward_modelled(p); !s.ok) throw std::invalid_argument("reference_backward: " + s.reason);
   const int64_t B = p.B, Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, G = p.group_size();
   const double scale = p.effective_scale();
   const Backward bw(p, in, dout);

@@ -61,6 +61,8 @@ Precision precision_of(DType t) {
     case DType::f32: return Precision::fp32;
     case DType::f16: return Precision::fp16;
     case DType::bf16: return Precision::bf16;
+    case DType::e4m3: return Precision::fp8_e4m3;
+    case DType::e5m2: return Precision::fp8_e5m2;
     case DType::u8: break;
   }
   throw std::invalid_argument(std::string("precision_of: dtype ") + to_string(t) + " is not a floating-point format");
@@ -74,7 +76,7 @@ PrecisionContract default_contract(DType dtype) {
   c.pv_operands = in;
   c.scores = work;
   c.accumulate = work;
-  c.p_rounded = dtype == DType::f16 || dtype == DType::bf16;
+  c.p_rounded = dtype == DType::f16 || dtype == DType::bf16 || is_fp8(dtype);  // fp8: P in the input's format
   return c;
 }
 

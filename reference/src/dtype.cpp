@@ -1,4 +1,5 @@
-// Element types: names, sizes, unit roundoffs, and IEEE fp16/bf16 conversions that round once, to nearest even.
+// Element types: names, sizes, unit roundoffs, and fp16/bf16/fp8 conversions that round once, to nearest even.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -17,6 +18,8 @@ const char* to_string(DType t) {
     case DType::f16: return "fp16";
     case DType::bf16: return "bf16";
     case DType::u8: return "u8";
+    case DType::e4m3: return "fp8_e4m3";
+    case DType::e5m2: return "fp8_e5m2";
   }
   return "?";
 }
@@ -27,7 +30,9 @@ DType dtype_from_string(const std::string& s) {
   if (s == "fp16" || s == "f16" || s == "float16") return DType::f16;
   if (s == "bf16" || s == "bfloat16") return DType::bf16;
   if (s == "u8" || s == "bool") return DType::u8;
-  fail("dtype: unknown value '" + s + "' (expected fp64, fp32, fp16, bf16)");
+  if (s == "fp8_e4m3" || s == "e4m3" || s == "float8_e4m3fn") return DType::e4m3;
+  if (s == "fp8_e5m2" || s == "e5m2" || s == "float8_e5m2") return DType::e5m2;
+  fail("dtype: unknown value '" + s + "' (expected fp64, fp32, fp16, bf16, fp8_e4m3, fp8_e5m2)");
 }
 
 size_t dtype_size(DType t) {
@@ -36,7 +41,9 @@ size_t dtype_size(DType t) {
     case DType::f32: return 4;
     case DType::f16:
     case DType::bf16: return 2;
-    case DType::u8: return 1;
+    case DType::u8:
+    case DType::e4m3:
+    case DType::e5m2: return 1;
   }
   return 0;
 }
@@ -48,6 +55,8 @@ double unit_roundoff(DType t) {
     case DType::f16: return std::ldexp(1.0, -11);
     case DType::bf16: return std::ldexp(1.0, -8);
     case DType::u8: return 0.5;
+    case DType::e4m3: return std::ldexp(1.0, -4);
+    case DType::e5m2: return std::ldexp(1.0, -3);
   }
   return 0;
 }
@@ -127,8 +136,60 @@ double round_to(DType t, double x) {
     case DType::f16: return half_bits_to_float(float_to_half_bits(detail::to_float_odd(x)));
     case DType::bf16: return bf16_bits_to_float(float_to_bf16_bits(detail::to_float_odd(x)));
     case DType::u8: return x != 0 ? 1.0 : 0.0;
+    case DType::e4m3:
+    case DType::e5m2: return fp8_bits_to_double(double_to_fp8_bits(x, t), t);
   }
   return x;
+}
+
+// ---- fp8 -----------------------------------------------------------------------------------------------------
+namespace {
+struct Fp8Format {
+  int man;         // mantissa bits
+  int bias;        // exponent bias
+  int min_exp;     // exponent of the smallest normal value
+  double max;      // largest finite value
+  bool has_inf;    // e5m2: exponent field all ones = inf/NaN; e4m3fn: only S.1111.111 is NaN
+};
+Fp8Format format(DType t) {
+  if (t == DType::e4m3) return {3, 7, -6, 448.0, false};
+  return {2, 15, -14, 57344.0, true};
+}
+}  // namespace
+
+double fp8_bits_to_double(uint8_t bits, DType t) {
+  const Fp8Format f = format(t);
+  const bool neg = bits & 0x80u;
+  const int e = (bits & 0x7f) >> f.man, m = bits & ((1 << f.man) - 1);
+  const int e_all = (1 << (7 - f.man)) - 1;
+  double v;
+  if (f.has_inf && e == e_all) v = m == 0 ? HUGE_VAL : std::nan("");
+  else if (!f.has_inf && e == e_all && m == (1 << f.man) - 1) v = std::nan("");
+  else if (e == 0) v = std::ldexp(static_cast<double>(m), f.min_exp - f.man);  // subnormal
+  else v = std::ldexp(1.0 + std::ldexp(static_cast<double>(m), -f.man), e - f.bias);
+  return neg ? -v : v;
+}
+
+uint8_t double_to_fp8_bits(double x, DType t) {
+  const Fp8Format f = format(t);
+  const uint8_t sign = std::signbit(x) ? 0x80u : 0u;
+  const uint8_t nan = 0x7fu;  // e5m2: S.11111.11; e4m3fn: S.1111.111
+  if (std::isnan(x)) return static_cast<uint8_t>(sign | nan);
+  const double a = std::abs(x);
+  // Round |x| to the format's grid: the spacing is 2^(max(exponent, min_exp) - man); nearbyint ties to even, and
+  // the scaling by a power of two is exact.
+  int e;
+  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1): exponent e - 1
+  const int q = std::max(e - 1, f.min_exp) - f.man;
+  const double r = std::ldexp(std::nearbyint(std::ldexp(a, -q)), q);
+  if (std::isinf(a) || r > f.max) return static_cast<uint8_t>(sign | (f.has_inf ? 0x7cu : nan));
+  if (r == 0) return sign;
+  std::frexp(r, &e);
+  if (e - 1 < f.min_exp)  // subnormal: the mantissa counts spacings of 2^(min_exp - man)
+    return static_cast<uint8_t>(sign | static_cast<uint32_t>(std::ldexp(r, f.man - f.min_exp)));
+  const uint32_t field = static_cast<uint32_t>(e - 1 + f.bias);
+  const uint32_t man = static_cast<uint32_t>(std::ldexp(r, f.man - (e - 1))) - (1u << f.man);
+  return static_cast<uint8_t>(sign | (field << f.man) | man);
 }
 
 }  // namespace attncheck

@@ -144,7 +144,7 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
   const double* o = &r.out[row * Dv];
   ColumnRss rss(Dv), dev1(Dv), dev1_a(Dv), dev1_b(Dv), dev1_c(Dv), devm(Dv), devm_a(Dv), devm_b(Dv), devm_c(Dv),
       gm(Dv), gm_a(Dv), gm_b(Dv), gm_c(Dv), rss_p(Dv), rss_v(Dv);
-  std::vector<double> cov(Dv, 0.0), qdev(Dv, 0.0), sub(Dv, 0.0), t(Dv), dv(Dv), s0(Dv), sa(Dv), sb(Dv), sc(Dv);
+  std::vector<double> cov(Dv, 0.0), qdev(Dv, 0.0), sub(Dv, 0.0), sub8(Dv, 0.0), t(Dv), dv(Dv), s0(Dv), sa(Dv), sb(Dv), sc(Dv);
   std::vector<double> gp(static_cast<size_t>(sgroups) * Dv, 0.0);
   // The unnormalised P_j = exp(s_j - m) = w_j / w_max (w_max = 1/l when a key holds the max).
   double w_max = 0;
@@ -164,6 +164,8 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
     rss.add(t.data());
     if (x.w[j] < 0x1.0p-14 * w_max)
       for (size_t d = 0; d < Dv; ++d) sub[d] += w_max * std::abs(x.keep[j] * vj[d]);
+    if (x.w[j] < 0x1.0p-6 * w_max)  // e4m3's smallest normal
+      for (size_t d = 0; d < Dv; ++d) sub8[d] += w_max * std::abs(x.keep[j] * vj[d]);
     if (sgroup[j] < 0) rss_p.add(t.data());
     else
       for (size_t d = 0; d < Dv; ++d) gp[size_t(sgroup[j]) * Dv + d] += std::abs(t[d]);
@@ -232,6 +234,7 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
     r.out_dev_c[e] = std::max(per_key_c.value(d), dev1_c.value(d));
     r.out_cov[e] = cov[d];
     r.out_sub[e] += sub[d];
+    r.out_sub_e4m3[e] += sub8[d];
     if (x.q) r.out_qdev[e] += qdev[d];
   }
 }
@@ -269,6 +272,7 @@ void fill_error_scales(const Problem& p, const Inputs& in, ReferenceResult& r) {
   r.out_rss_p = std::move(x.out_rss_p);
   r.out_rss_v = std::move(x.out_rss_v);
   r.out_sub = std::move(x.out_sub);
+  r.out_sub_e4m3 = std::move(x.out_sub_e4m3);
   r.p_qbar = std::move(x.p_qbar);
   r.out_qdev = std::move(x.out_qdev);
   r.out_dev = std::move(x.out_dev);

@@ -21,6 +21,7 @@ constexpr auto kFrag = Named::fragment;
 
 bool finite_or_unset(const std::optional<double>& x) { return !x || std::isfinite(*x); }
 bool window_ok(int64_t w) { return w >= -1 && w <= kMaxElements; }
+bool descale_ok(const P& p, double d) { return std::isfinite(d) && d > 0 && (d == 1.0 || is_fp8(p.dtype)); }
 
 const Field kFields[] = {
     {"B", &P::B, kAttr, Named::shape, "must be >= 1", [](const P& p) { return p.B >= 1; }, "batch"},
@@ -30,8 +31,8 @@ const Field kFields[] = {
     {"Lk", &P::Lk, kAttr, Named::shape, "must be >= 1", [](const P& p) { return p.Lk >= 1; }, "key length"},
     {"Dqk", &P::Dqk, kAttr, Named::shape, "must be >= 1", [](const P& p) { return p.Dqk >= 1; }, "q/k head dim"},
     {"Dv", &P::Dv, kAttr, Named::shape, "must be >= 1", [](const P& p) { return p.Dv >= 1; }, "v head dim"},
-    {"dtype", &P::dtype, kAttr, Named::dtype, "must be a floating type (fp64, fp32, fp16, bf16)",
-     [](const P& p) { return p.dtype != DType::u8; }, "q, k, v and out"},
+    {"dtype", &P::dtype, kAttr, Named::dtype, "must be a floating type (fp64, fp32, fp16, bf16, fp8_e4m3, fp8_e5m2)",
+     [](const P& p) { return p.dtype != DType::u8; }, "q, k, v (and out, but bf16 for fp8)"},
     {"layout", &P::layout, kAttr, kFrag, nullptr, nullptr, "memory order of q, k, v, out"},
     {"scale", &P::scale, Stored::if_set, kFrag, "must be finite", [](const P& p) { return finite_or_unset(p.scale); },
      "score scale; unset = 1/sqrt(Dqk)"},
@@ -80,6 +81,12 @@ const Field kFields[] = {
      [](const P& p) { return p.num_pages >= 0 && p.num_pages <= (int64_t{1} << 40); }, "paged KV cache: pages in the pool"},
     {"block_table", &P::block_table, Stored::dataset, kFrag, nullptr, nullptr,
      "paged KV cache: page of each (batch, block of page_size keys), [B, ceil(Lk/page_size)]"},
+    {"descale_q", &P::descale_q, Stored::if_set, kFrag, "must be finite and > 0 (1 unless dtype is fp8)",
+     [](const P& p) { return descale_ok(p, p.descale_q); }, "fp8: q = descale_q * code (cuDNN descale_q, FA3 q_descale)"},
+    {"descale_k", &P::descale_k, Stored::if_set, kFrag, "must be finite and > 0 (1 unless dtype is fp8)",
+     [](const P& p) { return descale_ok(p, p.descale_k); }, "fp8: k = descale_k * code"},
+    {"descale_v", &P::descale_v, Stored::if_set, kFrag, "must be finite and > 0 (1 unless dtype is fp8)",
+     [](const P& p) { return descale_ok(p, p.descale_v); }, "fp8: v = descale_v * code"},
 };
 
 // ---- text of one value ----
@@ -206,27 +213,27 @@ Support head_dims(const Capabilities& c, const P& p) {
 }
 // A boolean capability's check is generated from its flag and its message; `protocol` is its worker-protocol
 // name, `tag` its plugin extension.
-#define ATTNCHECK_FLAG_EXT(name, protocol, member, used_expr, message, tag)                         \
+#define ATTNCHECK_FLAG_EXT(name, protocol, member, used_expr, message, tag, backward_gap)           \
   Feature {                                                                                         \
     name, protocol, [](const P& p) -> bool { return used_expr; },                                   \
         [](const Capabilities& c, const P&) { return c.member ? Support::yes() : Support::no(message); }, \
-        &Capabilities::member, tag                                                                  \
+        &Capabilities::member, tag, backward_gap                                                    \
   }
 #define ATTNCHECK_FLAG(name, protocol, member, used_expr, message) \
-  ATTNCHECK_FLAG_EXT(name, protocol, member, used_expr, message, 0)
+  ATTNCHECK_FLAG_EXT(name, protocol, member, used_expr, message, 0, nullptr)
 
 const Feature kFeatures[] = {
     {"dtype", "dtypes", [](const P&) { return true; },
-     [](const Capabilities& c, const P& p) { return in_set(c.dtypes, p.dtype, "dtype"); }, nullptr, 0},
+     [](const Capabilities& c, const P& p) { return in_set(c.dtypes, p.dtype, "dtype"); }, nullptr, 0, nullptr},
     {"layout", "layouts", [](const P&) { return true; },
-     [](const Capabilities& c, const P& p) { return in_set(c.layouts, p.layout, "layout"); }, nullptr, 0},
+     [](const Capabilities& c, const P& p) { return in_set(c.layouts, p.layout, "layout"); }, nullptr, 0, nullptr},
     ATTNCHECK_FLAG("gqa", "gqa", gqa, p.Hq != p.Hkv, "GQA/MQA (Hq != Hkv) not supported"),
     ATTNCHECK_FLAG("lq!=lk", "cross", cross, p.Lq != p.Lk, "Lq != Lk not supported"),
     ATTNCHECK_FLAG("dqk!=dv", "dqk_ne_dv", dqk_ne_dv, p.Dqk != p.Dv, "Dqk != Dv not supported"),
-    {"head-dims", "max_head_dim", [](const P&) { return true; }, head_dims, nullptr, 0},
+    {"head-dims", "max_head_dim", [](const P&) { return true; }, head_dims, nullptr, 0, nullptr},
     ATTNCHECK_FLAG("causal", "causal", causal, p.causal, "causal mask not supported"),
     {"alignment", "alignments", uses_alignment,
-     [](const Capabilities& c, const P& p) { return in_set(c.alignments, p.alignment, "alignment"); }, nullptr, 0},
+     [](const Capabilities& c, const P& p) { return in_set(c.alignments, p.alignment, "alignment"); }, nullptr, 0, nullptr},
     ATTNCHECK_FLAG("per-batch-offsets", "per_batch_offsets", per_batch_offsets, !p.causal_offsets.empty(),
                    "per-batch causal offsets not supported"),
     ATTNCHECK_FLAG("key-padding", "key_padding", key_padding, !p.key_lengths.empty(), "key padding not supported"),
@@ -243,18 +250,23 @@ const Feature kFeatures[] = {
                   ? Support::yes()
                   : Support::no(std::string("fully-masked policy '") + to_string(p.fully_masked) + "' not supported");
      },
-     nullptr, 0},
+     nullptr, 0, nullptr},
     // Features after plugin ABI 2 travel in extensions. Before weights and lse: a harness that drops an
     // unsupported weights/lse output and retries must see these as the reason.
-    ATTNCHECK_FLAG_EXT("sinks", "sinks", sinks, !p.sinks.empty(), "attention sinks not supported", ext_tag::sinks),
+    ATTNCHECK_FLAG_EXT("sinks", "sinks", sinks, !p.sinks.empty(), "attention sinks not supported", ext_tag::sinks,
+                       "attention sinks"),
     ATTNCHECK_FLAG_EXT("scores", "scores", scores_out, p.scores_out != ScoresOut::none,
-                       "raw-score output not supported", ext_tag::scores),
+                       "raw-score output not supported", ext_tag::scores, nullptr),
     ATTNCHECK_FLAG_EXT("kv_append", "kv_append", kv_append, p.past_len > 0,
-                       "KV-cache append (past/present key and value) not supported", ext_tag::kv_append),
+                       "KV-cache append (past/present key and value) not supported", ext_tag::kv_append,
+                       "KV-cache append"),
     ATTNCHECK_FLAG_EXT("varlen", "varlen", varlen, !p.cu_seqlens_q.empty(),
-                       "variable-length packed sequences not supported", ext_tag::varlen),
+                       "variable-length packed sequences not supported", ext_tag::varlen,
+                       "packed sequences (varlen)"),
     ATTNCHECK_FLAG_EXT("paged_kv", "paged_kv", paged_kv, p.page_size > 0, "paged KV cache (block table) not supported",
-                       ext_tag::paged_kv),
+                       ext_tag::paged_kv, "a paged KV cache"),
+    ATTNCHECK_FLAG_EXT("fp8", "fp8", fp8, is_fp8(p.dtype), "fp8 inputs (e4m3/e5m2 with descale factors) not supported",
+                       ext_tag::fp8, "fp8 inputs"),
     ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),
     ATTNCHECK_FLAG("lse", "lse_out", lse_out, p.want_lse, "lse output not supported"),
 };
@@ -275,6 +287,17 @@ std::vector<std::string> extension_features(const Problem& p) {
 void declare_extension_features(Capabilities& c, const std::vector<std::string>& names) {
   for (const Feature& f : kFeatures)
     if (f.abi_tag && f.flag) c.*f.flag = std::find(names.begin(), names.end(), f.protocol) != names.end();
+  // fp8 is also a dtype: declaring the feature offers both formats (the plugin's supports() may decline one), and
+  // a declaration without it offers neither, whatever a dtype list says.
+  for (DType t : {DType::e4m3, DType::e5m2})
+    if (c.fp8) c.dtypes.insert(t);
+    else c.dtypes.erase(t);
+}
+
+Support backward_modelled(const Problem& p) {
+  for (const Feature& f : kFeatures)
+    if (f.backward_gap && f.used(p)) return Support::no(std::string("backward with ") + f.backward_gap + " not implemented");
+  return Support::yes();
 }
 
 Support check_capabilities(const Capabilities& c, const Problem& p) {

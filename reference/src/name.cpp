@@ -40,6 +40,7 @@ std::string Problem::short_name() const {
   if (past_len > 0) add("past" + std::to_string(past_len));
   if (!cu_seqlens_q.empty()) add("varlen" + std::to_string(sequences()));
   if (page_size > 0) add("paged" + std::to_string(page_size));  // features after schema 1 append here, so older names stay as they were
+  if (descale_q != 1.0 || descale_k != 1.0 || descale_v != 1.0) add("descaled");
   o << '/' << (feats.empty() ? std::string("plain") : feats);
   return o.str();
 }

@@ -81,6 +81,25 @@ Attended gather_pages(const Problem& p, const Inputs& in) {
   return a;
 }
 
+Attended dequantize(const Problem& p, const Inputs& in, DType to) {
+  Attended a{p, in};
+  if (!is_fp8(p.dtype)) return a;
+  a.p.dtype = to;
+  a.p.descale_q = a.p.descale_k = a.p.descale_v = 1.0;
+  const double qk = round_to(to, p.descale_q * p.descale_k);
+  a.p.scale = round_to(to, round_to(to, p.effective_scale()) * qk);
+  auto convert = [&](const Tensor& t, double factor) {
+    Tensor c(to, t.shape, std::vector<int>{});
+    c.strides = t.strides;  // the same layout
+    for (int64_t n = 0; n < t.numel(); ++n) c.set_offset(n, factor == 1.0 ? t.get_offset(n) : factor * t.get_offset(n));
+    return c;
+  };
+  a.in.q = convert(in.q, 1.0), a.in.k = convert(in.k, 1.0), a.in.v = convert(in.v, p.descale_v);
+  if (in.past_k) a.in.past_k = convert(*in.past_k, 1.0);
+  if (in.past_v) a.in.past_v = convert(*in.past_v, p.descale_v);
+  return a;
+}
+
 Tensor make_kv(const Problem& p, int which, int64_t L) {
   return Tensor(p.dtype, {p.B, p.Hkv, L, which == 2 ? p.Dv : p.Dqk}, storage_order(p.layout));
 }
@@ -158,7 +177,7 @@ void split_past(const Problem& p, Inputs& in) {
 
 Outputs make_outputs(const Problem& p) {
   Outputs o;
-  o.out = Tensor(p.dtype, {p.B, p.Hq, p.Lq, p.Dv}, storage_order(p.layout));
+  o.out = Tensor(p.out_dtype(), {p.B, p.Hq, p.Lq, p.Dv}, storage_order(p.layout));
   if (p.want_lse) o.lse = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq});
   if (p.want_weights) o.weights = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});
   if (p.scores_out != ScoresOut::none) o.scores = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});

@@ -59,6 +59,10 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     const Attended a = gather_pages(p, in);
     return reference_attention_rows(a.p, a.in, rows, threads);
   }
+  if (is_fp8(p.dtype)) {  // fp8: the codes decoded exactly, times the descale factors (in double)
+    const Attended a = dequantize(p, in, DType::f64);
+    return reference_attention_rows(a.p, a.in, rows, threads);
+  }
   const int64_t B = p.B, Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv;
   const double scale = p.effective_scale();
   const double inf = std::numeric_limits<double>::infinity();
@@ -77,7 +81,7 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     for (auto* e : {&r.scores, &r.scores_a, &r.scores_b}) e->assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
   r.score_mag.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
   r.out_abs.assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
-  for (auto* e : {&r.out_rss, &r.out_rss_p, &r.out_rss_v, &r.out_sub, &r.out_qdev, &r.out_dev, &r.out_dev_a, &r.out_dev_b, &r.out_dev_c, &r.out_cov}) e->assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
+  for (auto* e : {&r.out_rss, &r.out_rss_p, &r.out_rss_v, &r.out_sub, &r.out_sub_e4m3, &r.out_qdev, &r.out_dev, &r.out_dev_a, &r.out_dev_b, &r.out_dev_c, &r.out_cov}) e->assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
   for (auto* e : {&r.p_rss, &r.p_rss_a, &r.p_rss_b, &r.p_rss_c, &r.spread, &r.n_terms, &r.n_tied, &r.p_small, &r.p_qbar}) e->assign(static_cast<size_t>(B * Hq * Lq), 0.0);
 
   // Equal values in a column of V (constant V, one-hot or integer values) round alike: tolerance model only.

@@ -60,6 +60,8 @@ double Tensor::get_offset(int64_t off) const {
     case DType::f16: return half_bits_to_float(data<uint16_t>()[off]);
     case DType::bf16: return bf16_bits_to_float(data<uint16_t>()[off]);
     case DType::u8: return data<uint8_t>()[off];
+    case DType::e4m3:
+    case DType::e5m2: return fp8_bits_to_double(data<uint8_t>()[off], dtype);
   }
   return 0;
 }
@@ -71,6 +73,8 @@ void Tensor::set_offset(int64_t off, double x) {
     case DType::f16: data<uint16_t>()[off] = float_to_half_bits(detail::to_float_odd(x)); break;
     case DType::bf16: data<uint16_t>()[off] = float_to_bf16_bits(detail::to_float_odd(x)); break;
     case DType::u8: data<uint8_t>()[off] = x != 0 ? 1 : 0; break;
+    case DType::e4m3:
+    case DType::e5m2: data<uint8_t>()[off] = double_to_fp8_bits(x, dtype); break;
   }
 }
 

@@ -18,6 +18,8 @@ double denorm_min(DType t) {
     case DType::f16: return std::ldexp(1.0, -24);
     case DType::bf16: return std::ldexp(1.0, -133);
     case DType::u8: return 1.0;
+    case DType::e4m3: return std::ldexp(1.0, -9);
+    case DType::e5m2: return std::ldexp(1.0, -16);
   }
   return 0.0;
 }
@@ -29,7 +31,9 @@ constexpr double kExpU = 4.0;
 // nothing (fp16 inputs under qk=fp16), so each operand rounding counts only where it is coarser.
 struct Units {
   double acc, qk, scores, p_round, v_round;
-  double p_sub;  // half the subnormal spacing of the P format when P is rounded to fp16 or fp8 e5m2, else 0
+  double p_sub;  // half the subnormal spacing of the P format when P is rounded (fp16, fp8 e5m2, fp8 e4m3), else 0
+  bool e4m3_sub;  // p_sub applies below e4m3's smallest normal 2^-6 (out_sub_e4m3), not below 2^-14 (out_sub)
+  double descales;  // fp8 inputs: roundings of the descale multiplies (q*k folded into the scale, v or out)
   bool exp2;
 };
 
@@ -42,9 +46,13 @@ Units units(const Problem& p, const ToleranceModel& m) {
           coarser(unit_roundoff(c.scores), acc),
           c.p_rounded ? coarser(unit_roundoff(c.pv_operands), acc) : 0.0,
           coarser(unit_roundoff(c.pv_operands), u_in),
-          c.p_rounded && (c.pv_operands == Precision::fp16 || c.pv_operands == Precision::fp8_e5m2)
-              ? std::ldexp(1.0, c.pv_operands == Precision::fp16 ? -25 : -17)
-              : 0.0,
+          !c.p_rounded                            ? 0.0
+          : c.pv_operands == Precision::fp16     ? std::ldexp(1.0, -25)
+          : c.pv_operands == Precision::fp8_e5m2 ? std::ldexp(1.0, -17)
+          : c.pv_operands == Precision::fp8_e4m3 ? std::ldexp(1.0, -10)
+                                                  : 0.0,
+          c.p_rounded && c.pv_operands == Precision::fp8_e4m3,
+          is_fp8(p.dtype) ? 2.0 : 0.0,
           c.exp == ExpFlavour::exp2};
 }
 
@@ -69,7 +77,8 @@ Row row_scales(const Problem& p, const ReferenceResult& r, size_t row, const Uni
   // errors are independent, and so are those of different keys, so one lambda covers the whole weighted sum),
   // q and k rounded to the qk operand format (sqrt(2) u_qk), the score stored, and the scale multiply and max
   // subtraction (3u), +1 with a bias add, +2 for softcap's tanh, +1 when log2(e) is folded into the scale.
-  const double extra = 3.0 + (p.bias_shape ? 1.0 : 0.0) + (p.softcap > 0 ? 2.0 : 0.0) + (u.exp2 ? 1.0 : 0.0);
+  const double extra =
+      3.0 + (p.bias_shape ? 1.0 : 0.0) + (p.softcap > 0 ? 2.0 : 0.0) + (u.exp2 ? 1.0 : 0.0) + u.descales;
   x.c_a = u.acc;
   x.c_b = u.qk;  // k's rounding (independent per key) and q's (shared: p_qbar, out_qdev), combined in quadrature
   x.c_c = u.scores + extra * u.acc;
@@ -141,13 +150,17 @@ TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType d
   // An unnormalised P below the format's smallest normal (2^-14) errs absolutely, by up to half the subnormal
   // spacing, and moves o_d by that times |v_jd| / l: p_sub * out_sub. (An online kernel's P is relative to the
   // running max, no smaller than the final one, so it is subnormal no more often.)
+  // e4m3's subnormals start at 2^-6 (out_sub_e4m3); fp16's and e5m2's at 2^-14 (out_sub).
+  const std::vector<double>& sub = u.e4m3_sub ? r.out_sub_e4m3 : r.out_sub;
   t[int(TolTerm::operands)] = std::min(lam * std::hypot(u.p_round * Rp, u.v_round * Rv), (u.p_round + u.v_round) * A) +
-                              (r.out_sub.empty() ? u.p_sub * A * 0x1.0p14 : u.p_sub * r.out_sub[n]);
-  t[int(TolTerm::systematic)] = 2.0 * u.acc * cov;  // every score scaled alike (the scale multiply)
+                              (sub.empty() ? u.p_sub * A * (u.e4m3_sub ? 0x1.0p6 : 0x1.0p14) : u.p_sub * sub[n]);
+  // Every score scaled alike (the scale multiply; with fp8 inputs also descale_q * descale_k folded into it).
+  t[int(TolTerm::systematic)] = (2.0 + u.descales) * u.acc * cov;
   // The P·V sum (same partial-sum model with T = o, sum t^2 = rss^2), the denominator, repeated terms.
   t[int(TolTerm::key_sum)] =
       lam * u.acc * std::sqrt(x.n * (O * O / 3.0 + R * R / 6.0)) + O * x.den + x.ties * u.acc * A;
-  t[int(TolTerm::division)] = 2.0 * u.acc * O;
+  // The division by l, and with fp8 inputs the descale_v multiply (of each value, at most u of every term: A).
+  t[int(TolTerm::division)] = 2.0 * u.acc * O + (u.descales > 0 ? u.acc * A : 0.0);
   t[int(TolTerm::storage)] = unit_roundoff(delivered) * O;
   t[int(TolTerm::floor_)] = floor_of(p, delivered);
   return t;
@@ -167,7 +180,8 @@ TolTerms lse_terms(const Problem& p, const ReferenceResult& r, size_t row, DType
   const double near_lse = L + std::log(std::max(x.n, 1.0));
   TolTerms t = zero();
   t[int(TolTerm::scores)] = m.lambda * (score_part + x.c_e * rho);
-  t[int(TolTerm::systematic)] = 2.0 * u.acc * std::min(sm, near_lse);  // every score scaled alike moves lse by s_mean
+  // every score scaled alike (scale, fp8 descales) moves lse by s_mean
+  t[int(TolTerm::systematic)] = (2.0 + u.descales) * u.acc * std::min(sm, near_lse);
   t[int(TolTerm::key_sum)] = x.den;
   t[int(TolTerm::division)] = 2.0 * u.acc * near_lse;  // log(sum) and the add of the max
   t[int(TolTerm::storage)] = unit_roundoff(delivered) * L;
@@ -189,7 +203,7 @@ TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DTy
                                                 x.c_b * std::hypot(r.p_rss_b[row], at(r.p_qbar, row, r.p_rss_b[row]));
   TolTerms t = zero();
   t[int(TolTerm::scores)] = std::min(x.nonlin * P * m.lambda * (x.c_s * sm + others + x.c_e * (1.0 + rho)), 1.0);
-  t[int(TolTerm::systematic)] = P * 4.0 * u.acc * sm;
+  t[int(TolTerm::systematic)] = P * (4.0 + u.descales) * u.acc * sm;
   t[int(TolTerm::key_sum)] = P * x.den;
   t[int(TolTerm::division)] = P * 2.0 * u.acc;
   t[int(TolTerm::storage)] = P * unit_roundoff(delivered);

@@ -143,7 +143,8 @@ void validate(const Problem& p) {
   if (p.mask_shape) check_bcast("mask", *p.mask_shape);
   if (p.bias_shape) {
     check_bcast("bias", *p.bias_shape);
-    if (p.bias_dtype == DType::u8) fail("bias_dtype must be a floating type, got u8");
+    if (p.bias_dtype == DType::u8 || is_fp8(p.bias_dtype))
+      fail(std::string("bias_dtype must be fp64, fp32, fp16 or bf16, got ") + to_string(p.bias_dtype));
   }
 }
 

@@ -75,7 +75,9 @@ inline void expect_property_kills(const char* property, const Impl& bad, const s
     ++checked;
     const prop::Outcome good = prop.check(*find_impl("cpu"), c);
     EXPECT_EQ(good.kind, prop::Outcome::pass) << property << ": " << good.message;
-    killed += prop.check(bad, c).kind == prop::Outcome::fail;
+    const bool kill = prop.check(bad, c).kind == prop::Outcome::fail;
+    killed += kill;
+    if (!kill) ADD_FAILURE() << property << " did not kill " << bad.name() << " on " << c.spec.str() << " " << c.p.name();
   }
   EXPECT_GT(checked, 0) << property;
   EXPECT_EQ(killed, checked) << property;

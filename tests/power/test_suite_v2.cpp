@@ -56,7 +56,7 @@ TEST(SuiteV2, EveryPairOfFeatureValuesIsCoveredTwice) {
   }
   EXPECT_EQ(values["policy"].size(), 3u);
   EXPECT_EQ(values["mask"].size(), 5u);
-  EXPECT_EQ(values["dtype"].size(), 4u);
+  EXPECT_EQ(values["dtype"].size(), 6u);  // fp64 fp32 fp16 bf16 fp8_e4m3 fp8_e5m2
   std::string missing;
   for (const auto& [k1, v1s] : values)
     for (const auto& [k2, v2s] : values)

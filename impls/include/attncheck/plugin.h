@@ -20,7 +20,9 @@ extern "C" {
 
 /* Enum values are fixed by the ABI; they also index the capability bit masks (bit 1u << value). */
 typedef enum { ATTNCHECK_DTYPE_F64 = 0, ATTNCHECK_DTYPE_F32 = 1, ATTNCHECK_DTYPE_F16 = 2, ATTNCHECK_DTYPE_BF16 = 3,
-               ATTNCHECK_DTYPE_U8 = 4 } attncheck_dtype;
+               ATTNCHECK_DTYPE_U8 = 4,
+               /* fp8 codes (uint8_t), only with extension tag 8 (feature "fp8"); never in capabilities.dtypes */
+               ATTNCHECK_DTYPE_E4M3 = 5, ATTNCHECK_DTYPE_E5M2 = 6 } attncheck_dtype;
 typedef enum { ATTNCHECK_LAYOUT_BHSD = 0, ATTNCHECK_LAYOUT_BSHD = 1 } attncheck_layout;
 /* Diagonal of the causal mask / window: key j is on query i's diagonal when j == i + diagonal_offset[b]. */
 typedef enum { ATTNCHECK_ALIGN_TOP_LEFT = 0, ATTNCHECK_ALIGN_BOTTOM_RIGHT = 1, ATTNCHECK_ALIGN_EXPLICIT = 2 }
@@ -199,6 +201,18 @@ typedef struct attncheck_ext_paged_kv {
   const int64_t* block_table;          /* [B, pages_per_seq], entries in [0, num_pages) */
 } attncheck_ext_paged_kv;
 
+/* Tag 8: fp8 inputs, present iff the problem's dtype is ATTNCHECK_DTYPE_E4M3 or ATTNCHECK_DTYPE_E5M2 (feature name
+ * "fp8"; cuDNN's sdpa_fp8, FlashAttention-3's fp8 forward). q, k, v (and the past of tag 4) hold 8-bit codes of the
+ * OCP FP8 formats (e4m3: no infinities, max 448, S.1111.111 = NaN; e5m2: IEEE-like, max 57344); their values are
+ * descale_q/k/v times the codes. out is written in out_dtype (bf16), not in `dtype`; stat_dtype stays f32; present
+ * (tag 4) holds the codes. A plugin listing "fp8" is offered both formats and may decline one in supports(). */
+#define ATTNCHECK_EXT_FP8 8u
+typedef struct attncheck_ext_fp8 {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_FP8 */
+  double descale_q, descale_k, descale_v; /* finite, > 0 */
+  int32_t out_dtype;                   /* attncheck_dtype of out (ATTNCHECK_DTYPE_BF16) */
+} attncheck_ext_fp8;
+
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */
 typedef struct attncheck_capabilities {
@@ -222,6 +236,8 @@ typedef struct attncheck_declarations {
   uint32_t outputs;                    /* bits: 1 = out, 2 = lse, 4 = weights (0 = derived from the capabilities) */
   const char* contract[4];             /* per attncheck_dtype f64..bf16: precision contract string as in
                                           attncheck/contract.hpp ("qk=fp16,acc=fp32,p=rounded"), or NULL = default */
+  /* Appended with tag 8: read by hosts that know it, written by a plugin only when struct_size covers it. */
+  const char* contract_fp8[2];         /* e4m3, e5m2: as contract[], e.g. "p=exact"; NULL = default */
 } attncheck_declarations;
 
 /* The vtable. Strings are static, NUL-terminated UTF-8. Messages go into caller-owned buffers (always

@@ -41,6 +41,7 @@ PrecisionContract contract_from_string(const std::string& s, DType dtype);
 // What a fused kernel for this input dtype does (FlashAttention, cuDNN, every backend here):
 //   fp64: everything fp64.  fp32: fp32 operands (never TF32 unless declared), fp32 scores and accumulation.
 //   fp16/bf16: operands in the input dtype, fp32 scores and accumulation, P rounded to the input dtype for P·V.
+//   fp8 e4m3/e5m2: the same with the fp8 format (FlashAttention-3 and cuDNN round P to fp8 for the P·V GEMM).
 PrecisionContract default_contract(DType dtype);
 
 // Throws std::invalid_argument (naming the field and the values) if the contract cannot describe a computation

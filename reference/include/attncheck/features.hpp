@@ -3,6 +3,7 @@
 // checks, names, parse_name, fixture attributes, the spec reader and `attncheck list` iterate these tables.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <span>
@@ -69,6 +70,7 @@ inline constexpr uint32_t kv_append = 4;
 inline constexpr uint32_t backward = 5;  // not a problem feature: a backward request (plugin.h); reserved here
 inline constexpr uint32_t varlen = 6;
 inline constexpr uint32_t paged_kv = 7;
+inline constexpr uint32_t fp8 = 8;
 }
 
 // Every optional feature a backend may not support, in the order capability checks report them.
@@ -86,11 +88,27 @@ struct Feature {
   // lists `name` in its vtable's `features` (its Capabilities flag defaults to false), so older plugins never see
   // it.
   uint32_t abi_tag;
+  // What the backward (reference_backward, the CPU backward) lacks for it, as "backward with <gap> not
+  // implemented" words it; nullptr when the backward models the feature.
+  const char* backward_gap;
 };
 std::span<const Feature> problem_features();
+// Whether the backward models every feature `p` uses: else "backward with <gap> not implemented" for the first
+// one that it does not (the reference backward throws it, the CPU backward's supports_backward returns it).
+Support backward_modelled(const Problem& p);
 // The features of `p` that travel in an extension (abi_tag != 0), by protocol name.
 std::vector<std::string> extension_features(const Problem& p);
-// Sets the Capabilities flag of every extension feature whose protocol name is in `names` (a plugin's declaration).
+// The plugin and worker hosts' check: every extension feature `p` uses is among the names `declared` (a plugin's
+// vtable features, a worker's capabilities.features); else unsupported, naming the first missing one and `who`.
+template <class Names>
+Support declared_extensions(const Problem& p, const Names& declared, const char* who) {
+  for (const std::string& f : extension_features(p))
+    if (std::find(declared.begin(), declared.end(), f) == declared.end())
+      return Support::no(f + " not supported (not among the " + who + "'s declared features)");
+  return Support::yes();
+}
+// Sets the Capabilities flag of every extension feature whose protocol name is in `names` (a plugin's declaration);
+// "fp8" also adds the fp8 formats to the dtypes (and their absence removes them).
 void declare_extension_features(Capabilities& c, const std::vector<std::string>& names);
 
 }  // namespace attncheck

@@ -15,13 +15,23 @@ namespace attncheck {
 // ---------------------------------------------------------------------------------------------------------------
 // Element types
 // ---------------------------------------------------------------------------------------------------------------
-enum class DType : uint8_t { f64, f32, f16, bf16, u8 };
+// e4m3, e5m2: the 8-bit floats of the OCP FP8 spec as FlashAttention-3 and cuDNN take them (e4m3 = "e4m3fn": no
+// infinities, max 448, S.1111.111 is NaN; e5m2: IEEE-like, max 57344, infinities). Inputs only (q, k, v): an fp8
+// problem's values are these codes times the problem's descale factors (docs/problem-model.md#fp8-inputs).
+enum class DType : uint8_t { f64, f32, f16, bf16, u8, e4m3, e5m2 };
 
 const char* to_string(DType t);
-DType dtype_from_string(const std::string& s);  // "fp64"/"f64", "fp32", "fp16", "bf16", "u8"; throws otherwise
+// "fp64"/"f64", "fp32", "fp16", "bf16", "u8", "fp8_e4m3"/"e4m3"/"float8_e4m3fn", "fp8_e5m2"/"e5m2"/"float8_e5m2";
+// throws otherwise
+DType dtype_from_string(const std::string& s);
 size_t dtype_size(DType t);
-// Unit roundoff of a floating dtype (2^-53, 2^-24, 2^-11, 2^-8).
+// Unit roundoff of a floating dtype (2^-53, 2^-24, 2^-11, 2^-8, 2^-4, 2^-3).
 double unit_roundoff(DType t);
+inline bool is_fp8(DType t) { return t == DType::e4m3 || t == DType::e5m2; }
+// fp8 codes: decoding is exact; encoding rounds to nearest even once, and a value beyond the largest finite one
+// becomes NaN (e4m3) or +-inf (e5m2), as PyTorch's casts do.
+double fp8_bits_to_double(uint8_t bits, DType t);
+uint8_t double_to_fp8_bits(double x, DType t);
 
 // IEEE binary16 and bfloat16 as raw bits; conversions round to nearest even, NaN stays NaN.
 uint16_t float_to_half_bits(float f);
@@ -147,6 +157,10 @@ struct Problem {
   // The cached length per sequence (FlashAttention's cache_seqlens) is key_lengths. 0 = contiguous K/V.
   int64_t page_size = 0, num_pages = 0;
   std::vector<int64_t> block_table;  // [B, pages_per_seq()], row-major
+  // fp8 inputs (dtype e4m3 or e5m2; cuDNN's sdpa_fp8, FlashAttention-3's fp8 forward): per-tensor descale factors,
+  // the values are q = descale_q * code(q), k and v alike (past and new tokens of a KV-cache append share them).
+  // Must stay 1 for other dtypes. docs/problem-model.md#fp8-inputs.
+  double descale_q = 1.0, descale_k = 1.0, descale_v = 1.0;
 
   MaskFill fill = MaskFill::neg_inf;
   double fill_value = -1e9;  // used with MaskFill::finite
@@ -179,6 +193,9 @@ struct Problem {
   double sink(int64_t h) const;
   // dtype of weights and lse outputs: f64 for f64 problems, otherwise f32.
   DType stat_dtype() const { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+  // dtype of out as implementations here deliver it: the input dtype, bf16 for fp8 inputs (FlashAttention-3's
+  // fp8 forward). A candidate file may deliver any float dtype; it is judged in the one delivered.
+  DType out_dtype() const { return is_fp8(dtype) ? DType::bf16 : dtype; }
   // The name from the parameters, lossless: parse_name(p.name()) is p. One component per non-default field,
   // e.g. "fp16/B2-Hq8-Hkv2-Lq97-Lk257-D64/causal/alignment=bottom_right/want_lse".
   std::string name() const;
@@ -204,7 +221,7 @@ struct Inputs {
 };
 
 struct Outputs {
-  Tensor out;                   // problem.dtype, [B,Hq,Lq,Dv] in the layout
+  Tensor out;                   // problem.out_dtype(), [B,Hq,Lq,Dv] in the layout
   std::optional<Tensor> lse;    // stat_dtype, [B,Hq,Lq]
   std::optional<Tensor> weights;  // stat_dtype, [B,Hq,Lq,Lk], contiguous
   std::optional<Tensor> scores;   // stat_dtype, [B,Hq,Lq,Lk], contiguous, when scores_out != none
@@ -237,6 +254,11 @@ Attended sequence_problem(const Problem& p, const Inputs& in, int64_t s);
 // A paged problem as the contiguous one it stands for: k, v [B,Hkv,Lk,D] read through the block table (page_size,
 // num_pages and block_table cleared). The identity without paging.
 Attended gather_pages(const Problem& p, const Inputs& in);
+// An fp8 problem as the problem of its values, as fused fp8 kernels compute it: q, k (and past_k) hold the codes
+// exactly in `to` (f32 or f64: every fp8 value is exact there), descale_q * descale_k is folded into the scale
+// (one product, in `to`'s precision) and v (and past_v) hold descale_v * code rounded once to `to`; descales 1,
+// dtype `to`. The identity for other dtypes.
+Attended dequantize(const Problem& p, const Inputs& in, DType to);
 
 // Storage order for a layout: BHSD -> {0,1,2,3}, BSHD -> {0,2,1,3}.
 std::vector<int> storage_order(Layout l);

@@ -32,6 +32,8 @@ struct ReferenceResult {
   // normal), 1/l = the largest weight: where P rounded to fp16 (or fp8 e5m2) is subnormal and errs by up to half
   // its spacing, not relatively.
   std::vector<double> out_sub;  // [B, Hq, Lq, Dv]
+  // The same below 2^-6, fp8 e4m3's smallest normal (P rounded to e4m3).
+  std::vector<double> out_sub_e4m3;  // [B, Hq, Lq, Dv]
   // Rounding q moves every key's score through one vector, so those errors are not independent across keys:
   // p_qbar = |scale| ||q o k_mean|| (k_mean = sum_j w_j k_j), what it moves lse by per unit; out_qdev =
   // sum_j |dv_j| |scale| ||q o (k_j - k_mean)||, what it moves o_d by (a common shift cancels, sum_j dv_j = 0).
