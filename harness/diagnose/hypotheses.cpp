@@ -55,16 +55,20 @@ struct Scorer {
       d.p.want_weights = !s.w.empty() && d.p.Lq == s.p().Lq && d.p.Lk == s.p().Lk;
       d.p.want_lse = true;
       ReferenceResult r = reference_attention(d.p, d.in);
-      // A kernel writes 0 for a masked key's weight; the reference leaves it NaN in a row that poison made NaN.
+      // A kernel writes 0 for a masked key's weight; the reference leaves it NaN in a row that poison made NaN
+      // (a row without any visible key follows the fully-masked policy, NaN included).
       const Problem& q = d.p;
       if (q.want_weights)
         for (int64_t b = 0; b < q.B; ++b)
           for (int64_t h = 0; h < q.Hq; ++h)
-            for (int64_t i = 0; i < q.Lq; ++i)
-              for (int64_t j = 0; j < q.Lk; ++j) {
-                double& x = r.weights[static_cast<size_t>(((b * q.Hq + h) * q.Lq + i) * q.Lk + j)];
-                if (std::isnan(x) && !prop::visible(q, d.in, b, h, i, j)) x = 0;
-              }
+            for (int64_t i = 0; i < q.Lq; ++i) {
+              const int64_t row = ((b * q.Hq + h) * q.Lq + i) * q.Lk;
+              std::vector<char> seen(static_cast<size_t>(q.Lk));
+              for (int64_t j = 0; j < q.Lk; ++j) seen[static_cast<size_t>(j)] = prop::visible(q, d.in, b, h, i, j);
+              if (std::find(seen.begin(), seen.end(), 1) == seen.end()) continue;
+              for (int64_t j = 0; j < q.Lk; ++j)
+                if (!seen[static_cast<size_t>(j)] && std::isnan(r.weights[static_cast<size_t>(row + j)])) r.weights[static_cast<size_t>(row + j)] = 0;
+            }
       add(tag, what, r.out, d.p.Lq == s.p().Lq ? &r.lse : nullptr, d.p.want_weights ? &r.weights : nullptr);
     } catch (const std::invalid_argument&) {
     }
@@ -122,7 +126,12 @@ Prediction softmax_model(const Subject& s, const std::function<double(int64_t, i
     for (int64_t j = 0; j < p.Lk; ++j)
       if (const double x = score(r, j); !std::isnan(x)) m = std::max(m, x), any = true;
     if (m == -INFINITY) {
-      if (nan_rows && any) nan_row[static_cast<size_t>(r)] = 1, pr.lse[static_cast<size_t>(r)] = NAN;
+      if (nan_rows && any) {
+        nan_row[static_cast<size_t>(r)] = 1, pr.lse[static_cast<size_t>(r)] = NAN;
+      } else if (p.fully_masked == FullyMasked::uniform) {  // the policy's average, accumulated like any row
+        modelled[static_cast<size_t>(r)] = 1;
+        for (int64_t j = 0; j < p.Lk; ++j) w[static_cast<size_t>(r * p.Lk + j)] = 1.0 / static_cast<double>(p.Lk);
+      }
       continue;
     }
     modelled[static_cast<size_t>(r)] = 1;
@@ -278,7 +287,7 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   if (p.causal || p.has_window() || !p.key_lengths.empty() || p.mask_shape) {
     std::vector<double> pred = s.ref.out, lse = s.ref.lse, w = s.w.empty() ? std::vector<double>{} : s.ref.weights;
     for (int64_t r = 0; r < s.rows(); ++r) {
-      if (!std::isfinite(s.ref.lse[static_cast<size_t>(r)])) continue;
+      if (!std::isfinite(s.row_max[static_cast<size_t>(r)])) continue;  // no visible key (a finite fill gives a finite lse)
       double m = -INFINITY, sum = 0;
       for (int64_t j = 0; j < p.Lk; ++j) m = std::max(m, s.unmasked_score(r, j));
       for (int64_t j = 0; j < p.Lk; ++j) sum += std::exp(s.unmasked_score(r, j) - m);
@@ -292,19 +301,22 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
     sc.add("mask-after-softmax", "mask applied after the softmax without renormalising", pred, &lse, w.empty() ? nullptr : &w);
   }
 
-  // softmax over the wrong axis (over queries for each key)
+  // softmax over the wrong axis (over queries for each key); with a finite fill masked keys take part with it
   if (p.Lq > 1) {
     std::vector<double> w(s.score.size(), 0.0);
+    const bool finite = p.fill == MaskFill::finite;
+    auto x = [&](size_t n) { return s.vis[n] ? s.score[n] : finite ? p.fill_value : NAN; };
     for (int64_t bh = 0; bh < p.B * p.Hq; ++bh)
       for (int64_t j = 0; j < p.Lk; ++j) {
         double m = -INFINITY, sum = 0;
         for (int64_t i = 0; i < p.Lq; ++i)
-          if (s.vis[static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)]) m = std::max(m, s.score[static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)]);
+          if (const double v = x(static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)); !std::isnan(v)) m = std::max(m, v);
+        if (m == -INFINITY) continue;
         for (int64_t i = 0; i < p.Lq; ++i)
-          if (s.vis[static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)]) sum += std::exp(s.score[static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)] - m);
+          if (const double v = x(static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)); !std::isnan(v)) sum += std::exp(v - m);
         for (int64_t i = 0; i < p.Lq; ++i) {
           const size_t n = static_cast<size_t>((bh * p.Lq + i) * p.Lk + j);
-          if (s.vis[n]) w[n] = std::exp(s.score[n] - m) / sum;
+          if (!std::isnan(x(n))) w[n] = std::exp(x(n) - m) / sum;
         }
       }
     // A row without a visible key follows the fully-masked policy before any softmax (the reference's row).

@@ -2,7 +2,7 @@
 // accumulators on fp16 inputs, bf16 on bf16), keys never read where only lse fails (the keys held little weight),
 // a softmax over the wrong axis on problems with fully masked rows (which follow the policy either way), a mask
 // applied after the softmax where masked keys hold poison or rows are fully masked, and a failure that shows only
-// in the weights (a key of weight 1e-13 never read). Each
+// in the weights (a key of weight 1e-13 never read), fully masked rows under the uniform or NaN policy. Each
 // case was a miss of the full validation run (diagnose_validate golden/cases 1000 v); diagnosed from the outputs
 // alone (no probes), so the models, not re-runs, must find the cause.
 #include <gtest/gtest.h>
@@ -53,6 +53,15 @@ diagnose::Diagnosis fault_on(const std::string& fault, DType t, power::Flavour f
   return {};
 }
 
+// Fully masked rows under the uniform policy average V; with fp16 accumulators that average is rounded too.
+TEST(ModelReach, AccumulationInFullyMaskedUniformRows) {
+  for (const char* f : {"fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-fm-uniform_normal_empty-batch.h5",
+                        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-finite-fm-uniform_normal_empty-batch.h5"}) {
+    const diagnose::Diagnosis d = mutant_on("fp16-accumulation", f);
+    EXPECT_EQ(d.top(), "low-precision-accumulation") << f << "\n" << lines(d);
+  }
+}
+
 TEST(ModelReach, AccumulationInTheInputsOwn16BitType) {
   for (const char* f : {"fp16_B2-Hq4-Hkv2-Lq13-Lk17-D16_plain_normal.h5", "fp16_B2-Hq4-Hkv2-Lq13-Lk17-D16_causal-tl_normal.h5"}) {
     const diagnose::Diagnosis d = mutant_on("fp16-accumulation", f);
@@ -80,7 +89,9 @@ TEST(ModelReach, KeysNeverReadWhereOnlyLseFails) {
 
 TEST(ModelReach, SoftmaxOverQueriesWithFullyMaskedRows) {
   for (const char* f : {"fp32_B2-Hq4-Hkv2-Lq17-Lk5-D16_causal-br-fm-nan_normal.h5",
-                        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-fm-uniform_normal_empty-batch.h5"}) {
+                        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-fm-uniform_normal_empty-batch.h5",
+                        // a finite fill: masked keys take part in each key's softmax over the queries
+                        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-finite-fm-uniform_normal_empty-batch.h5"}) {
     const diagnose::Diagnosis d = mutant_on("softmax-wrong-axis", f);
     EXPECT_EQ(d.top(), "softmax-axis") << f << "\n" << lines(d);
   }
@@ -92,7 +103,9 @@ TEST(ModelReach, SoftmaxOverQueriesWithFullyMaskedRows) {
 TEST(ModelReach, MaskAfterSoftmaxWithPoisonedOrFullyMaskedRows) {
   for (const char* f : {"fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad_poison_masked.h5", "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_mask_poison_masked.h5",
                         "fp32_B2-Hq4-Hkv2-Lq5-Lk17-D16_causal-tl_poison_masked.h5",
-                        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-fm-uniform_normal_empty-batch.h5"}) {
+                        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-fm-uniform_normal_empty-batch.h5",
+                        // a finite fill gives fully masked rows a finite lse; they still follow the policy
+                        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-finite-fm-uniform_normal_empty-batch.h5"}) {
     const diagnose::Diagnosis d = mutant_on("mask-after-softmax", f);
     EXPECT_EQ(d.top(), "mask-after-softmax") << f << "\n" << lines(d);
   }
@@ -101,6 +114,13 @@ TEST(ModelReach, MaskAfterSoftmaxWithPoisonedOrFullyMaskedRows) {
 // Out and lse pass (the key's weight is ~1e-13), only the weights show key 16 read as 0: the last partial tile.
 TEST(ModelReach, KeysNeverReadWhereOnlyWeightsFail) {
   const diagnose::Diagnosis d = mutant_on("partial-tile-dropped", "bf16_B2-Hq4-Hkv2-Lq13-Lk17-D16_causal-br-pad-softcap_logits_30_80.h5");
+  EXPECT_EQ(d.top(), "skipped-keys") << lines(d);
+}
+
+// Lk below one tile: no key is read, every row follows the NaN policy, weights NaN included; the prediction's
+// fully masked rows keep their policy weights (only poisoned rows' masked weights are taken as a kernel's 0).
+TEST(ModelReach, NoKeyReadUnderTheNanPolicy) {
+  const diagnose::Diagnosis d = mutant_on("partial-tile-dropped", "fp32_B2-Hq4-Hkv2-Lq17-Lk5-D16_causal-br-fm-nan_normal.h5");
   EXPECT_EQ(d.top(), "skipped-keys") << lines(d);
 }
 
