@@ -365,6 +365,7 @@ template <class F>
 void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
   auto rest = [&](const Problem& q, const Inputs& x) {
     run_appending(q, x, out, [&](const Problem& r, const Inputs& y, Outputs& o) {
+      if (!is_fp8(r.dtype)) return run_packed(r, y, o, kernel);  // no copy of the inputs (decode reads K/V once)
       const Attended d = dequantize(r, y, DType::f32);
       run_packed(d.p, d.in, o, kernel);
     });
