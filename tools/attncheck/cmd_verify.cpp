@@ -12,7 +12,6 @@
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/reference.hpp"
-#include "attncheck/run_failure.hpp"
 #include "attncheck/suite.hpp"
 #include "command.hpp"
 #include "diagnosis.hpp"
@@ -263,12 +262,8 @@ int run_verify() {
                          "is read again for the next implementation", false, {}, ""};
           f = load(file, name);
         }
-      } catch (const RunFailure& e) {
-        r.status = e.outcome();
-        r.message = e.what();
-      } catch (const std::exception& e) {
-        r.status = "error";
-        r.message = e.what();
+      } catch (const std::exception&) {
+        record_exception(r);
       }
       progress.clear();
       print_row(r);

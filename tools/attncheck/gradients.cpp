@@ -3,7 +3,6 @@
 #include "gradients.hpp"
 
 #include "attncheck/declarations.hpp"
-#include "attncheck/run_failure.hpp"
 #include "attncheck/tolerance_backward.hpp"
 
 namespace attncheck::cli {
@@ -37,12 +36,8 @@ CaseResult backward_row(const Impl& impl, const Support& available, const Fixtur
     m.contract = impl.declarations().contract_for(f.problem.dtype);
     m.scale = tol_scale;
     return judged_result(f.name, file, r.impl, judge_backward(f.problem, f.expected, *f.grad, g, m));
-  } catch (const RunFailure& e) {
-    r.status = e.outcome();
-    r.message = e.what();
-  } catch (const std::exception& e) {
-    r.status = "error";
-    r.message = e.what();
+  } catch (const std::exception&) {
+    record_exception(r);
   }
   return r;
 }

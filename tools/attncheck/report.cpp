@@ -15,6 +15,7 @@
 #include "attncheck/cancel.hpp"
 
 #include "attncheck/durable_file.hpp"
+#include "attncheck/run_failure.hpp"
 
 namespace attncheck::cli {
 
@@ -132,6 +133,18 @@ CaseResult judged_result(std::string fixture, std::string file, std::string impl
   r.message = msg;
   r.verdict = std::move(v);
   return r;
+}
+
+void record_exception(CaseResult& r) {
+  try {
+    throw;
+  } catch (const RunFailure& e) {
+    r.status = e.outcome();
+    r.message = e.what();
+  } catch (const std::exception& e) {
+    r.status = "error";
+    r.message = e.what();
+  }
 }
 
 void print_header() {

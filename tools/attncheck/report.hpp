@@ -31,6 +31,9 @@ bool is_failure(const std::string& status);
 
 // pass/fail row from a verdict.
 CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v);
+// Call only inside a catch handler: records the exception being handled in r (a RunFailure's outcome, or "error"
+// for any other std::exception, with its message). Anything that is not a std::exception is rethrown.
+void record_exception(CaseResult& r);
 
 // Prints the column header, then one row per result (status, impl, case, errors, worst element) to stdout.
 void print_header();
