@@ -127,6 +127,31 @@ TEST(CpuIsa, ExpShiftedSumsAndZeros) {
   }
 }
 
+// exp_shifted keeps NaN at every position of a row whose other arguments are all <= 0 (the fast path, which carries
+// NaN through max_ps's operand order on x86 instead of a blend), of either sign, and the sum is NaN.
+TEST(CpuIsa, ExpShiftedKeepsNaNOnTheFastPath) {
+  for (int64_t n : {8, 16, 32, 37, 70}) {
+    for (int64_t pos = 0; pos < n; ++pos) {
+      for (float nan : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
+        std::vector<float> s(static_cast<size_t>(n)), d(s.size());
+        for (int64_t j = 0; j < n; ++j) s[static_cast<size_t>(j)] = j % 3 == 0 ? -90.0f : -0.5f * static_cast<float>(j % 11);
+        s[static_cast<size_t>(pos)] = nan;
+        const float sum = simd::exp_shifted<float>(s.data(), d.data(), n, 0.0f);
+        EXPECT_TRUE(std::isnan(sum)) << "n " << n << " NaN at " << pos << ": sum " << sum;
+        for (int64_t j = 0; j < n; ++j) {
+          const float x = s[static_cast<size_t>(j)], y = d[static_cast<size_t>(j)];
+          if (j == pos)
+            EXPECT_TRUE(std::isnan(y)) << "n " << n << " exp(NaN) at " << j << " = " << y;
+          else if (x < -88.0f)
+            EXPECT_EQ(y, 0.0f) << "n " << n << " j " << j;
+          else
+            EXPECT_NEAR(y, std::exp(static_cast<double>(x)), 2e-7 * std::exp(static_cast<double>(x))) << "n " << n;
+        }
+      }
+    }
+  }
+}
+
 // narrow_bf16 (the bf16 output store) bit for bit against the scalar float_to_bf16_bits: every 97th float bit
 // pattern (both signs, NaN payloads, infinities, subnormals), the rounding ties and their neighbours, tails of
 // every length.
