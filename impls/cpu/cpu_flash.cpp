@@ -1,10 +1,11 @@
-// `cpu-flash`: the fused online-softmax implementation. Work is dealt by (batch, head, kFlashBlockQ-query block);
-// the workers on a head share its K/V panels (cpu_pack.hpp), packed once; keys are visited in blocks of
-// kFlashBlockK with a running max, denominator and rescaled accumulator, with the SIMD GEMM and exp of simd.hpp, so
-// no Lq x Lk matrix exists (memory: O(Lk·D) panels per head in flight + O(Bq·(Bk + D)) per thread). Key blocks
-// outside every row's causal / window / padding span are skipped (with a -inf fill their weight is exactly 0).
-// Short-query problems (decode) split the keys into chunks computed in parallel and merged by their lse.
-// Weights, when requested, come from a second pass that recomputes each score block with the final max and sum.
+// `cpu-flash`: the fused online-softmax implementation. Work is dealt by (batch, head, query block); the workers
+// on a head share its K/V panels (cpu_pack.hpp), packed once; keys are visited in blocks (tiles of kFlashBlockQ x
+// kFlashBlockK, or the SmallD sizes) with a running max, denominator and rescaled accumulator, with the SIMD GEMM
+// and exp of simd.hpp, so no Lq x Lk matrix exists (memory: O(Lk·D) panels per head in flight + O(Bq·(Bk + D)) per
+// thread). Key blocks outside every row's causal / window / padding span are skipped (with a -inf fill their
+// weight is exactly 0). Short-query problems (decode) split the keys into chunks computed in parallel and merged by
+// their lse. Weights, when requested, come from a second pass that recomputes each score block with the final max
+// and sum.
 #include <memory>
 #include <mutex>
 
@@ -34,6 +35,9 @@ struct RowState {
   }
 };
 
+// Head dims of at most 64: wider key blocks (cpu_impls.hpp).
+inline bool small_heads(const Problem& p) { return p.Dqk <= 64 && p.Dv <= 64; }
+
 template <class T>
 class Flash {
  public:
@@ -46,10 +50,12 @@ class Flash {
         pol_w_(policy_weight<T>(p)),
         pol_lse_(policy_lse<T>(p)),
         W_(simd::strip_width<T>()),
-        dvp_((p.Dv + W_ - 1) / W_ * W_) {}
+        dvp_((p.Dv + W_ - 1) / W_ * W_),
+        bq_(small_heads(p) ? kFlashBlockQSmallD : kFlashBlockQ),
+        bk_(small_heads(p) ? kFlashBlockKSmallD : kFlashBlockK) {}
 
   void run() {
-    const int64_t Bq = kFlashBlockQ, Bk = kFlashBlockK;
+    const int64_t Bq = bq_, Bk = bk_;
     const int64_t nqb = (p_.Lq + Bq - 1) / Bq, heads = p_.B * p_.Hq, nkb = (p_.Lk + Bk - 1) / Bk;
     const int threads = cpu_threads();
     std::vector<Work> work(static_cast<size_t>(std::max(threads, 1)));
@@ -83,6 +89,7 @@ class Flash {
  private:
   struct Work {
     std::vector<T> Q, S, o, bmax;  // bmax: this block's visible max per row
+    std::vector<T> mnew, shift, sums;  // per row: the new running max, the exp's shift, the exp's sum
     std::vector<Span> spans;
     std::vector<Span> groups;  // per kGroupRows rows: the union of their spans
     Panels<T> own;                 // panels of a task that packs its own
@@ -107,18 +114,18 @@ class Flash {
     }
   }
 
-  // First key (a multiple of kFlashBlockK from ka) and end of the keys in [ka, kb) that query blocks [qa, qe) of
+  // First key (a multiple of bk_ from ka) and end of the keys in [ka, kb) that query blocks [qa, qe) of
   // batch b can need: the union of their spans, or all of [ka, kb) when masked keys take part (or show).
   std::pair<int64_t, int64_t> key_range(int64_t b, int64_t qa, int64_t qe, int64_t ka, int64_t kb, Work& w) const {
     int64_t lo = kb, hi = ka;
     for (int64_t qb = qa; qb < qe; ++qb) {
-      const int64_t i0 = qb * kFlashBlockQ;
-      spans(b, i0, std::min(kFlashBlockQ, p_.Lq - i0), w);
+      const int64_t i0 = qb * bq_;
+      spans(b, i0, std::min(bq_, p_.Lq - i0), w);
       lo = std::min(lo, w.ulo), hi = std::max(hi, w.uhi);
     }
     if (sc_.finite_fill() || raw_scores()) lo = ka, hi = kb;
     lo = std::max(lo, ka), hi = std::min(hi, kb);
-    const int64_t pa = lo < hi ? ka + (lo - ka) / kFlashBlockK * kFlashBlockK : ka;
+    const int64_t pa = lo < hi ? ka + (lo - ka) / bk_ * bk_ : ka;
     return {pa, std::max(pa, hi)};
   }
 
@@ -156,7 +163,7 @@ class Flash {
       Work& w = work[static_cast<size_t>(worker)];
       SharedHead& s = packed(bh, w);
       w.pan = &s.pan;
-      const int64_t i0 = qb * kFlashBlockQ, nr = std::min(kFlashBlockQ, p_.Lq - i0);
+      const int64_t i0 = qb * bq_, nr = std::min(bq_, p_.Lq - i0);
       block(b, h, i0, nr, s.pan.k0, p_.Lk, false, w, w.st);
       finish(b, h, i0, nr, w);
       w.pan = &w.own;
@@ -175,7 +182,7 @@ class Flash {
     const auto [pa, pe] = key_range(b, qb, qb + 1, ka, kb, w);
     const bool per_block = !out_.weights && !out_.scores;
     if (!per_block) w.own.pack(p_, in_, b, p_.kv_head(h), pa, pe);
-    const int64_t i0 = qb * kFlashBlockQ, nr = std::min(kFlashBlockQ, p_.Lq - i0);
+    const int64_t i0 = qb * bq_, nr = std::min(bq_, p_.Lq - i0);
     RowState<T>& st = part ? *part : w.st;
     block(b, h, i0, nr, pa, kb, per_block, w, st);
     if (!part) finish(b, h, i0, nr, w);
@@ -183,13 +190,13 @@ class Flash {
 
   bool raw_scores() const { return p_.scores_out == ScoresOut::scaled || p_.scores_out == ScoresOut::capped; }
 
-  // Final scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) into w.S (row stride kFlashBlockK). Only the
+  // Final scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) into w.S (row stride bk_). Only the
   // strips covering [c0, c1) (the union of the rows' spans) go through the GEMM; the scorer fills the rest.
   void scores(int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t c0, int64_t c1, Work& w,
               T* mvis) const {
     dots(nr, j0, c0, c1, w);
     for (int64_t r = 0; r < nr; ++r) {
-      const T mv = sc_.process(b, h, i0 + r, j0, w.S.data() + r * kFlashBlockK, nc, w.spans[static_cast<size_t>(r)]);
+      const T mv = sc_.process(b, h, i0 + r, j0, w.S.data() + r * bk_, nc, w.spans[static_cast<size_t>(r)]);
       w.bmax[static_cast<size_t>(r)] = mv;
       if (mvis) mvis[r] = mv > mvis[r] ? mv : mvis[r];
     }
@@ -197,7 +204,7 @@ class Flash {
 
   // Raw dot products of rows [r0, r0 + nr) of w.Q against keys [c0, c1) into w.S (columns from j0; whole strips).
   void dots(int64_t r0, int64_t nr, int64_t j0, int64_t c0, int64_t c1, Work& w) const {
-    const int64_t ld = kFlashBlockK;
+    const int64_t ld = bk_;
     const T* Q = w.Q.data() + r0 * p_.Dqk;
     T* S = w.S.data() + r0 * ld;
     if (c0 < c1 && w.pan->rows) {
@@ -210,14 +217,17 @@ class Flash {
   }
   void dots(int64_t nr, int64_t j0, int64_t c0, int64_t c1, Work& w) const { dots(0, nr, j0, c0, c1, w); }
 
-  // One query block against key blocks from pa (a multiple of kFlashBlockK) to kb: the online softmax into st.
+  // One query block against key blocks from pa (a multiple of bk_) to kb: the online softmax into st.
   // `pack`: pack each key block's panels here (else the task packed them all).
   void block(int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t pa, int64_t kb, bool pack, Work& w,
              RowState<T>& st) const {
-    const int64_t Bk = kFlashBlockK;
+    const int64_t Bk = bk_;
     w.Q.resize(static_cast<size_t>(nr * p_.Dqk));
     w.S.resize(static_cast<size_t>(nr * Bk));
     w.bmax.resize(static_cast<size_t>(nr));
+    w.mnew.resize(static_cast<size_t>(nr));
+    w.shift.resize(static_cast<size_t>(nr));
+    w.sums.resize(static_cast<size_t>(nr));
     load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
     spans(b, i0, nr, w);
     st.reset(nr, dvp_);
@@ -241,19 +251,27 @@ class Flash {
         w.bmax[static_cast<size_t>(r)] = mv;
         st.mvis[static_cast<size_t>(r)] = std::max(st.mvis[static_cast<size_t>(r)], mv);
       }
-      // Online softmax: S becomes exp(s - m_new) (times keep / (1 - p)); l and acc are rescaled to the new max.
+      // Online softmax: S becomes exp(s - m_new) (times keep / (1 - p)), all rows in one call; l and acc are
+      // rescaled to the new max.
       for (int64_t r = 0; r < nr; ++r) {
-        T* s = w.S.data() + r * Bk;
-        T& m = st.m[static_cast<size_t>(r)];
+        const size_t rr = static_cast<size_t>(r);
         // Masked keys at -inf cannot raise the max; with a finite fill they take part like visible ones.
-        const T m_new = finite ? row_max(s, nc, m) : std::max(m, w.bmax[static_cast<size_t>(r)]);
+        w.mnew[rr] = finite ? row_max(w.S.data() + r * Bk, nc, st.m[rr]) : std::max(st.m[rr], w.bmax[rr]);
+        w.shift[rr] = w.mnew[rr] == kNegInf ? T(0) : w.mnew[rr];  // such a row is zeroed below
+      }
+      simd::exp_shifted_rows<T>(w.S.data(), Bk, nr, nc, w.shift.data(), w.sums.data());
+      for (int64_t r = 0; r < nr; ++r) {
+        const size_t rr = static_cast<size_t>(r);
+        T* s = w.S.data() + r * Bk;
+        T& m = st.m[rr];
+        const T m_new = w.mnew[rr];
         if (m_new == kNegInf) {  // nothing with a finite score yet
           std::fill(s, s + nc, T(0));
           continue;
         }
-        const T alpha = exp0(m - m_new);  // 0 on the first finite block (m = -inf)
-        const T sum = exp_shifted(s, s, nc, m_new);
-        st.l[static_cast<size_t>(r)] = st.l[static_cast<size_t>(r)] * alpha + sum;
+        const T dm = m - m_new;
+        const T alpha = dm == T(0) ? T(1) : exp0(dm);  // 0 on the first finite block (m = -inf)
+        st.l[rr] = st.l[rr] * alpha + w.sums[rr];
         if (alpha != T(1))
           for (int64_t d = 0; d < p_.Dv; ++d) st.acc[static_cast<size_t>(r * dvp_ + d)] *= alpha;
         m = m_new;
@@ -330,14 +348,14 @@ class Flash {
     T* base = out_.scores->data<T>() + ((b * p_.Hq + h) * p_.Lq + i0) * p_.Lk;  // (nr, Lk), contiguous
     load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
     spans(b, i0, nr, w);
-    for (int64_t j0 = 0; j0 < p_.Lk; j0 += kFlashBlockK) {
-      const int64_t j1 = std::min(j0 + kFlashBlockK, p_.Lk), nc = j1 - j0;
+    for (int64_t j0 = 0; j0 < p_.Lk; j0 += bk_) {
+      const int64_t j1 = std::min(j0 + bk_, p_.Lk), nc = j1 - j0;
       if (raw_scores())
         dots(nr, j0, j0, j1, w);
       else
         scores(b, h, i0, nr, j0, nc, std::max(j0, w.ulo), std::min(j1, w.uhi), w, nullptr);
       for (int64_t r = 0; r < nr; ++r) {
-        const T* s = w.S.data() + r * kFlashBlockK;
+        const T* s = w.S.data() + r * bk_;
         if (raw_scores())
           sc_.staged(s, base + r * p_.Lk + j0, nc, p_.scores_out);
         else
@@ -352,9 +370,9 @@ class Flash {
     std::fill(o, o + Dv, T(0));
     if (p_.fully_masked == FullyMasked::zero) return;
     const uint8_t* keep = keep_row(p_, in_, b, h, i, 0);
-    std::vector<T> v(static_cast<size_t>(kFlashBlockK * Dv));
-    for (int64_t j0 = 0; j0 < p_.Lk; j0 += kFlashBlockK) {
-      const int64_t j1 = std::min(j0 + kFlashBlockK, p_.Lk);
+    std::vector<T> v(static_cast<size_t>(bk_ * Dv));
+    for (int64_t j0 = 0; j0 < p_.Lk; j0 += bk_) {
+      const int64_t j1 = std::min(j0 + bk_, p_.Lk);
       load_rows(in_.v, b, p_.kv_head(h), j0, j1, v.data());
       for (int64_t j = j0; j < j1; ++j) {
         const T wj = keep ? (keep[j] ? pol_w_ * keep_scale_ : T(0)) : pol_w_;
@@ -370,8 +388,8 @@ class Flash {
     load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
     spans(b, i0, nr, w);
     const bool no_sink = p_.sink(h) == -std::numeric_limits<double>::infinity();
-    for (int64_t j0 = 0; j0 < p_.Lk; j0 += kFlashBlockK) {
-      const int64_t j1 = std::min(j0 + kFlashBlockK, p_.Lk), nc = j1 - j0;
+    for (int64_t j0 = 0; j0 < p_.Lk; j0 += bk_) {
+      const int64_t j1 = std::min(j0 + bk_, p_.Lk), nc = j1 - j0;
       const int64_t c0 = std::max(j0, w.ulo), c1 = std::min(j1, w.uhi);
       const bool skipped = c0 >= c1 && !sc_.finite_fill();
       if (!skipped) scores(b, h, i0, nr, j0, nc, c0, c1, w, nullptr);
@@ -383,7 +401,7 @@ class Flash {
         } else if (skipped) {
           std::fill(dst, dst + nc, T(0));
         } else {
-          exp_shifted(w.S.data() + r * kFlashBlockK, dst, nc, w.st.m[rr]);
+          exp_shifted(w.S.data() + r * bk_, dst, nc, w.st.m[rr]);
           for (int64_t j = 0; j < nc; ++j) dst[j] /= w.st.l[rr];
         }
       }
@@ -396,6 +414,7 @@ class Flash {
   const Scorer<T> sc_;
   const T keep_scale_, pol_w_, pol_lse_;
   const int64_t W_, dvp_;  // SIMD strip width; Dv padded to whole strips (the accumulator's row stride)
+  const int64_t bq_, bk_;  // query rows x keys per tile (cpu_impls.hpp)
 };
 
 class FlashImpl final : public Impl {
