@@ -19,8 +19,6 @@ namespace {
 // Fewer (batch, head, query block) tasks than this: split the keys. A constant (not the thread count), so results
 // are bitwise the same for any number of threads.
 constexpr int64_t kMinTasks = 8;
-// Query blocks of at most this many rows use the row layout (gemm_nt) when packing per key block.
-constexpr int64_t kFewRows = 4;
 // Rows of a query block whose GEMMs share one key range (a multiple of the GEMM tile rows, 6 and 8): on a causal
 // diagonal block each group stops at its own last visible key instead of the block's.
 constexpr int64_t kGroupRows = 24;
