@@ -54,6 +54,9 @@ Case with_stats(const Impl& impl, Case c);
 // onto a's indices): within twice a's tolerance.
 Outcome compare_pair(const Impl& impl, const Case& a, const Ran& ra, const Ran& rb_mapped);
 
+// The `prepare` of a property that takes any case as drawn.
+inline void prep_none(CaseSpec&) {}
+
 // Equal values, or both NaN: what the bitwise properties compare (a NaN's payload is not a result).
 inline bool same_bits(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 

@@ -19,8 +19,6 @@ std::string at(int64_t b, int64_t h, int64_t i) {
 }
 
 // ---- agreement with the reference within the tolerance model --------------------------------------------
-void prep_none(CaseSpec&) {}
-
 Outcome agreement(const Impl& impl, const Case& c) {
   std::string why;
   const auto r = run(impl, c, &why);

@@ -45,8 +45,6 @@ std::vector<int64_t> make_perm(int64_t n, SeededChooser& r) {
   return perm;
 }
 
-void prep_none(CaseSpec&) {}
-
 // ---- key/value permutation invariance, query permutation equivariance ------------------------------------
 Outcome kv_permutation(const Impl& impl, const Case& c0) {
   const Case c = canonical(c0);

@@ -11,7 +11,6 @@ namespace {
 
 // Query rows per GEMM block: keys no row of the block can see (causal, windows, padding) are left out.
 constexpr int64_t kRowBlock = 96;
-constexpr int64_t kFewRows = 4;  // up to this many queries: K in the row layout (gemm_nt), as cpu-flash's decode
 
 template <class T>
 void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {

@@ -1,10 +1,14 @@
-// `cpu-flash`: the fused online-softmax implementation. A task owns (batch, head, a set of kFlashBlockQ-query
-// blocks) and packs that head's K/V panels once (cpu_pack.hpp), reused by each of its query blocks; keys are
-// visited in blocks of kFlashBlockK with a running max, denominator and rescaled accumulator, with the SIMD GEMM
-// and exp of simd.hpp, so no Lq x Lk matrix exists (memory: O(Lk·D) panels + O(Bq·(Bk + D)) per thread). Key
-// blocks outside every row's causal / window / padding span are skipped (with a -inf fill their weight is exactly
-// 0). Short-query problems (decode) split the keys into chunks computed in parallel and merged by their lse.
-// Weights, when requested, come from a second pass that recomputes each score block with the final max and sum.
+// `cpu-flash`: the fused online-softmax implementation. Work is dealt by (batch, head, query block); the workers
+// on a head share its K/V panels (cpu_pack.hpp), packed once; keys are visited in blocks (tiles of kFlashBlockQ x
+// kFlashBlockK, or the SmallD sizes) with a running max, denominator and rescaled accumulator, with the SIMD GEMM
+// and exp of simd.hpp, so no Lq x Lk matrix exists (memory: O(Lk·D) panels per head in flight + O(Bq·(Bk + D)) per
+// thread). Key blocks outside every row's causal / window / padding span are skipped (with a -inf fill their
+// weight is exactly 0). Short-query problems (decode) split the keys into chunks computed in parallel and merged by
+// their lse. Weights, when requested, come from a second pass that recomputes each score block with the final max
+// and sum.
+#include <memory>
+#include <mutex>
+
 #include "cpu_common.hpp"
 #include "cpu_impls.hpp"
 #include "cpu_pack.hpp"
@@ -15,8 +19,6 @@ namespace {
 // Fewer (batch, head, query block) tasks than this: split the keys. A constant (not the thread count), so results
 // are bitwise the same for any number of threads.
 constexpr int64_t kMinTasks = 8;
-// Query blocks of at most this many rows use the row layout (gemm_nt) when packing per key block.
-constexpr int64_t kFewRows = 4;
 // Rows of a query block whose GEMMs share one key range (a multiple of the GEMM tile rows, 6 and 8): on a causal
 // diagonal block each group stops at its own last visible key instead of the block's.
 constexpr int64_t kGroupRows = 24;
@@ -33,6 +35,9 @@ struct RowState {
   }
 };
 
+// Head dims of at most 64: wider key blocks (cpu_impls.hpp).
+inline bool small_heads(const Problem& p) { return p.Dqk <= 64 && p.Dv <= 64; }
+
 template <class T>
 class Flash {
  public:
@@ -45,25 +50,25 @@ class Flash {
         pol_w_(policy_weight<T>(p)),
         pol_lse_(policy_lse<T>(p)),
         W_(simd::strip_width<T>()),
-        dvp_((p.Dv + W_ - 1) / W_ * W_) {}
+        dvp_((p.Dv + W_ - 1) / W_ * W_),
+        bq_(small_heads(p) ? kFlashBlockQSmallD : kFlashBlockQ),
+        bk_(small_heads(p) ? kFlashBlockKSmallD : kFlashBlockK) {}
 
   void run() {
-    const int64_t Bq = kFlashBlockQ, Bk = kFlashBlockK;
+    const int64_t Bq = bq_, Bk = bk_;
     const int64_t nqb = (p_.Lq + Bq - 1) / Bq, heads = p_.B * p_.Hq, nkb = (p_.Lk + Bk - 1) / Bk;
     const int threads = cpu_threads();
     std::vector<Work> work(static_cast<size_t>(std::max(threads, 1)));
     const int64_t split = out_.weights || out_.scores || heads * nqb >= kMinTasks
                               ? 1
                               : std::clamp(kMinTasks / (heads * nqb), int64_t{1}, nkb);
-    if (split == 1) {
-      // Enough heads: one task per head (panels packed once). Otherwise each head's query blocks are dealt
-      // round-robin to a few tasks, so causal work stays balanced.
-      const int64_t groups = std::clamp<int64_t>((2 * threads + heads - 1) / heads, 1, nqb);
-      parallel_tasks(heads * groups, threads, [&](int64_t t, int worker) {
-        const int64_t bh = t / groups, g = t % groups;
-        std::vector<int64_t> blocks;
-        for (int64_t qb = nqb - 1 - g; qb >= 0; qb -= groups) blocks.push_back(qb);
-        head_task(bh / p_.Hq, bh % p_.Hq, blocks, 0, p_.Lk, work[static_cast<size_t>(worker)], nullptr);
+    if (split == 1 && nqb > 1) {
+      shared_heads(heads, nqb, threads, work);
+      return;
+    }
+    if (split == 1) {  // one query block per head: one task per head
+      parallel_tasks(heads, threads, [&](int64_t t, int worker) {
+        head_task(t / p_.Hq, t % p_.Hq, 0, 0, p_.Lk, work[static_cast<size_t>(worker)], nullptr);
       });
       return;
     }
@@ -71,7 +76,7 @@ class Flash {
     parallel_tasks(heads * nqb * split, threads, [&](int64_t t, int worker) {
       const int64_t c = t % split, bq = t / split, bh = bq / nqb, qb = bq % nqb;
       const int64_t ka = c * nkb / split * Bk, kb = std::min(p_.Lk, (c + 1) * nkb / split * Bk);
-      head_task(bh / p_.Hq, bh % p_.Hq, {qb}, ka, kb, work[static_cast<size_t>(worker)], &part[static_cast<size_t>(t)]);
+      head_task(bh / p_.Hq, bh % p_.Hq, qb, ka, kb, work[static_cast<size_t>(worker)], &part[static_cast<size_t>(t)]);
     });
     parallel_tasks(heads * nqb, threads, [&](int64_t t, int worker) {
       const int64_t bh = t / nqb, i0 = t % nqb * Bq, nr = std::min(Bq, p_.Lq - i0);
@@ -84,9 +89,11 @@ class Flash {
  private:
   struct Work {
     std::vector<T> Q, S, o, bmax;  // bmax: this block's visible max per row
+    std::vector<T> mnew, shift, sums;  // per row: the new running max, the exp's shift, the exp's sum
     std::vector<Span> spans;
     std::vector<Span> groups;  // per kGroupRows rows: the union of their spans
-    Panels<T> pan;
+    Panels<T> own;                 // panels of a task that packs its own
+    const Panels<T>* pan = &own;   // the panels in use: own, or a head's shared ones
     RowState<T> st;
     int64_t ulo = 0, uhi = 0;  // union of the current block's visible spans
   };
@@ -107,40 +114,89 @@ class Flash {
     }
   }
 
-  // Query blocks `blocks` of head h against keys [ka, kb): pack the panels the blocks can need, run each block;
-  // its final result goes to the outputs, or (key chunks) its state to *part.
-  void head_task(int64_t b, int64_t h, const std::vector<int64_t>& blocks, int64_t ka, int64_t kb, Work& w,
-                 RowState<T>* part) const {
+  // First key (a multiple of bk_ from ka) and end of the keys in [ka, kb) that query blocks [qa, qe) of
+  // batch b can need: the union of their spans, or all of [ka, kb) when masked keys take part (or show).
+  std::pair<int64_t, int64_t> key_range(int64_t b, int64_t qa, int64_t qe, int64_t ka, int64_t kb, Work& w) const {
     int64_t lo = kb, hi = ka;
-    for (int64_t qb : blocks) {
-      const int64_t i0 = qb * kFlashBlockQ;
-      spans(b, i0, std::min(kFlashBlockQ, p_.Lq - i0), w);
+    for (int64_t qb = qa; qb < qe; ++qb) {
+      const int64_t i0 = qb * bq_;
+      spans(b, i0, std::min(bq_, p_.Lq - i0), w);
       lo = std::min(lo, w.ulo), hi = std::max(hi, w.uhi);
     }
-    if (sc_.finite_fill() || raw_scores()) lo = ka, hi = kb;  // masked keys take part (or show) too
+    if (sc_.finite_fill() || raw_scores()) lo = ka, hi = kb;
     lo = std::max(lo, ka), hi = std::min(hi, kb);
-    const int64_t pa = lo < hi ? ka + (lo - ka) / kFlashBlockK * kFlashBlockK : ka;
-    // One query block (decode, key chunks): nothing to reuse, so each key block is packed just before its use
-    // and K/V are read from memory once. Several: the head's panels are packed once for all of them.
-    const bool per_block = blocks.size() == 1 && !out_.weights && !out_.scores;
-    if (!per_block) w.pan.pack(p_, in_, b, p_.kv_head(h), pa, std::max(pa, hi));
-    for (int64_t qb : blocks) {
-      const int64_t i0 = qb * kFlashBlockQ, nr = std::min(kFlashBlockQ, p_.Lq - i0);
-      RowState<T>& st = part ? *part : w.st;
-      block(b, h, i0, nr, pa, kb, per_block, w, st);
-      if (!part) finish(b, h, i0, nr, w);
-    }
+    const int64_t pa = lo < hi ? ka + (lo - ka) / bk_ * bk_ : ka;
+    return {pa, std::max(pa, hi)};
+  }
+
+  // Heads with several query blocks: units (head, query block) claimed in order from one counter, heads in order
+  // and each head's blocks from the last (the most keys under a causal mask) to the first. The workers on a head
+  // share its panels, packed by the first to reach it and released by the last to leave it. So threads are balanced
+  // by blocks, not whole heads (a thread slowed by another process no longer holds up the end by a whole head), and
+  // the panels being read are one head's, not one per thread (half the cache footprint with two threads). The
+  // worker that takes the middle block of a head packs the next head's panels, so the others do not wait for them.
+  struct SharedHead {
+    std::once_flag packed;
+    Panels<T> pan;
+    std::atomic<int64_t> left{0};  // blocks not finished yet
+  };
+  void shared_heads(int64_t heads, int64_t nqb, int threads, std::vector<Work>& work) const {
+    std::unique_ptr<SharedHead[]> sh(new SharedHead[static_cast<size_t>(heads)]);
+    for (int64_t bh = 0; bh < heads; ++bh) sh[static_cast<size_t>(bh)].left = nqb;
+    std::mutex spare_mu;
+    std::vector<Panels<T>> spare;  // panels of finished heads: their buffers are reused, not mapped afresh
+    auto packed = [&](int64_t bh, Work& w) -> SharedHead& {
+      SharedHead& s = sh[static_cast<size_t>(bh)];
+      std::call_once(s.packed, [&] {
+        {
+          const std::lock_guard<std::mutex> lock(spare_mu);
+          if (!spare.empty()) s.pan = std::move(spare.back()), spare.pop_back();
+        }
+        const int64_t b = bh / p_.Hq;
+        const auto [pa, pe] = key_range(b, 0, nqb, 0, p_.Lk, w);
+        s.pan.pack(p_, in_, b, p_.kv_head(bh % p_.Hq), pa, pe);
+      });
+      return s;
+    };
+    parallel_tasks(heads * nqb, threads, [&](int64_t t, int worker) {
+      const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb, b = bh / p_.Hq, h = bh % p_.Hq;
+      Work& w = work[static_cast<size_t>(worker)];
+      SharedHead& s = packed(bh, w);
+      w.pan = &s.pan;
+      const int64_t i0 = qb * bq_, nr = std::min(bq_, p_.Lq - i0);
+      block(b, h, i0, nr, s.pan.k0, p_.Lk, false, w, w.st);
+      finish(b, h, i0, nr, w);
+      w.pan = &w.own;
+      if (s.left.fetch_sub(1) == 1) {  // the last block of the head: nobody reads its panels again
+        const std::lock_guard<std::mutex> lock(spare_mu);
+        spare.push_back(std::move(s.pan));
+      }
+      if (t % nqb == nqb / 2 && bh + 1 < heads) packed(bh + 1, w);
+    });
+  }
+
+  // Query block qb of head h against keys [ka, kb): its final result goes to the outputs, or (key chunks) its state
+  // to *part. Nothing to reuse across query blocks here, so without weights/scores each key block is packed just
+  // before its use and K/V are read from memory once; else the panels of the block's keys are packed first.
+  void head_task(int64_t b, int64_t h, int64_t qb, int64_t ka, int64_t kb, Work& w, RowState<T>* part) const {
+    const auto [pa, pe] = key_range(b, qb, qb + 1, ka, kb, w);
+    const bool per_block = !out_.weights && !out_.scores;
+    if (!per_block) w.own.pack(p_, in_, b, p_.kv_head(h), pa, pe);
+    const int64_t i0 = qb * bq_, nr = std::min(bq_, p_.Lq - i0);
+    RowState<T>& st = part ? *part : w.st;
+    block(b, h, i0, nr, pa, kb, per_block, w, st);
+    if (!part) finish(b, h, i0, nr, w);
   }
 
   bool raw_scores() const { return p_.scores_out == ScoresOut::scaled || p_.scores_out == ScoresOut::capped; }
 
-  // Final scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) into w.S (row stride kFlashBlockK). Only the
+  // Final scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) into w.S (row stride bk_). Only the
   // strips covering [c0, c1) (the union of the rows' spans) go through the GEMM; the scorer fills the rest.
   void scores(int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t c0, int64_t c1, Work& w,
               T* mvis) const {
     dots(nr, j0, c0, c1, w);
     for (int64_t r = 0; r < nr; ++r) {
-      const T mv = sc_.process(b, h, i0 + r, j0, w.S.data() + r * kFlashBlockK, nc, w.spans[static_cast<size_t>(r)]);
+      const T mv = sc_.process(b, h, i0 + r, j0, w.S.data() + r * bk_, nc, w.spans[static_cast<size_t>(r)]);
       w.bmax[static_cast<size_t>(r)] = mv;
       if (mvis) mvis[r] = mv > mvis[r] ? mv : mvis[r];
     }
@@ -148,27 +204,30 @@ class Flash {
 
   // Raw dot products of rows [r0, r0 + nr) of w.Q against keys [c0, c1) into w.S (columns from j0; whole strips).
   void dots(int64_t r0, int64_t nr, int64_t j0, int64_t c0, int64_t c1, Work& w) const {
-    const int64_t ld = kFlashBlockK;
+    const int64_t ld = bk_;
     const T* Q = w.Q.data() + r0 * p_.Dqk;
     T* S = w.S.data() + r0 * ld;
-    if (c0 < c1 && w.pan.rows) {
-      simd::gemm_nt<T>(nr, c1 - c0, p_.Dqk, Q, p_.Dqk, w.pan.krow_at(c0), w.pan.kld, S + (c0 - j0), ld);
+    if (c0 < c1 && w.pan->rows) {
+      simd::gemm_nt<T>(nr, c1 - c0, p_.Dqk, Q, p_.Dqk, w.pan->krow_at(c0), w.pan->kld, S + (c0 - j0), ld);
     } else if (c0 < c1) {
       const int64_t sa = (c0 - j0) / W_, sb = (c1 - j0 + W_ - 1) / W_;
-      simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, Q, p_.Dqk, w.pan.kt_at(j0 + sa * W_), p_.Dqk * W_, W_, S + sa * W_,
+      simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, Q, p_.Dqk, w.pan->kt_at(j0 + sa * W_), p_.Dqk * W_, W_, S + sa * W_,
                     ld, false);
     }
   }
   void dots(int64_t nr, int64_t j0, int64_t c0, int64_t c1, Work& w) const { dots(0, nr, j0, c0, c1, w); }
 
-  // One query block against key blocks from pa (a multiple of kFlashBlockK) to kb: the online softmax into st.
+  // One query block against key blocks from pa (a multiple of bk_) to kb: the online softmax into st.
   // `pack`: pack each key block's panels here (else the task packed them all).
   void block(int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t pa, int64_t kb, bool pack, Work& w,
              RowState<T>& st) const {
-    const int64_t Bk = kFlashBlockK;
+    const int64_t Bk = bk_;
     w.Q.resize(static_cast<size_t>(nr * p_.Dqk));
     w.S.resize(static_cast<size_t>(nr * Bk));
     w.bmax.resize(static_cast<size_t>(nr));
+    w.mnew.resize(static_cast<size_t>(nr));
+    w.shift.resize(static_cast<size_t>(nr));
+    w.sums.resize(static_cast<size_t>(nr));
     load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
     spans(b, i0, nr, w);
     st.reset(nr, dvp_);
@@ -181,7 +240,7 @@ class Flash {
       const int64_t c0 = std::max(j0, w.ulo), c1 = std::min(j1, w.uhi);
       if (c0 >= c1 && !finite) continue;  // every key of the block is masked for every row: weight exactly 0
       // A few rows: dot products against K rows as loaded (no transposed panel to build for one use).
-      if (pack) w.pan.pack(p_, in_, b, p_.kv_head(h), j0, finite ? j1 : c1, nr <= kFewRows);
+      if (pack) w.own.pack(p_, in_, b, p_.kv_head(h), j0, finite ? j1 : c1, nr <= kFewRows);
       // S = Q·Kᵀ per group of rows over the group's visible keys in this block (the scorer fills the rest).
       for (int64_t g0 = 0; g0 < nr; g0 += kGroupRows) {
         const Span& g = w.groups[static_cast<size_t>(g0 / kGroupRows)];
@@ -192,19 +251,27 @@ class Flash {
         w.bmax[static_cast<size_t>(r)] = mv;
         st.mvis[static_cast<size_t>(r)] = std::max(st.mvis[static_cast<size_t>(r)], mv);
       }
-      // Online softmax: S becomes exp(s - m_new) (times keep / (1 - p)); l and acc are rescaled to the new max.
+      // Online softmax: S becomes exp(s - m_new) (times keep / (1 - p)), all rows in one call; l and acc are
+      // rescaled to the new max.
       for (int64_t r = 0; r < nr; ++r) {
-        T* s = w.S.data() + r * Bk;
-        T& m = st.m[static_cast<size_t>(r)];
+        const size_t rr = static_cast<size_t>(r);
         // Masked keys at -inf cannot raise the max; with a finite fill they take part like visible ones.
-        const T m_new = finite ? row_max(s, nc, m) : std::max(m, w.bmax[static_cast<size_t>(r)]);
+        w.mnew[rr] = finite ? row_max(w.S.data() + r * Bk, nc, st.m[rr]) : std::max(st.m[rr], w.bmax[rr]);
+        w.shift[rr] = w.mnew[rr] == kNegInf ? T(0) : w.mnew[rr];  // such a row is zeroed below
+      }
+      simd::exp_shifted_rows<T>(w.S.data(), Bk, nr, nc, w.shift.data(), w.sums.data());
+      for (int64_t r = 0; r < nr; ++r) {
+        const size_t rr = static_cast<size_t>(r);
+        T* s = w.S.data() + r * Bk;
+        T& m = st.m[rr];
+        const T m_new = w.mnew[rr];
         if (m_new == kNegInf) {  // nothing with a finite score yet
           std::fill(s, s + nc, T(0));
           continue;
         }
-        const T alpha = exp0(m - m_new);  // 0 on the first finite block (m = -inf)
-        const T sum = exp_shifted(s, s, nc, m_new);
-        st.l[static_cast<size_t>(r)] = st.l[static_cast<size_t>(r)] * alpha + sum;
+        const T dm = m - m_new;
+        const T alpha = dm == T(0) ? T(1) : exp0(dm);  // 0 on the first finite block (m = -inf)
+        st.l[rr] = st.l[rr] * alpha + w.sums[rr];
         if (alpha != T(1))
           for (int64_t d = 0; d < p_.Dv; ++d) st.acc[static_cast<size_t>(r * dvp_ + d)] *= alpha;
         m = m_new;
@@ -217,10 +284,10 @@ class Flash {
         const int64_t v0 = finite ? j0 : std::max(c0, g.lo), v1 = finite ? j1 : std::min(c1, g.hi);
         if (v0 >= v1) continue;
         simd::gemm<T>(std::min(kGroupRows, nr - g0), p_.Dv, v1 - v0, w.S.data() + g0 * Bk + (v0 - j0), Bk,
-                      w.pan.v_at(v0), w.pan.v_bstride(), w.pan.v_ldb(), st.acc.data() + g0 * dvp_, dvp_, true);
+                      w.pan->v_at(v0), w.pan->v_bstride(), w.pan->v_ldb(), st.acc.data() + g0 * dvp_, dvp_, true);
       }
       const int64_t v0 = finite ? j0 : c0, v1 = finite ? j1 : c1;
-      w.pan.add_bad(w.S.data(), Bk, nr, j0, v0, v1, st.acc.data(), dvp_);
+      w.pan->add_bad(w.S.data(), Bk, nr, j0, v0, v1, st.acc.data(), dvp_);
     }
   }
 
@@ -281,14 +348,14 @@ class Flash {
     T* base = out_.scores->data<T>() + ((b * p_.Hq + h) * p_.Lq + i0) * p_.Lk;  // (nr, Lk), contiguous
     load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
     spans(b, i0, nr, w);
-    for (int64_t j0 = 0; j0 < p_.Lk; j0 += kFlashBlockK) {
-      const int64_t j1 = std::min(j0 + kFlashBlockK, p_.Lk), nc = j1 - j0;
+    for (int64_t j0 = 0; j0 < p_.Lk; j0 += bk_) {
+      const int64_t j1 = std::min(j0 + bk_, p_.Lk), nc = j1 - j0;
       if (raw_scores())
         dots(nr, j0, j0, j1, w);
       else
         scores(b, h, i0, nr, j0, nc, std::max(j0, w.ulo), std::min(j1, w.uhi), w, nullptr);
       for (int64_t r = 0; r < nr; ++r) {
-        const T* s = w.S.data() + r * kFlashBlockK;
+        const T* s = w.S.data() + r * bk_;
         if (raw_scores())
           sc_.staged(s, base + r * p_.Lk + j0, nc, p_.scores_out);
         else
@@ -303,9 +370,9 @@ class Flash {
     std::fill(o, o + Dv, T(0));
     if (p_.fully_masked == FullyMasked::zero) return;
     const uint8_t* keep = keep_row(p_, in_, b, h, i, 0);
-    std::vector<T> v(static_cast<size_t>(kFlashBlockK * Dv));
-    for (int64_t j0 = 0; j0 < p_.Lk; j0 += kFlashBlockK) {
-      const int64_t j1 = std::min(j0 + kFlashBlockK, p_.Lk);
+    std::vector<T> v(static_cast<size_t>(bk_ * Dv));
+    for (int64_t j0 = 0; j0 < p_.Lk; j0 += bk_) {
+      const int64_t j1 = std::min(j0 + bk_, p_.Lk);
       load_rows(in_.v, b, p_.kv_head(h), j0, j1, v.data());
       for (int64_t j = j0; j < j1; ++j) {
         const T wj = keep ? (keep[j] ? pol_w_ * keep_scale_ : T(0)) : pol_w_;
@@ -321,8 +388,8 @@ class Flash {
     load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
     spans(b, i0, nr, w);
     const bool no_sink = p_.sink(h) == -std::numeric_limits<double>::infinity();
-    for (int64_t j0 = 0; j0 < p_.Lk; j0 += kFlashBlockK) {
-      const int64_t j1 = std::min(j0 + kFlashBlockK, p_.Lk), nc = j1 - j0;
+    for (int64_t j0 = 0; j0 < p_.Lk; j0 += bk_) {
+      const int64_t j1 = std::min(j0 + bk_, p_.Lk), nc = j1 - j0;
       const int64_t c0 = std::max(j0, w.ulo), c1 = std::min(j1, w.uhi);
       const bool skipped = c0 >= c1 && !sc_.finite_fill();
       if (!skipped) scores(b, h, i0, nr, j0, nc, c0, c1, w, nullptr);
@@ -334,7 +401,7 @@ class Flash {
         } else if (skipped) {
           std::fill(dst, dst + nc, T(0));
         } else {
-          exp_shifted(w.S.data() + r * kFlashBlockK, dst, nc, w.st.m[rr]);
+          exp_shifted(w.S.data() + r * bk_, dst, nc, w.st.m[rr]);
           for (int64_t j = 0; j < nc; ++j) dst[j] /= w.st.l[rr];
         }
       }
@@ -347,6 +414,7 @@ class Flash {
   const Scorer<T> sc_;
   const T keep_scale_, pol_w_, pol_lse_;
   const int64_t W_, dvp_;  // SIMD strip width; Dv padded to whole strips (the accumulator's row stride)
+  const int64_t bq_, bk_;  // query rows x keys per tile (cpu_impls.hpp)
 };
 
 class FlashImpl final : public Impl {

@@ -10,6 +10,10 @@
 
 namespace attncheck::cpu {
 
+// Up to this many query rows per GEMM, K is packed in the row layout (gemm_nt): `cpu`'s blocks and cpu-flash's
+// decode and short query blocks both choose with it.
+constexpr int64_t kFewRows = 4;
+
 template <class T>
 struct Panels {
   int64_t W = 0, k0 = 0, k1 = 0, Dqk = 0, Dv = 0, rows_pad = 0;

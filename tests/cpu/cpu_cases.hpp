@@ -82,8 +82,9 @@ inline Inputs make_inputs(const Case& c) {
   return in;
 }
 
-// The table. Tiles of cpu-flash are kFlashBlockQ x kFlashBlockK = 96 x 128 (impls/cpu/cpu_impls.hpp), so
-// lengths 127/129, 255/257 and 513 hit tails on both axes (and every SIMD strip width's tails).
+// The table. Tiles of cpu-flash are kFlashBlockQ x kFlashBlockK = 96 x 128, or 48 x 256 for head dims <= 64
+// (impls/cpu/cpu_impls.hpp), so lengths 127/129, 255/257 and 513 hit tails on both axes (and every SIMD strip
+// width's tails).
 inline std::vector<Case> hostile_cases() {
   std::vector<Case> cs;
   auto base = [](DType t, int64_t B, int64_t Hq, int64_t Hkv, int64_t Lq, int64_t Lk, int64_t Dqk, int64_t Dv) {

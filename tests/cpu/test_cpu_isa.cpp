@@ -127,6 +127,58 @@ TEST(CpuIsa, ExpShiftedSumsAndZeros) {
   }
 }
 
+// exp_shifted_rows (the softmax's call per block) gives the bits of one exp_shifted per row: values and sums, for
+// row lengths with every tail, a row stride wider than the row, shifts that make some arguments positive (the
+// general path), and rows of -inf and NaN.
+TEST(CpuIsa, ExpShiftedRowsMatchesRowByRow) {
+  for (int64_t n : {1, 7, 16, 37, 128, 256}) {
+    const int64_t nr = 9, ld = n + 5;
+    std::vector<float> s(static_cast<size_t>(nr * ld)), m(static_cast<size_t>(nr)), sums(m.size());
+    for (int64_t r = 0; r < nr; ++r) {
+      m[static_cast<size_t>(r)] = r == 4 ? -1.0f : 0.25f * static_cast<float>(r);  // row 4: some arguments > 0
+      for (int64_t j = 0; j < ld; ++j)
+        s[static_cast<size_t>(r * ld + j)] = r == 6 ? -std::numeric_limits<float>::infinity()
+                                             : -0.37f * static_cast<float>((r * 31 + j * 7) % 23) + 0.1f * static_cast<float>(r);
+    }
+    s[static_cast<size_t>(7 * ld + n / 2)] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> want(s);
+    std::vector<float> want_sums(m.size());
+    for (int64_t r = 0; r < nr; ++r)
+      want_sums[static_cast<size_t>(r)] =
+          simd::exp_shifted<float>(want.data() + r * ld, want.data() + r * ld, n, m[static_cast<size_t>(r)]);
+    simd::exp_shifted_rows<float>(s.data(), ld, nr, n, m.data(), sums.data());
+    EXPECT_EQ(std::memcmp(s.data(), want.data(), s.size() * sizeof(float)), 0) << "values, n " << n;
+    EXPECT_EQ(std::memcmp(sums.data(), want_sums.data(), sums.size() * sizeof(float)), 0) << "sums, n " << n;
+    EXPECT_TRUE(std::isnan(sums[7])) << "n " << n;
+    EXPECT_EQ(sums[6], 0.0f) << "n " << n;
+  }
+}
+
+// exp_shifted keeps NaN at every position of a row whose other arguments are all <= 0 (the fast path, which carries
+// NaN through max_ps's operand order on x86 instead of a blend), of either sign, and the sum is NaN.
+TEST(CpuIsa, ExpShiftedKeepsNaNOnTheFastPath) {
+  for (int64_t n : {8, 16, 32, 37, 70}) {
+    for (int64_t pos = 0; pos < n; ++pos) {
+      for (float nan : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
+        std::vector<float> s(static_cast<size_t>(n)), d(s.size());
+        for (int64_t j = 0; j < n; ++j) s[static_cast<size_t>(j)] = j % 3 == 0 ? -90.0f : -0.5f * static_cast<float>(j % 11);
+        s[static_cast<size_t>(pos)] = nan;
+        const float sum = simd::exp_shifted<float>(s.data(), d.data(), n, 0.0f);
+        EXPECT_TRUE(std::isnan(sum)) << "n " << n << " NaN at " << pos << ": sum " << sum;
+        for (int64_t j = 0; j < n; ++j) {
+          const float x = s[static_cast<size_t>(j)], y = d[static_cast<size_t>(j)];
+          if (j == pos)
+            EXPECT_TRUE(std::isnan(y)) << "n " << n << " exp(NaN) at " << j << " = " << y;
+          else if (x < -88.0f)
+            EXPECT_EQ(y, 0.0f) << "n " << n << " j " << j;
+          else
+            EXPECT_NEAR(y, std::exp(static_cast<double>(x)), 2e-7 * std::exp(static_cast<double>(x))) << "n " << n;
+        }
+      }
+    }
+  }
+}
+
 // narrow_bf16 (the bf16 output store) bit for bit against the scalar float_to_bf16_bits: every 97th float bit
 // pattern (both signs, NaN payloads, infinities, subnormals), the rounding ties and their neighbours, tails of
 // every length.

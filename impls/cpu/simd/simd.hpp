@@ -45,6 +45,10 @@ void exp(const T* x, T* y, int64_t n);
 // dst[j] = exp(src[j] - m) as above (dst may alias src); returns the sum in a fixed order.
 template <class T>
 T exp_shifted(const T* src, T* dst, int64_t n, T m);
+// exp_shifted in place on rows r < nr of s (row stride ld, n values each) with m[r], the sums into sums[r]: the same
+// bits as one exp_shifted per row, in one call.
+template <class T>
+void exp_shifted_rows(T* s, int64_t ld, int64_t nr, int64_t n, const T* m, T* sums);
 // max(m, s[0..n)), NaN elements skipped (as std::max(m, x)).
 template <class T>
 T row_max(const T* s, int64_t n, T m);

@@ -76,7 +76,8 @@ HWY_INLINE void TileRows(size_t r, const T* A, int64_t lda, const T* B, int64_t 
   }
 }
 
-// Blocked so that the B block in use (kc rows of a few strips) stays in L2 and each A row tile in L1.
+// Blocked so that the B block in use (kc rows of a few strips) stays in L2, and a block of A rows (mc x kc) with
+// one B strip (kc x W) in L1: every row tile of the block runs against the strip before the next strip is read.
 template <class T>
 void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t bstride, int64_t ldb, T* C,
           int64_t ldc, bool accumulate) {
@@ -86,17 +87,22 @@ void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, 
       for (int64_t i = 0; i < m; ++i) std::fill(C + i * ldc, C + i * ldc + strips * W, T(0));
     return;
   }
-  constexpr int64_t kc = 256, kL2Bytes = 192 * 1024;
+  constexpr int64_t kc = 256, kL2Bytes = 192 * 1024, kL1ABytes = 12 * 1024;
   for (int64_t k0 = 0; k0 < k; k0 += kc) {
     const int64_t kb = std::min(kc, k - k0);
+    const int64_t mr = static_cast<int64_t>(kMaxMR);
+    const int64_t mc = std::max<int64_t>(1, kL1ABytes / (kb * static_cast<int64_t>(sizeof(T))) / mr) * mr;
     const bool acc = accumulate || k0 > 0;
     const int64_t nsb = std::max<int64_t>(1, kL2Bytes / (kb * W * static_cast<int64_t>(sizeof(T))));
     for (int64_t s0 = 0; s0 < strips; s0 += nsb) {
       const int64_t s1 = std::min(strips, s0 + nsb);
-      for (int64_t i0 = 0; i0 < m; i0 += static_cast<int64_t>(kMaxMR)) {
-        const size_t r = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kMaxMR), m - i0));
+      for (int64_t m0 = 0; m0 < m; m0 += mc) {
+        const int64_t m1 = std::min(m, m0 + mc);
         for (int64_t s = s0; s < s1; ++s)
-          TileRows(r, A + i0 * lda + k0, lda, B + s * bstride + k0 * ldb, ldb, kb, C + i0 * ldc + s * W, ldc, acc);
+          for (int64_t i0 = m0; i0 < m1; i0 += static_cast<int64_t>(kMaxMR)) {
+            const size_t r = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kMaxMR), m1 - i0));
+            TileRows(r, A + i0 * lda + k0, lda, B + s * bstride + k0 * ldb, ldb, kb, C + i0 * ldc + s * W, ldc, acc);
+          }
       }
     }
   }
@@ -179,11 +185,20 @@ HWY_INLINE V Exp0(D d, V x) {
 // float->int conversion fix-ups and no second range check: about a third fewer instructions. The polynomial is
 // e^r's Taylor series to r^7 (truncation < 1e-8 relative for |r| <= ln2/2); tests/cpu measures the result over
 // every 131st float bit pattern in [-104, 0] on every target: max error 1 ulp, as Highway's Exp.
+// NaN: on x86 targets Max(c, x) is max_ps, which returns its second operand when either is NaN, so a NaN argument
+// flows through every step and the final compare (false for NaN) keeps it, without a blend (a blend and its compare
+// cost ~9 % of this function on AVX2). Highway's emulated Max returns the other operand instead: NaN is put back
+// explicitly there. tests/cpu checks NaN at every position of fast-path vectors on every target.
+#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+constexpr bool kMaxKeepsNaN = false;
+#else
+constexpr bool kMaxKeepsNaN = true;
+#endif
 template <class D, class V>
 HWY_INLINE V ExpNonPositive(D d, V x) {
   const hn::RebindToSigned<D> di;
   const V magic = hn::Set(d, 12582912.0f);  // 1.5·2^23: adding it rounds to an integer in the low mantissa bits
-  const V xc = hn::Max(x, hn::Set(d, -88.0f));  // exp(-88) < 2^-126: below it everything is 0 anyway
+  const V xc = hn::Max(hn::Set(d, -88.0f), x);  // exp(-88) < 2^-126: below it everything is 0 anyway
   const V t = hn::MulAdd(xc, hn::Set(d, 1.44269504088896341f), magic);
   const V q = hn::Sub(t, magic);
   V r = hn::MulAdd(q, hn::Set(d, -0.693145751953125f), xc);  // ln 2 in two parts: q·hi is exact
@@ -199,6 +214,7 @@ HWY_INLINE V ExpNonPositive(D d, V x) {
   const V scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::BitCast(di, t), hn::Set(di, 127))));
   const V y = hn::Mul(e, scale);
   const V z = hn::IfThenZeroElse(hn::Lt(y, hn::Set(d, std::numeric_limits<float>::min())), y);
+  if constexpr (kMaxKeepsNaN) return z;
   return hn::IfThenElse(hn::IsNaN(x), x, z);
 }
 
@@ -220,7 +236,7 @@ HWY_INLINE void Exp0Pair(D d, V& x0, V& x1) {
 
 // dst = exp0(src - m) over n values; returns their sum (two vector accumulators, then the lanes, fixed order).
 template <class T>
-T ExpShifted(const T* src, T* dst, int64_t n, T m) {
+HWY_INLINE T ExpShifted(const T* src, T* dst, int64_t n, T m) {
   const hn::ScalableTag<T> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const auto vm = hn::Set(d, m);
@@ -248,6 +264,18 @@ T ExpShifted(const T* src, T* dst, int64_t n, T m) {
 }
 float ExpShiftedF32(const float* s, float* d, int64_t n, float m) { return ExpShifted(s, d, n, m); }
 double ExpShiftedF64(const double* s, double* d, int64_t n, double m) { return ExpShifted(s, d, n, m); }
+// ExpShifted of nr rows in place, one call per block: the per-call cost (dispatch, constants, spills) is ~15 % of a
+// 128-value row.
+template <class T>
+void ExpShiftedRows(T* s, int64_t ld, int64_t nr, int64_t n, const T* m, T* sums) {
+  for (int64_t r = 0; r < nr; ++r) sums[r] = ExpShifted(s + r * ld, s + r * ld, n, m[r]);
+}
+void ExpShiftedRowsF32(float* s, int64_t ld, int64_t nr, int64_t n, const float* m, float* sums) {
+  ExpShiftedRows(s, ld, nr, n, m, sums);
+}
+void ExpShiftedRowsF64(double* s, int64_t ld, int64_t nr, int64_t n, const double* m, double* sums) {
+  ExpShiftedRows(s, ld, nr, n, m, sums);
+}
 
 template <class T>
 void ExpN(const T* x, T* y, int64_t n) {
@@ -383,6 +411,8 @@ HWY_EXPORT(GemmNTF32);
 HWY_EXPORT(GemmNTF64);
 HWY_EXPORT(ExpShiftedF32);
 HWY_EXPORT(ExpShiftedF64);
+HWY_EXPORT(ExpShiftedRowsF32);
+HWY_EXPORT(ExpShiftedRowsF64);
 HWY_EXPORT(ExpF32);
 HWY_EXPORT(ExpF64);
 HWY_EXPORT(RowMaxF32);
@@ -492,6 +522,16 @@ float exp_shifted<float>(const float* s, float* d, int64_t n, float m) {
 template <>
 double exp_shifted<double>(const double* s, double* d, int64_t n, double m) {
   return HWY_DYNAMIC_DISPATCH(ExpShiftedF64)(s, d, n, m);
+}
+template <>
+void exp_shifted_rows<float>(float* s, int64_t ld, int64_t nr, int64_t n, const float* m, float* sums) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(ExpShiftedRowsF32)(s, ld, nr, n, m, sums);
+  else std::fill(sums, sums + nr, 0.0f);
+}
+template <>
+void exp_shifted_rows<double>(double* s, int64_t ld, int64_t nr, int64_t n, const double* m, double* sums) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(ExpShiftedRowsF64)(s, ld, nr, n, m, sums);
+  else std::fill(sums, sums + nr, 0.0);
 }
 template <>
 float row_max<float>(const float* s, int64_t n, float m) {
