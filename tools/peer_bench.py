@@ -20,6 +20,12 @@ SHAPES = [  # (B, H, Lq, Lk, D, causal)
 QUICK = [(1, 8, 1024, 1024, 64, False), (1, 8, 1024, 1024, 64, True), (4, 8, 1, 4096, 128, False)]
 
 
+def median(xs):
+    """Median of the values that are not None (the lower middle one for an even count); None when there are none."""
+    xs = sorted(x for x in xs if x is not None)
+    return xs[(len(xs) - 1) // 2] if xs else None
+
+
 def flops(s):
     b, h, lq, lk, d, causal = s
     f = 4.0 * b * h * lq * lk * d
@@ -103,6 +109,33 @@ def ort_runner(threads):
     return run, f"onnxruntime {ort.__version__} (opset-23 Attention, CPU EP)"
 
 
+def measure(a, impls, s, dtype, torch_run, ort_run):
+    """One round of one cell: each attncheck implementation, then each peer, back to back."""
+    res = {}
+    for impl in impls:
+        j, err = attncheck_gflops(a.attncheck, impl, s, dtype, a.threads, a.reps)
+        res[impl] = j["gflops"] if j else None
+        res[impl + ":cpu"] = flops(s) / j["cpu_seconds"] / 1e9 if j else None
+        if j:
+            res["isa"] = j["isa"]
+            res["sgemm"] = j["sgemm_gflops"]
+            res["peak"] = j["fma_peak_gflops"]
+            res[impl + ":bw"] = j["fraction_of_bandwidth"]
+            res.setdefault("bound", j["bound"])
+        elif err:
+            print(f"# {impl} {s} {dtype}: {err}", file=sys.stderr)
+    for name, run in (("torch", torch_run), ("ort", ort_run)):
+        res[name] = res[name + ":cpu"] = None
+        if run is None:
+            continue
+        try:
+            wall, cpu = run(s, dtype, a.reps)
+            res[name], res[name + ":cpu"] = flops(s) / wall / 1e9, flops(s) / cpu / 1e9
+        except Exception as e:  # noqa: BLE001 - an unsupported case is reported, not fatal
+            print(f"# {name} {s} {dtype}: {e}", file=sys.stderr)
+    return res
+
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
@@ -119,6 +152,9 @@ def main():
     ap.add_argument("--attncheck", default=os.path.join(os.path.dirname(__file__), "..", "build", "tools", "attncheck"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure each cell this many times, alternating attncheck and the peers; GF/s are the median "
+                         "over rounds, ratios the median of the per-round (paired) ratios")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--impls", default="cpu-flash,cpu")
     ap.add_argument("--quick", action="store_true", help="small shapes (a minute) instead of the issue's")
@@ -128,44 +164,28 @@ def main():
     torch_run, torch_note = torch_runner(a.threads)
     ort_run, ort_note = ort_runner(a.threads)
     print(f"# CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; load average at start "
-          f"{os.getloadavg()[0]:.1f}; threads {a.threads}; reps {a.reps} (median)")
+          f"{os.getloadavg()[0]:.1f}; threads {a.threads}; reps {a.reps} (median); rounds {a.rounds}")
     print(f"# peers: {torch_note}; {ort_note}")
-    rows, isa = [], "?"
+    rows = []
     for s in QUICK if a.quick else SHAPES:
         for dtype in a.dtypes.split(","):
-            res = {}
-            for impl in impls:
-                j, err = attncheck_gflops(a.attncheck, impl, s, dtype, a.threads, a.reps)
-                res[impl] = j["gflops"] if j else None
-                res[impl + ":cpu"] = flops(s) / j["cpu_seconds"] / 1e9 if j else None
-                if j:
-                    isa = j["isa"]
-                    res["sgemm"] = j["sgemm_gflops"]
-                    res["peak"] = j["fma_peak_gflops"]
-                    res[impl + ":bw"] = j["fraction_of_bandwidth"]
-                    res.setdefault("bound", j["bound"])
-                elif err:
-                    print(f"# {impl} {s} {dtype}: {err}", file=sys.stderr)
-            for name, run in (("torch", torch_run), ("ort", ort_run)):
-                res[name] = res[name + ":cpu"] = None
-                if run is None:
-                    continue
-                try:
-                    wall, cpu = run(s, dtype, a.reps)
-                    res[name], res[name + ":cpu"] = flops(s) / wall / 1e9, flops(s) / cpu / 1e9
-                except Exception as e:  # noqa: BLE001 - an unsupported case is reported, not fatal
-                    print(f"# {name} {s} {dtype}: {e}", file=sys.stderr)
-            rows.append((s, dtype, res))
+            rounds = [measure(a, impls, s, dtype, torch_run, ort_run) for _ in range(a.rounds)]
+            rows.append((s, dtype, rounds))
             print(f"# done {s} {dtype} (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
 
-    def f(x):
-        return "—" if x is None else f"{x:.1f}"
+    def f(rounds, key, digits=1):
+        v = median([r.get(key) for r in rounds])
+        return "—" if v is None else f"{v:.{digits}f}"
 
-    def ratio(x, y):
-        return "—" if x is None or y is None or y == 0 else f"{x / y:.2f}"
+    def ratio(rounds, num, den):
+        # Paired: each round's two figures were measured back to back, so a load change between rounds cancels.
+        v = median([r[num] / r[den] if r.get(num) is not None and r.get(den) else None for r in rounds])
+        return "—" if v is None else f"{v:.2f}"
 
+    isa = next((r["isa"] for _, _, rounds in rows for r in rounds if "isa" in r), "?")
     print(f"# attncheck target (isa): {isa}; load average at end {os.getloadavg()[0]:.1f}")
-    print("# GF/s = 4·B·H·Lq·Lk·D (causal: half) / median wall seconds; 'CPU' ratios use process CPU seconds instead")
+    print("# GF/s = 4·B·H·Lq·Lk·D (causal: half) / median wall seconds (median over rounds); ratios: median of the")
+    print("# per-round ratios, each round timing attncheck and the peers back to back; 'CPU' ratios use process CPU seconds instead")
     print("# (less sensitive to other processes on a shared machine; spinning threads count as used).")
     print("# bound: memory when the least bytes moved (Q, K, V, O) over the same-run read bandwidth take longer than")
     print("# the FLOPs at the FMA peak (decode); then /bandwidth (GB/s moved over that bandwidth) is the figure of merit,")
@@ -176,15 +196,15 @@ def main():
     head += [f"{i}/PyTorch CPU" for i in impls] + [f"{impls[0]}/ORT CPU"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    for s, dtype, r in rows:
+    for s, dtype, rs in rows:
         b, h, lq, lk, d, causal = s
+        i0 = impls[0]
         cells = [f"{b}×{h}×{lq}×{lk}×{d}" + (" causal" if causal else ""), dtype]
-        cells += [f(r.get(i)) for i in impls] + [f(r["torch"]), f(r["ort"]), f(r.get("sgemm"))]
-        cells += [ratio(r.get(i), r["torch"]) for i in impls] + [ratio(r.get(impls[0]), r["ort"]),
-                                                                  ratio(r.get(impls[0]), r.get("sgemm")),
-                                                                  r.get("bound", "—"), ratio(r.get(impls[0] + ":bw"), 1)]
-        cells += [ratio(r.get(i + ":cpu"), r["torch:cpu"]) for i in impls] + [ratio(r.get(impls[0] + ":cpu"),
-                                                                                     r["ort:cpu"])]
+        cells += [f(rs, i) for i in impls] + [f(rs, "torch"), f(rs, "ort"), f(rs, "sgemm")]
+        cells += [ratio(rs, i, "torch") for i in impls] + [ratio(rs, i0, "ort"), ratio(rs, i0, "sgemm"),
+                                                           next((r["bound"] for r in rs if "bound" in r), "—"),
+                                                           f(rs, i0 + ":bw", 2)]
+        cells += [ratio(rs, i + ":cpu", "torch:cpu") for i in impls] + [ratio(rs, i0 + ":cpu", "ort:cpu")]
         print("| " + " | ".join(cells) + " |")
 
 if __name__ == "__main__":
