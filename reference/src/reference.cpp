@@ -214,8 +214,11 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
         oi_abs[d] += std::abs(wj * vb[j * Dv + d]);
       }
     }
-    // A packed sequence with no keys under the nan policy: the -inf softmax over zero keys is 0/0.
-    if (fully_masked && p.fully_masked == FullyMasked::nan && rk.begin == rk.end)
+    // A fully masked row under the nan policy is NaN, written as one NaN: a packed sequence with no keys (the -inf
+    // softmax over zero keys is 0/0) gets no term above, and otherwise NaN weights times masked values that may be
+    // poisoned NaNs of either sign would give whichever operand's NaN the compiler put first (-O1 and -O3 differed:
+    // fixtures were not byte-identical across builds).
+    if (fully_masked && p.fully_masked == FullyMasked::nan)
       std::fill(oi, oi + Dv, std::numeric_limits<double>::quiet_NaN());
     if (!fully_masked || p.fully_masked == FullyMasked::uniform) {
       std::vector<double> keep(static_cast<size_t>(Lk), in.keep ? 0.0 : 1.0);
