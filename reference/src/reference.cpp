@@ -217,6 +217,12 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     // A packed sequence with no keys under the nan policy: the -inf softmax over zero keys is 0/0.
     if (fully_masked && p.fully_masked == FullyMasked::nan && rk.begin == rk.end)
       std::fill(oi, oi + Dv, std::numeric_limits<double>::quiet_NaN());
+    // Otherwise a NaN there is a NaN weight times a masked value that may be a poisoned NaN of either sign, and
+    // x86 returns whichever operand's NaN the compiler put first (-O1 and -O3 differed, so fixtures were not
+    // byte-identical across builds): written as the one quiet NaN. Only NaNs change (a dropped key still adds 0).
+    if (fully_masked && p.fully_masked == FullyMasked::nan)
+      for (int64_t d = 0; d < Dv; ++d)
+        if (std::isnan(oi[d])) oi[d] = std::numeric_limits<double>::quiet_NaN();
     if (!fully_masked || p.fully_masked == FullyMasked::uniform) {
       std::vector<double> keep(static_cast<size_t>(Lk), in.keep ? 0.0 : 1.0);
       if (in.keep)
