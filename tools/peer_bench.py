@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # Times attncheck's CPU implementations against PyTorch CPU SDPA and ONNX Runtime's Attention (opset 23) on the
 # same shapes, back to back in one run, and prints one table of GFLOP/s and ratios. Run by hand (not in CI):
-#   python3 tools/peer_bench.py [--attncheck build/tools/attncheck] [--threads 2] [--reps 3] [--quick]
+#   python3 tools/peer_bench.py [--attncheck build/tools/attncheck] [--threads 2] [--reps 3] [--rounds 5] [--quick]
 import argparse
 import json
 import os
@@ -109,9 +109,13 @@ def ort_runner(threads):
     return run, f"onnxruntime {ort.__version__} (opset-23 Attention, CPU EP)"
 
 
-def measure(a, impls, s, dtype, torch_run, ort_run):
-    """One round of one cell: each attncheck implementation, then each peer, back to back."""
+def measure(a, impls, s, dtype, torch_run, ort_run, peers_first=False):
+    """One round of one cell: each attncheck implementation and each peer, back to back (the peers first when
+    peers_first: alternating the order between rounds keeps a steady drift of the machine's speed from favouring
+    whichever side runs first)."""
     res = {}
+    if peers_first:
+        time_peers(a, s, dtype, torch_run, ort_run, res)
     for impl in impls:
         j, err = attncheck_gflops(a.attncheck, impl, s, dtype, a.threads, a.reps)
         res[impl] = j["gflops"] if j else None
@@ -124,6 +128,12 @@ def measure(a, impls, s, dtype, torch_run, ort_run):
             res.setdefault("bound", j["bound"])
         elif err:
             print(f"# {impl} {s} {dtype}: {err}", file=sys.stderr)
+    if not peers_first:
+        time_peers(a, s, dtype, torch_run, ort_run, res)
+    return res
+
+
+def time_peers(a, s, dtype, torch_run, ort_run, res):
     for name, run in (("torch", torch_run), ("ort", ort_run)):
         res[name] = res[name + ":cpu"] = None
         if run is None:
@@ -133,7 +143,6 @@ def measure(a, impls, s, dtype, torch_run, ort_run):
             res[name], res[name + ":cpu"] = flops(s) / wall / 1e9, flops(s) / cpu / 1e9
         except Exception as e:  # noqa: BLE001 - an unsupported case is reported, not fatal
             print(f"# {name} {s} {dtype}: {e}", file=sys.stderr)
-    return res
 
 
 def cpu_model():
@@ -169,7 +178,7 @@ def main():
     rows = []
     for s in QUICK if a.quick else SHAPES:
         for dtype in a.dtypes.split(","):
-            rounds = [measure(a, impls, s, dtype, torch_run, ort_run) for _ in range(a.rounds)]
+            rounds = [measure(a, impls, s, dtype, torch_run, ort_run, n % 2 == 1) for n in range(a.rounds)]
             rows.append((s, dtype, rounds))
             print(f"# done {s} {dtype} (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
 
@@ -177,21 +186,29 @@ def main():
         v = median([r.get(key) for r in rounds])
         return "—" if v is None else f"{v:.{digits}f}"
 
-    def ratio(rounds, num, den):
+    def paired(rounds, num, den):
         # Paired: each round's two figures were measured back to back, so a load change between rounds cancels.
-        v = median([r[num] / r[den] if r.get(num) is not None and r.get(den) else None for r in rounds])
+        return [r[num] / r[den] for r in rounds if r.get(num) is not None and r.get(den)]
+
+    def ratio(rounds, num, den):
+        v = median(paired(rounds, num, den))
         return "—" if v is None else f"{v:.2f}"
+
+    def spread(rounds, num, den):
+        v = paired(rounds, num, den)
+        return "—" if not v else f"{min(v):.2f}–{max(v):.2f}"
 
     isa = next((r["isa"] for _, _, rounds in rows for r in rounds if "isa" in r), "?")
     print(f"# attncheck target (isa): {isa}; load average at end {os.getloadavg()[0]:.1f}")
     print("# GF/s = 4·B·H·Lq·Lk·D (causal: half) / median wall seconds (median over rounds); ratios: median of the")
-    print("# per-round ratios, each round timing attncheck and the peers back to back; 'CPU' ratios use process CPU seconds instead")
+    print("# per-round ratios, each round timing attncheck and the peers back to back (peers first in every second round),")
+    print("# 'per round' their lowest and highest; 'CPU' ratios use process CPU seconds instead")
     print("# (less sensitive to other processes on a shared machine; spinning threads count as used).")
     print("# bound: memory when the least bytes moved (Q, K, V, O) over the same-run read bandwidth take longer than")
     print("# the FLOPs at the FMA peak (decode); then /bandwidth (GB/s moved over that bandwidth) is the figure of merit,")
     print("# else /SGEMM.")
     head = ["shape B×H×Lq×Lk×D", "dtype"] + [f"{i} GF/s" for i in impls] + ["PyTorch GF/s", "ORT GF/s", "SGEMM GF/s"]
-    head += [f"{i}/PyTorch" for i in impls] + [f"{impls[0]}/ORT", f"{impls[0]}/SGEMM", "bound",
+    head += [f"{i}/PyTorch" for i in impls] + [f"{impls[0]}/PyTorch per round"] + [f"{impls[0]}/ORT", f"{impls[0]}/SGEMM", "bound",
                                                  f"{impls[0]}/bandwidth"]
     head += [f"{i}/PyTorch CPU" for i in impls] + [f"{impls[0]}/ORT CPU"]
     print("| " + " | ".join(head) + " |")
@@ -201,7 +218,7 @@ def main():
         i0 = impls[0]
         cells = [f"{b}×{h}×{lq}×{lk}×{d}" + (" causal" if causal else ""), dtype]
         cells += [f(rs, i) for i in impls] + [f(rs, "torch"), f(rs, "ort"), f(rs, "sgemm")]
-        cells += [ratio(rs, i, "torch") for i in impls] + [ratio(rs, i0, "ort"), ratio(rs, i0, "sgemm"),
+        cells += [ratio(rs, i, "torch") for i in impls] + [spread(rs, i0, "torch")] + [ratio(rs, i0, "ort"), ratio(rs, i0, "sgemm"),
                                                            next((r["bound"] for r in rs if "bound" in r), "—"),
                                                            f(rs, i0 + ":bw", 2)]
         cells += [ratio(rs, i + ":cpu", "torch:cpu") for i in impls] + [ratio(rs, i0 + ":cpu", "ort:cpu")]
