@@ -3,6 +3,7 @@
 // checked against the problem, and only then is anything allocated and read.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 
 #include "attncheck/features.hpp"
@@ -11,6 +12,7 @@
 #include "fixture_grad.hpp"
 #include "fixture_layout.hpp"
 #include "attncheck/user_arrays.hpp"
+#include "candidate_npz.hpp"
 #include "h5.hpp"
 #include "h5_ints.hpp"
 
@@ -261,6 +263,7 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
 }
 
 Outputs read_candidate(const std::string& path, const Problem& p, const FixtureReadOptions& options) {
+  if (std::filesystem::path(path).extension() == ".npz") return fixture_detail::read_candidate_npz(path, p, options.max_bytes);
   return with_file_prefix(path, [&] {
     const h5::Reader r{path};
     h5::Id file = r.open_file();

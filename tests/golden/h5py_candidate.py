@@ -1,6 +1,6 @@
 # The README's h5py route, minus PyTorch: read a fixture with h5py alone, run an independent numpy SDPA on its
 # inputs, write /actual/out as float16 and /actual/lse as float32, and `attncheck compare` must pass; a perturbed
-# output or lse must fail (exit 1).
+# output or lse must fail (exit 1). The same candidate as an .npz (np.savez: out, lse) must give the same verdicts.
 # Usage: h5py_candidate.py ATTNCHECK FIXTURE SCRATCH_DIR. h5py is a bootstrap dependency: without it this fails.
 import os
 import subprocess
@@ -35,9 +35,12 @@ out = np.einsum("bhij,bhjd->bhid", p, v.astype(np.float32)).astype(np.float16)
 
 def compare(name, data, lse_data):
     path = os.path.join(scratch, name)
-    with h5py.File(path, "w") as c:
-        c["actual/out"] = data
-        c["actual/lse"] = lse_data
+    if name.endswith(".npz"):  # the same candidate without h5py: members out, lse
+        np.savez(path, out=data, lse=lse_data)
+    else:
+        with h5py.File(path, "w") as c:
+            c["actual/out"] = data
+            c["actual/lse"] = lse_data
     return subprocess.run([exe, "compare", "--expected", fixture, "--actual", path]).returncode
 
 
@@ -59,4 +62,16 @@ bad_lse[0, 1, 2] += np.float32(np.log(2.0))
 rc = compare("perturbed_lse.h5", out, bad_lse)
 if rc != 1:
     sys.exit(f"lse off by log 2: expected exit 1, got {rc}")
-print("h5py candidate route: numpy SDPA (out and lse) passes, perturbed out or lse fails")
+rc = compare("numpy_sdpa.npz", out, lse)
+if rc != 0:
+    sys.exit(f"numpy SDPA as .npz: expected exit 0, got {rc}")
+rc = compare("perturbed.npz", bad, lse)
+if rc != 1:
+    sys.exit(f"perturbed output as .npz: expected exit 1, got {rc}")
+rc = compare("perturbed_lse.npz", out, bad_lse)
+if rc != 1:
+    sys.exit(f"lse off by log 2 as .npz: expected exit 1, got {rc}")
+rc = compare("transposed.npz", out.transpose(0, 2, 1, 3), lse)  # BSHD bytes for a BHSD fixture: a shape error
+if rc != 2:
+    sys.exit(f"out with the wrong shape as .npz: expected exit 2, got {rc}")
+print("h5py and .npz candidate routes: numpy SDPA (out and lse) passes, perturbed out or lse fails")

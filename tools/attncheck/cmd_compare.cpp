@@ -149,7 +149,7 @@ const Register reg{{"compare", "Judge a candidate's outputs (/actual/out, ...) a
                     [](CLI::App& sub) {
                       sub.add_option("--expected", g.expected, "Golden fixture (.h5)")->required();
                       sub.add_option("--actual", g.actual,
-                                     "Candidate file with /actual/out [, lse, weights] [, dq, dk, dv, dbias]")
+                                     "Candidate file with /actual/out [, lse, weights] [, dq, dk, dv, dbias], or an .npz with members out [, lse, weights]")
                           ->required();
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
                       sub.add_option("--name", g.name, "Implementation name in the report (default: file name)");

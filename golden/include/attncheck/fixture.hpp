@@ -85,7 +85,8 @@ Fixture read_fixture_header(const std::string& path, const FixtureReadOptions& o
 
 // A candidate's outputs for `attncheck compare`: /actual/out (required), /actual/lse, /actual/weights (optional),
 // in any floating dtype (fp16, fp32, fp64, or uint16 with encoding=bfloat16). Shapes are checked against `p`:
-// out in the problem's layout, lse [B,Hq,Lq], weights [B,Hq,Lq,Lk]. Values are widened to double.
+// out in the problem's layout, lse [B,Hq,Lq], weights [B,Hq,Lq,Lk]. Values are widened to double. An .npz
+// (np.savez) holds the same tensors as members out, lse, weights, scores, present_key, present_value (no gradients).
 Outputs read_candidate(const std::string& path, const Problem& p, const FixtureReadOptions& options = {});
 
 // Write a candidate file (used by tests and by tools that dump an implementation's outputs).
