@@ -48,8 +48,8 @@ def median_seconds(fn, reps, warmup=1):
 
 
 def settle(a):
-    """Pause before each measurement: thread pools of the peers measured before (OpenMP, ONNX Runtime's) may still
-    spin for a while after their last call, which would steal cores from whatever is timed next."""
+    """Pause before each measurement, so the one before cannot overlap it: PyTorch's OpenMP threads spin about 10 ms
+    of CPU after a call (measured with process_time() across a sleep; ONNX Runtime's: none measurable)."""
     time.sleep(a.settle)
 
 
@@ -172,7 +172,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="measure each cell this many times, alternating attncheck and the peers; GF/s are the median "
                          "over rounds, ratios the median of the per-round (paired) ratios")
-    ap.add_argument("--settle", type=float, default=1.0, help="seconds of pause before each measurement")
+    ap.add_argument("--settle", type=float, default=0.2, help="seconds of pause before each measurement")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--impls", default="cpu-flash,cpu")
     ap.add_argument("--quick", action="store_true", help="small shapes (a minute) instead of the issue's")
