@@ -47,6 +47,12 @@ def median_seconds(fn, reps, warmup=1):
     return wall[len(wall) // 2], cpu[len(cpu) // 2]
 
 
+def settle(a):
+    """Pause before each measurement, so the one before cannot overlap it: PyTorch's OpenMP threads spin about 10 ms
+    of CPU after a call (measured with process_time() across a sleep; ONNX Runtime's: none measurable)."""
+    time.sleep(a.settle)
+
+
 def attncheck_gflops(exe, impl, s, dtype, threads, reps):
     b, h, lq, lk, d, causal = s
     cmd = [exe, "bench", "--impl", impl, "--shape", f"{b},{h},{lq},{lk},{d}", "--dtype", dtype,
@@ -117,6 +123,7 @@ def measure(a, impls, s, dtype, torch_run, ort_run, peers_first=False):
     if peers_first:
         time_peers(a, s, dtype, torch_run, ort_run, res)
     for impl in impls:
+        settle(a)
         j, err = attncheck_gflops(a.attncheck, impl, s, dtype, a.threads, a.reps)
         res[impl] = j["gflops"] if j else None
         res[impl + ":cpu"] = flops(s) / j["cpu_seconds"] / 1e9 if j else None
@@ -138,6 +145,7 @@ def time_peers(a, s, dtype, torch_run, ort_run, res):
         res[name] = res[name + ":cpu"] = None
         if run is None:
             continue
+        settle(a)
         try:
             wall, cpu = run(s, dtype, a.reps)
             res[name], res[name + ":cpu"] = flops(s) / wall / 1e9, flops(s) / cpu / 1e9
@@ -164,6 +172,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="measure each cell this many times, alternating attncheck and the peers; GF/s are the median "
                          "over rounds, ratios the median of the per-round (paired) ratios")
+    ap.add_argument("--settle", type=float, default=0.2, help="seconds of pause before each measurement")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--impls", default="cpu-flash,cpu")
     ap.add_argument("--quick", action="store_true", help="small shapes (a minute) instead of the issue's")
@@ -173,7 +182,7 @@ def main():
     torch_run, torch_note = torch_runner(a.threads)
     ort_run, ort_note = ort_runner(a.threads)
     print(f"# CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; load average at start "
-          f"{os.getloadavg()[0]:.1f}; threads {a.threads}; reps {a.reps} (median); rounds {a.rounds}")
+          f"{os.getloadavg()[0]:.1f}; threads {a.threads}; reps {a.reps} (median); rounds {a.rounds}; settle {a.settle} s")
     print(f"# peers: {torch_note}; {ort_note}")
     rows = []
     for s in QUICK if a.quick else SHAPES:
