@@ -51,7 +51,7 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
         if (const Span sp = scorer.span(b, i); sp.lo < sp.hi) lo = std::min(lo, sp.lo), hi = std::max(hi, sp.hi);
       if (finite || raw_scores) lo = 0, hi = Lk;  // raw scores: every key's dot product
       if (lo < hi && w.pan.rows) {
-        simd::gemm_nt<T>(nr, hi - lo, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.krow_at(lo), w.pan.kld, S + lo, ld);
+        w.pan.dots_rows(nr, hi - lo, w.Q.data() + r0 * Dqk, Dqk, lo, S + lo, ld);
       } else if (lo < hi) {  // raw dot products; masked columns are overwritten by the scorer
         const int64_t sa = lo / W, sb = (hi + W - 1) / W;
         simd::gemm<T>(nr, (sb - sa) * W, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.kt_at(sa * W), Dqk * W, W,
@@ -95,7 +95,7 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
       if (policy_rows) lo = 0, hi = Lk;
       hi = std::max(lo, hi);
       T* O = w.O.data() + r0 * dvp;
-      simd::gemm<T>(nr, Dv, hi - lo, S + lo, ld, w.pan.v_at(lo), w.pan.v_bstride(), w.pan.v_ldb(), O, dvp, false);
+      w.pan.pv(nr, hi - lo, S + lo, ld, lo, O, dvp, false);
       w.pan.add_bad(S, ld, nr, 0, lo, hi, O, dvp);
     }
     for (int64_t i = 0; i < Lq; ++i) {

@@ -208,7 +208,7 @@ class Flash {
     const T* Q = w.Q.data() + r0 * p_.Dqk;
     T* S = w.S.data() + r0 * ld;
     if (c0 < c1 && w.pan->rows) {
-      simd::gemm_nt<T>(nr, c1 - c0, p_.Dqk, Q, p_.Dqk, w.pan->krow_at(c0), w.pan->kld, S + (c0 - j0), ld);
+      w.pan->dots_rows(nr, c1 - c0, Q, p_.Dqk, c0, S + (c0 - j0), ld);
     } else if (c0 < c1) {
       const int64_t sa = (c0 - j0) / W_, sb = (c1 - j0 + W_ - 1) / W_;
       simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, Q, p_.Dqk, w.pan->kt_at(j0 + sa * W_), p_.Dqk * W_, W_, S + sa * W_,
@@ -283,8 +283,8 @@ class Flash {
         const Span& g = w.groups[static_cast<size_t>(g0 / kGroupRows)];
         const int64_t v0 = finite ? j0 : std::max(c0, g.lo), v1 = finite ? j1 : std::min(c1, g.hi);
         if (v0 >= v1) continue;
-        simd::gemm<T>(std::min(kGroupRows, nr - g0), p_.Dv, v1 - v0, w.S.data() + g0 * Bk + (v0 - j0), Bk,
-                      w.pan->v_at(v0), w.pan->v_bstride(), w.pan->v_ldb(), st.acc.data() + g0 * dvp_, dvp_, true);
+        w.pan->pv(std::min(kGroupRows, nr - g0), v1 - v0, w.S.data() + g0 * Bk + (v0 - j0), Bk, v0,
+                  st.acc.data() + g0 * dvp_, dvp_, true);
       }
       const int64_t v0 = finite ? j0 : c0, v1 = finite ? j1 : c1;
       w.pan->add_bad(w.S.data(), Bk, nr, j0, v0, v1, st.acc.data(), dvp_);

@@ -27,7 +27,11 @@ struct Panels {
   int64_t dv_pad() const { return (Dv + W - 1) / W * W; }
   // Row layout: K and V rows, copied (kld = Dqk, vld = dv_pad()) or, when the input already has them in the
   // compute type with finite values, read in place (the tensor's row strides; V only if Dv is whole strips).
+  // bf16 / fp16 rows (T = float) are read in place too, as 16-bit values widened by the GEMM's loads (k16 / v16
+  // set, krows / vrows null): decode reads every K/V element once, and a widened copy was most of its traffic.
   const T *krows = nullptr, *vrows = nullptr;
+  const uint16_t *k16 = nullptr, *v16 = nullptr;
+  simd::Half16 half = simd::Half16::bf16;
   int64_t kld = 0, vld = 0;
 
   // Packed Kᵀ starting at key j (j - k0 a multiple of W); K row j (row layout, kld apart).
@@ -50,6 +54,40 @@ struct Panels {
       if ((Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(v + r * ld, Dv) * T(0)).sum() != T(0)) return false;
     return true;
   }
+  // Rows [a, ..) of head h of batch bb of t in place as 16-bit floats (T = float only), with their kind; nullptr
+  // if t holds something else or its inner stride is not 1.
+  static const uint16_t* in_place16(const Tensor& t, int64_t bb, int64_t h, int64_t a, simd::Half16& kind) {
+    if (!std::is_same_v<T, float> || (t.dtype != DType::bf16 && t.dtype != DType::f16) || t.strides[3] != 1)
+      return nullptr;
+    kind = t.dtype == DType::bf16 ? simd::Half16::bf16 : simd::Half16::f16;
+    return t.data<uint16_t>() + bb * t.strides[0] + h * t.strides[1] + a * t.strides[2];
+  }
+  // Whether n rows of Dv 16-bit floats are all finite: the largest magnitude's bits (sign cleared, so a signed
+  // 16-bit max, which vectorises even for SSE2) are below the exponent field all ones (bf16: 8 bits, fp16: 5).
+  static bool finite_rows16(const uint16_t* v, int64_t ld, int64_t n, int64_t Dv, simd::Half16 kind) {
+    const int16_t inf = kind == simd::Half16::bf16 ? 0x7f80 : 0x7c00;
+    int16_t mx = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      const uint16_t* row = v + r * ld;
+      for (int64_t d = 0; d < Dv; ++d) mx = std::max(mx, static_cast<int16_t>(row[d] & 0x7fff));
+    }
+    return mx < inf;
+  }
+
+  // Row layout: C[i][c] = Q row i · K row (j + c) for m rows of Q (row stride lda) and n keys from j.
+  void dots_rows(int64_t m, int64_t n, const T* Q, int64_t lda, int64_t j, T* C, int64_t ldc) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (k16) return simd::gemm_nt_half(half, m, n, Dqk, Q, lda, k16 + (j - k0) * kld, kld, C, ldc);
+    }
+    simd::gemm_nt<T>(m, n, Dqk, Q, lda, krow_at(j), kld, C, ldc);
+  }
+  // C (+)= P · V over the n keys from j (either layout): m rows of P (row stride ldp), all Dv columns.
+  void pv(int64_t m, int64_t n, const T* P, int64_t ldp, int64_t j, T* C, int64_t ldc, bool accumulate) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (v16) return simd::gemm_half(half, m, Dv, n, P, ldp, v16 + (j - k0) * vld, W, vld, C, ldc, accumulate);
+    }
+    simd::gemm<T>(m, Dv, n, P, ldp, v_at(j), v_bstride(), v_ldb(), C, ldc, accumulate);
+  }
 
   // Keys [a, b) of head kvh of batch b_ (a may be any key; panels start there), in the strip or the row layout.
   void pack(const Problem& p, const Inputs& in, int64_t b_, int64_t kvh, int64_t a, int64_t b, bool row_layout = false) {
@@ -57,15 +95,23 @@ struct Panels {
     const int64_t n = k1 - k0, strips = (n + W - 1) / W;
     rows_pad = strips * W;
     bad.clear();
+    k16 = v16 = nullptr;
     if (rows) {
       krows = in_place(in.k, b_, kvh, k0), kld = in.k.strides[2];
-      if (!krows) {
+      if (!krows) k16 = in_place16(in.k, b_, kvh, k0, half);
+      if (!krows && !k16) {
         kt.resize(static_cast<size_t>(n * Dqk));
         load_rows(in.k, b_, kvh, k0, k1, kt.data());
         krows = kt.data(), kld = Dqk;
       }
       vrows = Dv % W == 0 ? in_place(in.v, b_, kvh, k0) : nullptr, vld = in.v.strides[2];
       if (vrows && finite_rows(vrows, vld, n, Dv)) return;
+      simd::Half16 vkind = half;
+      if (const uint16_t* v = Dv % W == 0 ? in_place16(in.v, b_, kvh, k0, vkind) : nullptr;
+          v && (!k16 || vkind == half) && finite_rows16(v, vld, n, Dv, vkind)) {
+        v16 = v, half = vkind, vrows = nullptr;
+        return;
+      }
       v.resize(static_cast<size_t>(n * dv_pad()));
       vrows = v.data(), vld = dv_pad();
       scratch.resize(static_cast<size_t>(n * Dv));

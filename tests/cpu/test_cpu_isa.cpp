@@ -282,6 +282,55 @@ void check_gemm_nt(double tol) {
       }
 }
 
+// gemm_half / gemm_nt_half (B as bf16 or fp16 bits, widened by the loads) against gemm / gemm_nt on a widened
+// copy of the same B: bit for bit, tails of k, of the 4-key groups and of the strips included.
+void check_half_gemms(simd::Half16 kind) {
+  uint64_t state = 7;
+  auto bits = [&] {  // a finite 16-bit float of either sign, |x| in about [2^-6, 2^6)
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const uint16_t r = static_cast<uint16_t>(state >> 40);
+    return kind == simd::Half16::bf16 ? static_cast<uint16_t>((r & 0x807f) | ((0x79 + (r >> 7) % 12) << 7))
+                                      : static_cast<uint16_t>((r & 0x83ff) | ((0x09 + (r >> 10) % 12) << 10));
+  };
+  auto widen = [&](uint16_t b) {
+    return kind == simd::Half16::bf16 ? attncheck::bf16_bits_to_float(b) : attncheck::half_bits_to_float(b);
+  };
+  auto rnd = [&] { return widen(bits()); };
+  const int64_t W = simd::strip_width<float>();
+  for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{7}})
+    for (int64_t n : {int64_t{1}, int64_t{5}, W, 2 * W + 3})
+      for (int64_t k : {int64_t{1}, int64_t{9}, int64_t{130}}) {
+        SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
+        const int64_t lda = k + 2, ldc = (n + W - 1) / W * W + W;
+        std::vector<float> A(static_cast<size_t>(m * lda));
+        for (float& a : A) a = rnd();
+        // gemm_nt: n rows of k values (row stride k + 1).
+        std::vector<uint16_t> Bh(static_cast<size_t>(n * (k + 1)));
+        for (uint16_t& b : Bh) b = bits();
+        std::vector<float> Bf(Bh.size());
+        for (size_t i = 0; i < Bh.size(); ++i) Bf[i] = widen(Bh[i]);
+        std::vector<float> want(static_cast<size_t>(m * ldc), -1.0f), got = want;
+        simd::gemm_nt<float>(m, n, k, A.data(), lda, Bf.data(), k + 1, want.data(), ldc);
+        simd::gemm_nt_half(kind, m, n, k, A.data(), lda, Bh.data(), k + 1, got.data(), ldc);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << "gemm_nt_half";
+        // gemm: k rows of whole strips (row stride: the strips plus one, bstride W), accumulating or not.
+        const int64_t ldb = (n + W - 1) / W * W + W;
+        Bh.assign(static_cast<size_t>(k * ldb), 0);
+        for (uint16_t& b : Bh) b = bits();
+        Bf.resize(Bh.size());
+        for (size_t i = 0; i < Bh.size(); ++i) Bf[i] = widen(Bh[i]);
+        for (bool acc : {false, true}) {
+          for (float& c : want) c = rnd();
+          got = want;
+          simd::gemm<float>(m, n, k, A.data(), lda, Bf.data(), W, ldb, want.data(), ldc, acc);
+          simd::gemm_half(kind, m, n, k, A.data(), lda, Bh.data(), W, ldb, got.data(), ldc, acc);
+          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << "gemm_half acc " << acc;
+        }
+      }
+}
+TEST(CpuIsa, GemmOnBf16BitsMatchesWidenedCopyBitForBit) { check_half_gemms(simd::Half16::bf16); }
+TEST(CpuIsa, GemmOnF16BitsMatchesWidenedCopyBitForBit) { check_half_gemms(simd::Half16::f16); }
+
 TEST(CpuIsa, GemmMatchesDoubleLoopFloat) { check_gemm<float>(1e-6); }
 TEST(CpuIsa, GemmNtMatchesDoubleLoopFloat) { check_gemm_nt<float>(1e-6); }
 TEST(CpuIsa, GemmNtMatchesDoubleLoopDouble) { check_gemm_nt<double>(1e-15); }
@@ -337,6 +386,46 @@ TEST(CpuIsa, KeySplitDecodeMatchesReference) {
     const attncheck::Verdict v = attncheck::judge(c.p, ref, out);
     for (const auto& t : v.tensors) EXPECT_TRUE(t.pass) << t.describe() << " max_abs_err " << t.max_abs_err;
   }
+}
+
+// Decode on bf16 / fp16 inputs reads K and V in place as 16-bit values (cpu_pack.hpp), or, when V has a
+// non-finite value, through a widened copy. Either way it must compute exactly what the fp32 path computes on the
+// widened inputs: the same output rounded once to the dtype, the same lse. Both implementations, both V paths.
+TEST(CpuIsa, HalfDecodeEqualsFloatDecodeOnWidenedInputs) {
+  using attncheck::DType;
+  using attncheck::testing::Case;
+  for (const DType t : {DType::bf16, DType::f16})
+    for (const bool poison : {false, true})
+      for (const char* impl : {"cpu-flash", "cpu"}) {
+        Case c;
+        c.p.dtype = t, c.p.B = 2, c.p.Hq = 4, c.p.Hkv = 2, c.p.Lq = 1, c.p.Lk = 1000, c.p.Dqk = c.p.Dv = 64;
+        c.p.want_lse = true;
+        c.p.key_lengths = {1000, 613};  // padding: poisoned keys when poison
+        c.poison = poison;
+        c.seed = 5;
+        SCOPED_TRACE(std::string(impl) + " " + c.name());
+        attncheck::validate(c.p);
+        const attncheck::Inputs in = attncheck::testing::make_inputs(c);
+        attncheck::Problem pf = c.p;
+        pf.dtype = DType::f32;
+        attncheck::Inputs wide = in;
+        for (attncheck::Tensor* x : {&wide.q, &wide.k, &wide.v}) {
+          attncheck::Tensor f(DType::f32, x->shape);
+          ASSERT_EQ(f.strides, x->strides);
+          for (int64_t n = 0; n < x->numel(); ++n) f.set_offset(n, x->get_offset(n));
+          *x = f;
+        }
+        attncheck::Outputs oh, of;
+        ASSERT_TRUE(attncheck::run_impl(*attncheck::find_impl(impl), c.p, in, oh).ok);
+        ASSERT_TRUE(attncheck::run_impl(*attncheck::find_impl(impl), pf, wide, of).ok);
+        for (int64_t n = 0; n < of.out.numel(); ++n) {
+          const float o = of.out.data<float>()[n];
+          const uint16_t want = t == DType::bf16 ? attncheck::float_to_bf16_bits(o) : attncheck::float_to_half_bits(o);
+          ASSERT_EQ(oh.out.data<uint16_t>()[n], want) << "out element " << n;
+        }
+        ASSERT_EQ(oh.lse->dtype, of.lse->dtype);
+        ASSERT_EQ(0, std::memcmp(oh.lse->bytes.data(), of.lse->bytes.data(), of.lse->bytes.size())) << "lse";
+      }
 }
 
 }  // namespace

@@ -37,6 +37,15 @@ void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, 
 template <class T>
 void gemm_nt(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc);
 
+// The same two on B given as 16-bit floats (bf16 or fp16 bit patterns, T = float), widened in registers as they are
+// loaded: the same bits as gemm / gemm_nt on a widened copy of B, without writing or reading that copy (decode
+// reads each K/V element once, so the copy was most of its memory traffic).
+enum class Half16 { bf16, f16 };
+void gemm_half(Half16 t, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B,
+               int64_t bstride, int64_t ldb, float* C, int64_t ldc, bool accumulate);
+void gemm_nt_half(Half16 t, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B,
+                  int64_t ldb, float* C, int64_t ldc);
+
 // ---- softmax pieces -------------------------------------------------------------------------------------------
 // y[j] = exp(x[j]) with Highway's vectorised exp (documented max error 1 ulp; tests/cpu measures it over the whole
 // argument range), exactly 0 below the smallest normal number and NaN for NaN.

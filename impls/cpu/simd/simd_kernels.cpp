@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "attncheck/problem.hpp"  // half_bits_to_float, bf16_bits_to_float for the tails
 
@@ -31,9 +33,31 @@ int64_t StripWidthF32() { return StripWidth<float>(); }
 int64_t StripWidthF64() { return StripWidth<double>(); }
 int64_t TargetBit() { return HWY_TARGET; }
 
+// One vector of B as T: loaded, or (B in bf16 / fp16, T float) loaded at half width and widened in registers,
+// exactly, so a GEMM on 16-bit B computes the same bits as on a widened copy of it.
+template <class D, class TB>
+HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<TB, hn::TFromD<D>>) {
+    return hn::LoadU(d, p);
+  } else {
+    return hn::PromoteTo(d, hn::LoadU(hn::Rebind<TB, D>(), p));
+  }
+}
+// One element of B as T (the tails), the same exact widening.
+template <class T, class TB>
+HWY_INLINE T ElemB(const TB* p) {
+  if constexpr (std::is_same_v<TB, T>) {
+    return *p;
+  } else {
+    uint16_t bits;
+    std::memcpy(&bits, p, sizeof bits);
+    return std::is_same_v<TB, hwy::bfloat16_t> ? bf16_bits_to_float(bits) : half_bits_to_float(bits);
+  }
+}
+
 // C[MR x W] (+)= A[MR x k] · Bstrip[k x W]; A rows are lda apart, the strip's rows ldb apart.
-template <size_t MR, class T>
-HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const T* HWY_RESTRICT B, int64_t ldb, int64_t k,
+template <size_t MR, class T, class TB>
+HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const TB* HWY_RESTRICT B, int64_t ldb, int64_t k,
                      T* HWY_RESTRICT C, int64_t ldc, bool acc) {
   const hn::ScalableTag<T> d;
   const size_t N = hn::Lanes(d);
@@ -45,7 +69,7 @@ HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const T* HWY_RESTRICT
   }
 #pragma GCC unroll 4
   for (int64_t p = 0; p < k; ++p) {
-    const V b0 = hn::LoadU(d, B + p * ldb), b1 = hn::LoadU(d, B + p * ldb + N);
+    const V b0 = LoadB(d, B + p * ldb), b1 = LoadB(d, B + p * ldb + N);
     for (size_t i = 0; i < MR; ++i) {
       const V a = hn::Set(d, A[i * lda + p]);
       c0[i] = hn::MulAdd(a, b0, c0[i]);
@@ -58,8 +82,8 @@ HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const T* HWY_RESTRICT
   }
 }
 
-template <class T>
-HWY_INLINE void TileRows(size_t r, const T* A, int64_t lda, const T* B, int64_t ldb, int64_t k, T* C, int64_t ldc,
+template <class T, class TB>
+HWY_INLINE void TileRows(size_t r, const T* A, int64_t lda, const TB* B, int64_t ldb, int64_t k, T* C, int64_t ldc,
                          bool acc) {
   switch (r) {
     case 1: return Tile<1>(A, lda, B, ldb, k, C, ldc, acc);
@@ -78,8 +102,8 @@ HWY_INLINE void TileRows(size_t r, const T* A, int64_t lda, const T* B, int64_t 
 
 // Blocked so that the B block in use (kc rows of a few strips) stays in L2, and a block of A rows (mc x kc) with
 // one B strip (kc x W) in L1: every row tile of the block runs against the strip before the next strip is read.
-template <class T>
-void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t bstride, int64_t ldb, T* C,
+template <class T, class TB>
+void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const TB* B, int64_t bstride, int64_t ldb, T* C,
           int64_t ldc, bool accumulate) {
   const int64_t W = StripWidth<T>(), strips = (n + W - 1) / W;
   if (k <= 0) {
@@ -115,16 +139,24 @@ void GemmF64(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, cons
              int64_t ldb, double* C, int64_t ldc, bool accumulate) {
   Gemm(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
 }
+void GemmBF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t bstride,
+              int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  Gemm(m, n, k, A, lda, reinterpret_cast<const hwy::bfloat16_t*>(B), bstride, ldb, C, ldc, accumulate);
+}
+void GemmF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t bstride,
+             int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  Gemm(m, n, k, A, lda, reinterpret_cast<const hwy::float16_t*>(B), bstride, ldb, C, ldc, accumulate);
+}
 
 // C[i][j] = sum_p A[i][p] · B[j][p] (both row-major): for a few rows against rows of K as they lie in memory,
 // four keys at a time, each a vector accumulator reduced at the end; k tail through a zero-padded buffer.
-template <class T>
-void GemmNT(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc) {
+template <class T, class TB>
+void GemmNT(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const TB* B, int64_t ldb, T* C, int64_t ldc) {
   const hn::ScalableTag<T> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d)), kv = k / N * N;
-  auto tail = [&](const T* row) {  // the last k - kv values, zero-padded to a vector
+  auto tail = [&](const auto* row) {  // the last k - kv values as T, zero-padded to a vector
     alignas(64) T buf[64 / sizeof(T)] = {};
-    std::copy(row + kv, row + k, buf);
+    for (int64_t p = kv; p < k; ++p) buf[p - kv] = ElemB<T>(row + p);
     return hn::LoadU(d, buf);
   };
   for (int64_t i = 0; i < m; ++i) {
@@ -132,14 +164,14 @@ void GemmNT(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B
     const auto at = tail(a);
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
-      const T* b = B + j * ldb;
+      const TB* b = B + j * ldb;
       auto c0 = hn::Zero(d), c1 = hn::Zero(d), c2 = hn::Zero(d), c3 = hn::Zero(d);
       for (int64_t p = 0; p < kv; p += N) {
         const auto x = hn::LoadU(d, a + p);
-        c0 = hn::MulAdd(x, hn::LoadU(d, b + p), c0);
-        c1 = hn::MulAdd(x, hn::LoadU(d, b + ldb + p), c1);
-        c2 = hn::MulAdd(x, hn::LoadU(d, b + 2 * ldb + p), c2);
-        c3 = hn::MulAdd(x, hn::LoadU(d, b + 3 * ldb + p), c3);
+        c0 = hn::MulAdd(x, LoadB(d, b + p), c0);
+        c1 = hn::MulAdd(x, LoadB(d, b + ldb + p), c1);
+        c2 = hn::MulAdd(x, LoadB(d, b + 2 * ldb + p), c2);
+        c3 = hn::MulAdd(x, LoadB(d, b + 3 * ldb + p), c3);
       }
       if (kv < k) {
         c0 = hn::MulAdd(at, tail(b), c0);
@@ -153,9 +185,9 @@ void GemmNT(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const T* B
       C[i * ldc + j + 3] = hn::GetLane(hn::SumOfLanes(d, c3));
     }
     for (; j < n; ++j) {
-      const T* b = B + j * ldb;
+      const TB* b = B + j * ldb;
       auto c0 = hn::Zero(d);
-      for (int64_t p = 0; p < kv; p += N) c0 = hn::MulAdd(hn::LoadU(d, a + p), hn::LoadU(d, b + p), c0);
+      for (int64_t p = 0; p < kv; p += N) c0 = hn::MulAdd(hn::LoadU(d, a + p), LoadB(d, b + p), c0);
       if (kv < k) c0 = hn::MulAdd(at, tail(b), c0);
       C[i * ldc + j] = hn::GetLane(hn::SumOfLanes(d, c0));
     }
@@ -168,6 +200,14 @@ void GemmNTF32(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, con
 void GemmNTF64(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t ldb,
                double* C, int64_t ldc) {
   GemmNT(m, n, k, A, lda, B, ldb, C, ldc);
+}
+void GemmNTBF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t ldb,
+                float* C, int64_t ldc) {
+  GemmNT(m, n, k, A, lda, reinterpret_cast<const hwy::bfloat16_t*>(B), ldb, C, ldc);
+}
+void GemmNTF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t ldb,
+               float* C, int64_t ldc) {
+  GemmNT(m, n, k, A, lda, reinterpret_cast<const hwy::float16_t*>(B), ldb, C, ldc);
 }
 
 // exp with exact zeros below the smallest normal number and NaN kept (Highway's Exp maps NaN to 0).
@@ -409,6 +449,10 @@ HWY_EXPORT(GemmF32);
 HWY_EXPORT(GemmF64);
 HWY_EXPORT(GemmNTF32);
 HWY_EXPORT(GemmNTF64);
+HWY_EXPORT(GemmBF16);
+HWY_EXPORT(GemmF16);
+HWY_EXPORT(GemmNTBF16);
+HWY_EXPORT(GemmNTF16);
 HWY_EXPORT(ExpShiftedF32);
 HWY_EXPORT(ExpShiftedF64);
 HWY_EXPORT(ExpShiftedRowsF32);
@@ -514,6 +558,20 @@ template <>
 void exp<double>(const double* x, double* y, int64_t n) {
   select_target();
   HWY_DYNAMIC_DISPATCH(ExpF64)(x, y, n);
+}
+void gemm_half(Half16 t, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B,
+               int64_t bstride, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  if (t == Half16::bf16)
+    HWY_DYNAMIC_DISPATCH(GemmBF16)(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
+  else
+    HWY_DYNAMIC_DISPATCH(GemmF16)(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
+}
+void gemm_nt_half(Half16 t, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B,
+                  int64_t ldb, float* C, int64_t ldc) {
+  if (t == Half16::bf16)
+    HWY_DYNAMIC_DISPATCH(GemmNTBF16)(m, n, k, A, lda, B, ldb, C, ldc);
+  else
+    HWY_DYNAMIC_DISPATCH(GemmNTF16)(m, n, k, A, lda, B, ldb, C, ldc);
 }
 template <>
 float exp_shifted<float>(const float* s, float* d, int64_t n, float m) {
