@@ -2,7 +2,8 @@
 # Judges ONNX's own Attention conformance outputs with attncheck's fp64 reference and tolerance model: each
 # `test_attention_*` case of the installed onnx package is mapped per docs/onnx-mapping.md, imported
 # (`attncheck import`) and ONNX's expected outputs are compared (`attncheck compare`). Run by hand, not in CI:
-#   python3 tools/onnx_conformance.py [--attncheck build/tools/attncheck] [--filter REGEX] [--keep DIR] [-v]
+#   python3 tools/onnx_conformance.py [--attncheck build/tools/attncheck] [--filter REGEX] [--keep DIR]
+#                                     [--default-contract] [-v]
 # Needs numpy and onnx (pip); no h5py (the candidate is an .npz).
 import argparse
 import os
@@ -63,10 +64,8 @@ def map_case(c):
     outs = dict(zip([n for n in node.output if n], c["outputs"], strict=True))
     q, k, v = ins["Q"], ins["K"], ins["V"]
     mode = attrs.get("qk_matmul_output_mode", 0)
-    if "past_key" in ins or "past_value" in ins:
-        raise NotImportable("past_key/past_value -> present: `attncheck import` reads no past arrays")
-    if "qk_matmul_output" in outs and mode != 3:
-        raise NotImportable(f"qk_matmul_output mode {mode} (scores_out): `attncheck import` has no scores flag")
+    if ("past_key" in ins) != ("past_value" in ins) or ("past_key" in ins) != ("present_key" in outs):
+        raise NotImportable("past_key/past_value without present_key/present_value (or one of a pair alone)")
     flags, words = ["--policy", "zero"], []
     if q.ndim == 3:
         hq, hkv = attrs["q_num_heads"], attrs["kv_num_heads"]
@@ -82,6 +81,13 @@ def map_case(c):
     if is_bf16(q):
         flags += ["--dtype", "bf16"]
     arrays = {"q": as_stored(q), "k": as_stored(k), "v": as_stored(v)}
+    past = ins["past_key"].shape[2] if "past_key" in ins else 0
+    # past/present are 4-D [B,Hkv,L,D] even for 3-D Q/K/V; attncheck keeps them in the problem's layout.
+    kv_layout = (lambda a: a.transpose(0, 2, 1, 3)) if q.ndim == 4 and c["inputs"][0].ndim == 3 else (lambda a: a)
+    if past:
+        arrays["past_key"], arrays["past_value"] = as_stored(kv_layout(ins["past_key"])), as_stored(kv_layout(ins["past_value"]))
+        lk += past
+        words.append(f"past={past}" + (" (past/present transposed to BSHD)" if c["inputs"][0].ndim == 3 else ""))
     if "scale" in attrs:
         flags += ["--scale", repr(float(attrs["scale"]))]
         words.append(f"scale={attrs['scale']:.6g}")
@@ -91,8 +97,10 @@ def map_case(c):
     lengths = ins.get("nonpad_kv_seqlen")
     if attrs.get("is_causal", 0):
         # ONNX: j <= i + offset; offset 0 without a cache, nonpad_kv_seqlen[b] - Lq with it (bottom-right).
+        # With past_key: offset = past length (explicit). Masks and positions refer to the present keys.
         flags += ["--causal", "bottom-right" if lengths is not None else "top-left"]
-        words.append("causal-br" if lengths is not None else "causal-tl")
+        flags += ["--causal-offset", str(past)] if past else []
+        words.append("causal-br" if lengths is not None else f"causal-offset={past}" if past else "causal-tl")
     if lengths is not None:
         flags += ["--key-lengths", ",".join(str(int(x)) for x in lengths)]
         words.append("key_lengths=" + ",".join(str(int(x)) for x in lengths))
@@ -118,13 +126,23 @@ def map_case(c):
             words.append(f"padded+{pad}")
     y = outs["Y"]
     cand = {"out": as_stored(to_bshd(y, heads_q) if y.ndim == 3 else y)}
-    if mode == 3 and "qk_matmul_output" in outs:
-        flags.append("--want-weights")
-        cand["weights"] = as_stored(outs["qk_matmul_output"])
-        words.append("weights")
+    if "qk_matmul_output" in outs:  # mode 0, 1, 2: raw scores at a stage; 3: the softmax (weights)
+        key = "weights" if mode == 3 else "scores"
+        flags += ["--want-weights"] if mode == 3 else ["--scores-out", ["scaled", "capped", "masked"][mode]]
+        cand[key] = as_stored(outs["qk_matmul_output"])
+        words.append(key if mode == 3 else f"scores={flags[-1]}")
+    if past:
+        cand["present_key"], cand["present_value"] = (as_stored(kv_layout(outs[n])) for n in ("present_key", "present_value"))
+    # The spec: "If softmax precision is not provided, the same precision as the input of softmax (Q and K) is
+    # used": a 16-bit case's softmax runs in fp16/bf16, which the candidate declares as its precision contract
+    # (attncheck's 16-bit default is an fp32 softmax). softmax_precision is a TensorProto type number.
+    dtype = "bf16" if is_bf16(ins["Q"]) else {"float16": "fp16", "float32": "fp32", "float64": "fp64"}[ins["Q"].dtype.name]
+    softmax = {1: "fp32", 10: "fp16", 11: "fp64", 16: "bf16"}[attrs["softmax_precision"]] if "softmax_precision" in attrs else dtype
+    contract = [] if softmax == "fp32" and dtype in ("fp16", "bf16", "fp32") else [f"scores={softmax}"]
     if "softmax_precision" in attrs:
-        words.append(f"softmax_precision={attrs['softmax_precision']}")
-    return flags, arrays, cand, " ".join(words)
+        words.append(f"softmax_precision={softmax}")
+    words += [f"contract {contract[0]}"] if contract else []
+    return flags, arrays, cand, " ".join(words), contract
 
 
 def run(cmd):
@@ -144,6 +162,8 @@ def main():
     ap.add_argument("--attncheck", default=os.path.join(here, "..", "build", "tools", "attncheck"))
     ap.add_argument("--filter", default="", help="regex on the case name")
     ap.add_argument("--keep", default="", help="keep the .npz inputs, fixtures and candidates in this directory")
+    ap.add_argument("--default-contract", action="store_true",
+                    help="judge 16-bit cases under attncheck's default contract (fp32 softmax), not ONNX's softmax precision")
     ap.add_argument("-v", "--verbose", action="store_true", help="print compare's whole output for every case")
     a = ap.parse_args()
     if not os.access(a.attncheck, os.X_OK):
@@ -163,7 +183,7 @@ def judge_all(a, work):
             continue
         name = c["name"].removeprefix("test_attention_")
         try:
-            flags, arrays, cand, mapping = map_case(c)
+            flags, arrays, cand, mapping, contract = map_case(c)
         except NotImportable as e:
             rows.append((name, c["opset"], "-", f"not importable: {e}"))
             counts["not importable"] += 1
@@ -178,7 +198,7 @@ def judge_all(a, work):
             counts["not importable"] += 1
             continue
         rc, text = run([a.attncheck, "compare", "--expected", base + ".h5", "--actual", base + ".onnx.npz",
-                        "--name", "onnx-stored"])
+                        "--name", "onnx-stored"] + (["--contract", contract[0]] if contract and not a.default_contract else []))
         if a.verbose:
             print(f"--- {name}: {' '.join(flags)}\n{text}")
         if rc == 0:

@@ -11,7 +11,7 @@
 namespace attncheck {
 namespace {
 
-const char* const kNames[] = {"q", "k", "v", "mask", "bias", "keep"};
+const char* const kNames[] = {"q", "k", "v", "mask", "bias", "keep", "past_key", "past_value"};
 
 std::string h5_dtype_name(hid_t dset) {
   h5::Id t(H5Dget_type(dset), H5Tclose);

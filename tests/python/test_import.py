@@ -88,3 +88,35 @@ with h5py.File(fix, "r+") as f:
 r = run("verify", "--fixtures", os.path.join(scratch, "cases"), "--impl", "reference", "--filter", "*")
 assert r.returncode == 2 and "values must be 0 or 1, got -1" in r.stderr, r.stdout + r.stderr
 print("fixture reader: int8 -1 in /inputs/mask rejected, naming the index")
+
+# A KV-cache append (past_key/past_value; k, v the new tokens) with --scores-out masked and a causal offset equal
+# to the past length (ONNX's is_causal with past_key): the fixture expects present = concat(past, new), the
+# attention over the present keys and the masked scores, all matching numpy; BSHD past arrays alike.
+pq = rng.standard_normal((2, 4, 3, 16)).astype(np.float32)
+pk, pv = rng.standard_normal((2, 2, 5, 16)).astype(np.float32), rng.standard_normal((2, 2, 5, 8)).astype(np.float32)
+nk, nv = rng.standard_normal((2, 2, 3, 16)).astype(np.float32), rng.standard_normal((2, 2, 3, 8)).astype(np.float32)
+K, V = np.concatenate([pk, nk], axis=2), np.concatenate([pv, nv], axis=2)
+s = np.einsum("bhid,bhjd->bhij", pq.astype(np.float64), np.repeat(K, 2, axis=1).astype(np.float64)) * 0.25
+s = np.where(np.arange(8)[None, :] <= np.arange(3)[:, None] + 5, s, -np.inf)
+e = np.exp(s - s.max(-1, keepdims=True))
+want = np.einsum("bhij,bhjd->bhid", e / e.sum(-1, keepdims=True), np.repeat(V, 2, axis=1).astype(np.float64))
+for layout, tr in (("bhsd", lambda a: a), ("bshd", lambda a: a.transpose(0, 2, 1, 3))):
+    path, out = os.path.join(scratch, f"past_{layout}.npz"), os.path.join(scratch, f"past_{layout}.h5")
+    np.savez(path, q=tr(pq), k=tr(nk), v=tr(nv), past_key=tr(pk), past_value=tr(pv))
+    r = run("import", path, "--out", out, "--layout", layout, "--scale", "0.25", "--causal", "top-left",
+            "--causal-offset", "5", "--scores-out", "masked")
+    assert r.returncode == 0, (layout, r.stdout, r.stderr)
+    with h5py.File(out, "r") as f:
+        assert f.attrs["past_len"] == 5 and f.attrs["Lk"] == 8
+        assert np.array_equal(f["expected/present_key"][()], tr(K)) and np.array_equal(f["expected/present_value"][()], tr(V))
+        got_s = f["expected/scores"][()]
+        assert np.array_equal(np.isinf(got_s), np.isinf(s)) and np.allclose(got_s, s, rtol=0, atol=1e-12), "masked scores differ"
+        err = np.abs(tr(f["expected/out"][()]) - want).max()
+    assert err < 1e-12, f"past ({layout}): reference differs from numpy by {err}"
+    print(f"past ({layout}): present, masked scores and out match numpy (max diff {err:.2e})")
+np.savez(os.path.join(scratch, "past_only.npz"), q=pq, k=nk, v=nv, past_key=pk)
+r = run("import", os.path.join(scratch, "past_only.npz"), "--out", os.path.join(scratch, "x.h5"))
+assert r.returncode == 2 and "past_key and past_value come together" in r.stderr, r.stderr
+r = run("import", os.path.join(scratch, "past_bhsd.npz"), "--out", os.path.join(scratch, "x.h5"), "--scores-out", "raw")
+assert r.returncode == 2 and "--scores-out: unknown value 'raw'" in r.stderr, r.stderr
+print("past_key alone and --scores-out raw: rejected with exit 2")

@@ -1,5 +1,6 @@
 // `attncheck import TENSORS.npz|.h5 --out CASE.h5 [--causal bottom-right --scale S --softcap C --policy P ...]`:
-// a fixture from a user's own tensors (q, k, v, optional mask, bias, keep). The problem comes from the arrays'
+// a fixture from a user's own tensors (q, k, v, optional mask, bias, keep, and past_key/past_value for a KV-cache
+// append: k, v are then the new tokens and the fixture also expects present = concat(past, new)). The problem comes from the arrays'
 // shapes and dtype plus the flags; the reference computes the expected outputs; `verify` replays the result.
 #include <algorithm>
 #include <cstdio>
@@ -15,7 +16,7 @@ namespace attncheck::cli {
 namespace {
 
 struct Options {
-  std::string input, out, tolerances, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value;
+  std::string input, out, tolerances, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value, scores_out;
   std::optional<double> scale;
   double softcap = 0, dropout_p = 0;
   std::optional<int64_t> causal_offset;
@@ -81,7 +82,7 @@ int run_import() {
   if (g.out.empty() || std::filesystem::path(g.out).extension() != ".h5") bad("--out: must name a .h5 file, got '" + g.out + "'");
   std::map<std::string, UserArray> arrays = read_user_arrays(g.input, budget().max_bytes);
   for (const char* n : {"q", "k", "v"})
-    if (!arrays.count(n)) bad(g.input + ": no array named '" + n + "' (need q, k, v; optional mask, bias, keep)");
+    if (!arrays.count(n)) bad(g.input + ": no array named '" + n + "' (need q, k, v; optional mask, bias, keep, past_key, past_value)");
   const UserArray &q = arrays["q"], &k = arrays["k"], &v = arrays["v"];
   for (const auto* a : {&q, &k, &v})
     if (a->shape.size() != 4) bad(g.input + ": q, k, v must have rank 4, got q " + shape_string(q.shape) + ", k " +
@@ -102,6 +103,22 @@ int run_import() {
   if (dim(k, 0) != p.B || dim(v, 0) != p.B || dim(k, 3) != p.Dqk || dim(v, 1) != p.Hkv || dim(v, 2) != p.Lk)
     bad(g.input + ": shapes do not agree (" + g.layout + "): q " + shape_string(q.shape) + ", k " + shape_string(k.shape) +
         ", v " + shape_string(v.shape));
+  // A KV-cache append: past_key/past_value [B,Hkv,P,D] in the same layout; Lk is the present length P + new.
+  const auto pk = arrays.find("past_key"), pv = arrays.find("past_value");
+  if ((pk == arrays.end()) != (pv == arrays.end()))
+    bad(g.input + ": past_key and past_value come together (found only " +
+        (pk != arrays.end() ? "past_key" : "past_value") + ")");
+  if (pk != arrays.end()) {
+    const UserArray &a = pk->second, &b = pv->second;
+    if (a.shape.size() != 4 || b.shape.size() != 4 || a.dtype != q.dtype || b.dtype != q.dtype || dim(a, 0) != p.B ||
+        dim(a, 1) != p.Hkv || dim(a, 3) != p.Dqk || dim(b, 0) != p.B || dim(b, 1) != p.Hkv || dim(b, 2) != dim(a, 2) ||
+        dim(b, 3) != p.Dv)
+      bad(g.input + ": past_key " + a.dtype + shape_string(a.shape) + ", past_value " + b.dtype + shape_string(b.shape) +
+          " must be [B,Hkv,P,Dqk] and [B,Hkv,P,Dv] (" + g.layout + ") in q's dtype " + q.dtype + ", with k " +
+          shape_string(k.shape));
+    p.past_len = dim(a, 2);
+    p.Lk += p.past_len;
+  }
   p.scale = g.scale;
   p.softcap = g.softcap;
   if (!g.causal.empty()) {
@@ -120,11 +137,22 @@ int run_import() {
   if (!g.fill_value.empty()) p.fill = MaskFill::finite, p.fill_value = std::stod(g.fill_value);
   p.dropout_p = g.dropout_p, p.dropout_seed = g.dropout_seed;
   p.want_lse = g.want_lse, p.want_weights = g.want_weights;
+  if (!g.scores_out.empty()) {
+    try {
+      p.scores_out = scores_out_from_string(g.scores_out);
+    } catch (const std::exception&) {
+      bad("--scores-out: unknown value '" + g.scores_out + "' (expected scaled, capped, masked)");
+    }
+  }
 
   Inputs in;
   in.q = to_tensor(q, p.dtype, {p.B, p.Hq, p.Lq, p.Dqk}, p.layout, bf16_bits);
-  in.k = to_tensor(k, p.dtype, {p.B, p.Hkv, p.Lk, p.Dqk}, p.layout, bf16_bits);
-  in.v = to_tensor(v, p.dtype, {p.B, p.Hkv, p.Lk, p.Dv}, p.layout, bf16_bits);
+  in.k = to_tensor(k, p.dtype, {p.B, p.Hkv, p.new_len(), p.Dqk}, p.layout, bf16_bits);
+  in.v = to_tensor(v, p.dtype, {p.B, p.Hkv, p.new_len(), p.Dv}, p.layout, bf16_bits);
+  if (p.past_len > 0) {
+    in.past_k = to_tensor(pk->second, p.dtype, {p.B, p.Hkv, p.past_len, p.Dqk}, p.layout, bf16_bits);
+    in.past_v = to_tensor(pv->second, p.dtype, {p.B, p.Hkv, p.past_len, p.Dv}, p.layout, bf16_bits);
+  }
   if (auto it = arrays.find("mask"); it != arrays.end()) {
     check_zero_one(g.input + ": mask", it->second);
     p.mask_shape = broadcast_shape(it->second, "mask");
@@ -172,7 +200,7 @@ int run_import() {
   return 0;
 }
 
-const Register reg{{"import", "Make a fixture from your own tensors (.npz or .h5 with q, k, v [, mask, bias, keep])",
+const Register reg{{"import", "Make a fixture from your own tensors (.npz or .h5 with q, k, v [, mask, bias, keep, past_key, past_value])",
                     [](CLI::App& sub) {
                       sub.add_option("input", g.input, "Tensors: .npz (np.savez[_compressed]) or .h5 (h5py)")->required();
                       sub.add_option("--out", g.out, "Fixture to write (.h5)")->required();
@@ -193,6 +221,8 @@ const Register reg{{"import", "Make a fixture from your own tensors (.npz or .h5
                       sub.add_option("--dropout-seed", g.dropout_seed, "Recorded with the keep array");
                       sub.add_flag("--want-lse", g.want_lse, "Ask implementations for lse");
                       sub.add_flag("--want-weights", g.want_weights, "Ask for (and store) the attention weights");
+                      sub.add_option("--scores-out", g.scores_out, "Also expect the raw scores [B,Hq,Lq,Lk]: scaled, capped "
+                                     "(after softcap) or masked (the softmax input); ONNX qk_matmul_output_mode 0, 1, 2");
                       return std::function<int()>(run_import);
                     }}};
 

@@ -18,7 +18,7 @@ struct UserArray {
   bool is_integer_or_bool() const { return !is_float(); }
 };
 
-// Arrays named q, k, v, mask, bias, keep found in `path` (.npz: members "q.npy", ...; .h5/.hdf5: datasets /q or
+// Arrays named q, k, v, mask, bias, keep, past_key, past_value found in `path` (.npz: members "q.npy", ...; .h5/.hdf5: datasets /q or
 // /inputs/q, ...). Unknown names are ignored. Refuses files larger than `max_bytes`.
 std::map<std::string, UserArray> read_user_arrays(const std::string& path, uint64_t max_bytes = uint64_t{2} << 30);
 
