@@ -56,7 +56,7 @@ def to_bshd(a, heads):
 
 
 def map_case(c):
-    """(import flags, npz arrays, candidate arrays, mapping text) or NotImportable."""
+    """(import flags, npz arrays, candidate arrays, mapping text, [compare --contract value]) or NotImportable."""
     node = c["node"]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     # expect() lists the arrays of the named inputs/outputs only: '' marks an omitted optional one.
@@ -83,11 +83,13 @@ def map_case(c):
     arrays = {"q": as_stored(q), "k": as_stored(k), "v": as_stored(v)}
     past = ins["past_key"].shape[2] if "past_key" in ins else 0
     # past/present are 4-D [B,Hkv,L,D] even for 3-D Q/K/V; attncheck keeps them in the problem's layout.
-    kv_layout = (lambda a: a.transpose(0, 2, 1, 3)) if q.ndim == 4 and c["inputs"][0].ndim == 3 else (lambda a: a)
+    three_d = ins["Q"].ndim == 3
+    kv_layout = (lambda a: a.transpose(0, 2, 1, 3)) if three_d else (lambda a: a)
     if past:
-        arrays["past_key"], arrays["past_value"] = as_stored(kv_layout(ins["past_key"])), as_stored(kv_layout(ins["past_value"]))
+        arrays["past_key"] = as_stored(kv_layout(ins["past_key"]))
+        arrays["past_value"] = as_stored(kv_layout(ins["past_value"]))
         lk += past
-        words.append(f"past={past}" + (" (past/present transposed to BSHD)" if c["inputs"][0].ndim == 3 else ""))
+        words.append(f"past={past}" + (" (past/present transposed to BSHD)" if three_d else ""))
     if "scale" in attrs:
         flags += ["--scale", repr(float(attrs["scale"]))]
         words.append(f"scale={attrs['scale']:.6g}")
@@ -132,12 +134,15 @@ def map_case(c):
         cand[key] = as_stored(outs["qk_matmul_output"])
         words.append(key if mode == 3 else f"scores={flags[-1]}")
     if past:
-        cand["present_key"], cand["present_value"] = (as_stored(kv_layout(outs[n])) for n in ("present_key", "present_value"))
+        cand["present_key"] = as_stored(kv_layout(outs["present_key"]))
+        cand["present_value"] = as_stored(kv_layout(outs["present_value"]))
     # The spec: "If softmax precision is not provided, the same precision as the input of softmax (Q and K) is
     # used": a 16-bit case's softmax runs in fp16/bf16, which the candidate declares as its precision contract
     # (attncheck's 16-bit default is an fp32 softmax). softmax_precision is a TensorProto type number.
     dtype = "bf16" if is_bf16(ins["Q"]) else {"float16": "fp16", "float32": "fp32", "float64": "fp64"}[ins["Q"].dtype.name]
-    softmax = {1: "fp32", 10: "fp16", 11: "fp64", 16: "bf16"}[attrs["softmax_precision"]] if "softmax_precision" in attrs else dtype
+    softmax = dtype
+    if "softmax_precision" in attrs:
+        softmax = {1: "fp32", 10: "fp16", 11: "fp64", 16: "bf16"}[attrs["softmax_precision"]]
     contract = [] if softmax == "fp32" and dtype in ("fp16", "bf16", "fp32") else [f"scores={softmax}"]
     if "softmax_precision" in attrs:
         words.append(f"softmax_precision={softmax}")
