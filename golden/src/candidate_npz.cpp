@@ -10,15 +10,6 @@
 namespace attncheck::fixture_detail {
 namespace {
 
-std::string dims_string(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i) r += ',';
-    r += std::to_string(s[i]);
-  }
-  return r + "]";
-}
-
 // The member as a tensor of `logical` shape stored as `dims` (`order` empty: contiguous logical order).
 std::optional<Tensor> member(const std::string& path, std::map<std::string, UserArray>& all, const std::string& name,
                              const std::vector<int64_t>& logical, const std::vector<int64_t>& dims,
@@ -27,7 +18,7 @@ std::optional<Tensor> member(const std::string& path, std::map<std::string, User
   if (it == all.end()) return std::nullopt;
   const UserArray& a = it->second;
   if (a.shape != dims)
-    throw std::invalid_argument(path + ": " + name + ": shape must be " + dims_string(dims) + ", got " + dims_string(a.shape));
+    throw std::invalid_argument(path + ": " + name + ": shape must be " + shape_string(dims) + ", got " + shape_string(a.shape));
   const bool bf16 = a.dtype == "uint16";
   const DType dt = a.dtype == "float16" ? DType::f16 : bf16 ? DType::bf16 : a.dtype == "float32" ? DType::f32
                    : a.dtype == "float64" ? DType::f64 : throw std::invalid_argument(

@@ -350,24 +350,12 @@ std::vector<int64_t> Reader::extents(hid_t dset, const std::string& where) const
   return out;
 }
 
-namespace {
-std::string dims_str(const std::vector<int64_t>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(d[i]);
-  }
-  s += ']';
-  return s;
-}
-}  // namespace
-
 void Reader::expect_extents(hid_t dset, const std::string& where, const std::vector<int64_t>& dims) const {
   const auto got = extents(dset, where);
   if (got.size() != dims.size())
-    fail(where, "rank must be " + std::to_string(dims.size()) + " with shape " + dims_str(dims) + ", got rank " +
-                    std::to_string(got.size()) + " shape " + dims_str(got));
-  if (got != dims) fail(where, "shape must be " + dims_str(dims) + ", got " + dims_str(got));
+    fail(where, "rank must be " + std::to_string(dims.size()) + " with shape " + shape_string(dims) + ", got rank " +
+                    std::to_string(got.size()) + " shape " + shape_string(got));
+  if (got != dims) fail(where, "shape must be " + shape_string(dims) + ", got " + shape_string(got));
 }
 
 std::string Reader::type_name(hid_t dset) const {

@@ -12,19 +12,13 @@ constexpr double kMaxDsWorkspace = 4.0 * 1024 * 1024 * 1024;
 
 size_t acc_size(const Problem& p) { return p.dtype == DType::f64 ? sizeof(double) : sizeof(float); }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r;
-  for (int64_t x : s) r += (r.empty() ? "" : ",") + std::to_string(x);
-  return "[" + r + "]";
-}
-
 void expect(const Tensor& t, const char* name, DType dtype, const std::vector<int64_t>& shape) {
   if (t.dtype != dtype)
     throw std::invalid_argument(std::string("cuda backward: ") + name + " has dtype " + to_string(t.dtype) +
                                 ", the kernels read " + to_string(dtype));
   if (t.shape != shape)
-    throw std::invalid_argument(std::string("cuda backward: ") + name + " has shape " + shape_str(t.shape) +
-                                ", expected " + shape_str(shape));
+    throw std::invalid_argument(std::string("cuda backward: ") + name + " has shape " + shape_string(t.shape) +
+                                ", expected " + shape_string(shape));
 }
 }  // namespace
 

@@ -1,4 +1,4 @@
-// Small helpers shared by the problem-model sources (not installed): the error thrower, shape text, and the
+// Small helpers shared by the problem-model sources (not installed): the error thrower and the
 // round-to-odd step that makes fp16/bf16 rounding from double a single rounding.
 #pragma once
 
@@ -12,15 +12,6 @@ namespace attncheck::detail {
 [[noreturn]] inline void fail(const std::string& msg) { throw std::invalid_argument(msg); }
 
 inline constexpr int64_t kMaxElements = int64_t{1} << 60;  // per tensor, and the bound on offsets and windows
-
-inline std::string shape_str(const std::vector<int64_t>& s) {
-  std::string o = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i) o += ',';
-    o += std::to_string(s[i]);  // appended, not "," + to_string(): gcc 12's false -Wrestrict (GCC PR 105329)
-  }
-  return o + "]";
-}
 
 // double -> float rounded to odd (see dtype.cpp).
 float to_float_odd(double x);

@@ -9,7 +9,6 @@
 namespace attncheck {
 
 using detail::fail;
-using detail::shape_str;
 
 // ---- problem -----------------------------------------------------------------------------------------------
 double Problem::effective_scale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(Dqk)); }
@@ -191,24 +190,24 @@ void validate(const Problem& p, const Inputs& in) {
     if (t.dtype != dt)
       fail(std::string(field) + " dtype must be " + to_string(dt) + ", got " + to_string(t.dtype));
     if (t.shape != shape)
-      fail(std::string(field) + " shape must be " + shape_str(shape) + ", got " + shape_str(t.shape));
+      fail(std::string(field) + " shape must be " + shape_string(shape) + ", got " + shape_string(t.shape));
     if (t.bytes.size() != static_cast<size_t>(t.numel()) * dtype_size(t.dtype))
       fail(std::string(field) + " holds " + std::to_string(t.bytes.size()) + " bytes, expected " +
            std::to_string(t.numel() * static_cast<int64_t>(dtype_size(t.dtype))));
     // Every element must lie inside the bytes: a hand-built tensor with wrong strides would read out of bounds.
     if (t.strides.size() != t.shape.size())
-      fail(std::string(field) + " strides " + shape_str(t.strides) + " must have one entry per dim of shape " +
-           shape_str(t.shape));
+      fail(std::string(field) + " strides " + shape_string(t.strides) + " must have one entry per dim of shape " +
+           shape_string(t.shape));
     int64_t last = 0;
     for (size_t d = 0; d < t.shape.size(); ++d) {
       if (t.strides[d] < 0)
-        fail(std::string(field) + " strides " + shape_str(t.strides) + " must be >= 0, dim " + std::to_string(d) +
+        fail(std::string(field) + " strides " + shape_string(t.strides) + " must be >= 0, dim " + std::to_string(d) +
              " is " + std::to_string(t.strides[d]));
       if (t.shape[d] > 0) last += (t.shape[d] - 1) * t.strides[d];
     }
     if (t.numel() > 0 && last >= t.numel())
-      fail(std::string(field) + " strides " + shape_str(t.strides) + " reach element " + std::to_string(last) +
-           " of shape " + shape_str(t.shape) + ", which holds only " + std::to_string(t.numel()));
+      fail(std::string(field) + " strides " + shape_string(t.strides) + " reach element " + std::to_string(last) +
+           " of shape " + shape_string(t.shape) + ", which holds only " + std::to_string(t.numel()));
   };
   check("q", in.q, p.dtype, {p.B, p.Hq, p.Lq, p.Dqk});
   check("k", in.k, p.dtype, qkv_shape(p, 1));

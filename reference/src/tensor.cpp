@@ -9,7 +9,6 @@ namespace attncheck {
 
 using detail::fail;
 using detail::kMaxElements;
-using detail::shape_str;
 
 // ---- tensors -----------------------------------------------------------------------------------------------
 Tensor::Tensor(DType t, std::vector<int64_t> s) : Tensor(t, std::move(s), std::vector<int>{}) {}
@@ -17,10 +16,10 @@ Tensor::Tensor(DType t, std::vector<int64_t> s) : Tensor(t, std::move(s), std::v
 Tensor::Tensor(DType t, std::vector<int64_t> s, const std::vector<int>& order) : dtype(t), shape(std::move(s)) {
   int64_t bytes_needed = static_cast<int64_t>(dtype_size(t));
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] < 0) fail("tensor shape: negative extent " + shape_str(shape));
+    if (shape[i] < 0) fail("tensor shape: negative extent " + shape_string(shape));
     // Overflow here would wrap to a small allocation that every later index runs past.
     if (__builtin_mul_overflow(bytes_needed, shape[i], &bytes_needed))
-      fail("tensor shape: " + shape_str(shape) + " of " + to_string(t) + " needs more than 2^63 bytes");
+      fail("tensor shape: " + shape_string(shape) + " of " + to_string(t) + " needs more than 2^63 bytes");
   }
   std::vector<int> ord = order;
   if (ord.empty())
@@ -29,7 +28,7 @@ Tensor::Tensor(DType t, std::vector<int64_t> s, const std::vector<int>& order) :
   for (int d : ord)
     if (ord.size() != shape.size() || d < 0 || d >= static_cast<int>(shape.size()) || seen[static_cast<size_t>(d)])
       fail("tensor storage_order must be a permutation of 0.." + std::to_string(shape.size()) + "-1 for shape " +
-           shape_str(shape) + ", got " + shape_str(std::vector<int64_t>(ord.begin(), ord.end())));
+           shape_string(shape) + ", got " + shape_string(std::vector<int64_t>(ord.begin(), ord.end())));
     else
       seen[static_cast<size_t>(d)] = true;
   strides.assign(shape.size(), 0);
@@ -97,6 +96,15 @@ std::vector<double> Tensor::to_double() const {
 void Tensor::fill(double x) {
   const int64_t n = numel();
   for (int64_t i = 0; i < n; ++i) set_offset(i, x);  // storage is dense: offsets 0..n-1 are every element
+}
+
+std::string shape_string(const std::vector<int64_t>& s) {
+  std::string o = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) o += ',';
+    o += std::to_string(s[i]);  // appended, not "," + to_string(): gcc 12's false -Wrestrict (GCC PR 105329)
+  }
+  return o + "]";
 }
 
 }  // namespace attncheck

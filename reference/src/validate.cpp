@@ -8,7 +8,6 @@ namespace attncheck {
 
 using detail::fail;
 using detail::kMaxElements;
-using detail::shape_str;
 
 namespace {
 // A field's value as error messages print it (doubles as std::to_string does: "got 1.000000").
@@ -27,9 +26,9 @@ void validate_varlen(const Problem& p) {
          std::to_string(k.size()));
   auto offsets = [](const char* name, const std::vector<int64_t>& v, const char* L, int64_t len) {
     if (v.front() != 0 || v.back() != len)
-      fail(std::string(name) + " must run from 0 to " + L + "=" + std::to_string(len) + ", got " + shape_str(v));
+      fail(std::string(name) + " must run from 0 to " + L + "=" + std::to_string(len) + ", got " + shape_string(v));
     for (size_t s = 1; s < v.size(); ++s)
-      if (v[s] < v[s - 1]) fail(std::string(name) + " must be nondecreasing, got " + shape_str(v));
+      if (v[s] < v[s - 1]) fail(std::string(name) + " must be nondecreasing, got " + shape_string(v));
   };
   offsets("cu_seqlens_q", q, "Lq", p.Lq);
   offsets("cu_seqlens_k", k, "Lk", p.Lk);
@@ -130,8 +129,8 @@ void validate(const Problem& p) {
     const char* dims[4] = {"B", "Hq", "Lq", "Lk"};
     for (int d = 0; d < 4; ++d)
       if (s[d] != 1 && s[d] != full[d])
-        fail(std::string(field) + " shape " + shape_str({s[0], s[1], s[2], s[3]}) +
-             " is not broadcastable to [B,Hq,Lq,Lk]=" + shape_str({p.B, p.Hq, p.Lq, p.Lk}) + ": dim " +
+        fail(std::string(field) + " shape " + shape_string({s[0], s[1], s[2], s[3]}) +
+             " is not broadcastable to [B,Hq,Lq,Lk]=" + shape_string({p.B, p.Hq, p.Lq, p.Lk}) + ": dim " +
              std::to_string(d) + " (" + dims[d] + ") is " + std::to_string(s[d]) + ", expected 1 or " +
              std::to_string(full[d]));
   };

@@ -44,15 +44,6 @@ void write_npy(const std::string& path, const std::vector<int64_t>& shape, const
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
 
-std::string shape_string(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i) r += ',';
-    r += std::to_string(s[i]);
-  }
-  return r + "]";
-}
-
 DType dtype_of(const UserArray& a, const std::string& name) {
   if (a.dtype == "float16") return DType::f16;
   if (a.dtype == "float32") return DType::f32;

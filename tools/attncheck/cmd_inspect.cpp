@@ -24,16 +24,6 @@ struct Options {
 };
 Options g;
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string o = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i) o += ',';
-    o += std::to_string(s[i]);
-  }
-  o += ']';
-  return o;
-}
-
 void stats(const char* name, const std::vector<double>& v, const char* extra = "") {
   double lo = INFINITY, hi = -INFINITY, sum = 0, sq = 0;
   int64_t finite = 0, nan = 0, inf = 0, zero = 0;
@@ -65,12 +55,12 @@ void print_fixture(const Fixture& f) {
   if (p.causal) std::printf("  causal      alignment %s\n", to_string(p.alignment));
   if (p.alignment == Alignment::explicit_ && (p.causal || p.has_window()))
     std::printf("  offsets     %s\n", p.causal_offsets.empty() ? std::to_string(p.causal_offset).c_str()
-                                                                : shape_str(p.causal_offsets).c_str());
-  if (!p.key_lengths.empty()) std::printf("  key_lengths %s\n", shape_str(p.key_lengths).c_str());
+                                                                : shape_string(p.causal_offsets).c_str());
+  if (!p.key_lengths.empty()) std::printf("  key_lengths %s\n", shape_string(p.key_lengths).c_str());
   if (p.mask_shape)
-    std::printf("  bool mask   %s\n", shape_str({p.mask_shape->begin(), p.mask_shape->end()}).c_str());
+    std::printf("  bool mask   %s\n", shape_string({p.mask_shape->begin(), p.mask_shape->end()}).c_str());
   if (p.bias_shape)
-    std::printf("  bias        %s %s\n", shape_str({p.bias_shape->begin(), p.bias_shape->end()}).c_str(),
+    std::printf("  bias        %s %s\n", shape_string({p.bias_shape->begin(), p.bias_shape->end()}).c_str(),
                 to_string(p.bias_dtype));
   if (p.has_window()) std::printf("  window      left %lld right %lld (-1 unbounded), alignment %s\n",
                                   (long long)p.window_left, (long long)p.window_right, to_string(p.alignment));

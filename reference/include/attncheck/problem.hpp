@@ -38,6 +38,9 @@ uint16_t float_to_half_bits(float f);
 float half_bits_to_float(uint16_t h);
 uint16_t float_to_bf16_bits(float f);
 float bf16_bits_to_float(uint16_t h);
+
+// "[2,3,4]": a shape (or any list of integers) as text, for messages.
+std::string shape_string(const std::vector<int64_t>& s);
 // Round a double to the nearest value representable in `t`, ties to even, rounding once (f64: identity).
 // Tensor::set rounds the same way.
 double round_to(DType t, double x);
