@@ -52,7 +52,9 @@ class Flash {
         W_(simd::strip_width<T>()),
         dvp_((p.Dv + W_ - 1) / W_ * W_),
         bq_(small_heads(p) ? kFlashBlockQSmallD : kFlashBlockQ),
-        bk_(small_heads(p) ? kFlashBlockKSmallD : kFlashBlockK) {}
+        bk_(small_heads(p) ? kFlashBlockKSmallD : kFlashBlockK),
+        pairs_(std::is_same_v<T, float> && in.q.dtype == DType::bf16 && in.k.dtype == DType::bf16 &&
+               p.scores_out == ScoresOut::none && simd::bf16_dot()) {}
 
   void run() {
     const int64_t Bq = bq_, Bk = bk_;
@@ -89,6 +91,8 @@ class Flash {
  private:
   struct Work {
     std::vector<T> Q, S, o, bmax;  // bmax: this block's visible max per row
+    std::vector<uint32_t> Q2;      // Q as bf16 pairs (load_q), when q2
+    bool q2 = false;
     std::vector<T> mnew, shift, sums;  // per row: the new running max, the exp's shift, the exp's sum
     std::vector<Span> spans;
     std::vector<Span> groups;  // per kGroupRows rows: the union of their spans
@@ -154,7 +158,7 @@ class Flash {
         }
         const int64_t b = bh / p_.Hq;
         const auto [pa, pe] = key_range(b, 0, nqb, 0, p_.Lk, w);
-        s.pan.pack(p_, in_, b, p_.kv_head(bh % p_.Hq), pa, pe);
+        s.pan.pack(p_, in_, b, p_.kv_head(bh % p_.Hq), pa, pe, false, pairs_);
       });
       return s;
     };
@@ -181,7 +185,7 @@ class Flash {
   void head_task(int64_t b, int64_t h, int64_t qb, int64_t ka, int64_t kb, Work& w, RowState<T>* part) const {
     const auto [pa, pe] = key_range(b, qb, qb + 1, ka, kb, w);
     const bool per_block = !out_.weights && !out_.scores;
-    if (!per_block) w.own.pack(p_, in_, b, p_.kv_head(h), pa, pe);
+    if (!per_block) w.own.pack(p_, in_, b, p_.kv_head(h), pa, pe, false, pairs_);
     const int64_t i0 = qb * bq_, nr = std::min(bq_, p_.Lq - i0);
     RowState<T>& st = part ? *part : w.st;
     block(b, h, i0, nr, pa, kb, per_block, w, st);
@@ -211,24 +215,44 @@ class Flash {
       w.pan->dots_rows(nr, c1 - c0, Q, p_.Dqk, c0, S + (c0 - j0), ld);
     } else if (c0 < c1) {
       const int64_t sa = (c0 - j0) / W_, sb = (c1 - j0 + W_ - 1) / W_;
+      if constexpr (std::is_same_v<T, float>) {
+        if (w.q2 && w.pan->pairs) {  // avx3_bf16: both operands as bf16 pairs
+          const int64_t kp = w.pan->kp;
+          return simd::gemm_bf16_pairs(nr, (sb - sa) * W_, kp, w.Q2.data() + r0 * kp, kp, w.pan->kt2_at(j0 + sa * W_),
+                                       kp * W_, W_, S + sa * W_, ld);
+        }
+      }
       simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, Q, p_.Dqk, w.pan->kt_at(j0 + sa * W_), p_.Dqk * W_, W_, S + sa * W_,
                     ld, false);
     }
   }
   void dots(int64_t nr, int64_t j0, int64_t c0, int64_t c1, Work& w) const { dots(0, nr, j0, c0, c1, w); }
 
+  // Rows [i0, i0 + nr) of Q into w.Q, and (pairs_) as bf16 pairs into w.Q2: q2 when none of them is subnormal.
+  void load_q(int64_t b, int64_t h, int64_t i0, int64_t nr, Work& w) const {
+    w.Q.resize(static_cast<size_t>(nr * p_.Dqk));
+    load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
+    w.q2 = pairs_;
+    if constexpr (std::is_same_v<T, float>) {
+      if (!pairs_) return;
+      const int64_t kp = (p_.Dqk + 1) / 2;
+      w.Q2.resize(static_cast<size_t>(nr * kp));
+      for (int64_t r = 0; r < nr; ++r)
+        w.q2 = simd::pack_bf16_pairs(w.Q.data() + r * p_.Dqk, p_.Dqk, w.Q2.data() + r * kp, 1) && w.q2;
+    }
+  }
+
   // One query block against key blocks from pa (a multiple of bk_) to kb: the online softmax into st.
   // `pack`: pack each key block's panels here (else the task packed them all).
   void block(int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t pa, int64_t kb, bool pack, Work& w,
              RowState<T>& st) const {
     const int64_t Bk = bk_;
-    w.Q.resize(static_cast<size_t>(nr * p_.Dqk));
     w.S.resize(static_cast<size_t>(nr * Bk));
     w.bmax.resize(static_cast<size_t>(nr));
     w.mnew.resize(static_cast<size_t>(nr));
     w.shift.resize(static_cast<size_t>(nr));
     w.sums.resize(static_cast<size_t>(nr));
-    load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
+    load_q(b, h, i0, nr, w);
     spans(b, i0, nr, w);
     st.reset(nr, dvp_);
     // The running max starts at the sink: terms far below it (a finite fill) then weigh exactly 0 from the start,
@@ -240,7 +264,7 @@ class Flash {
       const int64_t c0 = std::max(j0, w.ulo), c1 = std::min(j1, w.uhi);
       if (c0 >= c1 && !finite) continue;  // every key of the block is masked for every row: weight exactly 0
       // A few rows: dot products against K rows as loaded (no transposed panel to build for one use).
-      if (pack) w.own.pack(p_, in_, b, p_.kv_head(h), j0, finite ? j1 : c1, nr <= kFewRows);
+      if (pack) w.own.pack(p_, in_, b, p_.kv_head(h), j0, finite ? j1 : c1, nr <= kFewRows, pairs_);
       // S = Q·Kᵀ per group of rows over the group's visible keys in this block (the scorer fills the rest).
       for (int64_t g0 = 0; g0 < nr; g0 += kGroupRows) {
         const Span& g = w.groups[static_cast<size_t>(g0 / kGroupRows)];
@@ -346,7 +370,7 @@ class Flash {
   // product (the head's panels then cover all keys), stage masked after the scorer (masked keys = fill).
   void scores_pass(int64_t b, int64_t h, int64_t i0, int64_t nr, Work& w) const {
     T* base = out_.scores->data<T>() + ((b * p_.Hq + h) * p_.Lq + i0) * p_.Lk;  // (nr, Lk), contiguous
-    load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
+    load_q(b, h, i0, nr, w);
     spans(b, i0, nr, w);
     for (int64_t j0 = 0; j0 < p_.Lk; j0 += bk_) {
       const int64_t j1 = std::min(j0 + bk_, p_.Lk), nc = j1 - j0;
@@ -385,7 +409,7 @@ class Flash {
   // Second pass for want_weights (keys never split then): recompute each score block, write exp(s - m) / l.
   void weights_pass(int64_t b, int64_t h, int64_t i0, int64_t nr, Work& w) const {
     T* base = out_.weights->data<T>() + ((b * p_.Hq + h) * p_.Lq + i0) * p_.Lk;  // (nr, Lk), contiguous
-    load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
+    load_q(b, h, i0, nr, w);
     spans(b, i0, nr, w);
     const bool no_sink = p_.sink(h) == -std::numeric_limits<double>::infinity();
     for (int64_t j0 = 0; j0 < p_.Lk; j0 += bk_) {
@@ -415,6 +439,9 @@ class Flash {
   const T keep_scale_, pol_w_, pol_lse_;
   const int64_t W_, dvp_;  // SIMD strip width; Dv padded to whole strips (the accumulator's row stride)
   const int64_t bq_, bk_;  // query rows x keys per tile (cpu_impls.hpp)
+  // Q·Kᵀ on bf16 pairs where the panels have them: target avx3_bf16, bf16 Q and K, and no raw scores requested
+  // (the instruction flushes subnormal partial sums; raw scores are judged down to FLT_MIN, the softmax is not).
+  const bool pairs_;
 };
 
 class FlashImpl final : public Impl {

@@ -21,6 +21,11 @@ struct Panels {
   std::vector<T> kt;       // strip s (keys k0 + s·W ..) at s·Dqk·W, row p (head dim p) at + p·W; rows: key-major
   std::vector<T> v;        // strip s (value dims s·W ..) at s·vstride(), row j (key k0 + j) at + j·W; rows: dv_pad()
   std::vector<T> scratch;  // rows as loaded
+  // Kᵀ again as bf16 pairs for simd::gemm_bf16_pairs (target avx3_bf16, bf16 K without subnormals): strip s at
+  // s·kp·W, pair row p (head dims 2p, 2p + 1) at + p·W. Empty, pairs false, otherwise.
+  std::vector<uint32_t> kt2;
+  bool pairs = false;
+  int64_t kp = 0;
   BadValues<T> bad;        // cols are absolute key indices
 
   int64_t vstride() const { return rows_pad * W; }
@@ -36,6 +41,7 @@ struct Panels {
 
   // Packed Kᵀ starting at key j (j - k0 a multiple of W); K row j (row layout, kld apart).
   const T* kt_at(int64_t j) const { return kt.data() + (j - k0) / W * Dqk * W; }
+  const uint32_t* kt2_at(int64_t j) const { return kt2.data() + (j - k0) / W * kp * W; }
   const T* krow_at(int64_t j) const { return krows + (j - k0) * kld; }
   // V from key j as a gemm() B operand: pointer, strip stride, row stride.
   const T* v_at(int64_t j) const { return rows ? vrows + (j - k0) * vld : v.data() + (j - k0) * W; }
@@ -89,13 +95,18 @@ struct Panels {
     simd::gemm<T>(m, Dv, n, P, ldp, v_at(j), v_bstride(), v_ldb(), C, ldc, accumulate);
   }
 
-  // Keys [a, b) of head kvh of batch b_ (a may be any key; panels start there), in the strip or the row layout.
-  void pack(const Problem& p, const Inputs& in, int64_t b_, int64_t kvh, int64_t a, int64_t b, bool row_layout = false) {
+  // Keys [a, b) of head kvh of batch b_ (a may be any key; panels start there), in the strip or the row layout;
+  // `bf16_pairs`: the strip layout also as kt2 when it can be (see kt2).
+  void pack(const Problem& p, const Inputs& in, int64_t b_, int64_t kvh, int64_t a, int64_t b, bool row_layout = false,
+            bool bf16_pairs = false) {
     W = simd::strip_width<T>(), k0 = a, k1 = std::max(a, b), Dqk = p.Dqk, Dv = p.Dv, rows = row_layout;
     const int64_t n = k1 - k0, strips = (n + W - 1) / W;
     rows_pad = strips * W;
     bad.clear();
     k16 = v16 = nullptr;
+    kp = (Dqk + 1) / 2;
+    pairs = std::is_same_v<T, float> && bf16_pairs && !rows && W == 32 && in.k.dtype == DType::bf16 && simd::bf16_dot();
+    if (pairs) kt2.assign(static_cast<size_t>(strips * kp * W), 0u);
     if (rows) {
       krows = in_place(in.k, b_, kvh, k0), kld = in.k.strides[2];
       if (!krows) k16 = in_place16(in.k, b_, kvh, k0, half);
@@ -136,6 +147,8 @@ struct Panels {
         T* dst = kt.data() + key / W * Dqk * W + key % W;
         const T* src = scratch.data() + r * Dqk;
         for (int64_t d = 0; d < Dqk; ++d) dst[d * W] = src[d];
+        if constexpr (std::is_same_v<T, float>)
+          if (pairs) pairs = simd::pack_bf16_pairs(src, Dqk, kt2.data() + key / W * kp * W + key % W, W);
       }
       load_rows(in.v, b_, kvh, j, je, scratch.data());
       bad.scan(scratch.data(), nr, Dv, j);

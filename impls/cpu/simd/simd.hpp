@@ -46,6 +46,21 @@ void gemm_half(Half16 t, int64_t m, int64_t n, int64_t k, const float* A, int64_
 void gemm_nt_half(Half16 t, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B,
                   int64_t ldb, float* C, int64_t ldc);
 
+// ---- AVX512-BF16 (bf16_dot.cpp) -------------------------------------------------------------------------------
+// Target "avx3_bf16": the best AVX-512 target plus one kernel on vdpbf16ps for Q·Kᵀ of bf16 inputs. Chosen by
+// default when the CPU has AVX512-BF16; ATTNCHECK_ISA=avx3_bf16 forces it, any other name turns it off.
+bool bf16_dot();           // whether it is the selected target (after select_target())
+bool bf16_dot_runnable();  // whether this CPU has AVX512-BF16 (and this binary the kernel)
+// src[0..k) (bf16 values widened to float) as bf16 pairs: word p = bits(src[2p]) | bits(src[2p+1]) << 16, k odd
+// padded with 0, words `stride` apart. Returns false if a value is subnormal in bf16: vdpbf16ps reads those as 0.
+bool pack_bf16_pairs(const float* src, int64_t k, uint32_t* dst, int64_t stride);
+// C[m x n] = A · B as gemm<float>() (B in strips of 32 columns, not accumulating), on bf16 pairs (A rows of kp
+// words lda apart, B strip s at + s·bstride with pair row p at + p·ldb): products exact, fp32 accumulation (the
+// default bf16 contract's qk=bf16, acc=fp32). Results below the smallest normal float are flushed to 0 (the
+// instruction's FTZ). Throws std::logic_error unless bf16_dot().
+void gemm_bf16_pairs(int64_t m, int64_t n, int64_t kp, const uint32_t* A, int64_t lda, const uint32_t* B,
+                     int64_t bstride, int64_t ldb, float* C, int64_t ldc);
+
 // ---- softmax pieces -------------------------------------------------------------------------------------------
 // y[j] = exp(x[j]) with Highway's vectorised exp (documented max error 1 ulp; tests/cpu measures it over the whole
 // argument range), exactly 0 below the smallest normal number and NaN for NaN.

@@ -490,7 +490,20 @@ int64_t detected() {
   static const int64_t bits = hwy::SupportedTargets() & HWY_TARGETS;
   return bits;
 }
+// The pseudo-target avx3_bf16 (bf16_dot.cpp): the best runnable AVX-512 target plus AVX512-BF16.
+constexpr const char* kBf16Name = "avx3_bf16";
+int64_t best_avx3() {
+  const int64_t b = detected() & (HWY_AVX3 | HWY_AVX3_DL);
+  return b & -b;
+}
+bool bf16_runnable_here() { return best_avx3() != 0 && bf16_dot_runnable(); }
+bool g_bf16_dot = false;
 }  // namespace
+
+bool bf16_dot() {
+  select_target();
+  return g_bf16_dot;
+}
 
 void select_target() {
   static std::once_flag once;
@@ -498,26 +511,42 @@ void select_target() {
   std::call_once(once, [] {
     const int64_t runnable = detected();
     const char* env = std::getenv("ATTNCHECK_ISA");
-    if (env == nullptr || *env == '\0') return;
+    if (env == nullptr || *env == '\0') {
+      g_bf16_dot = bf16_runnable_here() && (runnable & -runnable) == best_avx3();
+      return;
+    }
     std::string want = env;
     for (char& c : want) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (want == kBf16Name && bf16_runnable_here()) {
+      hwy::DisableTargets(~best_avx3());
+      g_bf16_dot = true;
+      return;
+    }
     for (int64_t b = runnable; b != 0; b &= b - 1)
       if (lower_name(b & -b) == want) {
         hwy::DisableTargets(~(b & -b));  // dispatch now has exactly this target to choose
         return;
       }
     error = std::string("ATTNCHECK_ISA: '") + env + "' is not a target this CPU can run from this binary (runnable: " +
-            joined(names(runnable)) + "; compiled: " + joined(compiled_targets()) + ")";
+            joined(runnable_targets()) + "; compiled: " + joined(compiled_targets()) + ")";
   });
   if (!error.empty()) throw std::invalid_argument(error);
 }
 
 std::string target() {
   select_target();
-  return lower_name(HWY_DYNAMIC_DISPATCH(TargetBit)());
+  return g_bf16_dot ? kBf16Name : lower_name(HWY_DYNAMIC_DISPATCH(TargetBit)());
 }
-std::vector<std::string> compiled_targets() { return names(HWY_TARGETS); }
-std::vector<std::string> runnable_targets() { return names(detected()); }
+std::vector<std::string> compiled_targets() {
+  std::vector<std::string> v = names(HWY_TARGETS);
+  if ((HWY_TARGETS & (HWY_AVX3 | HWY_AVX3_DL)) != 0) v.insert(v.begin(), kBf16Name);
+  return v;
+}
+std::vector<std::string> runnable_targets() {
+  std::vector<std::string> v = names(detected());
+  if (bf16_runnable_here()) v.insert(v.begin(), kBf16Name);
+  return v;
+}
 
 template <>
 int64_t strip_width<float>() {
