@@ -54,7 +54,7 @@ class Flash {
         bq_(small_heads(p) ? kFlashBlockQSmallD : kFlashBlockQ),
         bk_(small_heads(p) ? kFlashBlockKSmallD : kFlashBlockK),
         pairs_(std::is_same_v<T, float> && in.q.dtype == DType::bf16 && in.k.dtype == DType::bf16 &&
-               p.scores_out == ScoresOut::none && simd::bf16_dot()) {}
+               p.scores_out == ScoresOut::none && std::abs(p.effective_scale()) <= 0x1p40 && simd::bf16_dot()) {}
 
   void run() {
     const int64_t Bq = bq_, Bk = bk_;
@@ -439,8 +439,9 @@ class Flash {
   const T keep_scale_, pol_w_, pol_lse_;
   const int64_t W_, dvp_;  // SIMD strip width; Dv padded to whole strips (the accumulator's row stride)
   const int64_t bq_, bk_;  // query rows x keys per tile (cpu_impls.hpp)
-  // Q·Kᵀ on bf16 pairs where the panels have them: target avx3_bf16, bf16 Q and K, and no raw scores requested
-  // (the instruction flushes subnormal partial sums; raw scores are judged down to FLT_MIN, the softmax is not).
+  // Q·Kᵀ on bf16 pairs where the panels have them: target avx3_bf16, bf16 Q and K, no raw scores requested and
+  // |scale| <= 2^40. The instruction flushes subnormal partial sums, moving a dot product by < Dqk·2^-126: raw
+  // scores are judged down to FLT_MIN, and a huge scale would carry it into the softmax (2^40: < Dqk·2^-86).
   const bool pairs_;
 };
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -18,13 +19,50 @@
 namespace {
 namespace simd = attncheck::cpu::simd;
 
+// Runs cpu-flash on c (inputs in), judges it against the reference, and returns how many kernel calls it made.
+int64_t run_and_judge(const attncheck::testing::Case& c, const attncheck::Inputs& in) {
+  attncheck::validate(c.p);
+  const attncheck::ReferenceResult ref = attncheck::reference_attention(c.p, in);
+  attncheck::Outputs out;
+  const int64_t before = simd::bf16_dot_calls();
+  EXPECT_TRUE(attncheck::run_impl(*attncheck::find_impl("cpu-flash"), c.p, in, out).ok);
+  const int64_t calls = simd::bf16_dot_calls() - before;
+  const attncheck::Verdict v = attncheck::judge(c.p, ref, out);
+  for (const auto& t : v.tensors) EXPECT_TRUE(t.pass) << t.describe() << " max_abs_err " << t.max_abs_err;
+  return calls;
+}
+
+// The target named by ATTNCHECK_ISA (test_cpu_isa's argument) decides: the kernel runs under avx3_bf16 only, with
+// AVX-512's strips of 32 floats; anywhere else calling it is an error.
 TEST(CpuBf16Dot, SelectedExactlyUnderItsTarget) {
-  EXPECT_EQ(simd::bf16_dot(), simd::target() == "avx3_bf16");
-  if (!simd::bf16_dot()) {
-    std::vector<uint32_t> a(1, 0);
-    std::vector<float> c(32);
-    EXPECT_THROW(simd::gemm_bf16_pairs(1, 1, 1, a.data(), 1, a.data(), 32, 32, c.data(), 32), std::logic_error);
+  const char* isa = std::getenv("ATTNCHECK_ISA");
+  ASSERT_NE(isa, nullptr);
+  EXPECT_EQ(simd::bf16_dot(), std::string(isa) == "avx3_bf16");
+  if (simd::bf16_dot()) {
+    EXPECT_EQ(simd::strip_width<float>(), 32);
+    return;
   }
+  std::vector<uint32_t> a(1, 0);
+  std::vector<float> c(32);
+  EXPECT_THROW(simd::gemm_bf16_pairs(1, 1, 1, a.data(), 1, a.data(), 32, 32, c.data(), 32), std::logic_error);
+}
+
+// cpu-flash takes the kernel for bf16 query blocks of more than 4 rows (even and odd head dims) under avx3_bf16,
+// and never for fp16, for decode (the row layout) or under another target; the results match the reference.
+TEST(CpuBf16Dot, CpuFlashTakesTheKernelForBf16QueryBlocks) {
+  for (const int64_t D : {int64_t{64}, int64_t{63}})
+    for (const auto t : {attncheck::DType::bf16, attncheck::DType::f16})
+      for (const int64_t Lq : {int64_t{100}, int64_t{1}}) {
+        attncheck::testing::Case c;
+        c.p.dtype = t, c.p.B = 1, c.p.Hq = 2, c.p.Hkv = 1, c.p.Lq = Lq, c.p.Lk = 300, c.p.Dqk = c.p.Dv = D;
+        c.p.causal = Lq > 1;
+        c.p.want_lse = true;
+        c.seed = 8;
+        SCOPED_TRACE(c.name());
+        const bool want = simd::bf16_dot() && t == attncheck::DType::bf16 && Lq > 4;
+        const int64_t calls = run_and_judge(c, attncheck::testing::make_inputs(c));
+        EXPECT_EQ(calls > 0, want) << calls << " kernel calls";
+      }
 }
 
 TEST(CpuBf16Dot, PairsKeepEvenLowOddHighPadZeroAndFlagSubnormals) {
@@ -85,18 +123,13 @@ TEST(CpuBf16Dot, SubnormalBf16InputsAreNotReadAsZero) {
     c.p.want_lse = true;
     c.seed = 3;
     SCOPED_TRACE(std::string(subnormal_k ? "subnormal K" : "subnormal Q") + " " + c.name());
-    attncheck::validate(c.p);
     attncheck::Inputs in = attncheck::testing::make_inputs(c);
     attncheck::testing::Rng rng{11};
     attncheck::Tensor& huge = subnormal_k ? in.q : in.k;
     attncheck::Tensor& tiny = subnormal_k ? in.k : in.q;
     for (int64_t n = 0; n < huge.numel(); ++n) huge.set_offset(n, std::ldexp(rng.uniform(), 126));
     for (int64_t n = 0; n < tiny.numel(); ++n) tiny.set_offset(n, std::ldexp(rng.uniform(), -127));
-    const attncheck::ReferenceResult ref = attncheck::reference_attention(c.p, in);
-    attncheck::Outputs out;
-    ASSERT_TRUE(attncheck::run_impl(*attncheck::find_impl("cpu-flash"), c.p, in, out).ok);
-    const attncheck::Verdict v = attncheck::judge(c.p, ref, out);
-    for (const auto& t : v.tensors) EXPECT_TRUE(t.pass) << t.describe() << " max_abs_err " << t.max_abs_err;
+    EXPECT_EQ(run_and_judge(c, in), 0) << "kernel calls";
   }
 }
 
@@ -109,16 +142,27 @@ TEST(CpuBf16Dot, RawScoresOfTinyInputsAreNotFlushed) {
   c.p.Dqk = c.p.Dv = 64;
   c.p.scores_out = attncheck::ScoresOut::scaled;
   c.seed = 4;
-  attncheck::validate(c.p);
   attncheck::Inputs in = attncheck::testing::make_inputs(c);
   attncheck::testing::Rng rng{12};
   for (attncheck::Tensor* t : {&in.q, &in.k})  // one sign per tensor: the dot products do not cancel
     for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, std::ldexp(0.5 + std::fabs(rng.uniform()) / 2, -64));
-  const attncheck::ReferenceResult ref = attncheck::reference_attention(c.p, in);
-  attncheck::Outputs out;
-  ASSERT_TRUE(attncheck::run_impl(*attncheck::find_impl("cpu-flash"), c.p, in, out).ok);
-  const attncheck::Verdict v = attncheck::judge(c.p, ref, out);
-  for (const auto& t : v.tensors) EXPECT_TRUE(t.pass) << t.describe() << " max_abs_err " << t.max_abs_err;
+  EXPECT_EQ(run_and_judge(c, in), 0) << "kernel calls";
+}
+
+// The same flush under a huge scale (2^119) reaches the softmax: scores of ~2^-123 · 2^119 flushed to 0 would make
+// every row uniform. Above |scale| = 2^40 cpu-flash computes on the fp32 path.
+TEST(CpuBf16Dot, HugeScaleTakesTheFp32Path) {
+  attncheck::testing::Case c;
+  c.p.dtype = attncheck::DType::bf16, c.p.B = 1, c.p.Hq = 1, c.p.Hkv = 1, c.p.Lq = 24, c.p.Lk = 70;
+  c.p.Dqk = c.p.Dv = 64;
+  c.p.scale = 0x1p119;
+  c.p.want_lse = true;
+  c.seed = 5;
+  attncheck::Inputs in = attncheck::testing::make_inputs(c);
+  attncheck::testing::Rng rng{13};
+  for (attncheck::Tensor* t : {&in.q, &in.k})
+    for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, std::ldexp(rng.uniform(), -64));
+  EXPECT_EQ(run_and_judge(c, in), 0) << "kernel calls";
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // intrinsics in a function compiled with a target attribute, in the default (portable) build, and called only when
 // select_target() chose it: the CPU reports AVX512-BF16 (__builtin_cpu_supports) and ATTNCHECK_ISA allows it.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -18,6 +19,12 @@
 #endif
 
 namespace attncheck::cpu::simd {
+
+namespace {
+std::atomic<int64_t> g_calls{0};
+}  // namespace
+int64_t bf16_dot_calls() { return g_calls.load(std::memory_order_relaxed); }
+bool bf16_dot_compiled() { return ATTNCHECK_HAS_BF16_KERNEL != 0; }
 
 bool pack_bf16_pairs(const float* src, int64_t k, uint32_t* dst, int64_t stride) {
   bool normal = true;
@@ -81,6 +88,7 @@ ATTNCHECK_BF16_TARGET void tile_rows(int64_t r, const uint32_t* A, int64_t lda, 
 void gemm_bf16_pairs(int64_t m, int64_t n, int64_t kp, const uint32_t* A, int64_t lda, const uint32_t* B,
                      int64_t bstride, int64_t ldb, float* C, int64_t ldc) {
   if (!bf16_dot()) throw std::logic_error("gemm_bf16_pairs: the avx3_bf16 target is not selected");
+  g_calls.fetch_add(1, std::memory_order_relaxed);
   constexpr int64_t W = 32, MR = 8;
   const int64_t strips = (n + W - 1) / W;
   if (kp <= 0) {

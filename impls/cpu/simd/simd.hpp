@@ -51,6 +51,7 @@ void gemm_nt_half(Half16 t, int64_t m, int64_t n, int64_t k, const float* A, int
 // default when the CPU has AVX512-BF16; ATTNCHECK_ISA=avx3_bf16 forces it, any other name turns it off.
 bool bf16_dot();           // whether it is the selected target (after select_target())
 bool bf16_dot_runnable();  // whether this CPU has AVX512-BF16 (and this binary the kernel)
+bool bf16_dot_compiled();  // whether this binary has the kernel (x86-64, GCC or Clang)
 // src[0..k) (bf16 values widened to float) as bf16 pairs: word p = bits(src[2p]) | bits(src[2p+1]) << 16, k odd
 // padded with 0, words `stride` apart. Returns false if a value is subnormal in bf16: vdpbf16ps reads those as 0.
 bool pack_bf16_pairs(const float* src, int64_t k, uint32_t* dst, int64_t stride);
@@ -60,6 +61,8 @@ bool pack_bf16_pairs(const float* src, int64_t k, uint32_t* dst, int64_t stride)
 // instruction's FTZ). Throws std::logic_error unless bf16_dot().
 void gemm_bf16_pairs(int64_t m, int64_t n, int64_t kp, const uint32_t* A, int64_t lda, const uint32_t* B,
                      int64_t bstride, int64_t ldb, float* C, int64_t ldc);
+// Calls of gemm_bf16_pairs so far in this process (tests: that cpu-flash takes, or falls back from, the kernel).
+int64_t bf16_dot_calls();
 
 // ---- softmax pieces -------------------------------------------------------------------------------------------
 // y[j] = exp(x[j]) with Highway's vectorised exp (documented max error 1 ulp; tests/cpu measures it over the whole

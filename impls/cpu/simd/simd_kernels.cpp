@@ -492,8 +492,18 @@ int64_t detected() {
 }
 // The pseudo-target avx3_bf16 (bf16_dot.cpp): the best runnable AVX-512 target plus AVX512-BF16.
 constexpr const char* kBf16Name = "avx3_bf16";
+int64_t avx3_family() {
+  int64_t m = HWY_AVX3 | HWY_AVX3_DL;
+#ifdef HWY_AVX3_ZEN4
+  m |= HWY_AVX3_ZEN4;  // later Highway versions
+#endif
+#ifdef HWY_AVX3_SPR
+  m |= HWY_AVX3_SPR;
+#endif
+  return m;
+}
 int64_t best_avx3() {
-  const int64_t b = detected() & (HWY_AVX3 | HWY_AVX3_DL);
+  const int64_t b = detected() & avx3_family();
   return b & -b;
 }
 bool bf16_runnable_here() { return best_avx3() != 0 && bf16_dot_runnable(); }
@@ -539,7 +549,7 @@ std::string target() {
 }
 std::vector<std::string> compiled_targets() {
   std::vector<std::string> v = names(HWY_TARGETS);
-  if ((HWY_TARGETS & (HWY_AVX3 | HWY_AVX3_DL)) != 0) v.insert(v.begin(), kBf16Name);
+  if ((HWY_TARGETS & avx3_family()) != 0 && bf16_dot_compiled()) v.insert(v.begin(), kBf16Name);
   return v;
 }
 std::vector<std::string> runnable_targets() {
