@@ -21,8 +21,11 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
   const T pol_w = policy_weight<T>(p), pol_lse = policy_lse<T>(p);
   const int64_t W = simd::strip_width<T>(), ld = (Lk + W - 1) / W * W, dvp = (Dv + W - 1) / W * W;
 
+  // avx3_bf16: Q·Kᵀ on bf16 pairs (cpu_pack.hpp), unless a Q row or the K panel of the head holds a subnormal.
+  const bool pairs = std::is_same_v<T, float> && bf16_pairs_apply(p, in);
   struct Work {
     std::vector<T> Q, S, O, div;
+    std::vector<uint32_t> Q2;
     Panels<T> pan;
   };
   const int threads = static_cast<int>(std::min<int64_t>(cpu_threads(), p.B * p.Hq));
@@ -35,7 +38,9 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
     load_rows(in.q, b, h, 0, Lq, w.Q.data());  // (Lq, Dqk)
     // Kᵀ and V panels (K rows as they are for a few queries: no transposed copy for so little use), non-finite V
     // rows set aside.
-    w.pan.pack(p, in, b, p.kv_head(h), 0, Lk, Lq <= kFewRows);
+    w.pan.pack(p, in, b, p.kv_head(h), 0, Lk, Lq <= kFewRows, pairs);
+    bool q2 = false;
+    if constexpr (std::is_same_v<T, float>) q2 = w.pan.pairs && q_as_pairs(w.Q.data(), Lq, Dqk, w.Q2);
     // Scores of one row block at a time (kRowBlock x Lk): each block's softmax and P·V finish before the next,
     // so the whole Lq x Lk matrix never exists and the block stays in cache between the passes over it.
     w.S.resize(static_cast<size_t>(std::min(kRowBlock, Lq) * ld));
@@ -54,8 +59,11 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
         w.pan.dots_rows(nr, hi - lo, w.Q.data() + r0 * Dqk, Dqk, lo, S + lo, ld);
       } else if (lo < hi) {  // raw dot products; masked columns are overwritten by the scorer
         const int64_t sa = lo / W, sb = (hi + W - 1) / W;
-        simd::gemm<T>(nr, (sb - sa) * W, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.kt_at(sa * W), Dqk * W, W,
-                      S + sa * W, ld, false);
+        if (q2)
+          w.pan.dots_pairs(nr, (sb - sa) * W, w.Q2.data() + r0 * w.pan.kp, sa * W, S + sa * W, ld);
+        else
+          simd::gemm<T>(nr, (sb - sa) * W, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.kt_at(sa * W), Dqk * W, W,
+                        S + sa * W, ld, false);
       }
       bool policy_rows = false;  // rows without a visible key weigh every key
       const T kNegInf = -std::numeric_limits<T>::infinity(), sink = static_cast<T>(p.sink(h));

@@ -53,8 +53,7 @@ class Flash {
         dvp_((p.Dv + W_ - 1) / W_ * W_),
         bq_(small_heads(p) ? kFlashBlockQSmallD : kFlashBlockQ),
         bk_(small_heads(p) ? kFlashBlockKSmallD : kFlashBlockK),
-        pairs_(std::is_same_v<T, float> && in.q.dtype == DType::bf16 && in.k.dtype == DType::bf16 &&
-               p.scores_out == ScoresOut::none && std::abs(p.effective_scale()) <= 0x1p40 && simd::bf16_dot()) {}
+        pairs_(std::is_same_v<T, float> && bf16_pairs_apply(p, in)) {}
 
   void run() {
     const int64_t Bq = bq_, Bk = bk_;
@@ -215,13 +214,8 @@ class Flash {
       w.pan->dots_rows(nr, c1 - c0, Q, p_.Dqk, c0, S + (c0 - j0), ld);
     } else if (c0 < c1) {
       const int64_t sa = (c0 - j0) / W_, sb = (c1 - j0 + W_ - 1) / W_;
-      if constexpr (std::is_same_v<T, float>) {
-        if (w.q2 && w.pan->pairs) {  // avx3_bf16: both operands as bf16 pairs
-          const int64_t kp = w.pan->kp;
-          return simd::gemm_bf16_pairs(nr, (sb - sa) * W_, kp, w.Q2.data() + r0 * kp, kp, w.pan->kt2_at(j0 + sa * W_),
-                                       kp * W_, W_, S + sa * W_, ld);
-        }
-      }
+      if (w.q2 && w.pan->pairs)  // avx3_bf16: both operands as bf16 pairs
+        return w.pan->dots_pairs(nr, (sb - sa) * W_, w.Q2.data() + r0 * w.pan->kp, j0 + sa * W_, S + sa * W_, ld);
       simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, Q, p_.Dqk, w.pan->kt_at(j0 + sa * W_), p_.Dqk * W_, W_, S + sa * W_,
                     ld, false);
     }
@@ -232,14 +226,8 @@ class Flash {
   void load_q(int64_t b, int64_t h, int64_t i0, int64_t nr, Work& w) const {
     w.Q.resize(static_cast<size_t>(nr * p_.Dqk));
     load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
-    w.q2 = pairs_;
-    if constexpr (std::is_same_v<T, float>) {
-      if (!pairs_) return;
-      const int64_t kp = (p_.Dqk + 1) / 2;
-      w.Q2.resize(static_cast<size_t>(nr * kp));
-      for (int64_t r = 0; r < nr; ++r)
-        w.q2 = simd::pack_bf16_pairs(w.Q.data() + r * p_.Dqk, p_.Dqk, w.Q2.data() + r * kp, 1) && w.q2;
-    }
+    w.q2 = false;
+    if constexpr (std::is_same_v<T, float>) w.q2 = pairs_ && q_as_pairs(w.Q.data(), nr, p_.Dqk, w.Q2);
   }
 
   // One query block against key blocks from pa (a multiple of bk_) to kb: the online softmax into st.
@@ -439,10 +427,7 @@ class Flash {
   const T keep_scale_, pol_w_, pol_lse_;
   const int64_t W_, dvp_;  // SIMD strip width; Dv padded to whole strips (the accumulator's row stride)
   const int64_t bq_, bk_;  // query rows x keys per tile (cpu_impls.hpp)
-  // Q·Kᵀ on bf16 pairs where the panels have them: target avx3_bf16, bf16 Q and K, no raw scores requested and
-  // |scale| <= 2^40. The instruction flushes subnormal partial sums, moving a dot product by < Dqk·2^-126: raw
-  // scores are judged down to FLT_MIN, and a huge scale would carry it into the softmax (2^40: < Dqk·2^-86).
-  const bool pairs_;
+  const bool pairs_;  // Q·Kᵀ on bf16 pairs where the panels have them (bf16_pairs_apply)
 };
 
 class FlashImpl final : public Impl {

@@ -3,6 +3,7 @@
 // reused by every query block of it. Non-finite V rows are zeroed in the panel and remembered (BadValues).
 #pragma once
 
+#include <stdexcept>
 #include <type_traits>
 
 #include "cpu_common.hpp"
@@ -13,6 +14,24 @@ namespace attncheck::cpu {
 // Up to this many query rows per GEMM, K is packed in the row layout (gemm_nt): `cpu`'s blocks and cpu-flash's
 // decode and short query blocks both choose with it.
 constexpr int64_t kFewRows = 4;
+
+// Whether Q·Kᵀ runs on the avx3_bf16 kernel (simd::gemm_bf16_pairs) where the panels and Q rows allow it: bf16 Q
+// and K, that target selected, no raw scores requested and |scale| <= 2^40. The instruction flushes subnormal
+// partial sums, moving a dot product by < Dqk·2^-126: raw scores are judged down to FLT_MIN, and a huge scale would
+// carry it into the softmax (2^40: < Dqk·2^-86). Subnormal inputs are checked where they are packed (DAZ).
+inline bool bf16_pairs_apply(const Problem& p, const Inputs& in) {
+  return in.q.dtype == DType::bf16 && in.k.dtype == DType::bf16 && p.scores_out == ScoresOut::none &&
+         std::abs(p.effective_scale()) <= 0x1p40 && simd::bf16_dot();
+}
+// nr rows of Q (widened bf16, Dqk each) as bf16 pairs into q2 ((Dqk + 1) / 2 words a row); false if one of them is
+// subnormal.
+inline bool q_as_pairs(const float* Q, int64_t nr, int64_t Dqk, std::vector<uint32_t>& q2) {
+  const int64_t kp = (Dqk + 1) / 2;
+  q2.resize(static_cast<size_t>(nr * kp));
+  bool ok = true;
+  for (int64_t r = 0; r < nr; ++r) ok = simd::pack_bf16_pairs(Q + r * Dqk, Dqk, q2.data() + r * kp, 1) && ok;
+  return ok;
+}
 
 template <class T>
 struct Panels {
@@ -42,6 +61,14 @@ struct Panels {
   // Packed Kᵀ starting at key j (j - k0 a multiple of W); K row j (row layout, kld apart).
   const T* kt_at(int64_t j) const { return kt.data() + (j - k0) / W * Dqk * W; }
   const uint32_t* kt2_at(int64_t j) const { return kt2.data() + (j - k0) / W * kp * W; }
+  // Strip layout, pairs: C[i][c] = Q row i · K row (j + c) for m rows of Q as bf16 pairs (q_as_pairs) and n keys
+  // from j (j - k0 a multiple of W; whole strips written). T = float only (pairs is never set otherwise).
+  void dots_pairs(int64_t m, int64_t n, const uint32_t* q2, int64_t j, T* C, int64_t ldc) const {
+    if constexpr (std::is_same_v<T, float>)
+      simd::gemm_bf16_pairs(m, n, kp, q2, kp, kt2_at(j), kp * W, W, C, ldc);
+    else
+      throw std::logic_error("Panels::dots_pairs: bf16 pairs are float-only");
+  }
   const T* krow_at(int64_t j) const { return krows + (j - k0) * kld; }
   // V from key j as a gemm() B operand: pointer, strip stride, row stride.
   const T* v_at(int64_t j) const { return rows ? vrows + (j - k0) * vld : v.data() + (j - k0) * W; }

@@ -1,6 +1,6 @@
 // The AVX512-BF16 kernel (target avx3_bf16, impls/cpu/simd/bf16_dot.cpp), linked into test_cpu_isa: run under
 // every forced target, it checks the kernel against a double loop where avx3_bf16 is the target, and that it is
-// refused everywhere else; and that cpu-flash keeps bf16 subnormals (which vdpbf16ps would read as 0) exact.
+// refused everywhere else; and that the CPU implementations keep bf16 subnormals (read as 0 by vdpbf16ps) exact.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,13 +19,14 @@
 namespace {
 namespace simd = attncheck::cpu::simd;
 
-// Runs cpu-flash on c (inputs in), judges it against the reference, and returns how many kernel calls it made.
-int64_t run_and_judge(const attncheck::testing::Case& c, const attncheck::Inputs& in) {
+// Runs impl on c (inputs in), judges it against the reference, and returns how many kernel calls it made.
+int64_t run_and_judge(const char* impl, const attncheck::testing::Case& c, const attncheck::Inputs& in) {
+  SCOPED_TRACE(impl);
   attncheck::validate(c.p);
   const attncheck::ReferenceResult ref = attncheck::reference_attention(c.p, in);
   attncheck::Outputs out;
   const int64_t before = simd::bf16_dot_calls();
-  EXPECT_TRUE(attncheck::run_impl(*attncheck::find_impl("cpu-flash"), c.p, in, out).ok);
+  EXPECT_TRUE(attncheck::run_impl(*attncheck::find_impl(impl), c.p, in, out).ok);
   const int64_t calls = simd::bf16_dot_calls() - before;
   const attncheck::Verdict v = attncheck::judge(c.p, ref, out);
   for (const auto& t : v.tensors) EXPECT_TRUE(t.pass) << t.describe() << " max_abs_err " << t.max_abs_err;
@@ -47,9 +48,9 @@ TEST(CpuBf16Dot, SelectedExactlyUnderItsTarget) {
   EXPECT_THROW(simd::gemm_bf16_pairs(1, 1, 1, a.data(), 1, a.data(), 32, 32, c.data(), 32), std::logic_error);
 }
 
-// cpu-flash takes the kernel for bf16 query blocks of more than 4 rows (even and odd head dims) under avx3_bf16,
-// and never for fp16, for decode (the row layout) or under another target; the results match the reference.
-TEST(CpuBf16Dot, CpuFlashTakesTheKernelForBf16QueryBlocks) {
+// Both CPU implementations take the kernel for bf16 with more than 4 query rows (even and odd head dims) under
+// avx3_bf16, and never for fp16, for decode (the row layout) or under another target; results match the reference.
+TEST(CpuBf16Dot, CpuImplsTakeTheKernelForBf16QueryBlocks) {
   for (const int64_t D : {int64_t{64}, int64_t{63}})
     for (const auto t : {attncheck::DType::bf16, attncheck::DType::f16})
       for (const int64_t Lq : {int64_t{100}, int64_t{1}}) {
@@ -60,8 +61,10 @@ TEST(CpuBf16Dot, CpuFlashTakesTheKernelForBf16QueryBlocks) {
         c.seed = 8;
         SCOPED_TRACE(c.name());
         const bool want = simd::bf16_dot() && t == attncheck::DType::bf16 && Lq > 4;
-        const int64_t calls = run_and_judge(c, attncheck::testing::make_inputs(c));
-        EXPECT_EQ(calls > 0, want) << calls << " kernel calls";
+        for (const char* impl : {"cpu-flash", "cpu"}) {
+          const int64_t calls = run_and_judge(impl, c, attncheck::testing::make_inputs(c));
+          EXPECT_EQ(calls > 0, want) << impl << ": " << calls << " kernel calls";
+        }
       }
 }
 
@@ -114,7 +117,7 @@ TEST(CpuBf16Dot, GemmOnPairsMatchesDoubleLoop) {
 
 // vdpbf16ps reads bf16 subnormals as 0 (DAZ). Here every product of a huge Q (~2^126) with a subnormal K
 // (~2^-127), or the other way round, is of order 1: read as 0 every score would be 0 and every row uniform. A
-// block or head with a subnormal takes the fp32 path, so cpu-flash matches the reference on every target.
+// block or head with a subnormal takes the fp32 path, so both CPU implementations match the reference on every target.
 TEST(CpuBf16Dot, SubnormalBf16InputsAreNotReadAsZero) {
   for (const bool subnormal_k : {true, false}) {
     attncheck::testing::Case c;
@@ -129,13 +132,13 @@ TEST(CpuBf16Dot, SubnormalBf16InputsAreNotReadAsZero) {
     attncheck::Tensor& tiny = subnormal_k ? in.k : in.q;
     for (int64_t n = 0; n < huge.numel(); ++n) huge.set_offset(n, std::ldexp(rng.uniform(), 126));
     for (int64_t n = 0; n < tiny.numel(); ++n) tiny.set_offset(n, std::ldexp(rng.uniform(), -127));
-    EXPECT_EQ(run_and_judge(c, in), 0) << "kernel calls";
+    for (const char* impl : {"cpu-flash", "cpu"}) EXPECT_EQ(run_and_judge(impl, c, in), 0) << impl << ": kernel calls";
   }
 }
 
 // vdpbf16ps flushes subnormal partial sums (FTZ): tiny normal inputs (±2^-64) give products of order 2^-128, a
 // whole score of order 2^-123, all flushed to 0. Harmless inside the softmax (e^(2^-123) is 1), but raw scores are
-// judged with a floor of only FLT_MIN, so cpu-flash computes them on the fp32 path when raw scores are requested.
+// judged with a floor of only FLT_MIN, so the CPU implementations compute them on the fp32 path then.
 TEST(CpuBf16Dot, RawScoresOfTinyInputsAreNotFlushed) {
   attncheck::testing::Case c;
   c.p.dtype = attncheck::DType::bf16, c.p.B = 1, c.p.Hq = 1, c.p.Hkv = 1, c.p.Lq = 24, c.p.Lk = 70;
@@ -146,11 +149,11 @@ TEST(CpuBf16Dot, RawScoresOfTinyInputsAreNotFlushed) {
   attncheck::testing::Rng rng{12};
   for (attncheck::Tensor* t : {&in.q, &in.k})  // one sign per tensor: the dot products do not cancel
     for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, std::ldexp(0.5 + std::fabs(rng.uniform()) / 2, -64));
-  EXPECT_EQ(run_and_judge(c, in), 0) << "kernel calls";
+  for (const char* impl : {"cpu-flash", "cpu"}) EXPECT_EQ(run_and_judge(impl, c, in), 0) << impl << ": kernel calls";
 }
 
 // The same flush under a huge scale (2^119) reaches the softmax: scores of ~2^-123 · 2^119 flushed to 0 would make
-// every row uniform. Above |scale| = 2^40 cpu-flash computes on the fp32 path.
+// every row uniform. Above |scale| = 2^40 the CPU implementations compute on the fp32 path.
 TEST(CpuBf16Dot, HugeScaleTakesTheFp32Path) {
   attncheck::testing::Case c;
   c.p.dtype = attncheck::DType::bf16, c.p.B = 1, c.p.Hq = 1, c.p.Hkv = 1, c.p.Lq = 24, c.p.Lk = 70;
@@ -162,7 +165,7 @@ TEST(CpuBf16Dot, HugeScaleTakesTheFp32Path) {
   attncheck::testing::Rng rng{13};
   for (attncheck::Tensor* t : {&in.q, &in.k})
     for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, std::ldexp(rng.uniform(), -64));
-  EXPECT_EQ(run_and_judge(c, in), 0) << "kernel calls";
+  for (const char* impl : {"cpu-flash", "cpu"}) EXPECT_EQ(run_and_judge(impl, c, in), 0) << impl << ": kernel calls";
 }
 
 }  // namespace
