@@ -168,4 +168,23 @@ TEST(CpuBf16Dot, HugeScaleTakesTheFp32Path) {
   for (const char* impl : {"cpu-flash", "cpu"}) EXPECT_EQ(run_and_judge(impl, c, in), 0) << impl << ": kernel calls";
 }
 
+// The fallback is per head (cpu: the head's Q, all query blocks; cpu-flash: per query block) and per K panel: one
+// subnormal Q value in row 150 (past the first 96-row block) of head 1 leaves head 0 on the kernel (under
+// avx3_bf16), and both heads match the reference.
+TEST(CpuBf16Dot, OneSubnormalQueryFallsBackForItsHeadOnly) {
+  attncheck::testing::Case c;
+  c.p.dtype = attncheck::DType::bf16, c.p.B = 1, c.p.Hq = 2, c.p.Hkv = 2, c.p.Lq = 200, c.p.Lk = 150;
+  c.p.Dqk = c.p.Dv = 64;
+  c.p.want_lse = true;
+  c.seed = 6;
+  attncheck::Inputs in = attncheck::testing::make_inputs(c);
+  in.q.put(0, 1, 150, 7, std::ldexp(1.0, -127));  // a bf16 subnormal, against this K value 0.5 of a dot product:
+  in.k.put(0, 1, 20, 7, std::ldexp(1.0, 126));    // read as 0, row 150's weight on key 20 would move by ~6 %
+  for (const char* impl : {"cpu-flash", "cpu"}) {
+    const int64_t calls = run_and_judge(impl, c, in);
+    EXPECT_EQ(calls > 0, simd::bf16_dot()) << impl << ": head 0 takes the kernel under avx3_bf16";
+  }
+}
+
 }  // namespace
+

@@ -61,7 +61,8 @@ bool pack_bf16_pairs(const float* src, int64_t k, uint32_t* dst, int64_t stride)
 // instruction's FTZ). Throws std::logic_error unless bf16_dot().
 void gemm_bf16_pairs(int64_t m, int64_t n, int64_t kp, const uint32_t* A, int64_t lda, const uint32_t* B,
                      int64_t bstride, int64_t ldb, float* C, int64_t ldc);
-// Calls of gemm_bf16_pairs so far in this process (tests: that cpu-flash takes, or falls back from, the kernel).
+// Calls of gemm_bf16_pairs so far in this process (tests: that the CPU implementations take, or fall back
+// from, the kernel).
 int64_t bf16_dot_calls();
 
 // ---- softmax pieces -------------------------------------------------------------------------------------------
