@@ -123,7 +123,7 @@ struct Panels {
   }
 
   // Keys [a, b) of head kvh of batch b_ (a may be any key; panels start there), in the strip or the row layout;
-  // `bf16_pairs`: the strip layout also as kt2 when it can be (see kt2).
+  // `bf16_pairs` (the caller's bf16_pairs_apply): the strip layout also as kt2 unless K holds a subnormal.
   void pack(const Problem& p, const Inputs& in, int64_t b_, int64_t kvh, int64_t a, int64_t b, bool row_layout = false,
             bool bf16_pairs = false) {
     W = simd::strip_width<T>(), k0 = a, k1 = std::max(a, b), Dqk = p.Dqk, Dv = p.Dv, rows = row_layout;
@@ -132,7 +132,7 @@ struct Panels {
     bad.clear();
     k16 = v16 = nullptr;
     kp = (Dqk + 1) / 2;
-    pairs = std::is_same_v<T, float> && bf16_pairs && !rows && W == 32 && in.k.dtype == DType::bf16 && simd::bf16_dot();
+    pairs = std::is_same_v<T, float> && bf16_pairs && !rows && W == 32;  // 32: the kernel's strip
     if (pairs) kt2.assign(static_cast<size_t>(strips * kp * W), 0u);
     if (rows) {
       krows = in_place(in.k, b_, kvh, k0), kld = in.k.strides[2];
