@@ -3,6 +3,7 @@
 #include "attncheck/declarations.hpp"
 #include "attncheck/features.hpp"
 #include "attncheck/impl.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/reference.hpp"
 
 namespace attncheck {
@@ -19,6 +20,7 @@ class ReferenceImpl final : public Impl {
     for (const Feature& f : problem_features())
       if (f.abi_tag && f.flag) all.emplace_back(f.protocol);
     declare_extension_features(c, all);
+    for (const ModEntry& m : modifications()) c.mods.insert(m.name);
     return c;
   }
   // fp8 inputs decoded exactly, P in double: not rounded to fp8.

@@ -88,24 +88,20 @@ void read_problem_datasets(const h5::Reader& r, hid_t file, Problem& p) {
   for (const Field& f : problem_fields()) {
     if (f.stored != Stored::dataset) continue;
     const std::string path = std::string("/inputs/") + f.key;
-    if (const auto* m = std::get_if<std::vector<double> P::*>(&f.ref)) {  // one f64 per query head
-      auto& v = p.**m;
-      v.clear();
-      if (!r.has_object(file, path)) continue;
-      h5::Id d = r.open_dataset(file, path);
-      r.expect_extents(d, path, {p.Hq});
-      v = r.read_as_double(d, path, static_cast<size_t>(p.Hq));
-      continue;
-    }
-    // int64 lists (per batch; cu_seqlens_*: S + 1; block_table: B * pages): any 1-d length up to 2^24, and
-    // validate() checks it against the problem, naming the field.
-    auto& v = p.*std::get<std::vector<int64_t> P::*>(f.ref);
-    v.clear();
+    // Lists: any 1-d length up to 2^24 (sinks: Hq; alibi_slopes: Hq or B*Hq; cu_seqlens_*: S + 1; block_table:
+    // B * pages; ...), and validate() checks it against the problem, naming the field.
+    if (const auto* m = std::get_if<std::vector<double> P::*>(&f.ref)) (p.**m).clear();
+    if (const auto* m = std::get_if<std::vector<int64_t> P::*>(&f.ref)) (p.**m).clear();
     if (!r.has_object(file, path)) continue;
     h5::Id d = r.open_dataset(file, path);
     const std::vector<int64_t> e = r.extents(d, path);
     const int64_t n = e.size() == 1 && e[0] >= 1 && e[0] <= (int64_t{1} << 24) ? e[0] : 0;
     r.expect_extents(d, path, {n});
+    if (const auto* m = std::get_if<std::vector<double> P::*>(&f.ref)) {
+      p.**m = r.read_as_double(d, path, static_cast<size_t>(n));
+      continue;
+    }
+    auto& v = p.*std::get<std::vector<int64_t> P::*>(f.ref);
     v.resize(static_cast<size_t>(n));
     r.read_i64(d, path, v.data());
   }

@@ -1,12 +1,14 @@
 // Reading fixtures and candidates (golden/SCHEMA.md). Order matters: schema_version first, then the problem's
 // attributes (validated), then the memory cap from those shapes, then each dataset's dtype and extents are
 // checked against the problem, and only then is anything allocated and read.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 
 #include "attncheck/features.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/fixture.hpp"
 #include "fixture_attrs.hpp"
 #include "fixture_grad.hpp"
@@ -96,6 +98,11 @@ Fixture read_header(h5::Reader& r, hid_t file, const FixtureReadOptions& options
   {  // The attributes alone: the block table of a paged cache is a dataset, read below and checked with the rest.
     Problem attrs = f.problem;
     attrs.page_size = attrs.num_pages = 0;
+    // Likewise a modification with a dataset parameter (the T5 table): its attributes wait for it.
+    for (const ModEntry& m : modifications())
+      if (std::any_of(m.fields.begin(), m.fields.end(), [](const Field& x) { return x.stored == Stored::dataset; }))
+        for (const Field& x : m.fields)
+          if (x.stored != Stored::dataset) set_field_text(attrs, x, field_text(Problem{}, x));
     validate_problem(r, attrs);
   }
   // effective_scale is what h5py users read; it must be the one the problem implies, bit for bit.

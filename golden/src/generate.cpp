@@ -2,6 +2,8 @@
 // operations, so the same seed gives the same inputs on every machine and compiler.
 #include "attncheck/generate.hpp"
 
+#include "attncheck/mods.hpp"
+
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -59,6 +61,7 @@ const std::vector<Distribution>& all_distributions() {
 
 bool key_visible_anywhere(const Problem& p, const Inputs& in, int64_t b, int64_t kvh, int64_t j) {
   const int64_t g = p.group_size();
+  const ModSet mods(p);
   for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h)
     for (int64_t i = 0; i < p.Lq; ++i) {
       const Problem::RowKeys rk = p.row_keys(b, i);
@@ -68,6 +71,7 @@ bool key_visible_anywhere(const Problem& p, const Inputs& in, int64_t b, int64_t
       if (p.window_left >= 0 && j < diag - p.window_left) continue;
       if (p.window_right >= 0 && j > diag + p.window_right) continue;
       if (in.mask && in.mask->get_offset(broadcast_offset(*in.mask, b, h, i, j)) == 0) continue;
+      if (!mods.visible(ModAt{b, h, i, diag, j})) continue;
       return true;
     }
   return false;

@@ -6,6 +6,7 @@
 
 #include "attncheck/declarations.hpp"
 #include "attncheck/features.hpp"
+#include "attncheck/mods.hpp"
 #include "properties.hpp"
 #include "mutants.hpp"
 
@@ -17,7 +18,7 @@ Capabilities intersect(const Capabilities& a, const Capabilities& b) {
   Capabilities c = a;
   auto keep = [](auto& set, const auto& other) { std::erase_if(set, [&](const auto& x) { return !other.count(x); }); };
   keep(c.dtypes, b.dtypes), keep(c.layouts, b.layouts), keep(c.alignments, b.alignments);
-  keep(c.fully_masked, b.fully_masked);
+  keep(c.fully_masked, b.fully_masked), keep(c.mods, b.mods);
   for (const Feature& f : problem_features())  // every boolean capability of the table
     if (f.flag) c.*f.flag = a.*f.flag && b.*f.flag;
   c.max_head_dim = a.max_head_dim == 0 ? b.max_head_dim : b.max_head_dim == 0 ? a.max_head_dim : std::min(a.max_head_dim, b.max_head_dim);

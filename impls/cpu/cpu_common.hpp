@@ -21,6 +21,7 @@
 
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/problem.hpp"
 #include "simd.hpp"
 
@@ -142,7 +143,8 @@ class Scorer {
         scale_(static_cast<T>(p.effective_scale())),
         softcap_(static_cast<T>(p.softcap)),
         fill_(p.fill == MaskFill::finite ? static_cast<T>(p.fill_value) : -std::numeric_limits<T>::infinity()),
-        finite_fill_(p.fill == MaskFill::finite) {}
+        finite_fill_(p.fill == MaskFill::finite),
+        mods_(p) {}
 
   T fill() const { return fill_; }
   bool finite_fill() const { return finite_fill_; }
@@ -153,6 +155,19 @@ class Scorer {
       const T v = dot[j] * scale_;
       dst[j] = stage == ScoresOut::capped && softcap_ > 0 ? softcap_ * std::tanh(v / softcap_) : v;
     }
+  }
+
+  // Whether a mask modification hides every key of [j0, j1) from each of rows [i0, i0 + nr) (within their spans):
+  // such a key block weighs exactly 0 under a -inf fill and a kernel may skip it, as FlexAttention's block mask
+  // does. False without mask modifications.
+  bool mods_hide_block(int64_t b, int64_t h, int64_t i0, int64_t nr, const Span* spans, int64_t j0, int64_t j1) const {
+    if (!mods_.has_mask()) return false;
+    for (int64_t r = 0; r < nr; ++r) {
+      const int64_t pos = i0 + r + p_.diagonal_offset(b);
+      for (int64_t j = std::max(j0, spans[r].lo); j < std::min(j1, spans[r].hi); ++j)
+        if (mods_.visible(ModAt{b, h, i0 + r, pos, j})) return false;
+    }
+    return true;
   }
 
   Span span(int64_t b, int64_t i) const {
@@ -176,18 +191,28 @@ class Scorer {
     if (a >= e) return neg_inf;
     T* v = s + a;
     const int64_t m = e - a;
-    if (softcap_ <= 0 && !in_.bias && !in_.mask) return simd::scale_max<T>(v, m, scale_);  // the common case
+    if (softcap_ <= 0 && !in_.bias && !in_.mask && mods_.empty())
+      return simd::scale_max<T>(v, m, scale_);  // the common case
     ArrMap<T>(v, m) *= scale_;
     if (softcap_ > 0)  // scalar std::tanh: Eigen's fast tanh saturates early (error ~2e-7 * cap near |s| = 8 cap)
       for (int64_t j = 0; j < m; ++j) v[j] = softcap_ * std::tanh(v[j] / softcap_);
     if (in_.bias) add_bias(b, h, i, j0 + a, v, m);
-    if (!in_.mask) return row_max(v, m, neg_inf);
-    const Tensor& mk = *in_.mask;
-    const uint8_t* mrow = mk.data<uint8_t>() + broadcast_offset(mk, b, h, i, 0);
-    const int64_t mj = mk.shape[3] == 1 ? 0 : mk.strides[3];
+    const int64_t pos = i + p_.diagonal_offset(b);  // the query's key position (mods.hpp)
+    if (mods_.has_score())  // score modifications after the bias, each in fp64 and rounded once
+      for (int64_t j = 0; j < m; ++j)
+        v[j] = static_cast<T>(mods_.score(ModAt{b, h, i, pos, j0 + a + j}, static_cast<double>(v[j])));
+    if (!in_.mask && !mods_.has_mask()) return row_max(v, m, neg_inf);
+    const uint8_t* mrow = nullptr;
+    int64_t mj = 0;
+    if (in_.mask) {
+      const Tensor& mk = *in_.mask;
+      mrow = mk.data<uint8_t>() + broadcast_offset(mk, b, h, i, 0);
+      mj = mk.shape[3] == 1 ? 0 : mk.strides[3];
+    }
     T mx = neg_inf;
     for (int64_t j = 0; j < m; ++j) {
-      if (mrow[(j0 + a + j) * mj] == 0)
+      const int64_t key = j0 + a + j;
+      if ((mrow && mrow[key * mj] == 0) || (mods_.has_mask() && !mods_.visible(ModAt{b, h, i, pos, key})))
         v[j] = fill_;  // masked: never looked at again (the key may be NaN-poisoned)
       else
         mx = v[j] > mx ? v[j] : mx;
@@ -218,6 +243,7 @@ class Scorer {
   const Inputs& in_;
   T scale_, softcap_, fill_;
   bool finite_fill_;
+  ModSet mods_;
 };
 
 // ---- dropout ------------------------------------------------------------------------------------------------
@@ -380,6 +406,7 @@ inline Capabilities cpu_capabilities(const char* notes) {
   Capabilities c;
   c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = c.fp8 = true;
   c.dtypes.insert({DType::e4m3, DType::e5m2});
+  for (const ModEntry& m : modifications()) c.mods.insert(m.name);
   c.notes = notes;
   return c;
 }

@@ -251,6 +251,7 @@ class Flash {
       const int64_t j1 = std::min(j0 + Bk, kb), nc = j1 - j0;
       const int64_t c0 = std::max(j0, w.ulo), c1 = std::min(j1, w.uhi);
       if (c0 >= c1 && !finite) continue;  // every key of the block is masked for every row: weight exactly 0
+      if (!finite && sc_.mods_hide_block(b, h, i0, nr, w.spans.data(), j0, j1)) continue;  // the same, by a mask mod
       // A few rows: dot products against K rows as loaded (no transposed panel to build for one use).
       if (pack) w.own.pack(p_, in_, b, p_.kv_head(h), j0, finite ? j1 : c1, nr <= kFewRows, pairs_);
       // S = Q·Kᵀ per group of rows over the group's visible keys in this block (the scorer fills the rest).

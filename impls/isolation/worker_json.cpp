@@ -3,6 +3,7 @@
 #include "worker_json.hpp"
 
 #include "attncheck/features.hpp"
+#include "attncheck/mods.hpp"
 
 namespace attncheck::worker {
 
@@ -168,6 +169,7 @@ json capabilities_to_json(const Capabilities& c) {
   j["features"] = json::array();
   for (const Feature& f : problem_features())  // every boolean capability of the table, by its protocol name
     if (f.flag && c.*f.flag) j["features"].push_back(f.protocol);
+  j["modifications"] = c.mods;  // library modifications (mods.hpp) by name
   j["max_head_dim"] = c.max_head_dim;
   j["head_dim_multiple"] = c.head_dim_multiple;
   j["notes"] = c.notes;
@@ -209,6 +211,8 @@ Capabilities capabilities_from_json(const json& j, const std::string& where) {
   // The protocol returns out, lse and weights only: a raw-score or present key/value output cannot travel back.
   c.scores_out = false;
   c.kv_append = false;
+  if (j.contains("modifications"))  // optional: a worker that predates the library declares none
+    for (const auto& m : names("modifications")) c.mods.insert(m);
   c.max_head_dim = j.contains("max_head_dim") ? int_field(j, w, "max_head_dim") : 0;
   c.head_dim_multiple = j.contains("head_dim_multiple") ? int_field(j, w, "head_dim_multiple") : 1;
   if (c.max_head_dim < 0 || c.head_dim_multiple < 1)

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "attncheck/mods.hpp"
 #include "detail.hpp"
 
 namespace attncheck {
@@ -135,10 +136,19 @@ Overload(F...) -> Overload<F...>;  // clang 14 (the fuzz and sanitizer builds) l
 
 }  // namespace
 
-std::span<const Field> problem_fields() { return kFields; }
+std::span<const Field> problem_fields() {
+  // The base fields, then each library modification's parameters (after them, so older fixtures keep their
+  // attribute order and bytes).
+  static const std::vector<Field> all = [] {
+    std::vector<Field> v(std::begin(kFields), std::end(kFields));
+    for (const ModEntry& m : modifications()) v.insert(v.end(), m.fields.begin(), m.fields.end());
+    return v;
+  }();
+  return all;
+}
 
 const Field* find_field(const std::string& key) {
-  for (const Field& f : kFields)
+  for (const Field& f : problem_fields())
     if (key == f.key) return &f;
   return nullptr;
 }
@@ -267,6 +277,15 @@ const Feature kFeatures[] = {
                        ext_tag::paged_kv, "a paged KV cache"),
     ATTNCHECK_FLAG_EXT("fp8", "fp8", fp8, is_fp8(p.dtype), "fp8 inputs (e4m3/e5m2 with descale factors) not supported",
                        ext_tag::fp8, "fp8 inputs"),
+    // Every library modification (mods.hpp) the problem uses must be among the backend's Capabilities::mods; a
+    // plugin or worker that does not declare one (every one built before the library) is never offered it.
+    {"modifications", "modifications", uses_modifications,
+     [](const Capabilities& c, const P& p) {
+       for (const ModEntry* m : used_modifications(p))
+         if (!c.mods.count(m->name)) return Support::no(std::string("modification ") + m->name + " not supported");
+       return Support::yes();
+     },
+     nullptr, 0, "score/mask modifications"},
     ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),
     ATTNCHECK_FLAG("lse", "lse_out", lse_out, p.want_lse, "lse output not supported"),
 };

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "attncheck/features.hpp"
+#include "attncheck/mods.hpp"
 #include "detail.hpp"
 
 namespace attncheck {
@@ -41,6 +42,7 @@ std::string Problem::short_name() const {
   if (!cu_seqlens_q.empty()) add("varlen" + std::to_string(sequences()));
   if (page_size > 0) add("paged" + std::to_string(page_size));  // features after schema 1 append here, so older names stay as they were
   if (descale_q != 1.0 || descale_k != 1.0 || descale_v != 1.0) add("descaled");
+  for (const ModEntry* m : used_modifications(*this)) add(m->marker);
   o << '/' << (feats.empty() ? std::string("plain") : feats);
   return o.str();
 }
@@ -69,7 +71,8 @@ std::string Problem::name() const {
   std::string frags;
   for (const Field& f : problem_fields()) {
     if (f.named != Named::fragment || field_is_default(*this, f)) continue;
-    const bool flag = std::holds_alternative<bool Problem::*>(f.ref);
+    // A true bool is just its key; a false one (a bool whose default is true) is "key=0".
+    const bool flag = std::holds_alternative<bool Problem::*>(f.ref) && field_text(*this, f) == "1";
     frags.append("/").append(f.key);
     if (!flag) frags.append("=").append(field_text(*this, f));
   }

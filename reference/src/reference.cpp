@@ -3,6 +3,8 @@
 // Inputs are widened exactly to double first; every mask is written out explicitly where it applies.
 #include "attncheck/reference.hpp"
 
+#include "attncheck/mods.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -68,6 +70,7 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
   const double inf = std::numeric_limits<double>::infinity();
   const double fill = p.fill == MaskFill::neg_inf ? -inf : p.fill_value;
 
+  const ModSet mods(p);
   const std::vector<double> q = widen(in.q);  // (B, Hq, Lq, Dqk)
   const std::vector<double> k = widen(in.k);  // (B, Hkv, Lk, Dqk)
   const std::vector<double> v = widen(in.v);  // (B, Hkv, Lk, Dv)
@@ -144,6 +147,7 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
       if (p.window_left >= 0 && j < diag - p.window_left) vis = false;   // sliding window, left edge
       if (p.window_right >= 0 && j > diag + p.window_right) vis = false; // sliding window, right edge
       if (in.mask && in.mask->get_offset(broadcast_offset(*in.mask, b, h, i, j)) == 0) vis = false;
+      if (vis && mods.has_mask() && !mods.visible(ModAt{b, h, i, diag, j})) vis = false;  // mask modifications
       visible[static_cast<size_t>(j)] = vis;
       if (!vis) {
         s[static_cast<size_t>(j)] = fill;  // never touch a masked key: it may hold NaN on purpose
@@ -159,6 +163,11 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
         const double bias = in.bias->get_offset(broadcast_offset(*in.bias, b, h, i, j));
         score += bias;
         mag += std::abs(bias);
+      }
+      if (mods.has_score()) {  // score modifications, after the bias (each additive so far: slope_bound 1)
+        const double modified = mods.score(ModAt{b, h, i, diag, j}, score);
+        mag += std::abs(modified - score);
+        score = modified;
       }
       if (std::isfinite(score)) score_mag = std::max(score_mag, mag);  // a -inf bias masks, it has no error
       if (std::isfinite(score)) ks.set(static_cast<size_t>(j), scale, dot, qk2, static_cast<double>(Dqk), score);

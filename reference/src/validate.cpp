@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "attncheck/features.hpp"
+#include "attncheck/mods.hpp"
 #include "detail.hpp"
 
 namespace attncheck {
@@ -138,6 +139,7 @@ void validate(const Problem& p) {
     fail("sinks must have Hq=" + std::to_string(p.Hq) + " entries (one per query head), got " +
          std::to_string(p.sinks.size()));
   if (!p.cu_seqlens_q.empty() || !p.cu_seqlens_k.empty()) validate_varlen(p);
+  validate_modifications(p);
   validate_paged(p);
   if (p.mask_shape) check_bcast("mask", *p.mask_shape);
   if (p.bias_shape) {

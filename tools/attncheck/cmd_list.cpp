@@ -4,6 +4,7 @@
 
 #include "attncheck/features.hpp"
 #include "attncheck/impl.hpp"
+#include "attncheck/mods.hpp"
 #include "command.hpp"
 #include "attncheck/declarations.hpp"
 #include "plugins.hpp"
@@ -33,6 +34,13 @@ void print_capabilities(const Capabilities& c) {
               join(c.layouts).c_str(), join(c.alignments).c_str(), join(c.fully_masked).c_str());
   std::printf("    supports: %s\n", yes.empty() ? "-" : yes.c_str());
   if (!no.empty()) std::printf("    not supported: %s\n", no.c_str());
+  std::string mods, missing;  // the library modifications (mods.hpp), by name
+  for (const ModEntry& m : modifications()) {
+    std::string& list = c.mods.count(m.name) ? mods : missing;
+    list += (list.empty() ? "" : " ") + std::string(m.name);
+  }
+  std::printf("    modifications: %s\n", mods.empty() ? "none" : mods.c_str());
+  if (!mods.empty() && !missing.empty()) std::printf("    modifications not supported: %s\n", missing.c_str());
   if (c.max_head_dim > 0 || c.head_dim_multiple > 1)
     std::printf("    head dims: max %lld, multiple of %lld\n", static_cast<long long>(c.max_head_dim),
                 static_cast<long long>(c.head_dim_multiple));

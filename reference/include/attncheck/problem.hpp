@@ -164,6 +164,18 @@ struct Problem {
   // the values are q = descale_q * code(q), k and v alike (past and new tokens of a KV-cache append share them).
   // Must stay 1 for other dtypes. docs/problem-model.md#fp8-inputs.
   double descale_q = 1.0, descale_k = 1.0, descale_v = 1.0;
+  // Score and mask modifications (the library: reference/src/mods_library.cpp; docs/problem-model.md
+  // "Modifications"). Each is off at its default. Query i of batch b sits at key position i + diagonal_offset(b).
+  std::vector<double> alibi_slopes;     // ALiBi: [Hq] or [B, Hq] (fp32 values): score -= slope * |pos - j|
+  std::vector<double> t5_table;         // T5 relative-position bias [Hq, t5_buckets], added by distance bucket
+  int64_t t5_buckets = 0;               // buckets of the T5 table (0 = off)
+  int64_t t5_max_distance = 128;        // distance where the last T5 bucket starts (log-spaced above buckets/2)
+  bool t5_bidirectional = true;         // T5 encoder (true) or decoder (false) bucketing
+  std::vector<int64_t> doc_ids;         // document mask: [B, Lk] document id per token; j visible iff same doc
+  int64_t chunk_size = 0;               // chunked local attention: pos / C == j / C (0 = off)
+  std::vector<int64_t> prefix_lengths;  // prefix-LM: [B]: j visible iff j < prefix_lengths[b] or j <= pos
+  int64_t dilated_window = -1;          // dilated sliding window: |pos - j| <= dilated_window * dilation
+  int64_t dilation = 1;                 //   and (pos - j) divisible by dilation (-1 = off)
 
   MaskFill fill = MaskFill::neg_inf;
   double fill_value = -1e9;  // used with MaskFill::finite

@@ -1,0 +1,67 @@
+// Score and mask modifications (FlexAttention's score_mod / mask_mod): a library of named entries, each described
+// once in reference/src/mods_library.cpp: its parameters (Field rows: key, range, fixture storage, name fragment),
+// its cross-field rules, its fp64 evaluation, its capability name, its short-name marker, its generator for
+// property cases and the fact the tolerance model needs. The reference, the CPU implementations, validation,
+// fixtures, names, `attncheck list` and the capability check all read this table. Order of every stage:
+// docs/problem-model.md "Modifications".
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "attncheck/features.hpp"
+#include "attncheck/rng.hpp"
+
+namespace attncheck {
+
+// Where a modification is evaluated: batch, query head, query row, the query's position on the key axis
+// (pos = i + diagonal_offset(b): the causal/window diagonal, so every alignment applies unchanged), key.
+struct ModAt {
+  int64_t b, h, i, pos, j;
+};
+
+enum class ModKind : uint8_t { score, mask };
+
+struct ModEntry {
+  const char* name;    // capability name: Capabilities::mods, `attncheck list`, the worker protocol
+  const char* marker;  // Problem::short_name() fragment (golden fixture file names)
+  ModKind kind;
+  std::span<const Field> fields;  // its parameters; problem_fields() lists them after the base fields
+  bool (*used)(const Problem&);
+  void (*check)(const Problem&);  // cross-field rules (lengths against the shape); throws naming the field
+  // score: the modified score of a visible key, from the score after softcap and bias (fp64). mask: whether the
+  // query sees the key (anded with every other mask).
+  double (*score)(const Problem&, const ModAt&, double s);
+  bool (*visible)(const Problem&, const ModAt&);
+  // Tolerance fact: a bound of |d score(s) / d s|. The score-error terms of docs/tolerance.md are unchanged by a
+  // modification whose bound is <= 1 (every entry so far is additive: bound 1); a larger one would scale them.
+  double slope_bound;
+  // Parameters for the problem's shape (property cases): p's shape and alignment are already drawn.
+  void (*draw)(Problem&, Rng&);
+  const char* doc;
+};
+
+std::span<const ModEntry> modifications();
+const ModEntry* find_modification(const std::string& name);
+bool uses_modifications(const Problem& p);
+// The modifications a problem uses, in library order (the order scores are modified).
+std::vector<const ModEntry*> used_modifications(const Problem& p);
+void validate_modifications(const Problem& p);  // every used entry's cross-field rules; varlen refused
+
+// The used entries of one problem, split by kind, for the per-key loops (reference, CPU implementations).
+class ModSet {
+ public:
+  explicit ModSet(const Problem& p);
+  bool empty() const { return score_.empty() && mask_.empty(); }
+  bool has_mask() const { return !mask_.empty(); }
+  bool has_score() const { return !score_.empty(); }
+  double score(const ModAt& at, double s) const;  // score mods in library order
+  bool visible(const ModAt& at) const;            // every mask mod
+ private:
+  const Problem& p_;
+  std::vector<const ModEntry*> score_, mask_;
+};
+
+}  // namespace attncheck

@@ -1,0 +1,188 @@
+// The modification library: one block per entry, each the only place that describes it (parameters, rules,
+// fp64 evaluation, capability name, marker, generator, tolerance fact). docs/problem-model.md "Modifications"
+// gives the semantics and who does what. A new entry: its Problem members (problem.hpp) and one block here.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "attncheck/mods.hpp"
+#include "detail.hpp"
+
+namespace attncheck {
+
+using detail::fail;
+using detail::kMaxElements;
+
+namespace {
+
+using P = Problem;
+constexpr auto kSet = Stored::if_set;
+constexpr auto kData = Stored::dataset;
+constexpr auto kFrag = Named::fragment;
+
+std::string n2s(int64_t v) { return std::to_string(v); }
+void expect_size(const char* key, size_t got, int64_t want, const std::string& what) {
+  if (static_cast<int64_t>(got) != want)
+    fail(std::string(key) + " must have " + what + "=" + n2s(want) + " entries, got " + n2s(static_cast<int64_t>(got)));
+}
+int64_t floor_div(int64_t a, int64_t c) { return a / c - ((a % c != 0) && ((a < 0) != (c < 0))); }
+
+// ---- ALiBi (Press et al.; FlashAttention's alibi_slopes) ----------------------------------------------------
+// score - slope(b, h) * |pos - j|: FlashAttention documents "a bias of (-alibi_slope * |i + seqlen_k - seqlen_q -
+// j|)", i.e. pos with alignment=bottom_right. Slopes are fp32 values, as FlashAttention takes them.
+bool fp32_exact(double x) { return std::isfinite(x) && static_cast<double>(static_cast<float>(x)) == x; }
+const Field kAlibi[] = {
+    {"alibi_slopes", &P::alibi_slopes, kData, kFrag, "must be finite values exact in fp32",
+     [](const P& p) { return std::all_of(p.alibi_slopes.begin(), p.alibi_slopes.end(), fp32_exact); },
+     "ALiBi slope per query head [Hq] or per (batch, head) [B, Hq]"}};
+double alibi_slope(const P& p, int64_t b, int64_t h) {
+  const bool per_batch = static_cast<int64_t>(p.alibi_slopes.size()) != p.Hq;
+  return p.alibi_slopes[static_cast<size_t>(per_batch ? b * p.Hq + h : h)];
+}
+const ModEntry kAlibiEntry{
+    "alibi", "alibi", ModKind::score, kAlibi, [](const P& p) { return !p.alibi_slopes.empty(); },
+    [](const P& p) {
+      const int64_t n = static_cast<int64_t>(p.alibi_slopes.size());
+      if (n != p.Hq && n != p.B * p.Hq)
+        fail("alibi_slopes must have Hq=" + n2s(p.Hq) + " or B*Hq=" + n2s(p.B * p.Hq) + " entries, got " + n2s(n));
+    },
+    [](const P& p, const ModAt& a, double s) {
+      return s - alibi_slope(p, a.b, a.h) * std::abs(static_cast<double>(a.pos - a.j));
+    },
+    nullptr, 1.0,
+    [](P& p, Rng& r) {  // the paper's geometric slopes 2^(-8(h+1)/Hq) (fp32), per batch scaled by 2^-k
+      const bool per_batch = p.B > 1 && r.pick(0, 1) == 1;
+      for (int64_t b = 0; b < (per_batch ? p.B : 1); ++b)
+        for (int64_t h = 0; h < p.Hq; ++h)
+          p.alibi_slopes.push_back(static_cast<float>(std::exp2(-8.0 * double(h + 1) / double(p.Hq) - double(b))));
+    },
+    "ALiBi: score - slope * |pos - j|"};
+
+// ---- T5 relative-position bias (Raffel et al.; transformers' T5Attention._relative_position_bucket) ---------
+const Field kT5[] = {
+    {"t5_table", &P::t5_table, kData, kFrag, "must be finite",
+     [](const P& p) { return std::all_of(p.t5_table.begin(), p.t5_table.end(), [](double x) { return std::isfinite(x); }); },
+     "T5 relative-position bias [Hq, t5_buckets]"},
+    {"t5_buckets", &P::t5_buckets, kSet, kFrag, "must be in [0, 2^16] (0 = off)",
+     [](const P& p) { return p.t5_buckets >= 0 && p.t5_buckets <= 65536; }, "T5 buckets"},
+    {"t5_max_distance", &P::t5_max_distance, kSet, kFrag, "must be in [1, 2^40]",
+     [](const P& p) { return p.t5_max_distance >= 1 && p.t5_max_distance <= (int64_t{1} << 40); },
+     "T5: distance where the last bucket starts"},
+    {"t5_bidirectional", &P::t5_bidirectional, kSet, kFrag, nullptr, nullptr,
+     "T5: buckets for both signs of the distance (encoder) or only keys before the query (decoder)"}};
+// The bucket of relative position rel = j - pos, exactly transformers' formula, evaluated in double.
+int64_t t5_bucket(const P& p, int64_t rel) {
+  int64_t n = p.t5_buckets, bucket = 0;
+  if (p.t5_bidirectional) {
+    n /= 2;
+    if (rel > 0) bucket += n;
+    rel = rel < 0 ? -rel : rel;
+  } else {
+    rel = rel < 0 ? -rel : 0;  // keys after the query share bucket 0
+  }
+  const int64_t exact = n / 2;
+  if (rel < exact) return bucket + rel;
+  const double f = std::log(double(rel) / double(exact)) / std::log(double(p.t5_max_distance) / double(exact));
+  return bucket + std::min<int64_t>(exact + static_cast<int64_t>(f * double(n - exact)), n - 1);
+}
+const ModEntry kT5Entry{
+    "t5_bias", "t5", ModKind::score, kT5, [](const P& p) { return p.t5_buckets > 0 || !p.t5_table.empty(); },
+    [](const P& p) {
+      const int64_t min_buckets = p.t5_bidirectional ? 4 : 2;
+      if (p.t5_buckets < min_buckets)
+        fail("t5_buckets must be >= " + n2s(min_buckets) + " with t5_bidirectional=" + n2s(p.t5_bidirectional) +
+             " and a t5_table, got " + n2s(p.t5_buckets));
+      expect_size("t5_table", p.t5_table.size(), p.Hq * p.t5_buckets, "Hq*t5_buckets");
+      const int64_t exact = (p.t5_bidirectional ? p.t5_buckets / 2 : p.t5_buckets) / 2;
+      if (p.t5_max_distance <= exact)
+        fail("t5_max_distance must be > " + n2s(exact) + " (the exact buckets), got " + n2s(p.t5_max_distance));
+    },
+    [](const P& p, const ModAt& a, double s) {
+      return s + p.t5_table[static_cast<size_t>(a.h * p.t5_buckets + t5_bucket(p, a.j - a.pos))];
+    },
+    nullptr, 1.0,
+    [](P& p, Rng& r) {
+      p.t5_buckets = 2 * r.pick(2, 8);
+      p.t5_max_distance = r.pick(p.t5_buckets, 4 * p.t5_buckets);
+      p.t5_bidirectional = r.pick(0, 1) == 1;
+      for (int64_t n = 0; n < p.Hq * p.t5_buckets; ++n) p.t5_table.push_back(std::ldexp(double(r.pick(-64, 64)), -4));
+    },
+    "T5 relative-position bias: score + table[h, bucket(j - pos)]"};
+
+// ---- document mask (packed documents; FlexAttention's document_masking) ----------------------------------------
+const Field kDoc[] = {{"doc_ids", &P::doc_ids, kData, kFrag, nullptr, nullptr, "document id per token [B, Lk]"}};
+const ModEntry kDocEntry{
+    "document", "doc", ModKind::mask, kDoc, [](const P& p) { return !p.doc_ids.empty(); },
+    [](const P& p) { expect_size("doc_ids", p.doc_ids.size(), p.B * p.Lk, "B*Lk"); }, nullptr,
+    [](const P& p, const ModAt& a) {  // a query outside [0, Lk) belongs to no document
+      const int64_t* d = p.doc_ids.data() + a.b * p.Lk;
+      return a.pos >= 0 && a.pos < p.Lk && d[a.pos] == d[a.j];
+    },
+    1.0,
+    [](P& p, Rng& r) {
+      for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t j = 0, id = 0; j < p.Lk; ++j) {
+          if (j > 0 && r.pick(0, 5) == 0) ++id;
+          p.doc_ids.push_back(id);
+        }
+    },
+    "document mask: doc_ids[b, pos] == doc_ids[b, j]"};
+
+// ---- chunked local attention (Llama 4's chunked attention) --------------------------------------------------
+const Field kChunk[] = {{"chunk_size", &P::chunk_size, kSet, kFrag, "must be in [0, 2^60] (0 = off)",
+                         [](const P& p) { return p.chunk_size >= 0 && p.chunk_size <= kMaxElements; },
+                         "chunked local attention: query and key in the same chunk of chunk_size tokens"}};
+const ModEntry kChunkEntry{
+    "chunked", "chunk", ModKind::mask, kChunk, [](const P& p) { return p.chunk_size > 0; }, [](const P&) {},
+    nullptr,
+    [](const P& p, const ModAt& a) { return floor_div(a.pos, p.chunk_size) == a.j / p.chunk_size; }, 1.0,
+    [](P& p, Rng& r) { p.chunk_size = r.pick(1, std::max<int64_t>(p.Lk, 2)); },
+    "chunked local: floor(pos / C) == floor(j / C)"};
+
+// ---- prefix-LM (bidirectional prefix, causal after it) --------------------------------------------------------
+const Field kPrefix[] = {{"prefix_lengths", &P::prefix_lengths, kData, kFrag, nullptr, nullptr,
+                          "prefix-LM: bidirectional prefix length per batch [B]"}};
+const ModEntry kPrefixEntry{
+    "prefix_lm", "prefix", ModKind::mask, kPrefix, [](const P& p) { return !p.prefix_lengths.empty(); },
+    [](const P& p) {
+      expect_size("prefix_lengths", p.prefix_lengths.size(), p.B, "B");
+      for (int64_t v : p.prefix_lengths)
+        if (v < 0 || v > p.Lk) fail("prefix_lengths must be in [0, Lk=" + n2s(p.Lk) + "], got " + shape_string(p.prefix_lengths));
+    },
+    nullptr,
+    [](const P& p, const ModAt& a) { return a.j < p.prefix_lengths[static_cast<size_t>(a.b)] || a.j <= a.pos; }, 1.0,
+    [](P& p, Rng& r) {  // the entry is its own causal part: with causal on it would change nothing
+      p.causal = false;
+      for (int64_t b = 0; b < p.B; ++b) p.prefix_lengths.push_back(r.pick(0, p.Lk));
+    },
+    "prefix-LM: j < prefix_lengths[b] or j <= pos"};
+
+// ---- dilated sliding window (Longformer) ------------------------------------------------------------------------
+const Field kDilated[] = {
+    {"dilated_window", &P::dilated_window, kSet, kFrag, "must be >= 0 or -1 (off), and at most 2^60",
+     [](const P& p) { return p.dilated_window >= -1 && p.dilated_window <= kMaxElements; },
+     "dilated window: keys per side, in steps of dilation"},
+    {"dilation", &P::dilation, kSet, kFrag, "must be in [1, 2^30], and 1 without a dilated_window",
+     [](const P& p) { return p.dilation >= 1 && p.dilation <= (int64_t{1} << 30) && (p.dilation == 1 || p.dilated_window >= 0); },
+     "dilated window: step"}};
+const ModEntry kDilatedEntry{
+    "dilated_window", "dil", ModKind::mask, kDilated, [](const P& p) { return p.dilated_window >= 0; },
+    [](const P&) {}, nullptr,
+    [](const P& p, const ModAt& a) {
+      const int64_t d = a.pos - a.j;
+      return d % p.dilation == 0 && std::abs(d) / p.dilation <= p.dilated_window;
+    },
+    1.0,
+    [](P& p, Rng& r) {
+      p.dilation = r.pick(1, 4);
+      p.dilated_window = r.pick(0, std::max<int64_t>(p.Lk / p.dilation, 1));
+    },
+    "dilated window: (pos - j) % dilation == 0 and |pos - j| / dilation <= dilated_window"};
+
+const ModEntry kLibrary[] = {kAlibiEntry, kT5Entry, kDocEntry, kChunkEntry, kPrefixEntry, kDilatedEntry};
+
+}  // namespace
+
+std::span<const ModEntry> modifications() { return kLibrary; }
+
+}  // namespace attncheck

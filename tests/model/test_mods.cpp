@@ -1,0 +1,223 @@
+// The modification library (mods.hpp): every mask modification equals the dense boolean mask written out here
+// from its definition (bit for bit, reference, cpu and cpu-flash), ALiBi and the T5 bias equal their bias
+// tensors, T5 buckets match transformers' formula at listed distances, cpu and cpu-flash match the reference on
+// each entry, validation names the field, names round-trip, and a backend that does not declare a modification
+// is never offered it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "attncheck/features.hpp"
+#include "attncheck/generate.hpp"
+#include "attncheck/impl.hpp"
+#include "attncheck/mods.hpp"
+#include "attncheck/reference.hpp"
+#include "impl_check.hpp"
+
+namespace attncheck {
+namespace {
+
+// A shape of each kind: self attention, Lq < Lk (decode-like) and Lq > Lk, in every alignment.
+std::vector<Problem> shapes() {
+  std::vector<Problem> out;
+  const int64_t lqk[][2] = {{33, 33}, {7, 70}, {40, 23}};
+  int n = 0;
+  for (const auto& s : lqk)
+    for (Alignment a : {Alignment::top_left, Alignment::bottom_right, Alignment::explicit_}) {
+      Problem p;
+      p.B = 2, p.Hq = 4, p.Hkv = 2, p.Lq = s[0], p.Lk = s[1], p.Dqk = p.Dv = 8;
+      p.alignment = a, p.causal_offset = a == Alignment::explicit_ ? 5 : 0;
+      p.key_lengths = {p.Lk, p.Lk - 3};
+      p.causal = ++n % 2 == 0;
+      p.want_lse = p.want_weights = true;
+      out.push_back(p);
+    }
+  return out;
+}
+
+int64_t floor_div(int64_t a, int64_t c) { return static_cast<int64_t>(std::floor(double(a) / double(c))); }
+
+// Each mask entry's definition, written out independently of the library: whether query i of batch b (key
+// position pos) sees key j.
+bool dense_visible(const std::string& name, const Problem& p, int64_t b, int64_t pos, int64_t j) {
+  if (name == "document") {
+    if (pos < 0 || pos >= p.Lk) return false;
+    return p.doc_ids[size_t(b * p.Lk + pos)] == p.doc_ids[size_t(b * p.Lk + j)];
+  }
+  if (name == "chunked") return floor_div(pos, p.chunk_size) == floor_div(j, p.chunk_size);
+  if (name == "prefix_lm") return j < p.prefix_lengths[size_t(b)] || j <= pos;
+  if (name == "dilated_window") {
+    const int64_t d = pos - j;
+    return std::abs(d) <= p.dilated_window * p.dilation && d % p.dilation == 0;
+  }
+  ADD_FAILURE() << "no dense definition for " << name;
+  return true;
+}
+
+// The same problem with the modification replaced by a dense [B, Hq, Lq, Lk] boolean mask.
+std::pair<Problem, Inputs> as_dense_mask(const std::string& name, Problem p, Inputs in) {
+  const Problem modded = p;
+  p.doc_ids.clear(), p.chunk_size = 0, p.prefix_lengths.clear(), p.dilated_window = -1, p.dilation = 1;
+  p.mask_shape = std::array<int64_t, 4>{p.B, p.Hq, p.Lq, p.Lk};
+  in.mask = Tensor(DType::u8, {p.B, p.Hq, p.Lq, p.Lk});
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i)
+        for (int64_t j = 0; j < p.Lk; ++j)
+          in.mask->put(b, h, i, j, dense_visible(name, modded, b, i + p.diagonal_offset(b), j) ? 1.0 : 0.0);
+  return {p, in};
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) { return a.bytes == b.bytes; }
+
+Outputs run(const char* impl, const Problem& p, const Inputs& in) {
+  Outputs out;
+  const Support s = run_impl(*find_impl(impl), p, in, out);
+  EXPECT_TRUE(s.ok) << impl << " " << p.name() << ": " << s.reason;
+  return out;
+}
+
+TEST(Mods, MaskModEqualsItsDenseMaskBitForBit) {
+  int cases = 0, hidden = 0;
+  for (const ModEntry& m : modifications()) {
+    if (m.kind != ModKind::mask) continue;
+    uint64_t seed = 1;
+    for (Problem p : shapes()) {
+      Rng rng(++seed * 977 + std::strlen(m.name));
+      m.draw(p, rng);
+      ASSERT_NO_THROW(validate(p)) << p.name();
+      const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, seed);
+      const auto [dp, din] = as_dense_mask(m.name, p, in);
+      for (int64_t n = 0; n < din.mask->numel(); ++n) hidden += din.mask->get_offset(n) == 0;
+      const ReferenceResult a = reference_attention(p, in), b = reference_attention(dp, din);
+      EXPECT_EQ(0, std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(double))) << m.name << " " << p.name();
+      EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(double))) << m.name << " " << p.name();
+      for (const char* impl : {"cpu", "cpu-flash"}) {
+        const Outputs x = run(impl, p, in), y = run(impl, dp, din);
+        EXPECT_TRUE(same_bits(x.out, y.out) && same_bits(*x.lse, *y.lse) && same_bits(*x.weights, *y.weights))
+            << impl << " " << m.name << " " << p.name();
+      }
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 4 * 9);
+  EXPECT_GT(hidden, 0) << "the drawn masks hide keys";
+}
+
+// The additive bias a score entry stands for, written out here: ALiBi from FlashAttention's documented formula,
+// T5 through the bucket table below.
+TEST(Mods, AlibiEqualsItsBiasTensorBitForBit) {
+  for (Problem p : shapes()) {
+    for (bool per_batch : {false, true}) {
+      p.alibi_slopes.clear();
+      for (int64_t n = 0; n < (per_batch ? p.B : 1) * p.Hq; ++n) p.alibi_slopes.push_back(std::ldexp(1.0, -int(n) - 1) * 1.5);
+      const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 3);
+      Problem q = p;
+      q.alibi_slopes.clear();
+      q.bias_shape = std::array<int64_t, 4>{p.B, p.Hq, p.Lq, p.Lk}, q.bias_dtype = DType::f64;
+      Inputs qin = in;
+      qin.bias = Tensor(DType::f64, {p.B, p.Hq, p.Lq, p.Lk});
+      for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t h = 0; h < p.Hq; ++h)
+          for (int64_t i = 0; i < p.Lq; ++i)
+            for (int64_t j = 0; j < p.Lk; ++j) {
+              const double slope = p.alibi_slopes[size_t(per_batch ? b * p.Hq + h : h)];
+              qin.bias->put(b, h, i, j, -slope * std::abs(double(i + p.diagonal_offset(b) - j)));
+            }
+      const ReferenceResult a = reference_attention(p, in), b = reference_attention(q, qin);
+      EXPECT_EQ(0, std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(double))) << p.name();
+      EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(double))) << p.name();
+    }
+  }
+}
+
+// transformers' T5Attention._relative_position_bucket(j - pos, bidirectional, 32, 128), evaluated with Python at
+// these distances (the float32 and double forms agree at every one of them).
+TEST(Mods, T5BucketsMatchTransformers) {
+  const int64_t rel[] = {-300, -128, -100, -37, -20, -9, -8, -7, -1, 0, 1, 5, 8, 9, 15, 16, 31, 64, 127, 128, 1000};
+  const int64_t bi[] = {15, 15, 15, 12, 10, 8, 8, 7, 1, 0, 17, 21, 24, 24, 25, 26, 27, 30, 31, 31, 31};
+  const int64_t uni[] = {31, 31, 30, 22, 17, 9, 8, 7, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  for (bool bidirectional : {true, false}) {
+    Problem p;
+    p.Lq = 1, p.Lk = 2000, p.Hq = 1, p.dtype = DType::f64;
+    p.t5_buckets = 32, p.t5_max_distance = 128, p.t5_bidirectional = bidirectional;
+    for (int64_t n = 0; n < 32; ++n) p.t5_table.push_back(double(n));  // the bias is the bucket
+    const ModSet mods(p);
+    for (size_t k = 0; k < std::size(rel); ++k) {
+      const int64_t pos = 1000;  // rel = j - pos
+      EXPECT_EQ(mods.score(ModAt{0, 0, 0, pos, pos + rel[k]}, 0.0), double(bidirectional ? bi[k] : uni[k]))
+          << "bidirectional " << bidirectional << " rel " << rel[k];
+    }
+  }
+}
+
+TEST(Mods, CpuImplsMatchReferenceOnEveryEntry) {
+  std::vector<Problem> problems;
+  for (const ModEntry& m : modifications()) {
+    uint64_t seed = 40;
+    for (Problem p : shapes()) {
+      if (++seed % 3) continue;  // three shapes per entry
+      Rng rng(seed);
+      m.draw(p, rng);
+      problems.push_back(p);
+    }
+  }
+  expect_impls_match_reference(problems, [](Problem p) {  // every modification off: the same outputs must fail
+    const Problem d;
+    p.alibi_slopes = d.alibi_slopes, p.t5_table = d.t5_table, p.t5_buckets = d.t5_buckets;
+    p.doc_ids = d.doc_ids, p.chunk_size = d.chunk_size, p.prefix_lengths = d.prefix_lengths;
+    p.dilated_window = d.dilated_window, p.dilation = d.dilation;
+    EXPECT_FALSE(uses_modifications(p));
+    return p;
+  });
+}
+
+TEST(Mods, ValidationNamesTheField) {
+  Problem p;
+  p.B = 2, p.Hq = 3, p.Lk = 10, p.Lq = 4;
+  auto msg = [&](const std::function<void(Problem&)>& f) {
+    Problem q = p;
+    f(q);
+    return validation_message(q);
+  };
+  EXPECT_NE(msg([](Problem& q) { q.alibi_slopes = {1, 2}; }).find("alibi_slopes must have Hq=3 or B*Hq=6 entries, got 2"), std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.alibi_slopes = {0.1, 1, 1}; }).find("alibi_slopes must be finite values exact in fp32"), std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.doc_ids = {0, 1}; }).find("doc_ids must have B*Lk=20 entries, got 2"), std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.prefix_lengths = {3, 11}; }).find("prefix_lengths must be in [0, Lk=10]"), std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.chunk_size = -2; }).find("chunk_size must be in [0, 2^60]"), std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.dilation = 2; }).find("dilation must be in [1, 2^30], and 1 without a dilated_window"), std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.t5_buckets = 8; }).find("t5_table must have Hq*t5_buckets=24 entries, got 0"), std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.t5_buckets = 8, q.t5_table.assign(24, 0.0), q.t5_max_distance = 2; })
+                .find("t5_max_distance must be > 2"), std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.B = 1, q.chunk_size = 4, q.cu_seqlens_q = {0, 4}, q.cu_seqlens_k = {0, 10}; })
+                .find("chunk_size: modifications with packed sequences"), std::string::npos);
+  EXPECT_EQ(msg([](Problem& q) { q.chunk_size = 4, q.doc_ids.assign(20, 1); }), "accepted");
+}
+
+TEST(Mods, NamesRoundTripAndMarkShortNames) {
+  for (const ModEntry& m : modifications()) {
+    Problem p = shapes()[4];
+    Rng rng(7);
+    m.draw(p, rng);
+    const Problem q = parse_name(p.name());
+    for (const Field& f : problem_fields()) EXPECT_TRUE(field_equal(p, q, f)) << m.name << " " << f.key;
+    EXPECT_NE(p.short_name().find(m.marker), std::string::npos) << p.short_name();
+  }
+}
+
+TEST(Mods, UndeclaredModificationIsUnsupported) {
+  Problem p = shapes()[0];
+  p.chunk_size = 8;
+  Capabilities c;  // the default: no modification declared (plugins, workers that predate the library)
+  EXPECT_EQ(check_capabilities(c, p).reason, "modification chunked not supported");
+  c.mods = {"chunked"};
+  EXPECT_TRUE(check_capabilities(c, p).ok);
+  p.alibi_slopes.assign(size_t(p.Hq), 0.5);
+  EXPECT_EQ(check_capabilities(c, p).reason, "modification alibi not supported");
+  EXPECT_FALSE(backward_modelled(p).ok);
+}
+
+}  // namespace
+}  // namespace attncheck
