@@ -35,6 +35,11 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
     if (f == Flavour::causal) p.causal = true;
     if (f == Flavour::window) p.window_left = 255, p.window_right = 0;
   }
+  if (f == Flavour::alibi || f == Flavour::document || f == Flavour::chunk) p.causal = true;
+  if (f == Flavour::alibi) p.Hq = 2, p.alibi_slopes = {0x1p-6, 0x1p-10};
+  if (f == Flavour::document)
+    for (int64_t j = 0; j < lk; ++j) p.doc_ids.push_back(j >= lk - 64 ? 1 : 0);
+  if (f == Flavour::chunk) p.chunk_size = 64;
   return p;
 }
 
@@ -75,7 +80,7 @@ Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed) {
   std::normal_distribution<double> n01(0.0, 1.0);
   const double sd = lg == Logits::large ? std::sqrt(7.0) : 1.0;  // scores ~ N(0, 7^2): |s| up to ~30 at 128k
   Inputs in;
-  in.q = Tensor(p.dtype, {1, 1, p.Lq, p.Dqk});
+  in.q = Tensor(p.dtype, {1, p.Hq, p.Lq, p.Dqk});
   in.k = Tensor(p.dtype, {1, 1, p.Lk, p.Dqk});
   in.v = Tensor(p.dtype, {1, 1, p.Lk, p.Dv});
   for (int64_t n = 0; n < in.q.numel(); ++n) in.q.set_offset(n, sd * n01(g));
@@ -133,10 +138,16 @@ Judged judge_run(const Problem& p, const ReferenceResult& ref, Outputs o, const 
 Flavour flavour_of(Fault f) {
   if (f == Fault::causal_excl_diag || f == Fault::causal_future_key) return Flavour::causal;
   if (f == Fault::window_off_by_one) return Flavour::window;
+  if (f == Fault::alibi_sign || f == Fault::alibi_slope_head || f == Fault::alibi_ignored) return Flavour::alibi;
+  if (f == Fault::document_off_by_one) return Flavour::document;
+  if (f == Fault::chunk_off_by_one) return Flavour::chunk;
   return Flavour::dense;
 }
 
-const char* to_string(Flavour f) { return f == Flavour::dense ? "dense" : f == Flavour::causal ? "causal" : "window"; }
+const char* to_string(Flavour f) {
+  const char* names[kFlavours] = {"dense", "causal", "window", "alibi", "document", "chunk"};
+  return names[static_cast<int>(f)];
+}
 const char* to_string(Logits l) {
   return l == Logits::normal ? "normal" : l == Logits::large ? "large" : l == Logits::near_one_hot ? "near_one_hot" : "hazard";
 }
@@ -177,13 +188,19 @@ std::vector<Variant> fault_variants() {
       make("row-4ulp", "one row's output 4 ulps off", Fault::row_4ulp),
       make("lse-plus-log2", "lse off by log 2", Fault::lse_plus_log2),
       make("lse-base2", "lse in base 2", Fault::lse_base2),
+      make("alibi-sign", "ALiBi bias added with the wrong sign (+slope*|d|)", Fault::alibi_sign),
+      make("alibi-slope-head", "ALiBi slope of the other query head", Fault::alibi_slope_head),
+      make("alibi-ignored", "ALiBi slopes ignored (the modification is missing)", Fault::alibi_ignored),
+      make("document-off-by-one", "a key's document read one token to the right", Fault::document_off_by_one),
+      make("chunk-off-by-one", "a key's chunk computed from the next token", Fault::chunk_off_by_one),
   };
 }
 
 Report run_grid(const GridOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<Variant> good = correct_variants(), bad = fault_variants();
-  const Flavour flavours[] = {Flavour::dense, Flavour::causal, Flavour::window};
+  const Flavour flavours[kFlavours] = {Flavour::dense, Flavour::causal,   Flavour::window,
+                                       Flavour::alibi, Flavour::document, Flavour::chunk};
   Report rep;
   for (int64_t lk : o.lk)
     for (DType t : o.dtypes)
@@ -192,10 +209,10 @@ Report run_grid(const GridOptions& o) {
           o.on_configuration("Lk=" + std::to_string(lk) + " " + to_string(t) + " " + to_string(lg));
         const uint64_t seed = o.seed ^ (static_cast<uint64_t>(lk) * 0x9E3779B97F4A7C15ull) ^
                               (static_cast<uint64_t>(t) << 8) ^ (static_cast<uint64_t>(lg) << 16);
-        Problem ps[3];
-        Inputs ins[3];
-        ReferenceResult refs[3];
-        for (int f = 0; f < 3; ++f) {
+        Problem ps[kFlavours];
+        Inputs ins[kFlavours];
+        ReferenceResult refs[kFlavours];
+        for (int f = 0; f < kFlavours; ++f) {
           ps[f] = grid_problem(lk, t, flavours[f], o.rows);
           ins[f] = grid_inputs(ps[f], lg, seed);
           refs[f] = reference_attention(ps[f], ins[f], o.threads);
@@ -204,7 +221,7 @@ Report run_grid(const GridOptions& o) {
         struct RunSpec { const Variant* v; int f; };
         std::vector<RunSpec> runs;
         for (const auto& v : good)
-          for (int f = 0; f < 3; ++f) runs.push_back({&v, f});
+          for (int f = 0; f < kFlavours; ++f) runs.push_back({&v, f});
         for (const auto& v : bad) runs.push_back({&v, static_cast<int>(flavour_of(v.fault))});
         std::vector<Judged> res(runs.size());
         parallel_rows(static_cast<int64_t>(runs.size()), o.threads, [&](int64_t n) {
@@ -212,8 +229,8 @@ Report run_grid(const GridOptions& o) {
           res[static_cast<size_t>(n)] = judge_run(ps[r.f], refs[r.f], run_variant(*r.v, ps[r.f], ins[r.f]));
         });
         // The noise: the largest error of any correct variant on the same problem, per output tensor.
-        double noise_out[3] = {0, 0, 0}, noise_lse[3] = {0, 0, 0};
-        size_t base_run[3] = {0, 0, 0};
+        double noise_out[kFlavours] = {}, noise_lse[kFlavours] = {};
+        size_t base_run[kFlavours] = {};
         for (size_t n = 0; n < runs.size(); ++n)
           if (runs[n].v->correct()) {
             if (runs[n].v->name == "online-64") base_run[runs[n].f] = n;
@@ -231,7 +248,7 @@ Report run_grid(const GridOptions& o) {
         };
         if (o.candidate) {  // one more correct variant, run serially (an isolated worker serves one call at a time)
           const Variant cand = make(o.candidate->name, "the candidate, at its declared contract", Fault::none);
-          for (int f = 0; f < 3; ++f) {
+          for (int f = 0; f < kFlavours; ++f) {
             Judged j;
             try {
               std::string why;

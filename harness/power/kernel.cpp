@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "attncheck/mods.hpp"
 #include "power.hpp"
 
 namespace attncheck::power {
@@ -83,10 +84,16 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
   const int64_t skip_lo = (Lk / 64 / 2) * 64;
   const int64_t random_key = static_cast<int64_t>(std::mt19937_64(p.Lk * 7919 + 17)() % static_cast<uint64_t>(Lk));
 
+  // Modifications (the grid's alibi, document and chunk flavours), each fault at the one place it lives.
+  const ModSet mods(p);
+  const bool shifted_key = (v.fault == Fault::document_off_by_one && !p.doc_ids.empty()) ||
+                           (v.fault == Fault::chunk_off_by_one && p.chunk_size > 0);
+
   Outputs o;
-  o.out = Tensor(p.dtype, {1, 1, Lq, Dv});
-  o.lse = Tensor(DType::f32, {1, 1, Lq});
-  for (int64_t i = 0; i < Lq; ++i) {
+  o.out = Tensor(p.dtype, {1, p.Hq, Lq, Dv});
+  o.lse = Tensor(DType::f32, {1, p.Hq, Lq});
+  for (int64_t row = 0; row < p.Hq * Lq; ++row) {  // query heads share the one KV head
+    const int64_t h = row / Lq, i = row % Lq;
     const int64_t diag = i + p.diagonal_offset(0);
     Row r{std::vector<float>(static_cast<size_t>(Lk), -kInf), std::vector<char>(static_cast<size_t>(Lk), 0)};
     for (int64_t j = 0; j < Lk; ++j) {
@@ -101,6 +108,7 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       if (v.fault == Fault::window_off_by_one && p.window_left >= 0 && j == diag - p.window_left - 1) vis = true;
       if (v.fault == Fault::skip_tile && j >= skip_lo && j < skip_lo + 64) vis = false;
       if (v.fault == Fault::drop_random_key && j == random_key) vis = false;
+      if (vis && mods.has_mask()) vis = mods.visible(ModAt{0, h, i, diag, shifted_key ? std::min(j + 1, Lk - 1) : j});
       r.vis[static_cast<size_t>(j)] = vis;
       if (!vis) continue;
       // The dot product in `lanes` interleaved partial sums (SIMD lanes, tensor-core k-slices), combined pairwise;
@@ -109,12 +117,17 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       for (int64_t n = 0; n < D; ++n) {
         const int64_t d = v.order == Order::reversed ? D - 1 - n : n;
         float& a = part[n % v.lanes];
-        a = v.fma ? std::fma(q[size_t(i * D + d)], k[size_t(j * D + d)], a) : a + q[size_t(i * D + d)] * k[size_t(j * D + d)];
+        a = v.fma ? std::fma(q[size_t(row * D + d)], k[size_t(j * D + d)], a) : a + q[size_t(row * D + d)] * k[size_t(j * D + d)];
       }
       for (int w = v.lanes / 2; w >= 1; w /= 2)
         for (int l = 0; l < w; ++l) part[l] += part[l + w];
       const float dot = part[0];
       float sc = v.exp2 ? dot * (scale * log2e) : dot * scale;
+      if (mods.has_score() && v.fault != Fault::alibi_ignored) {  // the additive term in fp64, added once
+        double add = mods.score(ModAt{0, v.fault == Fault::alibi_slope_head ? (h + 1) % p.Hq : h, i, diag, j}, 0.0);
+        if (v.fault == Fault::alibi_sign) add = -add;
+        sc = v.exp2 ? static_cast<float>(double(dot * scale) + add) * log2e : static_cast<float>(double(sc) + add);
+      }
       if (v.fault == Fault::fp16_scores) sc = half(sc);
       r.s[static_cast<size_t>(j)] = sc;
     }
@@ -173,7 +186,7 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
     float lse = v.exp2 ? (m + std::log2(l)) / log2e : m + std::log(l);
     if (v.fault == Fault::lse_plus_log2) lse += std::log(2.0f);
     if (v.fault == Fault::lse_base2) lse = lse * log2e;
-    o.lse->set_offset(i, lse);
+    o.lse->set_offset(row, lse);
     for (int64_t d = 0; d < Dv; ++d) {
       double x = round_to(p.dtype, acc[size_t(d)] / l);
       if (i == Lq / 2 + 1 && v.fault == Fault::row_1pct) x = round_to(p.dtype, x * 1.01);
@@ -181,7 +194,7 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
         const int mant = p.dtype == DType::f16 ? 10 : p.dtype == DType::bf16 ? 7 : 23;
         x += std::copysign(4.0 * std::ldexp(1.0, std::ilogb(x) - mant), x);
       }
-      o.out.put(0, 0, i, d, x);
+      o.out.put(0, h, i, d, x);
     }
   }
   return o;

@@ -18,7 +18,9 @@ namespace attncheck::power {
 enum class Fault : uint8_t {
   none, skip_tile, drop_max_key, drop_random_key, causal_excl_diag, causal_future_key, window_off_by_one,
   scale_dv, tf32_operands, fp16_scores, bf16_pv_accumulation, missed_rescale, row_1pct, row_4ulp, lse_plus_log2,
-  lse_base2
+  lse_base2,
+  // Modification faults (mods.hpp), each on its own flavour.
+  alibi_sign, alibi_slope_head, alibi_ignored, document_off_by_one, chunk_off_by_one
 };
 
 // How the kernel sums over keys.
@@ -41,8 +43,11 @@ struct Variant {
 std::vector<Variant> correct_variants();
 std::vector<Variant> fault_variants();
 
-// Problem shapes of the grid: dense, causal (diagonals around a tile edge), window of 256 keys.
-enum class Flavour : uint8_t { dense, causal, window };
+// Problem shapes of the grid: dense, causal (diagonals around a tile edge), window of 256 keys; and causal with a
+// modification: ALiBi on two query heads (slopes 2^-6, 2^-10), two documents meeting at the tile edge between
+// rows rows/2-1 and rows/2, chunks of 64 keys (a chunk boundary there too).
+enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk };
+inline constexpr int kFlavours = 6;
 const char* to_string(Flavour f);
 Flavour flavour_of(Fault f);  // the shape a fault is run on (mask faults need their mask)
 enum class Logits : uint8_t { normal, large, near_one_hot, hazard };
