@@ -224,7 +224,7 @@ int run_verify() {
     for (size_t ii = 0; has_forward(pass) && ii < impls.size(); ++ii) {
       const ImplPtr& impl = impls[ii];
       progress.step(impl->name() + " " + name);
-      CaseResult r{name, file, impl->name(), "", "", false, {}, ""};
+      CaseResult r{name, file, impl->name(), "", "", false, {}, "", "", {}};
       std::vector<std::string> diagnosis;
       if (!avail[ii].ok) {
         r.status = "unavailable";
@@ -259,12 +259,13 @@ int run_verify() {
         if (inputs_hash(f.inputs) != pristine) {
           r = CaseResult{name, file, impl->name(), "modified-input",
                          impl->name() + " wrote into its inputs on " + name + " (input checksum changed); the fixture "
-                         "is read again for the next implementation", false, {}, ""};
+                         "is read again for the next implementation", false, {}, "", "", {}};
           f = load(file, name);
         }
       } catch (const std::exception&) {
         record_exception(r);
       }
+      describe_problem(r, f.problem);
       progress.clear();
       print_row(r);
       for (const std::string& l : diagnosis) std::printf("    %s\n", l.c_str());
@@ -273,6 +274,7 @@ int run_verify() {
     for (size_t ii = 0; has_backward(pass) && f.has_gradients && ii < impls.size(); ++ii) {
       progress.step(backward_label(impls[ii]->name()) + " " + name);
       CaseResult r = backward_row(*impls[ii], avail[ii], f, file, g.tol_scale);
+      describe_problem(r, f.problem);
       progress.clear();
       print_row(r);
       results.push_back(std::move(r));
