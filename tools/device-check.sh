@@ -9,17 +9,19 @@
 #                                                 device and checks the summary (ctest label device-kit)
 # Options: --bundle FILE (default build-device/attncheck-bundle.tar.xz), --build DIR (dry run: the build to bundle,
 #          default build),
-#          --budget SECONDS (default 420: the steps' share of the 8 minutes the check may take).
+#          --budget SECONDS (default 420: the steps' share of the 8 minutes the check may take),
+#          --steps A,B,... (run only the steps whose names start with one of these; the others are recorded skipped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-dry=0 bundle=build-device/attncheck-bundle.tar.xz build=build budget=420 out=""
+dry=0 bundle=build-device/attncheck-bundle.tar.xz build=build budget=420 out="" only=""
 while (($#)); do
   case "$1" in
     --dry-run) dry=1; shift ;;
     --bundle) bundle=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
+    --steps) only=$2; shift 2 ;;
     -*) echo "device-check.sh: unknown option '$1'" >&2; exit 2 ;;
     *) out=$1; shift ;;
   esac
@@ -38,7 +40,12 @@ py=python3
 # step NAME TIMEOUT_S CMD...: runs CMD under a timeout, its output appended to steps.log; records the outcome.
 step() {
   local name=$1 limit=$2; shift 2
-  local now=$(date +%s) rc status
+  local now=$(date +%s) rc status sel
+  if [ -n "$only" ] && [[ ! $name =~ ^(libraries|list|python-syntax)$ ]]; then
+    sel=0
+    for p in ${only//,/ }; do [[ $name == "$p"* ]] && sel=1; done
+    ((sel)) || { skip "$name" "not selected (--steps $only)"; return; }
+  fi
   if ((now - start + 5 > budget)); then
     printf '{"name": "%s", "status": "skipped", "rc": null, "seconds": 0, "note": "time budget of %ss spent"}\n' \
       "$name" "$budget" >>"$steps"
@@ -73,8 +80,11 @@ if ((dry)); then
 fi
 [ -f "$bundle" ] || { echo "device-check.sh: no bundle '$bundle' (make it with tools/device-bundle.sh)" >&2; exit 2; }
 packed=$(stat -c %s "$bundle")
-mkdir -p "$work/bundle" && xz -dc "$bundle" | tar -C "$work/bundle" -xf - \
-  || { echo "device-check.sh: cannot unpack '$bundle'" >&2; exit 2; }
+unpack() {  # xz where it is installed, else Python's lzma
+  if command -v xz >/dev/null; then xz -dc "$1" | tar -C "$2" -xf -
+  else $py -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' "$1" "$2"; fi
+}
+mkdir -p "$work/bundle" && unpack "$bundle" "$work/bundle" || { echo "device-check.sh: cannot unpack '$bundle'" >&2; exit 2; }
 bundle=$work/bundle
 bin=$bundle/bin
 printf '{"packed_bytes": %s, "unpacked_bytes": %s}\n' "$packed" "$(du -sb "$bundle" | cut -f1)" >"$work/bundle.json"
@@ -149,10 +159,10 @@ else
   gpu_ok=0
   grep -Eq '^cuda +available' "$work/list.txt" && gpu_ok=1
   for t in test_cuda_kernels test_cuda_backward; do
-    step "gtest-$t" 120 "$bin/$t" --gtest_filter='*Device*' --gtest_output="json:$work/gtest-$t.json"
+    step "gtest-$t" 60 "$bin/$t" --gtest_filter='*Device*' --gtest_output="json:$work/gtest-$t.json"
   done
-  [ -x "$bin/test_cudnn" ] && step gtest-test_cudnn 180 "$bin/test_cudnn" --gtest_output="json:$work/gtest-test_cudnn.json"
-  step verify-cuda 120 "$bin/attncheck" verify --impl cuda --pass both --fixtures golden --report "$work/verify-cuda.json"
+  [ -x "$bin/test_cudnn" ] && step gtest-test_cudnn 90 "$bin/test_cudnn" --gtest_output="json:$work/gtest-test_cudnn.json"
+  step verify-cuda 90 "$bin/attncheck" verify --impl cuda --pass both --fixtures golden --report "$work/verify-cuda.json"
   # cuDNN compiles an engine per distinct graph: four processes share the suite.
   verify_cudnn() {
     local i pids=() rc=0
@@ -164,26 +174,25 @@ else
     for i in 0 1 2 3; do wait "${pids[$i]}" || rc=1; tail -n 3 "$work/verify-cudnn-$i.log"; done
     return $rc
   }
-  step verify-cudnn 200 verify_cudnn
-  step power 150 bash -c "'$bin/attncheck' power --candidate cuda --lk 1024,8192 --json > '$work/power.json'"
-  step long 120 "$bin/attncheck" verify --spec golden/suite-long.json --rows 32 --impl cuda --report "$work/long.json"
+  step verify-cudnn 150 verify_cudnn
   mkdir -p "$work/memcheck/cases" "$work/memcheck/backward"
   for pat in 'fp16_*causal-tl_normal.h5' 'bf16_*causal-br_tile_edge_dominant.h5' 'fp32_*pad-mask-bias*' 'bf16_*paged*'; do
     f=$(ls golden/cases/$pat 2>/dev/null | head -n1); [ -n "$f" ] && cp "$f" "$work/memcheck/cases/"
   done
   f=$(ls golden/backward/*causal-br_normal_grad.h5 | head -n1); [ -n "$f" ] && cp "$f" "$work/memcheck/backward/"
   if command -v compute-sanitizer >/dev/null; then
-    step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/attncheck" verify --impl cuda \
+    step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/attncheck" verify --impl cuda \
       --pass both --fixtures "$work/memcheck" --report "$work/memcheck.json"
   else
     skip memcheck "compute-sanitizer not on PATH"
   fi
   for b in flash efficient cudnn math; do
-    step "torch-sdpa-$b" 90 "$bin/attncheck" verify --worker "$py tools/device/torch_sdpa_worker.py $b" \
+    step "torch-sdpa-$b" 60 "$bin/attncheck" verify --worker "$py tools/device/torch_sdpa_worker.py $b" \
       --impl "torch-sdpa-$b" --fixtures golden/cases --report "$work/torch-sdpa-$b.json"
   done
-  step triton 120 "$bin/attncheck" verify --worker "$py tools/device/triton_attention.py" --impl triton-flash \
+  step triton 90 "$bin/attncheck" verify --worker "$py tools/device/triton_attention.py" --impl triton-flash \
     --fixtures golden/cases --report "$work/triton.json"
+  step long 60 "$bin/attncheck" verify --spec golden/suite-long.json --rows 32 --impl cuda --report "$work/long.json"
   # Speed: the same shapes through attncheck bench (CUDA-event time of the kernels) and PyTorch (CUDA events).
   bench_attncheck() {
     local impl shape dt c
@@ -199,8 +208,9 @@ else
       done
     done
   }
-  step bench-attncheck 150 bench_attncheck
-  step bench-torch 90 $py tools/device/torch_bench.py "$work/bench-torch.jsonl"
+  step bench-attncheck 100 bench_attncheck
+  step bench-torch 60 $py tools/device/torch_bench.py "$work/bench-torch.jsonl"
+  step power 120 bash -c "'$bin/attncheck' power --candidate cuda --lk 1024,8192 --json > '$work/power.json'"
 fi
 
 # The summary: always written, from whatever the steps left.
