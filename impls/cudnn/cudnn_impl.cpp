@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "attncheck/backward.hpp"
+#include "attncheck/device_time.hpp"
+#include "attncheck/device_timer.hpp"
 #include "attncheck/impl.hpp"
 #include "cudnn_support.hpp"
 #include "sdpa_graph.hpp"
@@ -21,6 +23,7 @@ namespace {
 
 using cudnn::check;
 using cudnn::Desc;
+
 
 void cuda_check(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess)
@@ -98,8 +101,12 @@ void execute(const Problem& p, const cudnn::SdpaGraph& graph, const std::vector<
       .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()), ptrs.data())
       .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace.ptr)
       .finalize();
+  DeviceTimer timer;  // the handle runs on the default stream
+  timer.start();
   check(cudnnBackendExecute(handle.h, plan.get(), pack.get()), "cudnnBackendExecute(" + p.name() + ")");
+  timer.stop();
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudnnBackendExecute");
+  record_device_seconds(timer.seconds());
 
   for (size_t i = 0; i < bindings.size(); ++i) {
     if (!bindings[i].is_output) continue;
