@@ -12,7 +12,9 @@
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/reference.hpp"
+#include "attncheck/durable_file.hpp"
 #include "attncheck/suite.hpp"
+#include "baseline_cli.hpp"
 #include "command.hpp"
 #include "diagnosis.hpp"
 #include "gradients.hpp"
@@ -40,6 +42,9 @@ struct Options {
   int64_t rows = 0;        // --rows: with --spec, the reference computes about this many sampled query rows
   std::string invariance;  // --invariance rerun,batch|all: the invariance checks (invariance_rows.hpp), off by default
   int reruns = 3;          // --reruns K: runs of each case in the rerun check
+  std::string baseline;    // --baseline FILE.json: compare this run with a stored report (docs/regression.md)
+  bool accept_baseline = false;  // --accept-baseline: write this run to --baseline instead of failing on drift
+  BaselineOptions b;
 };
 Options g;
 
@@ -174,6 +179,14 @@ int run_verify() {
     if (ec || !fs::is_directory(g.repro))
       throw std::invalid_argument("--repro: cannot create the directory '" + g.repro + "'" + (ec ? ": " + ec.message() : ""));
   }
+  std::optional<baseline::Report> before;  // read first: a bad baseline is exit 2 before any work
+  if (!g.baseline.empty()) {
+    (void)thresholds(g.b);
+    check_baseline_outputs(g.b);
+    if (!g.accept_baseline || fs::exists(g.baseline)) before = baseline::load_report(g.baseline);
+  } else if (g.accept_baseline || !g.b.summary.empty() || !g.b.junit.empty()) {
+    throw std::invalid_argument("--accept-baseline, --summary and --junit need --baseline FILE.json");
+  }
   const std::vector<ImplPtr> impls = maybe_isolate(select_impls(g.impls));
   const invariance::Options inv = invariance_options(g.invariance, g.reruns);
   const bool inv_on = inv.rerun || inv.batch;
@@ -229,7 +242,7 @@ int run_verify() {
     for (size_t ii = 0; has_forward(pass) && ii < impls.size(); ++ii) {
       const ImplPtr& impl = impls[ii];
       progress.step(impl->name() + " " + name);
-      CaseResult r{name, file, impl->name(), "", "", false, {}, ""};
+      CaseResult r{name, file, impl->name(), "", "", false, {}, "", "", {}};
       std::vector<std::string> diagnosis;
       std::vector<InvarianceRow> checks;  // --invariance: rows after the judged one
       if (!avail[ii].ok) {
@@ -266,17 +279,19 @@ int run_verify() {
         if (inputs_hash(f.inputs) != pristine) {
           r = CaseResult{name, file, impl->name(), "modified-input",
                          impl->name() + " wrote into its inputs on " + name + " (input checksum changed); the fixture "
-                         "is read again for the next implementation", false, {}, ""};
+                         "is read again for the next implementation", false, {}, "", "", {}};
           f = load(file, name);
         }
       } catch (const std::exception&) {
         record_exception(r);
       }
+      describe_problem(r, f.problem);
       progress.clear();
       print_row(r);
       for (const std::string& l : diagnosis) std::printf("    %s\n", l.c_str());
       results.push_back(std::move(r));
       for (InvarianceRow& c : checks) {
+        describe_problem(c.row, f.problem);
         print_row(c.row);
         for (const std::string& l : c.lines) std::printf("    %s\n", l.c_str());
         results.push_back(std::move(c.row));
@@ -286,10 +301,12 @@ int run_verify() {
       progress.step(backward_label(impls[ii]->name()) + " " + name);
       std::vector<InvarianceRow> checks;
       CaseResult r = backward_row(*impls[ii], avail[ii], f, file, g.tol_scale, inv.rerun ? inv.runs : 0, &checks);
+      describe_problem(r, f.problem);
       progress.clear();
       print_row(r);
       results.push_back(std::move(r));
       for (InvarianceRow& c : checks) {
+        describe_problem(c.row, f.problem);
         print_row(c.row);
         for (const std::string& l : c.lines) std::printf("    %s\n", l.c_str());
         results.push_back(std::move(c.row));
@@ -307,7 +324,25 @@ int run_verify() {
     if (!all)
       for (const auto& impl : impls) rules.must_be_available.push_back(impl->name());
   }
-  return exit_code(results, rules);
+  int rc = exit_code(results, rules);
+  if (!g.baseline.empty()) {
+    const std::string now = report_json(results, g.tol_scale);
+    int n = 0;
+    if (before) {
+      const baseline::Comparison c =
+          baseline::compare_reports(*before, baseline::parse_report(now, "this run"), thresholds(g.b), true);
+      n = report_comparison(c, g.b, "attncheck verify against " + g.baseline);
+    }
+    if (g.accept_baseline) {
+      write_file_durably(g.baseline, now);
+      std::printf("baseline %s %s by this run (--accept-baseline)\n", g.baseline.c_str(), before ? "replaced" : "written");
+    } else if (n > 0) {
+      std::printf("exit 1: %d regression%s against the baseline %s (--accept-baseline makes this run the baseline)\n",
+                  n, n > 1 ? "s" : "", g.baseline.c_str());
+      rc = 1;
+    }
+  }
+  return rc;
 }
 
 const Register reg{{"verify", "Replay golden fixtures against implementations", [](CLI::App& sub) {
@@ -343,6 +378,12 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                           ->capture_default_str()->check(CLI::Range(2, 100));
                       sub.add_flag("--allow-unavailable", g.allow_unavailable,
                                    "Exit 0 even when a named implementation is unavailable or no case was compared");
+                      sub.add_option("--baseline", g.baseline,
+                                     "Compare with a stored report (FILE.json): new failures, lost features, accuracy "
+                                     "drift inside the tolerance; exit 1 on a regression (docs/regression.md)");
+                      sub.add_flag("--accept-baseline", g.accept_baseline,
+                                   "Write this run's report to --baseline (creating or replacing it) instead of failing on its regressions");
+                      add_baseline_options(sub, g.b);
                       add_plugin_option(sub, g.plugins);
                       return std::function<int()>(run_verify);
                     }}};

@@ -18,7 +18,7 @@ std::string backward_label(const std::string& impl) { return impl + "/backward";
 
 CaseResult backward_row(const Impl& impl, const Support& available, const Fixture& f, const std::string& file,
                         double tol_scale, int reruns, std::vector<InvarianceRow>* checks) {
-  CaseResult r{f.name, file, backward_label(impl.name()), "", "", false, {}, ""};
+  CaseResult r{f.name, file, backward_label(impl.name()), "", "", false, {}, "", "", {}};
   if (!available.ok) {
     r.status = "unavailable";
     r.message = "unavailable: " + available.reason;

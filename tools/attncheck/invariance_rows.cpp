@@ -52,9 +52,9 @@ std::vector<InvarianceRow> invariance_rows(const Impl& impl, const std::string& 
   std::vector<InvarianceRow> rows;
   try {
     for (const invariance::Check& c : invariance::check_forward(impl, p, in, out, o))
-      rows.push_back(to_row(c, CaseResult{name, file, impl.name() + "/" + kind_name(c.kind), "", "", false, {}, ""}));
+      rows.push_back(to_row(c, CaseResult{name, file, impl.name() + "/" + kind_name(c.kind), "", "", false, {}, "", "", {}}));
   } catch (const std::exception&) {
-    CaseResult r{name, file, impl.name() + (o.rerun ? "/rerun" : "/batch"), "", "", false, {}, ""};
+    CaseResult r{name, file, impl.name() + (o.rerun ? "/rerun" : "/batch"), "", "", false, {}, "", "", {}};
     record_exception(r);
     r.message = "during the invariance checks: " + r.message;
     rows.push_back({std::move(r), {}});
@@ -64,7 +64,7 @@ std::vector<InvarianceRow> invariance_rows(const Impl& impl, const std::string& 
 
 InvarianceRow backward_invariance_row(const Impl& impl, const std::string& label, const Fixture& f,
                                       const std::string& file, const Gradients& g, int runs) {
-  CaseResult r{f.name, file, label + "/rerun", "", "", false, {}, ""};
+  CaseResult r{f.name, file, label + "/rerun", "", "", false, {}, "", "", {}};
   try {
     return to_row(invariance::check_backward(impl, f.problem, f.inputs, *f.dout, g, runs), r);
   } catch (const std::exception&) {
