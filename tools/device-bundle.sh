@@ -62,6 +62,6 @@ for f in "$out"/lib/*; do patchelf --set-rpath '$ORIGIN' "$f"; done
   (cd "$out" && find bin lib -type f -printf '%p %s\n' | sort)
 } >"$out/MANIFEST"
 mkdir -p "$(dirname "$final")"
-tar -C "$out" -cf - . | xz -T0 -6 >"$final.tmp" && mv "$final.tmp" "$final"
+tar -C "$out" -cf - . | xz -T0 -2 >"$final.tmp" && mv "$final.tmp" "$final"
 echo "device-bundle.sh: $final: $(stat -c %s "$final") bytes packed, $(du -sb "$out" | cut -f1) unpacked" \
   "($(ls "$out/bin" | tr '\n' ' ')+ $(ls "$out/lib" | wc -l) libraries)"

@@ -50,7 +50,7 @@ std::string xml(const std::string& s) {
   return o;
 }
 
-bool shown(const GroupDrift& g) { return g.feature == "all" || g.growth_regression || g.bias_regression || g.improvement; }
+bool shown(const GroupDrift& g) { return (g.feature == "all" && g.judged) || g.growth_regression || g.bias_regression || g.improvement; }
 }  // namespace
 
 std::vector<std::string> text_lines(const Comparison& c, const Thresholds& t) {
@@ -79,8 +79,8 @@ std::vector<std::string> text_lines(const Comparison& c, const Thresholds& t) {
     if (g.improvement) l.push_back("  improved   " + g.name() + ": " + growth_text(g, t) + "; " + bias_text(g, t));
   }
   for (const auto& g : c.groups)
-    if (g.feature == "all")
-      l.push_back("  group " + g.name() + ": " + (g.judged ? "" : "(too few cases to judge) ") + growth_text(g, t) +
+    if (g.feature == "all" && g.judged)
+      l.push_back("  group " + g.name() + ": " + growth_text(g, t) +
                   "; share of bound " + f3(g.share_before) + " -> " + f3(g.share_now));
   for (const auto& n : c.notes) l.push_back("  note: " + n);
   return l;
@@ -103,8 +103,7 @@ std::string markdown(const Comparison& c, const Thresholds& t, const std::string
     if (!shown(g)) continue;
     const char* mark = g.growth_regression || g.bias_regression ? ":x: less accurate"
                        : g.improvement                          ? "more accurate"
-                       : g.judged                               ? ""
-                                                                : "too few cases";
+                                                                : "";
     o << "| " << g.name() << " | " << g.n << " | " << f3(g.growth.estimate) << " | " << f3(g.growth.lo) << "-"
       << f3(g.growth.hi) << " | " << f2(g.bias_before) << " -> " << f2(g.bias_now) << " | " << f3(g.share_before)
       << " -> " << f3(g.share_now) << " | " << mark << " |\n";

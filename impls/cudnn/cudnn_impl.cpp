@@ -124,7 +124,10 @@ class CudnnImpl final : public Impl {
     return "cuDNN " + std::to_string(cudnnGetVersion()) + " SDPA forward and backward through the graph API (composite graphs)";
   }
   Capabilities capabilities() const override { return cudnn::cudnn_capabilities(); }
-  Support supports(const Problem& p) const override { return cudnn::cudnn_supports(p); }
+  Support supports(const Problem& p) const override {
+    const Support s = cudnn::cudnn_supports(p);
+    return s.ok ? cudnn::measured_wrong(p, false) : s;
+  }
 
   Support available() const override {
     if (cudnnGetVersion() < 90800)
@@ -149,7 +152,10 @@ class CudnnImpl final : public Impl {
             [&](int64_t uid, const std::vector<uint8_t>& bytes) { cudnn::store_output(p, graph, uid, bytes, out); });
   }
 
-  Support supports_backward(const Problem& p) const override { return cudnn::cudnn_supports_backward(p); }
+  Support supports_backward(const Problem& p) const override {
+    const Support s = cudnn::cudnn_supports_backward(p);
+    return s.ok ? cudnn::measured_wrong(p, true) : s;
+  }
   void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
                     Gradients& g) const override {
     const cudnn::SdpaGraph graph(p, cudnn::Pass::backward);

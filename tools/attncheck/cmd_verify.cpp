@@ -334,7 +334,7 @@ int run_verify() {
       n = report_comparison(c, g.b, "attncheck verify against " + g.baseline);
     }
     if (g.accept_baseline) {
-      write_file_durably(g.baseline, now);
+      write_file_durably(g.baseline, report_json(results, g.tol_scale, true));
       std::printf("baseline %s %s by this run (--accept-baseline)\n", g.baseline.c_str(), before ? "replaced" : "written");
     } else if (n > 0) {
       std::printf("exit 1: %d regression%s against the baseline %s (--accept-baseline makes this run the baseline)\n",

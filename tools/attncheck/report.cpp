@@ -226,7 +226,7 @@ void check_report_path(const std::string& path) {
     throw std::invalid_argument("--report: cannot write '" + path + "': " + std::strerror(errno));
 }
 
-std::string report_json(const std::vector<CaseResult>& rs, double tol_scale) {
+std::string report_json(const std::vector<CaseResult>& rs, double tol_scale, bool case_per_line) {
   std::map<std::string, int> n = count(rs);
   std::ostringstream out;
   {
@@ -254,7 +254,15 @@ std::string report_json(const std::vector<CaseResult>& rs, double tol_scale) {
     for (const auto& st : statuses()) summary[st] = n[st];
     const json j = {{"schema_version", kReportSchemaVersion}, {"cases", cases}, {"summary", summary},
                     {"tol_scale", tol_scale}};
-    out << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    if (case_per_line) {
+      auto dump = [](const json& x) { return x.dump(-1, ' ', false, json::error_handler_t::replace); };
+      out << "{\"schema_version\":" << kReportSchemaVersion << ",\"summary\":" << dump(summary)
+          << ",\"tol_scale\":" << dump(tol_scale) << ",\"cases\":[\n";
+      for (size_t k = 0; k < cases.size(); ++k) out << dump(cases[k]) << (k + 1 < cases.size() ? ",\n" : "\n");
+      out << "]}\n";
+    } else {
+      out << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    }
   }
   return out.str();
 }

@@ -50,8 +50,9 @@ void print_summary(const std::vector<CaseResult>& rs);
 // .json -> {"schema_version":2,"cases":[...],"summary":{...},"tol_scale":X}; .xml -> JUnit XML. Anything else: std::invalid_argument.
 // tol_scale: the user's explicit multiplier of every bound (`--tol-scale`), recorded so it is never silent.
 void write_report(const std::string& path, const std::vector<CaseResult>& rs, double tol_scale = 1.0);
-// The JSON report's text (what write_report writes to a .json path).
-std::string report_json(const std::vector<CaseResult>& rs, double tol_scale = 1.0);
+// The JSON report's text (what write_report writes to a .json path). `case_per_line`: each case compact on its own
+// line, as stored baselines are kept (a regenerated baseline then reads as a per-case diff in review).
+std::string report_json(const std::vector<CaseResult>& rs, double tol_scale = 1.0, bool case_per_line = false);
 // Throws std::invalid_argument when the report path has an unknown extension (checked before any work).
 void check_report_path(const std::string& path);
 // CI honesty: what besides failures makes the exit code 1. verify sets both unless --allow-unavailable.

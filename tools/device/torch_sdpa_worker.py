@@ -67,6 +67,9 @@ def main():
         return out.float().cpu().numpy()
 
     def supports(problem):
+        if problem.get("bias_shape") and problem["bias_dtype"] != problem["dtype"]:
+            return False, (f"SDPA takes attn_mask in the query's dtype: a {problem['bias_dtype']} bias would be rounded "
+                           f"to {problem['dtype']} by this worker, not by the kernel")
         shape = lambda h, l, d: np.zeros((problem["B"], h, l, d), np.float32)  # noqa: E731
         try:
             run(backend, shape(problem["Hq"], problem["Lq"], problem["Dqk"]),

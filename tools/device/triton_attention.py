@@ -29,22 +29,24 @@ def _attention_fwd(Q, K, V, Out, Lse, Diag, KeyLen,
                 mask=(offs_m[:, None] < Lq) & (offs_d[None, :] < Dqk), other=0.0)
     diag = tl.load(Diag + b)        # key j is on query i's diagonal when j == i + diag
     klen = tl.load(KeyLen + b)      # keys >= klen are padding
+    # Keys at or past hi are never visible to this query block and are never loaded: a masked key may hold NaN or
+    # inf (padding, poisoned caches), and 0 * NaN in P·V would leak it. Causal: one past the last row's diagonal.
     hi = klen
-    if CAUSAL:  # skip key blocks wholly above this query block's last diagonal
-        hi = tl.minimum(klen, tl.maximum(0, pid_m * BLOCK_M + BLOCK_M + diag))
+    if CAUSAL:
+        hi = tl.minimum(klen, tl.maximum(0, tl.minimum(pid_m * BLOCK_M + BLOCK_M, Lq) + diag))
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = tl.load(K + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
-                    mask=(offs_n[:, None] < klen) & (offs_d[None, :] < Dqk), other=0.0)
+                    mask=(offs_n[:, None] < hi) & (offs_d[None, :] < Dqk), other=0.0)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(k))
         s = s * qk_scale
-        visible = offs_n[None, :] < klen
+        visible = offs_n[None, :] < hi
         if CAUSAL:
             visible = visible & (offs_n[None, :] <= offs_m[:, None] + diag)
         s = tl.where(visible, s, float("-inf"))
@@ -54,7 +56,7 @@ def _attention_fwd(Q, K, V, Out, Lse, Diag, KeyLen,
         alpha = tl.math.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(V + b * svb + hk * svh + offs_n[:, None] * svn + offs_dv[None, :] * svd,
-                    mask=(offs_n[:, None] < klen) & (offs_dv[None, :] < Dv), other=0.0)
+                    mask=(offs_n[:, None] < hi) & (offs_dv[None, :] < Dv), other=0.0)
         if IEEE:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
         else:
