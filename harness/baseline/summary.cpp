@@ -82,6 +82,13 @@ std::vector<std::string> text_lines(const Comparison& c, const Thresholds& t) {
     if (g.feature == "all" && g.judged)
       l.push_back("  group " + g.name() + ": " + growth_text(g, t) +
                   "; share of bound " + f3(g.share_before) + " -> " + f3(g.share_now));
+  if (!c.largest.empty()) {
+    std::string s = "  largest per-case error ratios:";
+    for (size_t k = 0; k < c.largest.size() && k < 5; ++k)
+      s += (k ? ", " : " ") + c.largest[k].impl + " " + c.largest[k].fixture + " " + c.largest[k].tensor + " x" +
+           f3(c.largest[k].ratio);
+    l.push_back(s);
+  }
   for (const auto& n : c.notes) l.push_back("  note: " + n);
   return l;
 }
