@@ -42,6 +42,10 @@ def test_compare_and_roundtrip(tmp_path):
     out = f["expected"]["out"].astype(np.float32)
     ok = attncheck.compare(f, out=out, lse=f["expected"]["lse"])
     assert ok.passed and ok.verdict == "pass" and "PASS" in str(ok)
+    # fp64 expectations rounded once to fp32: within half an ulp everywhere, inside the bound
+    a = ok.accuracy["out"]
+    assert a["ulp_dtype"] == "fp32" and a["n"] == out.size and 0 <= a["share_of_bound"] < 1
+    assert a["ulp_hist"]["0"] + a["ulp_hist"]["le_0.5"] == out.size and a["effective_bits"] > 23
     bad = out.copy()
     bad[0, 1, 3, 2] += 1e-3
     r = attncheck.compare(f, out=bad)
