@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "attncheck/backward.hpp"
+#include "attncheck/device_time.hpp"
+#include "attncheck/device_timer.hpp"
 #include "attncheck/impl.hpp"
 #include "cudnn_support.hpp"
 #include "sdpa_graph.hpp"
@@ -21,6 +23,7 @@ namespace {
 
 using cudnn::check;
 using cudnn::Desc;
+
 
 void cuda_check(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess)
@@ -61,9 +64,13 @@ void execute(const Problem& p, const cudnn::SdpaGraph& graph, const std::vector<
   if (configs.empty()) throw std::runtime_error("cudnn: heuristics found no engine for " + p.name());
   Desc plan;
   std::string failures;
-  for (const Desc& cfg : configs) {
+  std::string engine;  // which configuration ran, for bench's note
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const Desc& cfg = configs[i];
     try {
       plan = cudnn::make_plan(cfg, handle.h, props);
+      engine = "cuDNN engine " + std::to_string(cudnn::engine_global_index(cfg)) + " (configuration " +
+               std::to_string(i + 1) + " of " + std::to_string(configs.size()) + " proposed)";
       break;
     } catch (const cudnn::CudnnError& e) {
       failures += std::string("\n  ") + e.what();
@@ -98,8 +105,12 @@ void execute(const Problem& p, const cudnn::SdpaGraph& graph, const std::vector<
       .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()), ptrs.data())
       .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace.ptr)
       .finalize();
+  DeviceTimer timer;  // the handle runs on the default stream
+  timer.start();
   check(cudnnBackendExecute(handle.h, plan.get(), pack.get()), "cudnnBackendExecute(" + p.name() + ")");
+  timer.stop();
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudnnBackendExecute");
+  record_device_seconds(timer.seconds(), engine);
 
   for (size_t i = 0; i < bindings.size(); ++i) {
     if (!bindings[i].is_output) continue;
@@ -117,7 +128,10 @@ class CudnnImpl final : public Impl {
     return "cuDNN " + std::to_string(cudnnGetVersion()) + " SDPA forward and backward through the graph API (composite graphs)";
   }
   Capabilities capabilities() const override { return cudnn::cudnn_capabilities(); }
-  Support supports(const Problem& p) const override { return cudnn::cudnn_supports(p); }
+  Support supports(const Problem& p) const override {
+    const Support s = cudnn::cudnn_supports(p);
+    return s.ok ? cudnn::measured_wrong(p, false) : s;
+  }
 
   Support available() const override {
     if (cudnnGetVersion() < 90800)
@@ -142,7 +156,10 @@ class CudnnImpl final : public Impl {
             [&](int64_t uid, const std::vector<uint8_t>& bytes) { cudnn::store_output(p, graph, uid, bytes, out); });
   }
 
-  Support supports_backward(const Problem& p) const override { return cudnn::cudnn_supports_backward(p); }
+  Support supports_backward(const Problem& p) const override {
+    const Support s = cudnn::cudnn_supports_backward(p);
+    return s.ok ? cudnn::measured_wrong(p, true) : s;
+  }
   void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
                     Gradients& g) const override {
     const cudnn::SdpaGraph graph(p, cudnn::Pass::backward);

@@ -42,6 +42,10 @@ def test_compare_and_roundtrip(tmp_path):
     out = f["expected"]["out"].astype(np.float32)
     ok = attncheck.compare(f, out=out, lse=f["expected"]["lse"])
     assert ok.passed and ok.verdict == "pass" and "PASS" in str(ok)
+    # fp64 expectations rounded once to fp32: within half an ulp everywhere, inside the bound
+    a = ok.accuracy["out"]
+    assert a["ulp_dtype"] == "fp32" and a["n"] == out.size and 0 <= a["share_of_bound"] < 1
+    assert a["ulp_hist"]["0"] + a["ulp_hist"]["le_0.5"] == out.size and a["effective_bits"] > 23
     bad = out.copy()
     bad[0, 1, 3, 2] += 1e-3
     r = attncheck.compare(f, out=bad)
@@ -74,7 +78,36 @@ def test_worker_hello_and_protocol_errors():
     assert err2 == {"type": "error", "id": 3, "message": "request: field 'type': unknown 'frobnicate'"}
 
 
+def test_worker_supports_hook_refuses_with_its_reason():
+    msg = lambda m: json.dumps(m) + "\n"  # noqa: E731
+    requests = io.StringIO(msg({"type": "hello", "protocols": [1]}) +
+                           msg({"type": "supports", "id": 1, "problem": {"Dqk": 64}}) +
+                           msg({"type": "supports", "id": 2, "problem": {"Dqk": 320}}) +
+                           msg({"type": "supports", "id": 3, "problem": {}}) + msg({"type": "bye"}))
+    replies = io.StringIO()
+    supports = lambda p: p["Dqk"] <= 256 or (False, f"Dqk={p['Dqk']} > 256")  # noqa: E731
+    worker.serve_streams(lambda *a, **kw: None, {"name": "t"}, requests, replies, supports)
+    hello, ok, refused, raised = (json.loads(x) for x in replies.getvalue().splitlines())
+    assert hello["supports"] is True
+    assert ok == {"type": "supports", "id": 1, "ok": True, "reason": ""}
+    assert refused == {"type": "supports", "id": 2, "ok": False, "reason": "Dqk=320 > 256"}
+    assert raised["ok"] is False and raised["reason"] == "supports raised KeyError: 'Dqk'"
+    # Without the hook, hello asks for no supports requests.
+    replies = io.StringIO()
+    worker.serve_streams(lambda *a, **kw: None, {"name": "t"}, io.StringIO(msg({"type": "hello", "protocols": [1]})),
+                         replies)
+    assert json.loads(replies.getvalue())["supports"] is False
+
+
 def test_bf16_bits_round_to_nearest_even():
     x = np.array([1.0, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -2.5, np.inf, np.nan], dtype=np.float32)
     bits = worker.to_bf16_bits(x)
     assert list(bits[:5]) == [0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F80] and np.isnan(worker.from_bf16_bits(bits)[5])
+
+
+def test_hello_declares_batch_invariance():
+    replies = io.StringIO()
+    worker.serve_streams(lambda *a, **kw: None, {"name": "t", "batch_invariant": True},
+                         io.StringIO(json.dumps({"type": "hello", "protocols": [1]}) + "\n"), replies)
+    hello = json.loads(replies.getvalue().splitlines()[0])
+    assert hello["declarations"]["batch_invariant"] is True and hello["declarations"]["deterministic"] is False
