@@ -427,6 +427,35 @@ std::vector<Case> storage(const Sources& s, const fs::path& dir) {
   return out;
 }
 
+// Modification parameters broken inside valid modification fixtures (docs/problem-model.md "Modifications"): a
+// document id list of the wrong length, ALiBi slopes of the wrong count or not fp32 values, a T5 bucket count the
+// table does not match. Each is refused naming the dataset.
+std::vector<Case> modifications(const fs::path& dir) {
+  std::vector<Case> out;
+  fs::create_directories(dir / "sources");
+  auto source = [&](const std::string& name) {
+    const fs::path p = dir / "sources" / name;
+    fs::copy_file(fs::path(GOLDEN_DIR) / "cases" / name, p, fs::copy_options::overwrite_existing);
+    return p;
+  };
+  const fs::path doc = source("fp32_B2-Hq2-Hkv2-Lq7-Lk130-D16_pad-doc_normal_doc-decode.h5");
+  const fs::path alibi = source("fp32_B2-Hq4-Hkv2-Lq9-Lk40-D16_causal-br-alibi_normal_alibi-per-batch.h5");
+  const fs::path t5 = source("fp32_B2-Hq4-Hkv2-Lq24-Lk40-D16_t5_normal_t5-bidirectional.h5");
+  out.push_back(edited(doc, dir, "modification", "doc_ids/short", {"/inputs/doc_ids"},
+                       [](hid_t f) { replace_dataset(f, "/inputs/doc_ids", H5T_STD_I64LE, {259}); }));
+  out.push_back(edited(alibi, dir, "modification", "alibi_slopes/wrong-count", {"/inputs/alibi_slopes"},
+                       [](hid_t f) { replace_dataset(f, "/inputs/alibi_slopes", H5T_IEEE_F64LE, {3}); }));
+  out.push_back(edited(alibi, dir, "modification", "alibi_slopes/not-fp32", {"/inputs/alibi_slopes"}, [](hid_t f) {
+    const hid_t d = H5Dopen2(f, "/inputs/alibi_slopes", H5P_DEFAULT);
+    const std::vector<double> tenth(8, 0.1);  // 0.1 is not an fp32 value
+    H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, tenth.data());
+    H5Dclose(d);
+  }));
+  out.push_back(edited(t5, dir, "modification", "t5_buckets/table-mismatch", {"/inputs/t5_table"},
+                       [](hid_t f) { put_i64(f, "t5_buckets", 9); }));
+  return out;
+}
+
 std::vector<Case> candidates(const Sources& s, const fs::path& dir) {
   std::vector<Case> out;
   auto cand = [&](const std::string& what, std::vector<std::string> expect, auto edit) {

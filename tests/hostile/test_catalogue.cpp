@@ -82,6 +82,7 @@ std::string import_flags(const Case& c) {
 Want import_want(const Case& c) {
   const std::string& k = c.kind;
   if (k == "bit-flip") return Want::any;
+  if (k == "modification") return Want::accepted;  // import reads q, k, v: modification parameters are not imported
   if (k.starts_with("attribute/") || k == "inconsistent-shape" || k == "size-bomb" || k == "work-bomb")
     return Want::accepted;  // attributes only
   const std::string what = c.name.substr(k.size() + 1);
@@ -175,6 +176,7 @@ TEST(Catalogue, Datasets) { run_all(datasets(sources(), dir_for("dataset"))); }
 TEST(Catalogue, ShapesAndBombs) { run_all(shapes_and_bombs(sources(), dir_for("shape"))); }
 TEST(Catalogue, Storage) { run_all(storage(sources(), dir_for("storage"))); }
 TEST(Catalogue, Candidates) { run_all(candidates(sources(), dir_for("candidate"))); }
+TEST(Catalogue, Modifications) { run_all(modifications(dir_for("modification"))); }
 
 TEST(Catalogue, HasAtLeast300Cases) {
   const Sources& s = sources();
