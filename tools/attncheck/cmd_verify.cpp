@@ -18,6 +18,7 @@
 #include "command.hpp"
 #include "diagnosis.hpp"
 #include "gradients.hpp"
+#include "invariance_rows.hpp"
 #include "plugins.hpp"
 #include "repro.hpp"
 #include "report.hpp"
@@ -39,6 +40,8 @@ struct Options {
   std::string pass = "forward";  // --pass forward|backward|both (gradients.hpp)
   std::string spec;        // --spec: cases generated on demand from a suite spec instead of fixture files
   int64_t rows = 0;        // --rows: with --spec, the reference computes about this many sampled query rows
+  std::string invariance;  // --invariance rerun,batch|all: the invariance checks (invariance_rows.hpp), off by default
+  int reruns = 3;          // --reruns K: runs of each case in the rerun check
   std::string baseline;    // --baseline FILE.json: compare this run with a stored report (docs/regression.md)
   bool accept_baseline = false;  // --accept-baseline: write this run to --baseline instead of failing on drift
   BaselineOptions b;
@@ -185,6 +188,8 @@ int run_verify() {
     throw std::invalid_argument("--accept-baseline, --summary and --junit need --baseline FILE.json");
   }
   const std::vector<ImplPtr> impls = maybe_isolate(select_impls(g.impls));
+  const invariance::Options inv = invariance_options(g.invariance, g.reruns);
+  const bool inv_on = inv.rerun || inv.batch;
   if (g.rows > 0 && g.spec.empty()) throw std::invalid_argument("--rows: needs --spec (fixture files hold every row)");
   if (has_backward(pass) && !g.spec.empty())
     throw std::invalid_argument("--pass " + g.pass + ": not with --spec (gradients are judged from fixture files, "
@@ -239,6 +244,7 @@ int run_verify() {
       progress.step(impl->name() + " " + name);
       CaseResult r{name, file, impl->name(), "", "", false, {}, "", "", {}};
       std::vector<std::string> diagnosis;
+      std::vector<InvarianceRow> checks;  // --invariance: rows after the judged one
       if (!avail[ii].ok) {
         r.status = "unavailable";
         r.message = "unavailable: " + avail[ii].reason;
@@ -260,6 +266,7 @@ int run_verify() {
           r = judged_result(name, file, impl->name(), judge(p, note.empty() ? f.expected : recomputed, out, m));
           if (!unchecked.empty()) r.message = unchecked + " not checked (not supported); " + r.message;
           if (!note.empty()) r.message = note + "; " + r.message;
+          if (inv_on) checks = invariance_rows(*impl, name, file, p, f.inputs, out, inv);
           if (g.diagnose && r.status == "fail") {
             diagnose::Options o;
             o.rerun = impl.get(), o.max_reruns = g.diagnose_reruns, o.tolerance = m;
@@ -283,14 +290,27 @@ int run_verify() {
       print_row(r);
       for (const std::string& l : diagnosis) std::printf("    %s\n", l.c_str());
       results.push_back(std::move(r));
+      for (InvarianceRow& c : checks) {
+        describe_problem(c.row, f.problem);
+        print_row(c.row);
+        for (const std::string& l : c.lines) std::printf("    %s\n", l.c_str());
+        results.push_back(std::move(c.row));
+      }
     }
     for (size_t ii = 0; has_backward(pass) && f.has_gradients && ii < impls.size(); ++ii) {
       progress.step(backward_label(impls[ii]->name()) + " " + name);
-      CaseResult r = backward_row(*impls[ii], avail[ii], f, file, g.tol_scale);
+      std::vector<InvarianceRow> checks;
+      CaseResult r = backward_row(*impls[ii], avail[ii], f, file, g.tol_scale, inv.rerun ? inv.runs : 0, &checks);
       describe_problem(r, f.problem);
       progress.clear();
       print_row(r);
       results.push_back(std::move(r));
+      for (InvarianceRow& c : checks) {
+        describe_problem(c.row, f.problem);
+        print_row(c.row);
+        for (const std::string& l : c.lines) std::printf("    %s\n", l.c_str());
+        results.push_back(std::move(c.row));
+      }
     }
   }
   progress.clear();
@@ -351,6 +371,11 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                                      "write it into DIR as a fixture that verify replays");
                       sub.add_option("--tol-scale", g.tol_scale, "Multiply every derived tolerance by X (recorded in the report)")
                           ->check(CLI::PositiveNumber);
+                      sub.add_option("--invariance", g.invariance,
+                                     "Also check invariance of every judged case: rerun (same bits run after run), "
+                                     "batch (same bits alone and in other batches), or all (docs/invariance.md)");
+                      sub.add_option("--reruns", g.reruns, "With --invariance rerun: runs of each case in all (K)")
+                          ->capture_default_str()->check(CLI::Range(2, 100));
                       sub.add_flag("--allow-unavailable", g.allow_unavailable,
                                    "Exit 0 even when a named implementation is unavailable or no case was compared");
                       sub.add_option("--baseline", g.baseline,

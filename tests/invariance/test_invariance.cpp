@@ -1,0 +1,182 @@
+// Unit tests of the invariance checks (harness/property/invariance.hpp): what a bitwise comparison reports, and what
+// the built-in CPU implementations honour (docs/invariance.md#what-the-built-ins-honour).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include <cstdlib>
+
+#include "../cpu/cpu_cases.hpp"
+#include "attncheck/backward.hpp"
+#include "attncheck/declarations.hpp"
+#include "case.hpp"
+#include "attncheck/impl.hpp"
+#include "invariance.hpp"
+
+namespace attncheck {
+namespace {
+
+// One element moved by one bit: counted once, one bit, its index and both bit patterns named.
+TEST(InvarianceDiff, CountsElementsAndBitsAndNamesTheFirst) {
+  Outputs a;
+  a.out = Tensor(DType::f32, {1, 2, 3, 4});
+  for (int64_t n = 0; n < a.out.numel(); ++n) a.out.set_offset(n, 0.25 * static_cast<double>(n));
+  Outputs b = a;
+  uint32_t bits;
+  std::memcpy(&bits, b.out.bytes.data() + 4 * 17, 4);
+  bits ^= 1u;
+  std::memcpy(b.out.bytes.data() + 4 * 17, &bits, 4);
+  const auto d = invariance::diff_outputs(a, b);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].elements, 24);
+  EXPECT_EQ(d[0].moved, 1);
+  EXPECT_EQ(d[0].bits, 1);
+  EXPECT_NE(d[0].first.find("out[0,1,1,1] 4.25 (0x40880000) vs"), std::string::npos) << d[0].first;
+}
+
+// Two NaNs with different payloads are the same result; NaN against a number is not.
+TEST(InvarianceDiff, NaNPayloadsAreEqualNaNVersusNumberIsNot) {
+  Outputs a;
+  a.out = Tensor(DType::f32, {1, 1, 1, 2});
+  const uint32_t nan1 = 0x7fc00000u, nan2 = 0x7fc00001u;
+  std::memcpy(a.out.bytes.data(), &nan1, 4);
+  Outputs b = a;
+  std::memcpy(b.out.bytes.data(), &nan2, 4);
+  b.out.set_offset(1, 1.0);
+  const auto d = invariance::diff_outputs(a, b);
+  EXPECT_EQ(d[0].moved, 1);
+  EXPECT_NE(d[0].first.find("out[0,0,0,1]"), std::string::npos) << d[0].first;
+}
+
+// cpu, except that every call after the first flips the lowest bit of one element of dq (a backward whose
+// accumulation order changes from call to call, as FlashAttention's dQ did under deterministic=True).
+class FlakyBackward : public Impl {
+ public:
+  std::string name() const override { return "flaky-backward"; }
+  std::string description() const override { return "cpu with a dq bit that moves after the first call"; }
+  Capabilities capabilities() const override { return cpu_->capabilities(); }
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override { cpu_->run(p, in, out); }
+  Support supports_backward(const Problem& p) const override { return cpu_->supports_backward(p); }
+  void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
+                    Gradients& g) const override {
+    cpu_->run_backward(p, in, fwd, dout, g);
+    if (calls_++ > 0) g.dq.bytes[0] ^= 1;
+  }
+
+ private:
+  ImplPtr cpu_ = find_impl("cpu");
+  mutable int calls_ = 0;
+};
+
+TEST(InvarianceBackward, AMovingGradientBitIsNondeterministicAndNamed) {
+  Problem p;
+  p.B = 1, p.Hq = p.Hkv = 2, p.Lq = 5, p.Lk = 7, p.Dqk = p.Dv = 4;
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
+  for (Tensor* t : {&in.q, &in.k, &in.v})
+    for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, 0.1 * static_cast<double>(n % 7) - 0.3);
+  Tensor dout = make_dout(p);
+  for (int64_t n = 0; n < dout.numel(); ++n) dout.set_offset(n, 0.05 * static_cast<double>(n % 5));
+  for (bool flaky : {false, true}) {
+    FlakyBackward f;
+    const Impl& impl = flaky ? static_cast<const Impl&>(f) : *find_impl("cpu");
+    Gradients g;
+    ASSERT_TRUE(run_backward_impl(impl, p, in, dout, g).ok);
+    const invariance::Check c = invariance::check_backward(impl, p, in, dout, g, 3);
+    if (!flaky) {
+      EXPECT_EQ(c.result, invariance::Check::invariant) << c.message;
+      continue;
+    }
+    EXPECT_EQ(c.result, invariance::Check::violated);
+    EXPECT_NE(c.message.find("nondeterministic: run 2, 3 (after another case) of 3 differs from run 1: dq 1 of 40 (1 bits"),
+              std::string::npos) << c.message;
+  }
+}
+
+// Found by the property group on the reference: a fully masked row under the nan policy has NaN weights on every
+// key, so padded keys must come dropped in the keep-mask, or the batch form gives that row a NaN out it did not have.
+TEST(InvarianceBatch, PaddedKeysAreDroppedSoAFullyMaskedNanRowKeepsItsOutput) {
+  prop::CaseSpec s;
+  s.B = 1, s.Hq = 8, s.Hkv = 2, s.Lq = 1, s.Lk = 2, s.Dqk = s.Dv = 16;
+  s.mask_kind = 2, s.mask_density = 30, s.fully_masked = FullyMasked::nan, s.scale_kind = 1, s.dropout_p = 0.5;
+  s.values = prop::Values::tied_max, s.seed = 1;
+  prop::normalise(s);
+  prop::Case c = prop::build_case(s);
+  c.p.want_lse = c.p.want_weights = true;
+  Outputs first;
+  ASSERT_TRUE(run_impl(*find_impl("reference"), c.p, c.in, first).ok);
+  invariance::Options o;
+  o.rerun = false;
+  const invariance::Check k = invariance::check_forward(*find_impl("reference"), c.p, c.in, first, o).front();
+  EXPECT_EQ(k.result, invariance::Check::invariant) << k.message;
+  EXPECT_NE(k.message.find("keys padded from 2"), std::string::npos) << k.message;
+}
+
+// What the built-ins declare is what the tests below show them to honour.
+TEST(BuiltinDeclarations, DeterministicAllBatchInvariantExceptCpuFlash) {
+  for (const char* name : {"reference", "cpu", "cpu-flash"}) {
+    const Declarations d = find_impl(name)->declarations();
+    EXPECT_TRUE(d.deterministic) << name;
+    EXPECT_EQ(d.batch_invariant, std::string(name) != "cpu-flash") << name;
+  }
+}
+
+testing::Case threads_case(DType t) {
+  testing::Case c;
+  c.p.dtype = t;
+  c.p.B = 2, c.p.Hq = 4, c.p.Hkv = 2, c.p.Lq = 150, c.p.Lk = 200, c.p.Dqk = c.p.Dv = 32;
+  c.p.causal = true;
+  c.p.key_lengths = {200, 131};
+  c.p.want_lse = c.p.want_weights = true;
+  return c;
+}
+
+// The first run with one thread, the reruns and batch forms with three: the rerun check then compares thread
+// counts too. Forward (fp32 and bf16, whose Q·Kᵀ may take the bf16 kernel) and backward.
+TEST(CpuThreads, SameBitsForOneAndThreeThreadsForwardBackwardAndInBatches) {
+  for (const DType t : {DType::f32, DType::bf16})
+    for (const char* name : {"cpu", "cpu-flash"}) {
+      const testing::Case c = threads_case(t);
+      SCOPED_TRACE(std::string(name) + " " + c.name());
+      const Inputs in = testing::make_inputs(c);
+      const Impl& impl = *find_impl(name);
+      Outputs first;
+      Gradients g;
+      Tensor dout = make_dout(c.p);
+      for (int64_t n = 0; n < dout.numel(); ++n) dout.set_offset(n, 0.01 * static_cast<double>(n % 13) - 0.06);
+      setenv("ATTNCHECK_THREADS", "1", 1);
+      ASSERT_TRUE(run_impl(impl, c.p, in, first).ok);
+      ASSERT_TRUE(run_backward_impl(impl, c.p, in, dout, g).ok);
+      setenv("ATTNCHECK_THREADS", "3", 1);
+      invariance::Options o;
+      o.batch = impl.declarations().batch_invariant;
+      const auto checks = invariance::check_forward(impl, c.p, in, first, o);
+      const invariance::Check bw = invariance::check_backward(impl, c.p, in, dout, g, 2);
+      unsetenv("ATTNCHECK_THREADS");
+      for (const auto& k : checks) EXPECT_EQ(k.result, invariance::Check::invariant) << k.message;
+      EXPECT_EQ(bw.result, invariance::Check::invariant) << bw.message;
+    }
+}
+
+// Why cpu-flash does not declare batch_invariant: one sequence, its keys padded from 127 to a longer neighbour's
+// length, gives other bits than alone. cpu on the same case keeps them (so the check can tell the two apart).
+TEST(CpuFlashBatch, PaddingToALongerNeighbourMovesBitsWhereCpuKeepsThem) {
+  testing::Case c;
+  c.p.B = 1, c.p.Hq = c.p.Hkv = 1, c.p.Lq = 129, c.p.Lk = 127, c.p.Dqk = c.p.Dv = 4;
+  c.p.want_lse = true;
+  const Inputs in = testing::make_inputs(c);
+  invariance::Options o;
+  o.rerun = false;
+  for (const char* name : {"cpu", "cpu-flash"}) {
+    Outputs first;
+    ASSERT_TRUE(run_impl(*find_impl(name), c.p, in, first).ok);
+    const invariance::Check k = invariance::check_forward(*find_impl(name), c.p, in, first, o).front();
+    EXPECT_EQ(k.result, std::string(name) == "cpu" ? invariance::Check::invariant : invariance::Check::violated)
+        << name << ": " << k.message;
+    if (std::string(name) == "cpu-flash") {
+      EXPECT_NE(k.message.find("keys padded from 127"), std::string::npos) << k.message;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attncheck
