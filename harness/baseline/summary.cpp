@@ -97,6 +97,9 @@ std::string markdown(const Comparison& c, const Thresholds& t, const std::string
   std::ostringstream o;
   const int r = c.regressions();
   o << "### " << title << ": " << (r ? std::to_string(r) + " regression" + (r > 1 ? "s" : "") : "no regression") << "\n\n";
+  // Many changed cases fold into <details> so the group table stays on the first screen of the pull request.
+  const bool fold = c.changes.size() > 20;
+  if (fold) o << "<details><summary>" << c.changes.size() << " cases changed status</summary>\n\n";
   bool any = false;
   for (const auto& ch : c.changes) {
     if (!any) o << "| | implementation | case | before | now |\n|---|---|---|---|---|\n", any = true;
@@ -104,6 +107,7 @@ std::string markdown(const Comparison& c, const Thresholds& t, const std::string
       << ch.before << " | " << ch.now << " |\n";
   }
   if (any) o << "\n";
+  if (fold) o << "</details>\n\n";
   o << "| group (impl dtype feature tensor) | cases | error now / before | " << pct(t.confidence)
     << " interval | bias before -> now (ulp) | share of bound before -> now | |\n|---|---|---|---|---|---|---|\n";
   for (const auto& g : c.groups) {
