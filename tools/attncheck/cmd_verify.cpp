@@ -104,6 +104,7 @@ std::vector<std::pair<std::string, std::string>> list_fixtures(const std::string
     if (e.is_regular_file() && e.path().extension() == ".h5" && e.path().filename().string()[0] != '.')
       files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
+  prepare_fixture_reads(files);  // every file read once in one separate process, not one process per read
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& f : files) out.emplace_back(f, read_fixture_header(f).name);
   return out;
