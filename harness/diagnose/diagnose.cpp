@@ -20,7 +20,9 @@ const std::vector<std::string>& known_tags() {
       "mask-fill", "key-padding", "mask-ignored", "mask-after-softmax", "softmax-axis", "block-table", "fully-masked-policy",
       "dropout-scale", "dropout-mask", "scale", "layout-stride", "lse-base", "lse-offset", "lse-missing-max", "lse-unscaled-max",
       "nan-leak", "no-max-subtraction", "fp16-overflow", "missed-rescale", "low-precision-scores",
-      "low-precision-accumulation", "tf32", "row-scale", "negative-scale-mask", "uninitialised-output"};
+      "low-precision-accumulation", "tf32", "row-scale", "negative-scale-mask", "uninitialised-output",
+      // the invariance checks' tags (harness/property/invariance.hpp), never scored by the hypotheses
+      "nondeterministic", "batch-variant"};
   return tags;
 }
 

@@ -86,6 +86,7 @@ const std::vector<Property>& properties() {
     std::vector<Property> v = basic_properties();
     for (auto& p : metamorphic_properties()) v.push_back(p);
     for (auto& p : model_properties()) v.push_back(p);
+    for (auto& p : invariance_properties()) v.push_back(p);
     return v;
   }();
   return all;

@@ -42,5 +42,6 @@ Outcome evaluate(const Property& prop, const Impl& impl, CaseSpec spec, int64_t 
 std::vector<Property> basic_properties();
 std::vector<Property> metamorphic_properties();
 std::vector<Property> model_properties();  // properties_model.cpp: invariants of the v2 features
+std::vector<Property> invariance_properties();  // properties_invariance.cpp: rerun and batch invariance
 
 }  // namespace attncheck::prop

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "attncheck/device_time.hpp"
+#include "attncheck/device_timer.hpp"
 #include "host_plan_backward.hpp"
 
 namespace attncheck::cuda {
@@ -94,9 +96,13 @@ void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   a.keep = a.keep ? keep.get<unsigned char>() : nullptr;
 
   const KernelLaunch launch = plan_launch(a, plan.elem, v);
+  DeviceTimer timer;
+  timer.start();
   launch.fn<<<launch.grid, launch.block, launch.smem>>>(a);
+  timer.stop();
   ATTNCHECK_CUDA_CHECK(cudaGetLastError());
   ATTNCHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  record_device_seconds(timer.seconds());
   download(out.out.bytes.data(), o, out.out.bytes.size());
   if (out.lse) download(out.lse->bytes.data(), lse, out.lse->bytes.size());
   if (out.weights) download(out.weights->bytes.data(), w, out.weights->bytes.size());
@@ -148,11 +154,15 @@ void run_backward_on_device(const Problem& p, const Inputs& in, const Outputs& f
   bp.ds = plan.ds.empty() ? nullptr : ds.get<void>();
   bp.dbias = plan.dbias.empty() ? nullptr : dbias.get<void>();
 
+  DeviceTimer timer;
+  timer.start();
   for (const BwdLaunch& l : plan_backward(bp, hp.elem)) {
     l.fn<<<l.grid, l.block, l.smem>>>(bp);
     ATTNCHECK_CUDA_CHECK(cudaGetLastError());
   }
+  timer.stop();
   ATTNCHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  record_device_seconds(timer.seconds());
   download(g.dq.bytes.data(), dq, g.dq.bytes.size());
   download(g.dk.bytes.data(), dk, g.dk.bytes.size());
   download(g.dv.bytes.data(), dv, g.dv.bytes.size());

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "attncheck/backward.hpp"
+#include "attncheck/device_time.hpp"
+#include "attncheck/device_timer.hpp"
 #include "attncheck/impl.hpp"
 #include "cudnn_support.hpp"
 #include "sdpa_graph.hpp"
@@ -21,6 +23,7 @@ namespace {
 
 using cudnn::check;
 using cudnn::Desc;
+
 
 void cuda_check(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess)
@@ -98,8 +101,12 @@ void execute(const Problem& p, const cudnn::SdpaGraph& graph, const std::vector<
       .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()), ptrs.data())
       .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace.ptr)
       .finalize();
+  DeviceTimer timer;  // the handle runs on the default stream
+  timer.start();
   check(cudnnBackendExecute(handle.h, plan.get(), pack.get()), "cudnnBackendExecute(" + p.name() + ")");
+  timer.stop();
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudnnBackendExecute");
+  record_device_seconds(timer.seconds());
 
   for (size_t i = 0; i < bindings.size(); ++i) {
     if (!bindings[i].is_output) continue;
@@ -117,7 +124,10 @@ class CudnnImpl final : public Impl {
     return "cuDNN " + std::to_string(cudnnGetVersion()) + " SDPA forward and backward through the graph API (composite graphs)";
   }
   Capabilities capabilities() const override { return cudnn::cudnn_capabilities(); }
-  Support supports(const Problem& p) const override { return cudnn::cudnn_supports(p); }
+  Support supports(const Problem& p) const override {
+    const Support s = cudnn::cudnn_supports(p);
+    return s.ok ? cudnn::measured_wrong(p, false) : s;
+  }
 
   Support available() const override {
     if (cudnnGetVersion() < 90800)
@@ -142,7 +152,10 @@ class CudnnImpl final : public Impl {
             [&](int64_t uid, const std::vector<uint8_t>& bytes) { cudnn::store_output(p, graph, uid, bytes, out); });
   }
 
-  Support supports_backward(const Problem& p) const override { return cudnn::cudnn_supports_backward(p); }
+  Support supports_backward(const Problem& p) const override {
+    const Support s = cudnn::cudnn_supports_backward(p);
+    return s.ok ? cudnn::measured_wrong(p, true) : s;
+  }
   void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
                     Gradients& g) const override {
     const cudnn::SdpaGraph graph(p, cudnn::Pass::backward);

@@ -24,8 +24,9 @@ Capabilities cudnn_capabilities() {
   c.softcap = false;     // a tanh score modifier is not combinable with cuDNN's masks
   c.dropout = true;      // cuDNN's custom dropout: P * scale * mask with the caller's keep-mask (sm_80, sm_90)
   c.finite_fill = false;  // masked scores are -inf in cuDNN's graph; no user fill value
-  // Rows with no visible key are rejected in cudnn_supports, so the policy never applies to a supported case.
-  c.fully_masked = {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform};
+  // Rows with no visible key by masks are rejected in cudnn_supports; rows that a -inf bias masks fully come out 0
+  // (measured on an H200 with cuDNN 9.19, docs/gpu.md), so zero is the one policy cuDNN follows.
+  c.fully_masked = {FullyMasked::zero};
   c.weights_out = false;  // the fused engines never materialise P
   c.lse_out = true;       // softmax stats: max + log(sum exp), fp32 [B, Hq, Lq, 1]
   c.fp8 = false;  // cuDNN's sdpa_fp8 (SM90+, head dims % 16, fp8 O with scale_o) is not built here: docs/cudnn.md
@@ -70,6 +71,18 @@ Support cudnn_supports_backward(const Problem& p) {
       return Support::no("cuDNN SDPA backward: dBias only as [1, Hq, Lq, Lk], the bias is [" + std::to_string(bs[0]) +
                          "," + std::to_string(bs[1]) + "," + std::to_string(bs[2]) + "," + std::to_string(bs[3]) + "]");
   }
+  return Support::yes();
+}
+
+Support measured_wrong(const Problem& p, bool backward) {
+  if (p.dtype == DType::f32 && p.dropout_p > 0)
+    return Support::no("fp32 I/O with dropout: measured NaN output on a device (cuDNN 9.19, docs/gpu.md)");
+  if (p.dtype == DType::f32 && (p.Dqk > 128 || p.Dv > 128))
+    return Support::no("fp32 I/O with head dims above 128: measured output off by 1e7 tolerances on a device (cuDNN "
+                       "9.19, docs/gpu.md)");
+  if (backward && p.dropout_p > 0)  // the forward with the same keep-mask passes; the gradients do not
+    return Support::no("backward with dropout: measured dQ, dK outside tolerance on a device (fp16 err/tol 22.9, "
+                       "bf16 3.66; cuDNN 9.19, docs/gpu.md)");
   return Support::yes();
 }
 

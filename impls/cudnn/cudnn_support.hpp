@@ -14,5 +14,8 @@ Support cudnn_supports(const Problem& p);
 // which propose no engine otherwise): fp16/bf16 only, head dims up to 128 (above needs sm_90, and the device is
 // not known here), not Lq = Lk = 1, and a bias only when its dBias is cuDNN's [1, Hq, Lq, Lk].
 Support cudnn_supports_backward(const Problem& p);
+// Cases the graph expresses but that were measured wrong on a device (docs/gpu.md): refused by the `cudnn`
+// implementation, apart from the mapping above so that the deviceless graph tests still build their graphs.
+Support measured_wrong(const Problem& p, bool backward);
 
 }  // namespace attncheck::cudnn

@@ -13,7 +13,7 @@ _ALL_FEATURES = ["gqa", "cross", "dqk_ne_dv", "causal", "per_batch_offsets", "ke
                  "window", "softcap", "dropout", "finite_fill", "weights_out", "lse_out"]
 
 
-def hello(declarations):
+def hello(declarations, asks_supports=False):
     """The worker's hello message from a flat declarations dict (see docs/python.md)."""
     d = dict(declarations or {})
     policy = d.get("policy", "zero")
@@ -28,7 +28,7 @@ def hello(declarations):
     available = d.get("available", True)
     return {"type": "hello", "protocol": PROTOCOL, "name": d.get("name", "python-worker"),
             "description": d.get("description", "Python kernel (attncheck.worker)"), "available": bool(available),
-            "unavailable_reason": d.get("unavailable_reason", ""), "supports": False, "capabilities": caps,
+            "unavailable_reason": d.get("unavailable_reason", ""), "supports": bool(asks_supports), "capabilities": caps,
             "declarations": decl}
 
 
@@ -73,7 +73,19 @@ def run_case(fn, buf, req):
             _store(_view(buf, ts[name], True), res[name], ts[name]["dtype"])
 
 
-def serve_streams(fn, declarations, rfile, wfile):
+def _answer_supports(supports, problem):
+    """supports(problem) -> True, or (False, reason); an exception is a refusal naming it."""
+    if supports is None:
+        return True, ""
+    try:
+        r = supports(problem)
+    except Exception as e:  # a refusal, never a crash of the worker
+        return False, f"supports raised {type(e).__name__}: {e}"
+    ok, reason = (r, "") if isinstance(r, bool) else (bool(r[0]), str(r[1]))
+    return ok, ("" if ok else reason or "refused by the worker's supports()")
+
+
+def serve_streams(fn, declarations, rfile, wfile, supports=None):
     """The protocol loop over two text streams; returns at bye or end of input."""
     def send(msg):
         wfile.write(json.dumps(msg) + "\n")
@@ -93,9 +105,10 @@ def serve_streams(fn, declarations, rfile, wfile):
             if PROTOCOL not in req.get("protocols", []):
                 send({"type": "error", "message": f"hello: field 'protocols': {req.get('protocols')} lacks {PROTOCOL}"})
                 return
-            send(hello(declarations))
+            send(hello(declarations, supports is not None))
         elif kind == "supports":
-            send({"type": "supports", "id": req.get("id"), "ok": True, "reason": ""})
+            ok, reason = _answer_supports(supports, req.get("problem", {}))
+            send({"type": "supports", "id": req.get("id"), "ok": ok, "reason": reason})
         elif kind == "run":
             if mapped != (req["shm"], req["shm_size"]):
                 buf = np.memmap(req["shm"], dtype=np.uint8, mode="r+", shape=(req["shm_size"],))
@@ -109,8 +122,11 @@ def serve_streams(fn, declarations, rfile, wfile):
             send({"type": "error", "id": req.get("id"), "message": f"request: field 'type': unknown {kind!r}"})
 
 
-def serve(fn, declarations=None):
+def serve(fn, declarations=None, supports=None):
     """Serve fn over stdin/stdout until attncheck says bye. Prints of fn go to stderr (stdout is the protocol's).
+
+    supports(problem), when given, is asked per case inside the declared capabilities: True, or (False, reason)
+    for a case the kernel cannot run (reported unsupported with that reason, never run).
 
     fn(q, k, v, *, problem, mask=None, bias=None, keep=None) gets numpy arrays in logical order
     (q [B,Hq,Lq,Dqk], k/v [B,Hkv,Lk,D]; bf16 widened to float32) and the problem dict of the protocol, and returns
@@ -118,4 +134,4 @@ def serve(fn, declarations=None):
     """
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    serve_streams(fn, declarations, sys.stdin, proto)
+    serve_streams(fn, declarations, sys.stdin, proto, supports)

@@ -120,8 +120,14 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
       for (int64_t i : r.sampled_rows) rows[static_cast<size_t>(bh * p.Lq + i)] = 1;
   }
   const std::vector<char>* jr = rows.empty() ? nullptr : &rows;
-  v.tensors.push_back(compare_values("out", out_shape, r.out, actual.out.to_double(),
-                                     out_tolerance(p, r, m, d_out), m, jr, static_cast<size_t>(p.Dv)));
+  // Each compared tensor is also profiled (accuracy.hpp) in the ulps of the dtype it was delivered in.
+  auto compare = [&](const char* name, const std::vector<int64_t>& shape, const std::vector<double>& e,
+                     const Tensor& a, const std::vector<double>& tol, DType d, size_t row_len) {
+    const std::vector<double> x = a.to_double();
+    v.tensors.push_back(compare_values(name, shape, e, x, tol, m, jr, row_len));
+    v.tensors.back().accuracy = profile_accuracy(e, x, tol, d, jr, row_len);
+  };
+  compare("out", out_shape, r.out, actual.out, out_tolerance(p, r, m, d_out), d_out, static_cast<size_t>(p.Dv));
   name_dominant(v.tensors.back(), out_shape, [&](size_t n) { return out_terms(p, r, n, d_out, m); });
   if (m.exact_out) v.tensors.back().dominant = kExactDominant;
   auto missing = [&](const char* name) {
@@ -136,7 +142,7 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
       missing("lse");
     } else {
       const DType d = delivered(*actual.lse, p.stat_dtype());
-      v.tensors.push_back(compare_values("lse", lse_shape, r.lse, actual.lse->to_double(), lse_tolerance(p, r, m, d), m, jr));
+      compare("lse", lse_shape, r.lse, *actual.lse, lse_tolerance(p, r, m, d), d, 1);
       name_dominant(v.tensors.back(), lse_shape, [&](size_t n) { return lse_terms(p, r, n, d, m); });
     }
   }
@@ -145,8 +151,7 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
       missing("weights");
     } else {
       const DType d = delivered(*actual.weights, p.stat_dtype());
-      v.tensors.push_back(compare_values("weights", w_shape, r.weights, actual.weights->to_double(),
-                                         weights_tolerance(p, r, m, d), m, jr, static_cast<size_t>(p.Lk)));
+      compare("weights", w_shape, r.weights, *actual.weights, weights_tolerance(p, r, m, d), d, static_cast<size_t>(p.Lk));
       name_dominant(v.tensors.back(), w_shape, [&](size_t n) { return weights_terms(p, r, n, d, m); });
     }
   }
@@ -155,8 +160,7 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
       missing("scores");
     } else {
       const DType d = delivered(*actual.scores, p.stat_dtype());
-      v.tensors.push_back(compare_values("scores", w_shape, r.scores, actual.scores->to_double(),
-                                         scores_tolerance(p, r, m, d), m, jr, static_cast<size_t>(p.Lk)));
+      compare("scores", w_shape, r.scores, *actual.scores, scores_tolerance(p, r, m, d), d, static_cast<size_t>(p.Lk));
       name_dominant(v.tensors.back(), w_shape, [&](size_t n) { return scores_terms(p, r, n, d, m); });
     }
   }

@@ -6,6 +6,10 @@
 
 #include <string>
 
+#include <gtest/gtest.h>
+
+#include "backend_desc.hpp"
+
 // Loads the driver once; returns what went wrong, empty when loaded.
 inline const std::string& driver_load_error() {
   static const std::string error = [] {
@@ -20,4 +24,15 @@ inline const std::string& driver_load_error() {
     return why;
   }();
   return error;
+}
+
+// Building an execution plan for a named GPU that is not this machine's may stop only at the last step, loading the
+// compiled kernel: into the toolkit's stub driver ("cuLibraryLoadData"), or into a real driver whose GPU is another
+// architecture ("no kernel image is available", e.g. the sm_80 plan on an H200).
+inline void expect_stopped_at_kernel_load(const attncheck::cudnn::CudnnError& e) {
+  const std::string what = e.what();
+  EXPECT_EQ(e.status(), CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER) << what;
+  EXPECT_TRUE(what.find("cuLibraryLoadData") != std::string::npos ||
+              what.find("no kernel image is available") != std::string::npos)
+      << what;
 }

@@ -89,13 +89,39 @@ TEST(CudnnSupport, FeatureMatrixIsSupported) {
   p = base();
   p.dropout_p = 0.25, p.causal = true, p.key_lengths = {1, 257};
   ok.push_back(p);
-  p = base();
-  p.fully_masked = FullyMasked::nan;  // no row is fully masked, so the policy cannot matter
-  ok.push_back(p);
   for (const Problem& q : ok) {
     const Support s = cudnn_supports(q);
     EXPECT_TRUE(s.ok) << q.name() << ": " << s.reason;
   }
+  // Zero is the one fully-masked policy: rows that a -inf bias masks fully come out 0 on a device.
+  p = base();
+  p.fully_masked = FullyMasked::nan;
+  EXPECT_FALSE(cudnn_supports(p).ok) << p.name();
+}
+
+// What the graph expresses but a device measured wrong: the `cudnn` implementation refuses it (with the
+// measurement in the reason), forward and backward apart, while cudnn_supports still maps it.
+TEST(CudnnSupport, MeasuredWrongCasesAreRefusedByTheImplementation) {
+  const ImplPtr impl = find_impl("cudnn");
+  ASSERT_TRUE(impl);
+  Problem fp32_dropout = base();
+  fp32_dropout.dtype = DType::f32, fp32_dropout.dropout_p = 0.25;
+  Problem fp32_d256 = base();
+  fp32_d256.dtype = DType::f32, fp32_d256.Dqk = fp32_d256.Dv = 256;
+  Problem half_dropout = base();
+  half_dropout.dropout_p = 0.25;
+  for (const Problem& p : {fp32_dropout, fp32_d256}) {
+    validate(p);
+    EXPECT_TRUE(cudnn_supports(p).ok) << p.name();
+    const Support s = impl->supports(p);
+    EXPECT_FALSE(s.ok) << p.name();
+    EXPECT_NE(s.reason.find("measured"), std::string::npos) << s.reason;
+  }
+  validate(half_dropout);
+  EXPECT_TRUE(impl->supports(half_dropout).ok) << half_dropout.name();  // the forward passed on the device
+  const Support b = impl->supports_backward(half_dropout);
+  EXPECT_FALSE(b.ok);
+  EXPECT_NE(b.reason.find("measured"), std::string::npos) << b.reason;
 }
 
 TEST(CudnnSupport, RegisteredAndExplainsAvailability) {

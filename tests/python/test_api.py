@@ -74,6 +74,27 @@ def test_worker_hello_and_protocol_errors():
     assert err2 == {"type": "error", "id": 3, "message": "request: field 'type': unknown 'frobnicate'"}
 
 
+def test_worker_supports_hook_refuses_with_its_reason():
+    msg = lambda m: json.dumps(m) + "\n"  # noqa: E731
+    requests = io.StringIO(msg({"type": "hello", "protocols": [1]}) +
+                           msg({"type": "supports", "id": 1, "problem": {"Dqk": 64}}) +
+                           msg({"type": "supports", "id": 2, "problem": {"Dqk": 320}}) +
+                           msg({"type": "supports", "id": 3, "problem": {}}) + msg({"type": "bye"}))
+    replies = io.StringIO()
+    supports = lambda p: p["Dqk"] <= 256 or (False, f"Dqk={p['Dqk']} > 256")  # noqa: E731
+    worker.serve_streams(lambda *a, **kw: None, {"name": "t"}, requests, replies, supports)
+    hello, ok, refused, raised = (json.loads(x) for x in replies.getvalue().splitlines())
+    assert hello["supports"] is True
+    assert ok == {"type": "supports", "id": 1, "ok": True, "reason": ""}
+    assert refused == {"type": "supports", "id": 2, "ok": False, "reason": "Dqk=320 > 256"}
+    assert raised["ok"] is False and raised["reason"] == "supports raised KeyError: 'Dqk'"
+    # Without the hook, hello asks for no supports requests.
+    replies = io.StringIO()
+    worker.serve_streams(lambda *a, **kw: None, {"name": "t"}, io.StringIO(msg({"type": "hello", "protocols": [1]})),
+                         replies)
+    assert json.loads(replies.getvalue())["supports"] is False
+
+
 def test_bf16_bits_round_to_nearest_even():
     x = np.array([1.0, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -2.5, np.inf, np.nan], dtype=np.float32)
     bits = worker.to_bf16_bits(x)

@@ -133,6 +133,7 @@ int run_compare() {
   } else if (f.has_gradients) {
     std::printf("note: %s has no /actual/dq: gradients not compared\n", g.actual.c_str());
   }
+  for (auto& r : rs) describe_problem(r, f.problem);
   print_header();
   for (const auto& r : rs) {
     print_row(r);

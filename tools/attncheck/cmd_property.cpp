@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "command.hpp"
+#include "invariance.hpp"
 #include "plugins.hpp"
 #include "properties.hpp"
 #include "rc_runner.hpp"
@@ -20,6 +21,7 @@ struct Options {
   uint64_t seed = 20261122;
   std::string regressions = "attncheck-regressions";
   bool no_fixture = false;
+  bool invariance = false;  // --invariance: the invariance group checks every implementation, declared or not
 };
 Options g;
 
@@ -48,6 +50,7 @@ int run_property() {
   if (props.empty())
     for (const auto& p : prop::properties()) props.push_back(&p);
   ::setenv("ATTNCHECK_REGRESSIONS_DIR", g.regressions.c_str(), 1);
+  invariance::set_asked(g.invariance);
 
   int failed = 0, problems = 0;
   Progress progress(impls.size() * props.size());
@@ -102,6 +105,9 @@ const Register reg{{"property", "Run the property suite (shrinking, regression f
                       sub.add_option("--regressions", g.regressions, "Directory for shrunk failures (fixtures)")
                           ->capture_default_str();
                       sub.add_flag("--no-fixture", g.no_fixture, "Do not write shrunk failures");
+                      sub.add_flag("--invariance", g.invariance,
+                                   "Check rerun and batch invariance whatever the implementations declare "
+                                   "(default: only the promises they declare; docs/invariance.md)");
                       add_plugin_option(sub, g.plugins);
                       return std::function<int()>(run_property);
                     }}};

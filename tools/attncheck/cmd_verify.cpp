@@ -12,10 +12,13 @@
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/reference.hpp"
+#include "attncheck/durable_file.hpp"
 #include "attncheck/suite.hpp"
+#include "baseline_cli.hpp"
 #include "command.hpp"
 #include "diagnosis.hpp"
 #include "gradients.hpp"
+#include "invariance_rows.hpp"
 #include "plugins.hpp"
 #include "repro.hpp"
 #include "report.hpp"
@@ -37,6 +40,11 @@ struct Options {
   std::string pass = "forward";  // --pass forward|backward|both (gradients.hpp)
   std::string spec;        // --spec: cases generated on demand from a suite spec instead of fixture files
   int64_t rows = 0;        // --rows: with --spec, the reference computes about this many sampled query rows
+  std::string invariance;  // --invariance rerun,batch|all: the invariance checks (invariance_rows.hpp), off by default
+  int reruns = 3;          // --reruns K: runs of each case in the rerun check
+  std::string baseline;    // --baseline FILE.json: compare this run with a stored report (docs/regression.md)
+  bool accept_baseline = false;  // --accept-baseline: write this run to --baseline instead of failing on drift
+  BaselineOptions b;
 };
 Options g;
 
@@ -172,7 +180,17 @@ int run_verify() {
     if (ec || !fs::is_directory(g.repro))
       throw std::invalid_argument("--repro: cannot create the directory '" + g.repro + "'" + (ec ? ": " + ec.message() : ""));
   }
+  std::optional<baseline::Report> before;  // read first: a bad baseline is exit 2 before any work
+  if (!g.baseline.empty()) {
+    (void)thresholds(g.b);
+    check_baseline_outputs(g.b);
+    if (!g.accept_baseline || fs::exists(g.baseline)) before = baseline::load_report(g.baseline);
+  } else if (g.accept_baseline || !g.b.summary.empty() || !g.b.junit.empty()) {
+    throw std::invalid_argument("--accept-baseline, --summary and --junit need --baseline FILE.json");
+  }
   const std::vector<ImplPtr> impls = maybe_isolate(select_impls(g.impls));
+  const invariance::Options inv = invariance_options(g.invariance, g.reruns);
+  const bool inv_on = inv.rerun || inv.batch;
   if (g.rows > 0 && g.spec.empty()) throw std::invalid_argument("--rows: needs --spec (fixture files hold every row)");
   if (has_backward(pass) && !g.spec.empty())
     throw std::invalid_argument("--pass " + g.pass + ": not with --spec (gradients are judged from fixture files, "
@@ -225,8 +243,9 @@ int run_verify() {
     for (size_t ii = 0; has_forward(pass) && ii < impls.size(); ++ii) {
       const ImplPtr& impl = impls[ii];
       progress.step(impl->name() + " " + name);
-      CaseResult r{name, file, impl->name(), "", "", false, {}, ""};
+      CaseResult r{name, file, impl->name(), "", "", false, {}, "", "", {}};
       std::vector<std::string> diagnosis;
+      std::vector<InvarianceRow> checks;  // --invariance: rows after the judged one
       if (!avail[ii].ok) {
         r.status = "unavailable";
         r.message = "unavailable: " + avail[ii].reason;
@@ -248,6 +267,7 @@ int run_verify() {
           r = judged_result(name, file, impl->name(), judge(p, note.empty() ? f.expected : recomputed, out, m));
           if (!unchecked.empty()) r.message = unchecked + " not checked (not supported); " + r.message;
           if (!note.empty()) r.message = note + "; " + r.message;
+          if (inv_on) checks = invariance_rows(*impl, name, file, p, f.inputs, out, inv);
           if (g.diagnose && r.status == "fail") {
             diagnose::Options o;
             o.rerun = impl.get(), o.max_reruns = g.diagnose_reruns, o.tolerance = m;
@@ -260,23 +280,38 @@ int run_verify() {
         if (inputs_hash(f.inputs) != pristine) {
           r = CaseResult{name, file, impl->name(), "modified-input",
                          impl->name() + " wrote into its inputs on " + name + " (input checksum changed); the fixture "
-                         "is read again for the next implementation", false, {}, ""};
+                         "is read again for the next implementation", false, {}, "", "", {}};
           f = load(file, name);
         }
       } catch (const std::exception&) {
         record_exception(r);
       }
+      describe_problem(r, f.problem);
       progress.clear();
       print_row(r);
       for (const std::string& l : diagnosis) std::printf("    %s\n", l.c_str());
       results.push_back(std::move(r));
+      for (InvarianceRow& c : checks) {
+        describe_problem(c.row, f.problem);
+        print_row(c.row);
+        for (const std::string& l : c.lines) std::printf("    %s\n", l.c_str());
+        results.push_back(std::move(c.row));
+      }
     }
     for (size_t ii = 0; has_backward(pass) && f.has_gradients && ii < impls.size(); ++ii) {
       progress.step(backward_label(impls[ii]->name()) + " " + name);
-      CaseResult r = backward_row(*impls[ii], avail[ii], f, file, g.tol_scale);
+      std::vector<InvarianceRow> checks;
+      CaseResult r = backward_row(*impls[ii], avail[ii], f, file, g.tol_scale, inv.rerun ? inv.runs : 0, &checks);
+      describe_problem(r, f.problem);
       progress.clear();
       print_row(r);
       results.push_back(std::move(r));
+      for (InvarianceRow& c : checks) {
+        describe_problem(c.row, f.problem);
+        print_row(c.row);
+        for (const std::string& l : c.lines) std::printf("    %s\n", l.c_str());
+        results.push_back(std::move(c.row));
+      }
     }
   }
   progress.clear();
@@ -290,7 +325,25 @@ int run_verify() {
     if (!all)
       for (const auto& impl : impls) rules.must_be_available.push_back(impl->name());
   }
-  return exit_code(results, rules);
+  int rc = exit_code(results, rules);
+  if (!g.baseline.empty()) {
+    const std::string now = report_json(results, g.tol_scale);
+    int n = 0;
+    if (before) {
+      const baseline::Comparison c =
+          baseline::compare_reports(*before, baseline::parse_report(now, "this run"), thresholds(g.b), true);
+      n = report_comparison(c, g.b, "attncheck verify against " + g.baseline);
+    }
+    if (g.accept_baseline) {
+      write_file_durably(g.baseline, report_json(results, g.tol_scale, true));
+      std::printf("baseline %s %s by this run (--accept-baseline)\n", g.baseline.c_str(), before ? "replaced" : "written");
+    } else if (n > 0) {
+      std::printf("exit 1: %d regression%s against the baseline %s (--accept-baseline makes this run the baseline)\n",
+                  n, n > 1 ? "s" : "", g.baseline.c_str());
+      rc = 1;
+    }
+  }
+  return rc;
 }
 
 const Register reg{{"verify", "Replay golden fixtures against implementations", [](CLI::App& sub) {
@@ -319,8 +372,19 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                                      "write it into DIR as a fixture that verify replays");
                       sub.add_option("--tol-scale", g.tol_scale, "Multiply every derived tolerance by X (recorded in the report)")
                           ->check(CLI::PositiveNumber);
+                      sub.add_option("--invariance", g.invariance,
+                                     "Also check invariance of every judged case: rerun (same bits run after run), "
+                                     "batch (same bits alone and in other batches), or all (docs/invariance.md)");
+                      sub.add_option("--reruns", g.reruns, "With --invariance rerun: runs of each case in all (K)")
+                          ->capture_default_str()->check(CLI::Range(2, 100));
                       sub.add_flag("--allow-unavailable", g.allow_unavailable,
                                    "Exit 0 even when a named implementation is unavailable or no case was compared");
+                      sub.add_option("--baseline", g.baseline,
+                                     "Compare with a stored report (FILE.json): new failures, lost features, accuracy "
+                                     "drift inside the tolerance; exit 1 on a regression (docs/regression.md)");
+                      sub.add_flag("--accept-baseline", g.accept_baseline,
+                                   "Write this run's report to --baseline (creating or replacing it) instead of failing on its regressions");
+                      add_baseline_options(sub, g.b);
                       add_plugin_option(sub, g.plugins);
                       return std::function<int()>(run_verify);
                     }}};

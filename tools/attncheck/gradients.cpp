@@ -17,8 +17,8 @@ Pass pass_from_string(const std::string& s) {
 std::string backward_label(const std::string& impl) { return impl + "/backward"; }
 
 CaseResult backward_row(const Impl& impl, const Support& available, const Fixture& f, const std::string& file,
-                        double tol_scale) {
-  CaseResult r{f.name, file, backward_label(impl.name()), "", "", false, {}, ""};
+                        double tol_scale, int reruns, std::vector<InvarianceRow>* checks) {
+  CaseResult r{f.name, file, backward_label(impl.name()), "", "", false, {}, "", "", {}};
   if (!available.ok) {
     r.status = "unavailable";
     r.message = "unavailable: " + available.reason;
@@ -35,7 +35,9 @@ CaseResult backward_row(const Impl& impl, const Support& available, const Fixtur
     ToleranceModel m = f.tolerance;
     m.contract = impl.declarations().contract_for(f.problem.dtype);
     m.scale = tol_scale;
-    return judged_result(f.name, file, r.impl, judge_backward(f.problem, f.expected, *f.grad, g, m));
+    CaseResult judged = judged_result(f.name, file, r.impl, judge_backward(f.problem, f.expected, *f.grad, g, m));
+    if (reruns >= 2 && checks) checks->push_back(backward_invariance_row(impl, r.impl, f, file, g, reruns));
+    return judged;
   } catch (const std::exception&) {
     record_exception(r);
   }

@@ -6,6 +6,7 @@
 
 #include "attncheck/fixture.hpp"
 #include "attncheck/impl.hpp"
+#include "invariance_rows.hpp"
 #include "report.hpp"
 
 namespace attncheck::cli {
@@ -19,8 +20,9 @@ inline bool has_backward(Pass p) { return p != Pass::forward; }
 std::string backward_label(const std::string& impl);
 
 // Runs impl's forward and backward on a fixture with gradients and judges dq, dk, dv (dbias). An implementation
-// without a backward (or not for this problem) gives "unsupported", an unavailable one "unavailable".
+// without a backward (or not for this problem) gives "unsupported", an unavailable one "unavailable". With
+// reruns >= 2 a judged case also gets its rerun check's row in `checks` (verify --invariance rerun).
 CaseResult backward_row(const Impl& impl, const Support& available, const Fixture& f, const std::string& file,
-                        double tol_scale);
+                        double tol_scale, int reruns = 0, std::vector<InvarianceRow>* checks = nullptr);
 
 }  // namespace attncheck::cli

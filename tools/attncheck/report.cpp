@@ -15,6 +15,7 @@
 #include "attncheck/cancel.hpp"
 
 #include "attncheck/durable_file.hpp"
+#include "attncheck/features.hpp"
 #include "attncheck/run_failure.hpp"
 
 namespace attncheck::cli {
@@ -37,13 +38,25 @@ const char* index_names(const TensorVerdict& t, int k) {
   return t.tensor == "weights" ? w[k] : o[k];
 }
 
+json accuracy_json(const Accuracy& a) {
+  json hist = json::object();
+  const char* bins[] = {"0", "le_0.5", "le_1", "le_2", "le_4", "more"};
+  for (size_t b = 0; b < a.ulp_hist.size(); ++b) hist[bins[b]] = a.ulp_hist[b];
+  return {{"ulp_dtype", to_string(a.ulp_dtype)}, {"n", a.n}, {"n_nonfinite", a.n_nonfinite},
+          {"share_of_bound", num(a.share)}, {"rms_rel", num(a.rms_rel)}, {"bias_ulp", num(a.bias_ulp)},
+          {"bias_mag_ulp", num(a.bias_mag_ulp)}, {"ulp_hist", hist},
+          {"effective_bits", a.effective_bits ? num(*a.effective_bits) : json(nullptr)}};
+}
+
 json tensor_json(const TensorVerdict& t) {
   json idx = json::object();
   for (int k = 0; k < t.worst_rank; ++k) idx[index_names(t, k)] = t.worst[static_cast<size_t>(k)];
-  return {{"tensor", t.tensor}, {"pass", t.pass}, {"n", t.n}, {"n_bad", t.n_bad},
-          {"max_abs_err", num(t.max_abs_err)}, {"max_rel_err", num(t.max_rel_err)}, {"worst_index", idx},
-          {"expected", num(t.expected)}, {"actual", num(t.actual)}, {"tolerance", num(t.tolerance)},
-          {"dominant_term", t.dominant}};
+  json j = {{"tensor", t.tensor}, {"pass", t.pass}, {"n", t.n}, {"n_bad", t.n_bad},
+            {"max_abs_err", num(t.max_abs_err)}, {"max_rel_err", num(t.max_rel_err)}, {"worst_index", idx},
+            {"expected", num(t.expected)}, {"actual", num(t.actual)}, {"tolerance", num(t.tolerance)},
+            {"dominant_term", t.dominant}};
+  if (t.accuracy.present) j["accuracy"] = accuracy_json(t.accuracy);
+  return j;
 }
 
 // Case names come from fixture files and messages from plugins: neither is guaranteed UTF-8, and both report
@@ -125,7 +138,7 @@ void write_report_file(const std::string& path, const std::string& text) {
 }  // namespace
 
 CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v) {
-  CaseResult r{std::move(fixture), std::move(file), std::move(impl), v.pass ? "pass" : "fail", "", true, {}, ""};
+  CaseResult r{std::move(fixture), std::move(file), std::move(impl), v.pass ? "pass" : "fail", "", true, {}, "", "", {}};
   std::string msg;
   for (const auto& t : v.tensors)
     if (!t.pass) msg += (msg.empty() ? "" : "; ") + t.describe();
@@ -133,6 +146,16 @@ CaseResult judged_result(std::string fixture, std::string file, std::string impl
   r.message = msg;
   r.verdict = std::move(v);
   return r;
+}
+
+void describe_problem(CaseResult& r, const Problem& p) {
+  r.dtype = to_string(p.dtype);
+  r.features.clear();
+  // Features every problem "uses" (dtype, layout, ...) and the optional outputs (weights, lse) are no grouping key.
+  static const Problem plain{};
+  for (const Feature& f : problem_features())
+    if (f.used(p) && !f.used(plain) && std::strcmp(f.name, "weights") != 0 && std::strcmp(f.name, "lse") != 0)
+      r.features.emplace_back(f.name);
 }
 
 void record_exception(CaseResult& r) {
@@ -203,15 +226,15 @@ void check_report_path(const std::string& path) {
     throw std::invalid_argument("--report: cannot write '" + path + "': " + std::strerror(errno));
 }
 
-void write_report(const std::string& path, const std::vector<CaseResult>& rs, double tol_scale) {
-  check_report_path(path);
+std::string report_json(const std::vector<CaseResult>& rs, double tol_scale, bool case_per_line) {
   std::map<std::string, int> n = count(rs);
   std::ostringstream out;
-  if (lower_ext(path) == ".json") {
+  {
     json cases = json::array();
     for (const auto& r : rs) {
       json c = {{"fixture", r.fixture}, {"file", r.file}, {"impl", r.impl}, {"status", r.status},
                 {"message", r.message}};
+      if (!r.dtype.empty()) c["dtype"] = r.dtype, c["features"] = r.features;
       if (!r.diagnosis_json.empty()) c["diagnosis"] = json::parse(r.diagnosis_json);
       if (r.judged) {
         const TensorVerdict& w = r.verdict.worst();
@@ -229,8 +252,26 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
     }
     json summary = json::object();
     for (const auto& st : statuses()) summary[st] = n[st];
-    const json j = {{"cases", cases}, {"summary", summary}, {"tol_scale", tol_scale}};
-    out << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    const json j = {{"schema_version", kReportSchemaVersion}, {"cases", cases}, {"summary", summary},
+                    {"tol_scale", tol_scale}};
+    if (case_per_line) {
+      auto dump = [](const json& x) { return x.dump(-1, ' ', false, json::error_handler_t::replace); };
+      out << "{\"schema_version\":" << kReportSchemaVersion << ",\"summary\":" << dump(summary)
+          << ",\"tol_scale\":" << dump(tol_scale) << ",\"cases\":[\n";
+      for (size_t k = 0; k < cases.size(); ++k) out << dump(cases[k]) << (k + 1 < cases.size() ? ",\n" : "\n");
+      out << "]}\n";
+    } else {
+      out << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    }
+  }
+  return out.str();
+}
+
+void write_report(const std::string& path, const std::vector<CaseResult>& rs, double tol_scale) {
+  check_report_path(path);
+  std::ostringstream out;
+  if (lower_ext(path) == ".json") {
+    out << report_json(rs, tol_scale);
   } else {
     // JUnit: one testsuite per implementation, one testcase per fixture. A wrong answer (fail, modified-input,
     // out-of-bounds) is a <failure>, a run that broke down (error, crashed, timeout, exited) an <error>,

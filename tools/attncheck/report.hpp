@@ -20,7 +20,14 @@ struct CaseResult {
   bool judged = false;  // a verdict exists (pass or fail)
   Verdict verdict;
   std::string diagnosis_json;  // with --diagnose on a failure: harness/diagnose's JSON object, else ""
+  std::string dtype;                  // the problem's dtype ("fp16"), for grouping in baseline comparisons
+  std::vector<std::string> features;  // the optional features the problem uses (features.hpp names)
 };
+
+// The report schema written by write_report (docs/regression.md#report-schema); readers accept every older one.
+inline constexpr int kReportSchemaVersion = 2;
+// Sets r.dtype and r.features from the problem the row was run on.
+void describe_problem(CaseResult& r, const Problem& p);
 
 // Every status a row can have, in report order. Judged: pass, fail. Not run: unsupported, unavailable (the
 // implementation cannot run on this machine). Failures of the run itself (attncheck/run_failure.hpp): error,
@@ -40,9 +47,12 @@ void print_header();
 void print_row(const CaseResult& r);
 // "pass 12  fail 0  unsupported 3  error 0" plus the failing rows again when there are many.
 void print_summary(const std::vector<CaseResult>& rs);
-// .json -> {"cases":[...],"summary":{...},"tol_scale":X}; .xml -> JUnit XML. Anything else: std::invalid_argument.
+// .json -> {"schema_version":2,"cases":[...],"summary":{...},"tol_scale":X}; .xml -> JUnit XML. Anything else: std::invalid_argument.
 // tol_scale: the user's explicit multiplier of every bound (`--tol-scale`), recorded so it is never silent.
 void write_report(const std::string& path, const std::vector<CaseResult>& rs, double tol_scale = 1.0);
+// The JSON report's text (what write_report writes to a .json path). `case_per_line`: each case compact on its own
+// line, as stored baselines are kept (a regenerated baseline then reads as a per-case diff in review).
+std::string report_json(const std::vector<CaseResult>& rs, double tol_scale = 1.0, bool case_per_line = false);
 // Throws std::invalid_argument when the report path has an unknown extension (checked before any work).
 void check_report_path(const std::string& path);
 // CI honesty: what besides failures makes the exit code 1. verify sets both unless --allow-unavailable.

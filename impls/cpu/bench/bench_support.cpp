@@ -3,6 +3,7 @@
 #include "bench_support.hpp"
 
 #include "attncheck/backward.hpp"
+#include "attncheck/device_time.hpp"
 #include "attncheck/threads.hpp"
 #include "simd.hpp"
 
@@ -237,10 +238,17 @@ Result run(const Impl& impl, const Config& c) {
     const double hwm = proc_status_bytes("VmHWM");
     if (reset && rss0 >= 0 && hwm >= 0) r.extra_rss_bytes = std::max(0.0, hwm - rss0);
     for (int w = 1; w < c.warmup; ++w) once();  // the memory run was the first warm-up
-    std::tie(r.seconds, r.cpu_seconds) = time_median(c.reps, once);
+    std::vector<double> device;
+    std::tie(r.seconds, r.cpu_seconds) = time_median(c.reps, [&] {
+      record_device_seconds(-1.0);
+      once();
+      device.push_back(last_device_seconds());
+    });
+    if (*std::min_element(device.begin(), device.end()) >= 0) r.device_seconds = median(device);
   }
   const double flops = attention_flops(c);
   r.gflops = flops / r.seconds / 1e9;
+  if (r.device_seconds > 0) r.device_gflops = flops / r.device_seconds / 1e9;
   r.sgemm_n = std::max<int64_t>(16, std::llround(std::cbrt(flops / 2.0)));
   const double gemm_flops = 2.0 * std::pow(static_cast<double>(r.sgemm_n), 3);
   const auto [sg_wall, sg_cpu] = sgemm_seconds(r.sgemm_n, c.threads, c.warmup, c.reps);
@@ -271,14 +279,15 @@ std::string to_json(const std::string& impl, const Config& c, const Result& r) {
                 "\"sgemm_n\": %lld, \"ratio_to_sgemm\": %.4g, \"fma_peak_gflops\": %.4g, \"fraction_of_peak\": %.4g, \"peak_extra_rss_bytes\": %.0f, "
                 "\"peak_extra_rss_mib\": %.2f, \"cpu_seconds\": %.6g, \"cpu_ratio_to_sgemm\": %.4g, \"isa\": \"%s\", "
                 "\"pass\": \"%s\", \"forward_seconds\": %.6g, \"bytes\": %.0f, \"gbytes_per_s\": %.4g, "
-                "\"stream_gbytes_per_s\": %.4g, \"fraction_of_bandwidth\": %.4g, \"bound\": \"%s\"}",
+                "\"stream_gbytes_per_s\": %.4g, \"fraction_of_bandwidth\": %.4g, \"bound\": \"%s\", "
+                "\"device_seconds\": %.6g, \"device_gflops\": %.6g}",
                 impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.Lq),
                 static_cast<long long>(s.Lk), static_cast<long long>(s.D), to_string(c.dtype),
                 c.causal ? "true" : "false", c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
                 static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm, r.fma_peak_gflops, r.fraction_of_peak, r.extra_rss_bytes,
                 r.extra_rss_bytes / (1024.0 * 1024.0), r.cpu_seconds, r.cpu_ratio_to_sgemm, isa().c_str(),
                 c.backward ? "backward" : "forward", c.backward ? r.forward_seconds : r.seconds, r.bytes, r.gbytes_per_s,
-                r.stream_gbytes_per_s, r.fraction_of_bandwidth, r.bound.c_str());
+                r.stream_gbytes_per_s, r.fraction_of_bandwidth, r.bound.c_str(), r.device_seconds, r.device_gflops);
   return buf;
 }
 

@@ -52,6 +52,9 @@ struct Result {
   // peak (then fraction_of_bandwidth is the figure of merit), else "compute" (then ratio_to_sgemm).
   double bytes = 0, gbytes_per_s = 0, stream_gbytes_per_s = 0, fraction_of_bandwidth = 0;
   std::string bound;
+  // Device implementations (Impl::last_device_seconds >= 0): the median of the kernels' CUDA-event time over the
+  // same reps, and the rate it gives; -1 for host implementations. seconds stays the wall clock of the whole run.
+  double device_seconds = -1, device_gflops = -1;
 };
 
 // Times `impl` on a random signed problem of the configured shape (inputs and outputs allocated beforehand and

@@ -25,6 +25,8 @@ struct Declarations {
   }
   std::vector<std::string> outputs = {"out", "lse", "weights"};  // the outputs it can produce
   bool deterministic = false;  // the same inputs give the same bits, run after run
+  // A batch entry gives the same bits whatever else is in the batch and wherever it sits (docs/invariance.md).
+  bool batch_invariant = false;
   bool backward = false;       // it also computes gradients
 };
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/accuracy.hpp"
 #include "attncheck/contract.hpp"
 #include "attncheck/problem.hpp"
 #include "attncheck/reference.hpp"
@@ -68,6 +69,7 @@ struct TensorVerdict {
   double expected = 0, actual = 0, tolerance = 0;  // at `worst`
   std::string dominant;            // the bound's largest term at `worst` ("key_sum", "storage", ...), if known;
                                    // kExactDominant for the out of an exact case
+  Accuracy accuracy;               // the errors' profile (accuracy.hpp); filled by judge for out, lse, weights, scores
   std::string describe() const;    // "out[b=0,h=1,i=5,d=3]: expected 0.12 actual 0.13 |err| 0.01 > tol 1e-3"
 };
 

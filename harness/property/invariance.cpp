@@ -1,0 +1,468 @@
+// The rerun and batch checks of invariance.hpp: bitwise comparison of runs, the other-values interloper case, and
+// the batch forms (a case's entry alone, or moved to the end of a larger batch after another sequence, its keys
+// padded to a longer neighbour's length where padding cannot change its result).
+#include "invariance.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+namespace attncheck::invariance {
+
+namespace {
+bool g_asked = false;
+}  // namespace
+
+void set_asked(bool on) { g_asked = on; }
+bool asked() { return g_asked; }
+
+const char* tag(Kind k) { return k == Kind::rerun ? "nondeterministic" : "batch-variant"; }
+
+int64_t Check::elements() const {
+  int64_t n = 0;
+  for (const auto& d : diffs) n += d.elements;
+  return n;
+}
+
+int64_t Check::moved() const {
+  int64_t n = 0;
+  for (const auto& d : diffs) n += d.moved;
+  return n;
+}
+
+namespace {
+
+constexpr int64_t kAll = std::numeric_limits<int64_t>::max();
+
+uint64_t raw_bits(const Tensor& t, int64_t off) {
+  uint64_t x = 0;
+  const size_t n = dtype_size(t.dtype);
+  std::memcpy(&x, t.bytes.data() + static_cast<size_t>(off) * n, n);
+  return x;
+}
+
+std::string number(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
+}
+
+std::string element_text(const Tensor& t, int64_t off, uint64_t bits) {
+  char hex[24];
+  std::snprintf(hex, sizeof hex, "0x%0*llx", static_cast<int>(2 * dtype_size(t.dtype)),
+                static_cast<unsigned long long>(bits));
+  return number(t.get_offset(off)) + " (" + hex + ")";
+}
+
+// Compares a[ba, ...] with b[bb, ...] over a's dims after the first, the last dim only below `limit`, into d.
+void diff_block(TensorDiff& d, const Tensor& a, int64_t ba, const Tensor& b, int64_t bb, int64_t limit) {
+  const size_t r = a.shape.size();
+  std::vector<int64_t> ext = a.shape;
+  ext[0] = 1;
+  ext[r - 1] = std::min(ext[r - 1], limit);
+  for (int64_t e : ext)
+    if (e <= 0) return;
+  std::vector<int64_t> i(r, 0), ia(r), ib(r);
+  for (;;) {
+    ia = i, ib = i;
+    ia[0] = ba, ib[0] = bb;
+    const int64_t oa = a.offset(ia.data()), ob = b.offset(ib.data());
+    ++d.elements;
+    const uint64_t xa = raw_bits(a, oa), xb = raw_bits(b, ob);
+    if (xa != xb) {
+      const double va = a.get_offset(oa), vb = b.get_offset(ob);
+      if (!(std::isnan(va) && std::isnan(vb))) {
+        ++d.moved;
+        d.bits += std::popcount(xa ^ xb);
+        if (std::isfinite(va) && std::isfinite(vb)) d.max_abs = std::max(d.max_abs, std::abs(va - vb));
+        if (d.first.empty())
+          d.first = d.tensor + shape_string(ia) + " " + element_text(a, oa, xa) + " vs " + element_text(b, ob, xb);
+      }
+    }
+    size_t k = r;
+    while (k > 0 && ++i[k - 1] == ext[k - 1]) i[--k] = 0;
+    if (k == 0) return;
+  }
+}
+
+TensorDiff diff_whole(const std::string& name, const Tensor& a, const Tensor& b) {
+  TensorDiff d;
+  d.tensor = name;
+  if (a.shape != b.shape || a.dtype != b.dtype)
+    throw std::logic_error(name + ": the two runs' tensors differ in shape or dtype");
+  for (int64_t n = 0; n < a.shape[0]; ++n) diff_block(d, a, n, b, n, kAll);
+  return d;
+}
+
+std::string summary(const std::vector<TensorDiff>& ds) {
+  std::string s;
+  for (const auto& d : ds) {
+    if (!s.empty()) s += ", ";
+    s += d.tensor + " " + std::to_string(d.moved) + " of " + std::to_string(d.elements);
+    if (d.moved) s += " (" + std::to_string(d.bits) + " bits, max |diff| " + number(d.max_abs) + ")";
+  }
+  return s;
+}
+
+std::string first_moved(const std::vector<TensorDiff>& ds) {
+  for (const auto& d : ds)
+    if (d.moved) return d.first;
+  return "";
+}
+
+// The same tensor with its storage rotated by `by` elements: other values of the same distribution and dtype.
+Tensor rotated(const Tensor& t, int64_t by) {
+  Tensor r = t;
+  const size_t n = dtype_size(t.dtype), count = r.bytes.size() / n;
+  if (count > 1) std::rotate(r.bytes.begin(), r.bytes.begin() + static_cast<std::ptrdiff_t>(by % count * n), r.bytes.end());
+  return r;
+}
+
+// The same problem with other q, k, v values: the case run in between, and the source of filler sequences.
+Inputs other_values(const Inputs& in) {
+  Inputs o = in;
+  o.q = rotated(in.q, 7), o.k = rotated(in.k, 13), o.v = rotated(in.v, 11);
+  if (in.past_k) o.past_k = rotated(*in.past_k, 5), o.past_v = rotated(*in.past_v, 3);
+  return o;
+}
+
+// dst[db, ...] = src[sb, ...] over dst's dims after the first. Along `kdim` an index past src's size is padding:
+// `pad` when given, else src's value at the index modulo its size (values of the same sequence).
+void put_entry(Tensor& dst, int64_t db, const Tensor& src, int64_t sb, int kdim, std::optional<double> pad) {
+  const size_t r = dst.shape.size();
+  std::vector<int64_t> ext = dst.shape;
+  ext[0] = 1;
+  for (int64_t e : ext)
+    if (e <= 0) return;
+  std::vector<int64_t> i(r, 0), id(r), is(r);
+  for (;;) {
+    id = i, is = i;
+    id[0] = db, is[0] = sb;
+    bool padding = false;
+    if (kdim >= 0 && is[static_cast<size_t>(kdim)] >= src.shape[static_cast<size_t>(kdim)]) {
+      padding = pad.has_value();
+      is[static_cast<size_t>(kdim)] %= src.shape[static_cast<size_t>(kdim)];
+    }
+    dst.set(id.data(), padding ? *pad : src.get(is.data()));
+    size_t k = r;
+    while (k > 0 && ++i[k - 1] == ext[k - 1]) i[--k] = 0;
+    if (k == 0) return;
+  }
+}
+
+// One sequence of a batch form: entry b of the case, with the case's inputs or other values (a filler).
+struct Entry {
+  const Inputs* in;
+  int64_t b;
+  int64_t key_length;  // its valid keys in the batch form (-1: no key lengths in the batch form)
+};
+
+struct Form {
+  Problem p;
+  Inputs in;
+  std::string what;                                  // "alone (batch of 1)", ...
+  std::vector<std::pair<int64_t, int64_t>> targets;  // (entry of the case, its position here)
+};
+
+// Mask, bias or keep-mask of the batch form: per entry when the case's has a batch dim (size B > 1; the keep-mask
+// always has one), else shared;
+// a key dim of size Lk grows to lk with `pad` in the new slots.
+std::optional<Tensor> gather_mask(const Problem& p, const std::optional<Tensor>& t, const std::vector<Entry>& es,
+                                  int64_t lk, double pad, std::optional<std::array<int64_t, 4>>* shape,
+                                  bool always_per_entry = false) {
+  if (!t) return std::nullopt;
+  std::vector<int64_t> s = t->shape;
+  const bool per_entry = always_per_entry || (p.B > 1 && s[0] == p.B);
+  s[0] = per_entry ? static_cast<int64_t>(es.size()) : 1;
+  const bool keyed = s[3] == p.Lk && p.Lk > 1;
+  if (keyed) s[3] = lk;
+  Tensor out(t->dtype, s);
+  for (size_t e = 0; e < (per_entry ? es.size() : 1); ++e)
+    put_entry(out, static_cast<int64_t>(e), *t, per_entry ? es[e].b : 0, keyed ? 3 : -1, pad);
+  if (shape) *shape = std::array<int64_t, 4>{s[0], s[1], s[2], s[3]};
+  return out;
+}
+
+Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, int64_t lk) {
+  Form f;
+  Problem& q = f.p;
+  q = p;
+  q.B = static_cast<int64_t>(es.size());
+  q.Lk = lk;
+  q.key_lengths.clear();
+  if (es.front().key_length >= 0)
+    for (const Entry& e : es) q.key_lengths.push_back(e.key_length);
+  if (!p.causal_offsets.empty()) {
+    q.causal_offsets.clear();
+    for (const Entry& e : es) q.causal_offsets.push_back(p.causal_offsets[static_cast<size_t>(e.b)]);
+  }
+  Inputs& x = f.in;
+  x.q = make_qkv(q, 0), x.k = make_qkv(q, 1), x.v = make_qkv(q, 2);
+  for (size_t e = 0; e < es.size(); ++e) {
+    const auto n = static_cast<int64_t>(e);
+    put_entry(x.q, n, es[e].in->q, es[e].b, -1, std::nullopt);
+    put_entry(x.k, n, es[e].in->k, es[e].b, 2, std::nullopt);
+    put_entry(x.v, n, es[e].in->v, es[e].b, 2, std::nullopt);
+  }
+  if (p.past_len > 0) {
+    x.past_k = make_kv(q, 1, p.past_len), x.past_v = make_kv(q, 2, p.past_len);
+    for (size_t e = 0; e < es.size(); ++e) {
+      put_entry(*x.past_k, static_cast<int64_t>(e), *es[e].in->past_k, es[e].b, -1, std::nullopt);
+      put_entry(*x.past_v, static_cast<int64_t>(e), *es[e].in->past_v, es[e].b, -1, std::nullopt);
+    }
+  }
+  x.mask = gather_mask(p, in.mask, es, lk, 1.0, &q.mask_shape);
+  x.bias = gather_mask(p, in.bias, es, lk, 0.0, &q.bias_shape);
+  std::optional<std::array<int64_t, 4>> keep_shape;
+  x.keep = gather_mask(p, in.keep, es, lk, 1.0, &keep_shape, true);
+  validate(q, x);
+  return f;
+}
+
+// Whether keys can be appended as padding without changing any row of the case: they are invisible under key
+// padding, and only a finite fill, the uniform policy (whose rows average over every key), raw scores, a KV-cache
+// past or a paged cache would see them.
+bool can_pad(const Impl& impl, const Problem& p) {
+  return impl.capabilities().key_padding && p.fill == MaskFill::neg_inf && p.fully_masked != FullyMasked::uniform &&
+         p.scores_out == ScoresOut::none && p.past_len == 0 && p.page_size == 0 && p.Lk > 1;
+}
+
+// The batch forms of a case: B = 1: after a filler sequence (position 1 of 2); B > 1: entry 0 alone, and every entry
+// in a batch of B + 1 whose first sequence is a filler and whose last is entry 0. With `pad`, the forms' keys are
+// padded to a filler's longer length.
+std::vector<Form> batch_forms(const Problem& p, const Inputs& in, const Inputs& filler, bool pad) {
+  const int64_t lk = pad ? p.Lk + std::max<int64_t>(3, p.Lk / 3) : p.Lk;
+  const bool lengths = pad || !p.key_lengths.empty();
+  auto own = [&](int64_t b) { return lengths ? p.key_length(b) : -1; };
+  std::vector<Form> forms;
+  if (p.B > 1) {
+    Form a = gather(p, in, {{&in, 0, own(0)}}, p.Lk);
+    a.what = "alone (a batch of 1)";
+    a.targets = {{0, 0}};
+    forms.push_back(std::move(a));
+  }
+  std::vector<Entry> es = {{&filler, 0, lengths ? lk : -1}};
+  if (pad) es.front().key_length = lk;
+  else if (lengths) es.front().key_length = p.key_length(0);
+  for (int64_t b = 1; b < p.B; ++b) es.push_back({&in, b, own(b)});
+  es.push_back({&in, 0, own(0)});
+  Form s = gather(p, in, es, lk);
+  s.what = "in a batch of " + std::to_string(p.B + 1) + " after another sequence (entry 0 last)" +
+           (pad ? ", keys padded from " + std::to_string(p.Lk) + " to a neighbour's " + std::to_string(lk) : "");
+  for (int64_t b = 1; b < p.B; ++b) s.targets.push_back({b, b});
+  s.targets.push_back({0, p.B});
+  forms.push_back(std::move(s));
+  return forms;
+}
+
+std::vector<TensorDiff> diff_targets(const Problem& p, const Outputs& first, const Outputs& run,
+                                     const std::vector<std::pair<int64_t, int64_t>>& targets) {
+  std::vector<TensorDiff> ds;
+  auto add = [&](const char* name, const std::optional<Tensor>& a, const std::optional<Tensor>& b, int64_t limit) {
+    if (!a || !b) return;
+    TensorDiff d;
+    d.tensor = name;
+    for (const auto& [e, pos] : targets) diff_block(d, *a, e, *b, pos, limit);
+    ds.push_back(std::move(d));
+  };
+  add("out", first.out, run.out, kAll);
+  add("lse", first.lse, run.lse, kAll);
+  add("weights", first.weights, run.weights, p.Lk);
+  add("scores", first.scores, run.scores, p.Lk);
+  return ds;
+}
+
+Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, int& runs) {
+  Check c;
+  c.kind = Kind::batch;
+  if (!p.cu_seqlens_q.empty() || p.page_size > 0) {
+    c.result = Check::unsupported;
+    c.message = std::string("not checked: the batch forms of a ") + (p.page_size > 0 ? "paged" : "varlen") +
+                " problem are not built yet (padded batches only)";
+    return c;
+  }
+  const Inputs filler = other_values(in);
+  std::vector<Form> forms;
+  std::string why;
+  for (bool pad : {true, false}) {
+    if (pad && !can_pad(impl, p)) continue;
+    try {
+      forms = batch_forms(p, in, filler, pad);
+    } catch (const std::invalid_argument& e) {
+      why = e.what();
+      continue;
+    }
+    bool supported = true;
+    for (const Form& f : forms)
+      if (const Support s = impl.supports(f.p); !s.ok) supported = false, why = s.reason;
+    if (supported) break;
+    forms.clear();
+  }
+  if (forms.empty()) {
+    c.result = Check::unsupported;
+    c.message = "not checked: no batch form of this case is supported (" + why + ")";
+    return c;
+  }
+  std::vector<std::string> differing;
+  std::string forms_text;
+  for (const Form& f : forms) {
+    Outputs o;
+    const Support s = run_impl(impl, f.p, f.in, o);
+    ++runs, ++c.runs;
+    if (!s.ok) {
+      c.result = Check::unsupported;
+      c.message = "not checked: batch form " + f.what + " unsupported: " + s.reason;
+      return c;
+    }
+    forms_text += (forms_text.empty() ? "" : "; ") + f.what;
+    std::vector<TensorDiff> d = diff_targets(p, first, o, f.targets);
+    if (c.diffs.empty()) c.diffs = std::vector<TensorDiff>(d.size());
+    int64_t moved = 0;
+    for (size_t k = 0; k < d.size(); ++k) {
+      TensorDiff& t = c.diffs[k];
+      t.tensor = d[k].tensor;
+      t.elements += d[k].elements, t.moved += d[k].moved, t.bits += d[k].bits;
+      t.max_abs = std::max(t.max_abs, d[k].max_abs);
+      if (t.first.empty()) t.first = d[k].first;
+      moved += d[k].moved;
+    }
+    if (moved) differing.push_back(f.what), c.result = Check::violated;
+  }
+  if (c.result == Check::violated) {
+    std::string where;
+    for (const auto& w : differing) where += (where.empty() ? "" : "; ") + w;
+    c.where = "the case's rows computed " + where + " differ from the case as given (B=" + std::to_string(p.B) + ")";
+    c.message = std::string(tag(c.kind)) + ": " + c.where + ": " + summary(c.diffs) + "; first " + first_moved(c.diffs);
+  } else {
+    c.message = "batch-invariant on this run: every entry's rows bitwise equal " + forms_text + " (" +
+                std::to_string(c.elements()) + " elements)";
+  }
+  return c;
+}
+
+std::string run_list(const std::vector<std::string>& runs) {
+  std::string s;
+  for (const auto& r : runs) s += (s.empty() ? "" : ", ") + r;
+  return s;
+}
+
+}  // namespace
+
+std::vector<TensorDiff> diff_outputs(const Outputs& a, const Outputs& b) {
+  std::vector<TensorDiff> ds = {diff_whole("out", a.out, b.out)};
+  auto add = [&](const char* name, const std::optional<Tensor>& x, const std::optional<Tensor>& y) {
+    if (x && y) ds.push_back(diff_whole(name, *x, *y));
+  };
+  add("lse", a.lse, b.lse);
+  add("weights", a.weights, b.weights);
+  add("scores", a.scores, b.scores);
+  add("present_k", a.present_k, b.present_k);
+  add("present_v", a.present_v, b.present_v);
+  return ds;
+}
+
+namespace {
+
+// The rerun check being accumulated: each run's diffs against the first run, the runs that differ.
+struct Reruns {
+  Check c;
+  std::vector<std::string> differing;
+  int runs = 0;
+  void record(int k, std::vector<TensorDiff> d) {
+    ++c.runs;
+    int64_t moved = 0;
+    for (const auto& x : d) moved += x.moved;
+    if (moved) differing.push_back(std::to_string(k) + (k >= 3 ? " (after another case)" : ""));
+    if (c.result != Check::violated) {
+      if (moved) c.result = Check::violated;
+      c.diffs = std::move(d);
+    }
+  }
+  Check done(int K) {
+    if (c.result == Check::violated) {
+      c.where = "run " + run_list(differing) + " of " + std::to_string(K) + " differs from run 1";
+      c.message = std::string(tag(Kind::rerun)) + ": " + c.where + ": " + summary(c.diffs) + "; first " + first_moved(c.diffs);
+    }
+    else {
+      c.message = "invariant on this run: " + std::to_string(K) + " runs bitwise equal (" + summary(c.diffs) +
+                  " elements" + (K == 3 ? "; run 3 after another case" : K > 3 ? "; runs 3.." + std::to_string(K) + " each after another case" : "") + ")";
+    }
+    return c;
+  }
+};
+
+}  // namespace
+
+std::vector<Check> check_forward(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first,
+                                 const Options& o) {
+  if (o.runs < 2) throw std::invalid_argument("invariance: runs must be >= 2, got " + std::to_string(o.runs));
+  auto again = [&] {
+    Outputs x;
+    const Support s = run_impl(impl, p, in, x);
+    if (!s.ok) throw std::runtime_error("a rerun of a supported case was declined: " + s.reason);
+    return diff_outputs(first, x);
+  };
+  const Inputs others = other_values(in);
+  Reruns r;
+  // Run 2 right away, then the batch forms (other cases), then runs 3..K, each after another case.
+  if (o.rerun) r.record(2, again());
+  int batch_runs = 0;
+  std::optional<Check> batch;
+  if (o.batch) batch = batch_check(impl, p, in, first, batch_runs);
+  for (int k = 3; o.rerun && k <= o.runs; ++k) {
+    if (k > 3 || batch_runs == 0) {
+      Outputs x;
+      (void)run_impl(impl, p, others, x);
+      ++r.c.runs;
+    }
+    r.record(k, again());
+  }
+  std::vector<Check> out;
+  if (o.rerun) out.push_back(r.done(o.runs));
+  if (batch) {
+    if (o.rerun && out.front().result == Check::violated && batch->result == Check::violated) {
+      batch->result = Check::unsupported;
+      batch->message = "not judged: the reruns differ (nondeterministic), so a batch difference may be run-to-run";
+    }
+    out.push_back(*batch);
+  }
+  return out;
+}
+
+Check check_backward(const Impl& impl, const Problem& p, const Inputs& in, const Tensor& dout, const Gradients& first,
+                     int K) {
+  if (K < 2) throw std::invalid_argument("invariance: runs must be >= 2, got " + std::to_string(K));
+  auto again = [&](const Inputs& x) {
+    Gradients g;
+    const Support s = run_backward_impl(impl, p, x, dout, g);
+    if (!s.ok) throw std::runtime_error("a backward rerun of a supported case was declined: " + s.reason);
+    return g;
+  };
+  const Inputs others = other_values(in);
+  Reruns r;
+  for (int k = 2; k <= K; ++k) {
+    if (k >= 3) (void)again(others), ++r.c.runs;
+    const Gradients g = again(in);
+    std::vector<TensorDiff> ds = {diff_whole("dq", first.dq, g.dq), diff_whole("dk", first.dk, g.dk),
+                                  diff_whole("dv", first.dv, g.dv)};
+    if (first.dbias && g.dbias) ds.push_back(diff_whole("dbias", *first.dbias, *g.dbias));
+    r.record(k, std::move(ds));
+  }
+  return r.done(K);
+}
+
+std::vector<std::string> evidence(const Check& c) {
+  std::vector<std::string> lines;
+  for (const auto& d : c.diffs)
+    if (d.moved)
+      lines.push_back(d.tensor + ": " + std::to_string(d.moved) + " of " + std::to_string(d.elements) +
+                      " elements moved, " + std::to_string(d.bits) + " bits, max |diff| " + number(d.max_abs) +
+                      "; first " + d.first);
+  return lines;
+}
+
+}  // namespace attncheck::invariance

@@ -1,0 +1,11 @@
+// The device time of the calling thread's last run of a device implementation, timed with CUDA events around its
+// kernels (attncheck/device_timer.hpp), for `bench`: the kernels alone, without the uploads, downloads and plan
+// building that the wall clock of Impl::run also counts. Negative when no device run recorded one.
+#pragma once
+
+namespace attncheck {
+
+double last_device_seconds();
+void record_device_seconds(double seconds);
+
+}  // namespace attncheck

@@ -1,0 +1,77 @@
+// Result rows of the invariance checks (invariance_rows.hpp).
+#include "invariance_rows.hpp"
+
+#include "diagnosis.hpp"
+
+namespace attncheck::cli {
+
+namespace {
+
+const char* kind_name(invariance::Kind k) { return k == invariance::Kind::rerun ? "rerun" : "batch"; }
+
+InvarianceRow to_row(const invariance::Check& c, CaseResult r) {
+  InvarianceRow out;
+  r.message = c.message;
+  r.status = c.result == invariance::Check::invariant ? "pass" : c.result == invariance::Check::violated ? "fail" : "unsupported";
+  if (c.result == invariance::Check::violated) {
+    diagnose::Diagnosis d;
+    d.anatomy = invariance::evidence(c);
+    d.causes.push_back({invariance::tag(c.kind), 1.0, c.where});
+    d.reruns = d.rerun_budget = c.runs;
+    out.lines = d.text();
+    r.diagnosis_json = diagnose::to_json(d);
+  }
+  out.row = std::move(r);
+  return out;
+}
+
+}  // namespace
+
+invariance::Options invariance_options(const std::string& list, int reruns) {
+  invariance::Options o;
+  o.runs = reruns;
+  o.rerun = o.batch = false;
+  size_t start = 0;
+  while (start < list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    const std::string item = list.substr(start, end - start);
+    start = end + 1;
+    if (item == "rerun") o.rerun = true;
+    else if (item == "batch") o.batch = true;
+    else if (item == "all") o.rerun = o.batch = true;
+    else
+      throw std::invalid_argument("--invariance: unknown check '" + item + "' in '" + list +
+                                  "' (expected rerun, batch or all, comma-separated)");
+  }
+  return o;
+}
+
+std::vector<InvarianceRow> invariance_rows(const Impl& impl, const std::string& name, const std::string& file,
+                                           const Problem& p, const Inputs& in, const Outputs& out,
+                                           const invariance::Options& o) {
+  std::vector<InvarianceRow> rows;
+  try {
+    for (const invariance::Check& c : invariance::check_forward(impl, p, in, out, o))
+      rows.push_back(to_row(c, CaseResult{name, file, impl.name() + "/" + kind_name(c.kind), "", "", false, {}, "", "", {}}));
+  } catch (const std::exception&) {
+    CaseResult r{name, file, impl.name() + (o.rerun ? "/rerun" : "/batch"), "", "", false, {}, "", "", {}};
+    record_exception(r);
+    r.message = "during the invariance checks: " + r.message;
+    rows.push_back({std::move(r), {}});
+  }
+  return rows;
+}
+
+InvarianceRow backward_invariance_row(const Impl& impl, const std::string& label, const Fixture& f,
+                                      const std::string& file, const Gradients& g, int runs) {
+  CaseResult r{f.name, file, label + "/rerun", "", "", false, {}, "", "", {}};
+  try {
+    return to_row(invariance::check_backward(impl, f.problem, f.inputs, *f.dout, g, runs), r);
+  } catch (const std::exception&) {
+    record_exception(r);
+    r.message = "during the rerun check: " + r.message;
+  }
+  return {std::move(r), {}};
+}
+
+}  // namespace attncheck::cli
