@@ -331,6 +331,7 @@ Declarations read_declarations(const attncheck_plugin* vt, const Capabilities& c
                                            " (expected -1 or an attncheck_fully_masked value)"));
   if (d.fully_masked_policy >= 0) decl.fully_masked_policy = static_cast<FullyMasked>(d.fully_masked_policy);
   decl.deterministic = d.deterministic == 1;
+  decl.batch_invariant = d.batch_invariant == 1;  // 0 from a plugin built before the field (zero-filled)
   if (d.outputs >> 3)
     throw PluginError(file_error(path, "declarations.outputs = " + std::to_string(d.outputs) + " has unknown bits"));
   if (d.outputs) {

@@ -22,7 +22,11 @@ class ReferenceImpl final : public Impl {
     return c;
   }
   // fp8 inputs decoded exactly, P in double: not rounded to fp8.
-  Declarations declarations() const override { return p_exact_declarations(capabilities()); }
+  Declarations declarations() const override {
+    Declarations d = p_exact_declarations(capabilities());
+    d.deterministic = d.batch_invariant = true;  // per-row loops in a fixed order, one row never reads another
+    return d;
+  }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     const ReferenceResult r = reference_attention(p, in);
     for (int64_t b = 0, n = 0; b < p.B; ++b)

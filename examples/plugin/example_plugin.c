@@ -429,6 +429,10 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
 static int32_t example_declarations(attncheck_declarations* d, char* err, size_t err_size) {
   (void)err; (void)err_size;
   d->deterministic = 1;
+#ifdef ATTNCHECK_DECL_BATCH_INVARIANT /* each row reads only its own batch entry's visible keys, in key order */
+  if (d->struct_size >= offsetof(attncheck_declarations, batch_invariant) + sizeof d->batch_invariant)
+    d->batch_invariant = 1;
+#endif
 #if defined(EXAMPLE_PLUGIN_BF16_P) && !defined(EXAMPLE_PLUGIN_UNDECLARED)
   d->contract[ATTNCHECK_DTYPE_F32] = "qk=fp32,scores=fp32,pv=bf16,acc=fp32,p=rounded,exp=exp";
 #else

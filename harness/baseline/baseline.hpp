@@ -29,6 +29,7 @@ struct Row {
 struct Report {
   int schema_version = 1;  // a report without the field is schema 1
   std::string origin;      // path, for messages
+  double tol_scale = 1;    // the run's --tol-scale: shares of the bound are comparable only at equal scales
   std::vector<Row> rows;
 };
 

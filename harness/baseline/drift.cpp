@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <tuple>
 
@@ -107,6 +108,13 @@ Comparison compare_reports(const Report& before, const Report& now, const Thresh
     if (!impls_now.count(i)) c.notes.push_back(i + ": not in " + now.origin + ", not compared");
   for (const auto& i : impls_now)
     if (!impls_before.count(i)) c.notes.push_back(i + ": not in " + before.origin + " (no baseline yet)");
+  if (before.tol_scale != now.tol_scale)
+  {
+    std::ostringstream n;
+    n << "--tol-scale differs (" << before.tol_scale << " before, " << now.tol_scale
+      << " now): shares of the bound are not comparable; errors are";
+    c.notes.push_back(n.str());
+  }
   if (before.schema_version < 2 || now.schema_version < 2)
     c.notes.push_back("a schema 1 report has no accuracy profile: drift measured on max_abs_err");
 

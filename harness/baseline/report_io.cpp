@@ -89,6 +89,7 @@ Report parse_report(const std::string& json_text, const std::string& origin) {
       throw std::invalid_argument(origin + ": schema_version " + std::to_string(rep.schema_version) +
                                   " is not one this attncheck reads (1.." + std::to_string(kNewestSchema) + ")");
   }
+  if (const auto ts = j.find("tol_scale"); ts != j.end() && ts->is_number()) rep.tol_scale = ts->get<double>();
   size_t k = 0;
   try {
     for (; k < j["cases"].size(); ++k) rep.rows.push_back(read_row(j["cases"][k]));

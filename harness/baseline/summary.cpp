@@ -82,6 +82,13 @@ std::vector<std::string> text_lines(const Comparison& c, const Thresholds& t) {
     if (g.feature == "all" && g.judged)
       l.push_back("  group " + g.name() + ": " + growth_text(g, t) +
                   "; share of bound " + f3(g.share_before) + " -> " + f3(g.share_now));
+  if (!c.largest.empty()) {
+    std::string s = "  largest per-case error ratios:";
+    for (size_t k = 0; k < c.largest.size() && k < 5; ++k)
+      s += (k ? ", " : " ") + c.largest[k].impl + " " + c.largest[k].fixture + " " + c.largest[k].tensor + " x" +
+           f3(c.largest[k].ratio);
+    l.push_back(s);
+  }
   for (const auto& n : c.notes) l.push_back("  note: " + n);
   return l;
 }
@@ -90,6 +97,9 @@ std::string markdown(const Comparison& c, const Thresholds& t, const std::string
   std::ostringstream o;
   const int r = c.regressions();
   o << "### " << title << ": " << (r ? std::to_string(r) + " regression" + (r > 1 ? "s" : "") : "no regression") << "\n\n";
+  // Many changed cases fold into <details> so the group table stays on the first screen of the pull request.
+  const bool fold = c.changes.size() > 20;
+  if (fold) o << "<details><summary>" << c.changes.size() << " cases changed status</summary>\n\n";
   bool any = false;
   for (const auto& ch : c.changes) {
     if (!any) o << "| | implementation | case | before | now |\n|---|---|---|---|---|\n", any = true;
@@ -97,6 +107,7 @@ std::string markdown(const Comparison& c, const Thresholds& t, const std::string
       << ch.before << " | " << ch.now << " |\n";
   }
   if (any) o << "\n";
+  if (fold) o << "</details>\n\n";
   o << "| group (impl dtype feature tensor) | cases | error now / before | " << pct(t.confidence)
     << " interval | bias before -> now (ulp) | share of bound before -> now | |\n|---|---|---|---|---|---|---|\n";
   for (const auto& g : c.groups) {

@@ -227,6 +227,24 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
       if (p.Lk > T)
         precision("low-precision-accumulation", "P.V accumulated in bf16 by an online softmax over key tiles of " + std::to_string(T) +
                   " (unnormalised accumulators)", online_softmax(s, T, false, DType::bf16));
+  // Working precision: an fp64 problem computed in fp32 throughout (scores, sums, P.V, out), as a kernel that runs
+  // fp64 problems on its fp32 path does. The evidence names the bits of relative precision the observed errors are
+  // consistent with (-log2 of the RMS error relative to the reference, accuracy.hpp's effective bits).
+  if (p.dtype == DType::f64) {
+    Prediction pr = softmax_model(s, [&](int64_t r, int64_t j) { return round_to(DType::f32, s.score[static_cast<size_t>(r * p.Lk + j)]); },
+                                  DType::f32, DType::f32);
+    for (double& x : pr.out) x = round_to(DType::f32, x);
+    double err2 = 0, ref2 = 0;
+    for (size_t k = 0; k < s.out.size(); ++k)
+      if (std::isfinite(s.out[k]) && std::isfinite(s.ref.out[k]))
+        err2 += (s.out[k] - s.ref.out[k]) * (s.out[k] - s.ref.out[k]), ref2 += s.ref.out[k] * s.ref.out[k];
+    std::ostringstream what;
+    what.precision(3);
+    what << "the fp64 problem computed in fp32";
+    if (err2 > 0 && ref2 > 0) what << " (out's errors are consistent with " << -0.5 * std::log2(err2 / ref2)
+                                   << " effective bits; fp64 work gives about 50)";
+    precision("working-precision", what.str(), pr);
+  }
   if (p.dtype == DType::f32) {
     prop::Case d = s.c;
     for (Tensor* t : {&d.in.q, &d.in.k, &d.in.v})

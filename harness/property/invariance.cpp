@@ -218,7 +218,9 @@ Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, in
   x.mask = gather_mask(p, in.mask, es, lk, 1.0, &q.mask_shape);
   x.bias = gather_mask(p, in.bias, es, lk, 0.0, &q.bias_shape);
   std::optional<std::array<int64_t, 4>> keep_shape;
-  x.keep = gather_mask(p, in.keep, es, lk, 1.0, &keep_shape, true);
+  // Padded keys dropped: a fully masked row under the nan policy has NaN weights on every key, and only the
+  // dropped ones stay out of its output.
+  x.keep = gather_mask(p, in.keep, es, lk, 0.0, &keep_shape, true);
   validate(q, x);
   return f;
 }

@@ -124,7 +124,13 @@ class DenseImpl final : public Impl {
   Capabilities capabilities() const override {
     return cpu_capabilities("fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; materialises 96 x Lk score rows per thread");
   }
-  Declarations declarations() const override { return p_exact_declarations(capabilities()); }
+  // Tasks are (batch, head) pairs computed alike whatever thread takes them, each reading its own entry's keys:
+  // the same bits for any thread count, run after run and in any batch (tests/invariance/test_invariance.cpp).
+  Declarations declarations() const override {
+    Declarations d = p_exact_declarations(capabilities());
+    d.deterministic = d.batch_invariant = true;
+    return d;
+  }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     run_cpu(p, in, out, [](const Problem& q, const Inputs& x, Outputs& o) {
       if (q.dtype == DType::f64)

@@ -440,7 +440,14 @@ class FlashImpl final : public Impl {
   Capabilities capabilities() const override {
     return cpu_capabilities("fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; weights by a second pass");
   }
-  Declarations declarations() const override { return p_exact_declarations(capabilities()); }
+  // The same bits for any thread count and run after run (splits and tiles follow the problem, not the threads).
+  // Not batch-invariant: a row's bits depend on the allocated key length, so a sequence padded to a longer
+  // neighbour differs from itself alone (docs/invariance.md; tests/invariance/test_invariance.cpp).
+  Declarations declarations() const override {
+    Declarations d = p_exact_declarations(capabilities());
+    d.deterministic = true;
+    return d;
+  }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     run_cpu(p, in, out, [](const Problem& q, const Inputs& x, Outputs& o) {
       if (q.dtype == DType::f64)

@@ -64,9 +64,13 @@ void execute(const Problem& p, const cudnn::SdpaGraph& graph, const std::vector<
   if (configs.empty()) throw std::runtime_error("cudnn: heuristics found no engine for " + p.name());
   Desc plan;
   std::string failures;
-  for (const Desc& cfg : configs) {
+  std::string engine;  // which configuration ran, for bench's note
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const Desc& cfg = configs[i];
     try {
       plan = cudnn::make_plan(cfg, handle.h, props);
+      engine = "cuDNN engine " + std::to_string(cudnn::engine_global_index(cfg)) + " (configuration " +
+               std::to_string(i + 1) + " of " + std::to_string(configs.size()) + " proposed)";
       break;
     } catch (const cudnn::CudnnError& e) {
       failures += std::string("\n  ") + e.what();
@@ -106,7 +110,7 @@ void execute(const Problem& p, const cudnn::SdpaGraph& graph, const std::vector<
   check(cudnnBackendExecute(handle.h, plan.get(), pack.get()), "cudnnBackendExecute(" + p.name() + ")");
   timer.stop();
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudnnBackendExecute");
-  record_device_seconds(timer.seconds());
+  record_device_seconds(timer.seconds(), engine);
 
   for (size_t i = 0; i < bindings.size(); ++i) {
     if (!bindings[i].is_output) continue;

@@ -14,12 +14,14 @@ from .worker import serve_streams
 
 
 def check(fn, cases=40, seed=20261122, features=None, dtypes=None, properties=None, regressions=None,
-          timeout=None, **declarations):
+          timeout=None, invariance=False, **declarations):
     """Runs every property (or `properties`) on `cases` generated problems each against fn.
 
     fn is called like worker.serve's fn. features/dtypes restrict what is generated (protocol names: "causal",
     "gqa", "bool_mask", ..., "f32", "f16", ...); other declarations (policy, name, ...) as in worker.hello().
     The shrunk failure is written under `regressions` (default ./attncheck-regressions) and named in the error.
+    invariance=True checks rerun and batch invariance whatever fn declares (deterministic, batch_invariant are
+    checked when declared anyway; docs/invariance.md).
     Returns the CLI's summary text when every property holds.
     """
     if features is not None:
@@ -40,6 +42,8 @@ def check(fn, cases=40, seed=20261122, features=None, dtypes=None, properties=No
             args += ["--property", p]
         if timeout:
             args += ["--timeout", str(timeout)]
+        if invariance:
+            args += ["--invariance"]
         log_out, log_err = open(os.path.join(tmp, "out"), "w+"), open(os.path.join(tmp, "err"), "w+")
         proc = subprocess.Popen(args, stdout=log_out, stderr=log_err, text=True)  # files: no pipe can fill up
         try:

@@ -19,6 +19,8 @@ class Result:
         self.expected, self.actual, self.bound = case.get("expected"), case.get("actual"), case.get("tolerance")
         self.max_abs_err = case.get("max_abs_err")
         self.tensors = case.get("tensors", [])
+        # The accuracy profile per tensor (docs/regression.md): share_of_bound, rms_rel, bias_ulp, ulp_hist, ...
+        self.accuracy = {t["tensor"]: t["accuracy"] for t in self.tensors if "accuracy" in t}
         self.text = text
 
     def __bool__(self):

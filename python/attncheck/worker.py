@@ -21,7 +21,8 @@ def hello(declarations, asks_supports=False):
             "alignments": d.get("alignments", ["top_left", "bottom_right", "explicit"]),
             "fully_masked": d.get("fully_masked", [policy]), "features": d.get("features", list(_ALL_FEATURES)),
             "max_head_dim": d.get("max_head_dim", 0), "head_dim_multiple": d.get("head_dim_multiple", 1)}
-    decl = {"fully_masked_policy": policy, "deterministic": bool(d.get("deterministic", False))}
+    decl = {"fully_masked_policy": policy, "deterministic": bool(d.get("deterministic", False)),
+            "batch_invariant": bool(d.get("batch_invariant", False))}
     for key in ("outputs", "contract"):
         if key in d:
             decl[key] = d[key]

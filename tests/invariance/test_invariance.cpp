@@ -4,7 +4,12 @@
 
 #include <cstring>
 
+#include <cstdlib>
+
+#include "../cpu/cpu_cases.hpp"
 #include "attncheck/backward.hpp"
+#include "attncheck/declarations.hpp"
+#include "case.hpp"
 #include "attncheck/impl.hpp"
 #include "invariance.hpp"
 
@@ -84,6 +89,92 @@ TEST(InvarianceBackward, AMovingGradientBitIsNondeterministicAndNamed) {
     EXPECT_EQ(c.result, invariance::Check::violated);
     EXPECT_NE(c.message.find("nondeterministic: run 2, 3 (after another case) of 3 differs from run 1: dq 1 of 40 (1 bits"),
               std::string::npos) << c.message;
+  }
+}
+
+// Found by the property group on the reference: a fully masked row under the nan policy has NaN weights on every
+// key, so padded keys must come dropped in the keep-mask, or the batch form gives that row a NaN out it did not have.
+TEST(InvarianceBatch, PaddedKeysAreDroppedSoAFullyMaskedNanRowKeepsItsOutput) {
+  prop::CaseSpec s;
+  s.B = 1, s.Hq = 8, s.Hkv = 2, s.Lq = 1, s.Lk = 2, s.Dqk = s.Dv = 16;
+  s.mask_kind = 2, s.mask_density = 30, s.fully_masked = FullyMasked::nan, s.scale_kind = 1, s.dropout_p = 0.5;
+  s.values = prop::Values::tied_max, s.seed = 1;
+  prop::normalise(s);
+  prop::Case c = prop::build_case(s);
+  c.p.want_lse = c.p.want_weights = true;
+  Outputs first;
+  ASSERT_TRUE(run_impl(*find_impl("reference"), c.p, c.in, first).ok);
+  invariance::Options o;
+  o.rerun = false;
+  const invariance::Check k = invariance::check_forward(*find_impl("reference"), c.p, c.in, first, o).front();
+  EXPECT_EQ(k.result, invariance::Check::invariant) << k.message;
+  EXPECT_NE(k.message.find("keys padded from 2"), std::string::npos) << k.message;
+}
+
+// What the built-ins declare is what the tests below show them to honour.
+TEST(BuiltinDeclarations, DeterministicAllBatchInvariantExceptCpuFlash) {
+  for (const char* name : {"reference", "cpu", "cpu-flash"}) {
+    const Declarations d = find_impl(name)->declarations();
+    EXPECT_TRUE(d.deterministic) << name;
+    EXPECT_EQ(d.batch_invariant, std::string(name) != "cpu-flash") << name;
+  }
+}
+
+testing::Case threads_case(DType t) {
+  testing::Case c;
+  c.p.dtype = t;
+  c.p.B = 2, c.p.Hq = 4, c.p.Hkv = 2, c.p.Lq = 150, c.p.Lk = 200, c.p.Dqk = c.p.Dv = 32;
+  c.p.causal = true;
+  c.p.key_lengths = {200, 131};
+  c.p.want_lse = c.p.want_weights = true;
+  return c;
+}
+
+// The first run with one thread, the reruns and batch forms with three: the rerun check then compares thread
+// counts too. Forward (fp32 and bf16, whose Q·Kᵀ may take the bf16 kernel) and backward.
+TEST(CpuThreads, SameBitsForOneAndThreeThreadsForwardBackwardAndInBatches) {
+  for (const DType t : {DType::f32, DType::bf16})
+    for (const char* name : {"cpu", "cpu-flash"}) {
+      const testing::Case c = threads_case(t);
+      SCOPED_TRACE(std::string(name) + " " + c.name());
+      const Inputs in = testing::make_inputs(c);
+      const Impl& impl = *find_impl(name);
+      Outputs first;
+      Gradients g;
+      Tensor dout = make_dout(c.p);
+      for (int64_t n = 0; n < dout.numel(); ++n) dout.set_offset(n, 0.01 * static_cast<double>(n % 13) - 0.06);
+      setenv("ATTNCHECK_THREADS", "1", 1);
+      ASSERT_TRUE(run_impl(impl, c.p, in, first).ok);
+      ASSERT_TRUE(run_backward_impl(impl, c.p, in, dout, g).ok);
+      setenv("ATTNCHECK_THREADS", "3", 1);
+      invariance::Options o;
+      o.batch = impl.declarations().batch_invariant;
+      const auto checks = invariance::check_forward(impl, c.p, in, first, o);
+      const invariance::Check bw = invariance::check_backward(impl, c.p, in, dout, g, 2);
+      unsetenv("ATTNCHECK_THREADS");
+      for (const auto& k : checks) EXPECT_EQ(k.result, invariance::Check::invariant) << k.message;
+      EXPECT_EQ(bw.result, invariance::Check::invariant) << bw.message;
+    }
+}
+
+// Why cpu-flash does not declare batch_invariant: one sequence, its keys padded from 127 to a longer neighbour's
+// length, gives other bits than alone. cpu on the same case keeps them (so the check can tell the two apart).
+TEST(CpuFlashBatch, PaddingToALongerNeighbourMovesBitsWhereCpuKeepsThem) {
+  testing::Case c;
+  c.p.B = 1, c.p.Hq = c.p.Hkv = 1, c.p.Lq = 129, c.p.Lk = 127, c.p.Dqk = c.p.Dv = 4;
+  c.p.want_lse = true;
+  const Inputs in = testing::make_inputs(c);
+  invariance::Options o;
+  o.rerun = false;
+  for (const char* name : {"cpu", "cpu-flash"}) {
+    Outputs first;
+    ASSERT_TRUE(run_impl(*find_impl(name), c.p, in, first).ok);
+    const invariance::Check k = invariance::check_forward(*find_impl(name), c.p, in, first, o).front();
+    EXPECT_EQ(k.result, std::string(name) == "cpu" ? invariance::Check::invariant : invariance::Check::violated)
+        << name << ": " << k.message;
+    if (std::string(name) == "cpu-flash") {
+      EXPECT_NE(k.message.find("keys padded from 127"), std::string::npos) << k.message;
+    }
   }
 }
 

@@ -123,6 +123,7 @@ static int32_t run(const attncheck_problem* p, char* err, size_t n) {
 static int32_t declarations(attncheck_declarations* d, char* err, size_t n) {
   (void)err, (void)n;
   d->deterministic = 1;
+  d->batch_invariant = 1;
   return ATTNCHECK_STATUS_OK;
 }
 

@@ -27,6 +27,7 @@ TEST(PluginAbi, V1BuildLoadsWithDerivedDeclarations) {
   EXPECT_EQ(impl->name(), "example-plugin");
   const Declarations d = impl->declarations();
   EXPECT_FALSE(d.deterministic) << "v1 has no declarations(): nothing beyond the capabilities is assumed";
+  EXPECT_FALSE(d.batch_invariant);
   EXPECT_TRUE(d.contracts.empty());
   EXPECT_FALSE(d.fully_masked_policy.has_value()) << "the example supports two policies, so none is implied";
   EXPECT_EQ(d.outputs, (std::vector<std::string>{"out", "lse", "weights"}));
@@ -36,6 +37,7 @@ TEST(PluginAbi, V2DeclarationsAreRead) {
   ASSERT_EQ(built_abi(EXAMPLE_PLUGIN_PATH), 2u);
   const Declarations d = load_plugin(EXAMPLE_PLUGIN_PATH)->declarations();
   EXPECT_TRUE(d.deterministic);
+  EXPECT_TRUE(d.batch_invariant) << "appended to attncheck_declarations after tag 8, read when the plugin writes it";
   ASSERT_EQ(d.contracts.count(DType::f32), 1u);
   EXPECT_EQ(d.contract_for(DType::f32).to_string(), "qk=fp32,scores=fp32,pv=fp32,acc=fp32,p=exact,exp=exp");
   EXPECT_EQ(d.contract_for(DType::f16), default_contract(DType::f16)) << "undeclared dtypes take the default";

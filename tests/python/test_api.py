@@ -42,6 +42,10 @@ def test_compare_and_roundtrip(tmp_path):
     out = f["expected"]["out"].astype(np.float32)
     ok = attncheck.compare(f, out=out, lse=f["expected"]["lse"])
     assert ok.passed and ok.verdict == "pass" and "PASS" in str(ok)
+    # fp64 expectations rounded once to fp32: within half an ulp everywhere, inside the bound
+    a = ok.accuracy["out"]
+    assert a["ulp_dtype"] == "fp32" and a["n"] == out.size and 0 <= a["share_of_bound"] < 1
+    assert a["ulp_hist"]["0"] + a["ulp_hist"]["le_0.5"] == out.size and a["effective_bits"] > 23
     bad = out.copy()
     bad[0, 1, 3, 2] += 1e-3
     r = attncheck.compare(f, out=bad)
@@ -99,3 +103,11 @@ def test_bf16_bits_round_to_nearest_even():
     x = np.array([1.0, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -2.5, np.inf, np.nan], dtype=np.float32)
     bits = worker.to_bf16_bits(x)
     assert list(bits[:5]) == [0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F80] and np.isnan(worker.from_bf16_bits(bits)[5])
+
+
+def test_hello_declares_batch_invariance():
+    replies = io.StringIO()
+    worker.serve_streams(lambda *a, **kw: None, {"name": "t", "batch_invariant": True},
+                         io.StringIO(json.dumps({"type": "hello", "protocols": [1]}) + "\n"), replies)
+    hello = json.loads(replies.getvalue().splitlines()[0])
+    assert hello["declarations"]["batch_invariant"] is True and hello["declarations"]["deterministic"] is False

@@ -5,9 +5,10 @@
  *     same loops in float: fp64 -> fp32 working precision), DRIFT_TRUNCATE (outputs truncated toward zero instead
  *     of rounded), DRIFT_NO_CAUSAL (causal support lost).
  *   drift-fp32: computes in float as a fused kernel does. Variants: DRIFT_ORDER=1 (keys summed in reverse),
- *     DRIFT_ORDER=2 (keys summed in blocks of 16, then the blocks), DRIFT_FAST_EXP (an exp good to 20 bits), DRIFT_RCP_BITS=n (1/sum with its n lowest significand bits
- *     cleared: an approximate reciprocal); and at run time DRIFT_SPLITS=n (keys split into n chunks reduced
- *     separately and merged, as a kernel that splits a row across threads does).
+ *     DRIFT_ORDER=2 (keys summed in blocks of 16, then the blocks), DRIFT_FAST_EXP (an exp good to 20 bits),
+ *     DRIFT_RCP_BITS=n (1/sum with its n lowest significand bits cleared: an approximate reciprocal); and at run
+ *     time DRIFT_SPLITS=n (keys split into n chunks reduced separately and merged, as a kernel that splits a row
+ *     across threads does).
  * Supported: fp32, BHSD/BSHD, GQA, causal (every alignment), key padding, boolean masks, windows; nothing else. */
 #include <math.h>
 #include <stdint.h>

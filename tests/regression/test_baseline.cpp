@@ -3,6 +3,7 @@
 // too few cases), per-dtype thresholds, and reading schema 1 and malformed reports.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -127,6 +128,13 @@ TEST(Read, SchemaOneAndMalformed) {
     EXPECT_NE(std::string(e.what()).find("bad.json: cases[0]: field 'impl' is missing"), std::string::npos) << e.what();
   }
   EXPECT_THROW(parse_report("[1,2]", "x.json"), std::invalid_argument);
+  // Shares of the bound depend on --tol-scale: comparing runs at different scales says so.
+  const Report scaled = parse_report(R"({"schema_version":2,"tol_scale":0.5,"cases":[]})", "s.json");
+  EXPECT_EQ(scaled.tol_scale, 0.5);
+  const auto notes = compare_reports(r, scaled, {}).notes;
+  EXPECT_TRUE(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+    return n.find("--tol-scale differs (1 before, 0.5 now)") != std::string::npos;
+  }));
 }
 
 }  // namespace

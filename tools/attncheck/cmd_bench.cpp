@@ -59,7 +59,8 @@ int run_bench() {
                 r.forward_seconds, r.seconds / r.forward_seconds);
   if (r.device_seconds >= 0)
     std::printf("  device kernels (CUDA events) median %.6f s: %.1f GFLOP/s; the wall clock above adds transfers and "
-                "setup\n", r.device_seconds, r.device_gflops);
+                "setup%s%s\n", r.device_seconds, r.device_gflops, r.device_note.empty() ? "" : "; ",
+                r.device_note.c_str());
   std::printf("  measured FMA peak %.1f GFLOP/s: %.3f of peak\n", r.fma_peak_gflops, r.fraction_of_peak);
   std::printf("  moves at least %.1f MB: %.1f GB/s; same-run read bandwidth %.1f GB/s: %.3f of it; %s-bound\n",
               r.bytes / 1e6, r.gbytes_per_s, r.stream_gbytes_per_s, r.fraction_of_bandwidth, r.bound.c_str());

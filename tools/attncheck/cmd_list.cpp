@@ -44,6 +44,7 @@ void print_declarations(const Declarations& d) {
   std::string line = d.fully_masked_policy ? std::string("fully-masked ") + to_string(*d.fully_masked_policy)
                                            : "follows the problem's fully-masked policy";
   line += d.deterministic ? "; deterministic" : "; not declared deterministic";
+  line += d.batch_invariant ? "; batch-invariant" : "; not declared batch-invariant";
   line += "; outputs";
   for (const auto& o : d.outputs) line += " " + o;
   for (const auto& [t, c] : d.contracts) line += std::string("; contract ") + to_string(t) + " " + c.to_string();

@@ -127,7 +127,7 @@ def bench(work):
         rows.append({"impl": r.get("impl"), "shape": r.get("shape"), "dtype": r.get("dtype"),
                      "causal": bool(r.get("causal")), "device_seconds": r.get("device_seconds"),
                      "device_gflops": r.get("device_gflops"), "wall_seconds": r.get("seconds"),
-                     "error": r.get("error")})
+                     "error": r.get("error"), "note": r.get("device_note") or ""})
     return rows
 
 
@@ -201,7 +201,7 @@ def markdown(s):
             ms = None if r["device_seconds"] is None or r["device_seconds"] < 0 else r["device_seconds"] * 1e3
             tf = None if r["device_gflops"] is None or r["device_gflops"] < 0 else r["device_gflops"] / 1e3
             lines.append(f"| {'x'.join(map(str, r['shape'] or []))} | {r['dtype']} | {r['causal']} | {r['impl']} | "
-                         f"{fmt(ms, '.4g')} | {fmt(tf, '.4g')} {r['error'] or ''} |")
+                         f"{fmt(ms, '.4g')} | {fmt(tf, '.4g')} {r['error'] or ''} {r['note']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -245,6 +245,7 @@ Result run(const Impl& impl, const Config& c) {
       device.push_back(last_device_seconds());
     });
     if (*std::min_element(device.begin(), device.end()) >= 0) r.device_seconds = median(device);
+    r.device_note = last_device_note();
   }
   const double flops = attention_flops(c);
   r.gflops = flops / r.seconds / 1e9;
@@ -280,14 +281,14 @@ std::string to_json(const std::string& impl, const Config& c, const Result& r) {
                 "\"peak_extra_rss_mib\": %.2f, \"cpu_seconds\": %.6g, \"cpu_ratio_to_sgemm\": %.4g, \"isa\": \"%s\", "
                 "\"pass\": \"%s\", \"forward_seconds\": %.6g, \"bytes\": %.0f, \"gbytes_per_s\": %.4g, "
                 "\"stream_gbytes_per_s\": %.4g, \"fraction_of_bandwidth\": %.4g, \"bound\": \"%s\", "
-                "\"device_seconds\": %.6g, \"device_gflops\": %.6g}",
+                "\"device_seconds\": %.6g, \"device_gflops\": %.6g, \"device_note\": \"%s\"}",
                 impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.Lq),
                 static_cast<long long>(s.Lk), static_cast<long long>(s.D), to_string(c.dtype),
                 c.causal ? "true" : "false", c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
                 static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm, r.fma_peak_gflops, r.fraction_of_peak, r.extra_rss_bytes,
                 r.extra_rss_bytes / (1024.0 * 1024.0), r.cpu_seconds, r.cpu_ratio_to_sgemm, isa().c_str(),
                 c.backward ? "backward" : "forward", c.backward ? r.forward_seconds : r.seconds, r.bytes, r.gbytes_per_s,
-                r.stream_gbytes_per_s, r.fraction_of_bandwidth, r.bound.c_str(), r.device_seconds, r.device_gflops);
+                r.stream_gbytes_per_s, r.fraction_of_bandwidth, r.bound.c_str(), r.device_seconds, r.device_gflops, r.device_note.c_str());
   return buf;
 }
 

@@ -55,6 +55,7 @@ struct Result {
   // Device implementations (Impl::last_device_seconds >= 0): the median of the kernels' CUDA-event time over the
   // same reps, and the rate it gives; -1 for host implementations. seconds stays the wall clock of the whole run.
   double device_seconds = -1, device_gflops = -1;
+  std::string device_note;  // what ran, where the implementation chose it at run time (Impl's last_device_note)
 };
 
 // Times `impl` on a random signed problem of the configured shape (inputs and outputs allocated beforehand and
