@@ -86,7 +86,7 @@ with h5py.File(fix, "r+") as f:
     del f["inputs/mask"]
     f["inputs/mask"] = bad
 r = run("verify", "--fixtures", os.path.join(scratch, "cases"), "--impl", "reference", "--filter", "*")
-assert r.returncode == 2 and "values must be 0 or 1, got -1" in r.stderr, r.stdout + r.stderr
+assert r.returncode == 2 and "values must be 0 or 1, got -1" in r.stdout + r.stderr, r.stdout + r.stderr
 print("fixture reader: int8 -1 in /inputs/mask rejected, naming the index")
 
 # A KV-cache append (past_key/past_value; k, v the new tokens) with --scores-out masked and a causal offset equal
