@@ -110,14 +110,14 @@ std::string fmt_err(double x) {
 }  // namespace
 
 const std::vector<std::string>& statuses() {
-  static const std::vector<std::string> s = {"pass",  "fail",    "unsupported", "unavailable",    "error",
-                                             "crashed", "timeout", "exited",      "modified-input", "out-of-bounds",
-                                             "input-error"};
+  static const std::vector<std::string> s = {"pass",   "fail",    "unsupported", "unavailable",    "finite-required",
+                                             "error",  "crashed", "timeout",     "exited",         "modified-input",
+                                             "out-of-bounds", "input-error"};
   return s;
 }
 
 bool is_failure(const std::string& status) {
-  return status != "pass" && status != "unsupported" && status != "unavailable";
+  return status != "pass" && status != "unsupported" && status != "unavailable" && status != "finite-required";
 }
 
 namespace {
@@ -218,6 +218,11 @@ void print_summary(const std::vector<CaseResult>& rs) {
       std::printf("  %s %d", s.c_str(), n[s]);
   }
   std::printf("\n");
+  if (n["finite-required"] > 0) {  // never a silent pass: each one listed, apart from the failures
+    std::printf("outside the declared contract (masked_inputs: finite-required; not judged, not failures):\n");
+    for (const auto& r : rs)
+      if (r.status == "finite-required") std::printf("  %-14s %s\n", r.impl.c_str(), r.fixture.c_str());
+  }
   if (failures > 0 && rs.size() > 20) {
     std::printf("failures and errors:\n");
     print_header();
@@ -295,7 +300,7 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
     // unsupported and unavailable <skipped>; the attncheck status is the element's `type`.
     auto tag_of = [](const std::string& st) {
       return st == "fail" || st == "modified-input" || st == "out-of-bounds" ? "failure"  // input-error: <error>
-             : st == "unsupported" || st == "unavailable"                    ? "skipped"
+             : st == "unsupported" || st == "unavailable" || st == "finite-required" ? "skipped"
                                                                              : "error";
     };
     std::map<std::string, std::vector<const CaseResult*>> by_impl;

@@ -30,11 +30,12 @@ inline constexpr int kReportSchemaVersion = 2;
 void describe_problem(CaseResult& r, const Problem& p);
 
 // Every status a row can have, in report order. Judged: pass, fail. Not run: unsupported, unavailable (the
-// implementation cannot run on this machine). Failures of the run itself (attncheck/run_failure.hpp): error,
+// implementation cannot run on this machine). Run but not judged: finite-required (the case stores non-finite K/V
+// values and the implementation declares masked_inputs: finite-required; docs/isolation.md#masked-inputs). Failures of the run itself (attncheck/run_failure.hpp): error,
 // crashed, timeout, exited, modified-input, out-of-bounds. An input file that could not be read: input-error (one
 // row per file, impl "-", the file's name as the case, the reason as the message).
 const std::vector<std::string>& statuses();
-// fail or a failure of the run (everything except pass, unsupported, unavailable).
+// fail or a failure of the run (everything except pass, unsupported, unavailable, finite-required).
 bool is_failure(const std::string& status);
 
 // pass/fail row from a verdict.
