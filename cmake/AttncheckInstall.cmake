@@ -57,3 +57,11 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/attncheckConfigVersion.cm
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/attncheckConfig.cmake ${PROJECT_BINARY_DIR}/attncheckConfigVersion.cmake
         DESTINATION ${ATTNCHECK_INSTALL_CMAKEDIR})
+
+# The Python wheel (pyproject.toml, scikit-build-core sets SKBUILD): component `python` puts the executable and the
+# golden cases inside the attncheck package, where attncheck._cli and attncheck.golden_cases look first.
+if(SKBUILD)
+  install(TARGETS attncheck RUNTIME DESTINATION attncheck COMPONENT python)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/golden/cases/ DESTINATION attncheck/golden COMPONENT python
+          FILES_MATCHING PATTERN "*.h5")
+endif()

@@ -2,6 +2,7 @@
 // are derived from the feature table: reference/src/features.cpp).
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
@@ -27,6 +28,33 @@ Declarations p_exact_declarations(const Capabilities& c) {
     d.contracts[t] = k;
   }
   return d;
+}
+
+const char* to_string(MaskedInputs m) { return m == MaskedInputs::isolated ? "isolated" : "finite-required"; }
+
+MaskedInputs masked_inputs_from_string(const std::string& s) {
+  if (s == "isolated") return MaskedInputs::isolated;
+  if (s == "finite-required") return MaskedInputs::finite_required;
+  throw std::invalid_argument("expected \"isolated\" or \"finite-required\", got \"" + s + "\"");
+}
+
+std::string nonfinite_inputs(const Inputs& in) {
+  std::string found;
+  auto scan = [&](const char* name, const Tensor* t, bool minus_inf_ok) {
+    if (!t) return;
+    for (int64_t n = 0; n < t->numel(); ++n) {
+      const double x = t->get_offset(n);
+      if (std::isnan(x) || (std::isinf(x) && !(minus_inf_ok && x < 0))) {
+        found += (found.empty() ? "" : ", ") + std::string(name);
+        return;
+      }
+    }
+  };
+  auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
+  scan("k", &in.k, false), scan("v", &in.v, false);
+  scan("past_k", opt(in.past_k), false), scan("past_v", opt(in.past_v), false);
+  scan("bias", opt(in.bias), true);
+  return found;
 }
 
 Support run_impl(const Impl& impl, const Problem& p, const Inputs& in, Outputs& out) {

@@ -332,6 +332,10 @@ Declarations read_declarations(const attncheck_plugin* vt, const Capabilities& c
   if (d.fully_masked_policy >= 0) decl.fully_masked_policy = static_cast<FullyMasked>(d.fully_masked_policy);
   decl.deterministic = d.deterministic == 1;
   decl.batch_invariant = d.batch_invariant == 1;  // 0 from a plugin built before the field (zero-filled)
+  if (d.masked_inputs < 0 || d.masked_inputs > 1)
+    throw PluginError(file_error(path, "declarations.masked_inputs = " + std::to_string(d.masked_inputs) +
+                                           " (expected 0 = isolated or 1 = finite-required)"));
+  decl.masked_inputs = static_cast<MaskedInputs>(d.masked_inputs);
   if (d.outputs >> 3)
     throw PluginError(file_error(path, "declarations.outputs = " + std::to_string(d.outputs) + " has unknown bits"));
   if (d.outputs) {

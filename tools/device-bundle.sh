@@ -40,8 +40,10 @@ out=$(mktemp -d /tmp/attncheck-bundle.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 mkdir -p "$out/bin" "$out/lib"
 for t in "${targets[@]}"; do
-  exe=$(find "$build" -type f -name "$t" -perm -u+x | head -n1)
-  [ -n "$exe" ] || { echo "device-bundle.sh: built target '$t' not found under $build" >&2; exit 1; }
+  # The build's own outputs, by path: a search by name also finds stale copies (the install test's prefix).
+  exe=$build/tests/$t
+  [ "$t" = attncheck ] && exe=$build/tools/attncheck
+  [ -x "$exe" ] || { echo "device-bundle.sh: built target '$t' not found at $exe" >&2; exit 1; }
   cp "$exe" "$out/bin/$t"
   # ldd lists the whole closure (libraries of libraries too), resolved on this machine.
   ldd "$exe" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r soname path; do

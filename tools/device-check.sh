@@ -146,7 +146,7 @@ check_libraries() {
 step libraries 30 check_libraries
 step list 30 bash -c "'$bin/attncheck' list > '$work/list.txt'; rc=\$?; cat '$work/list.txt'; exit \$rc"
 step python-syntax 30 $py -m py_compile tools/device/torch_sdpa_worker.py tools/device/triton_attention.py \
-  tools/device/torch_bench.py tools/device/summarize.py
+  tools/device/torch_bench.py tools/device/torch_cuda_check.py tools/device/summarize.py
 
 if ((dry)); then
   # The bundle's CLI end to end on a few fixtures (the report plumbing the summary reads), and each test binary
@@ -154,7 +154,7 @@ if ((dry)); then
   step verify-cpu-flash 120 "$bin/attncheck" verify --impl cpu-flash --fixtures golden/cases --filter 'fp16/*causal*' \
     --report "$work/verify-cpu-flash.json"
   for t in "$bin"/test_*; do step "gtest-list-$(basename "$t")" 30 "$t" --gtest_list_tests; done
-  for s in gtest verify-cuda verify-cudnn power long memcheck torch-sdpa triton bench; do skip "$s" "dry run: needs a device"; done
+  for s in gtest verify-cuda verify-cudnn power long memcheck torch-sdpa python-torch-cuda triton bench; do skip "$s" "dry run: needs a device"; done
 else
   gpu_ok=0
   grep -Eq '^cuda +available' "$work/list.txt" && gpu_ok=1
@@ -190,6 +190,7 @@ else
     step "torch-sdpa-$b" 60 "$bin/attncheck" verify --worker "$py tools/device/torch_sdpa_worker.py $b" \
       --impl "torch-sdpa-$b" --fixtures golden/cases --report "$work/torch-sdpa-$b.json"
   done
+  step python-torch-cuda 90 env ATTNCHECK_EXE="$bin/attncheck" $py tools/device/torch_cuda_check.py
   step triton 90 "$bin/attncheck" verify --worker "$py tools/device/triton_attention.py" --impl triton-flash \
     --fixtures golden/cases --report "$work/triton.json"
   step long 60 "$bin/attncheck" verify --spec golden/suite-long.json --rows 32 --impl cuda --report "$work/long.json"

@@ -7,6 +7,7 @@
 #include "attncheck/user_arrays.hpp"
 #include "h5.hpp"
 #include "h5_ints.hpp"
+#include "untrusted.hpp"
 
 namespace attncheck {
 namespace {
@@ -91,7 +92,7 @@ std::map<std::string, UserArray> read_user_arrays(const std::string& path, uint6
       if (auto it = all.find(n); it != all.end()) out[n] = std::move(it->second);
     return out;
   }
-  if (ext == ".h5" || ext == ".hdf5") return read_h5(path, max_bytes);
+  if (ext == ".h5" || ext == ".hdf5") return h5::untrusted_read(path, "", [&] { return read_h5(path, max_bytes); });
   throw std::invalid_argument(path + ": unknown file type '" + ext + "' (expected .npz, .h5 or .hdf5)");
 }
 

@@ -115,6 +115,8 @@ int64_t default_budget(const Impl& impl) {
 Outcome evaluate(const Property& prop, const Impl& impl, CaseSpec spec, int64_t budget,
                  std::vector<std::string>* removed, Case* built) {
   prop.prepare(spec);
+  // A contract that requires finite inputs everywhere is never handed poison (docs/isolation.md#masked-inputs).
+  if (impl.declarations().masked_inputs == MaskedInputs::finite_required) spec.poison = false;
   normalise(spec);
   auto r = restrict_to(spec, impl.capabilities());
   apply_budget(spec, budget);

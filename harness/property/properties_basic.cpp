@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "attncheck/declarations.hpp"
 #include "prop_util.hpp"
 
 namespace attncheck::prop {
@@ -317,6 +318,8 @@ void prep_poison(CaseSpec& s) {
 }
 
 Outcome no_poisoning(const Impl& impl, const Case& c) {
+  if (impl.declarations().masked_inputs == MaskedInputs::finite_required)
+    return Outcome::unsup("declares masked_inputs: finite-required (its contract needs finite inputs everywhere)");
   int64_t poisoned = 0;
   for (const Tensor* t : {&c.in.k, &c.in.v})
     for (int64_t n = 0; n < t->numel(); ++n) poisoned += !std::isfinite(t->get_offset(n)) || std::abs(t->get_offset(n)) > 1e6;

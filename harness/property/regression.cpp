@@ -1,6 +1,6 @@
 // A failing (shrunk) property case written as a golden fixture: inputs exactly as the implementation received them,
 // the reference's expected outputs, the seed, and in `command` the property, the failing implementation, the
-// failure message and the spec string that rebuilds the case. `attncheck verify --fixtures golden/regressions`
+// failure message and the spec string that rebuilds the case. `attncheck verify --fixtures attncheck-regressions`
 // replays it against every implementation.
 #include "regression.hpp"
 
@@ -10,15 +10,11 @@
 
 #include "attncheck/fixture.hpp"
 
-#ifndef ATTNCHECK_SOURCE_DIR
-#define ATTNCHECK_SOURCE_DIR "."
-#endif
-
 namespace attncheck::prop {
 
 std::string regressions_dir() {
   if (const char* e = std::getenv("ATTNCHECK_REGRESSIONS_DIR"); e && *e) return e;
-  return std::string(ATTNCHECK_SOURCE_DIR) + "/golden/regressions";
+  return "attncheck-regressions";
 }
 
 std::string write_regression(const Case& c, const std::string& impl, const std::string& property,

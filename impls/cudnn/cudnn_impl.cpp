@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attncheck/backward.hpp"
+#include "attncheck/declarations.hpp"
 #include "attncheck/device_time.hpp"
 #include "attncheck/device_timer.hpp"
 #include "attncheck/impl.hpp"
@@ -128,6 +129,13 @@ class CudnnImpl final : public Impl {
     return "cuDNN " + std::to_string(cudnnGetVersion()) + " SDPA forward and backward through the graph API (composite graphs)";
   }
   Capabilities capabilities() const override { return cudnn::cudnn_capabilities(); }
+  // The composite graph multiplies masked keys' values by a zero weight, so a NaN or inf stored there reaches the
+  // output (measured on an H200, docs/gpu.md): its contract needs finite K and V everywhere.
+  Declarations declarations() const override {
+    Declarations d = Impl::declarations();
+    d.masked_inputs = MaskedInputs::finite_required;
+    return d;
+  }
   Support supports(const Problem& p) const override {
     const Support s = cudnn::cudnn_supports(p);
     return s.ok ? cudnn::measured_wrong(p, false) : s;

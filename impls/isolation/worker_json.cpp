@@ -226,6 +226,7 @@ json declarations_to_json(const Declarations& d) {
   json j = {{"outputs", d.outputs}, {"deterministic", d.deterministic}, {"batch_invariant", d.batch_invariant},
             {"backward", d.backward}};
   if (d.fully_masked_policy) j["fully_masked_policy"] = to_string(*d.fully_masked_policy);
+  j["masked_inputs"] = to_string(d.masked_inputs);
   j["contract"] = json::object();
   for (const auto& [t, c] : d.contracts) j["contract"][dtype_name(t)] = c.to_string();
   return j;
@@ -238,6 +239,7 @@ Declarations declarations_from_json(const json& j, const std::string& where, Dec
     d.fully_masked_policy = parse_enum(j, w, "fully_masked_policy", fully_masked_from_string);
   if (j.contains("deterministic")) d.deterministic = bool_field(j, w, "deterministic");
   if (j.contains("batch_invariant")) d.batch_invariant = bool_field(j, w, "batch_invariant");
+  if (j.contains("masked_inputs")) d.masked_inputs = parse_enum(j, w, "masked_inputs", masked_inputs_from_string);
   if (j.contains("backward")) d.backward = bool_field(j, w, "backward");
   if (j.contains("outputs")) {
     const json& o = j["outputs"];

@@ -2,8 +2,10 @@
 # with shrinking against a Python callable (check), and worker.serve for `attncheck verify --worker`.
 # It drives the attncheck executable (docs/python.md says why); numpy is required, h5py for fixtures.
 from . import worker
+from .cases import golden_cases
 from .check import check
 from .compare import Result, compare
 from .fixture import load, make_fixture, reference, save, tolerance
 
-__all__ = ["check", "compare", "load", "make_fixture", "reference", "save", "tolerance", "worker", "Result"]
+__all__ = ["check", "golden_cases", "compare", "load", "make_fixture", "reference", "save", "tolerance", "worker",
+           "Result"]

@@ -19,7 +19,8 @@ def check(fn, cases=40, seed=20261122, features=None, dtypes=None, properties=No
 
     fn is called like worker.serve's fn. features/dtypes restrict what is generated (protocol names: "causal",
     "gqa", "bool_mask", ..., "f32", "f16", ...); other declarations (policy, name, ...) as in worker.hello().
-    The shrunk failure is written under `regressions` (default ./attncheck-regressions) and named in the error.
+    The shrunk failure is written under `regressions` (default $ATTNCHECK_REGRESSIONS, which the pytest plugin
+    sets, else ./attncheck-regressions) and named in the error.
     invariance=True checks rerun and batch invariance whatever fn declares (deterministic, batch_invariant are
     checked when declared anyway; docs/invariance.md).
     Returns the CLI's summary text when every property holds.
@@ -29,7 +30,7 @@ def check(fn, cases=40, seed=20261122, features=None, dtypes=None, properties=No
     if dtypes is not None:
         declarations["dtypes"] = list(dtypes)
     declarations.setdefault("name", getattr(fn, "__name__", "python-kernel").replace("_", "-"))
-    regressions = os.path.abspath(regressions or "attncheck-regressions")
+    regressions = os.path.abspath(regressions or os.environ.get("ATTNCHECK_REGRESSIONS") or "attncheck-regressions")
     with tempfile.TemporaryDirectory(prefix="attncheck-") as tmp:
         path = os.path.join(tmp, "sock")
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

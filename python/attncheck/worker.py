@@ -23,7 +23,7 @@ def hello(declarations, asks_supports=False):
             "max_head_dim": d.get("max_head_dim", 0), "head_dim_multiple": d.get("head_dim_multiple", 1)}
     decl = {"fully_masked_policy": policy, "deterministic": bool(d.get("deterministic", False)),
             "batch_invariant": bool(d.get("batch_invariant", False))}
-    for key in ("outputs", "contract"):
+    for key in ("outputs", "contract", "masked_inputs"):
         if key in d:
             decl[key] = d[key]
     available = d.get("available", True)

@@ -1,5 +1,6 @@
 // SIGINT / SIGTERM handling for cancel.hpp. The handler only stores, loads and calls async-signal-safe functions
-// (write, _exit): the run itself notices the signal at its next step and unwinds normally.
+// (write, alarm, _exit): the run itself notices the signal at its next step and unwinds normally; SIGALRM, armed by
+// the first signal, ends a run whose step does not end within 1 s.
 #include "attncheck/cancel.hpp"
 
 #include <signal.h>
@@ -14,19 +15,27 @@ std::atomic<int> g_signal{0};    // the first signal received
 std::atomic<int> g_deferred{0};  // live CancelDeferred objects
 std::atomic<int> g_exit_now{0};  // a second signal arrived while a write was deferring it
 
+// How long the current step may take to end after the first signal before the process ends anyway.
+constexpr unsigned kGraceSeconds = 1;
+
 void say(const char* s) { [[maybe_unused]] ssize_t n = ::write(2, s, std::strlen(s)); }
 
 void on_signal(int sig) {
   int none = 0;
-  if (g_signal.compare_exchange_strong(none, sig)) {
-    say("\nattncheck: interrupted: stopping after the current step (again to stop at once)\n");
+  if (sig != SIGALRM && g_signal.compare_exchange_strong(none, sig)) {
+    say("\nattncheck: interrupted: stopping after the current step (again to stop at once; at once anyway if the "
+        "step has not ended within 1 s)\n");
+    // A step can be stuck inside a library call that never returns to look at the flag (a hung read, a plugin's
+    // kernel): the alarm acts as the second signal.
+    ::alarm(kGraceSeconds);
     return;
   }
+  if (sig == SIGALRM && g_signal.load() == 0) return;  // not ours: no signal asked to stop
   // Second signal: store first, then look at the writers (CancelDeferred's destructor does the reverse), so that
   // one of the two always sees the other.
   g_exit_now.store(1);
   if (g_deferred.load() == 0) {
-    say("attncheck: stopped\n");
+    say(sig == SIGALRM ? "attncheck: stopped (the current step did not end within 1 s)\n" : "attncheck: stopped\n");
     ::_exit(128 + g_signal.load());
   }
 }
@@ -39,6 +48,7 @@ void install_cancel_handlers() {
   sa.sa_flags = SA_RESTART;  // reads and waits continue; the run checks the flag between steps
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGALRM, &sa, nullptr);
 }
 
 int cancel_signal() { return g_signal.load(); }

@@ -107,6 +107,42 @@ TEST(Cancel, SigtermDuringVerifyWritesNoReport) {
   EXPECT_TRUE(temporaries(dir).empty()) << temporaries(dir).front();
 }
 
+// A step stuck inside a call that never returns (a plugin's kernel in this process, pause() in a loop) cannot reach
+// its next step: the signal still ends the run within 2 s with 128 + signal, and no report.
+TEST(Cancel, SigtermEndsAStepStuckInALibraryCall) {
+  for (const int sig : {SIGTERM, SIGINT}) {
+    const fs::path dir = test::scratch(sig == SIGTERM ? "cancel_stuck_term" : "cancel_stuck_int");
+    const fs::path report = dir / "report.json";
+    const pid_t pid = start({"verify", "--in-process", "--plugin", HOSTILE_HANG_PLUGIN, "--impl", "hostile-hang",
+                             "--fixtures", std::string(GOLDEN_DIR) + "/cases", "--filter", "fp32/B1-Hq1-*-Lq15-*",
+                             "--report", report.string()},
+                            dir);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (slurp(dir / "stderr").find("misbehaving") == std::string::npos && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_NE(slurp(dir / "stderr").find("misbehaving"), std::string::npos) << "the plugin never reached its hang";
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // inside pause()
+    const auto sent = std::chrono::steady_clock::now();
+    kill(pid, sig);
+    int st = 0;
+    pid_t done = 0;
+    while ((done = waitpid(pid, &st, WNOHANG)) == 0 && std::chrono::steady_clock::now() - sent < std::chrono::seconds(10))
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    if (done == 0) {  // still stuck: end it, and fail
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+    }
+    const std::string err = slurp(dir / "stderr");
+    ASSERT_EQ(done, pid) << "still running 10 s after the signal: " << err;
+    ASSERT_TRUE(WIFEXITED(st)) << err;
+    EXPECT_EQ(WEXITSTATUS(st), 128 + sig) << err;
+    EXPECT_LT(took, 2.0) << err;
+    EXPECT_FALSE(fs::exists(report));
+    EXPECT_TRUE(temporaries(dir).empty()) << temporaries(dir).front();
+  }
+}
+
 TEST(Cancel, ProgressOnlyOnATerminal) {
   const fs::path dir = test::scratch("cancel_progress");
   const std::string spec = std::string(GOLDEN_DIR) + "/suite.json";

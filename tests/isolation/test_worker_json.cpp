@@ -29,6 +29,26 @@ bool lists(const json& caps, const std::string& name) {
   return false;
 }
 
+// The invariance and masked-input declarations travel both ways; a bad masked_inputs names the field and the value.
+TEST(WorkerJson, InvarianceAndMaskedInputDeclarationsRoundTrip) {
+  Declarations d;
+  d.deterministic = d.batch_invariant = true;
+  d.masked_inputs = MaskedInputs::finite_required;
+  const Declarations back = declarations_from_json(declarations_to_json(d), "hello", Declarations{});
+  EXPECT_TRUE(back.deterministic);
+  EXPECT_TRUE(back.batch_invariant);
+  EXPECT_EQ(back.masked_inputs, MaskedInputs::finite_required);
+  try {
+    declarations_from_json(json{{"masked_inputs", "finite"}}, "hello", Declarations{});
+    FAIL() << "accepted masked_inputs \"finite\"";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("hello: declarations: field 'masked_inputs': expected \"isolated\" or "
+                                         "\"finite-required\", got \"finite\""),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(WorkerJson, EveryTableFeatureHasAProtocolName) {
   std::set<std::string> seen;
   int flags = 0;

@@ -23,6 +23,18 @@ ImplPtr mutant(const std::string& name) {
   return nullptr;
 }
 
+// Without ATTNCHECK_REGRESSIONS_DIR, shrunk failures go to the working directory, never into the source tree
+// (golden/regressions is replayed by every later run: a stray failure there would be picked up as a fixture).
+TEST(Regression, DefaultDirectoryIsOutsideTheSourceTree) {
+  const char* before = std::getenv("ATTNCHECK_REGRESSIONS_DIR");
+  const std::string saved = before ? before : "";
+  ::unsetenv("ATTNCHECK_REGRESSIONS_DIR");
+  const std::string dir = regressions_dir();
+  if (before) ::setenv("ATTNCHECK_REGRESSIONS_DIR", saved.c_str(), 1);
+  EXPECT_EQ(dir, "attncheck-regressions");
+  EXPECT_EQ(dir.find("golden"), std::string::npos) << dir;
+}
+
 TEST(Regression, ShrunkFailureBecomesReplayableFixture) {
   const auto dir = std::filesystem::temp_directory_path() / ("attncheck_regressions_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);

@@ -72,6 +72,17 @@ for name, m, needle in (("minus_one.npz", bad, "got -1 at index [1,0,3,2]"),
     r = run("import", write(name, m), "--out", os.path.join(scratch, "x.h5"), *flags)
     assert r.returncode == 2 and needle in r.stderr, (name, r.returncode, r.stderr)
     print(f"{name}: rejected with exit 2: {r.stderr.strip()}")
+# Every import error names the file: a mask, bias or keep of the wrong shape, and an array of the wrong dtype.
+for name, arrays in (("mask_shape.npz", dict(q=q, k=k, v=v, mask=np.ones((3, 5), np.bool_))),
+                     ("bias_shape.npz", dict(q=q, k=k, v=v, bias=np.zeros((2, 4, 7, 5), np.float32))),
+                     ("keep_shape.npz", dict(q=q, k=k, v=v, keep=np.ones((2, 4, 7), np.uint8))),
+                     ("qkv_int.npz", dict(q=q.astype(np.int32), k=k.astype(np.int32), v=v.astype(np.int32)))):
+    path = os.path.join(scratch, name)
+    np.savez(path, **arrays)
+    extra = ["--dropout-p", "0.1"] if "keep" in arrays else []
+    r = run("import", path, "--out", os.path.join(scratch, "x.h5"), *flags, *extra)
+    assert r.returncode == 2 and path in r.stderr, (name, r.returncode, r.stderr)
+    print(f"{name}: rejected with exit 2 naming the file: {r.stderr.strip()}")
 # The fixture reader takes h5py's enum bool as a mask (it used to say "non-numeric type")...
 fix = os.path.join(scratch, "cases", "stored_npz.h5")
 with h5py.File(fix, "r+") as f:
@@ -86,7 +97,7 @@ with h5py.File(fix, "r+") as f:
     del f["inputs/mask"]
     f["inputs/mask"] = bad
 r = run("verify", "--fixtures", os.path.join(scratch, "cases"), "--impl", "reference", "--filter", "*")
-assert r.returncode == 2 and "values must be 0 or 1, got -1" in r.stderr, r.stdout + r.stderr
+assert r.returncode == 2 and "values must be 0 or 1, got -1" in r.stdout + r.stderr, r.stdout + r.stderr
 print("fixture reader: int8 -1 in /inputs/mask rejected, naming the index")
 
 # A KV-cache append (past_key/past_value; k, v the new tokens) with --scores-out masked and a causal offset equal

@@ -1,16 +1,19 @@
 // --max-memory and --max-work (attncheck/budget.hpp) on every subcommand that reads fixtures, candidates, specs or
-// user arrays; the process budget they set is what the readers check before allocating or computing.
+// user arrays; the process budget they set is what the readers check before allocating or computing. --read-timeout
+// bounds each HDF5 read (set_read_time_limit, attncheck/fixture.hpp).
 #include <cstdio>
 #include <set>
 #include <string>
 
 #include "attncheck/budget.hpp"
+#include "attncheck/fixture.hpp"
 #include "command.hpp"
 
 namespace attncheck::cli {
 namespace {
 
 std::string g_max_memory, g_max_work;
+double g_read_timeout = 0;
 
 }  // namespace
 
@@ -26,6 +29,10 @@ void add_budget_options(CLI::App& sub) {
   sub.add_option("--max-work", g_max_work,
                  "Refuse a case whose reference needs more FLOPs than this, e.g. 1e13 or 50T (default " +
                      std::string(work) + ": about 1000 s of the reference on the default threads)");
+  sub.add_option("--read-timeout", g_read_timeout,
+                 "Seconds one HDF5 file may take to read in the separate reading process before it is killed and "
+                 "the file reported as damaged (default 5 s plus 1 s per 100 MB)")
+      ->check(CLI::PositiveNumber);
 }
 
 void apply_budget_options() {
@@ -33,6 +40,7 @@ void apply_budget_options() {
   if (!g_max_memory.empty()) b.max_bytes = parse_bytes("--max-memory", g_max_memory);
   if (!g_max_work.empty()) b.max_flops = parse_flops("--max-work", g_max_work);
   set_budget(b);
+  set_read_time_limit(g_read_timeout);
 }
 
 }  // namespace attncheck::cli

@@ -48,7 +48,7 @@ DType dtype_of(const UserArray& a, const std::string& name) {
   if (a.dtype == "float16") return DType::f16;
   if (a.dtype == "float32") return DType::f32;
   if (a.dtype == "float64") return DType::f64;
-  bad(name + ": dtype " + a.dtype + " is not a tensor dtype (float16, float32, float64; bf16: pass uint16 bit "
+  bad(g.input + ": " + name + ": dtype " + a.dtype + " is not a tensor dtype (float16, float32, float64; bf16: pass uint16 bit "
       "patterns with --dtype bf16)");
 }
 

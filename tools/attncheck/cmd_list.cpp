@@ -53,6 +53,7 @@ void print_declarations(const Declarations& d) {
                                            : "follows the problem's fully-masked policy";
   line += d.deterministic ? "; deterministic" : "; not declared deterministic";
   line += d.batch_invariant ? "; batch-invariant" : "; not declared batch-invariant";
+  if (d.masked_inputs == MaskedInputs::finite_required) line += "; masked inputs: finite-required";
   line += "; outputs";
   for (const auto& o : d.outputs) line += " " + o;
   for (const auto& [t, c] : d.contracts) line += std::string("; contract ") + to_string(t) + " " + c.to_string();

@@ -1,13 +1,17 @@
 // `attncheck verify`: replays golden fixtures against implementations and judges them with the tolerance model.
 // Per (fixture, implementation): a status (report.hpp), errors and the worst element; a table, an optional JSON or
 // JUnit report, GoogleTest-style sharding. Exit 0 all pass, 1 any failure, a named implementation unavailable or
-// nothing compared (unless --allow-unavailable), 2 bad input.
+// nothing compared (unless --allow-unavailable), 2 bad input: a fixture file that cannot be read gets its own row
+// (input-error) while every other one is judged, and decides the exit code (2 before 1).
 #include <fnmatch.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <optional>
 
+#include "attncheck/cancel.hpp"
 #include "attncheck/fixture.hpp"
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
@@ -102,8 +106,24 @@ std::vector<ImplPtr> select_impls(const std::vector<std::string>& names) {
   return out;
 }
 
-// Every *.h5 under dir (recursively, sorted by path so shards are stable), with its case name.
-std::vector<std::pair<std::string, std::string>> list_fixtures(const std::string& dir) {
+// Why a file could not be read (std::invalid_argument and every other error but Ctrl-C), with the file named.
+template <class F>
+std::optional<std::string> read_error(const std::string& file, F read) {
+  try {
+    read();
+    return std::nullopt;
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string m = e.what();
+    return m.find(file) == std::string::npos ? file + ": " + m : m;
+  }
+}
+
+// Every *.h5 under dir (recursively, sorted by path so shards are stable), with its case name; a file whose
+// header cannot be read keeps its place with an empty name and the reason in `unreadable`.
+std::vector<std::pair<std::string, std::string>> list_fixtures(const std::string& dir,
+                                                               std::map<std::string, std::string>& unreadable) {
   if (!fs::is_directory(dir))
     throw std::invalid_argument("--fixtures: '" + dir + "' is not a directory (run from the repository root, or "
                                 "pass --fixtures DIR)");
@@ -112,8 +132,13 @@ std::vector<std::pair<std::string, std::string>> list_fixtures(const std::string
     if (e.is_regular_file() && e.path().extension() == ".h5" && e.path().filename().string()[0] != '.')
       files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
+  prepare_fixture_reads(files);  // every file read once in one separate process, not one process per read
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& f : files) out.emplace_back(f, read_fixture_header(f).name);
+  for (const auto& f : files) {
+    std::string name;
+    if (auto why = read_error(f, [&] { name = read_fixture_header(f).name; })) unreadable[f] = *why;
+    out.emplace_back(f, name);
+  }
   return out;
 }
 
@@ -196,11 +221,12 @@ int run_verify() {
                                 "e.g. --fixtures golden/backward)");
   SuiteSpec suite;  // --spec: (spec file, case name) pairs, each case generated when its turn comes
   std::vector<std::pair<std::string, std::string>> fixtures;
+  std::map<std::string, std::string> unreadable;  // file -> why: one input-error row each, every other file judged
   if (!g.spec.empty()) {
     suite = read_suite(g.spec);
     for (const auto& c : suite.cases) fixtures.emplace_back(g.spec, c.name);
   } else {
-    fixtures = list_fixtures(g.fixtures);
+    fixtures = list_fixtures(g.fixtures, unreadable);
     if (fixtures.empty()) throw std::invalid_argument("--fixtures: no *.h5 fixtures under '" + g.fixtures + "'");
   }
   auto load = [&](const std::string& file, const std::string& name) {
@@ -210,11 +236,14 @@ int run_verify() {
     throw std::logic_error("no case " + name);
   };
   std::erase_if(fixtures, [](const auto& f) {
-    return !matches(g.filter, f.second, fs::path(f.first).filename().string());
+    const std::string file = fs::path(f.first).filename().string();
+    return !matches(g.filter, f.second.empty() ? file : f.second, file);
   });
   if (fixtures.empty()) throw std::invalid_argument("--filter: '" + g.filter + "' matches no fixture");
   if (!has_forward(pass)) {  // the backward pass alone: only fixtures that carry gradients
-    std::erase_if(fixtures, [](const auto& f) { return !read_fixture_header(f.first).has_gradients; });
+    std::erase_if(fixtures, [&](const auto& f) {
+      return !unreadable.count(f.first) && !read_fixture_header(f.first).has_gradients;
+    });
     if (fixtures.empty())
       throw std::invalid_argument("--pass backward: no fixture with gradients under '" + g.fixtures +
                                   "' (matching the filter); golden/backward has them");
@@ -237,7 +266,17 @@ int run_verify() {
   print_header();
   Progress progress(fixtures.size() * impls.size());
   for (const auto& [file, name] : fixtures) {
-    Fixture f = load(file, name);  // a malformed fixture is an input error: exit 2 via main
+    Fixture f;
+    if (!g.spec.empty())
+      f = load(file, name);  // a spec that cannot build its case is a usage error: exit 2 via main
+    else if (!unreadable.count(file))
+      if (auto why = read_error(file, [&] { f = load(file, name); })) unreadable[file] = *why;
+    if (unreadable.count(file)) {  // its own row; the run goes on, and exits 2 at the end
+      progress.clear();
+      results.push_back(input_error(file, unreadable[file]));
+      print_row(results.back());
+      continue;
+    }
     const uint64_t pristine = inputs_hash(f.inputs);
     for (size_t ii = 0; has_forward(pass) && ii < impls.size(); ++ii) {
       const ImplPtr& impl = impls[ii];
@@ -266,6 +305,13 @@ int run_verify() {
           r = judged_result(name, file, impl->name(), judge(p, note.empty() ? f.expected : recomputed, out, m));
           if (!unchecked.empty()) r.message = unchecked + " not checked (not supported); " + r.message;
           if (!note.empty()) r.message = note + "; " + r.message;
+          const Declarations decl = impl->declarations();
+          if (decl.masked_inputs == MaskedInputs::finite_required)
+            if (const std::string bad = nonfinite_inputs(f.inputs); !bad.empty()) {
+              r.message = "outside the declared contract (masked_inputs: finite-required): non-finite values in " +
+                          bad + "; its run: " + r.status + (r.message.empty() ? "" : ": " + r.message);
+              r.status = "finite-required", r.judged = false;
+            }
           if (inv_on) checks = invariance_rows(*impl, name, file, p, f.inputs, out, inv);
           if (g.diagnose && r.status == "fail") {
             diagnose::Options o;
@@ -315,6 +361,7 @@ int run_verify() {
   }
   progress.clear();
   print_summary(results);
+  print_unreadable(results);
   if (!g.report.empty()) write_report(g.report, results, g.tol_scale);
   if (g.tol_scale != 1.0) std::printf("every tolerance scaled by --tol-scale %g\n", g.tol_scale);
   ExitRules rules;

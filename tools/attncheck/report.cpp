@@ -110,13 +110,14 @@ std::string fmt_err(double x) {
 }  // namespace
 
 const std::vector<std::string>& statuses() {
-  static const std::vector<std::string> s = {"pass",  "fail",    "unsupported", "unavailable",    "error",
-                                             "crashed", "timeout", "exited",      "modified-input", "out-of-bounds"};
+  static const std::vector<std::string> s = {"pass",   "fail",    "unsupported", "unavailable",    "finite-required",
+                                             "error",  "crashed", "timeout",     "exited",         "modified-input",
+                                             "out-of-bounds", "input-error"};
   return s;
 }
 
 bool is_failure(const std::string& status) {
-  return status != "pass" && status != "unsupported" && status != "unavailable";
+  return status != "pass" && status != "unsupported" && status != "unavailable" && status != "finite-required";
 }
 
 namespace {
@@ -189,6 +190,22 @@ void print_row(const CaseResult& r) {
   std::fflush(stdout);
 }
 
+CaseResult input_error(const std::string& file, const std::string& reason) {
+  CaseResult r;
+  r.fixture = std::filesystem::path(file).filename().string();
+  r.file = file, r.impl = "-", r.status = "input-error", r.message = reason;
+  return r;
+}
+
+void print_unreadable(const std::vector<CaseResult>& rs) {
+  std::vector<const CaseResult*> bad;
+  for (const auto& r : rs)
+    if (r.status == "input-error") bad.push_back(&r);
+  if (bad.empty()) return;
+  std::printf("unreadable input files (%zu), every other case judged:\n", bad.size());
+  for (const auto* r : bad) std::printf("  %s\n", r->message.c_str());
+}
+
 void print_summary(const std::vector<CaseResult>& rs) {
   std::map<std::string, int> n = count(rs);
   // The first four always (scripts match them); the rarer outcomes only when they occurred.
@@ -196,16 +213,21 @@ void print_summary(const std::vector<CaseResult>& rs) {
               n["unsupported"], n["error"]);
   int failures = 0;
   for (const auto& s : statuses()) {
-    if (is_failure(s)) failures += n[s];
+    if (is_failure(s) && s != "input-error") failures += n[s];  // unreadable files: print_unreadable lists them
     if (s != "pass" && s != "fail" && s != "unsupported" && s != "error" && n[s] > 0)
       std::printf("  %s %d", s.c_str(), n[s]);
   }
   std::printf("\n");
+  if (n["finite-required"] > 0) {  // never a silent pass: each one listed, apart from the failures
+    std::printf("outside the declared contract (masked_inputs: finite-required; not judged, not failures):\n");
+    for (const auto& r : rs)
+      if (r.status == "finite-required") std::printf("  %-14s %s\n", r.impl.c_str(), r.fixture.c_str());
+  }
   if (failures > 0 && rs.size() > 20) {
     std::printf("failures and errors:\n");
     print_header();
     for (const auto& r : rs)
-      if (is_failure(r.status)) print_row(r);
+      if (is_failure(r.status) && r.status != "input-error") print_row(r);
   }
 }
 
@@ -277,8 +299,8 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
     // out-of-bounds) is a <failure>, a run that broke down (error, crashed, timeout, exited) an <error>,
     // unsupported and unavailable <skipped>; the attncheck status is the element's `type`.
     auto tag_of = [](const std::string& st) {
-      return st == "fail" || st == "modified-input" || st == "out-of-bounds" ? "failure"
-             : st == "unsupported" || st == "unavailable"                    ? "skipped"
+      return st == "fail" || st == "modified-input" || st == "out-of-bounds" ? "failure"  // input-error: <error>
+             : st == "unsupported" || st == "unavailable" || st == "finite-required" ? "skipped"
                                                                              : "error";
     };
     std::map<std::string, std::vector<const CaseResult*>> by_impl;
@@ -318,6 +340,12 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
 }
 
 int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules) {
+  const auto unreadable = std::count_if(rs.begin(), rs.end(), [](const CaseResult& r) { return r.status == "input-error"; });
+  if (unreadable > 0) {  // the verdict is incomplete: 2 before 1 (README "Exit codes")
+    std::fprintf(stderr, "attncheck: exit 2: %ld input file(s) could not be read (rows input-error, listed above); "
+                         "every other case was judged\n", static_cast<long>(unreadable));
+    return 2;
+  }
   for (const auto& r : rs)
     if (is_failure(r.status)) return 1;
   for (const auto& name : rules.must_be_available)

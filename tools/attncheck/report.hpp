@@ -30,10 +30,12 @@ inline constexpr int kReportSchemaVersion = 2;
 void describe_problem(CaseResult& r, const Problem& p);
 
 // Every status a row can have, in report order. Judged: pass, fail. Not run: unsupported, unavailable (the
-// implementation cannot run on this machine). Failures of the run itself (attncheck/run_failure.hpp): error,
-// crashed, timeout, exited, modified-input, out-of-bounds.
+// implementation cannot run on this machine). Run but not judged: finite-required (the case stores non-finite K/V
+// values and the implementation declares masked_inputs: finite-required; docs/isolation.md#masked-inputs). Failures of the run itself (attncheck/run_failure.hpp): error,
+// crashed, timeout, exited, modified-input, out-of-bounds. An input file that could not be read: input-error (one
+// row per file, impl "-", the file's name as the case, the reason as the message).
 const std::vector<std::string>& statuses();
-// fail or a failure of the run (everything except pass, unsupported, unavailable).
+// fail or a failure of the run (everything except pass, unsupported, unavailable, finite-required).
 bool is_failure(const std::string& status);
 
 // pass/fail row from a verdict.
@@ -41,6 +43,11 @@ CaseResult judged_result(std::string fixture, std::string file, std::string impl
 // Call only inside a catch handler: records the exception being handled in r (a RunFailure's outcome, or "error"
 // for any other std::exception, with its message). Anything that is not a std::exception is rethrown.
 void record_exception(CaseResult& r);
+
+// The input-error row of a file that could not be read.
+CaseResult input_error(const std::string& file, const std::string& reason);
+// After the summary: every input-error row again, one line each ("FILE: reason"); nothing when there is none.
+void print_unreadable(const std::vector<CaseResult>& rs);
 
 // Prints the column header, then one row per result (status, impl, case, errors, worst element) to stdout.
 void print_header();
@@ -60,8 +67,9 @@ struct ExitRules {
   std::vector<std::string> must_be_available;  // implementations named on the command line
   bool require_compared = false;               // at least one row must be judged (pass or fail)
 };
-// 0 when nothing failed (unsupported is never a failure; unavailable only under the rules), else 1. When a rule
-// decides, the reason is printed to stderr.
+// 2 when any row is input-error (an input file could not be read: the run is incomplete, whatever else failed);
+// else 0 when nothing failed (unsupported is never a failure; unavailable only under the rules), else 1. When a
+// rule decides, the reason is printed to stderr.
 int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules = {});
 
 // A one-line progress bar on stderr, drawn only when stderr is a terminal (never in CI logs or pipes).

@@ -92,6 +92,18 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
 // Write a candidate file (used by tests and by tools that dump an implementation's outputs).
 void write_candidate(const std::string& path, const Problem& p, const Outputs& out);
 
+// Every HDF5 read above (fixtures, headers, candidates, gradients, import's arrays) runs first in a forked child
+// process on an in-memory copy of the file, with a time and memory limit, so a file that crashes or hangs the HDF5
+// library is std::invalid_argument naming it (docs/hardening.md "Untrusted HDF5 files"). On by default; off only
+// where a crash must surface in this process (the fuzz target).
+void set_read_isolation(bool on);
+// Reads `paths` ahead, in one child process for all of them, so that the read_fixture and read_fixture_header calls
+// of the same files (same bytes, same options) that follow in this process start no process each; a file that
+// crashed or hung the child is refused by them with that message. For callers about to read many fixtures.
+void prepare_fixture_reads(const std::vector<std::string>& paths, const FixtureReadOptions& options = {});
+// The time limit of one such read in seconds; 0 (default): 5 s plus 1 s per 100 MB of the file.
+void set_read_time_limit(double seconds);
+
 // File name of a case: the name with '/' replaced by '_' plus ".h5", e.g. "fp16_B2-..._causal-br_tied_maxima.h5".
 std::string fixture_file_name(const std::string& case_name);
 

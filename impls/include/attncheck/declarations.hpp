@@ -12,6 +12,16 @@
 
 namespace attncheck {
 
+// What an implementation's contract asks of K/V values no query can see (docs/isolation.md#masked-inputs): isolated
+// (they may hold anything, NaN and inf included, and must never reach an output: fused kernels skip them) or
+// finite_required (a math-path kernel multiplies them by a zero weight, so its contract needs finite inputs everywhere).
+enum class MaskedInputs : uint8_t { isolated, finite_required };
+const char* to_string(MaskedInputs m);                    // "isolated", "finite-required"
+MaskedInputs masked_inputs_from_string(const std::string& s);  // throws std::invalid_argument naming the value
+// Whether a case is outside a finite_required contract: K or V (past, page pools included) hold a NaN or an
+// infinity, or the bias a NaN or +inf (-inf is how a bias masks). Returns the tensors, "" when none.
+std::string nonfinite_inputs(const Inputs& in);
+
 // What an implementation declares about itself, used in judging (docs/isolation.md#declarations).
 struct Declarations {
   // The fully-masked-row policy it follows natively. A fixture written with another policy it does not support is
@@ -27,6 +37,7 @@ struct Declarations {
   bool deterministic = false;  // the same inputs give the same bits, run after run
   // A batch entry gives the same bits whatever else is in the batch and wherever it sits (docs/invariance.md).
   bool batch_invariant = false;
+  MaskedInputs masked_inputs = MaskedInputs::isolated;
   bool backward = false;       // it also computes gradients
 };
 

@@ -240,10 +240,13 @@ typedef struct attncheck_declarations {
   const char* contract_fp8[2];         /* e4m3, e5m2: as contract[], e.g. "p=exact"; NULL = default */
   /* Appended after tag 8 (ATTNCHECK_DECL_BATCH_INVARIANT), written by a plugin only when struct_size covers it: */
   int32_t batch_invariant;             /* 1: a batch entry gives the same bits whatever else is in the batch */
+  /* Appended with it (ATTNCHECK_DECL_MASKED_INPUTS): what the contract asks of K/V values no query sees. */
+  int32_t masked_inputs;               /* 0 isolated (default: they never reach an output), 1 finite-required */
 } attncheck_declarations;
 
 /* Defined by headers that have attncheck_declarations.batch_invariant, so a plugin can build against older ones. */
 #define ATTNCHECK_DECL_BATCH_INVARIANT 1
+#define ATTNCHECK_DECL_MASKED_INPUTS 1
 
 /* The vtable. Strings are static, NUL-terminated UTF-8. Messages go into caller-owned buffers (always
  * NUL-terminated by the plugin, truncated if needed) so plugins need no thread-local state. */

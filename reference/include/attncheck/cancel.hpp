@@ -1,6 +1,7 @@
 // Ctrl-C for long runs: the CLI installs handlers for SIGINT and SIGTERM; the first signal asks the run to stop at
 // its next step (verify's next case, generate's next fixture, power's next configuration, property's next
-// property), the second ends the process at once, except inside a durable write, which finishes first.
+// property), the second ends the process at once, except inside a durable write, which finishes first. A step that
+// has not ended 1 s after the first signal (stuck inside a library call) counts as a second signal (SIGALRM).
 // Nothing is left half-written either way: every file is written whole to a temporary and renamed (durable_file.hpp).
 #pragma once
 

@@ -1,0 +1,128 @@
+# attncheck.torch on CPU tensors: assert_attention_close passes PyTorch's SDPA (math backend) in fp32, fp16, bf16 and
+# on strided inputs, fails a perturbed output naming the perturbed element, and names the tensor of bad input;
+# check() passes a correct kernel on torch tensors and catches a causal off-by-one and a kernel returning the wrong
+# dtype. A plain script (the torch venv need not have pytest); exit 77 when torch is not importable.
+import os
+import sys
+import tempfile
+import traceback
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print("torch is not importable by", sys.executable, "- skipped")
+    sys.exit(77)
+
+import numpy as np
+
+import attncheck.torch as at
+from numpy_sdpa import FEATURES, sdpa
+
+g = torch.Generator().manual_seed(7)
+
+
+def qkv(dtype, B=1, Hq=2, Hkv=1, Lq=5, Lk=7, D=8):
+    make = lambda *s: torch.randn(*s, generator=g, dtype=torch.float32).to(dtype)  # noqa: E731
+    return make(B, Hq, Lq, D), make(B, Hkv, Lk, D), make(B, Hkv, Lk, D)
+
+
+def sdpa_math(q, k, v, **kw):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
+
+
+def raises(kind, fragment, f, *args, **kw):
+    try:
+        f(*args, **kw)
+    except kind as e:
+        assert fragment in str(e), f"{fragment!r} not in: {e}"
+        return str(e)
+    raise AssertionError(f"no {kind.__name__} ({fragment!r})")
+
+
+def test_sdpa_passes_every_dtype():
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        q, k, v = qkv(dtype)
+        at.assert_attention_close(sdpa_math(q, k, v, is_causal=True, scale=0.3), q, k, v, causal=True, scale=0.3)
+
+
+def test_strided_inputs():
+    base = torch.randn(1, 5, 2, 8, generator=g)  # [B, L, H, D] memory, used as a bhsd view and as bshd
+    q = base.transpose(1, 2)
+    assert not q.is_contiguous()
+    at.assert_attention_close(sdpa_math(q, q, q), q, q, q)
+    out = sdpa_math(q, q, q).transpose(1, 2)
+    at.assert_attention_close(out, base, base, base, layout="bshd")
+
+
+def test_perturbed_output_fails_at_the_perturbed_element():
+    q, k, v = qkv(torch.float32)
+    out = sdpa_math(q, k, v, is_causal=True).clone()
+    out[0, 1, 3, 2] += 1e-2
+    msg = raises(AssertionError, "worst element out[b=0,h=1,i=3,d=2]", at.assert_attention_close, out, q, k, v,
+                 causal=True)
+    assert "verdict fail" in msg and "bound" in msg, msg
+
+
+def test_bad_input_names_the_tensor():
+    q, k, v = qkv(torch.float32)
+    out = sdpa_math(q, k, v)
+    raises(ValueError, "k: expected device cpu (q's), got meta", at.assert_attention_close, out, q,
+           k.to("meta"), v)
+    raises(ValueError, "v: expected dtype torch.float32 (q's), got torch.float64", at.assert_attention_close, out,
+           q, k, v.double())
+    raises(AssertionError, "out: expected dtype torch.float32 (q's), got torch.float64",
+           at.assert_attention_close, out.double(), q, k, v)
+    raises(AssertionError, "out: expected shape [1, 2, 5, 8], got [1, 2, 8, 5]", at.assert_attention_close,
+           out.transpose(2, 3), q, k, v)
+    raises(ValueError, "q: expected rank 4 (bhsd), got shape [2, 5, 8]", at.assert_attention_close, out, q[0],
+           k, v)
+    if hasattr(torch, "float8_e4m3fn"):
+        q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+        raises(ValueError, "q: dtype torch.float8_e4m3fn is not supported", at.assert_attention_close, out, q8,
+               k8, v8)
+
+
+def numpy_backed(q, k, v, *, problem, mask=None, bias=None, keep=None):
+    """The example's numpy kernel behind torch tensors: exercises the conversions, not a new attention."""
+    host = lambda t: None if t is None else (t.float() if t.dtype == torch.bfloat16 else t).numpy()  # noqa: E731
+    r = sdpa(host(q), host(k), host(v), problem=problem, mask=host(mask))
+    return {"out": torch.from_numpy(np.asarray(r["out"])).to(q.dtype), "lse": torch.from_numpy(r["lse"])}
+
+
+def causal_off_by_one(q, k, v, *, problem, mask=None, bias=None, keep=None):
+    if problem["causal"]:
+        problem = dict(problem, diagonal_offset=[d - 1 for d in problem["diagonal_offset"]])
+    return numpy_backed(q, k, v, problem=problem, mask=mask)
+
+
+def wrong_dtype(q, k, v, *, problem, mask=None, bias=None, keep=None):
+    return numpy_backed(q, k, v, problem=problem, mask=mask)["out"].double()
+
+
+def test_check_correct_and_buggy_kernels():
+    with tempfile.TemporaryDirectory() as tmp:
+        decl = dict(features=FEATURES, dtypes=["f32", "f16", "bf16"], policy="zero", regressions=tmp)
+        at.check(numpy_backed, device="cpu", cases=10, name="torch-numpy", **decl)
+        msg = raises(AssertionError, "FAIL", at.check, causal_off_by_one, cases=20, features=["causal"],
+                     dtypes=["f32"], properties=["agreement"], regressions=tmp, name="off-by-one")
+        assert "causal" in msg and any(f.endswith(".h5") for f in os.listdir(tmp)), msg
+        raises(AssertionError, "out: expected dtype torch.float32 (the q it was given), got torch.float64",
+               at.check, wrong_dtype, cases=3, features=[], dtypes=["f32"], properties=["agreement"],
+               regressions=tmp, name="wrong-dtype")
+
+
+if __name__ == "__main__":
+    failed = 0
+    for name, f in list(globals().items()):
+        if name.startswith("test_") and callable(f):
+            try:
+                f()
+                print("ok  ", name)
+            except Exception:
+                failed += 1
+                print("FAIL", name)
+                traceback.print_exc()
+    sys.exit(1 if failed else 0)
