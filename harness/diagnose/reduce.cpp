@@ -9,6 +9,7 @@
 #include <functional>
 #include <stdexcept>
 
+#include "attncheck/mods.hpp"
 #include "attncheck/reference.hpp"
 #include "derive.hpp"
 
@@ -54,6 +55,9 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   if (!groups && !within) bad("heads do not keep the GQA map");
   if (p.past_len > 0 && (k.k0 != 0 || k.nk <= p.past_len)) bad("cuts into the KV-cache past or keeps no new key");
   if (!p.cu_seqlens_q.empty()) bad("of a varlen problem (reduce() takes one sequence first)");
+  // Their parameters are per batch, per head or per key position (slopes, document ids, prefix lengths), and the
+  // cut does not yet slice and shift them: a case with modifications stays whole.
+  if (uses_modifications(p)) bad("of a problem with score or mask modifications (their parameters are not cut)");
   if (p.page_size > 0 && k.k0 % p.page_size != 0)  // key k0 must be token 0 of a page for the table to address it
     bad("drops keys [0, " + std::to_string(k.k0) + ") of a paged KV cache: not a whole number of pages (page_size=" +
         std::to_string(p.page_size) + ")");
