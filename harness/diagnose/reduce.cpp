@@ -58,6 +58,7 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   // Their parameters are per batch, per head or per key position (slopes, document ids, prefix lengths), and the
   // cut does not yet slice and shift them: a case with modifications stays whole.
   if (uses_modifications(p)) bad("of a problem with score or mask modifications (their parameters are not cut)");
+  if (p.kv_quantized()) bad("of a problem with a quantized KV cache (its scales are not cut)");
   if (p.page_size > 0 && k.k0 % p.page_size != 0)  // key k0 must be token 0 of a page for the table to address it
     bad("drops keys [0, " + std::to_string(k.k0) + ") of a paged KV cache: not a whole number of pages (page_size=" +
         std::to_string(p.page_size) + ")");

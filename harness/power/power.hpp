@@ -20,7 +20,11 @@ enum class Fault : uint8_t {
   scale_dv, tf32_operands, fp16_scores, bf16_pv_accumulation, missed_rescale, row_1pct, row_4ulp, lse_plus_log2,
   lse_base2,
   // Modification faults (mods.hpp), each on its own flavour.
-  alibi_sign, alibi_slope_head, alibi_ignored, document_off_by_one, chunk_off_by_one
+  alibi_sign, alibi_slope_head, alibi_ignored, document_off_by_one, chunk_off_by_one,
+  // Quantized KV cache faults (kv_cache.hpp), on the kv flavour: the scales dropped (codes read as values, vllm
+  // PR #51363's dropped per-head descales) or every block of a token reading block 0's scale (a missing group
+  // offset, as rocm-libraries PR #10474's every-group-reads-group-0).
+  descale_ignored, descale_wrong_group
 };
 
 // How the kernel sums over keys.
@@ -45,9 +49,10 @@ std::vector<Variant> fault_variants();
 
 // Problem shapes of the grid: dense, causal (diagonals around a tile edge), window of 256 keys; and causal with a
 // modification: ALiBi on two query heads (slopes 2^-6, 2^-10), two documents meeting at the tile edge between
-// rows rows/2-1 and rows/2, chunks of 64 keys (a chunk boundary there too).
-enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk };
-inline constexpr int kFlavours = 6;
+// rows rows/2-1 and rows/2, chunks of 64 keys (a chunk boundary there too); and causal over an int8 KV cache with
+// one fp16 scale per 16 head-dim elements of each token (kv_cache: K in 4 blocks, V in 2).
+enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk, kv_cache };
+inline constexpr int kFlavours = 7;
 const char* to_string(Flavour f);
 Flavour flavour_of(Fault f);  // the shape a fault is run on (mask faults need their mask)
 enum class Logits : uint8_t { normal, large, near_one_hot, hazard };

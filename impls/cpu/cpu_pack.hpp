@@ -139,7 +139,7 @@ struct Panels {
       if (!krows) k16 = in_place16(in.k, b_, kvh, k0, half);
       if (!krows && !k16) {
         kt.resize(static_cast<size_t>(n * Dqk));
-        load_rows(in.k, b_, kvh, k0, k1, kt.data());
+        load_kv_rows(p, in, 1, b_, kvh, k0, k1, kt.data());
         krows = kt.data(), kld = Dqk;
       }
       vrows = Dv % W == 0 ? in_place(in.v, b_, kvh, k0) : nullptr, vld = in.v.strides[2];
@@ -153,7 +153,7 @@ struct Panels {
       v.resize(static_cast<size_t>(n * dv_pad()));
       vrows = v.data(), vld = dv_pad();
       scratch.resize(static_cast<size_t>(n * Dv));
-      load_rows(in.v, b_, kvh, k0, k1, scratch.data());
+      load_kv_rows(p, in, 2, b_, kvh, k0, k1, scratch.data());
       bad.scan(scratch.data(), n, Dv, k0);
       for (int64_t r = 0; r < n; ++r) {
         T* dst = v.data() + r * dv_pad();
@@ -168,7 +168,7 @@ struct Panels {
     scratch.resize(static_cast<size_t>(kChunk * std::max(Dqk, Dv)));
     for (int64_t j = k0; j < k1; j += kChunk) {
       const int64_t je = std::min(k1, j + kChunk), nr = je - j;
-      load_rows(in.k, b_, kvh, j, je, scratch.data());
+      load_kv_rows(p, in, 1, b_, kvh, j, je, scratch.data());
       for (int64_t r = 0; r < nr; ++r) {
         const int64_t key = j - k0 + r;
         T* dst = kt.data() + key / W * Dqk * W + key % W;
@@ -177,7 +177,7 @@ struct Panels {
         if constexpr (std::is_same_v<T, float>)
           if (pairs) pairs = simd::pack_bf16_pairs(src, Dqk, kt2.data() + key / W * kp * W + key % W, W);
       }
-      load_rows(in.v, b_, kvh, j, je, scratch.data());
+      load_kv_rows(p, in, 2, b_, kvh, j, je, scratch.data());
       bad.scan(scratch.data(), nr, Dv, j);
       for (int64_t r = 0; r < nr; ++r) {  // row r of V: W contiguous values into each strip
         const T* src = scratch.data() + r * Dv;
