@@ -1,6 +1,6 @@
 """Malformed module fixtures through the CLI: a copy of a module fixture with d_model not divisible by the heads,
 and one whose wq does not chain with x, are each refused by `verify` with exit 2 and a message naming the field;
-the untouched copy passes on cpu. Usage: module_malformed.py ATTNCHECK MODULES_DIR WORKDIR"""
+the untouched copy passes on cpu; the Python package's case finder skips module fixtures. Usage: module_malformed.py ATTNCHECK MODULES_DIR WORKDIR"""
 import glob
 import os
 import shutil
@@ -10,7 +10,7 @@ import sys
 import h5py
 import numpy as np
 
-attncheck, modules, work = sys.argv[1:4]
+binary, modules, work = sys.argv[1:4]
 src = sorted(f for f in glob.glob(os.path.join(modules, "*.h5")) if "separate" in f and "H2x2" in f and os.path.basename(f).startswith("fp32"))[0]
 shutil.rmtree(work, ignore_errors=True)
 
@@ -23,7 +23,7 @@ def verify(name, edit):
     if edit:
         with h5py.File(dst, "r+") as f:
             edit(f)
-    r = subprocess.run([attncheck, "verify", "--impl", "cpu", "--fixtures", d], capture_output=True, text=True)
+    r = subprocess.run([binary, "verify", "--impl", "cpu", "--fixtures", d], capture_output=True, text=True)
     return r.returncode, r.stdout + r.stderr
 
 
@@ -39,6 +39,11 @@ def wq_not_chaining(f):
 
 
 failures = []
+# The Python package's golden_cases lists attention cases only: module fixtures are not among them.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import attncheck.cases  # noqa: E402
+if attncheck.cases.find("*", modules):
+    failures.append("attncheck.cases.find lists module fixtures as attention cases")
 rc, out = verify("good", None)
 if rc != 0 or "pass 1" not in out:
     failures.append("untouched copy: rc %d\n%s" % (rc, out))
