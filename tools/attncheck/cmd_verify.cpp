@@ -14,6 +14,7 @@
 
 #include "attncheck/cancel.hpp"
 #include "attncheck/fixture.hpp"
+#include "attncheck/module_fixture.hpp"
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/reference.hpp"
@@ -25,6 +26,7 @@
 #include "gradients.hpp"
 #include "invariance_rows.hpp"
 #include "merge_rows.hpp"
+#include "module_rows.hpp"
 #include "plugins.hpp"
 #include "repro.hpp"
 #include "report.hpp"
@@ -140,6 +142,10 @@ std::vector<std::pair<std::string, std::string>> list_fixtures(const std::string
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& f : files) {
     std::string name;
+    if (is_module_fixture(f)) {  // judged through module entries (module_rows.hpp); unreadable: its own row there
+      out.emplace_back(f, module_case_name(f));
+      continue;
+    }
     if (auto why = read_error(f, [&] { name = read_fixture_header(f).name; })) unreadable[f] = *why;
     out.emplace_back(f, name);
   }
@@ -252,7 +258,8 @@ int run_verify() {
   if (fixtures.empty()) throw std::invalid_argument("--filter: '" + g.filter + "' matches no fixture");
   if (!has_forward(pass)) {  // the backward pass alone: only fixtures that carry gradients
     std::erase_if(fixtures, [&](const auto& f) {
-      return g_merge_files.count(f.first) || (!unreadable.count(f.first) && !read_fixture_header(f.first).has_gradients);
+      return g_merge_files.count(f.first) || is_module_fixture(f.first) ||
+             (!unreadable.count(f.first) && !read_fixture_header(f.first).has_gradients);
     });
     if (fixtures.empty())
       throw std::invalid_argument("--pass backward: no fixture with gradients under '" + g.fixtures +
@@ -286,6 +293,15 @@ int run_verify() {
         print_row(r);
         for (const std::string& l : lines) std::printf("    %s\n", l.c_str());
         results.push_back(std::move(r));
+      }
+      continue;
+    }
+    if (g.spec.empty() && is_module_fixture(file)) {  // a module fixture: forward only, no invariance checks
+      for (ModuleRow& m : module_rows(file, impls, avail, g.diagnose, g.tol_scale)) {
+        progress.clear();
+        print_row(m.row);
+        for (const std::string& l : m.lines) std::printf("    %s\n", l.c_str());
+        results.push_back(std::move(m.row));
       }
       continue;
     }
