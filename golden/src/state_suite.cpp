@@ -163,10 +163,17 @@ MergeFixture build_one(const std::string& file, const std::string& where, const 
 }  // namespace
 
 bool is_merge_suite(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return false;
-  const json j = json::parse(f, nullptr, false);
-  return j.is_object() && j.contains("kind") && j["kind"] == "merge";
+  // Anything that is not a readable JSON object of kind "merge" is left to the attention suite's reader, which names
+  // what is wrong with it (a directory, a missing file, bad JSON).
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  try {
+    std::ifstream f(path);
+    const json j = json::parse(f, nullptr, false);
+    return j.is_object() && j.contains("kind") && j["kind"] == "merge";
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 MergeSuite build_merge_suite(const std::string& path) {
