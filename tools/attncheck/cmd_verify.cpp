@@ -139,6 +139,7 @@ std::vector<std::pair<std::string, std::string>> list_fixtures(const std::string
   std::sort(files.begin(), files.end());
   const std::vector<std::string> merges = take_merge_fixtures(files);  // states and merges: docs/states.md
   prepare_fixture_reads(files);  // every file read once in one separate process, not one process per read
+  prepare_module_reads(files);   // likewise for the module-fixture check and the module fixtures
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& f : files) {
     std::string name;
