@@ -21,6 +21,7 @@ const std::vector<std::string>& known_tags() {
       "dropout-scale", "dropout-mask", "scale", "layout-stride", "lse-base", "lse-offset", "lse-missing-max", "lse-unscaled-max",
       "nan-leak", "no-max-subtraction", "fp16-overflow", "missed-rescale", "low-precision-scores",
       "low-precision-accumulation", "tf32", "row-scale", "negative-scale-mask", "uninitialised-output",
+      "rope-interleave", "rope-offset", "rope-partial", "rope-precision",
       // the invariance checks' tags (harness/property/invariance.hpp), never scored by the hypotheses
       "nondeterministic", "batch-variant"};
   return tags;
