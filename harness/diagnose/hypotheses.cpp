@@ -181,6 +181,17 @@ void rotate_inputs(prop::Case& d, bool query, const std::function<void(int64_t, 
       }
 }
 
+// A mask hypothesis that moves the causal diagonal also moves the RoPE query positions (both sit on it): d's
+// queries pre-rotated back to c's positions, so the prediction changes the mask only. Identity without RoPE.
+prop::Case rope_positions_kept(const prop::Case& c, prop::Case d) {
+  if (!uses_rope(c.p) || d.p.Lq != c.p.Lq) return d;
+  const std::vector<double> inv = rope_inv_freq(c.p);
+  rotate_inputs(d, true, [&](int64_t b, int64_t i, double* x) {
+    rope_rotate(c.p, inv, rope_position(c.p, b, i + c.p.diagonal_offset(b)) - rope_position(d.p, b, i + d.p.diagonal_offset(b)), x);
+  });
+  return d;
+}
+
 void rope_hypotheses(Scorer& sc, const prop::Case& c) {
   const Problem& p = c.p;
   const std::vector<double> inv = rope_inv_freq(p);
@@ -214,6 +225,24 @@ void rope_hypotheses(Scorer& sc, const prop::Case& c) {
       d.p.rotary_dim = 0;
       return d;
     });
+  }
+  // Angles in fp16 overflow past position 65504: cos and sin of inf are NaN, and so is every row that reads one.
+  {
+    const Subject& s = sc.s;
+    std::vector<double> out = s.ref.out, lse = s.ref.lse;
+    bool any = false;
+    for (int64_t b = 0; b < p.B; ++b) {
+      const bool key_over = p.key_length(b) > 0 && rope_position(p, b, p.key_length(b) - 1) > 65504;
+      for (int64_t h = 0; h < p.Hq; ++h)
+        for (int64_t i = 0; i < p.Lq; ++i) {
+          if (!key_over && rope_position(p, b, i + p.diagonal_offset(b)) <= 65504) continue;
+          const size_t row = static_cast<size_t>((b * p.Hq + h) * p.Lq + i);
+          std::fill(out.begin() + row * p.Dv, out.begin() + (row + 1) * p.Dv, NAN);
+          if (row < lse.size()) lse[row] = NAN;
+          any = true;
+        }
+    }
+    if (any) sc.add("rope-precision", "RoPE angles in fp16: past position 65504 they are inf, cos/sin NaN", out, &lse);
   }
   // Angles rounded to fp16 (or bf16): the reference without RoPE on q and k rotated with those angles in fp64.
   for (DType t : {DType::f16, DType::bf16})
@@ -254,11 +283,11 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
     for (int delta : {+1, -1})
       sc.variant(p.causal ? "causal-diagonal" : "window-edge",
                  std::string("diagonal one key ") + (delta > 0 ? "right (j <= i+off+1)" : "left (j < i+off)"), [&] {
-                   return with_problem(c, [&](Problem& q) {
+                   return rope_positions_kept(c, with_problem(c, [&](Problem& q) {
                      q.causal_offsets.clear();
                      for (int64_t b = 0; b < p.B; ++b) q.causal_offsets.push_back(p.diagonal_offset(b) + delta);
                      q.alignment = Alignment::explicit_;
-                   });
+                   }));
                  });
     for (Alignment a : {Alignment::top_left, Alignment::bottom_right}) {
       if (a == p.alignment) continue;
@@ -268,7 +297,7 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
       for (int64_t b = 0; b < p.B; ++b) differs = differs || q.diagonal_offset(b) != p.diagonal_offset(b);
       if (differs)
         sc.variant("causal-alignment", std::string("diagonal aligned ") + to_string(a) + " instead of " + to_string(p.alignment),
-                   [&] { return with_problem(c, [&](Problem& r) { r.alignment = a, r.causal_offsets.clear(); }); });
+                   [&] { return rope_positions_kept(c, with_problem(c, [&](Problem& r) { r.alignment = a, r.causal_offsets.clear(); })); });
     }
   }
   for (auto [side, delta] : {std::pair{0, 1}, std::pair{0, -1}, std::pair{1, 1}, std::pair{1, -1}}) {
