@@ -111,4 +111,12 @@ struct ModuleTolerance {
 // With a fault: the bound of the module computed with that fault (the diagnosis' hypotheses).
 ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault = ModuleFault::none);
 
+// Backward through the module: the gradients of L = sum(dy * y) (dy [B, Lq, d_out]) with respect to every module
+// input, in fp64, shaped like the inputs (row-major): dx, dx2 (cross), dwq/dwk/dwv/dbq/dbk/dbv (separate) or
+// dwqkv/dbqkv (packed, interleaved: rows in that packing), dwo, dbo. Empty where the module has no such input.
+struct ModuleGradients {
+  std::vector<double> dx, dx2, dwq, dwk, dwv, dbq, dbk, dbv, dwqkv, dbqkv, dwo, dbo;
+};
+ModuleGradients reference_module_backward(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy);
+
 }  // namespace attncheck
