@@ -70,7 +70,7 @@ TEST(ToleranceV2, FailureNamesTheDominantTermAndTolScaleIsExact) {
 }
 
 TEST(ToleranceV2, SkippedTileAt128kKeysIsCaughtInEveryDtype) {
-  // Under (Lk+3)u this fault passed at Lk = 131072 (error/tolerance 0.05-0.07, issue 11).
+  // Under (Lk+3)u this fault passed at Lk = 131072 (error/tolerance 0.05-0.07).
   for (DType t : {DType::f32, DType::f16, DType::bf16}) {
     const Problem p = power::grid_problem(131072, t, Flavour::dense, 4);
     const Inputs in = power::grid_inputs(p, Logits::normal, 17);
