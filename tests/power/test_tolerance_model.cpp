@@ -1,4 +1,4 @@
-// Tolerance model v2 on the cases the issue names: outputs judged in the dtype delivered, the contract decides
+// The tolerance model on the cases it must get right: outputs judged in the dtype delivered, the contract decides
 // (TF32 only when declared), failures name their dominant term, --tol-scale scales exactly, and the bound no
 // longer grows with Lk (a skipped 64-key tile at 128k keys is caught).
 #include <gtest/gtest.h>
