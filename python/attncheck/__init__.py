@@ -6,6 +6,7 @@ from .cases import golden_cases
 from .check import check
 from .compare import Result, compare
 from .fixture import load, make_fixture, reference, save, tolerance
+from .module import check_module, compare_module, import_module
 
 __all__ = ["check", "golden_cases", "compare", "load", "make_fixture", "reference", "save", "tolerance", "worker",
-           "Result"]
+           "Result", "check_module", "compare_module", "import_module"]

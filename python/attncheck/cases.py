@@ -40,6 +40,8 @@ def find(pattern="*", fixtures=None):
             if f.endswith(".h5"):
                 path = os.path.join(dirpath, f)
                 with h5py.File(path, "r") as h:
+                    if h.attrs.get("kind") in (b"module", "module"):
+                        continue  # a module fixture (docs/module.md): not an attention case
                     name = h.attrs.get("name", f[:-3])
                 name = name.decode() if isinstance(name, bytes) else str(name)
                 if fnmatch.fnmatchcase(name, pattern):

@@ -11,6 +11,7 @@
 #include "attncheck/fixture.hpp"
 #include "attncheck/user_arrays.hpp"
 #include "command.hpp"
+#include "module_import.hpp"
 
 namespace attncheck::cli {
 namespace {
@@ -23,6 +24,8 @@ struct Options {
   std::vector<int64_t> window, key_lengths;
   uint64_t dropout_seed = 0;
   bool want_lse = false, want_weights = false;
+  ModuleImportFlags module;  // --module: a module fixture from x, weights and flags (cmd_module_import.cpp)
+  bool is_module = false;
 };
 Options g;
 
@@ -70,6 +73,12 @@ std::array<int64_t, 4> broadcast_shape(const UserArray& a, const std::string& na
 }
 
 int run_import() {
+  if (g.is_module) {
+    ModuleImportFlags f = g.module;
+    f.input = g.input, f.out = g.out, f.name = g.name, f.dtype = g.dtype, f.causal = g.causal, f.scale = g.scale;
+    f.policy = g.policy, f.dropout_p = g.dropout_p, f.dropout_seed = g.dropout_seed, f.want_weights = g.want_weights;
+    return import_module(f);
+  }
   if (g.out.empty() || std::filesystem::path(g.out).extension() != ".h5") bad("--out: must name a .h5 file, got '" + g.out + "'");
   std::map<std::string, UserArray> arrays = read_user_arrays(g.input, budget().max_bytes);
   for (const char* n : {"q", "k", "v"})
@@ -214,6 +223,12 @@ const Register reg{{"import", "Make a fixture from your own tensors (.npz or .h5
                       sub.add_flag("--want-weights", g.want_weights, "Ask for (and store) the attention weights");
                       sub.add_option("--scores-out", g.scores_out, "Also expect the raw scores [B,Hq,Lq,Lk]: scaled, capped "
                                      "(after softcap) or masked (the softmax input); ONNX qk_matmul_output_mode 0, 1, 2");
+                      sub.add_flag("--module", g.is_module, "A module fixture from x [, x2], weights and flags "
+                                   "(docs/module.md): needs --heads");
+                      sub.add_option("--heads", g.module.heads, "--module: query heads");
+                      sub.add_option("--kv-heads", g.module.kv_heads, "--module: KV heads (default: --heads)");
+                      sub.add_option("--packing", g.module.packing, "--module: packed (default) or interleaved, for wqkv");
+                      sub.add_flag("--average-weights", g.module.average_weights, "--module: weights averaged over heads");
                       return std::function<int()>(run_import);
                     }}};
 

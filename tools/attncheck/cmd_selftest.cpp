@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "attncheck/declarations.hpp"
+#include "attncheck/module_suite.hpp"
 #include "backward_mutants.hpp"
+#include "module_check.hpp"
 #include "command.hpp"
 #include "plugins.hpp"
 #include "selftest.hpp"
@@ -44,7 +46,10 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
   if (cases > 0) o.cases_per_property = cases;
   o.seed = seed;
   const mutants::SelftestReport r = mutants::run_selftest(o);
-  const bool ok = r.killed == r.mutants && r.false_alarms == 0;
+  // The module mutants (docs/module.md) on the module suite, built in memory: the cpu entry's, so not with a candidate.
+  std::vector<module_check::SelftestRow> mod;
+  if (!o.candidate) mod = module_check::selftest(module_suite());
+  const bool ok = r.killed == r.mutants && r.false_alarms == 0 && module_check::selftest_ok(mod);
   if (json) {
     nlohmann::json j;
     j["mutants"] = r.mutants, j["killed"] = r.killed, j["false_alarms"] = r.false_alarms;
@@ -70,6 +75,9 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
       d["max_pass_ratio"] = e.max_pass_ratio, d["checks"] = e.checks, d["unsupported"] = e.unsupported;
       j["details"].push_back(d);
     }
+    for (const auto& m : mod)
+      j["module_mutants"].push_back({{"name", m.impl}, {"injected", m.injected}, {"applicable", m.applicable},
+                                     {"caught", m.caught}, {"tagged", m.tagged}, {"other", m.other_tags}});
     std::printf("%s\n", j.dump(verbose ? 2 : -1).c_str());
   } else {
     for (const auto& e : r.details) {
@@ -86,6 +94,16 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
     }
     std::printf("mutants %d killed %d false_alarms %d (%d correct variants) in %.1f s\n", r.mutants, r.killed,
                 r.false_alarms, r.correct, r.seconds);
+    for (const auto& m : mod) {
+      std::printf("module %-30s %s: %d of %d module cases fail", m.impl.c_str(),
+                  m.injected.empty() ? "correct" : ("injects " + m.injected).c_str(), m.caught, m.applicable);
+      if (!m.injected.empty()) std::printf(", %d diagnosed %s", m.tagged, m.injected.c_str());
+      std::printf("\n");
+      for (const auto& t : m.other_tags) std::printf("    %s\n", t.c_str());
+    }
+    if (!mod.empty())
+      std::printf("module mutants: %s\n", module_check::selftest_ok(mod) ? "every one caught and tagged, no false alarm"
+                                                                        : "FAILED (docs/module.md)");
     if (o.candidate) {
       std::printf("candidate %s: cases restricted to its capabilities; %d mutants out of scope (their bug lies in a "
                   "feature it does not support)\n", o.candidate->name().c_str(), r.out_of_scope);

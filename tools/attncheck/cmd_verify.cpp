@@ -13,6 +13,7 @@
 
 #include "attncheck/cancel.hpp"
 #include "attncheck/fixture.hpp"
+#include "attncheck/module_fixture.hpp"
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/reference.hpp"
@@ -23,6 +24,7 @@
 #include "diagnosis.hpp"
 #include "gradients.hpp"
 #include "invariance_rows.hpp"
+#include "module_rows.hpp"
 #include "plugins.hpp"
 #include "repro.hpp"
 #include "report.hpp"
@@ -136,6 +138,10 @@ std::vector<std::pair<std::string, std::string>> list_fixtures(const std::string
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& f : files) {
     std::string name;
+    if (is_module_fixture(f)) {  // judged through module entries (module_rows.hpp); unreadable: its own row there
+      out.emplace_back(f, module_case_name(f));
+      continue;
+    }
     if (auto why = read_error(f, [&] { name = read_fixture_header(f).name; })) unreadable[f] = *why;
     out.emplace_back(f, name);
   }
@@ -242,7 +248,7 @@ int run_verify() {
   if (fixtures.empty()) throw std::invalid_argument("--filter: '" + g.filter + "' matches no fixture");
   if (!has_forward(pass)) {  // the backward pass alone: only fixtures that carry gradients
     std::erase_if(fixtures, [&](const auto& f) {
-      return !unreadable.count(f.first) && !read_fixture_header(f.first).has_gradients;
+      return is_module_fixture(f.first) || (!unreadable.count(f.first) && !read_fixture_header(f.first).has_gradients);
     });
     if (fixtures.empty())
       throw std::invalid_argument("--pass backward: no fixture with gradients under '" + g.fixtures +
@@ -267,6 +273,15 @@ int run_verify() {
   print_header();
   Progress progress(fixtures.size() * impls.size());
   for (const auto& [file, name] : fixtures) {
+    if (g.spec.empty() && is_module_fixture(file)) {  // a module fixture: forward only, no invariance checks
+      for (ModuleRow& m : module_rows(file, impls, avail, g.diagnose, g.tol_scale)) {
+        progress.clear();
+        print_row(m.row);
+        for (const std::string& l : m.lines) std::printf("    %s\n", l.c_str());
+        results.push_back(std::move(m.row));
+      }
+      continue;
+    }
     Fixture f;
     if (!g.spec.empty())
       f = load(file, name);  // a spec that cannot build its case is a usage error: exit 2 via main

@@ -1,0 +1,31 @@
+// Module fixtures: one HDF5 file per module case (golden/modules/, format in golden/SCHEMA.md "Module fixtures"):
+// the module problem, x (x2), every weight and bias exactly as an implementation receives them, and the fp64
+// reference's y and weights. Readers throw std::invalid_argument "<file>: <field>: <what>".
+#pragma once
+
+#include <string>
+
+#include "attncheck/fixture.hpp"
+#include "attncheck/module_problem.hpp"
+
+namespace attncheck {
+
+struct ModuleFixture {
+  std::string name;  // ModuleProblem::name() plus the value distribution, e.g. ".../normal"
+  ModuleProblem problem;
+  ModuleInputs inputs;
+  ModuleResult expected;  // reference_module, fp64
+  Provenance provenance;
+};
+
+// Runs the reference.
+ModuleFixture make_module_fixture(std::string name, const ModuleProblem& m, ModuleInputs in, Provenance prov);
+// Deterministic bytes (write_file_durably); module_fixture_image returns them.
+std::string module_fixture_image(const std::string& path, const ModuleFixture& f);
+void write_module_fixture(const std::string& path, const ModuleFixture& f);
+ModuleFixture read_module_fixture(const std::string& path);
+// Whether `path` is an HDF5 file whose root says kind = "module". False for everything else, unreadable files
+// included (the attention fixture reader then reports those).
+bool is_module_fixture(const std::string& path);
+
+}  // namespace attncheck

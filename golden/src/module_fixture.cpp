@@ -1,0 +1,250 @@
+// Module fixture I/O (module_fixture.hpp, golden/SCHEMA.md "Module fixtures"). The attention's own fields are the
+// attention fixture's attributes, in the group /attention; the module's are root attributes. Every shape is read
+// as stored and then checked by validate(ModuleProblem, ModuleInputs), so a weight that does not chain is named.
+#include "attncheck/module_fixture.hpp"
+
+#include "attncheck/durable_file.hpp"
+#include "fixture_attrs.hpp"
+#include "h5.hpp"
+#include "h5_ints.hpp"
+#include "untrusted.hpp"
+
+namespace attncheck {
+
+namespace {
+
+constexpr double kMaxElements = double(1 << 26);  // per tensor: module fixtures are small by design
+
+void write_tensor(hid_t g, const char* name, const Tensor& t, const char* dims) {
+  h5::Id type = h5::file_type(t.dtype);
+  h5::write_dataset(g, name, type, t.shape, t.bytes.data());
+  h5::Id d(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
+  h5::write_attr(d, "dims", std::string(dims));
+  if (const char* e = h5::encoding(t.dtype)) h5::write_attr(d, "encoding", std::string(e));
+}
+
+void write_doubles(hid_t g, const char* name, const std::vector<double>& v, const std::vector<int64_t>& dims,
+                   const char* dim_names) {
+  h5::write_dataset(g, name, H5T_NATIVE_DOUBLE, dims, v.data());
+  h5::Id d(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
+  h5::write_attr(d, "dims", std::string(dim_names));
+}
+
+std::string image(const std::string& path, const ModuleFixture& f) {
+  const ModuleProblem& m = f.problem;
+  const Problem& p = m.attn;
+  const ModuleInputs& in = f.inputs;
+  h5::MemoryFile mem(path);
+  const hid_t file = mem.id();
+  {
+    h5::Id root(H5Gopen2(file, "/", H5P_DEFAULT), H5Gclose);
+    h5::write_attr(root, "schema_version", f.provenance.schema_version);
+    h5::write_attr(root, "kind", std::string("module"));
+    h5::write_attr(root, "name", f.name);
+    h5::write_attr(root, "attncheck_version", f.provenance.attncheck_version);
+    h5::write_attr(root, "reference_precision", f.provenance.reference_precision);
+    h5::write_attr_u64(root, "seed", f.provenance.seed);
+    h5::write_attr(root, "distribution", f.provenance.distribution);
+    h5::write_attr(root, "command", f.provenance.command);
+    h5::write_attr(root, "d_in", m.d_in);
+    h5::write_attr(root, "d_in2", m.d_in2);
+    h5::write_attr(root, "d_out", m.d_out);
+    h5::write_attr(root, "d_model", p.Hq * p.Dqk);
+    h5::write_attr(root, "d_value", p.Hq * p.Dv);
+    h5::write_attr(root, "packing", std::string(to_string(m.packing)));
+    h5::write_attr(root, "qkv_bias", int64_t{m.qkv_bias});
+    h5::write_attr(root, "out_bias", int64_t{m.out_bias});
+    h5::write_attr(root, "average_weights", int64_t{m.average_weights});
+    h5::Id a = h5::create_group(file, "attention");
+    fixture_detail::write_problem_attrs(a, p);
+  }
+  {
+    h5::Id g = h5::create_group(file, "inputs");
+    write_tensor(g, "x", in.x, "B,Lq,d_in");
+    if (in.x2) write_tensor(g, "x2", *in.x2, "B,Lk,d_in2");
+    const std::pair<const char*, const std::optional<Tensor>*> ws[] = {
+        {"wq", &in.wq}, {"wk", &in.wk}, {"wv", &in.wv}, {"bq", &in.bq}, {"bk", &in.bk}, {"bv", &in.bv},
+        {"wqkv", &in.wqkv}, {"bqkv", &in.bqkv}};
+    for (const auto& [name, t] : ws)
+      if (*t) write_tensor(g, name, **t, name[0] == 'w' ? "out,in" : "out");
+    write_tensor(g, "wo", in.wo, "d_out,Hq*Dv");
+    if (in.bo) write_tensor(g, "bo", *in.bo, "d_out");
+    if (in.mask) write_tensor(g, "mask", *in.mask, "B,Hq,Lq,Lk (broadcast)");
+    if (in.bias) write_tensor(g, "bias", *in.bias, "B,Hq,Lq,Lk (broadcast)");
+    if (in.keep) write_tensor(g, "keep", *in.keep, "B,Hq,Lq,Lk");
+    fixture_detail::write_problem_datasets(g, p);
+  }
+  {
+    h5::Id g = h5::create_group(file, "expected");
+    write_doubles(g, "y", f.expected.y, {p.B, p.Lq, m.d_out}, "B,Lq,d_out");
+    if (p.want_weights) {
+      if (m.average_weights)
+        write_doubles(g, "weights", f.expected.weights, {p.B, p.Lq, p.Lk}, "B,Lq,Lk (mean over heads)");
+      else
+        write_doubles(g, "weights", f.expected.weights, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
+    }
+  }
+  return mem.close();
+}
+
+// A dataset read with its stored extents (rank `rank`, every extent >= 1, bounded), in dtype t.
+Tensor read_any(const h5::Reader& r, hid_t file, const std::string& path, DType t, size_t rank) {
+  h5::Id d = r.open_dataset(file, path);
+  const std::vector<int64_t> ext = r.extents(d, path);
+  if (ext.size() != rank) r.fail(path, "rank " + std::to_string(ext.size()) + ", expected " + std::to_string(rank));
+  double n = 1;
+  for (int64_t e : ext) n *= double(e);
+  if (n > kMaxElements) r.fail(path, "holds " + std::to_string(n) + " elements, more than a module fixture may");
+  Tensor out(t, ext);
+  if (t == DType::u8) {
+    const std::vector<int64_t> v = h5::read_integers(r, d, path, out.bytes.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] != 0 && v[i] != 1) r.fail(path, "values must be 0 or 1, got " + std::to_string(v[i]));
+      out.bytes[i] = static_cast<uint8_t>(v[i]);
+    }
+    return out;
+  }
+  r.expect_dtype(d, path, t);
+  r.read_raw(d, path, t, out.bytes.data());
+  return out;
+}
+
+std::optional<Tensor> read_opt(const h5::Reader& r, hid_t file, const char* name, DType t, size_t rank) {
+  const std::string path = std::string("/inputs/") + name;
+  if (!r.has_object(file, path)) return std::nullopt;
+  return read_any(r, file, path, t, rank);
+}
+
+bool flag(const h5::Reader& r, hid_t root, const char* name) {
+  const int64_t v = r.attr_i64(root, "/", name);
+  if (v != 0 && v != 1) r.fail(name, "must be 0 or 1, got " + std::to_string(v));
+  return v == 1;
+}
+
+ModuleFixture read(const std::string& path) {
+  h5::QuietErrors quiet;
+  h5::Reader r{path};
+  h5::Id file = r.open_file();
+  h5::Id root = r.open_group(file, "/");
+  ModuleFixture f;
+  Provenance& pv = f.provenance;
+  pv.schema_version = r.attr_i64(root, "/", "schema_version");
+  if (pv.schema_version != kFixtureSchemaVersion)
+    r.fail("schema_version", "module fixtures are schema_version " + std::to_string(kFixtureSchemaVersion) + ", got " +
+                                 std::to_string(pv.schema_version));
+  if (r.attr_str(root, "/", "kind") != "module") r.fail("kind", "is not 'module'");
+  f.name = r.attr_str(root, "/", "name");
+  pv.attncheck_version = r.attr_str(root, "/", "attncheck_version");
+  pv.reference_precision = r.attr_str(root, "/", "reference_precision");
+  pv.seed = r.attr_u64(root, "/", "seed");
+  pv.distribution = r.attr_str(root, "/", "distribution");
+  pv.command = r.attr_str(root, "/", "command");
+  ModuleProblem& m = f.problem;
+  {
+    h5::Id a = r.open_group(file, "/attention");
+    fixture_detail::read_problem_attrs(r, a, m.attn);
+  }
+  fixture_detail::read_problem_datasets(r, file, m.attn);
+  const Problem& p = m.attn;
+  m.d_in = r.attr_i64(root, "/", "d_in");
+  m.d_in2 = r.attr_i64(root, "/", "d_in2");
+  m.d_out = r.attr_i64(root, "/", "d_out");
+  const int64_t d_model = r.attr_i64(root, "/", "d_model"), d_value = r.attr_i64(root, "/", "d_value");
+  for (auto [name, total, per_head] : {std::tuple{"d_model", d_model, p.Dqk}, std::tuple{"d_value", d_value, p.Dv}}) {
+    if (p.Hq < 1 || total % p.Hq != 0)
+      r.fail(name, "is " + std::to_string(total) + ", not divisible by the heads Hq=" + std::to_string(p.Hq));
+    if (total / p.Hq != per_head)
+      r.fail(name, "is " + std::to_string(total) + " = Hq*" + std::to_string(total / p.Hq) +
+                       ", but the attention's head dim is " + std::to_string(per_head));
+  }
+  m.packing = packing_from_string(r.attr_str(root, "/", "packing"));
+  m.qkv_bias = flag(r, root, "qkv_bias");
+  m.out_bias = flag(r, root, "out_bias");
+  m.average_weights = flag(r, root, "average_weights");
+  try {
+    validate(m);
+  } catch (const std::invalid_argument& e) {
+    r.fail("problem", e.what());
+  }
+  const DType t = p.dtype;
+  ModuleInputs& in = f.inputs;
+  in.x = read_any(r, file, "/inputs/x", t, 3);
+  in.x2 = read_opt(r, file, "x2", t, 3);
+  in.wq = read_opt(r, file, "wq", t, 2), in.wk = read_opt(r, file, "wk", t, 2), in.wv = read_opt(r, file, "wv", t, 2);
+  in.bq = read_opt(r, file, "bq", t, 1), in.bk = read_opt(r, file, "bk", t, 1), in.bv = read_opt(r, file, "bv", t, 1);
+  in.wqkv = read_opt(r, file, "wqkv", t, 2), in.bqkv = read_opt(r, file, "bqkv", t, 1);
+  in.wo = read_any(r, file, "/inputs/wo", t, 2);
+  in.bo = read_opt(r, file, "bo", t, 1);
+  in.mask = read_opt(r, file, "mask", DType::u8, 4);
+  in.bias = read_opt(r, file, "bias", p.bias_dtype, 4);
+  in.keep = read_opt(r, file, "keep", DType::u8, 4);
+  try {
+    validate(m, in);
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    r.fail("/inputs/" + msg.substr(0, msg.find(':')), msg);
+  }
+  auto doubles = [&](const char* path, const std::vector<int64_t>& dims) {
+    h5::Id d = r.open_dataset(file, path);
+    r.expect_dtype(d, path, DType::f64);
+    r.expect_extents(d, path, dims);
+    size_t n = 1;
+    for (int64_t x : dims) n *= static_cast<size_t>(x);
+    return r.read_as_double(d, path, n);
+  };
+  f.expected.y = doubles("/expected/y", {p.B, p.Lq, m.d_out});
+  if (p.want_weights)
+    f.expected.weights = m.average_weights ? doubles("/expected/weights", {p.B, p.Lq, p.Lk})
+                                           : doubles("/expected/weights", {p.B, p.Hq, p.Lq, p.Lk});
+  return f;
+}
+
+}  // namespace
+
+ModuleFixture make_module_fixture(std::string name, const ModuleProblem& m, ModuleInputs in, Provenance prov) {
+  ModuleFixture f;
+  f.name = std::move(name);
+  f.problem = m;
+  f.expected = reference_module(m, in);
+  f.inputs = std::move(in);
+  f.provenance = std::move(prov);
+  return f;
+}
+
+std::string module_fixture_image(const std::string& path, const ModuleFixture& f) {
+  validate(f.problem, f.inputs);
+  h5::QuietErrors quiet;
+  return image(path, f);
+}
+
+void write_module_fixture(const std::string& path, const ModuleFixture& f) {
+  write_file_durably(path, module_fixture_image(path, f));
+}
+
+ModuleFixture read_module_fixture(const std::string& path) {
+  return h5::untrusted_read(path, "module", [&] {
+    try {
+      return read(path);
+    } catch (const std::invalid_argument& e) {
+      const std::string msg = e.what();
+      if (msg.rfind(path + ": ", 0) == 0) throw;
+      throw std::invalid_argument(path + ": " + msg);
+    }
+  });
+}
+
+bool is_module_fixture(const std::string& path) {
+  try {
+    return h5::untrusted_read(path, "module-kind", [&] {
+      h5::QuietErrors quiet;
+      h5::Reader r{path};
+      h5::Id file = r.open_file();
+      h5::Id root = r.open_group(file, "/");
+      return r.has_attr(root, "kind") && r.attr_str(root, "/", "kind") == "module";
+    });
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace attncheck

@@ -1,0 +1,128 @@
+// Module verdicts, the module diagnosis and the module mutants' selftest (module_check.hpp).
+#include "module_check.hpp"
+
+#include <cmath>
+
+namespace attncheck::module_check {
+
+namespace {
+
+std::vector<int64_t> weights_shape(const ModuleProblem& m) {
+  const Problem& p = m.attn;
+  return {p.B, m.average_weights ? 1 : p.Hq, p.Lq, p.Lk};  // averaged: head index 0
+}
+
+bool within(const std::vector<double>& expected, const std::vector<double>& actual, const std::vector<double>& tol) {
+  for (size_t n = 0; n < expected.size(); ++n) {
+    const double e = expected[n], a = actual[n];
+    if (std::isnan(e) ? !std::isnan(a) : !(std::fabs(a - e) <= tol[n])) return false;
+  }
+  return true;
+}
+
+// The hypothesis `h` (the module computed with a fault) within its own bound `tol` of every output.
+bool explains(const ModuleFixture& f, const ModuleTolerance& tol, const ModuleOutputs& out, const ModuleResult& h) {
+  if (!within(h.y, out.y.to_double(), tol.y)) return false;
+  return !f.problem.attn.want_weights || within(h.weights, out.weights->to_double(), tol.weights);
+}
+
+// Every y element 0 (dropped) or the no-dropout y / (1 - p) (kept), at least one of each.
+bool dropout_signature(const ModuleFixture& f, const ModuleOutputs& out) {
+  ModuleProblem m = f.problem;
+  const double p = m.attn.dropout_p;
+  ModuleInputs in = f.inputs;
+  m.attn.dropout_p = 0, in.keep.reset();
+  const ModuleResult y0 = reference_module(m, in);
+  const ModuleTolerance tol = module_tolerance(m, in);
+  const std::vector<double> a = out.y.to_double();
+  int dropped = 0, kept = 0;
+  for (size_t n = 0; n < a.size(); ++n) {
+    const double t = tol.y[n] / (1.0 - p) + 0x1.0p-24 * std::fabs(y0.y[n]);
+    if (std::fabs(a[n]) <= t) {
+      dropped += std::fabs(y0.y[n]) > t;  // clearly dropped (else too small to tell)
+    } else if (std::fabs(a[n] - y0.y[n] / (1.0 - p)) <= t) {
+      ++kept;
+    } else {
+      return false;
+    }
+  }
+  return dropped > 0 && kept > 0;
+}
+
+}  // namespace
+
+Verdict judge(const ModuleFixture& f, const ModuleTolerance& tol, const ModuleOutputs& out, double scale) {
+  const ModuleProblem& m = f.problem;
+  const Problem& p = m.attn;
+  auto scaled = [&](std::vector<double> t) {
+    for (double& x : t) x *= scale;
+    return t;
+  };
+  Verdict v;
+  v.tensors.push_back(compare_values("y", {p.B, 1, p.Lq, m.d_out}, f.expected.y, out.y.to_double(), scaled(tol.y)));
+  if (p.want_weights) {
+    if (!out.weights) throw std::invalid_argument("weights: requested but not delivered");
+    v.tensors.push_back(compare_values("weights", weights_shape(m), f.expected.weights, out.weights->to_double(),
+                                       scaled(tol.weights)));
+  }
+  for (const TensorVerdict& t : v.tensors) v.pass = v.pass && t.pass;
+  return v;
+}
+
+std::vector<std::string> diagnose(const ModuleFixture& f, const ModuleOutputs& out) {
+  std::vector<std::string> tags;
+  for (ModuleFault fault : module_faults()) {
+    if (!fault_applies(fault, f.problem)) continue;
+    const bool hit = fault == ModuleFault::dropout_after_projection
+                         ? dropout_signature(f, out)
+                         : explains(f, module_tolerance(f.problem, f.inputs, fault), out,
+                                    reference_module(f.problem, f.inputs, fault));
+    if (hit) tags.push_back(to_string(fault));
+  }
+  return tags;
+}
+
+std::vector<SelftestRow> selftest(const std::vector<ModuleFixture>& fixtures) {
+  std::vector<std::pair<ModuleImplPtr, ModuleFault>> entries;
+  for (const char* name : {"cpu", "cpu-flash"})
+    if (ModuleImplPtr e = find_module_entry(name)) entries.emplace_back(e, ModuleFault::none);
+  const std::vector<ModuleImplPtr> mutants = module_mutants();
+  const std::vector<ModuleFault> faults = module_faults();
+  for (size_t i = 0; i < mutants.size(); ++i) entries.emplace_back(mutants[i], faults[i]);
+  std::vector<SelftestRow> rows;
+  for (const auto& [impl, fault] : entries) {
+    SelftestRow row{impl->name(), fault == ModuleFault::none ? "" : to_string(fault), 0, 0, 0, {}};
+    for (const ModuleFixture& f : fixtures) {
+      if (fault != ModuleFault::none && !fault_applies(fault, f.problem)) continue;
+      ModuleOutputs out;
+      if (!run_module(*impl, f.problem, f.inputs, out).ok) continue;
+      ++row.applicable;
+      const ModuleTolerance tol = module_tolerance(f.problem, f.inputs);
+      if (judge(f, tol, out).pass) continue;
+      ++row.caught;
+      if (fault == ModuleFault::none) {
+        row.other_tags.push_back(f.name + ": false alarm");
+        continue;
+      }
+      const std::vector<std::string> tags = diagnose(f, out);
+      if (tags == std::vector<std::string>{row.injected}) {
+        ++row.tagged;
+      } else {
+        std::string t;
+        for (const auto& s : tags) t += (t.empty() ? "" : ",") + s;
+        row.other_tags.push_back(f.name + ": " + (t.empty() ? "(none)" : t));
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+bool selftest_ok(const std::vector<SelftestRow>& rows) {
+  for (const SelftestRow& r : rows) {
+    if (r.injected.empty() ? r.caught > 0 : (r.caught == 0 || r.tagged != r.caught)) return false;
+  }
+  return true;
+}
+
+}  // namespace attncheck::module_check

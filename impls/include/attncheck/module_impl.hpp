@@ -1,0 +1,41 @@
+// Module entries: what an implementation offers to run a whole attention module (projections, heads, attention,
+// Wo; module_problem.hpp) and be judged on module fixtures. An implementation without one reports every module
+// fixture as unsupported. docs/module.md.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "attncheck/capabilities.hpp"
+#include "attncheck/module_problem.hpp"
+
+namespace attncheck {
+
+// y [B, Lq, d_out] in the module dtype; weights (with attn.want_weights) [B, Hq, Lq, Lk] or averaged [B, Lq, Lk],
+// in attn.stat_dtype().
+struct ModuleOutputs {
+  Tensor y;
+  std::optional<Tensor> weights;
+};
+ModuleOutputs make_module_outputs(const ModuleProblem& m);
+
+class ModuleImpl {
+ public:
+  virtual ~ModuleImpl() = default;
+  virtual std::string name() const = 0;  // the implementation's name (the row of verify), "cpu~head-split" for mutants
+  virtual Support supports(const ModuleProblem& m) const = 0;
+  // Outputs are allocated and NaN-poisoned by run_module: every element left unwritten fails.
+  virtual void run(const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out) const = 0;
+};
+using ModuleImplPtr = std::shared_ptr<const ModuleImpl>;
+
+// The module entry of the implementation called `impl_name`, or nullptr when it has none.
+ModuleImplPtr find_module_entry(const std::string& impl_name);
+// Test-only module mutants: the `cpu` entry with a module fault injected (empty when cpu is not built).
+std::vector<ModuleImplPtr> module_mutants();
+
+// Validate, ask supports, allocate, poison with NaN, run. Outputs are meaningful only when the result is ok.
+Support run_module(const ModuleImpl& impl, const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out);
+
+}  // namespace attncheck

@@ -1,0 +1,54 @@
+// Which implementations offer a module entry (module_impl.hpp), the test-only module mutants, and run_module.
+// Only `cpu` and `cpu-flash` have one; every other implementation reports module fixtures as unsupported.
+#include <cmath>
+#include <limits>
+
+#include "attncheck/impl.hpp"
+#include "attncheck/module_impl.hpp"
+
+namespace attncheck {
+
+#ifdef ATTNCHECK_HAVE_CPU
+ModuleImplPtr make_cpu_module(ImplPtr attention, ModuleFault fault);  // impls/cpu/cpu_module.cpp
+#endif
+
+ModuleOutputs make_module_outputs(const ModuleProblem& m) {
+  const Problem& p = m.attn;
+  ModuleOutputs o;
+  o.y = Tensor(p.dtype, {p.B, p.Lq, m.d_out});
+  if (p.want_weights)
+    o.weights = m.average_weights ? Tensor(p.stat_dtype(), {p.B, 1, p.Lq, p.Lk})
+                                  : Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});
+  return o;
+}
+
+ModuleImplPtr find_module_entry(const std::string& impl_name) {
+#ifdef ATTNCHECK_HAVE_CPU
+  if (impl_name == "cpu" || impl_name == "cpu-flash")
+    if (ImplPtr a = find_impl(impl_name)) return make_cpu_module(a, ModuleFault::none);
+#endif
+  (void)impl_name;
+  return nullptr;
+}
+
+std::vector<ModuleImplPtr> module_mutants() {
+  std::vector<ModuleImplPtr> out;
+#ifdef ATTNCHECK_HAVE_CPU
+  if (ImplPtr a = find_impl("cpu"))
+    for (ModuleFault f : module_faults()) out.push_back(make_cpu_module(a, f));
+#endif
+  return out;
+}
+
+Support run_module(const ModuleImpl& impl, const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out) {
+  validate(m, in);
+  const Support s = impl.supports(m);
+  if (!s.ok) return s;
+  out = make_module_outputs(m);
+  out.y.fill(std::numeric_limits<double>::quiet_NaN());
+  if (out.weights) out.weights->fill(std::numeric_limits<double>::quiet_NaN());
+  impl.run(m, in, out);
+  return s;
+}
+
+}  // namespace attncheck

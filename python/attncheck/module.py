@@ -1,0 +1,118 @@
+# Modules in Python (docs/module.md): import_module writes a module fixture from x, the weights and flags
+# (`attncheck import --module`), compare_module judges y (and weights) against one (`attncheck compare-module`),
+# and check_module does both for a PyTorch nn.MultiheadAttention, reading its weights and running its forward.
+import os
+import tempfile
+
+import numpy as np
+
+from . import _cli
+
+
+class ModuleResult:
+    def __init__(self, rc, text):
+        self.passed = rc == 0
+        self.text = text
+        self.diagnosis = [l.split("diagnosis:", 1)[1].strip() for l in text.splitlines() if "diagnosis:" in l]
+
+    def __bool__(self):
+        return self.passed
+
+    def __str__(self):
+        return self.text
+
+
+def import_module(arrays, out, heads, kv_heads=None, *, packing=None, causal=None, scale=None, dtype=None,
+                  need_weights=False, average_weights=False, name=None):
+    """Writes the module fixture `out` from a dict of numpy arrays (x [, x2], wq/wk/wv or wqkv, biases, wo [, bo],
+    key_padding_mask (True = ignore) or mask (1 = attend)); weights are [out, in] as nn.Linear stores them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        npz = os.path.join(tmp, "module.npz")
+        np.savez(npz, **{k: np.asarray(v) for k, v in arrays.items() if v is not None})
+        args = ["import", "--module", npz, "--out", os.fspath(out), "--heads", str(heads)]
+        for flag, v in (("--kv-heads", kv_heads), ("--packing", packing), ("--causal", causal), ("--scale", scale),
+                        ("--dtype", dtype), ("--name", name)):
+            if v is not None:
+                args += [flag, str(v)]
+        args += ["--want-weights"] if need_weights else []
+        args += ["--average-weights"] if average_weights else []
+        r = _cli.run(args)
+        if r.returncode != 0:
+            raise RuntimeError((r.stderr or r.stdout).strip())
+    return os.fspath(out)
+
+
+def compare_module(fixture, y, weights=None):
+    """The verdict of `attncheck compare-module` on y [B, Lq, d_out] (and weights) for a module fixture."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cand = os.path.join(tmp, "candidate.npz")
+        arrays = {"y": np.asarray(y)}
+        if weights is not None:
+            arrays["weights"] = np.asarray(weights)
+        np.savez(cand, **arrays)
+        r = _cli.run(["compare-module", "--expected", os.fspath(fixture), "--actual", cand])
+    return ModuleResult(r.returncode, (r.stdout + r.stderr).strip())
+
+
+def _np(t):
+    import torch
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def mha_arrays(module):
+    """The weights of an nn.MultiheadAttention as import_module's arrays ([out, in], its own packing)."""
+    if module.bias_k is not None or module.add_zero_attn:
+        raise NotImplementedError("check_module: add_bias_kv and add_zero_attn are not in the module problem model")
+    a = {}
+    if module._qkv_same_embed_dim:
+        a["wqkv"] = _np(module.in_proj_weight)  # [3E, E], rows q | k | v (packing "packed")
+        if module.in_proj_bias is not None:
+            a["bqkv"] = _np(module.in_proj_bias)
+    else:
+        a["wq"], a["wk"], a["wv"] = (_np(w) for w in (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight))
+        if module.in_proj_bias is not None:
+            E = module.embed_dim
+            a["bq"], a["bk"], a["bv"] = (_np(module.in_proj_bias[i * E:(i + 1) * E]) for i in range(3))
+    a["wo"] = _np(module.out_proj.weight)
+    if module.out_proj.bias is not None:
+        a["bo"] = _np(module.out_proj.bias)
+    return a
+
+
+def check_module(module, x, x2=None, *, key_padding_mask=None, causal=False, need_weights=True,
+                 average_attn_weights=True, fixture=None):
+    """Checks a PyTorch nn.MultiheadAttention end to end: its weights and x (x2 for cross attention) become a
+    module fixture, its forward (eval mode: dropout must be off) is judged against the fp64 reference with the
+    module tolerance. causal=True passes a top-left causal attn_mask. Raises AssertionError on a failure (with the
+    diagnosis); returns the ModuleResult. x, x2 follow the module's batch_first."""
+    import torch
+    if module.training and module.dropout > 0:
+        raise ValueError("check_module: call module.eval() first (its dropout mask cannot be reproduced)")
+    kv = x if x2 is None else x2
+    bx, bkv = (t if module.batch_first else t.transpose(0, 1) for t in (x, kv))  # [B, L, E]
+    Lq, Lk = bx.shape[1], bkv.shape[1]
+    attn_mask = torch.triu(torch.ones(Lq, Lk, dtype=torch.bool), 1) if causal else None
+    with torch.no_grad():
+        y, w = module(x, kv, kv, key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
+                      average_attn_weights=average_attn_weights)
+    by = y if module.batch_first else y.transpose(0, 1)
+    arrays = dict(mha_arrays(module), x=_np(bx))
+    if x2 is not None:
+        arrays["x2"] = _np(bkv)
+    if key_padding_mask is not None:
+        arrays["key_padding_mask"] = key_padding_mask.cpu().numpy().astype(np.uint8)
+    dtype = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}[x.dtype]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = fixture or os.path.join(tmp, "module.h5")
+        import_module(arrays, path, module.num_heads, packing="packed" if "wqkv" in arrays else None,
+                      causal="top-left" if causal else None, dtype=dtype, need_weights=need_weights,
+                      average_weights=need_weights and average_attn_weights)
+        # y in float32 (judged as delivered: finer than the module dtype is fine); weights in the dtype delivered,
+        # since the bound adds their rounding to it (bf16 as uint16 bits)
+        r = compare_module(path, by.float().cpu().numpy(), None if w is None else _np(w))
+    if not r:
+        raise AssertionError("check_module: %s fails the module reference:\n%s" % (type(module).__name__, r.text))
+    return r

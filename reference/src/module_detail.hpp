@@ -1,0 +1,41 @@
+// The module reference's internals shared by its forward (module_reference.cpp), tolerance (module_tolerance.cpp)
+// and backward (module_backward.cpp): the projection rows, the projected heads and the trace of one forward.
+#pragma once
+
+#include <vector>
+
+#include "attncheck/module_problem.hpp"
+#include "attncheck/reference.hpp"
+
+namespace attncheck::module_detail {
+
+inline size_t at(int64_t i) { return static_cast<size_t>(i); }
+
+// One projection's weight rows selected from wq/wk/wv or from the packed wqkv, as a dense [rows, in] matrix.
+struct Rows {
+  int64_t rows = 0, in = 0;
+  std::vector<double> w, b;  // b empty without a bias
+};
+
+// q, k or v after the projection and the head split, [B, H, L, D] row-major: exact values and the magnitudes
+// |b| + sum_e |x_e||W_e| their accumulation errors scale with.
+struct Heads {
+  int64_t H = 0, L = 0, D = 0;
+  std::vector<double> val, mag;
+};
+
+// Everything the tolerance model and the backward need besides the result.
+struct Trace {
+  Problem attn;  // the fp64 attention that ran
+  Inputs ai;     // its inputs (q, k, v in fp64, the module's mask, bias, keep)
+  Heads q, k, v;
+  ReferenceResult r;           // its out [B, Hq, Lq, Dv] and pre-dropout weights
+  std::vector<double> merged;  // [B, Lq, Hq*Dv]
+};
+
+// The row of a packed weight that holds feature d of head h of q (which = 0), k (1) or v (2).
+int64_t packed_row(const ModuleProblem& m, Packing pk, int which, int64_t h, int64_t d);
+Rows select(const ModuleProblem& m, const ModuleInputs& in, int which, ModuleFault fault);
+ModuleResult forward(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault, Trace& t);
+
+}  // namespace attncheck::module_detail

@@ -1,0 +1,23 @@
+// Module fixtures inside `attncheck verify` (cmd_module.cpp): one row per implementation, judged through its module
+// entry; an implementation without one reports the fixture as unsupported.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attncheck/impl.hpp"
+#include "report.hpp"
+
+namespace attncheck::cli {
+
+struct ModuleRow {
+  CaseResult row;
+  std::vector<std::string> lines;  // printed under the row (the diagnosis)
+};
+
+// The case name of a module fixture file ("" when it cannot be read: module_rows then gives its input-error row).
+std::string module_case_name(const std::string& file);
+std::vector<ModuleRow> module_rows(const std::string& file, const std::vector<ImplPtr>& impls,
+                                   const std::vector<Support>& avail, bool diagnose, double tol_scale);
+
+}  // namespace attncheck::cli
