@@ -100,6 +100,29 @@ def seed_case(bare_view):
     return fn
 
 
+def seed002_walkthrough():
+    """Seed 002's worked example run as its code reads (x @ W with W [d, d_out], softmax(omega / sqrt(d_k))): every
+    query's context vector against the module reference (Wo = identity). docs/module.md lists which of the seed's
+    printed tables its code does not reproduce."""
+    sentence = "The sun rises in the east"
+    dc = {s: i for i, s in enumerate(sorted(sentence.split()))}
+    torch.manual_seed(123)
+    embed = torch.nn.Embedding(50_000, 3)
+    x = embed(torch.tensor([dc[s] for s in sentence.split()])).detach()
+    torch.manual_seed(123)
+    W_query, W_key, W_value = torch.rand(3, 2), torch.rand(3, 2), torch.rand(3, 4)
+    keys, values = x @ W_key, x @ W_value
+    weights = torch.softmax((x @ W_query) @ keys.T / 2 ** 0.5, dim=-1)
+    context = weights @ values
+    arrays = dict(x=x.numpy()[None], wq=W_query.T.numpy(), wk=W_key.T.numpy(), wv=W_value.T.numpy(),
+                  wo=torch.eye(4).numpy())
+    with tempfile.TemporaryDirectory() as tmp:
+        case = attncheck.import_module(arrays, tmp + "/seed002.h5", 1, need_weights=True)
+        r = attncheck.compare_module(case, context.numpy()[None], weights.numpy()[None, None])
+    assert r, r.text
+
+
+run("seed 002 worked example (x @ W, d_k = 2, d_v = 4)", seed002_walkthrough)
 run("seed MultiHeadAttention (view + transpose)", seed_case(False))
 run("seed MultiHeadAttention with a bare view: caught, head-split", seed_case(True))
 if failures:
