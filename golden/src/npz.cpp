@@ -156,6 +156,12 @@ std::map<std::string, UserArray> read_npz(const std::string& path, uint64_t max_
   std::string b(size, '\0');
   in.seekg(0);
   in.read(b.data(), std::streamsize(size));
+  return parse_npz(b, path, max_bytes);
+}
+
+std::map<std::string, UserArray> parse_npz(const std::string& b, const std::string& path, uint64_t max_bytes) {
+  if (b.size() > max_bytes)
+    fail(path, "is " + std::to_string(b.size()) + " bytes, more than the cap of " + std::to_string(max_bytes));
   // End of central directory: the last "PK\5\6" within the final 64 KiB + 22 bytes.
   size_t eocd = std::string::npos;
   for (size_t i = b.size() >= 22 ? b.size() - 22 : 0; i != size_t(-1) && b.size() - i <= 65557 + 22; --i)
