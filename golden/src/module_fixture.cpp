@@ -221,30 +221,50 @@ void write_module_fixture(const std::string& path, const ModuleFixture& f) {
   write_file_durably(path, module_fixture_image(path, f));
 }
 
+namespace {
+bool kind_is_module(const std::string& path) {
+  h5::QuietErrors quiet;
+  h5::Reader r{path};
+  h5::Id file = r.open_file();
+  h5::Id root = r.open_group(file, "/");
+  return r.has_attr(root, "kind") && r.attr_str(root, "/", "kind") == "module";
+}
+
+ModuleFixture read_prefixed(const std::string& path) {
+  try {
+    return read(path);
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    if (msg.rfind(path + ": ", 0) == 0) throw;
+    throw std::invalid_argument(path + ": " + msg);
+  }
+}
+}  // namespace
+
 ModuleFixture read_module_fixture(const std::string& path) {
-  return h5::untrusted_read(path, "module", [&] {
-    try {
-      return read(path);
-    } catch (const std::invalid_argument& e) {
-      const std::string msg = e.what();
-      if (msg.rfind(path + ": ", 0) == 0) throw;
-      throw std::invalid_argument(path + ": " + msg);
-    }
-  });
+  return h5::untrusted_read(path, "module", [&] { return read_prefixed(path); });
 }
 
 bool is_module_fixture(const std::string& path) {
   try {
-    return h5::untrusted_read(path, "module-kind", [&] {
-      h5::QuietErrors quiet;
-      h5::Reader r{path};
-      h5::Id file = r.open_file();
-      h5::Id root = r.open_group(file, "/");
-      return r.has_attr(root, "kind") && r.attr_str(root, "/", "kind") == "module";
-    });
+    return h5::untrusted_read(path, "module-kind", [&] { return kind_is_module(path); });
   } catch (const std::exception&) {
     return false;
   }
+}
+
+void prepare_module_reads(const std::vector<std::string>& paths) {
+  std::vector<h5::FileImage> images;
+  for (const std::string& p : paths)
+    if (std::optional<h5::FileImage> img = h5::load_image(p)) images.push_back(std::move(*img));
+  std::vector<const h5::FileImage*> all, modules;
+  for (const auto& img : images) all.push_back(&img);
+  // One child for every file's kind, then one for the module fixtures' full reads (vet_in_child keeps outcomes).
+  h5::vet_in_child(all, "module-kind", [](const h5::FileImage& img) { (void)kind_is_module(img.path); });
+  for (const auto* img : all)
+    if (is_module_fixture(img->path)) modules.push_back(img);
+  if (!modules.empty())
+    h5::vet_in_child(modules, "module", [](const h5::FileImage& img) { (void)read_prefixed(img.path); });
 }
 
 }  // namespace attncheck

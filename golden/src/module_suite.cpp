@@ -2,6 +2,7 @@
 // dropout on the weights, multi-head with separate, packed and interleaved weights, GQA, Dqk != Dv, key padding,
 // an attention mask, cross attention) in fp32, fp16 and bf16 at small shapes (golden/ has a size cap).
 #include <cmath>
+#include <iterator>
 
 #include "attncheck/module_suite.hpp"
 #include "attncheck/rng.hpp"
@@ -26,6 +27,7 @@ struct Case {
   const char* mask;  // "", "padding" ([B,1,1,Lk]) or "attn" ([1,1,Lq,Lk])
   double dropout;
   Alignment align = Alignment::top_left;
+  const char* extra = "";  // "bias": an additive bias [1, Hq, Lq, Lk]; "lengths": key_lengths padding and a softcap
 };
 
 // clang-format off
@@ -46,6 +48,8 @@ const Case kCases[] = {
   {"cross attention, separate",            2, 4, 7, 8, 6,   2, 2,  3,  4, 6,  Packing::separate,    false, true,  false, true,  true,  "",        0},
   {"cross attention, packed (nn.MHA)",     2, 4, 7, 8, 8,   2, 2,  4,  4, 8,  Packing::packed,      true,  true,  false, false, false, "attn",    0},
   {"causal cross, bottom-right",           1, 4, 7, 6, 5,   2, 1,  4,  4, 6,  Packing::separate,    true,  false, true,  true,  false, "",        0.2, Alignment::bottom_right},
+  {"additive bias per head (ALiBi-like)",  2, 5, 5, 8, 0,   2, 2,  4,  4, 8,  Packing::packed,      true,  true,  true,  true,  false, "",        0,   Alignment::top_left, "bias"},
+  {"key_lengths padding, softcap",         2, 6, 6, 8, 0,   2, 1,  4,  4, 6,  Packing::interleaved, true,  true,  false, true,  true,  "",        0,   Alignment::top_left, "lengths"},
 };
 // clang-format on
 
@@ -71,15 +75,19 @@ ModuleInputs generate_module_inputs(const ModuleProblem& m, uint64_t seed) {
           t.put(b, 0, i, j, keep ? 1 : 0);
         }
   }
+  if (in.bias) fill(*in.bias, r.split(31), 2.0, false);
   if (in.keep) *in.keep = make_keep_mask(p);
   return in;
 }
 
 std::vector<ModuleFixture> module_suite() {
   std::vector<ModuleFixture> out;
-  uint64_t seed = 3500;
-  for (DType t : {DType::f32, DType::f16, DType::bf16})
-    for (const Case& c : kCases) {
+  const DType dtypes[] = {DType::f32, DType::f16, DType::bf16};
+  for (uint64_t d = 0; d < 3; ++d)
+    for (uint64_t k = 0; k < std::size(kCases); ++k) {
+      const Case& c = kCases[k];
+      const DType t = dtypes[d];
+      const uint64_t seed = 3500 + 100 * d + k;  // a case keeps its seed when cases are added
       ModuleProblem m;
       Problem& p = m.attn;
       p.dtype = t;
@@ -89,6 +97,8 @@ std::vector<ModuleFixture> module_suite() {
       if (std::string(c.mask) == "padding") p.mask_shape = std::array<int64_t, 4>{c.B, 1, 1, c.Lk};
       if (std::string(c.mask) == "attn") p.mask_shape = std::array<int64_t, 4>{1, 1, c.Lq, c.Lk};
       if (c.dropout > 0) p.dropout_p = c.dropout, p.dropout_seed = seed;
+      if (std::string(c.extra) == "bias") p.bias_shape = std::array<int64_t, 4>{1, c.Hq, c.Lq, c.Lk};
+      if (std::string(c.extra) == "lengths") p.key_lengths = {c.Lk, c.Lk - 3}, p.softcap = 5.0;
       m.d_in = c.d_in, m.d_in2 = c.d_in2, m.d_out = c.d_out, m.packing = c.packing;
       m.qkv_bias = c.qkv_bias, m.out_bias = c.out_bias, m.average_weights = c.average;
       Provenance prov;
@@ -97,7 +107,6 @@ std::vector<ModuleFixture> module_suite() {
       prov.distribution = "normal";
       prov.command = std::string("attncheck generate-modules (") + c.what + ")";
       out.push_back(make_module_fixture(m.name() + "/normal", m, generate_module_inputs(m, seed), prov));
-      ++seed;
     }
   return out;
 }

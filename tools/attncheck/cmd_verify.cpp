@@ -135,6 +135,7 @@ std::vector<std::pair<std::string, std::string>> list_fixtures(const std::string
       files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   prepare_fixture_reads(files);  // every file read once in one separate process, not one process per read
+  prepare_module_reads(files);   // likewise for the module-fixture check and the module fixtures
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& f : files) {
     std::string name;

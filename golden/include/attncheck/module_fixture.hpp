@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "attncheck/fixture.hpp"
 #include "attncheck/module_problem.hpp"
@@ -27,5 +28,8 @@ ModuleFixture read_module_fixture(const std::string& path);
 // Whether `path` is an HDF5 file whose root says kind = "module". False for everything else, unreadable files
 // included (the attention fixture reader then reports those).
 bool is_module_fixture(const std::string& path);
+// Vets `paths` for is_module_fixture, and the module fixtures among them for read_module_fixture, in two child
+// processes in all (untrusted.hpp) instead of one per file and call: for callers about to look at many files.
+void prepare_module_reads(const std::vector<std::string>& paths);
 
 }  // namespace attncheck
