@@ -1,4 +1,4 @@
-// libFuzzer target (issue 16): one input is the bytes of an HDF5 file, read as a fixture (header, full read,
+// libFuzzer target: one input is the bytes of an HDF5 file, read as a fixture (header, full read,
 // gradients) and as a candidate, the way `attncheck verify/compare/inspect` read files other people wrote. The
 // readers' contract is std::invalid_argument (exit 2 from the CLI); a crash, a sanitizer report, a hang or
 // another exception type is a finding. The input is read from memory through HDF5's core driver (an ImageScope,

@@ -145,7 +145,7 @@ check_libraries() {
 }
 step libraries 30 check_libraries
 step list 30 bash -c "'$bin/attncheck' list > '$work/list.txt'; rc=\$?; cat '$work/list.txt'; exit \$rc"
-step python-syntax 30 $py -m py_compile tools/device/torch_sdpa_worker.py tools/device/triton_attention.py \
+step python-syntax 30 $py -m py_compile examples/python/torch_sdpa_worker.py examples/python/triton_attention.py \
   tools/device/torch_bench.py tools/device/torch_cuda_check.py tools/device/summarize.py
 
 if ((dry)); then
@@ -187,11 +187,11 @@ else
     skip memcheck "compute-sanitizer not on PATH"
   fi
   for b in flash efficient cudnn math; do
-    step "torch-sdpa-$b" 60 "$bin/attncheck" verify --worker "$py tools/device/torch_sdpa_worker.py $b" \
+    step "torch-sdpa-$b" 60 "$bin/attncheck" verify --worker "$py examples/python/torch_sdpa_worker.py $b" \
       --impl "torch-sdpa-$b" --fixtures golden/cases --report "$work/torch-sdpa-$b.json"
   done
   step python-torch-cuda 90 env ATTNCHECK_EXE="$bin/attncheck" $py tools/device/torch_cuda_check.py
-  step triton 90 "$bin/attncheck" verify --worker "$py tools/device/triton_attention.py" --impl triton-flash \
+  step triton 90 "$bin/attncheck" verify --worker "$py examples/python/triton_attention.py" --impl triton-flash \
     --fixtures golden/cases --report "$work/triton.json"
   step long 60 "$bin/attncheck" verify --spec golden/suite-long.json --rows 32 --impl cuda --report "$work/long.json"
   # Speed: the same shapes through attncheck bench (CUDA-event time of the kernels) and PyTorch (CUDA events).

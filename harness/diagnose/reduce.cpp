@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "attncheck/mods.hpp"
+
 #include "attncheck/reference.hpp"
 #include "derive.hpp"
 
@@ -55,12 +56,13 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   if (!groups && !within) bad("heads do not keep the GQA map");
   if (p.past_len > 0 && (k.k0 != 0 || k.nk <= p.past_len)) bad("cuts into the KV-cache past or keeps no new key");
   if (!p.cu_seqlens_q.empty()) bad("of a varlen problem (reduce() takes one sequence first)");
-  // Their parameters are per batch, per head or per key position (slopes, document ids, prefix lengths), and the
-  // cut does not yet slice and shift them: a case with modifications stays whole.
-  if (uses_modifications(p)) bad("of a problem with score or mask modifications (their parameters are not cut)");
   if (p.page_size > 0 && k.k0 % p.page_size != 0)  // key k0 must be token 0 of a page for the table to address it
     bad("drops keys [0, " + std::to_string(k.k0) + ") of a paged KV cache: not a whole number of pages (page_size=" +
         std::to_string(p.page_size) + ")");
+
+  if (p.chunk_size > 0 && k.k0 % p.chunk_size != 0)  // chunks are counted from key 0
+    bad("drops keys [0, " + std::to_string(k.k0) + ") of a chunked problem: not whole chunks (chunk_size=" +
+        std::to_string(p.chunk_size) + ")");
 
   prop::Case d = c;
   Problem& q = d.p;
@@ -73,7 +75,7 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   // Row i and key j of the cut are row i0 + i and key k0 + j of the original: the diagonal moves by i0 - k0.
   if (!p.causal_offsets.empty())
     q.causal_offsets.assign(p.causal_offsets.begin() + k.b0, p.causal_offsets.begin() + k.b0 + k.nb);
-  if (p.causal || p.has_window()) {
+  if (p.causal || p.has_window() || uses_modifications(p)) {  // modifications read the query's diagonal position
     std::vector<int64_t> off;
     for (int64_t b = 0; b < k.nb; ++b) off.push_back(k.i0 - k.k0 + p.diagonal_offset(k.b0 + b));
     bool top_left = true, bottom_right = true, same = true;
@@ -93,6 +95,27 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
       if (same) q.causal_offset = off[0];
       else q.causal_offsets = off;
     }
+  }
+
+  // Modification parameters of the kept batches, heads and keys (mods.hpp; positions moved with the diagonal).
+  if (!p.alibi_slopes.empty()) {
+    const bool per_batch = static_cast<int64_t>(p.alibi_slopes.size()) != p.Hq;
+    q.alibi_slopes.clear();
+    for (int64_t b = 0; b < (per_batch ? k.nb : 1); ++b)
+      for (int64_t h = 0; h < k.nh; ++h)
+        q.alibi_slopes.push_back(p.alibi_slopes[static_cast<size_t>((per_batch ? (k.b0 + b) * p.Hq : 0) + k.h0 + h)]);
+  }
+  if (!p.t5_table.empty())
+    q.t5_table.assign(p.t5_table.begin() + k.h0 * p.t5_buckets, p.t5_table.begin() + (k.h0 + k.nh) * p.t5_buckets);
+  if (!p.doc_ids.empty()) {
+    q.doc_ids.clear();
+    for (int64_t b = k.b0; b < k.b0 + k.nb; ++b)
+      q.doc_ids.insert(q.doc_ids.end(), p.doc_ids.begin() + b * p.Lk + k.k0, p.doc_ids.begin() + b * p.Lk + k.k0 + k.nk);
+  }
+  if (!p.prefix_lengths.empty()) {
+    q.prefix_lengths.clear();
+    for (int64_t b = k.b0; b < k.b0 + k.nb; ++b)
+      q.prefix_lengths.push_back(std::clamp(p.prefix_lengths[static_cast<size_t>(b)] - k.k0, int64_t{0}, k.nk));
   }
 
   const auto so = storage_order(p.layout);

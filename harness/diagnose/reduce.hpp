@@ -1,4 +1,4 @@
-// Smallest repro (issue 18 item 4): a failing case reduced greedily — one packed sequence (varlen), the contiguous
+// Smallest repro: a failing case reduced greedily — one packed sequence (varlen), the contiguous
 // problem a paged cache stands for (when the failure survives it), one batch, one KV group, one query head, half
 // the query rows at a time, the shortest failing key prefix then suffix, the fewest head-dim columns, the features it
 // does not need — while the candidate still fails with the same top diagnosis. The result is an ordinary case; the

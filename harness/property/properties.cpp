@@ -61,6 +61,12 @@ bool Checker::compare(const std::string& what, const std::vector<int64_t>& shape
   if (actual.size() != expected.size())
     return fail(what + ": " + std::to_string(actual.size()) + " elements, expected " + std::to_string(expected.size()));
   const TensorVerdict v = compare_values(what, shape, expected, actual, tol);
+  // Profiled in the ulps of the dtype the tensor is delivered in (Outputs, problem.hpp): out in out_dtype, the
+  // KV cache in the inputs' dtype, the statistics (lse, weights, scores) in stat_dtype.
+  const DType delivered = what.rfind("out", 0) == 0       ? c.p.out_dtype()
+                          : what.rfind("present", 0) == 0 ? c.p.dtype
+                                                          : c.p.stat_dtype();
+  result.profiles.emplace_back(what, profile_accuracy(expected, actual, tol, delivered));
   if (std::isfinite(v.expected) && std::isfinite(v.actual) && v.tolerance > 0) {
     const double ratio = std::abs(v.actual - v.expected) / v.tolerance;
     if (ratio > result.ratio && result.kind == Outcome::pass)  // a passing outcome's message: its worst element

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/accuracy.hpp"
 #include "attncheck/impl.hpp"
 #include "case.hpp"
 
@@ -14,7 +15,10 @@ struct Outcome {
   enum Kind { pass, fail, unsupported } kind = pass;
   std::string message;  // fail: case name, worst index, expected, actual, error, tolerance; unsupported: reason
   double ratio = 0.0;   // largest error / tolerance seen by the comparisons of this check (0 when none)
-  static Outcome unsup(std::string why) { return {unsupported, std::move(why), 0.0}; }
+  // The accuracy profile of each comparison (accuracy.hpp), in the order made: its tensor's name and profile. The
+  // expected side is the reference, or for a metamorphic property the implementation's own other run.
+  std::vector<std::pair<std::string, Accuracy>> profiles;
+  static Outcome unsup(std::string why) { return {unsupported, std::move(why), 0.0, {}}; }
 };
 
 struct Property {

@@ -32,6 +32,8 @@ struct RcRun {
   double max_ratio = 0;     // over passing cases
   std::map<std::string, double> max_ratio_by_dtype;
   std::string worst;        // the passing comparison closest to its tolerance
+  // The accuracy profile over passing cases, per compared tensor and dtype (merge_accuracy of each case's).
+  std::map<std::pair<std::string, std::string>, Accuracy> accuracy;
 };
 
 inline RcRun rc_run(const Property& prop, const Impl& impl, const rc::detail::TestParams& params, int64_t budget,
@@ -59,6 +61,7 @@ inline RcRun rc_run(const Property& prop, const Impl& impl, const rc::detail::Te
         out.max_ratio = std::max(out.max_ratio, o.ratio);
         double& by = out.max_ratio_by_dtype[to_string(built.p.dtype)];
         by = std::max(by, o.ratio);
+        for (const auto& [tensor, a] : o.profiles) merge_accuracy(out.accuracy[{tensor, to_string(a.ulp_dtype)}], a);
       },
       rc::detail::TestMetadata{prop.name, prop.name}, params);
   std::ostringstream rc_msg;

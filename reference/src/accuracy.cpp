@@ -40,12 +40,25 @@ double ulp_of(DType t, double x) {
   return std::ldexp(1.0, e - (p - 1));
 }
 
+namespace {
+// The derived figures of a profile from its counts and sums.
+void finish(Accuracy& a) {
+  a.present = a.n > 0;
+  if (a.n_nonfinite > 0) a.rms_rel = std::numeric_limits<double>::infinity();
+  else if (a.ref2 > 0) a.rms_rel = std::sqrt(a.err2 / a.ref2);
+  else a.rms_rel = a.err2 > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+  a.bias_ulp = a.bias_mag_ulp = 0;
+  if (a.ulp_sum > 0) a.bias_ulp = a.err_sum / a.ulp_sum, a.bias_mag_ulp = a.err_mag_sum / a.ulp_sum;
+  a.effective_bits.reset();
+  if (a.rms_rel > 0 && std::isfinite(a.rms_rel)) a.effective_bits = -std::log2(a.rms_rel);
+}
+}  // namespace
+
 Accuracy profile_accuracy(const std::vector<double>& expected, const std::vector<double>& actual,
                           const std::vector<double>& tol, DType ulp_dtype, const std::vector<char>* judged,
                           size_t row_len) {
   Accuracy a;
   a.ulp_dtype = ulp_dtype;
-  double err2 = 0, ref2 = 0, err_sum = 0, err_mag_sum = 0, ulp_sum = 0;
   for (size_t n = 0; n < expected.size() && n < actual.size(); ++n) {
     if (judged && !(*judged)[n / row_len]) continue;
     const double e = expected[n], x = actual[n];
@@ -59,20 +72,32 @@ Accuracy profile_accuracy(const std::vector<double>& expected, const std::vector
     }
     const double err = x - e, ulp = ulp_of(ulp_dtype, e), t = n < tol.size() ? tol[n] : 0.0;
     a.share = std::max(a.share, t > 0 ? std::abs(err) / t : err != 0 ? std::numeric_limits<double>::infinity() : 0.0);
-    err2 += err * err, ref2 += e * e;
-    err_sum += err, err_mag_sum += (e < 0 ? -err : err), ulp_sum += ulp;
+    a.err2 += err * err, a.ref2 += e * e;
+    a.err_sum += err, a.err_mag_sum += (e < 0 ? -err : err), a.ulp_sum += ulp;
     const double u = std::abs(err) / ulp;
     size_t bin = 0;
     while (bin < kUlpEdges.size() && u > kUlpEdges[bin]) ++bin;
     ++a.ulp_hist[bin];
   }
-  a.present = a.n > 0;
-  if (a.n_nonfinite > 0) a.rms_rel = std::numeric_limits<double>::infinity();
-  else if (ref2 > 0) a.rms_rel = std::sqrt(err2 / ref2);
-  else a.rms_rel = err2 > 0 ? std::numeric_limits<double>::infinity() : 0.0;
-  if (ulp_sum > 0) a.bias_ulp = err_sum / ulp_sum, a.bias_mag_ulp = err_mag_sum / ulp_sum;
-  if (a.rms_rel > 0 && std::isfinite(a.rms_rel)) a.effective_bits = -std::log2(a.rms_rel);
+  finish(a);
   return a;
+}
+
+void merge_accuracy(Accuracy& total, const Accuracy& part) {
+  if (!part.present) return;
+  if (!total.present) {
+    total = part;
+    return;
+  }
+  if (total.ulp_dtype != part.ulp_dtype)
+    throw std::invalid_argument(std::string("merge_accuracy: ulps of ") + to_string(total.ulp_dtype) + " and " +
+                                to_string(part.ulp_dtype) + " do not add");
+  total.n += part.n, total.n_nonfinite += part.n_nonfinite;
+  total.share = std::max(total.share, part.share);
+  for (size_t b = 0; b < total.ulp_hist.size(); ++b) total.ulp_hist[b] += part.ulp_hist[b];
+  total.err2 += part.err2, total.ref2 += part.ref2, total.err_sum += part.err_sum;
+  total.err_mag_sum += part.err_mag_sum, total.ulp_sum += part.ulp_sum;
+  finish(total);
 }
 
 }  // namespace attncheck

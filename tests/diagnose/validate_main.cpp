@@ -1,6 +1,6 @@
 // Prints the diagnoser's validation tables (docs/diagnosis.md quotes them): the selftest mutants on the golden
 // fixtures, and the detection-power faults on grid problems. Fails when any diagnosed failure's top tag is not its
-// injected cause (issue 18: every mutant and fault diagnosed as what it is), listing each such miss.
+// injected cause (every mutant and fault diagnosed as what it is), listing each such miss.
 #include <cstdio>
 #include <cstdlib>
 #include <string>

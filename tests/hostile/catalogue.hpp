@@ -1,4 +1,4 @@
-// The malformed-input catalogue (issue 16, label hostile): damaged copies of valid golden fixtures and of a valid
+// The malformed-input catalogue (label hostile): damaged copies of valid golden fixtures and of a valid
 // candidate, made at test time with the HDF5 C API and by editing bytes, each run through every verb that reads it.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The work budget (issue 16): a small fixture can declare shapes that mean hours of reference work (its datasets
+// The work budget: a small fixture can declare shapes that mean hours of reference work (its datasets
 // chunked and never written, so HDF5 reads them as zeros from a ~60 KB file), and a spec can ask for them. Every
 // verb that reads such a file now refuses it from the attributes, exit 2, naming --max-work / --max-memory; the
 // flags override the defaults (sized for the machine).

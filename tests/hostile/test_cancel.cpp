@@ -1,4 +1,4 @@
-// Ctrl-C and SIGTERM on long runs (issue 16): the run stops at its next step with exit 128 + signal, and leaves no
+// Ctrl-C and SIGTERM on long runs: the run stops at its next step with exit 128 + signal, and leaves no
 // partial file: every fixture written so far is whole (byte-identical to the checked-in one), no report, no
 // temporary. Progress is drawn on stderr only when it is a terminal (a pty through script(1)), never into a pipe.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// The malformed-input catalogue (issue 16): each generated case (catalogue_cases.cpp) through every verb that
+// The malformed-input catalogue: each generated case (catalogue_cases.cpp) through every verb that
 // reads it, each run under a timeout. A damaged fixture goes through inspect, compare (with a good candidate),
 // verify and import (which reads its /inputs arrays); a damaged candidate through compare and inspect --actual
 // (with the good fixture). Expected: exit 2 and an

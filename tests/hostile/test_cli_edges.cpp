@@ -1,4 +1,4 @@
-// Sloppy edges of the CLI (issue 16): `selftest --cases -3` ran with the default, `verify --shard ''` ran
+// Sloppy edges of the CLI: `selftest --cases -3` ran with the default, `verify --shard ''` ran
 // unsharded, stdout was block-buffered into a pipe (a killed generate/selftest showed nothing; verify flushed its
 // rows), and the build tree's RUNPATH ended in an empty entry (the current directory searched for libraries).
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Durable writes (issue 16): a full disk is an error naming the file (generate used to crash with SIGSEGV at exit
+// Durable writes: a full disk is an error naming the file (generate used to crash with SIGSEGV at exit
 // after HDF5 closed a file whose flush failed, twice), every file attncheck writes is fsynced, renamed and its
 // directory fsynced (checked with strace), and temporaries of dead processes are removed by the next write.
 #include <gtest/gtest.h>

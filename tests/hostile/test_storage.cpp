@@ -1,4 +1,4 @@
-// Candidate files from hostile or careless writers (issue 16): a bf16 `encoding` stored as a variable-length string
+// Candidate files from hostile or careless writers: a bf16 `encoding` stored as a variable-length string
 // is refused (HDF5 1.10's variable-length string reader is not safe on crafted files), the fixed-length one is read;
 // the memory cap counts only the outputs a candidate holds (an out-only candidate of a large fixture is valid).
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Hostile machines (issue 16): a thread the OS refuses (a container's pids limit, RLIMIT_NPROC; simulated by the
+// Hostile machines: a thread the OS refuses (a container's pids limit, RLIMIT_NPROC; simulated by the
 // refuse_threads LD_PRELOAD shim) used to end in std::terminate in the reference, the CPU implementations and the
 // bench. Now the work-sharing pools run with the threads they got and the bench (static split) exits 2; a bad
 // ATTNCHECK_THREADS (100000, text) is exit 2 naming the variable.

@@ -1,4 +1,4 @@
-// Exact cases (issue 11 item 4, docs/tolerance.md "Exact cases"): golden fixtures whose answer is representable in
+// Exact cases (docs/tolerance.md "Exact cases"): golden fixtures whose answer is representable in
 // the output dtype carry exact_out and are judged for equality, so a 1-ulp difference fails where the bound alone
 // admits it; a false exactness claim is refused when a case is built and when a file is read.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Long context in minutes (issue 11): the reference on sampled query rows is the full reference on those rows,
+// Long context in minutes: the reference on sampled query rows is the full reference on those rows,
 // the rows include where kernels go wrong, and the judge checks the sampled rows against it and every row without it.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Golden suite v2 (issue 11): every pair of feature values is covered by at least two fixtures, no two fixtures
+// Golden suite v2: every pair of feature values is covered by at least two fixtures, no two fixtures
 // share a generated row, and each hazard distribution plants what generate.hpp promises.
 #include <gtest/gtest.h>
 
@@ -107,7 +107,7 @@ TEST(SuiteV2, NoTwoFixturesShareASeedOrAGeneratedQueryRow) {
   }
 }
 
-// The committed golden/ stays small enough for a fast clone (issue 11: at most 30 MB).
+// The committed golden/ stays small enough for a fast clone (at most 30 MB).
 TEST(SuiteV2, CommittedGoldenDirectoryIsAtMost30MB) {
   uintmax_t bytes = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(GOLDEN_DIR))

@@ -86,6 +86,26 @@ TEST(Profile, NonFiniteAndSampledRowsAndExactResults) {
   EXPECT_FALSE(p.effective_bits);  // exact: no finite precision to report
 }
 
+TEST(Profile, MergedProfilesAreThoseOfAllElementsTogether) {
+  const double u = std::ldexp(1.0, -24);
+  // KnownErrors' four elements in two comparisons: the merged figures are the same hand-computed ones.
+  const Accuracy a = profile_accuracy({1.0, 2.0}, {1.0, 2.0 + 2 * u}, {32 * u, 32 * u}, DType::f32);
+  const Accuracy b = profile_accuracy({-4.0, 0.5}, {-4.0 + 8 * u, 0.5 + 3 * u}, {32 * u, 32 * u}, DType::f32);
+  Accuracy m;
+  merge_accuracy(m, a);
+  merge_accuracy(m, b);
+  EXPECT_EQ(m.n, 4);
+  EXPECT_EQ(m.ulp_hist, (std::array<int64_t, 6>{1, 1, 1, 0, 1, 0}));
+  EXPECT_DOUBLE_EQ(m.bias_ulp, 13.0 / 15);
+  EXPECT_DOUBLE_EQ(m.bias_mag_ulp, (2.0 - 8 + 3) / 15);
+  EXPECT_DOUBLE_EQ(m.share, 8 * u / (32 * u));
+  EXPECT_DOUBLE_EQ(m.rms_rel, std::sqrt((4.0 + 64 + 9) * u * u / (1 + 4 + 16 + 0.25)));
+  merge_accuracy(m, Accuracy{});  // an empty profile changes nothing
+  EXPECT_EQ(m.n, 4);
+  // ulps of different dtypes do not add
+  EXPECT_THROW(merge_accuracy(m, profile_accuracy({1.0}, {1.0}, {1.0}, DType::bf16)), std::invalid_argument);
+}
+
 TEST(Report, VerifyWritesTheProfileUnderSchema2) {
   const auto dir = test::scratch("accuracy_report");
   const std::string rep = (dir / "r.json").string();
@@ -110,6 +130,41 @@ TEST(Report, VerifyWritesTheProfileUnderSchema2) {
   EXPECT_GT(a["share_of_bound"].get<double>(), 0.0);
   EXPECT_LE(a["share_of_bound"].get<double>(), 1.0);  // it passed
   EXPECT_GT(a["effective_bits"].get<double>(), 17.0);
+}
+
+TEST(Report, PropertyWritesTheProfileOfEachProperty) {
+  const auto dir = test::scratch("accuracy_property_report");
+  const std::string rep = (dir / "p.json").string();
+  const auto r = test::run("property --impl cpu --property agreement --property causality --cases 12 --no-fixture "
+                           "--report " + rep);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ifstream f(rep);
+  const auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["report"], "property");
+  EXPECT_EQ(j["summary"]["pass"], 2);
+  ASSERT_EQ(j["results"].size(), 2u);
+  const auto& row = j["results"][0];
+  EXPECT_EQ(row["impl"], "cpu");
+  EXPECT_EQ(row["property"], "agreement");
+  EXPECT_EQ(row["status"], "pass");
+  int fp32_out = 0;
+  for (const auto& a : row["accuracy"]) {
+    int64_t total = 0;
+    for (const auto& [bin, count] : a["ulp_hist"].items()) total += count.get<int64_t>();
+    EXPECT_EQ(total, a["n"].get<int64_t>()) << a;
+    EXPECT_LE(a["share_of_bound"].get<double>(), 1.0) << a;  // every merged case passed
+    if (a["tensor"] == "out" && a["dtype"] == "fp32" && a["n"].get<int64_t>() > 0) {
+      ++fp32_out;
+      // fp32 work on small generated cases: more than half the significand, never beyond fp32's 24 bits + rounding
+      EXPECT_GT(a["effective_bits"].get<double>(), 17.0) << a;
+      EXPECT_LT(a["effective_bits"].get<double>(), 27.0) << a;
+    }
+  }
+  EXPECT_EQ(fp32_out, 1) << row["accuracy"];
+  // A report that is not JSON is refused before any work, naming the flag.
+  const auto bad = test::run("property --impl cpu --cases 1 --report " + (dir / "p.xml").string());
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.out.find("--report"), std::string::npos) << bad.out;
 }
 
 }  // namespace

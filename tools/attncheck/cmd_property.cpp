@@ -1,9 +1,12 @@
 // `attncheck property --plugin X.so --cases N`: the property suite (harness/property, RapidCheck with shrinking)
 // against any implementation — built-in, plugin (isolated) or worker. A failure is shrunk and written as a
 // regression fixture that `attncheck verify --fixtures DIR` replays. Exit 0 all hold, 1 a property failed, the
-// implementation is unavailable or no case was supported, 2 bad input.
+// implementation is unavailable or no case was supported, 2 bad input. `--report FILE.json` writes every row with
+// the accuracy profile of its comparisons (docs/property.md#report).
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
 #include "command.hpp"
 #include "invariance.hpp"
@@ -22,12 +25,45 @@ struct Options {
   std::string regressions = "attncheck-regressions";
   bool no_fixture = false;
   bool invariance = false;  // --invariance: the invariance group checks every implementation, declared or not
+  std::string report;
 };
 Options g;
+
+using json = nlohmann::json;
+
+// One report row: an implementation's run of one property ("-" and `unavailable` for an implementation that could
+// not run at all). Numbers that are not finite are written as null.
+json report_row(const std::string& impl, const std::string& property, const std::string& status,
+                const prop::RcRun* r = nullptr, const std::string& message = "") {
+  json row = {{"impl", impl}, {"property", property}, {"status", status}, {"message", message}};
+  if (!r) return row;
+  row["supported"] = r->supported, row["unsupported"] = r->unsupported;
+  row["max_ratio"] = std::isfinite(r->max_ratio) ? json(r->max_ratio) : json(nullptr);
+  if (!r->fixture.empty()) row["fixture"] = r->fixture;
+  json acc = json::array();
+  for (const auto& [key, a] : r->accuracy) {
+    json t = {{"tensor", key.first}, {"dtype", key.second}};
+    t.update(accuracy_json(a));
+    acc.push_back(t);
+  }
+  row["accuracy"] = acc;
+  return row;
+}
+
+void write_property_report(const json& rows) {
+  json summary = {{"pass", 0}, {"fail", 0}, {"unsupported", 0}, {"unavailable", 0}};
+  for (const auto& r : rows) summary[r["status"].get<std::string>()] = summary[r["status"].get<std::string>()].get<int>() + 1;
+  const json j = {{"report", "property"}, {"schema_version", 1}, {"seed", g.seed}, {"cases", g.cases},
+                  {"results", rows}, {"summary", summary}};
+  write_report_file(g.report, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+}
 
 int run_property() {
   load_plugins(g.plugins);
   if (g.cases < 1) throw std::invalid_argument("--cases: must be >= 1, got " + std::to_string(g.cases));
+  if (!g.report.empty() && (g.report.size() < 5 || g.report.substr(g.report.size() - 5) != ".json"))
+    throw std::invalid_argument("--report: the property report is JSON: give FILE.json, got '" + g.report + "'");
+  json rows = json::array();
   std::vector<ImplPtr> impls;
   if (g.impls.empty()) {  // default: the implementations brought on the command line, else every built-in
     for (const auto& i : registry())
@@ -57,6 +93,7 @@ int run_property() {
   for (const auto& impl : impls) {
     if (const Support a = impl->available(); !a.ok) {
       std::printf("UNAVAILABLE %-16s %s\n", impl->name().c_str(), a.reason.c_str());
+      rows.push_back(report_row(impl->name(), "-", "unavailable", nullptr, a.reason));
       ++problems;
       continue;
     }
@@ -74,15 +111,18 @@ int run_property() {
         // The shrunk failure and its spec; RapidCheck's own trace (counterexample dump) is left out.
         const std::string m = r.message.substr(0, r.message.find("\nFalsifiable"));
         std::printf("FAIL        %-16s %-26s %s\n", impl->name().c_str(), p->name, m.c_str());
+        rows.push_back(report_row(impl->name(), p->name, "fail", &r, m));
         if (!r.fixture.empty())
           std::printf("            shrunk case written to %s (replay: attncheck verify --fixtures %s --impl %s, same --plugin/--worker)\n",
                       r.fixture.c_str(), g.regressions.c_str(), impl->name().c_str());
       } else if (r.supported == 0) {
         std::printf("UNSUPPORTED %-16s %-26s no generated case was supported (%d tried)\n", impl->name().c_str(),
                     p->name, r.unsupported);
+        rows.push_back(report_row(impl->name(), p->name, "unsupported", &r, "no generated case was supported"));
       } else {
         std::printf("PASS        %-16s %-26s %d cases, %d unsupported, max error/tol %.3g\n", impl->name().c_str(),
                     p->name, r.supported, r.unsupported, r.max_ratio);
+        rows.push_back(report_row(impl->name(), p->name, "pass", &r, r.worst));
       }
       std::fflush(stdout);
     }
@@ -91,6 +131,7 @@ int run_property() {
       ++problems;
     }
   }
+  if (!g.report.empty()) write_property_report(rows);
   std::printf("\nproperties: %d failed, %d implementations unavailable or unchecked (seed %llu, %d cases each)\n",
               failed, problems, static_cast<unsigned long long>(g.seed), g.cases);
   return failed || problems ? 1 : 0;
@@ -105,6 +146,8 @@ const Register reg{{"property", "Run the property suite (shrinking, regression f
                       sub.add_option("--regressions", g.regressions, "Directory for shrunk failures (fixtures)")
                           ->capture_default_str();
                       sub.add_flag("--no-fixture", g.no_fixture, "Do not write shrunk failures");
+                      sub.add_option("--report", g.report,
+                                     "Write a JSON report: every row with its accuracy profile (FILE.json)");
                       sub.add_flag("--invariance", g.invariance,
                                    "Check rerun and batch invariance whatever the implementations declare "
                                    "(default: only the promises they declare; docs/invariance.md)");

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "attncheck/cancel.hpp"
 #include "attncheck/threads.hpp"
 #include "command.hpp"
+#include "serve.hpp"
 
 namespace attncheck::cli {
 std::vector<Command>& commands() {
@@ -17,11 +19,9 @@ std::vector<Command>& commands() {
 }
 }  // namespace attncheck::cli
 
-int main(int argc, char** argv) {
+namespace {
+int run_cli(int argc, char** argv) {
   using namespace attncheck::cli;
-  // Line-buffered even into a pipe or file: a run that is killed (CI timeout, OOM killer) still shows every case
-  // it finished.
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"attncheck: verify scaled dot-product attention implementations against a looped reference"};
   app.require_subcommand(1);
   auto& cmds = commands();
@@ -52,4 +52,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   return 2;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Line-buffered even into a pipe or file: a run that is killed (CI timeout, OOM killer) still shows every case
+  // it finished.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // `attncheck serve` (serve.hpp) forks this process before any command has run, so each request starts clean.
+  if (argc == 2 && std::string(argv[1]) == "serve") return attncheck::cli::serve(run_cli);
+  return run_cli(argc, argv);
 }

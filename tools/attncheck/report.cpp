@@ -38,16 +38,6 @@ const char* index_names(const TensorVerdict& t, int k) {
   return t.tensor == "weights" ? w[k] : o[k];
 }
 
-json accuracy_json(const Accuracy& a) {
-  json hist = json::object();
-  const char* bins[] = {"0", "le_0.5", "le_1", "le_2", "le_4", "more"};
-  for (size_t b = 0; b < a.ulp_hist.size(); ++b) hist[bins[b]] = a.ulp_hist[b];
-  return {{"ulp_dtype", to_string(a.ulp_dtype)}, {"n", a.n}, {"n_nonfinite", a.n_nonfinite},
-          {"share_of_bound", num(a.share)}, {"rms_rel", num(a.rms_rel)}, {"bias_ulp", num(a.bias_ulp)},
-          {"bias_mag_ulp", num(a.bias_mag_ulp)}, {"ulp_hist", hist},
-          {"effective_bits", a.effective_bits ? num(*a.effective_bits) : json(nullptr)}};
-}
-
 json tensor_json(const TensorVerdict& t) {
   json idx = json::object();
   for (int k = 0; k < t.worst_rank; ++k) idx[index_names(t, k)] = t.worst[static_cast<size_t>(k)];
@@ -128,6 +118,18 @@ std::map<std::string, int> count(const std::vector<CaseResult>& rs) {
   return n;
 }
 
+}  // namespace
+
+json accuracy_json(const Accuracy& a) {
+  json hist = json::object();
+  const char* bins[] = {"0", "le_0.5", "le_1", "le_2", "le_4", "more"};
+  for (size_t b = 0; b < a.ulp_hist.size(); ++b) hist[bins[b]] = a.ulp_hist[b];
+  return {{"ulp_dtype", to_string(a.ulp_dtype)}, {"n", a.n}, {"n_nonfinite", a.n_nonfinite},
+          {"share_of_bound", num(a.share)}, {"rms_rel", num(a.rms_rel)}, {"bias_ulp", num(a.bias_ulp)},
+          {"bias_mag_ulp", num(a.bias_mag_ulp)}, {"ulp_hist", hist},
+          {"effective_bits", a.effective_bits ? num(*a.effective_bits) : json(nullptr)}};
+}
+
 // The report lands complete or not at all (durable_file.hpp); a failure is an input error naming the flag.
 void write_report_file(const std::string& path, const std::string& text) {
   try {
@@ -136,7 +138,6 @@ void write_report_file(const std::string& path, const std::string& text) {
     throw std::invalid_argument(std::string("--report: ") + e.what());
   }
 }
-}  // namespace
 
 CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v) {
   CaseResult r{std::move(fixture), std::move(file), std::move(impl), v.pass ? "pass" : "fail", "", true, {}, "", "", {}};

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "attncheck/tolerance.hpp"
 
 namespace attncheck::cli {
@@ -62,6 +64,10 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
 // The JSON report's text (what write_report writes to a .json path). `case_per_line`: each case compact on its own
 // line, as stored baselines are kept (a regenerated baseline then reads as a per-case diff in review).
 std::string report_json(const std::vector<CaseResult>& rs, double tol_scale = 1.0, bool case_per_line = false);
+// A tensor's accuracy profile as the reports write it (docs/regression.md#report-schema).
+nlohmann::json accuracy_json(const Accuracy& a);
+// Writes a report's text so that it lands complete or not at all; a failure is an input error naming --report.
+void write_report_file(const std::string& path, const std::string& text);
 // Throws std::invalid_argument when the report path has an unknown extension (checked before any work).
 void check_report_path(const std::string& path);
 // CI honesty: what besides failures makes the exit code 1. verify sets both unless --allow-unavailable.

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python"))
 from triton_attention import attention as triton_attention  # noqa: E402
 
 SHAPES = [(1, 16, 2048, 2048, 128), (1, 8, 4096, 4096, 64), (4, 8, 1, 8192, 128)]

@@ -1,4 +1,4 @@
-// The work budget (issue 16): what a fixture's, candidate's or spec's declared shapes imply in memory and in
+// The work budget: what a fixture's, candidate's or spec's declared shapes imply in memory and in
 // reference work is checked before anything is allocated or computed, so a 65 KB file cannot start hours of work
 // or an allocation beyond memory. The readers check the process budget; `attncheck` sets it from --max-memory and
 // --max-work (defaults from machine_budget()).

@@ -32,6 +32,8 @@ struct Accuracy {
   // the reference is all zero). A correctly rounded fp32 output gives about 24.5, fp32 accumulation over a few
   // hundred terms about 22-23, an fp64 computation rounded to fp64 about 53.
   std::optional<double> effective_bits;
+  // The sums the figures above derive from, kept so that profiles of several comparisons merge exactly.
+  double err2 = 0, ref2 = 0, err_sum = 0, err_mag_sum = 0, ulp_sum = 0;
 };
 
 // The spacing of `t`'s values at |x| (subnormal spacing below the smallest normal); t must be a float dtype.
@@ -43,5 +45,9 @@ int precision_bits(DType t);
 Accuracy profile_accuracy(const std::vector<double>& expected, const std::vector<double>& actual,
                           const std::vector<double>& tol, DType ulp_dtype, const std::vector<char>* judged = nullptr,
                           size_t row_len = 1);
+
+// Adds the profile `part` into `total` as if both had been one comparison (same ulp dtype required; an empty total
+// takes part's). Used where one tensor is compared over many cases (the property suite).
+void merge_accuracy(Accuracy& total, const Accuracy& part);
 
 }  // namespace attncheck

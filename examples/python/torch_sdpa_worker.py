@@ -1,5 +1,6 @@
-# PyTorch's scaled_dot_product_attention on a CUDA device as an attncheck worker, held to one backend at a time
-# (torch.nn.attention.sdpa_kernel): flash, efficient, cudnn or math. Usage: torch_sdpa_worker.py BACKEND
+# PyTorch's scaled_dot_product_attention as an attncheck worker, held to one backend at a time
+# (torch.nn.attention.sdpa_kernel): flash, efficient, cudnn or math, on a CUDA device (the default) or on the CPU,
+# where PyTorch has math and flash. Usage: torch_sdpa_worker.py BACKEND [cuda|cpu]
 # Each case is first tried by PyTorch itself (supports): a backend that refuses a case ("No available kernel")
 # reports it unsupported with PyTorch's reason instead of an error. Only `out` is claimed: SDPA returns no lse.
 import sys
@@ -41,8 +42,7 @@ def attn_mask(problem, mask, bias, device):
     return add.expand(B, Hq, Lq, Lk)
 
 
-def run(backend, q, k, v, problem, mask=None, bias=None):
-    dev = "cuda"
+def run(backend, dev, q, k, v, problem, mask=None, bias=None):
     dt = TORCH_DTYPES[problem["dtype"]]
     q, k, v = (torch.from_numpy(np.ascontiguousarray(x)).to(dev).to(dt) for x in (q, k, v))
     m = attn_mask(problem, mask, bias, dev)
@@ -56,14 +56,17 @@ def run(backend, q, k, v, problem, mask=None, bias=None):
 
 
 def main():
-    backend = sys.argv[1]
+    backend, dev = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cuda"
     if backend not in BACKENDS:
         sys.exit(f"torch_sdpa_worker.py: BACKEND must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    available = torch.cuda.is_available()
+    if dev not in ("cuda", "cpu"):
+        sys.exit(f"torch_sdpa_worker.py: DEVICE must be cuda or cpu, got {dev!r}")
+    available = dev == "cpu" or torch.cuda.is_available()
 
     def kernel(q, k, v, *, problem, mask=None, bias=None, keep=None):
-        out = run(backend, q, k, v, problem, mask, bias)
-        torch.cuda.synchronize()
+        out = run(backend, dev, q, k, v, problem, mask, bias)
+        if dev == "cuda":
+            torch.cuda.synchronize()
         return out.float().cpu().numpy()
 
     def supports(problem):
@@ -72,7 +75,7 @@ def main():
                            f"to {problem['dtype']} by this worker, not by the kernel")
         shape = lambda h, l, d: np.zeros((problem["B"], h, l, d), np.float32)  # noqa: E731
         try:
-            run(backend, shape(problem["Hq"], problem["Lq"], problem["Dqk"]),
+            run(backend, dev, shape(problem["Hq"], problem["Lq"], problem["Dqk"]),
                 shape(problem["Hkv"], problem["Lk"], problem["Dqk"]), shape(problem["Hkv"], problem["Lk"], problem["Dv"]),
                 problem, None if not problem.get("mask_shape") else np.ones(problem["mask_shape"], np.uint8),
                 None if not problem.get("bias_shape") else np.zeros(problem["bias_shape"], np.float32))
@@ -80,14 +83,15 @@ def main():
             return False, f"torch {torch.__version__} sdpa_kernel({backend}): {str(e).splitlines()[0]}"
         return True
 
-    name = f"torch-sdpa-{backend}"
+    name = f"torch-sdpa-{backend}" + ("-cpu" if dev == "cpu" else "")
+    where = "the CPU" if dev == "cpu" else torch.cuda.get_device_name(0) if available else "no device"
     attncheck.worker.serve(kernel, {
-        "name": name, "description": f"PyTorch {torch.__version__} SDPA, {backend} backend, on "
-                                     f"{torch.cuda.get_device_name(0) if available else 'no device'}",
+        "name": name, "description": f"PyTorch {torch.__version__} SDPA, {backend} backend, on {where}",
         "available": available, "unavailable_reason": "" if available else "torch.cuda.is_available() is False",
         # The math and cuDNN backends multiply masked values by a zero weight (pytorch#101967): NaN stored in a
-        # masked key reaches their output, so their contract needs finite inputs (measured on an H200, docs/gpu.md).
-        "masked_inputs": "finite-required" if backend in ("math", "cudnn") else "isolated",
+        # masked key reaches their output, so their contract needs finite inputs (measured on an H200, docs/gpu.md);
+        # so does the CPU flash backend (measured: docs/python.md#pytorch-sdpa-on-the-cpu).
+        "masked_inputs": "finite-required" if backend in ("math", "cudnn") or dev == "cpu" else "isolated",
         "policy": "zero", "dtypes": ["f32", "f16", "bf16"], "layouts": ["bhsd"],
         "alignments": ["top_left", "bottom_right", "explicit"], "outputs": ["out"],
         "features": ["gqa", "cross", "dqk_ne_dv", "causal", "per_batch_offsets", "key_padding", "bool_mask", "bias"],

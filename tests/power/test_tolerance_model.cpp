@@ -1,4 +1,4 @@
-// Tolerance model v2 on the cases the issue names: outputs judged in the dtype delivered, the contract decides
+// The tolerance model on the cases it must get right: outputs judged in the dtype delivered, the contract decides
 // (TF32 only when declared), failures name their dominant term, --tol-scale scales exactly, and the bound no
 // longer grows with Lk (a skipped 64-key tile at 128k keys is caught).
 #include <gtest/gtest.h>
@@ -70,7 +70,7 @@ TEST(ToleranceV2, FailureNamesTheDominantTermAndTolScaleIsExact) {
 }
 
 TEST(ToleranceV2, SkippedTileAt128kKeysIsCaughtInEveryDtype) {
-  // Under (Lk+3)u this fault passed at Lk = 131072 (error/tolerance 0.05-0.07, issue 11).
+  // Under (Lk+3)u this fault passed at Lk = 131072 (error/tolerance 0.05-0.07).
   for (DType t : {DType::f32, DType::f16, DType::bf16}) {
     const Problem p = power::grid_problem(131072, t, Flavour::dense, 4);
     const Inputs in = power::grid_inputs(p, Logits::normal, 17);

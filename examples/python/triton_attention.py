@@ -1,6 +1,11 @@
-# A fused attention forward written in Triton for this check (online softmax in base 2, as flash kernels do:
-# exp2 of log2(e)-prefolded scores, P rounded to the input dtype before P·V), served as an attncheck worker.
-# It returns out and the natural-log lse. Usage: triton_attention.py   (needs a CUDA device and triton)
+# A fused attention forward written in Triton (online softmax in base 2, as flash kernels do: exp2 of
+# log2(e)-prefolded scores, P rounded to the input dtype before P·V), served as an attncheck worker. It returns out
+# and the natural-log lse. Runs on a CUDA device; without one, under Triton's interpreter (TRITON_INTERPRET=1, set
+# before triton is imported), which executes the same kernel on CPU tensors with numpy: slow, but the same program,
+# so the kernel's index arithmetic and masking are checked on any machine (tests/python/test_examples_torch.py).
+# Usage: python triton_attention.py   (an attncheck worker: attncheck verify --worker "python triton_attention.py")
+import os
+
 import numpy as np
 import torch
 import triton
@@ -71,7 +76,8 @@ def _attention_fwd(Q, K, V, Out, Lse, Diag, KeyLen,
 
 
 def attention(q, k, v, *, scale, causal, diagonal_offset, key_lengths):
-    """q [B,Hq,Lq,Dqk], k [B,Hkv,Lk,Dqk], v [B,Hkv,Lk,Dv] CUDA tensors -> out [B,Hq,Lq,Dv], lse [B,Hq,Lq] fp32."""
+    """q [B,Hq,Lq,Dqk], k [B,Hkv,Lk,Dqk], v [B,Hkv,Lk,Dv] tensors on one device (CUDA, or CPU under the
+    interpreter), any strides -> out [B,Hq,Lq,Dv] in q's dtype, lse [B,Hq,Lq] fp32, on that device."""
     B, Hq, Lq, Dqk = q.shape
     Hkv, Lk, Dv = k.shape[1], k.shape[2], v.shape[3]
     out = torch.empty((B, Hq, Lq, Dv), dtype=q.dtype, device=q.device)
@@ -88,9 +94,17 @@ def attention(q, k, v, *, scale, causal, diagonal_offset, key_lengths):
     return out, lse
 
 
+def interpreted():
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("0", "")
+
+
+def device():
+    return "cuda" if torch.cuda.is_available() and not interpreted() else "cpu"
+
+
 def kernel(q, k, v, *, problem, mask=None, bias=None, keep=None):
     dt = TORCH_DTYPES[problem["dtype"]]
-    q, k, v = (torch.from_numpy(np.ascontiguousarray(x)).to("cuda").to(dt) for x in (q, k, v))
+    q, k, v = (torch.from_numpy(np.ascontiguousarray(x)).to(device()).to(dt) for x in (q, k, v))
     B = problem["B"]
     offsets = problem["diagonal_offset"]
     out, lse = attention(q, k, v, scale=problem["scale"], causal=problem["causal"],
@@ -100,11 +114,13 @@ def kernel(q, k, v, *, problem, mask=None, bias=None, keep=None):
 
 
 if __name__ == "__main__":
-    available = torch.cuda.is_available()
+    available = torch.cuda.is_available() or interpreted()
     attncheck.worker.serve(kernel, {
-        "name": "triton-flash", "description": f"fused attention forward in Triton {triton.__version__}, written for "
-                                               "attncheck's GPU check (tools/device/triton_attention.py)",
-        "available": available, "unavailable_reason": "" if available else "torch.cuda.is_available() is False",
+        "name": "triton-flash", "description": f"fused attention forward in Triton {triton.__version__} "
+                                               f"({'interpreted on CPU' if interpreted() else 'CUDA'}; "
+                                               "examples/python/triton_attention.py)",
+        "available": available,
+        "unavailable_reason": "" if available else "no CUDA device (TRITON_INTERPRET=1 runs it on the CPU)",
         "policy": "zero", "dtypes": ["f32", "f16", "bf16"], "layouts": ["bhsd", "bshd"],
         "alignments": ["top_left", "bottom_right", "explicit"], "outputs": ["out", "lse"],
         "features": ["gqa", "cross", "dqk_ne_dv", "causal", "per_batch_offsets", "key_padding", "lse_out"],
