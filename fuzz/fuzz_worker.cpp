@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   w::json j;
   try {
     j = w::json::parse(std::string(reinterpret_cast<const char*>(data), size));
-  } catch (const w::json::parse_error&) {
+  } catch (const w::json::exception&) {  // what the client turns into a ProtocolError
     return 0;
   }
   // The whole message and, when it is an object, each part the client reads from a hello.

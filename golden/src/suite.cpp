@@ -122,7 +122,7 @@ SuiteSpec parse_suite(const std::string& text, const std::string& path) {
   json j;
   try {
     j = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     throw std::invalid_argument(path + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) throw std::invalid_argument(path + ": must be a JSON object with \"cases\", got " + j.type_name());
