@@ -52,7 +52,9 @@ std::vector<ValidationRow> validate_on_power(int per_fault, int max_reruns) {
   for (const power::Variant& v : power::fault_variants()) {
     const power::Flavour own = power::flavour_of(v.fault);
     // The modification faults run in the power grid only: the diagnoser has no modification hypotheses yet.
-    if (own == power::Flavour::alibi || own == power::Flavour::document || own == power::Flavour::chunk) continue;
+    if (own == power::Flavour::alibi || own == power::Flavour::document || own == power::Flavour::chunk ||
+        own == power::Flavour::rope)
+      continue;
     const auto tag = power_injected_tags().find(v.name);
     ValidationRow row{v.name, tag == power_injected_tags().end() ? "?" : tag->second, 0, 0, {}, {}, {}};
     const PowerImpl impl(v);

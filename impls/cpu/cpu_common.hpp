@@ -23,6 +23,7 @@
 #include "attncheck/impl.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/problem.hpp"
+#include "attncheck/rope.hpp"
 #include "simd.hpp"
 
 namespace attncheck::cpu {
@@ -76,6 +77,22 @@ void load_rows(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r1, T*
     case DType::u8: throw std::invalid_argument("cpu: q/k/v dtype u8 is not a floating type");
     case DType::e4m3:
     case DType::e5m2: throw std::invalid_argument("cpu: fp8 inputs are decoded before the kernel (run_cpu)");
+  }
+}
+
+// Rotary embedding fused into a load (rope.hpp): rows [r0, r1) just loaded into `rows` (D each, compute type) are
+// query rows (query = true) or keys of batch b; each is rotated at its position in fp64 and rounded once to T, as a
+// kernel rotates a tile in registers after reading it. Nothing happens without RoPE.
+template <class T>
+void rotate_rows(const RopeStage& rope, bool query, int64_t b, int64_t r0, int64_t r1, int64_t D, T* rows) {
+  if (!rope.on()) return;
+  std::vector<double> x(static_cast<size_t>(D));
+  for (int64_t r = r0; r < r1; ++r) {
+    T* row = rows + (r - r0) * D;
+    std::copy(row, row + D, x.begin());
+    if (query) rope.query(b, r, x.data());
+    else rope.key(b, r, x.data());
+    for (int64_t d = 0; d < D; ++d) row[d] = static_cast<T>(x[static_cast<size_t>(d)]);
   }
 }
 

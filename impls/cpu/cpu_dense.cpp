@@ -24,6 +24,7 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
 
   // avx3_bf16: Q·Kᵀ on bf16 pairs (cpu_pack.hpp), unless a Q row or the K panel of the head holds a subnormal.
   const bool pairs = std::is_same_v<T, float> && bf16_pairs_apply(p, in);
+  const RopeStage rope(p);
   struct Work {
     std::vector<T> Q, S, O, div;
     std::vector<uint32_t> Q2;
@@ -37,6 +38,7 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
     const int64_t b = task / p.Hq, h = task % p.Hq;
     w.Q.resize(static_cast<size_t>(Lq * Dqk));
     load_rows(in.q, b, h, 0, Lq, w.Q.data());  // (Lq, Dqk)
+    rotate_rows(rope, true, b, 0, Lq, Dqk, w.Q.data());  // RoPE (no-op without)
     // Kᵀ and V panels (K rows as they are for a few queries: no transposed copy for so little use), non-finite V
     // rows set aside.
     w.pan.pack(p, in, b, p.kv_head(h), 0, Lk, Lq <= kFewRows, pairs);

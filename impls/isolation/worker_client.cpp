@@ -371,7 +371,7 @@ class WorkerImpl final : public Impl {
             throw worker::ProtocolError(where + ": field 'type': expected \"" + type + "\", got " + j["type"].dump());
           if (id >= 0 && worker::int_field(j, where, "id") != id)
             throw worker::ProtocolError(where + ": field 'id': expected " + std::to_string(id) + ", got " + j["id"].dump());
-        } catch (const json::parse_error& e) {
+        } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
           stop(true);
           throw worker::ProtocolError(where + ": not JSON (" + e.what() + "): " + msg.substr(0, 200));
         } catch (const worker::ProtocolError&) {

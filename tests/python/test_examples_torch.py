@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import traceback
 
 try:
     import torch
@@ -80,14 +79,5 @@ def test_triton_causal_off_by_one_is_caught():
 
 
 if __name__ == "__main__":
-    failed = 0
-    for name, f in list(globals().items()):
-        if name.startswith("test_") and callable(f):
-            try:
-                f()
-                print("ok  ", name)
-            except Exception:
-                failed += 1
-                print("FAIL", name)
-                traceback.print_exc()
-    sys.exit(1 if failed else 0)
+    import script_tests
+    script_tests.run(globals())

@@ -5,7 +5,6 @@
 import os
 import sys
 import tempfile
-import traceback
 
 try:
     import torch
@@ -115,14 +114,5 @@ def test_check_correct_and_buggy_kernels():
 
 
 if __name__ == "__main__":
-    failed = 0
-    for name, f in list(globals().items()):
-        if name.startswith("test_") and callable(f):
-            try:
-                f()
-                print("ok  ", name)
-            except Exception:
-                failed += 1
-                print("FAIL", name)
-                traceback.print_exc()
-    sys.exit(1 if failed else 0)
+    import script_tests
+    script_tests.run(globals())

@@ -281,6 +281,7 @@ int run_verify() {
   for (const auto& impl : impls) avail.push_back(impl->available());
 
   std::vector<CaseResult> results;
+  int64_t unchecksummed = 0;  // fixtures read without checksums
   print_header();
   Progress progress(fixtures.size() * impls.size());
   for (const auto& [file, name] : fixtures) {
@@ -317,6 +318,7 @@ int run_verify() {
       print_row(results.back());
       continue;
     }
+    unchecksummed += !f.checksummed;
     const uint64_t pristine = inputs_hash(f.inputs);
     for (size_t ii = 0; has_forward(pass) && ii < impls.size(); ++ii) {
       const ImplPtr& impl = impls[ii];
@@ -402,6 +404,7 @@ int run_verify() {
   progress.clear();
   print_summary(results);
   print_unreadable(results);
+  if (unchecksummed) std::printf("note: %s\n", unchecksummed_note(unchecksummed).c_str());
   if (!g.report.empty()) write_report(g.report, results, g.tol_scale);
   if (g.tol_scale != 1.0) std::printf("every tolerance scaled by --tol-scale %g\n", g.tol_scale);
   ExitRules rules;
