@@ -302,6 +302,7 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
       }
     }
     fixture_detail::read_gradients(r, file, f, true, options.max_bytes);
+    f.checksummed = r.unchecksummed == 0;
     return f;
   }); });
 }

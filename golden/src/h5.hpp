@@ -102,6 +102,9 @@ struct Reader {
   // HDF5 1.10's variable-length string path crashes or loops on crafted files, so it is used only for fixtures
   // that declare schema_version 1 (written that way); everything else must store strings at fixed length.
   bool allow_vlen_strings = false;
+  // Datasets read so far without a Fletcher32 checksum (files written before fixtures carried them, or by other
+  // tools): their values are read, and a report says that damage to them could not be detected.
+  mutable int64_t unchecksummed = 0;
   Id open_file() const;
   bool has_attr(hid_t loc, const char* name) const;
   int64_t attr_i64(hid_t loc, const std::string& where, const char* name) const;
@@ -125,6 +128,10 @@ struct Reader {
   // Raw read in the dtype's memory representation into `out` (size already checked).
   void read_raw(hid_t dset, const std::string& where, DType t, void* out) const;
   void read_i64(hid_t dset, const std::string& where, int64_t* out) const;
+  // Every value read goes through here: a Fletcher32 mismatch is its own error naming the dataset.
+  void read_values(hid_t dset, hid_t mtype, const std::string& where, void* out) const;
+  // Whether the dataset carries HDF5's Fletcher32 checksum filter.
+  bool checksummed(hid_t dset) const;
   [[noreturn]] void fail(const std::string& where, const std::string& what) const;
   std::string type_name(hid_t dset) const;
   // Whether a 16-bit integer dataset carries encoding="bfloat16".

@@ -22,7 +22,7 @@ std::vector<int64_t> read_integers(const Reader& r, hid_t dset, const std::strin
   std::vector<int64_t> out(n);
   if (H5Tget_class(t) == H5T_INTEGER) {
     // HDF5 converts any integer to int64 exactly (uint64 beyond INT64_MAX saturates, still not 0/1).
-    if (H5Dread(dset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) r.fail(where, "cannot read data");
+    r.read_values(dset, H5T_NATIVE_INT64, where, out.data());
     return out;
   }
   // An enum converts only to an enum: read it in its native form, then widen its base integers by hand.
@@ -31,7 +31,7 @@ std::vector<int64_t> read_integers(const Reader& r, hid_t dset, const std::strin
   const size_t size = H5Tget_size(base);
   const bool is_signed = H5Tget_sign(base) != H5T_SGN_NONE;
   std::vector<unsigned char> raw(n * size);
-  if (H5Dread(dset, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0) r.fail(where, "cannot read data");
+  r.read_values(dset, mt, where, raw.data());
   for (size_t i = 0; i < n; ++i) {
     uint64_t u = 0;
     std::memcpy(&u, raw.data() + i * size, size);  // little-endian host

@@ -3,6 +3,7 @@
 // as stored and then checked by validate(ModuleProblem, ModuleInputs), so a weight that does not chain is named.
 #include "attncheck/module_fixture.hpp"
 
+#include "attncheck/budget.hpp"
 #include "attncheck/durable_file.hpp"
 #include "fixture_attrs.hpp"
 #include "h5.hpp"
@@ -166,6 +167,7 @@ ModuleFixture read(const std::string& path) {
   } catch (const std::invalid_argument& e) {
     r.fail("problem", e.what());
   }
+  check_work(p, false, budget().max_flops);  // the attention inside, as for attention fixtures ("work: ...")
   const DType t = p.dtype;
   ModuleInputs& in = f.inputs;
   in.x = read_any(r, file, "/inputs/x", t, 3);

@@ -117,9 +117,14 @@ UserArray parse_npy(const std::string& b, const std::string& where) {
   for (size_t i = 1; i < s.size();) {
     while (i < s.size() && (s[i] == ' ' || s[i] == ',')) ++i;
     if (i >= s.size() || s[i] == ')') break;
-    size_t used = 0;
-    a.shape.push_back(std::stoll(s.substr(i), &used));
-    i += used;
+    // Extents are non-negative decimal integers; anything else (signs, overflow, letters) names the header.
+    size_t j = i;
+    int64_t x = 0;
+    while (j < s.size() && s[j] >= '0' && s[j] <= '9' && x <= (int64_t{1} << 53)) x = x * 10 + (s[j++] - '0');
+    if (j == i || x > (int64_t{1} << 53) || (j < s.size() && s[j] != ',' && s[j] != ')' && s[j] != ' '))
+      fail(where, ".npy header: shape " + s + " is not a tuple of non-negative integers up to 2^53");
+    a.shape.push_back(x);
+    i = j;
   }
   double n = 1;
   for (int64_t x : a.shape) n *= double(x);
@@ -156,6 +161,12 @@ std::map<std::string, UserArray> read_npz(const std::string& path, uint64_t max_
   std::string b(size, '\0');
   in.seekg(0);
   in.read(b.data(), std::streamsize(size));
+  return parse_npz(b, path, max_bytes);
+}
+
+std::map<std::string, UserArray> parse_npz(const std::string& b, const std::string& path, uint64_t max_bytes) {
+  if (b.size() > max_bytes)
+    fail(path, "is " + std::to_string(b.size()) + " bytes, more than the cap of " + std::to_string(max_bytes));
   // End of central directory: the last "PK\5\6" within the final 64 KiB + 22 bytes.
   size_t eocd = std::string::npos;
   for (size_t i = b.size() >= 22 ? b.size() - 22 : 0; i != size_t(-1) && b.size() - i <= 65557 + 22; --i)

@@ -8,6 +8,7 @@
 #include <functional>
 #include <sstream>
 
+#include "attncheck/rope.hpp"
 #include "derive.hpp"
 
 namespace attncheck::diagnose {
@@ -164,6 +165,105 @@ Prediction softmax_model(const Subject& s, const std::function<double(int64_t, i
   return pr;
 }
 
+namespace {
+// Rows of q (query = true) or k of case d rotated in place by rot(b, row, x) (x: Dqk values in fp64).
+void rotate_inputs(prop::Case& d, bool query, const std::function<void(int64_t, int64_t, double*)>& rot) {
+  const Problem& p = d.p;
+  Tensor& t = query ? d.in.q : d.in.k;
+  const int64_t H = query ? p.Hq : p.Hkv, L = query ? p.Lq : p.Lk;
+  std::vector<double> x(static_cast<size_t>(p.Dqk));
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L; ++i) {
+        for (int64_t dd = 0; dd < p.Dqk; ++dd) x[size_t(dd)] = t.at(b, h, i, dd);
+        rot(b, i, x.data());
+        for (int64_t dd = 0; dd < p.Dqk; ++dd) t.put(b, h, i, dd, x[size_t(dd)]);
+      }
+}
+
+// A mask hypothesis that moves the causal diagonal also moves the RoPE query positions (both sit on it): d's
+// queries pre-rotated back to c's positions, so the prediction changes the mask only. Identity without RoPE.
+prop::Case rope_positions_kept(const prop::Case& c, prop::Case d) {
+  if (!uses_rope(c.p) || d.p.Lq != c.p.Lq) return d;
+  const std::vector<double> inv = rope_inv_freq(c.p);
+  rotate_inputs(d, true, [&](int64_t b, int64_t i, double* x) {
+    rope_rotate(c.p, inv, rope_position(c.p, b, i + c.p.diagonal_offset(b)) - rope_position(d.p, b, i + d.p.diagonal_offset(b)), x);
+  });
+  return d;
+}
+
+void rope_hypotheses(Scorer& sc, const prop::Case& c) {
+  const Problem& p = c.p;
+  const std::vector<double> inv = rope_inv_freq(p);
+  sc.variant("rope-interleave", std::string("RoPE pairs ") + (p.rotary_interleaved ? "NeoX halves instead of GPT-J" : "GPT-J interleaved instead of NeoX halves"),
+             [&] { return with_problem(c, [](Problem& q) { q.rotary_interleaved = !q.rotary_interleaved; }); });
+  // The query at position `to(b, i)` instead of its own: the reference on q pre-rotated by the difference.
+  auto query_at = [&](const std::string& what, const std::function<int64_t(int64_t, int64_t)>& to) {
+    sc.variant("rope-offset", what, [&] {
+      prop::Case d = c;
+      rotate_inputs(d, true, [&](int64_t b, int64_t i, double* x) {
+        rope_rotate(p, inv, to(b, i) - rope_position(p, b, i + p.diagonal_offset(b)), x);
+      });
+      return d;
+    });
+  };
+  query_at("RoPE: queries rotated at their row index (the position offset ignored)", [](int64_t, int64_t i) { return i; });
+  for (int delta : {+1, -1})
+    query_at(std::string("RoPE: queries rotated one position ") + (delta > 0 ? "ahead" : "behind"),
+             [&](int64_t b, int64_t i) { return rope_position(p, b, i + p.diagonal_offset(b)) + delta; });
+  if (p.rotary_dim < p.Dqk) {
+    sc.variant("rope-partial", "RoPE over all Dqk dims instead of the first rotary_dim",
+               [&] { return with_problem(c, [](Problem& q) { q.rotary_dim = q.Dqk % 2 ? q.Dqk - 1 : q.Dqk; }); });
+    // The last rotary_dim dims rotated: no RoPE in the problem, both q and k rotated there in fp64.
+    sc.variant("rope-partial", "partial RoPE applied to the last rotary_dim dims", [&] {
+      prop::Case d = c;
+      const int64_t shift = p.Dqk - p.rotary_dim;
+      for (bool query : {true, false})
+        rotate_inputs(d, query, [&](int64_t b, int64_t i, double* x) {
+          rope_rotate(p, inv, rope_position(p, b, query ? i + p.diagonal_offset(b) : i), x + shift);
+        });
+      d.p.rotary_dim = 0;
+      return d;
+    });
+  }
+  // Angles in fp16 overflow past position 65504: cos and sin of inf are NaN, and so is every row that reads one.
+  {
+    const Subject& s = sc.s;
+    std::vector<double> out = s.ref.out, lse = s.ref.lse;
+    bool any = false;
+    for (int64_t b = 0; b < p.B; ++b) {
+      const bool key_over = p.key_length(b) > 0 && rope_position(p, b, p.key_length(b) - 1) > 65504;
+      for (int64_t h = 0; h < p.Hq; ++h)
+        for (int64_t i = 0; i < p.Lq; ++i) {
+          if (!key_over && rope_position(p, b, i + p.diagonal_offset(b)) <= 65504) continue;
+          const size_t row = static_cast<size_t>((b * p.Hq + h) * p.Lq + i);
+          std::fill(out.begin() + row * p.Dv, out.begin() + (row + 1) * p.Dv, NAN);
+          if (row < lse.size()) lse[row] = NAN;
+          any = true;
+        }
+    }
+    if (any) sc.add("rope-precision", "RoPE angles in fp16: past position 65504 they are inf, cos/sin NaN", out, &lse);
+  }
+  // Angles rounded to fp16 (or bf16): the reference without RoPE on q and k rotated with those angles in fp64.
+  for (DType t : {DType::f16, DType::bf16})
+    sc.variant("rope-precision", std::string("RoPE angles rounded to ") + to_string(t), [&] {
+      prop::Case d = c;
+      for (bool query : {true, false})
+        rotate_inputs(d, query, [&](int64_t b, int64_t i, double* x) {
+          const double pos = double(rope_position(p, b, query ? i + p.diagonal_offset(b) : i)), m = rope_attention_factor(p);
+          for (int64_t f = 0; f < p.rotary_dim / 2; ++f) {
+            const auto [a, bb] = rope_pair(p, f);
+            const double ang = round_to(t, pos * inv[size_t(f)]), xa = x[a], xb = x[bb];
+            x[a] = m * (xa * std::cos(ang) - xb * std::sin(ang));
+            x[bb] = m * (xb * std::cos(ang) + xa * std::sin(ang));
+          }
+        });
+      d.p.rotary_dim = 0;
+      return d;
+    });
+}
+}  // namespace
+
 std::vector<Cause> structural_hypotheses(const Subject& s) {
   std::vector<Cause> causes;
   Scorer sc{s, causes};
@@ -183,11 +283,11 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
     for (int delta : {+1, -1})
       sc.variant(p.causal ? "causal-diagonal" : "window-edge",
                  std::string("diagonal one key ") + (delta > 0 ? "right (j <= i+off+1)" : "left (j < i+off)"), [&] {
-                   return with_problem(c, [&](Problem& q) {
+                   return rope_positions_kept(c, with_problem(c, [&](Problem& q) {
                      q.causal_offsets.clear();
                      for (int64_t b = 0; b < p.B; ++b) q.causal_offsets.push_back(p.diagonal_offset(b) + delta);
                      q.alignment = Alignment::explicit_;
-                   });
+                   }));
                  });
     for (Alignment a : {Alignment::top_left, Alignment::bottom_right}) {
       if (a == p.alignment) continue;
@@ -197,7 +297,7 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
       for (int64_t b = 0; b < p.B; ++b) differs = differs || q.diagonal_offset(b) != p.diagonal_offset(b);
       if (differs)
         sc.variant("causal-alignment", std::string("diagonal aligned ") + to_string(a) + " instead of " + to_string(p.alignment),
-                   [&] { return with_problem(c, [&](Problem& r) { r.alignment = a, r.causal_offsets.clear(); }); });
+                   [&] { return rope_positions_kept(c, with_problem(c, [&](Problem& r) { r.alignment = a, r.causal_offsets.clear(); })); });
     }
   }
   for (auto [side, delta] : {std::pair{0, 1}, std::pair{0, -1}, std::pair{1, 1}, std::pair{1, -1}}) {
@@ -337,6 +437,11 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
     sc.add("dropout-scale", "kept weights not rescaled by 1/(1-p)", pred);
     sc.variant("dropout-mask", "keep-mask not applied", [&] { return without(c, "dropout"); });
   }
+
+  // RoPE (rope.hpp): the other pairing; a query rotated at a wrong position (its row index: the offset ignored, or
+  // one position off); the partial rotation on the last rotary_dim dims or on all of them; angles rounded to
+  // fp16. A wrong rotation of q (or k) is the reference on inputs pre-rotated by the difference, in fp64.
+  if (uses_rope(p)) rope_hypotheses(sc, c);
 
   // layout: out written with the other layout's strides
   if (p.Hq > 1 && p.Lq > 1)

@@ -10,6 +10,7 @@
 
 #include "attncheck/kv_cache.hpp"
 #include "attncheck/reference.hpp"
+#include "attncheck/rope.hpp"
 #include "attncheck/tolerance.hpp"
 #include "power.hpp"
 
@@ -42,6 +43,7 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
   if (f == Flavour::document)
     for (int64_t j = 0; j < lk; ++j) p.doc_ids.push_back(j >= lk - 64 ? 1 : 0);
   if (f == Flavour::chunk) p.chunk_size = 64;
+  if (f == Flavour::rope) p.causal = true, p.rotary_dim = 32, p.rope_offsets = {65536 + 17};
   return p;
 }
 
@@ -108,6 +110,22 @@ Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed) {
     }
   }
   if (lg == Logits::hazard) add_hazards(p, in, g);
+  if (uses_rope(p)) {
+    // Every distribution is planted on the scores; with RoPE each q and k row is rotated back by its position
+    // first, so after the kernel's rotation the scores are the planted ones (up to rounding to the dtype).
+    const std::vector<double> inv = rope_inv_freq(p);
+    auto unrotate = [&](Tensor& t, int64_t rows, bool query) {
+      std::vector<double> x(static_cast<size_t>(p.Dqk));
+      for (int64_t n = 0; n < rows; ++n) {
+        const int64_t h = query ? n / p.Lq : 0, i = query ? n % p.Lq : n;
+        for (int64_t d = 0; d < p.Dqk; ++d) x[size_t(d)] = t.at(0, h, i, d);
+        rope_rotate(p, inv, -rope_position(p, 0, query ? i + p.diagonal_offset(0) : i), x.data());
+        for (int64_t d = 0; d < p.Dqk; ++d) t.put(0, h, i, d, x[size_t(d)]);
+      }
+    };
+    unrotate(in.q, p.Hq * p.Lq, true);
+    unrotate(in.k, p.Lk, false);
+  }
   return in;
 }
 
@@ -151,11 +169,14 @@ Flavour flavour_of(Fault f) {
   if (f == Fault::document_off_by_one) return Flavour::document;
   if (f == Fault::chunk_off_by_one) return Flavour::chunk;
   if (f == Fault::descale_ignored || f == Fault::descale_wrong_group) return Flavour::kv_cache;
+  if (f == Fault::rope_interleave || f == Fault::rope_offset_ignored || f == Fault::rope_partial_wrong_half ||
+      f == Fault::rope_off_by_one || f == Fault::rope_fp16_angles)
+    return Flavour::rope;
   return Flavour::dense;
 }
 
 const char* to_string(Flavour f) {
-  const char* names[kFlavours] = {"dense", "causal", "window", "alibi", "document", "chunk", "kv-int8-block16"};
+  const char* names[kFlavours] = {"dense", "causal", "window", "alibi", "document", "chunk", "rope", "kv-int8-block16"};
   return names[static_cast<int>(f)];
 }
 const char* to_string(Logits l) {
@@ -176,8 +197,12 @@ std::vector<Variant> correct_variants() {
       make("fma", "fused multiply-add in dot products and P·V", Fault::none),
       make("ftz", "subnormal exps flushed to zero", Fault::none),
       make("dot-lanes-8", "dot products in 8 interleaved partial sums (SIMD lanes)", Fault::none),
+      make("rope-table-fp16", "RoPE cos/sin from an fp16 table (fp32 angles)", Fault::none),
+      make("rope-table-bf16", "RoPE cos/sin from a bf16 table (fp32 angles)", Fault::none),
+      make("rope-fp64-angles", "RoPE angles in fp64 (the exact contract)", Fault::none),
   };
   v[7].p_rounded = true, v[8].exp2 = true, v[9].fma = true, v[10].ftz = true, v[11].lanes = 8;
+  v[12].rope = RopeMath::table_fp16, v[13].rope = RopeMath::table_bf16, v[14].rope = RopeMath::exact;
   return v;
 }
 
@@ -206,14 +231,20 @@ std::vector<Variant> fault_variants() {
       make("descale-ignored", "quantized KV cache: the scales dropped (codes read as values)", Fault::descale_ignored),
       make("descale-wrong-group", "quantized KV cache: every block of a token reads block 0's scale",
            Fault::descale_wrong_group),
+      make("rope-interleave", "RoPE with GPT-J pairs where NeoX halves are declared", Fault::rope_interleave),
+      make("rope-offset-ignored", "RoPE: the query rotated at its row index, its position offset ignored",
+           Fault::rope_offset_ignored),
+      make("rope-partial-wrong-half", "partial RoPE applied to the last rotary_dim dims", Fault::rope_partial_wrong_half),
+      make("rope-off-by-one", "RoPE: the query rotated one position ahead", Fault::rope_off_by_one),
+      make("rope-fp16-angles", "RoPE angles rounded to fp16", Fault::rope_fp16_angles),
   };
 }
 
 Report run_grid(const GridOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<Variant> good = correct_variants(), bad = fault_variants();
-  const Flavour flavours[kFlavours] = {Flavour::dense, Flavour::causal,   Flavour::window,  Flavour::alibi,
-                                       Flavour::document, Flavour::chunk, Flavour::kv_cache};
+  const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal, Flavour::window, Flavour::alibi,
+                                       Flavour::document, Flavour::chunk,  Flavour::rope,   Flavour::kv_cache};
   Report rep;
   for (int64_t lk : o.lk)
     for (DType t : o.dtypes)
@@ -239,7 +270,9 @@ Report run_grid(const GridOptions& o) {
         std::vector<Judged> res(runs.size());
         parallel_rows(static_cast<int64_t>(runs.size()), o.threads, [&](int64_t n) {
           const RunSpec& r = runs[static_cast<size_t>(n)];
-          res[static_cast<size_t>(n)] = judge_run(ps[r.f], refs[r.f], run_variant(*r.v, ps[r.f], ins[r.f]));
+          ToleranceModel m;  // RoPE: the variant's way to cos and sin, declared
+          if (uses_rope(ps[r.f])) m.contract = default_contract(t), m.contract->rope = r.v->rope;
+          res[static_cast<size_t>(n)] = judge_run(ps[r.f], refs[r.f], run_variant(*r.v, ps[r.f], ins[r.f]), m);
         });
         // The noise: the largest error of any correct variant on the same problem, per output tensor.
         double noise_out[kFlavours] = {}, noise_lse[kFlavours] = {};

@@ -9,6 +9,7 @@
 
 #include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
+#include "attncheck/rope.hpp"
 #include "power.hpp"
 
 namespace attncheck::power {
@@ -62,6 +63,46 @@ float sum_terms(const std::vector<float>& t, Order o) {
   }
 }
 
+// RoPE as a fused kernel does it, on rows of Dqk floats: inv_freq = 1 / powf(theta, 2f / r) and the angle
+// fl32(position * inv_freq) in fp32 (or fp64, rope-fp64-angles), cos/sin in fp32 (or from an fp16/bf16 table), the
+// rotation in fp32, the rotated row rounded to the input dtype (the MMA's operand). The faults live here.
+void rope_rows(const Variant& v, const Problem& p, bool query, int64_t rows, std::vector<float>& x) {
+  const int64_t r = p.rotary_dim, D = p.Dqk, half_r = r / 2;
+  const std::vector<double> inv64 = rope_inv_freq(p);
+  const bool gptj = p.rotary_interleaved != (v.fault == Fault::rope_interleave);
+  const int64_t first = v.fault == Fault::rope_partial_wrong_half ? D - r : 0;
+  for (int64_t n = 0; n < rows; ++n) {
+    const int64_t i = query ? n % p.Lq : n;  // query rows are (head, row)
+    int64_t pos = query ? rope_position(p, 0, i + p.diagonal_offset(0)) : rope_position(p, 0, i);
+    if (query && v.fault == Fault::rope_offset_ignored) pos = i;
+    if (query && v.fault == Fault::rope_off_by_one) pos += 1;
+    float* row = x.data() + n * D;
+    for (int64_t f = 0; f < half_r; ++f) {
+      const int64_t a = first + (gptj ? 2 * f : f), b = first + (gptj ? 2 * f + 1 : f + half_r);
+      if (v.rope == RopeMath::exact && v.fault == Fault::none) {  // fp64 angle and rotation, rounded once
+        const double t = double(pos) * inv64[size_t(f)], xa = row[a], xb = row[b];
+        row[a] = static_cast<float>(xa * std::cos(t) - xb * std::sin(t));
+        row[b] = static_cast<float>(xb * std::cos(t) + xa * std::sin(t));
+        continue;
+      }
+      float c, s;
+      {
+        const float inv = 1.0f / std::pow(static_cast<float>(p.rope_theta), static_cast<float>(2 * f) / static_cast<float>(r));
+        float t = static_cast<float>(pos) * inv;
+        if (v.fault == Fault::rope_fp16_angles) t = half(t);
+        c = std::cos(t), s = std::sin(t);
+        if (v.rope == RopeMath::table_fp16) c = half(c), s = half(s);
+        if (v.rope == RopeMath::table_bf16) c = bf16(c), s = bf16(s);
+      }
+      const float xa = row[a], xb = row[b];
+      row[a] = xa * c - xb * s;
+      row[b] = xb * c + xa * s;
+    }
+    if (p.dtype != DType::f32)
+      for (int64_t d = 0; d < D; ++d) row[d] = static_cast<float>(round_to(p.dtype, row[d]));
+  }
+}
+
 struct Row {
   std::vector<float> s;     // scores (-inf where not visible)
   std::vector<char> vis;
@@ -92,8 +133,9 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       }
     return f;
   };
-  const std::vector<float> q = load(in.q), k = p.kv_quantized() ? decode(in.k, *in.k_scale) : load(in.k),
-                           vv = p.kv_quantized() ? decode(in.v, *in.v_scale) : load(in.v);
+  std::vector<float> q = load(in.q), k = p.kv_quantized() ? decode(in.k, *in.k_scale) : load(in.k);
+  const std::vector<float> vv = p.kv_quantized() ? decode(in.v, *in.v_scale) : load(in.v);
+  if (uses_rope(p)) rope_rows(v, p, true, p.Hq * Lq, q), rope_rows(v, p, false, Lk, k);
   const float scale = static_cast<float>(v.fault == Fault::scale_dv ? 1.0 / std::sqrt(double(Dv)) : p.effective_scale());
   const float log2e = 1.4426950408889634f;
   // Faults placed once per problem: the middle tile, one random key.

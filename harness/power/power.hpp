@@ -24,7 +24,11 @@ enum class Fault : uint8_t {
   // Quantized KV cache faults (kv_cache.hpp), on the kv flavour: the scales dropped (codes read as values, vllm
   // PR #51363's dropped per-head descales) or every block of a token reading block 0's scale (a missing group
   // offset, as rocm-libraries PR #10474's every-group-reads-group-0).
-  descale_ignored, descale_wrong_group
+  descale_ignored, descale_wrong_group,
+  // RoPE faults (rope.hpp), on the rope flavour: GPT-J pairs instead of NeoX, the query rotated at its row index
+  // (its position offset ignored), the partial rotation applied to the last rotary_dim dims, the query one position
+  // ahead, angles rounded to fp16.
+  rope_interleave, rope_offset_ignored, rope_partial_wrong_half, rope_off_by_one, rope_fp16_angles
 };
 
 // How the kernel sums over keys.
@@ -41,6 +45,9 @@ struct Variant {
   bool fma = false;        // fused multiply-add in the dot products and P·V
   bool ftz = false;        // flush subnormal exps to zero
   int lanes = 1;           // dot products in 1, 2, 4 or 8 interleaved partial sums
+  // RoPE problems: how the kernel gets cos and sin (fp32 angles by default, as FlashInfer and vLLM's fused kernels),
+  // judged at the contract that declares it.
+  RopeMath rope = RopeMath::fp32;
   bool correct() const { return fault == Fault::none; }
 };
 
@@ -49,10 +56,12 @@ std::vector<Variant> fault_variants();
 
 // Problem shapes of the grid: dense, causal (diagonals around a tile edge), window of 256 keys; and causal with a
 // modification: ALiBi on two query heads (slopes 2^-6, 2^-10), two documents meeting at the tile edge between
-// rows rows/2-1 and rows/2, chunks of 64 keys (a chunk boundary there too); and causal over an int8 KV cache with
-// one fp16 scale per 16 head-dim elements of each token (kv_cache: K in 4 blocks, V in 2).
-enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk, kv_cache };
-inline constexpr int kFlavours = 7;
+// rows rows/2-1 and rows/2, chunks of 64 keys (a chunk boundary there too).
+// rope: causal with partial NeoX RoPE (rotary_dim 32 of 64, theta 10000), every position past 65536.
+// kv_cache: causal over an int8 KV cache with one fp16 scale per 16 head-dim elements of each token (K in 4 blocks,
+// V in 2).
+enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk, rope, kv_cache };
+inline constexpr int kFlavours = 8;
 const char* to_string(Flavour f);
 Flavour flavour_of(Fault f);  // the shape a fault is run on (mask faults need their mask)
 enum class Logits : uint8_t { normal, large, near_one_hot, hazard };

@@ -25,6 +25,7 @@
 #include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/problem.hpp"
+#include "attncheck/rope.hpp"
 #include "simd.hpp"
 
 namespace attncheck::cpu {
@@ -110,6 +111,22 @@ void load_kv_rows(const Problem& p, const Inputs& in, int which, int64_t b, int6
       const double code = lut ? lut[c] : static_cast<double>(static_cast<int8_t>(c));
       o[d] = static_cast<T>(code * scale[size_t(d / G)]);
     }
+  }
+}
+
+// Rotary embedding fused into a load (rope.hpp): rows [r0, r1) just loaded into `rows` (D each, compute type) are
+// query rows (query = true) or keys of batch b; each is rotated at its position in fp64 and rounded once to T, as a
+// kernel rotates a tile in registers after reading it. Nothing happens without RoPE.
+template <class T>
+void rotate_rows(const RopeStage& rope, bool query, int64_t b, int64_t r0, int64_t r1, int64_t D, T* rows) {
+  if (!rope.on()) return;
+  std::vector<double> x(static_cast<size_t>(D));
+  for (int64_t r = r0; r < r1; ++r) {
+    T* row = rows + (r - r0) * D;
+    std::copy(row, row + D, x.begin());
+    if (query) rope.query(b, r, x.data());
+    else rope.key(b, r, x.data());
+    for (int64_t d = 0; d < D; ++d) row[d] = static_cast<T>(x[static_cast<size_t>(d)]);
   }
 }
 

@@ -3,6 +3,7 @@
 // row, then O = P·V with a second GEMM. fp64 computes in double; fp32/fp16/bf16 in float, rounded once into the
 // output dtype.
 #include "cpu_common.hpp"
+#include "cpu_merge.hpp"
 #include "cpu_impls.hpp"
 #include "cpu_pack.hpp"
 
@@ -23,6 +24,7 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
 
   // avx3_bf16: Q·Kᵀ on bf16 pairs (cpu_pack.hpp), unless a Q row or the K panel of the head holds a subnormal.
   const bool pairs = std::is_same_v<T, float> && bf16_pairs_apply(p, in);
+  const RopeStage rope(p);
   struct Work {
     std::vector<T> Q, S, O, div;
     std::vector<uint32_t> Q2;
@@ -36,6 +38,7 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
     const int64_t b = task / p.Hq, h = task % p.Hq;
     w.Q.resize(static_cast<size_t>(Lq * Dqk));
     load_rows(in.q, b, h, 0, Lq, w.Q.data());  // (Lq, Dqk)
+    rotate_rows(rope, true, b, 0, Lq, Dqk, w.Q.data());  // RoPE (no-op without)
     // Kᵀ and V panels (K rows as they are for a few queries: no transposed copy for so little use), non-finite V
     // rows set aside.
     w.pan.pack(p, in, b, p.kv_head(h), 0, Lk, Lq <= kFewRows, pairs);
@@ -131,6 +134,8 @@ class DenseImpl final : public Impl {
     d.deterministic = d.batch_invariant = true;
     return d;
   }
+  Support supports_merge(const MergeProblem& p) const override { return merge_supported(p); }
+  void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override { merge_fp32(p, in, out); }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     run_cpu(p, in, out, [](const Problem& q, const Inputs& x, Outputs& o) {
       if (q.dtype == DType::f64)

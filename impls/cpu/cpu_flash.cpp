@@ -53,7 +53,8 @@ class Flash {
         dvp_((p.Dv + W_ - 1) / W_ * W_),
         bq_(small_heads(p) ? kFlashBlockQSmallD : kFlashBlockQ),
         bk_(small_heads(p) ? kFlashBlockKSmallD : kFlashBlockK),
-        pairs_(std::is_same_v<T, float> && bf16_pairs_apply(p, in)) {}
+        pairs_(std::is_same_v<T, float> && bf16_pairs_apply(p, in)),
+        rope_(p) {}
 
   void run() {
     const int64_t Bq = bq_, Bk = bk_;
@@ -226,6 +227,7 @@ class Flash {
   void load_q(int64_t b, int64_t h, int64_t i0, int64_t nr, Work& w) const {
     w.Q.resize(static_cast<size_t>(nr * p_.Dqk));
     load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
+    rotate_rows(rope_, true, b, i0, i0 + nr, p_.Dqk, w.Q.data());  // RoPE (no-op without)
     w.q2 = false;
     if constexpr (std::is_same_v<T, float>) w.q2 = pairs_ && q_as_pairs(w.Q.data(), nr, p_.Dqk, w.Q2);
   }
@@ -429,6 +431,7 @@ class Flash {
   const int64_t W_, dvp_;  // SIMD strip width; Dv padded to whole strips (the accumulator's row stride)
   const int64_t bq_, bk_;  // query rows x keys per tile (cpu_impls.hpp)
   const bool pairs_;  // Q·Kᵀ on bf16 pairs where the panels have them (bf16_pairs_apply)
+  const RopeStage rope_;  // rotary embedding of Q rows as they are loaded (K: in the panels, cpu_pack.hpp)
 };
 
 class FlashImpl final : public Impl {

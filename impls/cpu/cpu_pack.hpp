@@ -20,7 +20,8 @@ constexpr int64_t kFewRows = 4;
 // partial sums, moving a dot product by < Dqk·2^-126: raw scores are judged down to FLT_MIN, and a huge scale would
 // carry it into the softmax (2^40: < Dqk·2^-86). Subnormal inputs are checked where they are packed (DAZ).
 inline bool bf16_pairs_apply(const Problem& p, const Inputs& in) {
-  return in.q.dtype == DType::bf16 && in.k.dtype == DType::bf16 && p.scores_out == ScoresOut::none &&
+  // Not with RoPE: the rotated rows are no longer bf16 values.
+  return in.q.dtype == DType::bf16 && in.k.dtype == DType::bf16 && p.scores_out == ScoresOut::none && !uses_rope(p) &&
          std::abs(p.effective_scale()) <= 0x1p40 && simd::bf16_dot();
 }
 // nr rows of Q (widened bf16, Dqk each) as bf16 pairs into q2 ((Dqk + 1) / 2 words a row); false if one of them is
@@ -135,11 +136,14 @@ struct Panels {
     pairs = std::is_same_v<T, float> && bf16_pairs && !rows && W == 32;  // 32: the kernel's strip
     if (pairs) kt2.assign(static_cast<size_t>(strips * kp * W), 0u);
     if (rows) {
-      krows = in_place(in.k, b_, kvh, k0), kld = in.k.strides[2];
-      if (!krows) k16 = in_place16(in.k, b_, kvh, k0, half);
+      // RoPE: K rows are rotated as they are loaded (never read in place unrotated).
+      const RopeStage rope(p);
+      krows = rope.on() ? nullptr : in_place(in.k, b_, kvh, k0), kld = in.k.strides[2];
+      if (!krows && !rope.on()) k16 = in_place16(in.k, b_, kvh, k0, half);
       if (!krows && !k16) {
         kt.resize(static_cast<size_t>(n * Dqk));
         load_kv_rows(p, in, 1, b_, kvh, k0, k1, kt.data());
+        rotate_rows(rope, false, b_, k0, k1, Dqk, kt.data());
         krows = kt.data(), kld = Dqk;
       }
       vrows = Dv % W == 0 ? in_place(in.v, b_, kvh, k0) : nullptr, vld = in.v.strides[2];
@@ -166,9 +170,11 @@ struct Panels {
     v.assign(static_cast<size_t>((dv_pad() / W) * vstride()), T(0));
     constexpr int64_t kChunk = 64;  // keys loaded at a time (a multiple of every W)
     scratch.resize(static_cast<size_t>(kChunk * std::max(Dqk, Dv)));
+    const RopeStage rope(p);
     for (int64_t j = k0; j < k1; j += kChunk) {
       const int64_t je = std::min(k1, j + kChunk), nr = je - j;
       load_kv_rows(p, in, 1, b_, kvh, j, je, scratch.data());
+      rotate_rows(rope, false, b_, j, je, Dqk, scratch.data());  // RoPE on each chunk of keys as it is read
       for (int64_t r = 0; r < nr; ++r) {
         const int64_t key = j - k0 + r;
         T* dst = kt.data() + key / W * Dqk * W + key % W;

@@ -36,6 +36,17 @@ const char* to_string(Precision p) {
   return "?";
 }
 
+const char* to_string(RopeMath r) {
+  switch (r) {
+    case RopeMath::exact: return "exact";
+    case RopeMath::fp32: return "fp32-angles";
+    case RopeMath::table_fp32: return "table-fp32";
+    case RopeMath::table_fp16: return "table-fp16";
+    case RopeMath::table_bf16: return "table-bf16";
+  }
+  return "?";
+}
+
 Precision precision_from_string(const std::string& s) {
   for (Precision p : kAll)
     if (s == to_string(p)) return p;
@@ -86,6 +97,7 @@ std::string PrecisionContract::to_string() const {
   o << "qk=" << attncheck::to_string(qk_operands) << ",scores=" << attncheck::to_string(scores)
     << ",pv=" << attncheck::to_string(pv_operands) << ",acc=" << attncheck::to_string(accumulate)
     << ",p=" << (p_rounded ? "rounded" : "exact") << ",exp=" << (exp == ExpFlavour::exp2 ? "exp2" : "exp");
+  if (rope != RopeMath::exact) o << ",rope=" << attncheck::to_string(rope);
   return o.str();
 }
 
@@ -105,12 +117,19 @@ PrecisionContract contract_from_string(const std::string& s, DType dtype) {
     else if (key == "acc") c.accumulate = parse_field(key, value);
     else if (key == "p" && (value == "rounded" || value == "exact")) c.p_rounded = value == "rounded";
     else if (key == "exp" && (value == "exp" || value == "exp2")) c.exp = value == "exp2" ? ExpFlavour::exp2 : ExpFlavour::exp;
-    else if (key == "p" || key == "exp")
+    else if (key == "rope") {
+      bool found = false;
+      for (RopeMath r : {RopeMath::exact, RopeMath::fp32, RopeMath::table_fp32, RopeMath::table_fp16, RopeMath::table_bf16})
+        if (value == attncheck::to_string(r)) c.rope = r, found = true;
+      if (!found)
+        throw std::invalid_argument("precision contract: field 'rope' has unknown value '" + value +
+                                    "' (expected exact, fp32-angles, table-fp32, table-fp16 or table-bf16)");
+    } else if (key == "p" || key == "exp")
       throw std::invalid_argument("precision contract: field '" + key + "' has unknown value '" + value + "' (expected " +
                                   (key == "p" ? "rounded or exact)" : "exp or exp2)"));
     else
       throw std::invalid_argument("precision contract: unknown field '" + key +
-                                  "' (expected qk, scores, pv, acc, p, exp)");
+                                  "' (expected qk, scores, pv, acc, p, exp, rope)");
   }
   validate_contract(c, dtype);
   return c;

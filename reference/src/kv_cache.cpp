@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attncheck/rope.hpp"
 #include "detail.hpp"
 
 namespace attncheck {
@@ -48,6 +49,11 @@ void validate_kv_cache(const Problem& p) {
   if (p.past_len > 0) fail(g + ": KV-cache append into a quantized cache is not modelled (past_len=" + std::to_string(p.past_len) + ")");
   if (p.page_size > 0) fail(g + ": a paged quantized cache is not modelled (page_size=" + std::to_string(p.page_size) + ")");
   if (!p.cu_seqlens_q.empty()) fail(g + ": packed sequences (cu_seqlens_q) with a quantized cache are not modelled");
+  // A serving cache holds keys already rotated (RoPE runs before the cache write), so rotating decoded codes at load
+  // would model no kernel.
+  if (uses_rope(p))
+    fail(g + ": RoPE over a quantized cache is not modelled (the cache holds rotated keys), got rotary_dim=" +
+         std::to_string(p.rotary_dim));
   if (p.kv_scales == KvScales::block) {
     if (p.Dqk % p.kv_block != 0 || p.Dv % p.kv_block != 0)
       fail("kv_block must divide Dqk and Dv (whole blocks per token), got kv_block=" + std::to_string(p.kv_block) +

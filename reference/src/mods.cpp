@@ -36,7 +36,10 @@ void validate_modifications(const Problem& p) {
 }
 
 ModSet::ModSet(const Problem& p) : p_(p) {
-  for (const ModEntry* m : used_modifications(p)) (m->kind == ModKind::score ? score_ : mask_).push_back(m);
+  for (const ModEntry* m : used_modifications(p)) {
+    if (m->kind == ModKind::position) position_ = true;
+    else (m->kind == ModKind::score ? score_ : mask_).push_back(m);
+  }
 }
 
 double ModSet::score(const ModAt& at, double s) const {

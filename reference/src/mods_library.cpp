@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "attncheck/mods.hpp"
+#include "attncheck/rope.hpp"
 #include "detail.hpp"
 
 namespace attncheck {
@@ -179,7 +180,67 @@ const ModEntry kDilatedEntry{
     },
     "dilated window: (pos - j) % dilation == 0 and |pos - j| / dilation <= dilated_window"};
 
-const ModEntry kLibrary[] = {kAlibiEntry, kT5Entry, kDocEntry, kChunkEntry, kPrefixEntry, kDilatedEntry};
+// ---- rotary position embedding (the position stage; its math: rope.hpp / rope.cpp) ------------------------------
+// Not a score: q and k are rotated before the dot product. At most one frequency scaling.
+bool finite_positive(double x) { return std::isfinite(x) && x > 0; }
+const Field kRope[] = {
+    {"rotary_dim", &P::rotary_dim, kSet, kFrag, "must be even and in [0, Dqk] (0 = off)",
+     [](const P& p) { return p.rotary_dim >= 0 && p.rotary_dim % 2 == 0 && p.rotary_dim <= p.Dqk; },
+     "RoPE: leading head dims rotated (the rest pass through)"},
+    {"rotary_interleaved", &P::rotary_interleaved, kSet, kFrag, nullptr, nullptr,
+     "RoPE: GPT-J pairs (2f, 2f+1); default GPT-NeoX halves (f, f + rotary_dim/2)"},
+    {"rope_theta", &P::rope_theta, kSet, kFrag, "must be finite and > 0", [](const P& p) { return finite_positive(p.rope_theta); },
+     "RoPE base: inv_freq_f = theta^(-2f/rotary_dim)"},
+    {"rope_offsets", &P::rope_offsets, kData, kFrag, nullptr, nullptr, "RoPE: position of key 0 per batch [B]"},
+    {"rope_linear_factor", &P::rope_linear_factor, kSet, kFrag, "must be finite and > 0",
+     [](const P& p) { return finite_positive(p.rope_linear_factor); }, "RoPE linear scaling: inv_freq / factor"},
+    {"rope_llama3_factor", &P::rope_llama3_factor, kSet, kFrag, "must be finite and >= 1",
+     [](const P& p) { return std::isfinite(p.rope_llama3_factor) && p.rope_llama3_factor >= 1; },
+     "RoPE Llama 3.1 scaling factor"},
+    {"rope_low_freq_factor", &P::rope_low_freq_factor, kSet, kFrag, "must be finite and > 0",
+     [](const P& p) { return finite_positive(p.rope_low_freq_factor); }, "RoPE Llama 3.1 low_freq_factor"},
+    {"rope_high_freq_factor", &P::rope_high_freq_factor, kSet, kFrag, "must be finite and > rope_low_freq_factor",
+     [](const P& p) { return std::isfinite(p.rope_high_freq_factor) && p.rope_high_freq_factor > p.rope_low_freq_factor; },
+     "RoPE Llama 3.1 high_freq_factor"},
+    {"rope_yarn_factor", &P::rope_yarn_factor, kSet, kFrag, "must be finite and >= 1",
+     [](const P& p) { return std::isfinite(p.rope_yarn_factor) && p.rope_yarn_factor >= 1; }, "RoPE YaRN scaling factor"},
+    {"rope_beta_fast", &P::rope_beta_fast, kSet, kFrag, "must be finite and > 0",
+     [](const P& p) { return finite_positive(p.rope_beta_fast); }, "RoPE YaRN beta_fast"},
+    {"rope_beta_slow", &P::rope_beta_slow, kSet, kFrag, "must be finite and > 0",
+     [](const P& p) { return finite_positive(p.rope_beta_slow); }, "RoPE YaRN beta_slow"},
+    {"rope_original_max", &P::rope_original_max, kSet, kFrag, "must be in [1, 2^24]",
+     [](const P& p) { return p.rope_original_max >= 1 && p.rope_original_max <= kRopeMaxPosition; },
+     "RoPE llama3/YaRN original_max_position_embeddings"}};
+const ModEntry kRopeEntry{
+    "rope", "rope", ModKind::position, kRope,
+    [](const P& p) { return p.rotary_dim > 0; },  // the other parameters are inert at rotary_dim 0
+    [](const P& p) {
+      if (!p.rope_offsets.empty()) expect_size("rope_offsets", p.rope_offsets.size(), p.B, "B");
+      for (int64_t v : p.rope_offsets)
+        if (v < -kRopeMaxPosition || v > kRopeMaxPosition)
+          fail("rope_offsets must be within +-2^24, got " + shape_string(p.rope_offsets));
+      const int scalings = (p.rope_linear_factor != 1.0) + (p.rope_llama3_factor != 1.0) + (p.rope_yarn_factor != 1.0);
+      if (scalings > 1)
+        fail("rope_linear_factor, rope_llama3_factor and rope_yarn_factor: at most one scaling, got " + n2s(scalings));
+      for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t axis : {p.diagonal_offset(b), p.Lq - 1 + p.diagonal_offset(b), int64_t{0}, p.Lk - 1})
+          if (const int64_t pos = rope_position(p, b, axis); pos < 0 || pos > kRopeMaxPosition)
+            fail("rope_offsets: batch " + n2s(b) + " puts a token at RoPE position " + n2s(pos) +
+                 ", outside [0, 2^24] (query i at i + diagonal offset + rope_offsets[b], key j at j + rope_offsets[b])");
+    },
+    nullptr, nullptr, 1.0,
+    [](P& p, Rng& r) {
+      p.rotary_dim = 2 * r.pick(1, std::max<int64_t>(p.Dqk / 2, 1));
+      if (p.rotary_dim > p.Dqk) p.rotary_dim = 0;  // Dqk 1: nothing to rotate
+      p.rotary_interleaved = r.pick(0, 1) == 1;
+      p.rope_theta = r.pick(0, 1) ? 10000.0 : 500000.0;
+      int64_t lowest = 0;  // positions must not be negative: a query row may sit before key 0 (Lq > Lk)
+      for (int64_t b = 0; b < p.B; ++b) lowest = std::min(lowest, p.diagonal_offset(b));
+      for (int64_t b = 0; b < p.B; ++b) p.rope_offsets.push_back(r.pick(0, 1 << 17) - lowest);
+    },
+    "RoPE: q and k rotated pairwise by position * inv_freq before the scores"};
+
+const ModEntry kLibrary[] = {kAlibiEntry, kT5Entry, kDocEntry, kChunkEntry, kPrefixEntry, kDilatedEntry, kRopeEntry};
 
 }  // namespace
 

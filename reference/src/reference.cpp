@@ -5,6 +5,7 @@
 
 #include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
+#include "attncheck/rope.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -43,6 +44,39 @@ namespace {
 std::vector<double> widen(const Tensor& t) { return t.to_double(); }
 }  // namespace
 
+namespace {
+// The rotary tolerance scales of one row (reference.hpp rope_dev, rope_p, rope_max): r_j = |scale| sum_f
+// inv_freq_f |q_f| |k_jf| (|pos_i| + |pos_j|) for each visible key, summed as out, lse and a score see a relative
+// angle error (docs/tolerance.md "Rotary angles"). Dropout's kept weights w' enter dv_j = w'_j v_jd - w_j o_d.
+void rope_sensitivity(const Problem& p, const RopeStage& rope, int64_t b, int64_t i, const double* qi,
+                      const double* kb, const std::vector<double>& w, const std::vector<char>& visible,
+                      const double* vb, const Inputs& in, int64_t row, ReferenceResult& r) {
+  const int64_t Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, h = (row / p.Lq) % p.Hq;
+  const double pos_i = std::abs(double(rope_position(p, b, i + p.diagonal_offset(b)))), scale = std::abs(p.effective_scale());
+  const double* o = &r.out[static_cast<size_t>(row * Dv)];  // final (the caller computed it)
+  const double keep_scale = 1.0 / (1.0 - p.dropout_p);
+  double sum_p = 0, mx = 0;
+  for (int64_t j = 0; j < Lk; ++j) {
+    if (!visible[size_t(j)] || w[size_t(j)] == 0.0) continue;
+    const double* kj = kb + j * Dqk;
+    double rj = 0;
+    for (int64_t f = 0; f < p.rotary_dim / 2; ++f) {
+      const auto [a, c] = rope_pair(p, f);
+      rj += rope.inv_freq()[size_t(f)] * std::hypot(qi[a], qi[c]) * std::hypot(kj[a], kj[c]);
+    }
+    rj *= scale * (pos_i + std::abs(double(rope_position(p, b, j))));
+    mx = std::max(mx, rj);
+    sum_p += w[size_t(j)] * rj;
+    double wk = w[size_t(j)];
+    if (in.keep) wk = in.keep->get_offset(((b * p.Hq + h) * p.Lq + i) * Lk + j) != 0 ? wk * keep_scale : 0.0;
+    for (int64_t d = 0; d < Dv; ++d)
+      r.rope_dev[static_cast<size_t>(row * Dv + d)] += std::abs(wk * vb[j * Dv + d] - w[size_t(j)] * o[d]) * rj;
+  }
+  r.rope_p[size_t(row)] = sum_p;
+  r.rope_max[size_t(row)] = mx;
+}
+}  // namespace
+
 ReferenceResult reference_attention(const Problem& p, const Inputs& in, int threads) {
   return reference_attention_rows(p, in, {}, threads);
 }
@@ -76,8 +110,18 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
   const double fill = p.fill == MaskFill::neg_inf ? -inf : p.fill_value;
 
   const ModSet mods(p);
-  const std::vector<double> q = widen(in.q);  // (B, Hq, Lq, Dqk)
-  const std::vector<double> k = widen(in.k);  // (B, Hkv, Lk, Dqk)
+  std::vector<double> q = widen(in.q);  // (B, Hq, Lq, Dqk)
+  std::vector<double> k = widen(in.k);  // (B, Hkv, Lk, Dqk)
+  // Rotary embedding: every query and key vector rotated at its position (fp64), before any score.
+  const RopeStage rope(p);
+  if (rope.on()) {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t i = 0; i < Lq; ++i) rope.query(b, i, &q[static_cast<size_t>(((b * Hq + h) * Lq + i) * Dqk)]);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hkv; ++h)
+        for (int64_t j = 0; j < Lk; ++j) rope.key(b, j, &k[static_cast<size_t>(((b * Hkv + h) * Lk + j) * Dqk)]);
+  }
   const std::vector<double> v = widen(in.v);  // (B, Hkv, Lk, Dv)
 
   ReferenceResult r;
@@ -88,6 +132,11 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
   if (want_scores)
     for (auto* e : {&r.scores, &r.scores_a, &r.scores_b}) e->assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
   r.score_mag.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
+  if (rope.on()) {
+    r.rope_dev.assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
+    r.rope_p.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
+    r.rope_max.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
+  }
   r.out_abs.assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
   for (auto* e : {&r.out_rss, &r.out_rss_p, &r.out_rss_v, &r.out_sub, &r.out_sub_e4m3, &r.out_qdev, &r.out_dev, &r.out_dev_a, &r.out_dev_b, &r.out_dev_c, &r.out_cov}) e->assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
   for (auto* e : {&r.p_rss, &r.p_rss_a, &r.p_rss_b, &r.p_rss_c, &r.spread, &r.n_terms, &r.n_tied, &r.p_small, &r.p_qbar}) e->assign(static_cast<size_t>(B * Hq * Lq), 0.0);
@@ -228,6 +277,7 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
         oi_abs[d] += std::abs(wj * vb[j * Dv + d]);
       }
     }
+    if (rope.on() && !fully_masked) rope_sensitivity(p, rope, b, i, qi, kb, w, visible, vb, in, row, r);
     // A packed sequence with no keys under the nan policy: the -inf softmax over zero keys is 0/0.
     if (fully_masked && p.fully_masked == FullyMasked::nan && rk.begin == rk.end)
       std::fill(oi, oi + Dv, std::numeric_limits<double>::quiet_NaN());

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attncheck/rope.hpp"
 #include "attncheck/tolerance.hpp"
 
 namespace attncheck {
@@ -36,6 +37,9 @@ struct Units {
   bool e4m3_sub;  // p_sub applies below e4m3's smallest normal 2^-6 (out_sub_e4m3), not below 2^-14 (out_sub)
   double descales;  // fp8 inputs: roundings of the descale multiplies (q*k folded into the scale, v or out)
   bool exp2;
+  // Rotary embedding: relative angle error per unit of inv_freq * |position| (angle) and the position-independent
+  // error of cos, sin and the rotation (trig), per rotated vector; 0 for contract rope=exact.
+  double rope_angle, rope_trig;
 };
 
 Units units(const Problem& p, const ToleranceModel& m) {
@@ -44,8 +48,22 @@ Units units(const Problem& p, const ToleranceModel& m) {
   // decoded k and v element once to its operand format, so k's and v's operand roundings count in full (u_in 0).
   const double u_in = p.kv_quantized() ? 0.0 : unit_roundoff(p.dtype), acc = unit_roundoff(c.accumulate);
   auto coarser = [](double u, double than) { return u > than ? u : 0.0; };
+  // Rotated q and k are computed values, not inputs: rounding them to the qk operand format always counts.
+  const bool rope = uses_rope(p);
+  // fp32 angles: inv_freq from fp32 pow, reciprocal and scaling (<= 4u) and the product with the exact position
+  // (u): 5u of the angle. cos and sin within 1 ulp (2u each) and the fp32 rotation x c - y s (3u): 7u. A table in
+  // fp16/bf16 adds one rounding of cos and of sin (2 u_T). docs/tolerance.md "Rotary angles".
+  const double u32 = unit_roundoff(Precision::fp32);
+  double rope_angle = 0, rope_trig = 0;
+  if (rope && c.rope != RopeMath::exact) {
+    rope_angle = 5.0 * u32;
+    rope_trig = 7.0 * u32 + (c.rope == RopeMath::table_fp16   ? 2.0 * unit_roundoff(Precision::fp16)
+                             : c.rope == RopeMath::table_bf16 ? 2.0 * unit_roundoff(Precision::bf16)
+                             : c.rope == RopeMath::table_fp32 ? 2.0 * u32
+                                                              : 0.0);
+  }
   return {acc,
-          coarser(unit_roundoff(c.qk_operands), u_in),
+          rope ? unit_roundoff(c.qk_operands) : coarser(unit_roundoff(c.qk_operands), u_in),
           coarser(unit_roundoff(c.scores), acc),
           c.p_rounded ? coarser(unit_roundoff(c.pv_operands), acc) : 0.0,
           coarser(unit_roundoff(c.pv_operands), u_in),
@@ -56,7 +74,16 @@ Units units(const Problem& p, const ToleranceModel& m) {
                                                   : 0.0,
           c.p_rounded && c.pv_operands == Precision::fp8_e4m3,
           is_fp8(p.dtype) ? 2.0 : 0.0,
-          c.exp == ExpFlavour::exp2};
+          c.exp == ExpFlavour::exp2,
+          rope_angle,
+          rope_trig};
+}
+
+// The largest error of one score of the row from the rotary angles (both vectors): rope_max per unit angle error,
+// and the trig part through Cauchy-Schwarz (sum_f |q_f| |k_f| <= |q| |k| <= score_mag).
+double rope_score(const ReferenceResult& r, size_t row, const Units& u) {
+  if (u.rope_angle == 0 && u.rope_trig == 0) return 0.0;
+  return u.rope_angle * (r.rope_max.empty() ? 0.0 : r.rope_max[row]) + 2.0 * u.rope_trig * r.score_mag[row];
 }
 
 // Everything the terms need about one row.
@@ -91,7 +118,7 @@ Row row_scales(const Problem& p, const ReferenceResult& r, size_t row, const Uni
   // A weight moves by w (e^{eps_j - eta} - 1), |eps_j|, |eta| <= y/2 (its own score's error and the denominator's
   // weighted mean), and |e^z - 1| <= |z| (e^y - 1)/y for |z| <= y. Negligible (< 1.01) unless the declared operand
   // format is coarse for the row's logits (bf16 q.k at |s| ~ 1e4: the bound then rightly opens up).
-  const double y = 2.0 * (x.c_s * (r.score_mag.empty() ? 0.0 : r.score_mag[row]) + x.c_e);
+  const double y = 2.0 * (x.c_s * (r.score_mag.empty() ? 0.0 : r.score_mag[row]) + x.c_e + rope_score(r, row, u));
   // Capped so the terms stay finite (a zero term stays zero); at the cap nothing in the row is resolved anyway.
   x.nonlin = y < 1e-8 ? 1.0 : std::min(std::expm1(std::min(y, 700.0)) / y, 1e250);
   x.ties = r.n_tied.empty() ? x.n : std::max(r.n_tied[row] - 1.0, 0.0);
@@ -146,6 +173,9 @@ TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType d
                                                       x.c_b * std::hypot(r.out_dev_b[n], at(r.out_qdev, n, r.out_dev_b[n]));
   TolTerms t = zero();
   t[int(TolTerm::scores)] = x.nonlin * lam * (score_part + x.c_e * dev);
+  // Rotary angle errors: not independent (one angle per position and pair), so summed whole, without lambda.
+  if (u.rope_angle > 0 || u.rope_trig > 0)
+    t[int(TolTerm::scores)] += x.nonlin * (u.rope_angle * at(r.rope_dev, n, 0.0) + 2.0 * u.rope_trig * sm * (A + O));
   // P and/or V rounded before P·V: independent errors (lambda * rss) unless a few terms dominate (then the
   // worst case, the sum of |terms|, is smaller).
   // Equal P (tied scores) and equal values round alike: their terms add before squaring (out_rss_p, out_rss_v).
@@ -183,6 +213,8 @@ TolTerms lse_terms(const Problem& p, const ReferenceResult& r, size_t row, DType
   const double near_lse = L + std::log(std::max(x.n, 1.0));
   TolTerms t = zero();
   t[int(TolTerm::scores)] = m.lambda * (score_part + x.c_e * rho);
+  if (u.rope_angle > 0 || u.rope_trig > 0)  // rotary angles: sum_j w_j |e_j|
+    t[int(TolTerm::scores)] += u.rope_angle * at(r.rope_p, row, 0.0) + 2.0 * u.rope_trig * sm;
   // every score scaled alike (scale, fp8 descales) moves lse by s_mean
   t[int(TolTerm::systematic)] = (2.0 + u.descales) * u.acc * std::min(sm, near_lse);
   t[int(TolTerm::key_sum)] = x.den;
@@ -205,7 +237,8 @@ TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DTy
                                           : x.c_a * r.p_rss_a[row] + x.c_c * r.p_rss_c[row] +
                                                 x.c_b * std::hypot(r.p_rss_b[row], at(r.p_qbar, row, r.p_rss_b[row]));
   TolTerms t = zero();
-  t[int(TolTerm::scores)] = std::min(x.nonlin * P * m.lambda * (x.c_s * sm + others + x.c_e * (1.0 + rho)), 1.0);
+  t[int(TolTerm::scores)] = std::min(
+      x.nonlin * P * (m.lambda * (x.c_s * sm + others + x.c_e * (1.0 + rho)) + 2.0 * rope_score(r, row, u)), 1.0);
   t[int(TolTerm::systematic)] = P * (4.0 + u.descales) * u.acc * sm;
   t[int(TolTerm::key_sum)] = P * x.den;
   t[int(TolTerm::division)] = P * 2.0 * u.acc;
@@ -224,7 +257,8 @@ TolTerms scores_terms(const Problem& p, const ReferenceResult& r, size_t n, DTyp
   TolTerms t = zero();
   const double fill = p.fill == MaskFill::finite ? p.fill_value : -std::numeric_limits<double>::infinity();
   if (!std::isfinite(r.scores[n]) || (p.scores_out == ScoresOut::masked && r.scores[n] == fill)) return t;
-  t[int(TolTerm::scores)] = m.lambda * (x.c_a * r.scores_a[n] + std::sqrt(2.0) * x.c_b * r.scores_b[n]) + x.c_c * S;
+  t[int(TolTerm::scores)] = m.lambda * (x.c_a * r.scores_a[n] + std::sqrt(2.0) * x.c_b * r.scores_b[n]) + x.c_c * S +
+                            rope_score(r, n / static_cast<size_t>(p.Lk), u);
   t[int(TolTerm::storage)] = unit_roundoff(delivered) * S;
   t[int(TolTerm::floor_)] = floor_of(p, delivered);
   return t;

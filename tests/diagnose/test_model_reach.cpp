@@ -4,8 +4,10 @@
 // applied after the softmax where masked keys hold poison or rows are fully masked, and a failure that shows only
 // in the weights (a key of weight 1e-13 never read), fully masked rows under the uniform or NaN policy. Each
 // case was a miss of the full validation run (diagnose_validate golden/cases 1000 v); diagnosed from the outputs
-// alone (no probes), so the models, not re-runs, must find the cause.
+// alone (no probes), so the models, not re-runs, must find the cause. And the RoPE faults of the power grid.
 #include <gtest/gtest.h>
+
+#include <map>
 
 #include "attncheck/fixture.hpp"
 #include "attncheck/reference.hpp"
@@ -122,6 +124,38 @@ TEST(ModelReach, KeysNeverReadWhereOnlyWeightsFail) {
 TEST(ModelReach, NoKeyReadUnderTheNanPolicy) {
   const diagnose::Diagnosis d = mutant_on("partial-tile-dropped", "fp32_B2-Hq4-Hkv2-Lq17-Lk5-D16_causal-br-fm-nan_normal.h5");
   EXPECT_EQ(d.top(), "skipped-keys") << lines(d);
+}
+
+// RoPE faults of the power grid (its rope flavour: partial NeoX, positions past 64k) get their own tag from the
+// outputs alone: the other pairing, the query at its row index or one position ahead, the partial rotation on
+// the wrong half, fp16 angles. Judged at the base kernel's declared contract (rope=fp32-angles).
+TEST(ModelReach, RopeFaultsGetTheirTags) {
+  const std::pair<const char*, const char*> expect[] = {{"rope-interleave", "rope-interleave"},
+                                                        {"rope-offset-ignored", "rope-offset"},
+                                                        {"rope-off-by-one", "rope-offset"},
+                                                        {"rope-partial-wrong-half", "rope-partial"},
+                                                        {"rope-fp16-angles", "rope-precision"}};
+  std::map<std::string, int> diagnosed;
+  for (DType t : {DType::f32, DType::bf16})
+    for (power::Logits lg : {power::Logits::normal, power::Logits::near_one_hot}) {
+      const Problem p = power::grid_problem(1024, t, power::Flavour::rope, 8);
+      const Inputs in = power::grid_inputs(p, lg, 20261123);
+      const ReferenceResult ref = reference_attention(p, in);
+      diagnose::Options o;
+      PrecisionContract c = default_contract(t);
+      c.rope = RopeMath::fp32;
+      o.tolerance.contract = c;
+      for (const auto& [fault, tag] : expect)
+        for (const power::Variant& v : power::fault_variants()) {
+          if (v.name != fault) continue;
+          const Outputs out = power::run_variant(v, p, in);
+          if (judge(p, ref, out, o.tolerance).pass) continue;  // one position off in bf16 on normal logits passes
+          ++diagnosed[fault];
+          const diagnose::Diagnosis d = diagnose::diagnose({{}, p, in}, ref, out, o);
+          EXPECT_EQ(d.top(), tag) << fault << " " << to_string(t) << " " << power::to_string(lg) << "\n" << lines(d);
+        }
+    }
+  for (const auto& [fault, tag] : expect) EXPECT_GE(diagnosed[fault], 3) << fault << " failed too rarely to diagnose";
 }
 
 }  // namespace

@@ -12,7 +12,9 @@ n=0
 for f in "$src"/golden/$sub/*.h5; do
   name=$(basename "$f")
   cmp "$tmp/a/$sub/$name" "$tmp/b/$sub/$name"
-  cmp "$f" "$tmp/a/$sub/$name" || { echo "checked-in $name differs from a fresh generation"; exit 1; }
+  cmp "$f" "$tmp/a/$sub/$name" || {
+    echo "checked-in $name differs from a fresh generation; if only the file format changed (e.g. checksums), regenerate"
+    echo "it: build/tools/attncheck generate --spec golden/$spec --out golden --update --filter '$name'"; exit 1; }
   n=$((n + 1))
 done
 extra=$(comm -13 <(ls "$src/golden/$sub") <(ls "$tmp/a/$sub") || true)

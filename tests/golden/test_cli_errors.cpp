@@ -51,6 +51,9 @@ TEST(GenerateErrors, MalformedSpecShapesExit2NamingFileAndField) {
     const char* message;
   } cases[] = {
       {"list.json", "[]", "list.json: must be a JSON object with \"cases\", got array"},
+      // nlohmann reports a number beyond double's range as out_of_range, not parse_error
+      {"overflow.json", R"({"schema_version": 1, "cases": [{"Lq": 1e999}]})",
+       "overflow.json: not valid JSON: [json.exception.out_of_range.406] number overflow parsing '1e999'"},
       {"subdir.json", R"({"schema_version": 1, "subdir": 5, "cases": []})", "subdir.json: subdir: must be a string"},
       {"defaults.json", R"({"schema_version": 1, "defaults": [1], "cases": []})", "defaults.json: defaults: must be an object"},
       {"version.json", R"({"schema_version": "1", "cases": []})", "version.json: schema_version: must be 1"},

@@ -208,6 +208,8 @@ TEST(KvCache, HostileScalesAndShapesAreRefusedNamingTheField) {
   EXPECT_NE(validation_message(q).find("kv_scales"), std::string::npos) << validation_message(q);
   q = p, q.past_len = 3;
   EXPECT_NE(validation_message(q).find("past_len"), std::string::npos) << validation_message(q);
+  q = p, q.rotary_dim = 16;
+  EXPECT_NE(validation_message(q).find("rotary_dim=16"), std::string::npos) << validation_message(q);
   q = Problem{}, q.kv_dtype = DType::e5m2;  // a code format without a quantized cache
   EXPECT_NE(validation_message(q).find("kv_scales"), std::string::npos) << validation_message(q);
   Inputs missing = good;

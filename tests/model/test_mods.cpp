@@ -168,7 +168,7 @@ TEST(Mods, CpuImplsMatchReferenceOnEveryEntry) {
     const Problem d;
     p.alibi_slopes = d.alibi_slopes, p.t5_table = d.t5_table, p.t5_buckets = d.t5_buckets;
     p.doc_ids = d.doc_ids, p.chunk_size = d.chunk_size, p.prefix_lengths = d.prefix_lengths;
-    p.dilated_window = d.dilated_window, p.dilation = d.dilation;
+    p.dilated_window = d.dilated_window, p.dilation = d.dilation, p.rotary_dim = d.rotary_dim;
     EXPECT_FALSE(uses_modifications(p));
     return p;
   });

@@ -28,7 +28,7 @@ class NothingWritten final : public ModuleImpl {
 
 }  // namespace
 
-TEST(ModuleCheck, SuiteCoversTheIssue) {
+TEST(ModuleCheck, SuiteCoversEveryModuleKindAndDtype) {
   int cross = 0, packed = 0, inter = 0, bias = 0, nobias = 0, causal = 0, multi = 0, drop = 0, avg = 0;
   std::set<DType> dtypes;
   for (const ModuleFixture& f : suite()) {

@@ -4,6 +4,7 @@ import io
 import json
 import os
 
+import h5py
 import numpy as np
 import pytest
 
@@ -54,6 +55,8 @@ def test_compare_and_roundtrip(tmp_path):
     attncheck.save(tmp_path / "copy.h5", f)  # load -> save -> load keeps every array and attribute
     g = attncheck.load(tmp_path / "copy.h5")
     assert all(np.array_equal(f[s][n], g[s][n]) for s in ("inputs", "expected") for n in f[s])
+    with h5py.File(tmp_path / "copy.h5", "r") as h:  # checksummed like attncheck's own fixtures
+        assert all(h[s][n].fletcher32 for s in ("inputs", "expected") for n in h[s] if h[s][n].size > 0)
     assert attncheck.compare(g, out=bad).index == r.index
 
 

@@ -83,6 +83,22 @@ for name, arrays in (("mask_shape.npz", dict(q=q, k=k, v=v, mask=np.ones((3, 5),
     r = run("import", path, "--out", os.path.join(scratch, "x.h5"), *flags, *extra)
     assert r.returncode == 2 and path in r.stderr, (name, r.returncode, r.stderr)
     print(f"{name}: rejected with exit 2 naming the file: {r.stderr.strip()}")
+# A .npy header whose shape is not a tuple of non-negative integers (an extent past int64, a negative one) is an
+# input error naming the file (the first threw std::out_of_range, "stoll", naming nothing; found by fuzz_npz).
+for name, shape in (("huge_extent.npz", b"(99999999999999999999, 4, 7, 16)"), ("negative_extent.npz", b"(-2, 4, 7, 16)")):
+    path = os.path.join(scratch, name)
+    np.savez(path, q=q, k=k, v=v)
+    raw = open(path, "rb").read()
+    old_shape = b"(2, 4, 7, 16)"
+    at = raw.index(b"'shape': " + old_shape) + len(b"'shape': ")
+    end = raw.index(b"\n", at)  # the header's space padding absorbs the length change
+    rest = raw[at + len(old_shape):end].rstrip(b" ")  # ", }"
+    pad = end - at - len(shape) - len(rest)
+    assert pad >= 0, name
+    open(path, "wb").write(raw[:at] + shape + rest + b" " * pad + raw[end:])
+    r = run("import", path, "--out", os.path.join(scratch, "x.h5"), *flags)
+    assert r.returncode == 2 and path in r.stderr and "shape" in r.stderr, (name, r.returncode, r.stderr)
+    print(f"{name}: rejected with exit 2 naming the file: {r.stderr.strip()}")
 # The fixture reader takes h5py's enum bool as a mask (it used to say "non-numeric type")...
 fix = os.path.join(scratch, "cases", "stored_npz.h5")
 with h5py.File(fix, "r+") as f:

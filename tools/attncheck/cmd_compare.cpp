@@ -100,6 +100,7 @@ int run_compare() {
       f.problem = q;
     }
   }
+  if (!f.checksummed) std::printf("note: %s\n", unchecksummed_note(1).c_str());
   const Outputs cand = read_candidate(g.actual, f.problem);
   // Judge what the candidate provides: lse is always in the fixture; weights only when the fixture has them.
   Problem p = f.problem;

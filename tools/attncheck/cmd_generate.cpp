@@ -1,6 +1,9 @@
-// `attncheck generate --spec golden/suite.json --out golden [--update]`: rebuilds the golden suite from its spec,
+// `attncheck generate --spec golden/suite.json --out golden [--update] [--filter GLOB]`: rebuilds the golden suite
+// (or the cases whose name or file name matches GLOB) from its spec,
 // byte-identically. Each file is built in memory and written durably (durable_file.hpp); an existing file whose
 // bytes would change is left alone unless --update, and what changed is printed numerically (max |diff| of expected out).
+#include <fnmatch.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +14,8 @@
 
 #include "attncheck/durable_file.hpp"
 #include "attncheck/suite.hpp"
+#include "attncheck/state_suite.hpp"
+#include "merge_rows.hpp"
 #include "command.hpp"
 #include "report.hpp"
 
@@ -20,7 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Options {
-  std::string spec, out = "golden";
+  std::string spec, out = "golden", filter;
   bool update = false;
 };
 Options g;
@@ -67,16 +72,22 @@ std::string describe_change(const fs::path& old_file, const Fixture& now) {
 }
 
 int run_generate() {
+  if (is_merge_suite(g.spec)) return generate_merge_suite(g.spec, g.out, g.update);  // docs/states.md
   const SuiteSpec spec = read_suite(g.spec);
   const fs::path dir = fs::path(g.out) / spec.subdir;
   fs::create_directories(dir);
   int created = 0, same = 0, updated = 0, differ = 0;
+  size_t selected = 0;
   std::set<std::string> expected_files;
   Progress progress(spec.cases.size());
   for (const CaseSpec& c : spec.cases) {
     progress.step(c.name);
     const std::string file = fixture_file_name(c.name);
     expected_files.insert(file);
+    if (!g.filter.empty() && fnmatch(g.filter.c_str(), c.name.c_str(), 0) != 0 &&
+        fnmatch(g.filter.c_str(), file.c_str(), 0) != 0)
+      continue;
+    ++selected;
     const fs::path target = dir / file;
     const Fixture f = build_case(c, spec.file_name);
     const std::string bytes = fixture_image(target.string(), f);
@@ -110,8 +121,9 @@ int run_generate() {
     if (e.path().extension() == ".h5" && !expected_files.count(e.path().filename().string()))
       std::printf("stale    %s (not in %s; delete it if the case was removed)\n", e.path().string().c_str(),
                   spec.file_name.c_str());
-  std::printf("%zu cases in %s: %d new, %d unchanged, %d updated, %d differ\n", spec.cases.size(),
-              dir.string().c_str(), created, same, updated, differ);
+  if (selected == 0) throw std::invalid_argument("--filter '" + g.filter + "' matches no case of " + spec.file_name);
+  std::printf("%zu cases in %s: %d new, %d unchanged, %d updated, %d differ\n", selected, dir.string().c_str(),
+              created, same, updated, differ);
   return differ ? 1 : 0;
 }
 
@@ -120,6 +132,8 @@ const Register reg{{"generate", "Build golden fixtures from a suite spec (byte-i
                       sub.add_option("--out", g.out, "Output directory; fixtures go to OUT/<spec subdir>/")
                           ->capture_default_str();
                       sub.add_flag("--update", g.update, "Overwrite existing fixtures whose bytes change");
+                      sub.add_option("--filter", g.filter,
+                                     "Only the cases whose name or file name matches this glob (e.g. 'fp16_*causal*')");
                       return std::function<int()>(run_generate);
                     }}};
 

@@ -198,6 +198,12 @@ CaseResult input_error(const std::string& file, const std::string& reason) {
   return r;
 }
 
+std::string unchecksummed_note(int64_t n) {
+  return (n == 1 ? std::string("1 fixture carries") : std::to_string(n) + " fixtures carry") +
+         " no Fletcher32 checksums (written before attncheck checksummed its fixtures, or by another tool): a changed "
+         "bit in their stored values cannot be detected";
+}
+
 void print_unreadable(const std::vector<CaseResult>& rs) {
   std::vector<const CaseResult*> bad;
   for (const auto& r : rs)

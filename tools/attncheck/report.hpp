@@ -50,6 +50,8 @@ void record_exception(CaseResult& r);
 CaseResult input_error(const std::string& file, const std::string& reason);
 // After the summary: every input-error row again, one line each ("FILE: reason"); nothing when there is none.
 void print_unreadable(const std::vector<CaseResult>& rs);
+// The one-line note for n fixtures read without checksums (golden/SCHEMA.md "Checksums").
+std::string unchecksummed_note(int64_t n);
 
 // Prints the column header, then one row per result (status, impl, case, errors, worst element) to stdout.
 void print_header();

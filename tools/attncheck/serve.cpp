@@ -41,7 +41,7 @@ struct Request {
 };
 
 Request parse_request(const std::string& line) {
-  const json j = json::parse(line);  // throws json::parse_error
+  const json j = json::parse(line);  // throws json::exception (the caller answers it as a bad request)
   if (!j.is_object() || !j.contains("argv") || !j["argv"].is_array())
     throw std::invalid_argument("request: expected {\"argv\": [...]} (optional \"cwd\", \"env\")");
   Request r;

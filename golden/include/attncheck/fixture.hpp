@@ -43,6 +43,9 @@ struct Fixture {
   // "gradients". has_gradients is read by read_fixture_header too; dout and grad (the reference gradients with
   // their error scales) by read_fixture.
   bool has_gradients = false;
+  // False when a dataset read carried no Fletcher32 checksum (golden/SCHEMA.md "Checksums"): a changed bit in its
+  // stored values cannot be told from data. Set by read_fixture; reports note such files.
+  bool checksummed = true;
   std::optional<Tensor> dout;
   std::optional<BackwardResult> grad;
 };

@@ -35,6 +35,8 @@ uint64_t case_seed(uint64_t spec_seed, const std::string& name);
 // unknown keys, bad values, invalid problems or duplicate names. A case whose "dtype" is a list expands into one
 // case per dtype.
 SuiteSpec read_suite(const std::string& path);
+// The same from the spec's text (`path` names it in messages and gives the file name; the fuzz target's entry).
+SuiteSpec parse_suite(const std::string& text, const std::string& path);
 
 // The fixture of one case: deterministic inputs from (distribution, seed), the reference in double, provenance
 // with the canonical command "attncheck generate --spec <file_name>".

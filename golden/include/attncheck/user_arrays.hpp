@@ -24,6 +24,8 @@ std::map<std::string, UserArray> read_user_arrays(const std::string& path, uint6
 
 // The arrays of one .npz file (exposed for tests), every member.
 std::map<std::string, UserArray> read_npz(const std::string& path, uint64_t max_bytes = uint64_t{2} << 30);
+// The same from the file's bytes in memory (`path` names it in messages; the fuzz target's entry).
+std::map<std::string, UserArray> parse_npz(const std::string& bytes, const std::string& path, uint64_t max_bytes);
 
 // "[0,2,3,1]": a flat C-order element number as an index into `shape`.
 std::string index_string(const std::vector<int64_t>& shape, int64_t flat);

@@ -21,6 +21,13 @@ Precision precision_of(DType t);                       // f64 -> fp64, ...; thro
 // scale (FlashAttention's exp2f path); the folded multiply adds one rounding of |s|, which the model includes.
 enum class ExpFlavour : uint8_t { exp, exp2 };
 
+// How a kernel computes the rotary embedding's cos and sin (problems with rotary_dim > 0; docs/tolerance.md
+// "Rotary angles"). exact: as the reference (the rotated q and k are then only rounded to the qk operand format).
+// fp32: angle = fl32(position * fl32(inv_freq)), cos/sin in fp32. table_*: cos/sin from such fp32 angles, stored
+// in a table of fp32, fp16 or bf16 values (FlashAttention's rotary_cos/sin, Hugging Face's cos/sin cache).
+enum class RopeMath : uint8_t { exact, fp32, table_fp32, table_fp16, table_bf16 };
+const char* to_string(RopeMath r);  // "exact", "fp32-angles", "table-fp32", "table-fp16", "table-bf16"
+
 struct PrecisionContract {
   Precision qk_operands = Precision::fp32;  // Q and K are rounded to this before Q·Kᵀ
   Precision scores = Precision::fp32;       // scores S (and the softmax inputs) are stored in this
@@ -28,6 +35,7 @@ struct PrecisionContract {
   Precision accumulate = Precision::fp32;   // every dot product, the softmax row sum and the P·V sums
   bool p_rounded = false;                   // P (unnormalised, as FlashAttention) rounded to pv_operands before P·V
   ExpFlavour exp = ExpFlavour::exp;
+  RopeMath rope = RopeMath::exact;  // to_string() adds ",rope=..." only when not exact (older strings unchanged)
 
   // "qk=fp16,scores=fp32,pv=fp16,acc=fp32,p=rounded,exp=exp" (every field, this order; parsed back exactly).
   std::string to_string() const;

@@ -22,7 +22,8 @@ struct ModAt {
   int64_t b, h, i, pos, j;
 };
 
-enum class ModKind : uint8_t { score, mask };
+// position: a stage applied to q and k before the scores (rotary position embedding: rope.hpp), not per score.
+enum class ModKind : uint8_t { score, mask, position };
 
 struct ModEntry {
   const char* name;    // capability name: Capabilities::mods, `attncheck list`, the worker protocol
@@ -54,14 +55,16 @@ void validate_modifications(const Problem& p);  // every used entry's cross-fiel
 class ModSet {
  public:
   explicit ModSet(const Problem& p);
-  bool empty() const { return score_.empty() && mask_.empty(); }
+  bool empty() const { return score_.empty() && mask_.empty(); }  // no per-score work (a position stage may run)
   bool has_mask() const { return !mask_.empty(); }
   bool has_score() const { return !score_.empty(); }
+  bool has_position() const { return position_; }  // q and k are rotated (rope.hpp) before the scores
   double score(const ModAt& at, double s) const;  // score mods in library order
   bool visible(const ModAt& at) const;            // every mask mod
  private:
   const Problem& p_;
   std::vector<const ModEntry*> score_, mask_;
+  bool position_ = false;
 };
 
 }  // namespace attncheck

@@ -192,6 +192,19 @@ struct Problem {
   std::vector<int64_t> prefix_lengths;  // prefix-LM: [B]: j visible iff j < prefix_lengths[b] or j <= pos
   int64_t dilated_window = -1;          // dilated sliding window: |pos - j| <= dilated_window * dilation
   int64_t dilation = 1;                 //   and (pos - j) divisible by dilation (-1 = off)
+  // Rotary position embedding (the position stage: reference/src/rope.cpp, its library entry in mods_library.cpp;
+  // docs/problem-model.md "Rotary position embedding"). q of row (b, i) and k of key (b, j) are rotated before the
+  // scores at positions i + diagonal_offset(b) + rope_offsets[b] and j + rope_offsets[b]. Off at rotary_dim 0.
+  int64_t rotary_dim = 0;              // leading head dims rotated (even, <= Dqk); the rest pass through
+  bool rotary_interleaved = false;     // pairs (2f, 2f+1) (GPT-J); false: (f, f + rotary_dim/2) (GPT-NeoX, Llama)
+  double rope_theta = 10000.0;         // base: inv_freq_f = theta^(-2f/rotary_dim)
+  std::vector<int64_t> rope_offsets;   // [B] position of key 0 (empty = 0)
+  double rope_linear_factor = 1.0;     // linear (position interpolation): inv_freq / factor (1 = off)
+  double rope_llama3_factor = 1.0;     // Llama 3.1 piecewise scaling (1 = off), with low/high_freq_factor
+  double rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
+  double rope_yarn_factor = 1.0;       // YaRN (1 = off), with beta_fast/slow; cos and sin times 0.1 ln(s) + 1
+  double rope_beta_fast = 32.0, rope_beta_slow = 1.0;
+  int64_t rope_original_max = 8192;    // llama3 and YaRN: original_max_position_embeddings
 
   MaskFill fill = MaskFill::neg_inf;
   double fill_value = -1e9;  // used with MaskFill::finite

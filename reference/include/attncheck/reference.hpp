@@ -50,6 +50,11 @@ struct ReferenceResult {
   std::vector<double> n_terms;    // [B, Hq, Lq]: keys taking part in the softmax sum
   std::vector<double> n_tied;     // [B, Hq, Lq]: most keys sharing one exact score (repeated terms drift)
   std::vector<double> p_small;    // [B, Hq, Lq]: sum of min(w_j, 2^-24) over keys with w_j < 2^-23 (what a running fp32 sum may absorb)
+  // Rotary embedding (rotary_dim > 0; empty otherwise): each score's sensitivity to relative angle errors,
+  // r_j = |scale| sum_f inv_freq_f |q_f| |k_jf| (|pos_i| + |pos_j|) over rotated pairs f (docs/tolerance.md "Rotary
+  // angles"), summed as the output (sum_j |dv_j| r_j), lse (sum_j w_j r_j) and one score (max_j r_j) see it.
+  std::vector<double> rope_dev;  // [B, Hq, Lq, Dv]
+  std::vector<double> rope_p, rope_max;  // [B, Hq, Lq]
   // Query rows i computed (for every b, h); empty = all. Other rows hold zeros and are not judged (tolerance.hpp).
   std::vector<int64_t> sampled_rows;
 };
