@@ -6,6 +6,7 @@
 
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
+#include "attncheck/state.hpp"
 
 namespace attncheck {
 
@@ -72,6 +73,24 @@ Support run_impl(const Impl& impl, const Problem& p, const Inputs& in, Outputs& 
   if (out.scores) out.scores->fill(poison);
   if (out.present_k) out.present_k->fill(poison), out.present_v->fill(poison);
   impl.run(p, in, out);
+  return Support::yes();
+}
+
+Support Impl::supports_merge(const MergeProblem&) const { return Support::no("merge not implemented"); }
+void Impl::run_merge(const MergeProblem&, const StoredStates&, StoredStates&) const {
+  throw std::logic_error(name() + ": run_merge called without supports_merge");
+}
+
+Support run_merge_impl(const Impl& impl, const MergeProblem& p, const StoredStates& in, StoredStates& out) {
+  validate(p);
+  if (Support a = impl.available(); !a.ok) return Support::no("unavailable: " + a.reason);
+  if (Support s = impl.supports_merge(p); !s.ok) return s;
+  out = make_merge_outputs(p);
+  const double nan = std::numeric_limits<double>::quiet_NaN();  // every element must be written
+  out.o.fill(nan);
+  for (std::optional<Tensor>* t : {&out.lse, &out.max, &out.sum})
+    if (*t) (*t)->fill(nan);
+  impl.run_merge(p, in, out);
   return Support::yes();
 }
 

@@ -305,6 +305,8 @@ class WithBackward final : public Impl {
   Support supports(const Problem& p) const override { return f_->supports(p); }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override { f_->run(p, in, out); }
   Declarations declarations() const override { return f_->declarations(); }
+  Support supports_merge(const MergeProblem& p) const override { return f_->supports_merge(p); }
+  void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override { f_->run_merge(p, in, out); }
 
   Support supports_backward(const Problem& p) const override {
     if (Support s = f_->supports(p); !s.ok) return s;

@@ -3,6 +3,7 @@
 // row, then O = P·V with a second GEMM. fp64 computes in double; fp32/fp16/bf16 in float, rounded once into the
 // output dtype.
 #include "cpu_common.hpp"
+#include "cpu_merge.hpp"
 #include "cpu_impls.hpp"
 #include "cpu_pack.hpp"
 
@@ -133,6 +134,8 @@ class DenseImpl final : public Impl {
     d.deterministic = d.batch_invariant = true;
     return d;
   }
+  Support supports_merge(const MergeProblem& p) const override { return merge_supported(p); }
+  void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override { merge_fp32(p, in, out); }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     run_cpu(p, in, out, [](const Problem& q, const Inputs& x, Outputs& o) {
       if (q.dtype == DType::f64)

@@ -23,6 +23,7 @@
 #include "attncheck/features.hpp"
 #include "attncheck/plugin_loader.hpp"
 #include "attncheck/run_failure.hpp"
+#include "attncheck/state.hpp"
 #include "worker_json.hpp"
 
 namespace attncheck {
@@ -126,6 +127,24 @@ class WorkerImpl final : public Impl {
     return ask_supports(p, "backward");
   }
 
+  // The merge message (docs/worker-protocol.md 2c), for a worker whose hello declares "merge": true.
+  Support supports_merge(const MergeProblem&) const override {
+    if (!merge_) return Support::no("merge not supported (the worker does not declare merge)");
+    return Support::yes();
+  }
+  void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override {
+    std::vector<Slot> slots;
+    add(slots, "o", &in.o, nullptr);
+    for (auto [name, t] : {std::pair{"lse", &in.lse}, std::pair{"max", &in.max}, std::pair{"sum", &in.sum}})
+      if (*t) add(slots, name, &**t, nullptr);
+    add(slots, "out", nullptr, &out.o);
+    for (auto [name, t] : {std::pair{"out_lse", &out.lse}, std::pair{"out_max", &out.max}, std::pair{"out_sum", &out.sum}})
+      if (*t) add(slots, name, nullptr, &**t);
+    const json problem = {{"name", p.name}, {"N", p.N}, {"B", p.B}, {"H", p.H}, {"L", p.L}, {"D", p.D},
+                          {"dtype", worker::dtype_name(p.dtype)}, {"conventions", p.conv.text()}};
+    exchange("merge", p.name, problem, o_.timeout_s > 0 ? o_.timeout_s : 10.0, slots);
+  }
+
   void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
                     Gradients& g) const override {
     std::vector<Slot> slots;
@@ -166,8 +185,14 @@ class WorkerImpl final : public Impl {
   // One run or backward request: every slot in the shared file between guard pages, the call under the case's
   // timeout, then inputs compared and guards checked (modified-input / out-of-bounds), outputs copied back.
   void exchange(const std::string& type, const Problem& p, std::vector<Slot>& slots) const {
+    // The backward does about 2.5x the forward's work (FlashAttention's count): its default timeout scales with it.
+    const double timeout = o_.timeout_s > 0 ? o_.timeout_s : (type == "backward" ? 2.5 : 1.0) * default_timeout(p);
+    exchange(type, p.name(), worker::problem_to_json(p), timeout, slots);
+  }
+  void exchange(const std::string& type, const std::string& case_name, const json& problem, double timeout,
+                std::vector<Slot>& slots) const {
     std::lock_guard lock(mu_);
-    ensure_running(p.name());
+    ensure_running(case_name);
     size_t size = kPage;  // a guard page before the first tensor
     for (auto& s : slots) {
       s.offset = size;
@@ -186,14 +211,12 @@ class WorkerImpl final : public Impl {
                          {"shape", t.shape}, {"strides", strides}};
     }
     const int64_t id = ++next_id_;
-    // The backward does about 2.5x the forward's work (FlashAttention's count): its default timeout scales with it.
-    const double timeout = o_.timeout_s > 0 ? o_.timeout_s : (type == "backward" ? 2.5 : 1.0) * default_timeout(p);
-    const json reply = call({{"type", type}, {"id", id}, {"problem", worker::problem_to_json(p)},
+    const json reply = call({{"type", type}, {"id", id}, {"problem", problem},
                              {"shm", shm_path_}, {"shm_size", shm_size_}, {"tensors", tensors}},
-                            type, id, p.name(), timeout);
+                            type, id, case_name, timeout);
     const std::string where = o_.label + ": reply to " + type + " " + std::to_string(id);
     const std::string status = worker::str_field(reply, where, "status");
-    check_memory(slots, p.name());
+    check_memory(slots, case_name);
     if (status == "error") {
       const std::string m = reply.contains("message") && reply["message"].is_string() ? reply["message"].get<std::string>() : "";
       throw std::runtime_error(name_ + " (" + o_.label + "): " + type + " failed: " + (m.empty() ? "(no message)" : m));
@@ -311,6 +334,8 @@ class WorkerImpl final : public Impl {
                                    ? h["unavailable_reason"].get<std::string>()
                                    : "the worker says it is unavailable (no reason given)");
     has_supports_ = h.contains("supports") && worker::bool_field(h, w, "supports");
+    merge_ = h.contains("declarations") && h["declarations"].is_object() && h["declarations"].contains("merge") &&
+             worker::bool_field(h["declarations"], w + ": declarations", "merge");
     declarations_ = h.contains("declarations")
                         ? worker::declarations_from_json(h["declarations"], w, Impl::declarations())
                         : Impl::declarations();
@@ -450,6 +475,7 @@ class WorkerImpl final : public Impl {
   mutable std::set<std::string> features_;
   mutable Support available_;
   mutable bool has_supports_ = false;
+  mutable bool merge_ = false;  // the hello declared "merge": true (docs/worker-protocol.md 2c)
   mutable int protocol_ = 1;  // as the worker answered the hello
   mutable Declarations declarations_;
   mutable pid_t pid_ = -1;

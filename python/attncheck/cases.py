@@ -42,6 +42,8 @@ def find(pattern="*", fixtures=None):
                 with h5py.File(path, "r") as h:
                     if h.attrs.get("kind") in (b"module", "module"):
                         continue  # a module fixture (docs/module.md): not an attention case
+                    if h.attrs.get("kind") in ("merge", b"merge"):  # attention states (docs/states.md), not a case
+                        continue
                     name = h.attrs.get("name", f[:-3])
                 name = name.decode() if isinstance(name, bytes) else str(name)
                 if fnmatch.fnmatchcase(name, pattern):

@@ -31,15 +31,7 @@ std::string g17(double x) {
   throw std::invalid_argument("merge problem: field '" + field + "': " + what);
 }
 
-// The stored value of the empty state's lse (or max) under the conventions.
-double empty_stat(const StateConventions& c) {
-  switch (c.empty_lse) {
-    case EmptyLse::neg_inf: return -kInf;
-    case EmptyLse::pos_inf: return kInf;
-    case EmptyLse::finite: return c.sentinel;
-  }
-  return -kInf;
-}
+double empty_stat(const StateConventions& c) { return empty_stat_value(c); }
 
 double to_stored_units(const StateConventions& c, double nats) { return c.base == LseBase::two ? nats * kLog2e : nats; }
 double to_nats(const StateConventions& c, double stored) { return c.base == LseBase::two ? stored / kLog2e : stored; }
@@ -71,6 +63,15 @@ std::string row_index(const MergeProblem& p, int64_t r) {
 }
 
 }  // namespace
+
+double empty_stat_value(const StateConventions& c) {
+  switch (c.empty_lse) {
+    case EmptyLse::neg_inf: return -kInf;
+    case EmptyLse::pos_inf: return kInf;
+    case EmptyLse::finite: return round_to(DType::f32, c.sentinel);  // stats are stored in fp32
+  }
+  return -kInf;
+}
 
 // ---- conventions -------------------------------------------------------------------------------------------------
 std::string StateConventions::text() const {
@@ -267,6 +268,22 @@ MergeExpected reference_merge(const MergeProblem& p, const StoredStates& in) {
   return {merge_states(states)};
 }
 
+std::vector<double> merged_exponent(const MergeProblem& p, const StoredStates& in) {
+  const bool norm = p.conv.form == StateForm::normalised;
+  const double sentinel = empty_stat(p.conv);
+  std::vector<double> x(static_cast<size_t>(p.B * p.H * p.L), sentinel);
+  for (int64_t r = 0; r < p.B * p.H * p.L; ++r) {
+    bool any = false;
+    for (int64_t n = 0; n < p.N; ++n) {
+      const double v = get_stat(norm ? *in.lse : *in.max, p, n, r);
+      if (v == sentinel || (!norm && get_stat(*in.sum, p, n, r) == 0)) continue;
+      x[static_cast<size_t>(r)] = any ? std::max(x[static_cast<size_t>(r)], v) : v;
+      any = true;
+    }
+  }
+  return x;
+}
+
 // ---- judgement (docs/states.md, "Tolerance of a merged result") -----------------------------------------------------
 MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const StoredStates& out) {
   const MergeExpected ex = reference_merge(p, in);
@@ -292,6 +309,7 @@ MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const St
     }
   };
   const double sentinel = empty_stat(p.conv);
+  const std::vector<double> mx = merged_exponent(p, in);
   for (int64_t r = 0; r < M.rows(); ++r) {
     std::string at = "[";
     at += row_index(p, r);
@@ -304,13 +322,13 @@ MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const St
     }
     // Per non-empty input i: x_i its stored exponent, w_i = b^(x_i - X) its weight, E_i the relative error of the
     // weight as fp32 computes it (difference, a base conversion of either operand, exp: 3 units).
-    const double X = to_stored_units(p.conv, M.m[r]);
+    const double X = mx[static_cast<size_t>(r)];
     double S = 0, SE = 0;
     std::vector<double> w(static_cast<size_t>(p.N), 0.0), E(static_cast<size_t>(p.N), 0.0);
     for (int64_t n = 0; n < p.N; ++n) {
       const State& s = ins[static_cast<size_t>(n)];
       if (s.empty(r)) continue;
-      const double x = to_stored_units(p.conv, s.m[r]);
+      const double x = get_stat(norm ? *in.lse : *in.max, p, n, r);
       w[n] = std::exp(s.m[r] - M.m[r]) * s.l[r];  // the state's share of the merged denominator
       E[n] = u32 * (std::fabs(x - X) + std::fabs(x) + std::fabs(X) + 3.0) * ln_b + (N + 1) * u32;
       S += w[n], SE += w[n] * E[n];

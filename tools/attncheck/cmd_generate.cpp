@@ -14,6 +14,8 @@
 
 #include "attncheck/durable_file.hpp"
 #include "attncheck/suite.hpp"
+#include "attncheck/state_suite.hpp"
+#include "merge_rows.hpp"
 #include "command.hpp"
 #include "report.hpp"
 
@@ -70,6 +72,7 @@ std::string describe_change(const fs::path& old_file, const Fixture& now) {
 }
 
 int run_generate() {
+  if (is_merge_suite(g.spec)) return generate_merge_suite(g.spec, g.out, g.update);  // docs/states.md
   const SuiteSpec spec = read_suite(g.spec);
   const fs::path dir = fs::path(g.out) / spec.subdir;
   fs::create_directories(dir);

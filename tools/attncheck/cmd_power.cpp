@@ -13,6 +13,7 @@
 #include "command.hpp"
 #include "plugins.hpp"
 #include "power.hpp"
+#include "merge_rows.hpp"
 #include "report.hpp"
 
 namespace attncheck::cli {
@@ -148,6 +149,7 @@ int run_power(bool json, const std::vector<int64_t>& lk, int64_t rows, uint64_t 
 }
 
 bool g_json = false;
+std::string g_merge;  // --merge DIR: the merge faults' table instead of the attention grid (docs/states.md)
 std::vector<int64_t> g_lk;
 int64_t g_rows = power::GridOptions{}.rows;
 uint64_t g_seed = power::GridOptions{}.seed;
@@ -160,8 +162,12 @@ const Register reg{{"power", "Inject faults into a correct fast kernel and show 
                       sub.add_option("--seed", g_seed, "Seed of the inputs");
                       sub.add_option("--candidate", g_candidate,
                                      "Run this implementation as one more correct variant, at its declared contract");
+                      sub.add_option("--merge", g_merge, "Run the merge faults on the merge fixtures under DIR instead "
+                                                         "(e.g. golden/states; docs/states.md)");
                       add_plugin_option(sub, g_plugins);
-                      return std::function<int()>([] { return run_power(g_json, g_lk, g_rows, g_seed); });
+                      return std::function<int()>([] {
+                        return g_merge.empty() ? run_power(g_json, g_lk, g_rows, g_seed) : merge_power_table(g_merge);
+                      });
                     }}};
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "attncheck/cancel.hpp"
 #include "attncheck/fixture.hpp"
@@ -24,6 +25,7 @@
 #include "diagnosis.hpp"
 #include "gradients.hpp"
 #include "invariance_rows.hpp"
+#include "merge_rows.hpp"
 #include "module_rows.hpp"
 #include "plugins.hpp"
 #include "repro.hpp"
@@ -53,6 +55,7 @@ struct Options {
   BaselineOptions b;
 };
 Options g;
+std::set<std::string> g_merge_files;  // fixtures of kind "merge" (docs/states.md): judged by merge_row
 
 // Filter: globs separated by ':', matched against the case name or the file name. A pattern starting with '-'
 // and every pattern after it exclude (GoogleTest's "POS:POS:-NEG:NEG"). Unlike GoogleTest, a '-' inside a pattern
@@ -134,6 +137,7 @@ std::vector<std::pair<std::string, std::string>> list_fixtures(const std::string
     if (e.is_regular_file() && e.path().extension() == ".h5" && e.path().filename().string()[0] != '.')
       files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
+  const std::vector<std::string> merges = take_merge_fixtures(files);  // states and merges: docs/states.md
   prepare_fixture_reads(files);  // every file read once in one separate process, not one process per read
   prepare_module_reads(files);   // likewise for the module-fixture check and the module fixtures
   std::vector<std::pair<std::string, std::string>> out;
@@ -144,6 +148,12 @@ std::vector<std::pair<std::string, std::string>> list_fixtures(const std::string
       continue;
     }
     if (auto why = read_error(f, [&] { name = read_fixture_header(f).name; })) unreadable[f] = *why;
+    out.emplace_back(f, name);
+  }
+  for (const auto& f : merges) {
+    std::string name;
+    if (auto why = read_error(f, [&] { name = read_merge_fixture(f).problem.name; })) unreadable[f] = *why;
+    g_merge_files.insert(f);
     out.emplace_back(f, name);
   }
   return out;
@@ -249,7 +259,8 @@ int run_verify() {
   if (fixtures.empty()) throw std::invalid_argument("--filter: '" + g.filter + "' matches no fixture");
   if (!has_forward(pass)) {  // the backward pass alone: only fixtures that carry gradients
     std::erase_if(fixtures, [&](const auto& f) {
-      return is_module_fixture(f.first) || (!unreadable.count(f.first) && !read_fixture_header(f.first).has_gradients);
+      return g_merge_files.count(f.first) || is_module_fixture(f.first) ||
+             (!unreadable.count(f.first) && !read_fixture_header(f.first).has_gradients);
     });
     if (fixtures.empty())
       throw std::invalid_argument("--pass backward: no fixture with gradients under '" + g.fixtures +
@@ -274,6 +285,19 @@ int run_verify() {
   print_header();
   Progress progress(fixtures.size() * impls.size());
   for (const auto& [file, name] : fixtures) {
+    if (g_merge_files.count(file) && !unreadable.count(file)) {  // a merge fixture: one merge row per implementation
+      const MergeFixture mf = read_merge_fixture(file);
+      for (size_t ii = 0; ii < impls.size(); ++ii) {
+        progress.step(impls[ii]->name() + " " + name);
+        std::vector<std::string> lines;
+        CaseResult r = merge_row(*impls[ii], avail[ii], mf, file, g.diagnose ? &lines : nullptr);
+        progress.clear();
+        print_row(r);
+        for (const std::string& l : lines) std::printf("    %s\n", l.c_str());
+        results.push_back(std::move(r));
+      }
+      continue;
+    }
     if (g.spec.empty() && is_module_fixture(file)) {  // a module fixture: forward only, no invariance checks
       for (ModuleRow& m : module_rows(file, impls, avail, g.diagnose, g.tol_scale)) {
         progress.clear();

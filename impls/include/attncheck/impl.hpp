@@ -19,6 +19,9 @@ namespace attncheck {
 struct Declarations;
 // Gradients of the backward pass (attncheck/backward.hpp).
 struct Gradients;
+// Attention states and their merge (attncheck/state.hpp, docs/states.md).
+struct MergeProblem;
+struct StoredStates;
 
 class Impl {
  public:
@@ -45,6 +48,11 @@ class Impl {
   virtual Support supports_backward(const Problem& p) const;
   virtual void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
                             Gradients& g) const;
+  // Merging attention states (optional; docs/states.md): N stored states -> the merged state, under the problem's
+  // conventions. supports_merge defaults to "merge not implemented"; run_merge gets outputs pre-allocated
+  // (make_merge_outputs) and NaN-poisoned by the harness.
+  virtual Support supports_merge(const MergeProblem& p) const;
+  virtual void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const;
 };
 
 using ImplPtr = std::shared_ptr<const Impl>;
@@ -61,5 +69,7 @@ ImplPtr find_impl(const std::string& name);
 Support run_impl(const Impl& impl, const Problem& p, const Inputs& in, Outputs& out);
 // The same for the backward pass: the implementation's forward (want_lse on), then its backward into `g`.
 Support run_backward_impl(const Impl& impl, const Problem& p, const Inputs& in, const Tensor& dout, Gradients& g);
+// The same for a merge: validate, available, supports_merge, allocate, poison with NaN, run_merge.
+Support run_merge_impl(const Impl& impl, const MergeProblem& p, const StoredStates& in, StoredStates& out);
 
 }  // namespace attncheck

@@ -32,6 +32,8 @@ struct StateConventions {
   bool operator==(const StateConventions&) const = default;
 };
 StateConventions parse_conventions(const std::string& text);
+// The stored lse (or max) of an empty state: -inf, +inf, or the finite sentinel rounded to fp32 (stats are fp32).
+double empty_stat_value(const StateConventions& c);
 
 // ---- a state in fp64, independent of any convention ---------------------------------------------------------------
 // Per row r = (b, h, i): m = max of the visible scaled scores (nats), l = Σ exp(s - m), u = Σ exp(s - m)·v.
@@ -92,6 +94,9 @@ struct MergeExpected {
   State merged;  // exact (fp64) merge of the decoded stored inputs
 };
 MergeExpected reference_merge(const MergeProblem& p, const StoredStates& in);
+// The merged state's stored exponent per row [B,H,L]: the max of the non-empty inputs' stored lse (or m), exactly
+// (a max of fp32 values is one of them); the sentinel for a row of empty states.
+std::vector<double> merged_exponent(const MergeProblem& p, const StoredStates& in);
 
 // Per element: the derived bound (docs/states.md, "Tolerance of a merged result") and the verdict.
 struct MergeVerdict {

@@ -1,0 +1,134 @@
+// verify's rows for merge fixtures and generate for merge suites (docs/states.md). A merge row reads like an
+// attention row: pass/fail with the worst element, unsupported with the reason, a run failure as its outcome.
+#include "merge_rows.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include "attncheck/durable_file.hpp"
+#include "attncheck/fixture.hpp"
+#include "attncheck/state_suite.hpp"
+#include "merge_diagnosis.hpp"  // harness/diagnose
+#include "merge_power.hpp"      // harness/power
+#include <algorithm>
+#include <map>
+
+namespace attncheck::cli {
+
+CaseResult merge_row(const Impl& impl, const Support& available, const MergeFixture& f, const std::string& file,
+                     std::vector<std::string>* diagnosis) {
+  CaseResult r{f.problem.name, file, impl.name(), "", "", false, {}, "", to_string(f.problem.dtype), {"merge"}};
+  if (!available.ok) {
+    r.status = "unavailable", r.message = "unavailable: " + available.reason;
+    return r;
+  }
+  try {
+    StoredStates out;
+    const Support s = run_merge_impl(impl, f.problem, f.inputs, out);
+    if (!s.ok) {
+      r.status = "unsupported", r.message = s.reason;
+      return r;
+    }
+    const MergeVerdict v = judge_merge(f.problem, f.inputs, out);
+    TensorVerdict t;
+    t.tensor = "state", t.pass = v.pass, t.n = v.checked, t.n_bad = v.failed;
+    r.verdict.pass = v.pass;
+    r.verdict.tensors.push_back(t);
+    r.judged = true;
+    r.status = v.pass ? "pass" : "fail";
+    r.message = v.pass ? "" : std::to_string(v.failed) + " of " + std::to_string(v.checked) + " elements outside the bound; worst " + v.worst;
+    if (!v.pass && diagnosis) {
+      const MergeDiagnosis d = diagnose_merge(f.problem, f.inputs, out);
+      r.message += "; diagnosis: " + d.tag;
+      diagnosis->push_back("likely cause: " + d.tag + " (" + d.why + ")");
+      r.diagnosis_json = "{\"top\":\"" + d.tag + "\"}";
+    }
+  } catch (const std::exception&) {
+    record_exception(r);
+  }
+  return r;
+}
+
+int generate_merge_suite(const std::string& spec, const std::string& out, bool update) {
+  namespace fs = std::filesystem;
+  const MergeSuite suite = build_merge_suite(spec);
+  const fs::path dir = fs::path(out) / suite.subdir;
+  fs::create_directories(dir);
+  int created = 0, same = 0, updated = 0, differ = 0;
+  std::set<std::string> names;
+  for (const MergeFixture& f : suite.cases) {
+    const std::string file = fixture_file_name(f.problem.name);
+    if (!names.insert(file).second) throw std::invalid_argument(spec + ": two cases named " + f.problem.name);
+    const fs::path target = dir / file;
+    const std::string bytes = merge_fixture_image(target.string(), f);
+    std::ifstream old(target, std::ios::binary);
+    const std::string have = old ? std::string(std::istreambuf_iterator<char>(old), {}) : std::string();
+    if (!old) {
+      write_file_durably(target.string(), bytes), ++created;
+      std::printf("new      %s\n", f.problem.name.c_str());
+    } else if (have == bytes) {
+      ++same;
+    } else if (update) {
+      write_file_durably(target.string(), bytes), ++updated;
+      std::printf("updated  %s\n", f.problem.name.c_str());
+    } else {
+      ++differ;
+      std::printf("DIFFERS  %s (not written; rerun with --update)\n", f.problem.name.c_str());
+    }
+  }
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".h5" && !names.count(e.path().filename().string()))
+      std::printf("stale    %s (not in %s; delete it if the case was removed)\n", e.path().string().c_str(), spec.c_str());
+  std::printf("%zu cases in %s: %d new, %d unchanged, %d updated, %d differ\n", suite.cases.size(), dir.string().c_str(),
+              created, same, updated, differ);
+  return differ ? 1 : 0;
+}
+
+int merge_power_table(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw std::invalid_argument("--merge: '" + dir + "' is not a directory");
+  std::vector<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && e.path().extension() == ".h5" && is_merge_fixture(e.path().string())) files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw std::invalid_argument("--merge: no merge fixtures under '" + dir + "'");
+  std::vector<MergeFixture> fx;
+  for (const auto& f : files) fx.push_back(read_merge_fixture(f));
+  std::printf("%-24s %-20s %8s %8s  %-40s %s\n", "variant", "expected tag", "fixtures", "failed", "diagnosis (fixtures)", "verdict");
+  bool ok = true;
+  for (const power::MergeVariant& v : power::merge_variants()) {
+    int failed = 0, right = 0;
+    std::map<std::string, int> tags;
+    for (const MergeFixture& f : fx) {
+      StoredStates out = make_merge_outputs(f.problem);
+      out.o.fill(std::nan(""));  // every element must be written, as run_merge_impl poisons
+      for (std::optional<Tensor>* t : {&out.lse, &out.max, &out.sum})
+        if (*t) (*t)->fill(std::nan(""));
+      power::run_merge_variant(v, f.problem, f.inputs, out);
+      if (judge_merge(f.problem, f.inputs, out).pass) continue;
+      ++failed;
+      const std::string tag = diagnose_merge(f.problem, f.inputs, out).tag;
+      ++tags[tag];
+      // Under a -inf sentinel, taking the sentinel as an lse is exactly the NaN of an empty state: same model.
+      const bool same_bug = v.expect == "lse-sentinel" && f.problem.conv.empty_lse == EmptyLse::neg_inf;
+      right += tag == (same_bug ? "empty-state-nan" : v.expect);
+    }
+    std::string t;
+    for (const auto& [tag, n] : tags) t += (t.empty() ? "" : ", ") + tag + " " + std::to_string(n);
+    std::string verdict;
+    if (v.expect.empty()) verdict = failed ? "FALSE-ALARM" : "pass";
+    else if (!failed) verdict = "MISSED";
+    else verdict = right == failed ? "caught" : "caught, WRONG TAG " + std::to_string(failed - right);
+    ok = ok && (verdict == "pass" || verdict == "caught");
+    std::printf("%-24s %-20s %8zu %8d  %-40s %s\n", v.name.c_str(), v.expect.empty() ? "(correct)" : v.expect.c_str(),
+                fx.size(), failed, t.empty() ? "-" : t.c_str(), verdict.c_str());
+  }
+  std::printf("merge power: %s\n", ok ? "every fault caught with its tag, no false alarm" : "NOT ACCEPTED");
+  return ok ? 0 : 1;
+}
+
+}  // namespace attncheck::cli
