@@ -37,6 +37,7 @@ int32_t abi_dtype(DType t) {
     case DType::u8: return ATTNCHECK_DTYPE_U8;
     case DType::e4m3: return ATTNCHECK_DTYPE_E4M3;
     case DType::e5m2: return ATTNCHECK_DTYPE_E5M2;
+    case DType::i8: break;  // KV-cache codes only: the ABI does not carry a quantized cache
   }
   return -1;
 }

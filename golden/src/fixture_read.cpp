@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "attncheck/features.hpp"
+#include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/fixture.hpp"
 #include "fixture_attrs.hpp"
@@ -248,8 +249,8 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
     r.open_group(file, "/expected");
     Inputs& in = f.inputs;
     in.q = read_tensor(r, file, "/inputs/q", p.dtype, {p.B, p.Hq, p.Lq, p.Dqk}, p.layout);
-    in.k = read_tensor(r, file, "/inputs/k", p.dtype, qkv_shape(p, 1), p.layout);
-    in.v = read_tensor(r, file, "/inputs/v", p.dtype, qkv_shape(p, 2), p.layout);
+    in.k = read_tensor(r, file, "/inputs/k", kv_storage_dtype(p), qkv_shape(p, 1), p.layout);
+    in.v = read_tensor(r, file, "/inputs/v", kv_storage_dtype(p), qkv_shape(p, 2), p.layout);
     if (p.past_len > 0) {
       in.past_k = read_tensor(r, file, "/inputs/past_key", p.dtype, {p.B, p.Hkv, p.past_len, p.Dqk}, p.layout);
       in.past_v = read_tensor(r, file, "/inputs/past_value", p.dtype, {p.B, p.Hkv, p.past_len, p.Dv}, p.layout);
@@ -261,6 +262,10 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
                             vec(p.mask_shape));
     in.bias = read_optional(r, file, "/inputs/bias", p.bias_shape.has_value(), "attribute bias_shape",
                             p.bias_dtype, vec(p.bias_shape));
+    in.k_scale = read_optional(r, file, "/inputs/k_scale", p.kv_quantized(), "attribute kv_scales", p.kv_scale_dtype,
+                               kv_scale_shape(p, 1));
+    in.v_scale = read_optional(r, file, "/inputs/v_scale", p.kv_quantized(), "attribute kv_scales", p.kv_scale_dtype,
+                               kv_scale_shape(p, 2));
     in.keep = read_optional(r, file, "/inputs/keep", p.dropout_p > 0, "attribute dropout_p > 0", DType::u8,
                             {p.B, p.Hq, p.Lq, p.Lk});
 

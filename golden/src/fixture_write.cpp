@@ -97,6 +97,10 @@ std::string fixture_bytes(const std::string& path, const Fixture& f) {
       h5::write_tensor(g, "past_key", canonical(*in.past_k, p.layout), stored_dims(in.past_k->shape, p.layout), kdims);
       h5::write_tensor(g, "past_value", canonical(*in.past_v, p.layout), stored_dims(in.past_v->shape, p.layout), vdims);
     }
+    if (in.k_scale) {  // quantized KV cache: k and v above hold the codes
+      write_tensor(g, "k_scale", canonical(*in.k_scale, Layout::BHSD), in.k_scale->shape, "B|1,Hkv|1,Lk|1,Dqk/kv_block|1");
+      write_tensor(g, "v_scale", canonical(*in.v_scale, Layout::BHSD), in.v_scale->shape, "B|1,Hkv|1,Lk|1,Dv/kv_block|1");
+    }
     fixture_detail::write_problem_datasets(g, p);
     fixture_detail::write_gradient_inputs(g, f);
   }

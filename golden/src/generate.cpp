@@ -2,6 +2,7 @@
 // operations, so the same seed gives the same inputs on every machine and compiler.
 #include "attncheck/generate.hpp"
 
+#include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
 
 #include <cmath>
@@ -136,6 +137,17 @@ Inputs generate_inputs(const Problem& p, Distribution dist, uint64_t seed) {
       t = std::move(c);
     };
     quantise(in.q, p.descale_q), quantise(in.k, p.descale_k), quantise(in.v, p.descale_v);
+    return in;
+  }
+  if (p.kv_quantized()) {
+    // Quantized KV cache: the values drawn for the same problem with a plain cache, then quantised as a serving
+    // stack does (kv_cache.hpp: each group's scale from its own largest value, so scales differ group by group).
+    Problem plain = p;
+    const Problem d;
+    plain.kv_scales = d.kv_scales, plain.kv_dtype = d.kv_dtype, plain.kv_block = d.kv_block;
+    plain.kv_scale_dtype = d.kv_scale_dtype;
+    Inputs in = generate_inputs(plain, dist, seed);
+    quantize_kv(p, in);
     return in;
   }
   if (dist == Distribution::poison_masked && p.fill == MaskFill::finite)

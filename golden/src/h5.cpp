@@ -74,6 +74,7 @@ Id file_type(DType t) {
     case DType::u8:
     case DType::e4m3:
     case DType::e5m2: return check(H5Tcopy(H5T_STD_U8LE), H5Tclose, "H5Tcopy");
+    case DType::i8: return check(H5Tcopy(H5T_STD_I8LE), H5Tclose, "H5Tcopy");
   }
   hdf5_failed("file_type");
 }
@@ -531,6 +532,7 @@ void Reader::expect_dtype(hid_t dset, const std::string& where, DType want) cons
       ok = cls == H5T_INTEGER && size == 2 && H5Tget_sign(t) == H5T_SGN_NONE && bf16_encoded(dset, where);
       break;
     case DType::u8: ok = cls == H5T_INTEGER && size == 1 && H5Tget_sign(t) == H5T_SGN_NONE; break;
+    case DType::i8: ok = cls == H5T_INTEGER && size == 1 && H5Tget_sign(t) == H5T_SGN_2; break;
     case DType::e4m3:
     case DType::e5m2:
       ok = cls == H5T_INTEGER && size == 1 && H5Tget_sign(t) == H5T_SGN_NONE && encoded_as(dset, where, encoding(want));
@@ -541,6 +543,7 @@ void Reader::expect_dtype(hid_t dset, const std::string& where, DType want) cons
                             (encoding(want) ? encoding(want) : "") + "\")";
     const char* want_s = want == DType::bf16  ? "bf16 (unsigned uint16 bit patterns with attribute encoding=\"bfloat16\")"
                          : want == DType::u8  ? "u8 (unsigned 8-bit integer, 0/1)"
+                         : want == DType::i8  ? "int8 (signed 8-bit integer codes)"
                          : is_fp8(want)       ? fp8.c_str()
                                               : to_string(want);
     fail(where, std::string("dtype must be ") + want_s + ", got " + type_name(dset) +
@@ -583,6 +586,7 @@ void Reader::read_raw(hid_t dset, const std::string& where, DType t, void* out) 
     case DType::u8:
     case DType::e4m3:
     case DType::e5m2: mt = Id(H5Tcopy(H5T_NATIVE_UINT8), H5Tclose); break;
+    case DType::i8: mt = Id(H5Tcopy(H5T_NATIVE_INT8), H5Tclose); break;
   }
   read_values(dset, mt, where, out);
 }

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "attncheck/mods.hpp"
+#include "attncheck/rope.hpp"
 
 #include "attncheck/reference.hpp"
 #include "derive.hpp"
@@ -56,6 +57,7 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   if (!groups && !within) bad("heads do not keep the GQA map");
   if (p.past_len > 0 && (k.k0 != 0 || k.nk <= p.past_len)) bad("cuts into the KV-cache past or keeps no new key");
   if (!p.cu_seqlens_q.empty()) bad("of a varlen problem (reduce() takes one sequence first)");
+  if (p.kv_quantized()) bad("of a problem with a quantized KV cache (its scales are not cut)");
   if (p.page_size > 0 && k.k0 % p.page_size != 0)  // key k0 must be token 0 of a page for the table to address it
     bad("drops keys [0, " + std::to_string(k.k0) + ") of a paged KV cache: not a whole number of pages (page_size=" +
         std::to_string(p.page_size) + ")");
@@ -111,6 +113,11 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
     q.doc_ids.clear();
     for (int64_t b = k.b0; b < k.b0 + k.nb; ++b)
       q.doc_ids.insert(q.doc_ids.end(), p.doc_ids.begin() + b * p.Lk + k.k0, p.doc_ids.begin() + b * p.Lk + k.k0 + k.nk);
+  }
+  if (uses_rope(p)) {  // every kept token keeps its RoPE position: key j of the cut is key k0 + j (rope.hpp)
+    q.rope_offsets.clear();
+    for (int64_t b = k.b0; b < k.b0 + k.nb; ++b)
+      q.rope_offsets.push_back((p.rope_offsets.empty() ? 0 : p.rope_offsets[static_cast<size_t>(b)]) + k.k0);
   }
   if (!p.prefix_lengths.empty()) {
     q.prefix_lengths.clear();

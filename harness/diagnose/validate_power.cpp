@@ -51,9 +51,10 @@ std::vector<ValidationRow> validate_on_power(int per_fault, int max_reruns) {
   std::vector<ValidationRow> rows;
   for (const power::Variant& v : power::fault_variants()) {
     const power::Flavour own = power::flavour_of(v.fault);
-    // The modification faults run in the power grid only: the diagnoser has no modification hypotheses yet.
+    // The modification, RoPE and quantized-cache faults run in the power grid only: the diagnoser has no hypotheses
+    // for them yet.
     if (own == power::Flavour::alibi || own == power::Flavour::document || own == power::Flavour::chunk ||
-        own == power::Flavour::rope)
+        own == power::Flavour::rope || own == power::Flavour::kv_cache)
       continue;
     const auto tag = power_injected_tags().find(v.name);
     ValidationRow row{v.name, tag == power_injected_tags().end() ? "?" : tag->second, 0, 0, {}, {}, {}};

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "attncheck/kv_cache.hpp"
 #include "attncheck/reference.hpp"
 #include "attncheck/rope.hpp"
 #include "attncheck/tolerance.hpp"
@@ -36,7 +37,8 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
     if (f == Flavour::causal) p.causal = true;
     if (f == Flavour::window) p.window_left = 255, p.window_right = 0;
   }
-  if (f == Flavour::alibi || f == Flavour::document || f == Flavour::chunk) p.causal = true;
+  if (f == Flavour::alibi || f == Flavour::document || f == Flavour::chunk || f == Flavour::kv_cache) p.causal = true;
+  if (f == Flavour::kv_cache) p.kv_scales = KvScales::block, p.kv_dtype = DType::i8, p.kv_block = 16, p.kv_scale_dtype = DType::f16;
   if (f == Flavour::alibi) p.Hq = 2, p.alibi_slopes = {0x1p-6, 0x1p-10};
   if (f == Flavour::document)
     for (int64_t j = 0; j < lk; ++j) p.doc_ids.push_back(j >= lk - 64 ? 1 : 0);
@@ -78,6 +80,13 @@ void add_hazards(const Problem& p, Inputs& in, std::mt19937_64& g) {
 }  // namespace
 
 Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed) {
+  if (p.kv_quantized()) {  // the same values as the plain cache's, quantised as a serving stack does
+    Problem plain = p;
+    plain.kv_scales = KvScales::none, plain.kv_dtype = DType::i8, plain.kv_block = 32, plain.kv_scale_dtype = DType::f32;
+    Inputs in = grid_inputs(plain, lg, seed);
+    quantize_kv(p, in);
+    return in;
+  }
   std::mt19937_64 g(seed);
   std::normal_distribution<double> n01(0.0, 1.0);
   const double sd = lg == Logits::large ? std::sqrt(7.0) : 1.0;  // scores ~ N(0, 7^2): |s| up to ~30 at 128k
@@ -159,6 +168,7 @@ Flavour flavour_of(Fault f) {
   if (f == Fault::alibi_sign || f == Fault::alibi_slope_head || f == Fault::alibi_ignored) return Flavour::alibi;
   if (f == Fault::document_off_by_one) return Flavour::document;
   if (f == Fault::chunk_off_by_one) return Flavour::chunk;
+  if (f == Fault::descale_ignored || f == Fault::descale_wrong_group) return Flavour::kv_cache;
   if (f == Fault::rope_interleave || f == Fault::rope_offset_ignored || f == Fault::rope_partial_wrong_half ||
       f == Fault::rope_off_by_one || f == Fault::rope_fp16_angles)
     return Flavour::rope;
@@ -166,7 +176,7 @@ Flavour flavour_of(Fault f) {
 }
 
 const char* to_string(Flavour f) {
-  const char* names[kFlavours] = {"dense", "causal", "window", "alibi", "document", "chunk", "rope"};
+  const char* names[kFlavours] = {"dense", "causal", "window", "alibi", "document", "chunk", "rope", "kv-int8-block16"};
   return names[static_cast<int>(f)];
 }
 const char* to_string(Logits l) {
@@ -218,6 +228,9 @@ std::vector<Variant> fault_variants() {
       make("alibi-ignored", "ALiBi slopes ignored (the modification is missing)", Fault::alibi_ignored),
       make("document-off-by-one", "a key's document read one token to the right", Fault::document_off_by_one),
       make("chunk-off-by-one", "a key's chunk computed from the next token", Fault::chunk_off_by_one),
+      make("descale-ignored", "quantized KV cache: the scales dropped (codes read as values)", Fault::descale_ignored),
+      make("descale-wrong-group", "quantized KV cache: every block of a token reads block 0's scale",
+           Fault::descale_wrong_group),
       make("rope-interleave", "RoPE with GPT-J pairs where NeoX halves are declared", Fault::rope_interleave),
       make("rope-offset-ignored", "RoPE: the query rotated at its row index, its position offset ignored",
            Fault::rope_offset_ignored),
@@ -230,8 +243,8 @@ std::vector<Variant> fault_variants() {
 Report run_grid(const GridOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<Variant> good = correct_variants(), bad = fault_variants();
-  const Flavour flavours[kFlavours] = {Flavour::dense, Flavour::causal,   Flavour::window, Flavour::alibi,
-                                       Flavour::document, Flavour::chunk, Flavour::rope};
+  const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal, Flavour::window, Flavour::alibi,
+                                       Flavour::document, Flavour::chunk,  Flavour::rope,   Flavour::kv_cache};
   Report rep;
   for (int64_t lk : o.lk)
     for (DType t : o.dtypes)

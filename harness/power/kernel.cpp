@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
 #include "power.hpp"
@@ -118,8 +119,22 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       for (float& x : f) x = tf32(x);
     return f;
   };
-  std::vector<float> q = load(in.q), k = load(in.k);
-  const std::vector<float> vv = load(in.v);
+  // A quantized KV cache decoded as a kernel does, each code * its scale in fp32 (exact here: int8 codes, fp16
+  // scales); the descale faults read no scale or block 0's scale of the token.
+  auto decode = [&](const Tensor& codes, const Tensor& s) {
+    std::vector<float> f(static_cast<size_t>(codes.numel()));
+    const int64_t L = codes.shape[2], E = codes.shape[3];
+    for (int64_t j = 0; j < L; ++j)
+      for (int64_t e = 0; e < E; ++e) {
+        const double scale = v.fault == Fault::descale_ignored       ? 1.0
+                             : v.fault == Fault::descale_wrong_group ? kv_scale_at(p, s, 0, 0, j, 0)
+                                                                     : kv_scale_at(p, s, 0, 0, j, e);
+        f[size_t(j * E + e)] = static_cast<float>(codes.at(0, 0, j, e)) * static_cast<float>(scale);
+      }
+    return f;
+  };
+  std::vector<float> q = load(in.q), k = p.kv_quantized() ? decode(in.k, *in.k_scale) : load(in.k);
+  const std::vector<float> vv = p.kv_quantized() ? decode(in.v, *in.v_scale) : load(in.v);
   if (uses_rope(p)) rope_rows(v, p, true, p.Hq * Lq, q), rope_rows(v, p, false, Lk, k);
   const float scale = static_cast<float>(v.fault == Fault::scale_dv ? 1.0 / std::sqrt(double(Dv)) : p.effective_scale());
   const float log2e = 1.4426950408889634f;

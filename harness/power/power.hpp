@@ -21,6 +21,10 @@ enum class Fault : uint8_t {
   lse_base2,
   // Modification faults (mods.hpp), each on its own flavour.
   alibi_sign, alibi_slope_head, alibi_ignored, document_off_by_one, chunk_off_by_one,
+  // Quantized KV cache faults (kv_cache.hpp), on the kv flavour: the scales dropped (codes read as values, vllm
+  // PR #51363's dropped per-head descales) or every block of a token reading block 0's scale (a missing group
+  // offset, as rocm-libraries PR #10474's every-group-reads-group-0).
+  descale_ignored, descale_wrong_group,
   // RoPE faults (rope.hpp), on the rope flavour: GPT-J pairs instead of NeoX, the query rotated at its row index
   // (its position offset ignored), the partial rotation applied to the last rotary_dim dims, the query one position
   // ahead, angles rounded to fp16.
@@ -54,8 +58,10 @@ std::vector<Variant> fault_variants();
 // modification: ALiBi on two query heads (slopes 2^-6, 2^-10), two documents meeting at the tile edge between
 // rows rows/2-1 and rows/2, chunks of 64 keys (a chunk boundary there too).
 // rope: causal with partial NeoX RoPE (rotary_dim 32 of 64, theta 10000), every position past 65536.
-enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk, rope };
-inline constexpr int kFlavours = 7;
+// kv_cache: causal over an int8 KV cache with one fp16 scale per 16 head-dim elements of each token (K in 4 blocks,
+// V in 2).
+enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk, rope, kv_cache };
+inline constexpr int kFlavours = 8;
 const char* to_string(Flavour f);
 Flavour flavour_of(Fault f);  // the shape a fault is run on (mask faults need their mask)
 enum class Logits : uint8_t { normal, large, near_one_hot, hazard };

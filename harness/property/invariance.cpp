@@ -281,9 +281,10 @@ std::vector<TensorDiff> diff_targets(const Problem& p, const Outputs& first, con
 Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, int& runs) {
   Check c;
   c.kind = Kind::batch;
-  if (!p.cu_seqlens_q.empty() || p.page_size > 0) {
+  if (!p.cu_seqlens_q.empty() || p.page_size > 0 || p.kv_quantized()) {
     c.result = Check::unsupported;
-    c.message = std::string("not checked: the batch forms of a ") + (p.page_size > 0 ? "paged" : "varlen") +
+    c.message = std::string("not checked: the batch forms of a ") +
+                (p.page_size > 0 ? "paged" : p.kv_quantized() ? "quantized-KV-cache" : "varlen") +
                 " problem are not built yet (padded batches only)";
     return c;
   }

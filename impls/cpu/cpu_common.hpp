@@ -8,6 +8,7 @@
 #endif
 #include <Eigen/Core>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +22,7 @@
 
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
+#include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/problem.hpp"
 #include "attncheck/rope.hpp"
@@ -74,9 +76,41 @@ void load_rows(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r1, T*
     case DType::f32: copy(t.data<float>(), [](float x) { return x; }); break;
     case DType::f16: copy(t.data<uint16_t>(), [](uint16_t x) { return half_bits_to_float(x); }); break;
     case DType::bf16: copy(t.data<uint16_t>(), [](uint16_t x) { return bf16_bits_to_float(x); }); break;
-    case DType::u8: throw std::invalid_argument("cpu: q/k/v dtype u8 is not a floating type");
+    case DType::u8:
+    case DType::i8: throw std::invalid_argument("cpu: q/k/v dtype u8/int8 is not a floating type (a quantized cache is decoded in run_cpu)");
     case DType::e4m3:
     case DType::e5m2: throw std::invalid_argument("cpu: fp8 inputs are decoded before the kernel (run_cpu)");
+  }
+}
+
+// Rows [r0, r1) of k (which = 1) or v (2) of head h of batch b, as load_rows gives them. A quantized KV cache's
+// codes are decoded here, a chunk of rows at a time as a serving kernel decodes them in registers (never a decoded
+// copy of the cache): each code * its scale computed in double and rounded once to T, the same bits as the
+// reference's dequantize_kv rounded to T.
+template <class T>
+void load_kv_rows(const Problem& p, const Inputs& in, int which, int64_t b, int64_t h, int64_t r0, int64_t r1, T* dst) {
+  const Tensor& t = which == 1 ? in.k : in.v;
+  if (!p.kv_quantized()) return load_rows(t, b, h, r0, r1, dst);
+  const Tensor& s = which == 1 ? *in.k_scale : *in.v_scale;
+  static const std::array<std::array<double, 256>, 2> fp8 = [] {  // every e4m3 and e5m2 code, decoded once
+    std::array<std::array<double, 256>, 2> c{};
+    for (int x = 0; x < 256; ++x)
+      c[0][size_t(x)] = fp8_bits_to_double(uint8_t(x), DType::e4m3), c[1][size_t(x)] = fp8_bits_to_double(uint8_t(x), DType::e5m2);
+    return c;
+  }();
+  const double* lut = t.dtype == DType::e4m3 ? fp8[0].data() : t.dtype == DType::e5m2 ? fp8[1].data() : nullptr;
+  const int64_t D = t.shape[3], sr = t.strides[2], sd = t.strides[3], base = b * t.strides[0] + h * t.strides[1];
+  const int64_t groups = s.shape[3], G = groups == 1 ? D : p.kv_block;
+  std::vector<double> scale(static_cast<size_t>(groups));
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t g = 0; g < groups; ++g) scale[size_t(g)] = kv_scale_at(p, s, b, h, r, g * G);
+    const uint8_t* row = t.data<uint8_t>() + base + r * sr;
+    T* o = dst + (r - r0) * D;
+    for (int64_t d = 0; d < D; ++d) {
+      const uint8_t c = row[d * sd];
+      const double code = lut ? lut[c] : static_cast<double>(static_cast<int8_t>(c));
+      o[d] = static_cast<T>(code * scale[size_t(d / G)]);
+    }
   }
 }
 
@@ -117,6 +151,7 @@ void store_row(Tensor& t, int64_t b, int64_t h, int64_t i, const T* src) {
       for (int64_t d = 0; d < D; ++d) t.data<uint16_t>()[base + d * sd] = float_to_bf16_bits(static_cast<float>(src[d]));
       break;
     case DType::u8:
+    case DType::i8:
     case DType::e4m3:
     case DType::e5m2: throw std::invalid_argument(std::string("cpu: out dtype ") + to_string(t.dtype) + " not produced");
   }
@@ -251,6 +286,7 @@ class Scorer {
       case DType::f16: add(bt.data<uint16_t>(), [](uint16_t x) { return half_bits_to_float(x); }); break;
       case DType::bf16: add(bt.data<uint16_t>(), [](uint16_t x) { return bf16_bits_to_float(x); }); break;
       case DType::u8:
+      case DType::i8:
       case DType::e4m3:
       case DType::e5m2: throw std::invalid_argument(std::string("cpu: bias dtype ") + to_string(bt.dtype) + " not supported");
     }
@@ -403,7 +439,8 @@ void run_appending(const Problem& p, const Inputs& in, Outputs& out, F&& attend)
 // The features the CPU implementations handle around their kernel: a paged cache (gathered into contiguous K/V,
 // as a kernel without paged reads is fed), KV-cache append (present holds the stored codes), fp8 inputs (decoded to
 // float at packing: codes exact, descale_q * descale_k folded into the scale, descale_v into v; P stays float, so
-// their fp8 contract is p=exact: p_exact_declarations), then packed sequences.
+// their fp8 contract is p=exact: p_exact_declarations), then packed sequences. A quantized KV cache passes through
+// untouched: load_kv_rows decodes it where the kernels load K and V rows.
 template <class F>
 void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
   auto rest = [&](const Problem& q, const Inputs& x) {
@@ -421,7 +458,7 @@ void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
 // What both CPU implementations declare: everything the problem model has, fp8 included.
 inline Capabilities cpu_capabilities(const char* notes) {
   Capabilities c;
-  c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = c.fp8 = true;
+  c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = c.fp8 = c.kv_quant = true;
   c.dtypes.insert({DType::e4m3, DType::e5m2});
   for (const ModEntry& m : modifications()) c.mods.insert(m.name);
   c.notes = notes;

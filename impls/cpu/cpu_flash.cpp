@@ -388,7 +388,7 @@ class Flash {
     std::vector<T> v(static_cast<size_t>(bk_ * Dv));
     for (int64_t j0 = 0; j0 < p_.Lk; j0 += bk_) {
       const int64_t j1 = std::min(j0 + bk_, p_.Lk);
-      load_rows(in_.v, b, p_.kv_head(h), j0, j1, v.data());
+      load_kv_rows(p_, in_, 2, b, p_.kv_head(h), j0, j1, v.data());
       for (int64_t j = j0; j < j1; ++j) {
         const T wj = keep ? (keep[j] ? pol_w_ * keep_scale_ : T(0)) : pol_w_;
         if (wj == T(0)) continue;  // a dropped key contributes nothing, as in the reference

@@ -142,7 +142,7 @@ struct Panels {
       if (!krows && !rope.on()) k16 = in_place16(in.k, b_, kvh, k0, half);
       if (!krows && !k16) {
         kt.resize(static_cast<size_t>(n * Dqk));
-        load_rows(in.k, b_, kvh, k0, k1, kt.data());
+        load_kv_rows(p, in, 1, b_, kvh, k0, k1, kt.data());
         rotate_rows(rope, false, b_, k0, k1, Dqk, kt.data());
         krows = kt.data(), kld = Dqk;
       }
@@ -157,7 +157,7 @@ struct Panels {
       v.resize(static_cast<size_t>(n * dv_pad()));
       vrows = v.data(), vld = dv_pad();
       scratch.resize(static_cast<size_t>(n * Dv));
-      load_rows(in.v, b_, kvh, k0, k1, scratch.data());
+      load_kv_rows(p, in, 2, b_, kvh, k0, k1, scratch.data());
       bad.scan(scratch.data(), n, Dv, k0);
       for (int64_t r = 0; r < n; ++r) {
         T* dst = v.data() + r * dv_pad();
@@ -173,7 +173,7 @@ struct Panels {
     const RopeStage rope(p);
     for (int64_t j = k0; j < k1; j += kChunk) {
       const int64_t je = std::min(k1, j + kChunk), nr = je - j;
-      load_rows(in.k, b_, kvh, j, je, scratch.data());
+      load_kv_rows(p, in, 1, b_, kvh, j, je, scratch.data());
       rotate_rows(rope, false, b_, j, je, Dqk, scratch.data());  // RoPE on each chunk of keys as it is read
       for (int64_t r = 0; r < nr; ++r) {
         const int64_t key = j - k0 + r;
@@ -183,7 +183,7 @@ struct Panels {
         if constexpr (std::is_same_v<T, float>)
           if (pairs) pairs = simd::pack_bf16_pairs(src, Dqk, kt2.data() + key / W * kp * W + key % W, W);
       }
-      load_rows(in.v, b_, kvh, j, je, scratch.data());
+      load_kv_rows(p, in, 2, b_, kvh, j, je, scratch.data());
       bad.scan(scratch.data(), nr, Dv, j);
       for (int64_t r = 0; r < nr; ++r) {  // row r of V: W contiguous values into each strip
         const T* src = scratch.data() + r * Dv;

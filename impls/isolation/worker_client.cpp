@@ -100,6 +100,8 @@ class WorkerImpl final : public Impl {
   Declarations declarations() const override { return declarations_; }
 
   Support supports(const Problem& p) const override {
+    // The protocol's slots carry q, k, v, masks and the past, not a quantized cache's scales.
+    if (p.kv_quantized()) return Support::no("quantized KV cache not supported (the worker protocol does not carry k_scale/v_scale)");
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
     if (Support s = declared_extensions(p, features_, "worker"); !s.ok) return s;
     if (!has_supports_) return Support::yes();

@@ -77,6 +77,7 @@ std::string dtype_name(DType t) {
     case DType::u8: return "u8";
     case DType::e4m3: return "e4m3";
     case DType::e5m2: return "e5m2";
+    case DType::i8: return "i8";
   }
   return "?";
 }

@@ -16,7 +16,8 @@ int precision_bits(DType t) {
     case DType::bf16: return 8;
     case DType::e4m3: return 4;
     case DType::e5m2: return 3;
-    case DType::u8: break;
+    case DType::u8:
+    case DType::i8: break;
   }
   throw std::invalid_argument(std::string("ulps: dtype ") + to_string(t) + " is not a floating type");
 }
@@ -28,7 +29,8 @@ int min_exponent(DType t) {  // exponent of the smallest normal
     case DType::f32: case DType::bf16: return -126;
     case DType::f16: case DType::e5m2: return -14;
     case DType::e4m3: return -6;
-    case DType::u8: break;
+    case DType::u8:
+    case DType::i8: break;
   }
   return 0;
 }

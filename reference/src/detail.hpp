@@ -2,6 +2,8 @@
 // round-to-odd step that makes fp16/bf16 rounding from double a single rounding.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -15,5 +17,13 @@ inline constexpr int64_t kMaxElements = int64_t{1} << 60;  // per tensor, and th
 
 // double -> float rounded to odd (see dtype.cpp).
 float to_float_odd(double x);
+
+// double -> int8 code: nearest, ties to even, saturated to [-128, 127] as a quantizer clamps; NaN (int8 has no
+// NaN) becomes 0.
+inline int8_t to_int8(double x) {
+  if (std::isnan(x)) return 0;
+  const double r = std::nearbyint(std::clamp(x, -128.0, 127.0));  // the default rounding mode: ties to even
+  return static_cast<int8_t>(r);
+}
 
 }  // namespace attncheck::detail

@@ -20,6 +20,7 @@ const char* to_string(DType t) {
     case DType::u8: return "u8";
     case DType::e4m3: return "fp8_e4m3";
     case DType::e5m2: return "fp8_e5m2";
+    case DType::i8: return "int8";
   }
   return "?";
 }
@@ -32,7 +33,8 @@ DType dtype_from_string(const std::string& s) {
   if (s == "u8" || s == "bool") return DType::u8;
   if (s == "fp8_e4m3" || s == "e4m3" || s == "float8_e4m3fn") return DType::e4m3;
   if (s == "fp8_e5m2" || s == "e5m2" || s == "float8_e5m2") return DType::e5m2;
-  fail("dtype: unknown value '" + s + "' (expected fp64, fp32, fp16, bf16, fp8_e4m3, fp8_e5m2)");
+  if (s == "int8" || s == "i8") return DType::i8;
+  fail("dtype: unknown value '" + s + "' (expected fp64, fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8)");
 }
 
 size_t dtype_size(DType t) {
@@ -43,7 +45,8 @@ size_t dtype_size(DType t) {
     case DType::bf16: return 2;
     case DType::u8:
     case DType::e4m3:
-    case DType::e5m2: return 1;
+    case DType::e5m2:
+    case DType::i8: return 1;
   }
   return 0;
 }
@@ -54,7 +57,8 @@ double unit_roundoff(DType t) {
     case DType::f32: return std::ldexp(1.0, -24);
     case DType::f16: return std::ldexp(1.0, -11);
     case DType::bf16: return std::ldexp(1.0, -8);
-    case DType::u8: return 0.5;
+    case DType::u8:
+    case DType::i8: return 0.5;  // integers: half a unit, absolute (no relative roundoff)
     case DType::e4m3: return std::ldexp(1.0, -4);
     case DType::e5m2: return std::ldexp(1.0, -3);
   }
@@ -138,6 +142,7 @@ double round_to(DType t, double x) {
     case DType::u8: return x != 0 ? 1.0 : 0.0;
     case DType::e4m3:
     case DType::e5m2: return fp8_bits_to_double(double_to_fp8_bits(x, t), t);
+    case DType::i8: return detail::to_int8(x);
   }
   return x;
 }

@@ -55,6 +55,21 @@ const char* to_string(FullyMasked p) {
   }
   return "?";
 }
+const char* to_string(KvScales g) {
+  switch (g) {
+    case KvScales::none: return "none";
+    case KvScales::tensor: return "tensor";
+    case KvScales::head: return "head";
+    case KvScales::token: return "token";
+    case KvScales::block: return "block";
+  }
+  return "?";
+}
+KvScales kv_scales_from_string(const std::string& s) {
+  for (KvScales g : {KvScales::none, KvScales::tensor, KvScales::head, KvScales::token, KvScales::block})
+    if (s == to_string(g)) return g;
+  fail("kv_scales: unknown value '" + s + "' (expected none, tensor, head, token, block)");
+}
 FullyMasked fully_masked_from_string(const std::string& s) {
   if (s == "nan") return FullyMasked::nan;
   if (s == "zero") return FullyMasked::zero;

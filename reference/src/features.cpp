@@ -23,6 +23,8 @@ constexpr auto kFrag = Named::fragment;
 bool finite_or_unset(const std::optional<double>& x) { return !x || std::isfinite(*x); }
 bool window_ok(int64_t w) { return w >= -1 && w <= kMaxElements; }
 bool descale_ok(const P& p, double d) { return std::isfinite(d) && d > 0 && (d == 1.0 || is_fp8(p.dtype)); }
+bool kv_code_ok(DType t) { return t == DType::i8 || is_fp8(t); }
+bool kv_scale_type_ok(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
 const Field kFields[] = {
     {"B", &P::B, kAttr, Named::shape, "must be >= 1", [](const P& p) { return p.B >= 1; }, "batch"},
@@ -88,6 +90,16 @@ const Field kFields[] = {
      [](const P& p) { return descale_ok(p, p.descale_k); }, "fp8: k = descale_k * code"},
     {"descale_v", &P::descale_v, Stored::if_set, kFrag, "must be finite and > 0 (1 unless dtype is fp8)",
      [](const P& p) { return descale_ok(p, p.descale_v); }, "fp8: v = descale_v * code"},
+    // Quantized KV cache (kv_cache.hpp): appended here, written only when set, so older fixtures keep their bytes.
+    {"kv_scales", &P::kv_scales, Stored::if_set, kFrag, nullptr, nullptr,
+     "quantized KV cache: k, v = code * scale, one scale per tensor, (batch, KV head), token or head-dim block"},
+    {"kv_dtype", &P::kv_dtype, Stored::if_set, kFrag, "must be int8, fp8_e4m3 or fp8_e5m2",
+     [](const P& p) { return kv_code_ok(p.kv_dtype); }, "quantized KV cache: format of the k, v codes"},
+    {"kv_block", &P::kv_block, Stored::if_set, kFrag, "must be in [1, 2^20]",
+     [](const P& p) { return p.kv_block >= 1 && p.kv_block <= (int64_t{1} << 20); },
+     "quantized KV cache: head-dim elements per scale with kv_scales=block (q8_0: 32)"},
+    {"kv_scale_dtype", &P::kv_scale_dtype, Stored::if_set, kFrag, "must be fp32, fp16 or bf16",
+     [](const P& p) { return kv_scale_type_ok(p.kv_scale_dtype); }, "quantized KV cache: format of the scales"},
 };
 
 // ---- text of one value ----
@@ -193,6 +205,7 @@ void set_field_text(Problem& p, const Field& f, const std::string& s) {
                       [&](MaskFill P::*m) { p.*m = fill_from_string(s); },
                       [&](FullyMasked P::*m) { p.*m = fully_masked_from_string(s); },
                       [&](ScoresOut P::*m) { p.*m = scores_out_from_string(s); },
+                      [&](KvScales P::*m) { p.*m = kv_scales_from_string(s); },
                       [&](auto P::*m) { p.*m = parse_num<std::remove_cvref_t<decltype(p.*m)>>(s, f.key); }},
              f.ref);
 }
@@ -286,6 +299,10 @@ const Feature kFeatures[] = {
        return Support::yes();
      },
      nullptr, 0, "score/mask modifications"},
+    // A quantized KV cache travels in no plugin ABI field or worker message yet: only backends that read
+    // Inputs::k_scale/v_scale declare it (no tag, default false), so older plugins and workers never get one.
+    ATTNCHECK_FLAG_EXT("kv-quant", "kv_quant", kv_quant, p.kv_quantized(),
+                       "quantized KV cache (k/v codes with scales) not supported", 0, "a quantized KV cache"),
     ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),
     ATTNCHECK_FLAG("lse", "lse_out", lse_out, p.want_lse, "lse output not supported"),
 };

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "attncheck/problem.hpp"
+#include "attncheck/kv_cache.hpp"
 #include "detail.hpp"
 
 namespace attncheck {
@@ -58,7 +59,9 @@ std::vector<int64_t> qkv_shape(const Problem& p, int which) {
   return {p.B, H, which == 0 ? p.Lq : p.new_len(), D};
 }
 
-Tensor make_qkv(const Problem& p, int which) { return Tensor(p.dtype, qkv_shape(p, which), storage_order(p.layout)); }
+Tensor make_qkv(const Problem& p, int which) {
+  return Tensor(which == 0 ? p.dtype : kv_storage_dtype(p), qkv_shape(p, which), storage_order(p.layout));
+}
 
 Attended gather_pages(const Problem& p, const Inputs& in) {
   Attended a{p, in};
@@ -100,7 +103,7 @@ Attended dequantize(const Problem& p, const Inputs& in, DType to) {
 }
 
 Tensor make_kv(const Problem& p, int which, int64_t L) {
-  return Tensor(p.dtype, {p.B, p.Hkv, L, which == 2 ? p.Dv : p.Dqk}, storage_order(p.layout));
+  return Tensor(kv_storage_dtype(p), {p.B, p.Hkv, L, which == 2 ? p.Dv : p.Dqk}, storage_order(p.layout));
 }
 
 // present[b,h,j] = j < P ? past[b,h,j] : new[b,h,j-P], element by element (values are copied, never rounded).
@@ -210,8 +213,16 @@ void validate(const Problem& p, const Inputs& in) {
            " of shape " + shape_string(t.shape) + ", which holds only " + std::to_string(t.numel()));
   };
   check("q", in.q, p.dtype, {p.B, p.Hq, p.Lq, p.Dqk});
-  check("k", in.k, p.dtype, qkv_shape(p, 1));
-  check("v", in.v, p.dtype, qkv_shape(p, 2));
+  check("k", in.k, kv_storage_dtype(p), qkv_shape(p, 1));
+  check("v", in.v, kv_storage_dtype(p), qkv_shape(p, 2));
+  if (p.kv_quantized() != in.k_scale.has_value() || in.k_scale.has_value() != in.v_scale.has_value())
+    fail(std::string("k_scale/v_scale: kv_scales=") + to_string(p.kv_scales) + " but the inputs " +
+         (in.k_scale ? "have k_scale" : "have no k_scale") + " and " + (in.v_scale ? "v_scale" : "no v_scale"));
+  if (in.k_scale) {
+    check("k_scale", *in.k_scale, p.kv_scale_dtype, kv_scale_shape(p, 1));
+    check("v_scale", *in.v_scale, p.kv_scale_dtype, kv_scale_shape(p, 2));
+    validate_kv_scales(p, in);
+  }
   if ((p.past_len > 0) != in.past_k.has_value() || in.past_k.has_value() != in.past_v.has_value())
     fail("past_k/past_v: past_len=" + std::to_string(p.past_len) + " but the inputs " +
          (in.past_k ? "have past_k" : "have no past_k") + " and " + (in.past_v ? "past_v" : "no past_v"));

@@ -3,6 +3,7 @@
 // Inputs are widened exactly to double first; every mask is written out explicitly where it applies.
 #include "attncheck/reference.hpp"
 
+#include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
 
@@ -93,6 +94,10 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
   }
   if (p.page_size > 0) {  // paged KV cache: the keys and values read through the block table
     const Attended a = gather_pages(p, in);
+    return reference_attention_rows(a.p, a.in, rows, threads);
+  }
+  if (p.kv_quantized()) {  // quantized KV cache: every code times its scale, exactly (in double)
+    const Attended a = dequantize_kv(p, in, DType::f64);
     return reference_attention_rows(a.p, a.in, rows, threads);
   }
   if (is_fp8(p.dtype)) {  // fp8: the codes decoded exactly, times the descale factors (in double)

@@ -61,6 +61,7 @@ double Tensor::get_offset(int64_t off) const {
     case DType::u8: return data<uint8_t>()[off];
     case DType::e4m3:
     case DType::e5m2: return fp8_bits_to_double(data<uint8_t>()[off], dtype);
+    case DType::i8: return data<int8_t>()[off];
   }
   return 0;
 }
@@ -74,6 +75,7 @@ void Tensor::set_offset(int64_t off, double x) {
     case DType::u8: data<uint8_t>()[off] = x != 0 ? 1 : 0; break;
     case DType::e4m3:
     case DType::e5m2: data<uint8_t>()[off] = double_to_fp8_bits(x, dtype); break;
+    case DType::i8: data<int8_t>()[off] = detail::to_int8(x); break;
   }
 }
 

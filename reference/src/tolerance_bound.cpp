@@ -18,7 +18,8 @@ double denorm_min(DType t) {
     case DType::f32: return std::numeric_limits<float>::denorm_min();
     case DType::f16: return std::ldexp(1.0, -24);
     case DType::bf16: return std::ldexp(1.0, -133);
-    case DType::u8: return 1.0;
+    case DType::u8:
+    case DType::i8: return 1.0;
     case DType::e4m3: return std::ldexp(1.0, -9);
     case DType::e5m2: return std::ldexp(1.0, -16);
   }
@@ -43,7 +44,9 @@ struct Units {
 
 Units units(const Problem& p, const ToleranceModel& m) {
   const PrecisionContract c = m.contract ? *m.contract : default_contract(p.dtype);
-  const double u_in = unit_roundoff(p.dtype), acc = unit_roundoff(c.accumulate);
+  // A quantized KV cache's values (code * scale) are exact in no float format: an implementation rounds each
+  // decoded k and v element once to its operand format, so k's and v's operand roundings count in full (u_in 0).
+  const double u_in = p.kv_quantized() ? 0.0 : unit_roundoff(p.dtype), acc = unit_roundoff(c.accumulate);
   auto coarser = [](double u, double than) { return u > than ? u : 0.0; };
   // Rotated q and k are computed values, not inputs: rounding them to the qk operand format always counts.
   const bool rope = uses_rope(p);

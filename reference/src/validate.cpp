@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "attncheck/features.hpp"
+#include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
 #include "detail.hpp"
 
@@ -141,6 +142,7 @@ void validate(const Problem& p) {
   if (!p.cu_seqlens_q.empty() || !p.cu_seqlens_k.empty()) validate_varlen(p);
   validate_modifications(p);
   validate_paged(p);
+  validate_kv_cache(p);
   if (p.mask_shape) check_bcast("mask", *p.mask_shape);
   if (p.bias_shape) {
     check_bcast("bias", *p.bias_shape);

@@ -12,7 +12,7 @@ namespace attncheck::cli {
 namespace {
 
 struct Options {
-  std::string impl, shape, dtype = "fp32", pass = "forward";
+  std::string impl, shape, dtype = "fp32", pass = "forward", kv_cache;
   int threads = 0, reps = 5, warmup = 1;
   bool causal = false, json = false;
   std::vector<std::string> plugins;
@@ -25,6 +25,7 @@ int run_bench() {
   c.dtype = dtype_from_string(g.dtype);
   if (c.dtype == DType::u8) throw std::invalid_argument("--dtype: must be fp64, fp32, fp16 or bf16, got u8");
   c.causal = g.causal;
+  c.kv_cache = g.kv_cache;
   if (g.pass != "forward" && g.pass != "backward")
     throw std::invalid_argument("--pass: must be forward or backward, got '" + g.pass + "'");
   c.backward = g.pass == "backward";
@@ -48,8 +49,8 @@ int run_bench() {
     return 0;
   }
   const auto& s = c.shape;
-  std::printf("%s %s B=%lld H=%lld Lq=%lld Lk=%lld D=%lld%s threads=%d (isa %s)\n", impl->name().c_str(),
-              to_string(c.dtype), static_cast<long long>(s.B), static_cast<long long>(s.H),
+  std::printf("%s %s%s%s B=%lld H=%lld Lq=%lld Lk=%lld D=%lld%s threads=%d (isa %s)\n", impl->name().c_str(),
+              to_string(c.dtype), c.kv_cache.empty() ? "" : " kv-cache ", c.kv_cache.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H),
               static_cast<long long>(s.Lq), static_cast<long long>(s.Lk), static_cast<long long>(s.D),
               c.causal ? " causal" : "", c.threads, bench::isa().c_str());
   std::printf("  median %.4f s over %d reps: %.1f GFLOP/s; same-run SGEMM (n=%lld) %.1f GFLOP/s; ratio %.3f\n",
@@ -83,6 +84,9 @@ const Register reg{
        sub.add_option("--reps", g.reps, "Timed repetitions; the median is reported (default 5)");
        sub.add_option("--warmup", g.warmup, "Untimed warm-up runs (default 1); the first untimed run (always made) also measures peak memory");
        sub.add_flag("--causal", g.causal, "Top-left causal mask (FLOPs counted half)");
+       sub.add_option("--kv-cache", g.kv_cache,
+                      "Quantized KV cache <int8|fp8_e4m3|fp8_e5m2>:<tensor|head|token|blockG> (e.g. int8:block32, "
+                      "fp16 block scales; the same values as the plain cache's, quantised)");
        sub.add_option("--pass", g.pass, "forward or backward (dq, dk, dv after one forward; FLOPs 2.5x forward)")
            ->capture_default_str();
        sub.add_flag("--json", g.json,

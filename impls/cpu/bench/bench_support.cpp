@@ -4,6 +4,7 @@
 
 #include "attncheck/backward.hpp"
 #include "attncheck/device_time.hpp"
+#include "attncheck/kv_cache.hpp"
 #include "attncheck/threads.hpp"
 #include "simd.hpp"
 
@@ -203,19 +204,31 @@ Result run(const Impl& impl, const Config& c) {
   p.dtype = c.dtype;
   p.causal = c.causal;
   p.want_lse = p.want_lse || c.backward;  // a flash backward recomputes P from the saved lse
+  const Problem plain = p;
+  if (!c.kv_cache.empty()) {
+    const size_t colon = c.kv_cache.find(':');
+    if (colon == std::string::npos)
+      throw std::invalid_argument("--kv-cache: expected <int8|fp8_e4m3|fp8_e5m2>:<tensor|head|token|blockG>, got '" + c.kv_cache + "'");
+    p.kv_dtype = dtype_from_string(c.kv_cache.substr(0, colon));
+    std::string g = c.kv_cache.substr(colon + 1);
+    if (g.rfind("block", 0) == 0 && g.size() > 5) p.kv_block = std::stoll(g.substr(5)), g = "block";
+    p.kv_scales = kv_scales_from_string(g);
+    p.kv_scale_dtype = p.kv_scales == KvScales::block ? DType::f16 : DType::f32;  // q8_0's fp16 block scales
+  }
   validate(p);
   if (const Support s = impl.available(); !s.ok) throw std::invalid_argument(impl.name() + " unavailable: " + s.reason);
   if (const Support s = impl.supports(p); !s.ok)
     throw std::invalid_argument(impl.name() + " does not support " + p.name() + ": " + s.reason);
   if (const Support s = c.backward ? impl.supports_backward(p) : Support::yes(); !s.ok)
     throw std::invalid_argument(impl.name() + " has no backward for " + p.name() + ": " + s.reason);
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
+  Inputs in{make_qkv(plain, 0), make_qkv(plain, 1), make_qkv(plain, 2), {}, {}, {}, {}, {}};
   uint64_t state = 0x2545f4914f6cdd1dull;
   for (Tensor* t : {&in.q, &in.k, &in.v})
     for (int64_t n = 0; n < t->numel(); ++n) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
       t->set_offset(n, static_cast<double>(state >> 11) * 0x1.0p-52 - 1.0);  // signed, in [-1, 1)
     }
+  if (p.kv_quantized()) quantize_kv(p, in);
   Outputs out = make_outputs(p);
   // The backward's operands: dout like the inputs, the forward's outputs (with lse) computed once, the gradients.
   Tensor dout = make_dout(p);
@@ -261,7 +274,9 @@ Result run(const Impl& impl, const Config& c) {
   const double size = static_cast<double>(dtype_size(c.dtype));
   const double q_o = static_cast<double>(in.q.numel() + out.out.numel());
   const double k_v = static_cast<double>(in.k.numel() + in.v.numel());
-  r.bytes = size * (q_o + k_v) * (c.backward ? 2.0 : 1.0);  // backward: dO and dQ like Q and O, dK dV like K V
+  const double kv_size = static_cast<double>(dtype_size(in.k.dtype));  // a quantized cache: its 1-byte codes
+  const double scales = in.k_scale ? static_cast<double>((in.k_scale->numel() + in.v_scale->numel()) * int64_t(dtype_size(in.k_scale->dtype))) : 0.0;
+  r.bytes = (size * q_o + kv_size * k_v + scales) * (c.backward ? 2.0 : 1.0);  // backward: dO and dQ like Q and O, dK dV like K V
   r.gbytes_per_s = r.bytes / r.seconds / 1e9;
   r.stream_gbytes_per_s = stream_gbytes_per_s(c.threads);
   r.fraction_of_bandwidth = r.gbytes_per_s / r.stream_gbytes_per_s;

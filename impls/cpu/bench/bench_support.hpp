@@ -25,6 +25,9 @@ struct Config {
   int threads = 1;
   int warmup = 1, reps = 5;
   bool backward = false;  // time run_backward (after one forward that saves lse) instead of the forward
+  // A quantized KV cache, "<codes>:<granularity>" (kv_cache.hpp), e.g. "int8:block32", "fp8_e4m3:head"; "" = K and V
+  // in dtype. The same values as the plain cache's, quantised.
+  std::string kv_cache;
 };
 
 // Attention FLOPs: 4·B·H·Lq·Lk·D (two GEMMs); causal counts half; the backward 2.5 times that (FlashAttention's

@@ -18,11 +18,12 @@ namespace attncheck {
 // e4m3, e5m2: the 8-bit floats of the OCP FP8 spec as FlashAttention-3 and cuDNN take them (e4m3 = "e4m3fn": no
 // infinities, max 448, S.1111.111 is NaN; e5m2: IEEE-like, max 57344, infinities). Inputs only (q, k, v): an fp8
 // problem's values are these codes times the problem's descale factors (docs/problem-model.md#fp8-inputs).
-enum class DType : uint8_t { f64, f32, f16, bf16, u8, e4m3, e5m2 };
+// i8: signed 8-bit integer codes of a quantized KV cache (Problem::kv_dtype), never a problem's dtype.
+enum class DType : uint8_t { f64, f32, f16, bf16, u8, e4m3, e5m2, i8 };
 
 const char* to_string(DType t);
-// "fp64"/"f64", "fp32", "fp16", "bf16", "u8", "fp8_e4m3"/"e4m3"/"float8_e4m3fn", "fp8_e5m2"/"e5m2"/"float8_e5m2";
-// throws otherwise
+// "fp64"/"f64", "fp32", "fp16", "bf16", "u8", "fp8_e4m3"/"e4m3"/"float8_e4m3fn", "fp8_e5m2"/"e5m2"/"float8_e5m2",
+// "int8"/"i8"; throws otherwise
 DType dtype_from_string(const std::string& s);
 size_t dtype_size(DType t);
 // Unit roundoff of a floating dtype (2^-53, 2^-24, 2^-11, 2^-8, 2^-4, 2^-3).
@@ -117,6 +118,12 @@ const char* to_string(MaskFill f);
 const char* to_string(FullyMasked p);
 const char* to_string(ScoresOut s);
 ScoresOut scores_out_from_string(const std::string& s);
+// Granularity of a quantized KV cache's scales (reference/src/kv_cache.cpp): none = K and V are in the problem's
+// dtype; tensor = one scale; head = one per (batch, KV head) (FlashAttention-3's descale shape); token = one per
+// (batch, KV head, token); block = one per kv_block consecutive head-dim elements of a token (llama.cpp q8_0).
+enum class KvScales : uint8_t { none, tensor, head, token, block };
+const char* to_string(KvScales g);
+KvScales kv_scales_from_string(const std::string& s);
 MaskFill fill_from_string(const std::string& s);
 FullyMasked fully_masked_from_string(const std::string& s);
 
@@ -164,6 +171,15 @@ struct Problem {
   // the values are q = descale_q * code(q), k and v alike (past and new tokens of a KV-cache append share them).
   // Must stay 1 for other dtypes. docs/problem-model.md#fp8-inputs.
   double descale_q = 1.0, descale_k = 1.0, descale_v = 1.0;
+  // Quantized KV cache (vLLM/FlashInfer fp8 caches, llama.cpp q8_0, FA3's per-(batch, KV head) descales): with
+  // kv_scales != none, k and v hold kv_dtype codes (int8, fp8_e4m3, fp8_e5m2) and their values are code * scale,
+  // the scales in Inputs::k_scale / v_scale (kv_scale_dtype) at the declared granularity; q stays in dtype and out
+  // is delivered in dtype. Described once in reference/src/kv_cache.cpp (docs/problem-model.md "Quantized KV cache").
+  KvScales kv_scales = KvScales::none;
+  DType kv_dtype = DType::i8;         // the codes' format
+  int64_t kv_block = 32;              // head-dim elements per scale with kv_scales=block
+  DType kv_scale_dtype = DType::f32;  // the scales' format (q8_0: fp16)
+  bool kv_quantized() const { return kv_scales != KvScales::none; }
   // Score and mask modifications (the library: reference/src/mods_library.cpp; docs/problem-model.md
   // "Modifications"). Each is off at its default. Query i of batch b sits at key position i + diagonal_offset(b).
   std::vector<double> alibi_slopes;     // ALiBi: [Hq] or [B, Hq] (fp32 values): score -= slope * |pos - j|
@@ -246,6 +262,11 @@ struct Inputs {
   std::optional<Tensor> bias;   // bias_dtype, shape == problem.bias_shape
   std::optional<Tensor> keep;   // u8 (0/1), [B, Hq, Lq, Lk], present iff dropout_p > 0
   std::optional<Tensor> past_k, past_v;  // [B,Hkv,past_len,Dqk|Dv] like k and v, present iff past_len > 0
+  // Quantized KV cache: the scales of k and v, [B|1, Hkv|1, Lk|1, D/kv_block|1] (kv_cache.hpp), present iff
+  // kv_scales != none.
+  // (Initialised here so that aggregate initialisations listing only the older members stay warning-free.)
+  std::optional<Tensor> k_scale = std::nullopt;
+  std::optional<Tensor> v_scale = std::nullopt;
 };
 
 struct Outputs {
