@@ -59,9 +59,12 @@ install(FILES ${PROJECT_BINARY_DIR}/attncheckConfig.cmake ${PROJECT_BINARY_DIR}/
         DESTINATION ${ATTNCHECK_INSTALL_CMAKEDIR})
 
 # The Python wheel (pyproject.toml, scikit-build-core sets SKBUILD): component `python` puts the executable and the
-# golden cases inside the attncheck package, where attncheck._cli and attncheck.golden_cases look first.
+# golden cases and gradient fixtures inside the attncheck package, where attncheck._cli, attncheck.golden_cases and
+# attncheck.check_gradients look first.
 if(SKBUILD)
   install(TARGETS attncheck RUNTIME DESTINATION attncheck COMPONENT python)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/golden/cases/ DESTINATION attncheck/golden COMPONENT python
+          FILES_MATCHING PATTERN "*.h5")
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/golden/backward/ DESTINATION attncheck/golden_backward COMPONENT python
           FILES_MATCHING PATTERN "*.h5")
 endif()

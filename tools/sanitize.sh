@@ -22,7 +22,7 @@ targets=(attncheck example_plugin example_plugin_bad_abi example_plugin_buggy ex
          test_fixture_io test_generate test_suite_v2 test_suite_kills test_exact_cases test_backward_fixture
          test_cli test_cli_errors test_malformed test_plugin test_run_impl test_heatmap test_inspect_png
          test_hostile_storage test_hostile_durable test_hostile_threads test_hostile_budget test_hostile_catalogue
-         test_hostile_cli_edges test_hostile_cancel)
+         test_hostile_cli_edges test_hostile_cancel replay_readers replay_npz replay_worker replay_parsers)
 cmake --build build-asan -j"$(nproc)" --target "${targets[@]}" >build-asan/build.log 2>&1 \
   || { tail -60 build-asan/build.log; exit 1; }
 built=$(date +%s)

@@ -1,5 +1,6 @@
 # A kernel author's numpy scaled dot-product attention (float32 math, like PyTorch's math backend), and the same
-# kernel served as an attncheck worker: `attncheck verify --worker "python3 numpy_sdpa.py" --impl numpy-sdpa`.
+# kernel served as an attncheck worker: `attncheck verify --worker "python3 numpy_sdpa.py" --impl numpy-sdpa`, with
+# its backward (`verify --pass backward --fixtures golden/backward`: same command).
 # Copy it and replace sdpa() with a call into your own kernel.
 import numpy as np
 
@@ -58,6 +59,39 @@ def sdpa(q, k, v, *, problem, mask=None, bias=None, keep=None):
     return {"out": out, "lse": lse}
 
 
+def sdpa_backward(q, k, v, *, problem, out, lse, dout, mask=None, bias=None, keep=None):
+    """Gradients of sum(dout * out) for sdpa() (docs/backward.md): recomputes the weights, then dV = P^T dO,
+    dS = P (dP - D) with D = rowsum(dO * O), the softcap's chain rule, dQ and dK; GQA sums over each group."""
+    acc = np.float64 if q.dtype == np.float64 else np.float32
+    group = q.shape[1] // k.shape[1]
+    q, k, v, dout = (np.asarray(x, dtype=acc) for x in (q, k, v, dout))
+    kr, vr = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    # As in sdpa(): masked keys may hold NaN on purpose and must not leak; a visible one poisons its query's row.
+    bad = ~(np.isfinite(kr).all(axis=-1) & np.isfinite(vr).all(axis=-1))
+    kr, vr = np.where(np.isfinite(kr), kr, 0), np.where(np.isfinite(vr), vr, 0)
+    x = np.einsum("bhid,bhjd->bhij", q, kr) * acc(problem["scale"])
+    c = acc(problem["softcap"])
+    s = c * np.tanh(x / c) if c > 0 else x
+    vis = visible(problem, mask, s.shape)
+    m = np.max(np.where(vis, s, -np.inf), axis=-1, keepdims=True)
+    e = np.where(vis, np.exp(s - np.where(np.isfinite(m), m, 0)), 0)
+    total = e.sum(axis=-1, keepdims=True)
+    p = e / np.where(total > 0, total, 1)          # fully masked rows: P = 0, so every gradient of the row is 0
+    o = np.einsum("bhij,bhjd->bhid", p, vr)
+    dp = np.einsum("bhid,bhjd->bhij", dout, vr)
+    with np.errstate(invalid="ignore"):  # 0 * inf where a masked key is huge: discarded by the where
+        ds = np.where(vis, p * (dp - np.sum(dout * o, axis=-1, keepdims=True)), 0)
+    if c > 0:
+        ds = ds * (1 - np.tanh(x / c) ** 2)
+    B, Hkv = k.shape[:2]
+    per_kv = lambda a: a.reshape(B, Hkv, group, *a.shape[2:]).sum(axis=2)  # noqa: E731
+    dq = np.einsum("bhij,bhjd->bhid", ds, kr) * acc(problem["scale"])
+    dq[(vis & bad[:, :, None, :]).any(axis=-1)] = np.nan
+    return {"dq": dq,
+            "dk": per_kv(np.einsum("bhij,bhid->bhjd", ds, q)) * acc(problem["scale"]),
+            "dv": per_kv(np.einsum("bhij,bhid->bhjd", p, dout))}
+
+
 if __name__ == "__main__":
     import os
     import sys
@@ -68,4 +102,4 @@ if __name__ == "__main__":
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
         import attncheck
 
-    attncheck.worker.serve(sdpa, DECLARATIONS)
+    attncheck.worker.serve(sdpa, DECLARATIONS, backward=sdpa_backward)

@@ -18,6 +18,22 @@ Overload(F...) -> Overload<F...>;  // clang 14 (the fuzz and sanitizer builds) l
 using P = Problem;
 }  // namespace
 
+void write_provenance(hid_t root, const Provenance& pv) {
+  h5::write_attr(root, "attncheck_version", pv.attncheck_version);
+  h5::write_attr(root, "reference_precision", pv.reference_precision);
+  h5::write_attr_u64(root, "seed", pv.seed);
+  h5::write_attr(root, "distribution", pv.distribution);
+  h5::write_attr(root, "command", pv.command);
+}
+
+void read_provenance(const h5::Reader& r, hid_t root, Provenance& pv) {
+  pv.attncheck_version = r.attr_str(root, "/", "attncheck_version");
+  pv.reference_precision = r.attr_str(root, "/", "reference_precision");
+  pv.seed = r.attr_u64(root, "/", "seed");
+  pv.distribution = r.attr_str(root, "/", "distribution");
+  pv.command = r.attr_str(root, "/", "command");
+}
+
 void write_problem_attrs(hid_t root, const Problem& p) {
   for (const Field& f : problem_fields()) {
     if (f.stored == Stored::dataset) continue;

@@ -2,10 +2,16 @@
 // one root attribute per field (in table order) and one /inputs dataset per per-batch or per-head field.
 #pragma once
 
+#include "attncheck/fixture.hpp"
 #include "attncheck/problem.hpp"
 #include "h5.hpp"
 
 namespace attncheck::fixture_detail {
+
+// Provenance after schema_version and the name: the tool's version, the reference precision, the generator's seed
+// and distribution, and the command (attention and module fixtures alike).
+void write_provenance(hid_t root, const Provenance& pv);
+void read_provenance(const h5::Reader& r, hid_t root, Provenance& pv);
 
 void write_problem_attrs(hid_t root, const Problem& p);
 void write_problem_datasets(hid_t inputs, const Problem& p);

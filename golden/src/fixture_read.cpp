@@ -45,11 +45,7 @@ void read_attrs(h5::Reader& r, hid_t root, Fixture& f) {
                                  std::to_string(kFixtureSchemaVersion) + "; upgrade attncheck");
   if (pv.schema_version < 1) r.fail("schema_version", "must be >= 1, got " + std::to_string(pv.schema_version));
   f.name = r.attr_str(root, "/", "name");
-  pv.attncheck_version = r.attr_str(root, "/", "attncheck_version");
-  pv.reference_precision = r.attr_str(root, "/", "reference_precision");
-  pv.seed = r.attr_u64(root, "/", "seed");
-  pv.distribution = r.attr_str(root, "/", "distribution");
-  pv.command = r.attr_str(root, "/", "command");
+  fixture_detail::read_provenance(r, root, pv);
 
   fixture_detail::read_problem_attrs(r, root, f.problem);
 
@@ -176,7 +172,8 @@ std::optional<Tensor> read_optional(const h5::Reader& r, hid_t file, const std::
 
 // What a fixture read depends on besides the file's bytes (untrusted.hpp's cache of reads done safely).
 std::string options_key(const FixtureReadOptions& o) {
-  return ":" + std::to_string(o.max_bytes) + ":" + std::to_string(o.max_flops);
+  std::string key = ":";  // appended, not ":" + to_string(): gcc 12 -Wrestrict false positive
+  return key.append(std::to_string(o.max_bytes)).append(":").append(std::to_string(o.max_flops));
 }
 
 template <class F>

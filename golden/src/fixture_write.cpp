@@ -58,21 +58,6 @@ Tensor canonical(const Tensor& t, Layout l) {
   return c;
 }
 
-void write_tensor(hid_t g, const char* name, const Tensor& t, const std::vector<int64_t>& dims, const char* dim_names) {
-  h5::Id type = h5::file_type(t.dtype);
-  h5::write_dataset(g, name, type, dims, t.bytes.data());
-  h5::Id d(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
-  h5::write_attr(d, "dims", std::string(dim_names));
-  if (const char* e = h5::encoding(t.dtype)) h5::write_attr(d, "encoding", std::string(e));
-}
-
-void write_doubles(hid_t g, const char* name, const std::vector<double>& v, const std::vector<int64_t>& dims,
-                   const char* dim_names) {
-  h5::write_dataset(g, name, H5T_NATIVE_DOUBLE, dims, v.data());
-  h5::Id d(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
-  h5::write_attr(d, "dims", std::string(dim_names));
-}
-
 std::string fixture_bytes(const std::string& path, const Fixture& f) {
   const Problem& p = f.problem;
   const Inputs& in = f.inputs;
@@ -85,11 +70,7 @@ std::string fixture_bytes(const std::string& path, const Fixture& f) {
   h5::write_attr(root, "schema_version", f.provenance.schema_version);
   h5::write_attr(root, "name", f.name);
   h5::write_attr(root, "problem_name", p.short_name());
-  h5::write_attr(root, "attncheck_version", f.provenance.attncheck_version);
-  h5::write_attr(root, "reference_precision", f.provenance.reference_precision);
-  h5::write_attr_u64(root, "seed", f.provenance.seed);
-  h5::write_attr(root, "distribution", f.provenance.distribution);
-  h5::write_attr(root, "command", f.provenance.command);
+  fixture_detail::write_provenance(root, f.provenance);
   write_problem_attrs(root, p);
   h5::write_attr(root, "tolerance_model", std::string("attncheck derived forward-error bound (docs/tolerance.md)"));
   h5::write_attr(root, "tolerance_lambda", f.tolerance.lambda);
@@ -106,15 +87,15 @@ std::string fixture_bytes(const std::string& path, const Fixture& f) {
   const char* odims = p.layout == Layout::BHSD ? "B,Hq,Lq,Dv" : "B,Lq,Hq,Dv";
   {
     h5::Id g = h5::create_group(file, "inputs");
-    write_tensor(g, "q", canonical(in.q, p.layout), stored_dims(in.q.shape, p.layout), qdims);
-    write_tensor(g, "k", canonical(in.k, p.layout), stored_dims(in.k.shape, p.layout), kdims);
-    write_tensor(g, "v", canonical(in.v, p.layout), stored_dims(in.v.shape, p.layout), vdims);
-    if (in.mask) write_tensor(g, "mask", canonical(*in.mask, Layout::BHSD), in.mask->shape, "B,Hq,Lq,Lk (broadcast)");
-    if (in.bias) write_tensor(g, "bias", canonical(*in.bias, Layout::BHSD), in.bias->shape, "B,Hq,Lq,Lk (broadcast)");
-    if (in.keep) write_tensor(g, "keep", canonical(*in.keep, Layout::BHSD), in.keep->shape, "B,Hq,Lq,Lk");
+    h5::write_tensor(g, "q", canonical(in.q, p.layout), stored_dims(in.q.shape, p.layout), qdims);
+    h5::write_tensor(g, "k", canonical(in.k, p.layout), stored_dims(in.k.shape, p.layout), kdims);
+    h5::write_tensor(g, "v", canonical(in.v, p.layout), stored_dims(in.v.shape, p.layout), vdims);
+    if (in.mask) h5::write_tensor(g, "mask", canonical(*in.mask, Layout::BHSD), in.mask->shape, "B,Hq,Lq,Lk (broadcast)");
+    if (in.bias) h5::write_tensor(g, "bias", canonical(*in.bias, Layout::BHSD), in.bias->shape, "B,Hq,Lq,Lk (broadcast)");
+    if (in.keep) h5::write_tensor(g, "keep", canonical(*in.keep, Layout::BHSD), in.keep->shape, "B,Hq,Lq,Lk");
     if (in.past_k) {  // KV-cache append: k and v above hold the new tokens only
-      write_tensor(g, "past_key", canonical(*in.past_k, p.layout), stored_dims(in.past_k->shape, p.layout), kdims);
-      write_tensor(g, "past_value", canonical(*in.past_v, p.layout), stored_dims(in.past_v->shape, p.layout), vdims);
+      h5::write_tensor(g, "past_key", canonical(*in.past_k, p.layout), stored_dims(in.past_k->shape, p.layout), kdims);
+      h5::write_tensor(g, "past_value", canonical(*in.past_v, p.layout), stored_dims(in.past_v->shape, p.layout), vdims);
     }
     if (in.k_scale) {  // quantized KV cache: k and v above hold the codes
       write_tensor(g, "k_scale", canonical(*in.k_scale, Layout::BHSD), in.k_scale->shape, "B|1,Hkv|1,Lk|1,Dqk/kv_block|1");
@@ -126,18 +107,18 @@ std::string fixture_bytes(const std::string& path, const Fixture& f) {
   {
     h5::Id g = h5::create_group(file, "expected");
     const std::vector<int64_t> out_dims = stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout);
-    write_doubles(g, "out", to_layout(r.out, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
-    write_doubles(g, "lse", r.lse, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
-    if (p.want_weights) write_doubles(g, "weights", r.weights, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
-    if (p.scores_out != ScoresOut::none) write_doubles(g, "scores", r.scores, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
+    h5::write_doubles(g, "out", to_layout(r.out, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
+    h5::write_doubles(g, "lse", r.lse, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
+    if (p.want_weights) h5::write_doubles(g, "weights", r.weights, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
+    if (p.scores_out != ScoresOut::none) h5::write_doubles(g, "scores", r.scores, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
     if (p.past_len > 0) {
-      write_doubles(g, "present_key", to_layout(r.present_k, p.B, p.Hkv, p.Lk, p.Dqk, p.layout),
+      h5::write_doubles(g, "present_key", to_layout(r.present_k, p.B, p.Hkv, p.Lk, p.Dqk, p.layout),
                     stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout), kdims);
-      write_doubles(g, "present_value", to_layout(r.present_v, p.B, p.Hkv, p.Lk, p.Dv, p.layout),
+      h5::write_doubles(g, "present_value", to_layout(r.present_v, p.B, p.Hkv, p.Lk, p.Dv, p.layout),
                     stored_dims({p.B, p.Hkv, p.Lk, p.Dv}, p.layout), vdims);
     }
-    write_doubles(g, "score_mag", r.score_mag, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
-    write_doubles(g, "out_abs", to_layout(r.out_abs, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
+    h5::write_doubles(g, "score_mag", r.score_mag, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
+    h5::write_doubles(g, "out_abs", to_layout(r.out_abs, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
     fixture_detail::write_gradient_expected(g, f);
   }
   root.reset();
@@ -169,16 +150,16 @@ void write_candidate(const std::string& path, const Problem& p, const Outputs& o
     h5::QuietErrors quiet;
     h5::MemoryFile mem(path);
     h5::Id g = h5::create_group(mem.id(), "actual");
-    write_tensor(g, "out", canonical(out.out, p.layout), stored_dims(out.out.shape, p.layout),
+    h5::write_tensor(g, "out", canonical(out.out, p.layout), stored_dims(out.out.shape, p.layout),
                  p.layout == Layout::BHSD ? "B,Hq,Lq,Dv" : "B,Lq,Hq,Dv");
-    if (out.lse) write_tensor(g, "lse", *out.lse, out.lse->shape, "B,Hq,Lq");
-    if (out.weights) write_tensor(g, "weights", canonical(*out.weights, Layout::BHSD), out.weights->shape,
+    if (out.lse) h5::write_tensor(g, "lse", *out.lse, out.lse->shape, "B,Hq,Lq");
+    if (out.weights) h5::write_tensor(g, "weights", canonical(*out.weights, Layout::BHSD), out.weights->shape,
                                   "B,Hq,Lq,Lk");
-    if (out.scores) write_tensor(g, "scores", canonical(*out.scores, Layout::BHSD), out.scores->shape, "B,Hq,Lq,Lk");
+    if (out.scores) h5::write_tensor(g, "scores", canonical(*out.scores, Layout::BHSD), out.scores->shape, "B,Hq,Lq,Lk");
     if (out.present_k) {
-      write_tensor(g, "present_key", canonical(*out.present_k, p.layout), stored_dims(out.present_k->shape, p.layout),
+      h5::write_tensor(g, "present_key", canonical(*out.present_k, p.layout), stored_dims(out.present_k->shape, p.layout),
                    p.layout == Layout::BHSD ? "B,Hkv,Lk,Dqk" : "B,Lk,Hkv,Dqk");
-      write_tensor(g, "present_value", canonical(*out.present_v, p.layout), stored_dims(out.present_v->shape, p.layout),
+      h5::write_tensor(g, "present_value", canonical(*out.present_v, p.layout), stored_dims(out.present_v->shape, p.layout),
                    p.layout == Layout::BHSD ? "B,Hkv,Lk,Dv" : "B,Lk,Hkv,Dv");
     }
     g = h5::Id();

@@ -261,6 +261,21 @@ void write_attr(hid_t loc, const char* name, double v) {
 void write_attr(hid_t loc, const char* name, const std::vector<int64_t>& v) {
   write_attr_raw(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, {static_cast<int64_t>(v.size())}, v.data());
 }
+
+void write_tensor(hid_t loc, const char* name, const Tensor& t, const std::vector<int64_t>& dims,
+                  const std::string& dim_names) {
+  write_dataset(loc, name, file_type(t.dtype), dims, t.bytes.data());
+  Id d(H5Dopen2(loc, name, H5P_DEFAULT), H5Dclose);
+  write_attr(d, "dims", dim_names);
+  if (const char* e = encoding(t.dtype)) write_attr(d, "encoding", std::string(e));
+}
+
+void write_doubles(hid_t loc, const char* name, const std::vector<double>& v, const std::vector<int64_t>& dims,
+                   const std::string& dim_names) {
+  write_dataset(loc, name, H5T_NATIVE_DOUBLE, dims, v.data());
+  Id d(H5Dopen2(loc, name, H5P_DEFAULT), H5Dclose);
+  write_attr(d, "dims", dim_names);
+}
 void write_attr(hid_t loc, const char* name, const std::string& v) {
   // Fixed-length UTF-8, NUL-padded (schema_version 2): readers of untrusted files never need HDF5's
   // variable-length string path. h5py returns numpy.bytes_; h5dump prints it quoted.

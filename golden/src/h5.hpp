@@ -94,6 +94,12 @@ void write_attr_u64(hid_t loc, const char* name, uint64_t v);
 void write_attr(hid_t loc, const char* name, double v);
 void write_attr(hid_t loc, const char* name, const std::string& v);
 void write_attr(hid_t loc, const char* name, const std::vector<int64_t>& v);
+// A tensor's stored bytes in its file type, with its "dims" names and, for a dtype stored as integer codes, its
+// "encoding"; and reference values in double with their "dims" names. Every fixture writer stores arrays this way.
+void write_tensor(hid_t loc, const char* name, const Tensor& t, const std::vector<int64_t>& dims,
+                  const std::string& dim_names);
+void write_doubles(hid_t loc, const char* name, const std::vector<double>& v, const std::vector<int64_t>& dims,
+                   const std::string& dim_names);
 
 // ---- reading -------------------------------------------------------------------------------------------------
 // `file` prefixes every message; `where` names the object ("/", "/inputs/q").

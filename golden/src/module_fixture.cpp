@@ -16,21 +16,6 @@ namespace {
 
 constexpr double kMaxElements = double(1 << 26);  // per tensor: module fixtures are small by design
 
-void write_tensor(hid_t g, const char* name, const Tensor& t, const char* dims) {
-  h5::Id type = h5::file_type(t.dtype);
-  h5::write_dataset(g, name, type, t.shape, t.bytes.data());
-  h5::Id d(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
-  h5::write_attr(d, "dims", std::string(dims));
-  if (const char* e = h5::encoding(t.dtype)) h5::write_attr(d, "encoding", std::string(e));
-}
-
-void write_doubles(hid_t g, const char* name, const std::vector<double>& v, const std::vector<int64_t>& dims,
-                   const char* dim_names) {
-  h5::write_dataset(g, name, H5T_NATIVE_DOUBLE, dims, v.data());
-  h5::Id d(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
-  h5::write_attr(d, "dims", std::string(dim_names));
-}
-
 std::string image(const std::string& path, const ModuleFixture& f) {
   const ModuleProblem& m = f.problem;
   const Problem& p = m.attn;
@@ -42,11 +27,7 @@ std::string image(const std::string& path, const ModuleFixture& f) {
     h5::write_attr(root, "schema_version", f.provenance.schema_version);
     h5::write_attr(root, "kind", std::string("module"));
     h5::write_attr(root, "name", f.name);
-    h5::write_attr(root, "attncheck_version", f.provenance.attncheck_version);
-    h5::write_attr(root, "reference_precision", f.provenance.reference_precision);
-    h5::write_attr_u64(root, "seed", f.provenance.seed);
-    h5::write_attr(root, "distribution", f.provenance.distribution);
-    h5::write_attr(root, "command", f.provenance.command);
+    fixture_detail::write_provenance(root, f.provenance);
     h5::write_attr(root, "d_in", m.d_in);
     h5::write_attr(root, "d_in2", m.d_in2);
     h5::write_attr(root, "d_out", m.d_out);
@@ -61,28 +42,28 @@ std::string image(const std::string& path, const ModuleFixture& f) {
   }
   {
     h5::Id g = h5::create_group(file, "inputs");
-    write_tensor(g, "x", in.x, "B,Lq,d_in");
-    if (in.x2) write_tensor(g, "x2", *in.x2, "B,Lk,d_in2");
+    h5::write_tensor(g, "x", in.x, in.x.shape, "B,Lq,d_in");
+    if (in.x2) h5::write_tensor(g, "x2", *in.x2, in.x2->shape, "B,Lk,d_in2");
     const std::pair<const char*, const std::optional<Tensor>*> ws[] = {
         {"wq", &in.wq}, {"wk", &in.wk}, {"wv", &in.wv}, {"bq", &in.bq}, {"bk", &in.bk}, {"bv", &in.bv},
         {"wqkv", &in.wqkv}, {"bqkv", &in.bqkv}};
     for (const auto& [name, t] : ws)
-      if (*t) write_tensor(g, name, **t, name[0] == 'w' ? "out,in" : "out");
-    write_tensor(g, "wo", in.wo, "d_out,Hq*Dv");
-    if (in.bo) write_tensor(g, "bo", *in.bo, "d_out");
-    if (in.mask) write_tensor(g, "mask", *in.mask, "B,Hq,Lq,Lk (broadcast)");
-    if (in.bias) write_tensor(g, "bias", *in.bias, "B,Hq,Lq,Lk (broadcast)");
-    if (in.keep) write_tensor(g, "keep", *in.keep, "B,Hq,Lq,Lk");
+      if (*t) h5::write_tensor(g, name, **t, (*t)->shape, name[0] == 'w' ? "out,in" : "out");
+    h5::write_tensor(g, "wo", in.wo, in.wo.shape, "d_out,Hq*Dv");
+    if (in.bo) h5::write_tensor(g, "bo", *in.bo, in.bo->shape, "d_out");
+    if (in.mask) h5::write_tensor(g, "mask", *in.mask, in.mask->shape, "B,Hq,Lq,Lk (broadcast)");
+    if (in.bias) h5::write_tensor(g, "bias", *in.bias, in.bias->shape, "B,Hq,Lq,Lk (broadcast)");
+    if (in.keep) h5::write_tensor(g, "keep", *in.keep, in.keep->shape, "B,Hq,Lq,Lk");
     fixture_detail::write_problem_datasets(g, p);
   }
   {
     h5::Id g = h5::create_group(file, "expected");
-    write_doubles(g, "y", f.expected.y, {p.B, p.Lq, m.d_out}, "B,Lq,d_out");
+    h5::write_doubles(g, "y", f.expected.y, {p.B, p.Lq, m.d_out}, "B,Lq,d_out");
     if (p.want_weights) {
       if (m.average_weights)
-        write_doubles(g, "weights", f.expected.weights, {p.B, p.Lq, p.Lk}, "B,Lq,Lk (mean over heads)");
+        h5::write_doubles(g, "weights", f.expected.weights, {p.B, p.Lq, p.Lk}, "B,Lq,Lk (mean over heads)");
       else
-        write_doubles(g, "weights", f.expected.weights, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
+        h5::write_doubles(g, "weights", f.expected.weights, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
     }
   }
   return mem.close();
@@ -135,11 +116,7 @@ ModuleFixture read(const std::string& path) {
                                  std::to_string(pv.schema_version));
   if (r.attr_str(root, "/", "kind") != "module") r.fail("kind", "is not 'module'");
   f.name = r.attr_str(root, "/", "name");
-  pv.attncheck_version = r.attr_str(root, "/", "attncheck_version");
-  pv.reference_precision = r.attr_str(root, "/", "reference_precision");
-  pv.seed = r.attr_u64(root, "/", "seed");
-  pv.distribution = r.attr_str(root, "/", "distribution");
-  pv.command = r.attr_str(root, "/", "command");
+  fixture_detail::read_provenance(r, root, pv);
   ModuleProblem& m = f.problem;
   {
     h5::Id a = r.open_group(file, "/attention");

@@ -19,8 +19,11 @@ namespace {
   throw std::invalid_argument(file + ": " + what);
 }
 
-uint64_t le(const std::string& b, size_t at, int n, const std::string& file) {
-  if (at + size_t(n) > b.size()) fail(file, "truncated zip structure at byte " + std::to_string(at));
+// Whether bytes [at, at + n) lie inside b; written so that an offset near 2^64 read from the file cannot wrap.
+bool inside(const std::string& b, uint64_t at, uint64_t n) { return at <= b.size() && n <= b.size() - at; }
+
+uint64_t le(const std::string& b, uint64_t at, int n, const std::string& file) {
+  if (!inside(b, at, uint64_t(n))) fail(file, "truncated zip structure at byte " + std::to_string(at));
   uint64_t v = 0;
   for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + size_t(i)]);
   return v;
@@ -175,7 +178,8 @@ std::map<std::string, UserArray> parse_npz(const std::string& b, const std::stri
   uint64_t count = le(b, eocd + 10, 2, path), cd = le(b, eocd + 16, 4, path);
   if ((count == 0xFFFF || cd == 0xFFFFFFFF) && eocd >= 20 && b.compare(eocd - 20, 4, "PK\x06\x07") == 0) {
     const uint64_t z64 = le(b, eocd - 20 + 8, 8, path);
-    if (b.compare(z64, 4, "PK\x06\x06") != 0) fail(path, "bad zip64 end-of-central-directory record");
+    if (!inside(b, z64, 4) || b.compare(z64, 4, "PK\x06\x06") != 0)
+      fail(path, "bad zip64 end-of-central-directory record");
     count = le(b, z64 + 32, 8, path);
     cd = le(b, z64 + 48, 8, path);
   }
@@ -200,8 +204,8 @@ std::map<std::string, UserArray> parse_npz(const std::string& b, const std::stri
     at += 46 + nlen + xlen + clen;
     const std::string where = path + ": " + name;
     if (le(b, local, 4, path) != 0x04034b50) fail(where, "bad zip local header");
-    const size_t start = local + 30 + le(b, local + 26, 2, path) + le(b, local + 28, 2, path);
-    if (start + csize > b.size() || usize > max_bytes) fail(where, "member extends past the end of the file");
+    const uint64_t start = local + 30 + le(b, local + 26, 2, path) + le(b, local + 28, 2, path);
+    if (!inside(b, start, csize) || usize > max_bytes) fail(where, "member extends past the end of the file");
     const std::string raw = b.substr(start, csize);
     std::string data;
     if (method == 0) data = raw;

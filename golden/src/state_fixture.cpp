@@ -53,20 +53,6 @@ ExpectedStored expected_stored(const MergeProblem& p, const StoredStates& in, co
   return e;
 }
 
-void write_tensor(hid_t g, const char* name, const Tensor& t, const std::vector<int64_t>& dims, const std::string& names) {
-  h5::Id type = h5::file_type(t.dtype);
-  h5::write_dataset(g, name, type, dims, t.bytes.data());
-  h5::Id d(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
-  h5::write_attr(d, "dims", names);
-  if (const char* e = h5::encoding(t.dtype)) h5::write_attr(d, "encoding", std::string(e));
-}
-void write_doubles(hid_t g, const char* name, const std::vector<double>& v, const std::vector<int64_t>& dims,
-                   const std::string& names) {
-  h5::write_dataset(g, name, H5T_NATIVE_DOUBLE, dims, v.data());
-  h5::Id d(H5Dopen2(g, name, H5P_DEFAULT), H5Dclose);
-  h5::write_attr(d, "dims", names);
-}
-
 Tensor read_tensor(const h5::Reader& r, hid_t file, const std::string& path, Tensor t, const std::vector<int64_t>& dims) {
   h5::Id d = r.open_dataset(file, path);
   r.expect_extents(d, path, dims);
@@ -150,17 +136,17 @@ std::string merge_fixture_image(const std::string& path, const MergeFixture& f) 
   const bool norm = p.conv.form == StateForm::normalised;
   {
     h5::Id g = h5::create_group(file, "inputs");
-    write_tensor(g, "o", f.inputs.o, {p.N, p.B, p.H, p.L, p.D}, "N,B,H,L,D");
+    h5::write_tensor(g, "o", f.inputs.o, {p.N, p.B, p.H, p.L, p.D}, "N,B,H,L,D");
     const std::vector<int64_t> sd = stored_stat_dims(p, true);
-    if (norm) write_tensor(g, "lse", *f.inputs.lse, sd, stat_dim_names(p, true));
-    else write_tensor(g, "max", *f.inputs.max, sd, stat_dim_names(p, true)), write_tensor(g, "sum", *f.inputs.sum, sd, stat_dim_names(p, true));
+    if (norm) h5::write_tensor(g, "lse", *f.inputs.lse, sd, stat_dim_names(p, true));
+    else h5::write_tensor(g, "max", *f.inputs.max, sd, stat_dim_names(p, true)), h5::write_tensor(g, "sum", *f.inputs.sum, sd, stat_dim_names(p, true));
   }
   {
     h5::Id g = h5::create_group(file, "expected");
-    write_doubles(g, "o", e.o, {p.B, p.H, p.L, p.D}, "B,H,L,D");
+    h5::write_doubles(g, "o", e.o, {p.B, p.H, p.L, p.D}, "B,H,L,D");
     const std::vector<int64_t> sd = stored_stat_dims(p, false);
-    write_doubles(g, norm ? "lse" : "max", e.s1, sd, stat_dim_names(p, false));
-    if (!norm) write_doubles(g, "sum", e.s2, sd, stat_dim_names(p, false));
+    h5::write_doubles(g, norm ? "lse" : "max", e.s1, sd, stat_dim_names(p, false));
+    if (!norm) h5::write_doubles(g, "sum", e.s2, sd, stat_dim_names(p, false));
   }
   return mem.close();
 }

@@ -3,10 +3,10 @@
 # It drives the attncheck executable (docs/python.md says why); numpy is required, h5py for fixtures.
 from . import worker
 from .cases import golden_cases
-from .check import check
+from .check import check, check_gradients
 from .compare import Result, compare
 from .fixture import load, make_fixture, reference, save, tolerance
 from .module import check_module, compare_module, import_module
 
-__all__ = ["check", "golden_cases", "compare", "load", "make_fixture", "reference", "save", "tolerance", "worker",
+__all__ = ["check", "check_gradients", "golden_cases", "compare", "load", "make_fixture", "reference", "save", "tolerance", "worker",
            "Result", "check_module", "compare_module", "import_module"]

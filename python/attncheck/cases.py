@@ -6,11 +6,12 @@ import os
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def default_dir():
-    """The golden cases installed in the package (`pip install .`), else those of the source tree."""
-    installed = os.path.join(_HERE, "golden")
+def default_dir(kind="cases"):
+    """The golden cases (kind "cases") or gradient fixtures ("backward") installed in the package (`pip install .`),
+    else those of the source tree."""
+    installed = os.path.join(_HERE, "golden" if kind == "cases" else "golden_" + kind)
     return installed if os.path.isdir(installed) else os.path.normpath(os.path.join(_HERE, "..", "..", "golden",
-                                                                                   "cases"))
+                                                                                   kind))
 
 
 class Case:

@@ -1,6 +1,7 @@
 # attncheck for PyTorch kernels: assert_attention_close(out, q, k, v, **problem) judges an output tensor against the
 # fp64 reference and tolerance model in the style of torch.testing.assert_close, and check(fn, device=...) runs the
-# property suite (attncheck.check) against a kernel that takes and returns torch tensors on any device.
+# property suite (attncheck.check) against a kernel that takes and returns torch tensors on any device, or with
+# backward=True its gradients through torch.autograd against the gradient fixtures (attncheck.check_gradients).
 # Tensors are copied to the host only to be judged; the kernel sees tensors on `device` in the problem's dtype.
 import json
 import os
@@ -11,6 +12,7 @@ import torch
 
 from . import _cli
 from .check import check as _check_numpy
+from .check import check_gradients
 from .compare import Result
 from .fixture import _flags
 
@@ -135,26 +137,38 @@ def _to_device(a, dtype, device):
     return t.to(device)
 
 
-def check(fn, device="cpu", **kwargs):
+def check(fn, device="cpu", backward=False, fixtures=None, pattern=None, **kwargs):
     """attncheck.check for a kernel on torch tensors: fn(q, k, v, *, problem, mask=None, bias=None, keep=None) gets
     tensors on `device` in the problem's dtype (bool mask, bias in its dtype) and returns out, or a dict with out,
     lse, weights, on that device. out must have q's dtype and shape [B,Hq,Lq,Dv]; an output on another device, of
-    another dtype or shape is a kernel error naming the tensor and the expected value. kwargs as attncheck.check."""
+    another dtype or shape is a kernel error naming the tensor and the expected value. kwargs as attncheck.check.
+
+    backward=True judges fn's gradients instead: fn's forward is run again with q, k, v (and a bias) requiring
+    grad, and torch.autograd.grad(out, ..., dout) gives dq, dk, dv (dbias) on every gradient fixture under
+    `fixtures` (default the golden ones) matching `pattern`; kwargs are declarations as for attncheck.check_gradients.
+    """
     device = torch.device(device)
 
-    def kernel(q, k, v, *, problem, mask=None, bias=None, keep=None):
+    def inputs(q, k, v, problem, mask, bias, keep, grad):
         dtype = _TORCH[problem["dtype"]]
-        tq, tk, tv = (_to_device(a, dtype, device) for a in (q, k, v))
+        tq, tk, tv = (_to_device(a, dtype, device).requires_grad_(grad) for a in (q, k, v))
         extra = {}
         if mask is not None:
             extra["mask"] = _to_device(mask, torch.bool, device)
         if bias is not None:
-            extra["bias"] = _to_device(bias, _TORCH.get(problem.get("bias_dtype"), dtype), device)
+            extra["bias"] = _to_device(bias, _TORCH.get(problem.get("bias_dtype"), dtype), device).requires_grad_(grad)
         if keep is not None:
             extra["keep"] = _to_device(keep, torch.bool, device)
-        res = fn(tq, tk, tv, problem=problem, **extra)
+        return dtype, tq, tk, tv, extra
+
+    def outputs(res):
         if not isinstance(res, dict):
             res = dict(zip(("out", "lse", "weights"), res if isinstance(res, tuple) else (res,)))
+        return res
+
+    def kernel(q, k, v, *, problem, mask=None, bias=None, keep=None):
+        dtype, tq, tk, tv, extra = inputs(q, k, v, problem, mask, bias, keep, False)
+        res = outputs(fn(tq, tk, tv, problem=problem, **extra))
         B, Hq, Lq, Lk, Dv = (problem[n] for n in ("B", "Hq", "Lq", "Lk", "Dv"))
         shapes = {"out": [B, Hq, Lq, Dv], "lse": [B, Hq, Lq], "weights": [B, Hq, Lq, Lk]}
         host = {}
@@ -170,5 +184,21 @@ def check(fn, device="cpu", **kwargs):
             host[name] = t.detach().to("cpu", torch.float64).numpy()
         return host
 
+    def gradients(q, k, v, *, problem, out, lse, dout, mask=None, bias=None, keep=None):
+        dtype, tq, tk, tv, extra = inputs(q, k, v, problem, mask, bias, keep, True)
+        o = outputs(fn(tq, tk, tv, problem=problem, **extra)).get("out")
+        if not isinstance(o, torch.Tensor) or not o.requires_grad:
+            raise ValueError("fn's out does not require grad: backward=True needs a kernel torch.autograd can "
+                             "differentiate (no .detach(), no numpy in between)")
+        wrt = {"dq": tq, "dk": tk, "dv": tv}
+        if "bias" in extra:
+            wrt["dbias"] = extra["bias"]
+        grads = torch.autograd.grad(o, list(wrt.values()), _to_device(dout, o.dtype, device), allow_unused=True)
+        # An input the output does not depend on has gradient zero (autograd says None).
+        return {name: (torch.zeros_like(t) if g is None else g).detach().to("cpu", torch.float64).numpy()
+                for (name, t), g in zip(wrt.items(), grads)}
+
     kernel.__name__ = getattr(fn, "__name__", "torch-kernel")
+    if backward:
+        return check_gradients(kernel, gradients, fixtures=fixtures, pattern=pattern, **kwargs)
     return _check_numpy(kernel, **kwargs)

@@ -1,19 +1,20 @@
 # The Python side of docs/worker-protocol.md: serve(fn, declarations) turns a Python attention kernel into a worker
 # that `attncheck verify|property|selftest --worker "python3 mine.py"` drives. Tensors are numpy views of the shared
-# memory file (inputs read-only); fn returns out, or a dict with out/lse/weights.
+# memory file (inputs read-only); fn returns out, or a dict with out/lse/weights. A worker given a backward callable
+# speaks protocol 2 and answers `backward` requests (`attncheck verify --pass backward --worker ...`).
 import json
 import os
 import sys
 
 import numpy as np
 
-PROTOCOL = 1
+PROTOCOLS = (1, 2)  # 2 adds the backward message
 _DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.uint16, "u8": np.uint8}
 _ALL_FEATURES = ["gqa", "cross", "dqk_ne_dv", "causal", "per_batch_offsets", "key_padding", "bool_mask", "bias",
                  "window", "softcap", "dropout", "finite_fill", "weights_out", "lse_out"]
 
 
-def hello(declarations, asks_supports=False):
+def hello(declarations, asks_supports=False, protocol=1):
     """The worker's hello message from a flat declarations dict (see docs/python.md)."""
     d = dict(declarations or {})
     policy = d.get("policy", "zero")
@@ -22,12 +23,12 @@ def hello(declarations, asks_supports=False):
             "fully_masked": d.get("fully_masked", [policy]), "features": d.get("features", list(_ALL_FEATURES)),
             "max_head_dim": d.get("max_head_dim", 0), "head_dim_multiple": d.get("head_dim_multiple", 1)}
     decl = {"fully_masked_policy": policy, "deterministic": bool(d.get("deterministic", False)),
-            "batch_invariant": bool(d.get("batch_invariant", False))}
+            "batch_invariant": bool(d.get("batch_invariant", False)), "backward": bool(d.get("backward", False))}
     for key in ("outputs", "contract", "masked_inputs"):
         if key in d:
             decl[key] = d[key]
     available = d.get("available", True)
-    return {"type": "hello", "protocol": PROTOCOL, "name": d.get("name", "python-worker"),
+    return {"type": "hello", "protocol": protocol, "name": d.get("name", "python-worker"),
             "description": d.get("description", "Python kernel (attncheck.worker)"), "available": bool(available),
             "unavailable_reason": d.get("unavailable_reason", ""), "supports": bool(asks_supports), "capabilities": caps,
             "declarations": decl}
@@ -59,11 +60,7 @@ def _store(dst, value, dtype):
 def run_case(fn, buf, req):
     """Calls fn for one run request and writes its outputs into the shared memory."""
     p, ts = req["problem"], req["tensors"]
-    args = {}
-    for name in ("q", "k", "v", "mask", "bias", "keep"):
-        if name in ts:
-            a = _view(buf, ts[name], False)
-            args[name] = from_bf16_bits(a) if ts[name]["dtype"] == "bf16" else a
+    args = _inputs(buf, ts, ("q", "k", "v", "mask", "bias", "keep"))
     res = fn(args.pop("q"), args.pop("k"), args.pop("v"), problem=p, **args)
     if not isinstance(res, dict):
         res = dict(zip(("out", "lse", "weights"), res if isinstance(res, tuple) else (res,)))
@@ -71,6 +68,28 @@ def run_case(fn, buf, req):
         if name in ts:
             if res.get(name) is None:
                 raise ValueError(f"fn returned no {name!r}, which the problem asks for")
+            _store(_view(buf, ts[name], True), res[name], ts[name]["dtype"])
+
+
+def _inputs(buf, ts, names):
+    """The named input tensors of a request as numpy views (bf16 widened to float32)."""
+    args = {}
+    for name in names:
+        if name in ts:
+            a = _view(buf, ts[name], False)
+            args[name] = from_bf16_bits(a) if ts[name]["dtype"] == "bf16" else a
+    return args
+
+
+def run_backward(backward, buf, req):
+    """Calls backward for one backward request and writes dq, dk, dv (and dbias) into the shared memory."""
+    p, ts = req["problem"], req["tensors"]
+    args = _inputs(buf, ts, ("q", "k", "v", "mask", "bias", "keep", "out", "lse", "dout"))
+    res = backward(args.pop("q"), args.pop("k"), args.pop("v"), problem=p, **args)
+    for name in ("dq", "dk", "dv", "dbias"):
+        if name in ts:
+            if res.get(name) is None:
+                raise ValueError(f"backward returned no {name!r}, which the problem asks for")
             _store(_view(buf, ts[name], True), res[name], ts[name]["dtype"])
 
 
@@ -86,8 +105,10 @@ def _answer_supports(supports, problem):
     return ok, ("" if ok else reason or "refused by the worker's supports()")
 
 
-def serve_streams(fn, declarations, rfile, wfile, supports=None):
+def serve_streams(fn, declarations, rfile, wfile, supports=None, backward=None):
     """The protocol loop over two text streams; returns at bye or end of input."""
+    declarations = dict(declarations or {}, backward=backward is not None)
+    protocol = 1
     def send(msg):
         wfile.write(json.dumps(msg) + "\n")
         wfile.flush()
@@ -103,27 +124,30 @@ def serve_streams(fn, declarations, rfile, wfile, supports=None):
         if kind == "bye":
             return
         if kind == "hello":
-            if PROTOCOL not in req.get("protocols", []):
-                send({"type": "error", "message": f"hello: field 'protocols': {req.get('protocols')} lacks {PROTOCOL}"})
+            common = [v for v in PROTOCOLS if v in req.get("protocols", [])]
+            if not common:
+                send({"type": "error", "message": f"hello: field 'protocols': {req.get('protocols')} has none of "
+                                                  f"{list(PROTOCOLS)}"})
                 return
-            send(hello(declarations, supports is not None))
+            protocol = max(common)
+            send(hello(declarations, supports is not None, protocol))
         elif kind == "supports":
             ok, reason = _answer_supports(supports, req.get("problem", {}))
             send({"type": "supports", "id": req.get("id"), "ok": ok, "reason": reason})
-        elif kind == "run":
+        elif kind in ("run", "backward") and not (kind == "backward" and backward is None):
             if mapped != (req["shm"], req["shm_size"]):
                 buf = np.memmap(req["shm"], dtype=np.uint8, mode="r+", shape=(req["shm_size"],))
                 mapped = (req["shm"], req["shm_size"])
             try:
-                run_case(fn, buf, req)
-                send({"type": "run", "id": req["id"], "status": "ok"})
+                run_case(fn, buf, req) if kind == "run" else run_backward(backward, buf, req)
+                send({"type": kind, "id": req["id"], "status": "ok"})
             except Exception as e:  # the kernel's own error: outcome "error" with its message
-                send({"type": "run", "id": req["id"], "status": "error", "message": f"{type(e).__name__}: {e}"})
+                send({"type": kind, "id": req["id"], "status": "error", "message": f"{type(e).__name__}: {e}"})
         else:
             send({"type": "error", "id": req.get("id"), "message": f"request: field 'type': unknown {kind!r}"})
 
 
-def serve(fn, declarations=None, supports=None):
+def serve(fn, declarations=None, supports=None, backward=None):
     """Serve fn over stdin/stdout until attncheck says bye. Prints of fn go to stderr (stdout is the protocol's).
 
     supports(problem), when given, is asked per case inside the declared capabilities: True, or (False, reason)
@@ -132,7 +156,11 @@ def serve(fn, declarations=None, supports=None):
     fn(q, k, v, *, problem, mask=None, bias=None, keep=None) gets numpy arrays in logical order
     (q [B,Hq,Lq,Dqk], k/v [B,Hkv,Lk,D]; bf16 widened to float32) and the problem dict of the protocol, and returns
     out [B,Hq,Lq,Dv] or a dict {"out", "lse", "weights"} (lse/weights when problem["want_lse"/"want_weights"]).
+
+    backward(q, k, v, *, problem, out, lse, dout, mask=None, bias=None, keep=None), when given, returns the
+    gradients of sum(dout * out) as a dict {"dq", "dk", "dv"} (and "dbias" for a problem with a bias), each in
+    logical order (dk, dv summed over each KV head's query heads); docs/worker-protocol.md "Protocol 2".
     """
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    serve_streams(fn, declarations, sys.stdin, proto, supports)
+    serve_streams(fn, declarations, sys.stdin, proto, supports, backward)

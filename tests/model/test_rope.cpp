@@ -310,7 +310,9 @@ TEST(Rope, Fp32AnglesPassAt128kAndOnePositionOffFails) {
     EXPECT_FALSE(verdict(Angles::fp16, 0, RopeMath::table_fp16).pass) << to_string(t) << ": fp16 angles";
     // fp32: without the declaration, fp32 angles are outside the exact contract at this position (the term is
     // needed). fp16/bf16: the rounding of the rotated operands to the input format already covers them here.
-    if (t == DType::f32) EXPECT_FALSE(verdict(Angles::fp32, 0, RopeMath::exact).pass);
+    if (t == DType::f32) {
+      EXPECT_FALSE(verdict(Angles::fp32, 0, RopeMath::exact).pass);
+    }
   }
 }
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import attncheck
+import numpy_sdpa as numpy_sdpa_example
 from attncheck import worker
 
 rng = np.random.default_rng(3)
@@ -114,3 +115,50 @@ def test_hello_declares_batch_invariance():
                          io.StringIO(json.dumps({"type": "hello", "protocols": [1]}) + "\n"), replies)
     hello = json.loads(replies.getvalue().splitlines()[0])
     assert hello["declarations"]["batch_invariant"] is True and hello["declarations"]["deterministic"] is False
+
+
+def test_worker_speaks_protocol_2_and_declares_backward_only_with_a_backward():
+    msg = lambda m: json.dumps(m) + "\n"  # noqa: E731
+    for backward, protocols, want in ((None, [1, 2], (2, False)), (lambda *a, **kw: {}, [1, 2], (2, True)),
+                                      (lambda *a, **kw: {}, [1], (1, True))):
+        replies = io.StringIO()
+        worker.serve_streams(lambda *a, **kw: None, {"name": "t"}, io.StringIO(msg({"type": "hello",
+                             "protocols": protocols})), replies, backward=backward)
+        hello = json.loads(replies.getvalue())
+        assert (hello["protocol"], hello["declarations"]["backward"]) == want
+
+
+# The example's numpy backward (examples/python/numpy_sdpa.py) through check_gradients over the golden gradient
+# fixtures: it passes what it declares; one with dQ halved fails; declaring nothing the
+# fixtures have is an error, not a pass.
+def half_dq(q, k, v, **kw):
+    g = numpy_sdpa_example.sdpa_backward(q, k, v, **kw)
+    return dict(g, dq=g["dq"] * 0.5)
+
+
+def test_check_gradients_passes_the_example_and_fails_a_wrong_backward():
+    ex = numpy_sdpa_example
+    decl = dict(features=ex.FEATURES, dtypes=["f32", "f64"], policy="zero")
+    text = attncheck.check_gradients(ex.sdpa, ex.sdpa_backward, name="numpy-sdpa", **decl)
+    passed = int(text.split("results: pass ")[1].split()[0])
+    assert passed >= 20, text
+    with pytest.raises(AssertionError, match=r"gradients fail\nFAIL +half-dq/backward"):
+        attncheck.check_gradients(ex.sdpa, half_dq, name="half-dq", pattern="fp32/*", **decl)
+    with pytest.raises(AssertionError, match="no gradient fixture was judged"):
+        attncheck.check_gradients(ex.sdpa, ex.sdpa_backward, name="nothing", dtypes=["f16"], pattern="fp32/*")
+
+
+def unguarded(q, k, v, **kw):
+    """A backward whose gradients turn NaN when any key or value is not finite (autograd through torch.where)."""
+    g = numpy_sdpa_example.sdpa_backward(q, k, v, **kw)
+    poisoned = not (np.isfinite(k).all() and np.isfinite(v).all())
+    return {n: a * np.nan for n, a in g.items()} if poisoned else g
+
+
+def test_check_gradients_keeps_the_finite_required_contract():
+    ex = numpy_sdpa_example
+    decl = dict(features=ex.FEATURES, dtypes=["f32"], policy="zero", pattern="fp32/*")
+    text = attncheck.check_gradients(ex.sdpa, unguarded, name="finite-only", masked_inputs="finite-required", **decl)
+    assert "outside the declared contract (masked_inputs: finite-required" in text, text
+    with pytest.raises(AssertionError, match="poison_masked/grad"):
+        attncheck.check_gradients(ex.sdpa, unguarded, name="isolated", **decl)

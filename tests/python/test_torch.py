@@ -16,7 +16,7 @@ except ImportError:
 import numpy as np
 
 import attncheck.torch as at
-from numpy_sdpa import FEATURES, sdpa
+from numpy_sdpa import FEATURES, sdpa, visible
 
 g = torch.Generator().manual_seed(7)
 
@@ -111,6 +111,43 @@ def test_check_correct_and_buggy_kernels():
         raises(AssertionError, "out: expected dtype torch.float32 (the q it was given), got torch.float64",
                at.check, wrong_dtype, cases=3, features=[], dtypes=["f32"], properties=["agreement"],
                regressions=tmp, name="wrong-dtype")
+
+
+def autograd_attention(q, k, v, *, problem, mask=None, bias=None, keep=None, detach_total=False):
+    """Attention in torch ops autograd can differentiate (softcap, bias, masks, dropout's keep-mask replayed);
+    detach_total=True is a classic backward bug with a correct forward: the softmax denominator taken as constant."""
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    group = q.shape[1] // k.shape[1]
+    qa, ka, va = q.to(acc), k.to(acc).repeat_interleave(group, 1), v.to(acc).repeat_interleave(group, 1)
+    s = qa @ ka.transpose(-1, -2) * problem["scale"]
+    if problem["softcap"] > 0:
+        s = problem["softcap"] * torch.tanh(s / problem["softcap"])
+    if bias is not None:
+        s = s + bias.to(acc)
+    vis = torch.from_numpy(visible(problem, None if mask is None else mask.numpy(), tuple(s.shape)))
+    m = torch.where(vis, s, -torch.inf).amax(-1, keepdim=True).detach()
+    e = torch.where(vis, torch.exp(s - torch.where(torch.isfinite(m), m, 0)), 0)
+    total = e.sum(-1, keepdim=True)
+    p = e / torch.where(total > 0, total.detach() if detach_total else total, 1)
+    if keep is not None:
+        p = p * keep / (1 - problem["dropout_p"])
+    out = p @ va
+    return {"out": out.to(q.dtype), "lse": (m + torch.log(total)).squeeze(-1).detach()}
+
+
+def test_check_backward_through_autograd():
+    # Autograd turns a NaN planted in a masked key into NaN gradients (0 * NaN through torch.where), so this
+    # kernel declares what PyTorch's own kernels do: masked inputs must be finite (docs/isolation.md).
+    decl = dict(features=FEATURES + ["bias", "dropout"], dtypes=["f32", "f64"], policy="zero",
+                masked_inputs="finite-required")
+    text = at.check(autograd_attention, backward=True, name="torch-autograd", **decl)
+    assert int(text.split("results: pass ")[1].split()[0]) >= 25, text
+    buggy = lambda *a, **kw: autograd_attention(*a, detach_total=True, **kw)  # noqa: E731
+    raises(AssertionError, "gradients fail", at.check, buggy, backward=True, pattern="fp32/*", name="detached",
+           **decl)
+    no_grad = lambda *a, **kw: {n: t.detach() for n, t in autograd_attention(*a, **kw).items()}  # noqa: E731
+    raises(AssertionError, "fn's out does not require grad", at.check, no_grad, backward=True,
+           pattern="fp32/*plain/normal*", name="no-grad", **decl)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,9 @@ TEST(StateFixtures, EveryMergeMistakeIsCaughtWithItsTag) {
       const bool same = v.expect == "lse-sentinel" && f.problem.conv.empty_lse == EmptyLse::neg_inf;
       EXPECT_EQ(diagnose_merge(f.problem, f.inputs, out).tag, same ? "empty-state-nan" : v.expect) << v.name << " on " << f.problem.name;
     }
-    if (!v.expect.empty()) EXPECT_GT(failed, 0) << v.name << " is never caught";
+    if (!v.expect.empty()) {
+      EXPECT_GT(failed, 0) << v.name << " is never caught";
+    }
   }
 }
 

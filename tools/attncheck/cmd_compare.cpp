@@ -5,7 +5,8 @@
 // tolerance bound follows. /actual/dq, dk, dv (dbias) are judged against a fixture's gradients (docs/backward.md).
 // `--diagnose` diagnoses a forward failure from the file's outputs; with the candidate re-runnable (`--plugin`,
 // `--worker` or `--candidate NAME`) the probes re-run it and `--repro DIR` writes the smallest repro.
-// Exit 0 pass, 1 fail, 2 bad input.
+// Several --actual files are judged against the one fixture, each in its own rows; one that cannot be read gets
+// its own input-error row and every other is judged (exit 2). Exit 0 pass, 1 fail, 2 bad input.
 #include <cstdio>
 #include <filesystem>
 
@@ -26,6 +27,7 @@ namespace {
 
 struct Options {
   std::string expected, actual, report, name, policy, contract;
+  std::vector<std::string> actuals;  // --actual, one or more; `actual` is the one being judged
   bool diagnose = false;
   int diagnose_reruns = 12;
   std::string repro, candidate;       // --repro DIR, --candidate NAME (the implementation that wrote --actual)
@@ -66,6 +68,45 @@ std::vector<std::string> diagnose_file(const Fixture& f, const Problem& p, const
   return lines;
 }
 
+// g.actual's rows (forward, then gradients when it has them) and their diagnosis lines, appended to rs/diagnoses.
+// Bad input (an unreadable file, gradients the fixture has none of, a bad --contract) throws std::invalid_argument.
+void judge_candidate(const Fixture& f, std::vector<CaseResult>& rs, std::vector<std::vector<std::string>>& diagnoses) {
+  const Outputs cand = read_candidate(g.actual, f.problem);
+  // Judge what the candidate provides: lse is always in the fixture; weights only when the fixture has them.
+  Problem p = f.problem;
+  p.want_lse = cand.lse.has_value();
+  p.want_weights = cand.weights.has_value() && f.problem.want_weights;
+  if (!cand.lse) std::printf("note: %s has no /actual/lse: lse not compared\n", g.actual.c_str());
+  if (cand.weights && !f.problem.want_weights)
+    std::printf("note: %s has no expected weights: /actual/weights not compared\n", g.expected.c_str());
+  if (!cand.weights && f.problem.want_weights)
+    std::printf("note: %s has no /actual/weights: weights not compared\n", g.actual.c_str());
+  const std::string impl = g.name.empty() ? std::filesystem::path(g.actual).filename().string() : g.name;
+  ToleranceModel m = f.tolerance;
+  if (!g.contract.empty()) {
+    try {
+      m.contract = contract_from_string(g.contract, p.dtype);
+      validate_contract(*m.contract, p.dtype);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(std::string("--contract: ") + e.what());
+    }
+    std::printf("note: judged under the declared precision contract %s\n", m.contract->to_string().c_str());
+  }
+  rs.push_back(judged_result(f.name, g.expected, impl, judge(p, f.expected, cand, m)));
+  diagnoses.emplace_back();
+  if (g.diagnose && rs.back().status == "fail") diagnoses.back() = diagnose_file(f, p, cand, m, rs.back());
+  // Gradients (/actual/dq, dk, dv, dbias): judged against the fixture's reference gradients.
+  if (const std::optional<Gradients> grads = read_candidate_gradients(g.actual, f.problem)) {
+    if (!f.has_gradients)
+      throw std::invalid_argument("--actual: " + g.actual + " has gradients but " + g.expected +
+                                  " has none (fixtures generated with \"gradients\": golden/backward)");
+    rs.push_back(judged_result(f.name, g.expected, backward_label(impl), judge_backward(p, f.expected, *f.grad, *grads, m)));
+    diagnoses.emplace_back();
+  } else if (f.has_gradients) {
+    std::printf("note: %s has no /actual/dq: gradients not compared\n", g.actual.c_str());
+  }
+}
+
 int run_compare() {
   if (!g.report.empty()) check_report_path(g.report);
   if (!g.repro.empty() && !g.diagnose)
@@ -101,48 +142,47 @@ int run_compare() {
     }
   }
   if (!f.checksummed) std::printf("note: %s\n", unchecksummed_note(1).c_str());
-  const Outputs cand = read_candidate(g.actual, f.problem);
-  // Judge what the candidate provides: lse is always in the fixture; weights only when the fixture has them.
-  Problem p = f.problem;
-  p.want_lse = cand.lse.has_value();
-  p.want_weights = cand.weights.has_value() && f.problem.want_weights;
-  if (!cand.lse) std::printf("note: %s has no /actual/lse: lse not compared\n", g.actual.c_str());
-  if (cand.weights && !f.problem.want_weights)
-    std::printf("note: %s has no expected weights: /actual/weights not compared\n", g.expected.c_str());
-  if (!cand.weights && f.problem.want_weights)
-    std::printf("note: %s has no /actual/weights: weights not compared\n", g.actual.c_str());
-  const std::string impl = g.name.empty() ? std::filesystem::path(g.actual).filename().string() : g.name;
-  ToleranceModel m = f.tolerance;
-  if (!g.contract.empty()) {
+  if (g.actuals.size() > 1)
+    for (const auto& [opt, given] : {std::pair<const char*, bool>{"--name", !g.name.empty()},
+                                     {"--repro", !g.repro.empty()}, {"--candidate", !g.candidate.empty()}})
+      if (given)
+        throw std::invalid_argument(std::string(opt) + ": names one candidate, but " + std::to_string(g.actuals.size()) +
+                                    " --actual files were given (each row is named by its file; give one --actual)");
+  if (!g.contract.empty()) {  // bad for every candidate alike: checked once, before any is read
     try {
-      m.contract = contract_from_string(g.contract, p.dtype);
-      validate_contract(*m.contract, p.dtype);
+      validate_contract(contract_from_string(g.contract, f.problem.dtype), f.problem.dtype);
     } catch (const std::exception& e) {
       throw std::invalid_argument(std::string("--contract: ") + e.what());
     }
-    std::printf("note: judged under the declared precision contract %s\n", m.contract->to_string().c_str());
   }
-  std::vector<CaseResult> rs{judged_result(f.name, g.expected, impl, judge(p, f.expected, cand, m))};
-  std::vector<std::string> diagnosis;
-  if (g.diagnose && rs[0].status == "fail") diagnosis = diagnose_file(f, p, cand, m, rs[0]);
-  // Gradients (/actual/dq, dk, dv, dbias): judged against the fixture's reference gradients.
-  if (const std::optional<Gradients> grads = read_candidate_gradients(g.actual, f.problem)) {
-    if (!f.has_gradients)
-      throw std::invalid_argument("--actual: " + g.actual + " has gradients but " + g.expected +
-                                  " has none (fixtures generated with \"gradients\": golden/backward)");
-    rs.push_back(judged_result(f.name, g.expected, backward_label(impl), judge_backward(p, f.expected, *f.grad, *grads, m)));
-  } else if (f.has_gradients) {
-    std::printf("note: %s has no /actual/dq: gradients not compared\n", g.actual.c_str());
+  std::vector<CaseResult> rs;
+  std::vector<std::vector<std::string>> diagnoses;  // per row of rs
+  for (const std::string& actual : g.actuals) {
+    g.actual = actual;
+    if (g.actuals.size() == 1) {  // one candidate: bad input ends the run with its message, as it always did
+      judge_candidate(f, rs, diagnoses);
+      continue;
+    }
+    const size_t before = rs.size();
+    try {
+      judge_candidate(f, rs, diagnoses);
+    } catch (const std::invalid_argument& e) {
+      rs.resize(before), diagnoses.resize(before);  // its forward row, when its gradients were what was bad
+      const std::string m = e.what();
+      rs.push_back(input_error(actual, m.find(actual) == std::string::npos ? actual + ": " + m : m));
+      diagnoses.emplace_back();
+    }
   }
-  for (auto& r : rs) describe_problem(r, f.problem);
+  for (auto& r : rs)
+    if (r.status != "input-error") describe_problem(r, f.problem);
   print_header();
-  for (const auto& r : rs) {
-    print_row(r);
-    for (const auto& t : r.verdict.tensors) std::printf("  %s\n", t.describe().c_str());
-    if (&r == &rs[0])
-      for (const std::string& l : diagnosis) std::printf("    %s\n", l.c_str());
+  for (size_t i = 0; i < rs.size(); ++i) {
+    print_row(rs[i]);
+    for (const auto& t : rs[i].verdict.tensors) std::printf("  %s\n", t.describe().c_str());
+    for (const std::string& l : diagnoses[i]) std::printf("    %s\n", l.c_str());
   }
   print_summary(rs);
+  print_unreadable(rs);
   if (!g.report.empty()) write_report(g.report, rs);
   return exit_code(rs);
 }
@@ -150,8 +190,9 @@ int run_compare() {
 const Register reg{{"compare", "Judge a candidate's outputs (/actual/out, ...) against a fixture",
                     [](CLI::App& sub) {
                       sub.add_option("--expected", g.expected, "Golden fixture (.h5)")->required();
-                      sub.add_option("--actual", g.actual,
-                                     "Candidate file with /actual/out [, lse, weights] [, dq, dk, dv, dbias], or an .npz with members out [, lse, weights]")
+                      sub.add_option("--actual", g.actuals,
+                                     "Candidate file(s) with /actual/out [, lse, weights] [, dq, dk, dv, dbias], or an .npz "
+                                     "with members out [, lse, weights]; several are each judged in their own rows")
                           ->required();
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
                       sub.add_option("--name", g.name, "Implementation name in the report (default: file name)");

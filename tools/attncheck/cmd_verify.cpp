@@ -347,13 +347,8 @@ int run_verify() {
           r = judged_result(name, file, impl->name(), judge(p, note.empty() ? f.expected : recomputed, out, m));
           if (!unchecked.empty()) r.message = unchecked + " not checked (not supported); " + r.message;
           if (!note.empty()) r.message = note + "; " + r.message;
-          const Declarations decl = impl->declarations();
-          if (decl.masked_inputs == MaskedInputs::finite_required)
-            if (const std::string bad = nonfinite_inputs(f.inputs); !bad.empty()) {
-              r.message = "outside the declared contract (masked_inputs: finite-required): non-finite values in " +
-                          bad + "; its run: " + r.status + (r.message.empty() ? "" : ": " + r.message);
-              r.status = "finite-required", r.judged = false;
-            }
+          if (impl->declarations().masked_inputs == MaskedInputs::finite_required)
+            apply_masked_inputs_contract(true, nonfinite_inputs(f.inputs), r);
           if (inv_on) checks = invariance_rows(*impl, name, file, p, f.inputs, out, inv);
           if (g.diagnose && r.status == "fail") {
             diagnose::Options o;

@@ -91,13 +91,34 @@ int generate_merge_suite(const std::string& spec, const std::string& out, bool u
 int merge_power_table(const std::string& dir) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir)) throw std::invalid_argument("--merge: '" + dir + "' is not a directory");
-  std::vector<std::string> files;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file() && e.path().extension() == ".h5" && is_merge_fixture(e.path().string())) files.push_back(e.path().string());
+  // A merge fixture that cannot be read, and a .h5 file that does not even open as HDF5 (it may be one), is an
+  // input error of its own: every other fixture still counts, and the run exits 2 (incomplete).
+  std::vector<std::string> files, unreadable;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file() || e.path().extension() != ".h5") continue;
+    const std::string f = e.path().string();
+    if (is_merge_fixture(f)) {
+      files.push_back(f);
+      continue;
+    }
+    try {
+      (void)read_fixture_header(f);
+    } catch (const std::invalid_argument& x) {
+      if (std::string(x.what()).rfind(f + ": file: ", 0) == 0) unreadable.push_back(x.what());
+    }
+  }
   std::sort(files.begin(), files.end());
-  if (files.empty()) throw std::invalid_argument("--merge: no merge fixtures under '" + dir + "'");
+  if (files.empty() && unreadable.empty()) throw std::invalid_argument("--merge: no merge fixtures under '" + dir + "'");
   std::vector<MergeFixture> fx;
-  for (const auto& f : files) fx.push_back(read_merge_fixture(f));
+  for (const auto& f : files) {
+    try {
+      fx.push_back(read_merge_fixture(f));
+    } catch (const std::invalid_argument& x) {
+      const std::string m = x.what();
+      unreadable.push_back(m.rfind(f, 0) == 0 ? m : f + ": " + m);
+    }
+  }
+  std::sort(unreadable.begin(), unreadable.end());
   std::printf("%-24s %-20s %8s %8s  %-40s %s\n", "variant", "expected tag", "fixtures", "failed", "diagnosis (fixtures)", "verdict");
   bool ok = true;
   for (const power::MergeVariant& v : power::merge_variants()) {
@@ -128,7 +149,12 @@ int merge_power_table(const std::string& dir) {
                 fx.size(), failed, t.empty() ? "-" : t.c_str(), verdict.c_str());
   }
   std::printf("merge power: %s\n", ok ? "every fault caught with its tag, no false alarm" : "NOT ACCEPTED");
-  return ok ? 0 : 1;
+  if (unreadable.empty()) return ok ? 0 : 1;
+  std::printf("unreadable input files (%zu), every other fixture used:\n", unreadable.size());
+  for (const std::string& u : unreadable) std::printf("  %s\n", u.c_str());
+  std::fprintf(stderr, "attncheck: exit 2: %zu input file(s) could not be read (listed above); every other merge "
+                       "fixture was used\n", unreadable.size());
+  return 2;
 }
 
 }  // namespace attncheck::cli

@@ -21,6 +21,7 @@ int generate_merge_suite(const std::string& spec, const std::string& out, bool u
 
 namespace attncheck::cli {
 // `attncheck power --merge DIR`: every merge variant (harness/power/merge_power.hpp) on every merge fixture under
-// DIR; prints the table and returns 0 when every fault is caught with its tag and no correct variant fails.
+// DIR; prints the table and returns 0 when every fault is caught with its tag and no correct variant fails, 2 when
+// a file could not be read (listed after the table; every other fixture counts).
 int merge_power_table(const std::string& dir);
 }  // namespace attncheck::cli
