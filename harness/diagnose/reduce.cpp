@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "attncheck/mods.hpp"
+#include "attncheck/rope.hpp"
 
 #include "attncheck/reference.hpp"
 #include "derive.hpp"
@@ -123,6 +124,11 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
             q.topk_indices.push_back(j - k.k0), ++kept;
         q.topk_indices.insert(q.topk_indices.end(), static_cast<size_t>(p.topk - kept), int64_t{-1});
       }
+  }
+  if (uses_rope(p)) {  // every kept token keeps its RoPE position: key j of the cut is key k0 + j (rope.hpp)
+    q.rope_offsets.clear();
+    for (int64_t b = k.b0; b < k.b0 + k.nb; ++b)
+      q.rope_offsets.push_back((p.rope_offsets.empty() ? 0 : p.rope_offsets[static_cast<size_t>(b)]) + k.k0);
   }
   if (!p.prefix_lengths.empty()) {
     q.prefix_lengths.clear();

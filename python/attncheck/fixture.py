@@ -43,7 +43,7 @@ def _flags(problem):
     if causal:
         flags += ["--causal", "top_left" if causal is True else str(causal)]
     for key in ("scale", "softcap", "policy", "fill_value", "dropout_p", "dropout_seed", "layout", "dtype", "name",
-                "causal_offset"):
+                "causal_offset", "descale_q", "descale_k", "descale_v"):
         value = p.pop(key, None)
         if value is not None:
             flags += ["--" + key.replace("_", "-"), repr(value) if isinstance(value, float) else str(value)]

@@ -19,6 +19,9 @@ from .fixture import _flags
 # torch dtype <-> the problem's dtype name (attncheck import / docs/worker-protocol.md).
 _NAMES = {torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _TORCH = {name: dt for dt, name in _NAMES.items()}
+# fp8 inputs travel as their uint8 codes (`attncheck import --dtype fp8_e4m3`), with per-tensor descales.
+_FP8 = {getattr(torch, n): d for n, d in (("float8_e4m3fn", "fp8_e4m3"), ("float8_e5m2", "fp8_e5m2"))
+        if hasattr(torch, n)}
 
 
 def _tensor(name, t):
@@ -32,10 +35,12 @@ def _host(name, t):
     t = t.detach().to("cpu")
     if t.dtype == torch.bfloat16:
         return t.contiguous().view(torch.int16).numpy().view(np.uint16)
+    if t.dtype in _FP8:
+        return t.contiguous().view(torch.uint8).numpy()
     if t.dtype in _NAMES or t.dtype == torch.bool or not t.is_floating_point():
         return t.numpy()
-    raise ValueError(f"{name}: dtype {t.dtype} is not supported here (float64, float32, float16, bfloat16; fp8 "
-                     "problems need descale factors this route does not pass)")
+    raise ValueError(f"{name}: dtype {t.dtype} is not supported here (float64, float32, float16, bfloat16, "
+                     "float8_e4m3fn, float8_e5m2)")
 
 
 def _shape(t):
@@ -47,8 +52,9 @@ def _check_inputs(q, k, v, layout, others):
         _tensor(name, t)
         if t.dim() != 4:
             raise ValueError(f"{name}: expected rank 4 ({layout}), got shape {_shape(t)}")
-    if q.dtype not in _NAMES:
-        _host("q", q[:0])  # raises naming q's dtype
+    if q.dtype not in _NAMES and q.dtype not in _FP8:
+        raise ValueError(f"q: dtype {q.dtype} is not supported here (float64, float32, float16, bfloat16, "
+                         "float8_e4m3fn, float8_e5m2)")
     for name, t in (("k", k), ("v", v)) + tuple(others):
         if t is None:
             continue
@@ -83,7 +89,7 @@ def _assert_like(name, t, shape, dtype, device):
 
 
 def assert_attention_close(out, q, k, v, *, lse=None, mask=None, bias=None, layout="bhsd", policy=None,
-                           diagnose=True, **problem):
+                           diagnose=True, descale_q=None, descale_k=None, descale_v=None, **problem):
     """Raises AssertionError unless out (and lse, when given) is within attncheck's bound of the fp64 reference.
 
     q [B,Hq,Lq,Dqk], k/v [B,Hkv,Lk,D] in `layout` ("bhsd" or "bshd" = [B,L,H,D]), any device, stride and dtype in
@@ -91,9 +97,20 @@ def assert_attention_close(out, q, k, v, *, lse=None, mask=None, bias=None, layo
     to [B,Hq,Lq,Lk]) and bias as in attncheck.reference; problem keywords too (causal, scale, softcap, window, ...).
     The message has the verdict, the worst element with its expected value and bound, and the CLI's table and
     diagnosis. Returns None.
+
+    fp8 inputs (torch.float8_e4m3fn, float8_e5m2) hold codes whose values are descale_q * q, descale_k * k,
+    descale_v * v (per-tensor floats, default 1; FlashAttention-3 and cuDNN take them so); out is then bfloat16, the
+    delivered dtype of an fp8 problem here (docs/problem-model.md "fp8 inputs").
     """
     _check_inputs(q, k, v, layout, (("mask", mask), ("bias", bias)))
-    _assert_like("out", out, _expected_out_shape(q, v, layout), q.dtype, q.device)
+    descales = {"descale_q": descale_q, "descale_k": descale_k, "descale_v": descale_v}
+    if q.dtype in _FP8:
+        problem["dtype"] = _FP8[q.dtype]
+        problem.update({n: float(x) for n, x in descales.items() if x is not None})
+    elif any(x is not None for x in descales.values()):
+        raise ValueError(f"descale_q/k/v: only for fp8 inputs (float8_e4m3fn, float8_e5m2), q is {q.dtype}")
+    out_dtype = torch.bfloat16 if q.dtype in _FP8 else q.dtype
+    _assert_like("out", out, _expected_out_shape(q, v, layout), out_dtype, q.device)
     if lse is not None:
         h = 2 if layout == "bshd" else 1
         _assert_like("lse", lse, [q.shape[0], q.shape[h], q.shape[3 - h]], None, q.device)

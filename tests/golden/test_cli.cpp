@@ -157,6 +157,42 @@ TEST(Verify, ShardsPartitionTheSuite) {
     united.insert(part.begin(), part.end());
   }
   EXPECT_EQ(united, all);  // a multiset: no fixture in two shards, none missing
+  // --shard auto: the same partition from a Slurm array --array=4-6 and from GitLab's parallel: 3 (1-based).
+  for (const char* scheduler : {"slurm", "gitlab"}) {
+    std::multiset<std::string> by_env;
+    for (int i = 0; i < 3; ++i) {
+      const std::string n = std::to_string(i), tag = std::string(scheduler).append(n);
+      const std::string env =
+          std::string(scheduler) == "slurm"
+              ? std::string("SLURM_ARRAY_TASK_MIN=4 SLURM_ARRAY_TASK_COUNT=3 SLURM_ARRAY_TASK_ID=")
+                    .append(std::to_string(4 + i))
+              : std::string("CI_NODE_TOTAL=3 CI_NODE_INDEX=").append(std::to_string(1 + i));
+      const auto r = test::run_shell("env " + env + " " + ATTNCHECK_EXE + " verify --impl reference --fixtures " +
+                                     GOLDEN_DIR + "/cases --shard auto --report " + (dir / (tag + ".json")).string());
+      EXPECT_EQ(r.rc, 0) << r.out;
+      EXPECT_NE(r.out.find("shard " + n + "/3 ("), std::string::npos) << r.out;
+      const json j = read_json(dir / (tag + ".json"));
+      for (const auto& c : j["cases"]) by_env.insert(c["fixture"].get<std::string>());
+    }
+    EXPECT_EQ(by_env, all) << scheduler;
+  }
+}
+
+TEST(Verify, ShardAutoWithoutAScheduler) {
+  const std::string base = std::string(ATTNCHECK_EXE) + " verify --impl reference --fixtures " + GOLDEN_DIR +
+                           "/cases --shard auto";
+  const std::string none = "env -u ATTNCHECK_SHARD -u SLURM_ARRAY_TASK_ID -u CI_NODE_INDEX ";
+  auto r = test::run_shell(none + "-u JOB_COMPLETION_INDEX " + base);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--shard: auto: no scheduler's shard variables are set (looked for ATTNCHECK_SHARD, "
+                       "SLURM_ARRAY_TASK_ID, CI_NODE_INDEX and JOB_COMPLETION_INDEX"), std::string::npos) << r.out;
+  r = test::run_shell(none + "JOB_COMPLETION_INDEX=1 " + base);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("ATTNCHECK_SHARD_COUNT is not: set it to the job's spec.completions"), std::string::npos)
+      << r.out;
+  r = test::run_shell("env -u SLURM_ARRAY_TASK_ID ATTNCHECK_SHARD=4/4 " + base);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("got '4/4' from ATTNCHECK_SHARD"), std::string::npos) << r.out;
 }
 
 TEST(Verify, FilterTakesAPastedCaseNameAndExclusions) {

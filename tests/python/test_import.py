@@ -147,3 +147,33 @@ assert r.returncode == 2 and "past_key and past_value come together" in r.stderr
 r = run("import", os.path.join(scratch, "past_bhsd.npz"), "--out", os.path.join(scratch, "x.h5"), "--scores-out", "raw")
 assert r.returncode == 2 and "--scores-out: unknown value 'raw'" in r.stderr, r.stderr
 print("past_key alone and --scores-out raw: rejected with exit 2")
+
+# fp8 inputs as uint8 codes (torch's .view(torch.uint8)) with --dtype fp8_e4m3 and per-tensor descales: the
+# fixture's reference is that of the decoded values times the descales (an independent e4m3 decoder here), stored
+# as codes; a descale on a non-fp8 problem is exit 2 naming the field.
+def e4m3(code):  # OCP e4m3fn: bias 7, no infinities, S.1111.111 NaN
+    s, e, m = (-1.0) ** (code >> 7), (code >> 3) & 15, code & 7
+    return np.nan if (code & 0x7F) == 0x7F else s * (m / 8 * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7))
+
+
+codes = {n: rng.integers(0, 256, size=a.shape, dtype=np.uint8) for n, a in (("q", q), ("k", k), ("v", v))}
+for n in codes:  # no NaN codes, and values of moderate size: exponent field below 10
+    c = codes[n]
+    codes[n] = np.where((c & 0x78) >= 0x50, c & 0xCF, c).astype(np.uint8)
+decode = np.vectorize(e4m3)
+ds = {"q": 0.5, "k": 0.25, "v": 4.0}
+real = {n: decode(c) * ds[n] for n, c in codes.items()}
+path, out = os.path.join(scratch, "fp8.npz"), os.path.join(scratch, "fp8.h5")
+np.savez(path, mask=mask, **codes)
+r = run("import", path, "--out", out, "--dtype", "fp8_e4m3", "--descale-q", "0.5", "--descale-k", "0.25",
+        "--descale-v", "4", *flags)
+assert r.returncode == 0, (r.stdout, r.stderr)
+with h5py.File(out, "r") as f:
+    assert np.array_equal(f["inputs/q"][()], codes["q"]) and f.attrs["descale_v"] == 4.0
+    err = np.abs(f["expected/out"][()] - independent(real["q"], real["k"], real["v"], mask)).max()
+assert err < 1e-12, f"fp8: reference differs from the decoded numpy result by {err}"
+print(f"fp8 codes with descales: imported, expected out matches numpy (max diff {err:.2e})")
+np.savez(path, q=q, k=k, v=v)
+r = run("import", path, "--out", out, "--descale-v", "4")
+assert r.returncode == 2 and "descale_v" in r.stderr, r.stderr
+print("a descale on an fp32 problem: rejected with exit 2:", r.stderr.strip())

@@ -69,3 +69,17 @@ def test_regressions_directory(pytester, how):
     r.assert_outcomes(passed=2)
     saved = os.listdir(pytester.path / expect)
     assert any(f.endswith(".h5") for f in saved), saved
+
+
+def test_under_xdist(pytester):
+    """Two xdist workers: the parametrised cases all run once, and a failing check in a worker writes its shrunk
+    case to the directory of the controlling session (each worker has its own attncheck process)."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_golden=PARAMETRISED, test_kernel=FAILING_KERNEL.replace("{expect}", "from-option"))
+    os.environ.pop("ATTNCHECK_REGRESSIONS", None)
+    r = pytester.runpytest_subprocess("-p", "attncheck.pytest_plugin", "-p", "xdist", "-n", "2", "-q",
+                                      "--attncheck-regressions=from-option")
+    stems = [f for f in os.listdir(GOLDEN) if f.startswith("fp16_") and "causal" in f]
+    r.assert_outcomes(passed=len(stems) + 2)
+    assert "bringing up nodes..." in r.outlines, r.outlines  # xdist's, so the run really was distributed
+    assert any(f.endswith(".h5") for f in os.listdir(pytester.path / "from-option"))

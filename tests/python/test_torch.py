@@ -78,10 +78,27 @@ def test_bad_input_names_the_tensor():
            out.transpose(2, 3), q, k, v)
     raises(ValueError, "q: expected rank 4 (bhsd), got shape [2, 5, 8]", at.assert_attention_close, out, q[0],
            k, v)
-    if hasattr(torch, "float8_e4m3fn"):
-        q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
-        raises(ValueError, "q: dtype torch.float8_e4m3fn is not supported", at.assert_attention_close, out, q8,
-               k8, v8)
+    raises(ValueError, "q: dtype torch.int32 is not supported", at.assert_attention_close, out,
+           q.to(torch.int32), k.to(torch.int32), v.to(torch.int32))
+    raises(ValueError, "descale_q/k/v: only for fp8 inputs", at.assert_attention_close, out, q, k, v, descale_v=2.0)
+
+
+def test_fp8_inputs_with_descales():
+    """FA3 / cuDNN fp8: codes times per-tensor descales, out in bf16; forgetting one descale is caught."""
+    if not hasattr(torch, "float8_e4m3fn"):
+        return
+    q, k, v = qkv(torch.float32, Lq=9, Lk=12, D=16)
+    ds = {"descale_q": 0.5, "descale_k": 0.25, "descale_v": 4.0}
+    for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
+        q8, k8, v8 = ((t / ds["descale_" + n]).to(fp8) for n, t in zip("qkv", (q, k, v)))
+        real = [t.float() * ds["descale_" + n] for n, t in zip("qkv", (q8, k8, v8))]
+        out = sdpa_math(*real, is_causal=True).to(torch.bfloat16)
+        at.assert_attention_close(out, q8, k8, v8, causal=True, **ds)
+        no_v_descale = sdpa_math(real[0], real[1], v8.float(), is_causal=True).to(torch.bfloat16)
+        raises(AssertionError, "verdict fail", at.assert_attention_close, no_v_descale, q8, k8, v8, causal=True,
+               **ds)
+        raises(AssertionError, "out: expected dtype torch.bfloat16", at.assert_attention_close, out.float(), q8,
+               k8, v8, causal=True, **ds)
 
 
 def numpy_backed(q, k, v, *, problem, mask=None, bias=None, keep=None):

@@ -19,7 +19,7 @@ namespace {
 struct Options {
   std::string input, out, tolerances, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value, scores_out;
   std::optional<double> scale;
-  double softcap = 0, dropout_p = 0;
+  double softcap = 0, dropout_p = 0, descale_q = 1, descale_k = 1, descale_v = 1;
   std::optional<int64_t> causal_offset;
   std::vector<int64_t> window, key_lengths;
   uint64_t dropout_seed = 0;
@@ -52,14 +52,18 @@ DType dtype_of(const UserArray& a, const std::string& name) {
   if (a.dtype == "float32") return DType::f32;
   if (a.dtype == "float64") return DType::f64;
   bad(g.input + ": " + name + ": dtype " + a.dtype + " is not a tensor dtype (float16, float32, float64; bf16: pass uint16 bit "
-      "patterns with --dtype bf16)");
+      "patterns with --dtype bf16; fp8: uint8 codes with --dtype fp8_e4m3 or fp8_e5m2)");
 }
 
 // A rank-4 tensor in storage order `order` from a C-order array whose dims are the stored (memory-order) ones.
-Tensor to_tensor(const UserArray& a, DType t, const std::vector<int64_t>& logical, Layout l, bool bf16_bits) {
+// `codes`: the array holds t's bit patterns (bf16 as uint16, fp8 as uint8), decoded exactly.
+Tensor to_tensor(const UserArray& a, DType t, const std::vector<int64_t>& logical, Layout l, bool codes) {
   Tensor out(t, logical, storage_order(l));
-  for (size_t n = 0; n < a.values.size(); ++n)
-    out.set_offset(int64_t(n), bf16_bits ? double(bf16_bits_to_float(uint16_t(a.values[n]))) : a.values[n]);
+  for (size_t n = 0; n < a.values.size(); ++n) {
+    double x = a.values[n];
+    if (codes) x = is_fp8(t) ? fp8_bits_to_double(uint8_t(x), t) : double(bf16_bits_to_float(uint16_t(x)));
+    out.set_offset(int64_t(n), x);
+  }
   return out;
 }
 
@@ -93,9 +97,11 @@ int run_import() {
   Problem p;
   p.layout = layout_from_string(g.layout == "bhsd" ? "BHSD" : g.layout == "bshd" ? "BSHD" : g.layout);
   const bool bshd = p.layout == Layout::BSHD;
-  const bool bf16_bits = g.dtype == "bf16" && q.dtype == "uint16";
   p.dtype = g.dtype.empty() ? dtype_of(q, "q") : dtype_from_string(g.dtype);
-  if (!bf16_bits && dtype_of(q, "q") != p.dtype)
+  // Bit patterns: bf16 as uint16, fp8 (e4m3, e5m2) as uint8, as torch's .view(torch.uint8) gives them.
+  const bool codes = (p.dtype == DType::bf16 && q.dtype == "uint16") || (is_fp8(p.dtype) && q.dtype == "uint8");
+  p.descale_q = g.descale_q, p.descale_k = g.descale_k, p.descale_v = g.descale_v;
+  if (!codes && dtype_of(q, "q") != p.dtype)
     std::printf("note: q, k, v (%s) are rounded to --dtype %s\n", q.dtype.c_str(), g.dtype.c_str());
   auto dim = [&](const UserArray& a, int logical) { return a.shape[size_t(bshd && (logical == 1 || logical == 2) ? 3 - logical : logical)]; };
   p.B = dim(q, 0), p.Hq = dim(q, 1), p.Lq = dim(q, 2), p.Dqk = dim(q, 3);
@@ -146,12 +152,12 @@ int run_import() {
   }
 
   Inputs in;
-  in.q = to_tensor(q, p.dtype, {p.B, p.Hq, p.Lq, p.Dqk}, p.layout, bf16_bits);
-  in.k = to_tensor(k, p.dtype, {p.B, p.Hkv, p.new_len(), p.Dqk}, p.layout, bf16_bits);
-  in.v = to_tensor(v, p.dtype, {p.B, p.Hkv, p.new_len(), p.Dv}, p.layout, bf16_bits);
+  in.q = to_tensor(q, p.dtype, {p.B, p.Hq, p.Lq, p.Dqk}, p.layout, codes);
+  in.k = to_tensor(k, p.dtype, {p.B, p.Hkv, p.new_len(), p.Dqk}, p.layout, codes);
+  in.v = to_tensor(v, p.dtype, {p.B, p.Hkv, p.new_len(), p.Dv}, p.layout, codes);
   if (p.past_len > 0) {
-    in.past_k = to_tensor(pk->second, p.dtype, {p.B, p.Hkv, p.past_len, p.Dqk}, p.layout, bf16_bits);
-    in.past_v = to_tensor(pv->second, p.dtype, {p.B, p.Hkv, p.past_len, p.Dv}, p.layout, bf16_bits);
+    in.past_k = to_tensor(pk->second, p.dtype, {p.B, p.Hkv, p.past_len, p.Dqk}, p.layout, codes);
+    in.past_v = to_tensor(pv->second, p.dtype, {p.B, p.Hkv, p.past_len, p.Dv}, p.layout, codes);
   }
   if (auto it = arrays.find("mask"); it != arrays.end()) {
     check_zero_one(g.input + ": mask", it->second);
@@ -207,7 +213,11 @@ const Register reg{{"import", "Make a fixture from your own tensors (.npz or .h5
                       sub.add_option("--tolerances", g.tolerances, "Also write the per-element tolerances as DIR/out.npy, "
                                      "lse.npy [, weights.npy] (logical [B,H,L,...] order)");
                       sub.add_option("--name", g.name, "Case name (default: from the problem)");
-                      sub.add_option("--dtype", g.dtype, "Problem dtype (default: q's; bf16 from uint16 bit patterns)");
+                      sub.add_option("--dtype", g.dtype, "Problem dtype (default: q's; bf16 from uint16 bit patterns, "
+                                     "fp8_e4m3/fp8_e5m2 from uint8 codes)");
+                      sub.add_option("--descale-q", g.descale_q, "fp8: q's values are descale_q * code (default 1)");
+                      sub.add_option("--descale-k", g.descale_k, "fp8: k's (and past_key's) descale (default 1)");
+                      sub.add_option("--descale-v", g.descale_v, "fp8: v's (and past_value's) descale (default 1)");
                       sub.add_option("--layout", g.layout, "Memory order of q, k, v: bhsd or bshd")->capture_default_str();
                       sub.add_option("--causal", g.causal, "Causal mask aligned top-left or bottom-right");
                       sub.add_option("--causal-offset", g.causal_offset, "Causal/window diagonal offset (explicit)");

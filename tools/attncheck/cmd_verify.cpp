@@ -6,6 +6,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -30,6 +31,7 @@
 #include "plugins.hpp"
 #include "repro.hpp"
 #include "report.hpp"
+#include "shard.hpp"
 
 namespace attncheck::cli {
 namespace {
@@ -81,19 +83,6 @@ bool matches(const std::string& filter, const std::string& name, const std::stri
     }
   }
   return !any_positive || positive_hit;
-}
-
-std::pair<int64_t, int64_t> parse_shard(const std::string& s) {
-  const auto slash = s.find('/');
-  try {
-    if (slash == std::string::npos) throw std::invalid_argument("");
-    size_t a = 0, b = 0;
-    const int64_t i = std::stoll(s.substr(0, slash), &a), n = std::stoll(s.substr(slash + 1), &b);
-    if (a != slash || b != s.size() - slash - 1 || n < 1 || i < 0 || i >= n) throw std::invalid_argument("");
-    return {i, n};
-  } catch (const std::exception&) {
-    throw std::invalid_argument("--shard: expected I/N with 0 <= I < N (e.g. 0/4), got '" + s + "'");
-  }
 }
 
 std::vector<ImplPtr> select_impls(const std::vector<std::string>& names) {
@@ -267,12 +256,13 @@ int run_verify() {
                                   "' (matching the filter); golden/backward has them");
   }
   if (g.shard) {  // given, even empty: '' is an error, not "no sharding"
-    const auto [i, n] = parse_shard(*g.shard);
+    const Shard sh = parse_shard(*g.shard, [](const char* n) { return std::getenv(n); });
     std::vector<std::pair<std::string, std::string>> mine;
     for (size_t k = 0; k < fixtures.size(); ++k)
-      if (static_cast<int64_t>(k) % n == i) mine.push_back(fixtures[k]);
+      if (static_cast<int64_t>(k) % sh.count == sh.index) mine.push_back(fixtures[k]);
     fixtures = std::move(mine);
-    std::printf("shard %s: %zu fixtures\n", g.shard->c_str(), fixtures.size());
+    std::printf("shard %lld/%lld (%s): %zu fixtures\n", static_cast<long long>(sh.index),
+                static_cast<long long>(sh.count), sh.source.c_str(), fixtures.size());
   }
 
   // Availability is a property of the machine, asked once per implementation; every case of an unavailable one is
@@ -442,7 +432,9 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                       sub.add_option("--filter", g.filter,
                                      "Globs on case or file names, ':'-separated; '-' before a glob excludes: 'fp16/*:-*drop*'");
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
-                      sub.add_option("--shard", g.shard, "Run shard I of N (0-based), e.g. 0/4");
+                      sub.add_option("--shard", g.shard, "Run shard I of N (0-based), e.g. 0/4, or auto: from the batch "
+                                     "scheduler's variables (Slurm array, GitLab parallel, Kubernetes Indexed Job; "
+                                     "docs/sharding.md)");
                       sub.add_option("--pass", g.pass,
                                      "forward, backward (gradients of the fixtures that have them) or both")
                           ->capture_default_str();
