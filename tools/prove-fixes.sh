@@ -3,12 +3,13 @@
 # tests that prove them"), build a scratch copy of the committed tree with that fix reverted (its patch in
 # tools/prove-fixes/) and run the fix's tests: they must fail there, and pass on the same copy unpatched.
 # On request, not in CI (a build per fix): tools/prove-fixes.sh [NAME...]. The copy is a git worktree in
-# build-prove/src (committed files only), built in build-prove/build (ccache makes the first build cheap).
+# build-prove/src (committed files only), built in build-prove/src/build: the same place relative to its sources as
+# build/ is to the checkout's, so ccache (base_dir) serves the first build from the checkout's objects.
 # Exit 0 when every selected fix's tests pass with it and fail without it; a patch that no longer applies fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD list=tools/prove-fixes/fixes.txt
-src=$root/build-prove/src bld=$root/build-prove/build
+src=$root/build-prove/src bld=$root/build-prove/src/build
 mkdir -p build-prove
 if [ -d "$src/.git" ] || [ -f "$src/.git" ]; then
   git -C "$src" checkout -q --detach "$(git rev-parse HEAD)" && git -C "$src" reset -q --hard && git -C "$src" clean -qfd

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sanitizer CI mode: tools/sanitize.sh [ctest args...]. Builds build-asan/ once with ASan + UBSan (gcc,
 # ATTNCHECK_SANITIZE=ON, no CUDA/cuDNN) and runs the ctest labels reference, golden, cli and hostile under it.
+# On request, other labels: tools/sanitize.sh --labels 'isolation|power' [ctest args...] builds what those labels'
+# tests run (found from the release build's test list, build/) and runs them; docs/hardening.md has what ran green.
 # Any report fails: ASan halts on the first error, UBSan is -fno-sanitize-recover, LeakSanitizer exits non-zero.
 # Third-party reports are suppressed only through the commented files in tools/sanitizers/. .ci/run calls it after
 # the fuzz step. A unity build (CMAKE_UNITY_BUILD) and non-PIE executables keep it within CI's budget: the
@@ -8,6 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+labels='^(reference|golden|cli|hostile)$'
+if [ "${1:-}" = --labels ]; then
+  [ -n "${2:-}" ] || { echo "sanitize: --labels needs a regex of ctest labels, e.g. 'isolation|power'"; exit 2; }
+  labels="^(${2})\$" extra=1
+  shift 2
+fi
 mkdir -p build-asan
 CC=gcc CXX=g++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
@@ -23,6 +31,21 @@ targets=(attncheck example_plugin example_plugin_bad_abi example_plugin_buggy ex
          test_cli test_cli_errors test_malformed test_plugin test_run_impl test_heatmap test_inspect_png
          test_hostile_storage test_hostile_durable test_hostile_threads test_hostile_budget test_hostile_catalogue
          test_hostile_cli_edges test_hostile_cancel replay_readers replay_npz replay_worker replay_parsers)
+if [ -n "${extra:-}" ]; then
+  # Every executable or library of build/ that one of these tests names on its command line (tests that reach
+  # attncheck or a plugin through a compile definition get them from the list above).
+  [ -d build ] || { echo "sanitize: --labels needs the release build in build/ (tools/bootstrap.sh) to find the tests"; exit 2; }
+  known=$(cmake --build build-asan --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p')
+  while read -r t; do
+    grep -qx "$t" <<<"$known" && targets+=("$t")
+  done < <(ctest --test-dir build -N -L "$labels" --show-only=json-v1 | python3 -c '
+import json, os, sys
+for t in json.load(sys.stdin)["tests"]:
+    for a in t.get("command") or []:
+        if a.startswith(os.path.abspath("build") + "/") and os.path.isfile(a):
+            n = os.path.basename(a)
+            print(n[3:-3] if n.startswith("lib") and n.endswith(".so") else n)' | sort -u)
+fi
 cmake --build build-asan -j"$(nproc)" --target "${targets[@]}" >build-asan/build.log 2>&1 \
   || { tail -60 build-asan/build.log; exit 1; }
 built=$(date +%s)
@@ -32,14 +55,19 @@ export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_checks=1:verify
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp
 export LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0
 # verify_asan_link_order=0: tests/hostile's thread shim is LD_PRELOADed ahead of libasan on purpose.
-labels='^(reference|golden|cli|hostile)$'
 # gtest_discover_tests lists a test only once its executable is built: the release build (build/, made by
 # tools/bootstrap.sh before this in CI) must not list more tests in these labels than build-asan/.
 count() { ctest --test-dir "$1" -N -L "$labels" | sed -n 's/^Total Tests: //p'; }
+names() { ctest --test-dir "$1" -N -L "$labels" | sed -n 's/^ *Test *#[0-9]*: //p' | sort; }
 if [ -d build ] && [ "$(count build)" != "$(count build-asan)" ]; then
-  echo "sanitize: build/ has $(count build) tests in $labels, build-asan/ $(count build-asan): an executable is" \
-       "missing from the target list in tools/sanitize.sh"
-  exit 1
+  if [ -z "${extra:-}" ]; then
+    echo "sanitize: build/ has $(count build) tests in $labels, build-asan/ $(count build-asan): an executable is" \
+         "missing from the target list in tools/sanitize.sh"
+    exit 1
+  fi
+  # On request, the tests of what this build leaves out (CUDA and cuDNN are off) are listed, never run silently.
+  echo "sanitize: in build/ but not in build-asan/ (CUDA and cuDNN are off here), not run:"
+  comm -23 <(names build) <(names build-asan) | sed 's/^/  /'
 fi
 ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -L "$labels" "$@"
 echo "sanitize: build $((built - start)) s, tests $(($(date +%s) - built)) s"

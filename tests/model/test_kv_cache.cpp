@@ -79,7 +79,9 @@ TEST(KvCache, ProducerScalesAreNonUniformNonUnitAndTheCodesDecodeToTheValues) {
         EXPECT_NE(s, 1.0);
         distinct.insert(s);
       }
-      if (g != KvScales::tensor) EXPECT_GT(distinct.size(), 1u) << to_string(g);
+      if (g != KvScales::tensor) {
+        EXPECT_GT(distinct.size(), 1u) << to_string(g);
+      }
       // every code in range and the quantisation error of each value at most half a code step (int8) or the
       // format's relative step (fp8) times the scale
       const Problem plain = [&] {

@@ -338,7 +338,7 @@ int run_verify() {
           if (!unchecked.empty()) r.message = unchecked + " not checked (not supported); " + r.message;
           if (!note.empty()) r.message = note + "; " + r.message;
           if (impl->declarations().masked_inputs == MaskedInputs::finite_required)
-            apply_masked_inputs_contract(true, nonfinite_inputs(f.inputs), r);
+            apply_masked_inputs_contract(nonfinite_inputs(f.inputs), r);
           if (inv_on) checks = invariance_rows(*impl, name, file, p, f.inputs, out, inv);
           if (g.diagnose && r.status == "fail") {
             diagnose::Options o;

@@ -37,7 +37,7 @@ CaseResult backward_row(const Impl& impl, const Support& available, const Fixtur
     m.scale = tol_scale;
     CaseResult judged = judged_result(f.name, file, r.impl, judge_backward(f.problem, f.expected, *f.grad, g, m));
     if (impl.declarations().masked_inputs == MaskedInputs::finite_required)  // as for the forward row
-      apply_masked_inputs_contract(true, nonfinite_inputs(f.inputs), judged);
+      apply_masked_inputs_contract(nonfinite_inputs(f.inputs), judged);
     if (reruns >= 2 && checks) checks->push_back(backward_invariance_row(impl, r.impl, f, file, g, reruns));
     return judged;
   } catch (const std::exception&) {

@@ -139,8 +139,8 @@ void write_report_file(const std::string& path, const std::string& text) {
   }
 }
 
-void apply_masked_inputs_contract(bool finite_required, const std::string& nonfinite_inputs, CaseResult& r) {
-  if (!finite_required || nonfinite_inputs.empty()) return;
+void apply_masked_inputs_contract(const std::string& nonfinite_inputs, CaseResult& r) {
+  if (nonfinite_inputs.empty()) return;
   r.message = "outside the declared contract (masked_inputs: finite-required): non-finite values in " +
               nonfinite_inputs + "; its run: " + r.status + (r.message.empty() ? "" : ": " + r.message);
   r.status = "finite-required", r.judged = false;

@@ -42,9 +42,9 @@ bool is_failure(const std::string& status);
 
 // pass/fail row from a verdict.
 CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v);
-// A judged row of an implementation that declares masked_inputs: finite-required, on a case whose inputs hold
-// non-finite values: not judged, status finite-required, its run's verdict kept in the message. Other rows unchanged.
-void apply_masked_inputs_contract(bool finite_required, const std::string& nonfinite_inputs, CaseResult& r);
+// For an implementation that declares masked_inputs: finite-required: a judged row of a case whose inputs hold
+// non-finite values (nonfinite_inputs names them) is not judged, status finite-required, its run's verdict kept in the message. Other rows unchanged.
+void apply_masked_inputs_contract(const std::string& nonfinite_inputs, CaseResult& r);
 // Call only inside a catch handler: records the exception being handled in r (a RunFailure's outcome, or "error"
 // for any other std::exception, with its message). Anything that is not a std::exception is rethrown.
 void record_exception(CaseResult& r);
