@@ -131,11 +131,6 @@ void describe(const Problem& p, Described& out) {
     *tail = &out.fp8.header;
     tail = &out.fp8.header.next;
   }
-  if (p.num_splits > 0) {
-    out.num_splits = {{ATTNCHECK_EXT_NUM_SPLITS, sizeof out.num_splits, nullptr}, p.num_splits};
-    *tail = &out.num_splits.header;
-    tail = &out.num_splits.header.next;
-  }
 }
 
 attncheck_ext_backward& chain_backward(Described& out) {
@@ -198,7 +193,7 @@ static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT 
 static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCHECK_EXT_SCORES &&
                   ext_tag::kv_append == ATTNCHECK_EXT_KV_APPEND && ext_tag::backward == ATTNCHECK_EXT_BACKWARD &&
                   ext_tag::varlen == ATTNCHECK_EXT_VARLEN && ext_tag::paged_kv == ATTNCHECK_EXT_PAGED_KV &&
-                  ext_tag::fp8 == ATTNCHECK_EXT_FP8 && ext_tag::num_splits == ATTNCHECK_EXT_NUM_SPLITS,
+                  ext_tag::fp8 == ATTNCHECK_EXT_FP8,
               "the feature table's extension tags are plugin.h's");
 static_assert(static_cast<int>(ScoresOut::scaled) == 1 && static_cast<int>(ScoresOut::masked) == 3);
 static_assert(static_cast<int>(FullyMasked::nan) == ATTNCHECK_FULLY_MASKED_NAN &&

@@ -36,7 +36,6 @@ struct Described {
   attncheck_ext_varlen varlen;
   attncheck_ext_paged_kv paged_kv;
   attncheck_ext_fp8 fp8;
-  attncheck_ext_num_splits num_splits;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };

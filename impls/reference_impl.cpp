@@ -22,7 +22,6 @@ class ReferenceImpl final : public Impl {
     declare_extension_features(c, all);
     for (const ModEntry& m : modifications()) c.mods.insert(m.name);
     c.kv_quant = true;
-    c.num_splits = true;  // the oracle's maths: a split count changes nothing it computes
     return c;
   }
   // fp8 inputs decoded exactly, P in double: not rounded to fp8.

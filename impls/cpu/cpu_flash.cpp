@@ -61,11 +61,9 @@ class Flash {
     const int64_t nqb = (p_.Lq + Bq - 1) / Bq, heads = p_.B * p_.Hq, nkb = (p_.Lk + Bk - 1) / Bk;
     const int threads = cpu_threads();
     std::vector<Work> work(static_cast<size_t>(std::max(threads, 1)));
-    // Problem::num_splits forces the count (never more parts than key blocks); otherwise split only when there are
-    // too few tasks, and never with weights or raw scores (their second pass needs the final max and sum).
-    const int64_t split = p_.num_splits > 0                                       ? std::min(p_.num_splits, nkb)
-                          : out_.weights || out_.scores || heads * nqb >= kMinTasks ? 1
-                                                                                  : std::clamp(kMinTasks / (heads * nqb), int64_t{1}, nkb);
+    const int64_t split = out_.weights || out_.scores || heads * nqb >= kMinTasks
+                              ? 1
+                              : std::clamp(kMinTasks / (heads * nqb), int64_t{1}, nkb);
     if (split == 1 && nqb > 1) {
       shared_heads(heads, nqb, threads, work);
       return;
@@ -444,16 +442,7 @@ class FlashImpl final : public Impl {
            "never forms Lq x Lk";
   }
   Capabilities capabilities() const override {
-    Capabilities c =
-        cpu_capabilities("fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; weights by a second pass");
-    c.num_splits = true;
-    return c;
-  }
-  Support supports(const Problem& p) const override {
-    if (p.num_splits > 1 && (p.want_weights || p.scores_out != ScoresOut::none))
-      return Support::no("num_splits > 1 with the weights or raw-score output not supported (their second pass "
-                         "needs the whole row's max and sum)");
-    return Impl::supports(p);
+    return cpu_capabilities("fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; weights by a second pass");
   }
   // The same bits for any thread count and run after run (splits and tiles follow the problem, not the threads).
   // Not batch-invariant: a row's bits depend on the allocated key length, so a sequence padded to a longer

@@ -104,7 +104,6 @@ json problem_to_json(const Problem& p) {
   if (is_fp8(p.dtype))  // fp8 (feature "fp8"): the codes' factors, and out's dtype (not `dtype`)
     j.update({{"descale_q", p.descale_q}, {"descale_k", p.descale_k}, {"descale_v", p.descale_v},
               {"out_dtype", dtype_name(p.out_dtype())}});
-  if (p.num_splits > 0) j["num_splits"] = p.num_splits;  // feature "num_splits" (also in the name)
   return j;
 }
 
@@ -160,7 +159,6 @@ Problem problem_from_json(const json& j, const std::string& where) {
   for (auto [k, f] : {std::pair{"descale_q", &Problem::descale_q}, {"descale_k", &Problem::descale_k},
                       {"descale_v", &Problem::descale_v}})
     if (j.contains(k)) p.*f = num_field(j, w, k);
-  if (j.contains("num_splits")) p.num_splits = int_field(j, w, "num_splits");
   // Fields the protocol does not spell out (features added through the feature table) travel in the lossless
   // name; a worker is only sent them when it declared the feature.
   if (j.contains("name") && j["name"].is_string()) {

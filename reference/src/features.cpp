@@ -100,9 +100,6 @@ const Field kFields[] = {
      "quantized KV cache: head-dim elements per scale with kv_scales=block (q8_0: 32)"},
     {"kv_scale_dtype", &P::kv_scale_dtype, Stored::if_set, kFrag, "must be fp32, fp16 or bf16",
      [](const P& p) { return kv_scale_type_ok(p.kv_scale_dtype); }, "quantized KV cache: format of the scales"},
-    {"num_splits", &P::num_splits, Stored::if_set, kFrag, "must be in [0, 2^16] (0 = the kernel's choice)",
-     [](const P& p) { return p.num_splits >= 0 && p.num_splits <= (int64_t{1} << 16); },
-     "split-KV: the keys computed in this many parts, merged by their states (FlashAttention num_splits)"},
 };
 
 // ---- text of one value ----
@@ -306,8 +303,6 @@ const Feature kFeatures[] = {
     // Inputs::k_scale/v_scale declare it (no tag, default false), so older plugins and workers never get one.
     ATTNCHECK_FLAG_EXT("kv-quant", "kv_quant", kv_quant, p.kv_quantized(),
                        "quantized KV cache (k/v codes with scales) not supported", 0, "a quantized KV cache"),
-    ATTNCHECK_FLAG_EXT("num-splits", "num_splits", num_splits, p.num_splits > 0,
-                       "a forced split-KV count (num_splits) not supported", ext_tag::num_splits, nullptr),
     ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),
     ATTNCHECK_FLAG("lse", "lse_out", lse_out, p.want_lse, "lse output not supported"),
 };

@@ -203,7 +203,6 @@ Result run(const Impl& impl, const Config& c) {
   p.B = c.shape.B, p.Hq = p.Hkv = c.shape.H, p.Lq = c.shape.Lq, p.Lk = c.shape.Lk, p.Dqk = p.Dv = c.shape.D;
   p.dtype = c.dtype;
   p.causal = c.causal;
-  p.num_splits = c.num_splits;
   p.want_lse = p.want_lse || c.backward;  // a flash backward recomputes P from the saved lse
   const Problem plain = p;
   if (!c.kv_cache.empty()) {
@@ -291,7 +290,7 @@ std::string to_json(const std::string& impl, const Config& c, const Result& r) {
   const Shape& s = c.shape;
   char buf[2048];
   std::snprintf(buf, sizeof buf,
-                "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, \"num_splits\": %lld, "
+                "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, "
                 "\"threads\": %d, \"reps\": %d, \"seconds\": %.6g, \"gflops\": %.4g, \"sgemm_gflops\": %.4g, "
                 "\"sgemm_n\": %lld, \"ratio_to_sgemm\": %.4g, \"fma_peak_gflops\": %.4g, \"fraction_of_peak\": %.4g, \"peak_extra_rss_bytes\": %.0f, "
                 "\"peak_extra_rss_mib\": %.2f, \"cpu_seconds\": %.6g, \"cpu_ratio_to_sgemm\": %.4g, \"isa\": \"%s\", "
@@ -300,7 +299,7 @@ std::string to_json(const std::string& impl, const Config& c, const Result& r) {
                 "\"device_seconds\": %.6g, \"device_gflops\": %.6g, \"device_note\": \"%s\"}",
                 impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.Lq),
                 static_cast<long long>(s.Lk), static_cast<long long>(s.D), to_string(c.dtype),
-                c.causal ? "true" : "false", static_cast<long long>(c.num_splits), c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
+                c.causal ? "true" : "false", c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
                 static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm, r.fma_peak_gflops, r.fraction_of_peak, r.extra_rss_bytes,
                 r.extra_rss_bytes / (1024.0 * 1024.0), r.cpu_seconds, r.cpu_ratio_to_sgemm, isa().c_str(),
                 c.backward ? "backward" : "forward", c.backward ? r.forward_seconds : r.seconds, r.bytes, r.gbytes_per_s,

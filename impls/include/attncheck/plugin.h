@@ -213,16 +213,6 @@ typedef struct attncheck_ext_fp8 {
   int32_t out_dtype;                   /* attncheck_dtype of out (ATTNCHECK_DTYPE_BF16) */
 } attncheck_ext_fp8;
 
-/* Tag 9: a forced split-KV count, present iff the problem sets one (feature name "num_splits"; FlashAttention's
- * num_splits, flash-decoding): compute the keys in this many parts and merge their states (docs/states.md). The
- * result is judged like any other (the maths does not change); a split with no visible key for a row is an empty
- * state the merge must skip. */
-#define ATTNCHECK_EXT_NUM_SPLITS 9u
-typedef struct attncheck_ext_num_splits {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_NUM_SPLITS */
-  int64_t num_splits;                  /* >= 1 */
-} attncheck_ext_num_splits;
-
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */
 typedef struct attncheck_capabilities {

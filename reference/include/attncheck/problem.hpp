@@ -180,10 +180,6 @@ struct Problem {
   int64_t kv_block = 32;              // head-dim elements per scale with kv_scales=block
   DType kv_scale_dtype = DType::f32;  // the scales' format (q8_0: fp16)
   bool kv_quantized() const { return kv_scales != KvScales::none; }
-  // Split-KV (FlashAttention's num_splits, flash-decoding): the kernel computes the keys in this many parts and
-  // merges their states (docs/states.md). The maths, hence the expected result and its bound, do not change; only
-  // kernels that declare it are given such a case. 0 = the kernel's own choice.
-  int64_t num_splits = 0;
   // Score and mask modifications (the library: reference/src/mods_library.cpp; docs/problem-model.md
   // "Modifications"). Each is off at its default. Query i of batch b sits at key position i + diagonal_offset(b).
   std::vector<double> alibi_slopes;     // ALiBi: [Hq] or [B, Hq] (fp32 values): score -= slope * |pos - j|
