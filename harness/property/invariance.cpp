@@ -1,6 +1,6 @@
-// The rerun and batch checks of invariance.hpp: bitwise comparison of runs, the other-values interloper case, and
-// the batch forms (a case's entry alone, or moved to the end of a larger batch after another sequence, its keys
-// padded to a longer neighbour's length where padding cannot change its result).
+// The checks of invariance.hpp: bitwise comparison of runs, the other-values interloper case, the batch forms (a
+// case's entry alone, or moved to the end of a larger batch after another sequence, its keys padded to a longer
+// neighbour's length where padding cannot change its result), the schedule settings and the layout forms.
 #include "invariance.hpp"
 
 #include <algorithm>
@@ -11,6 +11,9 @@
 #include <limits>
 #include <optional>
 
+#include "attncheck/declarations.hpp"
+#include "attncheck/schedule.hpp"
+
 namespace attncheck::invariance {
 
 namespace {
@@ -20,7 +23,25 @@ bool g_asked = false;
 void set_asked(bool on) { g_asked = on; }
 bool asked() { return g_asked; }
 
-const char* tag(Kind k) { return k == Kind::rerun ? "nondeterministic" : "batch-variant"; }
+const char* tag(Kind k) {
+  switch (k) {
+    case Kind::rerun: return "nondeterministic";
+    case Kind::batch: return "batch-variant";
+    case Kind::schedule: return "schedule-variant";
+    case Kind::layout: return "layout-variant";
+  }
+  return "?";
+}
+
+const char* name(Kind k) {
+  switch (k) {
+    case Kind::rerun: return "rerun";
+    case Kind::batch: return "batch";
+    case Kind::schedule: return "schedule";
+    case Kind::layout: return "layout";
+  }
+  return "?";
+}
 
 int64_t Check::elements() const {
   int64_t n = 0;
@@ -278,7 +299,98 @@ std::vector<TensorDiff> diff_targets(const Problem& p, const Outputs& first, con
   return ds;
 }
 
-Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, int& runs) {
+// One run of a variant of the case (a batch form, a schedule setting, a layout) compared with the case as given.
+struct Variant {
+  std::string what;               // "in a batch of 2 ...", "under threads=1", "in BSHD"
+  std::vector<TensorDiff> diffs;  // against the case as given
+  bool bitwise = true;            // judged bit for bit; else within tolerance
+  std::string outside;            // judged within tolerance: what is outside it ("" = within)
+  int64_t moved() const {
+    int64_t n = 0;
+    for (const auto& d : diffs) n += d.moved;
+    return n;
+  }
+  bool violated() const { return bitwise ? moved() > 0 : !outside.empty(); }
+};
+
+void accumulate(std::vector<TensorDiff>& into, const std::vector<TensorDiff>& ds) {
+  for (const TensorDiff& d : ds) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const TensorDiff& t) { return t.tensor == d.tensor; });
+    if (it == into.end()) {
+      into.push_back(d);
+      continue;
+    }
+    it->elements += d.elements, it->moved += d.moved, it->bits += d.bits;
+    it->max_abs = std::max(it->max_abs, d.max_abs);
+    if (it->first.empty()) it->first = d.first;
+  }
+}
+
+std::string joined(const std::vector<std::string>& xs) {
+  std::string s;
+  for (const auto& x : xs) s += (s.empty() ? "" : "; ") + x;
+  return s;
+}
+
+// The check of a kind from its variant runs: violated when a bitwise variant moved a bit or one judged within
+// tolerance left it. A violation reads `pre` + the violating variants + `post`; a clean check "<kind>-invariant on
+// this run: " (or, when bits moved within tolerance, "within tolerance on this run, not bitwise: ") + `subject` +
+// what held.
+Check fold(Kind k, const std::vector<Variant>& vs, const std::string& subject, const std::string& pre,
+           const std::string& post) {
+  Check c;
+  c.kind = k;
+  std::vector<std::string> bad, bitwise, tolerant;
+  std::vector<TensorDiff> tol_diffs;
+  std::string outside;
+  for (const Variant& v : vs) {
+    accumulate(c.diffs, v.diffs);
+    if (!v.bitwise) accumulate(tol_diffs, v.diffs);
+    if (v.violated()) bad.push_back(v.what);
+    if (outside.empty()) outside = v.outside;
+    (v.bitwise ? bitwise : tolerant).push_back(v.what);
+  }
+  if (!bad.empty()) {
+    c.result = Check::violated;
+    c.where = pre + joined(bad) + post;
+    const std::string first = first_moved(c.diffs);
+    c.message = std::string(tag(k)) + ": " + c.where + (outside.empty() ? "" : " (outside tolerance: " + outside + ")") +
+                ": " + summary(c.diffs) + (first.empty() ? "" : "; first " + first);
+    return c;
+  }
+  int64_t n_bit = 0, n_tol = 0, moved = 0, bits = 0;
+  for (const Variant& v : vs)
+    for (const TensorDiff& d : v.diffs) (v.bitwise ? n_bit : n_tol) += d.elements;
+  for (const TensorDiff& d : tol_diffs) moved += d.moved, bits += d.bits;
+  std::string held;
+  if (!bitwise.empty()) held = "bitwise equal " + joined(bitwise) + " (" + std::to_string(n_bit) + " elements)";
+  if (!tolerant.empty())
+    held += (held.empty() ? "" : "; ") + std::string("within tolerance ") + joined(tolerant) + " (" +
+            std::to_string(moved) + " of " + std::to_string(n_tol) + " elements moved, " + std::to_string(bits) +
+            " bits)";
+  c.message = (moved ? std::string("within tolerance on this run, not bitwise: ")
+                     : std::string(name(k)) + "-invariant on this run: ") + subject + " " + held;
+  return c;
+}
+
+// The case's outputs with the target entries taken from a batch form's run: what the case as given would have
+// produced had it been computed in that batch (for judging within tolerance).
+Outputs rebuilt(const Outputs& first, const Outputs& run, const std::vector<std::pair<int64_t, int64_t>>& targets) {
+  Outputs r = first;
+  auto put = [](std::optional<Tensor>& dst, const std::optional<Tensor>& src, int64_t e, int64_t pos) {
+    if (dst && src) put_entry(*dst, e, *src, pos, -1, std::nullopt);
+  };
+  for (const auto& [e, pos] : targets) {
+    put_entry(r.out, e, run.out, pos, -1, std::nullopt);
+    put(r.lse, run.lse, e, pos), put(r.weights, run.weights, e, pos), put(r.scores, run.scores, e, pos);
+  }
+  return r;
+}
+
+const char* kNoJudge = "not checked: judging within tolerance needs the reference, which this caller did not give";
+
+Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, const Options& o,
+                  int& runs) {
   Check c;
   c.kind = Kind::batch;
   if (!p.cu_seqlens_q.empty() || p.page_size > 0 || p.kv_quantized()) {
@@ -286,6 +398,11 @@ Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Ou
     c.message = std::string("not checked: the batch forms of a ") +
                 (p.page_size > 0 ? "paged" : p.kv_quantized() ? "quantized-KV-cache" : "varlen") +
                 " problem are not built yet (padded batches only)";
+    return c;
+  }
+  const bool bitwise = o.level != Level::tolerance;
+  if (!bitwise && !o.within_tolerance) {
+    c.result = Check::unsupported, c.message = kNoJudge;
     return c;
   }
   const Inputs filler = other_values(in);
@@ -310,40 +427,153 @@ Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Ou
     c.message = "not checked: no batch form of this case is supported (" + why + ")";
     return c;
   }
-  std::vector<std::string> differing;
-  std::string forms_text;
+  std::vector<Variant> vs;
+  int spent = 0;
   for (const Form& f : forms) {
-    Outputs o;
-    const Support s = run_impl(impl, f.p, f.in, o);
-    ++runs, ++c.runs;
+    Outputs x;
+    const Support s = run_impl(impl, f.p, f.in, x);
+    ++runs, ++spent;
     if (!s.ok) {
       c.result = Check::unsupported;
       c.message = "not checked: batch form " + f.what + " unsupported: " + s.reason;
+      c.runs = spent;
       return c;
     }
-    forms_text += (forms_text.empty() ? "" : "; ") + f.what;
-    std::vector<TensorDiff> d = diff_targets(p, first, o, f.targets);
-    if (c.diffs.empty()) c.diffs = std::vector<TensorDiff>(d.size());
-    int64_t moved = 0;
-    for (size_t k = 0; k < d.size(); ++k) {
-      TensorDiff& t = c.diffs[k];
-      t.tensor = d[k].tensor;
-      t.elements += d[k].elements, t.moved += d[k].moved, t.bits += d[k].bits;
-      t.max_abs = std::max(t.max_abs, d[k].max_abs);
-      if (t.first.empty()) t.first = d[k].first;
-      moved += d[k].moved;
+    Variant v{f.what, diff_targets(p, first, x, f.targets), bitwise, ""};
+    if (!bitwise) v.outside = o.within_tolerance(rebuilt(first, x, f.targets));
+    vs.push_back(std::move(v));
+  }
+  c = fold(Kind::batch, vs, "every entry's rows", "the case's rows computed ",
+           " differ from the case as given (B=" + std::to_string(p.B) + ")");
+  c.runs = spent;
+  return c;
+}
+
+// Bit for bit the same values in a tensor whose storage follows `order` (storage_order's convention).
+Tensor restrided(const Tensor& t, const std::vector<int>& order) {
+  Tensor r(t.dtype, t.shape, order);
+  const size_t n = dtype_size(t.dtype), rank = t.shape.size();
+  if (t.numel() == 0) return r;
+  std::vector<int64_t> i(rank, 0);
+  for (;;) {
+    std::memcpy(r.bytes.data() + static_cast<size_t>(r.offset(i.data())) * n,
+                t.bytes.data() + static_cast<size_t>(t.offset(i.data())) * n, n);
+    size_t k = rank;
+    while (k > 0 && ++i[k - 1] == t.shape[k - 1]) i[--k] = 0;
+    if (k == 0) return r;
+  }
+}
+
+Inputs restrided(const Inputs& in, const std::vector<int>& order) {
+  Inputs x = in;
+  x.q = restrided(in.q, order), x.k = restrided(in.k, order), x.v = restrided(in.v, order);
+  if (in.past_k) x.past_k = restrided(*in.past_k, order), x.past_v = restrided(*in.past_v, order);
+  return x;
+}
+
+// A variant run of the case (same problem, or the same data in another layout): its diffs against the first run
+// and, judged within tolerance, the verdict. Returns nullopt (with the reason) when the implementation declines it.
+std::optional<Variant> variant_run(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first,
+                                   const Options& o, bool bitwise, const std::string& what, int& runs,
+                                   std::string& why) {
+  Outputs x;
+  const Support s = run_impl(impl, p, in, x);
+  ++runs;
+  if (!s.ok) {
+    why = what + ": " + s.reason;
+    return std::nullopt;
+  }
+  Variant v{what, diff_outputs(first, x), bitwise, ""};
+  if (!bitwise) v.outside = o.within_tolerance(x);
+  return v;
+}
+
+// Other settings of each schedule knob the implementation declares: threads 1 and 3, num_splits 1 and 3, the
+// work units in reverse order. Bitwise for the knobs it declares bitwise (or at the bitwise level).
+Check schedule_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, const Options& o,
+                     int& runs) {
+  const Declarations d = impl.declarations();
+  Check c;
+  c.kind = Kind::schedule;
+  if (!d.schedule_knobs) {
+    c.result = Check::unsupported;
+    c.message = "not checked: " + impl.name() + " exposes no schedule knob (it declares none of threads, num_splits, "
+                "block_order)";
+    return c;
+  }
+  std::vector<Variant> vs;
+  int spent = 0;
+  for (ScheduleKnob k : {knob_threads, knob_num_splits, knob_block_order}) {
+    if (!(d.schedule_knobs & k)) continue;
+    const bool bitwise = o.level == Level::bitwise || (o.level == Level::declared && (d.schedule_bitwise & k));
+    if (!bitwise && !o.within_tolerance) {
+      c.result = Check::unsupported, c.message = kNoJudge;
+      return c;
     }
-    if (moved) differing.push_back(f.what), c.result = Check::violated;
+    std::vector<Schedule> settings;
+    if (k == knob_threads) settings = {Schedule{1, 0, false}, Schedule{3, 0, false}};
+    if (k == knob_num_splits) settings = {Schedule{0, 1, false}, Schedule{0, 3, false}};
+    if (k == knob_block_order) settings = {Schedule{0, 0, true}};
+    for (const Schedule& s : settings) {
+      const ScheduleScope scope(s);
+      std::string why;
+      auto v = variant_run(impl, p, in, first, o, bitwise, "under " + s.describe(), spent, why);
+      if (!v) {
+        c.result = Check::unsupported, c.runs = spent, c.message = "not checked: the run " + why;
+        runs += spent;
+        return c;
+      }
+      vs.push_back(std::move(*v));
+    }
   }
-  if (c.result == Check::violated) {
-    std::string where;
-    for (const auto& w : differing) where += (where.empty() ? "" : "; ") + w;
-    c.where = "the case's rows computed " + where + " differ from the case as given (B=" + std::to_string(p.B) + ")";
-    c.message = std::string(tag(c.kind)) + ": " + c.where + ": " + summary(c.diffs) + "; first " + first_moved(c.diffs);
-  } else {
-    c.message = "batch-invariant on this run: every entry's rows bitwise equal " + forms_text + " (" +
-                std::to_string(c.elements()) + " elements)";
+  runs += spent;
+  c = fold(Kind::schedule, vs, "the case", "the case run ",
+           " differs from its run under its own schedule");
+  c.runs = spent;
+  if (const unsigned missing = kAllKnobs & ~d.schedule_knobs)
+    c.message += " (not exposed, so not checked: " + knob_list(missing) + ")";
+  return c;
+}
+
+// The same data in the other layout (BHSD <-> BSHD: q, k, v, the past and out) and with sequence-major strides
+// (storage [L, B, H, D], the head dim still innermost, the layout as given: Megatron's sbhd).
+Check layout_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, const Options& o,
+                   int& runs) {
+  const Declarations d = impl.declarations();
+  Check c;
+  c.kind = Kind::layout;
+  const bool bitwise = o.level == Level::bitwise || (o.level == Level::declared && d.layout_invariant);
+  if (!bitwise && !o.within_tolerance) {
+    c.result = Check::unsupported, c.message = kNoJudge;
+    return c;
   }
+  Problem other = p;
+  other.layout = p.layout == Layout::BHSD ? Layout::BSHD : Layout::BHSD;
+  const std::vector<std::pair<std::string, std::pair<const Problem*, std::vector<int>>>> forms = {
+      {std::string("in ") + to_string(other.layout), {&other, storage_order(other.layout)}},
+      {"with sequence-major strides (storage [L,B,H,D])", {&p, {2, 0, 1, 3}}}};
+  std::vector<Variant> vs;
+  std::vector<std::string> skipped;
+  int spent = 0;
+  for (const auto& [what, form] : forms) {
+    if (const Support s = impl.supports(*form.first); !s.ok) {
+      skipped.push_back(what + ": " + s.reason);
+      continue;
+    }
+    std::string why;
+    auto v = variant_run(impl, *form.first, restrided(in, form.second), first, o, bitwise, what, spent, why);
+    if (v) vs.push_back(std::move(*v));
+    else skipped.push_back(why);
+  }
+  runs += spent;
+  if (vs.empty()) {
+    c.result = Check::unsupported, c.runs = spent, c.message = "not checked: " + joined(skipped);
+    return c;
+  }
+  c = fold(Kind::layout, vs, "the case", "the case run ",
+           std::string(" differs from the case as given (") + to_string(p.layout) + ")");
+  c.runs = spent;
+  if (!skipped.empty()) c.message += " (unsupported, so not checked: " + joined(skipped) + ")";
   return c;
 }
 
@@ -415,7 +645,7 @@ std::vector<Check> check_forward(const Impl& impl, const Problem& p, const Input
   if (o.rerun) r.record(2, again());
   int batch_runs = 0;
   std::optional<Check> batch;
-  if (o.batch) batch = batch_check(impl, p, in, first, batch_runs);
+  if (o.batch) batch = batch_check(impl, p, in, first, o, batch_runs);
   for (int k = 3; o.rerun && k <= o.runs; ++k) {
     if (k > 3 || batch_runs == 0) {
       Outputs x;
@@ -426,13 +656,17 @@ std::vector<Check> check_forward(const Impl& impl, const Problem& p, const Input
   }
   std::vector<Check> out;
   if (o.rerun) out.push_back(r.done(o.runs));
-  if (batch) {
-    if (o.rerun && out.front().result == Check::violated && batch->result == Check::violated) {
-      batch->result = Check::unsupported;
-      batch->message = "not judged: the reruns differ (nondeterministic), so a batch difference may be run-to-run";
-    }
-    out.push_back(*batch);
-  }
+  int spent = 0;
+  if (batch) out.push_back(*batch);
+  if (o.schedule) out.push_back(schedule_check(impl, p, in, first, o, spent));
+  if (o.layout) out.push_back(layout_check(impl, p, in, first, o, spent));
+  if (o.rerun && out.front().result == Check::violated)
+    for (size_t k = 1; k < out.size(); ++k)
+      if (out[k].result == Check::violated) {
+        out[k].result = Check::unsupported;
+        out[k].message = std::string("not judged: the reruns differ (nondeterministic), so a ") + name(out[k].kind) +
+                         " difference may be run-to-run";
+      }
   return out;
 }
 

@@ -3,9 +3,12 @@
  * that claims work in arrival order); VARIANT_BATCH_SPLIT splits the keys into max(1, 4 / B) chunks merged at the end,
  * so the summation order follows the batch size (split-KV decoding chosen from the batch); VARIANT_PADDING_MAX takes
  * each row's running max over the keys up to the longest sequence in the batch, reading its own padded slots up to a
- * neighbour's length (the shift cancels in exact arithmetic, not in rounding). Each declares deterministic and
- * batch_invariant, as a kernel that believes it is would. fp32, both layouts, GQA, causal, key padding, lse, weights,
- * the zero policy. */
+ * neighbour's length (the shift cancels in exact arithmetic, not in rounding); VARIANT_THREAD_SPLIT splits the keys
+ * into as many chunks as the schedule's threads (tag 9) and declares the threads knob bitwise; VARIANT_SPLITS splits
+ * them into the schedule's num_splits chunks and declares that knob within tolerance (as split-KV kernels honestly
+ * do); VARIANT_STRIDE_ORDER sums the keys in reverse order unless q comes in BHSD-packed strides, and declares
+ * layout_invariant. Each declares deterministic and batch_invariant, as a kernel that believes it is would. fp32,
+ * both layouts, GQA, causal, key padding, lse, weights, the zero policy. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -19,8 +22,14 @@
 #define VARIANT_NAME "variant-batch-split"
 #elif defined(VARIANT_PADDING_MAX)
 #define VARIANT_NAME "variant-padding-max"
+#elif defined(VARIANT_THREAD_SPLIT)
+#define VARIANT_NAME "variant-thread-split"
+#elif defined(VARIANT_SPLITS)
+#define VARIANT_NAME "variant-splits"
+#elif defined(VARIANT_STRIDE_ORDER)
+#define VARIANT_NAME "variant-stride-order"
 #else
-#error "define VARIANT_RANDOM_ORDER, VARIANT_BATCH_SPLIT or VARIANT_PADDING_MAX"
+#error "define one VARIANT_* macro"
 #endif
 
 #define MAX_KEYS 4096
@@ -60,6 +69,37 @@ static int64_t start_key(int64_t n) {
 #endif
 }
 
+/* The schedule the host asks for (tag 9), or NULL: the plugin's own choice. */
+static const attncheck_ext_schedule* schedule(const attncheck_problem* p) {
+  for (const attncheck_extension* e = p->next; e; e = e->next)
+    if (e->tag == ATTNCHECK_EXT_SCHEDULE) return (const attncheck_ext_schedule*)e;
+  return NULL;
+}
+
+/* Key chunks merged at the end of each row. */
+static int64_t chunk_count(const attncheck_problem* p) {
+#if defined(VARIANT_BATCH_SPLIT)
+  return p->B >= 4 ? 1 : 4 / p->B;
+#elif defined(VARIANT_THREAD_SPLIT) || defined(VARIANT_SPLITS)
+  const attncheck_ext_schedule* s = schedule(p);
+#if defined(VARIANT_THREAD_SPLIT)
+  const int64_t c = s ? s->threads : 0;
+#else
+  const int64_t c = s ? s->num_splits : 0;
+#endif
+  return c < 1 ? 1 : c > 4 ? 4 : c;
+#else
+  (void)schedule, (void)p;
+  return 1;
+#endif
+}
+
+/* Whether q comes in the packed strides of BHSD. */
+static int bhsd_packed(const attncheck_problem* p) {
+  const int64_t* s = p->q_strides;
+  return s[3] == 1 && s[2] == p->Dqk && s[1] == p->Lq * p->Dqk && s[0] == p->Hq * p->Lq * p->Dqk;
+}
+
 static int32_t run(const attncheck_problem* p, char* err, size_t n) {
   (void)err, (void)n;
   const float *q = p->q, *k = p->k, *v = p->v;
@@ -68,7 +108,13 @@ static int32_t run(const attncheck_problem* p, char* err, size_t n) {
   int64_t longest = 0;
   for (int64_t b = 0; b < p->B; ++b)
     if (key_length(p, b) > longest) longest = key_length(p, b);
-  const int64_t chunks = p->B >= 4 ? 1 : 4 / p->B;
+  const int64_t chunks = chunk_count(p);
+#if defined(VARIANT_STRIDE_ORDER)
+  const int reverse = !bhsd_packed(p);
+#else
+  const int reverse = 0;
+  (void)bhsd_packed;
+#endif
   float s[MAX_KEYS], acc[4][512], sum[4];
   int64_t keys[MAX_KEYS];
   for (int64_t b = 0; b < p->B; ++b)
@@ -98,7 +144,7 @@ static int32_t run(const attncheck_problem* p, char* err, size_t n) {
           for (int64_t d = 0; d < p->Dv; ++d) acc[c][d] = 0.0f;
         }
         for (int64_t t = 0; t < nv; ++t) {
-          const int64_t c = t / (per > 0 ? per : 1), j = keys[(t + first) % nv];
+          const int64_t c = t / (per > 0 ? per : 1), j = keys[reverse ? nv - 1 - t : (t + first) % nv];
           const float e = expf(s[j] - m);
           sum[c] += e;
           for (int64_t d = 0; d < p->Dv; ++d) acc[c][d] += e * v[b * vs[0] + kh * vs[1] + j * vs[2] + d * vs[3]];
@@ -124,6 +170,13 @@ static int32_t declarations(attncheck_declarations* d, char* err, size_t n) {
   (void)err, (void)n;
   d->deterministic = 1;
   d->batch_invariant = 1;
+#if defined(VARIANT_THREAD_SPLIT)
+  d->schedule_knobs = d->schedule_bitwise = 1; /* threads, promised bitwise */
+#elif defined(VARIANT_SPLITS)
+  d->schedule_knobs = 2; /* num_splits, promised within tolerance */
+#elif defined(VARIANT_STRIDE_ORDER)
+  d->layout_invariant = 1;
+#endif
   return ATTNCHECK_STATUS_OK;
 }
 
