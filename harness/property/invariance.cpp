@@ -79,6 +79,22 @@ std::string element_text(const Tensor& t, int64_t off, uint64_t bits) {
   return number(t.get_offset(off)) + " (" + hex + ")";
 }
 
+// Compares element ia of a with element ib of b into d.
+void diff_element(TensorDiff& d, const Tensor& a, const std::vector<int64_t>& ia, const Tensor& b,
+                  const std::vector<int64_t>& ib) {
+  const int64_t oa = a.offset(ia.data()), ob = b.offset(ib.data());
+  ++d.elements;
+  const uint64_t xa = raw_bits(a, oa), xb = raw_bits(b, ob);
+  if (xa == xb) return;
+  const double va = a.get_offset(oa), vb = b.get_offset(ob);
+  if (std::isnan(va) && std::isnan(vb)) return;
+  ++d.moved;
+  d.bits += std::popcount(xa ^ xb);
+  if (std::isfinite(va) && std::isfinite(vb)) d.max_abs = std::max(d.max_abs, std::abs(va - vb));
+  if (d.first.empty())
+    d.first = d.tensor + shape_string(ia) + " " + element_text(a, oa, xa) + " vs " + element_text(b, ob, xb);
+}
+
 // Compares a[ba, ...] with b[bb, ...] over a's dims after the first, the last dim only below `limit`, into d.
 void diff_block(TensorDiff& d, const Tensor& a, int64_t ba, const Tensor& b, int64_t bb, int64_t limit) {
   const size_t r = a.shape.size();
@@ -91,19 +107,7 @@ void diff_block(TensorDiff& d, const Tensor& a, int64_t ba, const Tensor& b, int
   for (;;) {
     ia = i, ib = i;
     ia[0] = ba, ib[0] = bb;
-    const int64_t oa = a.offset(ia.data()), ob = b.offset(ib.data());
-    ++d.elements;
-    const uint64_t xa = raw_bits(a, oa), xb = raw_bits(b, ob);
-    if (xa != xb) {
-      const double va = a.get_offset(oa), vb = b.get_offset(ob);
-      if (!(std::isnan(va) && std::isnan(vb))) {
-        ++d.moved;
-        d.bits += std::popcount(xa ^ xb);
-        if (std::isfinite(va) && std::isfinite(vb)) d.max_abs = std::max(d.max_abs, std::abs(va - vb));
-        if (d.first.empty())
-          d.first = d.tensor + shape_string(ia) + " " + element_text(a, oa, xa) + " vs " + element_text(b, ob, xb);
-      }
-    }
+    diff_element(d, a, ia, b, ib);
     size_t k = r;
     while (k > 0 && ++i[k - 1] == ext[k - 1]) i[--k] = 0;
     if (k == 0) return;
@@ -187,6 +191,8 @@ struct Form {
   Inputs in;
   std::string what;                                  // "alone (batch of 1)", ...
   std::vector<std::pair<int64_t, int64_t>> targets;  // (entry of the case, its position here)
+  // A varlen form: the row here of each query row and key of the case (targets unused).
+  std::vector<int64_t> qmap, kmap;
 };
 
 // Mask, bias or keep-mask of the batch form: per entry when the case's has a batch dim (size B > 1; the keep-mask
@@ -217,17 +223,36 @@ Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, in
   q.key_lengths.clear();
   if (es.front().key_length >= 0)
     for (const Entry& e : es) q.key_lengths.push_back(e.key_length);
-  if (!p.causal_offsets.empty()) {
-    q.causal_offsets.clear();
-    for (const Entry& e : es) q.causal_offsets.push_back(p.causal_offsets[static_cast<size_t>(e.b)]);
+  // Per-entry fields follow their entries (a doc-id row follows its keys, so a form with doc ids is refused by
+  // validate below when its B changes).
+  auto per_entry = [&](std::vector<int64_t>& v) {
+    if (v.empty() || static_cast<int64_t>(v.size()) != p.B) return;
+    const std::vector<int64_t> all = v;
+    v.clear();
+    for (const Entry& e : es) v.push_back(all[static_cast<size_t>(e.b)]);
+  };
+  per_entry(q.causal_offsets), per_entry(q.rope_offsets), per_entry(q.prefix_lengths);
+  if (static_cast<int64_t>(p.alibi_slopes.size()) == p.B * p.Hq && p.B > 1) {  // [B, Hq] slopes
+    q.alibi_slopes.clear();
+    for (const Entry& e : es)
+      q.alibi_slopes.insert(q.alibi_slopes.end(), p.alibi_slopes.begin() + e.b * p.Hq,
+                            p.alibi_slopes.begin() + (e.b + 1) * p.Hq);
   }
   Inputs& x = f.in;
   x.q = make_qkv(q, 0), x.k = make_qkv(q, 1), x.v = make_qkv(q, 2);
   for (size_t e = 0; e < es.size(); ++e) {
     const auto n = static_cast<int64_t>(e);
     put_entry(x.q, n, es[e].in->q, es[e].b, -1, std::nullopt);
+    if (p.page_size > 0) continue;  // the page pool is shared: the entries keep their block-table rows
     put_entry(x.k, n, es[e].in->k, es[e].b, 2, std::nullopt);
     put_entry(x.v, n, es[e].in->v, es[e].b, 2, std::nullopt);
+  }
+  if (p.page_size > 0) {
+    x.k = in.k, x.v = in.v;
+    q.block_table.clear();
+    const int64_t row = p.pages_per_seq();
+    for (const Entry& e : es)
+      q.block_table.insert(q.block_table.end(), p.block_table.begin() + e.b * row, p.block_table.begin() + (e.b + 1) * row);
   }
   if (p.past_len > 0) {
     x.past_k = make_kv(q, 1, p.past_len), x.past_v = make_kv(q, 2, p.past_len);
@@ -252,6 +277,117 @@ Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, in
 bool can_pad(const Impl& impl, const Problem& p) {
   return impl.capabilities().key_padding && p.fill == MaskFill::neg_inf && p.fully_masked != FullyMasked::uniform &&
          p.scores_out == ScoresOut::none && p.past_len == 0 && p.page_size == 0 && p.Lk > 1;
+}
+
+// Element (its index) of `src` copied bit for bit into element `at` of `dst`.
+void copy_element(Tensor& dst, const int64_t* at, const Tensor& src, const int64_t* from) {
+  const size_t n = dtype_size(src.dtype);
+  std::memcpy(dst.bytes.data() + static_cast<size_t>(dst.offset(at)) * n,
+              src.bytes.data() + static_cast<size_t>(src.offset(from)) * n, n);
+}
+
+// The paged forms: the pages at other places of the pool (stored in reverse order after one unused NaN page, the
+// block table following them); for B > 1 also entry 0 alone and the entries in reverse order, on the same pool.
+std::vector<Form> paged_forms(const Problem& p, const Inputs& in) {
+  std::vector<Form> forms;
+  Form f;
+  f.p = p, f.in = in;
+  const int64_t P = p.num_pages;
+  f.p.num_pages = P + 1;
+  for (int64_t& e : f.p.block_table) e = P - e;  // page e at slot P - e; slot 0 is the unused page
+  f.in.k = make_qkv(f.p, 1), f.in.v = make_qkv(f.p, 2);
+  for (Tensor* t : {&f.in.k, &f.in.v}) {
+    const Tensor& src = t == &f.in.k ? in.k : in.v;
+    t->fill(std::numeric_limits<double>::quiet_NaN());
+    std::vector<int64_t> i(4, 0);
+    for (i[0] = 0; i[0] < P; ++i[0])
+      for (i[1] = 0; i[1] < src.shape[1]; ++i[1])
+        for (i[2] = 0; i[2] < src.shape[2]; ++i[2])
+          for (i[3] = 0; i[3] < src.shape[3]; ++i[3]) {
+            const int64_t at[4] = {P - i[0], i[1], i[2], i[3]};
+            copy_element(*t, at, src, i.data());
+          }
+  }
+  validate(f.p, f.in);
+  f.what = "with its pages elsewhere in a pool of " + std::to_string(P + 1) + " (reversed, after an unused page)";
+  for (int64_t b = 0; b < p.B; ++b) f.targets.push_back({b, b});
+  forms.push_back(std::move(f));
+  if (p.B > 1) try {
+    auto own = [&](int64_t b) { return p.key_length(b); };
+    Form a = gather(p, in, {{&in, 0, own(0)}}, p.Lk);
+    a.what = "alone (a batch of 1, the same pages)";
+    a.targets = {{0, 0}};
+    std::vector<Entry> es;
+    for (int64_t b = p.B - 1; b >= 0; --b) es.push_back({&in, b, own(b)});
+    Form r = gather(p, in, es, p.Lk);
+    r.what = "in reverse batch order (the same pages)";
+    for (int64_t b = 0; b < p.B; ++b) r.targets.push_back({b, p.B - 1 - b});
+    forms.push_back(std::move(a));
+    forms.push_back(std::move(r));
+  } catch (const std::invalid_argument& e) {
+    forms.front().what += " (other batches not built: " + std::string(e.what()) + ")";
+  }
+  return forms;
+}
+
+// A varlen form: the case's sequences `order` (-1: a filler sequence shaped like sequence 0, from `filler`) packed in
+// that order; qmap/kmap give each row and key of the case its place here.
+Form repacked(const Problem& p, const Inputs& in, const Inputs& filler, const std::vector<int64_t>& order) {
+  Form f;
+  Problem& q = f.p;
+  q = p;
+  q.cu_seqlens_q = {0}, q.cu_seqlens_k = {0};
+  for (int64_t s : order) {
+    const auto u = static_cast<size_t>(s < 0 ? 0 : s);
+    q.cu_seqlens_q.push_back(q.cu_seqlens_q.back() + p.cu_seqlens_q[u + 1] - p.cu_seqlens_q[u]);
+    q.cu_seqlens_k.push_back(q.cu_seqlens_k.back() + p.cu_seqlens_k[u + 1] - p.cu_seqlens_k[u]);
+  }
+  q.Lq = q.cu_seqlens_q.back(), q.Lk = q.cu_seqlens_k.back();
+  Inputs& x = f.in;
+  x.q = make_qkv(q, 0), x.k = make_qkv(q, 1), x.v = make_qkv(q, 2);
+  f.qmap.assign(static_cast<size_t>(p.Lq), -1), f.kmap.assign(static_cast<size_t>(p.Lk), -1);
+  // Rows [a, a + n) along dim 2 of every head of src into rows [to, to + n) of dst.
+  auto rows = [](Tensor& dst, int64_t to, const Tensor& src, int64_t a, int64_t n) {
+    for (int64_t h = 0; h < src.shape[1]; ++h)
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t d = 0; d < src.shape[3]; ++d) {
+          const int64_t at[4] = {0, h, to + r, d}, from[4] = {0, h, a + r, d};
+          copy_element(dst, at, src, from);
+        }
+  };
+  for (size_t k = 0; k < order.size(); ++k) {
+    const int64_t s = order[k] < 0 ? 0 : order[k];
+    const Inputs& src = order[k] < 0 ? filler : in;
+    const int64_t qa = p.cu_seqlens_q[static_cast<size_t>(s)], nq = p.cu_seqlens_q[static_cast<size_t>(s) + 1] - qa;
+    const int64_t ka = p.cu_seqlens_k[static_cast<size_t>(s)], nk = p.cu_seqlens_k[static_cast<size_t>(s) + 1] - ka;
+    const int64_t qt = q.cu_seqlens_q[k], kt = q.cu_seqlens_k[k];
+    rows(x.q, qt, src.q, qa, nq), rows(x.k, kt, src.k, ka, nk), rows(x.v, kt, src.v, ka, nk);
+    if (order[k] < 0) continue;
+    for (int64_t r = 0; r < nq; ++r) f.qmap[static_cast<size_t>(qa + r)] = qt + r;
+    for (int64_t r = 0; r < nk; ++r) f.kmap[static_cast<size_t>(ka + r)] = kt + r;
+  }
+  validate(q, x);
+  return f;
+}
+
+// The varlen forms: the sequences packed in reverse order, and after a filler sequence (every offset moves).
+std::vector<Form> varlen_forms(const Problem& p, const Inputs& in, const Inputs& filler) {
+  if (p.mask_shape || p.bias_shape || p.dropout_p > 0)
+    throw std::invalid_argument("the varlen forms of a case with a mask, bias or dropout are not built (their rows "
+                                "and keys would need repacking too)");
+  const int64_t S = p.sequences();
+  std::vector<int64_t> reversed, after;
+  for (int64_t s = S - 1; s >= 0; --s) reversed.push_back(s);
+  after.push_back(-1);
+  for (int64_t s = 0; s < S; ++s) after.push_back(s);
+  std::vector<Form> forms;
+  if (S > 1) {
+    forms.push_back(repacked(p, in, filler, reversed));
+    forms.back().what = "packed in reverse sequence order";
+  }
+  forms.push_back(repacked(p, in, filler, after));
+  forms.back().what = "packed after another sequence";
+  return forms;
 }
 
 // The batch forms of a case: B = 1: after a filler sequence (position 1 of 2); B > 1: entry 0 alone, and every entry
@@ -389,15 +525,48 @@ Outputs rebuilt(const Outputs& first, const Outputs& run, const std::vector<std:
 
 const char* kNoJudge = "not checked: judging within tolerance needs the reference, which this caller did not give";
 
+// A varlen form's rows against the case's: out and lse of every row, weights and scores on each row's own keys.
+// With `into`, copies them instead (into[row of the case] = run[row here]).
+std::vector<TensorDiff> diff_mapped(const Problem& p, const Outputs& first, const Outputs& run, const Form& f,
+                                    Outputs* into = nullptr) {
+  std::vector<TensorDiff> ds;
+  auto each = [&](const char* name, const Tensor* a, const Tensor* b, Tensor* dst, bool keyed) {
+    if (!a || !b) return;
+    TensorDiff d;
+    d.tensor = name;
+    const size_t r = a->shape.size();
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i) {
+        const Problem::RowKeys rk = p.row_keys(0, i);
+        const int64_t inner = keyed ? rk.end - rk.begin : r == 4 ? a->shape[3] : 1;
+        for (int64_t e = 0; e < inner; ++e) {
+          std::vector<int64_t> ia = {0, h, i}, ib = {0, h, f.qmap[static_cast<size_t>(i)]};
+          if (r == 4) {
+            ia.push_back(keyed ? rk.begin + e : e);
+            ib.push_back(keyed ? f.kmap[static_cast<size_t>(rk.begin + e)] : e);
+          }
+          if (dst) copy_element(*dst, ia.data(), *b, ib.data());
+          else diff_element(d, *a, ia, *b, ib);
+        }
+      }
+    ds.push_back(std::move(d));
+  };
+  auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
+  auto dst = [&](std::optional<Tensor>& t) { return into && t ? &*t : nullptr; };
+  each("out", &first.out, &run.out, into ? &into->out : nullptr, false);
+  each("lse", opt(first.lse), opt(run.lse), into ? dst(into->lse) : nullptr, false);
+  each("weights", opt(first.weights), opt(run.weights), into ? dst(into->weights) : nullptr, true);
+  each("scores", opt(first.scores), opt(run.scores), into ? dst(into->scores) : nullptr, true);
+  return ds;
+}
+
 Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, const Options& o,
                   int& runs) {
   Check c;
   c.kind = Kind::batch;
-  if (!p.cu_seqlens_q.empty() || p.page_size > 0 || p.kv_quantized()) {
+  if (p.kv_quantized()) {
     c.result = Check::unsupported;
-    c.message = std::string("not checked: the batch forms of a ") +
-                (p.page_size > 0 ? "paged" : p.kv_quantized() ? "quantized-KV-cache" : "varlen") +
-                " problem are not built yet (padded batches only)";
+    c.message = "not checked: the batch forms of a quantized-KV-cache problem are not built yet";
     return c;
   }
   const bool bitwise = o.level != Level::tolerance;
@@ -408,10 +577,11 @@ Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Ou
   const Inputs filler = other_values(in);
   std::vector<Form> forms;
   std::string why;
+  const bool packed = !p.cu_seqlens_q.empty(), paged = p.page_size > 0;
   for (bool pad : {true, false}) {
-    if (pad && !can_pad(impl, p)) continue;
+    if (pad && (packed || paged || !can_pad(impl, p))) continue;
     try {
-      forms = batch_forms(p, in, filler, pad);
+      forms = packed ? varlen_forms(p, in, filler) : paged ? paged_forms(p, in) : batch_forms(p, in, filler, pad);
     } catch (const std::invalid_argument& e) {
       why = e.what();
       continue;
@@ -439,11 +609,15 @@ Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Ou
       c.runs = spent;
       return c;
     }
-    Variant v{f.what, diff_targets(p, first, x, f.targets), bitwise, ""};
-    if (!bitwise) v.outside = o.within_tolerance(rebuilt(first, x, f.targets));
+    Variant v{f.what, packed ? diff_mapped(p, first, x, f) : diff_targets(p, first, x, f.targets), bitwise, ""};
+    if (!bitwise) {
+      Outputs back = first;
+      if (packed) (void)diff_mapped(p, first, x, f, &back);
+      v.outside = o.within_tolerance(packed ? back : rebuilt(first, x, f.targets));
+    }
     vs.push_back(std::move(v));
   }
-  c = fold(Kind::batch, vs, "every entry's rows", "the case's rows computed ",
+  c = fold(Kind::batch, vs, packed ? "every sequence's rows" : "every entry's rows", "the case's rows computed ",
            " differ from the case as given (B=" + std::to_string(p.B) + ")");
   c.runs = spent;
   return c;
