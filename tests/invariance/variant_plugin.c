@@ -248,6 +248,7 @@ static const char* const* const features = NULL;
 #endif
 
 static const attncheck_plugin vtable = {ATTNCHECK_PLUGIN_ABI_VERSION, VARIANT_NAME, "invariance test variant (tests/invariance)",
-                                        caps, NULL, supports, run, sizeof(attncheck_plugin), features, declarations};
+                                        caps, NULL, supports, run, sizeof(attncheck_plugin), features, declarations,
+                                        NULL, NULL};
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry(void) { return &vtable; }
