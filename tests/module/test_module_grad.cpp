@@ -1,6 +1,6 @@
 // The module backward through the cpu and cpu-flash entries, judged with the derived gradient bound on the suite
-// (built in memory): every case with gradients passes, the bound fails small errors, every backward mutant is
-// caught and diagnosed with its own tag, and a gradient left unwritten fails.
+// (built in memory): every case with gradients passes, the bound fails small errors, and a gradient left unwritten
+// fails. The backward mutants are in ModuleCheck.EveryMutantCaughtAndTagged (module_check::selftest).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -103,20 +103,4 @@ TEST(ModuleGrad, UnwrittenGradientFails) {
   ModuleGradOutputs poisoned = g;
   poisoned.at("dx").set_offset(0, std::nan(""));
   EXPECT_FALSE(module_check::judge_backward(f, tol, poisoned).pass);
-}
-
-TEST(ModuleGrad, EveryBackwardMutantCaughtAndTagged) {
-  for (const module_check::SelftestRow& r : module_check::selftest(suite())) {
-    if (r.impl.find("backward") == std::string::npos && r.injected.rfind("grad-", 0) != 0) continue;
-    std::printf("%-28s %-20s applicable %d caught %d tagged %d\n", r.impl.c_str(), r.injected.c_str(), r.applicable,
-                r.caught, r.tagged);
-    for (const std::string& o : r.other_tags) ADD_FAILURE() << r.impl << ": " << o;
-    if (r.injected.empty()) {
-      EXPECT_EQ(r.caught, 0) << r.impl;
-      EXPECT_GE(r.applicable, 45) << r.impl;
-    } else {
-      EXPECT_GT(r.caught, 0) << r.impl;
-      EXPECT_EQ(r.tagged, r.caught) << r.impl;
-    }
-  }
 }
