@@ -346,7 +346,12 @@ int run_verify() {
               const Verdict v = judge(p, note.empty() ? f.expected : recomputed, x, m);
               return v.pass ? std::string() : v.worst().describe();
             };
-            checks = invariance_rows(*impl, name, file, p, f.inputs, out, o);
+            std::function<diagnose::Repro(const invariance::Check&)> repro;
+            if (g.diagnose && !g.repro.empty())
+              repro = [&](const invariance::Check& c) {
+                return diagnose::write_invariance_repro(f, p, *impl, c, o, m, g.repro);
+              };
+            checks = invariance_rows(*impl, name, file, p, f.inputs, out, o, repro);
           }
           if (g.diagnose && r.status == "fail") {
             diagnose::Options o;

@@ -7,7 +7,8 @@ namespace attncheck::cli {
 
 namespace {
 
-InvarianceRow to_row(const invariance::Check& c, CaseResult r) {
+InvarianceRow to_row(const invariance::Check& c, CaseResult r,
+                     const std::function<diagnose::Repro(const invariance::Check&)>& repro = {}) {
   InvarianceRow out;
   r.message = c.message;
   r.status = c.result == invariance::Check::invariant ? "pass" : c.result == invariance::Check::violated ? "fail" : "unsupported";
@@ -16,6 +17,7 @@ InvarianceRow to_row(const invariance::Check& c, CaseResult r) {
     d.anatomy = invariance::evidence(c);
     d.causes.push_back({invariance::tag(c.kind), 1.0, c.where});
     d.reruns = d.rerun_budget = c.runs;
+    if (repro) d.repro = repro(c);
     out.lines = d.text();
     r.diagnosis_json = diagnose::to_json(d);
   }
@@ -54,11 +56,13 @@ invariance::Options invariance_options(const std::string& list, int reruns, cons
 
 std::vector<InvarianceRow> invariance_rows(const Impl& impl, const std::string& name, const std::string& file,
                                            const Problem& p, const Inputs& in, const Outputs& out,
-                                           const invariance::Options& o) {
+                                           const invariance::Options& o,
+                                           const std::function<diagnose::Repro(const invariance::Check&)>& repro) {
   std::vector<InvarianceRow> rows;
   try {
     for (const invariance::Check& c : invariance::check_forward(impl, p, in, out, o))
-      rows.push_back(to_row(c, CaseResult{name, file, impl.name() + "/" + invariance::name(c.kind), "", "", false, {}, "", "", {}}));
+      rows.push_back(to_row(c, CaseResult{name, file, impl.name() + "/" + invariance::name(c.kind), "", "", false, {}, "", "", {}},
+                            repro));
   } catch (const std::exception&) {
     const char* first = o.rerun ? "/rerun" : o.batch ? "/batch" : o.schedule ? "/schedule" : "/layout";
     CaseResult r{name, file, impl.name() + first, "", "", false, {}, "", "", {}};

@@ -5,10 +5,13 @@
 // be made for this case, with the reason).
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "attncheck/fixture.hpp"
+#include "diagnosis.hpp"
 #include "invariance.hpp"
 #include "report.hpp"
 
@@ -24,10 +27,12 @@ struct InvarianceRow {
 invariance::Options invariance_options(const std::string& list, int reruns, const std::string& level);
 
 // The checks of one judged forward case (`out`: the implementation's outputs the row was judged on). A failure of
-// the run itself during a check (crash, timeout, error) is that check's row outcome.
+// the run itself during a check (crash, timeout, error) is that check's row outcome. `repro` (verify --diagnose
+// --repro) writes a violated check's smallest repro, named in its diagnosis.
 std::vector<InvarianceRow> invariance_rows(const Impl& impl, const std::string& name, const std::string& file,
                                            const Problem& p, const Inputs& in, const Outputs& out,
-                                           const invariance::Options& o);
+                                           const invariance::Options& o,
+                                           const std::function<diagnose::Repro(const invariance::Check&)>& repro = {});
 // The rerun check of a judged backward case (`g`: the gradients the row was judged on).
 InvarianceRow backward_invariance_row(const Impl& impl, const std::string& label, const Fixture& f,
                                       const std::string& file, const Gradients& g, int runs);
