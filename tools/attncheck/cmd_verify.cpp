@@ -352,6 +352,9 @@ int run_verify() {
                 return diagnose::write_invariance_repro(f, p, *impl, c, o, m, g.repro);
               };
             checks = invariance_rows(*impl, name, file, p, f.inputs, out, o, repro);
+            // A case outside a finite-required contract promises nothing, its invariance included: reported apart.
+            if (impl->declarations().masked_inputs == MaskedInputs::finite_required)
+              for (InvarianceRow& c : checks) outside_contract(nonfinite_inputs(f.inputs), c);
           }
           if (g.diagnose && r.status == "fail") {
             diagnose::Options o;

@@ -38,7 +38,11 @@ CaseResult backward_row(const Impl& impl, const Support& available, const Fixtur
     CaseResult judged = judged_result(f.name, file, r.impl, judge_backward(f.problem, f.expected, *f.grad, g, m));
     if (impl.declarations().masked_inputs == MaskedInputs::finite_required)  // as for the forward row
       apply_masked_inputs_contract(nonfinite_inputs(f.inputs), judged);
-    if (reruns >= 2 && checks) checks->push_back(backward_invariance_row(impl, r.impl, f, file, g, reruns));
+    if (reruns >= 2 && checks) {
+      checks->push_back(backward_invariance_row(impl, r.impl, f, file, g, reruns));
+      if (impl.declarations().masked_inputs == MaskedInputs::finite_required)  // outside the contract: apart
+        outside_contract(nonfinite_inputs(f.inputs), checks->back());
+    }
     return judged;
   } catch (const std::exception&) {
     record_exception(r);

@@ -85,4 +85,10 @@ InvarianceRow backward_invariance_row(const Impl& impl, const std::string& label
   return {std::move(r), {}};
 }
 
+void outside_contract(const std::string& nonfinite_inputs, InvarianceRow& r) {
+  if (nonfinite_inputs.empty()) return;
+  apply_masked_inputs_contract(nonfinite_inputs, r.row);
+  r.lines.clear();
+}
+
 }  // namespace attncheck::cli

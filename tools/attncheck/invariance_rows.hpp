@@ -24,6 +24,10 @@ struct InvarianceRow {
 
 // "--invariance rerun,batch,schedule,layout|all", --reruns K and --invariance-level declared|bitwise|tolerance; an
 // empty list turns every check off. Throws std::invalid_argument naming the option and the value.
+// A check of a case outside a finite-required contract (masked_inputs): reported apart as finite-required, its
+// violation block dropped (such a case promises nothing, its invariance included). No-op without non-finite inputs.
+void outside_contract(const std::string& nonfinite_inputs, InvarianceRow& r);
+
 invariance::Options invariance_options(const std::string& list, int reruns, const std::string& level);
 
 // The checks of one judged forward case (`out`: the implementation's outputs the row was judged on). A failure of
