@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "attncheck/backward.hpp"
@@ -147,6 +148,43 @@ attncheck_ext_backward& chain_backward(Described& out) {
 }
 
 
+void describe_merge(const MergeProblem& p, attncheck_merge_problem& m) {
+  std::memset(&m, 0, sizeof m);
+  m.struct_size = sizeof m;
+  m.name = p.name.c_str();
+  m.N = p.N, m.B = p.B, m.H = p.H, m.L = p.L, m.D = p.D;
+  m.dtype = abi_dtype(p.dtype);
+  m.form = p.conv.form == StateForm::normalised ? ATTNCHECK_STATE_NORMALISED : ATTNCHECK_STATE_UNNORMALISED;
+  m.lse_base = p.conv.base == LseBase::e ? ATTNCHECK_LSE_BASE_E : ATTNCHECK_LSE_BASE_2;
+  m.empty_lse = p.conv.empty_lse == EmptyLse::neg_inf   ? ATTNCHECK_EMPTY_NEG_INF
+                : p.conv.empty_lse == EmptyLse::pos_inf ? ATTNCHECK_EMPTY_POS_INF
+                                                        : ATTNCHECK_EMPTY_FINITE;
+  m.sentinel = p.conv.sentinel;
+  m.empty_out = p.conv.empty_out == EmptyOut::zero ? ATTNCHECK_EMPTY_OUT_ZERO : ATTNCHECK_EMPTY_OUT_UNDEFINED;
+  m.stat_layout = p.conv.layout == StatLayout::bhl ? ATTNCHECK_STAT_BHL : ATTNCHECK_STAT_BLH;
+}
+
+Support plugin_supports_merge(const OpenedPlugin& o, const MergeProblem& p) {
+  if (!o.merge) return Support::no("merge not supported (the plugin does not list \"merge\" in its features)");
+  if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
+    return Support::no(std::string("merge of ") + to_string(p.dtype) + " states not supported through the plugin ABI");
+  if (!o.vt->supports_merge) return Support::yes();
+  attncheck_merge_problem m;
+  describe_merge(p, m);
+  MessageBuffer why;
+  if (o.vt->supports_merge(&m, why.text, sizeof why.text) == 1) return Support::yes();
+  const std::string reason = why.str();
+  return Support::no(reason.empty() ? "plugin declined the merge (no reason given)" : reason);
+}
+
+std::string call_merge(const OpenedPlugin& o, const attncheck_merge_problem& m) {
+  MessageBuffer err;
+  const int32_t status = o.vt->merge(&m, err.text, sizeof err.text);
+  if (status == ATTNCHECK_STATUS_OK) return "";
+  const std::string msg = err.str();
+  return "merge returned status " + std::to_string(status) + ": " + (msg.empty() ? "(no message)" : msg);
+}
+
 namespace {
 
 static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT &&
@@ -205,8 +243,8 @@ Capabilities convert(const attncheck_capabilities& c, const std::string& path) {
 class PluginImpl final : public Impl {
  public:
   explicit PluginImpl(OpenedPlugin o)
-      : path_(o.path), vt_(o.vt), caps_(std::move(o.caps)), decl_(std::move(o.declarations)),
-        features_(std::move(o.features)), name_(vt_->name), description_(vt_->description ? vt_->description : "") {}
+      : path_(o.path), vt_(o.vt), caps_(o.caps), decl_(o.declarations), features_(o.features), name_(vt_->name),
+        description_(vt_->description ? vt_->description : ""), opened_(std::move(o)) {}
 
   std::string name() const override { return name_; }
   std::string description() const override { return description_ + " [plugin " + path_ + "]"; }
@@ -288,6 +326,26 @@ class PluginImpl final : public Impl {
     call_run(desc.d, "run (backward)");
   }
 
+  // Merges through the vtable's merge, for a plugin that lists "merge".
+  Support supports_merge(const MergeProblem& p) const override { return plugin_supports_merge(opened_, p); }
+  void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override {
+    attncheck_merge_problem m;
+    describe_merge(p, m);
+    m.o_in = in.o.bytes.data(), copy_strides(in.o, m.o_in_strides);
+    m.o_out = out.o.bytes.data(), copy_strides(out.o, m.o_out_strides);
+    const auto stat = [](const std::optional<Tensor>& t, auto*& ptr, auto& strides) {
+      if (!t) return;
+      ptr = reinterpret_cast<std::remove_reference_t<decltype(ptr)>>(const_cast<unsigned char*>(t->bytes.data()));
+      copy_strides(*t, strides);
+    };
+    stat(in.lse, m.lse_in, m.lse_in_strides), stat(in.max, m.max_in, m.max_in_strides);
+    stat(in.sum, m.sum_in, m.sum_in_strides);
+    stat(out.lse, m.lse_out, m.lse_out_strides), stat(out.max, m.max_out, m.max_out_strides);
+    stat(out.sum, m.sum_out, m.sum_out_strides);
+    if (const std::string err = call_merge(opened_, m); !err.empty())
+      throw std::runtime_error("plugin " + name_ + " (" + path_ + "): " + err);
+  }
+
  private:
   static void set_inputs(attncheck_problem& d, const Inputs& in) {
     d.q = in.q.bytes.data(); copy_strides(in.q, d.q_strides);
@@ -314,6 +372,7 @@ class PluginImpl final : public Impl {
   Declarations decl_;
   std::vector<std::string> features_;
   std::string name_, description_;
+  OpenedPlugin opened_;
 };
 
 // The v2 declarations() of a plugin, over the defaults its capabilities imply.
@@ -419,6 +478,15 @@ OpenedPlugin open_plugin(const std::string& path) {
   declare_extension_features(o.caps, o.features);  // a v1 plugin declares none: never offered a newer feature
   o.declarations.backward =
       std::find(o.features.begin(), o.features.end(), kBackwardFeature) != o.features.end();
+  if (std::find(o.features.begin(), o.features.end(), kMergeFeature) != o.features.end()) {
+    if (vt->struct_size < offsetof(attncheck_plugin, merge) + sizeof vt->merge)
+      throw PluginError(file_error(path, "lists the feature \"merge\" but its vtable (struct_size = " +
+                                             std::to_string(vt->struct_size) + ") ends before the field 'merge' (" +
+                                             std::to_string(offsetof(attncheck_plugin, merge) + sizeof vt->merge) +
+                                             " bytes needed)"));
+    if (!vt->merge) throw PluginError(file_error(path, "lists the feature \"merge\" but vtable field 'merge' is NULL"));
+    o.merge = true;
+  }
   return o;
 }
 

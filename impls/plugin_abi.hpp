@@ -8,6 +8,7 @@
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/plugin.h"
+#include "attncheck/state.hpp"
 
 namespace attncheck {
 
@@ -18,6 +19,7 @@ struct OpenedPlugin {
   Capabilities caps;
   Declarations declarations;          // v2 declarations(), else derived from the capabilities
   std::vector<std::string> features;  // v2 feature names beyond the v1 flags
+  bool merge = false;                 // lists "merge" and has the vtable's merge (checked at load)
 };
 OpenedPlugin open_plugin(const std::string& path);
 
@@ -44,5 +46,14 @@ attncheck_ext_backward& chain_backward(Described& out);
 
 // The feature name by which a plugin or worker offers the backward pass (plugin.h tag 5).
 inline constexpr const char* kBackwardFeature = "backward";
+// The feature name by which a plugin offers merges of attention states (plugin.h attncheck_merge_problem).
+inline constexpr const char* kMergeFeature = "merge";
+
+// The shape and convention fields of a merge problem; tensor pointers stay NULL.
+void describe_merge(const MergeProblem& p, attncheck_merge_problem& m);
+// Whether a plugin that lists "merge" takes this merge: the dtypes the ABI carries, then its supports_merge().
+Support plugin_supports_merge(const OpenedPlugin& o, const MergeProblem& p);
+// Calls the plugin's merge on a described problem; "" or the plugin's error message.
+std::string call_merge(const OpenedPlugin& o, const attncheck_merge_problem& m);
 
 }  // namespace attncheck

@@ -467,6 +467,9 @@ static const attncheck_plugin example_vtable = {
     example_features, /* features beyond the v1 capability flags */
     example_declarations,
 #endif
+#ifdef ATTNCHECK_PLUGIN_HAS_MERGE
+    NULL, NULL, /* supports_merge, merge: it does not merge states (tests/states/merge_plugin.c does) */
+#endif
 };
 
 #ifndef EXAMPLE_PLUGIN_NO_ENTRY

@@ -37,6 +37,7 @@ std::string image(const std::string& path, const ModuleFixture& f) {
     h5::write_attr(root, "qkv_bias", int64_t{m.qkv_bias});
     h5::write_attr(root, "out_bias", int64_t{m.out_bias});
     h5::write_attr(root, "average_weights", int64_t{m.average_weights});
+    if (f.grad) h5::write_attr(root, "gradients", int64_t{1});
     h5::Id a = h5::create_group(file, "attention");
     fixture_detail::write_problem_attrs(a, p);
   }
@@ -55,6 +56,7 @@ std::string image(const std::string& path, const ModuleFixture& f) {
     if (in.bias) h5::write_tensor(g, "bias", *in.bias, in.bias->shape, "B,Hq,Lq,Lk (broadcast)");
     if (in.keep) h5::write_tensor(g, "keep", *in.keep, in.keep->shape, "B,Hq,Lq,Lk");
     fixture_detail::write_problem_datasets(g, p);
+    if (f.grad) h5::write_tensor(g, "dy", *f.dy, f.dy->shape, "B,Lq,d_out");
   }
   {
     h5::Id g = h5::create_group(file, "expected");
@@ -65,6 +67,10 @@ std::string image(const std::string& path, const ModuleFixture& f) {
       else
         h5::write_doubles(g, "weights", f.expected.weights, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
     }
+    if (f.grad)  // each gradient shaped like the input it names
+      for (const std::string& name : module_grad_names(m))
+        h5::write_doubles(g, name.c_str(), module_grad(*f.grad, name), module_grad_input(in, name).shape,
+                          "d(sum(dy*y))/d " + name.substr(1));
   }
   return mem.close();
 }
@@ -175,6 +181,15 @@ ModuleFixture read(const std::string& path) {
   if (p.want_weights)
     f.expected.weights = m.average_weights ? doubles("/expected/weights", {p.B, p.Lq, p.Lk})
                                            : doubles("/expected/weights", {p.B, p.Hq, p.Lq, p.Lk});
+  if (r.has_attr(root, "gradients") && flag(r, root, "gradients")) {
+    f.dy = read_any(r, file, "/inputs/dy", t, 3);
+    if (f.dy->shape != std::vector<int64_t>{p.B, p.Lq, m.d_out})
+      r.fail("/inputs/dy", "shape " + shape_string(f.dy->shape) + ", expected [B,Lq,d_out] = " +
+                               shape_string({p.B, p.Lq, m.d_out}));
+    f.grad.emplace();
+    for (const std::string& name : module_grad_names(m))
+      module_grad(*f.grad, name) = doubles(("/expected/" + name).c_str(), module_grad_input(in, name).shape);
+  }
   return f;
 }
 
@@ -188,6 +203,11 @@ ModuleFixture make_module_fixture(std::string name, const ModuleProblem& m, Modu
   f.inputs = std::move(in);
   f.provenance = std::move(prov);
   return f;
+}
+
+void add_module_gradients(ModuleFixture& f, Tensor dy) {
+  f.grad = reference_module_backward(f.problem, f.inputs, dy.to_double());
+  f.dy = std::move(dy);
 }
 
 std::string module_fixture_image(const std::string& path, const ModuleFixture& f) {

@@ -106,7 +106,11 @@ std::vector<ModuleFixture> module_suite() {
       prov.seed = seed;
       prov.distribution = "normal";
       prov.command = std::string("attncheck generate-modules (") + c.what + ")";
-      out.push_back(make_module_fixture(m.name() + "/normal", m, generate_module_inputs(m, seed), prov));
+      ModuleFixture f = make_module_fixture(m.name() + "/normal", m, generate_module_inputs(m, seed), prov);
+      Tensor dy(t, {p.B, p.Lq, m.d_out});  // N(0, 1) from a stream of its own: the other draws keep their values
+      fill(dy, Rng(seed).split(40), 1.0, true);
+      add_module_gradients(f, std::move(dy));
+      out.push_back(std::move(f));
     }
   return out;
 }

@@ -114,6 +114,17 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
     for (int64_t b = k.b0; b < k.b0 + k.nb; ++b)
       q.doc_ids.insert(q.doc_ids.end(), p.doc_ids.begin() + b * p.Lk + k.k0, p.doc_ids.begin() + b * p.Lk + k.k0 + k.nk);
   }
+  if (p.topk > 0) {  // the kept rows' lists, keys renumbered from k0; a listed key cut away leaves padding
+    q.topk_indices.clear();
+    for (int64_t b = k.b0; b < k.b0 + k.nb; ++b)
+      for (int64_t i = k.i0; i < k.i0 + k.nq; ++i) {
+        int64_t kept = 0;
+        for (int64_t s = 0; s < p.topk; ++s)
+          if (const int64_t j = p.topk_indices[static_cast<size_t>((b * p.Lq + i) * p.topk + s)]; j >= k.k0 && j < k.k0 + k.nk)
+            q.topk_indices.push_back(j - k.k0), ++kept;
+        q.topk_indices.insert(q.topk_indices.end(), static_cast<size_t>(p.topk - kept), int64_t{-1});
+      }
+  }
   if (uses_rope(p)) {  // every kept token keeps its RoPE position: key j of the cut is key k0 + j (rope.hpp)
     q.rope_offsets.clear();
     for (int64_t b = k.b0; b < k.b0 + k.nb; ++b)

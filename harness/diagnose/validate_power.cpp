@@ -54,7 +54,7 @@ std::vector<ValidationRow> validate_on_power(int per_fault, int max_reruns) {
     // The modification, RoPE and quantized-cache faults run in the power grid only: the diagnoser has no hypotheses
     // for them yet.
     if (own == power::Flavour::alibi || own == power::Flavour::document || own == power::Flavour::chunk ||
-        own == power::Flavour::rope || own == power::Flavour::kv_cache)
+        own == power::Flavour::rope || own == power::Flavour::kv_cache || own == power::Flavour::topk)
       continue;
     const auto tag = power_injected_tags().find(v.name);
     ValidationRow row{v.name, tag == power_injected_tags().end() ? "?" : tag->second, 0, 0, {}, {}, {}};

@@ -82,6 +82,83 @@ std::vector<std::string> diagnose(const ModuleFixture& f, const ModuleOutputs& o
   return tags;
 }
 
+Verdict judge_backward(const ModuleFixture& f, const ModuleGradients& tol, const ModuleGradOutputs& g, double scale) {
+  Verdict v;
+  for (const std::string& name : module_grad_names(f.problem)) {
+    const std::vector<int64_t>& s = module_grad_input(f.inputs, name).shape;
+    const std::vector<int64_t> shape4 = s.size() == 3 ? std::vector<int64_t>{s[0], 1, s[1], s[2]}
+                                      : s.size() == 2 ? std::vector<int64_t>{1, 1, s[0], s[1]}
+                                      : s.size() == 1 ? std::vector<int64_t>{1, 1, 1, s[0]}
+                                                      : s;
+    const auto it = g.find(name);
+    if (it == g.end()) {
+      TensorVerdict missing;
+      missing.tensor = name, missing.pass = false, missing.n_bad = 1;
+      v.tensors.push_back(missing);
+      continue;
+    }
+    std::vector<double> t = module_grad(tol, name);
+    for (double& x : t) x *= scale;
+    v.tensors.push_back(compare_values(name, shape4, module_grad(*f.grad, name), it->second.to_double(), t));
+  }
+  for (const TensorVerdict& t : v.tensors) v.pass = v.pass && t.pass;
+  return v;
+}
+
+std::vector<std::string> diagnose_backward(const ModuleFixture& f, const ModuleGradOutputs& g) {
+  std::vector<std::string> tags;
+  const std::vector<double> dy = f.dy->to_double();
+  for (ModuleGradFault fault : module_grad_faults()) {
+    if (!grad_fault_applies(fault, f.problem)) continue;
+    const ModuleGradients h = reference_module_backward(f.problem, f.inputs, dy, fault);
+    const ModuleGradients tol = module_grad_tolerance(f.problem, f.inputs, dy, fault);
+    bool all = true;
+    for (const std::string& name : module_grad_names(f.problem)) {
+      const auto it = g.find(name);
+      all = all && it != g.end() && within(module_grad(h, name), it->second.to_double(), module_grad(tol, name));
+    }
+    if (all) tags.push_back(to_string(fault));
+  }
+  return tags;
+}
+
+namespace {
+// The backward rows of the selftest: correct entries and the backward mutants on the fixtures with gradients.
+void selftest_backward(const std::vector<ModuleFixture>& fixtures, std::vector<SelftestRow>& rows) {
+  std::vector<std::pair<ModuleImplPtr, ModuleGradFault>> entries;
+  for (const char* name : {"cpu", "cpu-flash"})
+    if (ModuleImplPtr e = find_module_entry(name)) entries.emplace_back(e, ModuleGradFault::none);
+  const std::vector<ModuleImplPtr> mutants = module_grad_mutants();
+  const std::vector<ModuleGradFault> faults = module_grad_faults();
+  for (size_t i = 0; i < mutants.size(); ++i) entries.emplace_back(mutants[i], faults[i]);
+  for (const auto& [impl, fault] : entries) {
+    const bool correct = fault == ModuleGradFault::none;
+    SelftestRow row{impl->name() + (correct ? "/backward" : ""), correct ? "" : to_string(fault), 0, 0, 0, {}};
+    for (const ModuleFixture& f : fixtures) {
+      if (!f.grad || (!correct && !grad_fault_applies(fault, f.problem))) continue;
+      ModuleGradOutputs g;
+      if (!run_module_backward(*impl, f.problem, f.inputs, *f.dy, g).ok) continue;
+      ++row.applicable;
+      if (judge_backward(f, module_grad_tolerance(f.problem, f.inputs, f.dy->to_double()), g).pass) continue;
+      ++row.caught;
+      if (correct) {
+        row.other_tags.push_back(f.name + ": false alarm");
+        continue;
+      }
+      const std::vector<std::string> tags = diagnose_backward(f, g);
+      if (tags == std::vector<std::string>{row.injected}) {
+        ++row.tagged;
+      } else {
+        std::string t;
+        for (const auto& s : tags) t += (t.empty() ? "" : ",") + s;
+        row.other_tags.push_back(f.name + ": " + (t.empty() ? "(none)" : t));
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+}
+}  // namespace
+
 std::vector<SelftestRow> selftest(const std::vector<ModuleFixture>& fixtures) {
   std::vector<std::pair<ModuleImplPtr, ModuleFault>> entries;
   for (const char* name : {"cpu", "cpu-flash"})
@@ -115,6 +192,7 @@ std::vector<SelftestRow> selftest(const std::vector<ModuleFixture>& fixtures) {
     }
     rows.push_back(std::move(row));
   }
+  selftest_backward(fixtures, rows);
   return rows;
 }
 

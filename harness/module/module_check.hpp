@@ -21,6 +21,14 @@ Verdict judge(const ModuleFixture& f, const ModuleTolerance& tol, const ModuleOu
 // every y element is 0 or the no-dropout module's y / (1 - p), with some of each.
 std::vector<std::string> diagnose(const ModuleFixture& f, const ModuleOutputs& out);
 
+// The backward (fixtures with gradients): every gradient against the fixture's reference gradients with the
+// module gradient bound (module_grad_tolerance); a gradient not delivered fails.
+Verdict judge_backward(const ModuleFixture& f, const ModuleGradients& tol, const ModuleGradOutputs& g,
+                       double scale = 1.0);
+// The tags (to_string(ModuleGradFault)) whose hypothesis explains every gradient of a failing backward: the
+// reference backward with that fault, within that computation's own bound; empty when none does.
+std::vector<std::string> diagnose_backward(const ModuleFixture& f, const ModuleGradOutputs& g);
+
 struct SelftestRow {
   std::string impl;      // "cpu~head-split", or a correct entry ("cpu")
   std::string injected;  // the fault's tag, "" for a correct entry
@@ -29,7 +37,8 @@ struct SelftestRow {
   int tagged = 0;        // of the caught, diagnosed with exactly the injected tag
   std::vector<std::string> other_tags;  // diagnoses that were not the injected tag, "case: tags"
 };
-// Correct entries (find_module_entry of cpu, cpu-flash) and every module mutant on the fixtures.
+// Correct entries (find_module_entry of cpu, cpu-flash) and every module mutant on the fixtures; then the same
+// correct entries' backward ("cpu/backward") and every backward mutant on the fixtures with gradients.
 std::vector<SelftestRow> selftest(const std::vector<ModuleFixture>& fixtures);
 // Every mutant caught at least once and tagged on every catch, no correct entry failing.
 bool selftest_ok(const std::vector<SelftestRow>& rows);

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <random>
+#include <vector>
 
 #include "attncheck/kv_cache.hpp"
 #include "attncheck/reference.hpp"
@@ -44,6 +46,17 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
     for (int64_t j = 0; j < lk; ++j) p.doc_ids.push_back(j >= lk - 64 ? 1 : 0);
   if (f == Flavour::chunk) p.chunk_size = 64;
   if (f == Flavour::rope) p.causal = true, p.rotary_dim = 32, p.rope_offsets = {65536 + 17};
+  if (f == Flavour::topk) {  // keys drawn from [1, diagonal] (key 0 never listed: it is where padding read as a key lands)
+    p.causal = true, p.topk = std::min<int64_t>(lk / 4, 512);
+    std::mt19937_64 g(static_cast<uint64_t>(lk) * 31 + 7);
+    for (int64_t i = 0; i < rows; ++i) {
+      std::vector<int64_t> keys(static_cast<size_t>(i + p.diagonal_offset(0)));
+      std::iota(keys.begin(), keys.end(), int64_t{1});
+      const int64_t listed = std::min<int64_t>(i % 2 ? p.topk - 1 - i : p.topk, static_cast<int64_t>(keys.size()));
+      for (int64_t s = 0; s < listed; ++s) std::swap(keys[size_t(s)], keys[size_t(s + int64_t(g() % uint64_t(keys.size() - s)))]);
+      for (int64_t s = 0; s < p.topk; ++s) p.topk_indices.push_back(s < listed ? keys[size_t(s)] : -1);
+    }
+  }
   return p;
 }
 
@@ -65,9 +78,10 @@ void add_hazards(const Problem& p, Inputs& in, std::mt19937_64& g) {
   const int64_t tiles = p.Lk / 64, corner = p.Lk - 64 - rows / 2, w = 255;
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t diag = corner + i;
-    const int64_t visible = p.causal ? diag + 1 : p.window_left >= 0 ? p.window_left + 1 : p.Lk;
+    const int64_t visible = p.topk > 0 ? p.topk : p.causal ? diag + 1 : p.window_left >= 0 ? p.window_left + 1 : p.Lk;
     const int64_t c = i % p.Dqk;
-    for (int64_t j : {diag, diag + 1, diag - w, diag - w - 1, 64 * (i * tiles / rows)}) {
+    // top-k: key 0 too, listed in no row, where a padding slot read as a key lands
+    for (int64_t j : {diag, diag + 1, diag - w, diag - w - 1, 64 * (i * tiles / rows), p.topk > 0 ? int64_t{0} : int64_t{-1}}) {
       if (j < 0 || j >= p.Lk) continue;
       const double target = std::log(static_cast<double>(visible)) - 2.0 + u01(g);
       double rest = 0;
@@ -172,11 +186,12 @@ Flavour flavour_of(Fault f) {
   if (f == Fault::rope_interleave || f == Fault::rope_offset_ignored || f == Fault::rope_partial_wrong_half ||
       f == Fault::rope_off_by_one || f == Fault::rope_fp16_angles)
     return Flavour::rope;
+  if (f == Fault::topk_padding) return Flavour::topk;
   return Flavour::dense;
 }
 
 const char* to_string(Flavour f) {
-  const char* names[kFlavours] = {"dense", "causal", "window", "alibi", "document", "chunk", "rope", "kv-int8-block16"};
+  const char* names[kFlavours] = {"dense", "causal", "window", "alibi", "document", "chunk", "rope", "kv-int8-block16", "topk"};
   return names[static_cast<int>(f)];
 }
 const char* to_string(Logits l) {
@@ -237,14 +252,15 @@ std::vector<Variant> fault_variants() {
       make("rope-partial-wrong-half", "partial RoPE applied to the last rotary_dim dims", Fault::rope_partial_wrong_half),
       make("rope-off-by-one", "RoPE: the query rotated one position ahead", Fault::rope_off_by_one),
       make("rope-fp16-angles", "RoPE angles rounded to fp16", Fault::rope_fp16_angles),
+      make("topk-padding", "top-k sparse: a padding slot (-1) read as key 0", Fault::topk_padding),
   };
 }
 
 Report run_grid(const GridOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<Variant> good = correct_variants(), bad = fault_variants();
-  const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal, Flavour::window, Flavour::alibi,
-                                       Flavour::document, Flavour::chunk,  Flavour::rope,   Flavour::kv_cache};
+  const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal, Flavour::window,   Flavour::alibi, Flavour::document,
+                                       Flavour::chunk,    Flavour::rope,   Flavour::kv_cache, Flavour::topk};
   Report rep;
   for (int64_t lk : o.lk)
     for (DType t : o.dtypes)

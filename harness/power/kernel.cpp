@@ -167,6 +167,8 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       if (v.fault == Fault::skip_tile && j >= skip_lo && j < skip_lo + 64) vis = false;
       if (v.fault == Fault::drop_random_key && j == random_key) vis = false;
       if (vis && mods.has_mask()) vis = mods.visible(ModAt{0, h, i, diag, shifted_key ? std::min(j + 1, Lk - 1) : j});
+      if (v.fault == Fault::topk_padding && p.topk > 0 && j == 0 && p.topk_indices[size_t((i + 1) * p.topk - 1)] == -1)
+        vis = true;  // the row's list ends in padding: its first -1 gathered as key 0
       r.vis[static_cast<size_t>(j)] = vis;
       if (!vis) continue;
       // The dot product in `lanes` interleaved partial sums (SIMD lanes, tensor-core k-slices), combined pairwise;

@@ -28,7 +28,10 @@ enum class Fault : uint8_t {
   // RoPE faults (rope.hpp), on the rope flavour: GPT-J pairs instead of NeoX, the query rotated at its row index
   // (its position offset ignored), the partial rotation applied to the last rotary_dim dims, the query one position
   // ahead, angles rounded to fp16.
-  rope_interleave, rope_offset_ignored, rope_partial_wrong_half, rope_off_by_one, rope_fp16_angles
+  rope_interleave, rope_offset_ignored, rope_partial_wrong_half, rope_off_by_one, rope_fp16_angles,
+  // Top-k sparse fault, on the topk flavour: a padding slot (-1) of a row's list read as key 0 (an index clamped
+  // or used unchecked for the gather).
+  topk_padding
 };
 
 // How the kernel sums over keys.
@@ -60,8 +63,9 @@ std::vector<Variant> fault_variants();
 // rope: causal with partial NeoX RoPE (rotary_dim 32 of 64, theta 10000), every position past 65536.
 // kv_cache: causal over an int8 KV cache with one fp16 scale per 16 head-dim elements of each token (K in 4 blocks,
 // V in 2).
-enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk, rope, kv_cache };
-inline constexpr int kFlavours = 8;
+// topk: causal, each row attending a list of min(Lk/4, 512) slots of keys in [1, diagonal], odd rows ending in padding.
+enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk, rope, kv_cache, topk };
+inline constexpr int kFlavours = 9;
 const char* to_string(Flavour f);
 Flavour flavour_of(Fault f);  // the shape a fault is run on (mask faults need their mask)
 enum class Logits : uint8_t { normal, large, near_one_hot, hazard };

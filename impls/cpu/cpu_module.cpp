@@ -4,6 +4,7 @@
 // weight is one GEMM whose output columns are split here. Module mutants inject one ModuleFault each.
 #include <cmath>
 
+#include "attncheck/backward.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/module_impl.hpp"
 #include "simd.hpp"
@@ -37,8 +38,10 @@ std::vector<T> widen(const Tensor& t) {
 
 class CpuModule final : public ModuleImpl {
  public:
-  CpuModule(ImplPtr attention, ModuleFault fault) : attn_(std::move(attention)), fault_(fault) {}
+  CpuModule(ImplPtr attention, ModuleFault fault, ModuleGradFault grad_fault)
+      : attn_(std::move(attention)), fault_(fault), grad_fault_(grad_fault) {}
   std::string name() const override {
+    if (grad_fault_ != ModuleGradFault::none) return attn_->name() + "~" + to_string(grad_fault_);
     return attn_->name() + (fault_ == ModuleFault::none ? "" : std::string("~") + to_string(fault_));
   }
   Support supports(const ModuleProblem& m) const override {
@@ -50,6 +53,13 @@ class CpuModule final : public ModuleImpl {
     cpu::simd::select_target();
     run_t<float>(m, in, out);
   }
+  Support supports_backward(const ModuleProblem& m) const override {
+    if (fault_ != ModuleFault::none) return Support::no("module entry: a forward mutant has no backward");
+    Problem a = m.attn;
+    a.want_weights = false, a.want_lse = true;
+    return attn_->supports_backward(a);
+  }
+  void run_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const override;
 
  private:
   // Column of the projection output that holds feature d of head h of q (0), k (1) or v (2).
@@ -94,10 +104,20 @@ class CpuModule final : public ModuleImpl {
   }
 
   template <class T>
-  void run_t(const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out) const {
+  struct Forward {  // what the forward keeps for y, the weights and the backward
+    Problem a;
+    Inputs ai;
+    Outputs ao;
+    std::vector<T> merged;  // [B, Lq, Hq*Dv], the attention output as rounded to the dtype
+  };
+
+  template <class T>
+  Forward<T> forward(const ModuleProblem& m, const ModuleInputs& in, bool want_lse) const {
     const Problem& p = m.attn;
-    Problem a = p;
-    Inputs ai{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), in.mask, in.bias, in.keep, {}, {}};
+    Forward<T> f{p, Inputs{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), in.mask, in.bias, in.keep, {}, {}}, {}, {}};
+    Problem& a = f.a;
+    Inputs& ai = f.ai;
+    a.want_lse = a.want_lse || want_lse;
     const Tensor& xkv = m.cross() ? *in.x2 : in.x;
     if (m.packing == Packing::separate) {
       project<T>(m, in.x, *in.wq, in.bq, 0, ai.q);
@@ -117,21 +137,30 @@ class CpuModule final : public ModuleImpl {
       ai.mask = mq;
     }
     if (fault_ == ModuleFault::dropout_after_projection) a.dropout_p = 0, ai.keep.reset();
-    Outputs ao;
-    const Support s = run_impl(*attn_, a, ai, ao);
+    const Support s = run_impl(*attn_, a, ai, f.ao);
     if (!s.ok) throw std::runtime_error("module entry: the attention refused the problem: " + s.reason);
 
     // Merge heads: o [B, Hq, Lq, Dv] -> [B, Lq, Hq*Dv] (transpose then view; the head-split bug only views).
     const int64_t HD = p.Hq * p.Dv;
-    std::vector<T> merged(at(p.B * p.Lq * HD));
+    f.merged.resize(at(p.B * p.Lq * HD));
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t h = 0; h < p.Hq; ++h)
         for (int64_t i = 0; i < p.Lq; ++i)
           for (int64_t d = 0; d < p.Dv; ++d) {
             const int64_t src = ((b * p.Hq + h) * p.Lq + i) * p.Dv + d;
             const int64_t dst = fault_ == ModuleFault::head_split ? src : (b * p.Lq + i) * HD + h * p.Dv + d;
-            merged[at(dst)] = static_cast<T>(ao.out.at(b, h, i, d));
+            f.merged[at(dst)] = static_cast<T>(f.ao.out.at(b, h, i, d));
           }
+    return f;
+  }
+
+  template <class T>
+  void run_t(const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out) const {
+    const Problem& p = m.attn;
+    const Forward<T> f = forward<T>(m, in, false);
+    const std::vector<T>& merged = f.merged;
+    const Outputs& ao = f.ao;
+    const int64_t HD = p.Hq * p.Dv;
     int64_t ldc = 0;
     const std::vector<T> Y = Gemm<T>::run(merged, p.B * p.Lq, HD, in.wo.to_double(), m.d_out, ldc);
     const std::vector<double> bo =
@@ -163,12 +192,116 @@ class CpuModule final : public ModuleImpl {
 
   ImplPtr attn_;
   ModuleFault fault_;
+  ModuleGradFault grad_fault_;
 };
+
+// The backward, in the order of the forward read backwards, every GEMM on simd::gemm with fp32 accumulation:
+// dbo = sum dy, dWo = dyᵀ·merged, dO = dy·Wo (rounded to the dtype), the attention's own backward, then per
+// projection dW = dzᵀ·x, db = sum dz and dx += dz·W (the paths into x summed in fp32, rounded once).
+void CpuModule::run_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const {
+  using T = float;
+  cpu::simd::select_target();
+  const Problem& p = m.attn;
+  const Forward<T> f = forward<T>(m, in, true);
+  const int64_t tokens = p.B * p.Lq, HD = p.Hq * p.Dv;
+  const std::vector<double> dyd = dy.to_double();
+  auto transposed = [](const std::vector<double>& v, int64_t rows, int64_t cols) {  // [rows, cols] -> [cols, rows]
+    std::vector<double> t(v.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) t[at(c * rows + r)] = v[at(r * cols + c)];
+    return t;
+  };
+  if (m.out_bias) {
+    Tensor& dbo = g.at("dbo");
+    for (int64_t c = 0; c < m.d_out; ++c) {
+      T s = 0;
+      for (int64_t tok = 0; tok < tokens; ++tok) s += static_cast<T>(dyd[at(tok * m.d_out + c)]);
+      dbo.set_offset(c, grad_fault_ == ModuleGradFault::out_bias_grad ? 0.0 : static_cast<double>(s));
+    }
+  }
+  const std::vector<double> dyT = transposed(dyd, tokens, m.d_out);
+  {  // dWo [d_out, HD] = dyᵀ [d_out, tokens] · merged [tokens, HD]
+    const std::vector<double> merged(f.merged.begin(), f.merged.end());
+    int64_t ldc = 0;
+    const std::vector<T> C = Gemm<T>::run(std::vector<T>(dyT.begin(), dyT.end()), m.d_out, tokens,
+                                          transposed(merged, tokens, HD), HD, ldc);
+    Tensor& dwo = g.at("dwo");
+    for (int64_t c = 0; c < m.d_out; ++c)
+      for (int64_t e = 0; e < HD; ++e)
+        dwo.set_offset(grad_fault_ == ModuleGradFault::wo_transposed ? e * m.d_out + c : c * HD + e,
+                       static_cast<double>(C[at(c * ldc + e)]));
+  }
+  Tensor dout(p.dtype, {p.B, p.Hq, p.Lq, p.Dv});
+  {  // dO = dy [tokens, d_out] · Wo [d_out, HD], split into heads, rounded to the dtype
+    int64_t ldc = 0;
+    const std::vector<T> C = Gemm<T>::run(widen<T>(dy), tokens, m.d_out, transposed(in.wo.to_double(), m.d_out, HD),
+                                          HD, ldc);
+    for (int64_t tok = 0; tok < tokens; ++tok)
+      for (int64_t h = 0; h < p.Hq; ++h)
+        for (int64_t d = 0; d < p.Dv; ++d)
+          dout.put(tok / p.Lq, h, tok % p.Lq, d, static_cast<double>(C[at(tok * ldc + h * p.Dv + d)]));
+  }
+  Gradients ag;
+  if (Support s = run_backward_impl(*attn_, f.a, f.ai, dout, ag); !s.ok)
+    throw std::runtime_error("module entry: the attention refused the backward: " + s.reason);
+  if (ag.dbias) {
+    Tensor& db = g.at("dbias");
+    for (int64_t n = 0; n < db.numel(); ++n) db.set_offset(n, ag.dbias->get_offset(n));
+  }
+  // The projections backwards.
+  std::vector<T> dx(at(in.x.numel()), T(0)), dx2(m.cross() ? at(in.x2->numel()) : 0, T(0));
+  const Tensor* dz[3] = {&ag.dq, &ag.dk, &ag.dv};
+  for (int which = 0; which < 3; ++which) {
+    const bool kv = which > 0;
+    const Tensor& x = kv && m.cross() ? *in.x2 : in.x;
+    const int64_t H = which == 0 ? p.Hq : p.Hkv, D = which == 2 ? p.Dv : p.Dqk, n = H * D;
+    const int64_t L = x.shape[1], T_ = p.B * L, nin = x.shape[2];
+    // This projection's weight rows [n, nin] (a packed weight's rows for q, k or v, head-major).
+    const Tensor& Wt = m.packing == Packing::separate ? (which == 0 ? *in.wq : which == 1 ? *in.wk : *in.wv) : *in.wqkv;
+    const std::vector<double> wall = Wt.to_double();
+    std::vector<double> w(at(n * nin));
+    std::vector<int64_t> row(at(n));
+    for (int64_t c = 0; c < n; ++c) {
+      row[at(c)] = column(m, which, c / D, c % D);
+      for (int64_t e = 0; e < nin; ++e) w[at(c * nin + e)] = wall[at(row[at(c)] * nin + e)];
+    }
+    std::vector<double> z(at(T_ * n));  // dz [tokens, n] from the delivered [B, H, L, D]
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t c = 0; c < n; ++c) z[at((b * L + l) * n + c)] = dz[which]->at(b, c / D, l, c % D);
+    const std::vector<double> zT = transposed(z, T_, n);
+    int64_t ldc = 0;
+    const std::vector<T> dW = Gemm<T>::run(std::vector<T>(zT.begin(), zT.end()), n, T_,
+                                           transposed(x.to_double(), T_, nin), nin, ldc);
+    const bool sep = m.packing == Packing::separate;
+    Tensor& gw = g.at(sep ? (which == 0 ? "dwq" : which == 1 ? "dwk" : "dwv") : "dwqkv");
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t e = 0; e < nin; ++e)
+        gw.set_offset((sep ? c : row[at(c)]) * nin + e, static_cast<double>(dW[at(c * ldc + e)]));
+    if (m.qkv_bias) {
+      Tensor& gb = g.at(sep ? (which == 0 ? "dbq" : which == 1 ? "dbk" : "dbv") : "dbqkv");
+      for (int64_t c = 0; c < n; ++c) {
+        T s = 0;
+        for (int64_t t = 0; t < T_; ++t) s += static_cast<T>(z[at(t * n + c)]);
+        gb.set_offset(sep ? c : row[at(c)], static_cast<double>(s));
+      }
+    }
+    if (kv && !m.cross() && grad_fault_ == ModuleGradFault::x_kv_path) continue;
+    int64_t ldx = 0;
+    const std::vector<T> part = Gemm<T>::run(std::vector<T>(z.begin(), z.end()), T_, n, transposed(w, n, nin), nin, ldx);
+    std::vector<T>& acc = kv && m.cross() ? dx2 : dx;
+    for (int64_t t = 0; t < T_; ++t)
+      for (int64_t e = 0; e < nin; ++e) acc[at(t * nin + e)] += part[at(t * ldx + e)];
+  }
+  for (int64_t k = 0; k < in.x.numel(); ++k) g.at("dx").set_offset(k, static_cast<double>(dx[at(k)]));
+  if (m.cross())
+    for (int64_t k = 0; k < in.x2->numel(); ++k) g.at("dx2").set_offset(k, static_cast<double>(dx2[at(k)]));
+}
 
 }  // namespace
 
-ModuleImplPtr make_cpu_module(ImplPtr attention, ModuleFault fault) {
-  return std::make_shared<CpuModule>(std::move(attention), fault);
+ModuleImplPtr make_cpu_module(ImplPtr attention, ModuleFault fault, ModuleGradFault grad_fault) {
+  return std::make_shared<CpuModule>(std::move(attention), fault, grad_fault);
 }
 
 }  // namespace attncheck

@@ -130,9 +130,14 @@ class WorkerImpl final : public Impl {
   }
 
   // The merge message (docs/worker-protocol.md 2c), for a worker whose hello declares "merge": true.
-  Support supports_merge(const MergeProblem&) const override {
+  Support supports_merge(const MergeProblem& p) const override {
     if (!merge_) return Support::no("merge not supported (the worker does not declare merge)");
-    return Support::yes();
+    if (!has_supports_) return Support::yes();
+    std::lock_guard lock(mu_);
+    ensure_running(p.name);
+    const int64_t id = ++next_id_;
+    const json request = {{"type", "supports"}, {"id", id}, {"pass", "merge"}, {"problem", worker::merge_problem_to_json(p)}};
+    return supports_reply(call(request, "supports", id, p.name, o_.startup_timeout_s), id, "merge");
   }
   void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override {
     std::vector<Slot> slots;
@@ -142,9 +147,7 @@ class WorkerImpl final : public Impl {
     add(slots, "out", nullptr, &out.o);
     for (auto [name, t] : {std::pair{"out_lse", &out.lse}, std::pair{"out_max", &out.max}, std::pair{"out_sum", &out.sum}})
       if (*t) add(slots, name, nullptr, &**t);
-    const json problem = {{"name", p.name}, {"N", p.N}, {"B", p.B}, {"H", p.H}, {"L", p.L}, {"D", p.D},
-                          {"dtype", worker::dtype_name(p.dtype)}, {"conventions", p.conv.text()}};
-    exchange("merge", p.name, problem, o_.timeout_s > 0 ? o_.timeout_s : 10.0, slots);
+    exchange("merge", p.name, worker::merge_problem_to_json(p), o_.timeout_s > 0 ? o_.timeout_s : 10.0, slots);
   }
 
   void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
@@ -166,7 +169,9 @@ class WorkerImpl final : public Impl {
     const int64_t id = ++next_id_;
     json request = {{"type", "supports"}, {"id", id}, {"problem", worker::problem_to_json(p)}};
     if (pass == "backward") request["pass"] = pass;  // protocol 2; absent = forward (protocol 1 requests)
-    const json reply = call(request, "supports", id, p.name(), o_.startup_timeout_s);
+    return supports_reply(call(request, "supports", id, p.name(), o_.startup_timeout_s), id, pass);
+  }
+  Support supports_reply(const json& reply, int64_t id, const std::string& pass) const {
     const std::string where = o_.label + ": reply to supports " + std::to_string(id);
     if (worker::bool_field(reply, where, "ok")) return Support::yes();
     const std::string why = reply.contains("reason") && reply["reason"].is_string() ? reply["reason"].get<std::string>() : "";

@@ -107,6 +107,28 @@ json problem_to_json(const Problem& p) {
   return j;
 }
 
+json merge_problem_to_json(const MergeProblem& p) {
+  return {{"name", p.name}, {"N", p.N}, {"B", p.B}, {"H", p.H}, {"L", p.L}, {"D", p.D},
+          {"dtype", dtype_name(p.dtype)}, {"conventions", p.conv.text()}};
+}
+
+MergeProblem merge_problem_from_json(const json& j, const std::string& where) {
+  const std::string w = where + ": problem";
+  MergeProblem p;
+  p.name = str_field(j, w, "name");
+  for (auto [k, f] : {std::pair{"N", &MergeProblem::N}, {"B", &MergeProblem::B}, {"H", &MergeProblem::H},
+                      {"L", &MergeProblem::L}, {"D", &MergeProblem::D}})
+    p.*f = int_field(j, w, k);
+  p.dtype = parse_enum(j, w, "dtype", dtype_from_string);
+  p.conv = parse_enum(j, w, "conventions", parse_conventions);
+  try {
+    validate(p);
+  } catch (const std::exception& e) {
+    throw ProtocolError(w + ": " + e.what());
+  }
+  return p;
+}
+
 Problem problem_from_json(const json& j, const std::string& where) {
   const std::string w = where + ": problem";
   Problem p;

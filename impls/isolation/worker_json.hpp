@@ -9,6 +9,7 @@
 
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
+#include "attncheck/state.hpp"
 
 namespace attncheck::worker {
 
@@ -37,6 +38,9 @@ std::string alignment_name(Alignment a);
 // The problem fully resolved (effective scale, per-batch diagonal offsets), plus what rebuilds the Problem.
 json problem_to_json(const Problem& p);
 Problem problem_from_json(const json& j, const std::string& where);
+// A merge problem (the `merge` message, docs/worker-protocol.md 2c): name, N, B, H, L, D, dtype, conventions.
+json merge_problem_to_json(const MergeProblem& p);
+MergeProblem merge_problem_from_json(const json& j, const std::string& where);  // validated; ProtocolError naming the field
 
 // Capabilities by feature name; unknown names are ignored (a worker may know features this attncheck does not).
 json capabilities_to_json(const Capabilities& c);

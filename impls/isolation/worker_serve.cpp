@@ -86,6 +86,7 @@ class PluginBackend final : public Backend {
               {"capabilities", capabilities_to_json(o_.caps)}, {"supports", o_.vt->supports != nullptr},
               {"declarations", declarations_to_json(o_.declarations)}};
     for (const auto& f : o_.features) h["capabilities"]["features"].push_back(f);
+    h["declarations"]["merge"] = o_.merge;
     if (o_.vt->available) {
       char why[1024] = {};
       const bool ok = o_.vt->available(why, sizeof why) == 1;
@@ -137,6 +138,19 @@ class PluginBackend final : public Backend {
     return call(d);
   }
 
+  Support supports_merge(const MergeProblem& p) override { return plugin_supports_merge(o_, p); }
+  std::string run_merge(const MergeProblem& p, const json& tensors, unsigned char* base, size_t size) override {
+    attncheck_merge_problem m;
+    describe_merge(p, m);
+    const Setter set{tensors, base, size};
+    set("o", m.o_in, m.o_in_strides, 5), set("out", m.o_out, m.o_out_strides, 4);
+    set("lse", m.lse_in, m.lse_in_strides, 4), set("max", m.max_in, m.max_in_strides, 4);
+    set("sum", m.sum_in, m.sum_in_strides, 4);
+    set("out_lse", m.lse_out, m.lse_out_strides, 3), set("out_max", m.max_out, m.max_out_strides, 3);
+    set("out_sum", m.sum_out, m.sum_out_strides, 3);
+    return call_merge(o_, m);
+  }
+
  private:
   static void set_inputs(const Setter& set, attncheck_problem& d) {
     set("q", d.q, d.q_strides, 4), set("k", d.k, d.k_strides, 4), set("v", d.v, d.v_strides, 4);
@@ -158,10 +172,12 @@ class ImplBackend final : public Backend {
     const Support a = impl_->available();
     Declarations d = impl_->declarations();
     d.backward = true;  // backward requests are answered; `supports` with pass "backward" decides each case
-    return {{"name", impl_->name()}, {"description", impl_->description()},
-            {"capabilities", capabilities_to_json(impl_->capabilities())}, {"supports", true},
-            {"declarations", declarations_to_json(d)},
-            {"available", a.ok}, {"unavailable_reason", a.reason}};
+    json h = {{"name", impl_->name()}, {"description", impl_->description()},
+              {"capabilities", capabilities_to_json(impl_->capabilities())}, {"supports", true},
+              {"declarations", declarations_to_json(d)},
+              {"available", a.ok}, {"unavailable_reason", a.reason}};
+    h["declarations"]["merge"] = true;  // merge requests are answered; `supports` with pass "merge" decides each case
+    return h;
   }
   Support supports(const Problem& p) override { return impl_->supports(p); }
   std::string run(const Problem& p, const json& tensors, unsigned char* base, size_t size) override {
@@ -189,6 +205,20 @@ class ImplBackend final : public Backend {
       copy(tensors, base, size, "dv", &g.dv, to_shm);
       copy(tensors, base, size, "dbias", g.dbias ? &*g.dbias : nullptr, to_shm);
       if (!to_shm) impl_->run_backward(p, in, fwd, dout, g);
+    }
+    return "";
+  }
+  Support supports_merge(const MergeProblem& p) override { return impl_->supports_merge(p); }
+  std::string run_merge(const MergeProblem& p, const json& tensors, unsigned char* base, size_t size) override {
+    StoredStates in = make_merge_inputs(p), out = make_merge_outputs(p);
+    copy(tensors, base, size, "o", &in.o, false);
+    for (auto [key, t] : {std::pair{"lse", &in.lse}, std::pair{"max", &in.max}, std::pair{"sum", &in.sum}})
+      copy(tensors, base, size, key, *t ? &**t : nullptr, false);
+    for (bool to_shm : {false, true}) {  // poisoned outputs in, results out
+      copy(tensors, base, size, "out", &out.o, to_shm);
+      for (auto [key, t] : {std::pair{"out_lse", &out.lse}, std::pair{"out_max", &out.max}, std::pair{"out_sum", &out.sum}})
+        copy(tensors, base, size, key, *t ? &**t : nullptr, to_shm);
+      if (!to_shm) impl_->run_merge(p, in, out);
     }
     return "";
   }
@@ -267,6 +297,28 @@ int serve(Backend& backend) {
         continue;
       }
       id = int_field(req, type, "id");
+      const bool merge_pass = type == "supports" && req.contains("pass") && req["pass"] == "merge";
+      if (merge_pass) {
+        const Support s = backend.supports_merge(merge_problem_from_json(field(req, type, "problem"), type));
+        reply(proto, {{"type", "supports"}, {"id", id}, {"ok", s.ok}, {"reason", s.reason}});
+        continue;
+      }
+      if (type == "merge") {
+        const MergeProblem m = merge_problem_from_json(field(req, type, "problem"), type);
+        shm.map(str_field(req, type, "shm"), static_cast<size_t>(int_field(req, type, "shm_size")));
+        std::string err;
+        if (const Support s = backend.supports_merge(m); !s.ok) err = s.reason;
+        else try {
+          err = backend.run_merge(m, field(req, type, "tensors"), shm.base, shm.size);
+        } catch (const ProtocolError&) {
+          throw;
+        } catch (const std::exception& e) {
+          err = e.what();
+        }
+        reply(proto, err.empty() ? json{{"type", type}, {"id", id}, {"status", "ok"}}
+                                 : json{{"type", type}, {"id", id}, {"status", "error"}, {"message", err}});
+        continue;
+      }
       const Problem p = problem_from_json(field(req, type, "problem"), type);
       const bool backward = type == "backward" ||
                             (type == "supports" && req.contains("pass") && req["pass"] == "backward");
@@ -291,7 +343,7 @@ int serve(Backend& backend) {
         reply(proto, err.empty() ? json{{"type", type}, {"id", id}, {"status", "ok"}}
                                  : json{{"type", type}, {"id", id}, {"status", "error"}, {"message", err}});
       } else {
-        throw ProtocolError("request: field 'type': expected hello, supports, run, backward or bye, got \"" + type +
+        throw ProtocolError("request: field 'type': expected hello, supports, run, backward, merge or bye, got \"" + type +
                             "\"");
       }
     } catch (const std::exception& e) {

@@ -21,6 +21,10 @@ class Backend {
   // Protocol 2: the backward pass. Tensors: the inputs, out and lse of the forward, dout, and dq, dk, dv (dbias).
   virtual Support supports_backward(const Problem& p) = 0;
   virtual std::string run_backward(const Problem& p, const json& tensors, unsigned char* base, size_t size) = 0;
+  // The merge message (2c), answered when the hello declared "merge": o, lse | max and sum in; out, out_lse |
+  // out_max and out_sum out.
+  virtual Support supports_merge(const MergeProblem& p) = 0;
+  virtual std::string run_merge(const MergeProblem& p, const json& tensors, unsigned char* base, size_t size) = 0;
 };
 
 std::unique_ptr<Backend> plugin_backend(const std::string& path);  // throws PluginError

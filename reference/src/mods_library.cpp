@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
@@ -181,6 +183,62 @@ const ModEntry kDilatedEntry{
     },
     "dilated window: (pos - j) % dilation == 0 and |pos - j| / dilation <= dilated_window"};
 
+// ---- top-k sparse attention (DeepSeek V3.2's index lists, as vLLM's flashmla_sparse passes them) --------------
+// Per query token a list of topk key positions, shared by every head, padded with -1 at the end: the row attends
+// exactly the listed keys (and what the other masks allow of them). Order is irrelevant; a duplicate, an index out of
+// range and a -1 before a valid index are input errors naming the query and the slot.
+const Field kTopk[] = {
+    {"topk", &P::topk, kSet, kFrag, "must be in [0, 2^20] (0 = off)",
+     [](const P& p) { return p.topk >= 0 && p.topk <= (int64_t{1} << 20); }, "top-k sparse: slots per query token"},
+    {"topk_indices", &P::topk_indices, kData, kFrag, nullptr, nullptr,
+     "top-k sparse: key positions per (batch, query token, slot) [B, Lq, topk], -1 = padding (trailing)"}};
+const int64_t* topk_row(const P& p, int64_t b, int64_t i) { return p.topk_indices.data() + (b * p.Lq + i) * p.topk; }
+const ModEntry kTopkEntry{
+    "topk", "topk", ModKind::mask, kTopk, [](const P& p) { return p.topk > 0 || !p.topk_indices.empty(); },
+    [](const P& p) {
+      if (p.topk < 1) fail("topk must be >= 1 with topk_indices, got " + n2s(p.topk));
+      if (p.B * p.Lq > kMaxElements / p.topk)
+        fail("topk_indices: B*Lq*topk must be at most 2^60, got B*Lq=" + n2s(p.B * p.Lq) + " and topk=" + n2s(p.topk));
+      expect_size("topk_indices", p.topk_indices.size(), p.B * p.Lq * p.topk, "B*Lq*topk");
+      std::vector<std::pair<int64_t, int64_t>> listed;  // (key, slot) of one row, sorted to find a repeat
+      for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t i = 0; i < p.Lq; ++i) {
+          const int64_t* r = topk_row(p, b, i);
+          const std::string at = "topk_indices[b=" + n2s(b) + ", query " + n2s(i) + ", slot ";
+          listed.clear();
+          for (int64_t s = 0; s < p.topk; ++s) {
+            if (r[s] == -1) continue;
+            if (r[s] < -1 || r[s] >= p.Lk) fail(at + n2s(s) + "] must be a key in [0, Lk=" + n2s(p.Lk) + ") or -1 (padding), got " + n2s(r[s]));
+            if (s > 0 && r[s - 1] == -1)
+              fail(at + n2s(s - 1) + "] is -1 (padding) before the key " + n2s(r[s]) + " in slot " + n2s(s) + ": padding must be trailing");
+            listed.emplace_back(r[s], s);
+          }
+          std::sort(listed.begin(), listed.end());
+          for (size_t n = 1; n < listed.size(); ++n)
+            if (listed[n].first == listed[n - 1].first)
+              fail(at + n2s(listed[n].second) + "] repeats key " + n2s(listed[n].first) + " of slot " + n2s(listed[n - 1].second) +
+                   " (duplicates are not modelled)");
+        }
+    },
+    nullptr,
+    [](const P& p, const ModAt& a) {
+      const int64_t* r = topk_row(p, a.b, a.i);
+      return std::find(r, r + p.topk, a.j) != r + p.topk;
+    },
+    1.0,
+    [](P& p, Rng& r) {  // a random subset of the keys per query, in random order, the rest padding
+      p.topk = r.pick(1, std::clamp<int64_t>(p.Lk, 1, 64));  // lists stay short: they are part of the name
+      for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t i = 0; i < p.Lq; ++i) {
+          std::vector<int64_t> keys(static_cast<size_t>(p.Lk));
+          for (int64_t j = 0; j < p.Lk; ++j) keys[size_t(j)] = j;
+          for (int64_t j = p.Lk - 1; j > 0; --j) std::swap(keys[size_t(j)], keys[size_t(r.pick(0, j))]);
+          const int64_t n = r.pick(0, p.topk);
+          for (int64_t s = 0; s < p.topk; ++s) p.topk_indices.push_back(s < n ? keys[size_t(s)] : -1);
+        }
+    },
+    "top-k sparse: j is among topk_indices[b, i, :] (-1 = padding)"};
+
 // ---- rotary position embedding (the position stage; its math: rope.hpp / rope.cpp) ------------------------------
 // Not a score: q and k are rotated before the dot product. At most one frequency scaling.
 bool finite_positive(double x) { return std::isfinite(x) && x > 0; }
@@ -279,8 +337,8 @@ const ModEntry kMaskExprEntry{
     "user mask modification: an expression (muparser) over b, h, q_idx, kv_idx, q_pos, tensors; nonzero = visible"};
 
 // Score entries modify in this order (docs/problem-model.md "Modifications"): ALiBi, T5, the user's expression.
-const ModEntry kLibrary[] = {kAlibiEntry, kT5Entry, kDocEntry, kChunkEntry, kPrefixEntry, kDilatedEntry, kRopeEntry,
-                             kScoreExprEntry, kMaskExprEntry};
+const ModEntry kLibrary[] = {kAlibiEntry, kT5Entry, kDocEntry, kChunkEntry, kPrefixEntry, kDilatedEntry, kTopkEntry,
+                             kRopeEntry, kScoreExprEntry, kMaskExprEntry};
 
 }  // namespace
 

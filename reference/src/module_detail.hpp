@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "attncheck/backward.hpp"
 #include "attncheck/module_problem.hpp"
 #include "attncheck/reference.hpp"
 
@@ -32,6 +33,30 @@ struct Trace {
   ReferenceResult r;           // its out [B, Hq, Lq, Dv] and pre-dropout weights
   std::vector<double> merged;  // [B, Lq, Hq*Dv]
 };
+
+// The forward's first-order errors (module_tolerance.cpp, docs/module.md), which the gradients' bound carries on.
+struct ForwardErrors {
+  std::vector<double> eq, ek, ev;  // of the projected q, k, v (Heads layout): accumulation and rounding
+  std::vector<double> es;          // [B, Hq, Lq, Lk]: of the scores (0 where P = 0)
+  std::vector<double> sbar;        // [B, Hq, Lq]: sum_j P_j es_j
+  std::vector<double> eo;          // [B, Hq, Lq, Dv]: of the attention output, its rounding included
+  std::vector<double> ew;          // [B, Hq, Lq, Lk]: of the weights
+};
+ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, const Trace& t);
+
+// The backward's intermediate values (module_backward.cpp): the forward's trace, dL/d(merged) [B, Lq, Hq*Dv],
+// the same as the attention's dO [B, Hq, Lq, Dv], and the attention's own backward of it.
+struct BackwardTrace {
+  Trace t;
+  std::vector<double> dmerged;
+  Tensor dout;
+  BackwardResult a;
+};
+void backward_trace(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy, BackwardTrace& bt);
+
+// The separate-form gradients dw[which], db[which] (which = 0 q, 1 k, 2 v) placed into the module's packing.
+void pack_gradients(const ModuleProblem& m, const std::vector<double> (&dw)[3], const std::vector<double> (&db)[3],
+                    ModuleGradients& g);
 
 // The row of a packed weight that holds feature d of head h of q (which = 0), k (1) or v (2).
 int64_t packed_row(const ModuleProblem& m, Packing pk, int which, int64_t h, int64_t d);

@@ -11,9 +11,9 @@ using module_detail::at;
 using module_detail::Heads;
 using module_detail::Trace;
 
-ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault) {
-  Trace t;
-  const ModuleResult res = module_detail::forward(m, in, fault, t);
+namespace module_detail {
+
+ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, const Trace& t) {
   const Problem& p = t.attn;  // the attention that ran (a fault may change its scale, mask or dropout)
   const DType dt = m.attn.dtype;  // t.attn runs in fp64; the contract is the module's dtype
   const double u = unit_roundoff(dt);                 // storage of q, k, v, o, y
@@ -27,9 +27,14 @@ ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in,
       e[n] = static_cast<double>(n_in + 1) * ua * h.mag[n] + u * std::fabs(h.val[n]);
     return e;
   };
-  const std::vector<double> eq = proj_err(t.q, m.d_in), ek = proj_err(t.k, m.d_kv()), ev = proj_err(t.v, m.d_kv());
-  ModuleTolerance tol;
-  std::vector<double> eo(at(p.B * p.Hq * p.Lq * p.Dv), 0.0), ew(at(p.B * p.Hq * p.Lq * p.Lk), 0.0);
+  ForwardErrors fe;
+  fe.eq = proj_err(t.q, m.d_in), fe.ek = proj_err(t.k, m.d_kv()), fe.ev = proj_err(t.v, m.d_kv());
+  const std::vector<double>&eq = fe.eq, &ek = fe.ek, &ev = fe.ev;
+  fe.eo.assign(at(p.B * p.Hq * p.Lq * p.Dv), 0.0);
+  fe.ew.assign(at(p.B * p.Hq * p.Lq * p.Lk), 0.0);
+  fe.es.assign(at(p.B * p.Hq * p.Lq * p.Lk), 0.0);
+  fe.sbar.assign(at(p.B * p.Hq * p.Lq), 0.0);
+  std::vector<double>&eo = fe.eo, &ew = fe.ew;
   const double eps_p = static_cast<double>(p.Lk + 6) * ua;  // exp (4 ulp), row sum, division
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.Hq; ++h) {
@@ -38,8 +43,8 @@ ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in,
         const size_t row = at((b * p.Hq + h) * p.Lq + i);
         const double* P = &t.r.weights[row * at(p.Lk)];
         // Score errors: operand errors through the dot product, its fp32 accumulation, scale and bias roundings.
-        std::vector<double> es(at(p.Lk), 0.0);
-        double sbar = 0;
+        double* es = &fe.es[row * at(p.Lk)];
+        double& sbar = fe.sbar[row];
         for (int64_t j = 0; j < p.Lk; ++j) {
           if (!(P[j] > 0)) continue;  // masked keys (and NaN rows of the nan policy) carry no error
           double op = 0, mag = 0;
@@ -53,11 +58,11 @@ ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in,
           if (in.bias) e += ua * std::fabs(in.bias->at(b % in.bias->shape[0], h % in.bias->shape[1],
                                                         i % in.bias->shape[2], j % in.bias->shape[3]));
           if (p.softcap > 0) e += 4 * ua * p.softcap;
-          es[at(j)] = e;
+          es[j] = e;
           sbar += P[j] * e;
         }
         for (int64_t j = 0; j < p.Lk; ++j)
-          if (P[j] > 0) ew[row * at(p.Lk) + at(j)] = P[j] * (es[at(j)] + sbar + eps_p + ua);
+          if (P[j] > 0) ew[row * at(p.Lk) + at(j)] = P[j] * (es[j] + sbar + eps_p + ua);
         // out_d = sum_j P_j w_j v_jd: dP_j = P_j (ds_j - sum_l P_l ds_l) gives sum_j P_j w_j |ds_j||v_jd| + sbar |o_d|.
         for (int64_t d = 0; d < p.Dv; ++d) {
           double sens = 0, vabs = 0, verr = 0;
@@ -66,7 +71,7 @@ ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in,
             const double w = in.keep ? (in.keep->at(b, h, i, j) != 0 ? 1.0 / (1.0 - p.dropout_p) : 0.0) : 1.0;
             const size_t vi = at(((b * p.Hkv + g) * p.Lk + j) * p.Dv + d);
             const double av = std::fabs(t.v.val[vi]);
-            sens += P[j] * w * es[at(j)] * av;
+            sens += P[j] * w * es[j] * av;
             vabs += P[j] * w * av;
             verr += P[j] * w * ev[vi];
           }
@@ -76,6 +81,20 @@ ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in,
         }
       }
     }
+  return fe;
+}
+
+}  // namespace module_detail
+
+ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault) {
+  Trace t;
+  const ModuleResult res = module_detail::forward(m, in, fault, t);
+  const Problem& p = t.attn;
+  const DType dt = m.attn.dtype;
+  const double u = unit_roundoff(dt), ua = dt == DType::f64 ? u : 0x1.0p-24;
+  const module_detail::ForwardErrors fe = module_detail::forward_errors(m, in, t);
+  const std::vector<double>&eo = fe.eo, &ew = fe.ew;
+  ModuleTolerance tol;
   // y_c = sum_m merged_m Wo[c, m] + bo_c: the errors of o (moved as forward merges them) through Wo, the fp32
   // accumulation, rounding to the dtype; dropout after Wo (a fault) scales kept elements by 1/(1-p).
   const int64_t HD = p.Hq * p.Dv;

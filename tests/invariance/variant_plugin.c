@@ -128,6 +128,7 @@ static int32_t declarations(attncheck_declarations* d, char* err, size_t n) {
 }
 
 static const attncheck_plugin vtable = {ATTNCHECK_PLUGIN_ABI_VERSION, VARIANT_NAME, "invariance test variant (tests/invariance)",
-                                        caps, NULL, supports, run, sizeof(attncheck_plugin), NULL, declarations};
+                                        caps, NULL, supports, run, sizeof(attncheck_plugin), NULL, declarations,
+                                        NULL, NULL};
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry(void) { return &vtable; }

@@ -41,7 +41,7 @@ int64_t floor_div(int64_t a, int64_t c) { return static_cast<int64_t>(std::floor
 
 // Each mask entry's definition, written out independently of the library: whether query i of batch b (key
 // position pos) sees key j.
-bool dense_visible(const std::string& name, const Problem& p, int64_t b, int64_t h, int64_t pos, int64_t j) {
+bool dense_visible(const std::string& name, const Problem& p, int64_t b, int64_t h, int64_t i, int64_t pos, int64_t j) {
   if (name == "document") {
     if (pos < 0 || pos >= p.Lk) return false;
     return p.doc_ids[size_t(b * p.Lk + pos)] == p.doc_ids[size_t(b * p.Lk + j)];
@@ -56,6 +56,11 @@ bool dense_visible(const std::string& name, const Problem& p, int64_t b, int64_t
     EXPECT_EQ(p.mask_expr, "kv_idx <= q_pos && kv_idx >= q_pos - width[b, h]");
     return j <= pos && j >= pos - static_cast<int64_t>(p.expr_values[size_t(b * p.Hq + h)]);
   }
+  if (name == "topk") {
+    for (int64_t s = 0; s < p.topk; ++s)
+      if (p.topk_indices[size_t((b * p.Lq + i) * p.topk + s)] == j) return true;
+    return false;
+  }
   ADD_FAILURE() << "no dense definition for " << name;
   return true;
 }
@@ -65,13 +70,14 @@ std::pair<Problem, Inputs> as_dense_mask(const std::string& name, Problem p, Inp
   const Problem modded = p;
   p.doc_ids.clear(), p.chunk_size = 0, p.prefix_lengths.clear(), p.dilated_window = -1, p.dilation = 1;
   p.mask_expr.clear(), p.expr_tensors.clear(), p.expr_values.clear();
+  p.topk = 0, p.topk_indices.clear();
   p.mask_shape = std::array<int64_t, 4>{p.B, p.Hq, p.Lq, p.Lk};
   in.mask = Tensor(DType::u8, {p.B, p.Hq, p.Lq, p.Lk});
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < p.Lq; ++i)
         for (int64_t j = 0; j < p.Lk; ++j)
-          in.mask->put(b, h, i, j, dense_visible(name, modded, b, h, i + p.diagonal_offset(b), j) ? 1.0 : 0.0);
+          in.mask->put(b, h, i, j, dense_visible(name, modded, b, h, i, i + p.diagonal_offset(b), j) ? 1.0 : 0.0);
   return {p, in};
 }
 
@@ -107,7 +113,7 @@ TEST(Mods, MaskModEqualsItsDenseMaskBitForBit) {
       ++cases;
     }
   }
-  EXPECT_EQ(cases, 5 * 9);
+  EXPECT_EQ(cases, 6 * 9);
   EXPECT_GT(hidden, 0) << "the drawn masks hide keys";
 }
 
@@ -175,6 +181,7 @@ TEST(Mods, CpuImplsMatchReferenceOnEveryEntry) {
     p.doc_ids = d.doc_ids, p.chunk_size = d.chunk_size, p.prefix_lengths = d.prefix_lengths;
     p.dilated_window = d.dilated_window, p.dilation = d.dilation, p.rotary_dim = d.rotary_dim;
     p.score_expr = d.score_expr, p.mask_expr = d.mask_expr, p.expr_tensors = d.expr_tensors, p.expr_values = d.expr_values;
+    p.topk = d.topk, p.topk_indices = d.topk_indices;
     EXPECT_FALSE(uses_modifications(p));
     return p;
   });

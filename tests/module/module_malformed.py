@@ -1,6 +1,6 @@
 """Malformed module fixtures through the CLI: a copy of a module fixture with d_model not divisible by the heads,
-and one whose wq does not chain with x, are each refused by `verify` with exit 2 and a message naming the field;
-the untouched copy passes on cpu; the Python package's case finder skips module fixtures. Usage: module_malformed.py ATTNCHECK MODULES_DIR WORKDIR"""
+one whose wq does not chain with x, one whose dy or expected dWo has the wrong shape, are each refused by `verify`
+with exit 2 and a message naming the field; the untouched copy passes on cpu; the Python package's case finder skips module fixtures. Usage: module_malformed.py ATTNCHECK MODULES_DIR WORKDIR"""
 import glob
 import os
 import shutil
@@ -38,6 +38,18 @@ def wq_not_chaining(f):
     f["inputs/wq"] = wq[:, :-1]
 
 
+def dy_wrong_shape(f):
+    dy = f["inputs/dy"][()]
+    del f["inputs/dy"]
+    f["inputs/dy"] = dy[:, :, :-1]
+
+
+def dwo_wrong_shape(f):
+    g = f["expected/dwo"][()]
+    del f["expected/dwo"]
+    f["expected/dwo"] = g.T
+
+
 failures = []
 # The Python package's golden_cases lists attention cases only: module fixtures are not among them.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
@@ -47,7 +59,8 @@ if attncheck.cases.find("*", modules):
 rc, out = verify("good", None)
 if rc != 0 or "pass 1" not in out:
     failures.append("untouched copy: rc %d\n%s" % (rc, out))
-for name, edit, field in [("d_model", odd_d_model, "d_model: is"), ("wq", wq_not_chaining, "wq: shape")]:
+for name, edit, field in [("d_model", odd_d_model, "d_model: is"), ("wq", wq_not_chaining, "wq: shape"),
+                          ("dy", dy_wrong_shape, "/inputs/dy: shape"), ("dwo", dwo_wrong_shape, "/expected/dwo")]:
     rc, out = verify(name, edit)
     if rc != 2 or field not in out or "input-error" not in out.lower().replace("_", "-"):
         failures.append("%s: expected exit 2 naming %s, got rc %d\n%s" % (name, field, rc, out))

@@ -1,7 +1,7 @@
 // Backward through the module: reference_module_backward against central finite differences of
 // L = sum(dy * reference_module(...).y) for every element of every module input (x, x2, the weights and biases in
-// each packing, Wo, bo), on GQA cross attention with causal bottom-right, packed self attention with key padding
-// and dropout, and interleaved GQA with an attention mask, all fp64.
+// each packing, Wo, bo, an attention bias), on GQA cross attention with causal bottom-right, packed self attention
+// with key padding and dropout, interleaved GQA with an attention mask, and a per-head additive bias; all fp64.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,6 +69,8 @@ void check_all(const ModuleProblem& m, uint64_t seed) {
     check_tensor(m, in, [mem](ModuleInputs& i) -> Tensor& { return *(i.*mem); }, *grad, dy, name);
   }
   EXPECT_GE(present, 2);
+  if (in.bias) check_tensor(m, in, [](ModuleInputs& i) -> Tensor& { return *i.bias; }, g.dbias, dy, "dbias");
+  EXPECT_EQ(g.dbias.empty(), !in.bias);
 }
 
 ModuleProblem base(int64_t Hq, int64_t Hkv, Packing pk) {
@@ -100,4 +102,12 @@ TEST(ModuleBackward, InterleavedGqaAttentionMaskNoBiases) {
   m.qkv_bias = false, m.attn.Dv = 3;
   m.attn.mask_shape = std::array<int64_t, 4>{1, 1, 4, 4};
   check_all(m, 43);
+}
+
+TEST(ModuleBackward, PackedCausalPerHeadAdditiveBias) {
+  ModuleProblem m = base(2, 2, Packing::packed);
+  m.attn.causal = true;
+  m.attn.bias_shape = std::array<int64_t, 4>{1, 2, 4, 4};
+  m.attn.bias_dtype = DType::f64;  // so that the differences perturb it exactly
+  check_all(m, 44);
 }

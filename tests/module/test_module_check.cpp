@@ -59,7 +59,7 @@ TEST(ModuleCheck, CpuEntriesPassEveryCase) {
 
 TEST(ModuleCheck, EveryMutantCaughtAndTagged) {
   const auto rows = module_check::selftest(suite());
-  ASSERT_EQ(rows.size(), 2 + module_faults().size());
+  ASSERT_EQ(rows.size(), 2 + module_faults().size() + 2 + module_grad_faults().size());  // forward, then backward
   for (const auto& r : rows) {
     EXPECT_GT(r.applicable, 0) << r.impl;
     if (r.injected.empty()) {

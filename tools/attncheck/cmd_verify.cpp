@@ -248,8 +248,8 @@ int run_verify() {
   if (fixtures.empty()) throw std::invalid_argument("--filter: '" + g.filter + "' matches no fixture");
   if (!has_forward(pass)) {  // the backward pass alone: only fixtures that carry gradients
     std::erase_if(fixtures, [&](const auto& f) {
-      return g_merge_files.count(f.first) || is_module_fixture(f.first) ||
-             (!unreadable.count(f.first) && !read_fixture_header(f.first).has_gradients);
+      if (is_module_fixture(f.first)) return !module_fixture_has_gradients(f.first);
+      return g_merge_files.count(f.first) || (!unreadable.count(f.first) && !read_fixture_header(f.first).has_gradients);
     });
     if (fixtures.empty())
       throw std::invalid_argument("--pass backward: no fixture with gradients under '" + g.fixtures +
@@ -288,8 +288,8 @@ int run_verify() {
       }
       continue;
     }
-    if (g.spec.empty() && is_module_fixture(file)) {  // a module fixture: forward only, no invariance checks
-      for (ModuleRow& m : module_rows(file, impls, avail, g.diagnose, g.tol_scale)) {
+    if (g.spec.empty() && is_module_fixture(file)) {  // a module fixture: its module entries, no invariance checks
+      for (ModuleRow& m : module_rows(file, impls, avail, g.diagnose, g.tol_scale, has_forward(pass), has_backward(pass))) {
         progress.clear();
         print_row(m.row);
         for (const std::string& l : m.lines) std::printf("    %s\n", l.c_str());

@@ -17,10 +17,16 @@ struct ModuleFixture {
   ModuleInputs inputs;
   ModuleResult expected;  // reference_module, fp64
   Provenance provenance;
+  // With gradients (root attribute gradients = 1): dy [B, Lq, d_out] in the module dtype and the fp64
+  // reference_module_backward of it (every name of module_grad_names).
+  std::optional<Tensor> dy;
+  std::optional<ModuleGradients> grad;
 };
 
 // Runs the reference.
 ModuleFixture make_module_fixture(std::string name, const ModuleProblem& m, ModuleInputs in, Provenance prov);
+// Adds dy and the reference gradients.
+void add_module_gradients(ModuleFixture& f, Tensor dy);
 // Deterministic bytes (write_file_durably); module_fixture_image returns them.
 std::string module_fixture_image(const std::string& path, const ModuleFixture& f);
 void write_module_fixture(const std::string& path, const ModuleFixture& f);

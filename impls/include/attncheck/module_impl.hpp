@@ -3,6 +3,7 @@
 // fixture as unsupported. docs/module.md.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,10 @@ struct ModuleOutputs {
 };
 ModuleOutputs make_module_outputs(const ModuleProblem& m);
 
+// Gradients as a module entry delivers them (L = sum(dy * y)): one tensor per name of module_grad_names ("dx",
+// "dwq", ..., "dwo", "dbo", "dbias"), shaped like the input it names and in that input's dtype.
+using ModuleGradOutputs = std::map<std::string, Tensor>;
+
 class ModuleImpl {
  public:
   virtual ~ModuleImpl() = default;
@@ -27,6 +32,11 @@ class ModuleImpl {
   virtual Support supports(const ModuleProblem& m) const = 0;
   // Outputs are allocated and NaN-poisoned by run_module: every element left unwritten fails.
   virtual void run(const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out) const = 0;
+  // The backward (optional): every gradient of module_grad_names for dy [B, Lq, d_out] in the module dtype.
+  virtual Support supports_backward(const ModuleProblem&) const {
+    return Support::no("module backward not implemented");
+  }
+  virtual void run_backward(const ModuleProblem&, const ModuleInputs&, const Tensor& /*dy*/, ModuleGradOutputs&) const {}
 };
 using ModuleImplPtr = std::shared_ptr<const ModuleImpl>;
 
@@ -34,8 +44,14 @@ using ModuleImplPtr = std::shared_ptr<const ModuleImpl>;
 ModuleImplPtr find_module_entry(const std::string& impl_name);
 // Test-only module mutants: the `cpu` entry with a module fault injected (empty when cpu is not built).
 std::vector<ModuleImplPtr> module_mutants();
+// The same for the backward: the `cpu` entry with one ModuleGradFault each (module_grad_faults() order).
+std::vector<ModuleImplPtr> module_grad_mutants();
 
 // Validate, ask supports, allocate, poison with NaN, run. Outputs are meaningful only when the result is ok.
 Support run_module(const ModuleImpl& impl, const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out);
+// Validate (dy's shape and dtype too), ask supports and supports_backward, allocate every gradient, poison with
+// NaN, run the backward.
+Support run_module_backward(const ModuleImpl& impl, const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy,
+                            ModuleGradOutputs& g);
 
 }  // namespace attncheck

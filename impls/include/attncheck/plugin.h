@@ -248,6 +248,42 @@ typedef struct attncheck_declarations {
 #define ATTNCHECK_DECL_BATCH_INVARIANT 1
 #define ATTNCHECK_DECL_MASKED_INPUTS 1
 
+/* The merge of attention states (docs/states.md; docs/plugins.md#merge): N stored states of the same rows in, the
+ * merged state out, as FlashAttention's combine, FlashInfer's merge_states or vLLM's merge_attn_states compute it.
+ * Offered only to a plugin that lists the feature "merge" and sets the vtable's `merge` (appended below). A state is
+ * stored under the conventions given here (never guessed): normalised = O and lse; unnormalised = O times the sum,
+ * the row max and the sum. Stats (lse, max, sum) are always f32 and their strides follow stat_layout, so a plugin that
+ * ignores the strides reads the wrong rows. Element (n,b,h,i,d) of o_in is at n*s[0] + b*s[1] + h*s[2] + i*s[3] + d*s[4];
+ * element (n,b,h,i) of a stat input at n*s[0] + b*s[1] + h*s[2] + i*s[3]; outputs drop n. Outputs are NaN-filled by the
+ * host; inputs are checked unchanged afterwards and outputs have guard bands. Pointers of the other form are NULL. */
+typedef enum { ATTNCHECK_STATE_NORMALISED = 0, ATTNCHECK_STATE_UNNORMALISED = 1 } attncheck_state_form;
+typedef enum { ATTNCHECK_LSE_BASE_E = 0, ATTNCHECK_LSE_BASE_2 = 1 } attncheck_lse_base;
+/* The stored lse (or max) of a state that saw no key; under FINITE the value is `sentinel` (as an f32). */
+typedef enum { ATTNCHECK_EMPTY_NEG_INF = 0, ATTNCHECK_EMPTY_POS_INF = 1, ATTNCHECK_EMPTY_FINITE = 2 } attncheck_empty_lse;
+/* The O of an empty state: 0, or anything (NaN included) that must not reach the merged result. */
+typedef enum { ATTNCHECK_EMPTY_OUT_ZERO = 0, ATTNCHECK_EMPTY_OUT_UNDEFINED = 1 } attncheck_empty_out;
+typedef enum { ATTNCHECK_STAT_BHL = 0, ATTNCHECK_STAT_BLH = 1 } attncheck_stat_layout;
+typedef struct attncheck_merge_problem {
+  uint32_t struct_size;                /* sizeof(attncheck_merge_problem) of the host: later versions append more */
+  const char* name;                    /* the case's name, for the plugin's own logs */
+  int64_t N, B, H, L, D;               /* N >= 1 states of [B,H,L] rows of D values */
+  int32_t dtype;                       /* attncheck_dtype of o_in and o_out (F32, F16 or BF16) */
+  int32_t form;                        /* attncheck_state_form */
+  int32_t lse_base;                    /* attncheck_lse_base: lse and max in nats or in bits (log2) */
+  int32_t empty_lse;                   /* attncheck_empty_lse */
+  double sentinel;                     /* the empty lse under ATTNCHECK_EMPTY_FINITE */
+  int32_t empty_out;                   /* attncheck_empty_out */
+  int32_t stat_layout;                 /* attncheck_stat_layout, informational: the strides already encode it */
+  const void* o_in;                    /* [N,B,H,L,D] */
+  int64_t o_in_strides[5];
+  const float *lse_in, *max_in, *sum_in; /* [N,B,H,L]: lse when normalised, max and sum when unnormalised */
+  int64_t lse_in_strides[4], max_in_strides[4], sum_in_strides[4];
+  void* o_out;                         /* [B,H,L,D] */
+  int64_t o_out_strides[4];
+  float *lse_out, *max_out, *sum_out;  /* [B,H,L], the same form as the inputs */
+  int64_t lse_out_strides[3], max_out_strides[3], sum_out_strides[3];
+} attncheck_merge_problem;
+
 /* The vtable. Strings are static, NUL-terminated UTF-8. Messages go into caller-owned buffers (always
  * NUL-terminated by the plugin, truncated if needed) so plugins need no thread-local state. */
 typedef struct attncheck_plugin {
@@ -272,7 +308,16 @@ typedef struct attncheck_plugin {
   const char* const* features;
   /* Optional (may be NULL): fill *d. ATTNCHECK_STATUS_OK, or ERROR with a message. */
   int32_t (*declarations)(attncheck_declarations* d, char* err, size_t err_size);
+  /* Appended after `declarations`, read only when struct_size covers them (ATTNCHECK_PLUGIN_HAS_MERGE); required
+   * when "merge" is among the features, ignored otherwise: */
+  /* Optional (may be NULL): 1 if this merge is supported, else 0 with the reason. Tensor pointers are NULL. */
+  int32_t (*supports_merge)(const attncheck_merge_problem* m, char* reason, size_t reason_size);
+  /* Merge the states: write o_out and the output stats. ATTNCHECK_STATUS_OK, or ERROR with a message. */
+  int32_t (*merge)(const attncheck_merge_problem* m, char* err, size_t err_size);
 } attncheck_plugin;
+
+/* Defined by headers whose vtable has supports_merge and merge, so a plugin can build against older ones. */
+#define ATTNCHECK_PLUGIN_HAS_MERGE 1
 
 /* The entry point: returns a pointer to a static vtable (never freed by the host). A plugin defines it as
  *   ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry(void) { return &my_vtable; } */

@@ -114,9 +114,38 @@ ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in,
 // Backward through the module: the gradients of L = sum(dy * y) (dy [B, Lq, d_out]) with respect to every module
 // input, in fp64, shaped like the inputs (row-major): dx, dx2 (cross), dwq/dwk/dwv/dbq/dbk/dbv (separate) or
 // dwqkv/dbqkv (packed, interleaved: rows in that packing), dwo, dbo. Empty where the module has no such input.
+// dbias is the attention's additive bias (in its bias_shape), present only with one.
 struct ModuleGradients {
-  std::vector<double> dx, dx2, dwq, dwk, dwv, dbq, dbk, dbv, dwqkv, dbqkv, dwo, dbo;
+  std::vector<double> dx, dx2, dwq, dwk, dwv, dbq, dbk, dbv, dwqkv, dbqkv, dwo, dbo, dbias;
 };
-ModuleGradients reference_module_backward(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy);
+
+// Deliberate mistakes of a module backward (the module bug classes of docs/module.md "Backward"): the reference
+// computes them for the diagnosis, the test-only backward mutants inject them into the cpu entry.
+enum class ModuleGradFault : uint8_t {
+  none,
+  wo_transposed,   // dWo written as merged^T·dy ([Hq·Dv, d_out] row-major) into the [d_out, Hq·Dv] gradient
+  out_bias_grad,   // Wo's bias gradient left at zero
+  x_kv_path,       // self attention: dx from the query projection only (the key and value paths dropped)
+};
+const char* to_string(ModuleGradFault f);  // the diagnosis tags: "grad-wo-transposed", ...
+std::vector<ModuleGradFault> module_grad_faults();  // every fault but none
+bool grad_fault_applies(ModuleGradFault f, const ModuleProblem& m);
+
+// The gradients a module has, by name: "dx", "dx2" (cross), "dwq", "dwk", "dwv", "dbq", "dbk", "dbv" (separate)
+// or "dwqkv", "dbqkv", then "dwo", "dbo", "dbias" (an attention bias); each shaped like the input it names.
+std::vector<std::string> module_grad_names(const ModuleProblem& m);
+const Tensor& module_grad_input(const ModuleInputs& in, const std::string& grad_name);  // "dwq" -> *in.wq
+std::vector<double>& module_grad(ModuleGradients& g, const std::string& grad_name);
+const std::vector<double>& module_grad(const ModuleGradients& g, const std::string& grad_name);
+
+ModuleGradients reference_module_backward(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy,
+                                          ModuleGradFault fault = ModuleGradFault::none);
+
+// Per-element bounds of the gradients of an implementation of the declared module backward contract
+// (docs/module.md "Backward"): the forward's errors (module_tolerance) carried through the attention's backward
+// to first order, the attention backward's own bound (grad_tolerance), the projections' and Wo's gradient GEMMs
+// in fp32 and the rounding to the dtype. With a fault: the bound of the gradients computed with that fault.
+ModuleGradients module_grad_tolerance(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy,
+                                      ModuleGradFault fault = ModuleGradFault::none);
 
 }  // namespace attncheck

@@ -192,6 +192,8 @@ struct Problem {
   std::vector<int64_t> prefix_lengths;  // prefix-LM: [B]: j visible iff j < prefix_lengths[b] or j <= pos
   int64_t dilated_window = -1;          // dilated sliding window: |pos - j| <= dilated_window * dilation
   int64_t dilation = 1;                 //   and (pos - j) divisible by dilation (-1 = off)
+  int64_t topk = 0;                     // top-k sparse attention: slots per query token (0 = off)
+  std::vector<int64_t> topk_indices;    //   [B, Lq, topk] key positions, -1 = trailing padding; j visible iff listed
   // Rotary position embedding (the position stage: reference/src/rope.cpp, its library entry in mods_library.cpp;
   // docs/problem-model.md "Rotary position embedding"). q of row (b, i) and k of key (b, j) are rotated before the
   // scores at positions i + diagonal_offset(b) + rope_offsets[b] and j + rope_offsets[b]. Off at rotary_dim 0.
