@@ -131,6 +131,12 @@ void describe(const Problem& p, Described& out) {
     *tail = &out.fp8.header;
     tail = &out.fp8.header.next;
   }
+  // Set only by a schedule check, and only with knobs the plugin declared.
+  if (const Schedule& s = current_schedule(); !s.is_default()) {
+    out.schedule = {{ATTNCHECK_EXT_SCHEDULE, sizeof out.schedule, nullptr}, s.threads, s.num_splits, s.reversed ? 1 : 0};
+    *tail = &out.schedule.header;
+    tail = &out.schedule.header.next;
+  }
 }
 
 attncheck_ext_backward& chain_backward(Described& out) {
@@ -396,6 +402,14 @@ Declarations read_declarations(const attncheck_plugin* vt, const Capabilities& c
     throw PluginError(file_error(path, "declarations.masked_inputs = " + std::to_string(d.masked_inputs) +
                                            " (expected 0 = isolated or 1 = finite-required)"));
   decl.masked_inputs = static_cast<MaskedInputs>(d.masked_inputs);
+  // Schedule knobs and layout invariance (appended with tag 9: 0 from a plugin built before them).
+  if ((d.schedule_knobs & ~kAllKnobs) || (d.schedule_bitwise & ~d.schedule_knobs))
+    throw PluginError(file_error(path, "declarations.schedule_knobs = " + std::to_string(d.schedule_knobs) +
+                                           ", schedule_bitwise = " + std::to_string(d.schedule_bitwise) +
+                                           " (expected bits of 1 threads, 2 num_splits, 4 block order; bitwise a "
+                                           "subset of knobs)"));
+  decl.schedule_knobs = d.schedule_knobs, decl.schedule_bitwise = d.schedule_bitwise;
+  decl.layout_invariant = d.layout_invariant == 1;
   if (d.outputs >> 3)
     throw PluginError(file_error(path, "declarations.outputs = " + std::to_string(d.outputs) + " has unknown bits"));
   if (d.outputs) {

@@ -36,10 +36,12 @@ struct Described {
   attncheck_ext_varlen varlen;
   attncheck_ext_paged_kv paged_kv;
   attncheck_ext_fp8 fp8;
+  attncheck_ext_schedule schedule;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };
-// The shape and semantic fields of a problem; tensor pointers stay NULL.
+// The shape and semantic fields of a problem, and the current schedule (tag 9) when it is not the default; tensor
+// pointers stay NULL.
 void describe(const Problem& p, Described& out);
 // Appends out.backward (zeroed, tagged ATTNCHECK_EXT_BACKWARD) to the extension chain: a backward request.
 attncheck_ext_backward& chain_backward(Described& out);

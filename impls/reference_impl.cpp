@@ -28,6 +28,8 @@ class ReferenceImpl final : public Impl {
   Declarations declarations() const override {
     Declarations d = p_exact_declarations(capabilities());
     d.deterministic = d.batch_invariant = true;  // per-row loops in a fixed order, one row never reads another
+    d.schedule_knobs = d.schedule_bitwise = knob_threads;  // rows are dealt to threads, each computed alone
+    d.layout_invariant = true;                             // elements read by logical index
     return d;
   }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {

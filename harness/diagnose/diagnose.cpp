@@ -24,7 +24,7 @@ const std::vector<std::string>& known_tags() {
       "nan-leak", "no-max-subtraction", "fp16-overflow", "missed-rescale", "low-precision-scores",
       "low-precision-accumulation", "tf32", "row-scale", "negative-scale-mask", "uninitialised-output",
       // the invariance checks' tags (harness/property/invariance.hpp), never scored by the hypotheses
-      "nondeterministic", "batch-variant"};
+      "nondeterministic", "batch-variant", "schedule-variant", "layout-variant"};
   return tags;
 }
 

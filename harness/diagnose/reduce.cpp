@@ -204,11 +204,9 @@ struct Trial {
   }
 };
 
-}  // namespace
-
-Reduction reduce(const prop::Case& original, const Impl& impl, const std::string& top, const Options& o, int budget) {
-  Trial t{impl, o, top, budget};
-  Reduction r{original, {}, 0, 0};
+// The greedy steps, each kept when `keeps` holds on the reduced case.
+void reduce_steps(Reduction& r, const std::function<bool(const prop::Case&)>& keeps) {
+  const prop::Case original = r.reduced;
   // Varlen: one packed sequence as a problem of its own first; the cuts below work on an ordinary problem.
   for (int64_t s = 0; s < original.p.sequences(); ++s) {
     const Problem& v = original.p;
@@ -217,7 +215,7 @@ Reduction reduce(const prop::Case& original, const Impl& impl, const std::string
       continue;
     Attended a = sequence_problem(v, original.in, s);
     prop::Case d{original.spec, std::move(a.p), std::move(a.in)};
-    if (t.keeps(d)) {
+    if (keeps(d)) {
       r.reduced = std::move(d), ++r.steps;
       break;
     }
@@ -227,7 +225,7 @@ Reduction reduce(const prop::Case& original, const Impl& impl, const std::string
   if (r.reduced.p.page_size > 0) {
     Attended a = gather_pages(r.reduced.p, r.reduced.in);
     prop::Case d{r.reduced.spec, std::move(a.p), std::move(a.in)};
-    if (t.keeps(d)) r.reduced = std::move(d), ++r.steps;
+    if (keeps(d)) r.reduced = std::move(d), ++r.steps;
   }
   const prop::Case c = r.reduced;
   const Problem& p = c.p;
@@ -239,7 +237,7 @@ Reduction reduce(const prop::Case& original, const Impl& impl, const std::string
     } catch (const std::invalid_argument&) {
       return false;
     }
-    if (!t.keeps(d)) return false;
+    if (!keeps(d)) return false;
     cur = k, r.reduced = std::move(d), ++r.steps;
     return true;
   };
@@ -296,8 +294,16 @@ Reduction reduce(const prop::Case& original, const Impl& impl, const std::string
     } catch (const std::invalid_argument&) {
       continue;
     }
-    if (t.keeps(d)) r.reduced = std::move(d), ++r.steps;
+    if (keeps(d)) r.reduced = std::move(d), ++r.steps;
   }
+}
+
+}  // namespace
+
+Reduction reduce(const prop::Case& original, const Impl& impl, const std::string& top, const Options& o, int budget) {
+  Trial t{impl, o, top, budget};
+  Reduction r{original, {}, 0, 0};
+  reduce_steps(r, [&](const prop::Case& d) { return t.keeps(d); });
 
   // The reduced case's own diagnosis (the original's when nothing was removed is recomputed the same way).
   Outputs out;
@@ -312,6 +318,20 @@ Reduction reduce(const prop::Case& original, const Impl& impl, const std::string
   } catch (const std::exception&) {
   }
   r.reruns = t.reruns;
+  return r;
+}
+
+Reduction reduce_while(const prop::Case& original, const std::function<bool(const prop::Case&)>& fails, int budget) {
+  Reduction r{original, {}, 0, 0};
+  reduce_steps(r, [&](const prop::Case& d) {
+    if (r.reruns >= budget) return false;
+    ++r.reruns;
+    try {
+      return fails(d);
+    } catch (const std::exception&) {
+      return false;  // a crash is another failure than the one being reduced
+    }
+  });
   return r;
 }
 

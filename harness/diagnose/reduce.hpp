@@ -5,6 +5,7 @@
 // CLI writes it as a regression fixture (repro.hpp).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "diagnosis.hpp"
@@ -35,5 +36,8 @@ struct Reduction {
 // `top` is the original diagnosis's top tag: a reduction is kept when the candidate still fails and the reduced
 // diagnosis ranks `top` first ("no known signature": any failure). Deterministic; at most `budget` candidate runs.
 Reduction reduce(const prop::Case& c, const Impl& impl, const std::string& top, const Options& o, int budget = 200);
+// The same steps with another failure: a step is kept when `fails` holds on the reduced case (an invariance check
+// still violated, say); at most `budget` calls of it, each counted in reruns. The diagnosis is left empty.
+Reduction reduce_while(const prop::Case& c, const std::function<bool(const prop::Case&)>& fails, int budget = 200);
 
 }  // namespace attncheck::diagnose

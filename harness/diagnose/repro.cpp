@@ -2,6 +2,9 @@
 #include "repro.hpp"
 
 #include <filesystem>
+#include <optional>
+
+#include "attncheck/reference.hpp"
 
 #include "reduce.hpp"
 
@@ -27,4 +30,43 @@ Repro write_repro(const Fixture& original, const Problem& judged, const Impl& im
   return out;
 }
 
+Repro write_invariance_repro(const Fixture& original, const Problem& judged, const Impl& impl,
+                             const invariance::Check& failed, const invariance::Options& o,
+                             const ToleranceModel& tolerance, const std::string& dir) {
+  invariance::Options one = o;  // only the failed check
+  one.rerun = failed.kind == invariance::Kind::rerun, one.batch = failed.kind == invariance::Kind::batch;
+  one.schedule = failed.kind == invariance::Kind::schedule, one.layout = failed.kind == invariance::Kind::layout;
+  auto fails = [&](const prop::Case& d) {
+    Outputs first;
+    if (!impl.supports(d.p).ok || !run_impl(impl, d.p, d.in, first).ok) return false;
+    std::optional<ReferenceResult> ref;  // computed only when a variant is judged within tolerance
+    one.within_tolerance = [&](const Outputs& x) {
+      if (!ref) ref = reference_attention(d.p, d.in);
+      const Verdict v = judge(d.p, *ref, x, tolerance);
+      return v.pass ? std::string() : v.worst().describe();
+    };
+    for (const invariance::Check& c : invariance::check_forward(impl, d.p, d.in, first, one))
+      if (c.kind == failed.kind) return c.result == invariance::Check::violated;
+    return false;
+  };
+  const Reduction r = reduce_while(prop::Case{{}, judged, original.inputs}, fails);
+  const std::string tag = invariance::tag(failed.kind);
+  Repro out{judged.short_name(), r.reduced.p.short_name(), tag, r.reruns, ""};
+  Provenance prov;
+  prov.attncheck_version = attncheck_version();
+  prov.seed = original.provenance.seed;
+  prov.distribution = original.provenance.distribution;
+  prov.command = "attncheck verify --impl " + impl.name() + " --invariance " + invariance::name(failed.kind) +
+                 " --diagnose --repro: the smallest case found (" + std::to_string(r.reruns) + " trials) on which " +
+                 impl.name() + " is " + tag + ", reduced from case " + original.name + " (" + out.before + ")";
+  const std::string name = r.reduced.p.short_name() + "/repro-" + tag;
+  const Fixture f = make_fixture(name, r.reduced.p, r.reduced.in, prov, original.tolerance);
+  const std::filesystem::path path = std::filesystem::path(dir) / fixture_file_name(
+      "repro/" + impl.name() + "/" + invariance::name(failed.kind) + "/" + original.name);
+  write_fixture(path.string(), f);
+  out.path = path.string();
+  return out;
+}
+
 }  // namespace attncheck::diagnose
+

@@ -7,6 +7,7 @@
 
 #include "attncheck/fixture.hpp"
 #include "diagnosis.hpp"
+#include "invariance.hpp"
 
 namespace attncheck::diagnose {
 
@@ -15,5 +16,12 @@ namespace attncheck::diagnose {
 // when the file cannot be written.
 Repro write_repro(const Fixture& original, const Problem& judged, const Impl& impl, const Diagnosis& d,
                   const Options& o, const std::string& dir);
+
+// The same for a violated invariance check (invariance.hpp): the case reduced while that check, run as `o` asks it
+// (variants judged within `tolerance` where they are), still fails on it; `verify --fixtures DIR --invariance <kind>`
+// replays it.
+Repro write_invariance_repro(const Fixture& original, const Problem& judged, const Impl& impl,
+                             const invariance::Check& failed, const invariance::Options& o,
+                             const ToleranceModel& tolerance, const std::string& dir);
 
 }  // namespace attncheck::diagnose

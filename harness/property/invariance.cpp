@@ -1,6 +1,6 @@
-// The rerun and batch checks of invariance.hpp: bitwise comparison of runs, the other-values interloper case, and
-// the batch forms (a case's entry alone, or moved to the end of a larger batch after another sequence, its keys
-// padded to a longer neighbour's length where padding cannot change its result).
+// The checks of invariance.hpp: bitwise comparison of runs, the other-values interloper case, the batch forms (a
+// case's entry alone, or moved to the end of a larger batch after another sequence, its keys padded to a longer
+// neighbour's length where padding cannot change its result), the schedule settings and the layout forms.
 #include "invariance.hpp"
 
 #include <algorithm>
@@ -11,6 +11,9 @@
 #include <limits>
 #include <optional>
 
+#include "attncheck/declarations.hpp"
+#include "attncheck/schedule.hpp"
+
 namespace attncheck::invariance {
 
 namespace {
@@ -20,7 +23,25 @@ bool g_asked = false;
 void set_asked(bool on) { g_asked = on; }
 bool asked() { return g_asked; }
 
-const char* tag(Kind k) { return k == Kind::rerun ? "nondeterministic" : "batch-variant"; }
+const char* tag(Kind k) {
+  switch (k) {
+    case Kind::rerun: return "nondeterministic";
+    case Kind::batch: return "batch-variant";
+    case Kind::schedule: return "schedule-variant";
+    case Kind::layout: return "layout-variant";
+  }
+  return "?";
+}
+
+const char* name(Kind k) {
+  switch (k) {
+    case Kind::rerun: return "rerun";
+    case Kind::batch: return "batch";
+    case Kind::schedule: return "schedule";
+    case Kind::layout: return "layout";
+  }
+  return "?";
+}
 
 int64_t Check::elements() const {
   int64_t n = 0;
@@ -58,6 +79,22 @@ std::string element_text(const Tensor& t, int64_t off, uint64_t bits) {
   return number(t.get_offset(off)) + " (" + hex + ")";
 }
 
+// Compares element ia of a with element ib of b into d.
+void diff_element(TensorDiff& d, const Tensor& a, const std::vector<int64_t>& ia, const Tensor& b,
+                  const std::vector<int64_t>& ib) {
+  const int64_t oa = a.offset(ia.data()), ob = b.offset(ib.data());
+  ++d.elements;
+  const uint64_t xa = raw_bits(a, oa), xb = raw_bits(b, ob);
+  if (xa == xb) return;
+  const double va = a.get_offset(oa), vb = b.get_offset(ob);
+  if (std::isnan(va) && std::isnan(vb)) return;
+  ++d.moved;
+  d.bits += std::popcount(xa ^ xb);
+  if (std::isfinite(va) && std::isfinite(vb)) d.max_abs = std::max(d.max_abs, std::abs(va - vb));
+  if (d.first.empty())
+    d.first = d.tensor + shape_string(ia) + " " + element_text(a, oa, xa) + " vs " + element_text(b, ob, xb);
+}
+
 // Compares a[ba, ...] with b[bb, ...] over a's dims after the first, the last dim only below `limit`, into d.
 void diff_block(TensorDiff& d, const Tensor& a, int64_t ba, const Tensor& b, int64_t bb, int64_t limit) {
   const size_t r = a.shape.size();
@@ -70,19 +107,7 @@ void diff_block(TensorDiff& d, const Tensor& a, int64_t ba, const Tensor& b, int
   for (;;) {
     ia = i, ib = i;
     ia[0] = ba, ib[0] = bb;
-    const int64_t oa = a.offset(ia.data()), ob = b.offset(ib.data());
-    ++d.elements;
-    const uint64_t xa = raw_bits(a, oa), xb = raw_bits(b, ob);
-    if (xa != xb) {
-      const double va = a.get_offset(oa), vb = b.get_offset(ob);
-      if (!(std::isnan(va) && std::isnan(vb))) {
-        ++d.moved;
-        d.bits += std::popcount(xa ^ xb);
-        if (std::isfinite(va) && std::isfinite(vb)) d.max_abs = std::max(d.max_abs, std::abs(va - vb));
-        if (d.first.empty())
-          d.first = d.tensor + shape_string(ia) + " " + element_text(a, oa, xa) + " vs " + element_text(b, ob, xb);
-      }
-    }
+    diff_element(d, a, ia, b, ib);
     size_t k = r;
     while (k > 0 && ++i[k - 1] == ext[k - 1]) i[--k] = 0;
     if (k == 0) return;
@@ -166,6 +191,8 @@ struct Form {
   Inputs in;
   std::string what;                                  // "alone (batch of 1)", ...
   std::vector<std::pair<int64_t, int64_t>> targets;  // (entry of the case, its position here)
+  // A varlen form: the row here of each query row and key of the case (targets unused).
+  std::vector<int64_t> qmap, kmap;
 };
 
 // Mask, bias or keep-mask of the batch form: per entry when the case's has a batch dim (size B > 1; the keep-mask
@@ -196,17 +223,36 @@ Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, in
   q.key_lengths.clear();
   if (es.front().key_length >= 0)
     for (const Entry& e : es) q.key_lengths.push_back(e.key_length);
-  if (!p.causal_offsets.empty()) {
-    q.causal_offsets.clear();
-    for (const Entry& e : es) q.causal_offsets.push_back(p.causal_offsets[static_cast<size_t>(e.b)]);
+  // Per-entry fields follow their entries (a doc-id row follows its keys, so a form with doc ids is refused by
+  // validate below when its B changes).
+  auto per_entry = [&](std::vector<int64_t>& v) {
+    if (v.empty() || static_cast<int64_t>(v.size()) != p.B) return;
+    const std::vector<int64_t> all = v;
+    v.clear();
+    for (const Entry& e : es) v.push_back(all[static_cast<size_t>(e.b)]);
+  };
+  per_entry(q.causal_offsets), per_entry(q.rope_offsets), per_entry(q.prefix_lengths);
+  if (static_cast<int64_t>(p.alibi_slopes.size()) == p.B * p.Hq && p.B > 1) {  // [B, Hq] slopes
+    q.alibi_slopes.clear();
+    for (const Entry& e : es)
+      q.alibi_slopes.insert(q.alibi_slopes.end(), p.alibi_slopes.begin() + e.b * p.Hq,
+                            p.alibi_slopes.begin() + (e.b + 1) * p.Hq);
   }
   Inputs& x = f.in;
   x.q = make_qkv(q, 0), x.k = make_qkv(q, 1), x.v = make_qkv(q, 2);
   for (size_t e = 0; e < es.size(); ++e) {
     const auto n = static_cast<int64_t>(e);
     put_entry(x.q, n, es[e].in->q, es[e].b, -1, std::nullopt);
+    if (p.page_size > 0) continue;  // the page pool is shared: the entries keep their block-table rows
     put_entry(x.k, n, es[e].in->k, es[e].b, 2, std::nullopt);
     put_entry(x.v, n, es[e].in->v, es[e].b, 2, std::nullopt);
+  }
+  if (p.page_size > 0) {
+    x.k = in.k, x.v = in.v;
+    q.block_table.clear();
+    const int64_t row = p.pages_per_seq();
+    for (const Entry& e : es)
+      q.block_table.insert(q.block_table.end(), p.block_table.begin() + e.b * row, p.block_table.begin() + (e.b + 1) * row);
   }
   if (p.past_len > 0) {
     x.past_k = make_kv(q, 1, p.past_len), x.past_v = make_kv(q, 2, p.past_len);
@@ -231,6 +277,117 @@ Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, in
 bool can_pad(const Impl& impl, const Problem& p) {
   return impl.capabilities().key_padding && p.fill == MaskFill::neg_inf && p.fully_masked != FullyMasked::uniform &&
          p.scores_out == ScoresOut::none && p.past_len == 0 && p.page_size == 0 && p.Lk > 1;
+}
+
+// Element (its index) of `src` copied bit for bit into element `at` of `dst`.
+void copy_element(Tensor& dst, const int64_t* at, const Tensor& src, const int64_t* from) {
+  const size_t n = dtype_size(src.dtype);
+  std::memcpy(dst.bytes.data() + static_cast<size_t>(dst.offset(at)) * n,
+              src.bytes.data() + static_cast<size_t>(src.offset(from)) * n, n);
+}
+
+// The paged forms: the pages at other places of the pool (stored in reverse order after one unused NaN page, the
+// block table following them); for B > 1 also entry 0 alone and the entries in reverse order, on the same pool.
+std::vector<Form> paged_forms(const Problem& p, const Inputs& in) {
+  std::vector<Form> forms;
+  Form f;
+  f.p = p, f.in = in;
+  const int64_t P = p.num_pages;
+  f.p.num_pages = P + 1;
+  for (int64_t& e : f.p.block_table) e = P - e;  // page e at slot P - e; slot 0 is the unused page
+  f.in.k = make_qkv(f.p, 1), f.in.v = make_qkv(f.p, 2);
+  for (Tensor* t : {&f.in.k, &f.in.v}) {
+    const Tensor& src = t == &f.in.k ? in.k : in.v;
+    t->fill(std::numeric_limits<double>::quiet_NaN());
+    std::vector<int64_t> i(4, 0);
+    for (i[0] = 0; i[0] < P; ++i[0])
+      for (i[1] = 0; i[1] < src.shape[1]; ++i[1])
+        for (i[2] = 0; i[2] < src.shape[2]; ++i[2])
+          for (i[3] = 0; i[3] < src.shape[3]; ++i[3]) {
+            const int64_t at[4] = {P - i[0], i[1], i[2], i[3]};
+            copy_element(*t, at, src, i.data());
+          }
+  }
+  validate(f.p, f.in);
+  f.what = "with its pages elsewhere in a pool of " + std::to_string(P + 1) + " (reversed, after an unused page)";
+  for (int64_t b = 0; b < p.B; ++b) f.targets.push_back({b, b});
+  forms.push_back(std::move(f));
+  if (p.B > 1) try {
+    auto own = [&](int64_t b) { return p.key_length(b); };
+    Form a = gather(p, in, {{&in, 0, own(0)}}, p.Lk);
+    a.what = "alone (a batch of 1, the same pages)";
+    a.targets = {{0, 0}};
+    std::vector<Entry> es;
+    for (int64_t b = p.B - 1; b >= 0; --b) es.push_back({&in, b, own(b)});
+    Form r = gather(p, in, es, p.Lk);
+    r.what = "in reverse batch order (the same pages)";
+    for (int64_t b = 0; b < p.B; ++b) r.targets.push_back({b, p.B - 1 - b});
+    forms.push_back(std::move(a));
+    forms.push_back(std::move(r));
+  } catch (const std::invalid_argument& e) {
+    forms.front().what += " (other batches not built: " + std::string(e.what()) + ")";
+  }
+  return forms;
+}
+
+// A varlen form: the case's sequences `order` (-1: a filler sequence shaped like sequence 0, from `filler`) packed in
+// that order; qmap/kmap give each row and key of the case its place here.
+Form repacked(const Problem& p, const Inputs& in, const Inputs& filler, const std::vector<int64_t>& order) {
+  Form f;
+  Problem& q = f.p;
+  q = p;
+  q.cu_seqlens_q = {0}, q.cu_seqlens_k = {0};
+  for (int64_t s : order) {
+    const auto u = static_cast<size_t>(s < 0 ? 0 : s);
+    q.cu_seqlens_q.push_back(q.cu_seqlens_q.back() + p.cu_seqlens_q[u + 1] - p.cu_seqlens_q[u]);
+    q.cu_seqlens_k.push_back(q.cu_seqlens_k.back() + p.cu_seqlens_k[u + 1] - p.cu_seqlens_k[u]);
+  }
+  q.Lq = q.cu_seqlens_q.back(), q.Lk = q.cu_seqlens_k.back();
+  Inputs& x = f.in;
+  x.q = make_qkv(q, 0), x.k = make_qkv(q, 1), x.v = make_qkv(q, 2);
+  f.qmap.assign(static_cast<size_t>(p.Lq), -1), f.kmap.assign(static_cast<size_t>(p.Lk), -1);
+  // Rows [a, a + n) along dim 2 of every head of src into rows [to, to + n) of dst.
+  auto rows = [](Tensor& dst, int64_t to, const Tensor& src, int64_t a, int64_t n) {
+    for (int64_t h = 0; h < src.shape[1]; ++h)
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t d = 0; d < src.shape[3]; ++d) {
+          const int64_t at[4] = {0, h, to + r, d}, from[4] = {0, h, a + r, d};
+          copy_element(dst, at, src, from);
+        }
+  };
+  for (size_t k = 0; k < order.size(); ++k) {
+    const int64_t s = order[k] < 0 ? 0 : order[k];
+    const Inputs& src = order[k] < 0 ? filler : in;
+    const int64_t qa = p.cu_seqlens_q[static_cast<size_t>(s)], nq = p.cu_seqlens_q[static_cast<size_t>(s) + 1] - qa;
+    const int64_t ka = p.cu_seqlens_k[static_cast<size_t>(s)], nk = p.cu_seqlens_k[static_cast<size_t>(s) + 1] - ka;
+    const int64_t qt = q.cu_seqlens_q[k], kt = q.cu_seqlens_k[k];
+    rows(x.q, qt, src.q, qa, nq), rows(x.k, kt, src.k, ka, nk), rows(x.v, kt, src.v, ka, nk);
+    if (order[k] < 0) continue;
+    for (int64_t r = 0; r < nq; ++r) f.qmap[static_cast<size_t>(qa + r)] = qt + r;
+    for (int64_t r = 0; r < nk; ++r) f.kmap[static_cast<size_t>(ka + r)] = kt + r;
+  }
+  validate(q, x);
+  return f;
+}
+
+// The varlen forms: the sequences packed in reverse order, and after a filler sequence (every offset moves).
+std::vector<Form> varlen_forms(const Problem& p, const Inputs& in, const Inputs& filler) {
+  if (p.mask_shape || p.bias_shape || p.dropout_p > 0)
+    throw std::invalid_argument("the varlen forms of a case with a mask, bias or dropout are not built (their rows "
+                                "and keys would need repacking too)");
+  const int64_t S = p.sequences();
+  std::vector<int64_t> reversed, after;
+  for (int64_t s = S - 1; s >= 0; --s) reversed.push_back(s);
+  after.push_back(-1);
+  for (int64_t s = 0; s < S; ++s) after.push_back(s);
+  std::vector<Form> forms;
+  if (S > 1) {
+    forms.push_back(repacked(p, in, filler, reversed));
+    forms.back().what = "packed in reverse sequence order";
+  }
+  forms.push_back(repacked(p, in, filler, after));
+  forms.back().what = "packed after another sequence";
+  return forms;
 }
 
 // The batch forms of a case: B = 1: after a filler sequence (position 1 of 2); B > 1: entry 0 alone, and every entry
@@ -278,23 +435,153 @@ std::vector<TensorDiff> diff_targets(const Problem& p, const Outputs& first, con
   return ds;
 }
 
-Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, int& runs) {
+// One run of a variant of the case (a batch form, a schedule setting, a layout) compared with the case as given.
+struct Variant {
+  std::string what;               // "in a batch of 2 ...", "under threads=1", "in BSHD"
+  std::vector<TensorDiff> diffs;  // against the case as given
+  bool bitwise = true;            // judged bit for bit; else within tolerance
+  std::string outside;            // judged within tolerance: what is outside it ("" = within)
+  int64_t moved() const {
+    int64_t n = 0;
+    for (const auto& d : diffs) n += d.moved;
+    return n;
+  }
+  bool violated() const { return bitwise ? moved() > 0 : !outside.empty(); }
+};
+
+void accumulate(std::vector<TensorDiff>& into, const std::vector<TensorDiff>& ds) {
+  for (const TensorDiff& d : ds) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const TensorDiff& t) { return t.tensor == d.tensor; });
+    if (it == into.end()) {
+      into.push_back(d);
+      continue;
+    }
+    it->elements += d.elements, it->moved += d.moved, it->bits += d.bits;
+    it->max_abs = std::max(it->max_abs, d.max_abs);
+    if (it->first.empty()) it->first = d.first;
+  }
+}
+
+std::string joined(const std::vector<std::string>& xs) {
+  std::string s;
+  for (const auto& x : xs) s += (s.empty() ? "" : "; ") + x;
+  return s;
+}
+
+// The check of a kind from its variant runs: violated when a bitwise variant moved a bit or one judged within
+// tolerance left it. A violation reads `pre` + the violating variants + `post`; a clean check "<kind>-invariant on
+// this run: " (or, when bits moved within tolerance, "within tolerance on this run, not bitwise: ") + `subject` +
+// what held.
+Check fold(Kind k, const std::vector<Variant>& vs, const std::string& subject, const std::string& pre,
+           const std::string& post) {
+  Check c;
+  c.kind = k;
+  std::vector<std::string> bad, bitwise, tolerant;
+  std::vector<TensorDiff> tol_diffs;
+  std::string outside;
+  for (const Variant& v : vs) {
+    accumulate(c.diffs, v.diffs);
+    if (!v.bitwise) accumulate(tol_diffs, v.diffs);
+    if (v.violated()) bad.push_back(v.what);
+    if (outside.empty()) outside = v.outside;
+    (v.bitwise ? bitwise : tolerant).push_back(v.what);
+  }
+  if (!bad.empty()) {
+    c.result = Check::violated;
+    c.where = pre + joined(bad) + post;
+    const std::string first = first_moved(c.diffs);
+    c.message = std::string(tag(k)) + ": " + c.where + (outside.empty() ? "" : " (outside tolerance: " + outside + ")") +
+                ": " + summary(c.diffs) + (first.empty() ? "" : "; first " + first);
+    return c;
+  }
+  int64_t n_bit = 0, n_tol = 0, moved = 0, bits = 0;
+  for (const Variant& v : vs)
+    for (const TensorDiff& d : v.diffs) (v.bitwise ? n_bit : n_tol) += d.elements;
+  for (const TensorDiff& d : tol_diffs) moved += d.moved, bits += d.bits;
+  std::string held;
+  if (!bitwise.empty()) held = "bitwise equal " + joined(bitwise) + " (" + std::to_string(n_bit) + " elements)";
+  if (!tolerant.empty())
+    held += (held.empty() ? "" : "; ") + std::string("within tolerance ") + joined(tolerant) + " (" +
+            std::to_string(moved) + " of " + std::to_string(n_tol) + " elements moved, " + std::to_string(bits) +
+            " bits)";
+  c.message = (moved ? std::string("within tolerance on this run, not bitwise: ")
+                     : std::string(name(k)) + "-invariant on this run: ") + subject + " " + held;
+  return c;
+}
+
+// The case's outputs with the target entries taken from a batch form's run: what the case as given would have
+// produced had it been computed in that batch (for judging within tolerance).
+Outputs rebuilt(const Outputs& first, const Outputs& run, const std::vector<std::pair<int64_t, int64_t>>& targets) {
+  Outputs r = first;
+  auto put = [](std::optional<Tensor>& dst, const std::optional<Tensor>& src, int64_t e, int64_t pos) {
+    if (dst && src) put_entry(*dst, e, *src, pos, -1, std::nullopt);
+  };
+  for (const auto& [e, pos] : targets) {
+    put_entry(r.out, e, run.out, pos, -1, std::nullopt);
+    put(r.lse, run.lse, e, pos), put(r.weights, run.weights, e, pos), put(r.scores, run.scores, e, pos);
+  }
+  return r;
+}
+
+const char* kNoJudge = "not checked: judging within tolerance needs the reference, which this caller did not give";
+
+// A varlen form's rows against the case's: out and lse of every row, weights and scores on each row's own keys.
+// With `into`, copies them instead (into[row of the case] = run[row here]).
+std::vector<TensorDiff> diff_mapped(const Problem& p, const Outputs& first, const Outputs& run, const Form& f,
+                                    Outputs* into = nullptr) {
+  std::vector<TensorDiff> ds;
+  auto each = [&](const char* name, const Tensor* a, const Tensor* b, Tensor* dst, bool keyed) {
+    if (!a || !b) return;
+    TensorDiff d;
+    d.tensor = name;
+    const size_t r = a->shape.size();
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i) {
+        const Problem::RowKeys rk = p.row_keys(0, i);
+        const int64_t inner = keyed ? rk.end - rk.begin : r == 4 ? a->shape[3] : 1;
+        for (int64_t e = 0; e < inner; ++e) {
+          std::vector<int64_t> ia = {0, h, i}, ib = {0, h, f.qmap[static_cast<size_t>(i)]};
+          if (r == 4) {
+            ia.push_back(keyed ? rk.begin + e : e);
+            ib.push_back(keyed ? f.kmap[static_cast<size_t>(rk.begin + e)] : e);
+          }
+          if (dst) copy_element(*dst, ia.data(), *b, ib.data());
+          else diff_element(d, *a, ia, *b, ib);
+        }
+      }
+    ds.push_back(std::move(d));
+  };
+  auto opt = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
+  auto dst = [&](std::optional<Tensor>& t) { return into && t ? &*t : nullptr; };
+  each("out", &first.out, &run.out, into ? &into->out : nullptr, false);
+  each("lse", opt(first.lse), opt(run.lse), into ? dst(into->lse) : nullptr, false);
+  each("weights", opt(first.weights), opt(run.weights), into ? dst(into->weights) : nullptr, true);
+  each("scores", opt(first.scores), opt(run.scores), into ? dst(into->scores) : nullptr, true);
+  return ds;
+}
+
+Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, const Options& o,
+                  int& runs) {
   Check c;
   c.kind = Kind::batch;
-  if (!p.cu_seqlens_q.empty() || p.page_size > 0 || p.kv_quantized()) {
+  if (p.kv_quantized()) {
     c.result = Check::unsupported;
-    c.message = std::string("not checked: the batch forms of a ") +
-                (p.page_size > 0 ? "paged" : p.kv_quantized() ? "quantized-KV-cache" : "varlen") +
-                " problem are not built yet (padded batches only)";
+    c.message = "not checked: the batch forms of a quantized-KV-cache problem are not built yet";
+    return c;
+  }
+  const bool bitwise = o.level != Level::tolerance;
+  if (!bitwise && !o.within_tolerance) {
+    c.result = Check::unsupported, c.message = kNoJudge;
     return c;
   }
   const Inputs filler = other_values(in);
   std::vector<Form> forms;
   std::string why;
+  const bool packed = !p.cu_seqlens_q.empty(), paged = p.page_size > 0;
   for (bool pad : {true, false}) {
-    if (pad && !can_pad(impl, p)) continue;
+    if (pad && (packed || paged || !can_pad(impl, p))) continue;
     try {
-      forms = batch_forms(p, in, filler, pad);
+      forms = packed ? varlen_forms(p, in, filler) : paged ? paged_forms(p, in) : batch_forms(p, in, filler, pad);
     } catch (const std::invalid_argument& e) {
       why = e.what();
       continue;
@@ -310,40 +597,157 @@ Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Ou
     c.message = "not checked: no batch form of this case is supported (" + why + ")";
     return c;
   }
-  std::vector<std::string> differing;
-  std::string forms_text;
+  std::vector<Variant> vs;
+  int spent = 0;
   for (const Form& f : forms) {
-    Outputs o;
-    const Support s = run_impl(impl, f.p, f.in, o);
-    ++runs, ++c.runs;
+    Outputs x;
+    const Support s = run_impl(impl, f.p, f.in, x);
+    ++runs, ++spent;
     if (!s.ok) {
       c.result = Check::unsupported;
       c.message = "not checked: batch form " + f.what + " unsupported: " + s.reason;
+      c.runs = spent;
       return c;
     }
-    forms_text += (forms_text.empty() ? "" : "; ") + f.what;
-    std::vector<TensorDiff> d = diff_targets(p, first, o, f.targets);
-    if (c.diffs.empty()) c.diffs = std::vector<TensorDiff>(d.size());
-    int64_t moved = 0;
-    for (size_t k = 0; k < d.size(); ++k) {
-      TensorDiff& t = c.diffs[k];
-      t.tensor = d[k].tensor;
-      t.elements += d[k].elements, t.moved += d[k].moved, t.bits += d[k].bits;
-      t.max_abs = std::max(t.max_abs, d[k].max_abs);
-      if (t.first.empty()) t.first = d[k].first;
-      moved += d[k].moved;
+    Variant v{f.what, packed ? diff_mapped(p, first, x, f) : diff_targets(p, first, x, f.targets), bitwise, ""};
+    if (!bitwise) {
+      Outputs back = first;
+      if (packed) (void)diff_mapped(p, first, x, f, &back);
+      v.outside = o.within_tolerance(packed ? back : rebuilt(first, x, f.targets));
     }
-    if (moved) differing.push_back(f.what), c.result = Check::violated;
+    vs.push_back(std::move(v));
   }
-  if (c.result == Check::violated) {
-    std::string where;
-    for (const auto& w : differing) where += (where.empty() ? "" : "; ") + w;
-    c.where = "the case's rows computed " + where + " differ from the case as given (B=" + std::to_string(p.B) + ")";
-    c.message = std::string(tag(c.kind)) + ": " + c.where + ": " + summary(c.diffs) + "; first " + first_moved(c.diffs);
-  } else {
-    c.message = "batch-invariant on this run: every entry's rows bitwise equal " + forms_text + " (" +
-                std::to_string(c.elements()) + " elements)";
+  c = fold(Kind::batch, vs, packed ? "every sequence's rows" : "every entry's rows", "the case's rows computed ",
+           " differ from the case as given (B=" + std::to_string(p.B) + ")");
+  c.runs = spent;
+  return c;
+}
+
+// Bit for bit the same values in a tensor whose storage follows `order` (storage_order's convention).
+Tensor restrided(const Tensor& t, const std::vector<int>& order) {
+  Tensor r(t.dtype, t.shape, order);
+  const size_t n = dtype_size(t.dtype), rank = t.shape.size();
+  if (t.numel() == 0) return r;
+  std::vector<int64_t> i(rank, 0);
+  for (;;) {
+    std::memcpy(r.bytes.data() + static_cast<size_t>(r.offset(i.data())) * n,
+                t.bytes.data() + static_cast<size_t>(t.offset(i.data())) * n, n);
+    size_t k = rank;
+    while (k > 0 && ++i[k - 1] == t.shape[k - 1]) i[--k] = 0;
+    if (k == 0) return r;
   }
+}
+
+Inputs restrided(const Inputs& in, const std::vector<int>& order) {
+  Inputs x = in;
+  x.q = restrided(in.q, order), x.k = restrided(in.k, order), x.v = restrided(in.v, order);
+  if (in.past_k) x.past_k = restrided(*in.past_k, order), x.past_v = restrided(*in.past_v, order);
+  return x;
+}
+
+// A variant run of the case (same problem, or the same data in another layout): its diffs against the first run
+// and, judged within tolerance, the verdict. Returns nullopt (with the reason) when the implementation declines it.
+std::optional<Variant> variant_run(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first,
+                                   const Options& o, bool bitwise, const std::string& what, int& runs,
+                                   std::string& why) {
+  Outputs x;
+  const Support s = run_impl(impl, p, in, x);
+  ++runs;
+  if (!s.ok) {
+    why = what + ": " + s.reason;
+    return std::nullopt;
+  }
+  Variant v{what, diff_outputs(first, x), bitwise, ""};
+  if (!bitwise) v.outside = o.within_tolerance(x);
+  return v;
+}
+
+// Other settings of each schedule knob the implementation declares: threads 1 and 3, num_splits 1 and 3, the
+// work units in reverse order. Bitwise for the knobs it declares bitwise (or at the bitwise level).
+Check schedule_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, const Options& o,
+                     int& runs) {
+  const Declarations d = impl.declarations();
+  Check c;
+  c.kind = Kind::schedule;
+  if (!d.schedule_knobs) {
+    c.result = Check::unsupported;
+    c.message = "not checked: " + impl.name() + " exposes no schedule knob (it declares none of threads, num_splits, "
+                "block_order)";
+    return c;
+  }
+  std::vector<Variant> vs;
+  int spent = 0;
+  for (ScheduleKnob k : {knob_threads, knob_num_splits, knob_block_order}) {
+    if (!(d.schedule_knobs & k)) continue;
+    const bool bitwise = o.level == Level::bitwise || (o.level == Level::declared && (d.schedule_bitwise & k));
+    if (!bitwise && !o.within_tolerance) {
+      c.result = Check::unsupported, c.message = kNoJudge;
+      return c;
+    }
+    std::vector<Schedule> settings;
+    if (k == knob_threads) settings = {Schedule{1, 0, false}, Schedule{3, 0, false}};
+    if (k == knob_num_splits) settings = {Schedule{0, 1, false}, Schedule{0, 3, false}};
+    if (k == knob_block_order) settings = {Schedule{0, 0, true}};
+    for (const Schedule& s : settings) {
+      const ScheduleScope scope(s);
+      std::string why;
+      auto v = variant_run(impl, p, in, first, o, bitwise, "under " + s.describe(), spent, why);
+      if (!v) {
+        c.result = Check::unsupported, c.runs = spent, c.message = "not checked: the run " + why;
+        runs += spent;
+        return c;
+      }
+      vs.push_back(std::move(*v));
+    }
+  }
+  runs += spent;
+  c = fold(Kind::schedule, vs, "the case", "the case run ",
+           " differs from its run under its own schedule");
+  c.runs = spent;
+  if (const unsigned missing = kAllKnobs & ~d.schedule_knobs)
+    c.message += " (not exposed, so not checked: " + knob_list(missing) + ")";
+  return c;
+}
+
+// The same data in the other layout (BHSD <-> BSHD: q, k, v, the past and out) and with sequence-major strides
+// (storage [L, B, H, D], the head dim still innermost, the layout as given: Megatron's sbhd).
+Check layout_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, const Options& o,
+                   int& runs) {
+  const Declarations d = impl.declarations();
+  Check c;
+  c.kind = Kind::layout;
+  const bool bitwise = o.level == Level::bitwise || (o.level == Level::declared && d.layout_invariant);
+  if (!bitwise && !o.within_tolerance) {
+    c.result = Check::unsupported, c.message = kNoJudge;
+    return c;
+  }
+  Problem other = p;
+  other.layout = p.layout == Layout::BHSD ? Layout::BSHD : Layout::BHSD;
+  const std::vector<std::pair<std::string, std::pair<const Problem*, std::vector<int>>>> forms = {
+      {std::string("in ") + to_string(other.layout), {&other, storage_order(other.layout)}},
+      {"with sequence-major strides (storage [L,B,H,D])", {&p, {2, 0, 1, 3}}}};
+  std::vector<Variant> vs;
+  std::vector<std::string> skipped;
+  int spent = 0;
+  for (const auto& [what, form] : forms) {
+    if (const Support s = impl.supports(*form.first); !s.ok) {
+      skipped.push_back(what + ": " + s.reason);
+      continue;
+    }
+    std::string why;
+    auto v = variant_run(impl, *form.first, restrided(in, form.second), first, o, bitwise, what, spent, why);
+    if (v) vs.push_back(std::move(*v));
+    else skipped.push_back(why);
+  }
+  runs += spent;
+  if (vs.empty()) {
+    c.result = Check::unsupported, c.runs = spent, c.message = "not checked: " + joined(skipped);
+    return c;
+  }
+  c = fold(Kind::layout, vs, "the case", "the case run ",
+           std::string(" differs from the case as given (") + to_string(p.layout) + ")");
+  c.runs = spent;
+  if (!skipped.empty()) c.message += " (unsupported, so not checked: " + joined(skipped) + ")";
   return c;
 }
 
@@ -415,7 +819,7 @@ std::vector<Check> check_forward(const Impl& impl, const Problem& p, const Input
   if (o.rerun) r.record(2, again());
   int batch_runs = 0;
   std::optional<Check> batch;
-  if (o.batch) batch = batch_check(impl, p, in, first, batch_runs);
+  if (o.batch) batch = batch_check(impl, p, in, first, o, batch_runs);
   for (int k = 3; o.rerun && k <= o.runs; ++k) {
     if (k > 3 || batch_runs == 0) {
       Outputs x;
@@ -426,13 +830,17 @@ std::vector<Check> check_forward(const Impl& impl, const Problem& p, const Input
   }
   std::vector<Check> out;
   if (o.rerun) out.push_back(r.done(o.runs));
-  if (batch) {
-    if (o.rerun && out.front().result == Check::violated && batch->result == Check::violated) {
-      batch->result = Check::unsupported;
-      batch->message = "not judged: the reruns differ (nondeterministic), so a batch difference may be run-to-run";
-    }
-    out.push_back(*batch);
-  }
+  int spent = 0;
+  if (batch) out.push_back(*batch);
+  if (o.schedule) out.push_back(schedule_check(impl, p, in, first, o, spent));
+  if (o.layout) out.push_back(layout_check(impl, p, in, first, o, spent));
+  if (o.rerun && out.front().result == Check::violated)
+    for (size_t k = 1; k < out.size(); ++k)
+      if (out[k].result == Check::violated) {
+        out[k].result = Check::unsupported;
+        out[k].message = std::string("not judged: the reruns differ (nondeterministic), so a ") + name(out[k].kind) +
+                         " difference may be run-to-run";
+      }
   return out;
 }
 

@@ -1,12 +1,15 @@
 // Invariance of an implementation under test (docs/invariance.md): the same case run again gives the same bits
 // (rerun: forward out, lse, weights, scores; backward dq, dk, dv, dbias), also after another case ran in between;
-// and a batch entry gives the same bits whatever batch it is computed in (batch: alone, or at another position of
-// a larger batch of other sequences, padded to a longer neighbour where the problem allows). A clean check is
-// evidence on this run, not a promise. verify --invariance and the property group (properties_invariance.cpp)
+// a batch entry gives the same bits whatever batch it is computed in (batch: alone, or at another position of
+// a larger batch of other sequences, padded to a longer neighbour where the problem allows); the case run under
+// other settings of the schedule knobs the implementation exposes (schedule: threads, num_splits, block order) and
+// with its inputs in another layout or strides (layout) agrees bit for bit where declared, else within tolerance.
+// A clean check is evidence on this run, not a promise. verify --invariance and the property group (properties_invariance.cpp)
 // share this code, for built-ins, plugins and workers alike (it only calls run_impl).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,9 +28,16 @@ struct TensorDiff {
   std::string first;     // the first moved element: "out[0,1,3,5] 0.1234 (0x3dfcb924) vs 0.1235 (0x3dfcb925)"
 };
 
-enum class Kind { rerun, batch };
-// "nondeterministic" (rerun) or "batch-variant" (batch): the diagnosis tags of a violation.
+enum class Kind { rerun, batch, schedule, layout };
+// "nondeterministic", "batch-variant", "schedule-variant", "layout-variant": the diagnosis tags of a violation.
 const char* tag(Kind k);
+const char* name(Kind k);  // "rerun", "batch", "schedule", "layout"
+
+// How the batch, schedule and layout checks compare a variant run with the case as given: as the implementation
+// declares (batch: bitwise; schedule: bitwise for the knobs in schedule_bitwise, else within tolerance; layout:
+// bitwise when layout_invariant, else within tolerance), or bitwise, or within tolerance for all of them (the
+// report still counts the elements and bits that moved). rerun is always bitwise.
+enum class Level { declared, bitwise, tolerance };
 
 struct Check {
   Kind kind = Kind::rerun;
@@ -44,13 +54,19 @@ struct Options {
   int runs = 3;          // rerun: K runs of the case in all (the caller's first run included), K >= 2
   bool rerun = true;
   bool batch = true;
+  bool schedule = false;
+  bool layout = false;
+  Level level = Level::declared;
+  // Whether outputs of the case as given agree with the reference within tolerance: "" when they do, else what
+  // fails first. The tolerance level needs it; without it such a comparison is reported unsupported.
+  std::function<std::string(const Outputs&)> within_tolerance;
 };
 
 // The checks of one forward case. `first` holds impl's outputs for (p, in) from a run the caller already made (the
 // judged one). Order of runs: run 2 right after the first; then the batch runs (other problems); then runs 3..K,
 // each after another case ran (the batch runs, else the same problem with other input values). Returns one Check per
-// kind asked, rerun first. When reruns differ, the batch check is not judged (it cannot tell its differences from
-// run-to-run ones) and says so. Exceptions of the implementation propagate (the caller reports them as its outcome).
+// kind asked, in the order rerun, batch, schedule, layout (the schedule and layout runs come last). When reruns
+// differ, a bitwise difference of the other checks is not judged (it cannot be told from a run-to-run one). Exceptions of the implementation propagate (the caller reports them as its outcome).
 std::vector<Check> check_forward(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first,
                                  const Options& o);
 

@@ -128,10 +128,13 @@ class DenseImpl final : public Impl {
     return cpu_capabilities("fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; materialises 96 x Lk score rows per thread");
   }
   // Tasks are (batch, head) pairs computed alike whatever thread takes them, each reading its own entry's keys:
-  // the same bits for any thread count, run after run and in any batch (tests/invariance/test_invariance.cpp).
+  // the same bits for any thread count, run after run, in any batch and in any layout or strides (rows are loaded
+  // into contiguous buffers first; tests/invariance/test_invariance.cpp).
   Declarations declarations() const override {
     Declarations d = p_exact_declarations(capabilities());
     d.deterministic = d.batch_invariant = true;
+    d.schedule_knobs = d.schedule_bitwise = knob_threads;
+    d.layout_invariant = true;
     return d;
   }
   Support supports_merge(const MergeProblem& p) const override { return merge_supported(p); }

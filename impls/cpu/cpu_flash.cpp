@@ -444,12 +444,15 @@ class FlashImpl final : public Impl {
   Capabilities capabilities() const override {
     return cpu_capabilities("fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; weights by a second pass");
   }
-  // The same bits for any thread count and run after run (splits and tiles follow the problem, not the threads).
-  // Not batch-invariant: a row's bits depend on the allocated key length, so a sequence padded to a longer
+  // The same bits for any thread count and run after run (splits and tiles follow the problem, not the threads),
+  // and in any layout or strides (rows are loaded into packed panels first). Its key split and block order are
+  // constants of the problem's shape, not knobs. Not batch-invariant: a row's bits depend on the allocated key length, so a sequence padded to a longer
   // neighbour differs from itself alone (docs/invariance.md; tests/invariance/test_invariance.cpp).
   Declarations declarations() const override {
     Declarations d = p_exact_declarations(capabilities());
     d.deterministic = true;
+    d.schedule_knobs = d.schedule_bitwise = knob_threads;
+    d.layout_invariant = true;
     return d;
   }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {

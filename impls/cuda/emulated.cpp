@@ -5,7 +5,9 @@
 #include <cstring>
 #include <memory>
 
+#include "attncheck/declarations.hpp"
 #include "attncheck/run_failure.hpp"
+#include "attncheck/schedule.hpp"
 #include "host_plan_backward.hpp"
 
 namespace attncheck::cuda {
@@ -113,8 +115,17 @@ class EmulatedImpl final : public Impl {
     return c;
   }
   Support supports(const Problem& p) const override { return kernel_supports(p); }
+  // The thread order is also a schedule knob (block_order, bitwise): the schedule check (verify --invariance
+  // schedule) runs the reversed order alone and compares it with a default run through the generic check.
+  Declarations declarations() const override {
+    Declarations d = Impl::declarations();
+    d.schedule_knobs = d.schedule_bitwise = knob_block_order;
+    return d;
+  }
+  // Both orders compared (a race throws), or under a schedule asking the reversed order that order alone.
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
-    run_emulated_both_orders(p, in, out, default_version(p));
+    if (current_schedule().reversed) run_emulated(p, in, out, default_version(p), emu::Order::reversed);
+    else run_emulated_both_orders(p, in, out, default_version(p));
   }
   Support supports_backward(const Problem& p) const override { return backward_supports(p); }
   void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,

@@ -218,9 +218,11 @@ class WorkerImpl final : public Impl {
                          {"shape", t.shape}, {"strides", strides}};
     }
     const int64_t id = ++next_id_;
-    const json reply = call({{"type", type}, {"id", id}, {"problem", problem},
-                             {"shm", shm_path_}, {"shm_size", shm_size_}, {"tensors", tensors}},
-                            type, id, case_name, timeout);
+    json request = {{"type", type}, {"id", id}, {"problem", problem},
+                    {"shm", shm_path_}, {"shm_size", shm_size_}, {"tensors", tensors}};
+    if (const Schedule& s = current_schedule(); !s.is_default())  // a schedule check: only knobs the worker declared
+      request["schedule"] = {{"threads", s.threads}, {"num_splits", s.num_splits}, {"reversed", s.reversed}};
+    const json reply = call(request, type, id, case_name, timeout);
     const std::string where = o_.label + ": reply to " + type + " " + std::to_string(id);
     const std::string status = worker::str_field(reply, where, "status");
     check_memory(slots, case_name);

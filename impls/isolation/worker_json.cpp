@@ -250,6 +250,12 @@ json declarations_to_json(const Declarations& d) {
             {"backward", d.backward}};
   if (d.fully_masked_policy) j["fully_masked_policy"] = to_string(*d.fully_masked_policy);
   j["masked_inputs"] = to_string(d.masked_inputs);
+  for (const auto& [key, mask] : {std::pair{"schedule_knobs", d.schedule_knobs}, {"schedule_bitwise", d.schedule_bitwise}}) {
+    j[key] = json::array();
+    for (ScheduleKnob k : {knob_threads, knob_num_splits, knob_block_order})
+      if (mask & k) j[key].push_back(knob_name(k));
+  }
+  j["layout_invariant"] = d.layout_invariant;
   j["contract"] = json::object();
   for (const auto& [t, c] : d.contracts) j["contract"][dtype_name(t)] = c.to_string();
   return j;
@@ -264,6 +270,26 @@ Declarations declarations_from_json(const json& j, const std::string& where, Dec
   if (j.contains("batch_invariant")) d.batch_invariant = bool_field(j, w, "batch_invariant");
   if (j.contains("masked_inputs")) d.masked_inputs = parse_enum(j, w, "masked_inputs", masked_inputs_from_string);
   if (j.contains("backward")) d.backward = bool_field(j, w, "backward");
+  if (j.contains("layout_invariant")) d.layout_invariant = bool_field(j, w, "layout_invariant");
+  for (const char* key : {"schedule_knobs", "schedule_bitwise"}) {
+    if (!j.contains(key)) continue;
+    const json& a = j[key];
+    const char* expected = "an array of \"threads\", \"num_splits\", \"block_order\"";
+    if (!a.is_array()) bad(w, key, expected, a);
+    unsigned mask = 0;
+    for (const auto& x : a) {
+      if (!x.is_string()) bad(w, key, expected, a);
+      try {
+        mask |= knob_from_string(x.get<std::string>());
+      } catch (const std::invalid_argument&) {
+        bad(w, key, expected, a);
+      }
+    }
+    (std::string(key) == "schedule_knobs" ? d.schedule_knobs : d.schedule_bitwise) = mask;
+  }
+  if (d.schedule_bitwise & ~d.schedule_knobs)
+    throw ProtocolError(w + ": field 'schedule_bitwise': " + knob_list(d.schedule_bitwise) +
+                        " must be among schedule_knobs (" + knob_list(d.schedule_knobs) + ")");
   if (j.contains("outputs")) {
     const json& o = j["outputs"];
     if (!o.is_array()) bad(w, "outputs", "an array of \"out\", \"lse\", \"weights\"", o);

@@ -333,6 +333,15 @@ int serve(Backend& backend) {
         std::string err;
         try {
           const json& tensors = field(req, type, "tensors");
+          Schedule sched;  // the run's schedule (a schedule check), else the implementation's own choice
+          if (req.contains("schedule")) {
+            const json& s = req["schedule"];
+            if (!s.is_object()) throw ProtocolError(type + ": field 'schedule': expected an object, got " + s.dump());
+            sched.threads = static_cast<int>(int_field(s, type + ": schedule", "threads"));
+            sched.num_splits = static_cast<int>(int_field(s, type + ": schedule", "num_splits"));
+            sched.reversed = bool_field(s, type + ": schedule", "reversed");
+          }
+          const ScheduleScope scope(sched);
           err = backward ? backend.run_backward(p, tensors, shm.base, shm.size)
                          : backend.run(p, tensors, shm.base, shm.size);
         } catch (const ProtocolError&) {

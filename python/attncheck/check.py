@@ -24,8 +24,8 @@ def check(fn, cases=40, seed=20261122, features=None, dtypes=None, properties=No
     "gqa", "bool_mask", ..., "f32", "f16", ...); other declarations (policy, name, ...) as in worker.hello().
     The shrunk failure is written under `regressions` (default $ATTNCHECK_REGRESSIONS, which the pytest plugin
     sets, else ./attncheck-regressions) and named in the error.
-    invariance=True checks rerun and batch invariance whatever fn declares (deterministic, batch_invariant are
-    checked when declared anyway; docs/invariance.md).
+    invariance=True checks rerun, batch and layout invariance whatever fn declares (deterministic,
+    batch_invariant, layout_invariant and schedule_knobs are checked when declared anyway; docs/invariance.md).
     Returns the CLI's summary text when every property holds.
     """
     if features is not None:

@@ -1,6 +1,7 @@
 # Modules in Python (docs/module.md): import_module writes a module fixture from x, the weights and flags
-# (`attncheck import --module`), compare_module judges y (and weights) against one (`attncheck compare-module`),
-# and check_module does both for a PyTorch nn.MultiheadAttention, reading its weights and running its forward.
+# (`attncheck import --module`; with dy, the reference gradients too), compare_module judges y (and weights, and
+# gradients) against one (`attncheck compare-module`), and check_module does both for a PyTorch
+# nn.MultiheadAttention, reading its weights and running its forward (and, with grad=True, its backward).
 import os
 import tempfile
 
@@ -25,7 +26,8 @@ class ModuleResult:
 def import_module(arrays, out, heads, kv_heads=None, *, packing=None, causal=None, scale=None, dtype=None,
                   need_weights=False, average_weights=False, name=None):
     """Writes the module fixture `out` from a dict of numpy arrays (x [, x2], wq/wk/wv or wqkv, biases, wo [, bo],
-    key_padding_mask (True = ignore) or mask (1 = attend)); weights are [out, in] as nn.Linear stores them."""
+    key_padding_mask (True = ignore) or mask (1 = attend), dy [B, Lq, d_out] for gradients); weights are [out, in]
+    as nn.Linear stores them."""
     with tempfile.TemporaryDirectory() as tmp:
         npz = os.path.join(tmp, "module.npz")
         np.savez(npz, **{k: np.asarray(v) for k, v in arrays.items() if v is not None})
@@ -42,13 +44,16 @@ def import_module(arrays, out, heads, kv_heads=None, *, packing=None, causal=Non
     return os.fspath(out)
 
 
-def compare_module(fixture, y, weights=None):
-    """The verdict of `attncheck compare-module` on y [B, Lq, d_out] (and weights) for a module fixture."""
+def compare_module(fixture, y, weights=None, grads=None):
+    """The verdict of `attncheck compare-module` on y [B, Lq, d_out] (and weights) for a module fixture; grads
+    (a dict "dx", "dwqkv", "dwo", ... shaped like the inputs) are judged too when the fixture has dy."""
     with tempfile.TemporaryDirectory() as tmp:
         cand = os.path.join(tmp, "candidate.npz")
         arrays = {"y": np.asarray(y)}
         if weights is not None:
             arrays["weights"] = np.asarray(weights)
+        for k, v in (grads or {}).items():
+            arrays[k] = np.asarray(v)
         np.savez(cand, **arrays)
         r = _cli.run(["compare-module", "--expected", os.fspath(fixture), "--actual", cand])
     return ModuleResult(r.returncode, (r.stdout + r.stderr).strip())
@@ -82,26 +87,63 @@ def mha_arrays(module):
     return a
 
 
+def mha_grads(module, x, x2, batch_first):
+    """The gradients an nn.MultiheadAttention's backward left in its parameters and in x (x2), named like
+    import_module's arrays with a leading d and in the fixture's [B, L, E] layout."""
+    t = (lambda v: v) if batch_first else (lambda v: v.transpose(0, 1))
+    g = {"dx": _np(t(x.grad))}
+    if x2 is not None:
+        g["dx2"] = _np(t(x2.grad))
+    if module._qkv_same_embed_dim:
+        g["dwqkv"] = _np(module.in_proj_weight.grad)
+        if module.in_proj_bias is not None:
+            g["dbqkv"] = _np(module.in_proj_bias.grad)
+    else:
+        for n, w in (("dwq", module.q_proj_weight), ("dwk", module.k_proj_weight), ("dwv", module.v_proj_weight)):
+            g[n] = _np(w.grad)
+        if module.in_proj_bias is not None:
+            E = module.embed_dim
+            for i, n in enumerate(("dbq", "dbk", "dbv")):
+                g[n] = _np(module.in_proj_bias.grad[i * E:(i + 1) * E])
+    g["dwo"] = _np(module.out_proj.weight.grad)
+    if module.out_proj.bias is not None:
+        g["dbo"] = _np(module.out_proj.bias.grad)
+    return g
+
+
 def check_module(module, x, x2=None, *, key_padding_mask=None, causal=False, need_weights=True,
-                 average_attn_weights=True, fixture=None):
+                 average_attn_weights=True, fixture=None, grad=False, seed=0):
     """Checks a PyTorch nn.MultiheadAttention end to end: its weights and x (x2 for cross attention) become a
     module fixture, its forward (eval mode: dropout must be off) is judged against the fp64 reference with the
-    module tolerance. causal=True passes a top-left causal attn_mask. Raises AssertionError on a failure (with the
-    diagnosis); returns the ModuleResult. x, x2 follow the module's batch_first."""
+    module tolerance. causal=True passes a top-left causal attn_mask. grad=True also runs its backward for an
+    upstream gradient dy ~ N(0, 1) (from `seed`) and judges dx (dx2) and every parameter's gradient with the
+    module gradient bound. Raises AssertionError on a failure (with the diagnosis); returns the ModuleResult. x, x2
+    follow the module's batch_first."""
     import torch
     if module.training and module.dropout > 0:
         raise ValueError("check_module: call module.eval() first (its dropout mask cannot be reproduced)")
+    if grad:  # leaves of their own, so their .grad is this call's
+        x = x.detach().clone().requires_grad_(True)
+        x2 = None if x2 is None else x2.detach().clone().requires_grad_(True)
+        module.zero_grad(set_to_none=True)
     kv = x if x2 is None else x2
     bx, bkv = (t if module.batch_first else t.transpose(0, 1) for t in (x, kv))  # [B, L, E]
     Lq, Lk = bx.shape[1], bkv.shape[1]
     attn_mask = torch.triu(torch.ones(Lq, Lk, dtype=torch.bool), 1) if causal else None
-    with torch.no_grad():
+    with torch.enable_grad() if grad else torch.no_grad():
         y, w = module(x, kv, kv, key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
                       average_attn_weights=average_attn_weights)
     by = y if module.batch_first else y.transpose(0, 1)
-    arrays = dict(mha_arrays(module), x=_np(bx))
+    grads, dy = None, None
+    if grad:
+        dy = torch.randn(by.shape, generator=torch.Generator().manual_seed(seed)).to(y.dtype)  # [B, Lq, E]
+        y.backward(dy if module.batch_first else dy.transpose(0, 1))
+        grads = mha_grads(module, x, x2, module.batch_first)
+    arrays = dict(mha_arrays(module), x=_np(bx.detach()))
     if x2 is not None:
-        arrays["x2"] = _np(bkv)
+        arrays["x2"] = _np(bkv.detach())
+    if dy is not None:
+        arrays["dy"] = _np(dy)
     if key_padding_mask is not None:
         arrays["key_padding_mask"] = key_padding_mask.cpu().numpy().astype(np.uint8)
     dtype = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}[x.dtype]
@@ -112,7 +154,7 @@ def check_module(module, x, x2=None, *, key_padding_mask=None, causal=False, nee
                       average_weights=need_weights and average_attn_weights)
         # y in float32 (judged as delivered: finer than the module dtype is fine); weights in the dtype delivered,
         # since the bound adds their rounding to it (bf16 as uint16 bits)
-        r = compare_module(path, by.float().cpu().numpy(), None if w is None else _np(w))
+        r = compare_module(path, by.detach().float().cpu().numpy(), None if w is None else _np(w), grads)
     if not r:
         raise AssertionError("check_module: %s fails the module reference:\n%s" % (type(module).__name__, r.text))
     return r

@@ -24,7 +24,7 @@ def hello(declarations, asks_supports=False, protocol=1):
             "max_head_dim": d.get("max_head_dim", 0), "head_dim_multiple": d.get("head_dim_multiple", 1)}
     decl = {"fully_masked_policy": policy, "deterministic": bool(d.get("deterministic", False)),
             "batch_invariant": bool(d.get("batch_invariant", False)), "backward": bool(d.get("backward", False))}
-    for key in ("outputs", "contract", "masked_inputs"):
+    for key in ("outputs", "contract", "masked_inputs", "schedule_knobs", "schedule_bitwise", "layout_invariant"):
         if key in d:
             decl[key] = d[key]
     available = d.get("available", True)
@@ -61,6 +61,8 @@ def run_case(fn, buf, req):
     """Calls fn for one run request and writes its outputs into the shared memory."""
     p, ts = req["problem"], req["tensors"]
     args = _inputs(buf, ts, ("q", "k", "v", "mask", "bias", "keep"))
+    if "schedule" in req:  # a schedule check, sent only to a kernel that declares schedule_knobs
+        args["schedule"] = req["schedule"]
     res = fn(args.pop("q"), args.pop("k"), args.pop("v"), problem=p, **args)
     if not isinstance(res, dict):
         res = dict(zip(("out", "lse", "weights"), res if isinstance(res, tuple) else (res,)))
@@ -156,6 +158,8 @@ def serve(fn, declarations=None, supports=None, backward=None):
     fn(q, k, v, *, problem, mask=None, bias=None, keep=None) gets numpy arrays in logical order
     (q [B,Hq,Lq,Dqk], k/v [B,Hkv,Lk,D]; bf16 widened to float32) and the problem dict of the protocol, and returns
     out [B,Hq,Lq,Dv] or a dict {"out", "lse", "weights"} (lse/weights when problem["want_lse"/"want_weights"]).
+    A kernel that declares schedule_knobs also gets schedule={"threads", "num_splits", "reversed"} (0 = its own
+    choice) on the runs of a schedule check (docs/invariance.md#schedule).
 
     backward(q, k, v, *, problem, out, lse, dout, mask=None, bias=None, keep=None), when given, returns the
     gradients of sum(dout * out) as a dict {"dq", "dk", "dv"} (and "dbias" for a problem with a bias), each in

@@ -89,7 +89,8 @@ Attended dequantize_kv(const Problem& p, const Inputs& in, DType to) {
   a.p.kv_scale_dtype = d.kv_scale_dtype, a.p.dtype = to;
   a.in.k_scale.reset(), a.in.v_scale.reset();
   a.in.q = make_qkv(a.p, 0);
-  for (int64_t n = 0; n < in.q.numel(); ++n) a.in.q.set_offset(n, in.q.get_offset(n));  // same layout: exact widening
+  a.in.q.strides = in.q.strides;  // q's own strides (any permutation, not only the layout's): exact widening in place
+  for (int64_t n = 0; n < in.q.numel(); ++n) a.in.q.set_offset(n, in.q.get_offset(n));
   for (int which : {1, 2}) {
     const Tensor& codes = which == 1 ? in.k : in.v;
     const Tensor& s = which == 1 ? *in.k_scale : *in.v_scale;

@@ -1,5 +1,7 @@
-// default_threads and run_on_threads (threads.hpp).
+// default_threads and run_on_threads (threads.hpp); the schedule of a run (schedule.hpp), which sets the threads.
 #include "attncheck/threads.hpp"
+
+#include "attncheck/schedule.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -17,7 +19,51 @@ namespace attncheck {
 
 int max_threads() { return 4096; }
 
+namespace {
+thread_local Schedule g_schedule;
+}  // namespace
+
+const Schedule& current_schedule() { return g_schedule; }
+ScheduleScope::ScheduleScope(const Schedule& s) : saved_(g_schedule) { g_schedule = s; }
+ScheduleScope::~ScheduleScope() { g_schedule = saved_; }
+
+const char* knob_name(ScheduleKnob k) {
+  switch (k) {
+    case knob_threads: return "threads";
+    case knob_num_splits: return "num_splits";
+    case knob_block_order: return "block_order";
+  }
+  return "?";
+}
+
+ScheduleKnob knob_from_string(const std::string& s) {
+  for (ScheduleKnob k : {knob_threads, knob_num_splits, knob_block_order})
+    if (s == knob_name(k)) return k;
+  throw std::invalid_argument("schedule knob '" + s + "' (expected threads, num_splits or block_order)");
+}
+
+std::string knob_list(unsigned knobs) {
+  std::string s;
+  for (ScheduleKnob k : {knob_threads, knob_num_splits, knob_block_order})
+    if (knobs & k) s += (s.empty() ? "" : ", ") + std::string(knob_name(k));
+  return s.empty() ? "none" : s;
+}
+
+std::string Schedule::describe() const {
+  std::vector<std::string> parts;
+  if (threads) parts.push_back("threads=" + std::to_string(threads));
+  if (num_splits) parts.push_back("num_splits=" + std::to_string(num_splits));
+  if (reversed) parts.emplace_back("block_order=reversed");
+  std::string s;
+  for (const std::string& x : parts) {
+    if (!s.empty()) s += ',';
+    s += x;
+  }
+  return s.empty() ? "default" : s;
+}
+
 int default_threads() {
+  if (current_schedule().threads > 0) return current_schedule().threads;  // a schedule check's setting
   if (const char* e = std::getenv("ATTNCHECK_THREADS")) {
     char* end = nullptr;
     errno = 0;

@@ -117,6 +117,9 @@ TEST(BuiltinDeclarations, DeterministicAllBatchInvariantExceptCpuFlash) {
     const Declarations d = find_impl(name)->declarations();
     EXPECT_TRUE(d.deterministic) << name;
     EXPECT_EQ(d.batch_invariant, std::string(name) != "cpu-flash") << name;
+    EXPECT_EQ(d.schedule_knobs, unsigned{knob_threads}) << name;  // a thread count, no split or block-order knob
+    EXPECT_EQ(d.schedule_bitwise, unsigned{knob_threads}) << name;
+    EXPECT_TRUE(d.layout_invariant) << name;
   }
 }
 

@@ -49,6 +49,32 @@ TEST(WorkerJson, InvarianceAndMaskedInputDeclarationsRoundTrip) {
   }
 }
 
+// Schedule knobs (names), the bitwise ones among them and layout_invariant travel both ways; an unknown knob, or a
+// bitwise knob that is not a knob, is an error naming the field.
+TEST(WorkerJson, ScheduleAndLayoutDeclarationsRoundTrip) {
+  Declarations d;
+  d.schedule_knobs = knob_threads | knob_num_splits, d.schedule_bitwise = knob_threads;
+  d.layout_invariant = true;
+  const json j = declarations_to_json(d);
+  EXPECT_EQ(j["schedule_knobs"], json::array({"threads", "num_splits"})) << j.dump();
+  const Declarations back = declarations_from_json(j, "hello", Declarations{});
+  EXPECT_EQ(back.schedule_knobs, knob_threads | knob_num_splits);
+  EXPECT_EQ(back.schedule_bitwise, unsigned{knob_threads});
+  EXPECT_TRUE(back.layout_invariant);
+  const std::pair<json, const char*> bad[] = {
+      {json{{"schedule_knobs", {"threads", "warps"}}}, "field 'schedule_knobs': expected an array of \"threads\""},
+      {json{{"schedule_knobs", {"threads"}}, {"schedule_bitwise", {"num_splits"}}},
+       "field 'schedule_bitwise': num_splits must be among schedule_knobs (threads)"}};
+  for (const auto& [in, want] : bad) {
+    try {
+      declarations_from_json(in, "hello", Declarations{});
+      ADD_FAILURE() << "accepted " << in.dump();
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(WorkerJson, EveryTableFeatureHasAProtocolName) {
   std::set<std::string> seen;
   int flags = 0;

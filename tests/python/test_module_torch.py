@@ -2,7 +2,9 @@
 # attention with kdim/vdim, biases on and off, batch_first both ways, key padding, causal, weights averaged or per
 # head, fp32 and bf16; the fast path next to the slow one) and on from-scratch modules of the seeds' kind (Wqkv
 # reshaped to (B, S, 3, nh, hs), heads split with view + transpose): the correct one passes, one whose heads are split
-# with a bare view fails diagnosed head-split. A plain script; exit 77 when torch is not importable.
+# with a bare view fails diagnosed head-split. With grad=True the backward too (fp32: batch_first both ways, biases
+# on/off, key padding + causal, cross with dx2; bf16; a zeroed out_proj.bias gradient is caught as grad-out-bias).
+# A plain script; exit 77 when torch is not importable.
 import sys
 import tempfile
 import traceback
@@ -30,7 +32,8 @@ def run(name, fn):
         traceback.print_exc()
 
 
-def mha_case(batch_first, bias, dtype, cross=False, kpm=False, causal=False, average=True, need_weights=True):
+def mha_case(batch_first, bias, dtype, cross=False, kpm=False, causal=False, average=True, need_weights=True,
+             grad=False):
     E, H, B, Lq, Lk = 16, 4, 2, 6, 9 if cross else 6
     kw = dict(kdim=12, vdim=10) if cross else {}
     m = nn.MultiheadAttention(E, H, bias=bias, batch_first=batch_first, **kw).eval().to(dtype)
@@ -45,8 +48,11 @@ def mha_case(batch_first, bias, dtype, cross=False, kpm=False, causal=False, ave
         mask[1, -3:] = True
     if cross:  # kdim != vdim: x2 gives keys, values come from x2 too, so vdim must match x2's features here
         m = nn.MultiheadAttention(E, H, bias=bias, batch_first=batch_first, kdim=12, vdim=12).eval().to(dtype)
-    return lambda: attncheck.check_module(m, x, x2, key_padding_mask=mask, causal=causal, need_weights=need_weights,
-                                          average_attn_weights=average)
+    def fn():
+        r = attncheck.check_module(m, x, x2, key_padding_mask=mask, causal=causal, need_weights=need_weights,
+                                   average_attn_weights=average, grad=grad)
+        assert ("candidate/backward" in r.text) == grad, r.text  # the gradients were judged (only when asked)
+    return fn
 
 
 for bf in (True, False):
@@ -58,6 +64,30 @@ run("nn.MHA cross fp32 kdim=vdim=12 (separate q/k/v weights)", mha_case(True, Tr
 run("nn.MHA self bf16", mha_case(True, True, torch.bfloat16))
 run("nn.MHA self fp32 fast path (need_weights=False)", mha_case(True, True, torch.float32, need_weights=False))
 
+# The backward (grad=True): autograd's gradients of x (x2) and of every parameter against the module reference's.
+for bf in (True, False):
+    run(f"nn.MHA self fp32 backward batch_first={bf}", mha_case(bf, True, torch.float32, grad=True))
+run("nn.MHA self fp32 backward, no biases", mha_case(True, False, torch.float32, grad=True))
+run("nn.MHA self fp32 backward, key padding + causal", mha_case(True, True, torch.float32, kpm=True, causal=True,
+                                                                grad=True))
+run("nn.MHA cross fp32 backward (separate q/k/v weights, dx2)", mha_case(True, True, torch.float32, cross=True,
+                                                                         kpm=True, grad=True))
+run("nn.MHA self bf16 backward", mha_case(True, True, torch.bfloat16, grad=True))
+
+
+def zeroed_out_bias_grad():
+    """A hook that zeroes out_proj.bias's gradient (a missing bias gradient): caught, diagnosed grad-out-bias."""
+    m = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    m.out_proj.bias.register_hook(torch.zeros_like)
+    try:
+        attncheck.check_module(m, torch.randn(2, 6, 16), grad=True)
+    except AssertionError as e:
+        assert "diagnosis: grad-out-bias" in str(e), str(e)
+        return
+    raise AssertionError("a zeroed out_proj.bias gradient passed")
+
+
+run("nn.MHA backward with out_proj.bias's gradient zeroed: caught, grad-out-bias", zeroed_out_bias_grad)
 
 class SeedMHA(nn.Module):
     """The seeds' MultiHeadAttention: one Wqkv, reshape(B, S, 3, nh, hs), SDPA-free softmax, Wo."""

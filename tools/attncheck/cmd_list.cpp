@@ -54,6 +54,9 @@ void print_declarations(const Declarations& d) {
   line += d.deterministic ? "; deterministic" : "; not declared deterministic";
   line += d.batch_invariant ? "; batch-invariant" : "; not declared batch-invariant";
   if (d.masked_inputs == MaskedInputs::finite_required) line += "; masked inputs: finite-required";
+  if (d.schedule_knobs)
+    line += "; schedule knobs: " + knob_list(d.schedule_knobs) + " (bitwise: " + knob_list(d.schedule_bitwise) + ")";
+  if (d.layout_invariant) line += "; layout-invariant";
   line += "; outputs";
   for (const auto& o : d.outputs) line += " " + o;
   for (const auto& [t, c] : d.contracts) line += std::string("; contract ") + to_string(t) + " " + c.to_string();

@@ -2,7 +2,8 @@
 // `attncheck compare-module --expected CASE.h5 --actual Y.npz` (a module's outputs judged against it). Array names:
 // x, x2 (cross attention); wq, wk, wv [, bq, bk, bv] or wqkv [, bqkv] (--packing packed|interleaved); wo [, bo];
 // key_padding_mask [B, Lk] (True = ignore, nn.MultiheadAttention's) or mask (1 = attend, broadcast to
-// [B, Hq, Lq, Lk]); keep (with --dropout-p). Weights are [out, in] (nn.Linear.weight). docs/module.md.
+// [B, Hq, Lq, Lk]); keep (with --dropout-p); dy [B, Lq, d_out] (the fixture then holds the reference gradients,
+// and compare-module judges dx, dwq, ... given next to y). Weights are [out, in] (nn.Linear.weight). docs/module.md.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -135,7 +136,14 @@ int import_module(const ModuleImportFlags& f) {
   prov.distribution = "user";
   prov.command = "attncheck import --module " + std::filesystem::path(f.input).filename().string();
   const std::string name = f.name.empty() ? m.name() + "/imported" : f.name;
-  write_module_fixture(f.out, make_module_fixture(name, m, std::move(in), prov));
+  ModuleFixture fx = make_module_fixture(name, m, std::move(in), prov);
+  if (a.count("dy")) {
+    if (a.at("dy").shape != std::vector<int64_t>{p.B, p.Lq, m.d_out})
+      bad(f.input + ": dy: shape must be [B, Lq, d_out] = " + shape_string({p.B, p.Lq, m.d_out}) + ", got " +
+          shape_string(a.at("dy").shape));
+    add_module_gradients(fx, *tensor(a, "dy", t, bf16_bits));
+  }
+  write_module_fixture(f.out, fx);
   std::printf("imported module %s -> %s (%s)\n", f.input.c_str(), f.out.c_str(), name.c_str());
   return 0;
 }
@@ -191,14 +199,44 @@ int run_compare_module() {
     for (const std::string& t : module_check::diagnose(f, out)) tags += (tags.empty() ? "" : " ") + t;
     std::printf("    diagnosis: %s\n", tags.empty() ? "(no module fault explains it)" : tags.c_str());
   }
-  if (!g_report.empty()) write_report(g_report, {r});
-  return v.pass ? 0 : 1;
+  std::vector<CaseResult> rows{r};
+  bool pass = v.pass;
+  // Gradients given next to y (dx, dwq, ...): judged with the module gradient bound against the fixture's.
+  ModuleGradOutputs g;
+  for (const std::string& name : module_grad_names(m))
+    if (const auto it = a.find(name); it != a.end()) {
+      const Tensor& like = module_grad_input(f.inputs, name);
+      if (it->second.shape != like.shape)
+        bad(g_actual + ": " + name + ": shape " + shape_string(it->second.shape) + ", expected " + shape_string(like.shape));
+      const bool bits = it->second.dtype == "uint16" && like.dtype == DType::bf16;
+      if (!it->second.is_float() && !bits) bad(g_actual + ": " + name + ": dtype " + it->second.dtype + " is not a float type");
+      Tensor t(DType::f64, like.shape);
+      for (size_t n = 0; n < it->second.values.size(); ++n)
+        t.set_offset(int64_t(n), bits ? double(bf16_bits_to_float(uint16_t(it->second.values[n]))) : it->second.values[n]);
+      g.emplace(name, std::move(t));
+    }
+  if (!g.empty()) {
+    if (!f.grad) bad(g_actual + ": " + g.begin()->first + ": gradients given, but " + g_expected + " has no dy (import with dy)");
+    const Verdict vb = module_check::judge_backward(f, module_grad_tolerance(m, f.inputs, f.dy->to_double()), g);
+    CaseResult rb = judged_result(f.name, g_expected, "candidate/backward", vb);
+    describe_problem(rb, m.attn);
+    print_row(rb);
+    if (!vb.pass) {
+      std::string tags;
+      for (const std::string& t : module_check::diagnose_backward(f, g)) tags += (tags.empty() ? "" : " ") + t;
+      std::printf("    diagnosis: %s\n", tags.empty() ? "(no module backward fault explains it)" : tags.c_str());
+    }
+    rows.push_back(rb);
+    pass = pass && vb.pass;
+  }
+  if (!g_report.empty()) write_report(g_report, rows);
+  return pass ? 0 : 1;
 }
 
-const Register reg{{"compare-module", "Judge a module's outputs (y, weights in an .npz) against a module fixture",
+const Register reg{{"compare-module", "Judge a module's outputs (y, weights, gradients in an .npz) against a module fixture",
                     [](CLI::App& sub) {
                       sub.add_option("--expected", g_expected, "Module fixture (.h5)")->required();
-                      sub.add_option("--actual", g_actual, "Candidate .npz with y [B,Lq,d_out] (and weights)")->required();
+                      sub.add_option("--actual", g_actual, "Candidate .npz with y [B,Lq,d_out] (and weights, dx, dwq, ...)")->required();
                       sub.add_option("--report", g_report, "Write a report: FILE.json or FILE.xml (JUnit)");
                       return std::function<int()>(run_compare_module);
                     }}};

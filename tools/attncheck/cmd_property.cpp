@@ -149,7 +149,7 @@ const Register reg{{"property", "Run the property suite (shrinking, regression f
                       sub.add_option("--report", g.report,
                                      "Write a JSON report: every row with its accuracy profile (FILE.json)");
                       sub.add_flag("--invariance", g.invariance,
-                                   "Check rerun and batch invariance whatever the implementations declare "
+                                   "Check rerun, batch and layout invariance whatever the implementations declare "
                                    "(default: only the promises they declare; docs/invariance.md)");
                       add_plugin_option(sub, g.plugins);
                       return std::function<int()>(run_property);

@@ -52,6 +52,7 @@ struct Options {
   int64_t rows = 0;        // --rows: with --spec, the reference computes about this many sampled query rows
   std::string invariance;  // --invariance rerun,batch|all: the invariance checks (invariance_rows.hpp), off by default
   int reruns = 3;          // --reruns K: runs of each case in the rerun check
+  std::string invariance_level = "declared";  // --invariance-level: bitwise or within tolerance (invariance.hpp)
   std::string baseline;    // --baseline FILE.json: compare this run with a stored report (docs/regression.md)
   bool accept_baseline = false;  // --accept-baseline: write this run to --baseline instead of failing on drift
   BaselineOptions b;
@@ -219,8 +220,8 @@ int run_verify() {
     throw std::invalid_argument("--accept-baseline, --summary and --junit need --baseline FILE.json");
   }
   const std::vector<ImplPtr> impls = maybe_isolate(select_impls(g.impls));
-  const invariance::Options inv = invariance_options(g.invariance, g.reruns);
-  const bool inv_on = inv.rerun || inv.batch;
+  const invariance::Options inv = invariance_options(g.invariance, g.reruns, g.invariance_level);
+  const bool inv_on = inv.rerun || inv.batch || inv.schedule || inv.layout;
   if (g.rows > 0 && g.spec.empty()) throw std::invalid_argument("--rows: needs --spec (fixture files hold every row)");
   if (has_backward(pass) && !g.spec.empty())
     throw std::invalid_argument("--pass " + g.pass + ": not with --spec (gradients are judged from fixture files, "
@@ -339,7 +340,19 @@ int run_verify() {
           if (!note.empty()) r.message = note + "; " + r.message;
           if (impl->declarations().masked_inputs == MaskedInputs::finite_required)
             apply_masked_inputs_contract(nonfinite_inputs(f.inputs), r);
-          if (inv_on) checks = invariance_rows(*impl, name, file, p, f.inputs, out, inv);
+          if (inv_on) {
+            invariance::Options o = inv;  // variants judged within tolerance as this row was
+            o.within_tolerance = [&](const Outputs& x) {
+              const Verdict v = judge(p, note.empty() ? f.expected : recomputed, x, m);
+              return v.pass ? std::string() : v.worst().describe();
+            };
+            std::function<diagnose::Repro(const invariance::Check&)> repro;
+            if (g.diagnose && !g.repro.empty())
+              repro = [&](const invariance::Check& c) {
+                return diagnose::write_invariance_repro(f, p, *impl, c, o, m, g.repro);
+              };
+            checks = invariance_rows(*impl, name, file, p, f.inputs, out, o, repro);
+          }
           if (g.diagnose && r.status == "fail") {
             diagnose::Options o;
             o.rerun = impl.get(), o.max_reruns = g.diagnose_reruns, o.tolerance = m;
@@ -450,7 +463,12 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                           ->check(CLI::PositiveNumber);
                       sub.add_option("--invariance", g.invariance,
                                      "Also check invariance of every judged case: rerun (same bits run after run), "
-                                     "batch (same bits alone and in other batches), or all (docs/invariance.md)");
+                                     "batch (alone and in other batches), schedule (other threads, splits, block "
+                                     "orders), layout (BHSD, BSHD, other strides), or all (docs/invariance.md)");
+                      sub.add_option("--invariance-level", g.invariance_level,
+                                     "How batch, schedule and layout variants must agree: declared (bitwise where the "
+                                     "implementation promises it, else within tolerance), bitwise or tolerance")
+                          ->capture_default_str();
                       sub.add_option("--reruns", g.reruns, "With --invariance rerun: runs of each case in all (K)")
                           ->capture_default_str()->check(CLI::Range(2, 100));
                       sub.add_flag("--allow-unavailable", g.allow_unavailable,

@@ -7,9 +7,8 @@ namespace attncheck::cli {
 
 namespace {
 
-const char* kind_name(invariance::Kind k) { return k == invariance::Kind::rerun ? "rerun" : "batch"; }
-
-InvarianceRow to_row(const invariance::Check& c, CaseResult r) {
+InvarianceRow to_row(const invariance::Check& c, CaseResult r,
+                     const std::function<diagnose::Repro(const invariance::Check&)>& repro = {}) {
   InvarianceRow out;
   r.message = c.message;
   r.status = c.result == invariance::Check::invariant ? "pass" : c.result == invariance::Check::violated ? "fail" : "unsupported";
@@ -18,6 +17,7 @@ InvarianceRow to_row(const invariance::Check& c, CaseResult r) {
     d.anatomy = invariance::evidence(c);
     d.causes.push_back({invariance::tag(c.kind), 1.0, c.where});
     d.reruns = d.rerun_budget = c.runs;
+    if (repro) d.repro = repro(c);
     out.lines = d.text();
     r.diagnosis_json = diagnose::to_json(d);
   }
@@ -27,10 +27,16 @@ InvarianceRow to_row(const invariance::Check& c, CaseResult r) {
 
 }  // namespace
 
-invariance::Options invariance_options(const std::string& list, int reruns) {
+invariance::Options invariance_options(const std::string& list, int reruns, const std::string& level) {
   invariance::Options o;
   o.runs = reruns;
   o.rerun = o.batch = false;
+  if (level == "declared") o.level = invariance::Level::declared;
+  else if (level == "bitwise") o.level = invariance::Level::bitwise;
+  else if (level == "tolerance") o.level = invariance::Level::tolerance;
+  else
+    throw std::invalid_argument("--invariance-level: unknown level '" + level +
+                                "' (expected declared, bitwise or tolerance)");
   size_t start = 0;
   while (start < list.size()) {
     const size_t end = std::min(list.find(',', start), list.size());
@@ -38,23 +44,28 @@ invariance::Options invariance_options(const std::string& list, int reruns) {
     start = end + 1;
     if (item == "rerun") o.rerun = true;
     else if (item == "batch") o.batch = true;
-    else if (item == "all") o.rerun = o.batch = true;
+    else if (item == "schedule") o.schedule = true;
+    else if (item == "layout") o.layout = true;
+    else if (item == "all") o.rerun = o.batch = o.schedule = o.layout = true;
     else
       throw std::invalid_argument("--invariance: unknown check '" + item + "' in '" + list +
-                                  "' (expected rerun, batch or all, comma-separated)");
+                                  "' (expected rerun, batch, schedule, layout or all, comma-separated)");
   }
   return o;
 }
 
 std::vector<InvarianceRow> invariance_rows(const Impl& impl, const std::string& name, const std::string& file,
                                            const Problem& p, const Inputs& in, const Outputs& out,
-                                           const invariance::Options& o) {
+                                           const invariance::Options& o,
+                                           const std::function<diagnose::Repro(const invariance::Check&)>& repro) {
   std::vector<InvarianceRow> rows;
   try {
     for (const invariance::Check& c : invariance::check_forward(impl, p, in, out, o))
-      rows.push_back(to_row(c, CaseResult{name, file, impl.name() + "/" + kind_name(c.kind), "", "", false, {}, "", "", {}}));
+      rows.push_back(to_row(c, CaseResult{name, file, impl.name() + "/" + invariance::name(c.kind), "", "", false, {}, "", "", {}},
+                            repro));
   } catch (const std::exception&) {
-    CaseResult r{name, file, impl.name() + (o.rerun ? "/rerun" : "/batch"), "", "", false, {}, "", "", {}};
+    const char* first = o.rerun ? "/rerun" : o.batch ? "/batch" : o.schedule ? "/schedule" : "/layout";
+    CaseResult r{name, file, impl.name() + first, "", "", false, {}, "", "", {}};
     record_exception(r);
     r.message = "during the invariance checks: " + r.message;
     rows.push_back({std::move(r), {}});

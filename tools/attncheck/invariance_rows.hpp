@@ -1,13 +1,17 @@
-// verify --invariance (docs/invariance.md): the rerun and batch checks of a judged case as result rows of their own,
-// "<impl>/rerun" and "<impl>/batch" ("<impl>/backward/rerun" for gradients): pass ("invariant on this run"), fail
-// (with the diagnosis tag nondeterministic or batch-variant, what moved and the first differing element) or
-// unsupported (the check cannot be made for this case, with the reason).
+// verify --invariance (docs/invariance.md): the rerun, batch, schedule and layout checks of a judged case as result
+// rows of their own, "<impl>/rerun", "<impl>/batch", "<impl>/schedule", "<impl>/layout" ("<impl>/backward/rerun"
+// for gradients): pass ("invariant on this run"), fail (with the diagnosis tag nondeterministic, batch-variant,
+// schedule-variant or layout-variant, what moved and the first differing element) or unsupported (the check cannot
+// be made for this case, with the reason).
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "attncheck/fixture.hpp"
+#include "diagnosis.hpp"
 #include "invariance.hpp"
 #include "report.hpp"
 
@@ -18,15 +22,17 @@ struct InvarianceRow {
   std::vector<std::string> lines;  // a violation's diagnosis block, printed under the row
 };
 
-// "--invariance rerun,batch|all" and --reruns K; an empty list turns both off. Throws std::invalid_argument naming
-// the option and the value.
-invariance::Options invariance_options(const std::string& list, int reruns);
+// "--invariance rerun,batch,schedule,layout|all", --reruns K and --invariance-level declared|bitwise|tolerance; an
+// empty list turns every check off. Throws std::invalid_argument naming the option and the value.
+invariance::Options invariance_options(const std::string& list, int reruns, const std::string& level);
 
 // The checks of one judged forward case (`out`: the implementation's outputs the row was judged on). A failure of
-// the run itself during a check (crash, timeout, error) is that check's row outcome.
+// the run itself during a check (crash, timeout, error) is that check's row outcome. `repro` (verify --diagnose
+// --repro) writes a violated check's smallest repro, named in its diagnosis.
 std::vector<InvarianceRow> invariance_rows(const Impl& impl, const std::string& name, const std::string& file,
                                            const Problem& p, const Inputs& in, const Outputs& out,
-                                           const invariance::Options& o);
+                                           const invariance::Options& o,
+                                           const std::function<diagnose::Repro(const invariance::Check&)>& repro = {});
 // The rerun check of a judged backward case (`g`: the gradients the row was judged on).
 InvarianceRow backward_invariance_row(const Impl& impl, const std::string& label, const Fixture& f,
                                       const std::string& file, const Gradients& g, int runs);

@@ -9,6 +9,7 @@
 
 #include "attncheck/contract.hpp"
 #include "attncheck/impl.hpp"
+#include "attncheck/schedule.hpp"
 
 namespace attncheck {
 
@@ -38,6 +39,11 @@ struct Declarations {
   // A batch entry gives the same bits whatever else is in the batch and wherever it sits (docs/invariance.md).
   bool batch_invariant = false;
   MaskedInputs masked_inputs = MaskedInputs::isolated;
+  // The schedule knobs it honours (attncheck/schedule.hpp: ScheduleKnob bits) and, among them, those across whose
+  // settings it gives the same bits; across the others it promises agreement within tolerance (docs/invariance.md).
+  unsigned schedule_knobs = 0, schedule_bitwise = 0;
+  // The same data in another layout (BHSD, BSHD) or with other strides gives the same bits.
+  bool layout_invariant = false;
   bool backward = false;       // it also computes gradients
 };
 

@@ -213,6 +213,18 @@ typedef struct attncheck_ext_fp8 {
   int32_t out_dtype;                   /* attncheck_dtype of out (ATTNCHECK_DTYPE_BF16) */
 } attncheck_ext_fp8;
 
+/* Tag 9: the schedule of this run (docs/invariance.md#schedule), present only when the plugin declared schedule
+ * knobs (attncheck_declarations.schedule_knobs) and the host asks for a setting other than the plugin's own choice.
+ * A field is 0 where the plugin chooses; the host only sets the knobs declared. The result must stay the same bits
+ * across the settings of the knobs in schedule_bitwise, and within tolerance across the others. */
+#define ATTNCHECK_EXT_SCHEDULE 9u
+typedef struct attncheck_ext_schedule {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_SCHEDULE */
+  int32_t threads;                     /* worker threads, >= 1; 0 = the plugin's choice */
+  int32_t num_splits;                  /* key splits per row (split-KV), >= 1; 0 = the plugin's choice */
+  int32_t reversed;                    /* 1: take the work units (query blocks, heads) in reverse order */
+} attncheck_ext_schedule;
+
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */
 typedef struct attncheck_capabilities {
@@ -242,11 +254,16 @@ typedef struct attncheck_declarations {
   int32_t batch_invariant;             /* 1: a batch entry gives the same bits whatever else is in the batch */
   /* Appended with it (ATTNCHECK_DECL_MASKED_INPUTS): what the contract asks of K/V values no query sees. */
   int32_t masked_inputs;               /* 0 isolated (default: they never reach an output), 1 finite-required */
+  /* Appended with tag 9 (ATTNCHECK_DECL_SCHEDULE), written by a plugin only when struct_size covers it: */
+  uint32_t schedule_knobs;             /* knobs it honours (tag 9): 1 threads, 2 num_splits, 4 block order */
+  uint32_t schedule_bitwise;           /* of those, the ones whose settings give the same bits */
+  int32_t layout_invariant;            /* 1: the same data in another layout or strides gives the same bits */
 } attncheck_declarations;
 
 /* Defined by headers that have attncheck_declarations.batch_invariant, so a plugin can build against older ones. */
 #define ATTNCHECK_DECL_BATCH_INVARIANT 1
 #define ATTNCHECK_DECL_MASKED_INPUTS 1
+#define ATTNCHECK_DECL_SCHEDULE 1
 
 /* The merge of attention states (docs/states.md; docs/plugins.md#merge): N stored states of the same rows in, the
  * merged state out, as FlashAttention's combine, FlashInfer's merge_states or vLLM's merge_attn_states compute it.
