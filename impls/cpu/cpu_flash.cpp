@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 
+#include "attncheck/schedule.hpp"
 #include "cpu_common.hpp"
 #include "cpu_impls.hpp"
 #include "cpu_pack.hpp"
@@ -61,9 +62,13 @@ class Flash {
     const int64_t nqb = (p_.Lq + Bq - 1) / Bq, heads = p_.B * p_.Hq, nkb = (p_.Lk + Bk - 1) / Bk;
     const int threads = cpu_threads();
     std::vector<Work> work(static_cast<size_t>(std::max(threads, 1)));
-    const int64_t split = out_.weights || out_.scores || heads * nqb >= kMinTasks
-                              ? 1
-                              : std::clamp(kMinTasks / (heads * nqb), int64_t{1}, nkb);
+    // A schedule's num_splits forces the count (never more parts than key blocks); otherwise split only when there
+    // are too few tasks. Never with weights or raw scores: their second pass needs the whole row's max and sum.
+    const int64_t forced = current_schedule().num_splits;
+    const int64_t split = out_.weights || out_.scores ? 1
+                          : forced > 0               ? std::min(forced, nkb)
+                          : heads * nqb >= kMinTasks ? 1
+                                                     : std::clamp(kMinTasks / (heads * nqb), int64_t{1}, nkb);
     if (split == 1 && nqb > 1) {
       shared_heads(heads, nqb, threads, work);
       return;
@@ -445,13 +450,16 @@ class FlashImpl final : public Impl {
     return cpu_capabilities("fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; weights by a second pass");
   }
   // The same bits for any thread count and run after run (splits and tiles follow the problem, not the threads),
-  // and in any layout or strides (rows are loaded into packed panels first). Its key split and block order are
-  // constants of the problem's shape, not knobs. Not batch-invariant: a row's bits depend on the allocated key length, so a sequence padded to a longer
-  // neighbour differs from itself alone (docs/invariance.md; tests/invariance/test_invariance.cpp).
+  // and in any layout or strides (rows are loaded into packed panels first). Its key split is a knob (num_splits:
+  // whole key blocks per part, merged by their lse; within tolerance, not bitwise, as the merge rounds); its block
+  // order is a constant of the problem's shape. Not batch-invariant: a row's bits depend on the allocated key length,
+  // so a sequence padded to a longer neighbour differs from itself alone (docs/invariance.md;
+  // tests/invariance/test_invariance.cpp).
   Declarations declarations() const override {
     Declarations d = p_exact_declarations(capabilities());
     d.deterministic = true;
-    d.schedule_knobs = d.schedule_bitwise = knob_threads;
+    d.schedule_knobs = knob_threads | knob_num_splits;
+    d.schedule_bitwise = knob_threads;
     d.layout_invariant = true;
     return d;
   }

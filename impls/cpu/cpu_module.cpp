@@ -1,6 +1,6 @@
 // The module entries of `cpu` and `cpu-flash`: the projections and Wo on the backend's own GEMM engine
-// (simd::gemm, fp32 accumulation for fp32/fp16/bf16), q/k/v and the merged heads rounded to the module dtype,
-// the attention by the backend itself. Written apart from the reference (module_reference.cpp): the packed
+// (simd::gemm, fp32 accumulation for fp32/fp16/bf16, fp64 for fp64), q/k/v and the merged heads rounded to the
+// module dtype, the attention by the backend itself. Written apart from the reference (module_reference.cpp): the packed
 // weight is one GEMM whose output columns are split here. Module mutants inject one ModuleFault each.
 #include <cmath>
 
@@ -45,13 +45,15 @@ class CpuModule final : public ModuleImpl {
     return attn_->name() + (fault_ == ModuleFault::none ? "" : std::string("~") + to_string(fault_));
   }
   Support supports(const ModuleProblem& m) const override {
-    if (m.attn.dtype == DType::f64) return Support::no("module entry: fp64 modules are not implemented (fp32, fp16, bf16)");
     Problem a = m.attn;
     return attn_->supports(a);
   }
   void run(const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out) const override {
     cpu::simd::select_target();
-    run_t<float>(m, in, out);
+    if (m.attn.dtype == DType::f64)
+      run_t<double>(m, in, out);
+    else
+      run_t<float>(m, in, out);
   }
   Support supports_backward(const ModuleProblem& m) const override {
     if (fault_ != ModuleFault::none) return Support::no("module entry: a forward mutant has no backward");
@@ -59,7 +61,13 @@ class CpuModule final : public ModuleImpl {
     a.want_weights = false, a.want_lse = true;
     return attn_->supports_backward(a);
   }
-  void run_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const override;
+  void run_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const override {
+    cpu::simd::select_target();
+    if (m.attn.dtype == DType::f64)
+      backward_t<double>(m, in, dy, g);
+    else
+      backward_t<float>(m, in, dy, g);
+  }
 
  private:
   // Column of the projection output that holds feature d of head h of q (0), k (1) or v (2).
@@ -190,17 +198,19 @@ class CpuModule final : public ModuleImpl {
     }
   }
 
+  template <class T>
+  void backward_t(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const;
+
   ImplPtr attn_;
   ModuleFault fault_;
   ModuleGradFault grad_fault_;
 };
 
-// The backward, in the order of the forward read backwards, every GEMM on simd::gemm with fp32 accumulation:
+// The backward, in the order of the forward read backwards, every GEMM on simd::gemm (fp32, fp64 for fp64):
 // dbo = sum dy, dWo = dyᵀ·merged, dO = dy·Wo (rounded to the dtype), the attention's own backward, then per
-// projection dW = dzᵀ·x, db = sum dz and dx += dz·W (the paths into x summed in fp32, rounded once).
-void CpuModule::run_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const {
-  using T = float;
-  cpu::simd::select_target();
+// projection dW = dzᵀ·x, db = sum dz and dx += dz·W (the paths into x summed in T, rounded once).
+template <class T>
+void CpuModule::backward_t(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const {
   const Problem& p = m.attn;
   const Forward<T> f = forward<T>(m, in, true);
   const int64_t tokens = p.B * p.Lq, HD = p.Hq * p.Dv;

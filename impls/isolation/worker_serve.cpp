@@ -261,6 +261,24 @@ void reply(int fd, const json& j) {
   }
 }
 
+// Runs one computation: "" or the implementation's own error message; a malformed request stays a ProtocolError.
+template <class F>
+std::string attempt(F&& run) {
+  try {
+    return run();
+  } catch (const ProtocolError&) {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// The reply to a run, backward or merge request.
+json outcome(const std::string& type, int64_t id, const std::string& err) {
+  return err.empty() ? json{{"type", type}, {"id", id}, {"status", "ok"}}
+                     : json{{"type", type}, {"id", id}, {"status", "error"}, {"message", err}};
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> plugin_backend(const std::string& path) { return std::make_unique<PluginBackend>(path); }
@@ -306,17 +324,10 @@ int serve(Backend& backend) {
       if (type == "merge") {
         const MergeProblem m = merge_problem_from_json(field(req, type, "problem"), type);
         shm.map(str_field(req, type, "shm"), static_cast<size_t>(int_field(req, type, "shm_size")));
-        std::string err;
-        if (const Support s = backend.supports_merge(m); !s.ok) err = s.reason;
-        else try {
-          err = backend.run_merge(m, field(req, type, "tensors"), shm.base, shm.size);
-        } catch (const ProtocolError&) {
-          throw;
-        } catch (const std::exception& e) {
-          err = e.what();
-        }
-        reply(proto, err.empty() ? json{{"type", type}, {"id", id}, {"status", "ok"}}
-                                 : json{{"type", type}, {"id", id}, {"status", "error"}, {"message", err}});
+        const Support s = backend.supports_merge(m);
+        reply(proto, outcome(type, id, !s.ok ? s.reason : attempt([&] {
+          return backend.run_merge(m, field(req, type, "tensors"), shm.base, shm.size);
+        })));
         continue;
       }
       const Problem p = problem_from_json(field(req, type, "problem"), type);
@@ -330,8 +341,7 @@ int serve(Backend& backend) {
         reply(proto, {{"type", "supports"}, {"id", id}, {"ok", s.ok}, {"reason", s.reason}});
       } else if (type == "run" || type == "backward") {
         shm.map(str_field(req, type, "shm"), static_cast<size_t>(int_field(req, type, "shm_size")));
-        std::string err;
-        try {
+        reply(proto, outcome(type, id, attempt([&] {
           const json& tensors = field(req, type, "tensors");
           Schedule sched;  // the run's schedule (a schedule check), else the implementation's own choice
           if (req.contains("schedule")) {
@@ -342,15 +352,9 @@ int serve(Backend& backend) {
             sched.reversed = bool_field(s, type + ": schedule", "reversed");
           }
           const ScheduleScope scope(sched);
-          err = backward ? backend.run_backward(p, tensors, shm.base, shm.size)
-                         : backend.run(p, tensors, shm.base, shm.size);
-        } catch (const ProtocolError&) {
-          throw;
-        } catch (const std::exception& e) {
-          err = e.what();
-        }
-        reply(proto, err.empty() ? json{{"type", type}, {"id", id}, {"status", "ok"}}
-                                 : json{{"type", type}, {"id", id}, {"status", "error"}, {"message", err}});
+          return backward ? backend.run_backward(p, tensors, shm.base, shm.size)
+                          : backend.run(p, tensors, shm.base, shm.size);
+        })));
       } else {
         throw ProtocolError("request: field 'type': expected hello, supports, run, backward, merge or bye, got \"" + type +
                             "\"");

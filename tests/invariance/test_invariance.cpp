@@ -2,6 +2,7 @@
 // the built-in CPU implementations honour (docs/invariance.md#what-the-built-ins-honour).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include "attncheck/declarations.hpp"
 #include "case.hpp"
 #include "attncheck/impl.hpp"
+#include "attncheck/schedule.hpp"
 #include "invariance.hpp"
 
 namespace attncheck {
@@ -117,7 +119,9 @@ TEST(BuiltinDeclarations, DeterministicAllBatchInvariantExceptCpuFlash) {
     const Declarations d = find_impl(name)->declarations();
     EXPECT_TRUE(d.deterministic) << name;
     EXPECT_EQ(d.batch_invariant, std::string(name) != "cpu-flash") << name;
-    EXPECT_EQ(d.schedule_knobs, unsigned{knob_threads}) << name;  // a thread count, no split or block-order knob
+    // A thread count (bitwise); cpu-flash also its key split (within tolerance); no block-order knob.
+    EXPECT_EQ(d.schedule_knobs, std::string(name) == "cpu-flash" ? knob_threads | knob_num_splits : unsigned{knob_threads})
+        << name;
     EXPECT_EQ(d.schedule_bitwise, unsigned{knob_threads}) << name;
     EXPECT_TRUE(d.layout_invariant) << name;
   }
@@ -158,6 +162,29 @@ TEST(CpuThreads, SameBitsForOneAndThreeThreadsForwardBackwardAndInBatches) {
       for (const auto& k : checks) EXPECT_EQ(k.result, invariance::Check::invariant) << k.message;
       EXPECT_EQ(bw.result, invariance::Check::invariant) << bw.message;
     }
+}
+
+// cpu-flash honours the num_splits knob rather than ignoring it: a decode over 1000 keys (4 key blocks) in 1 part
+// and in 3 parts gives other bits (the merge rounds), each within 1e-5 of the other.
+TEST(CpuFlashSplits, TheNumSplitsKnobSplitsTheKeysWithinTolerance) {
+  testing::Case c;
+  c.p.B = 1, c.p.Hq = 2, c.p.Hkv = 1, c.p.Lq = 1, c.p.Lk = 1000, c.p.Dqk = c.p.Dv = 16;
+  c.p.want_lse = true;
+  const Inputs in = testing::make_inputs(c);
+  Outputs one, three;
+  {
+    const ScheduleScope s(Schedule{0, 1, false});
+    ASSERT_TRUE(run_impl(*find_impl("cpu-flash"), c.p, in, one).ok);
+  }
+  {
+    const ScheduleScope s(Schedule{0, 3, false});
+    ASSERT_TRUE(run_impl(*find_impl("cpu-flash"), c.p, in, three).ok);
+  }
+  double worst = 0;
+  for (int64_t n = 0; n < one.out.numel(); ++n)
+    worst = std::max(worst, std::abs(one.out.get_offset(n) - three.out.get_offset(n)));
+  EXPECT_GT(worst, 0.0) << "num_splits 1 and 3 gave the same bits: the knob is not honoured";
+  EXPECT_LT(worst, 1e-5);
 }
 
 // Why cpu-flash does not declare batch_invariant: one sequence, its keys padded from 127 to a longer neighbour's

@@ -7,7 +7,8 @@
  * into as many chunks as the schedule's threads (tag 9) and declares the threads knob bitwise; VARIANT_SPLITS splits
  * them into the schedule's num_splits chunks and declares that knob within tolerance (as split-KV kernels honestly
  * do); VARIANT_STRIDE_ORDER sums the keys in reverse order unless q comes in BHSD-packed strides, and declares
- * layout_invariant; VARIANT_PAGE_ORDER (paged KV cache) sums each row's keys in the order of their pages' places in
+ * layout_invariant; VARIANT_BLOCK_ORDER sums the keys backwards when the schedule asks for the reverse order and
+ * declares that knob bitwise; VARIANT_PAGE_ORDER (paged KV cache) sums each row's keys in the order of their pages' places in
  * the pool, not in key order; VARIANT_PACK_OFFSET (varlen) splits each sequence's keys into 1 + (its first key's
  * offset in the pack) % 3 chunks. Each declares deterministic and batch_invariant, as a kernel that believes it is
  * would. fp32, both layouts, GQA, causal, key padding, lse, weights, the zero policy. */
@@ -30,6 +31,8 @@
 #define VARIANT_NAME "variant-splits"
 #elif defined(VARIANT_STRIDE_ORDER)
 #define VARIANT_NAME "variant-stride-order"
+#elif defined(VARIANT_BLOCK_ORDER)
+#define VARIANT_NAME "variant-block-order"
 #elif defined(VARIANT_PAGE_ORDER)
 #define VARIANT_NAME "variant-page-order"
 #elif defined(VARIANT_PACK_OFFSET)
@@ -157,6 +160,9 @@ static int32_t run(const attncheck_problem* p, char* err, size_t n) {
     if (key_length(p, b) > longest) longest = key_length(p, b);
 #if defined(VARIANT_STRIDE_ORDER)
   const int reverse = !bhsd_packed(p);
+#elif defined(VARIANT_BLOCK_ORDER)
+  const int reverse = schedule(p) && schedule(p)->reversed;
+  (void)bhsd_packed;
 #else
   const int reverse = 0;
   (void)bhsd_packed;
@@ -235,6 +241,8 @@ static int32_t declarations(attncheck_declarations* d, char* err, size_t n) {
   d->schedule_knobs = 2; /* num_splits, promised within tolerance */
 #elif defined(VARIANT_STRIDE_ORDER)
   d->layout_invariant = 1;
+#elif defined(VARIANT_BLOCK_ORDER)
+  d->schedule_knobs = d->schedule_bitwise = 4; /* block order, promised bitwise */
 #endif
   return ATTNCHECK_STATUS_OK;
 }

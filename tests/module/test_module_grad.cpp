@@ -104,3 +104,42 @@ TEST(ModuleGrad, UnwrittenGradientFails) {
   poisoned.at("dx").set_offset(0, std::nan(""));
   EXPECT_FALSE(module_check::judge_backward(f, tol, poisoned).pass);
 }
+
+TEST(ModuleGrad, Fp64ModulesForwardAndBackward) {
+  // The fp32 suite's cases widened to fp64 (every stored value exact): the cpu entries pass the forward and the
+  // backward within the fp64 bounds, and a 1e-9 relative error in y or in a gradient fails.
+  auto widen = [](const std::optional<Tensor>& t) -> std::optional<Tensor> {
+    if (!t) return t;
+    Tensor w(DType::f64, t->shape);
+    for (int64_t n = 0; n < t->numel(); ++n) w.set_offset(n, t->get_offset(n));
+    return w;
+  };
+  int judged = 0;
+  for (const ModuleFixture& f32 : suite()) {
+    if (f32.problem.attn.dtype != DType::f32) continue;
+    ModuleProblem m = f32.problem;
+    m.attn.dtype = DType::f64;
+    ModuleInputs in = f32.inputs;
+    in.x = *widen(in.x), in.wo = *widen(in.wo);
+    for (auto* t : {&in.x2, &in.wq, &in.wk, &in.wv, &in.bq, &in.bk, &in.bv, &in.wqkv, &in.bqkv, &in.bo}) *t = widen(*t);
+    ModuleFixture f = make_module_fixture(f32.name, m, in, f32.provenance);
+    add_module_gradients(f, *widen(f32.dy));
+    for (const char* impl : {"cpu", "cpu-flash"}) {
+      const ModuleImplPtr e = find_module_entry(impl);
+      ModuleOutputs out;
+      ModuleGradOutputs g;
+      if (!run_module(*e, m, f.inputs, out).ok || !run_module_backward(*e, m, f.inputs, *f.dy, g).ok) continue;
+      const ModuleTolerance tol = module_tolerance(m, f.inputs);
+      const ModuleGradients gtol = module_grad_tolerance(m, f.inputs, f.dy->to_double());
+      EXPECT_TRUE(module_check::judge(f, tol, out).pass) << impl << " " << f.name;
+      EXPECT_TRUE(module_check::judge_backward(f, gtol, g).pass) << impl << " " << f.name;
+      out.y.set_offset(0, out.y.get_offset(0) * (1 + 1e-9));
+      EXPECT_FALSE(module_check::judge(f, tol, out).pass) << impl << " " << f.name;
+      Tensor& dwo = g.at("dwo");
+      dwo.set_offset(0, dwo.get_offset(0) * (1 + 1e-9));
+      EXPECT_FALSE(module_check::judge_backward(f, gtol, g).pass) << impl << " " << f.name;
+      ++judged;
+    }
+  }
+  EXPECT_GE(judged, 30);
+}

@@ -4,7 +4,9 @@
 
 #include "attncheck/backward.hpp"
 #include "attncheck/device_time.hpp"
+#include "attncheck/declarations.hpp"
 #include "attncheck/kv_cache.hpp"
+#include "attncheck/schedule.hpp"
 #include "attncheck/threads.hpp"
 #include "simd.hpp"
 
@@ -235,6 +237,11 @@ Result run(const Impl& impl, const Config& c) {
   for (int64_t n = 0; c.backward && n < dout.numel(); ++n) dout.set_offset(n, in.q.get_offset(n % in.q.numel()));
   Gradients grads = c.backward ? make_gradients(p) : Gradients{};
   fix_malloc_for_rss();
+  if (c.num_splits < 0 || (c.num_splits > 0 && !(impl.declarations().schedule_knobs & knob_num_splits)))
+    throw std::invalid_argument("--num-splits " + std::to_string(c.num_splits) + ": " +
+                                (c.num_splits < 0 ? std::string("must be >= 0")
+                                                  : impl.name() + " does not declare the num_splits schedule knob"));
+  const ScheduleScope schedule(Schedule{0, c.num_splits, false});  // read by the implementation on this thread
   auto once = [&] { c.backward ? impl.run_backward(p, in, out, dout, grads) : impl.run(p, in, out); };
 
   Result r;
@@ -290,7 +297,7 @@ std::string to_json(const std::string& impl, const Config& c, const Result& r) {
   const Shape& s = c.shape;
   char buf[2048];
   std::snprintf(buf, sizeof buf,
-                "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, "
+                "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, \"num_splits\": %d, "
                 "\"threads\": %d, \"reps\": %d, \"seconds\": %.6g, \"gflops\": %.4g, \"sgemm_gflops\": %.4g, "
                 "\"sgemm_n\": %lld, \"ratio_to_sgemm\": %.4g, \"fma_peak_gflops\": %.4g, \"fraction_of_peak\": %.4g, \"peak_extra_rss_bytes\": %.0f, "
                 "\"peak_extra_rss_mib\": %.2f, \"cpu_seconds\": %.6g, \"cpu_ratio_to_sgemm\": %.4g, \"isa\": \"%s\", "
@@ -299,7 +306,7 @@ std::string to_json(const std::string& impl, const Config& c, const Result& r) {
                 "\"device_seconds\": %.6g, \"device_gflops\": %.6g, \"device_note\": \"%s\"}",
                 impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.Lq),
                 static_cast<long long>(s.Lk), static_cast<long long>(s.D), to_string(c.dtype),
-                c.causal ? "true" : "false", c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
+                c.causal ? "true" : "false", c.num_splits, c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
                 static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm, r.fma_peak_gflops, r.fraction_of_peak, r.extra_rss_bytes,
                 r.extra_rss_bytes / (1024.0 * 1024.0), r.cpu_seconds, r.cpu_ratio_to_sgemm, isa().c_str(),
                 c.backward ? "backward" : "forward", c.backward ? r.forward_seconds : r.seconds, r.bytes, r.gbytes_per_s,

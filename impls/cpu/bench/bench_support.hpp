@@ -28,6 +28,7 @@ struct Config {
   // A quantized KV cache, "<codes>:<granularity>" (kv_cache.hpp), e.g. "int8:block32", "fp8_e4m3:head"; "" = K and V
   // in dtype. The same values as the plain cache's, quantised.
   std::string kv_cache;
+  int num_splits = 0;  // the schedule's num_splits (attncheck/schedule.hpp): a forced split-KV count; 0 = its choice
 };
 
 // Attention FLOPs: 4·B·H·Lq·Lk·D (two GEMMs); causal counts half; the backward 2.5 times that (FlashAttention's
