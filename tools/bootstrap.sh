@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make ccache pkg-config libeigen3-dev libhdf5-dev hdf5-tools libgtest-dev librapidcheck-dev
           libbenchmark-dev libhwy-dev libcli11-dev nlohmann-json3-dev libfmt-dev libboost-context-dev libpng-dev python3-h5py
-          python3-numpy python3-pytest python3-pytest-xdist zlib1g-dev patchelf
+          python3-numpy python3-pytest python3-pytest-xdist zlib1g-dev patchelf libmuparser-dev
           clang libclang-rt-14-dev)  # clang + libFuzzer: tools/fuzz.sh (the readers' fuzz target, run by .ci/run)
 missing=()
 for p in "${packages[@]}"; do

@@ -50,6 +50,7 @@ void write_problem_attrs(hid_t root, const Problem& p) {
                         },
                         [&](std::vector<int64_t> P::*) {},
                         [&](std::vector<double> P::*) {},
+                        [&](std::string P::*m) { h5::write_attr(root, k, p.*m); },  // as written, not escaped
                         [&](auto P::*m) { h5::write_attr(root, k, std::string(to_string(p.*m))); }},
                f.ref);
   }
@@ -89,6 +90,7 @@ void read_problem_attrs(const h5::Reader& r, hid_t root, Problem& p) {
                         },
                         [&](std::vector<int64_t> P::*) {},
                         [&](std::vector<double> P::*) {},
+                        [&](std::string P::*m) { p.*m = r.attr_str(root, "/", k); },
                         [&](auto P::*) {
                           try {
                             set_field_text(p, f, r.attr_str(root, "/", k));

@@ -96,9 +96,11 @@ Fixture read_header(h5::Reader& r, hid_t file, const FixtureReadOptions& options
   {  // The attributes alone: the block table of a paged cache is a dataset, read below and checked with the rest.
     Problem attrs = f.problem;
     attrs.page_size = attrs.num_pages = 0;
-    // Likewise a modification with a dataset parameter (the T5 table): its attributes wait for it.
+    // Likewise a modification with a dataset parameter (the T5 table) or an expression (its tensors' values): its
+    // attributes wait for it.
+    auto waits = [](const Field& x) { return x.stored == Stored::dataset || std::holds_alternative<std::string Problem::*>(x.ref); };
     for (const ModEntry& m : modifications())
-      if (std::any_of(m.fields.begin(), m.fields.end(), [](const Field& x) { return x.stored == Stored::dataset; }))
+      if (std::any_of(m.fields.begin(), m.fields.end(), waits))
         for (const Field& x : m.fields)
           if (x.stored != Stored::dataset) set_field_text(attrs, x, field_text(Problem{}, x));
     validate_problem(r, attrs);

@@ -24,14 +24,20 @@ std::string h5_dtype_name(hid_t dset) {
   }
 }
 
-std::map<std::string, UserArray> read_h5(const std::string& path, uint64_t max_bytes) {
+std::vector<std::string> wanted(const std::vector<std::string>& extra) {
+  std::vector<std::string> names(std::begin(kNames), std::end(kNames));
+  names.insert(names.end(), extra.begin(), extra.end());
+  return names;
+}
+
+std::map<std::string, UserArray> read_h5(const std::string& path, uint64_t max_bytes, const std::vector<std::string>& extra) {
   h5::QuietErrors quiet;
   const h5::Reader r{path};
   h5::Id file = r.open_file();
   std::map<std::string, UserArray> out;
   // A fixture's arrays are under /inputs: an /inputs that is not a group is named, not taken for "no array q".
   if (r.has_object(file, "/inputs")) r.open_group(file, "/inputs");
-  for (const char* n : kNames) {
+  for (const std::string& n : wanted(extra)) {
     std::string where;
     for (const std::string& cand : {std::string("/") + n, std::string("/inputs/") + n})
       if (where.empty() && r.has_object(file, cand)) where = cand;
@@ -84,15 +90,16 @@ void check_zero_one(const std::string& what, const UserArray& a) {
                                   " at index " + index_string(a.shape, int64_t(n)));
 }
 
-std::map<std::string, UserArray> read_user_arrays(const std::string& path, uint64_t max_bytes) {
+std::map<std::string, UserArray> read_user_arrays(const std::string& path, uint64_t max_bytes,
+                                                  const std::vector<std::string>& extra) {
   const std::string ext = std::filesystem::path(path).extension().string();
   if (ext == ".npz") {
     std::map<std::string, UserArray> all = read_npz(path, max_bytes), out;
-    for (const char* n : kNames)
+    for (const std::string& n : wanted(extra))
       if (auto it = all.find(n); it != all.end()) out[n] = std::move(it->second);
     return out;
   }
-  if (ext == ".h5" || ext == ".hdf5") return h5::untrusted_read(path, "", [&] { return read_h5(path, max_bytes); });
+  if (ext == ".h5" || ext == ".hdf5") return h5::untrusted_read(path, "", [&] { return read_h5(path, max_bytes, extra); });
   throw std::invalid_argument(path + ": unknown file type '" + ext + "' (expected .npz, .h5 or .hdf5)");
 }
 

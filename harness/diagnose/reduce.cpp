@@ -136,6 +136,12 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
       q.prefix_lengths.push_back(std::clamp(p.prefix_lengths[static_cast<size_t>(b)] - k.k0, int64_t{0}, k.nk));
   }
 
+  if (!p.score_expr.empty() || !p.mask_expr.empty()) {  // expressions go on reading the original indices and tensors
+    const std::vector<int64_t> o = p.expr_origin.empty() ? std::vector<int64_t>(4, 0) : p.expr_origin;
+    q.expr_origin = {o[0] + k.b0, o[1] + k.h0, o[2] + k.i0, o[3] + k.k0};
+    if (std::all_of(q.expr_origin.begin(), q.expr_origin.end(), [](int64_t v) { return v == 0; })) q.expr_origin.clear();
+  }
+
   const auto so = storage_order(p.layout);
   d.in.q = slice(c.in.q, {k.b0, k.h0, k.i0, 0}, {k.nb, k.nh, k.nq, k.dqk}, so);
   if (p.page_size > 0) {

@@ -251,8 +251,12 @@ class Scorer {
     if (in_.bias) add_bias(b, h, i, j0 + a, v, m);
     const int64_t pos = i + p_.diagonal_offset(b);  // the query's key position (mods.hpp)
     if (mods_.has_score())  // score modifications after the bias, each in fp64 and rounded once
-      for (int64_t j = 0; j < m; ++j)
-        v[j] = static_cast<T>(mods_.score(ModAt{b, h, i, pos, j0 + a + j}, static_cast<double>(v[j])));
+      for (int64_t j = 0; j < m; ++j) {
+        const ModAt at{b, h, i, pos, j0 + a + j};
+        const double x = static_cast<double>(v[j]), r = mods_.score(at, x);
+        if (std::isfinite(x) && !std::isfinite(r) && visible_key(b, h, i, at)) mods_.expect_finite(at, x);  // throws
+        v[j] = static_cast<T>(r);
+      }
     if (!in_.mask && !mods_.has_mask()) return row_max(v, m, neg_inf);
     const uint8_t* mrow = nullptr;
     int64_t mj = 0;
@@ -290,6 +294,12 @@ class Scorer {
       case DType::e4m3:
       case DType::e5m2: throw std::invalid_argument(std::string("cpu: bias dtype ") + to_string(bt.dtype) + " not supported");
     }
+  }
+
+  // A key inside the row's span that neither the boolean mask nor a mask modification hides.
+  bool visible_key(int64_t b, int64_t h, int64_t i, const ModAt& at) const {
+    if (in_.mask && in_.mask->get_offset(broadcast_offset(*in_.mask, b, h, i, at.j)) == 0) return false;
+    return !mods_.has_mask() || mods_.visible(at);
   }
 
   const Problem& p_;

@@ -43,7 +43,7 @@ def _flags(problem):
     if causal:
         flags += ["--causal", "top_left" if causal is True else str(causal)]
     for key in ("scale", "softcap", "policy", "fill_value", "dropout_p", "dropout_seed", "layout", "dtype", "name",
-                "causal_offset", "descale_q", "descale_k", "descale_v"):
+                "causal_offset", "descale_q", "descale_k", "descale_v", "score_mod", "mask_mod"):
         value = p.pop(key, None)
         if value is not None:
             flags += ["--" + key.replace("_", "-"), repr(value) if isinstance(value, float) else str(value)]
@@ -59,18 +59,29 @@ def _flags(problem):
     return flags
 
 
-def make_fixture(path, q, k, v, mask=None, bias=None, keep=None, tolerances=None, **problem):
+def make_fixture(path, q, k, v, mask=None, bias=None, keep=None, tolerances=None, aux=None, **problem):
     """Writes a fixture for your tensors with `attncheck import` and returns load(path).
 
     problem: causal (True = top_left, "bottom_right", ...), scale, softcap, policy, window=(left, right),
     key_lengths, fill_value, dropout_p/dropout_seed (with keep), layout ("bhsd"/"bshd"), dtype, name,
     want_lse, want_weights. Masks are bool or 0/1 integers, broadcast to [B, Hq, Lq, Lk].
+    score_mod / mask_mod: FlexAttention's score_mod / mask_mod as expressions over score, b, h, q_idx, kv_idx,
+    q_pos and the arrays of `aux` ({name: array of rank 1 to 4}), e.g. score_mod="score + slopes[h] * (kv_idx -
+    q_idx)", aux={"slopes": s}; stored in the fixture, so it replays without your code (docs/problem-model.md
+    "Expressions").
     """
     arrays = {"q": q, "k": k, "v": v, "mask": mask, "bias": bias, "keep": keep}
+    aux = dict(aux or {})
+    clash = sorted(set(aux) & (set(arrays) | {"past_key", "past_value"}))
+    if clash:
+        raise ValueError(f"aux tensors may not be named like an attention input: {clash}")
     with tempfile.TemporaryDirectory() as tmp:
         npz = os.path.join(tmp, "tensors.npz")
-        np.savez(npz, **{n: np.asarray(a) for n, a in arrays.items() if a is not None})
+        np.savez(npz, **{n: np.asarray(a) for n, a in arrays.items() if a is not None},
+                 **{n: np.asarray(a) for n, a in aux.items()})
         extra = ["--tolerances", os.fspath(tolerances)] if tolerances else []
+        if aux:
+            extra += ["--aux", ",".join(aux)]
         r = _cli.run(["import", npz, "--out", os.fspath(path)] + extra + _flags(problem))
         if r.returncode != 0:
             raise RuntimeError(r.stderr or r.stdout)

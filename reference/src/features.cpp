@@ -3,6 +3,7 @@
 #include "attncheck/features.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 
@@ -138,6 +139,33 @@ std::string join(const T* v, size_t n, char sep) {
   }
   return o;
 }
+// Text fields (expressions) in a name: '%', '/', space and anything outside printable ASCII as %XX, so the name
+// stays one component per field and parses back to the same bytes.
+std::string percent_encode(const std::string& s) {
+  static const char hex[] = "0123456789ABCDEF";
+  std::string o;
+  for (const unsigned char c : s) {
+    if (c == '%' || c == '/' || c <= ' ' || c > '~') o.append({'%', hex[c >> 4], hex[c & 15]});
+    else o.push_back(static_cast<char>(c));
+  }
+  return o;
+}
+std::string percent_decode(const std::string& s, const char* key) {
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+  std::string o;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      o.push_back(s[i]);
+      continue;
+    }
+    const int hi = i + 2 < s.size() ? digit(s[i + 1]) : -1, lo = i + 2 < s.size() ? digit(s[i + 2]) : -1;
+    if (hi < 0 || lo < 0)
+      fail(std::string(key) + ": '%' at position " + std::to_string(i) + " must start an escape %XX (hex digits 0-9A-F), got '" + s + "'");
+    o.push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return o;
+}
 
 template <class... F>
 struct Overload : F... {
@@ -175,6 +203,7 @@ std::string field_text(const Problem& p, const Field& f) {
                },
                [&](std::vector<int64_t> P::*m) { return join((p.*m).data(), (p.*m).size(), ','); },
                [&](std::vector<double> P::*m) { return join((p.*m).data(), (p.*m).size(), ','); },
+               [&](std::string P::*m) { return percent_encode(p.*m); },
                [&](auto P::*m) -> std::string {
                  using T = std::remove_cvref_t<decltype(p.*m)>;
                  if constexpr (std::is_enum_v<T>)
@@ -199,6 +228,7 @@ void set_field_text(Problem& p, const Field& f, const std::string& s) {
                       },
                       [&](std::vector<int64_t> P::*m) { p.*m = parse_list(s, ',', f.key); },
                       [&](std::vector<double> P::*m) { p.*m = parse_list<double>(s, ',', f.key); },
+                      [&](std::string P::*m) { p.*m = percent_decode(s, f.key); },
                       [&](DType P::*m) { p.*m = dtype_from_string(s); },
                       [&](Layout P::*m) { p.*m = layout_from_string(s); },
                       [&](Alignment P::*m) { p.*m = alignment_from_string(s); },

@@ -2,6 +2,10 @@
 // reference and the CPU implementations share. The entries themselves are in mods_library.cpp.
 #include "attncheck/mods.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
 #include "detail.hpp"
 
 namespace attncheck {
@@ -45,6 +49,37 @@ ModSet::ModSet(const Problem& p) : p_(p) {
 double ModSet::score(const ModAt& at, double s) const {
   for (const ModEntry* m : score_) s = m->score(p_, at, s);
   return s;
+}
+
+double ModSet::slope(const ModAt& at, double s) const {
+  double d = 1.0;
+  for (const ModEntry* m : score_) {
+    double k = m->slope_bound;
+    if (k <= 0) {  // measured: a central difference at a step far above the score's rounding
+      const double step = std::ldexp(std::max(1.0, std::abs(s)), -20);
+      k = std::abs(m->score(p_, at, s + step) - m->score(p_, at, s - step)) / (2 * step);
+      if (!std::isfinite(k)) k = 1.0;
+    }
+    d *= std::max(1.0, k);
+    s = m->score(p_, at, s);
+  }
+  return d;
+}
+
+void ModSet::expect_finite(const ModAt& at, double s) const {
+  for (const ModEntry* m : score_) {
+    const double r = m->score(p_, at, s);
+    if (std::isfinite(s) && !std::isfinite(r)) {
+      std::ostringstream o;
+      o.precision(17);
+      o << "score modification " << m->name << " gives the non-finite score " << r << " for score " << s
+        << " on a visible key at b=" << at.b << ", h=" << at.h << ", q_idx=" << at.i << ", kv_idx=" << at.j
+        << ", q_pos=" << at.pos;
+      if (!p_.score_expr.empty() && std::string(m->name) == "score_expr") o << " (score_expr '" << p_.score_expr << "')";
+      detail::fail(o.str());
+    }
+    s = r;
+  }
 }
 
 bool ModSet::visible(const ModAt& at) const {

@@ -10,6 +10,7 @@
 #include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
 #include "detail.hpp"
+#include "mods_expr.hpp"
 
 namespace attncheck {
 
@@ -298,8 +299,46 @@ const ModEntry kRopeEntry{
     },
     "RoPE: q and k rotated pairwise by position * inv_freq before the scores"};
 
+// ---- user expressions (muparser; compiled and evaluated in mods_expr.cpp) -------------------------------------
+// The auxiliary tensors and the origin belong to both expressions; they are listed with the score entry.
+bool with_expr(const P& p) { return !p.score_expr.empty() || !p.mask_expr.empty(); }
+const char* const kNeedsExpr = "must be empty without score_expr or mask_expr";
+const Field kScoreExpr[] = {
+    {"score_expr", &P::score_expr, kSet, kFrag, "must be at most 4096 characters",
+     [](const P& p) { return p.score_expr.size() <= 4096; },
+     "score modification: expression over score, b, h, q_idx, kv_idx, q_pos and the expr_tensors"},
+    {"expr_tensors", &P::expr_tensors, kSet, kFrag, kNeedsExpr, [](const P& p) { return p.expr_tensors.empty() || with_expr(p); },
+     "auxiliary tensors of the expressions: name[d0,...];... (rank 1 to 4, values in expr_values)"},
+    {"expr_values", &P::expr_values, kData, kFrag, kNeedsExpr, [](const P& p) { return p.expr_values.empty() || with_expr(p); },
+     "values of the expr_tensors, concatenated in declaration order, each row-major"},
+    {"expr_origin", &P::expr_origin, kData, kFrag, kNeedsExpr, [](const P& p) { return p.expr_origin.empty() || with_expr(p); },
+     "[b, h, q_idx, kv_idx] added to the expressions' variables (a cut of a larger problem keeps its indices)"}};
+const ModEntry kScoreExprEntry{
+    "score_expr", "sexpr", ModKind::score, kScoreExpr, [](const P& p) { return !p.score_expr.empty(); },
+    [](const P& p) { expr::check(p, expr::Which::score); }, expr::score, nullptr,
+    0.0,  // any function of the score: |d score'/ds| is measured per key (ModSet::slope)
+    [](P& p, Rng& r) {  // a linear position bias per head (ALiBi without the |.|), slopes exact in fp32
+      p.score_expr = "score + slopes[h] * (kv_idx - q_pos)";
+      p.expr_tensors = "slopes[" + n2s(p.Hq) + "]";
+      for (int64_t h = 0; h < p.Hq; ++h) p.expr_values.push_back(std::ldexp(double(r.pick(1, 16)), -6));
+    },
+    "user score modification: an expression (muparser) over score, b, h, q_idx, kv_idx, q_pos, tensors"};
+const Field kMaskExpr[] = {{"mask_expr", &P::mask_expr, kSet, kFrag, "must be at most 4096 characters",
+                            [](const P& p) { return p.mask_expr.size() <= 4096; },
+                            "mask modification: expression over b, h, q_idx, kv_idx, q_pos and the expr_tensors; nonzero = visible"}};
+const ModEntry kMaskExprEntry{
+    "mask_expr", "mexpr", ModKind::mask, kMaskExpr, [](const P& p) { return !p.mask_expr.empty(); },
+    [](const P& p) { expr::check(p, expr::Which::mask); }, nullptr, expr::visible, 1.0,
+    [](P& p, Rng& r) {  // a window to the left of the query whose width depends on batch and head
+      p.mask_expr = "kv_idx <= q_pos && kv_idx >= q_pos - width[b, h]";
+      p.expr_tensors = "width[" + n2s(p.B) + "," + n2s(p.Hq) + "]";
+      for (int64_t n = 0; n < p.B * p.Hq; ++n) p.expr_values.push_back(double(r.pick(0, std::max<int64_t>(p.Lk / 2, 1))));
+    },
+    "user mask modification: an expression (muparser) over b, h, q_idx, kv_idx, q_pos, tensors; nonzero = visible"};
+
+// Score entries modify in this order (docs/problem-model.md "Modifications"): ALiBi, T5, the user's expression.
 const ModEntry kLibrary[] = {kAlibiEntry, kT5Entry, kDocEntry, kChunkEntry, kPrefixEntry, kDilatedEntry, kTopkEntry,
-                             kRopeEntry};
+                             kRopeEntry, kScoreExprEntry, kMaskExprEntry};
 
 }  // namespace
 

@@ -218,9 +218,11 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
         score += bias;
         mag += std::abs(bias);
       }
-      if (mods.has_score()) {  // score modifications, after the bias (each additive so far: slope_bound 1)
-        const double modified = mods.score(ModAt{b, h, i, diag, j}, score);
-        mag += std::abs(modified - score);
+      if (mods.has_score()) {  // score modifications, after the bias: the score's error scaled by their slope
+        const ModAt at{b, h, i, diag, j};
+        const double modified = mods.score(at, score);
+        if (std::isfinite(score) && !std::isfinite(modified)) mods.expect_finite(at, score);  // throws
+        mag = mods.slope(at, score) * mag + std::abs(modified - score);
         score = modified;
       }
       if (std::isfinite(score)) score_mag = std::max(score_mag, mag);  // a -inf bias masks, it has no error

@@ -453,6 +453,18 @@ std::vector<Case> modifications(const fs::path& dir) {
   }));
   out.push_back(edited(t5, dir, "modification", "t5_buckets/table-mismatch", {"/inputs/t5_table"},
                        [](hid_t f) { put_i64(f, "t5_buckets", 9); }));
+  // Expressions (docs/problem-model.md "Expressions"): malformed, an unknown name, an index out of a tensor's
+  // range, a declaration the values do not match, a non-finite mask value; each names the expression's field.
+  const fs::path sexpr = source("fp32_B2-Hq4-Hkv2-Lq9-Lk40-D16_causal-br-sexpr_normal_expr-linear-bias.h5");
+  const fs::path mexpr = source("fp32_B2-Hq4-Hkv2-Lq24-Lk24-D16_mexpr_poison_masked_expr-doc-causal.h5");
+  auto expression = [&](const fs::path& src, const std::string& what, const char* key, const std::string& text) {
+    out.push_back(edited(src, dir, "modification", what, {key}, [&](hid_t f) { put_string(f, key, text); }));
+  };
+  expression(sexpr, "score_expr/malformed", "score_expr", "score + (slopes[h] *");
+  expression(sexpr, "score_expr/unknown-name", "score_expr", "score + slope * h");
+  expression(sexpr, "score_expr/index-out-of-range", "score_expr", "score + slopes[h + 1]");
+  expression(sexpr, "expr_tensors/values-mismatch", "expr_tensors", "slopes[5]");
+  expression(mexpr, "mask_expr/non-finite", "mask_expr", "sqrt(kv_idx - 5)");
   return out;
 }
 

@@ -41,7 +41,7 @@ int64_t floor_div(int64_t a, int64_t c) { return static_cast<int64_t>(std::floor
 
 // Each mask entry's definition, written out independently of the library: whether query i of batch b (key
 // position pos) sees key j.
-bool dense_visible(const std::string& name, const Problem& p, int64_t b, int64_t i, int64_t pos, int64_t j) {
+bool dense_visible(const std::string& name, const Problem& p, int64_t b, int64_t h, int64_t i, int64_t pos, int64_t j) {
   if (name == "document") {
     if (pos < 0 || pos >= p.Lk) return false;
     return p.doc_ids[size_t(b * p.Lk + pos)] == p.doc_ids[size_t(b * p.Lk + j)];
@@ -51,6 +51,10 @@ bool dense_visible(const std::string& name, const Problem& p, int64_t b, int64_t
   if (name == "dilated_window") {
     const int64_t d = pos - j;
     return std::abs(d) <= p.dilated_window * p.dilation && d % p.dilation == 0;
+  }
+  if (name == "mask_expr") {  // what the entry's draw writes (checked here, so a changed draw fails loudly)
+    EXPECT_EQ(p.mask_expr, "kv_idx <= q_pos && kv_idx >= q_pos - width[b, h]");
+    return j <= pos && j >= pos - static_cast<int64_t>(p.expr_values[size_t(b * p.Hq + h)]);
   }
   if (name == "topk") {
     for (int64_t s = 0; s < p.topk; ++s)
@@ -65,6 +69,7 @@ bool dense_visible(const std::string& name, const Problem& p, int64_t b, int64_t
 std::pair<Problem, Inputs> as_dense_mask(const std::string& name, Problem p, Inputs in) {
   const Problem modded = p;
   p.doc_ids.clear(), p.chunk_size = 0, p.prefix_lengths.clear(), p.dilated_window = -1, p.dilation = 1;
+  p.mask_expr.clear(), p.expr_tensors.clear(), p.expr_values.clear();
   p.topk = 0, p.topk_indices.clear();
   p.mask_shape = std::array<int64_t, 4>{p.B, p.Hq, p.Lq, p.Lk};
   in.mask = Tensor(DType::u8, {p.B, p.Hq, p.Lq, p.Lk});
@@ -72,7 +77,7 @@ std::pair<Problem, Inputs> as_dense_mask(const std::string& name, Problem p, Inp
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < p.Lq; ++i)
         for (int64_t j = 0; j < p.Lk; ++j)
-          in.mask->put(b, h, i, j, dense_visible(name, modded, b, i, i + p.diagonal_offset(b), j) ? 1.0 : 0.0);
+          in.mask->put(b, h, i, j, dense_visible(name, modded, b, h, i, i + p.diagonal_offset(b), j) ? 1.0 : 0.0);
   return {p, in};
 }
 
@@ -108,7 +113,7 @@ TEST(Mods, MaskModEqualsItsDenseMaskBitForBit) {
       ++cases;
     }
   }
-  EXPECT_EQ(cases, 5 * 9);
+  EXPECT_EQ(cases, 6 * 9);
   EXPECT_GT(hidden, 0) << "the drawn masks hide keys";
 }
 
@@ -175,6 +180,7 @@ TEST(Mods, CpuImplsMatchReferenceOnEveryEntry) {
     p.alibi_slopes = d.alibi_slopes, p.t5_table = d.t5_table, p.t5_buckets = d.t5_buckets;
     p.doc_ids = d.doc_ids, p.chunk_size = d.chunk_size, p.prefix_lengths = d.prefix_lengths;
     p.dilated_window = d.dilated_window, p.dilation = d.dilation, p.rotary_dim = d.rotary_dim;
+    p.score_expr = d.score_expr, p.mask_expr = d.mask_expr, p.expr_tensors = d.expr_tensors, p.expr_values = d.expr_values;
     p.topk = d.topk, p.topk_indices = d.topk_indices;
     EXPECT_FALSE(uses_modifications(p));
     return p;
@@ -224,6 +230,92 @@ TEST(Mods, UndeclaredModificationIsUnsupported) {
   p.alibi_slopes.assign(size_t(p.Hq), 0.5);
   EXPECT_EQ(check_capabilities(c, p).reason, "modification alibi not supported");
   EXPECT_FALSE(backward_modelled(p).ok);
+}
+
+// ---- expressions (mods_expr.cpp) -------------------------------------------------------------------------------
+
+// An expression written as a library entry gives the entry's bits: ALiBi as a score expression (same fp64
+// operations) and the document mask as a mask expression, on the reference, cpu and cpu-flash.
+TEST(ModsExpr, ExpressionsEqualTheLibraryEntriesBitForBit) {
+  for (Problem p : shapes()) {
+    Problem lib = p, ex = p;
+    for (int64_t h = 0; h < p.Hq; ++h) lib.alibi_slopes.push_back(std::ldexp(1.0, -int(h) - 1));
+    ex.score_expr = "score - slopes[h] * abs(q_pos - kv_idx)";
+    ex.expr_tensors = "slopes[" + std::to_string(p.Hq) + "];doc[" + std::to_string(p.B) + "," + std::to_string(p.Lk) + "]";
+    ex.expr_values = lib.alibi_slopes;
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t j = 0; j < p.Lk; ++j) lib.doc_ids.push_back(j / 5 + b), ex.expr_values.push_back(double(j / 5 + b));
+    // the query's document only where q_pos is a key position (muparser's ?: evaluates one branch)
+    ex.mask_expr = "q_pos >= 0 && q_pos < " + std::to_string(p.Lk) + " ? doc[b, q_pos] == doc[b, kv_idx] : 0";
+    ASSERT_NO_THROW(validate(ex)) << validation_message(ex);
+    const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 11);
+    const ReferenceResult a = reference_attention(lib, in), b = reference_attention(ex, in);
+    EXPECT_EQ(0, std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(double))) << p.name();
+    EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(double))) << p.name();
+    for (const char* impl : {"cpu", "cpu-flash"}) {
+      const Outputs x = run(impl, lib, in), y = run(impl, ex, in);
+      EXPECT_TRUE(same_bits(x.out, y.out) && same_bits(*x.lse, *y.lse)) << impl << " " << p.name();
+    }
+  }
+}
+
+std::string expr_error(const std::function<void(Problem&)>& f) {
+  Problem p;
+  p.B = 2, p.Hq = 3, p.Hkv = 3, p.Lq = 4, p.Lk = 10;
+  p.expr_tensors = "slopes[3]", p.expr_values = {0.5, 0.25, 0.125};
+  f(p);
+  return validation_message(p);
+}
+
+TEST(ModsExpr, ErrorsNameTheExpressionAndThePosition) {
+  const std::string bad_syntax = expr_error([](Problem& p) { p.score_expr = "score + (slopes[h] *"; });
+  EXPECT_NE(bad_syntax.find("score_expr 'score + (slopes[h] *'"), std::string::npos) << bad_syntax;
+  EXPECT_NE(bad_syntax.find("position 8"), std::string::npos) << bad_syntax;
+  const std::string unknown = expr_error([](Problem& p) { p.score_expr = "score + slope * h"; });
+  EXPECT_NE(unknown.find("Unexpected token \"slope\" found at position 8"), std::string::npos) << unknown;
+  const std::string not_tensor = expr_error([](Problem& p) { p.score_expr = "score + slop[h]"; });
+  EXPECT_NE(not_tensor.find("'[' at position 12 follows 'slop', which is not an auxiliary tensor (declared in expr_tensors: slopes)"),
+            std::string::npos) << not_tensor;
+  const std::string no_score = expr_error([](Problem& p) { p.mask_expr = "score > 0"; });
+  EXPECT_NE(no_score.find("mask_expr 'score > 0': Unexpected token \"score\" found at position 0"), std::string::npos) << no_score;
+  const std::string range = expr_error([](Problem& p) { p.score_expr = "score + slopes[h + 1]"; });
+  EXPECT_NE(range.find("score_expr 'score + slopes[h + 1]' (slopes[ at position 8): index 3 of slopes (dimension 0) is not an "
+                       "integer in [0, 3) at b=0, h=2, q_idx=0, kv_idx=0"),
+            std::string::npos) << range;
+  const std::string half = expr_error([](Problem& p) { p.mask_expr = "slopes[kv_idx / 4] > 0"; });
+  EXPECT_NE(half.find("index 0.25 of slopes"), std::string::npos) << half;
+  const std::string nan_mask = expr_error([](Problem& p) { p.mask_expr = "sqrt(kv_idx - 5)"; });
+  EXPECT_NE(nan_mask.find("mask_expr 'sqrt(kv_idx - 5)': non-finite result "), std::string::npos) << nan_mask;
+  EXPECT_NE(nan_mask.find(" at b=0, h=0, q_idx=0, kv_idx=0"), std::string::npos) << nan_mask;
+  const std::string decl = expr_error([](Problem& p) { p.score_expr = "score", p.expr_tensors = "slopes[4]"; });
+  EXPECT_NE(decl.find("expr_values must have 4 entries"), std::string::npos) << decl;
+  const std::string orphan = expr_error([](Problem&) {});
+  EXPECT_NE(orphan.find("expr_tensors must be empty without score_expr or mask_expr"), std::string::npos) << orphan;
+  EXPECT_EQ(expr_error([](Problem& p) { p.score_expr = "score + slopes[h] * (kv_idx - q_pos)"; }), "accepted");
+}
+
+// A score expression that is not finite on a visible key stops the reference and the CPU kernels with an error
+// naming it; the same expression on keys that only hidden ones make non-finite is fine.
+TEST(ModsExpr, NonFiniteScoreOnAVisibleKeyIsAnError) {
+  Problem p = shapes()[0];
+  p.causal = true, p.alignment = Alignment::top_left, p.key_lengths.clear();
+  p.score_expr = "score + log(kv_idx - q_pos + 1)";  // -inf where kv_idx = q_pos - 1: visible under causal
+  const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 5);
+  try {
+    (void)reference_attention(p, in);
+    ADD_FAILURE() << "reference accepted a -inf score";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("score modification score_expr gives the non-finite score -inf"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(score_expr 'score + log(kv_idx - q_pos + 1)')"), std::string::npos) << e.what();
+  }
+  for (const char* impl : {"cpu", "cpu-flash"}) {
+    Outputs out;
+    EXPECT_THROW((void)run_impl(*find_impl(impl), p, in, out), std::invalid_argument) << impl;
+  }
+  p.score_expr = "score + log(q_pos - kv_idx + 1)";  // -inf only at kv_idx = q_pos + 1: hidden by causal
+  EXPECT_NO_THROW((void)reference_attention(p, in));
+  Outputs out;
+  EXPECT_TRUE(run_impl(*find_impl("cpu"), p, in, out).ok);
 }
 
 }  // namespace

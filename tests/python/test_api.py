@@ -162,3 +162,33 @@ def test_check_gradients_keeps_the_finite_required_contract():
     assert "outside the declared contract (masked_inputs: finite-required" in text, text
     with pytest.raises(AssertionError, match="poison_masked/grad"):
         attncheck.check_gradients(ex.sdpa, unguarded, name="isolated", **decl)
+
+
+def test_expressions_match_numpy_and_replay_with_verify(tmp_path):
+    """score_mod / mask_mod as expressions with aux tensors: the fp64 reference equals numpy's, and the fixture
+    replays with `attncheck verify` (the expression and tensors are stored in it)."""
+    r = np.random.default_rng(5)
+    q6, k6, v6 = (r.standard_normal((2, 2, 6, 8)).astype(np.float32) for _ in range(3))
+    slopes = np.array([0.5, 0.25])
+    doc = np.array([[0, 0, 0, 1, 1, 1], [0, 1, 1, 1, 2, 2]])
+    f = attncheck.make_fixture(tmp_path / "expr.h5", q6, k6, v6, scale=0.25, want_weights=True, aux={"slopes": slopes, "doc": doc},
+                               score_mod="score + slopes[h] * (kv_idx - q_idx)",
+                               mask_mod="doc[b, q_idx] == doc[b, kv_idx] && kv_idx <= q_idx")
+    s = np.einsum("bhid,bhjd->bhij", q6.astype(np.float64), k6.astype(np.float64)) * 0.25
+    i, j = np.arange(6)[:, None], np.arange(6)[None, :]
+    s = s + slopes[None, :, None, None] * (j - i)
+    visible = (doc[:, None, :, None] == doc[:, None, None, :]) & (j <= i)
+    s = np.where(visible, s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    assert np.abs(f["expected"]["weights"] - w).max() < 1e-13
+    assert f["attrs"]["score_expr"] == "score + slopes[h] * (kv_idx - q_idx)" and f["attrs"]["expr_tensors"] == "slopes[2];doc[2,6]"
+    run = attncheck._cli.run(["verify", "--fixtures", str(tmp_path), "--impl", "cpu", "--impl", "cpu-flash"])
+    assert run.returncode == 0 and run.stdout.count("PASS") == 2, run.stdout + run.stderr
+
+
+def test_expression_errors_name_the_expression():
+    with pytest.raises(ValueError, match=r"score_expr 'score \+ slope\[h\]': '\[' at position 13 follows 'slope'"):
+        attncheck.make_fixture("unused.h5", q, k, v, aux={"slopes": np.ones(2)}, score_mod="score + slope[h]")
+    with pytest.raises(ValueError, match=r"index 2 of slopes \(dimension 0\) is not an integer in \[0, 2\)"):
+        attncheck.reference(q, k, v, aux={"slopes": np.ones(2)}, score_mod="score + slopes[h + 1]")

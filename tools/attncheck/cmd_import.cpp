@@ -18,6 +18,8 @@ namespace {
 
 struct Options {
   std::string input, out, tolerances, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value, scores_out;
+  std::string score_mod, mask_mod;  // user modifications (expressions) and the arrays they index
+  std::vector<std::string> aux;
   std::optional<double> scale;
   double softcap = 0, dropout_p = 0, descale_q = 1, descale_k = 1, descale_v = 1;
   std::optional<int64_t> causal_offset;
@@ -84,7 +86,7 @@ int run_import() {
     return import_module(f);
   }
   if (g.out.empty() || std::filesystem::path(g.out).extension() != ".h5") bad("--out: must name a .h5 file, got '" + g.out + "'");
-  std::map<std::string, UserArray> arrays = read_user_arrays(g.input, budget().max_bytes);
+  std::map<std::string, UserArray> arrays = read_user_arrays(g.input, budget().max_bytes, g.aux);
   for (const char* n : {"q", "k", "v"})
     if (!arrays.count(n)) bad(g.input + ": no array named '" + n + "' (need q, k, v; optional mask, bias, keep, past_key, past_value)");
   const UserArray &q = arrays["q"], &k = arrays["k"], &v = arrays["v"];
@@ -149,6 +151,22 @@ int run_import() {
     } catch (const std::exception&) {
       bad("--scores-out: unknown value '" + g.scores_out + "' (expected scaled, capped, masked)");
     }
+  }
+
+  p.score_expr = g.score_mod, p.mask_expr = g.mask_mod;
+  for (const std::string& n : g.aux) {  // auxiliary tensors: declared in order, values concatenated row-major
+    const auto it = arrays.find(n);
+    static const char* const kReserved[] = {"q", "k", "v", "mask", "bias", "keep", "past_key", "past_value"};
+    if (std::find(std::begin(kReserved), std::end(kReserved), n) != std::end(kReserved))
+      bad("--aux " + n + ": '" + n + "' is an attention input, not an auxiliary tensor");
+    if (it == arrays.end()) bad("--aux " + n + ": no array named '" + n + "' in " + g.input);
+    const UserArray& a = it->second;
+    if (a.shape.empty() || a.shape.size() > 4)
+      bad("--aux " + n + ": rank must be 1 to 4, got shape " + shape_string(a.shape) + " (" + g.input + ")");
+    std::string dims;
+    for (int64_t d : a.shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    p.expr_tensors += (p.expr_tensors.empty() ? "" : ";") + n + "[" + dims + "]";
+    p.expr_values.insert(p.expr_values.end(), a.values.begin(), a.values.end());
   }
 
   Inputs in;
@@ -229,6 +247,12 @@ const Register reg{{"import", "Make a fixture from your own tensors (.npz or .h5
                       sub.add_option("--fill-value", g.fill_value, "Masked scores become this finite value (default -inf)");
                       sub.add_option("--dropout-p", g.dropout_p, "Dropout probability of the keep array");
                       sub.add_option("--dropout-seed", g.dropout_seed, "Recorded with the keep array");
+                      sub.add_option("--score-mod", g.score_mod, "Score modification: an expression over score, b, h, q_idx, "
+                                     "kv_idx, q_pos and --aux tensors, e.g. 'score + slopes[h] * (kv_idx - q_pos)' "
+                                     "(docs/problem-model.md \"Expressions\")");
+                      sub.add_option("--mask-mod", g.mask_mod, "Mask modification: an expression over b, h, q_idx, kv_idx, q_pos "
+                                     "and --aux tensors, nonzero = visible, e.g. 'doc[b, q_idx] == doc[b, kv_idx]'");
+                      sub.add_option("--aux", g.aux, "Arrays of the input file that the expressions index, by name")->delimiter(',');
                       sub.add_flag("--want-lse", g.want_lse, "Ask implementations for lse");
                       sub.add_flag("--want-weights", g.want_weights, "Ask for (and store) the attention weights");
                       sub.add_option("--scores-out", g.scores_out, "Also expect the raw scores [B,Hq,Lq,Lk]: scaled, capped "

@@ -19,8 +19,10 @@ struct UserArray {
 };
 
 // Arrays named q, k, v, mask, bias, keep, past_key, past_value found in `path` (.npz: members "q.npy", ...; .h5/.hdf5: datasets /q or
-// /inputs/q, ...). Unknown names are ignored. Refuses files larger than `max_bytes`.
-std::map<std::string, UserArray> read_user_arrays(const std::string& path, uint64_t max_bytes = uint64_t{2} << 30);
+// /inputs/q, ...), and those named in `extra` (auxiliary tensors of expressions). Other names are ignored. Refuses
+// files larger than `max_bytes`.
+std::map<std::string, UserArray> read_user_arrays(const std::string& path, uint64_t max_bytes = uint64_t{2} << 30,
+                                                  const std::vector<std::string>& extra = {});
 
 // The arrays of one .npz file (exposed for tests), every member.
 std::map<std::string, UserArray> read_npz(const std::string& path, uint64_t max_bytes = uint64_t{2} << 30);

@@ -37,7 +37,7 @@ struct ModEntry {
   double (*score)(const Problem&, const ModAt&, double s);
   bool (*visible)(const Problem&, const ModAt&);
   // Tolerance fact: a bound of |d score(s) / d s|. The score-error terms of docs/tolerance.md are unchanged by a
-  // modification whose bound is <= 1 (every entry so far is additive: bound 1); a larger one would scale them.
+  // modification whose bound is 1 (the additive library entries); 0: unknown, measured per key (ModSet::slope).
   double slope_bound;
   // Parameters for the problem's shape (property cases): p's shape and alignment are already drawn.
   void (*draw)(Problem&, Rng&);
@@ -60,6 +60,12 @@ class ModSet {
   bool has_score() const { return !score_.empty(); }
   bool has_position() const { return position_; }  // q and k are rotated (rope.hpp) before the scores
   double score(const ModAt& at, double s) const;  // score mods in library order
+  // |d score(at, s) / d s| of the score mods together: the product of their bounds, a central difference for an
+  // entry without one (an expression); at least 1 (the reference scales the score's error magnitude by it).
+  double slope(const ModAt& at, double s) const;
+  // Throws std::invalid_argument naming the first score mod that turns the finite s into a non-finite score at
+  // `at` (a visible key: an input error, never a silent NaN).
+  void expect_finite(const ModAt& at, double s) const;
   bool visible(const ModAt& at) const;            // every mask mod
  private:
   const Problem& p_;

@@ -207,6 +207,13 @@ struct Problem {
   double rope_yarn_factor = 1.0;       // YaRN (1 = off), with beta_fast/slow; cos and sin times 0.1 ln(s) + 1
   double rope_beta_fast = 32.0, rope_beta_slow = 1.0;
   int64_t rope_original_max = 8192;    // llama3 and YaRN: original_max_position_embeddings
+  // User modifications: expressions (muparser syntax) over score, b, h, q_idx, kv_idx, q_pos and named auxiliary
+  // tensors (reference/src/mods_expr.cpp; docs/problem-model.md "Expressions"). Off when empty.
+  std::string score_expr;             // e.g. "score + slopes[h] * (kv_idx - q_pos)"
+  std::string mask_expr;              // e.g. "doc[b, q_idx] == doc[b, kv_idx] && kv_idx <= q_pos" (nonzero = visible)
+  std::string expr_tensors;           // the auxiliary tensors: "name[d0,d1,...];..." (rank 1 to 4)
+  std::vector<double> expr_values;    // their values, concatenated in that order, each row-major
+  std::vector<int64_t> expr_origin;   // [b, h, q_idx, kv_idx] added to the variables (a cut of a larger problem)
 
   MaskFill fill = MaskFill::neg_inf;
   double fill_value = -1e9;  // used with MaskFill::finite
