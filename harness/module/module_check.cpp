@@ -122,6 +122,25 @@ std::vector<std::string> diagnose_backward(const ModuleFixture& f, const ModuleG
   return tags;
 }
 
+// One fixture a selftest entry failed: a false alarm for a correct entry; otherwise tagged when the diagnosis names
+// exactly the injected fault, else listed with the tags it got.
+template <class Diagnose>
+void caught(SelftestRow& row, const std::string& fixture, bool correct, Diagnose diagnose) {
+  ++row.caught;
+  if (correct) {
+    row.other_tags.push_back(fixture + ": false alarm");
+    return;
+  }
+  const std::vector<std::string> tags = diagnose();
+  if (tags == std::vector<std::string>{row.injected}) {
+    ++row.tagged;
+    return;
+  }
+  std::string t;
+  for (const auto& s : tags) t += (t.empty() ? "" : ",") + s;
+  row.other_tags.push_back(fixture + ": " + (t.empty() ? "(none)" : t));
+}
+
 namespace {
 // The backward rows of the selftest: correct entries and the backward mutants on the fixtures with gradients.
 void selftest_backward(const std::vector<ModuleFixture>& fixtures, std::vector<SelftestRow>& rows) {
@@ -140,19 +159,7 @@ void selftest_backward(const std::vector<ModuleFixture>& fixtures, std::vector<S
       if (!run_module_backward(*impl, f.problem, f.inputs, *f.dy, g).ok) continue;
       ++row.applicable;
       if (judge_backward(f, module_grad_tolerance(f.problem, f.inputs, f.dy->to_double()), g).pass) continue;
-      ++row.caught;
-      if (correct) {
-        row.other_tags.push_back(f.name + ": false alarm");
-        continue;
-      }
-      const std::vector<std::string> tags = diagnose_backward(f, g);
-      if (tags == std::vector<std::string>{row.injected}) {
-        ++row.tagged;
-      } else {
-        std::string t;
-        for (const auto& s : tags) t += (t.empty() ? "" : ",") + s;
-        row.other_tags.push_back(f.name + ": " + (t.empty() ? "(none)" : t));
-      }
+      caught(row, f.name, correct, [&] { return diagnose_backward(f, g); });
     }
     rows.push_back(std::move(row));
   }
@@ -176,19 +183,7 @@ std::vector<SelftestRow> selftest(const std::vector<ModuleFixture>& fixtures) {
       ++row.applicable;
       const ModuleTolerance tol = module_tolerance(f.problem, f.inputs);
       if (judge(f, tol, out).pass) continue;
-      ++row.caught;
-      if (fault == ModuleFault::none) {
-        row.other_tags.push_back(f.name + ": false alarm");
-        continue;
-      }
-      const std::vector<std::string> tags = diagnose(f, out);
-      if (tags == std::vector<std::string>{row.injected}) {
-        ++row.tagged;
-      } else {
-        std::string t;
-        for (const auto& s : tags) t += (t.empty() ? "" : ",") + s;
-        row.other_tags.push_back(f.name + ": " + (t.empty() ? "(none)" : t));
-      }
+      caught(row, f.name, fault == ModuleFault::none, [&] { return diagnose(f, out); });
     }
     rows.push_back(std::move(row));
   }

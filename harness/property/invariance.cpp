@@ -610,9 +610,10 @@ Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Ou
       return c;
     }
     Variant v{f.what, packed ? diff_mapped(p, first, x, f) : diff_targets(p, first, x, f.targets), bitwise, ""};
-    // Within tolerance: a form that moved nothing is the case as given, whatever the row's own verdict says (a kernel
-    // wrong in every form is that row's failure, not a variance).
-    if (!bitwise && v.moved() > 0) {
+    // A form that moved no bit is the case as given, whatever the row's own verdict says (a kernel wrong in every
+    // form is that row's failure, not a variance): reported bitwise equal, never judged against the reference.
+    if (v.moved() == 0) v.bitwise = true;
+    if (!v.bitwise) {
       Outputs back = first;
       if (packed) (void)diff_mapped(p, first, x, f, &back);
       v.outside = o.within_tolerance(packed ? back : rebuilt(first, x, f.targets));
@@ -660,7 +661,8 @@ std::optional<Variant> variant_run(const Impl& impl, const Problem& p, const Inp
     return std::nullopt;
   }
   Variant v{what, diff_outputs(first, x), bitwise, ""};
-  if (!bitwise && v.moved() > 0) v.outside = o.within_tolerance(x);  // unmoved: the case as given (see batch_check)
+  if (v.moved() == 0) v.bitwise = true;  // the case as given (see batch_check)
+  if (!v.bitwise) v.outside = o.within_tolerance(x);
   return v;
 }
 
