@@ -818,8 +818,53 @@ Check schedule_check(const Impl& impl, const Problem& p, const Inputs& in, const
   return c;
 }
 
-// The same data in the other layout (BHSD <-> BSHD: q, k, v, the past and out) and with sequence-major strides
-// (storage [L, B, H, D], the head dim still innermost, the layout as given: Megatron's sbhd).
+// The tensors `ts` (logical [N, H_i, L, D], one dtype, N, L and D alike) as slices of one buffer [N, L, sum H_i, D],
+// as a fused QKV projection leaves them (FlashAttention's qkvpacked; [B, L, Hq + 2 Hkv, D] with GQA): each keeps
+// its shape, with strides that step over the others' heads; its bytes start at its first element and run to the
+// buffer's end (the others' values in its gaps, as in the shared buffer). False when they cannot share one.
+bool pack(const std::vector<Tensor*>& ts) {
+  const Tensor& a = *ts.front();
+  int64_t H = 0;
+  for (const Tensor* t : ts) {
+    if (t->dtype != a.dtype || t->shape[0] != a.shape[0] || t->shape[2] != a.shape[2] || t->shape[3] != a.shape[3])
+      return false;
+    H += t->shape[1];
+  }
+  const int64_t N = a.shape[0], L = a.shape[2], D = a.shape[3];
+  const size_t es = dtype_size(a.dtype);
+  const std::vector<int64_t> st = {L * H * D, D, H * D, 1};
+  std::vector<uint8_t> buf(static_cast<size_t>(N * L * H * D) * es);
+  std::vector<int64_t> start;
+  int64_t h0 = 0;
+  for (const Tensor* t : ts) {
+    start.push_back(h0 * D);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < t->shape[1]; ++h)
+        for (int64_t l = 0; l < L; ++l)
+          for (int64_t d = 0; d < D; ++d) {
+            const int64_t i[4] = {n, h, l, d};
+            std::memcpy(buf.data() + static_cast<size_t>(n * st[0] + (h0 + h) * st[1] + l * st[2] + d) * es,
+                        t->bytes.data() + static_cast<size_t>(t->offset(i)) * es, es);
+          }
+    h0 += t->shape[1];
+  }
+  for (size_t k = 0; k < ts.size(); ++k) {
+    ts[k]->strides = st;
+    ts[k]->bytes.assign(buf.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(start[k]) * es), buf.end());
+  }
+  return true;
+}
+
+// q, k and v as slices of one packed QKV buffer, else k and v of one packed KV buffer ("" when neither fits).
+std::string packed(Inputs& x) {
+  if (pack({&x.q, &x.k, &x.v})) return "as slices of one packed QKV buffer (storage [B,L,Hq+2Hkv,D])";
+  if (pack({&x.k, &x.v})) return "with k and v as slices of one packed KV buffer (storage [B,L,2Hkv,D])";
+  return "";
+}
+
+// The same data in the other layout (BHSD <-> BSHD: q, k, v, the past and out), with sequence-major strides
+// (storage [L, B, H, D], the head dim still innermost, the layout as given: Megatron's sbhd) and as slices of one
+// packed buffer (strides with gaps).
 Check layout_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, const Options& o,
                    int& runs) {
   const Declarations d = impl.declarations();
@@ -848,6 +893,12 @@ Check layout_check(const Impl& impl, const Problem& p, const Inputs& in, const O
     if (v) vs.push_back(std::move(*v));
     else skipped.push_back(why);
   }
+  Inputs gaps = in;
+  const std::string what = packed(gaps);
+  std::string why;
+  if (what.empty()) skipped.push_back("packed slices: q, k and v differ in dtype, length or head dim");
+  else if (auto v = variant_run(impl, p, gaps, first, o, bitwise, what, spent, why)) vs.push_back(std::move(*v));
+  else skipped.push_back(why);
   runs += spent;
   if (vs.empty()) {
     c.result = Check::unsupported, c.runs = spent, c.message = "not checked: " + joined(skipped);
