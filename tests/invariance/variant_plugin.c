@@ -3,7 +3,7 @@
  * that claims work in arrival order); VARIANT_BATCH_SPLIT splits the keys into max(1, 4 / B) chunks merged at the end,
  * so the summation order follows the batch size (split-KV decoding chosen from the batch); VARIANT_PADDING_MAX takes
  * each row's running max over the keys up to the longest sequence in the batch, reading its own padded slots up to a
- * neighbour's length (the shift cancels in exact arithmetic, not in rounding); VARIANT_THREAD_SPLIT splits the keys
+ * neighbour's length (the shift cancels in exact arithmetic, not in rounding; also over a paged cache); VARIANT_THREAD_SPLIT splits the keys
  * into as many chunks as the schedule's threads (tag 9) and declares the threads knob bitwise; VARIANT_SPLITS splits
  * them into the schedule's num_splits chunks and declares that knob within tolerance (as split-KV kernels honestly
  * do); VARIANT_STRIDE_ORDER sums the keys in reverse order unless q comes in BHSD-packed strides, and declares
@@ -247,7 +247,7 @@ static int32_t declarations(attncheck_declarations* d, char* err, size_t n) {
   return ATTNCHECK_STATUS_OK;
 }
 
-#if defined(VARIANT_PAGE_ORDER)
+#if defined(VARIANT_PAGE_ORDER) || defined(VARIANT_PADDING_MAX)
 static const char* const features[] = {"paged_kv", NULL};
 #elif defined(VARIANT_PACK_OFFSET)
 static const char* const features[] = {"varlen", NULL};
