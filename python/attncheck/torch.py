@@ -20,6 +20,7 @@ from .fixture import _flags
 # torch dtype <-> the problem's dtype name (attncheck import / docs/worker-protocol.md).
 _NAMES = {torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _TORCH = {name: dt for dt, name in _NAMES.items()}
+_TORCH.update({w: getattr(torch, n) for n, w in (("float8_e4m3fn", "e4m3"), ("float8_e5m2", "e5m2")) if hasattr(torch, n)})
 # fp8 inputs travel as their uint8 codes (`attncheck import --dtype fp8_e4m3`), with per-tensor descales.
 _FP8 = {getattr(torch, n): d for n, d in (("float8_e4m3fn", "fp8_e4m3"), ("float8_e5m2", "fp8_e5m2"))
         if hasattr(torch, n)}
@@ -205,7 +206,8 @@ def check(fn, device="cpu", backward=False, fixtures=None, pattern=None, **kwarg
             if name not in shapes:
                 raise ValueError(f"fn returned {name!r}; expected out, lse or weights")
             try:
-                _assert_like(name, t, shapes[name], dtype if name == "out" else None, tq.device)
+                out_dtype = _TORCH[problem["out_dtype"]] if "out_dtype" in problem else dtype  # fp8: bf16
+                _assert_like(name, t, shapes[name], out_dtype if name == "out" else None, tq.device)
             except AssertionError as e:
                 raise ValueError(str(e).replace("(q's)", "(the q it was given)")) from None
             host[name] = t.detach().to("cpu", torch.float64).numpy()
