@@ -3,6 +3,7 @@
 // `attncheck compare` for a verdict. uint16 members are bfloat16 bit patterns (as in an HDF5 candidate).
 #include <stdexcept>
 
+#include "attncheck/candidate_arrays.hpp"
 #include "attncheck/user_arrays.hpp"
 #include "candidate_npz.hpp"
 #include "fixture_layout.hpp"
@@ -33,7 +34,15 @@ std::optional<Tensor> member(const std::string& path, std::map<std::string, User
 }  // namespace
 
 Outputs read_candidate_npz(const std::string& path, const Problem& p, uint64_t max_bytes) {
-  std::map<std::string, UserArray> all = read_npz(path, max_bytes);
+  return candidate_from_arrays(read_npz(path, max_bytes), path, p);
+}
+
+}  // namespace attncheck::fixture_detail
+
+namespace attncheck {
+
+Outputs candidate_from_arrays(std::map<std::string, UserArray> all, const std::string& path, const Problem& p) {
+  using fixture_detail::member, fixture_detail::stored_dims;
   for (const char* n : {"dq", "dk", "dv", "dbias"})
     if (all.count(n))
       throw std::invalid_argument(path + ": " + n + ": gradients are read from an HDF5 candidate (/actual/" + n +
@@ -54,4 +63,4 @@ Outputs read_candidate_npz(const std::string& path, const Problem& p, uint64_t m
   return o;
 }
 
-}  // namespace attncheck::fixture_detail
+}  // namespace attncheck

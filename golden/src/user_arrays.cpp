@@ -90,15 +90,18 @@ void check_zero_one(const std::string& what, const UserArray& a) {
                                   " at index " + index_string(a.shape, int64_t(n)));
 }
 
+std::map<std::string, UserArray> select_user_arrays(std::map<std::string, UserArray> members,
+                                                    const std::vector<std::string>& extra) {
+  std::map<std::string, UserArray> out;
+  for (const std::string& n : wanted(extra))
+    if (auto it = members.find(n); it != members.end()) out[n] = std::move(it->second);
+  return out;
+}
+
 std::map<std::string, UserArray> read_user_arrays(const std::string& path, uint64_t max_bytes,
                                                   const std::vector<std::string>& extra) {
   const std::string ext = std::filesystem::path(path).extension().string();
-  if (ext == ".npz") {
-    std::map<std::string, UserArray> all = read_npz(path, max_bytes), out;
-    for (const std::string& n : wanted(extra))
-      if (auto it = all.find(n); it != all.end()) out[n] = std::move(it->second);
-    return out;
-  }
+  if (ext == ".npz") return select_user_arrays(read_npz(path, max_bytes), extra);
   if (ext == ".h5" || ext == ".hdf5") return h5::untrusted_read(path, "", [&] { return read_h5(path, max_bytes, extra); });
   throw std::invalid_argument(path + ": unknown file type '" + ext + "' (expected .npz, .h5 or .hdf5)");
 }

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "attncheck/declarations.hpp"
+#include "attncheck/kv_cache.hpp"
 #include "attncheck/schedule.hpp"
 
 namespace attncheck::invariance {
@@ -214,6 +215,61 @@ std::optional<Tensor> gather_mask(const Problem& p, const std::optional<Tensor>&
   return out;
 }
 
+// Element (its index) of `src` copied bit for bit into element `at` of `dst`.
+void copy_element(Tensor& dst, const int64_t* at, const Tensor& src, const int64_t* from) {
+  const size_t n = dtype_size(src.dtype);
+  std::memcpy(dst.bytes.data() + static_cast<size_t>(dst.offset(at)) * n,
+              src.bytes.data() + static_cast<size_t>(src.offset(from)) * n, n);
+}
+
+// Page `sp` of a pool (logical [pages, Hkv, page_size, D]) copied bit for bit into page `dp` of another.
+void copy_page(Tensor& dst, int64_t dp, const Tensor& src, int64_t sp) {
+  for (int64_t h = 0; h < src.shape[1]; ++h)
+    for (int64_t t = 0; t < src.shape[2]; ++t)
+      for (int64_t d = 0; d < src.shape[3]; ++d) {
+        const int64_t at[4] = {dp, h, t, d}, from[4] = {sp, h, t, d};
+        copy_element(dst, at, src, from);
+      }
+}
+
+// The pool and block table of a paged batch form (f.p has its B and Lk): the case's entries keep their pages and
+// block-table rows; a filler (an entry from other inputs) gets pages of its own after them, holding its sequence's
+// pages from those inputs; when the form's keys are longer than the case's, each of the case's rows names the
+// filler's pages in its new slots (a neighbour's values past its key length, which no row may read).
+void paged_pool(const Problem& p, const Inputs& in, const std::vector<Entry>& es, Form& f) {
+  Problem& q = f.p;
+  const int64_t row = p.pages_per_seq(), row2 = q.pages_per_seq();
+  int64_t pages = p.num_pages;
+  std::vector<int64_t> own(es.size(), -1);
+  for (size_t e = 0; e < es.size(); ++e)
+    if (es[e].in != &in) own[e] = pages, pages += row2;
+  q.num_pages = pages;
+  q.block_table.clear();
+  const auto filler = std::find_if(own.begin(), own.end(), [](int64_t x) { return x >= 0; });
+  for (size_t e = 0; e < es.size(); ++e)
+    for (int64_t r = 0; r < row2; ++r)
+      q.block_table.push_back(own[e] >= 0                         ? own[e] + r
+                              : r < row || filler == own.end() ? p.block_table[static_cast<size_t>(es[e].b * row + r % row)]
+                                                               : *filler + r);
+  if (pages == p.num_pages) {
+    f.in.k = in.k, f.in.v = in.v;
+    return;
+  }
+  for (int which : {1, 2}) {
+    const Tensor& src = which == 1 ? in.k : in.v;
+    Tensor t = make_qkv(q, which);
+    t.fill(std::numeric_limits<double>::quiet_NaN());
+    for (int64_t pg = 0; pg < p.num_pages; ++pg) copy_page(t, pg, src, pg);
+    for (size_t e = 0; e < es.size(); ++e) {
+      if (own[e] < 0) continue;
+      const Tensor& from = which == 1 ? es[e].in->k : es[e].in->v;
+      for (int64_t r = 0; r < row2; ++r)
+        copy_page(t, own[e] + r, from, p.block_table[static_cast<size_t>(es[e].b * row + r % row)]);
+    }
+    (which == 1 ? f.in.k : f.in.v) = std::move(t);
+  }
+}
+
 Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, int64_t lk) {
   Form f;
   Problem& q = f.p;
@@ -223,8 +279,7 @@ Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, in
   q.key_lengths.clear();
   if (es.front().key_length >= 0)
     for (const Entry& e : es) q.key_lengths.push_back(e.key_length);
-  // Per-entry fields follow their entries (a doc-id row follows its keys, so a form with doc ids is refused by
-  // validate below when its B changes).
+  // Per-entry fields follow their entries.
   auto per_entry = [&](std::vector<int64_t>& v) {
     if (v.empty() || static_cast<int64_t>(v.size()) != p.B) return;
     const std::vector<int64_t> all = v;
@@ -232,6 +287,16 @@ Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, in
     for (const Entry& e : es) v.push_back(all[static_cast<size_t>(e.b)]);
   };
   per_entry(q.causal_offsets), per_entry(q.rope_offsets), per_entry(q.prefix_lengths);
+  // [B, n] rows follow their entries; a keyed row (doc ids, n = Lk) grows to lk with its own ids again (padded keys
+  // are invisible by their key length).
+  auto rows = [&](std::vector<int64_t>& v, int64_t n, int64_t to) {
+    if (static_cast<int64_t>(v.size()) != p.B * n || n == 0) return;
+    const std::vector<int64_t> all = v;
+    v.clear();
+    for (const Entry& e : es)
+      for (int64_t j = 0; j < to; ++j) v.push_back(all[static_cast<size_t>(e.b * n + j % n)]);
+  };
+  rows(q.doc_ids, p.Lk, lk), rows(q.topk_indices, p.Lq * p.topk, p.Lq * p.topk);
   if (static_cast<int64_t>(p.alibi_slopes.size()) == p.B * p.Hq && p.B > 1) {  // [B, Hq] slopes
     q.alibi_slopes.clear();
     for (const Entry& e : es)
@@ -247,12 +312,18 @@ Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, in
     put_entry(x.k, n, es[e].in->k, es[e].b, 2, std::nullopt);
     put_entry(x.v, n, es[e].in->v, es[e].b, 2, std::nullopt);
   }
-  if (p.page_size > 0) {
-    x.k = in.k, x.v = in.v;
-    q.block_table.clear();
-    const int64_t row = p.pages_per_seq();
-    for (const Entry& e : es)
-      q.block_table.insert(q.block_table.end(), p.block_table.begin() + e.b * row, p.block_table.begin() + (e.b + 1) * row);
+  if (p.page_size > 0) paged_pool(p, in, es, f);
+  if (p.kv_quantized()) {  // per-entry scales follow their entries (a per-token or per-block one its keys too)
+    for (int which : {1, 2}) {
+      const Tensor& src = which == 1 ? *in.k_scale : *in.v_scale;
+      Tensor t = make_kv_scale(q, which);
+      if (kv_scale_shape(p, which)[0] == 1) t = src;  // one scale for the whole tensor
+      else
+        for (size_t e = 0; e < es.size(); ++e)
+          put_entry(t, static_cast<int64_t>(e), *(which == 1 ? es[e].in->k_scale : es[e].in->v_scale), es[e].b, 2,
+                    std::nullopt);
+      (which == 1 ? x.k_scale : x.v_scale) = std::move(t);
+    }
   }
   if (p.past_len > 0) {
     x.past_k = make_kv(q, 1, p.past_len), x.past_v = make_kv(q, 2, p.past_len);
@@ -272,23 +343,16 @@ Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, in
 }
 
 // Whether keys can be appended as padding without changing any row of the case: they are invisible under key
-// padding, and only a finite fill, the uniform policy (whose rows average over every key), raw scores, a KV-cache
-// past or a paged cache would see them.
+// padding, and only a finite fill, the uniform policy (whose rows average over every key), raw scores or a KV-cache
+// past would see them. (A paged case's padded keys are a page more per sequence.)
 bool can_pad(const Impl& impl, const Problem& p) {
   return impl.capabilities().key_padding && p.fill == MaskFill::neg_inf && p.fully_masked != FullyMasked::uniform &&
-         p.scores_out == ScoresOut::none && p.past_len == 0 && p.page_size == 0 && p.Lk > 1;
-}
-
-// Element (its index) of `src` copied bit for bit into element `at` of `dst`.
-void copy_element(Tensor& dst, const int64_t* at, const Tensor& src, const int64_t* from) {
-  const size_t n = dtype_size(src.dtype);
-  std::memcpy(dst.bytes.data() + static_cast<size_t>(dst.offset(at)) * n,
-              src.bytes.data() + static_cast<size_t>(src.offset(from)) * n, n);
+         p.scores_out == ScoresOut::none && p.past_len == 0 && p.Lk > 1;
 }
 
 // The paged forms: the pages at other places of the pool (stored in reverse order after one unused NaN page, the
 // block table following them); for B > 1 also entry 0 alone and the entries in reverse order, on the same pool.
-std::vector<Form> paged_forms(const Problem& p, const Inputs& in) {
+std::vector<Form> paged_forms(const Problem& p, const Inputs& in, const Inputs& filler, bool pad) {
   std::vector<Form> forms;
   Form f;
   f.p = p, f.in = in;
@@ -326,6 +390,21 @@ std::vector<Form> paged_forms(const Problem& p, const Inputs& in) {
     forms.push_back(std::move(r));
   } catch (const std::invalid_argument& e) {
     forms.front().what += " (other batches not built: " + std::string(e.what()) + ")";
+  }
+  try {
+    const int64_t lk = pad ? p.Lk + p.page_size : p.Lk;
+    std::vector<Entry> es = {{&filler, 0, lk}};
+    for (int64_t b = 0; b < p.B; ++b) es.push_back({&in, b, p.key_length(b)});
+    Form g = gather(p, in, es, lk);
+    g.what = "in a batch of " + std::to_string(p.B + 1) + " after another sequence with pages of its own" +
+             (pad ? ", keys padded from " + std::to_string(p.Lk) + " to the filler's " + std::to_string(lk) +
+                        " (the case's new block-table slots name the filler's pages)"
+                  : "");
+    for (int64_t b = 0; b < p.B; ++b) g.targets.push_back({b, b + 1});
+    forms.push_back(std::move(g));
+  } catch (const std::invalid_argument& e) {
+    if (pad) throw;  // tried again without padding
+    forms.front().what += " (no filler sequence: " + std::string(e.what()) + ")";
   }
   return forms;
 }
@@ -366,15 +445,46 @@ Form repacked(const Problem& p, const Inputs& in, const Inputs& filler, const st
     for (int64_t r = 0; r < nq; ++r) f.qmap[static_cast<size_t>(qa + r)] = qt + r;
     for (int64_t r = 0; r < nk; ++r) f.kmap[static_cast<size_t>(ka + r)] = kt + r;
   }
+  // A mask, bias or keep-mask [., ., Lq|1, Lk|1]: each sequence's block (its rows by its keys) moves with it (a
+  // filler's is sequence 0's); the blocks between different sequences, never read, hold `cross`.
+  auto remap = [&](const std::optional<Tensor>& t, double cross) -> std::optional<Tensor> {
+    if (!t) return std::nullopt;
+    std::vector<int64_t> sh = t->shape;
+    const bool rowed = sh[2] == p.Lq && p.Lq > 1, keyed = sh[3] == p.Lk && p.Lk > 1;
+    if (rowed) sh[2] = q.Lq;
+    if (keyed) sh[3] = q.Lk;
+    Tensor o(t->dtype, sh);
+    o.fill(cross);
+    for (size_t k = 0; k < order.size(); ++k) {
+      const auto u = static_cast<size_t>(order[k] < 0 ? 0 : order[k]);
+      const int64_t qa = p.cu_seqlens_q[u], nq = rowed ? p.cu_seqlens_q[u + 1] - qa : 1;
+      const int64_t ka = p.cu_seqlens_k[u], nk = keyed ? p.cu_seqlens_k[u + 1] - ka : 1;
+      for (int64_t b = 0; b < sh[0]; ++b)
+        for (int64_t h = 0; h < sh[1]; ++h)
+          for (int64_t r = 0; r < nq; ++r)
+            for (int64_t c = 0; c < nk; ++c) {
+              const int64_t at[4] = {b, h, rowed ? q.cu_seqlens_q[k] + r : 0, keyed ? q.cu_seqlens_k[k] + c : 0};
+              const int64_t from[4] = {b, h, rowed ? qa + r : 0, keyed ? ka + c : 0};
+              copy_element(o, at, *t, from);
+            }
+    }
+    return o;
+  };
+  auto shape_of = [](const std::optional<Tensor>& t) -> std::optional<std::array<int64_t, 4>> {
+    if (!t) return std::nullopt;
+    return std::array<int64_t, 4>{t->shape[0], t->shape[1], t->shape[2], t->shape[3]};
+  };
+  x.mask = remap(in.mask, 0.0), x.bias = remap(in.bias, 0.0), x.keep = remap(in.keep, 0.0);
+  q.mask_shape = shape_of(x.mask), q.bias_shape = shape_of(x.bias);
   validate(q, x);
   return f;
 }
 
 // The varlen forms: the sequences packed in reverse order, and after a filler sequence (every offset moves).
 std::vector<Form> varlen_forms(const Problem& p, const Inputs& in, const Inputs& filler) {
-  if (p.mask_shape || p.bias_shape || p.dropout_p > 0)
-    throw std::invalid_argument("the varlen forms of a case with a mask, bias or dropout are not built (their rows "
-                                "and keys would need repacking too)");
+  if (!p.doc_ids.empty() || p.topk > 0 || !p.mask_expr.empty() || !p.score_expr.empty())
+    throw std::invalid_argument("the varlen forms of a case with doc ids, top-k indices or an expression are not "
+                                "built (their key positions would need renumbering)");
   const int64_t S = p.sequences();
   std::vector<int64_t> reversed, after;
   for (int64_t s = S - 1; s >= 0; --s) reversed.push_back(s);
@@ -564,11 +674,6 @@ Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Ou
                   int& runs) {
   Check c;
   c.kind = Kind::batch;
-  if (p.kv_quantized()) {
-    c.result = Check::unsupported;
-    c.message = "not checked: the batch forms of a quantized-KV-cache problem are not built yet";
-    return c;
-  }
   const bool bitwise = o.level != Level::tolerance;
   if (!bitwise && !o.within_tolerance) {
     c.result = Check::unsupported, c.message = kNoJudge;
@@ -579,9 +684,9 @@ Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Ou
   std::string why;
   const bool packed = !p.cu_seqlens_q.empty(), paged = p.page_size > 0;
   for (bool pad : {true, false}) {
-    if (pad && (packed || paged || !can_pad(impl, p))) continue;
+    if (pad && (packed || !can_pad(impl, p))) continue;
     try {
-      forms = packed ? varlen_forms(p, in, filler) : paged ? paged_forms(p, in) : batch_forms(p, in, filler, pad);
+      forms = packed ? varlen_forms(p, in, filler) : paged ? paged_forms(p, in, filler, pad) : batch_forms(p, in, filler, pad);
     } catch (const std::invalid_argument& e) {
       why = e.what();
       continue;
@@ -713,8 +818,53 @@ Check schedule_check(const Impl& impl, const Problem& p, const Inputs& in, const
   return c;
 }
 
-// The same data in the other layout (BHSD <-> BSHD: q, k, v, the past and out) and with sequence-major strides
-// (storage [L, B, H, D], the head dim still innermost, the layout as given: Megatron's sbhd).
+// The tensors `ts` (logical [N, H_i, L, D], one dtype, N, L and D alike) as slices of one buffer [N, L, sum H_i, D],
+// as a fused QKV projection leaves them (FlashAttention's qkvpacked; [B, L, Hq + 2 Hkv, D] with GQA): each keeps
+// its shape, with strides that step over the others' heads; its bytes start at its first element and run to the
+// buffer's end (the others' values in its gaps, as in the shared buffer). False when they cannot share one.
+bool pack(const std::vector<Tensor*>& ts) {
+  const Tensor& a = *ts.front();
+  int64_t H = 0;
+  for (const Tensor* t : ts) {
+    if (t->dtype != a.dtype || t->shape[0] != a.shape[0] || t->shape[2] != a.shape[2] || t->shape[3] != a.shape[3])
+      return false;
+    H += t->shape[1];
+  }
+  const int64_t N = a.shape[0], L = a.shape[2], D = a.shape[3];
+  const size_t es = dtype_size(a.dtype);
+  const std::vector<int64_t> st = {L * H * D, D, H * D, 1};
+  std::vector<uint8_t> buf(static_cast<size_t>(N * L * H * D) * es);
+  std::vector<int64_t> start;
+  int64_t h0 = 0;
+  for (const Tensor* t : ts) {
+    start.push_back(h0 * D);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < t->shape[1]; ++h)
+        for (int64_t l = 0; l < L; ++l)
+          for (int64_t d = 0; d < D; ++d) {
+            const int64_t i[4] = {n, h, l, d};
+            std::memcpy(buf.data() + static_cast<size_t>(n * st[0] + (h0 + h) * st[1] + l * st[2] + d) * es,
+                        t->bytes.data() + static_cast<size_t>(t->offset(i)) * es, es);
+          }
+    h0 += t->shape[1];
+  }
+  for (size_t k = 0; k < ts.size(); ++k) {
+    ts[k]->strides = st;
+    ts[k]->bytes.assign(buf.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(start[k]) * es), buf.end());
+  }
+  return true;
+}
+
+// q, k and v as slices of one packed QKV buffer, else k and v of one packed KV buffer ("" when neither fits).
+std::string packed(Inputs& x) {
+  if (pack({&x.q, &x.k, &x.v})) return "as slices of one packed QKV buffer (storage [B,L,Hq+2Hkv,D])";
+  if (pack({&x.k, &x.v})) return "with k and v as slices of one packed KV buffer (storage [B,L,2Hkv,D])";
+  return "";
+}
+
+// The same data in the other layout (BHSD <-> BSHD: q, k, v, the past and out), with sequence-major strides
+// (storage [L, B, H, D], the head dim still innermost, the layout as given: Megatron's sbhd) and as slices of one
+// packed buffer (strides with gaps).
 Check layout_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, const Options& o,
                    int& runs) {
   const Declarations d = impl.declarations();
@@ -743,6 +893,12 @@ Check layout_check(const Impl& impl, const Problem& p, const Inputs& in, const O
     if (v) vs.push_back(std::move(*v));
     else skipped.push_back(why);
   }
+  Inputs gaps = in;
+  const std::string what = packed(gaps);
+  std::string why;
+  if (what.empty()) skipped.push_back("packed slices: q, k and v differ in dtype, length or head dim");
+  else if (auto v = variant_run(impl, p, gaps, first, o, bitwise, what, spent, why)) vs.push_back(std::move(*v));
+  else skipped.push_back(why);
   runs += spent;
   if (vs.empty()) {
     c.result = Check::unsupported, c.runs = spent, c.message = "not checked: " + joined(skipped);

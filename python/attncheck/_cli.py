@@ -46,18 +46,20 @@ class _Server:
 
     def _start(self, path):
         self.proc = subprocess.Popen([path, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, encoding="utf-8", errors="replace")
+                                     stderr=subprocess.DEVNULL)
         self.pid, self.exe = os.getpid(), path
 
-    def run(self, path, args):
+    def run(self, path, args, stdin=None):
         with self.lock:
             if self.proc is None or self.pid != os.getpid() or self.exe != path or self.proc.poll() is not None:
                 self._start(path)
             request = {"argv": [str(a) for a in args], "cwd": os.getcwd(), "env": _environment()}
+            if stdin:
+                request["stdin_bytes"] = len(stdin)
             try:
-                self.proc.stdin.write(json.dumps(request) + "\n")
+                self.proc.stdin.write(json.dumps(request).encode("utf-8") + b"\n" + (stdin or b""))
                 self.proc.stdin.flush()
-                line = self.proc.stdout.readline()
+                line = self.proc.stdout.readline().decode("utf-8", errors="replace")
             except (BrokenPipeError, OSError):
                 line = ""
             if not line:  # the server died: this call runs on its own, the next one starts a new server
@@ -95,12 +97,15 @@ def _use_server():
     return os.environ.get("ATTNCHECK_SERVE", "1") not in ("0", "", "false", "no")
 
 
-def run(args, check_usage=True):
-    """Runs attncheck ARGS; exit 2 (bad input) raises ValueError with its message."""
+def run(args, check_usage=True, stdin=None):
+    """Runs attncheck ARGS (stdin: bytes the command reads, e.g. an .npz for `import -`); exit 2 (bad input) raises
+    ValueError with its message."""
     path = exe()
-    r = _server.run(path, args) if _use_server() else None
+    r = _server.run(path, args, stdin) if _use_server() else None
     if r is None:
-        r = subprocess.run([path] + list(args), capture_output=True, text=True)
+        r = subprocess.run([path] + list(args), capture_output=True, input=stdin or b"")
+        r.stdout = r.stdout.decode("utf-8", errors="replace")
+        r.stderr = r.stderr.decode("utf-8", errors="replace")
     if check_usage and r.returncode == 2:
         raise ValueError((r.stderr or r.stdout).strip().replace("attncheck: error: ", ""))
     return r

@@ -9,7 +9,9 @@ import sys
 import numpy as np
 
 PROTOCOLS = (1, 2)  # 2 adds the backward message
-_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.uint16, "u8": np.uint8}
+_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.uint16, "u8": np.uint8,
+           "e4m3": np.uint8, "e5m2": np.uint8}
+_FP8 = ("e4m3", "e5m2")  # 8-bit codes; a kernel declaring one of them in `dtypes` gets the `fp8` feature
 _ALL_FEATURES = ["gqa", "cross", "dqk_ne_dv", "causal", "per_batch_offsets", "key_padding", "bool_mask", "bias",
                  "window", "softcap", "dropout", "finite_fill", "weights_out", "lse_out"]
 
@@ -18,9 +20,13 @@ def hello(declarations, asks_supports=False, protocol=1):
     """The worker's hello message from a flat declarations dict (see docs/python.md)."""
     d = dict(declarations or {})
     policy = d.get("policy", "zero")
-    caps = {"dtypes": d.get("dtypes", ["f64", "f32", "f16", "bf16"]), "layouts": d.get("layouts", ["bhsd", "bshd"]),
+    dtypes = list(d.get("dtypes", ["f64", "f32", "f16", "bf16"]))
+    features = list(d.get("features", _ALL_FEATURES))
+    if any(t in _FP8 for t in dtypes) and "fp8" not in features:
+        features.append("fp8")  # the protocol drops fp8 dtypes without it; declaring the dtype is the opt-in
+    caps = {"dtypes": dtypes, "layouts": d.get("layouts", ["bhsd", "bshd"]),
             "alignments": d.get("alignments", ["top_left", "bottom_right", "explicit"]),
-            "fully_masked": d.get("fully_masked", [policy]), "features": d.get("features", list(_ALL_FEATURES)),
+            "fully_masked": d.get("fully_masked", [policy]), "features": features,
             "max_head_dim": d.get("max_head_dim", 0), "head_dim_multiple": d.get("head_dim_multiple", 1)}
     decl = {"fully_masked_policy": policy, "deterministic": bool(d.get("deterministic", False)),
             "batch_invariant": bool(d.get("batch_invariant", False)), "backward": bool(d.get("backward", False))}
@@ -52,6 +58,36 @@ def from_bf16_bits(u):
     return (np.asarray(u, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def _fp8_table(fmt):
+    """The value of each of the 256 codes: OCP e4m3fn (bias 7, no infinity, NaN at S.1111.111) or e5m2 (bias 15,
+    IEEE-like: infinities and NaNs at exponent 31)."""
+    ebits, mbits, bias = (4, 3, 7) if fmt == "e4m3" else (5, 2, 15)
+    values = np.empty(256, dtype=np.float32)
+    for code in range(256):
+        sign = -1.0 if code & 0x80 else 1.0
+        e, m = (code >> mbits) & ((1 << ebits) - 1), code & ((1 << mbits) - 1)
+        if fmt == "e4m3" and e == 15 and m == 7:
+            v = np.nan
+        elif fmt == "e5m2" and e == 31:
+            v = np.inf if m == 0 else np.nan
+        elif e == 0:
+            v = m / (1 << mbits) * 2.0 ** (1 - bias)
+        else:
+            v = (1 + m / (1 << mbits)) * 2.0 ** (e - bias)
+        values[code] = sign * v
+    return values
+
+
+_FP8_VALUES = {}
+
+
+def from_fp8_codes(codes, fmt):
+    """uint8 codes of `fmt` ("e4m3" or "e5m2") -> their exact values as float32 (the descale not applied)."""
+    if fmt not in _FP8_VALUES:
+        _FP8_VALUES[fmt] = _fp8_table(fmt)
+    return _FP8_VALUES[fmt][np.asarray(codes, dtype=np.uint8)]
+
+
 def _store(dst, value, dtype):
     value = np.broadcast_to(np.asarray(value), dst.shape)
     dst[...] = to_bf16_bits(value) if dtype == "bf16" else value.astype(dst.dtype)
@@ -74,12 +110,13 @@ def run_case(fn, buf, req):
 
 
 def _inputs(buf, ts, names):
-    """The named input tensors of a request as numpy views (bf16 widened to float32)."""
+    """The named input tensors of a request as numpy views (bf16 widened to float32; fp8 codes as the float32
+    values of the codes, which the problem's descale_q/k/v then scale)."""
     args = {}
     for name in names:
         if name in ts:
-            a = _view(buf, ts[name], False)
-            args[name] = from_bf16_bits(a) if ts[name]["dtype"] == "bf16" else a
+            a, dtype = _view(buf, ts[name], False), ts[name]["dtype"]
+            args[name] = from_bf16_bits(a) if dtype == "bf16" else from_fp8_codes(a, dtype) if dtype in _FP8 else a
     return args
 
 

@@ -10,6 +10,7 @@
 #include "../cpu/cpu_cases.hpp"
 #include "attncheck/backward.hpp"
 #include "attncheck/declarations.hpp"
+#include "attncheck/fixture.hpp"
 #include "case.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/schedule.hpp"
@@ -204,6 +205,60 @@ TEST(CpuFlashBatch, PaddingToALongerNeighbourMovesBitsWhereCpuKeepsThem) {
         << name << ": " << k.message;
     if (std::string(name) == "cpu-flash") {
       EXPECT_NE(k.message.find("keys padded from 127"), std::string::npos) << k.message;
+    }
+  }
+}
+
+// cpu, except that the rows of every batch entry but the first, and of every packed sequence but the first, come out
+// with the lowest bit of out flipped: right within tolerance, but a row's bits depend on its place in the batch (a
+// kernel whose first work unit takes another code path).
+class FirstUnitPath : public Impl {
+ public:
+  std::string name() const override { return "first-unit-path"; }
+  std::string description() const override { return "cpu with one bit moved in every entry or sequence but the first"; }
+  Capabilities capabilities() const override { return cpu_->capabilities(); }
+  Support supports(const Problem& p) const override { return cpu_->supports(p); }
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override {
+    cpu_->run(p, in, out);
+    const size_t n = dtype_size(out.out.dtype);
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hq; ++h)
+        for (int64_t i = 0; i < p.Lq; ++i)
+          if (b > 0 || (p.sequences() > 0 && p.sequence_of(i) > 0)) {
+            const int64_t at[4] = {b, h, i, 0};
+            out.out.bytes[static_cast<size_t>(out.out.offset(at)) * n] ^= 1;
+          }
+  }
+
+ private:
+  ImplPtr cpu_ = find_impl("cpu");
+};
+
+// The batch forms of the cases whose per-entry data must follow their entries: quantized-KV scales (per block of a
+// token, per head), packed sequences with a bias, a keep-mask (dropout), document ids and top-k indices. cpu gives
+// the same bits in each form (so the data followed), and first-unit-path is caught in each.
+TEST(InvarianceBatch, FormsWithPerEntryDataCatchAPlaceDependentKernel) {
+  FirstUnitPath hostile;
+  for (const char* file : {"fp32_B2-Hq4-Hkv1-Lq5-Lk37-D64_kv-int8-block32-f16s_normal_q8_0.h5",
+                           "bf16_B2-Hq4-Hkv2-Lq5-Lk37-D64_pad-kv-int8-head_normal.h5",
+                           "fp32_B1-Hq4-Hkv2-Lq13-Lk17-D16_causal-off-2-bias-finite-fm-uniform-varlen2_normal.h5",
+                           "fp32_B1-Hq4-Hkv1-Lq13-Lk17-D16_bshd-drop-varlen4_poison_masked_empty-both.h5",
+                           "bf16_B2-Hq2-Hkv2-Lq7-Lk130-D16_pad-doc_normal_doc-decode.h5",
+                           "bf16_B2-Hq4-Hkv1-Lq1-Lk300-D16_causal-br-pad-topk_poison_masked_topk-decode.h5"}) {
+    SCOPED_TRACE(file);
+    const Fixture f = read_fixture(std::string(GOLDEN_DIR) + "/cases/" + file);
+    invariance::Options o;
+    o.rerun = false;
+    for (const Impl* impl : {find_impl("cpu").get(), static_cast<const Impl*>(&hostile)}) {
+      Outputs first;
+      ASSERT_TRUE(run_impl(*impl, f.problem, f.inputs, first).ok);
+      const invariance::Check k = invariance::check_forward(*impl, f.problem, f.inputs, first, o).front();
+      if (impl == &hostile) {
+        EXPECT_EQ(k.result, invariance::Check::violated) << k.message;
+        EXPECT_EQ(k.message.rfind("batch-variant: ", 0), 0u) << k.message;
+      } else {
+        EXPECT_EQ(k.result, invariance::Check::invariant) << k.message;
+      }
     }
   }
 }

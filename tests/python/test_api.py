@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 
 import h5py
 import numpy as np
@@ -192,3 +193,26 @@ def test_expression_errors_name_the_expression():
         attncheck.make_fixture("unused.h5", q, k, v, aux={"slopes": np.ones(2)}, score_mod="score + slope[h]")
     with pytest.raises(ValueError, match=r"index 2 of slopes \(dimension 0\) is not an integer in \[0, 2\)"):
         attncheck.reference(q, k, v, aux={"slopes": np.ones(2)}, score_mod="score + slopes[h + 1]")
+
+
+def fp8_sdpa(descale_v_forgotten=False):
+    """The numpy example on fp8 codes: values = code value x descale (the FlashAttention-3 convention), out in bf16."""
+    def kernel(q, k, v, *, problem, **kw):
+        dq, dk, dv = (problem.get("descale_" + n, 1.0) for n in "qkv")  # fp8 problems only
+        return numpy_sdpa_example.sdpa(q * dq, k * dk, v * (1.0 if descale_v_forgotten else dv), problem=problem, **kw)
+    return kernel
+
+
+def test_fp8_codes_through_check(tmp_path):
+    # The worker decodes the codes with its own table: every e4m3 / e5m2 value, checked against the formats' rules.
+    e4 = worker.from_fp8_codes(np.arange(256), "e4m3")
+    assert e4[0x38] == 1.0 and e4[0x7E] == 448.0 and e4[0x01] == 2.0 ** -9 and np.isnan(e4[0x7F]) and e4[0xB8] == -1.0
+    e5 = worker.from_fp8_codes(np.arange(256), "e5m2")
+    assert e5[0x3C] == 1.0 and e5[0x7B] == 57344.0 and e5[0x01] == 2.0 ** -16 and e5[0x7C] == np.inf
+    decl = dict(features=["gqa", "cross", "dqk_ne_dv", "causal"], dtypes=["f32", "e4m3", "e5m2"], policy="zero",
+                properties=["agreement", "fp8_descale_exponent", "fp8_equals_values"])
+    text = attncheck.check(fp8_sdpa(), cases=8, name="numpy-fp8", regressions=tmp_path, **decl)
+    for prop in ("fp8_descale_exponent", "fp8_equals_values"):  # judged on fp8 cases, not skipped
+        assert re.search(r"PASS +numpy-fp8 +" + prop + r" +[1-9]\d* cases", text), text
+    with pytest.raises(AssertionError, match="numpy-fp8-v: property suite failed"):
+        attncheck.check(fp8_sdpa(descale_v_forgotten=True), cases=8, name="numpy-fp8-v", regressions=tmp_path, **decl)

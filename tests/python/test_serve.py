@@ -75,3 +75,77 @@ def test_a_forked_python_process_gets_its_own_server():
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     assert served(["list"]).returncode == 0  # the parent's server still answers
+
+
+def _npz(**arrays):
+    import io
+    import numpy as np
+    b = io.BytesIO()
+    np.savez(b, **arrays)
+    return b.getvalue()
+
+
+def _small_case(wrong=0.0):
+    """q, k, v and a candidate out computed here in float64 (causal, top-left), wrong by `wrong` at one element."""
+    import numpy as np
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((1, 2, 6, 8)).astype(np.float32) for _ in range(3))
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) / np.sqrt(8)
+    s = np.where(np.tril(np.ones((6, 6), bool)), s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    out = np.einsum("bhij,bhjd->bhid", w / w.sum(-1, keepdims=True), v.astype(np.float64)).astype(np.float32)
+    out[0, 1, 4, 3] += wrong
+    return {"q": q, "k": k, "v": v, "out": out}
+
+
+def test_stdin_payload_reaches_its_command_and_only_it():
+    # Requests written at once: the server reads ahead of the first, and no child may read the next request's
+    # bytes as its own stdin. A request without a payload reads an empty stdin.
+    good, bad = _npz(**_small_case()), _npz(**_small_case(wrong=1e-2))
+    def req(payload=None, argv=("import", "-", "--judge", "--causal", "top_left")):
+        r = {"argv": list(argv)}
+        if payload is not None:
+            r["stdin_bytes"] = len(payload)
+        return json.dumps(r).encode() + b"\n" + (payload or b"")
+    stream = req(good) + req(bad) + req() + req(good)
+    p = subprocess.run([_cli.exe(), "serve"], input=stream, capture_output=True, timeout=60)
+    replies = [json.loads(line) for line in p.stdout.decode().splitlines()]
+    assert [r["rc"] for r in replies] == [0, 1, 2, 0], replies
+    assert "zip" in replies[2]["stderr"]
+
+
+def test_a_payload_cut_short_ends_the_server():
+    p = subprocess.run([_cli.exe(), "serve"], input=b'{"argv": ["import", "-"], "stdin_bytes": 100}\nabc',
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == b""
+
+
+@pytest.mark.parametrize("wrong", [0.0, 1e-3])
+@pytest.mark.parametrize("serve", ["1", "0"])
+def test_judging_in_one_request_agrees_with_import_then_compare(tmp_path, monkeypatch, wrong, serve):
+    monkeypatch.setenv("ATTNCHECK_SERVE", serve)
+    import numpy as np
+    arrays = _small_case(wrong)
+    flags = ["--causal", "top_left", "--want-lse"]
+    one = _cli.run(["import", "-", "--judge", "--report", str(tmp_path / "one.json")] + flags, stdin=_npz(**arrays))
+    np.savez(tmp_path / "in.npz", **{n: arrays[n] for n in "qkv"})
+    np.savez(tmp_path / "cand.npz", out=arrays["out"])
+    assert _cli.run(["import", str(tmp_path / "in.npz"), "--out", str(tmp_path / "case.h5")] + flags).returncode == 0
+    two = _cli.run(["compare", "--expected", str(tmp_path / "case.h5"), "--actual", str(tmp_path / "cand.npz"),
+                    "--report", str(tmp_path / "two.json")])
+    assert one.returncode == two.returncode == (1 if wrong else 0), one.stdout + one.stderr
+    a, b = (json.load(open(tmp_path / f))["cases"][0] for f in ("one.json", "two.json"))
+    for key in ("status", "max_abs_err", "worst_index", "tolerance", "expected", "actual", "tensors"):
+        assert a.get(key) == b.get(key), key
+
+
+def test_judge_flags_are_checked():
+    payload = _npz(**_small_case())
+    with pytest.raises(ValueError, match="--out: needed"):
+        _cli.run(["import", "-"], stdin=payload)
+    with pytest.raises(ValueError, match="--report: only with --judge"):
+        _cli.run(["import", "-", "--out", "x.h5", "--report", "r.json"], stdin=payload)
+    arrays = _small_case()
+    del arrays["out"]
+    with pytest.raises(ValueError, match="no member 'out'"):
+        _cli.run(["import", "-", "--judge"], stdin=_npz(**arrays))

@@ -3,6 +3,7 @@
 # check() passes a correct kernel on torch tensors and catches a causal off-by-one and a kernel returning the wrong
 # dtype. A plain script (the torch venv need not have pytest); exit 77 when torch is not importable.
 import os
+import re
 import sys
 import tempfile
 
@@ -165,6 +166,27 @@ def test_check_backward_through_autograd():
     no_grad = lambda *a, **kw: {n: t.detach() for n, t in autograd_attention(*a, **kw).items()}  # noqa: E731
     raises(AssertionError, "fn's out does not require grad", at.check, no_grad, backward=True,
            pattern="fp32/*plain/normal*", name="no-grad", **decl)
+
+
+def fp8_dequantised(q, k, v, *, problem, mask=None, bias=None, keep=None, forget_descale_k=False):
+    """An fp8 kernel as FlashAttention-3 is called: float8 codes and per-tensor descales in, bfloat16 out."""
+    assert q.dtype in (torch.float8_e4m3fn, torch.float8_e5m2), q.dtype
+    d = {n: problem["descale_" + n] for n in "qkv"}
+    if forget_descale_k:
+        d["k"] = 1.0
+    x = {n: t.to(torch.float32) * d[n] for n, t in (("q", q), ("k", k), ("v", v))}
+    out = sdpa_math(x["q"], x["k"], x["v"], scale=problem["scale"])
+    return out.to(torch.bfloat16)
+
+
+def test_check_on_fp8_codes():
+    with tempfile.TemporaryDirectory() as tmp:
+        decl = dict(features=[], dtypes=["e4m3", "e5m2"], policy="zero", regressions=tmp,
+                    properties=["fp8_descale_exponent"])
+        text = at.check(fp8_dequantised, cases=6, name="torch-fp8", **decl)
+        assert re.search(r"PASS +torch-fp8 +fp8_descale_exponent +[1-9]\d* cases", text), text
+        buggy = lambda *a, **kw: fp8_dequantised(*a, forget_descale_k=True, **kw)  # noqa: E731
+        raises(AssertionError, "FAIL", at.check, buggy, cases=6, name="torch-fp8-k", **decl)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
 
 #include "attncheck/fixture.hpp"
 #include "attncheck/contract.hpp"
+#include "candidate_rows.hpp"
 #include "attncheck/reference.hpp"
 #include "attncheck/fixture_gradients.hpp"
 #include "attncheck/tolerance_backward.hpp"
@@ -72,27 +73,11 @@ std::vector<std::string> diagnose_file(const Fixture& f, const Problem& p, const
 // Bad input (an unreadable file, gradients the fixture has none of, a bad --contract) throws std::invalid_argument.
 void judge_candidate(const Fixture& f, std::vector<CaseResult>& rs, std::vector<std::vector<std::string>>& diagnoses) {
   const Outputs cand = read_candidate(g.actual, f.problem);
-  // Judge what the candidate provides: lse is always in the fixture; weights only when the fixture has them.
-  Problem p = f.problem;
-  p.want_lse = cand.lse.has_value();
-  p.want_weights = cand.weights.has_value() && f.problem.want_weights;
-  if (!cand.lse) std::printf("note: %s has no /actual/lse: lse not compared\n", g.actual.c_str());
-  if (cand.weights && !f.problem.want_weights)
-    std::printf("note: %s has no expected weights: /actual/weights not compared\n", g.expected.c_str());
-  if (!cand.weights && f.problem.want_weights)
-    std::printf("note: %s has no /actual/weights: weights not compared\n", g.actual.c_str());
   const std::string impl = g.name.empty() ? std::filesystem::path(g.actual).filename().string() : g.name;
-  ToleranceModel m = f.tolerance;
-  if (!g.contract.empty()) {
-    try {
-      m.contract = contract_from_string(g.contract, p.dtype);
-      validate_contract(*m.contract, p.dtype);
-    } catch (const std::exception& e) {
-      throw std::invalid_argument(std::string("--contract: ") + e.what());
-    }
-    std::printf("note: judged under the declared precision contract %s\n", m.contract->to_string().c_str());
-  }
-  rs.push_back(judged_result(f.name, g.expected, impl, judge(p, f.expected, cand, m)));
+  Judged judged;
+  rs.push_back(judge_forward(f, g.expected, g.actual, impl, cand, g.contract, judged));
+  const Problem& p = judged.problem;
+  const ToleranceModel& m = judged.model;
   diagnoses.emplace_back();
   if (g.diagnose && rs.back().status == "fail") diagnoses.back() = diagnose_file(f, p, cand, m, rs.back());
   // Gradients (/actual/dq, dk, dv, dbias): judged against the fixture's reference gradients.
@@ -175,13 +160,7 @@ int run_compare() {
   }
   for (auto& r : rs)
     if (r.status != "input-error") describe_problem(r, f.problem);
-  print_header();
-  for (size_t i = 0; i < rs.size(); ++i) {
-    print_row(rs[i]);
-    for (const auto& t : rs[i].verdict.tensors) std::printf("  %s\n", t.describe().c_str());
-    for (const std::string& l : diagnoses[i]) std::printf("    %s\n", l.c_str());
-  }
-  print_summary(rs);
+  print_rows(rs, diagnoses);
   print_unreadable(rs);
   if (!g.report.empty()) write_report(g.report, rs);
   return exit_code(rs);

@@ -2,14 +2,19 @@
 // a fixture from a user's own tensors (q, k, v, optional mask, bias, keep, and past_key/past_value for a KV-cache
 // append: k, v are then the new tokens and the fixture also expects present = concat(past, new)). The problem comes from the arrays'
 // shapes and dtype plus the flags; the reference computes the expected outputs; `verify` replays the result.
+// `--judge`: the file also holds a candidate's outputs (out [, lse, weights]), judged as `compare` judges them, with
+// or without a fixture written: one step and no file, the Python package's route for a single check. TENSORS `-`
+// reads an .npz from stdin.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 
+#include "attncheck/candidate_arrays.hpp"
 #include "attncheck/durable_file.hpp"
 #include "attncheck/fixture.hpp"
 #include "attncheck/user_arrays.hpp"
+#include "candidate_rows.hpp"
 #include "command.hpp"
 #include "module_import.hpp"
 
@@ -17,7 +22,7 @@ namespace attncheck::cli {
 namespace {
 
 struct Options {
-  std::string input, out, tolerances, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value, scores_out;
+  std::string input, out, report, tolerances, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value, scores_out;
   std::string score_mod, mask_mod;  // user modifications (expressions) and the arrays they index
   std::vector<std::string> aux;
   std::optional<double> scale;
@@ -25,7 +30,7 @@ struct Options {
   std::optional<int64_t> causal_offset;
   std::vector<int64_t> window, key_lengths;
   uint64_t dropout_seed = 0;
-  bool want_lse = false, want_weights = false;
+  bool want_lse = false, want_weights = false, judge = false;
   ModuleImportFlags module;  // --module: a module fixture from x, weights and flags (cmd_module_import.cpp)
   bool is_module = false;
 };
@@ -48,6 +53,19 @@ void write_npy(const std::string& path, const std::vector<int64_t>& shape, const
 }
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
+
+// Every byte of stdin, refused past max_bytes (like a file of that size).
+std::string read_stdin(uint64_t max_bytes) {
+  std::string bytes;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) {
+    bytes.append(buf, n);
+    if (bytes.size() > max_bytes)
+      bad("stdin: more than " + std::to_string(max_bytes) + " bytes (the --max-bytes budget)");
+  }
+  return bytes;
+}
 
 DType dtype_of(const UserArray& a, const std::string& name) {
   if (a.dtype == "float16") return DType::f16;
@@ -80,13 +98,25 @@ std::array<int64_t, 4> broadcast_shape(const UserArray& a, const std::string& na
 
 int run_import() {
   if (g.is_module) {
+    if (g.judge || !g.report.empty()) bad("--judge: not for --module (a module's outputs are judged by compare-module)");
+    if (g.out.empty()) bad("--out: needed (the module fixture to write)");
     ModuleImportFlags f = g.module;
     f.input = g.input, f.out = g.out, f.name = g.name, f.dtype = g.dtype, f.causal = g.causal, f.scale = g.scale;
     f.policy = g.policy, f.dropout_p = g.dropout_p, f.dropout_seed = g.dropout_seed, f.want_weights = g.want_weights;
     return import_module(f);
   }
-  if (g.out.empty() || std::filesystem::path(g.out).extension() != ".h5") bad("--out: must name a .h5 file, got '" + g.out + "'");
-  std::map<std::string, UserArray> arrays = read_user_arrays(g.input, budget().max_bytes, g.aux);
+  if (g.out.empty() && !g.judge) bad("--out: needed (the fixture to write), unless --judge judges the file's own outputs");
+  if (!g.out.empty() && std::filesystem::path(g.out).extension() != ".h5") bad("--out: must name a .h5 file, got '" + g.out + "'");
+  if (!g.report.empty() && !g.judge) bad("--report: only with --judge (a report of the judged outputs)");
+  if (!g.report.empty()) check_report_path(g.report);
+  const bool from_stdin = g.input == "-";
+  std::map<std::string, UserArray> members;  // every member of an .npz read from stdin (its outputs too)
+  if (from_stdin) {
+    g.input = "stdin";
+    members = parse_npz(read_stdin(budget().max_bytes), g.input, budget().max_bytes);
+  }
+  std::map<std::string, UserArray> arrays =
+      from_stdin ? select_user_arrays(members, g.aux) : read_user_arrays(g.input, budget().max_bytes, g.aux);
   for (const char* n : {"q", "k", "v"})
     if (!arrays.count(n)) bad(g.input + ": no array named '" + n + "' (need q, k, v; optional mask, bias, keep, past_key, past_value)");
   const UserArray &q = arrays["q"], &k = arrays["k"], &v = arrays["v"];
@@ -210,8 +240,10 @@ int run_import() {
   prov.distribution = "user";
   prov.command = "attncheck import " + std::filesystem::path(g.input).filename().string();
   const std::string name = g.name.empty() ? p.name() + "/imported" : g.name;
+  const Outputs candidate = !g.judge ? Outputs{} : from_stdin ? candidate_from_arrays(std::move(members), g.input, p)
+                                                            : read_candidate(g.input, p);
   const Fixture f = make_fixture(name, p, std::move(in), prov);
-  write_fixture(g.out, f);
+  if (!g.out.empty()) write_fixture(g.out, f);
   if (!g.tolerances.empty()) {  // per-element bounds for outputs in the problem dtype (row-major, logical order)
     std::filesystem::create_directories(g.tolerances);
     write_npy(g.tolerances + "/out.npy", {p.B, p.Hq, p.Lq, p.Dv}, out_tolerance(p, f.expected, f.tolerance));
@@ -219,15 +251,26 @@ int run_import() {
     if (p.want_weights)
       write_npy(g.tolerances + "/weights.npy", {p.B, p.Hq, p.Lq, p.Lk}, weights_tolerance(p, f.expected, f.tolerance));
   }
-  std::printf("imported %s -> %s (%s)\nreplay: attncheck verify --fixtures %s --impl NAME\n", g.input.c_str(),
-              g.out.c_str(), name.c_str(), std::filesystem::path(g.out).parent_path().string().c_str());
-  return 0;
+  if (!g.out.empty())
+    std::printf("imported %s -> %s (%s)\nreplay: attncheck verify --fixtures %s --impl NAME\n", g.input.c_str(),
+                g.out.c_str(), name.c_str(), std::filesystem::path(g.out).parent_path().string().c_str());
+  if (!g.judge) return 0;
+  Judged judged;
+  std::vector<CaseResult> rows{judge_forward(f, g.out.empty() ? g.input : g.out, g.input, g.input, candidate, "", judged)};
+  describe_problem(rows[0], f.problem);
+  print_rows(rows, {});
+  if (!g.report.empty()) write_report(g.report, rows);
+  return exit_code(rows);
 }
 
 const Register reg{{"import", "Make a fixture from your own tensors (.npz or .h5 with q, k, v [, mask, bias, keep, past_key, past_value])",
                     [](CLI::App& sub) {
-                      sub.add_option("input", g.input, "Tensors: .npz (np.savez[_compressed]) or .h5 (h5py)")->required();
-                      sub.add_option("--out", g.out, "Fixture to write (.h5)")->required();
+                      sub.add_option("input", g.input, "Tensors: .npz (np.savez[_compressed]) or .h5 (h5py); - reads an "
+                                     ".npz from stdin")->required();
+                      sub.add_option("--out", g.out, "Fixture to write (.h5); optional with --judge");
+                      sub.add_flag("--judge", g.judge, "Judge the file's own outputs (out [, lse, weights]; an .h5's "
+                                   "/actual/out ...) against the reference, as compare does: exit 0 pass, 1 fail");
+                      sub.add_option("--report", g.report, "With --judge: write a report, FILE.json or FILE.xml (JUnit)");
                       sub.add_option("--tolerances", g.tolerances, "Also write the per-element tolerances as DIR/out.npy, "
                                      "lse.npy [, weights.npy] (logical [B,H,L,...] order)");
                       sub.add_option("--name", g.name, "Case name (default: from the problem)");

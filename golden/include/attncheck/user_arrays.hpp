@@ -24,6 +24,11 @@ struct UserArray {
 std::map<std::string, UserArray> read_user_arrays(const std::string& path, uint64_t max_bytes = uint64_t{2} << 30,
                                                   const std::vector<std::string>& extra = {});
 
+// The attention inputs and the `extra` arrays among `members` (every member of one file), as read_user_arrays
+// selects them.
+std::map<std::string, UserArray> select_user_arrays(std::map<std::string, UserArray> members,
+                                                    const std::vector<std::string>& extra = {});
+
 // The arrays of one .npz file (exposed for tests), every member.
 std::map<std::string, UserArray> read_npz(const std::string& path, uint64_t max_bytes = uint64_t{2} << 30);
 // The same from the file's bytes in memory (`path` names it in messages; the fuzz target's entry).
