@@ -126,7 +126,9 @@ int run_compare() {
       f.problem = q;
     }
   }
-  if (!f.checksummed) std::printf("note: %s\n", unchecksummed_note(1).c_str());
+  std::vector<std::string> notes;  // printed here, and in the report
+  if (!f.checksummed) notes.push_back(unchecksummed_note(1));
+  for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
   if (g.actuals.size() > 1)
     for (const auto& [opt, given] : {std::pair<const char*, bool>{"--name", !g.name.empty()},
                                      {"--repro", !g.repro.empty()}, {"--candidate", !g.candidate.empty()}})
@@ -162,7 +164,7 @@ int run_compare() {
     if (r.status != "input-error") describe_problem(r, f.problem);
   print_rows(rs, diagnoses);
   print_unreadable(rs);
-  if (!g.report.empty()) write_report(g.report, rs);
+  if (!g.report.empty()) write_report(g.report, rs, 1.0, notes);
   return exit_code(rs);
 }
 

@@ -405,8 +405,10 @@ int run_verify() {
   progress.clear();
   print_summary(results);
   print_unreadable(results);
-  if (unchecksummed) std::printf("note: %s\n", unchecksummed_note(unchecksummed).c_str());
-  if (!g.report.empty()) write_report(g.report, results, g.tol_scale);
+  std::vector<std::string> notes;
+  if (unchecksummed) notes.push_back(unchecksummed_note(unchecksummed));
+  for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
+  if (!g.report.empty()) write_report(g.report, results, g.tol_scale, notes);
   if (g.tol_scale != 1.0) std::printf("every tolerance scaled by --tol-scale %g\n", g.tol_scale);
   ExitRules rules;
   if (!g.allow_unavailable) {

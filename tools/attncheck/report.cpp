@@ -262,7 +262,8 @@ void check_report_path(const std::string& path) {
     throw std::invalid_argument("--report: cannot write '" + path + "': " + std::strerror(errno));
 }
 
-std::string report_json(const std::vector<CaseResult>& rs, double tol_scale, bool case_per_line) {
+std::string report_json(const std::vector<CaseResult>& rs, double tol_scale, bool case_per_line,
+                        const std::vector<std::string>& notes) {
   std::map<std::string, int> n = count(rs);
   std::ostringstream out;
   {
@@ -288,12 +289,15 @@ std::string report_json(const std::vector<CaseResult>& rs, double tol_scale, boo
     }
     json summary = json::object();
     for (const auto& st : statuses()) summary[st] = n[st];
-    const json j = {{"schema_version", kReportSchemaVersion}, {"cases", cases}, {"summary", summary},
-                    {"tol_scale", tol_scale}};
+    json j = {{"schema_version", kReportSchemaVersion}, {"cases", cases}, {"summary", summary},
+              {"tol_scale", tol_scale}};
+    if (!notes.empty()) j["notes"] = notes;
     if (case_per_line) {
       auto dump = [](const json& x) { return x.dump(-1, ' ', false, json::error_handler_t::replace); };
       out << "{\"schema_version\":" << kReportSchemaVersion << ",\"summary\":" << dump(summary)
-          << ",\"tol_scale\":" << dump(tol_scale) << ",\"cases\":[\n";
+          << ",\"tol_scale\":" << dump(tol_scale);
+      if (!notes.empty()) out << ",\"notes\":" << dump(j["notes"]);
+      out << ",\"cases\":[\n";
       for (size_t k = 0; k < cases.size(); ++k) out << dump(cases[k]) << (k + 1 < cases.size() ? ",\n" : "\n");
       out << "]}\n";
     } else {
@@ -303,11 +307,12 @@ std::string report_json(const std::vector<CaseResult>& rs, double tol_scale, boo
   return out.str();
 }
 
-void write_report(const std::string& path, const std::vector<CaseResult>& rs, double tol_scale) {
+void write_report(const std::string& path, const std::vector<CaseResult>& rs, double tol_scale,
+                  const std::vector<std::string>& notes) {
   check_report_path(path);
   std::ostringstream out;
   if (lower_ext(path) == ".json") {
-    out << report_json(rs, tol_scale);
+    out << report_json(rs, tol_scale, false, notes);
   } else {
     // JUnit: one testsuite per implementation, one testcase per fixture. A wrong answer (fail, modified-input,
     // out-of-bounds) is a <failure>, a run that broke down (error, crashed, timeout, exited) an <error>,
@@ -336,6 +341,12 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
       }
       out << "  <testsuite name=\"" << xml_escape(impl) << "\" tests=\"" << list.size() << "\" failures=\"" << f
           << "\" errors=\"" << e << "\" skipped=\"" << s << "\">\n";
+      if (!notes.empty()) {
+        out << "    <properties>\n";
+        for (const std::string& n : notes)
+          out << "      <property name=\"attncheck.note\" value=\"" << xml_escape(n) << "\"/>\n";
+        out << "    </properties>\n";
+      }
       for (const auto* r : list) {
         out << "    <testcase classname=\"" << xml_escape(impl) << "\" name=\"" << xml_escape(r->fixture) << "\"";
         if (r->status == "pass") {
