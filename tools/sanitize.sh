@@ -6,9 +6,11 @@
 # Any report fails: ASan halts on the first error, UBSan is -fno-sanitize-recover, LeakSanitizer exits non-zero.
 # Third-party reports are suppressed only through the commented files in tools/sanitizers/. .ci/run calls it after
 # the fuzz step. A unity build (CMAKE_UNITY_BUILD) and non-PIE executables keep it within CI's budget: the
-# measured cost is in docs/hardening.md.
+# measured cost is in docs/hardening.md. tools/sanitize.sh --tsan [gtest args] is the separate ThreadSanitizer run
+# (tools/sanitizers/tsan.sh, build-tsan/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+[ "${1:-}" != --tsan ] || { shift; exec tools/sanitizers/tsan.sh "$@"; }
 start=$(date +%s)
 labels='^(reference|golden|cli|hostile)$'
 if [ "${1:-}" = --labels ]; then
@@ -28,6 +30,8 @@ targets=(attncheck example_plugin example_plugin_bad_abi example_plugin_buggy ex
          example_plugin_no_entry example_plugin_noweights refuse_threads
          merge_plugin_correct merge_plugin_nan merge_plugin_sentinel merge_plugin_layout merge_plugin_unnormalised
          merge_plugin_split merge_plugin_base merge_plugin_no_entry
+         module_plugin_correct module_plugin_qkv_order module_plugin_head_split module_plugin_out_bias
+         module_plugin_no_entry
          test_reference test_neg_inf_bias test_contract test_backward_reference
          test_fixture_io test_generate test_suite_v2 test_suite_kills test_exact_cases test_backward_fixture
          test_cli test_cli_errors test_malformed test_plugin test_run_impl test_heatmap test_inspect_png
