@@ -87,6 +87,7 @@ class PluginBackend final : public Backend {
               {"declarations", declarations_to_json(o_.declarations)}};
     for (const auto& f : o_.features) h["capabilities"]["features"].push_back(f);
     h["declarations"]["merge"] = o_.merge;
+    h["declarations"]["module"] = o_.module;
     if (o_.vt->available) {
       char why[1024] = {};
       const bool ok = o_.vt->available(why, sizeof why) == 1;
@@ -150,6 +151,22 @@ class PluginBackend final : public Backend {
     set("out_sum", m.sum_out, m.sum_out_strides, 3);
     return call_merge(o_, m);
   }
+  Support supports_module(const ModuleProblem& m) override { return plugin_supports_module(o_, m); }
+  std::string run_module(const ModuleProblem& p, const json& tensors, unsigned char* base, size_t size) override {
+    DescribedModule dm;
+    describe_module(p, dm);
+    attncheck_module_problem& m = dm.m;
+    const Setter set{tensors, base, size};
+    set("mask", dm.attn.d.mask, dm.attn.d.mask_strides, 4), set("bias", dm.attn.d.bias, dm.attn.d.bias_strides, 4);
+    set("keep", dm.attn.d.keep, dm.attn.d.keep_strides, 4);
+    set("x", m.x, m.x_strides, 3), set("x2", m.x2, m.x2_strides, 3);
+    set("wq", m.wq, m.wq_strides, 2), set("wk", m.wk, m.wk_strides, 2), set("wv", m.wv, m.wv_strides, 2);
+    set("wqkv", m.wqkv, m.wqkv_strides, 2), set("wo", m.wo, m.wo_strides, 2);
+    set("bq", m.bq, m.bq_strides, 1), set("bk", m.bk, m.bk_strides, 1), set("bv", m.bv, m.bv_strides, 1);
+    set("bqkv", m.bqkv, m.bqkv_strides, 1), set("bo", m.bo, m.bo_strides, 1);
+    set("y", m.y, m.y_strides, 3), set("weights", m.weights, m.weights_strides, 4);
+    return call_module(o_, m);
+  }
 
  private:
   static void set_inputs(const Setter& set, attncheck_problem& d) {
@@ -177,6 +194,7 @@ class ImplBackend final : public Backend {
               {"declarations", declarations_to_json(d)},
               {"available", a.ok}, {"unavailable_reason", a.reason}};
     h["declarations"]["merge"] = true;  // merge requests are answered; `supports` with pass "merge" decides each case
+    h["declarations"]["module"] = true;  // likewise module requests (pass "module")
     return h;
   }
   Support supports(const Problem& p) override { return impl_->supports(p); }
@@ -219,6 +237,22 @@ class ImplBackend final : public Backend {
       for (auto [key, t] : {std::pair{"out_lse", &out.lse}, std::pair{"out_max", &out.max}, std::pair{"out_sum", &out.sum}})
         copy(tensors, base, size, key, *t ? &**t : nullptr, to_shm);
       if (!to_shm) impl_->run_merge(p, in, out);
+    }
+    return "";
+  }
+  Support supports_module(const ModuleProblem& m) override {
+    const ModuleImplPtr e = find_module_entry(*impl_);
+    return e ? e->supports(m) : Support::no(impl_->name() + " has no module entry");
+  }
+  std::string run_module(const ModuleProblem& m, const json& tensors, unsigned char* base, size_t size) override {
+    const ModuleImplPtr e = find_module_entry(*impl_);
+    ModuleInputs in = make_module_inputs(m);
+    for (auto [key, t] : module_input_tensors(in)) copy(tensors, base, size, key, const_cast<Tensor*>(t), false);
+    ModuleOutputs out = make_module_outputs(m);
+    for (bool to_shm : {false, true}) {  // poisoned outputs in, results out
+      copy(tensors, base, size, "y", &out.y, to_shm);
+      copy(tensors, base, size, "weights", out.weights ? &*out.weights : nullptr, to_shm);
+      if (!to_shm) e->run(m, in, out);
     }
     return "";
   }
@@ -330,6 +364,20 @@ int serve(Backend& backend) {
         })));
         continue;
       }
+      if (type == "supports" && req.contains("pass") && req["pass"] == "module") {
+        const Support s = backend.supports_module(module_problem_from_json(field(req, type, "problem"), type));
+        reply(proto, {{"type", "supports"}, {"id", id}, {"ok", s.ok}, {"reason", s.reason}});
+        continue;
+      }
+      if (type == "module") {
+        const ModuleProblem m = module_problem_from_json(field(req, type, "problem"), type);
+        shm.map(str_field(req, type, "shm"), static_cast<size_t>(int_field(req, type, "shm_size")));
+        const Support s = backend.supports_module(m);
+        reply(proto, outcome(type, id, !s.ok ? s.reason : attempt([&] {
+          return backend.run_module(m, field(req, type, "tensors"), shm.base, shm.size);
+        })));
+        continue;
+      }
       const Problem p = problem_from_json(field(req, type, "problem"), type);
       const bool backward = type == "backward" ||
                             (type == "supports" && req.contains("pass") && req["pass"] == "backward");
@@ -356,7 +404,7 @@ int serve(Backend& backend) {
                           : backend.run(p, tensors, shm.base, shm.size);
         })));
       } else {
-        throw ProtocolError("request: field 'type': expected hello, supports, run, backward, merge or bye, got \"" + type +
+        throw ProtocolError("request: field 'type': expected hello, supports, run, backward, merge, module or bye, got \"" + type +
                             "\"");
       }
     } catch (const std::exception& e) {
