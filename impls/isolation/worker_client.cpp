@@ -153,14 +153,24 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
 
   // The module message (docs/worker-protocol.md 2d), for a worker whose hello declares "module": true.
   ModuleImplPtr module_entry() const override;
-  Support supports_module(const ModuleProblem& m) const {
+  Support supports_module(const ModuleProblem& m, const std::string& pass = "module") const {
+    if (pass == "module_backward" && !module_backward_)
+      return Support::no("module backward not supported (the worker does not declare module_backward)");
     if (!has_supports_) return Support::yes();
     std::lock_guard lock(mu_);
     const std::string name = m.name();
     ensure_running(name);
     const int64_t id = ++next_id_;
-    const json request = {{"type", "supports"}, {"id", id}, {"pass", "module"}, {"problem", worker::module_problem_to_json(m)}};
-    return supports_reply(call(request, "supports", id, name, o_.startup_timeout_s), id, "module");
+    const json request = {{"type", "supports"}, {"id", id}, {"pass", pass}, {"problem", worker::module_problem_to_json(m)}};
+    return supports_reply(call(request, "supports", id, name, o_.startup_timeout_s), id, pass);
+  }
+  void run_module_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const {
+    std::vector<Slot> slots;
+    for (auto [name, t] : worker::module_input_tensors(in)) add(slots, name, t, nullptr);
+    add(slots, "dy", &dy, nullptr);
+    for (auto& [name, t] : g) add(slots, name, nullptr, &t);
+    const double timeout = o_.timeout_s > 0 ? o_.timeout_s : 2.5 * 2.0 * default_timeout(m.attn);  // as backward
+    exchange("module_backward", m.name(), worker::module_problem_to_json(m), timeout, slots);
   }
   void run_module(const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out) const {
     std::vector<Slot> slots;
@@ -369,6 +379,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
              worker::bool_field(h["declarations"], w + ": declarations", "merge");
     module_ = h.contains("declarations") && h["declarations"].is_object() && h["declarations"].contains("module") &&
               worker::bool_field(h["declarations"], w + ": declarations", "module");
+    module_backward_ = module_ && h["declarations"].contains("module_backward") &&
+                       worker::bool_field(h["declarations"], w + ": declarations", "module_backward");
     declarations_ = h.contains("declarations")
                         ? worker::declarations_from_json(h["declarations"], w, Impl::declarations())
                         : Impl::declarations();
@@ -510,6 +522,7 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
   mutable bool has_supports_ = false;
   mutable bool merge_ = false;  // the hello declared "merge": true (docs/worker-protocol.md 2c)
   mutable bool module_ = false;  // the hello declared "module": true (2d)
+  mutable bool module_backward_ = false;  // and "module_backward": true
   mutable int protocol_ = 1;  // as the worker answered the hello
   mutable Declarations declarations_;
   mutable pid_t pid_ = -1;
@@ -529,8 +542,9 @@ class WorkerModule final : public ModuleImpl {
   std::string name() const override { return w_->name(); }
   Support supports(const ModuleProblem& m) const override { return w_->supports_module(m); }
   void run(const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out) const override { w_->run_module(m, in, out); }
-  Support supports_backward(const ModuleProblem&) const override {
-    return Support::no("module backward not supported through a worker (the protocol's module message is forward only)");
+  Support supports_backward(const ModuleProblem& m) const override { return w_->supports_module(m, "module_backward"); }
+  void run_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const override {
+    w_->run_module_backward(m, in, dy, g);
   }
 
  private:

@@ -78,6 +78,8 @@ struct Setter {
   }
 };
 
+constexpr const char* kNoAbiModuleBackward = "module backward not supported through the plugin ABI (run_module is forward only)";
+
 class PluginBackend final : public Backend {
  public:
   explicit PluginBackend(const std::string& path) : o_(open_plugin(path)) {}
@@ -167,6 +169,10 @@ class PluginBackend final : public Backend {
     set("y", m.y, m.y_strides, 3), set("weights", m.weights, m.weights_strides, 4);
     return call_module(o_, m);
   }
+  Support supports_module_backward(const ModuleProblem&) override { return Support::no(kNoAbiModuleBackward); }
+  std::string run_module_backward(const ModuleProblem&, const json&, unsigned char*, size_t) override {
+    return kNoAbiModuleBackward;
+  }
 
  private:
   static void set_inputs(const Setter& set, attncheck_problem& d) {
@@ -194,7 +200,8 @@ class ImplBackend final : public Backend {
               {"declarations", declarations_to_json(d)},
               {"available", a.ok}, {"unavailable_reason", a.reason}};
     h["declarations"]["merge"] = true;  // merge requests are answered; `supports` with pass "merge" decides each case
-    h["declarations"]["module"] = true;  // likewise module requests (pass "module")
+    h["declarations"]["module"] = true;  // likewise module requests (pass "module") and their backward
+    h["declarations"]["module_backward"] = true;
     return h;
   }
   Support supports(const Problem& p) override { return impl_->supports(p); }
@@ -253,6 +260,29 @@ class ImplBackend final : public Backend {
       copy(tensors, base, size, "y", &out.y, to_shm);
       copy(tensors, base, size, "weights", out.weights ? &*out.weights : nullptr, to_shm);
       if (!to_shm) e->run(m, in, out);
+    }
+    return "";
+  }
+  Support supports_module_backward(const ModuleProblem& m) override {
+    const ModuleImplPtr e = find_module_entry(*impl_);
+    if (!e) return Support::no(impl_->name() + " has no module entry");
+    if (Support s = e->supports(m); !s.ok) return s;
+    return e->supports_backward(m);
+  }
+  std::string run_module_backward(const ModuleProblem& m, const json& tensors, unsigned char* base, size_t size) override {
+    const ModuleImplPtr e = find_module_entry(*impl_);
+    ModuleInputs in = make_module_inputs(m);
+    for (auto [key, t] : module_input_tensors(in)) copy(tensors, base, size, key, const_cast<Tensor*>(t), false);
+    Tensor dy(m.attn.dtype, {m.attn.B, m.attn.Lq, m.d_out});
+    copy(tensors, base, size, "dy", &dy, false);
+    ModuleGradOutputs g;
+    for (const std::string& name : module_grad_names(m)) {
+      const Tensor& input = module_grad_input(in, name);
+      g.emplace(name, Tensor(input.dtype, input.shape));
+    }
+    for (bool to_shm : {false, true}) {  // poisoned gradients in, results out
+      for (auto& [name, t] : g) copy(tensors, base, size, name.c_str(), &t, to_shm);
+      if (!to_shm) e->run_backward(m, in, dy, g);
     }
     return "";
   }
@@ -364,17 +394,22 @@ int serve(Backend& backend) {
         })));
         continue;
       }
-      if (type == "supports" && req.contains("pass") && req["pass"] == "module") {
-        const Support s = backend.supports_module(module_problem_from_json(field(req, type, "problem"), type));
+      const std::string pass = type == "supports" && req.contains("pass") && req["pass"].is_string() ? req["pass"].get<std::string>() : "";
+      if (pass == "module" || pass == "module_backward") {
+        const ModuleProblem m = module_problem_from_json(field(req, type, "problem"), type);
+        const Support s = pass == "module" ? backend.supports_module(m) : backend.supports_module_backward(m);
         reply(proto, {{"type", "supports"}, {"id", id}, {"ok", s.ok}, {"reason", s.reason}});
         continue;
       }
-      if (type == "module") {
+      if (type == "module" || type == "module_backward") {
         const ModuleProblem m = module_problem_from_json(field(req, type, "problem"), type);
         shm.map(str_field(req, type, "shm"), static_cast<size_t>(int_field(req, type, "shm_size")));
-        const Support s = backend.supports_module(m);
+        const bool fwd = type == "module";
+        const Support s = fwd ? backend.supports_module(m) : backend.supports_module_backward(m);
         reply(proto, outcome(type, id, !s.ok ? s.reason : attempt([&] {
-          return backend.run_module(m, field(req, type, "tensors"), shm.base, shm.size);
+          const json& tensors = field(req, type, "tensors");
+          return fwd ? backend.run_module(m, tensors, shm.base, shm.size)
+                     : backend.run_module_backward(m, tensors, shm.base, shm.size);
         })));
         continue;
       }
@@ -404,7 +439,7 @@ int serve(Backend& backend) {
                           : backend.run(p, tensors, shm.base, shm.size);
         })));
       } else {
-        throw ProtocolError("request: field 'type': expected hello, supports, run, backward, merge, module or bye, got \"" + type +
+        throw ProtocolError("request: field 'type': expected hello, supports, run, backward, merge, module, module_backward or bye, got \"" + type +
                             "\"");
       }
     } catch (const std::exception& e) {
