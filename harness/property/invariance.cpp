@@ -773,8 +773,14 @@ std::optional<Variant> variant_run(const Impl& impl, const Problem& p, const Inp
 
 // Other settings of each schedule knob the implementation declares: threads 1 and 3, num_splits 1 and 3, the
 // work units in reverse order. Bitwise for the knobs it declares bitwise (or at the bitwise level).
-Check schedule_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, const Options& o,
-                     int& runs) {
+// One variant run of the forward or the backward (a problem and its inputs in some form) against the case as given;
+// nullopt (with the reason) when the implementation declines it.
+using Runner = std::function<std::optional<Variant>(const Problem&, const Inputs&, bool bitwise, const std::string& what,
+                                                    int& runs, std::string& why)>;
+
+// `judge`: whether a variant can be judged within tolerance (the caller gave the reference).
+Check schedule_check(const Impl& impl, const Problem& p, const Inputs& in, const Runner& run, bool judge,
+                     const Options& o, int& runs) {
   const Declarations d = impl.declarations();
   Check c;
   c.kind = Kind::schedule;
@@ -789,7 +795,7 @@ Check schedule_check(const Impl& impl, const Problem& p, const Inputs& in, const
   for (ScheduleKnob k : {knob_threads, knob_num_splits, knob_block_order}) {
     if (!(d.schedule_knobs & k)) continue;
     const bool bitwise = o.level == Level::bitwise || (o.level == Level::declared && (d.schedule_bitwise & k));
-    if (!bitwise && !o.within_tolerance) {
+    if (!bitwise && !judge) {
       c.result = Check::unsupported, c.message = kNoJudge;
       return c;
     }
@@ -800,7 +806,7 @@ Check schedule_check(const Impl& impl, const Problem& p, const Inputs& in, const
     for (const Schedule& s : settings) {
       const ScheduleScope scope(s);
       std::string why;
-      auto v = variant_run(impl, p, in, first, o, bitwise, "under " + s.describe(), spent, why);
+      auto v = run(p, in, bitwise, "under " + s.describe(), spent, why);
       if (!v) {
         c.result = Check::unsupported, c.runs = spent, c.message = "not checked: the run " + why;
         runs += spent;
@@ -818,15 +824,60 @@ Check schedule_check(const Impl& impl, const Problem& p, const Inputs& in, const
   return c;
 }
 
-// The same data in the other layout (BHSD <-> BSHD: q, k, v, the past and out) and with sequence-major strides
-// (storage [L, B, H, D], the head dim still innermost, the layout as given: Megatron's sbhd).
-Check layout_check(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first, const Options& o,
-                   int& runs) {
+// The tensors `ts` (logical [N, H_i, L, D], one dtype, N, L and D alike) as slices of one buffer [N, L, sum H_i, D],
+// as a fused QKV projection leaves them (FlashAttention's qkvpacked; [B, L, Hq + 2 Hkv, D] with GQA): each keeps
+// its shape, with strides that step over the others' heads; its bytes start at its first element and run to the
+// buffer's end (the others' values in its gaps, as in the shared buffer). False when they cannot share one.
+bool pack(const std::vector<Tensor*>& ts) {
+  const Tensor& a = *ts.front();
+  int64_t H = 0;
+  for (const Tensor* t : ts) {
+    if (t->dtype != a.dtype || t->shape[0] != a.shape[0] || t->shape[2] != a.shape[2] || t->shape[3] != a.shape[3])
+      return false;
+    H += t->shape[1];
+  }
+  const int64_t N = a.shape[0], L = a.shape[2], D = a.shape[3];
+  const size_t es = dtype_size(a.dtype);
+  const std::vector<int64_t> st = {L * H * D, D, H * D, 1};
+  std::vector<uint8_t> buf(static_cast<size_t>(N * L * H * D) * es);
+  std::vector<int64_t> start;
+  int64_t h0 = 0;
+  for (const Tensor* t : ts) {
+    start.push_back(h0 * D);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < t->shape[1]; ++h)
+        for (int64_t l = 0; l < L; ++l)
+          for (int64_t d = 0; d < D; ++d) {
+            const int64_t i[4] = {n, h, l, d};
+            std::memcpy(buf.data() + static_cast<size_t>(n * st[0] + (h0 + h) * st[1] + l * st[2] + d) * es,
+                        t->bytes.data() + static_cast<size_t>(t->offset(i)) * es, es);
+          }
+    h0 += t->shape[1];
+  }
+  for (size_t k = 0; k < ts.size(); ++k) {
+    ts[k]->strides = st;
+    ts[k]->bytes.assign(buf.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(start[k]) * es), buf.end());
+  }
+  return true;
+}
+
+// q, k and v as slices of one packed QKV buffer, else k and v of one packed KV buffer ("" when neither fits).
+std::string packed(Inputs& x) {
+  if (pack({&x.q, &x.k, &x.v})) return "as slices of one packed QKV buffer (storage [B,L,Hq+2Hkv,D])";
+  if (pack({&x.k, &x.v})) return "with k and v as slices of one packed KV buffer (storage [B,L,2Hkv,D])";
+  return "";
+}
+
+// The same data in the other layout (BHSD <-> BSHD: q, k, v, the past and out), with sequence-major strides
+// (storage [L, B, H, D], the head dim still innermost, the layout as given: Megatron's sbhd) and as slices of one
+// packed buffer (strides with gaps).
+Check layout_check(const Impl& impl, const Problem& p, const Inputs& in, const Runner& run, bool judge,
+                   const Options& o, int& runs) {
   const Declarations d = impl.declarations();
   Check c;
   c.kind = Kind::layout;
   const bool bitwise = o.level == Level::bitwise || (o.level == Level::declared && d.layout_invariant);
-  if (!bitwise && !o.within_tolerance) {
+  if (!bitwise && !judge) {
     c.result = Check::unsupported, c.message = kNoJudge;
     return c;
   }
@@ -844,10 +895,16 @@ Check layout_check(const Impl& impl, const Problem& p, const Inputs& in, const O
       continue;
     }
     std::string why;
-    auto v = variant_run(impl, *form.first, restrided(in, form.second), first, o, bitwise, what, spent, why);
+    auto v = run(*form.first, restrided(in, form.second), bitwise, what, spent, why);
     if (v) vs.push_back(std::move(*v));
     else skipped.push_back(why);
   }
+  Inputs gaps = in;
+  const std::string what = packed(gaps);
+  std::string why;
+  if (what.empty()) skipped.push_back("packed slices: q, k and v differ in dtype, length or head dim");
+  else if (auto v = run(p, gaps, bitwise, what, spent, why)) vs.push_back(std::move(*v));
+  else skipped.push_back(why);
   runs += spent;
   if (vs.empty()) {
     c.result = Check::unsupported, c.runs = spent, c.message = "not checked: " + joined(skipped);
@@ -867,6 +924,12 @@ std::string run_list(const std::vector<std::string>& runs) {
 }
 
 }  // namespace
+
+std::vector<TensorDiff> diff_gradients(const Gradients& a, const Gradients& b) {
+  std::vector<TensorDiff> ds = {diff_whole("dq", a.dq, b.dq), diff_whole("dk", a.dk, b.dk), diff_whole("dv", a.dv, b.dv)};
+  if (a.dbias && b.dbias) ds.push_back(diff_whole("dbias", *a.dbias, *b.dbias));
+  return ds;
+}
 
 std::vector<TensorDiff> diff_outputs(const Outputs& a, const Outputs& b) {
   std::vector<TensorDiff> ds = {diff_whole("out", a.out, b.out)};
@@ -941,8 +1004,10 @@ std::vector<Check> check_forward(const Impl& impl, const Problem& p, const Input
   if (o.rerun) out.push_back(r.done(o.runs));
   int spent = 0;
   if (batch) out.push_back(*batch);
-  if (o.schedule) out.push_back(schedule_check(impl, p, in, first, o, spent));
-  if (o.layout) out.push_back(layout_check(impl, p, in, first, o, spent));
+  const Runner run = [&](const Problem& q, const Inputs& x, bool bitwise, const std::string& what, int& n,
+                         std::string& why) { return variant_run(impl, q, x, first, o, bitwise, what, n, why); };
+  if (o.schedule) out.push_back(schedule_check(impl, p, in, run, bool(o.within_tolerance), o, spent));
+  if (o.layout) out.push_back(layout_check(impl, p, in, run, bool(o.within_tolerance), o, spent));
   if (o.rerun && out.front().result == Check::violated)
     for (size_t k = 1; k < out.size(); ++k)
       if (out[k].result == Check::violated) {
@@ -966,13 +1031,34 @@ Check check_backward(const Impl& impl, const Problem& p, const Inputs& in, const
   Reruns r;
   for (int k = 2; k <= K; ++k) {
     if (k >= 3) (void)again(others), ++r.c.runs;
-    const Gradients g = again(in);
-    std::vector<TensorDiff> ds = {diff_whole("dq", first.dq, g.dq), diff_whole("dk", first.dk, g.dk),
-                                  diff_whole("dv", first.dv, g.dv)};
-    if (first.dbias && g.dbias) ds.push_back(diff_whole("dbias", *first.dbias, *g.dbias));
-    r.record(k, std::move(ds));
+    r.record(k, diff_gradients(first, again(in)));
   }
   return r.done(K);
+}
+
+std::vector<Check> check_backward_variants(const Impl& impl, const Problem& p, const Inputs& in, const Tensor& dout,
+                                          const Gradients& first, const Options& o) {
+  const Runner run = [&](const Problem& q, const Inputs& x, bool bitwise, const std::string& what, int& n,
+                         std::string& why) -> std::optional<Variant> {
+    Gradients g;
+    // dout is in the layout of out: restrided with it when the form changes the layout.
+    const Support s = run_backward_impl(impl, q, x, q.layout == p.layout ? dout : restrided(dout, storage_order(q.layout)), g);
+    ++n;
+    if (!s.ok) {
+      why = what + ": " + s.reason;
+      return std::nullopt;
+    }
+    Variant v{what, diff_gradients(first, g), bitwise, ""};
+    if (v.moved() == 0) v.bitwise = true;  // the case as given (see batch_check)
+    if (!v.bitwise) v.outside = o.backward_within_tolerance(g);
+    return v;
+  };
+  std::vector<Check> out;
+  int spent = 0;
+  const bool judge = bool(o.backward_within_tolerance);
+  if (o.schedule) out.push_back(schedule_check(impl, p, in, run, judge, o, spent));
+  if (o.layout) out.push_back(layout_check(impl, p, in, run, judge, o, spent));
+  return out;
 }
 
 std::vector<std::string> evidence(const Check& c) {

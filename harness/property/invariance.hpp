@@ -60,6 +60,8 @@ struct Options {
   // Whether outputs of the case as given agree with the reference within tolerance: "" when they do, else what
   // fails first. The tolerance level needs it; without it such a comparison is reported unsupported.
   std::function<std::string(const Outputs&)> within_tolerance;
+  // The same for the gradients of the backward variants (check_backward_variants).
+  std::function<std::string(const Gradients&)> backward_within_tolerance;
 };
 
 // The checks of one forward case. `first` holds impl's outputs for (p, in) from a run the caller already made (the
@@ -74,6 +76,16 @@ std::vector<Check> check_forward(const Impl& impl, const Problem& p, const Input
 // after the second), dq, dk, dv and dbias compared with `first`.
 Check check_backward(const Impl& impl, const Problem& p, const Inputs& in, const Tensor& dout, const Gradients& first,
                      int runs);
+
+// The schedule and layout checks of the backward pass (as o asks): run_backward_impl under the other settings of each
+// declared knob, and with q, k, v (and the past) in the other layout (dout with them), sequence-major strides and
+// packed slices; dq, dk, dv and dbias against `first` bitwise where declared, else within tolerance
+// (o.backward_within_tolerance). One Check per kind asked, schedule then layout.
+std::vector<Check> check_backward_variants(const Impl& impl, const Problem& p, const Inputs& in, const Tensor& dout,
+                                          const Gradients& first, const Options& o);
+
+// Bitwise comparison of two backward runs' gradients (dbias when both have it).
+std::vector<TensorDiff> diff_gradients(const Gradients& a, const Gradients& b);
 
 // Bitwise comparison of two runs' outputs of the same problem (every output present in `a`).
 std::vector<TensorDiff> diff_outputs(const Outputs& a, const Outputs& b);

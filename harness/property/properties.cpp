@@ -93,6 +93,7 @@ const std::vector<Property>& properties() {
     for (auto& p : metamorphic_properties()) v.push_back(p);
     for (auto& p : model_properties()) v.push_back(p);
     for (auto& p : invariance_properties()) v.push_back(p);
+    for (auto& p : merge_properties()) v.push_back(p);
     return v;
   }();
   return all;

@@ -47,5 +47,6 @@ std::vector<Property> basic_properties();
 std::vector<Property> metamorphic_properties();
 std::vector<Property> model_properties();  // properties_model.cpp: invariants of the v2 features
 std::vector<Property> invariance_properties();  // properties_invariance.cpp: rerun and batch invariance
+std::vector<Property> merge_properties();  // properties_merge.cpp: an implementation's merge of attention states
 
 }  // namespace attncheck::prop

@@ -90,10 +90,13 @@ Attended dequantize(const Problem& p, const Inputs& in, DType to) {
   a.p.descale_q = a.p.descale_k = a.p.descale_v = 1.0;
   const double qk = round_to(to, p.descale_q * p.descale_k);
   a.p.scale = round_to(to, round_to(to, p.effective_scale()) * qk);
+  // Every stored element converted in place, the strides kept: the same layout, also a view with gaps (whose
+  // storage holds more than numel elements).
   auto convert = [&](const Tensor& t, double factor) {
-    Tensor c(to, t.shape, std::vector<int>{});
-    c.strides = t.strides;  // the same layout
-    for (int64_t n = 0; n < t.numel(); ++n) c.set_offset(n, factor == 1.0 ? t.get_offset(n) : factor * t.get_offset(n));
+    const auto held = static_cast<int64_t>(t.bytes.size() / dtype_size(t.dtype));
+    Tensor c(to, {held});
+    c.shape = t.shape, c.strides = t.strides;
+    for (int64_t n = 0; n < held; ++n) c.set_offset(n, factor == 1.0 ? t.get_offset(n) : factor * t.get_offset(n));
     return c;
   };
   a.in.q = convert(in.q, 1.0), a.in.k = convert(in.k, 1.0), a.in.v = convert(in.v, p.descale_v);
@@ -194,9 +197,12 @@ void validate(const Problem& p, const Inputs& in) {
       fail(std::string(field) + " dtype must be " + to_string(dt) + ", got " + to_string(t.dtype));
     if (t.shape != shape)
       fail(std::string(field) + " shape must be " + shape_string(shape) + ", got " + shape_string(t.shape));
-    if (t.bytes.size() != static_cast<size_t>(t.numel()) * dtype_size(t.dtype))
+    // Dense storage, or a view with gaps (q, k and v as slices of one packed QKV buffer): whole elements either way.
+    const size_t es = dtype_size(t.dtype);
+    const auto held = static_cast<int64_t>(t.bytes.size() / es);
+    if (t.bytes.size() % es != 0 || held < t.numel())
       fail(std::string(field) + " holds " + std::to_string(t.bytes.size()) + " bytes, expected " +
-           std::to_string(t.numel() * static_cast<int64_t>(dtype_size(t.dtype))));
+           std::to_string(t.numel() * static_cast<int64_t>(es)) + " (or more, a whole number of elements, for strides with gaps)");
     // Every element must lie inside the bytes: a hand-built tensor with wrong strides would read out of bounds.
     if (t.strides.size() != t.shape.size())
       fail(std::string(field) + " strides " + shape_string(t.strides) + " must have one entry per dim of shape " +
@@ -208,9 +214,9 @@ void validate(const Problem& p, const Inputs& in) {
              " is " + std::to_string(t.strides[d]));
       if (t.shape[d] > 0) last += (t.shape[d] - 1) * t.strides[d];
     }
-    if (t.numel() > 0 && last >= t.numel())
+    if (t.numel() > 0 && last >= held)
       fail(std::string(field) + " strides " + shape_string(t.strides) + " reach element " + std::to_string(last) +
-           " of shape " + shape_string(t.shape) + ", which holds only " + std::to_string(t.numel()));
+           " of shape " + shape_string(t.shape) + ", which holds only " + std::to_string(held));
   };
   check("q", in.q, p.dtype, {p.B, p.Hq, p.Lq, p.Dqk});
   check("k", in.k, kv_storage_dtype(p), qkv_shape(p, 1));

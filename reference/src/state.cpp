@@ -10,6 +10,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "attncheck/dtype_floor.hpp"
+
 namespace attncheck {
 
 namespace {
@@ -291,6 +293,8 @@ MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const St
   const bool norm = p.conv.form == StateForm::normalised;
   const double u32 = std::ldexp(1.0, -24), uo = unit_roundoff(p.dtype), N = static_cast<double>(p.N);
   const double ln_b = p.conv.base == LseBase::two ? std::log(2.0) : 1.0;  // d(ln w) per unit of stored exponent
+  // Rounding O into its dtype: half a unit relative, or half the subnormal step (fp16 O of tiny values).
+  const auto round_o = [&](double o) { return std::max(uo * std::fabs(o), 0.5 * denorm_min(p.dtype)); };
   std::vector<State> ins;
   for (int64_t n = 0; n < p.N; ++n) ins.push_back(decode_state(p, in, n));
   MergeVerdict v;
@@ -353,10 +357,10 @@ MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const St
       const std::string name = "o" + at + "," + std::to_string(d) + "]";
       if (norm) {
         const double o = M.out(r, d);
-        check(r, name, o, get_o(out.o, p, -1, r, d), 2 * (uo * std::fabs(o) + spread / S + relS * std::fabs(o)));
+        check(r, name, o, get_o(out.o, p, -1, r, d), 2 * (round_o(o) + spread / S + relS * std::fabs(o)));
       } else {
         const double o = M.u[r * p.D + d];  // u_i = O_i·l_i: w_i already holds e^(m_i - m)·l_i
-        check(r, name, o, get_o(out.o, p, -1, r, d), 2 * (uo * std::fabs(o) + spread));
+        check(r, name, o, get_o(out.o, p, -1, r, d), 2 * (round_o(o) + spread));
       }
     }
   }

@@ -6,12 +6,11 @@
 #include <limits>
 
 #include "attncheck/rope.hpp"
+#include "attncheck/dtype_floor.hpp"
 #include "attncheck/tolerance.hpp"
 
 namespace attncheck {
 
-namespace {
-// Smallest positive (subnormal) value of a dtype: the absolute floor below which no dtype can resolve errors.
 double denorm_min(DType t) {
   switch (t) {
     case DType::f64: return std::numeric_limits<double>::denorm_min();
@@ -25,6 +24,8 @@ double denorm_min(DType t) {
   }
   return 0.0;
 }
+
+namespace {
 
 // Relative error of one exp in the working precision: vectorised and fast-math exps are within 2 ulps (4u).
 constexpr double kExpU = 4.0;

@@ -95,6 +95,62 @@ TEST(InvarianceBackward, AMovingGradientBitIsNondeterministicAndNamed) {
   }
 }
 
+// cpu, except that its backward moves one bit of dq under a schedule of 3 threads, a knob it declares bitwise, and
+// one bit of dk when k's strides are not its layout's dense ones, while it declares layout_invariant.
+class VariantBackward : public Impl {
+ public:
+  std::string name() const override { return "variant-backward"; }
+  std::string description() const override { return "cpu with gradient bits that follow the schedule and the strides"; }
+  Capabilities capabilities() const override { return cpu_->capabilities(); }
+  void run(const Problem& p, const Inputs& in, Outputs& out) const override { cpu_->run(p, in, out); }
+  Declarations declarations() const override {
+    Declarations d = cpu_->declarations();
+    d.schedule_knobs = d.schedule_bitwise = knob_threads;
+    d.layout_invariant = true;
+    return d;
+  }
+  Support supports_backward(const Problem& p) const override { return cpu_->supports_backward(p); }
+  void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
+                    Gradients& g) const override {
+    cpu_->run_backward(p, in, fwd, dout, g);
+    if (current_schedule().threads == 3) g.dq.bytes[0] ^= 1;
+    if (in.k.strides != Tensor(in.k.dtype, in.k.shape, storage_order(p.layout)).strides) g.dk.bytes[0] ^= 1;
+  }
+
+ private:
+  ImplPtr cpu_ = find_impl("cpu");
+};
+
+// The schedule and layout checks of the backward: cpu keeps its gradient bits under 1 and 3 threads and in every
+// layout form (BSHD, sequence-major strides, packed slices); variant-backward is caught by each, with its tag.
+TEST(InvarianceBackward, ScheduleAndLayoutVariantsOfTheGradientsAreCaught) {
+  Problem p;
+  p.B = 2, p.Hq = 4, p.Hkv = 2, p.Lq = p.Lk = 9, p.Dqk = p.Dv = 8;
+  p.causal = true;
+  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
+  for (Tensor* t : {&in.q, &in.k, &in.v})
+    for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, 0.1 * static_cast<double>(n % 7) - 0.3);
+  Tensor dout = make_dout(p);
+  for (int64_t n = 0; n < dout.numel(); ++n) dout.set_offset(n, 0.05 * static_cast<double>(n % 5));
+  invariance::Options o;
+  o.rerun = o.batch = false, o.schedule = o.layout = true;
+  VariantBackward hostile;
+  for (const Impl* impl : {find_impl("cpu").get(), static_cast<const Impl*>(&hostile)}) {
+    Gradients g;
+    ASSERT_TRUE(run_backward_impl(*impl, p, in, dout, g).ok);
+    const auto checks = invariance::check_backward_variants(*impl, p, in, dout, g, o);
+    ASSERT_EQ(checks.size(), 2u);
+    if (impl != &hostile) {
+      for (const auto& c : checks) EXPECT_EQ(c.result, invariance::Check::invariant) << c.message;
+      EXPECT_NE(checks[1].message.find("packed QKV"), std::string::npos) << checks[1].message;
+      continue;
+    }
+    EXPECT_EQ(checks[0].message.rfind("schedule-variant: the case run under threads=3 differs", 0), 0u) << checks[0].message;
+    EXPECT_EQ(checks[1].message.rfind("layout-variant: the case run with sequence-major strides (storage [L,B,H,D]); as "
+                                      "slices of one packed QKV buffer", 0), 0u) << checks[1].message;
+  }
+}
+
 // Found by the property group on the reference: a fully masked row under the nan policy has NaN weights on every
 // key, so padded keys must come dropped in the keep-mask, or the batch form gives that row a NaN out it did not have.
 TEST(InvarianceBatch, PaddedKeysAreDroppedSoAFullyMaskedNanRowKeepsItsOutput) {

@@ -10,7 +10,9 @@
  * layout_invariant; VARIANT_BLOCK_ORDER sums the keys backwards when the schedule asks for the reverse order and
  * declares that knob bitwise; VARIANT_PAGE_ORDER (paged KV cache) sums each row's keys in the order of their pages' places in
  * the pool, not in key order; VARIANT_PACK_OFFSET (varlen) splits each sequence's keys into 1 + (its first key's
- * offset in the pack) % 3 chunks. Each declares deterministic and batch_invariant, as a kernel that believes it is
+ * offset in the pack) % 3 chunks; VARIANT_GAP_ORDER sums the keys backwards when k's strides have gaps (a slice of
+ * a packed buffer, as a kernel that copies such an input to scratch in another order would), and declares
+ * layout_invariant. Each declares deterministic and batch_invariant, as a kernel that believes it is
  * would. fp32, both layouts, GQA, causal, key padding, lse, weights, the zero policy. */
 #include <math.h>
 #include <stddef.h>
@@ -37,6 +39,8 @@
 #define VARIANT_NAME "variant-page-order"
 #elif defined(VARIANT_PACK_OFFSET)
 #define VARIANT_NAME "variant-pack-offset"
+#elif defined(VARIANT_GAP_ORDER)
+#define VARIANT_NAME "variant-gap-order"
 #else
 #error "define one VARIANT_* macro"
 #endif
@@ -144,6 +148,15 @@ static int64_t chunk_count(const attncheck_problem* p, int64_t kb) {
 #endif
 }
 
+/* Whether k's strides have gaps: its last element lies past numel - 1 (a permutation of dense storage does not). */
+static int k_has_gaps(const attncheck_problem* p) {
+  const int64_t shape[4] = {p->B, p->Hkv, p->Lk, p->Dqk};
+  int64_t last = 0, numel = 1;
+  if (extension(p, ATTNCHECK_EXT_PAGED_KV) || extension(p, ATTNCHECK_EXT_VARLEN)) return 0;
+  for (int d = 0; d < 4; ++d) last += (shape[d] - 1) * p->k_strides[d], numel *= shape[d];
+  return last >= numel;
+}
+
 /* Whether q comes in the packed strides of BHSD. */
 static int bhsd_packed(const attncheck_problem* p) {
   const int64_t* s = p->q_strides;
@@ -162,10 +175,13 @@ static int32_t run(const attncheck_problem* p, char* err, size_t n) {
   const int reverse = !bhsd_packed(p);
 #elif defined(VARIANT_BLOCK_ORDER)
   const int reverse = schedule(p) && schedule(p)->reversed;
+  (void)bhsd_packed, (void)k_has_gaps;
+#elif defined(VARIANT_GAP_ORDER)
+  const int reverse = k_has_gaps(p);
   (void)bhsd_packed;
 #else
   const int reverse = 0;
-  (void)bhsd_packed;
+  (void)bhsd_packed, (void)k_has_gaps;
 #endif
   float s[MAX_KEYS], acc[4][512], sum[4];
   int64_t keys[MAX_KEYS];
@@ -239,7 +255,7 @@ static int32_t declarations(attncheck_declarations* d, char* err, size_t n) {
   d->schedule_knobs = d->schedule_bitwise = 1; /* threads, promised bitwise */
 #elif defined(VARIANT_SPLITS)
   d->schedule_knobs = 2; /* num_splits, promised within tolerance */
-#elif defined(VARIANT_STRIDE_ORDER)
+#elif defined(VARIANT_STRIDE_ORDER) || defined(VARIANT_GAP_ORDER)
   d->layout_invariant = 1;
 #elif defined(VARIANT_BLOCK_ORDER)
   d->schedule_knobs = d->schedule_bitwise = 4; /* block order, promised bitwise */

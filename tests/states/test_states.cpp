@@ -209,5 +209,28 @@ TEST(States, BoundIsNotVacuous) {
   EXPECT_TRUE(judge_merge(p, in, out).pass) << judge_merge(p, in, out).worst;
 }
 
+// An fp16 O below the smallest normal (2^-14) rounds in steps of 2^-24: the exact merge rounded to fp16 passes
+// however small the values, and an O one subnormal step off is still caught.
+TEST(States, Fp16SubnormalOutputsRoundInSubnormalSteps) {
+  State a = empty_state(1, 1, 1, 2), b = empty_state(1, 1, 1, 2);
+  a.m = {0.0}, a.l = {1.0}, a.u = {3.3e-7, 1.9e-7};
+  b.m = {0.1}, b.l = {2.0}, b.u = {2.0 * 3.4e-7, -2.0 * 2.9e-7};
+  MergeProblem p{"t", 2, 1, 1, 1, 2, DType::f16, {}};
+  const StoredStates in = encode_states(p, {a, b}, false);
+  const State m = merge_states({decode_state(p, in, 0), decode_state(p, in, 1)});
+  StoredStates out = make_merge_outputs(p);
+  const int64_t r3[3] = {0, 0, 0};
+  out.lse->set(r3, m.lse(0));
+  for (int64_t d = 0; d < 2; ++d) {
+    const int64_t r4[4] = {0, 0, 0, d};
+    out.o.set(r4, m.out(0, d));  // rounds to fp16: a subnormal
+    EXPECT_LT(std::fabs(out.o.get(r4)), std::ldexp(1.0, -14));
+  }
+  EXPECT_TRUE(judge_merge(p, in, out).pass) << judge_merge(p, in, out).worst;
+  const int64_t r4[4] = {0, 0, 0, 0};
+  out.o.set(r4, out.o.get(r4) + 2 * std::ldexp(1.0, -24));
+  EXPECT_FALSE(judge_merge(p, in, out).pass);
+}
+
 }  // namespace
 }  // namespace attncheck

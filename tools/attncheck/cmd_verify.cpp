@@ -389,7 +389,7 @@ int run_verify() {
     for (size_t ii = 0; has_backward(pass) && f.has_gradients && ii < impls.size(); ++ii) {
       progress.step(backward_label(impls[ii]->name()) + " " + name);
       std::vector<InvarianceRow> checks;
-      CaseResult r = backward_row(*impls[ii], avail[ii], f, file, g.tol_scale, inv.rerun ? inv.runs : 0, &checks);
+      CaseResult r = backward_row(*impls[ii], avail[ii], f, file, g.tol_scale, inv.rerun ? inv.runs : 0, &checks, &inv);
       describe_problem(r, f.problem);
       progress.clear();
       print_row(r);

@@ -17,7 +17,8 @@ Pass pass_from_string(const std::string& s) {
 std::string backward_label(const std::string& impl) { return impl + "/backward"; }
 
 CaseResult backward_row(const Impl& impl, const Support& available, const Fixture& f, const std::string& file,
-                        double tol_scale, int reruns, std::vector<InvarianceRow>* checks) {
+                        double tol_scale, int reruns, std::vector<InvarianceRow>* checks,
+                        const invariance::Options* variants) {
   CaseResult r{f.name, file, backward_label(impl.name()), "", "", false, {}, "", "", {}};
   if (!available.ok) {
     r.status = "unavailable";
@@ -42,6 +43,18 @@ CaseResult backward_row(const Impl& impl, const Support& available, const Fixtur
       checks->push_back(backward_invariance_row(impl, r.impl, f, file, g, reruns));
       if (impl.declarations().masked_inputs == MaskedInputs::finite_required)  // outside the contract: apart
         outside_contract(nonfinite_inputs(f.inputs), checks->back());
+    }
+    if (variants && (variants->schedule || variants->layout) && checks) {
+      invariance::Options o = *variants;  // variants judged within tolerance as this row was
+      o.backward_within_tolerance = [&](const Gradients& x) {
+        const Verdict v = judge_backward(f.problem, f.expected, *f.grad, x, m);
+        return v.pass ? std::string() : v.worst().describe();
+      };
+      for (InvarianceRow& row : backward_variant_rows(impl, r.impl, f, file, g, o)) {
+        if (impl.declarations().masked_inputs == MaskedInputs::finite_required)
+          outside_contract(nonfinite_inputs(f.inputs), row);
+        checks->push_back(std::move(row));
+      }
     }
     return judged;
   } catch (const std::exception&) {

@@ -21,8 +21,10 @@ std::string backward_label(const std::string& impl);
 
 // Runs impl's forward and backward on a fixture with gradients and judges dq, dk, dv (dbias). An implementation
 // without a backward (or not for this problem) gives "unsupported", an unavailable one "unavailable". With
-// reruns >= 2 a judged case also gets its rerun check's row in `checks` (verify --invariance rerun).
+// reruns >= 2 a judged case also gets its rerun check's row in `checks` (verify --invariance rerun), and with
+// `variants` asking them its schedule and layout rows (--invariance schedule,layout).
 CaseResult backward_row(const Impl& impl, const Support& available, const Fixture& f, const std::string& file,
-                        double tol_scale, int reruns = 0, std::vector<InvarianceRow>* checks = nullptr);
+                        double tol_scale, int reruns = 0, std::vector<InvarianceRow>* checks = nullptr,
+                        const invariance::Options* variants = nullptr);
 
 }  // namespace attncheck::cli

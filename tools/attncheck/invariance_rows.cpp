@@ -85,6 +85,22 @@ InvarianceRow backward_invariance_row(const Impl& impl, const std::string& label
   return {std::move(r), {}};
 }
 
+std::vector<InvarianceRow> backward_variant_rows(const Impl& impl, const std::string& label, const Fixture& f,
+                                                 const std::string& file, const Gradients& g,
+                                                 const invariance::Options& o) {
+  std::vector<InvarianceRow> rows;
+  try {
+    for (const invariance::Check& c : invariance::check_backward_variants(impl, f.problem, f.inputs, *f.dout, g, o))
+      rows.push_back(to_row(c, CaseResult{f.name, file, label + "/" + invariance::name(c.kind), "", "", false, {}, "", "", {}}));
+  } catch (const std::exception&) {
+    CaseResult r{f.name, file, label + (o.schedule ? "/schedule" : "/layout"), "", "", false, {}, "", "", {}};
+    record_exception(r);
+    r.message = "during the invariance checks: " + r.message;
+    rows.push_back({std::move(r), {}});
+  }
+  return rows;
+}
+
 void outside_contract(const std::string& nonfinite_inputs, InvarianceRow& r) {
   if (nonfinite_inputs.empty()) return;
   apply_masked_inputs_contract(nonfinite_inputs, r.row);

@@ -40,5 +40,10 @@ std::vector<InvarianceRow> invariance_rows(const Impl& impl, const std::string& 
 // The rerun check of a judged backward case (`g`: the gradients the row was judged on).
 InvarianceRow backward_invariance_row(const Impl& impl, const std::string& label, const Fixture& f,
                                       const std::string& file, const Gradients& g, int runs);
+// The schedule and layout checks of a judged backward case, as o asks ("<label>/schedule", "<label>/layout"; o's
+// backward_within_tolerance judges a variant within tolerance).
+std::vector<InvarianceRow> backward_variant_rows(const Impl& impl, const std::string& label, const Fixture& f,
+                                                 const std::string& file, const Gradients& g,
+                                                 const invariance::Options& o);
 
 }  // namespace attncheck::cli
