@@ -4,8 +4,8 @@
 # score_mod or mask_mod. The modifications' parameters come from the problem's lossless name
 # (docs/worker-protocol.md), the expressions are translated from muparser's syntax to torch (below).
 #   attncheck verify --worker "python3 examples/python/flex_worker.py" --impl flex-attention --fixtures golden/cases
-# `flex_worker.py alibi-sign` adds the ALiBi bias with the wrong sign (attention-gym's example had it so), to show
-# that the check sees it.
+# `flex_worker.py alibi-sign` adds the ALiBi bias with the wrong sign (attention-gym's example had it so), and
+# `flex_worker.py score-dtype` casts the expression's score back to `score.dtype`, to show that the check sees both.
 import ast
 import math
 import sys
@@ -138,7 +138,11 @@ def sdpa(q, k, v, *, problem, mask=None, bias=None, keep=None):
         if slopes is not None:
             score = score + sign * slopes[b % slopes.shape[0], h] * torch.abs(pos - kv_idx)
         if score_expr is not None:
-            score = torch.as_tensor(score_expr(b, h, q_idx, kv_idx, pos, score)).to(score.dtype)
+            # Not .to(score.dtype): FlexAttention traces the mod with score in the inputs' dtype (bf16) while it
+            # computes scores in fp32, so that cast would round every modified score to bf16
+            # (`flex_worker.py score-dtype` does, and fails on bf16 and fp16 cases).
+            out_dtype = score.dtype if "score-dtype" in sys.argv[1:] else torch.float32
+            score = torch.as_tensor(score_expr(b, h, q_idx, kv_idx, pos, score)).to(out_dtype)
         return score
 
     def mask_mod(b, h, q_idx, kv_idx):

@@ -94,6 +94,14 @@ def test_flex_attention_passes_modifications_and_expressions():
                     extra=slow)
     failed = [c for c in rep["cases"] if c["status"] == "fail"]
     assert r.returncode == 1 and len(failed) >= 2, r.stdout[-3000:]
+    # A score_mod that casts back to score.dtype rounds the modified scores to bf16 (FlexAttention traces the mod
+    # with the inputs' dtype): caught on the bf16 expression cases; the worker as written passes them.
+    r, rep = verify(f"{EXAMPLES}/flex_worker.py score-dtype", "flex-attention", f"{WORK}/flex-dtype.json",
+                    "bf16/*sexpr*", extra=slow)
+    assert r.returncode == 1 and sum(c["status"] == "fail" for c in rep["cases"]) >= 2, r.stdout[-3000:]
+    r, rep = verify(f"{EXAMPLES}/flex_worker.py", "flex-attention", f"{WORK}/flex-bf16.json", "bf16/*sexpr*",
+                    extra=slow)
+    assert r.returncode == 0, r.stdout[-3000:]
 
 
 if __name__ == "__main__":
