@@ -17,18 +17,8 @@ void run_emulated(const Problem& p, const Inputs& in, Outputs& out, KernelVersio
 constexpr size_t kGuardBytes = 4096;
 void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const size_t (&sizes)[4]);
 
-// Forward and reversed orders, compared bit for bit; a difference is a race and throws emu::EmulationError
-// naming the tensor and element. `out` receives the forward run.
-void run_emulated_both_orders(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v);
-// Throws emu::EmulationError ("race: ...") naming `name` and the first storage element where the two runs differ.
-void compare_runs(const char* name, const Tensor& fwd, const Tensor& rev);
-
 // The backward kernels (emulated_backward.cpp): row statistics, dK/dV, dQ, dBias, every buffer they write framed
 // by guard bands. `fwd` is the forward's outputs with lse; `g` comes from make_gradients(p).
 void run_backward_emulated(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout, Gradients& g,
                            emu::Order order);
-// Both thread orders, compared bit for bit (a difference throws emu::EmulationError naming the gradient).
-void run_backward_both_orders(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
-                              Gradients& g);
-
 }  // namespace attncheck::cuda

@@ -112,15 +112,4 @@ void run_backward_emulated(const Problem& p, const Inputs& in, const Outputs& fw
   store_dbias(plan, g);
 }
 
-void run_backward_both_orders(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
-                              Gradients& g) {
-  Gradients reversed = g;  // the same poison as the harness put in `g`
-  run_backward_emulated(p, in, fwd, dout, g, emu::Order::forward);
-  run_backward_emulated(p, in, fwd, dout, reversed, emu::Order::reversed);
-  compare_runs("dq", g.dq, reversed.dq);
-  compare_runs("dk", g.dk, reversed.dk);
-  compare_runs("dv", g.dv, reversed.dv);
-  if (g.dbias) compare_runs("dbias", *g.dbias, *reversed.dbias);
-}
-
 }  // namespace attncheck::cuda

@@ -25,22 +25,24 @@ void KeyScales::set(size_t j, double scale, double dot, double qk2, double dqk, 
 namespace {
 struct TieGroups {
   std::vector<uint32_t> keys;
-  std::vector<size_t> start{0};
+  std::vector<size_t> start;
   std::vector<char> in_group;
   size_t size() const { return start.size() - 1; }
 };
 
-TieGroups tie_groups(const RowInputs& x) {
-  struct Key {
-    double a, b;
-    uint32_t j;
-    bool operator<(const Key& o) const { return a < o.a || (a == o.a && (b < o.b || (b == o.b && j < o.j))); }
-  };
-  std::vector<Key> keys;
+struct TieKey {
+  double a, b;
+  uint32_t j;
+  bool operator<(const TieKey& o) const { return a < o.a || (a == o.a && (b < o.b || (b == o.b && j < o.j))); }
+};
+
+void tie_groups(const RowInputs& x, std::vector<TieKey>& keys, TieGroups& t) {
+  keys.clear();
   for (size_t j = 0; j < x.s.size(); ++j)
     if (x.takes_part[j] && std::isfinite(x.s[j])) keys.push_back({x.mag.a[j], x.mag.b[j], uint32_t(j)});
   std::sort(keys.begin(), keys.end());
-  TieGroups t;
+  t.keys.clear();
+  t.start.assign(1, 0);
   t.in_group.assign(x.s.size(), 0);
   for (size_t a = 0, b = 0; a < keys.size(); a = b) {
     for (b = a + 1; b < keys.size() && keys[b].a == keys[a].a && keys[b].b == keys[a].b;) ++b;
@@ -48,13 +50,32 @@ TieGroups tie_groups(const RowInputs& x) {
     for (size_t c = a; c < b; ++c) t.keys.push_back(keys[c].j), t.in_group[keys[c].j] = 1;
     t.start.push_back(t.keys.size());
   }
-  return t;
+}
+
+// A row's working buffers, kept per thread from row to row: allocated anew, their ~80 allocations per row were
+// most of the cost of the error scales (and, under ASan, of the fuzzer's fixture reads). Every buffer is reset to
+// its row's size and values before use, so no row sees another's data.
+struct RowScratch {
+  std::vector<TieKey> tie_keys;
+  TieGroups groups;
+  std::vector<std::pair<double, uint32_t>> by_score;
+  std::vector<int32_t> sgroup;
+  std::vector<double> kmean, bdev, cov, qdev, sub, sub8, t, dv, s0, sa, sb, sc, gp, a;
+  ColumnRss rss, dev1, dev1_a, dev1_b, dev1_c, devm, devm_a, devm_b, devm_c, gm, gm_a, gm_b, gm_c, rss_p, rss_v,
+      per_key, per_key_a, per_key_b, per_key_c;
+};
+
+RowScratch& row_scratch() {
+  thread_local RowScratch s;
+  return s;
 }
 }  // namespace
 
 void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
   const size_t Lk = x.s.size(), Dv = static_cast<size_t>(x.Dv);
-  const TieGroups groups = tie_groups(x);
+  RowScratch& S = row_scratch();
+  tie_groups(x, S.tie_keys, S.groups);
+  const TieGroups& groups = S.groups;
   const auto part = [&](size_t j) { return x.takes_part[j] && std::isfinite(x.s[j]); };
   Rss w2, wa, wb, wc;
   double mean = 0, small = 0, n = 0;
@@ -91,11 +112,13 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
     n += static_cast<double>(groups.start[g + 1] - groups.start[g]);
   }
   // Exactly tied scores: repeated terms of the softmax sum, and equal P (sgroup[j]: -1 alone, else its group).
-  std::vector<std::pair<double, uint32_t>> by_score;
+  std::vector<std::pair<double, uint32_t>>& by_score = S.by_score;
+  by_score.clear();
   for (size_t j = 0; j < Lk; ++j)
     if (part(j)) by_score.emplace_back(x.s[j], uint32_t(j));
   std::sort(by_score.begin(), by_score.end());
-  std::vector<int32_t> sgroup(Lk, -1);
+  std::vector<int32_t>& sgroup = S.sgroup;
+  sgroup.assign(Lk, -1);
   int32_t sgroups = 0;
   for (size_t a = 0, b = 0; a < by_score.size(); a = b) {
     for (b = a; b < by_score.size() && by_score[b].first == by_score[a].first;) ++b;
@@ -119,7 +142,8 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
 
   // The shared rounding of q (p_qbar, out_qdev): the weighted mean key, then each key's deviation from it.
   const size_t Dqk = static_cast<size_t>(x.Dqk);
-  std::vector<double> kmean(Dqk, 0.0), bdev(x.q ? Lk : 0, 0.0);
+  std::vector<double>&kmean = S.kmean, &bdev = S.bdev;
+  kmean.assign(Dqk, 0.0), bdev.assign(x.q ? Lk : 0, 0.0);
   if (x.q) {
     for (size_t j = 0; j < Lk; ++j)
       if (x.takes_part[j] && x.w[j] != 0)
@@ -142,10 +166,16 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
   // them, `devm` the keys of larger groups one by one, `gm` those groups' sums; per key = dev1 + devm, per group =
   // dev1 + gm. Repeated P (tied scores) and repeated values (equal v_jd) sum their |t_j| before squaring (_p, _v).
   const double* o = &r.out[row * Dv];
-  ColumnRss rss(Dv), dev1(Dv), dev1_a(Dv), dev1_b(Dv), dev1_c(Dv), devm(Dv), devm_a(Dv), devm_b(Dv), devm_c(Dv),
-      gm(Dv), gm_a(Dv), gm_b(Dv), gm_c(Dv), rss_p(Dv), rss_v(Dv);
-  std::vector<double> cov(Dv, 0.0), qdev(Dv, 0.0), sub(Dv, 0.0), sub8(Dv, 0.0), t(Dv), dv(Dv), s0(Dv), sa(Dv), sb(Dv), sc(Dv);
-  std::vector<double> gp(static_cast<size_t>(sgroups) * Dv, 0.0);
+  ColumnRss &rss = S.rss, &dev1 = S.dev1, &dev1_a = S.dev1_a, &dev1_b = S.dev1_b, &dev1_c = S.dev1_c, &devm = S.devm,
+            &devm_a = S.devm_a, &devm_b = S.devm_b, &devm_c = S.devm_c, &gm = S.gm, &gm_a = S.gm_a, &gm_b = S.gm_b,
+            &gm_c = S.gm_c, &rss_p = S.rss_p, &rss_v = S.rss_v;
+  for (ColumnRss* c : {&rss, &dev1, &dev1_a, &dev1_b, &dev1_c, &devm, &devm_a, &devm_b, &devm_c, &gm, &gm_a, &gm_b,
+                       &gm_c, &rss_p, &rss_v})
+    c->reset(Dv);
+  std::vector<double>&cov = S.cov, &qdev = S.qdev, &sub = S.sub, &sub8 = S.sub8, &t = S.t, &dv = S.dv, &s0 = S.s0,
+                      &sa = S.sa, &sb = S.sb, &sc = S.sc, &gp = S.gp;
+  for (std::vector<double>* e : {&cov, &qdev, &sub, &sub8, &t, &dv, &s0, &sa, &sb, &sc}) e->assign(Dv, 0.0);
+  gp.assign(static_cast<size_t>(sgroups) * Dv, 0.0);
   // The unnormalised P_j = exp(s_j - m) = w_j / w_max (w_max = 1/l when a key holds the max).
   double w_max = 0;
   for (size_t j = 0; j < Lk; ++j)
@@ -210,7 +240,8 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
   // Each value group's summed |t_j| = |v| sum_j |w'_j| once, column by column.
   if (x.vgroups) {
     const ValueGroups& vg = *x.vgroups;
-    std::vector<double> a(Lk, 0.0);
+    std::vector<double>& a = S.a;
+    a.assign(Lk, 0.0);
     for (size_t j = 0; j < Lk; ++j)
       if (x.takes_part[j] && x.w[j] != 0) a[j] = std::abs(x.w[j] * x.keep[j]);
     for (size_t d = 0; d < Dv; ++d)
@@ -220,7 +251,8 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
         rss_v.add_one(d, vg.value[g] * sum);
       }
   }
-  ColumnRss per_key = dev1, per_key_a = dev1_a, per_key_b = dev1_b, per_key_c = dev1_c;
+  ColumnRss &per_key = S.per_key, &per_key_a = S.per_key_a, &per_key_b = S.per_key_b, &per_key_c = S.per_key_c;
+  per_key = dev1, per_key_a = dev1_a, per_key_b = dev1_b, per_key_c = dev1_c;
   per_key.merge(devm), per_key_a.merge(devm_a), per_key_b.merge(devm_b), per_key_c.merge(devm_c);
   dev1.merge(gm), dev1_a.merge(gm_a), dev1_b.merge(gm_b), dev1_c.merge(gm_c);
   for (size_t d = 0; d < Dv; ++d) {

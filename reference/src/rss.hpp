@@ -17,16 +17,19 @@ inline constexpr int kRssMinExp = -1020, kRssMaxExp = 1023;
 struct Rss {
   int e = kRssMinExp;
   double lim = std::ldexp(1.0, kRssMinExp), inv = std::ldexp(1.0, -kRssMinExp), ssq = 0;
-  void add(double x) {
+  void add(double x) { add(e, lim, inv, ssq, x); }
+  void raise(double a) { raise(e, lim, inv, ssq, a); }
+  // The same on a sum held elsewhere (ColumnRss keeps its fields column-wise).
+  static void add(int& e, double& lim, double& inv, double& ssq, double x) {
     const double a = std::abs(x);
     if (!(a <= lim)) {
       if (!std::isfinite(a)) return;
-      raise(a);
+      raise(e, lim, inv, ssq, a);
     }
     const double z = a * inv;
     ssq += z * z;
   }
-  void raise(double a) {
+  static void raise(int& e, double& lim, double& inv, double& ssq, double a) {
     int ex;
     std::frexp(a, &ex);  // a < 2^ex
     if (ex > kRssMaxExp) ex = kRssMaxExp;
@@ -45,8 +48,13 @@ struct Rss {
 // One Rss per column d, stored column-wise so that adding one key's terms vectorises; add(x, m) adds x[d] * m.
 class ColumnRss {
  public:
-  explicit ColumnRss(size_t n)
-      : e_(n, kRssMinExp), lim_(n, std::ldexp(1.0, kRssMinExp)), inv_(n, std::ldexp(1.0, -kRssMinExp)), ssq_(n, 0.0) {}
+  ColumnRss() = default;
+  explicit ColumnRss(size_t n) { reset(n); }
+  // n empty sums, reusing this object's storage (scratch space kept from row to row).
+  void reset(size_t n) {
+    e_.assign(n, kRssMinExp), lim_.assign(n, std::ldexp(1.0, kRssMinExp)), inv_.assign(n, std::ldexp(1.0, -kRssMinExp));
+    ssq_.assign(n, 0.0);
+  }
   void add(const double* x, double m = 1.0) {
     const size_t n = ssq_.size();
     bool fast = true;
@@ -60,11 +68,7 @@ class ColumnRss {
       ssq_[d] += z * z;
     }
   }
-  void add_one(size_t d, double x) {
-    Rss r = get(d);
-    r.add(x);
-    set(d, r);
-  }
+  void add_one(size_t d, double x) { Rss::add(e_[d], lim_[d], inv_[d], ssq_[d], x); }
   void merge(const ColumnRss& o) {
     for (size_t d = 0; d < ssq_.size(); ++d) {
       Rss r = get(d);

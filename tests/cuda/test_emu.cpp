@@ -6,7 +6,11 @@
 #include <set>
 #include <tuple>
 
+#include "attncheck/declarations.hpp"
+#include "attncheck/impl.hpp"
+#include "attncheck/schedule.hpp"
 #include "emu/simt.hpp"
+#include "invariance.hpp"
 
 using attncheck::emu::EmulationError;
 using attncheck::emu::LaunchConfig;
@@ -320,3 +324,57 @@ TEST(Emu, InvalidLaunchConfigurationsAreRejected) {
 }
 
 TEST(Emu, IdentityOutsideAKernelIsAnError) { EXPECT_THROW(attncheck::emu::identity(), EmulationError); }
+
+namespace {
+// An implementation whose kernel runs on the emulation in the thread order the schedule asks, as cuda-emulated's
+// does (its block_order knob, declared bitwise): the rotation through shared memory, with or without its barrier,
+// over the first 64 elements of q, written to out.
+class RotateImpl : public attncheck::Impl {
+ public:
+  explicit RotateImpl(bool racy) : racy_(racy) {}
+  std::string name() const override { return racy_ ? "racy-rotate" : "rotate"; }
+  std::string description() const override { return "a shared-memory rotation on the SIMT emulation"; }
+  attncheck::Capabilities capabilities() const override { return attncheck::find_impl("cpu")->capabilities(); }
+  attncheck::Declarations declarations() const override {
+    attncheck::Declarations d;
+    d.schedule_knobs = d.schedule_bitwise = attncheck::knob_block_order;
+    return d;
+  }
+  void run(const attncheck::Problem&, const attncheck::Inputs& in, attncheck::Outputs& out) const override {
+    const int n = 64;
+    std::vector<int> src(n), dst(n, -1);
+    for (int t = 0; t < n; ++t) src[static_cast<size_t>(t)] = static_cast<int>(1000 * in.q.get_offset(t));
+    const Order order = attncheck::current_schedule().reversed ? Order::reversed : Order::forward;
+    attncheck::emu::launch(config(dim3(1), dim3(n), order), racy_ ? rotate_shared_racy : rotate_shared, src.data(),
+                           dst.data());
+    out.out.fill(0.0);
+    for (int t = 0; t < n; ++t) out.out.set_offset(t, dst[static_cast<size_t>(t)]);
+  }
+
+ private:
+  bool racy_;
+};
+}  // namespace
+
+// The emulator's thread order reaches a result only through a race; the generic schedule check (which replaced
+// cuda-emulated's own two-order comparison) catches it as schedule-variant, and passes the kernel with its barrier.
+TEST(Emu, AnOrderDependentKernelIsCaughtByTheScheduleCheck) {
+  attncheck::Problem p;
+  p.Lq = p.Lk = 16, p.Dqk = p.Dv = 4;
+  attncheck::Inputs in{attncheck::make_qkv(p, 0), attncheck::make_qkv(p, 1), attncheck::make_qkv(p, 2), {}, {}, {}, {}, {}};
+  for (int64_t n = 0; n < in.q.numel(); ++n) in.q.set_offset(n, 0.001 * static_cast<double>(n + 1));
+  attncheck::invariance::Options o;
+  o.rerun = o.batch = false, o.schedule = true;
+  for (bool racy : {false, true}) {
+    const RotateImpl impl(racy);
+    attncheck::Outputs first;
+    ASSERT_TRUE(attncheck::run_impl(impl, p, in, first).ok);
+    const auto c = attncheck::invariance::check_forward(impl, p, in, first, o).front();
+    if (!racy) {
+      EXPECT_EQ(c.result, attncheck::invariance::Check::invariant) << c.message;
+      continue;
+    }
+    EXPECT_EQ(c.result, attncheck::invariance::Check::violated) << c.message;
+    EXPECT_EQ(c.message.rfind("schedule-variant: the case run under block_order=reversed differs", 0), 0u) << c.message;
+  }
+}
