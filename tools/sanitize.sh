@@ -28,6 +28,8 @@ targets=(attncheck example_plugin example_plugin_bad_abi example_plugin_buggy ex
          example_plugin_no_entry example_plugin_noweights refuse_threads
          merge_plugin_correct merge_plugin_nan merge_plugin_sentinel merge_plugin_layout merge_plugin_unnormalised
          merge_plugin_split merge_plugin_base merge_plugin_no_entry
+         module_plugin_correct module_plugin_qkv_order module_plugin_head_split module_plugin_out_bias
+         module_plugin_no_entry
          test_reference test_neg_inf_bias test_contract test_backward_reference
          test_fixture_io test_generate test_suite_v2 test_suite_kills test_exact_cases test_backward_fixture
          test_cli test_cli_errors test_malformed test_plugin test_run_impl test_heatmap test_inspect_png
