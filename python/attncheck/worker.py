@@ -29,6 +29,8 @@ def hello(declarations, asks_supports=False, protocol=1):
             "alignments": d.get("alignments", ["top_left", "bottom_right", "explicit"]),
             "fully_masked": d.get("fully_masked", [policy]), "features": features,
             "max_head_dim": d.get("max_head_dim", 0), "head_dim_multiple": d.get("head_dim_multiple", 1)}
+    if "modifications" in d:  # library entries and user expressions the kernel evaluates (their parameters: `name`)
+        caps["modifications"] = list(d["modifications"])
     decl = {"fully_masked_policy": policy, "deterministic": bool(d.get("deterministic", False)),
             "batch_invariant": bool(d.get("batch_invariant", False)), "backward": bool(d.get("backward", False)),
             "module": bool(d.get("module", False)), "module_backward": bool(d.get("module_backward", False))}
