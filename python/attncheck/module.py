@@ -165,23 +165,26 @@ def check_module(module, x, x2=None, *, key_padding_mask=None, causal=False, nee
     return r
 
 
-def check_module_function(fn, fixtures=None, pattern=None, timeout=None, **declarations):
+def check_module_function(fn, fixtures=None, pattern=None, timeout=None, backward=None, **declarations):
     """Judges fn, an attention module's forward, on every module fixture under `fixtures` (default: the golden
     ones, default_dir("modules")) whose name matches `pattern` (verify's --filter), in this process.
 
     fn(x, *, problem, x2=None, wq=None, wk=None, wv=None, bq=None, bk=None, bv=None, wqkv=None, bqkv=None, wo,
     bo=None, mask=None, bias=None, keep=None) is called as worker.serve's `module` (docs/python.md "Modules"):
-    numpy inputs (bf16 widened to float32), returns y [B, Lq, d_out] or {"y", "weights"}. declarations: name,
-    description. Raises AssertionError naming each failing case with its diagnosis (head-split, qkv-order, ...), and
+    numpy inputs (bf16 widened to float32), returns y [B, Lq, d_out] or {"y", "weights"}. backward, when given, is
+    worker.serve's `module_backward` (same arguments plus dy; returns the gradients "dx", "dwq".., "dwo", "dbo",
+    "dbias" as present) and is judged too (`verify --pass both`). declarations: name, description. Raises AssertionError naming each failing case with its diagnosis (head-split, qkv-order, ...), and
     when no fixture was judged at all; ValueError for bad input. Returns the CLI's summary text."""
     declarations.setdefault("name", getattr(fn, "__name__", "python-module").replace("_", "-"))
     fixtures = os.path.abspath(os.fspath(fixtures) if fixtures is not None else default_dir("modules"))
     args = ["verify", "--fixtures", fixtures, "--impl", declarations["name"], "--diagnose"]
+    if backward is not None:
+        args += ["--pass", "both"]
     if pattern:
         args += ["--filter", pattern]
     if timeout:
         args += ["--timeout", str(timeout)]
-    returncode, out, err = drive(args, None, declarations, module=fn)
+    returncode, out, err = drive(args, None, declarations, module=fn, module_backward=backward)
     counts = re.search(r"results: pass (\d+)  fail (\d+)  unsupported (\d+)  error (\d+)", out)
     if returncode == 2 or counts is None:
         raise ValueError(f"attncheck verify: {err.strip() or out.strip()}")

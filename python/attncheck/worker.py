@@ -33,7 +33,7 @@ def hello(declarations, asks_supports=False, protocol=1):
         caps["modifications"] = list(d["modifications"])
     decl = {"fully_masked_policy": policy, "deterministic": bool(d.get("deterministic", False)),
             "batch_invariant": bool(d.get("batch_invariant", False)), "backward": bool(d.get("backward", False)),
-            "module": bool(d.get("module", False))}
+            "module": bool(d.get("module", False)), "module_backward": bool(d.get("module_backward", False))}
     for key in ("outputs", "contract", "masked_inputs", "schedule_knobs", "schedule_bitwise", "layout_invariant"):
         if key in d:
             decl[key] = d[key]
@@ -153,6 +153,18 @@ def run_module(module, buf, req):
             _store(_view(buf, ts[name], True), res[name], ts[name]["dtype"])
 
 
+def run_module_backward(module_backward, buf, req):
+    """Calls module_backward for one module_backward request and writes every gradient the request names."""
+    p, ts = req["problem"], req["tensors"]
+    args = _inputs(buf, ts, ("x", "dy") + _MODULE_INPUTS)
+    res = module_backward(args.pop("x"), problem=p, **args)
+    for name in ts:
+        if name.startswith("d") and name != "dy":
+            if res.get(name) is None:
+                raise ValueError(f"module_backward returned no {name!r}, which the problem asks for")
+            _store(_view(buf, ts[name], True), res[name], ts[name]["dtype"])
+
+
 def _answer_supports(supports, problem):
     """supports(problem) -> True, or (False, reason); an exception is a refusal naming it."""
     if supports is None:
@@ -165,10 +177,10 @@ def _answer_supports(supports, problem):
     return ok, ("" if ok else reason or "refused by the worker's supports()")
 
 
-def serve_streams(fn, declarations, rfile, wfile, supports=None, backward=None, module=None):
+def serve_streams(fn, declarations, rfile, wfile, supports=None, backward=None, module=None, module_backward=None):
     """The protocol loop over two text streams; returns at bye or end of input."""
     declarations = dict(declarations or {}, backward=backward is not None, module=module is not None,
-                        attention=fn is not None)
+                        module_backward=module is not None and module_backward is not None, attention=fn is not None)
     protocol = 1
     def send(msg):
         wfile.write(json.dumps(msg) + "\n")
@@ -192,18 +204,21 @@ def serve_streams(fn, declarations, rfile, wfile, supports=None, backward=None, 
                 return
             protocol = max(common)
             send(hello(declarations, supports is not None, protocol))
-        elif kind == "supports" and req.get("pass") == "module":  # asked only when module was given
+        elif kind == "supports" and req.get("pass") in ("module", "module_backward"):  # asked only when declared
             send({"type": "supports", "id": req.get("id"), "ok": True, "reason": ""})
         elif kind == "supports":
             ok, reason = _answer_supports(supports, req.get("problem", {}))
             send({"type": "supports", "id": req.get("id"), "ok": ok, "reason": reason})
-        elif kind in ("run", "backward", "module") and {"run": fn, "backward": backward, "module": module}[kind]:
+        elif kind in ("run", "backward", "module", "module_backward") and \
+                {"run": fn, "backward": backward, "module": module, "module_backward": module_backward}[kind]:
             if mapped != (req["shm"], req["shm_size"]):
                 buf = np.memmap(req["shm"], dtype=np.uint8, mode="r+", shape=(req["shm_size"],))
                 mapped = (req["shm"], req["shm_size"])
             try:
                 if kind == "module":
                     run_module(module, buf, req)
+                elif kind == "module_backward":
+                    run_module_backward(module_backward, buf, req)
                 else:
                     run_case(fn, buf, req) if kind == "run" else run_backward(backward, buf, req)
                 send({"type": kind, "id": req["id"], "status": "ok"})
@@ -213,7 +228,7 @@ def serve_streams(fn, declarations, rfile, wfile, supports=None, backward=None, 
             send({"type": "error", "id": req.get("id"), "message": f"request: field 'type': unknown {kind!r}"})
 
 
-def serve(fn, declarations=None, supports=None, backward=None, module=None):
+def serve(fn, declarations=None, supports=None, backward=None, module=None, module_backward=None):
     """Serve fn over stdin/stdout until attncheck says bye. Prints of fn go to stderr (stdout is the protocol's).
 
     supports(problem), when given, is asked per case inside the declared capabilities: True, or (False, reason)
@@ -236,8 +251,11 @@ def serve(fn, declarations=None, supports=None, backward=None, module=None):
     qkv_bias, out_bias, average_weights, and the attention inside as problem["attention"]). It returns y [B,Lq,d_out]
     or a dict {"y", "weights"} (weights [B,Hq,Lq,Lk], or [B,1,Lq,Lk] averaged, when
     problem["attention"]["want_weights"]). fn may be None for a module-only worker (it then declares no dtype, so
-    every attention case is unsupported).
+    every attention case is unsupported). module_backward(x, *, problem, dy, <module's inputs>), with module, answers
+    `verify --pass backward` on module fixtures: a dict of the gradients of sum(dy * y), one per input named with a
+    leading d ("dx", "dx2", "dwq".. or "dwqkv", "dbqkv", "dwo", "dbo", and "dbias" for an attention bias), each
+    shaped like that input.
     """
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    serve_streams(fn, declarations, sys.stdin, proto, supports, backward, module)
+    serve_streams(fn, declarations, sys.stdin, proto, supports, backward, module, module_backward)
