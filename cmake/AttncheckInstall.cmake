@@ -59,12 +59,14 @@ install(FILES ${PROJECT_BINARY_DIR}/attncheckConfig.cmake ${PROJECT_BINARY_DIR}/
         DESTINATION ${ATTNCHECK_INSTALL_CMAKEDIR})
 
 # The Python wheel (pyproject.toml, scikit-build-core sets SKBUILD): component `python` puts the executable and the
-# golden cases and gradient fixtures inside the attncheck package, where attncheck._cli, attncheck.golden_cases and
-# attncheck.check_gradients look first.
+# golden cases, gradient and module fixtures inside the attncheck package, where attncheck._cli, attncheck.golden_cases,
+# attncheck.check_gradients and attncheck.check_module_function look first.
 if(SKBUILD)
   install(TARGETS attncheck RUNTIME DESTINATION attncheck COMPONENT python)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/golden/cases/ DESTINATION attncheck/golden COMPONENT python
           FILES_MATCHING PATTERN "*.h5")
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/golden/backward/ DESTINATION attncheck/golden_backward COMPONENT python
+          FILES_MATCHING PATTERN "*.h5")
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/golden/modules/ DESTINATION attncheck/golden_modules COMPONENT python
           FILES_MATCHING PATTERN "*.h5")
 endif()

@@ -32,6 +32,12 @@ ModuleImplPtr find_module_entry(const std::string& impl_name) {
   return nullptr;
 }
 
+ModuleImplPtr find_module_entry(const Impl& impl) {
+  if (const auto* provider = dynamic_cast<const ModuleProvider*>(&impl)) return provider->module_entry();
+  if (find_impl(impl.name()).get() != &impl) return nullptr;  // a wrapper or mutant wearing a built-in's name
+  return find_module_entry(impl.name());
+}
+
 std::vector<ModuleImplPtr> module_mutants() {
   std::vector<ModuleImplPtr> out;
 #ifdef ATTNCHECK_HAVE_CPU

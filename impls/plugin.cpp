@@ -191,7 +191,79 @@ std::string call_merge(const OpenedPlugin& o, const attncheck_merge_problem& m) 
   return "merge returned status " + std::to_string(status) + ": " + (msg.empty() ? "(no message)" : msg);
 }
 
+void describe_module(const ModuleProblem& p, DescribedModule& out) {
+  describe(p.attn, out.attn);
+  attncheck_module_problem& m = out.m;
+  std::memset(&m, 0, sizeof m);
+  m.struct_size = sizeof m;
+  out.name = p.name();
+  m.name = out.name.c_str();
+  m.attn = &out.attn.d;
+  m.d_in = p.d_in, m.d_in2 = p.d_in2, m.d_out = p.d_out;
+  m.packing = p.packing == Packing::separate ? ATTNCHECK_PACKING_SEPARATE
+              : p.packing == Packing::packed ? ATTNCHECK_PACKING_PACKED
+                                             : ATTNCHECK_PACKING_INTERLEAVED;
+  m.qkv_bias = p.qkv_bias, m.out_bias = p.out_bias, m.average_weights = p.average_weights;
+}
+
+Support plugin_supports_module(const OpenedPlugin& o, const ModuleProblem& p) {
+  if (!o.module) return Support::no("module not supported (the plugin does not list \"module\" in its features)");
+  if (!o.vt->supports_module) return Support::yes();
+  DescribedModule dm;
+  describe_module(p, dm);
+  MessageBuffer why;
+  if (o.vt->supports_module(&dm.m, why.text, sizeof why.text) == 1) return Support::yes();
+  const std::string reason = why.str();
+  return Support::no(reason.empty() ? "plugin declined the module (no reason given)" : reason);
+}
+
+std::string call_module(const OpenedPlugin& o, const attncheck_module_problem& m) {
+  MessageBuffer err;
+  const int32_t status = o.vt->run_module(&m, err.text, sizeof err.text);
+  if (status == ATTNCHECK_STATUS_OK) return "";
+  const std::string msg = err.str();
+  return "run_module returned status " + std::to_string(status) + ": " + (msg.empty() ? "(no message)" : msg);
+}
+
 namespace {
+
+// The module entry of an in-process plugin: the module's tensors handed over in place, as run() does.
+class PluginModule final : public ModuleImpl {
+ public:
+  PluginModule(std::shared_ptr<const Impl> owner, const OpenedPlugin& o) : owner_(std::move(owner)), o_(o) {}
+  std::string name() const override { return owner_->name(); }
+  Support supports(const ModuleProblem& m) const override { return plugin_supports_module(o_, m); }
+  Support supports_backward(const ModuleProblem&) const override {
+    return Support::no("module backward not supported through the plugin ABI (run_module is forward only)");
+  }
+  void run(const ModuleProblem& p, const ModuleInputs& in, ModuleOutputs& out) const override {
+    DescribedModule dm;
+    describe_module(p, dm);
+    attncheck_problem& d = dm.attn.d;
+    if (in.mask) d.mask = in.mask->data<uint8_t>(), broadcast_strides(*in.mask, d.mask_shape, d.mask_strides);
+    if (in.bias) d.bias = in.bias->bytes.data(), broadcast_strides(*in.bias, d.bias_shape, d.bias_strides);
+    if (in.keep) d.keep = in.keep->data<uint8_t>(), copy_strides(*in.keep, d.keep_strides);
+    attncheck_module_problem& m = dm.m;
+    const auto set = [](const std::optional<Tensor>& t, const void*& ptr, auto& strides) {
+      if (t) ptr = t->bytes.data(), copy_strides(*t, strides);
+    };
+    m.x = in.x.bytes.data(), copy_strides(in.x, m.x_strides);
+    set(in.x2, m.x2, m.x2_strides);
+    set(in.wq, m.wq, m.wq_strides), set(in.wk, m.wk, m.wk_strides), set(in.wv, m.wv, m.wv_strides);
+    set(in.wqkv, m.wqkv, m.wqkv_strides);
+    m.wo = in.wo.bytes.data(), copy_strides(in.wo, m.wo_strides);
+    set(in.bq, m.bq, m.bq_strides), set(in.bk, m.bk, m.bk_strides), set(in.bv, m.bv, m.bv_strides);
+    set(in.bqkv, m.bqkv, m.bqkv_strides), set(in.bo, m.bo, m.bo_strides);
+    m.y = out.y.bytes.data(), copy_strides(out.y, m.y_strides);
+    if (out.weights) m.weights = out.weights->bytes.data(), copy_strides(*out.weights, m.weights_strides);
+    if (const std::string err = call_module(o_, m); !err.empty())
+      throw std::runtime_error("plugin " + name() + " (" + o_.path + "): " + err);
+  }
+
+ private:
+  std::shared_ptr<const Impl> owner_;  // keeps the implementation (and so the library) alive
+  OpenedPlugin o_;
+};
 
 static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT &&
               static_cast<int>(Alignment::bottom_right) == ATTNCHECK_ALIGN_BOTTOM_RIGHT &&
@@ -246,7 +318,7 @@ Capabilities convert(const attncheck_capabilities& c, const std::string& path) {
   return r;
 }
 
-class PluginImpl final : public Impl {
+class PluginImpl final : public Impl, public ModuleProvider, public std::enable_shared_from_this<PluginImpl> {
  public:
   explicit PluginImpl(OpenedPlugin o)
       : path_(o.path), vt_(o.vt), caps_(o.caps), decl_(o.declarations), features_(o.features), name_(vt_->name),
@@ -330,6 +402,12 @@ class PluginImpl final : public Impl {
       broadcast_strides(*g.dbias, shape, b.dbias_strides);
     }
     call_run(desc.d, "run (backward)");
+  }
+
+  // Modules through the vtable's run_module, for a plugin that lists "module".
+  ModuleImplPtr module_entry() const override {
+    if (!opened_.module) return nullptr;
+    return std::make_shared<PluginModule>(shared_from_this(), opened_);
   }
 
   // Merges through the vtable's merge, for a plugin that lists "merge".
@@ -500,6 +578,16 @@ OpenedPlugin open_plugin(const std::string& path) {
                                              " bytes needed)"));
     if (!vt->merge) throw PluginError(file_error(path, "lists the feature \"merge\" but vtable field 'merge' is NULL"));
     o.merge = true;
+  }
+  if (std::find(o.features.begin(), o.features.end(), kModuleFeature) != o.features.end()) {
+    const size_t needed = offsetof(attncheck_plugin, run_module) + sizeof vt->run_module;
+    if (vt->struct_size < needed)
+      throw PluginError(file_error(path, "lists the feature \"module\" but its vtable (struct_size = " +
+                                             std::to_string(vt->struct_size) + ") ends before the field 'run_module' (" +
+                                             std::to_string(needed) + " bytes needed)"));
+    if (!vt->run_module)
+      throw PluginError(file_error(path, "lists the feature \"module\" but vtable field 'run_module' is NULL"));
+    o.module = true;
   }
   return o;
 }

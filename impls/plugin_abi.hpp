@@ -7,6 +7,7 @@
 
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
+#include "attncheck/module_impl.hpp"
 #include "attncheck/plugin.h"
 #include "attncheck/state.hpp"
 
@@ -20,6 +21,7 @@ struct OpenedPlugin {
   Declarations declarations;          // v2 declarations(), else derived from the capabilities
   std::vector<std::string> features;  // v2 feature names beyond the v1 flags
   bool merge = false;                 // lists "merge" and has the vtable's merge (checked at load)
+  bool module = false;                // lists "module" and has the vtable's run_module (checked at load)
 };
 OpenedPlugin open_plugin(const std::string& path);
 
@@ -57,5 +59,23 @@ void describe_merge(const MergeProblem& p, attncheck_merge_problem& m);
 Support plugin_supports_merge(const OpenedPlugin& o, const MergeProblem& p);
 // Calls the plugin's merge on a described problem; "" or the plugin's error message.
 std::string call_merge(const OpenedPlugin& o, const attncheck_merge_problem& m);
+
+// The feature name by which a plugin or worker offers a module entry (plugin.h attncheck_module_problem).
+inline constexpr const char* kModuleFeature = "module";
+
+// A module problem descriptor with the storage it points into: the attention inside as a Described (its q, k, v,
+// out, lse and weights stay NULL), the module's shape and flags; tensor pointers NULL until set.
+struct DescribedModule {
+  Described attn;
+  attncheck_module_problem m;
+  std::string name;
+  DescribedModule() = default;
+  DescribedModule(const DescribedModule&) = delete;  // m points into the members
+};
+void describe_module(const ModuleProblem& p, DescribedModule& out);
+// Whether a plugin that lists "module" takes this module: its supports_module(), if any.
+Support plugin_supports_module(const OpenedPlugin& o, const ModuleProblem& p);
+// Calls the plugin's run_module on a described problem; "" or the plugin's error message.
+std::string call_module(const OpenedPlugin& o, const attncheck_module_problem& m);
 
 }  // namespace attncheck

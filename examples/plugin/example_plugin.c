@@ -470,6 +470,9 @@ static const attncheck_plugin example_vtable = {
 #ifdef ATTNCHECK_PLUGIN_HAS_MERGE
     NULL, NULL, /* supports_merge, merge: it does not merge states (tests/states/merge_plugin.c does) */
 #endif
+#ifdef ATTNCHECK_PLUGIN_HAS_MODULE
+    NULL, NULL, /* supports_module, run_module: no module entry (tests/module/module_plugin.c has one) */
+#endif
 };
 
 #ifndef EXAMPLE_PLUGIN_NO_ENTRY

@@ -292,7 +292,7 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
       r.fail("inputs", ex.what());
     }
     if (!h5::in_reading_child()) {  // computed from values already read: the reading child leaves them to the parent
-      fill_error_scales(p, in, e);  // tolerance model v2's row scales, from the stored inputs (docs/tolerance.md)
+      fill_error_scales(p, in, e);  // the tolerance model's row scales, from the stored inputs (docs/tolerance.md)
       try {
         check_exact_out(f);  // a hand-edited exact_out must not turn a correct result into a failure
       } catch (const std::invalid_argument& ex) {

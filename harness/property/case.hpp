@@ -51,7 +51,7 @@ struct CaseSpec {
   bool empty_rows = false;        // force some fully-masked query rows
   bool want_lse = true, want_weights = true;
   uint64_t seed = 1;
-  // Features of problem model v2, set only by the properties about them (draw_spec leaves them off, so the other
+  // Features beyond the plain softmax, set only by the properties about them (draw_spec leaves them off, so the other
   // properties, whose invariants assume a plain softmax, never see them and their draws stay as they were).
   int sinks_kind = 0;             // 0 none, 1 finite sinks (every third head large), 2 even heads -inf
   ScoresOut scores_out = ScoresOut::none;  // the raw-score output's stage

@@ -1036,6 +1036,93 @@ Check check_backward(const Impl& impl, const Problem& p, const Inputs& in, const
   return r.done(K);
 }
 
+namespace {
+
+// The batch check of the backward: the unpadded batch forms of the forward (entry 0 alone; every entry in a batch of
+// B + 1 after a filler with entry 0 last), dout following its entries (the filler's: dout's values rotated). Each
+// entry's dq, dk and dv (its own keys and values) against the case's; dbias too when the bias is per entry (a
+// shared bias's dbias sums over the batch, so it is not an entry's).
+Check backward_batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Tensor& dout,
+                           const Gradients& first, const Options& o, int& runs) {
+  Check c;
+  c.kind = Kind::batch;
+  const bool bitwise = o.level != Level::tolerance;
+  if (!p.cu_seqlens_q.empty() || p.page_size > 0 || p.past_len > 0) {
+    c.result = Check::unsupported;
+    c.message = "not checked: the backward batch forms of a varlen, paged or KV-cache-append problem are not built";
+    return c;
+  }
+  if (!bitwise && !o.backward_within_tolerance) {
+    c.result = Check::unsupported, c.message = kNoJudge;
+    return c;
+  }
+  const Inputs filler = other_values(in);
+  const Tensor dout_filler = rotated(dout, 5);
+  std::vector<Form> forms;
+  try {
+    forms = batch_forms(p, in, filler, false);
+  } catch (const std::invalid_argument& e) {
+    c.result = Check::unsupported;
+    c.message = "not checked: no batch form of this case is built (" + std::string(e.what()) + ")";
+    return c;
+  }
+  const bool dbias = first.dbias && p.B > 1 && first.dbias->shape[0] == p.B;
+  std::vector<Variant> vs;
+  int spent = 0;
+  for (const Form& f : forms) {
+    if (const Support s = impl.supports_backward(f.p); !s.ok) {
+      c.result = Check::unsupported, c.runs = spent;
+      c.message = "not checked: backward batch form " + f.what + " unsupported: " + s.reason;
+      runs += spent;
+      return c;
+    }
+    // dout of the form: entry e's from the case (or the filler's for the form's extra sequence).
+    Tensor d = make_dout(f.p);
+    std::vector<bool> is_target(static_cast<size_t>(f.p.B), false);
+    for (const auto& [e, pos] : f.targets) put_entry(d, pos, dout, e, -1, std::nullopt), is_target[static_cast<size_t>(pos)] = true;
+    for (int64_t pos = 0; pos < f.p.B; ++pos)
+      if (!is_target[static_cast<size_t>(pos)]) put_entry(d, pos, dout_filler, 0, -1, std::nullopt);
+    Gradients g;
+    const Support s = run_backward_impl(impl, f.p, f.in, d, g);
+    ++spent;
+    if (!s.ok) {
+      c.result = Check::unsupported, c.runs = spent;
+      c.message = "not checked: backward batch form " + f.what + " unsupported: " + s.reason;
+      runs += spent;
+      return c;
+    }
+    std::vector<TensorDiff> ds;
+    auto add = [&](const char* name, const Tensor& a, const Tensor& b) {
+      TensorDiff t;
+      t.tensor = name;
+      for (const auto& [e, pos] : f.targets) diff_block(t, a, e, b, pos, kAll);
+      ds.push_back(std::move(t));
+    };
+    add("dq", first.dq, g.dq), add("dk", first.dk, g.dk), add("dv", first.dv, g.dv);
+    if (dbias && g.dbias) add("dbias", *first.dbias, *g.dbias);
+    Variant v{f.what, std::move(ds), bitwise, ""};
+    if (v.moved() == 0) v.bitwise = true;  // the case as given (see batch_check)
+    if (!v.bitwise) {
+      Gradients back = first;
+      for (const auto& [e, pos] : f.targets) {
+        put_entry(back.dq, e, g.dq, pos, -1, std::nullopt), put_entry(back.dk, e, g.dk, pos, -1, std::nullopt);
+        put_entry(back.dv, e, g.dv, pos, -1, std::nullopt);
+        if (dbias && g.dbias) put_entry(*back.dbias, e, *g.dbias, pos, -1, std::nullopt);
+      }
+      v.outside = o.backward_within_tolerance(back);
+    }
+    vs.push_back(std::move(v));
+  }
+  runs += spent;
+  c = fold(Kind::batch, vs, "every entry's gradients", "the case's gradients computed ",
+           " differ from the case as given (B=" + std::to_string(p.B) + ")");
+  c.runs = spent;
+  if (first.dbias && !dbias) c.message += " (dbias not compared: the bias is shared across the batch)";
+  return c;
+}
+
+}  // namespace
+
 std::vector<Check> check_backward_variants(const Impl& impl, const Problem& p, const Inputs& in, const Tensor& dout,
                                           const Gradients& first, const Options& o) {
   const Runner run = [&](const Problem& q, const Inputs& x, bool bitwise, const std::string& what, int& n,
@@ -1056,6 +1143,7 @@ std::vector<Check> check_backward_variants(const Impl& impl, const Problem& p, c
   std::vector<Check> out;
   int spent = 0;
   const bool judge = bool(o.backward_within_tolerance);
+  if (o.batch) out.push_back(backward_batch_check(impl, p, in, dout, first, o, spent));
   if (o.schedule) out.push_back(schedule_check(impl, p, in, run, judge, o, spent));
   if (o.layout) out.push_back(layout_check(impl, p, in, run, judge, o, spent));
   return out;

@@ -77,10 +77,11 @@ std::vector<Check> check_forward(const Impl& impl, const Problem& p, const Input
 Check check_backward(const Impl& impl, const Problem& p, const Inputs& in, const Tensor& dout, const Gradients& first,
                      int runs);
 
-// The schedule and layout checks of the backward pass (as o asks): run_backward_impl under the other settings of each
-// declared knob, and with q, k, v (and the past) in the other layout (dout with them), sequence-major strides and
-// packed slices; dq, dk, dv and dbias against `first` bitwise where declared, else within tolerance
-// (o.backward_within_tolerance). One Check per kind asked, schedule then layout.
+// The batch, schedule and layout checks of the backward pass (as o asks): each entry's gradients in the unpadded
+// batch forms (dout following its entries); run_backward_impl under the other settings of each declared knob, and
+// with q, k, v (and the past) in the other layout (dout with them), sequence-major strides and packed slices; dq,
+// dk, dv and dbias against `first` bitwise (batch, and schedule and layout where declared), else within tolerance
+// (o.backward_within_tolerance). One Check per kind asked, batch, schedule, layout.
 std::vector<Check> check_backward_variants(const Impl& impl, const Problem& p, const Inputs& in, const Tensor& dout,
                                           const Gradients& first, const Options& o);
 

@@ -1,8 +1,8 @@
-// Invariants of the features of problem model v2 (docs/problem-model.md), each an implementation compared with
-// itself on an equivalent case: a sink of -inf is no sink; a sink is a key of score `sink` whose value is zero;
-// raw scores agree with the weights and lse, and their stages with each other; append then attend equals attend
-// over the concatenation; packed sequences equal separate calls; a paged cache equals the contiguous K/V; fp8
-// codes shifted by 2^k against their descales change nothing, and equal the values they stand for.
+// Invariants of the problem model's features beyond the plain softmax (docs/problem-model.md), each an implementation
+// compared with itself on an equivalent case: a sink of -inf is no sink; a sink is a key of score `sink` whose value is
+// zero; raw scores agree with the weights and lse, and their stages with each other; append then attend equals attend
+// over the concatenation; packed sequences equal separate calls; a paged cache equals the contiguous K/V; fp8 codes
+// shifted by 2^k against their descales change nothing, and equal the values they stand for.
 #include <algorithm>
 #include <cmath>
 #include <limits>

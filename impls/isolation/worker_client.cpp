@@ -21,6 +21,7 @@
 #include "attncheck/backward.hpp"
 #include "attncheck/declarations.hpp"
 #include "attncheck/features.hpp"
+#include "attncheck/module_impl.hpp"
 #include "attncheck/plugin_loader.hpp"
 #include "attncheck/run_failure.hpp"
 #include "attncheck/state.hpp"
@@ -62,7 +63,7 @@ struct Slot {
   size_t offset = 0, nbytes = 0;
 };
 
-class WorkerImpl final : public Impl {
+class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_shared_from_this<WorkerImpl> {
  public:
   explicit WorkerImpl(WorkerOptions o) : o_(std::move(o)) {
     if (o_.argv.empty()) throw PluginError("worker: empty command");
@@ -148,6 +149,37 @@ class WorkerImpl final : public Impl {
     for (auto [name, t] : {std::pair{"out_lse", &out.lse}, std::pair{"out_max", &out.max}, std::pair{"out_sum", &out.sum}})
       if (*t) add(slots, name, nullptr, &**t);
     exchange("merge", p.name, worker::merge_problem_to_json(p), o_.timeout_s > 0 ? o_.timeout_s : 10.0, slots);
+  }
+
+  // The module message (docs/worker-protocol.md 2d), for a worker whose hello declares "module": true.
+  ModuleImplPtr module_entry() const override;
+  Support supports_module(const ModuleProblem& m, const std::string& pass = "module") const {
+    if (pass == "module_backward" && !module_backward_)
+      return Support::no("module backward not supported (the worker does not declare module_backward)");
+    if (!has_supports_) return Support::yes();
+    std::lock_guard lock(mu_);
+    const std::string name = m.name();
+    ensure_running(name);
+    const int64_t id = ++next_id_;
+    const json request = {{"type", "supports"}, {"id", id}, {"pass", pass}, {"problem", worker::module_problem_to_json(m)}};
+    return supports_reply(call(request, "supports", id, name, o_.startup_timeout_s), id, pass);
+  }
+  void run_module_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const {
+    std::vector<Slot> slots;
+    for (auto [name, t] : worker::module_input_tensors(in)) add(slots, name, t, nullptr);
+    add(slots, "dy", &dy, nullptr);
+    for (auto& [name, t] : g) add(slots, name, nullptr, &t);
+    const double timeout = o_.timeout_s > 0 ? o_.timeout_s : 2.5 * 2.0 * default_timeout(m.attn);  // as backward
+    exchange("module_backward", m.name(), worker::module_problem_to_json(m), timeout, slots);
+  }
+  void run_module(const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out) const {
+    std::vector<Slot> slots;
+    for (auto [name, t] : worker::module_input_tensors(in)) add(slots, name, t, nullptr);
+    add(slots, "y", nullptr, &out.y);
+    if (out.weights) add(slots, "weights", nullptr, &*out.weights);
+    // Its default timeout: the attention's, plus the projections' work (as many flops again, at most, at this size)
+    const double timeout = o_.timeout_s > 0 ? o_.timeout_s : 2.0 * default_timeout(m.attn);
+    exchange("module", m.name(), worker::module_problem_to_json(m), timeout, slots);
   }
 
   void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
@@ -345,6 +377,10 @@ class WorkerImpl final : public Impl {
     has_supports_ = h.contains("supports") && worker::bool_field(h, w, "supports");
     merge_ = h.contains("declarations") && h["declarations"].is_object() && h["declarations"].contains("merge") &&
              worker::bool_field(h["declarations"], w + ": declarations", "merge");
+    module_ = h.contains("declarations") && h["declarations"].is_object() && h["declarations"].contains("module") &&
+              worker::bool_field(h["declarations"], w + ": declarations", "module");
+    module_backward_ = module_ && h["declarations"].contains("module_backward") &&
+                       worker::bool_field(h["declarations"], w + ": declarations", "module_backward");
     declarations_ = h.contains("declarations")
                         ? worker::declarations_from_json(h["declarations"], w, Impl::declarations())
                         : Impl::declarations();
@@ -485,6 +521,8 @@ class WorkerImpl final : public Impl {
   mutable Support available_;
   mutable bool has_supports_ = false;
   mutable bool merge_ = false;  // the hello declared "merge": true (docs/worker-protocol.md 2c)
+  mutable bool module_ = false;  // the hello declared "module": true (2d)
+  mutable bool module_backward_ = false;  // and "module_backward": true
   mutable int protocol_ = 1;  // as the worker answered the hello
   mutable Declarations declarations_;
   mutable pid_t pid_ = -1;
@@ -496,6 +534,27 @@ class WorkerImpl final : public Impl {
   mutable unsigned char* shm_ = nullptr;
   mutable size_t shm_size_ = 0;
 };
+
+// The module entry of a worker: module messages to the same child, under the same isolation as its runs.
+class WorkerModule final : public ModuleImpl {
+ public:
+  explicit WorkerModule(std::shared_ptr<const WorkerImpl> w) : w_(std::move(w)) {}
+  std::string name() const override { return w_->name(); }
+  Support supports(const ModuleProblem& m) const override { return w_->supports_module(m); }
+  void run(const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out) const override { w_->run_module(m, in, out); }
+  Support supports_backward(const ModuleProblem& m) const override { return w_->supports_module(m, "module_backward"); }
+  void run_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const override {
+    w_->run_module_backward(m, in, dy, g);
+  }
+
+ private:
+  std::shared_ptr<const WorkerImpl> w_;
+};
+
+ModuleImplPtr WorkerImpl::module_entry() const {
+  if (!module_) return nullptr;
+  return std::make_shared<WorkerModule>(shared_from_this());
+}
 
 }  // namespace
 

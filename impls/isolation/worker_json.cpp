@@ -129,6 +129,37 @@ MergeProblem merge_problem_from_json(const json& j, const std::string& where) {
   return p;
 }
 
+json module_problem_to_json(const ModuleProblem& m) {
+  return {{"name", m.name()}, {"attention", problem_to_json(m.attn)}, {"d_in", m.d_in}, {"d_in2", m.d_in2},
+          {"d_out", m.d_out}, {"packing", to_string(m.packing)}, {"qkv_bias", m.qkv_bias}, {"out_bias", m.out_bias},
+          {"average_weights", m.average_weights}};
+}
+
+ModuleProblem module_problem_from_json(const json& j, const std::string& where) {
+  const std::string w = where + ": problem";
+  ModuleProblem m;
+  m.attn = problem_from_json(field(j, w, "attention"), w + ".attention");
+  m.d_in = int_field(j, w, "d_in"), m.d_in2 = int_field(j, w, "d_in2"), m.d_out = int_field(j, w, "d_out");
+  m.packing = parse_enum(j, w, "packing", packing_from_string);
+  m.qkv_bias = bool_field(j, w, "qkv_bias"), m.out_bias = bool_field(j, w, "out_bias");
+  m.average_weights = bool_field(j, w, "average_weights");
+  try {
+    validate(m);
+  } catch (const std::exception& e) {
+    throw ProtocolError(w + ": " + e.what());
+  }
+  return m;
+}
+
+std::vector<std::pair<const char*, const Tensor*>> module_input_tensors(const ModuleInputs& in) {
+  std::vector<std::pair<const char*, const Tensor*>> out = {{"x", &in.x}, {"wo", &in.wo}};
+  for (auto [name, t] : {std::pair{"x2", &in.x2}, {"wq", &in.wq}, {"wk", &in.wk}, {"wv", &in.wv}, {"bq", &in.bq},
+                         {"bk", &in.bk}, {"bv", &in.bv}, {"wqkv", &in.wqkv}, {"bqkv", &in.bqkv}, {"bo", &in.bo},
+                         {"mask", &in.mask}, {"bias", &in.bias}, {"keep", &in.keep}})
+    if (*t) out.emplace_back(name, &**t);
+  return out;
+}
+
 Problem problem_from_json(const json& j, const std::string& where) {
   const std::string w = where + ": problem";
   Problem p;

@@ -9,6 +9,7 @@
 
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
+#include "attncheck/module_problem.hpp"
 #include "attncheck/state.hpp"
 
 namespace attncheck::worker {
@@ -41,6 +42,12 @@ Problem problem_from_json(const json& j, const std::string& where);
 // A merge problem (the `merge` message, docs/worker-protocol.md 2c): name, N, B, H, L, D, dtype, conventions.
 json merge_problem_to_json(const MergeProblem& p);
 MergeProblem merge_problem_from_json(const json& j, const std::string& where);  // validated; ProtocolError naming the field
+// A module problem (the `module` message, docs/worker-protocol.md 2d): name, the attention inside as `attention`
+// (a problem as above), d_in, d_in2, d_out, packing, qkv_bias, out_bias, average_weights.
+json module_problem_to_json(const ModuleProblem& m);
+ModuleProblem module_problem_from_json(const json& j, const std::string& where);  // validated, like merges
+// The module message's input tensors by their protocol names (x, x2, wq, ..., wo, bo, mask, bias, keep), those present.
+std::vector<std::pair<const char*, const Tensor*>> module_input_tensors(const ModuleInputs& in);
 
 // Capabilities by feature name; unknown names are ignored (a worker may know features this attncheck does not).
 json capabilities_to_json(const Capabilities& c);

@@ -78,6 +78,8 @@ struct Setter {
   }
 };
 
+constexpr const char* kNoAbiModuleBackward = "module backward not supported through the plugin ABI (run_module is forward only)";
+
 class PluginBackend final : public Backend {
  public:
   explicit PluginBackend(const std::string& path) : o_(open_plugin(path)) {}
@@ -87,6 +89,7 @@ class PluginBackend final : public Backend {
               {"declarations", declarations_to_json(o_.declarations)}};
     for (const auto& f : o_.features) h["capabilities"]["features"].push_back(f);
     h["declarations"]["merge"] = o_.merge;
+    h["declarations"]["module"] = o_.module;
     if (o_.vt->available) {
       char why[1024] = {};
       const bool ok = o_.vt->available(why, sizeof why) == 1;
@@ -150,6 +153,26 @@ class PluginBackend final : public Backend {
     set("out_sum", m.sum_out, m.sum_out_strides, 3);
     return call_merge(o_, m);
   }
+  Support supports_module(const ModuleProblem& m) override { return plugin_supports_module(o_, m); }
+  std::string run_module(const ModuleProblem& p, const json& tensors, unsigned char* base, size_t size) override {
+    DescribedModule dm;
+    describe_module(p, dm);
+    attncheck_module_problem& m = dm.m;
+    const Setter set{tensors, base, size};
+    set("mask", dm.attn.d.mask, dm.attn.d.mask_strides, 4), set("bias", dm.attn.d.bias, dm.attn.d.bias_strides, 4);
+    set("keep", dm.attn.d.keep, dm.attn.d.keep_strides, 4);
+    set("x", m.x, m.x_strides, 3), set("x2", m.x2, m.x2_strides, 3);
+    set("wq", m.wq, m.wq_strides, 2), set("wk", m.wk, m.wk_strides, 2), set("wv", m.wv, m.wv_strides, 2);
+    set("wqkv", m.wqkv, m.wqkv_strides, 2), set("wo", m.wo, m.wo_strides, 2);
+    set("bq", m.bq, m.bq_strides, 1), set("bk", m.bk, m.bk_strides, 1), set("bv", m.bv, m.bv_strides, 1);
+    set("bqkv", m.bqkv, m.bqkv_strides, 1), set("bo", m.bo, m.bo_strides, 1);
+    set("y", m.y, m.y_strides, 3), set("weights", m.weights, m.weights_strides, 4);
+    return call_module(o_, m);
+  }
+  Support supports_module_backward(const ModuleProblem&) override { return Support::no(kNoAbiModuleBackward); }
+  std::string run_module_backward(const ModuleProblem&, const json&, unsigned char*, size_t) override {
+    return kNoAbiModuleBackward;
+  }
 
  private:
   static void set_inputs(const Setter& set, attncheck_problem& d) {
@@ -177,6 +200,8 @@ class ImplBackend final : public Backend {
               {"declarations", declarations_to_json(d)},
               {"available", a.ok}, {"unavailable_reason", a.reason}};
     h["declarations"]["merge"] = true;  // merge requests are answered; `supports` with pass "merge" decides each case
+    h["declarations"]["module"] = true;  // likewise module requests (pass "module") and their backward
+    h["declarations"]["module_backward"] = true;
     return h;
   }
   Support supports(const Problem& p) override { return impl_->supports(p); }
@@ -219,6 +244,45 @@ class ImplBackend final : public Backend {
       for (auto [key, t] : {std::pair{"out_lse", &out.lse}, std::pair{"out_max", &out.max}, std::pair{"out_sum", &out.sum}})
         copy(tensors, base, size, key, *t ? &**t : nullptr, to_shm);
       if (!to_shm) impl_->run_merge(p, in, out);
+    }
+    return "";
+  }
+  Support supports_module(const ModuleProblem& m) override {
+    const ModuleImplPtr e = find_module_entry(*impl_);
+    return e ? e->supports(m) : Support::no(impl_->name() + " has no module entry");
+  }
+  std::string run_module(const ModuleProblem& m, const json& tensors, unsigned char* base, size_t size) override {
+    const ModuleImplPtr e = find_module_entry(*impl_);
+    ModuleInputs in = make_module_inputs(m);
+    for (auto [key, t] : module_input_tensors(in)) copy(tensors, base, size, key, const_cast<Tensor*>(t), false);
+    ModuleOutputs out = make_module_outputs(m);
+    for (bool to_shm : {false, true}) {  // poisoned outputs in, results out
+      copy(tensors, base, size, "y", &out.y, to_shm);
+      copy(tensors, base, size, "weights", out.weights ? &*out.weights : nullptr, to_shm);
+      if (!to_shm) e->run(m, in, out);
+    }
+    return "";
+  }
+  Support supports_module_backward(const ModuleProblem& m) override {
+    const ModuleImplPtr e = find_module_entry(*impl_);
+    if (!e) return Support::no(impl_->name() + " has no module entry");
+    if (Support s = e->supports(m); !s.ok) return s;
+    return e->supports_backward(m);
+  }
+  std::string run_module_backward(const ModuleProblem& m, const json& tensors, unsigned char* base, size_t size) override {
+    const ModuleImplPtr e = find_module_entry(*impl_);
+    ModuleInputs in = make_module_inputs(m);
+    for (auto [key, t] : module_input_tensors(in)) copy(tensors, base, size, key, const_cast<Tensor*>(t), false);
+    Tensor dy(m.attn.dtype, {m.attn.B, m.attn.Lq, m.d_out});
+    copy(tensors, base, size, "dy", &dy, false);
+    ModuleGradOutputs g;
+    for (const std::string& name : module_grad_names(m)) {
+      const Tensor& input = module_grad_input(in, name);
+      g.emplace(name, Tensor(input.dtype, input.shape));
+    }
+    for (bool to_shm : {false, true}) {  // poisoned gradients in, results out
+      for (auto& [name, t] : g) copy(tensors, base, size, name.c_str(), &t, to_shm);
+      if (!to_shm) e->run_backward(m, in, dy, g);
     }
     return "";
   }
@@ -330,6 +394,25 @@ int serve(Backend& backend) {
         })));
         continue;
       }
+      const std::string pass = type == "supports" && req.contains("pass") && req["pass"].is_string() ? req["pass"].get<std::string>() : "";
+      if (pass == "module" || pass == "module_backward") {
+        const ModuleProblem m = module_problem_from_json(field(req, type, "problem"), type);
+        const Support s = pass == "module" ? backend.supports_module(m) : backend.supports_module_backward(m);
+        reply(proto, {{"type", "supports"}, {"id", id}, {"ok", s.ok}, {"reason", s.reason}});
+        continue;
+      }
+      if (type == "module" || type == "module_backward") {
+        const ModuleProblem m = module_problem_from_json(field(req, type, "problem"), type);
+        shm.map(str_field(req, type, "shm"), static_cast<size_t>(int_field(req, type, "shm_size")));
+        const bool fwd = type == "module";
+        const Support s = fwd ? backend.supports_module(m) : backend.supports_module_backward(m);
+        reply(proto, outcome(type, id, !s.ok ? s.reason : attempt([&] {
+          const json& tensors = field(req, type, "tensors");
+          return fwd ? backend.run_module(m, tensors, shm.base, shm.size)
+                     : backend.run_module_backward(m, tensors, shm.base, shm.size);
+        })));
+        continue;
+      }
       const Problem p = problem_from_json(field(req, type, "problem"), type);
       const bool backward = type == "backward" ||
                             (type == "supports" && req.contains("pass") && req["pass"] == "backward");
@@ -356,7 +439,7 @@ int serve(Backend& backend) {
                           : backend.run(p, tensors, shm.base, shm.size);
         })));
       } else {
-        throw ProtocolError("request: field 'type': expected hello, supports, run, backward, merge or bye, got \"" + type +
+        throw ProtocolError("request: field 'type': expected hello, supports, run, backward, merge, module, module_backward or bye, got \"" + type +
                             "\"");
       }
     } catch (const std::exception& e) {

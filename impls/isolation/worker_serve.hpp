@@ -25,6 +25,15 @@ class Backend {
   // out_max and out_sum out.
   virtual Support supports_merge(const MergeProblem& p) = 0;
   virtual std::string run_merge(const MergeProblem& p, const json& tensors, unsigned char* base, size_t size) = 0;
+  // The module message (2d), answered when the hello declared "module": x (x2), the weights and biases, the
+  // attention's mask, bias and keep in; y (weights) out.
+  virtual Support supports_module(const ModuleProblem& m) = 0;
+  virtual std::string run_module(const ModuleProblem& m, const json& tensors, unsigned char* base, size_t size) = 0;
+  // Its backward (module_backward, 2d), answered when the hello declared "module_backward": the module's inputs and
+  // dy in; the gradients named by module_grad_names (dx, dwq, ..., dwo, dbo, dbias) out.
+  virtual Support supports_module_backward(const ModuleProblem& m) = 0;
+  virtual std::string run_module_backward(const ModuleProblem& m, const json& tensors, unsigned char* base,
+                                          size_t size) = 0;
 };
 
 std::unique_ptr<Backend> plugin_backend(const std::string& path);  // throws PluginError

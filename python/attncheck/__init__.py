@@ -6,7 +6,7 @@ from .cases import golden_cases
 from .check import check, check_gradients
 from .compare import Result, compare
 from .fixture import load, make_fixture, reference, save, tolerance
-from .module import check_module, compare_module, import_module
+from .module import check_module, check_module_function, compare_module, import_module
 
 __all__ = ["check", "check_gradients", "golden_cases", "compare", "load", "make_fixture", "reference", "save", "tolerance", "worker",
-           "Result", "check_module", "compare_module", "import_module"]
+           "Result", "check_module", "check_module_function", "compare_module", "import_module"]

@@ -7,8 +7,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def default_dir(kind="cases"):
-    """The golden cases (kind "cases") or gradient fixtures ("backward") installed in the package (`pip install .`),
-    else those of the source tree."""
+    """The golden cases (kind "cases"), gradient fixtures ("backward") or module fixtures ("modules") installed in the
+    package (`pip install .`), else those of the source tree."""
     installed = os.path.join(_HERE, "golden" if kind == "cases" else "golden_" + kind)
     return installed if os.path.isdir(installed) else os.path.normpath(os.path.join(_HERE, "..", "..", "golden",
                                                                                    kind))

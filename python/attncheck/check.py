@@ -84,8 +84,8 @@ def check_gradients(fn, backward, fixtures=None, pattern=None, timeout=None, **d
     return out
 
 
-def drive(args, fn, declarations, backward=None):
-    """Runs `attncheck ARGS --worker RELAY` and serves fn (and backward) in this process to the worker that
+def drive(args, fn, declarations, backward=None, module=None, module_backward=None):
+    """Runs `attncheck ARGS --worker RELAY` and serves fn (and backward, module, module_backward) in this process to the worker that
     attncheck starts (again after a timeout or a bad output). Returns (exit status, stdout, stderr)."""
     with tempfile.TemporaryDirectory(prefix="attncheck-") as tmp:
         path = os.path.join(tmp, "sock")
@@ -104,7 +104,8 @@ def drive(args, fn, declarations, backward=None):
                 conn, _ = server.accept()
                 with conn, conn.makefile("r") as rfile, conn.makefile("w") as wfile:
                     try:
-                        serve_streams(fn, declarations, rfile, wfile, backward=backward)
+                        serve_streams(fn, declarations, rfile, wfile, backward=backward, module=module,
+                                      module_backward=module_backward)
                     except (BrokenPipeError, ConnectionResetError):
                         pass  # attncheck ended this worker (timeout, bad output); it restarts the relay
             proc.wait()

@@ -2,12 +2,17 @@
 # (`attncheck import --module`; with dy, the reference gradients too), compare_module judges y (and weights, and
 # gradients) against one (`attncheck compare-module`), and check_module does both for a PyTorch
 # nn.MultiheadAttention, reading its weights and running its forward (and, with grad=True, its backward).
+# check_module_function judges a plain Python module function (numpy, or anything returning arrays) on the module
+# fixtures through the worker protocol's module message.
 import os
+import re
 import tempfile
 
 import numpy as np
 
 from . import _cli
+from .cases import default_dir
+from .check import drive
 
 
 class ModuleResult:
@@ -158,3 +163,37 @@ def check_module(module, x, x2=None, *, key_padding_mask=None, causal=False, nee
     if not r:
         raise AssertionError("check_module: %s fails the module reference:\n%s" % (type(module).__name__, r.text))
     return r
+
+
+def check_module_function(fn, fixtures=None, pattern=None, timeout=None, backward=None, **declarations):
+    """Judges fn, an attention module's forward, on every module fixture under `fixtures` (default: the golden
+    ones, default_dir("modules")) whose name matches `pattern` (verify's --filter), in this process.
+
+    fn(x, *, problem, x2=None, wq=None, wk=None, wv=None, bq=None, bk=None, bv=None, wqkv=None, bqkv=None, wo,
+    bo=None, mask=None, bias=None, keep=None) is called as worker.serve's `module` (docs/python.md "Modules"):
+    numpy inputs (bf16 widened to float32), returns y [B, Lq, d_out] or {"y", "weights"}. backward, when given, is
+    worker.serve's `module_backward` (same arguments plus dy; returns the gradients "dx", "dwq".., "dwo", "dbo",
+    "dbias" as present) and is judged too (`verify --pass both`). declarations: name, description. Raises AssertionError naming each failing case with its diagnosis (head-split, qkv-order, ...), and
+    when no fixture was judged at all; ValueError for bad input. Returns the CLI's summary text."""
+    declarations.setdefault("name", getattr(fn, "__name__", "python-module").replace("_", "-"))
+    fixtures = os.path.abspath(os.fspath(fixtures) if fixtures is not None else default_dir("modules"))
+    args = ["verify", "--fixtures", fixtures, "--impl", declarations["name"], "--diagnose"]
+    if backward is not None:
+        args += ["--pass", "both"]
+    if pattern:
+        args += ["--filter", pattern]
+    if timeout:
+        args += ["--timeout", str(timeout)]
+    returncode, out, err = drive(args, None, declarations, module=fn, module_backward=backward)
+    counts = re.search(r"results: pass (\d+)  fail (\d+)  unsupported (\d+)  error (\d+)", out)
+    if returncode == 2 or counts is None:
+        raise ValueError(f"attncheck verify: {err.strip() or out.strip()}")
+    if returncode != 0 or int(counts.group(1)) == 0:
+        table = out.split("failures and errors:")[0].splitlines()
+        ok = ("PASS", "UNSUPPORTED", "UNAVAILABLE", "FINITE-REQUIRED", "STATUS")
+        lines = [ln for ln in table if ln.strip() and not ln.startswith(ok) and not ln.startswith("results:")]
+        why = "module fails" if lines else "no module fixture was judged (all unsupported or filtered out)"
+        lines.append(counts.group(0))
+        raise AssertionError(f"{declarations['name']}: {why}\n" + "\n".join(lines)
+                             + (f"\nattncheck stderr:\n{err[-2000:]}" if err.strip() else ""))
+    return out

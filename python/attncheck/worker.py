@@ -1,7 +1,8 @@
 # The Python side of docs/worker-protocol.md: serve(fn, declarations) turns a Python attention kernel into a worker
 # that `attncheck verify|property|selftest --worker "python3 mine.py"` drives. Tensors are numpy views of the shared
 # memory file (inputs read-only); fn returns out, or a dict with out/lse/weights. A worker given a backward callable
-# speaks protocol 2 and answers `backward` requests (`attncheck verify --pass backward --worker ...`).
+# speaks protocol 2 and answers `backward` requests (`attncheck verify --pass backward --worker ...`); one given a
+# module callable declares "module" and answers `module` requests (module fixtures, docs/module.md).
 import json
 import os
 import sys
@@ -20,7 +21,7 @@ def hello(declarations, asks_supports=False, protocol=1):
     """The worker's hello message from a flat declarations dict (see docs/python.md)."""
     d = dict(declarations or {})
     policy = d.get("policy", "zero")
-    dtypes = list(d.get("dtypes", ["f64", "f32", "f16", "bf16"]))
+    dtypes = list(d.get("dtypes", ["f64", "f32", "f16", "bf16"] if d.get("attention", True) else []))
     features = list(d.get("features", _ALL_FEATURES))
     if any(t in _FP8 for t in dtypes) and "fp8" not in features:
         features.append("fp8")  # the protocol drops fp8 dtypes without it; declaring the dtype is the opt-in
@@ -28,8 +29,11 @@ def hello(declarations, asks_supports=False, protocol=1):
             "alignments": d.get("alignments", ["top_left", "bottom_right", "explicit"]),
             "fully_masked": d.get("fully_masked", [policy]), "features": features,
             "max_head_dim": d.get("max_head_dim", 0), "head_dim_multiple": d.get("head_dim_multiple", 1)}
+    if "modifications" in d:  # library entries and user expressions the kernel evaluates (their parameters: `name`)
+        caps["modifications"] = list(d["modifications"])
     decl = {"fully_masked_policy": policy, "deterministic": bool(d.get("deterministic", False)),
-            "batch_invariant": bool(d.get("batch_invariant", False)), "backward": bool(d.get("backward", False))}
+            "batch_invariant": bool(d.get("batch_invariant", False)), "backward": bool(d.get("backward", False)),
+            "module": bool(d.get("module", False)), "module_backward": bool(d.get("module_backward", False))}
     for key in ("outputs", "contract", "masked_inputs", "schedule_knobs", "schedule_bitwise", "layout_invariant"):
         if key in d:
             decl[key] = d[key]
@@ -132,6 +136,35 @@ def run_backward(backward, buf, req):
             _store(_view(buf, ts[name], True), res[name], ts[name]["dtype"])
 
 
+_MODULE_INPUTS = ("x2", "wq", "wk", "wv", "bq", "bk", "bv", "wqkv", "bqkv", "wo", "bo", "mask", "bias", "keep")
+
+
+def run_module(module, buf, req):
+    """Calls module for one module request and writes y (and weights) into the shared memory."""
+    p, ts = req["problem"], req["tensors"]
+    args = _inputs(buf, ts, ("x",) + _MODULE_INPUTS)
+    res = module(args.pop("x"), problem=p, **args)
+    if not isinstance(res, dict):
+        res = dict(zip(("y", "weights"), res if isinstance(res, tuple) else (res,)))
+    for name in ("y", "weights"):
+        if name in ts:
+            if res.get(name) is None:
+                raise ValueError(f"module returned no {name!r}, which the problem asks for")
+            _store(_view(buf, ts[name], True), res[name], ts[name]["dtype"])
+
+
+def run_module_backward(module_backward, buf, req):
+    """Calls module_backward for one module_backward request and writes every gradient the request names."""
+    p, ts = req["problem"], req["tensors"]
+    args = _inputs(buf, ts, ("x", "dy") + _MODULE_INPUTS)
+    res = module_backward(args.pop("x"), problem=p, **args)
+    for name in ts:
+        if name.startswith("d") and name != "dy":
+            if res.get(name) is None:
+                raise ValueError(f"module_backward returned no {name!r}, which the problem asks for")
+            _store(_view(buf, ts[name], True), res[name], ts[name]["dtype"])
+
+
 def _answer_supports(supports, problem):
     """supports(problem) -> True, or (False, reason); an exception is a refusal naming it."""
     if supports is None:
@@ -144,9 +177,10 @@ def _answer_supports(supports, problem):
     return ok, ("" if ok else reason or "refused by the worker's supports()")
 
 
-def serve_streams(fn, declarations, rfile, wfile, supports=None, backward=None):
+def serve_streams(fn, declarations, rfile, wfile, supports=None, backward=None, module=None, module_backward=None):
     """The protocol loop over two text streams; returns at bye or end of input."""
-    declarations = dict(declarations or {}, backward=backward is not None)
+    declarations = dict(declarations or {}, backward=backward is not None, module=module is not None,
+                        module_backward=module is not None and module_backward is not None, attention=fn is not None)
     protocol = 1
     def send(msg):
         wfile.write(json.dumps(msg) + "\n")
@@ -170,15 +204,23 @@ def serve_streams(fn, declarations, rfile, wfile, supports=None, backward=None):
                 return
             protocol = max(common)
             send(hello(declarations, supports is not None, protocol))
+        elif kind == "supports" and req.get("pass") in ("module", "module_backward"):  # asked only when declared
+            send({"type": "supports", "id": req.get("id"), "ok": True, "reason": ""})
         elif kind == "supports":
             ok, reason = _answer_supports(supports, req.get("problem", {}))
             send({"type": "supports", "id": req.get("id"), "ok": ok, "reason": reason})
-        elif kind in ("run", "backward") and not (kind == "backward" and backward is None):
+        elif kind in ("run", "backward", "module", "module_backward") and \
+                {"run": fn, "backward": backward, "module": module, "module_backward": module_backward}[kind]:
             if mapped != (req["shm"], req["shm_size"]):
                 buf = np.memmap(req["shm"], dtype=np.uint8, mode="r+", shape=(req["shm_size"],))
                 mapped = (req["shm"], req["shm_size"])
             try:
-                run_case(fn, buf, req) if kind == "run" else run_backward(backward, buf, req)
+                if kind == "module":
+                    run_module(module, buf, req)
+                elif kind == "module_backward":
+                    run_module_backward(module_backward, buf, req)
+                else:
+                    run_case(fn, buf, req) if kind == "run" else run_backward(backward, buf, req)
                 send({"type": kind, "id": req["id"], "status": "ok"})
             except Exception as e:  # the kernel's own error: outcome "error" with its message
                 send({"type": kind, "id": req["id"], "status": "error", "message": f"{type(e).__name__}: {e}"})
@@ -186,7 +228,7 @@ def serve_streams(fn, declarations, rfile, wfile, supports=None, backward=None):
             send({"type": "error", "id": req.get("id"), "message": f"request: field 'type': unknown {kind!r}"})
 
 
-def serve(fn, declarations=None, supports=None, backward=None):
+def serve(fn, declarations=None, supports=None, backward=None, module=None, module_backward=None):
     """Serve fn over stdin/stdout until attncheck says bye. Prints of fn go to stderr (stdout is the protocol's).
 
     supports(problem), when given, is asked per case inside the declared capabilities: True, or (False, reason)
@@ -201,7 +243,19 @@ def serve(fn, declarations=None, supports=None, backward=None):
     backward(q, k, v, *, problem, out, lse, dout, mask=None, bias=None, keep=None), when given, returns the
     gradients of sum(dout * out) as a dict {"dq", "dk", "dv"} (and "dbias" for a problem with a bias), each in
     logical order (dk, dv summed over each KV head's query heads); docs/worker-protocol.md "Protocol 2".
+
+    module(x, *, problem, x2=None, wq=None, wk=None, wv=None, bq=None, bk=None, bv=None, wqkv=None, bqkv=None,
+    wo, bo=None, mask=None, bias=None, keep=None), when given, runs an attention module's forward on the module
+    fixtures (docs/module.md): x [B,Lq,d_in] (x2 [B,Lk,d_in2]), weights [out, in], biases [out] as present,
+    the attention's mask, bias and keep; problem is the module message's problem (d_in, d_in2, d_out, packing,
+    qkv_bias, out_bias, average_weights, and the attention inside as problem["attention"]). It returns y [B,Lq,d_out]
+    or a dict {"y", "weights"} (weights [B,Hq,Lq,Lk], or [B,1,Lq,Lk] averaged, when
+    problem["attention"]["want_weights"]). fn may be None for a module-only worker (it then declares no dtype, so
+    every attention case is unsupported). module_backward(x, *, problem, dy, <module's inputs>), with module, answers
+    `verify --pass backward` on module fixtures: a dict of the gradients of sum(dy * y), one per input named with a
+    leading d ("dx", "dx2", "dwq".. or "dwqkv", "dbqkv", "dwo", "dbo", and "dbias" for an attention bias), each
+    shaped like that input.
     """
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    serve_streams(fn, declarations, sys.stdin, proto, supports, backward)
+    serve_streams(fn, declarations, sys.stdin, proto, supports, backward, module, module_backward)

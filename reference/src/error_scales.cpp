@@ -1,4 +1,4 @@
-// The row quantities tolerance model v2 is built from (docs/tolerance.md), computed in double from one row of the
+// The row quantities the tolerance model is built from (docs/tolerance.md), computed in double from one row of the
 // looped reference: root sums of squares of the weights and of the P·V terms, deviations from the output, the
 // logit spread, the number of keys in the sum and the largest group of exactly tied scores.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Tolerance model v2: the per-element bound, term by term, from the actual row's error scales (P's root sum of
+// The tolerance model: the per-element bound, term by term, from the actual row's error scales (P's root sum of
 // squares, the terms of P·V, the keys in the sum, exact ties) and the declared precision contract.
 // docs/tolerance.md derives every term; the names here are the names used there.
 #include <algorithm>
@@ -99,7 +99,7 @@ struct Row {
                   // error can exceed its first-order value (the score terms are first order; e^eps - 1 is not)
 };
 
-// A result without the v2 scales (built by hand, not by the reference) gets their upper bounds.
+// A result without the row scales (built by hand, not by the reference) gets their upper bounds.
 double at(const std::vector<double>& v, size_t n, double fallback) { return v.empty() ? fallback : v[n]; }
 
 Row row_scales(const Problem& p, const ReferenceResult& r, size_t row, const Units& u, const ToleranceModel& m) {

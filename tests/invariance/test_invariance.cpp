@@ -95,8 +95,9 @@ TEST(InvarianceBackward, AMovingGradientBitIsNondeterministicAndNamed) {
   }
 }
 
-// cpu, except that its backward moves one bit of dq under a schedule of 3 threads, a knob it declares bitwise, and
-// one bit of dk when k's strides are not its layout's dense ones, while it declares layout_invariant.
+// cpu, except that its backward moves one bit of dq under a schedule of 3 threads, a knob it declares bitwise, one
+// bit of dk when k's strides are not its layout's dense ones, while it declares layout_invariant, and one bit of dv
+// of every batch entry but the first.
 class VariantBackward : public Impl {
  public:
   std::string name() const override { return "variant-backward"; }
@@ -115,15 +116,20 @@ class VariantBackward : public Impl {
     cpu_->run_backward(p, in, fwd, dout, g);
     if (current_schedule().threads == 3) g.dq.bytes[0] ^= 1;
     if (in.k.strides != Tensor(in.k.dtype, in.k.shape, storage_order(p.layout)).strides) g.dk.bytes[0] ^= 1;
+    for (int64_t b = 1; b < p.B; ++b) {
+      const int64_t at[4] = {b, 0, 0, 0};
+      g.dv.bytes[static_cast<size_t>(g.dv.offset(at)) * dtype_size(g.dv.dtype)] ^= 1;
+    }
   }
 
  private:
   ImplPtr cpu_ = find_impl("cpu");
 };
 
-// The schedule and layout checks of the backward: cpu keeps its gradient bits under 1 and 3 threads and in every
-// layout form (BSHD, sequence-major strides, packed slices); variant-backward is caught by each, with its tag.
-TEST(InvarianceBackward, ScheduleAndLayoutVariantsOfTheGradientsAreCaught) {
+// The batch, schedule and layout checks of the backward: cpu keeps its gradient bits alone and in a larger batch,
+// under 1 and 3 threads and in every layout form (BSHD, sequence-major strides, packed slices); variant-backward is
+// caught by each, with its tag.
+TEST(InvarianceBackward, BatchScheduleAndLayoutVariantsOfTheGradientsAreCaught) {
   Problem p;
   p.B = 2, p.Hq = 4, p.Hkv = 2, p.Lq = p.Lk = 9, p.Dqk = p.Dv = 8;
   p.causal = true;
@@ -133,21 +139,23 @@ TEST(InvarianceBackward, ScheduleAndLayoutVariantsOfTheGradientsAreCaught) {
   Tensor dout = make_dout(p);
   for (int64_t n = 0; n < dout.numel(); ++n) dout.set_offset(n, 0.05 * static_cast<double>(n % 5));
   invariance::Options o;
-  o.rerun = o.batch = false, o.schedule = o.layout = true;
+  o.rerun = false, o.batch = o.schedule = o.layout = true;
   VariantBackward hostile;
   for (const Impl* impl : {find_impl("cpu").get(), static_cast<const Impl*>(&hostile)}) {
     Gradients g;
     ASSERT_TRUE(run_backward_impl(*impl, p, in, dout, g).ok);
     const auto checks = invariance::check_backward_variants(*impl, p, in, dout, g, o);
-    ASSERT_EQ(checks.size(), 2u);
+    ASSERT_EQ(checks.size(), 3u);
     if (impl != &hostile) {
       for (const auto& c : checks) EXPECT_EQ(c.result, invariance::Check::invariant) << c.message;
-      EXPECT_NE(checks[1].message.find("packed QKV"), std::string::npos) << checks[1].message;
+      EXPECT_NE(checks[2].message.find("packed QKV"), std::string::npos) << checks[2].message;
       continue;
     }
-    EXPECT_EQ(checks[0].message.rfind("schedule-variant: the case run under threads=3 differs", 0), 0u) << checks[0].message;
-    EXPECT_EQ(checks[1].message.rfind("layout-variant: the case run with sequence-major strides (storage [L,B,H,D]); as "
-                                      "slices of one packed QKV buffer", 0), 0u) << checks[1].message;
+    EXPECT_EQ(checks[0].message.rfind("batch-variant: the case's gradients computed in a batch of 3", 0), 0u)
+        << checks[0].message;
+    EXPECT_EQ(checks[1].message.rfind("schedule-variant: the case run under threads=3 differs", 0), 0u) << checks[1].message;
+    EXPECT_EQ(checks[2].message.rfind("layout-variant: the case run with sequence-major strides (storage [L,B,H,D]); as "
+                                      "slices of one packed QKV buffer", 0), 0u) << checks[2].message;
   }
 }
 

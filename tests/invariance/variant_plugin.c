@@ -273,6 +273,6 @@ static const char* const* const features = NULL;
 
 static const attncheck_plugin vtable = {ATTNCHECK_PLUGIN_ABI_VERSION, VARIANT_NAME, "invariance test variant (tests/invariance)",
                                         caps, NULL, supports, run, sizeof(attncheck_plugin), features, declarations,
-                                        NULL, NULL};
+                                        NULL, NULL, NULL, NULL};
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry(void) { return &vtable; }

@@ -83,6 +83,14 @@ def test_worker_hello_and_protocol_errors():
     assert err2 == {"type": "error", "id": 3, "message": "request: field 'type': unknown 'frobnicate'"}
 
 
+def test_worker_declares_modifications_only_when_asked():
+    # A worker listing library entries or expressions is offered those cases (FlexAttention's worker does);
+    # one that lists none is never sent a case that uses one.
+    assert "modifications" not in worker.hello({"name": "t"})["capabilities"]
+    caps = worker.hello({"name": "t", "modifications": ["alibi", "mask_expr"]})["capabilities"]
+    assert caps["modifications"] == ["alibi", "mask_expr"]
+
+
 def test_worker_supports_hook_refuses_with_its_reason():
     msg = lambda m: json.dumps(m) + "\n"  # noqa: E731
     requests = io.StringIO(msg({"type": "hello", "protocols": [1]}) +

@@ -18,9 +18,9 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", 
 os.makedirs(WORK, exist_ok=True)
 
 
-def verify(worker, impl, report, filter_=None, env=None):
+def verify(worker, impl, report, filter_=None, env=None, extra=()):
     cmd = [ATTNCHECK, "verify", "--worker", f"{sys.executable} {worker}", "--impl", impl, "--fixtures", GOLDEN,
-           "--report", report] + (["--filter", filter_] if filter_ else [])
+           "--report", report] + (["--filter", filter_] if filter_ else []) + list(extra)
     r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **(env or {})))
     with open(report) as f:
         return r, json.load(f)
@@ -76,6 +76,32 @@ def test_triton_causal_off_by_one_is_caught():
         assert "verdict fail" in str(e), e
         return
     raise AssertionError("a causal off-by-one of the Triton kernel passed")
+
+
+def test_flex_attention_passes_modifications_and_expressions():
+    # FlexAttention (eager, CPU) on the fp32 suite: the modification library and the user expressions, each written
+    # as a FlexAttention score_mod / mask_mod (examples/python/flex_worker.py); NaN-poisoned cases are outside its
+    # declared contract (finite-required).
+    # FlexAttention traces each new score_mod / mask_mod (seconds on a loaded machine): a generous per-case limit.
+    slow = ["--timeout", "300"]
+    r, rep = verify(f"{EXAMPLES}/flex_worker.py", "flex-attention", f"{WORK}/flex.json", "fp32/*", extra=slow)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    passed = {c["fixture"].rsplit("/", 1)[-1] for c in rep["cases"] if c["status"] == "pass"}
+    for tag in ("alibi-pos-32k", "alibi-per-batch", "doc-decode", "chunk7", "prefix", "dilated", "expr-linear-bias",
+                "expr-softcap-chunk16"):
+        assert tag in passed, (tag, sorted(passed))
+    r, rep = verify(f"{EXAMPLES}/flex_worker.py alibi-sign", "flex-attention", f"{WORK}/flex-bug.json", "fp32/*alibi*",
+                    extra=slow)
+    failed = [c for c in rep["cases"] if c["status"] == "fail"]
+    assert r.returncode == 1 and len(failed) >= 2, r.stdout[-3000:]
+    # A score_mod that casts back to score.dtype rounds the modified scores to bf16 (FlexAttention traces the mod
+    # with the inputs' dtype): caught on the bf16 expression cases; the worker as written passes them.
+    r, rep = verify(f"{EXAMPLES}/flex_worker.py score-dtype", "flex-attention", f"{WORK}/flex-dtype.json",
+                    "bf16/*sexpr*", extra=slow)
+    assert r.returncode == 1 and sum(c["status"] == "fail" for c in rep["cases"]) >= 2, r.stdout[-3000:]
+    r, rep = verify(f"{EXAMPLES}/flex_worker.py", "flex-attention", f"{WORK}/flex-bf16.json", "bf16/*sexpr*",
+                    extra=slow)
+    assert r.returncode == 0, r.stdout[-3000:]
 
 
 if __name__ == "__main__":

@@ -214,6 +214,6 @@ static const char* const drift_features[] = {NULL};
 static const attncheck_plugin drift_vtable = {
     ATTNCHECK_PLUGIN_ABI_VERSION, DRIFT_NAME, "regression test kernel (tests/regression/drift_kernel.c)",
     drift_capabilities, NULL, drift_supports, drift_run, sizeof(attncheck_plugin), drift_features, drift_declarations,
-    NULL, NULL};
+    NULL, NULL, NULL, NULL};
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry(void) { return &drift_vtable; }

@@ -213,9 +213,9 @@ static const attncheck_plugin merge_vtable = {
     merge_capabilities, NULL, merge_only, no_attention,
     sizeof(attncheck_plugin), merge_features, NULL,
 #ifdef MERGE_NO_ENTRY
-    NULL, NULL};
+    NULL, NULL, NULL, NULL};
 #else
-    NULL, merge_states};
+    NULL, merge_states, NULL, NULL};
 #endif
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry(void) { return &merge_vtable; }

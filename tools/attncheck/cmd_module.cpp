@@ -40,7 +40,7 @@ ModuleRow backward_module_row(const ModuleFixture& f, const std::string& file, c
                               bool diagnose, double tol_scale, std::optional<ModuleGradients>& tol) {
   ModuleRow mr{CaseResult{f.name, file, backward_label(impl.name()), "", "", false, {}, "", "", {}}, {}};
   CaseResult& r = mr.row;
-  const ModuleImplPtr entry = find_module_entry(impl.name());
+  const ModuleImplPtr entry = find_module_entry(impl);
   if (!avail.ok) {
     r.status = "unavailable", r.message = "unavailable: " + avail.reason;
   } else if (!entry) {
@@ -89,7 +89,7 @@ std::vector<ModuleRow> module_rows(const std::string& file, const std::vector<Im
   for (size_t i = 0; i < impls.size(); ++i) {
     ModuleRow mr{CaseResult{f.name, file, impls[i]->name(), "", "", false, {}, "", "", {}}, {}};
     CaseResult& r = mr.row;
-    const ModuleImplPtr entry = find_module_entry(impls[i]->name());
+    const ModuleImplPtr entry = find_module_entry(*impls[i]);
     if (!avail[i].ok) {
       r.status = "unavailable", r.message = "unavailable: " + avail[i].reason;
     } else if (!entry) {

@@ -44,7 +44,7 @@ CaseResult backward_row(const Impl& impl, const Support& available, const Fixtur
       if (impl.declarations().masked_inputs == MaskedInputs::finite_required)  // outside the contract: apart
         outside_contract(nonfinite_inputs(f.inputs), checks->back());
     }
-    if (variants && (variants->schedule || variants->layout) && checks) {
+    if (variants && (variants->batch || variants->schedule || variants->layout) && checks) {
       invariance::Options o = *variants;  // variants judged within tolerance as this row was
       o.backward_within_tolerance = [&](const Gradients& x) {
         const Verdict v = judge_backward(f.problem, f.expected, *f.grad, x, m);

@@ -93,7 +93,7 @@ std::vector<InvarianceRow> backward_variant_rows(const Impl& impl, const std::st
     for (const invariance::Check& c : invariance::check_backward_variants(impl, f.problem, f.inputs, *f.dout, g, o))
       rows.push_back(to_row(c, CaseResult{f.name, file, label + "/" + invariance::name(c.kind), "", "", false, {}, "", "", {}}));
   } catch (const std::exception&) {
-    CaseResult r{f.name, file, label + (o.schedule ? "/schedule" : "/layout"), "", "", false, {}, "", "", {}};
+    CaseResult r{f.name, file, label + (o.batch ? "/batch" : o.schedule ? "/schedule" : "/layout"), "", "", false, {}, "", "", {}};
     record_exception(r);
     r.message = "during the invariance checks: " + r.message;
     rows.push_back({std::move(r), {}});

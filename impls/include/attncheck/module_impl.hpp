@@ -40,8 +40,20 @@ class ModuleImpl {
 };
 using ModuleImplPtr = std::shared_ptr<const ModuleImpl>;
 
-// The module entry of the implementation called `impl_name`, or nullptr when it has none.
+// The module entry of the built-in implementation called `impl_name`, or nullptr when it has none.
 ModuleImplPtr find_module_entry(const std::string& impl_name);
+
+class Impl;
+// Implementations whose module entry travels with the implementation object (plugins, workers: the module is run
+// where the attention is) derive from this beside Impl.
+class ModuleProvider {
+ public:
+  virtual ~ModuleProvider() = default;
+  virtual ModuleImplPtr module_entry() const = 0;  // nullptr when it offers none
+};
+// The module entry of this implementation object: its own (ModuleProvider), else the built-in entry of the
+// registry's implementation of that name (only for that very object), else nullptr.
+ModuleImplPtr find_module_entry(const Impl& impl);
 // Test-only module mutants: the `cpu` entry with a module fault injected (empty when cpu is not built).
 std::vector<ModuleImplPtr> module_mutants();
 // The same for the backward: the `cpu` entry with one ModuleGradFault each (module_grad_faults() order).

@@ -301,6 +301,43 @@ typedef struct attncheck_merge_problem {
   int64_t lse_out_strides[3], max_out_strides[3], sum_out_strides[3];
 } attncheck_merge_problem;
 
+/* An attention module (docs/module.md; docs/plugins.md#module): y = merge(attention(split(x Wq^T + bq), split(kv Wk^T
+ * + bk), split(kv Wv^T + bv))) Wo^T + bo, with kv = x (self attention) or x2 (cross attention). Offered only to a
+ * plugin that lists the feature "module" and sets the vtable's `run_module` (appended below). Every weight is
+ * [out, in] as nn.Linear stores it, every bias [out]; x, x2, weights and biases are in attn->dtype, and so is y.
+ * Packing of the q, k, v weights (module_problem.hpp): SEPARATE = wq [Hq*Dqk, d_in], wk [Hkv*Dqk, d_kv], wv [Hkv*Dv,
+ * d_kv]; PACKED = one wqkv with rows [q | k | v], each block head-major (nn.MultiheadAttention's in_proj_weight);
+ * INTERLEAVED = one wqkv whose rows are grouped per KV head g: [the q rows of g's Hq/Hkv query heads | k_g | v_g]
+ * (Megatron-LM). Packed weights of a cross-attention module project x with the q rows and x2 with the k, v rows.
+ * Row r of a projection's output block belongs to head r / D, column r % D. The attention inside is `attn`, an
+ * attncheck_problem with its shape, scale, masks (mask, bias and keep with their pointers and strides, key_lengths,
+ * causal), policy and dropout; its q, k, v, out, lse and weights are NULL (the module makes q, k, v itself).
+ * weights, when not NULL, is the attention weights output in attn->stat_dtype: [B,Hq,Lq,Lk], or [B,1,Lq,Lk] averaged
+ * over the heads when average_weights is 1. Strides in elements. Outputs are NaN-filled by the host; inputs are checked
+ * unchanged afterwards and outputs have guard bands. Pointers of absent tensors are NULL. */
+typedef enum { ATTNCHECK_PACKING_SEPARATE = 0, ATTNCHECK_PACKING_PACKED = 1, ATTNCHECK_PACKING_INTERLEAVED = 2 }
+    attncheck_packing;
+typedef struct attncheck_module_problem {
+  uint32_t struct_size;                /* sizeof(attncheck_module_problem) of the host: later versions append more */
+  const char* name;                    /* the case's name, for the plugin's own logs */
+  const attncheck_problem* attn;       /* the attention inside (B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, masks, ...) */
+  int64_t d_in;                        /* features of x */
+  int64_t d_in2;                       /* features of x2; 0 = self attention (Lk == Lq, keys and values from x) */
+  int64_t d_out;                       /* features of y */
+  int32_t packing;                     /* attncheck_packing */
+  int32_t qkv_bias, out_bias, average_weights; /* 0/1 */
+  const void *x, *x2;                  /* [B,Lq,d_in], [B,Lk,d_in2] (x2 NULL for self attention) */
+  int64_t x_strides[3], x2_strides[3];
+  const void *wq, *wk, *wv, *wqkv, *wo; /* separate: wq, wk, wv; packed/interleaved: wqkv; wo [d_out, Hq*Dv] */
+  int64_t wq_strides[2], wk_strides[2], wv_strides[2], wqkv_strides[2], wo_strides[2];
+  const void *bq, *bk, *bv, *bqkv, *bo; /* with qkv_bias (bq/bk/bv or bqkv by the packing), with out_bias (bo) */
+  int64_t bq_strides[1], bk_strides[1], bv_strides[1], bqkv_strides[1], bo_strides[1];
+  void* y;                             /* [B,Lq,d_out] */
+  int64_t y_strides[3];
+  void* weights;                       /* NULL unless requested */
+  int64_t weights_strides[4];
+} attncheck_module_problem;
+
 /* The vtable. Strings are static, NUL-terminated UTF-8. Messages go into caller-owned buffers (always
  * NUL-terminated by the plugin, truncated if needed) so plugins need no thread-local state. */
 typedef struct attncheck_plugin {
@@ -331,10 +368,18 @@ typedef struct attncheck_plugin {
   int32_t (*supports_merge)(const attncheck_merge_problem* m, char* reason, size_t reason_size);
   /* Merge the states: write o_out and the output stats. ATTNCHECK_STATUS_OK, or ERROR with a message. */
   int32_t (*merge)(const attncheck_merge_problem* m, char* err, size_t err_size);
+  /* Appended after `merge`, read only when struct_size covers them (ATTNCHECK_PLUGIN_HAS_MODULE); required when
+   * "module" is among the features, ignored otherwise: */
+  /* Optional (may be NULL): 1 if this module is supported, else 0 with the reason. Tensor pointers are NULL. */
+  int32_t (*supports_module)(const attncheck_module_problem* m, char* reason, size_t reason_size);
+  /* Run the module forward: write y (and weights when set). ATTNCHECK_STATUS_OK, or ERROR with a message. */
+  int32_t (*run_module)(const attncheck_module_problem* m, char* err, size_t err_size);
 } attncheck_plugin;
 
 /* Defined by headers whose vtable has supports_merge and merge, so a plugin can build against older ones. */
 #define ATTNCHECK_PLUGIN_HAS_MERGE 1
+/* Defined by headers whose vtable has supports_module and run_module. */
+#define ATTNCHECK_PLUGIN_HAS_MODULE 1
 
 /* The entry point: returns a pointer to a static vtable (never freed by the host). A plugin defines it as
  *   ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry(void) { return &my_vtable; } */

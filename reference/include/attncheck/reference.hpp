@@ -22,7 +22,7 @@ struct ReferenceResult {
   // Error scales for the tolerance model (docs/tolerance.md), computed alongside in double:
   std::vector<double> score_mag;  // [B, Hq, Lq]: max over visible j of |scale|*|q_i|*|k_j| + |bias_ij|
   std::vector<double> out_abs;    // [B, Hq, Lq, Dv]: sum_j |w_ij * keep_ij/(1-p) * v_jd|
-  // Tolerance model v2's row scales (docs/tolerance.md), with w' = w * keep/(1-p), dv_j = w'_j v_jd - w_j o_d and
+  // The tolerance model's row scales (docs/tolerance.md), with w' = w * keep/(1-p), dv_j = w'_j v_jd - w_j o_d and
   // the per-key score error magnitudes of KeyScales (a: accumulation, b: operand rounding, c: the score itself):
   std::vector<double> out_rss;    // [B, Hq, Lq, Dv]: sqrt(sum_j (w'_j v_jd)^2)
   // Repeated operands round alike, so their errors add before squaring: out_rss with the terms of keys sharing
