@@ -13,16 +13,6 @@ ModuleImplPtr make_cpu_module(ImplPtr attention, ModuleFault fault,
                               ModuleGradFault grad_fault = ModuleGradFault::none);  // impls/cpu/cpu_module.cpp
 #endif
 
-ModuleOutputs make_module_outputs(const ModuleProblem& m) {
-  const Problem& p = m.attn;
-  ModuleOutputs o;
-  o.y = Tensor(p.dtype, {p.B, p.Lq, m.d_out});
-  if (p.want_weights)
-    o.weights = m.average_weights ? Tensor(p.stat_dtype(), {p.B, 1, p.Lq, p.Lk})
-                                  : Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});
-  return o;
-}
-
 ModuleImplPtr find_module_entry(const std::string& impl_name) {
 #ifdef ATTNCHECK_HAVE_CPU
   if (impl_name == "cpu" || impl_name == "cpu-flash")

@@ -190,7 +190,7 @@ class PluginBackend final : public Backend {
 
 class ImplBackend final : public Backend {
  public:
-  explicit ImplBackend(ImplPtr impl) : impl_(std::move(impl)) {}
+  ImplBackend(ImplPtr impl, ModuleImplPtr module) : impl_(std::move(impl)), module_(std::move(module)) {}
   json hello() override {
     const Support a = impl_->available();
     Declarations d = impl_->declarations();
@@ -248,11 +248,11 @@ class ImplBackend final : public Backend {
     return "";
   }
   Support supports_module(const ModuleProblem& m) override {
-    const ModuleImplPtr e = find_module_entry(*impl_);
+    const ModuleImplPtr& e = module_;
     return e ? e->supports(m) : Support::no(impl_->name() + " has no module entry");
   }
   std::string run_module(const ModuleProblem& m, const json& tensors, unsigned char* base, size_t size) override {
-    const ModuleImplPtr e = find_module_entry(*impl_);
+    const ModuleImplPtr& e = module_;
     ModuleInputs in = make_module_inputs(m);
     for (auto [key, t] : module_input_tensors(in)) copy(tensors, base, size, key, const_cast<Tensor*>(t), false);
     ModuleOutputs out = make_module_outputs(m);
@@ -264,13 +264,13 @@ class ImplBackend final : public Backend {
     return "";
   }
   Support supports_module_backward(const ModuleProblem& m) override {
-    const ModuleImplPtr e = find_module_entry(*impl_);
+    const ModuleImplPtr& e = module_;
     if (!e) return Support::no(impl_->name() + " has no module entry");
     if (Support s = e->supports(m); !s.ok) return s;
     return e->supports_backward(m);
   }
   std::string run_module_backward(const ModuleProblem& m, const json& tensors, unsigned char* base, size_t size) override {
-    const ModuleImplPtr e = find_module_entry(*impl_);
+    const ModuleImplPtr& e = module_;
     ModuleInputs in = make_module_inputs(m);
     for (auto [key, t] : module_input_tensors(in)) copy(tensors, base, size, key, const_cast<Tensor*>(t), false);
     Tensor dy(m.attn.dtype, {m.attn.B, m.attn.Lq, m.d_out});
@@ -314,6 +314,7 @@ class ImplBackend final : public Backend {
     to_shm ? std::memcpy(v.ptr, t->bytes.data(), v.nbytes) : std::memcpy(t->bytes.data(), v.ptr, v.nbytes);
   }
   ImplPtr impl_;
+  ModuleImplPtr module_;
 };
 
 void reply(int fd, const json& j) {
@@ -346,7 +347,9 @@ json outcome(const std::string& type, int64_t id, const std::string& err) {
 }  // namespace
 
 std::unique_ptr<Backend> plugin_backend(const std::string& path) { return std::make_unique<PluginBackend>(path); }
-std::unique_ptr<Backend> impl_backend(ImplPtr impl) { return std::make_unique<ImplBackend>(std::move(impl)); }
+std::unique_ptr<Backend> impl_backend(ImplPtr impl, ModuleImplPtr module) {
+  return std::make_unique<ImplBackend>(std::move(impl), std::move(module));
+}
 
 int serve(Backend& backend) {
   // The protocol owns the real stdout; anything the implementation prints goes to stderr instead.

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attncheck/impl.hpp"
+#include "attncheck/module_impl.hpp"
 #include "worker_json.hpp"
 
 namespace attncheck::worker {
@@ -37,7 +38,8 @@ class Backend {
 };
 
 std::unique_ptr<Backend> plugin_backend(const std::string& path);  // throws PluginError
-std::unique_ptr<Backend> impl_backend(ImplPtr impl);
+// `module`: the built-in's module entry (find_module_entry), or none; passed in, so this library needs no registry.
+std::unique_ptr<Backend> impl_backend(ImplPtr impl, ModuleImplPtr module = nullptr);
 
 // Reads requests on stdin and answers on stdout until `bye` or end of input; returns the exit status (0).
 int serve(Backend& backend);

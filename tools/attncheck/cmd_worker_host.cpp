@@ -2,6 +2,7 @@
 // (docs/worker-protocol.md), started by attncheck itself to run a plugin (or, with --isolate, a built-in) in a
 // child process. Not meant to be run by hand: it reads requests on stdin and answers on stdout.
 #include "attncheck/impl.hpp"
+#include "attncheck/module_impl.hpp"
 #include "command.hpp"
 #include "worker_serve.hpp"
 
@@ -18,7 +19,7 @@ int run_worker_host() {
   } else {
     ImplPtr impl = find_impl(g_impl);
     if (!impl) throw std::invalid_argument("worker-host: --impl: unknown implementation '" + g_impl + "'");
-    b = worker::impl_backend(impl);
+    b = worker::impl_backend(impl, find_module_entry(*impl));
   }
   return worker::serve(*b);
 }
