@@ -83,6 +83,7 @@ std::string StateConventions::text() const {
                     : empty_lse == EmptyLse::pos_inf ? std::string("+inf") : g17(sentinel));
   s += std::string(",out=") + (empty_out == EmptyOut::zero ? "zero" : "undefined");
   s += std::string(",layout=") + (layout == StatLayout::bhl ? "bhl" : "blh");
+  if (o_layout == OutLayout::blhd) s += ",olayout=blhd";  // the default is left out: older texts stay as they were
   return s;
 }
 
@@ -112,8 +113,9 @@ StateConventions parse_conventions(const std::string& text) {
       c.empty_lse = EmptyLse::finite, c.sentinel = x;
     } else if (k == "out" && (v == "zero" || v == "undefined")) c.empty_out = v == "zero" ? EmptyOut::zero : EmptyOut::undefined;
     else if (k == "layout" && (v == "bhl" || v == "blh")) c.layout = v == "bhl" ? StatLayout::bhl : StatLayout::blh;
+    else if (k == "olayout" && (v == "bhld" || v == "blhd")) c.o_layout = v == "bhld" ? OutLayout::bhld : OutLayout::blhd;
     else bad("conventions", "unknown or malformed entry '" + tok + "' in '" + text +
-                                "' (base=e|2, empty=-inf|+inf|<number>, out=zero|undefined, layout=bhl|blh)");
+                                "' (base=e|2, empty=-inf|+inf|<number>, out=zero|undefined, layout=bhl|blh, olayout=bhld|blhd)");
   }
   if (first) bad("conventions", "empty text");
   return c;
@@ -216,7 +218,9 @@ Tensor stat_tensor(const MergeProblem& p, bool stacked) {
 StoredStates make_stored(const MergeProblem& p, bool stacked) {
   validate(p);
   StoredStates s;
-  s.o = stacked ? Tensor(p.dtype, {p.N, p.B, p.H, p.L, p.D}) : Tensor(p.dtype, {p.B, p.H, p.L, p.D});
+  const bool tokens = p.conv.o_layout == OutLayout::blhd;  // O token-major: [N,B,L,H,D] in memory
+  s.o = stacked ? Tensor(p.dtype, {p.N, p.B, p.H, p.L, p.D}, tokens ? std::vector<int>{0, 1, 3, 2, 4} : std::vector<int>{})
+                : Tensor(p.dtype, {p.B, p.H, p.L, p.D}, tokens ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{});
   if (p.conv.form == StateForm::normalised) s.lse = stat_tensor(p, stacked);
   else s.max = stat_tensor(p, stacked), s.sum = stat_tensor(p, stacked);
   return s;

@@ -89,8 +89,16 @@ TEST(States, MergeIsOrderFreeAndAssociative) {
 
 TEST(States, ConventionsRoundTripAndNameTheirErrors) {
   for (const char* t : {"normalised,base=e,empty=-inf,out=zero,layout=bhl", "unnormalised,base=2,empty=+inf,out=undefined,layout=blh",
-                        "normalised,base=2,empty=-3.4028234663852886e+38,out=zero,layout=blh"})
+                        "normalised,base=2,empty=-3.4028234663852886e+38,out=zero,layout=blh",
+                        "normalised,base=e,empty=-inf,out=zero,layout=bhl,olayout=blhd"})
     EXPECT_EQ(parse_conventions(t).text(), t);
+  EXPECT_EQ(parse_conventions("normalised,layout=blh,olayout=bhld").text(), "normalised,base=e,empty=-inf,out=zero,layout=blh");
+  try {
+    parse_conventions("normalised,olayout=bshd");
+    FAIL() << "olayout=bshd accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("olayout=bshd"), std::string::npos) << e.what();
+  }
   try {
     parse_conventions("normalised,base=10");
     FAIL() << "base=10 accepted";
@@ -175,6 +183,29 @@ TEST(States, JudgePassesAnFp32MergeAndFailsEachMistake) {
       EXPECT_GT(v.checked, 0);
     }
   }
+}
+
+// A token-major O ([B,L,H,D] in memory, [T,H,D] for packed sequences) is declared by olayout=blhd and carried by the
+// strides alone: the same states stored both ways decode to the same values, a merge that follows the strides passes,
+// and one that writes O as if it were [B,H,L,D] (the strides ignored) fails.
+TEST(States, TokenMajorOutputIsCarriedByTheStrides) {
+  const PartialSpec s{2, 3, 1, 5, 12, 4, 0.5, true};
+  Tensor q = random_tensor({2, 3, 5, 4}, 19), k = random_tensor({2, 1, 12, 4}, 20), v = random_tensor({2, 1, 12, 4}, 21);
+  const std::vector<State> st = {partial_state(s, q, k, v, {0}, {5}), partial_state(s, q, k, v, {5}, {12})};
+  MergeProblem heads{"t", 2, 2, 3, 5, 4, DType::f32, parse_conventions("normalised,layout=blh")};
+  MergeProblem tokens = heads;
+  tokens.conv.o_layout = OutLayout::blhd;
+  const StoredStates a = encode_states(heads, st, false), b = encode_states(tokens, st, false);
+  EXPECT_EQ(b.o.strides, (std::vector<int64_t>{2 * 5 * 3 * 4, 5 * 3 * 4, 4, 3 * 4, 1}));
+  EXPECT_EQ(make_merge_outputs(tokens).o.strides, (std::vector<int64_t>{5 * 3 * 4, 4, 3 * 4, 1}));
+  EXPECT_EQ(a.o.to_double(), b.o.to_double());  // the same logical values
+  EXPECT_NE(a.o.bytes, b.o.bytes);              // in another memory order
+  StoredStates good = make_merge_outputs(tokens), blind = make_merge_outputs(tokens), heads_out = make_merge_outputs(heads);
+  fp32_merge(tokens, b, good, Bug::none);
+  fp32_merge(heads, a, heads_out, Bug::none);
+  blind.lse = good.lse, blind.o.bytes = heads_out.o.bytes;  // O written contiguously as [B,H,L,D]
+  EXPECT_TRUE(judge_merge(tokens, b, good).pass) << judge_merge(tokens, b, good).worst;
+  EXPECT_FALSE(judge_merge(tokens, b, blind).pass);
 }
 
 // A +inf sentinel taken literally poisons every row that holds one; the declared convention read right passes.

@@ -18,6 +18,7 @@ enum class LseBase : uint8_t { e, two };                      // lse and m in na
 enum class EmptyLse : uint8_t { neg_inf, pos_inf, finite };   // the lse (or m) of a state that saw no key
 enum class EmptyOut : uint8_t { zero, undefined };            // the O of an empty state: 0, or anything (NaN too)
 enum class StatLayout : uint8_t { bhl, blh };                 // lse/m/ℓ stored [B,H,L] or [B,L,H] ([tokens,H])
+enum class OutLayout : uint8_t { bhld, blhd };                // O stored [B,H,L,D] or [B,L,H,D] ([tokens,H,D])
 
 struct StateConventions {
   StateForm form = StateForm::normalised;
@@ -26,8 +27,9 @@ struct StateConventions {
   double sentinel = -1e30;  // the empty lse under EmptyLse::finite
   EmptyOut empty_out = EmptyOut::zero;
   StatLayout layout = StatLayout::bhl;
-  // Lossless text, e.g. "normalised,base=e,empty=-inf,out=zero,layout=bhl"; parse_conventions reads it back and
-  // throws std::invalid_argument naming the field and the value.
+  OutLayout o_layout = OutLayout::bhld;
+  // Lossless text, e.g. "normalised,base=e,empty=-inf,out=zero,layout=bhl" (",olayout=blhd" is appended only for
+  // the token-major O); parse_conventions reads it back and throws std::invalid_argument naming the field and value.
   std::string text() const;
   bool operator==(const StateConventions&) const = default;
 };
@@ -73,7 +75,8 @@ struct MergeProblem {
 void validate(const MergeProblem& p);  // std::invalid_argument naming the field and the value
 
 // Stored states, stacked: o [N,B,H,L,D] (dtype); normalised: lse [N,B,H,L]; unnormalised: max and sum [N,B,H,L]
-// (fp32; the stat tensors' memory order follows conv.layout: [N,B,L,H] for blh).
+// (fp32; the stat tensors' memory order follows conv.layout: [N,B,L,H] for blh; o's follows conv.o_layout:
+// [N,B,L,H,D] for blhd). Indices are always logical (b, h, i); only the strides differ.
 struct StoredStates {
   Tensor o;
   std::optional<Tensor> lse, max, sum;
