@@ -9,6 +9,7 @@
 
 #include "attncheck/features.hpp"
 #include "attncheck/kv_cache.hpp"
+#include "attncheck/mla.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/fixture.hpp"
 #include "fixture_attrs.hpp"
@@ -252,7 +253,8 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
     Inputs& in = f.inputs;
     in.q = read_tensor(r, file, "/inputs/q", p.dtype, {p.B, p.Hq, p.Lq, p.Dqk}, p.layout);
     in.k = read_tensor(r, file, "/inputs/k", kv_storage_dtype(p), qkv_shape(p, 1), p.layout);
-    in.v = read_tensor(r, file, "/inputs/v", kv_storage_dtype(p), qkv_shape(p, 2), p.layout);
+    if (p.mla) tie_latent_values(p, in);  // stored once, as k
+    else in.v = read_tensor(r, file, "/inputs/v", kv_storage_dtype(p), qkv_shape(p, 2), p.layout);
     if (p.past_len > 0) {
       in.past_k = read_tensor(r, file, "/inputs/past_key", p.dtype, {p.B, p.Hkv, p.past_len, p.Dqk}, p.layout);
       in.past_v = read_tensor(r, file, "/inputs/past_value", p.dtype, {p.B, p.Hkv, p.past_len, p.Dv}, p.layout);

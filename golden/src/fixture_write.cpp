@@ -89,7 +89,8 @@ std::string fixture_bytes(const std::string& path, const Fixture& f) {
     h5::Id g = h5::create_group(file, "inputs");
     h5::write_tensor(g, "q", canonical(in.q, p.layout), stored_dims(in.q.shape, p.layout), qdims);
     h5::write_tensor(g, "k", canonical(in.k, p.layout), stored_dims(in.k.shape, p.layout), kdims);
-    h5::write_tensor(g, "v", canonical(in.v, p.layout), stored_dims(in.v.shape, p.layout), vdims);
+    if (!p.mla)  // absorbed MLA: v is k's first Dv columns (mla.hpp), stored once as k
+      h5::write_tensor(g, "v", canonical(in.v, p.layout), stored_dims(in.v.shape, p.layout), vdims);
     if (in.mask) h5::write_tensor(g, "mask", canonical(*in.mask, Layout::BHSD), in.mask->shape, "B,Hq,Lq,Lk (broadcast)");
     if (in.bias) h5::write_tensor(g, "bias", canonical(*in.bias, Layout::BHSD), in.bias->shape, "B,Hq,Lq,Lk (broadcast)");
     if (in.keep) h5::write_tensor(g, "keep", canonical(*in.keep, Layout::BHSD), in.keep->shape, "B,Hq,Lq,Lk");

@@ -3,6 +3,7 @@
 #include "attncheck/generate.hpp"
 
 #include "attncheck/kv_cache.hpp"
+#include "attncheck/mla.hpp"
 #include "attncheck/mods.hpp"
 
 #include <cmath>
@@ -108,6 +109,13 @@ void page_inputs(const Problem& p, Inputs& in) {
 
 Inputs generate_inputs(const Problem& p, Distribution dist, uint64_t seed) {
   validate(p);
+  if (p.mla) {  // absorbed MLA: the latent cache drawn as keys, v its first Dv columns (mla.hpp)
+    Problem keys = p;
+    keys.mla = false;
+    Inputs in = generate_inputs(keys, dist, seed);
+    tie_latent_values(p, in);
+    return in;
+  }
   if (p.page_size > 0) {  // the contiguous problem's inputs, moved into pages (the same tokens, NaN elsewhere)
     Problem flat = p;
     flat.page_size = flat.num_pages = 0, flat.block_table.clear();

@@ -192,6 +192,31 @@ prop::Case rope_positions_kept(const prop::Case& c, prop::Case d) {
   return d;
 }
 
+// Absorbed MLA (mla.hpp): V read out of the latent cache with its own row length as the stride, or from the
+// cache's last Dv columns (the k_pe side). Each is the reference on the case without the tie, v rebuilt from k as
+// the mistake reads it.
+void mla_hypotheses(Scorer& sc, const prop::Case& c) {
+  const Problem& p = c.p;
+  auto values_from = [&](const char* tag, const char* what, const std::function<double(int64_t, int64_t, int64_t, int64_t)>& read) {
+    sc.variant(tag, what, [&] {
+      prop::Case d = c;
+      d.p.mla = false;
+      for (int64_t b = 0; b < d.in.v.shape[0]; ++b)
+        for (int64_t h = 0; h < d.in.v.shape[1]; ++h)
+          for (int64_t j = 0; j < d.in.v.shape[2]; ++j)
+            for (int64_t e = 0; e < p.Dv; ++e) d.in.v.put(b, h, j, e, read(b, h, j, e));
+      return d;
+    });
+  };
+  values_from("mla-v-stride", "absorbed MLA: V rows stepped by Dv instead of the latent cache's row length Dqk",
+              [&](int64_t b, int64_t h, int64_t j, int64_t e) {
+                const int64_t n = j * p.Dv + e;  // the n-th element of the head's latent rows, read as V's
+                return c.in.k.at(b, h, n / p.Dqk, n % p.Dqk);
+              });
+  values_from("mla-v-columns", "absorbed MLA: V from the latent cache's last Dv columns (the k_pe side)",
+              [&](int64_t b, int64_t h, int64_t j, int64_t e) { return c.in.k.at(b, h, j, p.Dqk - p.Dv + e); });
+}
+
 void rope_hypotheses(Scorer& sc, const prop::Case& c) {
   const Problem& p = c.p;
   const std::vector<double> inv = rope_inv_freq(p);
@@ -273,6 +298,9 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   // scale
   const double d = static_cast<double>(p.Dqk);
   if (!p.scale) sc.variant("scale", "default scale 1/d instead of 1/sqrt(d)", [&] { return with_problem(c, [&](Problem& q) { q.scale = 1.0 / d; }); });
+  else if (p.mla)  // absorbed MLA declares the head dim before absorption; 1/sqrt(Dqk) is the absorbed one's
+    sc.variant("mla-scale-dim", "absorbed MLA: scale 1/sqrt(Dqk) of the absorbed head instead of the declared one",
+               [&] { return with_problem(c, [](Problem& q) { q.scale.reset(); }); });
   else sc.variant("scale", "explicit scale ignored (default 1/sqrt(d) used)", [&] { return with_problem(c, [](Problem& q) { q.scale.reset(); }); });
   if (p.Dv != p.Dqk)
     sc.variant("scale", "scale 1/sqrt(Dv) instead of 1/sqrt(Dqk)", [&] { return with_problem(c, [&](Problem& q) { q.scale = 1.0 / std::sqrt(double(p.Dv)); }); });
@@ -442,6 +470,7 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   // one position off); the partial rotation on the last rotary_dim dims or on all of them; angles rounded to
   // fp16. A wrong rotation of q (or k) is the reference on inputs pre-rotated by the difference, in fp64.
   if (uses_rope(p)) rope_hypotheses(sc, c);
+  if (p.mla && p.Dv < p.Dqk) mla_hypotheses(sc, c);
 
   // layout: out written with the other layout's strides
   if (p.Hq > 1 && p.Lq > 1)

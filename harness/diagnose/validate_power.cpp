@@ -51,10 +51,11 @@ std::vector<ValidationRow> validate_on_power(int per_fault, int max_reruns) {
   std::vector<ValidationRow> rows;
   for (const power::Variant& v : power::fault_variants()) {
     const power::Flavour own = power::flavour_of(v.fault);
-    // The modification, RoPE and quantized-cache faults run in the power grid only: the diagnoser has no hypotheses
-    // for them yet.
+    // The modification, RoPE, quantized-cache and MLA faults run in the power grid only: the diagnoser has no
+    // hypotheses for them yet.
     if (own == power::Flavour::alibi || own == power::Flavour::document || own == power::Flavour::chunk ||
-        own == power::Flavour::rope || own == power::Flavour::kv_cache || own == power::Flavour::topk)
+        own == power::Flavour::rope || own == power::Flavour::kv_cache || own == power::Flavour::topk ||
+        own == power::Flavour::mla)
       continue;
     const auto tag = power_injected_tags().find(v.name);
     ValidationRow row{v.name, tag == power_injected_tags().end() ? "?" : tag->second, 0, 0, {}, {}, {}};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attncheck/kv_cache.hpp"
+#include "attncheck/mla.hpp"
 #include "attncheck/reference.hpp"
 #include "attncheck/rope.hpp"
 #include "attncheck/tolerance.hpp"
@@ -39,7 +40,10 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
     if (f == Flavour::causal) p.causal = true;
     if (f == Flavour::window) p.window_left = 255, p.window_right = 0;
   }
-  if (f == Flavour::alibi || f == Flavour::document || f == Flavour::chunk || f == Flavour::kv_cache) p.causal = true;
+  if (f == Flavour::alibi || f == Flavour::document || f == Flavour::chunk || f == Flavour::kv_cache ||
+      f == Flavour::mla)
+    p.causal = true;
+  if (f == Flavour::mla) p.mla = true, p.scale = 1.0 / std::sqrt(48.0);  // a head of 48 before absorption
   if (f == Flavour::kv_cache) p.kv_scales = KvScales::block, p.kv_dtype = DType::i8, p.kv_block = 16, p.kv_scale_dtype = DType::f16;
   if (f == Flavour::alibi) p.Hq = 2, p.alibi_slopes = {0x1p-6, 0x1p-10};
   if (f == Flavour::document)
@@ -140,6 +144,7 @@ Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed) {
     unrotate(in.q, p.Hq * p.Lq, true);
     unrotate(in.k, p.Lk, false);
   }
+  if (p.mla) tie_latent_values(p, in);  // the scores as planted; v is what the latent cache holds
   return in;
 }
 
@@ -187,11 +192,12 @@ Flavour flavour_of(Fault f) {
       f == Fault::rope_off_by_one || f == Fault::rope_fp16_angles)
     return Flavour::rope;
   if (f == Fault::topk_padding) return Flavour::topk;
+  if (f == Fault::mla_v_stride || f == Fault::mla_v_columns || f == Fault::mla_scale_dim) return Flavour::mla;
   return Flavour::dense;
 }
 
 const char* to_string(Flavour f) {
-  const char* names[kFlavours] = {"dense", "causal", "window", "alibi", "document", "chunk", "rope", "kv-int8-block16", "topk"};
+  const char* names[kFlavours] = {"dense", "causal", "window", "alibi", "document", "chunk", "rope", "kv-int8-block16", "topk", "mla"};
   return names[static_cast<int>(f)];
 }
 const char* to_string(Logits l) {
@@ -253,6 +259,10 @@ std::vector<Variant> fault_variants() {
       make("rope-off-by-one", "RoPE: the query rotated one position ahead", Fault::rope_off_by_one),
       make("rope-fp16-angles", "RoPE angles rounded to fp16", Fault::rope_fp16_angles),
       make("topk-padding", "top-k sparse: a padding slot (-1) read as key 0", Fault::topk_padding),
+      make("mla-v-stride", "absorbed MLA: V rows stepped by Dv instead of the latent cache's row length",
+           Fault::mla_v_stride),
+      make("mla-v-columns", "absorbed MLA: V from the cache's last Dv columns (k_pe side)", Fault::mla_v_columns),
+      make("mla-scale-dim", "absorbed MLA: scale 1/sqrt(Dqk) instead of the declared one", Fault::mla_scale_dim),
   };
 }
 
@@ -260,7 +270,8 @@ Report run_grid(const GridOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<Variant> good = correct_variants(), bad = fault_variants();
   const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal, Flavour::window,   Flavour::alibi, Flavour::document,
-                                       Flavour::chunk,    Flavour::rope,   Flavour::kv_cache, Flavour::topk};
+                                       Flavour::chunk,    Flavour::rope,   Flavour::kv_cache, Flavour::topk,
+                                       Flavour::mla};
   Report rep;
   for (int64_t lk : o.lk)
     for (DType t : o.dtypes)

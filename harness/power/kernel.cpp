@@ -134,9 +134,17 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
     return f;
   };
   std::vector<float> q = load(in.q), k = p.kv_quantized() ? decode(in.k, *in.k_scale) : load(in.k);
-  const std::vector<float> vv = p.kv_quantized() ? decode(in.v, *in.v_scale) : load(in.v);
+  std::vector<float> vv = p.kv_quantized() ? decode(in.v, *in.v_scale) : load(in.v);
+  if (p.mla && (v.fault == Fault::mla_v_stride || v.fault == Fault::mla_v_columns)) {  // V read from the latent cache
+    const std::vector<float> cache = load(in.k);                                       // [Lk, Dqk], as loaded
+    for (int64_t j = 0; j < Lk; ++j)
+      for (int64_t e = 0; e < Dv; ++e)
+        vv[size_t(j * Dv + e)] = v.fault == Fault::mla_v_stride ? cache[size_t(j * Dv + e)] : cache[size_t(j * D + D - Dv + e)];
+  }
   if (uses_rope(p)) rope_rows(v, p, true, p.Hq * Lq, q), rope_rows(v, p, false, Lk, k);
-  const float scale = static_cast<float>(v.fault == Fault::scale_dv ? 1.0 / std::sqrt(double(Dv)) : p.effective_scale());
+  const float scale = static_cast<float>(v.fault == Fault::scale_dv        ? 1.0 / std::sqrt(double(Dv))
+                                         : v.fault == Fault::mla_scale_dim ? 1.0 / std::sqrt(double(D))
+                                                                           : p.effective_scale());
   const float log2e = 1.4426950408889634f;
   // Faults placed once per problem: the middle tile, one random key.
   const int64_t skip_lo = (Lk / 64 / 2) * 64;

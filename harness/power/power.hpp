@@ -31,7 +31,12 @@ enum class Fault : uint8_t {
   rope_interleave, rope_offset_ignored, rope_partial_wrong_half, rope_off_by_one, rope_fp16_angles,
   // Top-k sparse fault, on the topk flavour: a padding slot (-1) of a row's list read as key 0 (an index clamped
   // or used unchecked for the gather).
-  topk_padding
+  topk_padding,
+  // Absorbed MLA faults (mla.hpp), on the mla flavour: V read from the latent cache with its own row length Dv as
+  // the stride instead of the cache's Dqk (a V pointer stepped by the wrong row stride, as ik_llama.cpp PR #2031),
+  // V taken from the cache's last Dv columns (the k_pe side) instead of its first, and the softmax scale from the
+  // absorbed head dim, 1/sqrt(Dqk), instead of the declared one (DeepSeek-V3: 1/sqrt(576) for 1/sqrt(192)).
+  mla_v_stride, mla_v_columns, mla_scale_dim
 };
 
 // How the kernel sums over keys.
@@ -64,8 +69,9 @@ std::vector<Variant> fault_variants();
 // kv_cache: causal over an int8 KV cache with one fp16 scale per 16 head-dim elements of each token (K in 4 blocks,
 // V in 2).
 // topk: causal, each row attending a list of min(Lk/4, 512) slots of keys in [1, diagonal], odd rows ending in padding.
-enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk, rope, kv_cache, topk };
-inline constexpr int kFlavours = 9;
+// mla: causal absorbed MLA, V the first 32 columns of the 64-column latent cache K, scale 1/sqrt(48) declared.
+enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk, rope, kv_cache, topk, mla };
+inline constexpr int kFlavours = 10;
 const char* to_string(Flavour f);
 Flavour flavour_of(Fault f);  // the shape a fault is run on (mask faults need their mask)
 enum class Logits : uint8_t { normal, large, near_one_hot, hazard };

@@ -468,7 +468,7 @@ void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
 // What both CPU implementations declare: everything the problem model has, fp8 included.
 inline Capabilities cpu_capabilities(const char* notes) {
   Capabilities c;
-  c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = c.fp8 = c.kv_quant = true;
+  c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = c.fp8 = c.kv_quant = c.mla = true;
   c.dtypes.insert({DType::e4m3, DType::e5m2});
   for (const ModEntry& m : modifications()) c.mods.insert(m.name);
   c.notes = notes;

@@ -101,6 +101,8 @@ const Field kFields[] = {
      "quantized KV cache: head-dim elements per scale with kv_scales=block (q8_0: 32)"},
     {"kv_scale_dtype", &P::kv_scale_dtype, Stored::if_set, kFrag, "must be fp32, fp16 or bf16",
      [](const P& p) { return kv_scale_type_ok(p.kv_scale_dtype); }, "quantized KV cache: format of the scales"},
+    {"mla", &P::mla, Stored::if_set, kFrag, nullptr, nullptr,
+     "absorbed MLA: v is the first Dv columns of k (one latent cache [c_kv | k_pe]); a fixture stores k alone"},
 };
 
 // ---- text of one value ----
@@ -333,6 +335,10 @@ const Feature kFeatures[] = {
     // Inputs::k_scale/v_scale declare it (no tag, default false), so older plugins and workers never get one.
     ATTNCHECK_FLAG_EXT("kv-quant", "kv_quant", kv_quant, p.kv_quantized(),
                        "quantized KV cache (k/v codes with scales) not supported", 0, "a quantized KV cache"),
+    // Absorbed MLA: no plugin ABI field or worker message says that v is a view of k yet, so only the built-ins
+    // that read Inputs::v (which holds k's first Dv columns) declare it.
+    ATTNCHECK_FLAG_EXT("mla", "mla", mla, p.mla, "absorbed MLA (v the first Dv columns of k) not supported", 0,
+                       "absorbed MLA (a gradient of the one latent cache)"),
     ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),
     ATTNCHECK_FLAG("lse", "lse_out", lse_out, p.want_lse, "lse output not supported"),
 };

@@ -5,6 +5,7 @@
 
 #include "attncheck/problem.hpp"
 #include "attncheck/kv_cache.hpp"
+#include "attncheck/mla.hpp"
 #include "detail.hpp"
 
 namespace attncheck {
@@ -221,6 +222,7 @@ void validate(const Problem& p, const Inputs& in) {
   check("q", in.q, p.dtype, {p.B, p.Hq, p.Lq, p.Dqk});
   check("k", in.k, kv_storage_dtype(p), qkv_shape(p, 1));
   check("v", in.v, kv_storage_dtype(p), qkv_shape(p, 2));
+  check_latent_values(p, in);
   if (p.kv_quantized() != in.k_scale.has_value() || in.k_scale.has_value() != in.v_scale.has_value())
     fail(std::string("k_scale/v_scale: kv_scales=") + to_string(p.kv_scales) + " but the inputs " +
          (in.k_scale ? "have k_scale" : "have no k_scale") + " and " + (in.v_scale ? "v_scale" : "no v_scale"));

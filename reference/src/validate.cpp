@@ -3,6 +3,7 @@
 
 #include "attncheck/features.hpp"
 #include "attncheck/kv_cache.hpp"
+#include "attncheck/mla.hpp"
 #include "attncheck/mods.hpp"
 #include "detail.hpp"
 
@@ -143,6 +144,7 @@ void validate(const Problem& p) {
   validate_modifications(p);
   validate_paged(p);
   validate_kv_cache(p);
+  validate_mla(p);
   if (p.mask_shape) check_bcast("mask", *p.mask_shape);
   if (p.bias_shape) {
     check_bcast("bias", *p.bias_shape);

@@ -158,5 +158,25 @@ TEST(ModelReach, RopeFaultsGetTheirTags) {
   for (const auto& [fault, tag] : expect) EXPECT_GE(diagnosed[fault], 3) << fault << " failed too rarely to diagnose";
 }
 
+// The absorbed-MLA faults of the power grid get their tags (the grid's mla flavour: V the first 32 of 64 columns).
+TEST(ModelReach, MlaFaultsGetTheirTags) {
+  const std::pair<const char*, const char*> expect[] = {
+      {"mla-v-stride", "mla-v-stride"}, {"mla-v-columns", "mla-v-columns"}, {"mla-scale-dim", "mla-scale-dim"}};
+  for (DType t : {DType::f32, DType::bf16})
+    for (power::Logits lg : {power::Logits::normal, power::Logits::near_one_hot}) {
+      const Problem p = power::grid_problem(1024, t, power::Flavour::mla, 8);
+      const Inputs in = power::grid_inputs(p, lg, 20261128);
+      const ReferenceResult ref = reference_attention(p, in);
+      for (const auto& [fault, tag] : expect)
+        for (const power::Variant& v : power::fault_variants()) {
+          if (v.name != fault) continue;
+          const Outputs out = power::run_variant(v, p, in);
+          ASSERT_FALSE(judge(p, ref, out).pass) << fault << " " << to_string(t) << " " << power::to_string(lg);
+          const diagnose::Diagnosis d = diagnose::diagnose({{}, p, in}, ref, out, {});
+          EXPECT_EQ(d.top(), tag) << fault << " " << to_string(t) << " " << power::to_string(lg) << "\n" << lines(d);
+        }
+    }
+}
+
 }  // namespace
 }  // namespace attncheck

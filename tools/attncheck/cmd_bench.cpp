@@ -14,6 +14,7 @@ namespace {
 struct Options {
   std::string impl, shape, dtype = "fp32", pass = "forward", kv_cache;
   int threads = 0, reps = 5, warmup = 1, num_splits = 0;
+  int64_t mla_dv = 0;
   bool causal = false, json = false;
   std::vector<std::string> plugins;
 } g;
@@ -26,6 +27,8 @@ int run_bench() {
   if (c.dtype == DType::u8) throw std::invalid_argument("--dtype: must be fp64, fp32, fp16 or bf16, got u8");
   c.causal = g.causal;
   c.kv_cache = g.kv_cache;
+  if (g.mla_dv < 0) throw std::invalid_argument("--mla: must be >= 1 (V's columns of the latent), got " + std::to_string(g.mla_dv));
+  c.mla_dv = g.mla_dv;
   c.num_splits = g.num_splits;  // checked against the implementation's declared schedule knobs
   if (g.pass != "forward" && g.pass != "backward")
     throw std::invalid_argument("--pass: must be forward or backward, got '" + g.pass + "'");
@@ -51,9 +54,10 @@ int run_bench() {
   }
   const auto& s = c.shape;
   const std::string splits = c.num_splits > 0 ? " num_splits=" + std::to_string(c.num_splits) : "";
-  std::printf("%s %s%s%s B=%lld H=%lld Lq=%lld Lk=%lld D=%lld%s%s threads=%d (isa %s)\n", impl->name().c_str(),
+  const std::string mla = c.mla_dv > 0 ? " mla Dv=" + std::to_string(c.mla_dv) : "";
+  std::printf("%s %s%s%s B=%lld H=%lld Lq=%lld Lk=%lld D=%lld%s%s%s threads=%d (isa %s)\n", impl->name().c_str(),
               to_string(c.dtype), c.kv_cache.empty() ? "" : " kv-cache ", c.kv_cache.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H),
-              static_cast<long long>(s.Lq), static_cast<long long>(s.Lk), static_cast<long long>(s.D),
+              static_cast<long long>(s.Lq), static_cast<long long>(s.Lk), static_cast<long long>(s.D), mla.c_str(),
               c.causal ? " causal" : "", splits.c_str(), c.threads, bench::isa().c_str());
   std::printf("  median %.4f s over %d reps: %.1f GFLOP/s; same-run SGEMM (n=%lld) %.1f GFLOP/s; ratio %.3f\n",
               r.seconds, c.reps, r.gflops, static_cast<long long>(r.sgemm_n), r.sgemm_gflops, r.ratio_to_sgemm);
@@ -89,6 +93,9 @@ const Register reg{
        sub.add_option("--kv-cache", g.kv_cache,
                       "Quantized KV cache <int8|fp8_e4m3|fp8_e5m2>:<tensor|head|token|blockG> (e.g. int8:block32, "
                       "fp16 block scales; the same values as the plain cache's, quantised)");
+       sub.add_option("--mla", g.mla_dv,
+                      "Absorbed MLA: one latent KV head of D columns (keys), its first DV columns the values "
+                      "(DeepSeek-V3: --shape 1,128,1,32768,576 --mla 512)");
        sub.add_option("--num-splits", g.num_splits,
                       "Split-KV: run under a schedule forcing this many key parts (the num_splits knob, "
                       "docs/invariance.md#schedule; 0 = the implementation's choice; refused by one that does not "
@@ -96,7 +103,7 @@ const Register reg{
        sub.add_option("--pass", g.pass, "forward or backward (dq, dk, dv after one forward; FLOPs 2.5x forward)")
            ->capture_default_str();
        sub.add_flag("--json", g.json,
-                    "One JSON object: impl, shape, dtype, causal, num_splits, threads, reps, seconds, gflops, sgemm_gflops, "
+                    "One JSON object: impl, shape, dtype, causal, mla_dv, num_splits, threads, reps, seconds, gflops, sgemm_gflops, "
                     "sgemm_n, ratio_to_sgemm, fma_peak_gflops, fraction_of_peak, peak_extra_rss_bytes, peak_extra_rss_mib, cpu_seconds, "
                     "cpu_ratio_to_sgemm, isa (the SIMD target used; ATTNCHECK_ISA forces one), pass, forward_seconds, "
                     "bytes (least the pass moves), gbytes_per_s, stream_gbytes_per_s (same-run read bandwidth), "

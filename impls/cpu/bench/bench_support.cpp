@@ -6,6 +6,7 @@
 #include "attncheck/device_time.hpp"
 #include "attncheck/declarations.hpp"
 #include "attncheck/kv_cache.hpp"
+#include "attncheck/mla.hpp"
 #include "attncheck/schedule.hpp"
 #include "attncheck/threads.hpp"
 #include "simd.hpp"
@@ -54,8 +55,8 @@ Shape parse_shape(const std::string& s) {
 
 double attention_flops(const Config& c) {
   const Shape& s = c.shape;
-  const double f = 4.0 * static_cast<double>(s.B * s.H) * static_cast<double>(s.Lq) * static_cast<double>(s.Lk) *
-                   static_cast<double>(s.D);
+  const double f = 2.0 * static_cast<double>(s.B * s.H) * static_cast<double>(s.Lq) * static_cast<double>(s.Lk) *
+                   static_cast<double>(s.D + (c.mla_dv > 0 ? c.mla_dv : s.D));
   return (c.causal ? f / 2 : f) * (c.backward ? 2.5 : 1.0);
 }
 
@@ -206,6 +207,7 @@ Result run(const Impl& impl, const Config& c) {
   p.dtype = c.dtype;
   p.causal = c.causal;
   p.want_lse = p.want_lse || c.backward;  // a flash backward recomputes P from the saved lse
+  if (c.mla_dv > 0) p.Hkv = 1, p.Dv = c.mla_dv, p.mla = true;
   const Problem plain = p;
   if (!c.kv_cache.empty()) {
     const size_t colon = c.kv_cache.find(':');
@@ -231,6 +233,7 @@ Result run(const Impl& impl, const Config& c) {
       t->set_offset(n, static_cast<double>(state >> 11) * 0x1.0p-52 - 1.0);  // signed, in [-1, 1)
     }
   if (p.kv_quantized()) quantize_kv(p, in);
+  if (p.mla) tie_latent_values(p, in);
   Outputs out = make_outputs(p);
   // The backward's operands: dout like the inputs, the forward's outputs (with lse) computed once, the gradients.
   Tensor dout = make_dout(p);
@@ -280,7 +283,7 @@ Result run(const Impl& impl, const Config& c) {
   r.cpu_ratio_to_sgemm = (flops / r.cpu_seconds) / (gemm_flops / sg_cpu);
   const double size = static_cast<double>(dtype_size(c.dtype));
   const double q_o = static_cast<double>(in.q.numel() + out.out.numel());
-  const double k_v = static_cast<double>(in.k.numel() + in.v.numel());
+  const double k_v = static_cast<double>(in.k.numel() + (p.mla ? 0 : in.v.numel()));  // MLA: V is K's memory
   const double kv_size = static_cast<double>(dtype_size(in.k.dtype));  // a quantized cache: its 1-byte codes
   const double scales = in.k_scale ? static_cast<double>((in.k_scale->numel() + in.v_scale->numel()) * int64_t(dtype_size(in.k_scale->dtype))) : 0.0;
   r.bytes = (size * q_o + kv_size * k_v + scales) * (c.backward ? 2.0 : 1.0);  // backward: dO and dQ like Q and O, dK dV like K V
@@ -297,7 +300,7 @@ std::string to_json(const std::string& impl, const Config& c, const Result& r) {
   const Shape& s = c.shape;
   char buf[2048];
   std::snprintf(buf, sizeof buf,
-                "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, \"num_splits\": %d, "
+                "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, \"mla_dv\": %lld, \"num_splits\": %d, "
                 "\"threads\": %d, \"reps\": %d, \"seconds\": %.6g, \"gflops\": %.4g, \"sgemm_gflops\": %.4g, "
                 "\"sgemm_n\": %lld, \"ratio_to_sgemm\": %.4g, \"fma_peak_gflops\": %.4g, \"fraction_of_peak\": %.4g, \"peak_extra_rss_bytes\": %.0f, "
                 "\"peak_extra_rss_mib\": %.2f, \"cpu_seconds\": %.6g, \"cpu_ratio_to_sgemm\": %.4g, \"isa\": \"%s\", "
@@ -306,7 +309,7 @@ std::string to_json(const std::string& impl, const Config& c, const Result& r) {
                 "\"device_seconds\": %.6g, \"device_gflops\": %.6g, \"device_note\": \"%s\"}",
                 impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.Lq),
                 static_cast<long long>(s.Lk), static_cast<long long>(s.D), to_string(c.dtype),
-                c.causal ? "true" : "false", c.num_splits, c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
+                c.causal ? "true" : "false", static_cast<long long>(c.mla_dv), c.num_splits, c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
                 static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm, r.fma_peak_gflops, r.fraction_of_peak, r.extra_rss_bytes,
                 r.extra_rss_bytes / (1024.0 * 1024.0), r.cpu_seconds, r.cpu_ratio_to_sgemm, isa().c_str(),
                 c.backward ? "backward" : "forward", c.backward ? r.forward_seconds : r.seconds, r.bytes, r.gbytes_per_s,

@@ -29,9 +29,12 @@ struct Config {
   // in dtype. The same values as the plain cache's, quantised.
   std::string kv_cache;
   int num_splits = 0;  // the schedule's num_splits (attncheck/schedule.hpp): a forced split-KV count; 0 = its choice
+  // Absorbed MLA (mla.hpp): one latent KV head of D columns read as keys, its first mla_dv columns as values
+  // (DeepSeek: D 576, mla_dv 512); 0 = off.
+  int64_t mla_dv = 0;
 };
 
-// Attention FLOPs: 4·B·H·Lq·Lk·D (two GEMMs); causal counts half; the backward 2.5 times that (FlashAttention's
+// Attention FLOPs: 4·B·H·Lq·Lk·D (two GEMMs; with MLA 2·B·H·Lq·Lk·(D + mla_dv)); causal counts half; the backward 2.5 times that (FlashAttention's
 // convention: five GEMMs against the forward's two).
 double attention_flops(const Config& c);
 

@@ -180,6 +180,11 @@ struct Problem {
   int64_t kv_block = 32;              // head-dim elements per scale with kv_scales=block
   DType kv_scale_dtype = DType::f32;  // the scales' format (q8_0: fp16)
   bool kv_quantized() const { return kv_scales != KvScales::none; }
+  // Absorbed multi-head latent attention (DeepSeek MLA; FlashMLA, FlashInfer's MLA, vLLM): K is one latent cache
+  // [c_kv | k_pe] per token and V is its first Dv columns (c_kv), the same memory read twice. Inputs::v holds those
+  // columns (reference/src/mla.cpp), a fixture stores K alone; the scale is the problem's `scale` (DeepSeek-V3:
+  // 1/sqrt(192), the head dim before absorption, not 1/sqrt(Dqk = 576)). docs/problem-model.md "Absorbed MLA".
+  bool mla = false;
   // Score and mask modifications (the library: reference/src/mods_library.cpp; docs/problem-model.md
   // "Modifications"). Each is off at its default. Query i of batch b sits at key position i + diagonal_offset(b).
   std::vector<double> alibi_slopes;     // ALiBi: [Hq] or [B, Hq] (fp32 values): score -= slope * |pos - j|
