@@ -220,6 +220,60 @@ TEST(QkNorm, CpuImplsMatchReferenceAndFailWithoutNorm) {
   });
 }
 
+// QK-norm as transformers' Qwen3RMSNorm computes it, written out here: the mean of squares and the reciprocal square
+// root in fp32, the normalised vector rounded to the dtype, then times the weight (rounded again); `fault` changes
+// one thing. The result feeds cpu as the q and k of the problem without QK-norm (its RoPE, if any, still applies).
+enum class NormFault { none, eps_ignored, eps_outside_sqrt, weights_swapped };
+Inputs fp32_normed(const Problem& p, const Inputs& in, NormFault fault) {
+  Inputs out = in;
+  const float eps = static_cast<float>(p.qk_norm_eps);
+  for (int which : {0, 1}) {
+    Tensor& t = which == 0 ? out.q : out.k;
+    const std::vector<double>& w = (which == 0) != (fault == NormFault::weights_swapped) ? p.q_norm_weight : p.k_norm_weight;
+    for (int64_t b = 0; b < t.shape[0]; ++b)
+      for (int64_t h = 0; h < t.shape[1]; ++h)
+        for (int64_t i = 0; i < t.shape[2]; ++i) {
+          float ss = 0;
+          for (int64_t d = 0; d < p.Dqk; ++d) ss += static_cast<float>(t.at(b, h, i, d)) * static_cast<float>(t.at(b, h, i, d));
+          const float mean = ss / static_cast<float>(p.Dqk);
+          const float r = fault == NormFault::eps_ignored        ? 1.0f / std::sqrt(mean)
+                          : fault == NormFault::eps_outside_sqrt ? 1.0f / (std::sqrt(mean) + eps)
+                                                                 : 1.0f / std::sqrt(mean + eps);
+          for (int64_t d = 0; d < p.Dqk; ++d) {
+            const double y = round_to(p.dtype, static_cast<float>(t.at(b, h, i, d)) * r);
+            t.put(b, h, i, d, static_cast<float>(w[size_t(d)]) * static_cast<float>(y));  // put rounds to the dtype
+          }
+        }
+  }
+  return out;
+}
+
+TEST(QkNorm, Fp32NormKernelPassesAndItsFaultsFail) {
+  // Vectors with mean(x^2) near eps (inputs times 2^-10, eps 1e-6), where eps changes the norm by ~1.4x: a kernel
+  // that drops eps or adds it outside the square root fails, and so does one that uses k's weights for q under RoPE
+  // (without RoPE a score sees only w_q[d] * w_k[d], so swapped weights are the same problem). With mean(x^2) ~ 1
+  // the eps faults move the norm by ~5e-7 and no bound could see them (not asserted).
+  int checked = 0;
+  for (Problem p : qk_norm_problems()) {
+    Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 12);
+    for (Tensor* t : {&in.q, &in.k})
+      for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, std::ldexp(t->get_offset(n), -10));
+    const ReferenceResult expected = reference_attention(p, in);
+    Problem plain = p;
+    plain.q_norm_weight.clear(), plain.k_norm_weight.clear();
+    for (NormFault f : {NormFault::none, NormFault::eps_ignored, NormFault::eps_outside_sqrt, NormFault::weights_swapped}) {
+      Outputs o;
+      ASSERT_TRUE(run_impl(*find_impl("cpu"), plain, fp32_normed(p, in, f), o).ok);
+      const Verdict v = judge(p, expected, o);
+      if (f == NormFault::none || (f == NormFault::weights_swapped && !uses_rope(p)))
+        EXPECT_TRUE(v.pass) << p.name() << " fault " << int(f) << ": " << v.worst().describe();
+      else EXPECT_FALSE(v.pass) << p.name() << " fault " << int(f);
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6);
+}
+
 TEST(QkNorm, UndeclaredIsUnsupportedAndNamesRoundTrip) {
   const Problem p = qk_norm_problems()[1];
   Capabilities c;
