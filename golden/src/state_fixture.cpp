@@ -27,10 +27,20 @@ std::vector<int64_t> stored_stat_dims(const MergeProblem& p, bool stacked) {
 std::string stat_dim_names(const MergeProblem& p, bool stacked) {
   return std::string(stacked ? "N," : "") + (p.conv.layout == StatLayout::blh ? "B,L,H" : "B,H,L");
 }
+// O in its declared memory order: [N,]B,H,L,D or, token-major, [N,]B,L,H,D.
+std::vector<int64_t> stored_o_dims(const MergeProblem& p, bool stacked) {
+  const bool blhd = p.conv.o_layout == OutLayout::blhd;
+  std::vector<int64_t> d = blhd ? std::vector<int64_t>{p.B, p.L, p.H, p.D} : std::vector<int64_t>{p.B, p.H, p.L, p.D};
+  if (stacked) d.insert(d.begin(), p.N);
+  return d;
+}
+std::string o_dim_names(const MergeProblem& p, bool stacked) {
+  return std::string(stacked ? "N," : "") + (p.conv.o_layout == OutLayout::blhd ? "B,L,H,D" : "B,H,L,D");
+}
 
 // The expected merged state in the stored conventions, in fp64: o (normalised O or unnormalised u) and the stats.
 struct ExpectedStored {
-  std::vector<double> o, s1, s2;  // s1: lse (or max), s2: sum; stats in the declared memory order
+  std::vector<double> o, s1, s2;  // s1: lse (or max), s2: sum; each in its declared memory order
 };
 ExpectedStored expected_stored(const MergeProblem& p, const StoredStates& in, const State& m) {
   const std::vector<double> mx = merged_exponent(p, in);  // unnormalised: the stored max, exact
@@ -48,7 +58,10 @@ ExpectedStored expected_stored(const MergeProblem& p, const StoredStates& in, co
     const bool norm = p.conv.form == StateForm::normalised;
     e.s1[at] = m.empty(r) ? sentinel : norm ? k * m.lse(r) : mx[static_cast<size_t>(r)];
     if (!norm) e.s2[at] = m.l[r];
-    for (int64_t d = 0; d < p.D; ++d) e.o[static_cast<size_t>(r * p.D + d)] = norm ? m.out(r, d) : m.u[r * p.D + d];
+    for (int64_t d = 0; d < p.D; ++d) {
+      const int64_t od[4] = {idx[0], idx[1], idx[2], d};
+      e.o[static_cast<size_t>(wide.o.offset(od))] = norm ? m.out(r, d) : m.u[r * p.D + d];
+    }
   }
   return e;
 }
@@ -136,14 +149,14 @@ std::string merge_fixture_image(const std::string& path, const MergeFixture& f) 
   const bool norm = p.conv.form == StateForm::normalised;
   {
     h5::Id g = h5::create_group(file, "inputs");
-    h5::write_tensor(g, "o", f.inputs.o, {p.N, p.B, p.H, p.L, p.D}, "N,B,H,L,D");
+    h5::write_tensor(g, "o", f.inputs.o, stored_o_dims(p, true), o_dim_names(p, true));
     const std::vector<int64_t> sd = stored_stat_dims(p, true);
     if (norm) h5::write_tensor(g, "lse", *f.inputs.lse, sd, stat_dim_names(p, true));
     else h5::write_tensor(g, "max", *f.inputs.max, sd, stat_dim_names(p, true)), h5::write_tensor(g, "sum", *f.inputs.sum, sd, stat_dim_names(p, true));
   }
   {
     h5::Id g = h5::create_group(file, "expected");
-    h5::write_doubles(g, "o", e.o, {p.B, p.H, p.L, p.D}, "B,H,L,D");
+    h5::write_doubles(g, "o", e.o, stored_o_dims(p, false), o_dim_names(p, false));
     const std::vector<int64_t> sd = stored_stat_dims(p, false);
     h5::write_doubles(g, norm ? "lse" : "max", e.s1, sd, stat_dim_names(p, false));
     if (!norm) h5::write_doubles(g, "sum", e.s2, sd, stat_dim_names(p, false));
@@ -182,7 +195,7 @@ MergeFixture read_merge_fixture(const std::string& path) {
       f.description = r.attr_str(file, "/", "description");
       StoredStates in = make_merge_inputs(p);
       const std::vector<int64_t> sd = stored_stat_dims(p, true);
-      in.o = read_tensor(r, file, "/inputs/o", in.o, {p.N, p.B, p.H, p.L, p.D});
+      in.o = read_tensor(r, file, "/inputs/o", in.o, stored_o_dims(p, true));
       const bool norm = p.conv.form == StateForm::normalised;
       if (norm) in.lse = read_tensor(r, file, "/inputs/lse", *in.lse, sd);
       else in.max = read_tensor(r, file, "/inputs/max", *in.max, sd), in.sum = read_tensor(r, file, "/inputs/sum", *in.sum, sd);
@@ -197,7 +210,7 @@ MergeFixture read_merge_fixture(const std::string& path) {
             r.fail(std::string("/expected/") + name, "element " + std::to_string(i) + " is " + std::to_string(got[i]) +
                                                          ", the reference merge of /inputs gives " + std::to_string(want[i]));
       };
-      agree("o", e.o, {p.B, p.H, p.L, p.D});
+      agree("o", e.o, stored_o_dims(p, false));
       agree(norm ? "lse" : "max", e.s1, od);
       if (!norm) agree("sum", e.s2, od);
       return f;

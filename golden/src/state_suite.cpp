@@ -43,6 +43,7 @@ std::string conv_code(const StateConventions& c) {
   s += c.empty_lse == EmptyLse::neg_inf ? "-ninf" : c.empty_lse == EmptyLse::pos_inf ? "-pinf" : "-finite";
   s += c.empty_out == EmptyOut::zero ? "-zero" : "-undef";
   s += c.layout == StatLayout::bhl ? "-bhl" : "-blh";
+  if (c.o_layout == OutLayout::blhd) s += "-oblhd";
   return s;
 }
 
@@ -120,6 +121,45 @@ MergeFixture build_one(const std::string& file, const std::string& where, const 
       states.push_back(partial_state(s, q, k, v, begin, end));
     }
     p.N = static_cast<int64_t>(states.size()), p.B = s.B, p.H = s.Hq, p.L = s.Lq, p.D = s.D;
+  } else if (f.source == "varlen") {
+    // Packed sequences of unequal lengths (varlen): sequence q has seqlens[q] query tokens and its own keys, cut at
+    // cuts_per_seq[q] (bottom-right causal within the sequence when `causal`). The merge problem has one batch row
+    // whose L rows are the total tokens, so [B,L,H] stats are [total_tokens, H] and [B,L,H,D] outputs [T, H, D].
+    const std::vector<int64_t> lens = ints(c.value("seqlens", json()), "seqlens");
+    std::vector<std::vector<int64_t>> cuts;
+    for (const auto& v : c.value("cuts_per_seq", json::array())) cuts.push_back(ints(v, "cuts_per_seq"));
+    if (lens.empty() || cuts.size() != lens.size())
+      fail(file, where, "fields 'seqlens', 'cuts_per_seq': one list of key boundaries per sequence");
+    PartialSpec s;
+    s.B = 1, s.Hq = num("Hq"), s.Hkv = num("Hkv"), s.D = num("D"), s.causal = c.contains("causal") && c["causal"].get<bool>();
+    s.scale = c.contains("scale") ? c["scale"].get<double>() : 1.0 / std::sqrt(static_cast<double>(s.D));
+    int64_t T = 0;
+    for (size_t q = 0; q < lens.size(); ++q) {
+      const auto& v = cuts[q];
+      if (lens[q] < 1) fail(file, where, "field 'seqlens': every sequence needs at least one token");
+      if (v.size() != cuts[0].size() || v.size() < 2 || v[0] != 0 || v.back() < 1)
+        fail(file, where, "cuts_per_seq: the same number (>= 2) of boundaries per sequence, from 0, at least one key");
+      for (size_t k = 0; k + 1 < v.size(); ++k)
+        if (v[k] > v[k + 1]) fail(file, where, "cuts_per_seq: boundaries must not decrease");
+      T += lens[q];
+    }
+    states.assign(cuts[0].size() - 1, empty_state(1, s.Hq, T, s.D));
+    for (size_t q = 0, t0 = 0; q < lens.size(); t0 += static_cast<size_t>(lens[q]), ++q) {
+      s.Lq = lens[q], s.Lk = cuts[q].back();
+      const Tensor qt = drawn(p.dtype, {1, s.Hq, s.Lq, s.D}, rng);
+      const Tensor k = drawn(p.dtype, {1, s.Hkv, s.Lk, s.D}, rng), v = drawn(p.dtype, {1, s.Hkv, s.Lk, s.D}, rng);
+      for (size_t r = 0; r < states.size(); ++r) {
+        const State part = partial_state(s, qt, k, v, {cuts[q][r]}, {cuts[q][r + 1]});
+        for (int64_t h = 0; h < s.Hq; ++h)
+          for (int64_t i = 0; i < s.Lq; ++i) {  // row (h, i) of the sequence is row (h, t0 + i) of the packed state
+            const int64_t from = h * s.Lq + i, to = h * T + static_cast<int64_t>(t0) + i;
+            State& dst = states[r];
+            dst.m[static_cast<size_t>(to)] = part.m[static_cast<size_t>(from)], dst.l[static_cast<size_t>(to)] = part.l[static_cast<size_t>(from)];
+            for (int64_t d = 0; d < s.D; ++d) dst.u[static_cast<size_t>(to * s.D + d)] = part.u[static_cast<size_t>(from * s.D + d)];
+          }
+      }
+    }
+    p.N = static_cast<int64_t>(states.size()), p.B = 1, p.H = s.Hq, p.L = T, p.D = s.D;
   } else if (f.source == "states") {  // drawn directly: O in [-1, 1), lse = offset[n] + spread·normal
     p.N = num("N"), p.B = num("B"), p.H = num("H"), p.L = num("L"), p.D = num("D");
     const std::vector<double> offsets = c.contains("lse_offsets") ? c["lse_offsets"].get<std::vector<double>>() : std::vector<double>{0.0};
@@ -144,7 +184,7 @@ MergeFixture build_one(const std::string& file, const std::string& where, const 
       states.push_back(std::move(s));
     }
   } else {
-    fail(file, where, "field 'source': expected split, cascade, chunked or states, got '" + f.source + "'");
+    fail(file, where, "field 'source': expected split, cascade, chunked, varlen or states, got '" + f.source + "'");
   }
   const std::string tag = str("tag", f.source);
   p.name = "merge/" + std::string(to_string(p.dtype)) + "/N" + std::to_string(p.N) + "-B" + std::to_string(p.B) + "-H" +

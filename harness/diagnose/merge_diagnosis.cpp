@@ -4,14 +4,18 @@
 //   empty-state-nan     empty states weighted 0 but their O still multiplied in (0·NaN), and 0/0 for all-empty rows
 //   lse-sentinel        the declared empty lse (+inf, a finite sentinel) taken as a real lse, or the empty merged
 //                       row's lse written as X + log(0) instead of the sentinel
-//   lse-layout          lse read and written as if the other layout ([B,H,L] for a declared [B,L,H], or back)
+//   lse-layout          lse read and written as if the other layout ([B,H,L] for a declared [B,L,H], or back), or O
+//                       ([B,H,L,D] for a declared [B,L,H,D]): either puts the stats and O of different rows together
 //   merge-unnormalised  normalised O summed without dividing by the weights' sum; unnormalised sums taken as 1
 //   split-boundary      one state (a split) dropped, or counted twice
 //   lse-base            weights and lse in base e for base-2 states (or base 2 for base-e ones)
+//   out-scale           an fp8 output's scale ignored (O stored unscaled) or applied the wrong way (O·scale stored)
 #include "merge_diagnosis.hpp"
 
 #include <cmath>
 #include <limits>
+
+#include "attncheck/kv_cache.hpp"
 
 namespace attncheck {
 
@@ -22,6 +26,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct Model {
   std::string tag, what;
   bool literal_sentinel = false, leak = false, swap_layout = false, no_division = false, wrong_base = false;
+  bool swap_o = false;  // O's other layout, its strides ignored
+  int scale_power = -1;  // an fp8 output stores O·scale^scale_power: -1 as declared, 0 scale ignored, 1 inverted
   int64_t drop = -1, twice = -1;
   bool log_of_zero = false;  // the empty merged row's lse written as X + log(0) = -inf instead of the sentinel
 };
@@ -36,12 +42,18 @@ int64_t flat(const MergeProblem& p, int64_t r, bool blh) {
   return blh ? (b * p.L + i) * p.H + h : (b * p.H + h) * p.L + i;
 }
 
+// Element offset of (b, h, i, d) in an O stored contiguously as [B,H,L,D] or, token-major, [B,L,H,D].
+int64_t o_flat(const MergeProblem& p, int64_t b, int64_t h, int64_t i, int64_t d, bool tokens) {
+  return (tokens ? (b * p.L + i) * p.H + h : (b * p.H + h) * p.L + i) * p.D + d;
+}
+
 Merged run_model(const MergeProblem& p, const StoredStates& in, const Model& m) {
   const bool norm = p.conv.form == StateForm::normalised, blh = p.conv.layout == StatLayout::blh;
   const double ln_b = (p.conv.base == LseBase::two) != m.wrong_base ? std::log(2.0) : 1.0;  // the base it uses
   const double sentinel = empty_stat_value(p.conv);
   const Tensor& xs = norm ? *in.lse : *in.max;
   const int64_t rows = p.B * p.H * p.L;
+  const bool tokens = p.conv.o_layout == OutLayout::blhd;
   // Slot of row r the kernel reads and writes: the declared layout's, or the other one's.
   auto slot = [&](int64_t r) { return flat(p, r, m.swap_layout ? !blh : blh); };
   std::vector<double> o(static_cast<size_t>(rows * p.D)), s1(static_cast<size_t>(rows)), s2(static_cast<size_t>(rows));
@@ -68,8 +80,10 @@ Merged run_model(const MergeProblem& p, const StoredStates& in, const Model& m) 
       const double wk = std::exp((x[k] - X) * ln_b);  // NaN when X is -inf or +inf: what a kernel gets
       S += wk * l[k];
       for (int64_t d = 0; d < p.D; ++d) {
-        const int64_t at[5] = {who[k], r / (p.H * p.L), (r / p.L) % p.H, r % p.L, d};
-        acc[static_cast<size_t>(d)] += wk * in.o.get(at);
+        const int64_t b = r / (p.H * p.L), h = (r / p.L) % p.H, i = r % p.L;
+        const int64_t at[5] = {who[k], b, h, i, d};
+        acc[static_cast<size_t>(d)] += wk * (m.swap_o ? in.o.get_offset(who[k] * rows * p.D + o_flat(p, b, h, i, d, !tokens))
+                                                      : in.o.get(at));
       }
     }
     const bool none = x.empty();
@@ -79,6 +93,15 @@ Merged run_model(const MergeProblem& p, const StoredStates& in, const Model& m) 
     s2[static_cast<size_t>(slot(r))] = none ? 0 : S;
     for (int64_t d = 0; d < p.D; ++d)
       o[static_cast<size_t>(r * p.D + d)] = none ? 0 : (norm && !m.no_division) ? acc[static_cast<size_t>(d)] / S : acc[static_cast<size_t>(d)];
+  }
+  if (m.swap_o) {  // written at the other layout's offsets; the judge reads the declared layout's
+    std::vector<double> mem(o.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < p.D; ++d)
+        mem[static_cast<size_t>(o_flat(p, r / (p.H * p.L), (r / p.L) % p.H, r % p.L, d, !tokens))] = o[static_cast<size_t>(r * p.D + d)];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < p.D; ++d)
+        o[static_cast<size_t>(r * p.D + d)] = mem[static_cast<size_t>(o_flat(p, r / (p.H * p.L), (r / p.L) % p.H, r % p.L, d, tokens))];
   }
   Merged out{o, std::vector<double>(static_cast<size_t>(rows)), std::vector<double>(static_cast<size_t>(rows))};
   for (int64_t r = 0; r < rows; ++r)  // what the judge reads at row r: the slot its declared layout names
@@ -103,6 +126,10 @@ std::vector<Model> models(const MergeProblem& p) {
   ms.back().log_of_zero = true;
   ms.push_back({"lse-layout", "lse read and written in the other layout ([B,H,L] <-> [B,L,H])"});
   ms.back().swap_layout = true;
+  if (p.conv.o_layout == OutLayout::blhd) {  // only a token-major O has another layout to be mistaken for
+    ms.push_back({"lse-layout", "O read and written as [B,H,L,D] while declared [B,L,H,D], its strides ignored"});
+    ms.back().swap_o = true;
+  }
   ms.push_back({"merge-unnormalised", p.conv.form == StateForm::normalised ? "O not divided by the sum of the weights"
                                                                         : "the states' sums taken as 1"});
   ms.back().no_division = true;
@@ -114,6 +141,12 @@ std::vector<Model> models(const MergeProblem& p) {
   }
   ms.push_back({"lse-base", "weights and lse in the other base (e vs 2)"});
   ms.back().wrong_base = true;
+  if (p.conv.out_dtype) {
+    ms.push_back({"out-scale", "the fp8 output's scale ignored (O stored unscaled)"});
+    ms.back().scale_power = 0;
+    ms.push_back({"out-scale", "the fp8 output multiplied by its scale instead of divided"});
+    ms.back().scale_power = 1;
+  }
   return ms;
 }
 
@@ -121,7 +154,7 @@ std::vector<Model> models(const MergeProblem& p) {
 
 const std::vector<std::string>& merge_tags() {
   static const std::vector<std::string> t = {"empty-state-nan", "lse-sentinel", "lse-layout", "merge-unnormalised",
-                                             "split-boundary", "lse-base"};
+                                             "split-boundary", "lse-base", "out-scale"};
   return t;
 }
 
@@ -135,7 +168,12 @@ MergeDiagnosis diagnose_merge(const MergeProblem& p, const StoredStates& in, con
   const std::vector<double> s1 = (norm ? *out.lse : *out.max).to_double();
   const std::vector<double> s2 = norm ? std::vector<double>() : out.sum->to_double();
   for (const Model& m : models(p)) {
-    const Merged want = run_model(p, in, m);
+    Merged want = run_model(p, in, m);
+    if (const auto& t = p.conv.out_dtype)  // the model's O as an fp8 output stores it, in the candidate's frame
+      for (double& x : want.o) {
+        const double top = kv_code_max(*t), y = x * std::pow(p.conv.out_scale, m.scale_power);
+        x = round_to(*t, y > top ? top : y < -top ? -top : y);
+      }
     int64_t n = 0, hit = 0;
     for (int64_t r : v.bad_rows) {
       auto count = [&](double got, double w) { ++n, hit += close(got, w); };

@@ -5,10 +5,13 @@
 
 #include <cmath>
 
+#include "attncheck/kv_cache.hpp"
+
 namespace attncheck::power {
 
 namespace {
-enum Fault { none = 0, reverse, via_nats, skip_empty_check, literal_sentinel, contiguous_lse, no_normalise, drop_last, base_e };
+enum Fault { none = 0, reverse, via_nats, skip_empty_check, literal_sentinel, contiguous_lse, no_normalise, drop_last, base_e,
+             contiguous_o, scale_ignored };
 }
 
 const std::vector<MergeVariant>& merge_variants() {
@@ -19,9 +22,11 @@ const std::vector<MergeVariant>& merge_variants() {
       {"nan-from-empty-state", "empty-state-nan", skip_empty_check},
       {"sentinel-as-lse", "lse-sentinel", literal_sentinel},
       {"lse-contiguous-bhl", "lse-layout", contiguous_lse},
+      {"o-contiguous-bhld", "lse-layout", contiguous_o},
       {"no-normalisation", "merge-unnormalised", no_normalise},
       {"last-split-dropped", "split-boundary", drop_last},
       {"base-e-always", "lse-base", base_e},
+      {"fp8-scale-ignored", "out-scale", scale_ignored},
   };
   return v;
 }
@@ -69,8 +74,9 @@ void run_merge_variant(const MergeVariant& v, const MergeProblem& p, const Store
       const float l = norm ? 1.f : static_cast<float>(in.sum->get_offset(off(*in.sum, n)));
       S += w * l;
       for (int64_t d = 0; d < p.D; ++d) {
-        const int64_t at[5] = {n, b, h, i, d};
-        acc[static_cast<size_t>(d)] += w * static_cast<float>(in.o.get(at));
+        const int64_t at[5] = {n, b, h, i, d};  // the O layout bug: as contiguous [N,B,H,L,D], the strides ignored
+        const double o = f == contiguous_o ? in.o.get_offset((n * rows + r) * p.D + d) : in.o.get(at);
+        acc[static_cast<size_t>(d)] += w * static_cast<float>(o);
       }
     }
     const bool naive = f == skip_empty_check || f == literal_sentinel;  // no special case for an all-empty row
@@ -84,7 +90,14 @@ void run_merge_variant(const MergeVariant& v, const MergeProblem& p, const Store
     for (int64_t d = 0; d < p.D; ++d) {
       const int64_t at[4] = {b, h, i, d};
       const float o = acc[static_cast<size_t>(d)];
-      out.o.set(at, !(any || naive) ? 0.f : norm && f != no_normalise ? o / S : o);
+      double x = !(any || naive) ? 0.f : norm && f != no_normalise ? o / S : o;
+      if (p.conv.out_dtype) {  // fp8: O / scale (the mistake: the scale ignored), saturated at the format's largest value
+        const double top = kv_code_max(*p.conv.out_dtype);
+        if (f != scale_ignored) x /= p.conv.out_scale;
+        x = x > top ? top : x < -top ? -top : x;
+      }
+      if (f == contiguous_o) out.o.set_offset(r * p.D + d, x);
+      else out.o.set(at, x);
     }
   }
 }

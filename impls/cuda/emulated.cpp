@@ -109,6 +109,10 @@ class EmulatedImpl final : public Impl {
                     Gradients& g) const override {
     run_backward_emulated(p, in, fwd, dout, g, scheduled_order());
   }
+  Support supports_merge(const MergeProblem& p) const override { return merge_kernel_supports(p); }
+  void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override {
+    run_merge_emulated(p, in, out, scheduled_order());
+  }
 };
 }  // namespace
 

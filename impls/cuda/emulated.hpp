@@ -4,6 +4,7 @@
 
 #include "emu/simt.hpp"
 #include "attncheck/backward.hpp"
+#include "attncheck/state.hpp"
 #include "host_plan.hpp"
 
 namespace attncheck::cuda {
@@ -21,4 +22,9 @@ void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const siz
 // by guard bands. `fwd` is the forward's outputs with lse; `g` comes from make_gradients(p).
 void run_backward_emulated(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout, Gradients& g,
                            emu::Order order);
+
+// The combine kernel (kernels/merge_states.cuh, emulated_merge.cpp): N stored states -> the merged state, `out` from
+// make_merge_outputs(p). merge_kernel_supports says which merge problems it takes.
+Support merge_kernel_supports(const MergeProblem& p);
+void run_merge_emulated(const MergeProblem& p, const StoredStates& in, StoredStates& out, emu::Order order);
 }  // namespace attncheck::cuda

@@ -42,18 +42,21 @@ class _Server:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.proc, self.pid, self.exe = None, None, None
+        self.proc, self.pid, self.exe, self.env = None, None, None, None
 
     def _start(self, path):
+        self.env = dict(os.environ)  # what the server, and so every child, starts with
         self.proc = subprocess.Popen([path, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
+                                     stderr=subprocess.DEVNULL, env=self.env)
         self.pid, self.exe = os.getpid(), path
 
     def run(self, path, args, stdin=None):
         with self.lock:
             if self.proc is None or self.pid != os.getpid() or self.exe != path or self.proc.poll() is not None:
                 self._start(path)
-            request = {"argv": [str(a) for a in args], "cwd": os.getcwd(), "env": _environment()}
+            request = {"argv": [str(a) for a in args], "cwd": os.getcwd()}
+            if os.environ != self.env:  # else the child has it already: most requests carry no environment
+                request["env"] = _environment()
             if stdin:
                 request["stdin_bytes"] = len(stdin)
             try:

@@ -13,9 +13,20 @@
 #include <cstdlib>
 #include <limits>
 
+#include "attncheck/schedule.hpp"
 #include "attncheck/threads.hpp"
 
 namespace attncheck {
+
+namespace {
+
+// Starting a thread costs tens of microseconds, and waits for a free core on a busy machine: a problem with less
+// work than this (multiply-adds) runs on the calling thread, unless a thread count was asked for.
+constexpr int64_t kWorkPerThread = int64_t(1) << 16;
+
+bool thread_count_asked() { return current_schedule().threads > 0 || std::getenv("ATTNCHECK_THREADS") != nullptr; }
+
+}  // namespace
 
 void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
   if (threads <= 0) threads = default_threads();
@@ -105,6 +116,8 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     return reference_attention_rows(a.p, a.in, rows, threads);
   }
   const int64_t B = p.B, Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv;
+  const int64_t n_rows = B * Hq * (rows.empty() ? Lq : static_cast<int64_t>(rows.size()));
+  if (threads <= 0 && !thread_count_asked() && n_rows * Lk * (Dqk + Dv) < kWorkPerThread) threads = 1;
   const double scale = p.effective_scale();
   const double inf = std::numeric_limits<double>::infinity();
   const double fill = p.fill == MaskFill::neg_inf ? -inf : p.fill_value;

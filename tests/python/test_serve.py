@@ -63,6 +63,26 @@ def test_malformed_requests_are_errors():
     assert replies[2]["rc"] == 0 and replies[2]["stdout"].strip()  # the server goes on after bad requests
 
 
+def test_a_command_that_cannot_answer_is_answered_by_the_server():
+    # A child writes its own reply; when it ends without one (it could not enter the directory, or a signal ended
+    # it), the server answers with what the command wrote, and the next request is answered as usual.
+    lines = [{"argv": ["list"], "cwd": "/nonexistent-attncheck-dir"}]
+    crash = os.environ.get("ATTNCHECK_CRASH_PLUGIN")
+    if crash:  # crashes on the cases with Lq 15 or 17, loaded into the command's own process
+        lines.append({"argv": ["verify", "--plugin", crash, "--in-process", "--impl", "hostile-crash",
+                               "--fixtures", GOLDEN, "--filter", "fp32/B1-Hq1-Hkv1-Lq1[57]-*"]})
+    lines.append({"argv": ["list"]})
+    p = subprocess.run([_cli.exe(), "serve"], input="".join(json.dumps(r) + "\n" for r in lines),
+                       capture_output=True, text=True, timeout=60)
+    replies = [json.loads(line) for line in p.stdout.splitlines()]
+    assert p.returncode == 0 and len(replies) == len(lines), p.stdout
+    assert replies[0]["rc"] == 2 and "cwd: cannot enter '/nonexistent-attncheck-dir'" in replies[0]["stderr"]
+    if crash:
+        assert replies[1]["rc"] == 128 + 11, replies[1]
+        assert "ended by signal 11" in replies[1]["stderr"]
+    assert replies[-1]["rc"] == 0 and replies[-1]["stdout"] == direct(["list"]).stdout
+
+
 def test_a_forked_python_process_gets_its_own_server():
     assert served(["list"]).returncode == 0
     pid = os.fork()

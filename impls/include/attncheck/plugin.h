@@ -291,7 +291,7 @@ typedef struct attncheck_merge_problem {
   double sentinel;                     /* the empty lse under ATTNCHECK_EMPTY_FINITE */
   int32_t empty_out;                   /* attncheck_empty_out */
   int32_t stat_layout;                 /* attncheck_stat_layout, informational: the strides already encode it */
-  const void* o_in;                    /* [N,B,H,L,D] */
+  const void* o_in;                    /* [N,B,H,L,D]; the strides carry a token-major O ([N,B,L,H,D] in memory) */
   int64_t o_in_strides[5];
   const float *lse_in, *max_in, *sum_in; /* [N,B,H,L]: lse when normalised, max and sum when unnormalised */
   int64_t lse_in_strides[4], max_in_strides[4], sum_in_strides[4];

@@ -18,6 +18,7 @@ enum class LseBase : uint8_t { e, two };                      // lse and m in na
 enum class EmptyLse : uint8_t { neg_inf, pos_inf, finite };   // the lse (or m) of a state that saw no key
 enum class EmptyOut : uint8_t { zero, undefined };            // the O of an empty state: 0, or anything (NaN too)
 enum class StatLayout : uint8_t { bhl, blh };                 // lse/m/ℓ stored [B,H,L] or [B,L,H] ([tokens,H])
+enum class OutLayout : uint8_t { bhld, blhd };                // O stored [B,H,L,D] or [B,L,H,D] ([tokens,H,D])
 
 struct StateConventions {
   StateForm form = StateForm::normalised;
@@ -26,14 +27,25 @@ struct StateConventions {
   double sentinel = -1e30;  // the empty lse under EmptyLse::finite
   EmptyOut empty_out = EmptyOut::zero;
   StatLayout layout = StatLayout::bhl;
-  // Lossless text, e.g. "normalised,base=e,empty=-inf,out=zero,layout=bhl"; parse_conventions reads it back and
-  // throws std::invalid_argument naming the field and the value.
+  OutLayout o_layout = OutLayout::bhld;
+  // An fp8 merged O (normalised form only): stored = fp8(O / out_scale), saturated at the format's largest finite
+  // value, so O = stored · out_scale (the dequantisation scale, as vLLM's merge_attn_states output_scale). Unset: the
+  // merged O has the inputs' dtype.
+  std::optional<DType> out_dtype;
+  double out_scale = 1.0;
+  // Lossless text, e.g. "normalised,base=e,empty=-inf,out=zero,layout=bhl" (",olayout=blhd" is appended only for
+  // the token-major O, ",odtype=fp8_e4m3,oscale=0.0078125" only for an fp8 output); parse_conventions reads it back
+  // and throws std::invalid_argument naming the field and value.
   std::string text() const;
   bool operator==(const StateConventions&) const = default;
 };
 StateConventions parse_conventions(const std::string& text);
 // The stored lse (or max) of an empty state: -inf, +inf, or the finite sentinel rounded to fp32 (stats are fp32).
 double empty_stat_value(const StateConventions& c);
+// The merged O as stored: O / out_scale saturated at the fp8 format's largest value (O itself without an fp8 output;
+// the caller's store rounds it to the dtype). And back: a stored merged O element as the O it stands for.
+double merged_o_to_stored(const StateConventions& c, double o);
+double merged_o_from_stored(const StateConventions& c, double stored);
 
 // ---- a state in fp64, independent of any convention ---------------------------------------------------------------
 // Per row r = (b, h, i): m = max of the visible scaled scores (nats), l = Σ exp(s - m), u = Σ exp(s - m)·v.
@@ -67,13 +79,14 @@ State merge_states(const std::vector<State>& states);
 struct MergeProblem {
   std::string name;  // case name, e.g. "merge/fp16/N2-B1-H4-L3-D32/normalised,base=e,.../one_empty"
   int64_t N = 2, B = 1, H = 1, L = 1, D = 1;
-  DType dtype = DType::f32;  // O in and out; lse, m and ℓ are always fp32
+  DType dtype = DType::f32;  // O in, and out unless conv.out_dtype; lse, m and ℓ are always fp32
   StateConventions conv;
 };
 void validate(const MergeProblem& p);  // std::invalid_argument naming the field and the value
 
 // Stored states, stacked: o [N,B,H,L,D] (dtype); normalised: lse [N,B,H,L]; unnormalised: max and sum [N,B,H,L]
-// (fp32; the stat tensors' memory order follows conv.layout: [N,B,L,H] for blh).
+// (fp32; the stat tensors' memory order follows conv.layout: [N,B,L,H] for blh; o's follows conv.o_layout:
+// [N,B,L,H,D] for blhd). Indices are always logical (b, h, i); only the strides differ.
 struct StoredStates {
   Tensor o;
   std::optional<Tensor> lse, max, sum;
