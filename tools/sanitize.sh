@@ -17,12 +17,13 @@ start=$(date +%s)
 labels='^(reference|golden|cli|hostile|isolation|property|power|diagnose|python)$'
 # Left out of CI's run, to keep it within CI's time (docs/hardening.md "Sanitizers" says why each, and what still
 # covers its code): the selftests and power runs through isolated plugins, the mutant-diagnosis table, and the
-# power and diagnose tests that repeat their checks on large grids (1k-128k keys). Each took 30-280 s under ASan.
+# power and diagnose tests that repeat their checks on large grids (1k-128k keys). Each took 30-280 s under ASan
+# (PowerGrid.NoFalseAlarmAndNoFaultMissedAt8kKeys, ~70 CPU-s in Release, was not tried under ASan).
 # The property suite runs 4 cases per pair (ATTNCHECK_PROPERTY_CASES; the same seeds as its 25-80 in other runs).
 skip='^(attncheck_selftest|isolation\.selftest\..*|isolation\.power\..*|isolation\.property\.example|'\
 'diagnose\.mutants|Reduce\.(ACutKeepsWhatEveryKeptRowSees|EveryMutantsFailureReducesToASmallCaseWithTheSameDiagnosis|'\
 'VarlenFailuresReduceToOneSequenceWithTheSameDiagnosis)|ModelReach\.RopeFaultsGetTheirTags|'\
-'PowerGrid\.(NoFalseAlarmAndTheGrossFaultsAreCaughtEverywhereAt1kKeys|HazardInputsCatchEveryFaultAt1kKeys)|'\
+'PowerGrid\.(NoFalseAlarm.*|HazardInputsCatchEveryFaultAt1kKeys)|'\
 'ToleranceV2\.(SkippedTileAt128kKeysIsCaughtInEveryDtype|ADroppedKeyOfNineTimesAverageWeightAt128kBf16IsCaught|'\
 'TinyTermsAbsorbedByA128kKeySumAreCovered)|ContractNoise\.DeclaredRoundingsPassOnEveryValueDistribution|'\
 'BackwardPower\.FaultsDetectedCorrectVariantsInsideAtLongContext)$'
@@ -70,7 +71,7 @@ targets=(attncheck example_plugin example_plugin_bad_abi example_plugin_buggy ex
          test_poison_probe test_mask_edges test_no_signature test_model_reach test_paged_diagnosis
          test_compare_diagnose test_reduce diagnose_validate)
 if [ -n "${emu:-}" ]; then
-  targets=(attncheck test_cuda_emu test_cuda_kernels test_cuda_backward test_emu_guard)
+  targets=(attncheck test_cuda_emu test_cuda_kernels test_cuda_backward test_cuda_merge test_emu_guard)
 elif [ -n "${extra:-}" ]; then
   # Every executable or library of build/ that one of these tests names on its command line (tests that reach
   # attncheck or a plugin through a compile definition get them from the list above).
