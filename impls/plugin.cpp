@@ -174,6 +174,9 @@ Support plugin_supports_merge(const OpenedPlugin& o, const MergeProblem& p) {
   if (!o.merge) return Support::no("merge not supported (the plugin does not list \"merge\" in its features)");
   if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
     return Support::no(std::string("merge of ") + to_string(p.dtype) + " states not supported through the plugin ABI");
+  if (p.conv.out_dtype)  // attncheck_merge_problem has no field for it: a plugin would write fp8 bytes it never chose
+    return Support::no(std::string("an ") + to_string(*p.conv.out_dtype) +
+                       " merged output with a scale is not in the plugin ABI (a worker gets it in the conventions)");
   if (!o.vt->supports_merge) return Support::yes();
   attncheck_merge_problem m;
   describe_merge(p, m);

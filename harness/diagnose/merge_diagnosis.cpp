@@ -9,10 +9,13 @@
 //   merge-unnormalised  normalised O summed without dividing by the weights' sum; unnormalised sums taken as 1
 //   split-boundary      one state (a split) dropped, or counted twice
 //   lse-base            weights and lse in base e for base-2 states (or base 2 for base-e ones)
+//   out-scale           an fp8 output's scale ignored (O stored unscaled) or applied the wrong way (O·scale stored)
 #include "merge_diagnosis.hpp"
 
 #include <cmath>
 #include <limits>
+
+#include "attncheck/kv_cache.hpp"
 
 namespace attncheck {
 
@@ -24,6 +27,7 @@ struct Model {
   std::string tag, what;
   bool literal_sentinel = false, leak = false, swap_layout = false, no_division = false, wrong_base = false;
   bool swap_o = false;  // O's other layout, its strides ignored
+  int scale_power = -1;  // an fp8 output stores O·scale^scale_power: -1 as declared, 0 scale ignored, 1 inverted
   int64_t drop = -1, twice = -1;
   bool log_of_zero = false;  // the empty merged row's lse written as X + log(0) = -inf instead of the sentinel
 };
@@ -137,6 +141,12 @@ std::vector<Model> models(const MergeProblem& p) {
   }
   ms.push_back({"lse-base", "weights and lse in the other base (e vs 2)"});
   ms.back().wrong_base = true;
+  if (p.conv.out_dtype) {
+    ms.push_back({"out-scale", "the fp8 output's scale ignored (O stored unscaled)"});
+    ms.back().scale_power = 0;
+    ms.push_back({"out-scale", "the fp8 output multiplied by its scale instead of divided"});
+    ms.back().scale_power = 1;
+  }
   return ms;
 }
 
@@ -144,7 +154,7 @@ std::vector<Model> models(const MergeProblem& p) {
 
 const std::vector<std::string>& merge_tags() {
   static const std::vector<std::string> t = {"empty-state-nan", "lse-sentinel", "lse-layout", "merge-unnormalised",
-                                             "split-boundary", "lse-base"};
+                                             "split-boundary", "lse-base", "out-scale"};
   return t;
 }
 
@@ -158,7 +168,12 @@ MergeDiagnosis diagnose_merge(const MergeProblem& p, const StoredStates& in, con
   const std::vector<double> s1 = (norm ? *out.lse : *out.max).to_double();
   const std::vector<double> s2 = norm ? std::vector<double>() : out.sum->to_double();
   for (const Model& m : models(p)) {
-    const Merged want = run_model(p, in, m);
+    Merged want = run_model(p, in, m);
+    if (const auto& t = p.conv.out_dtype)  // the model's O as an fp8 output stores it, in the candidate's frame
+      for (double& x : want.o) {
+        const double top = kv_code_max(*t), y = x * std::pow(p.conv.out_scale, m.scale_power);
+        x = round_to(*t, y > top ? top : y < -top ? -top : y);
+      }
     int64_t n = 0, hit = 0;
     for (int64_t r : v.bad_rows) {
       auto count = [&](double got, double w) { ++n, hit += close(got, w); };

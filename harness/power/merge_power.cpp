@@ -5,11 +5,13 @@
 
 #include <cmath>
 
+#include "attncheck/kv_cache.hpp"
+
 namespace attncheck::power {
 
 namespace {
 enum Fault { none = 0, reverse, via_nats, skip_empty_check, literal_sentinel, contiguous_lse, no_normalise, drop_last, base_e,
-             contiguous_o };
+             contiguous_o, scale_ignored };
 }
 
 const std::vector<MergeVariant>& merge_variants() {
@@ -24,6 +26,7 @@ const std::vector<MergeVariant>& merge_variants() {
       {"no-normalisation", "merge-unnormalised", no_normalise},
       {"last-split-dropped", "split-boundary", drop_last},
       {"base-e-always", "lse-base", base_e},
+      {"fp8-scale-ignored", "out-scale", scale_ignored},
   };
   return v;
 }
@@ -87,7 +90,12 @@ void run_merge_variant(const MergeVariant& v, const MergeProblem& p, const Store
     for (int64_t d = 0; d < p.D; ++d) {
       const int64_t at[4] = {b, h, i, d};
       const float o = acc[static_cast<size_t>(d)];
-      const float x = !(any || naive) ? 0.f : norm && f != no_normalise ? o / S : o;
+      double x = !(any || naive) ? 0.f : norm && f != no_normalise ? o / S : o;
+      if (p.conv.out_dtype) {  // fp8: O / scale (the mistake: the scale ignored), saturated at the format's largest value
+        const double top = kv_code_max(*p.conv.out_dtype);
+        if (f != scale_ignored) x /= p.conv.out_scale;
+        x = x > top ? top : x < -top ? -top : x;
+      }
       if (f == contiguous_o) out.o.set_offset(r * p.D + d, x);
       else out.o.set(at, x);
     }

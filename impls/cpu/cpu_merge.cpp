@@ -51,7 +51,8 @@ void merge_fp32(const MergeProblem& p, const StoredStates& in, StoredStates& out
         else out.max->set(st, any ? X : sentinel), out.sum->set(st, any ? S : 0.f);
         for (int64_t d = 0; d < p.D; ++d) {
           const int64_t at[4] = {b, h, i, d};
-          out.o.set(at, !any ? 0.f : norm ? acc[static_cast<size_t>(d)] / S : acc[static_cast<size_t>(d)]);
+          const float o = !any ? 0.f : norm ? acc[static_cast<size_t>(d)] / S : acc[static_cast<size_t>(d)];
+          out.o.set(at, merged_o_to_stored(p.conv, o));  // an fp8 output: divided by its scale, saturated
         }
       }
 }

@@ -13,6 +13,8 @@ namespace attncheck::cuda {
 Support merge_kernel_supports(const MergeProblem& p) {
   if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
     return Support::no(std::string("merge of ") + to_string(p.dtype) + " states not supported (fp32, fp16, bf16)");
+  if (p.conv.out_dtype)
+    return Support::no(std::string("an ") + to_string(*p.conv.out_dtype) + " merged output is not implemented in the combine kernel");
   if (p.D > kMergeMaxHeadDim)
     return Support::no("D = " + std::to_string(p.D) + " > " + std::to_string(kMergeMaxHeadDim) + " (accumulators per lane)");
   if (p.B * p.H * p.L > int64_t(65535) * kMergeRowsPerBlock * 1024)

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "attncheck/dtype_floor.hpp"
+#include "attncheck/kv_cache.hpp"
 
 namespace attncheck {
 
@@ -75,6 +76,13 @@ double empty_stat_value(const StateConventions& c) {
   return -kInf;
 }
 
+double merged_o_to_stored(const StateConventions& c, double o) {
+  if (!c.out_dtype) return o;
+  const double top = kv_code_max(*c.out_dtype), x = o / c.out_scale;
+  return x > top ? top : x < -top ? -top : x;  // NaN stays NaN
+}
+double merged_o_from_stored(const StateConventions& c, double stored) { return c.out_dtype ? stored * c.out_scale : stored; }
+
 // ---- conventions -------------------------------------------------------------------------------------------------
 std::string StateConventions::text() const {
   std::string s = form == StateForm::normalised ? "normalised" : "unnormalised";
@@ -84,6 +92,7 @@ std::string StateConventions::text() const {
   s += std::string(",out=") + (empty_out == EmptyOut::zero ? "zero" : "undefined");
   s += std::string(",layout=") + (layout == StatLayout::bhl ? "bhl" : "blh");
   if (o_layout == OutLayout::blhd) s += ",olayout=blhd";  // the default is left out: older texts stay as they were
+  if (out_dtype) s += std::string(",odtype=") + to_string(*out_dtype) + ",oscale=" + g17(out_scale);
   return s;
 }
 
@@ -91,7 +100,7 @@ StateConventions parse_conventions(const std::string& text) {
   StateConventions c;
   std::stringstream ss(text);
   std::string tok;
-  bool first = true;
+  bool first = true, scale_given = false;
   while (std::getline(ss, tok, ',')) {
     if (first) {
       first = false;
@@ -114,10 +123,22 @@ StateConventions parse_conventions(const std::string& text) {
     } else if (k == "out" && (v == "zero" || v == "undefined")) c.empty_out = v == "zero" ? EmptyOut::zero : EmptyOut::undefined;
     else if (k == "layout" && (v == "bhl" || v == "blh")) c.layout = v == "bhl" ? StatLayout::bhl : StatLayout::blh;
     else if (k == "olayout" && (v == "bhld" || v == "blhd")) c.o_layout = v == "bhld" ? OutLayout::bhld : OutLayout::blhd;
-    else bad("conventions", "unknown or malformed entry '" + tok + "' in '" + text +
-                                "' (base=e|2, empty=-inf|+inf|<number>, out=zero|undefined, layout=bhl|blh, olayout=bhld|blhd)");
+    else if (k == "odtype" && (v == "fp8_e4m3" || v == "fp8_e5m2")) c.out_dtype = v == "fp8_e4m3" ? DType::e4m3 : DType::e5m2;
+    else if (k == "oscale") {
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end || !std::isfinite(x) || !(x > 0))
+        bad("conventions", "oscale must be a positive finite number, got '" + v + "'");
+      c.out_scale = x, scale_given = true;
+    } else bad("conventions", "unknown or malformed entry '" + tok + "' in '" + text +
+                                  "' (base=e|2, empty=-inf|+inf|<number>, out=zero|undefined, layout=bhl|blh, olayout=bhld|blhd, "
+                                  "odtype=fp8_e4m3|fp8_e5m2, oscale=<number>)");
   }
   if (first) bad("conventions", "empty text");
+  if (c.out_dtype.has_value() != scale_given)
+    bad("conventions", "odtype and oscale go together (an fp8 output needs its scale), got '" + text + "'");
+  if (c.out_dtype && c.form != StateForm::normalised)
+    bad("conventions", "an fp8 output (odtype) needs the normalised form, got '" + text + "'");
   return c;
 }
 
@@ -207,6 +228,13 @@ void validate(const MergeProblem& p) {
   if (p.conv.empty_lse == EmptyLse::finite && !std::isfinite(p.conv.sentinel))
     bad("conventions.empty", "a finite sentinel must be finite, got " + g17(p.conv.sentinel));
   if (static_cast<double>(p.N * p.B * p.H * p.L * p.D) > 2e8) bad("N*B*H*L*D", "more than 2e8 elements");
+  if (const auto& t = p.conv.out_dtype) {
+    if (*t != DType::e4m3 && *t != DType::e5m2)
+      bad("conventions.odtype", std::string("must be fp8_e4m3 or fp8_e5m2, got ") + to_string(*t));
+    if (!(p.conv.out_scale > 0) || !std::isfinite(p.conv.out_scale))
+      bad("conventions.oscale", "must be a positive finite number, got " + g17(p.conv.out_scale));
+    if (p.conv.form != StateForm::normalised) bad("conventions.odtype", "an fp8 output needs the normalised form");
+  }
 }
 
 namespace {
@@ -220,7 +248,7 @@ StoredStates make_stored(const MergeProblem& p, bool stacked) {
   StoredStates s;
   const bool tokens = p.conv.o_layout == OutLayout::blhd;  // O token-major: [N,B,L,H,D] in memory
   s.o = stacked ? Tensor(p.dtype, {p.N, p.B, p.H, p.L, p.D}, tokens ? std::vector<int>{0, 1, 3, 2, 4} : std::vector<int>{})
-                : Tensor(p.dtype, {p.B, p.H, p.L, p.D}, tokens ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{});
+                : Tensor(p.conv.out_dtype.value_or(p.dtype), {p.B, p.H, p.L, p.D}, tokens ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{});
   if (p.conv.form == StateForm::normalised) s.lse = stat_tensor(p, stacked);
   else s.max = stat_tensor(p, stacked), s.sum = stat_tensor(p, stacked);
   return s;
@@ -295,10 +323,18 @@ MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const St
   const MergeExpected ex = reference_merge(p, in);
   const State& M = ex.merged;
   const bool norm = p.conv.form == StateForm::normalised;
-  const double u32 = std::ldexp(1.0, -24), uo = unit_roundoff(p.dtype), N = static_cast<double>(p.N);
+  const DType odt = p.conv.out_dtype.value_or(p.dtype);
+  const double u32 = std::ldexp(1.0, -24), uo = unit_roundoff(odt), N = static_cast<double>(p.N);
   const double ln_b = p.conv.base == LseBase::two ? std::log(2.0) : 1.0;  // d(ln w) per unit of stored exponent
-  // Rounding O into its dtype: half a unit relative, or half the subnormal step (fp16 O of tiny values).
-  const auto round_o = [&](double o) { return std::max(uo * std::fabs(o), 0.5 * denorm_min(p.dtype)); };
+  // Rounding O into its dtype: half a unit relative, or half the subnormal step (fp16 O of tiny values); an fp8 O
+  // rounds O / out_scale, so both are in units of the scale. The error of the division itself (one fp32 unit) is
+  // within the factor 2 below.
+  const double os = p.conv.out_dtype ? p.conv.out_scale : 1.0;
+  const auto round_o = [&](double o) { return std::max(uo * std::fabs(o), 0.5 * denorm_min(odt) * os); };
+  // The merged O read back from the output (an fp8 element times its scale) and the O the reference expects there
+  // (saturated at the fp8 format's largest value, as stored).
+  const auto got_o = [&](int64_t r, int64_t d) { return merged_o_from_stored(p.conv, get_o(out.o, p, -1, r, d)); };
+  const auto want_o = [&](double o) { return merged_o_from_stored(p.conv, merged_o_to_stored(p.conv, o)); };
   std::vector<State> ins;
   for (int64_t n = 0; n < p.N; ++n) ins.push_back(decode_state(p, in, n));
   MergeVerdict v;
@@ -325,7 +361,7 @@ MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const St
       check(r, std::string(norm ? "lse" : "max") + at + "]", sentinel, get_stat(norm ? *out.lse : *out.max, p, -1, r), 0);
       if (!norm) check(r, "sum" + at + "]", 0.0, get_stat(*out.sum, p, -1, r), 0);
       if (p.conv.empty_out == EmptyOut::zero)
-        for (int64_t d = 0; d < p.D; ++d) check(r, "o" + at + "," + std::to_string(d) + "]", 0.0, get_o(out.o, p, -1, r, d), 0);
+        for (int64_t d = 0; d < p.D; ++d) check(r, "o" + at + "," + std::to_string(d) + "]", 0.0, got_o(r, d), 0);
       continue;
     }
     // Per non-empty input i: x_i its stored exponent, w_i = b^(x_i - X) its weight, E_i the relative error of the
@@ -361,7 +397,7 @@ MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const St
       const std::string name = "o" + at + "," + std::to_string(d) + "]";
       if (norm) {
         const double o = M.out(r, d);
-        check(r, name, o, get_o(out.o, p, -1, r, d), 2 * (round_o(o) + spread / S + relS * std::fabs(o)));
+        check(r, name, want_o(o), got_o(r, d), 2 * (round_o(o) + spread / S + relS * std::fabs(o)));
       } else {
         const double o = M.u[r * p.D + d];  // u_i = O_i·l_i: w_i already holds e^(m_i - m)·l_i
         check(r, name, o, get_o(out.o, p, -1, r, d), 2 * (round_o(o) + spread));

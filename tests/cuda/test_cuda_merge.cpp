@@ -33,10 +33,18 @@ bool same_bytes(const std::optional<Tensor>& a, const std::optional<Tensor>& b) 
 TEST(CudaMerge, EveryMergeFixturePassesInBothThreadOrders) {
   const std::vector<std::string> files = fixture_files();
   ASSERT_GE(files.size(), 30u);
+  size_t judged = 0;
   for (const std::string& f : files) {
     SCOPED_TRACE(f);
     const MergeFixture fx = read_merge_fixture(f);
+    if (fx.problem.conv.out_dtype) {  // no fp8 store in the kernel: declined, with the reason
+      const Support s = cuda::merge_kernel_supports(fx.problem);
+      EXPECT_FALSE(s.ok);
+      EXPECT_NE(s.reason.find("merged output is not implemented"), std::string::npos) << s.reason;
+      continue;
+    }
     ASSERT_TRUE(cuda::merge_kernel_supports(fx.problem).ok);
+    ++judged;
     StoredStates fwd = make_merge_outputs(fx.problem), rev = make_merge_outputs(fx.problem);
     fwd.o.fill(NAN), rev.o.fill(NAN);  // a row the kernel forgot would stay NaN and fail the judge
     cuda::run_merge_emulated(fx.problem, fx.inputs, fwd, emu::Order::forward);
@@ -47,6 +55,7 @@ TEST(CudaMerge, EveryMergeFixturePassesInBothThreadOrders) {
     EXPECT_EQ(fwd.o.bytes, rev.o.bytes);
     EXPECT_TRUE(same_bytes(fwd.lse, rev.lse) && same_bytes(fwd.max, rev.max) && same_bytes(fwd.sum, rev.sum));
   }
+  EXPECT_GE(judged, files.size() - 2);
 }
 
 // Every buffer is registered with the launch: an output shorter than its shape says (a stride mixed up with the

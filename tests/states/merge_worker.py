@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A merge worker written from docs/worker-protocol.md (2c) alone, in numpy fp32, with one switchable mistake.
 
-usage: merge_worker.py [correct|nan|sentinel|layout|unnormalised|split|base]
+usage: merge_worker.py [correct|nan|sentinel|layout|unnormalised|split|base|scale]
   correct       the merge as docs/states.md defines it, under any declared convention
   nan           empty states get weight 0 but their O is still multiplied in; 0/0 for a row of empty states
   sentinel      the declared empty lse (+inf, a finite sentinel) used as a real lse
@@ -9,6 +9,7 @@ usage: merge_worker.py [correct|nan|sentinel|layout|unnormalised|split|base]
   unnormalised  normalised O summed without dividing by the sum of the weights (unnormalised: sums taken as 1)
   split         the last state (split) is left out
   base          exp/log in base e whatever base the states declare
+  scale         an fp8 output (odtype, oscale) stored without dividing by its scale
 """
 import json
 import os
@@ -17,7 +18,25 @@ import sys
 import numpy as np
 
 BUG = sys.argv[1] if len(sys.argv) > 1 else "correct"
-DT = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
+DT = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "e4m3": np.uint8, "e5m2": np.uint8}
+# fp8 formats: mantissa bits, exponent bias, exponent of the smallest normal, largest finite value
+FP8 = {"fp8_e4m3": (3, 7, -6, 448.0), "fp8_e5m2": (2, 15, -14, 57344.0)}
+
+
+def fp8_bits(x, fmt):
+    """x saturated at the format's largest value and rounded to nearest even, as fp8 bits (NaN: S.1111.111)."""
+    man, bias, min_exp, top = FP8[fmt]
+    x = np.asarray(x, dtype=np.float64)
+    sign = np.where(np.signbit(x), 0x80, 0).astype(np.uint8)
+    a = np.minimum(np.abs(np.nan_to_num(x, nan=0.0)), top)
+    _, e = np.frexp(a)
+    q = np.maximum(e - 1, min_exp) - man                     # the grid spacing's exponent
+    r = np.ldexp(np.rint(np.ldexp(a, -q)), q)
+    _, e2 = np.frexp(r)
+    sub = (e2 - 1 < min_exp) | (r == 0)
+    field = np.where(sub, 0, e2 - 1 + bias).astype(np.uint8)
+    mant = np.where(sub, np.ldexp(r, man - min_exp), np.ldexp(r, man - (e2 - 1)) - (1 << man)).astype(np.uint8)
+    return np.where(np.isnan(x), sign | 0x7F, sign | (field << man) | mant).astype(np.uint8)
 
 
 def view(buf, t, contiguous=False):
@@ -52,6 +71,13 @@ def merge(buf, req):
     sentinel = {"-inf": -np.inf, "+inf": np.inf}.get(conv["empty"])
     sentinel = np.float32(float(conv["empty"])) if sentinel is None else np.float32(sentinel)
     flat = BUG == "layout"
+    odt = conv.get("odtype")  # an fp8 output: stored = O / oscale, saturated
+
+    def put_o(t, x):
+        if odt:
+            view(buf, t)[...] = fp8_bits(x if BUG == "scale" else x / np.float64(conv["oscale"]), odt)
+        else:
+            store(view(buf, t), x, t["dtype"])
     o = widen(view(buf, ts["o"]), ts["o"]["dtype"])                      # [N,B,H,L,D]
     x = view(buf, ts["lse" if form == "normalised" else "max"], flat).astype(np.float32)  # [N,B,H,L]
     n_used = x.shape[0] - 1 if BUG == "split" else x.shape[0]
@@ -82,10 +108,10 @@ def merge(buf, req):
             out = acc if BUG == "unnormalised" else acc / S[..., None]
     if form == "normalised":
         stat = np.where(none, sentinel, lse)
-        store(view(buf, ts["out"]), np.where(none[..., None], 0, out), ts["out"]["dtype"])
+        put_o(ts["out"], np.where(none[..., None], 0, out))
         view(buf, ts["out_lse"], flat)[...] = stat
     else:
-        store(view(buf, ts["out"]), np.where(none[..., None], 0, acc), ts["out"]["dtype"])
+        put_o(ts["out"], np.where(none[..., None], 0, acc))
         view(buf, ts["out_max"], flat)[...] = np.where(none, sentinel, X)
         view(buf, ts["out_sum"], flat)[...] = np.where(none, 0, S)
 

@@ -39,7 +39,7 @@ bool any_nan(const Tensor& t) {
 TEST(StateFixtures, CoverEveryHostileCase) {
   const std::vector<MergeFixture> fx = fixtures();
   ASSERT_GE(fx.size(), 30u);
-  std::set<std::string> sources, dtypes, sentinels, layouts, forms, o_layouts;
+  std::set<std::string> sources, dtypes, sentinels, layouts, forms, o_layouts, fp8_outputs;
   int64_t max_n = 0, all_empty_rows = 0, one_empty_rows = 0, nan_o = 0, gap_1e4 = 0;
   uint64_t bytes = 0;
   for (const MergeFixture& f : fx) {
@@ -47,6 +47,7 @@ TEST(StateFixtures, CoverEveryHostileCase) {
     sources.insert(f.source), dtypes.insert(to_string(p.dtype)), forms.insert(p.conv.form == StateForm::normalised ? "n" : "u");
     sentinels.insert(std::to_string(int(p.conv.empty_lse))), layouts.insert(std::to_string(int(p.conv.layout)));
     o_layouts.insert(std::to_string(int(p.conv.o_layout)));
+    if (p.conv.out_dtype) fp8_outputs.insert(to_string(*p.conv.out_dtype));
     if (f.source == "varlen") {
       EXPECT_EQ(p.B, 1) << p.name;  // packed: the rows are the total tokens
     }
@@ -72,6 +73,7 @@ TEST(StateFixtures, CoverEveryHostileCase) {
   EXPECT_EQ(sentinels.size(), 3u);  // -inf, +inf, finite
   EXPECT_EQ(layouts.size(), 2u);
   EXPECT_EQ(o_layouts.size(), 2u);  // O [B,H,L,D] and token-major [B,L,H,D]
+  EXPECT_EQ(fp8_outputs, (std::set<std::string>{"fp8_e4m3", "fp8_e5m2"}));  // merged O stored as fp8 with a scale
   EXPECT_EQ(max_n, 16);
   EXPECT_GT(all_empty_rows, 0);
   EXPECT_GT(one_empty_rows, 0);

@@ -3,6 +3,7 @@
 // against an fp32 merge written here (not the code under test) and against broken variants of it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -93,6 +94,11 @@ TEST(States, ConventionsRoundTripAndNameTheirErrors) {
                         "normalised,base=e,empty=-inf,out=zero,layout=bhl,olayout=blhd"})
     EXPECT_EQ(parse_conventions(t).text(), t);
   EXPECT_EQ(parse_conventions("normalised,layout=blh,olayout=bhld").text(), "normalised,base=e,empty=-inf,out=zero,layout=blh");
+  EXPECT_EQ(parse_conventions("normalised,odtype=fp8_e5m2,oscale=0.003").text(),
+            "normalised,base=e,empty=-inf,out=zero,layout=bhl,odtype=fp8_e5m2,oscale=0.003");
+  for (const char* t : {"normalised,odtype=fp8_e4m3", "normalised,oscale=2", "normalised,odtype=fp8_e4m3,oscale=0",
+                        "unnormalised,odtype=fp8_e4m3,oscale=1", "normalised,odtype=fp16,oscale=1"})
+    EXPECT_THROW(parse_conventions(t), std::invalid_argument) << t;
   try {
     parse_conventions("normalised,olayout=bshd");
     FAIL() << "olayout=bshd accepted";
@@ -206,6 +212,46 @@ TEST(States, TokenMajorOutputIsCarriedByTheStrides) {
   blind.lse = good.lse, blind.o.bytes = heads_out.o.bytes;  // O written contiguously as [B,H,L,D]
   EXPECT_TRUE(judge_merge(tokens, b, good).pass) << judge_merge(tokens, b, good).worst;
   EXPECT_FALSE(judge_merge(tokens, b, blind).pass);
+}
+
+// An fp8 merged output: stored = fp8(O / oscale), saturated. The O merged in fp32 and stored that way passes; stored
+// with the scale ignored, applied the wrong way, or 25% off fails; and a value beyond the format saturates instead
+// of becoming NaN (the scale 2^-10 puts |O| > 0.44 past e4m3's 448).
+TEST(States, Fp8OutputIsJudgedThroughItsScale) {
+  const PartialSpec s{2, 4, 2, 1, 60, 16, 0.25, false};
+  Tensor q = random_tensor({2, 4, 1, 16}, 22), k = random_tensor({2, 2, 60, 16}, 23), v = random_tensor({2, 2, 60, 16}, 24);
+  const std::vector<State> st = {partial_state(s, q, k, v, {0}, {13}), partial_state(s, q, k, v, {13}, {60})};
+  for (const char* fmt : {"fp8_e4m3", "fp8_e5m2"})
+    for (double scale : {0.0078125, 0.003, 0x1p-10}) {
+      MergeProblem wide{"t", 2, 2, 4, 1, 16, DType::f32, parse_conventions("normalised")};
+      MergeProblem p = wide;
+      p.conv = parse_conventions(std::string("normalised,odtype=") + fmt + ",oscale=" + std::to_string(scale));
+      const StoredStates in = encode_states(p, st, false);
+      StoredStates merged = make_merge_outputs(wide);
+      fp32_merge(wide, in, merged, Bug::none);
+      const DType t = *p.conv.out_dtype;
+      const double top = t == DType::e4m3 ? 448.0 : 57344.0;
+      int saturated = 0;
+      auto stored = [&](double factor) {
+        StoredStates out = make_merge_outputs(p);
+        EXPECT_EQ(out.o.dtype, t);
+        out.lse = merged.lse;
+        for (int64_t e = 0; e < out.o.numel(); ++e) {
+          const double x = merged.o.get_offset(e) * factor;
+          saturated += std::fabs(x) > top && factor == 1 / scale;
+          out.o.set_offset(e, std::clamp(x, -top, top));
+        }
+        return judge_merge(p, in, out);
+      };
+      const MergeVerdict good = stored(1 / scale), ignored = stored(1), inverted = stored(scale), off = stored(1.25 / scale);
+      EXPECT_TRUE(good.pass) << fmt << " " << scale << ": " << good.worst;
+      EXPECT_FALSE(ignored.pass) << fmt << " " << scale;
+      EXPECT_FALSE(inverted.pass) << fmt << " " << scale;
+      EXPECT_FALSE(off.pass) << fmt << " " << scale;
+      if (t == DType::e4m3 && scale == 0x1p-10) {
+        EXPECT_GT(saturated, 0);
+      }
+    }
 }
 
 // A +inf sentinel taken literally poisons every row that holds one; the declared convention read right passes.

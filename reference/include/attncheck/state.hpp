@@ -28,14 +28,24 @@ struct StateConventions {
   EmptyOut empty_out = EmptyOut::zero;
   StatLayout layout = StatLayout::bhl;
   OutLayout o_layout = OutLayout::bhld;
+  // An fp8 merged O (normalised form only): stored = fp8(O / out_scale), saturated at the format's largest finite
+  // value, so O = stored · out_scale (the dequantisation scale, as vLLM's merge_attn_states output_scale). Unset: the
+  // merged O has the inputs' dtype.
+  std::optional<DType> out_dtype;
+  double out_scale = 1.0;
   // Lossless text, e.g. "normalised,base=e,empty=-inf,out=zero,layout=bhl" (",olayout=blhd" is appended only for
-  // the token-major O); parse_conventions reads it back and throws std::invalid_argument naming the field and value.
+  // the token-major O, ",odtype=fp8_e4m3,oscale=0.0078125" only for an fp8 output); parse_conventions reads it back
+  // and throws std::invalid_argument naming the field and value.
   std::string text() const;
   bool operator==(const StateConventions&) const = default;
 };
 StateConventions parse_conventions(const std::string& text);
 // The stored lse (or max) of an empty state: -inf, +inf, or the finite sentinel rounded to fp32 (stats are fp32).
 double empty_stat_value(const StateConventions& c);
+// The merged O as stored: O / out_scale saturated at the fp8 format's largest value (O itself without an fp8 output;
+// the caller's store rounds it to the dtype). And back: a stored merged O element as the O it stands for.
+double merged_o_to_stored(const StateConventions& c, double o);
+double merged_o_from_stored(const StateConventions& c, double stored);
 
 // ---- a state in fp64, independent of any convention ---------------------------------------------------------------
 // Per row r = (b, h, i): m = max of the visible scaled scores (nats), l = Σ exp(s - m), u = Σ exp(s - m)·v.
@@ -69,7 +79,7 @@ State merge_states(const std::vector<State>& states);
 struct MergeProblem {
   std::string name;  // case name, e.g. "merge/fp16/N2-B1-H4-L3-D32/normalised,base=e,.../one_empty"
   int64_t N = 2, B = 1, H = 1, L = 1, D = 1;
-  DType dtype = DType::f32;  // O in and out; lse, m and ℓ are always fp32
+  DType dtype = DType::f32;  // O in, and out unless conv.out_dtype; lse, m and ℓ are always fp32
   StateConventions conv;
 };
 void validate(const MergeProblem& p);  // std::invalid_argument naming the field and the value
