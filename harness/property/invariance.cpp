@@ -13,6 +13,7 @@
 
 #include "attncheck/declarations.hpp"
 #include "attncheck/kv_cache.hpp"
+#include "attncheck/mla.hpp"
 #include "attncheck/schedule.hpp"
 
 namespace attncheck::invariance {
@@ -148,11 +149,13 @@ Tensor rotated(const Tensor& t, int64_t by) {
   return r;
 }
 
-// The same problem with other q, k, v values: the case run in between, and the source of filler sequences.
-Inputs other_values(const Inputs& in) {
+// The same problem with other q, k, v values: the case run in between, and the source of filler sequences. With
+// absorbed MLA v stays k's first columns (mla.hpp).
+Inputs other_values(const Problem& p, const Inputs& in) {
   Inputs o = in;
   o.q = rotated(in.q, 7), o.k = rotated(in.k, 13), o.v = rotated(in.v, 11);
   if (in.past_k) o.past_k = rotated(*in.past_k, 5), o.past_v = rotated(*in.past_v, 3);
+  if (p.mla) tie_latent_values(p, o);
   return o;
 }
 
@@ -679,7 +682,7 @@ Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Ou
     c.result = Check::unsupported, c.message = kNoJudge;
     return c;
   }
-  const Inputs filler = other_values(in);
+  const Inputs filler = other_values(p, in);
   std::vector<Form> forms;
   std::string why;
   const bool packed = !p.cu_seqlens_q.empty(), paged = p.page_size > 0;
@@ -985,7 +988,7 @@ std::vector<Check> check_forward(const Impl& impl, const Problem& p, const Input
     if (!s.ok) throw std::runtime_error("a rerun of a supported case was declined: " + s.reason);
     return diff_outputs(first, x);
   };
-  const Inputs others = other_values(in);
+  const Inputs others = other_values(p, in);
   Reruns r;
   // Run 2 right away, then the batch forms (other cases), then runs 3..K, each after another case.
   if (o.rerun) r.record(2, again());
@@ -1027,7 +1030,7 @@ Check check_backward(const Impl& impl, const Problem& p, const Inputs& in, const
     if (!s.ok) throw std::runtime_error("a backward rerun of a supported case was declined: " + s.reason);
     return g;
   };
-  const Inputs others = other_values(in);
+  const Inputs others = other_values(p, in);
   Reruns r;
   for (int k = 2; k <= K; ++k) {
     if (k >= 3) (void)again(others), ++r.c.runs;
@@ -1056,7 +1059,7 @@ Check backward_batch_check(const Impl& impl, const Problem& p, const Inputs& in,
     c.result = Check::unsupported, c.message = kNoJudge;
     return c;
   }
-  const Inputs filler = other_values(in);
+  const Inputs filler = other_values(p, in);
   const Tensor dout_filler = rotated(dout, 5);
   std::vector<Form> forms;
   try {
