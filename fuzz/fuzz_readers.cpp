@@ -69,7 +69,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   {
     const attncheck::h5::FileImage image{g_path, std::string(reinterpret_cast<const char*>(data), size)};
-    const attncheck::h5::ImageScope scope(image);
+    const attncheck::h5::ImageScope scope(image, true);  // one open of the file for all the reads below
     // Every reader is deterministic in (bytes, problem), and each starts the same way: the full read with the
     // header read, every reader with opening the file (Reader::open_file, the only place that names the field
     // "file"). So a call that could only repeat a failure already seen is left out: the full read after a failed

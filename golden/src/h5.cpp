@@ -314,6 +314,11 @@ bool has_hdf5_signature(const std::string& b) {
 
 Id Reader::open_file() const {
   if (const FileImage* img = ImageScope::current(); img && img->path == file) {
+    int64_t* kept = ImageScope::kept_file();
+    if (kept && *kept >= 0) {
+      if (H5Iinc_ref(*kept) < 0) fail("file", "cannot share the open file (H5Iinc_ref)");
+      return Id(*kept, H5Fclose);  // closes this reference only: the scope holds its own
+    }
     if (!has_hdf5_signature(img->bytes)) fail("file", "not an HDF5 file");
     Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     void* buf = const_cast<char*>(img->bytes.data());
@@ -328,6 +333,7 @@ Id Reader::open_file() const {
     const std::string name = "/proc/attncheck-image-" + std::to_string(opened++);
     const hid_t f = H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl);
     if (f < 0) fail("file", "H5Fopen failed (truncated or corrupt HDF5 file?)");
+    if (kept && H5Iinc_ref(f) >= 0) *kept = f;
     return Id(f, H5Fclose);
   }
   std::error_code ec;

@@ -2,6 +2,7 @@
 #include "untrusted.hpp"
 
 #include <fcntl.h>
+#include <hdf5.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -47,6 +48,7 @@ double read_time_limit(uint64_t file_bytes) {
 namespace {
 
 thread_local const FileImage* t_image = nullptr;
+thread_local ImageScope* t_scope = nullptr;  // the innermost, whose image t_image is
 thread_local bool t_in_child = false;
 
 // Reads done in a child in this process: (kind, size, hash) of the image -> "" (finished) or why it was refused.
@@ -212,9 +214,18 @@ std::optional<FileImage> load_image(const std::string& path) {
   return img;
 }
 
-ImageScope::ImageScope(const FileImage& img) : prev_(t_image) { t_image = &img; }
-ImageScope::~ImageScope() { t_image = prev_; }
+ImageScope::ImageScope(const FileImage& img, bool keep_open)
+    : prev_(t_image), prev_scope_(t_scope), keep_open_(keep_open) {
+  t_image = &img;
+  t_scope = this;
+}
+ImageScope::~ImageScope() {
+  if (kept_ >= 0) H5Fclose(kept_);
+  t_image = prev_;
+  t_scope = prev_scope_;
+}
 const FileImage* ImageScope::current() { return t_image; }
+int64_t* ImageScope::kept_file() { return t_scope && t_scope->keep_open_ ? &t_scope->kept_ : nullptr; }
 bool in_reading_child() { return t_in_child; }
 
 std::vector<std::string> vet_in_child(const std::vector<const FileImage*>& images, const std::string& kind,

@@ -27,16 +27,26 @@ struct FileImage {
 // parsing anything).
 std::optional<FileImage> load_image(const std::string& path);
 
+// With `keep_open`, the first Reader::open_file of the image that succeeds keeps the file open until the scope
+// ends, and later ones get a new reference to that same open file instead of opening it again: for a process
+// that reads one file's bytes several ways (the fuzz target reads each input as a fixture header, a fixture and
+// a candidate), where opening dominated. Without it (attncheck itself), every reader opens the file afresh.
 class ImageScope {
  public:
-  explicit ImageScope(const FileImage& img);
+  explicit ImageScope(const FileImage& img, bool keep_open = false);
   ~ImageScope();
   ImageScope(const ImageScope&) = delete;
   ImageScope& operator=(const ImageScope&) = delete;
   static const FileImage* current();
+  // The open file (an HDF5 id) kept by the innermost scope, -1 when none is kept yet; nullptr when that scope
+  // does not keep its file open (or there is none).
+  static int64_t* kept_file();
 
  private:
   const FileImage* prev_;
+  ImageScope* prev_scope_;
+  bool keep_open_;
+  int64_t kept_ = -1;
 };
 
 // True in the child: a reader may leave out work on values already read (no HDF5 call), which the parent repeats.

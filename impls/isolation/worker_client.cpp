@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -27,9 +28,40 @@
 #include "attncheck/state.hpp"
 #include "worker_json.hpp"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define ATTNCHECK_WORKER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTNCHECK_WORKER_ASAN 1
+#endif
+#endif
+
+extern char** environ;
+
 namespace attncheck {
 
 using worker::json;
+
+namespace {
+// The environment of a worker started under --memory-limit, or empty for the parent's. A worker built with
+// AddressSanitizer (tools/sanitize.sh) cannot start under RLIMIT_AS: its runtime reserves terabytes of shadow
+// memory at start and dies when that is refused. There the limit goes to the worker's ASan allocator instead
+// (ASAN_OPTIONS): an allocation larger than the limit, or any once the worker's resident memory passed it, returns
+// null, as under RLIMIT_AS. Built before fork, since the child may only make async-signal-safe calls.
+std::vector<std::string> limited_environment([[maybe_unused]] int64_t memory_limit_mb) {
+  std::vector<std::string> env;
+#ifdef ATTNCHECK_WORKER_ASAN
+  if (memory_limit_mb <= 0) return env;
+  const char* old = std::getenv("ASAN_OPTIONS");
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "ASAN_OPTIONS=", 13) != 0) env.emplace_back(*e);
+  const std::string mb = std::to_string(memory_limit_mb);
+  env.push_back("ASAN_OPTIONS=" + std::string(old && *old ? old + std::string(":") : "") +
+                "allocator_may_return_null=1:max_allocation_size_mb=" + mb + ":soft_rss_limit_mb=" + mb);
+#endif
+  return env;
+}
+}  // namespace
 
 double default_timeout(const Problem& p) {
   const double flops = 2.0 * static_cast<double>(p.B * p.Hq) * static_cast<double>(p.Lq) *
@@ -333,17 +365,25 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
     std::vector<char*> argv;
     for (const auto& a : o_.argv) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    std::vector<std::string> env = limited_environment(o_.memory_limit_mb);
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     if (pid == 0) {  // child: only async-signal-safe calls until exec
       ::setpgid(0, 0);
       ::dup2(in[0], 0), ::dup2(out[1], 1), ::dup2(err[1], 2);
-      if (o_.memory_limit_mb > 0) {
-        const rlim_t bytes = static_cast<rlim_t>(o_.memory_limit_mb) << 20;
-        const struct rlimit r {bytes, bytes};
-        ::setrlimit(RLIMIT_AS, &r);
+      if (!env.empty()) {
+        ::execvpe(argv[0], argv.data(), envp.data());  // ASan: the limit is in ASAN_OPTIONS
+      } else {
+        if (o_.memory_limit_mb > 0) {
+          const rlim_t bytes = static_cast<rlim_t>(o_.memory_limit_mb) << 20;
+          const struct rlimit r {bytes, bytes};
+          ::setrlimit(RLIMIT_AS, &r);
+        }
+        ::execvp(argv[0], argv.data());
       }
-      ::execvp(argv[0], argv.data());
       const char msg[] = "worker: exec failed\n";
       (void)!::write(2, msg, sizeof msg - 1);
       ::_exit(127);

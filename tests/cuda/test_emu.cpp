@@ -2,6 +2,7 @@
 // shared memory, and that races, deadlocks and partial barriers are reported as errors instead of hiding.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <numeric>
 #include <set>
 #include <tuple>
@@ -313,6 +314,39 @@ TEST(Emu, KernelExceptionPropagatesAndOtherThreadsAreUnwound) {
   std::vector<int> seen(64, 0);
   attncheck::emu::launch(config(dim3(1), dim3(64)), record_identity, seen.data());
   EXPECT_EQ(std::accumulate(seen.begin(), seen.end(), 0), 64);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_TEST_ASAN 1
+#endif
+#endif
+
+// A kernel that copies one element past its stack array (memcpy: UBSan's bounds checks do not see it), after a
+// barrier, so the copy runs on a resumed fiber.
+__global__ void overflows_its_stack(float* out) {
+  float local[16];
+  for (int i = 0; i < 16; ++i) local[i] = float(threadIdx.x + i);
+  __syncthreads();
+  float copy[17];
+  const size_t n = 16 + (blockDim.x > 1 ? 1 : 0);  // 17: a size the compiler does not see, so it cannot warn
+  std::memcpy(copy, local, n * sizeof(float));
+  out[threadIdx.x] = copy[0];
+}
+
+// Under AddressSanitizer (tools/sanitize.sh --cuda-emu), kernels on fiber stacks are checked like any other code:
+// the overflow is reported, and nothing else (a false report would name the emulator's switches instead).
+TEST(Emu, AddressSanitizerReportsAStackOverflowInAKernel) {
+#ifdef EMU_TEST_ASAN
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<float> out(64, 0);
+  EXPECT_DEATH(attncheck::emu::launch(config(dim3(2), dim3(64)), overflows_its_stack, out.data()),
+               "AddressSanitizer: stack-buffer-overflow.*in overflows_its_stack");
+#else
+  GTEST_SKIP() << "needs an AddressSanitizer build (tools/sanitize.sh --cuda-emu)";
+#endif
 }
 
 TEST(Emu, InvalidLaunchConfigurationsAreRejected) {

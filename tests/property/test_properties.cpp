@@ -2,10 +2,12 @@
 // per pair (e.g. `Property/Suite.Holds/causality__cpu_flash`), cases generated and shrunk by RapidCheck.
 // Default: a fixed seed per pair and a modest number of cases within each implementation's size budget.
 // ATTNCHECK_PROPERTY_LONG=1 runs 500 cases (default 80) with 8x the budget; RC_PARAMS (e.g. "seed=7 max_success=500")
-// overrides RapidCheck's parameters. A failure prints the shrunk case and writes it as a regression fixture.
+// overrides RapidCheck's parameters; ATTNCHECK_PROPERTY_CASES=N caps the cases per pair with the same seeds (how
+// tools/sanitize.sh runs the suite). A failure prints the shrunk case and writes it as a regression fixture.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -52,6 +54,11 @@ TEST_P(Suite, Holds) {
     const bool reruns = name == "schedule_invariance" || name == "layout_invariance";
     params.maxSuccess = long_mode() ? 500 : reruns ? 25 : 80;
     params.seed = fnv(prop.name + std::string("/") + impl->name());
+    if (const char* cap = std::getenv("ATTNCHECK_PROPERTY_CASES")) {
+      const int n = std::atoi(cap);
+      if (n < 1) FAIL() << "ATTNCHECK_PROPERTY_CASES must be a positive number of cases, got '" << cap << "'";
+      params.maxSuccess = std::min<int>(static_cast<int>(params.maxSuccess), n);
+    }
   }
   const RcRun r = rc_run(prop, *impl, params, budget);
   std::cout << "[property] " << prop.name << " on " << impl->name() << ": " << r.supported << " cases checked, "

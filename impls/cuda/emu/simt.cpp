@@ -16,6 +16,21 @@
 #include "attncheck/threads.hpp"
 #include "fiber_stack.hpp"
 
+// AddressSanitizer keeps the bounds of the stack it believes is running; a fiber switch it is not told about makes
+// it see an exception's unwinding (or any no-return call) on a fiber stack as a stack overflow. So, in ASan builds
+// only, every switch in this file is announced (__sanitizer_start_switch_fiber before, _finish_ after, on the new
+// stack). Other builds compile none of it.
+#if defined(__SANITIZE_ADDRESS__)
+#define ATTNCHECK_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTNCHECK_EMU_ASAN 1
+#endif
+#endif
+#ifdef ATTNCHECK_EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 namespace attncheck::emu {
 namespace ctx = boost::context;
 
@@ -37,6 +52,12 @@ struct Thread {
   int arg = 0, width = 32;
   ctx::fiber fiber;  // this thread's suspended context
   ctx::fiber sink;   // the scheduler's context while this thread runs
+#ifdef ATTNCHECK_EMU_ASAN
+  const void* stack_bottom = nullptr;  // this fiber's stack, for ASan
+  size_t stack_size = 0;
+  void* fake_stack = nullptr;  // ASan's saved fake stack of this fiber while it is suspended
+  bool started = false, skip = false;
+#endif
 };
 
 struct Block {
@@ -81,8 +102,79 @@ std::string hex(unsigned m) {
   return o.str();
 }
 
-// Give control back to the scheduler; returns when the scheduler resumes this thread.
-void yield_to_scheduler(Thread& t) { t.sink = std::move(t.sink).resume(); }
+#ifdef ATTNCHECK_EMU_ASAN
+// The stack of the scheduler (the OS thread's own), learnt from the first switch into a fiber, and its saved fake
+// stack while a fiber runs.
+thread_local const void* tl_sched_bottom = nullptr;
+thread_local size_t tl_sched_size = 0;
+thread_local void* tl_sched_fake = nullptr;
+
+// Scheduler -> fiber `t` (a resume, or a destruction, which resumes it to unwind it), and back on the scheduler.
+void to_fiber(Thread& t) { __sanitizer_start_switch_fiber(&tl_sched_fake, t.stack_bottom, t.stack_size); }
+void back_on_scheduler() { __sanitizer_finish_switch_fiber(tl_sched_fake, nullptr, nullptr); }
+// On fiber `t`: arrived from the scheduler (recording its bounds), and leaving for it; `exiting` when the fiber
+// will not run again (ASan drops its fake stack).
+void on_fiber(Thread& t) {
+  __sanitizer_finish_switch_fiber(t.fake_stack, &tl_sched_bottom, &tl_sched_size);
+  t.started = true;
+}
+void to_scheduler(Thread& t, bool exiting) {
+  __sanitizer_start_switch_fiber(exiting ? nullptr : &t.fake_stack, tl_sched_bottom, tl_sched_size);
+}
+
+// The pooled stack, recording where it is for the announcements.
+struct FiberStack : detail::PooledStack {
+  Thread* t;
+  ctx::stack_context allocate() {
+    ctx::stack_context sc = PooledStack::allocate();
+    t->stack_bottom = static_cast<char*>(sc.sp) - sc.size;
+    t->stack_size = sc.size;
+    return sc;
+  }
+};
+
+// Fibers left suspended when a block ends early (an error) are ended here, announced: destroying one resumes it
+// to unwind its stack, a switch the Block's destructor would make without telling ASan. One that never ran is
+// not destroyed (its unwinding would start inside Boost, before it could announce its arrival) but run with
+// `skip`, so it returns without running the kernel.
+void end_suspended(Block& blk) {
+  for (auto& t : blk.threads) {
+    if (!t->fiber) continue;
+    to_fiber(*t);
+    if (t->started) {
+      t->fiber = ctx::fiber{};
+    } else {
+      t->skip = true;
+      t->fiber = std::move(t->fiber).resume();
+    }
+    back_on_scheduler();
+  }
+}
+bool skipped(const Thread& t) { return t.skip; }
+#else
+void to_fiber(Thread&) {}
+void back_on_scheduler() {}
+void on_fiber(Thread&) {}
+void to_scheduler(Thread&, bool) {}
+struct FiberStack : detail::PooledStack {
+  Thread* t;
+};
+void end_suspended(Block&) {}
+constexpr bool skipped(const Thread&) { return false; }
+#endif
+
+// Give control back to the scheduler; returns when the scheduler resumes this thread, or throws Boost's
+// forced_unwind when the scheduler destroys the suspended fiber.
+void yield_to_scheduler(Thread& t) {
+  to_scheduler(t, false);
+  try {
+    t.sink = std::move(t.sink).resume();
+  } catch (const ctx::detail::forced_unwind&) {
+    on_fiber(t);
+    throw;
+  }
+  on_fiber(t);
+}
 
 // Source lane of a shuffle for `lane`, or -1 when the lane keeps its own value (CUDA's out-of-segment rule).
 int shuffle_source(const Thread& t) {
@@ -219,16 +311,19 @@ void run_block(const LaunchConfig& cfg, const std::function<void()>& body, uint3
     t->id.grid_dim = cfg.grid;
     Thread* self = t.get();
     Block* b = &blk;
-    t->fiber = ctx::fiber(std::allocator_arg, PooledStack{}, [self, b](ctx::fiber&& sink) {
+    t->fiber = ctx::fiber(std::allocator_arg, FiberStack{{}, self}, [self, b](ctx::fiber&& sink) {
+      on_fiber(*self);
       self->sink = std::move(sink);
       try {
-        (*b->body)();
+        if (!skipped(*self)) (*b->body)();
       } catch (const ctx::detail::forced_unwind&) {
+        to_scheduler(*self, true);
         throw;  // the fiber is being destroyed: let boost unwind it
       } catch (...) {
         if (!b->error) b->error = std::current_exception();
       }
       self->state = State::done;
+      to_scheduler(*self, true);
       return std::move(self->sink);
     });
     blk.threads.push_back(std::move(t));
@@ -239,18 +334,22 @@ void run_block(const LaunchConfig& cfg, const std::function<void()>& body, uint3
   tl_block = &blk;
   tl_globals = cfg.globals.empty() ? nullptr : &cfg.globals;
   struct Reset {
+    Block& blk;
     ~Reset() {
+      end_suspended(blk);
       tl_thread = nullptr;
       tl_block = nullptr;
       tl_globals = nullptr;
     }
-  } reset;
+  } reset{blk};
   for (;;) {
     for (int k = 0; k < n; ++k) {
       Thread& t = *blk.threads[static_cast<size_t>(cfg.order == Order::forward ? k : n - 1 - k)];
       if (t.state != State::runnable) continue;
       tl_thread = &t;
+      to_fiber(t);
       t.fiber = std::move(t.fiber).resume();
+      back_on_scheduler();
       tl_thread = nullptr;
       if (blk.error) std::rethrow_exception(blk.error);  // remaining fibers are unwound by their destructors
     }
