@@ -441,7 +441,7 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   // RoPE (rope.hpp): the other pairing; a query rotated at a wrong position (its row index: the offset ignored, or
   // one position off); the partial rotation on the last rotary_dim dims or on all of them; angles rounded to
   // fp16. A wrong rotation of q (or k) is the reference on inputs pre-rotated by the difference, in fp64.
-  if (uses_rope(p)) rope_hypotheses(sc, c);
+  if (uses_rope(p) && p.rope_mrope_section.empty() && p.cu_seqlens_q.empty()) rope_hypotheses(sc, c);  // one position per row
 
   // layout: out written with the other layout's strides
   if (p.Hq > 1 && p.Lq > 1)
