@@ -58,6 +58,9 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   if (p.past_len > 0 && (k.k0 != 0 || k.nk <= p.past_len)) bad("cuts into the KV-cache past or keeps no new key");
   if (!p.cu_seqlens_q.empty()) bad("of a varlen problem (reduce() takes one sequence first)");
   if (p.kv_quantized()) bad("of a problem with a quantized KV cache (its scales are not cut)");
+  if (uses_rope(p) && !p.rope_mrope_section.empty() && (k.b0 != 0 || k.nb != p.B || k.k0 != 0 || k.nk != p.Lk || k.i0 != 0 || k.nq != p.Lq))
+    bad("of an mRoPE problem's tokens (its position ids are not cut)");
+  if (uses_qk_norm(p) && k.dqk != p.Dqk) bad("head dims of a QK-norm problem (the norm is over all Dqk)");
   if (p.page_size > 0 && k.k0 % p.page_size != 0)  // key k0 must be token 0 of a page for the table to address it
     bad("drops keys [0, " + std::to_string(k.k0) + ") of a paged KV cache: not a whole number of pages (page_size=" +
         std::to_string(p.page_size) + ")");

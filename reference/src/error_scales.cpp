@@ -322,6 +322,9 @@ void fill_error_scales(const Problem& p, const Inputs& in, ReferenceResult& r) {
   r.p_small = std::move(x.p_small);
   r.scores_a = std::move(x.scores_a);
   r.scores_b = std::move(x.scores_b);
+  r.rope_dev = std::move(x.rope_dev);  // the rotary angle terms of a declared rope contract
+  r.rope_p = std::move(x.rope_p);
+  r.rope_max = std::move(x.rope_max);
 }
 
 }  // namespace attncheck

@@ -54,6 +54,7 @@ void validate_kv_cache(const Problem& p) {
   if (uses_rope(p))
     fail(g + ": RoPE over a quantized cache is not modelled (the cache holds rotated keys), got rotary_dim=" +
          std::to_string(p.rotary_dim));
+  if (uses_qk_norm(p)) fail(g + ": QK-norm over a quantized cache is not modelled (the cache holds normalised keys)");
   if (p.kv_scales == KvScales::block) {
     if (p.Dqk % p.kv_block != 0 || p.Dv % p.kv_block != 0)
       fail("kv_block must divide Dqk and Dv (whole blocks per token), got kv_block=" + std::to_string(p.kv_block) +

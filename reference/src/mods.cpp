@@ -32,10 +32,13 @@ std::vector<const ModEntry*> used_modifications(const Problem& p) {
 void validate_modifications(const Problem& p) {
   const std::vector<const ModEntry*> used = used_modifications(p);
   if (used.empty()) return;
-  // Packed sequences would need every per-token parameter cut per sequence (sequence_problem); not modelled.
+  // Packed sequences would need every per-token parameter cut per sequence (sequence_problem); modelled only for
+  // the position stage (RoPE positions restart in each sequence, rope_offsets has one entry per sequence).
   if (!p.cu_seqlens_q.empty())
-    detail::fail(std::string(used.front()->fields.front().key) +
-                 ": modifications with packed sequences (cu_seqlens_q) are not modelled");
+    for (const ModEntry* m : used)
+      if (m->kind != ModKind::position)
+        detail::fail(std::string(m->fields.front().key) +
+                     ": modifications with packed sequences (cu_seqlens_q) are not modelled");
   for (const ModEntry* m : used) m->check(p);
 }
 

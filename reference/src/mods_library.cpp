@@ -269,23 +269,59 @@ const Field kRope[] = {
      [](const P& p) { return finite_positive(p.rope_beta_slow); }, "RoPE YaRN beta_slow"},
     {"rope_original_max", &P::rope_original_max, kSet, kFrag, "must be in [1, 2^24]",
      [](const P& p) { return p.rope_original_max >= 1 && p.rope_original_max <= kRopeMaxPosition; },
-     "RoPE llama3/YaRN original_max_position_embeddings"}};
+     "RoPE llama3/YaRN original_max_position_embeddings"},
+    {"rope_mrope_section", &P::rope_mrope_section, kData, kFrag, "must have 1 to 8 entries, each >= 0",
+     [](const P& p) {
+       return p.rope_mrope_section.size() <= size_t(kRopeMaxSections) &&
+              std::all_of(p.rope_mrope_section.begin(), p.rope_mrope_section.end(), [](int64_t v) { return v >= 0; });
+     },
+     "mRoPE (Qwen2-VL mrope_section): frequency pairs per section, in order, summing to rotary_dim/2"},
+    {"rope_position_ids", &P::rope_position_ids, kData, kFrag, nullptr, nullptr,
+     "mRoPE: position per section of each key-axis token [sections, B, Lk]; a query takes its diagonal key's"}};
+// With mRoPE every query's diagonal key (whose ids it takes) must be in its row's key range.
+void check_mrope(const P& p) {
+  const size_t n = p.rope_mrope_section.size();
+  if (n == 0) {
+    if (!p.rope_position_ids.empty()) fail("rope_position_ids needs rope_mrope_section (mRoPE), got no sections");
+    return;
+  }
+  int64_t sum = 0;
+  for (int64_t v : p.rope_mrope_section) sum += v;
+  if (sum != p.rotary_dim / 2)
+    fail("rope_mrope_section must sum to rotary_dim/2=" + n2s(p.rotary_dim / 2) + ", got " + shape_string(p.rope_mrope_section));
+  expect_size("rope_position_ids", p.rope_position_ids.size(), int64_t(n) * p.B * p.Lk, "sections*B*Lk");
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t i = 0; i < p.Lq; ++i)
+      if (const P::RowKeys rk = p.row_keys(b, i); rk.diag < rk.begin || rk.diag >= rk.end)
+        fail("rope_position_ids: query " + n2s(i) + " of batch " + n2s(b) + " sits at key index " + n2s(rk.diag) +
+             ", outside its keys [" + n2s(rk.begin) + ", " + n2s(rk.end) + ") (an mRoPE query takes the ids of the key on its diagonal)");
+}
 const ModEntry kRopeEntry{
     "rope", "rope", ModKind::position, kRope,
     [](const P& p) { return p.rotary_dim > 0; },  // the other parameters are inert at rotary_dim 0
     [](const P& p) {
-      if (!p.rope_offsets.empty()) expect_size("rope_offsets", p.rope_offsets.size(), p.B, "B");
+      const bool varlen = !p.cu_seqlens_q.empty();  // one offset per packed sequence
+      if (!p.rope_offsets.empty())
+        expect_size("rope_offsets", p.rope_offsets.size(), varlen ? p.sequences() : p.B, varlen ? "S" : "B");
       for (int64_t v : p.rope_offsets)
         if (v < -kRopeMaxPosition || v > kRopeMaxPosition)
           fail("rope_offsets must be within +-2^24, got " + shape_string(p.rope_offsets));
       const int scalings = (p.rope_linear_factor != 1.0) + (p.rope_llama3_factor != 1.0) + (p.rope_yarn_factor != 1.0);
       if (scalings > 1)
         fail("rope_linear_factor, rope_llama3_factor and rope_yarn_factor: at most one scaling, got " + n2s(scalings));
-      for (int64_t b = 0; b < p.B; ++b)
-        for (int64_t axis : {p.diagonal_offset(b), p.Lq - 1 + p.diagonal_offset(b), int64_t{0}, p.Lk - 1})
-          if (const int64_t pos = rope_position(p, b, axis); pos < 0 || pos > kRopeMaxPosition)
-            fail("rope_offsets: batch " + n2s(b) + " puts a token at RoPE position " + n2s(pos) +
-                 ", outside [0, 2^24] (query i at i + diagonal offset + rope_offsets[b], key j at j + rope_offsets[b])");
+      check_mrope(p);
+      const char* field = p.rope_mrope_section.empty() ? "rope_offsets" : "rope_position_ids";
+      auto in_range = [&](const RopeAt& at, const std::string& who) {
+        for (int64_t s = 0; s < at.n; ++s)
+          if (const int64_t pos = at.pos[size_t(s)]; pos < 0 || pos > kRopeMaxPosition)
+            fail(std::string(field) + ": " + who + " is at RoPE position " + n2s(pos) +
+                 ", outside [0, 2^24] (query i at its diagonal key index + diagonal offset, key j at j, both within "
+                 "the sequence, plus rope_offsets; mRoPE: the ids at those indices plus rope_offsets)");
+      };
+      for (int64_t b = 0; b < p.B; ++b) {
+        for (int64_t i = 0; i < p.Lq; ++i) in_range(rope_query_at(p, b, i), "query " + n2s(i) + " of batch " + n2s(b));
+        for (int64_t j = 0; j < p.Lk; ++j) in_range(rope_key_at(p, b, j), "key " + n2s(j) + " of batch " + n2s(b));
+      }
     },
     nullptr, nullptr, 1.0,
     [](P& p, Rng& r) {
@@ -298,6 +334,31 @@ const ModEntry kRopeEntry{
       for (int64_t b = 0; b < p.B; ++b) p.rope_offsets.push_back(r.pick(0, 1 << 17) - lowest);
     },
     "RoPE: q and k rotated pairwise by position * inv_freq before the scores"};
+
+// ---- QK-norm (RMSNorm of each q and k head vector before RoPE; its math: qk_norm in rope.cpp) -------------------
+bool all_finite(const std::vector<double>& v) {
+  return std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+}
+const Field kQkNorm[] = {
+    {"q_norm_weight", &P::q_norm_weight, kData, kFrag, "must be finite", [](const P& p) { return all_finite(p.q_norm_weight); },
+     "QK-norm: RMSNorm weight of q [Dqk]"},
+    {"k_norm_weight", &P::k_norm_weight, kData, kFrag, "must be finite", [](const P& p) { return all_finite(p.k_norm_weight); },
+     "QK-norm: RMSNorm weight of k [Dqk]"},
+    {"qk_norm_eps", &P::qk_norm_eps, kSet, kFrag, "must be finite and > 0",
+     [](const P& p) { return finite_positive(p.qk_norm_eps); }, "QK-norm: eps added to mean(x^2) (> 0: a zero vector stays finite)"}};
+const ModEntry kQkNormEntry{
+    "qk_norm", "qknorm", ModKind::position, kQkNorm, [](const P& p) { return uses_qk_norm(p); },
+    [](const P& p) {
+      expect_size("q_norm_weight", p.q_norm_weight.size(), p.Dqk, "Dqk");
+      expect_size("k_norm_weight", p.k_norm_weight.size(), p.Dqk, "Dqk");
+    },
+    nullptr, nullptr, 1.0,
+    [](P& p, Rng& r) {  // weights near 1 as trained norms have them, exact in bf16
+      for (auto* w : {&p.q_norm_weight, &p.k_norm_weight})
+        for (int64_t d = 0; d < p.Dqk; ++d) w->push_back(1.0 + std::ldexp(double(r.pick(-32, 32)), -6));
+      p.qk_norm_eps = 1e-6;
+    },
+    "QK-norm: q and k head vectors RMS-normalised (weights [Dqk], eps) before RoPE"};
 
 // ---- user expressions (muparser; compiled and evaluated in mods_expr.cpp) -------------------------------------
 // The auxiliary tensors and the origin belong to both expressions; they are listed with the score entry.
@@ -338,7 +399,7 @@ const ModEntry kMaskExprEntry{
 
 // Score entries modify in this order (docs/problem-model.md "Modifications"): ALiBi, T5, the user's expression.
 const ModEntry kLibrary[] = {kAlibiEntry, kT5Entry, kDocEntry, kChunkEntry, kPrefixEntry, kDilatedEntry, kTopkEntry,
-                             kRopeEntry, kScoreExprEntry, kMaskExprEntry};
+                             kRopeEntry, kQkNormEntry, kScoreExprEntry, kMaskExprEntry};
 
 }  // namespace
 

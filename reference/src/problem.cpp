@@ -161,6 +161,13 @@ Attended sequence_problem(const Problem& p, const Inputs& in, int64_t s) {
   a.in.bias = sliced(in.bias, a.p.bias_shape);
   std::optional<std::array<int64_t, 4>> keep_shape;
   a.in.keep = sliced(in.keep, keep_shape);
+  // The position stage's per-sequence parameters (rope.hpp): the sequence's offset and its block of mRoPE ids.
+  if (!p.rope_offsets.empty()) a.p.rope_offsets = {p.rope_offsets[u]};
+  if (!p.rope_position_ids.empty()) {
+    a.p.rope_position_ids.clear();
+    for (size_t sec = 0; sec < p.rope_mrope_section.size(); ++sec)
+      for (int64_t j = 0; j < q.Lk; ++j) a.p.rope_position_ids.push_back(p.rope_position_ids[sec * size_t(p.Lk) + size_t(k0 + j)]);
+  }
   return a;
 }
 

@@ -63,19 +63,23 @@ void rope_sensitivity(const Problem& p, const RopeStage& rope, int64_t b, int64_
                       const double* kb, const std::vector<double>& w, const std::vector<char>& visible,
                       const double* vb, const Inputs& in, int64_t row, ReferenceResult& r) {
   const int64_t Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, h = (row / p.Lq) % p.Hq;
-  const double pos_i = std::abs(double(rope_position(p, b, i + p.diagonal_offset(b)))), scale = std::abs(p.effective_scale());
+  const RopeAt at_i = rope_query_at(p, b, i);
+  const double scale = std::abs(p.effective_scale());
   const double* o = &r.out[static_cast<size_t>(row * Dv)];  // final (the caller computed it)
   const double keep_scale = 1.0 / (1.0 - p.dropout_p);
   double sum_p = 0, mx = 0;
   for (int64_t j = 0; j < Lk; ++j) {
     if (!visible[size_t(j)] || w[size_t(j)] == 0.0) continue;
     const double* kj = kb + j * Dqk;
+    const RopeAt at_j = rope_key_at(p, b, j);
     double rj = 0;
     for (int64_t f = 0; f < p.rotary_dim / 2; ++f) {
       const auto [a, c] = rope_pair(p, f);
-      rj += rope.inv_freq()[size_t(f)] * std::hypot(qi[a], qi[c]) * std::hypot(kj[a], kj[c]);
+      const size_t s = static_cast<size_t>(rope.sections()[size_t(f)]);  // mRoPE: the pair's own positions
+      rj += rope.inv_freq()[size_t(f)] * std::hypot(qi[a], qi[c]) * std::hypot(kj[a], kj[c]) *
+            (std::abs(double(at_i.pos[s])) + std::abs(double(at_j.pos[s])));
     }
-    rj *= scale * (pos_i + std::abs(double(rope_position(p, b, j))));
+    rj *= scale;
     mx = std::max(mx, rj);
     sum_p += w[size_t(j)] * rj;
     double wk = w[size_t(j)];

@@ -13,6 +13,45 @@ int64_t rope_position(const Problem& p, int64_t b, int64_t axis) {
   return axis + (p.rope_offsets.empty() ? 0 : p.rope_offsets[static_cast<size_t>(b)]);
 }
 
+namespace {
+int64_t rope_offset(const Problem& p, int64_t entry) {
+  return p.rope_offsets.empty() ? 0 : p.rope_offsets[static_cast<size_t>(entry)];
+}
+// The token at key-axis index `axis` of batch b (the table's index), `local` within its sequence, whose offset is
+// rope_offsets[entry].
+RopeAt rope_at(const Problem& p, int64_t b, int64_t axis, int64_t local, int64_t entry) {
+  RopeAt r;
+  const int64_t off = rope_offset(p, entry);
+  if (p.rope_mrope_section.empty()) {
+    r.pos[0] = local + off;
+    return r;
+  }
+  r.n = static_cast<int64_t>(p.rope_mrope_section.size());
+  for (int64_t s = 0; s < r.n; ++s) r.pos[size_t(s)] = p.rope_position_ids[static_cast<size_t>((s * p.B + b) * p.Lk + axis)] + off;
+  return r;
+}
+}  // namespace
+
+RopeAt rope_key_at(const Problem& p, int64_t b, int64_t j) {
+  if (p.cu_seqlens_k.empty()) return rope_at(p, b, j, j, b);
+  const auto& cu = p.cu_seqlens_k;  // the last sequence starting at or before j owns it (empty ones are skipped)
+  const int64_t s = std::upper_bound(cu.begin(), cu.end(), j) - cu.begin() - 1;
+  return rope_at(p, b, j, j - cu[size_t(s)], s);
+}
+
+RopeAt rope_query_at(const Problem& p, int64_t b, int64_t i) {
+  const Problem::RowKeys rk = p.row_keys(b, i);
+  return rope_at(p, b, rk.diag, rk.diag - rk.begin, p.cu_seqlens_q.empty() ? b : p.sequence_of(i));
+}
+
+std::vector<int> rope_pair_sections(const Problem& p) {
+  std::vector<int> out(static_cast<size_t>(p.rotary_dim / 2), 0);
+  int64_t f = 0;
+  for (size_t s = 0; s < p.rope_mrope_section.size(); ++s)
+    for (int64_t n = 0; n < p.rope_mrope_section[s] && f < p.rotary_dim / 2; ++n) out[size_t(f++)] = static_cast<int>(s);
+  return out;
+}
+
 std::vector<double> rope_inv_freq(const Problem& p) {
   const int64_t n = p.rotary_dim / 2;
   const double dim = static_cast<double>(p.rotary_dim), base = p.rope_theta;
@@ -56,18 +95,36 @@ double rope_attention_factor(const Problem& p) {
 }
 
 void rope_rotate(const Problem& p, const std::vector<double>& inv_freq, int64_t position, double* x) {
-  const double m = rope_attention_factor(p), pos = static_cast<double>(position);
+  RopeAt at;
+  at.pos[0] = position;
+  rope_rotate(p, inv_freq, at, x);
+}
+
+void rope_rotate(const Problem& p, const std::vector<double>& inv_freq, const RopeAt& at, double* x) {
+  const double m = rope_attention_factor(p);
+  size_t s = 0;  // the section of pair f (mRoPE: contiguous runs of pairs; else one position for all)
+  int64_t end = at.n > 1 ? p.rope_mrope_section[0] : p.rotary_dim / 2;
   for (int64_t f = 0; f < p.rotary_dim / 2; ++f) {
+    while (f >= end && int64_t(s) + 1 < at.n) end += p.rope_mrope_section[++s];
     const auto [a, b] = rope_pair(p, f);
-    const double t = pos * inv_freq[size_t(f)], c = std::cos(t), s = std::sin(t);
+    const double t = static_cast<double>(at.pos[s]) * inv_freq[size_t(f)], c = std::cos(t), sn = std::sin(t);
     const double xa = x[a], xb = x[b];
-    x[a] = m * (xa * c - xb * s);
-    x[b] = m * (xb * c + xa * s);
+    x[a] = m * (xa * c - xb * sn);
+    x[b] = m * (xb * c + xa * sn);
   }
 }
 
-RopeStage::RopeStage(const Problem& p) : p_(p), on_(uses_rope(p)) {
-  if (on_) inv_freq_ = rope_inv_freq(p);
+void qk_norm(const Problem& p, bool query, double* x) {
+  const std::vector<double>& w = query ? p.q_norm_weight : p.k_norm_weight;
+  if (w.empty()) return;
+  double ss = 0;
+  for (int64_t d = 0; d < p.Dqk; ++d) ss += x[d] * x[d];
+  const double r = 1.0 / std::sqrt(ss / static_cast<double>(p.Dqk) + p.qk_norm_eps);
+  for (int64_t d = 0; d < p.Dqk; ++d) x[d] = x[d] * r * w[size_t(d)];
+}
+
+RopeStage::RopeStage(const Problem& p) : p_(p), on_(uses_position_stage(p)), rope_(uses_rope(p)) {
+  if (rope_) inv_freq_ = rope_inv_freq(p), sections_ = rope_pair_sections(p);
 }
 
 }  // namespace attncheck

@@ -49,8 +49,9 @@ Units units(const Problem& p, const ToleranceModel& m) {
   // decoded k and v element once to its operand format, so k's and v's operand roundings count in full (u_in 0).
   const double u_in = p.kv_quantized() ? 0.0 : unit_roundoff(p.dtype), acc = unit_roundoff(c.accumulate);
   auto coarser = [](double u, double than) { return u > than ? u : 0.0; };
-  // Rotated q and k are computed values, not inputs: rounding them to the qk operand format always counts.
-  const bool rope = uses_rope(p);
+  // Rotated (or QK-normed) q and k are computed values, not inputs: rounding them to the qk operand format always
+  // counts.
+  const bool rope = uses_rope(p), staged = uses_position_stage(p);
   // fp32 angles: inv_freq from fp32 pow, reciprocal and scaling (<= 4u) and the product with the exact position
   // (u): 5u of the angle. cos and sin within 1 ulp (2u each) and the fp32 rotation x c - y s (3u): 7u. A table in
   // fp16/bf16 adds one rounding of cos and of sin (2 u_T). docs/tolerance.md "Rotary angles".
@@ -64,7 +65,7 @@ Units units(const Problem& p, const ToleranceModel& m) {
                                                               : 0.0);
   }
   return {acc,
-          rope ? unit_roundoff(c.qk_operands) : coarser(unit_roundoff(c.qk_operands), u_in),
+          staged ? unit_roundoff(c.qk_operands) : coarser(unit_roundoff(c.qk_operands), u_in),
           coarser(unit_roundoff(c.scores), acc),
           c.p_rounded ? coarser(unit_roundoff(c.pv_operands), acc) : 0.0,
           coarser(unit_roundoff(c.pv_operands), u_in),

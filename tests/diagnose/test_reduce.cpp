@@ -72,6 +72,12 @@ TEST(Reduce, ACutKeepsWhatEveryKeptRowSees) {
       EXPECT_THROW(diagnose::cut(prop::Case{{}, p, f.inputs}, diagnose::whole(p)), std::invalid_argument) << f.name;
       continue;
     }
+    if (p.rotary_dim > 0 && !p.rope_mrope_section.empty()) {  // mRoPE: cut() keeps the tokens (the ids are not cut)
+      diagnose::Cut k = diagnose::whole(p);
+      k.i0 = p.Lq / 3, k.nq = 1;
+      EXPECT_THROW(diagnose::cut(prop::Case{{}, p, f.inputs}, k), std::invalid_argument) << f.name;
+      continue;
+    }
     const prop::Case c{{}, p, f.inputs};
     diagnose::Cut k = diagnose::whole(p);
     k.b0 = p.B - 1, k.nb = 1;

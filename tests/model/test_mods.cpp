@@ -181,7 +181,7 @@ TEST(Mods, CpuImplsMatchReferenceOnEveryEntry) {
     p.doc_ids = d.doc_ids, p.chunk_size = d.chunk_size, p.prefix_lengths = d.prefix_lengths;
     p.dilated_window = d.dilated_window, p.dilation = d.dilation, p.rotary_dim = d.rotary_dim;
     p.score_expr = d.score_expr, p.mask_expr = d.mask_expr, p.expr_tensors = d.expr_tensors, p.expr_values = d.expr_values;
-    p.topk = d.topk, p.topk_indices = d.topk_indices;
+    p.topk = d.topk, p.topk_indices = d.topk_indices, p.q_norm_weight = d.q_norm_weight, p.k_norm_weight = d.k_norm_weight;
     EXPECT_FALSE(uses_modifications(p));
     return p;
   });

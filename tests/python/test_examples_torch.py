@@ -104,6 +104,26 @@ def test_flex_attention_passes_modifications_and_expressions():
     assert r.returncode == 0, r.stdout[-3000:]
 
 
+def test_transformers_rope_worker_passes_the_position_fixtures():
+    # transformers' own rotary helpers (LlamaRotaryEmbedding, apply_rotary_pos_emb, GPT-J's rotate_every_two,
+    # Qwen2VLRotaryEmbedding for mRoPE, Qwen3RMSNorm for QK-norm) in the model's dtype, then SDPA
+    # (examples/python/hf_rope_worker.py), on every RoPE / mRoPE / QK-norm / varlen-RoPE fixture; skipped
+    # without transformers. The GPT-J pairing ignored (`neox-only`) fails the GPT-J fixtures.
+    import importlib.util
+    if not importlib.util.find_spec("transformers"):
+        print("transformers is not importable - test_transformers_rope_worker skipped")
+        return
+    r, rep = verify(f"{EXAMPLES}/hf_rope_worker.py", "hf-rope-sdpa", f"{WORK}/hf-rope.json", "*rope*")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    passed = [c["fixture"].rsplit("/", 1)[-1] for c in rep["cases"] if c["status"] == "pass"]
+    for tag in ("rope-neox-64k", "rope-gptj-200k", "rope-neox-partial-llama3", "rope-gptj-partial-yarn", "mrope-qwen2vl",
+                "rope-varlen-offsets", "qknorm-rope"):
+        assert passed.count(tag) >= 2, (tag, sorted(passed))  # at least two dtypes each
+    r, rep = verify(f"{EXAMPLES}/hf_rope_worker.py neox-only", "hf-rope-sdpa", f"{WORK}/hf-rope-bug.json", "*gptj*")
+    failed = [c for c in rep["cases"] if c["status"] == "fail"]
+    assert r.returncode == 1 and len(failed) >= 6, r.stdout[-3000:]
+
+
 if __name__ == "__main__":
     import script_tests
     script_tests.run(globals())

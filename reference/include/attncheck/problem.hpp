@@ -196,7 +196,8 @@ struct Problem {
   std::vector<int64_t> topk_indices;    //   [B, Lq, topk] key positions, -1 = trailing padding; j visible iff listed
   // Rotary position embedding (the position stage: reference/src/rope.cpp, its library entry in mods_library.cpp;
   // docs/problem-model.md "Rotary position embedding"). q of row (b, i) and k of key (b, j) are rotated before the
-  // scores at positions i + diagonal_offset(b) + rope_offsets[b] and j + rope_offsets[b]. Off at rotary_dim 0.
+  // scores at positions i + diagonal_offset(b) + rope_offsets[b] and j + rope_offsets[b] (varlen: within the row's
+  // sequence s, plus rope_offsets[s]; mRoPE: the key-axis index looked up in rope_position_ids). Off at rotary_dim 0.
   int64_t rotary_dim = 0;              // leading head dims rotated (even, <= Dqk); the rest pass through
   bool rotary_interleaved = false;     // pairs (2f, 2f+1) (GPT-J); false: (f, f + rotary_dim/2) (GPT-NeoX, Llama)
   double rope_theta = 10000.0;         // base: inv_freq_f = theta^(-2f/rotary_dim)
@@ -207,6 +208,12 @@ struct Problem {
   double rope_yarn_factor = 1.0;       // YaRN (1 = off), with beta_fast/slow; cos and sin times 0.1 ln(s) + 1
   double rope_beta_fast = 32.0, rope_beta_slow = 1.0;
   int64_t rope_original_max = 8192;    // llama3 and YaRN: original_max_position_embeddings
+  std::vector<int64_t> rope_mrope_section;  // mRoPE (Qwen2-VL): frequency pairs per section, sum rotary_dim/2 (empty = off)
+  std::vector<int64_t> rope_position_ids;   //   [sections, B, Lk] position of each key-axis token per section
+  // QK-norm (Qwen3, Gemma 3, OLMo): RMSNorm of every q and k head vector, x_d / sqrt(mean(x^2) + eps) * w_d, before
+  // RoPE (the same position stage). Off when both weight lists are empty.
+  std::vector<double> q_norm_weight, k_norm_weight;  // [Dqk] each
+  double qk_norm_eps = 1e-6;
   // User modifications: expressions (muparser syntax) over score, b, h, q_idx, kv_idx, q_pos and named auxiliary
   // tensors (reference/src/mods_expr.cpp; docs/problem-model.md "Expressions"). Off when empty.
   std::string score_expr;             // e.g. "score + slopes[h] * (kv_idx - q_pos)"

@@ -4,6 +4,7 @@
 // tolerance model. Formulas and which library uses which convention: docs/problem-model.md "Rotary position embedding".
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -13,11 +14,28 @@
 namespace attncheck {
 
 inline bool uses_rope(const Problem& p) { return p.rotary_dim > 0; }
+inline bool uses_qk_norm(const Problem& p) { return !p.q_norm_weight.empty() || !p.k_norm_weight.empty(); }
+// Whether q and k pass through the position stage (QK-norm, then RoPE) before the scores.
+inline bool uses_position_stage(const Problem& p) { return uses_rope(p) || uses_qk_norm(p); }
 
 // The position of the token at key-axis index `axis` of batch b: a query row i sits at i + diagonal_offset(b) (the
 // causal diagonal, so bottom-right alignment and explicit offsets place queries after a cache), key j at j; both
 // plus rope_offsets[b].
 int64_t rope_position(const Problem& p, int64_t b, int64_t axis);
+// The positions of one token per mRoPE section (n = 1 without mRoPE: one position for every pair).
+inline constexpr int64_t kRopeMaxSections = 8;
+struct RopeAt {
+  std::array<int64_t, kRopeMaxSections> pos{};
+  int64_t n = 1;
+};
+// Query row i of batch b sits at the key-axis index on its causal diagonal (Problem::row_keys().diag); key j at j.
+// Its position is that index within its sequence (varlen: minus the sequence's first key) plus rope_offsets of its
+// batch (varlen: of its sequence); with mRoPE, per section, rope_position_ids at that index plus the same offset.
+RopeAt rope_query_at(const Problem& p, int64_t b, int64_t i);
+RopeAt rope_key_at(const Problem& p, int64_t b, int64_t j);
+// The mRoPE section of each frequency pair f in [0, rotary_dim / 2) (all 0 without mRoPE): Qwen2-VL's contiguous
+// sections, pair f in section s when sum(section[0..s)) <= f < sum(section[0..s]).
+std::vector<int> rope_pair_sections(const Problem& p);
 // Largest position accepted: fp32 holds every integer up to 2^24, so kernels that keep positions in fp32 are exact.
 inline constexpr int64_t kRopeMaxPosition = int64_t{1} << 24;
 
@@ -33,21 +51,35 @@ inline std::pair<int64_t, int64_t> rope_pair(const Problem& p, int64_t f) {
 // x (Dqk values) rotated in place at `position`: for each pair (a, b), angle t = position * inv_freq_f,
 // x_a' = m (x_a cos t - x_b sin t), x_b' = m (x_b cos t + x_a sin t); dims >= rotary_dim unchanged.
 void rope_rotate(const Problem& p, const std::vector<double>& inv_freq, int64_t position, double* x);
+// The same with mRoPE's per-section positions: pair f rotated at at.pos[section of f].
+void rope_rotate(const Problem& p, const std::vector<double>& inv_freq, const RopeAt& at, double* x);
+// QK-norm of one head vector (Dqk values) in place, fp64: x_d / sqrt(mean_d(x_d^2) + qk_norm_eps) * w_d with the
+// q or k weights; nothing when that weight list is empty.
+void qk_norm(const Problem& p, bool query, double* x);
 
-// The stage over one problem: inv_freq computed once, rows rotated at their positions (reference, CPU kernels).
+// The stage over one problem: QK-norm, then the rotation at each row's positions, inv_freq computed once
+// (reference, CPU kernels). on(): the problem uses QK-norm or RoPE.
 class RopeStage {
  public:
   explicit RopeStage(const Problem& p);
   bool on() const { return on_; }
   // Query row i of batch b, key j of batch b (x: Dqk values).
-  void query(int64_t b, int64_t i, double* x) const { rope_rotate(p_, inv_freq_, rope_position(p_, b, i + p_.diagonal_offset(b)), x); }
-  void key(int64_t b, int64_t j, double* x) const { rope_rotate(p_, inv_freq_, rope_position(p_, b, j), x); }
+  void query(int64_t b, int64_t i, double* x) const {
+    qk_norm(p_, true, x);
+    if (rope_) rope_rotate(p_, inv_freq_, rope_query_at(p_, b, i), x);
+  }
+  void key(int64_t b, int64_t j, double* x) const {
+    qk_norm(p_, false, x);
+    if (rope_) rope_rotate(p_, inv_freq_, rope_key_at(p_, b, j), x);
+  }
   const std::vector<double>& inv_freq() const { return inv_freq_; }
+  const std::vector<int>& sections() const { return sections_; }  // rope_pair_sections
 
  private:
   const Problem& p_;
-  bool on_;
+  bool on_, rope_;
   std::vector<double> inv_freq_;
+  std::vector<int> sections_;
 };
 
 }  // namespace attncheck
