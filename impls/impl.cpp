@@ -81,6 +81,11 @@ void Impl::run_merge(const MergeProblem&, const StoredStates&, StoredStates&) co
   throw std::logic_error(name() + ": run_merge called without supports_merge");
 }
 
+Support Impl::supports_partials(const Problem&) const { return Support::no("partial states not exposed"); }
+void Impl::run_partials(const Problem&, const Inputs&, int64_t, KernelPartials&) const {
+  throw std::logic_error(name() + ": run_partials called without supports_partials");
+}
+
 Support run_merge_impl(const Impl& impl, const MergeProblem& p, const StoredStates& in, StoredStates& out) {
   validate(p);
   if (Support a = impl.available(); !a.ok) return Support::no("unavailable: " + a.reason);

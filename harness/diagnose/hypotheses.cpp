@@ -217,6 +217,27 @@ void mla_hypotheses(Scorer& sc, const prop::Case& c) {
               [&](int64_t b, int64_t h, int64_t j, int64_t e) { return c.in.k.at(b, h, j, p.Dqk - p.Dv + e); });
 }
 
+// QK-norm's eps misplaced: dropped (eps ~ 0), or added outside the square root (x / (sqrt(mean x^2) + eps)), the
+// latter as the reference on q and k normalised that way in fp64 (the problem's RoPE still rotates them).
+void qk_norm_hypotheses(Scorer& sc, const prop::Case& c) {
+  sc.variant("qk-norm-eps", "QK-norm without its eps",
+             [&] { return with_problem(c, [](Problem& q) { q.qk_norm_eps = 1e-300; }); });
+  if (c.p.page_size > 0 || c.p.past_len > 0) return;  // k is not [B, Hkv, Lk, Dqk]
+  sc.variant("qk-norm-eps", "QK-norm with eps added outside the square root", [&] {
+    prop::Case d = c;
+    for (bool query : {true, false})
+      rotate_inputs(d, query, [&](int64_t, int64_t, double* x) {
+        const std::vector<double>& w = query ? c.p.q_norm_weight : c.p.k_norm_weight;
+        double ss = 0;
+        for (int64_t k = 0; k < c.p.Dqk; ++k) ss += x[k] * x[k];
+        const double r = 1.0 / (std::sqrt(ss / double(c.p.Dqk)) + c.p.qk_norm_eps);
+        for (int64_t k = 0; k < c.p.Dqk; ++k) x[k] *= r * w[size_t(k)];
+      });
+    d.p.q_norm_weight.clear(), d.p.k_norm_weight.clear();
+    return d;
+  });
+}
+
 void rope_hypotheses(Scorer& sc, const prop::Case& c) {
   const Problem& p = c.p;
   const std::vector<double> inv = rope_inv_freq(p);
@@ -471,6 +492,7 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   // fp16. A wrong rotation of q (or k) is the reference on inputs pre-rotated by the difference, in fp64.
   if (uses_rope(p) && p.rope_mrope_section.empty() && p.cu_seqlens_q.empty()) rope_hypotheses(sc, c);  // one position per row
   if (p.mla && p.Dv < p.Dqk) mla_hypotheses(sc, c);
+  if (uses_qk_norm(p) && p.cu_seqlens_q.empty()) qk_norm_hypotheses(sc, c);
 
   // layout: out written with the other layout's strides
   if (p.Hq > 1 && p.Lq > 1)

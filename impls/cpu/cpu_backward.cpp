@@ -307,6 +307,10 @@ class WithBackward final : public Impl {
   Declarations declarations() const override { return f_->declarations(); }
   Support supports_merge(const MergeProblem& p) const override { return f_->supports_merge(p); }
   void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override { f_->run_merge(p, in, out); }
+  Support supports_partials(const Problem& p) const override { return f_->supports_partials(p); }
+  void run_partials(const Problem& p, const Inputs& in, int64_t n, KernelPartials& k) const override {
+    f_->run_partials(p, in, n, k);
+  }
 
   Support supports_backward(const Problem& p) const override {
     if (Support s = f_->supports(p); !s.ok) return s;

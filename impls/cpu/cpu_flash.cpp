@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "attncheck/schedule.hpp"
+#include "attncheck/state_partials.hpp"
 #include "cpu_common.hpp"
 #include "cpu_impls.hpp"
 #include "cpu_pack.hpp"
@@ -42,8 +43,12 @@ inline bool small_heads(const Problem& p) { return p.Dqk <= 64 && p.Dv <= 64; }
 template <class T>
 class Flash {
  public:
-  Flash(const Problem& p, const Inputs& in, Outputs& out)
-      : p_(p),
+  // With `partials`, the keys are split into `num_splits` parts (at most one per key block) even where the schedule
+  // would not split, and each part's state is copied there before the merge.
+  Flash(const Problem& p, const Inputs& in, Outputs& out, KernelPartials* partials = nullptr, int64_t num_splits = 0)
+      : partials_(partials),
+        num_splits_(num_splits),
+        p_(p),
         in_(in),
         out_(out),
         sc_(p, in),
@@ -64,16 +69,16 @@ class Flash {
     std::vector<Work> work(static_cast<size_t>(std::max(threads, 1)));
     // A schedule's num_splits forces the count (never more parts than key blocks); otherwise split only when there
     // are too few tasks. Never with weights or raw scores: their second pass needs the whole row's max and sum.
-    const int64_t forced = current_schedule().num_splits;
+    const int64_t forced = partials_ ? std::max<int64_t>(num_splits_, 1) : current_schedule().num_splits;
     const int64_t split = out_.weights || out_.scores ? 1
                           : forced > 0               ? std::min(forced, nkb)
                           : heads * nqb >= kMinTasks ? 1
                                                      : std::clamp(kMinTasks / (heads * nqb), int64_t{1}, nkb);
-    if (split == 1 && nqb > 1) {
+    if (split == 1 && nqb > 1 && !partials_) {
       shared_heads(heads, nqb, threads, work);
       return;
     }
-    if (split == 1) {  // one query block per head: one task per head
+    if (split == 1 && !partials_) {  // one query block per head: one task per head
       parallel_tasks(heads, threads, [&](int64_t t, int worker) {
         head_task(t / p_.Hq, t % p_.Hq, 0, 0, p_.Lk, work[static_cast<size_t>(worker)], nullptr);
       });
@@ -85,6 +90,7 @@ class Flash {
       const int64_t ka = c * nkb / split * Bk, kb = std::min(p_.Lk, (c + 1) * nkb / split * Bk);
       head_task(bh / p_.Hq, bh % p_.Hq, qb, ka, kb, work[static_cast<size_t>(worker)], &part[static_cast<size_t>(t)]);
     });
+    if (partials_) expose(part, split, nqb, nkb);
     parallel_tasks(heads * nqb, threads, [&](int64_t t, int worker) {
       const int64_t bh = t / nqb, i0 = t % nqb * Bq, nr = std::min(Bq, p_.Lq - i0);
       Work& w = work[static_cast<size_t>(worker)];
@@ -311,6 +317,28 @@ class Flash {
     }
   }
 
+  // Each part's states, widened exactly, with the key range the part covers (the same for every task of part c).
+  void expose(const std::vector<RowState<T>>& part, int64_t split, int64_t nqb, int64_t nkb) const {
+    partials_->begin.clear(), partials_->end.clear(), partials_->states.clear();
+    for (int64_t c = 0; c < split; ++c) {
+      partials_->begin.push_back(c * nkb / split * bk_);
+      partials_->end.push_back(std::min(p_.Lk, (c + 1) * nkb / split * bk_));
+      State s = empty_state(p_.B, p_.Hq, p_.Lq, p_.Dv);
+      for (int64_t t = 0; t < p_.B * p_.Hq * nqb; ++t) {
+        const RowState<T>& st = part[static_cast<size_t>(t * split + c)];
+        const int64_t bh = t / nqb, i0 = t % nqb * bq_, nr = std::min(bq_, p_.Lq - i0);
+        for (int64_t r = 0; r < nr; ++r) {
+          const size_t row = static_cast<size_t>(bh * p_.Lq + i0 + r), rr = static_cast<size_t>(r);
+          if (!(st.l[rr] > 0)) continue;  // no visible key in the part: the empty state
+          s.m[row] = static_cast<double>(st.m[rr]), s.l[row] = static_cast<double>(st.l[rr]);
+          for (int64_t d = 0; d < p_.Dv; ++d)
+            s.u[row * static_cast<size_t>(p_.Dv) + static_cast<size_t>(d)] = static_cast<double>(st.acc[rr * static_cast<size_t>(dvp_) + static_cast<size_t>(d)]);
+        }
+      }
+      partials_->states.push_back(std::move(s));
+    }
+  }
+
   // Merge key-chunk states by their maxima (the lse merge) into out.
   void merge(const RowState<T>* part, int64_t n, int64_t nr, RowState<T>& out) const {
     out.reset(nr, dvp_);
@@ -428,6 +456,8 @@ class Flash {
     }
   }
 
+  KernelPartials* const partials_;
+  const int64_t num_splits_;
   const Problem& p_;
   const Inputs& in_;
   Outputs& out_;
@@ -469,6 +499,23 @@ class FlashImpl final : public Impl {
         Flash<double>(q, x, o).run();
       else
         Flash<float>(q, x, o).run();
+    });
+  }
+  // Its split's states before the merge, for problems whose key ranges judge_partials can judge.
+  Support supports_partials(const Problem& p) const override {
+    if (Support s = supports(p); !s.ok) return s;
+    if (p.want_weights || p.scores_out != ScoresOut::none)
+      return Support::no("no key split with the weights or raw-score output (their second pass needs the whole row)");
+    if (const std::string why = partials_unjudgeable(p); !why.empty()) return Support::no(why);
+    return Support::yes();
+  }
+  void run_partials(const Problem& p, const Inputs& in, int64_t num_splits, KernelPartials& k) const override {
+    Outputs out = make_outputs(p);
+    run_cpu(p, in, out, [&](const Problem& q, const Inputs& x, Outputs& o) {
+      if (q.dtype == DType::f64)
+        Flash<double>(q, x, o, &k, num_splits).run();
+      else
+        Flash<float>(q, x, o, &k, num_splits).run();
     });
   }
 };

@@ -7,9 +7,12 @@
 // alone (no probes), so the models, not re-runs, must find the cause. And the RoPE faults of the power grid.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "attncheck/fixture.hpp"
+#include "attncheck/generate.hpp"
+#include "attncheck/impl.hpp"
 #include "attncheck/reference.hpp"
 #include "diagnosis.hpp"
 #include "mutants.hpp"
@@ -176,6 +179,47 @@ TEST(ModelReach, MlaFaultsGetTheirTags) {
           EXPECT_EQ(d.top(), tag) << fault << " " << to_string(t) << " " << power::to_string(lg) << "\n" << lines(d);
         }
     }
+
+TEST(ModelReach, QkNormEpsFaultsGetTheirTag) {
+  // cpu on q and k normalised with eps dropped, or added outside the square root (fp64 here), judged against the
+  // problem with QK-norm; vectors with mean(x^2) near eps (inputs times 2^-10, eps 1e-6), where eps matters.
+  int diagnosed = 0;
+  for (DType t : {DType::f32, DType::bf16})
+    for (int64_t rotary : {0, 8})
+      for (bool outside : {false, true}) {
+        Problem p;
+        p.B = 2, p.Hq = 4, p.Hkv = 2, p.Lq = 7, p.Lk = 19, p.Dqk = 16, p.Dv = 8, p.dtype = t, p.want_lse = true;
+        p.rotary_dim = rotary, p.causal = true, p.alignment = Alignment::bottom_right;
+        for (int64_t d = 0; d < p.Dqk; ++d)
+          p.q_norm_weight.push_back(1.0 + 0.25 * double(d % 5)), p.k_norm_weight.push_back(2.0 - 0.125 * double(d % 7));
+        Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 12);
+        for (Tensor* x : {&in.q, &in.k})
+          for (int64_t n = 0; n < x->numel(); ++n) x->set_offset(n, std::ldexp(x->get_offset(n), -10));
+        Problem plain = p;
+        plain.q_norm_weight.clear(), plain.k_norm_weight.clear();
+        Inputs normed = in;
+        for (bool query : {true, false}) {
+          Tensor& x = query ? normed.q : normed.k;
+          const std::vector<double>& w = query ? p.q_norm_weight : p.k_norm_weight;
+          for (int64_t b = 0; b < p.B; ++b)
+            for (int64_t h = 0; h < x.shape[1]; ++h)
+              for (int64_t i = 0; i < x.shape[2]; ++i) {
+                double ss = 0;
+                for (int64_t d = 0; d < p.Dqk; ++d) ss += x.at(b, h, i, d) * x.at(b, h, i, d);
+                const double r = outside ? 1.0 / (std::sqrt(ss / double(p.Dqk)) + p.qk_norm_eps) : 1.0 / std::sqrt(ss / double(p.Dqk));
+                for (int64_t d = 0; d < p.Dqk; ++d) x.put(b, h, i, d, x.at(b, h, i, d) * r * w[size_t(d)]);
+              }
+        }
+        Outputs out = make_outputs(plain);
+        find_impl("cpu")->run(plain, normed, out);
+        const ReferenceResult ref = reference_attention(p, in);
+        diagnose::Options o;
+        ASSERT_FALSE(judge(p, ref, out, o.tolerance).pass) << to_string(t) << " rotary " << rotary << " outside " << outside;
+        const diagnose::Diagnosis d = diagnose::diagnose({{}, p, in}, ref, out, o);
+        EXPECT_EQ(d.top(), "qk-norm-eps") << to_string(t) << " rotary " << rotary << " outside " << outside << "\n" << lines(d);
+        ++diagnosed;
+      }
+  EXPECT_EQ(diagnosed, 8);
 }
 
 }  // namespace

@@ -22,6 +22,8 @@ struct Gradients;
 // Attention states and their merge (attncheck/state.hpp, docs/states.md).
 struct MergeProblem;
 struct StoredStates;
+// A kernel's own partial states (attncheck/state_partials.hpp, docs/states.md).
+struct KernelPartials;
 
 class Impl {
  public:
@@ -53,6 +55,12 @@ class Impl {
   // (make_merge_outputs) and NaN-poisoned by the harness.
   virtual Support supports_merge(const MergeProblem& p) const;
   virtual void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const;
+  // A split kernel's own partial states (optional; docs/states.md "A kernel's own partial states"): the states of
+  // its key split into `num_splits` parts, before its merge, each with the key range it covers, so the harness can
+  // judge each against the reference over those keys (judge_partials). supports_partials defaults to "partial
+  // states not exposed".
+  virtual Support supports_partials(const Problem& p) const;
+  virtual void run_partials(const Problem& p, const Inputs& in, int64_t num_splits, KernelPartials& out) const;
 };
 
 using ImplPtr = std::shared_ptr<const Impl>;
