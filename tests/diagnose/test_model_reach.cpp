@@ -179,6 +179,7 @@ TEST(ModelReach, MlaFaultsGetTheirTags) {
           EXPECT_EQ(d.top(), tag) << fault << " " << to_string(t) << " " << power::to_string(lg) << "\n" << lines(d);
         }
     }
+}
 
 TEST(ModelReach, QkNormEpsFaultsGetTheirTag) {
   // cpu on q and k normalised with eps dropped, or added outside the square root (fp64 here), judged against the
