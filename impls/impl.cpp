@@ -18,6 +18,7 @@ Declarations default_declarations(const Capabilities& c) {
   d.outputs = {"out"};
   if (c.lse_out) d.outputs.push_back("lse");
   if (c.weights_out) d.outputs.push_back("weights");
+  if (c.max_logit_out) d.outputs.push_back("max_logit");
   return d;
 }
 
@@ -71,6 +72,7 @@ Support run_impl(const Impl& impl, const Problem& p, const Inputs& in, Outputs& 
   if (out.lse) out.lse->fill(poison);
   if (out.weights) out.weights->fill(poison);
   if (out.scores) out.scores->fill(poison);
+  if (out.max_logit) out.max_logit->fill(poison);
   if (out.present_k) out.present_k->fill(poison), out.present_v->fill(poison);
   impl.run(p, in, out);
   return Support::yes();

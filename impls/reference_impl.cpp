@@ -21,7 +21,7 @@ class ReferenceImpl final : public Impl {
       if (f.abi_tag && f.flag) all.emplace_back(f.protocol);
     declare_extension_features(c, all);
     for (const ModEntry& m : modifications()) c.mods.insert(m.name);
-    c.kv_quant = c.mla = true;
+    c.kv_quant = c.mla = c.max_logit_out = true;
     return c;
   }
   // fp8 inputs decoded exactly, P in double: not rounded to fp8.
@@ -45,6 +45,10 @@ class ReferenceImpl final : public Impl {
         out.weights->set_offset(n, r.weights[static_cast<size_t>(n)]);
     if (out.scores)
       for (int64_t n = 0; n < out.scores->numel(); ++n) out.scores->set_offset(n, r.scores[static_cast<size_t>(n)]);
+    if (out.max_logit) {
+      const std::vector<double> m = p.max_logit == MaxLogitOut::heads ? max_logit_heads(p, r.max_logit) : r.max_logit;
+      for (int64_t n = 0; n < out.max_logit->numel(); ++n) out.max_logit->set_offset(n, m[static_cast<size_t>(n)]);
+    }
     for (auto [t, e] : {std::pair{&out.present_k, &r.present_k}, std::pair{&out.present_v, &r.present_v}})
       if (*t) {  // [B,Hkv,Lk,D] logical order in the reference, the layout's order in the tensor
         const int64_t H = (*t)->shape[1], L = (*t)->shape[2], D = (*t)->shape[3];

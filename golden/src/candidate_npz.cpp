@@ -55,6 +55,7 @@ Outputs candidate_from_arrays(std::map<std::string, UserArray> all, const std::s
   o.lse = member(path, all, "lse", rows, rows, {});
   o.weights = member(path, all, "weights", w, w, {});
   o.scores = member(path, all, "scores", w, w, {});
+  if (p.max_logit != MaxLogitOut::none) o.max_logit = member(path, all, "max_logit", max_logit_shape(p), max_logit_shape(p), {});
   const std::vector<int64_t> pk{p.B, p.Hkv, p.Lk, p.Dqk}, pv{p.B, p.Hkv, p.Lk, p.Dv};
   o.present_k = member(path, all, "present_key", pk, stored_dims(pk, p.layout), storage_order(p.layout));
   o.present_v = member(path, all, "present_value", pv, stored_dims(pv, p.layout), storage_order(p.layout));

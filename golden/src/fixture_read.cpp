@@ -206,6 +206,7 @@ double fixture_memory_bytes(const Problem& p) {
                        (p.dropout_p > 0 ? B * Hq * Lq * Lk : 0.0);
   const double expected = 8.0 * (2 * B * Hq * Lq * double(p.Dv) + 2 * B * Hq * Lq + (p.want_weights ? B * Hq * Lq * Lk : 0) +
                                  (p.scores_out != ScoresOut::none ? 3 * B * Hq * Lq * Lk : 0) +  // scores + 2 scales
+                                 (p.max_logit != MaxLogitOut::none ? 4 * B * Hq * Lq : 0) +      // max_logit + 3 scales
                                  (p.past_len > 0 ? B * Hkv * Lk * double(p.Dqk + p.Dv) : 0));     // present k, v
   return q + k + v + masks + expected;
 }
@@ -282,6 +283,7 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
     e.score_mag = read_doubles(r, file, "/expected/score_mag", {p.B, p.Hq, p.Lq});
     if (p.want_weights) e.weights = read_doubles(r, file, "/expected/weights", {p.B, p.Hq, p.Lq, p.Lk});
     if (p.scores_out != ScoresOut::none) e.scores = read_doubles(r, file, "/expected/scores", {p.B, p.Hq, p.Lq, p.Lk});
+    if (p.max_logit != MaxLogitOut::none) e.max_logit = read_doubles(r, file, "/expected/max_logit", {p.B, p.Hq, p.Lq});
     if (p.past_len > 0) {
       e.present_k = to_layout(read_doubles(r, file, "/expected/present_key", stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout)),
                               p.B, p.Hkv, p.Lk, p.Dqk, p.layout, true);
@@ -318,6 +320,7 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
     const double rows = double(p.B) * double(p.Hq) * double(p.Lq);
     const bool has_lse = r.has_object(file, "/actual/lse"), has_weights = r.has_object(file, "/actual/weights");
     const bool has_scores = r.has_object(file, "/actual/scores");
+    const bool has_max_logit = p.max_logit != MaxLogitOut::none && r.has_object(file, "/actual/max_logit");
     const bool has_present = r.has_object(file, "/actual/present_key") && r.has_object(file, "/actual/present_value");
     const double need = 8.0 * rows * (double(p.Dv) + (has_lse ? 1 : 0) + (has_weights ? double(p.Lk) : 0) +
                                       (has_scores ? double(p.Lk) : 0)) +
@@ -346,6 +349,7 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
     if (has_weights)
       read_into("/actual/weights", o.weights, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
     if (has_scores) read_into("/actual/scores", o.scores, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
+    if (has_max_logit) read_into("/actual/max_logit", o.max_logit, max_logit_shape(p), max_logit_shape(p), {});
     if (has_present) {
       read_into("/actual/present_key", o.present_k, {p.B, p.Hkv, p.Lk, p.Dqk},
                 stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout), storage_order(p.layout));

@@ -112,6 +112,8 @@ std::string fixture_bytes(const std::string& path, const Fixture& f) {
     h5::write_doubles(g, "lse", r.lse, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
     if (p.want_weights) h5::write_doubles(g, "weights", r.weights, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
     if (p.scores_out != ScoresOut::none) h5::write_doubles(g, "scores", r.scores, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
+    // Rows in either form: a heads candidate is judged against their maximum over b and i.
+    if (p.max_logit != MaxLogitOut::none) h5::write_doubles(g, "max_logit", r.max_logit, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
     if (p.past_len > 0) {
       h5::write_doubles(g, "present_key", to_layout(r.present_k, p.B, p.Hkv, p.Lk, p.Dqk, p.layout),
                     stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout), kdims);
@@ -136,6 +138,7 @@ std::string fixture_image(const std::string& path, const Fixture& f) {
       f.expected.score_mag.size() != rows || f.expected.out_abs.size() != f.expected.out.size() ||
       (p.want_weights && f.expected.weights.size() != rows * static_cast<size_t>(p.Lk)) ||
       (p.scores_out != ScoresOut::none && f.expected.scores.size() != rows * static_cast<size_t>(p.Lk)) ||
+      (p.max_logit != MaxLogitOut::none && f.expected.max_logit.size() != rows) ||
       (p.past_len > 0 && f.expected.present_k.size() != static_cast<size_t>(p.B * p.Hkv * p.Lk * p.Dqk)))
     throw std::invalid_argument(path + ": expected: sizes do not match the problem " + p.name() +
                                 " (use make_fixture to compute them)");
@@ -154,6 +157,7 @@ void write_candidate(const std::string& path, const Problem& p, const Outputs& o
     h5::write_tensor(g, "out", canonical(out.out, p.layout), stored_dims(out.out.shape, p.layout),
                  p.layout == Layout::BHSD ? "B,Hq,Lq,Dv" : "B,Lq,Hq,Dv");
     if (out.lse) h5::write_tensor(g, "lse", *out.lse, out.lse->shape, "B,Hq,Lq");
+    if (out.max_logit) h5::write_tensor(g, "max_logit", *out.max_logit, out.max_logit->shape, p.max_logit == MaxLogitOut::heads ? "Hq" : "B,Hq,Lq");
     if (out.weights) h5::write_tensor(g, "weights", canonical(*out.weights, Layout::BHSD), out.weights->shape,
                                   "B,Hq,Lq,Lk");
     if (out.scores) h5::write_tensor(g, "scores", canonical(*out.scores, Layout::BHSD), out.scores->shape, "B,Hq,Lq,Lk");

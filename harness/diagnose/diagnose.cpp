@@ -18,7 +18,7 @@ const std::vector<std::string>& known_tags() {
   static const std::vector<std::string> tags = {
       "causal-diagonal", "causal-alignment", "window-edge", "tile-tail", "skipped-keys", "gqa-mapping", "softcap-order",
       "mask-fill", "key-padding", "mask-ignored", "mask-after-softmax", "softmax-axis", "block-table", "fully-masked-policy",
-      "dropout-scale", "dropout-mask", "mla-scale-dim", "mla-v-stride", "mla-v-columns", "scale", "layout-stride", "lse-base", "lse-offset", "lse-missing-max", "lse-unscaled-max",
+      "dropout-scale", "dropout-mask", "mla-scale-dim", "mla-v-stride", "mla-v-columns", "scale", "layout-stride", "lse-base", "lse-offset", "lse-missing-max", "lse-unscaled-max", "max-logit-stage",
       // RoPE before the NaN causes: a RoPE problem's NaN rows from angles past fp16's range are the more specific
       "rope-interleave", "rope-offset", "rope-partial", "rope-precision", "qk-norm-eps",
       "nan-leak", "no-max-subtraction", "fp16-overflow", "missed-rescale", "low-precision-scores",

@@ -89,6 +89,35 @@ Prediction online_softmax(const Subject& s, int64_t T, bool missed_rescale, DTyp
 std::vector<Cause> numeric_hypotheses(const Subject& s) {
   std::vector<Cause> causes;
   const Problem& p = s.p();
+  // The max-logit output at another stage (out and lse may be right): the row max of the scaled logits before the
+  // softcap, bias and modifications, or of the unscaled dot products.
+  if (s.n_bad_ml > 0) {
+    const int64_t all = s.n_bad_out + s.n_bad_lse + s.n_bad_ml;
+    const double scale = p.effective_scale();
+    auto stage = [&](const std::string& what, double factor) {
+      std::vector<double> pred(static_cast<size_t>(s.rows()), -std::numeric_limits<double>::infinity());
+      for (size_t r = 0; r < pred.size(); ++r) {
+        for (size_t j = 0; j < static_cast<size_t>(p.Lk); ++j)
+          if (s.vis[r * static_cast<size_t>(p.Lk) + j]) pred[r] = std::max(pred[r], s.logit[r * static_cast<size_t>(p.Lk) + j] * factor);
+        if (pred[r] == -std::numeric_limits<double>::infinity()) pred[r] = s.ref.max_logit[r];  // no visible key: the fill
+      }
+      if (p.max_logit == MaxLogitOut::heads) pred = max_logit_heads(p, pred);
+      // Explained: a failing element the prediction matches (within the tolerance plus 4 units of fp32 roundoff)
+      // where the prediction itself is outside the reference's tolerance.
+      int64_t hit = 0;
+      const double u = unit_roundoff(DType::f32);
+      for (size_t k = 0; k < pred.size(); ++k)
+        hit += s.bad_ml[k] && !is_bad(pred[k], s.ml[k], s.tol_ml[k] + 4 * u * std::abs(pred[k])) &&
+               is_bad(s.ml_expected[k], pred[k], s.tol_ml[k]);
+      if (hit == 0) return;
+      std::ostringstream e;
+      e << "max-logit output " << what << ": explains " << hit << " of " << s.n_bad_ml << " failing max_logit elements"
+        << (s.n_bad_out + s.n_bad_lse ? "" : " (out and lse are right)");
+      causes.push_back({"max-logit-stage", static_cast<double>(hit) / static_cast<double>(all), e.str()});
+    };
+    stage("of the scaled logits before softcap, bias and modifications", 1.0);
+    if (scale != 0 && scale != 1) stage("of the unscaled dot products", 1.0 / scale);
+  }
   const int64_t total = s.n_bad_out + s.n_bad_lse;
   if (total == 0) return causes;
 

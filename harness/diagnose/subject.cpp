@@ -32,6 +32,19 @@ Subject::Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& 
     tol_w = weights_tolerance(p, r, m, actual.weights->dtype);
     mark(r.weights, w, tol_w, bad_w, n_bad_w);
   }
+  if (actual.max_logit && p.max_logit != MaxLogitOut::none && !r.max_logit.empty() && r.sampled_rows.empty()) {
+    ml = actual.max_logit->to_double();
+    ml_expected = r.max_logit, tol_ml = max_logit_tolerance(p, r, m, actual.max_logit->dtype);
+    if (p.max_logit == MaxLogitOut::heads) {  // as judge(): each head's max, within its rows' largest tolerance
+      std::vector<double> t(static_cast<size_t>(p.Hq), 0.0);
+      for (size_t n = 0; n < tol_ml.size(); ++n) {
+        double& x = t[n / static_cast<size_t>(p.Lq) % static_cast<size_t>(p.Hq)];
+        x = std::max(x, tol_ml[n]);
+      }
+      ml_expected = max_logit_heads(p, ml_expected), tol_ml = std::move(t);
+    }
+    mark(ml_expected, ml, tol_ml, bad_ml, n_bad_ml);
+  }
   const int64_t Lk = p.Lk;
   vis.assign(static_cast<size_t>(rows() * Lk), 0);
   score.assign(vis.size(), std::numeric_limits<double>::quiet_NaN());

@@ -26,6 +26,11 @@ struct Subject {
   std::vector<double> tol_out, tol_lse, tol_w;
   std::vector<char> bad_out, bad_lse, bad_w;
   int64_t n_bad_out = 0, n_bad_lse = 0, n_bad_w = 0;
+  // The max-logit output as judged (problem.max_logit: rows [B,Hq,Lq] or heads [Hq]), its expected values and
+  // tolerances in that shape; empty when not produced.
+  std::vector<double> ml, ml_expected, tol_ml;
+  std::vector<char> bad_ml;
+  int64_t n_bad_ml = 0;
   std::vector<char> vis;                  // [B,Hq,Lq,Lk] visibility under the problem's masks
   std::vector<double> score;              // [B,Hq,Lq,Lk] scaled (softcapped, biased) scores, NaN where masked
   std::vector<double> logit;              // [B,Hq,Lq,Lk] scale * q.k for every key (before softcap, bias, masks)

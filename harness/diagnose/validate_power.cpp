@@ -19,7 +19,8 @@ class PowerImpl final : public Impl {
     Capabilities c;
     c.dtypes = {DType::f32, DType::f16, DType::bf16};
     c.layouts = {Layout::BHSD};
-    c.gqa = c.key_padding = c.bool_mask = c.bias = c.softcap = c.dropout = c.finite_fill = c.weights_out = false;
+    c.gqa = c.key_padding = c.bool_mask = c.bias = c.dropout = c.finite_fill = c.weights_out = false;
+    c.max_logit_out = true;  // rows only: the grid asks for no other form
     return c;
   }
   Support supports(const Problem& p) const override {
@@ -30,6 +31,7 @@ class PowerImpl final : public Impl {
     Outputs o = power::run_variant(v_, p, in);
     out.out = std::move(o.out);
     if (out.lse) out.lse = std::move(o.lse);
+    if (out.max_logit) out.max_logit = std::move(o.max_logit);
   }
 
  private:
@@ -43,7 +45,8 @@ const std::map<std::string, std::string>& power_injected_tags() {
       {"causal-excl-diag", "causal-diagonal"}, {"causal-future-key", "causal-diagonal"}, {"window-off-by-one", "window-edge"},
       {"scale-dv", "scale"}, {"tf32", "tf32"}, {"fp16-scores", "low-precision-scores"},
       {"bf16-pv-acc", "low-precision-accumulation"}, {"missed-rescale", "missed-rescale"}, {"row-1pct", "row-scale"},
-      {"row-4ulp", "row-scale"}, {"lse-plus-log2", "lse-offset"}, {"lse-base2", "lse-base"}};
+      {"row-4ulp", "row-scale"}, {"lse-plus-log2", "lse-offset"}, {"lse-base2", "lse-base"},
+      {"max-logit-stage", "max-logit-stage"}, {"max-logit-unscaled", "max-logit-stage"}};
   return m;
 }
 

@@ -41,8 +41,9 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
     if (f == Flavour::window) p.window_left = 255, p.window_right = 0;
   }
   if (f == Flavour::alibi || f == Flavour::document || f == Flavour::chunk || f == Flavour::kv_cache ||
-      f == Flavour::mla)
+      f == Flavour::mla || f == Flavour::max_logit)
     p.causal = true;
+  if (f == Flavour::max_logit) p.softcap = 8, p.max_logit = MaxLogitOut::rows;
   if (f == Flavour::mla) p.mla = true, p.scale = 1.0 / std::sqrt(48.0);  // a head of 48 before absorption
   if (f == Flavour::kv_cache) p.kv_scales = KvScales::block, p.kv_dtype = DType::i8, p.kv_block = 16, p.kv_scale_dtype = DType::f16;
   if (f == Flavour::alibi) p.Hq = 2, p.alibi_slopes = {0x1p-6, 0x1p-10};
@@ -150,7 +151,7 @@ Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed) {
 
 namespace {
 struct Judged {
-  double ratio = 0, err_out = 0, err_lse = 0;
+  double ratio = 0, err_out = 0, err_lse = 0, err_ml = 0;
   std::string worst;
   Outputs outputs;
 };
@@ -175,7 +176,8 @@ Judged judge_run(const Problem& p, const ReferenceResult& ref, Outputs o, const 
     const double err = std::abs(t.actual - t.expected);
     const double r = std::isfinite(err) ? (t.tolerance > 0 ? err / t.tolerance : (err > 0 ? INFINITY : 0.0)) : INFINITY;
     if (r >= j.ratio) j.ratio = r, j.worst = t.describe();
-    (t.tensor == "out" ? j.err_out : j.err_lse) = std::isfinite(t.max_abs_err) ? t.max_abs_err : INFINITY;
+    (t.tensor == "out" ? j.err_out : t.tensor == "max_logit" ? j.err_ml : j.err_lse) =
+        std::isfinite(t.max_abs_err) ? t.max_abs_err : INFINITY;
   }
   return j;
 }
@@ -193,11 +195,12 @@ Flavour flavour_of(Fault f) {
     return Flavour::rope;
   if (f == Fault::topk_padding) return Flavour::topk;
   if (f == Fault::mla_v_stride || f == Fault::mla_v_columns || f == Fault::mla_scale_dim) return Flavour::mla;
+  if (f == Fault::max_logit_stage || f == Fault::max_logit_unscaled) return Flavour::max_logit;
   return Flavour::dense;
 }
 
 const char* to_string(Flavour f) {
-  const char* names[kFlavours] = {"dense", "causal", "window", "alibi", "document", "chunk", "rope", "kv-int8-block16", "topk", "mla"};
+  const char* names[kFlavours] = {"dense", "causal", "window", "alibi", "document", "chunk", "rope", "kv-int8-block16", "topk", "mla", "max-logit"};
   return names[static_cast<int>(f)];
 }
 const char* to_string(Logits l) {
@@ -263,6 +266,8 @@ std::vector<Variant> fault_variants() {
            Fault::mla_v_stride),
       make("mla-v-columns", "absorbed MLA: V from the cache's last Dv columns (k_pe side)", Fault::mla_v_columns),
       make("mla-scale-dim", "absorbed MLA: scale 1/sqrt(Dqk) instead of the declared one", Fault::mla_scale_dim),
+      make("max-logit-stage", "max-logit output taken before the softcap", Fault::max_logit_stage),
+      make("max-logit-unscaled", "max-logit output of the unscaled dot products", Fault::max_logit_unscaled),
   };
 }
 
@@ -271,7 +276,7 @@ Report run_grid(const GridOptions& o) {
   const std::vector<Variant> good = correct_variants(), bad = fault_variants();
   const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal, Flavour::window,   Flavour::alibi, Flavour::document,
                                        Flavour::chunk,    Flavour::rope,   Flavour::kv_cache, Flavour::topk,
-                                       Flavour::mla};
+                                       Flavour::mla,      Flavour::max_logit};
   Report rep;
   for (int64_t lk : o.lk)
     for (DType t : o.dtypes)
@@ -302,13 +307,14 @@ Report run_grid(const GridOptions& o) {
           res[static_cast<size_t>(n)] = judge_run(ps[r.f], refs[r.f], run_variant(*r.v, ps[r.f], ins[r.f]), m);
         });
         // The noise: the largest error of any correct variant on the same problem, per output tensor.
-        double noise_out[kFlavours] = {}, noise_lse[kFlavours] = {};
+        double noise_out[kFlavours] = {}, noise_lse[kFlavours] = {}, noise_ml[kFlavours] = {};
         size_t base_run[kFlavours] = {};
         for (size_t n = 0; n < runs.size(); ++n)
           if (runs[n].v->correct()) {
             if (runs[n].v->name == "online-64") base_run[runs[n].f] = n;
             noise_out[runs[n].f] = std::max(noise_out[runs[n].f], res[n].err_out);
             noise_lse[runs[n].f] = std::max(noise_lse[runs[n].f], res[n].err_lse);
+            noise_ml[runs[n].f] = std::max(noise_ml[runs[n].f], res[n].err_ml);
           }
         auto cell_of = [&](const Variant& v) {
           for (auto& c : rep.cells)
@@ -344,16 +350,17 @@ Report run_grid(const GridOptions& o) {
           Cell* c = cell_of(*runs[n].v);
           const Judged& j = res[n];
           if (j.ratio >= c->ratio) c->ratio = j.ratio, c->worst = j.worst;
-          if (c->correct) c->fault_err = std::max(c->fault_err, std::max(j.err_out, j.err_lse));
+          if (c->correct) c->fault_err = std::max({c->fault_err, j.err_out, j.err_lse, j.err_ml});
           const int f = runs[n].f;
-          c->noise_err = std::max(noise_out[f], noise_lse[f]);
+          c->noise_err = std::max({noise_out[f], noise_lse[f], noise_ml[f]});
           if (!c->correct) {
             // The fault's effect: how far it moves the base kernel's (online-64's) outputs.
             const Judged& base = res[base_run[f]];
             const double eff_out = max_diff(j.outputs.out, base.outputs.out);
             const double eff_lse = max_diff(*j.outputs.lse, *base.outputs.lse);
-            c->fault_err = std::max(eff_out, eff_lse);
-            c->inside_noise = j.ratio <= 1.0 && eff_out <= noise_out[f] && eff_lse <= noise_lse[f];
+            const double eff_ml = j.outputs.max_logit ? max_diff(*j.outputs.max_logit, *base.outputs.max_logit) : 0.0;
+            c->fault_err = std::max({eff_out, eff_lse, eff_ml});
+            c->inside_noise = j.ratio <= 1.0 && eff_out <= noise_out[f] && eff_lse <= noise_lse[f] && eff_ml <= noise_ml[f];
           }
         }
       }

@@ -106,6 +106,7 @@ void rope_rows(const Variant& v, const Problem& p, bool query, int64_t rows, std
 struct Row {
   std::vector<float> s;     // scores (-inf where not visible)
   std::vector<char> vis;
+  std::vector<float> logit;  // what the max-logit output takes the max of (natural units, -inf where not visible)
 };
 }  // namespace
 
@@ -158,10 +159,12 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
   Outputs o;
   o.out = Tensor(p.dtype, {1, p.Hq, Lq, Dv});
   o.lse = Tensor(DType::f32, {1, p.Hq, Lq});
+  if (p.max_logit == MaxLogitOut::rows) o.max_logit = Tensor(DType::f32, {1, p.Hq, Lq});
   for (int64_t row = 0; row < p.Hq * Lq; ++row) {  // query heads share the one KV head
     const int64_t h = row / Lq, i = row % Lq;
     const int64_t diag = i + p.diagonal_offset(0);
-    Row r{std::vector<float>(static_cast<size_t>(Lk), -kInf), std::vector<char>(static_cast<size_t>(Lk), 0)};
+    Row r{std::vector<float>(static_cast<size_t>(Lk), -kInf), std::vector<char>(static_cast<size_t>(Lk), 0),
+          std::vector<float>(static_cast<size_t>(Lk), -kInf)};
     for (int64_t j = 0; j < Lk; ++j) {
       bool vis = true;
       if (p.causal && j > diag) vis = false;
@@ -191,10 +194,19 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
         for (int l = 0; l < w; ++l) part[l] += part[l + w];
       const float dot = part[0];
       float sc = v.exp2 ? dot * (scale * log2e) : dot * scale;
+      float natural = dot * scale;  // the max-logit output's stage: after the softcap (and modifications)
+      if (p.softcap > 0) {  // c * tanh(s / c) in natural units; with exp2 converted to base 2 after it
+        natural = static_cast<float>(p.softcap) * std::tanh(natural / static_cast<float>(p.softcap));
+        sc = v.exp2 ? natural * log2e : natural;
+      }
+      r.logit[static_cast<size_t>(j)] = v.fault == Fault::max_logit_stage      ? dot * scale  // before the softcap
+                                        : v.fault == Fault::max_logit_unscaled ? dot          // before the scale
+                                                                               : natural;
       if (mods.has_score() && v.fault != Fault::alibi_ignored) {  // the additive term in fp64, added once
         double add = mods.score(ModAt{0, v.fault == Fault::alibi_slope_head ? (h + 1) % p.Hq : h, i, diag, j}, 0.0);
         if (v.fault == Fault::alibi_sign) add = -add;
         sc = v.exp2 ? static_cast<float>(double(dot * scale) + add) * log2e : static_cast<float>(double(sc) + add);
+        r.logit[static_cast<size_t>(j)] = static_cast<float>(double(natural) + add);
       }
       if (v.fault == Fault::fp16_scores) sc = half(sc);
       r.s[static_cast<size_t>(j)] = sc;
@@ -250,6 +262,12 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
         }
         m = m_new;
       }
+    }
+    if (o.max_logit) {
+      float ml = -kInf;
+      for (int64_t j = 0; j < Lk; ++j)
+        if (r.vis[size_t(j)]) ml = std::max(ml, r.logit[size_t(j)]);
+      o.max_logit->set_offset(row, ml);
     }
     float lse = v.exp2 ? (m + std::log2(l)) / log2e : m + std::log(l);
     if (v.fault == Fault::lse_plus_log2) lse += std::log(2.0f);

@@ -36,7 +36,10 @@ enum class Fault : uint8_t {
   // the stride instead of the cache's Dqk (a V pointer stepped by the wrong row stride, as ik_llama.cpp PR #2031),
   // V taken from the cache's last Dv columns (the k_pe side) instead of its first, and the softmax scale from the
   // absorbed head dim, 1/sqrt(Dqk), instead of the declared one (DeepSeek-V3: 1/sqrt(576) for 1/sqrt(192)).
-  mla_v_stride, mla_v_columns, mla_scale_dim
+  mla_v_stride, mla_v_columns, mla_scale_dim,
+  // Max-logit faults, on the max_logit flavour: the row maximum taken before the softcap (the raw scaled logits),
+  // and of the unscaled dot products.
+  max_logit_stage, max_logit_unscaled
 };
 
 // How the kernel sums over keys.
@@ -70,8 +73,9 @@ std::vector<Variant> fault_variants();
 // V in 2).
 // topk: causal, each row attending a list of min(Lk/4, 512) slots of keys in [1, diagonal], odd rows ending in padding.
 // mla: causal absorbed MLA, V the first 32 columns of the 64-column latent cache K, scale 1/sqrt(48) declared.
-enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk, rope, kv_cache, topk, mla };
-inline constexpr int kFlavours = 10;
+// max_logit: causal with softcap 8 and the max-logit output per row.
+enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk, rope, kv_cache, topk, mla, max_logit };
+inline constexpr int kFlavours = 11;
 const char* to_string(Flavour f);
 Flavour flavour_of(Fault f);  // the shape a fault is run on (mask faults need their mask)
 enum class Logits : uint8_t { normal, large, near_one_hot, hazard };

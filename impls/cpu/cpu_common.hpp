@@ -339,6 +339,12 @@ T policy_lse(const Problem& p) {
                                     : -std::numeric_limits<T>::infinity();
 }
 
+// The max-logit output of a row with no visible key: the fill (problem.hpp MaxLogitOut).
+template <class T>
+T policy_max_logit(const Problem& p) {
+  return p.fill == MaskFill::finite ? static_cast<T>(p.fill_value) : -std::numeric_limits<T>::infinity();
+}
+
 // ---- values that must not leak -----------------------------------------------------------------------------
 // A GEMM computes 0 * NaN = NaN, while the reference skips zero weights. Rows of V that are not finite are zeroed
 // in the GEMM operand and remembered here; afterwards each is added only to the output rows whose weight is
@@ -397,13 +403,14 @@ void run_packed(const Problem& p, const Inputs& in, Outputs& out, F&& attend) {
           for (int64_t d = 0; d < p.Dv; ++d) out.out.put(0, h, i, d, o);
           const int64_t at[3] = {0, h, i};
           if (out.lse) out.lse->set(at, sink);  // -inf without a sink
+          if (out.max_logit) out.max_logit->set(at, policy_max_logit<double>(p));
         }
       }
       continue;
     }
     const Attended a = sequence_problem(p, in, s);
     Outputs o = make_outputs(a.p);
-    for (Tensor* t : {&o.out, o.lse ? &*o.lse : nullptr, o.weights ? &*o.weights : nullptr})
+    for (Tensor* t : {&o.out, o.lse ? &*o.lse : nullptr, o.weights ? &*o.weights : nullptr, o.max_logit ? &*o.max_logit : nullptr})
       if (t) t->fill(std::numeric_limits<double>::quiet_NaN());  // an element the kernel skips must not read as 0
     attend(a.p, a.in, o);
     for (int64_t h = 0; h < p.Hq; ++h)
@@ -411,6 +418,7 @@ void run_packed(const Problem& p, const Inputs& in, Outputs& out, F&& attend) {
         for (int64_t d = 0; d < p.Dv; ++d) out.out.put(0, h, q0 + i, d, o.out.at(0, h, i, d));
         const int64_t at[3] = {0, h, q0 + i}, from[3] = {0, h, i};
         if (out.lse) out.lse->set(at, o.lse->get(from));
+        if (out.max_logit) out.max_logit->set(at, o.max_logit->get(from));
         if (out.weights)
           for (int64_t j = 0; j < a.p.Lk; ++j) out.weights->put(0, h, q0 + i, k0 + j, o.weights->at(0, h, i, j));
       }
@@ -453,6 +461,17 @@ void run_appending(const Problem& p, const Inputs& in, Outputs& out, F&& attend)
 // untouched: load_kv_rows decodes it where the kernels load K and V rows.
 template <class F>
 void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
+  if (p.max_logit == MaxLogitOut::heads) {  // the kernels write rows; the heads form is their maximum
+    Problem q = p;
+    q.max_logit = MaxLogitOut::rows;
+    Tensor heads = std::move(*out.max_logit);
+    out.max_logit = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq});
+    run_cpu(q, in, out, kernel);
+    const std::vector<double> h = max_logit_heads(p, out.max_logit->to_double());
+    for (size_t n = 0; n < h.size(); ++n) heads.set_offset(static_cast<int64_t>(n), h[n]);
+    out.max_logit = std::move(heads);
+    return;
+  }
   auto rest = [&](const Problem& q, const Inputs& x) {
     run_appending(q, x, out, [&](const Problem& r, const Inputs& y, Outputs& o) {
       if (!is_fp8(r.dtype)) return run_packed(r, y, o, kernel);  // no copy of the inputs (decode reads K/V once)
@@ -468,7 +487,7 @@ void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
 // What both CPU implementations declare: everything the problem model has, fp8 included.
 inline Capabilities cpu_capabilities(const char* notes) {
   Capabilities c;
-  c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = c.fp8 = c.kv_quant = c.mla = true;
+  c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = c.fp8 = c.kv_quant = c.mla = c.max_logit_out = true;
   c.dtypes.insert({DType::e4m3, DType::e5m2});
   for (const ModEntry& m : modifications()) c.mods.insert(m.name);
   c.notes = notes;

@@ -76,6 +76,8 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
         T* scores = out.scores ? out.scores->data<T>() + ((b * p.Hq + h) * Lq + i) * Lk : nullptr;
         if (scores && raw_scores) scorer.staged(s, scores, Lk, p.scores_out);
         const T mvis = scorer.process(b, h, i, 0, s, Lk, sp);
+        if (out.max_logit)  // the largest visible softmax input, before any exp
+          out.max_logit->data<T>()[(b * p.Hq + h) * Lq + i] = mvis == kNegInf ? policy_max_logit<T>(p) : mvis;
         if (scores && !raw_scores) std::copy(s, s + Lk, scores);  // the softmax's input, masked keys = fill
         T lse;
         if (mvis == kNegInf && sink == kNegInf) {  // no visible key (or all visible at -inf), no sink

@@ -385,6 +385,7 @@ class Flash {
       }
       store_row(out_.out, b, h, i, w.o.data());
       if (out_.lse) out_.lse->data<T>()[row] = lse;
+      if (out_.max_logit) out_.max_logit->data<T>()[row] = st.mvis[rr] == kNegInf ? policy_max_logit<T>(p_) : st.mvis[rr];
     }
     if (out_.weights) weights_pass(b, h, i0, nr, w);
     if (out_.scores) scores_pass(b, h, i0, nr, w);

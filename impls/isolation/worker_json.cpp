@@ -265,6 +265,7 @@ Capabilities capabilities_from_json(const json& j, const std::string& where) {
   // The protocol returns out, lse and weights only: a raw-score or present key/value output cannot travel back.
   c.scores_out = false;
   c.kv_append = false;
+  c.max_logit_out = false;  // nor the max-logit output (no protocol slot yet)
   if (j.contains("modifications"))  // optional: a worker that predates the library declares none
     for (const auto& m : names("modifications")) c.mods.insert(m);
   c.max_head_dim = j.contains("max_head_dim") ? int_field(j, w, "max_head_dim") : 0;

@@ -47,6 +47,19 @@ ScoresOut scores_out_from_string(const std::string& s) {
     if (s == to_string(v)) return v;
   fail("scores_out: unknown value '" + s + "' (expected none, scaled, capped, masked)");
 }
+const char* to_string(MaxLogitOut m) {
+  switch (m) {
+    case MaxLogitOut::none: return "none";
+    case MaxLogitOut::rows: return "rows";
+    case MaxLogitOut::heads: return "heads";
+  }
+  return "?";
+}
+MaxLogitOut max_logit_from_string(const std::string& s) {
+  for (MaxLogitOut v : {MaxLogitOut::none, MaxLogitOut::rows, MaxLogitOut::heads})
+    if (s == to_string(v)) return v;
+  fail("max_logit: unknown value '" + s + "' (expected none, rows, heads)");
+}
 const char* to_string(FullyMasked p) {
   switch (p) {
     case FullyMasked::nan: return "nan";

@@ -325,6 +325,9 @@ void fill_error_scales(const Problem& p, const Inputs& in, ReferenceResult& r) {
   r.rope_dev = std::move(x.rope_dev);  // the rotary angle terms of a declared rope contract
   r.rope_p = std::move(x.rope_p);
   r.rope_max = std::move(x.rope_max);
+  r.max_logit_a = std::move(x.max_logit_a);  // the max-logit output's error scales
+  r.max_logit_b = std::move(x.max_logit_b);
+  r.max_logit_c = std::move(x.max_logit_c);
 }
 
 }  // namespace attncheck

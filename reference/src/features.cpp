@@ -71,6 +71,8 @@ const Field kFields[] = {
      "sink logit per query head: joins the softmax denominator, has no value"},
     {"scores_out", &P::scores_out, Stored::if_set, kFrag, nullptr, nullptr,
      "raw scores output [B,Hq,Lq,Lk] at a stage (ONNX qk_matmul_output_mode 0-2)"},
+    {"max_logit", &P::max_logit, Stored::if_set, kFrag, nullptr, nullptr,
+     "max-logit output: the row max of the softmax input over visible keys, rows [B,Hq,Lq] or heads [Hq]"},
     {"past_len", &P::past_len, Stored::if_set, kFrag, "must be in [0, Lk) (at least one new key/value token)",
      [](const P& p) { return p.past_len >= 0 && p.past_len < p.Lk; },
      "KV-cache append: cached tokens before the new k/v; present = concat(past, new) is an output"},
@@ -238,6 +240,7 @@ void set_field_text(Problem& p, const Field& f, const std::string& s) {
                       [&](FullyMasked P::*m) { p.*m = fully_masked_from_string(s); },
                       [&](ScoresOut P::*m) { p.*m = scores_out_from_string(s); },
                       [&](KvScales P::*m) { p.*m = kv_scales_from_string(s); },
+                      [&](MaxLogitOut P::*m) { p.*m = max_logit_from_string(s); },
                       [&](auto P::*m) { p.*m = parse_num<std::remove_cvref_t<decltype(p.*m)>>(s, f.key); }},
              f.ref);
 }
@@ -339,6 +342,10 @@ const Feature kFeatures[] = {
     // that read Inputs::v (which holds k's first Dv columns) declare it.
     ATTNCHECK_FLAG_EXT("mla", "mla", mla, p.mla, "absorbed MLA (v the first Dv columns of k) not supported", 0,
                        "absorbed MLA (a gradient of the one latent cache)"),
+    // The max-logit output travels in no plugin ABI field or worker message yet: only the built-ins that write
+    // Outputs::max_logit declare it, so every plugin and worker reports it unsupported.
+    ATTNCHECK_FLAG_EXT("max-logit", "max_logit", max_logit_out, p.max_logit != MaxLogitOut::none,
+                       "max-logit output not supported", 0, "the max-logit output"),
     ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),
     ATTNCHECK_FLAG("lse", "lse_out", lse_out, p.want_lse, "lse output not supported"),
 };

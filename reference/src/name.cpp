@@ -48,6 +48,7 @@ std::string Problem::short_name() const {
         (kv_scale_dtype == DType::f32 ? "" : std::string("-") + (kv_scale_dtype == DType::f16 ? "f16s" : "bf16s")));
   if (mla) add("mla");
   for (const ModEntry* m : used_modifications(*this)) add(m->marker);
+  if (max_logit != MaxLogitOut::none) add(std::string("maxlogit-") + to_string(max_logit));
   o << '/' << (feats.empty() ? std::string("plain") : feats);
   return o.str();
 }

@@ -195,7 +195,26 @@ Outputs make_outputs(const Problem& p) {
   if (p.want_weights) o.weights = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});
   if (p.scores_out != ScoresOut::none) o.scores = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});
   if (p.past_len > 0) o.present_k = make_kv(p, 1, p.Lk), o.present_v = make_kv(p, 2, p.Lk);
+  if (p.max_logit != MaxLogitOut::none) o.max_logit = Tensor(p.stat_dtype(), max_logit_shape(p));
   return o;
+}
+
+std::vector<int64_t> max_logit_shape(const Problem& p) {
+  if (p.max_logit == MaxLogitOut::none) return {};
+  if (p.max_logit == MaxLogitOut::heads) return {p.Hq};
+  return {p.B, p.Hq, p.Lq};
+}
+
+std::vector<double> max_logit_heads(const Problem& p, const std::vector<double>& rows) {
+  std::vector<double> heads(static_cast<size_t>(p.Hq), -std::numeric_limits<double>::infinity());
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i) {
+        const double x = rows[static_cast<size_t>((b * p.Hq + h) * p.Lq + i)];
+        double& m = heads[static_cast<size_t>(h)];
+        m = std::isnan(x) || std::isnan(m) ? std::numeric_limits<double>::quiet_NaN() : std::max(m, x);  // NaN wins
+      }
+  return heads;
 }
 
 void validate(const Problem& p, const Inputs& in) {

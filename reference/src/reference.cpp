@@ -149,6 +149,8 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
   if (want_scores)
     for (auto* e : {&r.scores, &r.scores_a, &r.scores_b}) e->assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
   r.score_mag.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
+  if (p.max_logit != MaxLogitOut::none)
+    for (auto* e : {&r.max_logit, &r.max_logit_a, &r.max_logit_b, &r.max_logit_c}) e->assign(static_cast<size_t>(B * Hq * Lq), 0.0);
   if (rope.on()) {
     r.rope_dev.assign(static_cast<size_t>(B * Hq * Lq * Dv), 0.0);
     r.rope_p.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
@@ -256,6 +258,16 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     for (int64_t j = 0; j < Lk; ++j)
       if (visible[static_cast<size_t>(j)]) m = std::max(m, s[static_cast<size_t>(j)]);
     const bool fully_masked = (n_visible == 0 || m == -inf) && sink == -inf;
+    if (!r.max_logit.empty()) {  // the max-logit output: m itself (the fill without a finite visible score)
+      const size_t n = static_cast<size_t>(row);
+      r.max_logit[n] = m == -inf ? fill : m;
+      for (int64_t j = 0; j < Lk; ++j)
+        if (visible[static_cast<size_t>(j)] && std::isfinite(s[static_cast<size_t>(j)])) {
+          r.max_logit_a[n] = std::max(r.max_logit_a[n], ks.a[static_cast<size_t>(j)]);
+          r.max_logit_b[n] = std::max(r.max_logit_b[n], ks.b[static_cast<size_t>(j)]);
+          r.max_logit_c[n] = std::max(r.max_logit_c[n], ks.c[static_cast<size_t>(j)]);
+        }
+    }
     std::vector<double> w(static_cast<size_t>(Lk), 0.0);
     double lse;
     if (!fully_masked) {

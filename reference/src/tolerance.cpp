@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 
 namespace attncheck {
 
@@ -162,6 +163,29 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
       const DType d = delivered(*actual.scores, p.stat_dtype());
       compare("scores", w_shape, r.scores, *actual.scores, scores_tolerance(p, r, m, d), d, static_cast<size_t>(p.Lk));
       name_dominant(v.tensors.back(), w_shape, [&](size_t n) { return scores_terms(p, r, n, d, m); });
+    }
+  }
+  if (p.max_logit != MaxLogitOut::none) {
+    if (!actual.max_logit) {
+      missing("max_logit");
+    } else {
+      // Rows as the reference computes them; the heads form is each head's maximum over b and i, within the
+      // largest tolerance of its rows (|max a - max e| <= max |a - e|).
+      const DType d = delivered(*actual.max_logit, p.stat_dtype());
+      std::vector<double> e = r.max_logit, tol = max_logit_tolerance(p, r, m, d);
+      const std::vector<int64_t> shape = max_logit_shape(p);
+      if (p.max_logit == MaxLogitOut::heads) {
+        if (jr) throw std::invalid_argument("max_logit=heads cannot be judged on sampled rows (use max_logit=rows)");
+        std::vector<double> t(static_cast<size_t>(p.Hq), 0.0);
+        for (size_t n = 0; n < tol.size(); ++n) {
+          double& x = t[n / static_cast<size_t>(p.Lq) % static_cast<size_t>(p.Hq)];
+          x = std::max(x, tol[n]);
+        }
+        e = max_logit_heads(p, e), tol = std::move(t);
+      }
+      compare("max_logit", shape, e, *actual.max_logit, tol, d, 1);
+      if (p.max_logit == MaxLogitOut::rows)
+        name_dominant(v.tensors.back(), shape, [&](size_t n) { return max_logit_terms(p, r, n, d, m); });
     }
   }
   if (p.past_len > 0) {

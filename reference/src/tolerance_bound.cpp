@@ -266,6 +266,22 @@ TolTerms scores_terms(const Problem& p, const ReferenceResult& r, size_t n, DTyp
   return t;
 }
 
+TolTerms max_logit_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m) {
+  // max_j s'_j - max_j s_j lies within [-e_j*, max_j e_j] (j* the reference's argmax): the largest one-score bound
+  // of scores_terms over the row's visible keys, taken with the row's largest a, b and |s| (a bound of it). A row
+  // without a finite visible score is the fill: exact up to its storage.
+  const Units u = units(p, m);
+  const Row x = row_scales(p, r, n, u, m);
+  const double S = std::abs(r.max_logit[n]);
+  TolTerms t = zero();
+  t[int(TolTerm::storage)] = std::isfinite(S) ? unit_roundoff(delivered) * S : 0.0;
+  if (r.max_logit_c.empty() || (r.max_logit_a[n] == 0 && r.max_logit_b[n] == 0 && r.max_logit_c[n] == 0)) return t;
+  t[int(TolTerm::scores)] = m.lambda * (x.c_a * r.max_logit_a[n] + std::sqrt(2.0) * x.c_b * r.max_logit_b[n]) +
+                            x.c_c * r.max_logit_c[n] + rope_score(r, n, u);
+  t[int(TolTerm::floor_)] = floor_of(p, delivered);
+  return t;
+}
+
 namespace {
 template <class F>
 std::vector<double> sum_terms(size_t count, double scale, F terms) {
@@ -296,6 +312,12 @@ std::vector<double> scores_tolerance(const Problem& p, const ReferenceResult& r,
                                      std::optional<DType> delivered) {
   const DType d = delivered.value_or(p.stat_dtype());
   return sum_terms(r.scores.size(), m.scale, [&](size_t n) { return scores_terms(p, r, n, d, m); });
+}
+
+std::vector<double> max_logit_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m,
+                                        std::optional<DType> delivered) {
+  const DType d = delivered.value_or(p.stat_dtype());
+  return sum_terms(r.max_logit.size(), m.scale, [&](size_t n) { return max_logit_terms(p, r, n, d, m); });
 }
 
 std::vector<double> weights_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m,

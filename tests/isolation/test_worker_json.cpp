@@ -21,7 +21,9 @@ Capabilities all_flags_on() {
 }
 
 // Features whose outputs the protocol has no tensor for: listed by name, but never offered to a worker.
-bool output_never_travels(const std::string& name) { return name == "scores" || name == "kv_append"; }
+bool output_never_travels(const std::string& name) {
+  return name == "scores" || name == "kv_append" || name == "max_logit";
+}
 
 bool lists(const json& caps, const std::string& name) {
   for (const auto& x : caps.at("features"))
@@ -113,6 +115,8 @@ TEST(WorkerJson, OutputsWithoutAProtocolTensorAreNeverOfferedToAWorker) {
   const Capabilities back = capabilities_from_json(capabilities_to_json(c), "test");
   EXPECT_FALSE(back.scores_out) << "a worker cannot return raw scores: the protocol has no such tensor";
   EXPECT_FALSE(back.kv_append) << "a worker cannot return present keys/values: the protocol has no such tensor";
+  EXPECT_TRUE(lists(capabilities_to_json(c), "max_logit"));
+  EXPECT_FALSE(back.max_logit_out) << "a worker cannot return the max-logit output: the protocol has no such tensor";
 }
 
 // A problem message read back is the problem sent (its lossless name equal): fp8 descales were dropped (read as 1)

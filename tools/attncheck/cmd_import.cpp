@@ -22,7 +22,7 @@ namespace attncheck::cli {
 namespace {
 
 struct Options {
-  std::string input, out, report, tolerances, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value, scores_out;
+  std::string input, out, report, tolerances, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value, scores_out, max_logit;
   std::string score_mod, mask_mod;  // user modifications (expressions) and the arrays they index
   std::vector<std::string> aux;
   std::optional<double> scale;
@@ -182,6 +182,11 @@ int run_import() {
       bad("--scores-out: unknown value '" + g.scores_out + "' (expected scaled, capped, masked)");
     }
   }
+  if (!g.max_logit.empty()) {
+    if (g.max_logit != "rows" && g.max_logit != "heads")
+      bad("--max-logit: unknown value '" + g.max_logit + "' (expected rows, heads)");
+    p.max_logit = max_logit_from_string(g.max_logit);
+  }
 
   p.score_expr = g.score_mod, p.mask_expr = g.mask_mod;
   for (const std::string& n : g.aux) {  // auxiliary tensors: declared in order, values concatenated row-major
@@ -300,6 +305,8 @@ const Register reg{{"import", "Make a fixture from your own tensors (.npz or .h5
                       sub.add_flag("--want-weights", g.want_weights, "Ask for (and store) the attention weights");
                       sub.add_option("--scores-out", g.scores_out, "Also expect the raw scores [B,Hq,Lq,Lk]: scaled, capped "
                                      "(after softcap) or masked (the softmax input); ONNX qk_matmul_output_mode 0, 1, 2");
+                      sub.add_option("--max-logit", g.max_logit, "Also expect the max-logit output: rows [B,Hq,Lq] or "
+                                     "heads [Hq] (the row max of the softmax input; TransformerEngine's return_max_logit)");
                       sub.add_flag("--module", g.is_module, "A module fixture from x [, x2], weights and flags "
                                    "(docs/module.md): needs --heads");
                       sub.add_option("--heads", g.module.heads, "--module: query heads");

@@ -69,7 +69,8 @@ void print_fixture(const Fixture& f) {
               p.fill == MaskFill::finite ? (" " + std::to_string(p.fill_value)).c_str() : "",
               to_string(p.fully_masked));
   if (p.dropout_p > 0) std::printf("  dropout     p %g seed %llu\n", p.dropout_p, (unsigned long long)p.dropout_seed);
-  std::printf("  outputs     out%s%s\n", p.want_lse ? ", lse" : "", p.want_weights ? ", weights" : "");
+  std::printf("  outputs     out%s%s%s\n", p.want_lse ? ", lse" : "", p.want_weights ? ", weights" : "",
+              p.max_logit == MaxLogitOut::none ? "" : p.max_logit == MaxLogitOut::rows ? ", max_logit [B,Hq,Lq]" : ", max_logit [Hq]");
   std::printf("inputs\n");
   stats("q", f.inputs.q.to_double());
   stats("k", f.inputs.k.to_double());

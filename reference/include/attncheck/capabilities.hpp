@@ -38,6 +38,7 @@ struct Capabilities {
   bool fp8 = false;         // dtype e4m3/e5m2 with Problem::descale_q/k/v (list the formats in dtypes too)
   bool kv_quant = false;    // Problem::kv_scales (k, v as codes with Inputs::k_scale/v_scale)
   bool mla = false;         // Problem::mla (v is the first Dv columns of k)
+  bool max_logit_out = false;  // Problem::max_logit (Outputs::max_logit)
   std::set<std::string> mods;     // library modifications (mods.hpp) by name; none unless declared
   int64_t max_head_dim = 0;       // 0 = no limit
   int64_t head_dim_multiple = 1;  // Dqk and Dv must be multiples of this

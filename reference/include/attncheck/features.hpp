@@ -22,7 +22,7 @@ using FieldRef =
     std::variant<int64_t Problem::*, double Problem::*, uint64_t Problem::*, bool Problem::*, DType Problem::*,
                  Layout Problem::*, Alignment Problem::*, MaskFill Problem::*, FullyMasked Problem::*,
                  std::optional<double> Problem::*, std::optional<std::array<int64_t, 4>> Problem::*,
-                 std::vector<int64_t> Problem::*, std::vector<double> Problem::*, ScoresOut Problem::*, KvScales Problem::*,
+                 std::vector<int64_t> Problem::*, std::vector<double> Problem::*, ScoresOut Problem::*, KvScales Problem::*, MaxLogitOut Problem::*,
                  std::string Problem::*, DerivedF64>;
 
 // Where a field is kept in a fixture (golden/SCHEMA.md).

@@ -118,6 +118,14 @@ const char* to_string(MaskFill f);
 const char* to_string(FullyMasked p);
 const char* to_string(ScoresOut s);
 ScoresOut scores_out_from_string(const std::string& s);
+// The max-logit output (QK-clip / MuonClip; TransformerEngine's return_max_logit): the largest softmax input over a
+// row's visible keys, i.e. after scale, softcap, bias and score modifications (the sink is not a key); a row with
+// no visible key gives the fill (-inf, or the finite fill). docs/problem-model.md "Max-logit output".
+//   rows   [B,Hq,Lq]
+//   heads  [Hq]: the rows' maximum over batches and queries (TransformerEngine's shape)
+enum class MaxLogitOut : uint8_t { none, rows, heads };
+const char* to_string(MaxLogitOut m);
+MaxLogitOut max_logit_from_string(const std::string& s);
 // Granularity of a quantized KV cache's scales (reference/src/kv_cache.cpp): none = K and V are in the problem's
 // dtype; tensor = one scale; head = one per (batch, KV head) (FlashAttention-3's descale shape); token = one per
 // (batch, KV head, token); block = one per kv_block consecutive head-dim elements of a token (llama.cpp q8_0).
@@ -237,6 +245,7 @@ struct Problem {
   bool want_weights = false;  // P [B, Hq, Lq, Lk]
   bool want_lse = false;      // lse [B, Hq, Lq]
   ScoresOut scores_out = ScoresOut::none;  // raw scores [B, Hq, Lq, Lk] at this stage
+  MaxLogitOut max_logit = MaxLogitOut::none;  // the max-logit output's shape
 
   double effective_scale() const;
   int64_t group_size() const { return Hq / Hkv; }  // query heads per KV head
@@ -296,7 +305,14 @@ struct Outputs {
   std::optional<Tensor> weights;  // stat_dtype, [B,Hq,Lq,Lk], contiguous
   std::optional<Tensor> scores;   // stat_dtype, [B,Hq,Lq,Lk], contiguous, when scores_out != none
   std::optional<Tensor> present_k, present_v;  // like k and v with Lk tokens, when past_len > 0
+  // stat_dtype, [B,Hq,Lq] or [Hq] (problem.max_logit). Initialised for the aggregate initialisations of the rest.
+  std::optional<Tensor> max_logit = std::nullopt;
 };
+
+// The max-logit output's shape for the problem ({} when none), and the heads form of its rows: for each query head
+// the maximum over b and i of rows [B,Hq,Lq] (what a rows kernel reduces to when heads are asked for).
+std::vector<int64_t> max_logit_shape(const Problem& p);
+std::vector<double> max_logit_heads(const Problem& p, const std::vector<double>& rows);
 
 // Allocate tensors of the right shapes for the problem (zero-filled).
 Tensor make_qkv(const Problem& p, int which);  // 0 = q, 1 = k, 2 = v (k, v: the new_len() new tokens, or the pages)

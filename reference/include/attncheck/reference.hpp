@@ -17,6 +17,9 @@ struct ReferenceResult {
   std::vector<double> weights;  // [B, Hq, Lq, Lk], only when problem.want_weights
   std::vector<double> scores;   // [B, Hq, Lq, Lk], the raw scores at problem.scores_out (when not none)
   std::vector<double> present_k, present_v;  // [B, Hkv, Lk, Dqk|Dv]: concat(past, new), when problem.past_len > 0
+  // [B, Hq, Lq], when problem.max_logit != none: the row maximum of the softmax input over visible keys (rows form;
+  // judge() reduces it for heads), and its error scales: the largest KeyScales a, b, c over the row's visible keys.
+  std::vector<double> max_logit, max_logit_a, max_logit_b, max_logit_c;
   // Their error magnitudes (KeyScales a and b of each score; 0 where the score is the fill): tolerance model.
   std::vector<double> scores_a, scores_b;
   // Error scales for the tolerance model (docs/tolerance.md), computed alongside in double:

@@ -43,6 +43,9 @@ TolTerms lse_terms(const Problem& p, const ReferenceResult& r, size_t row, DType
 TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
 // Raw scores element n ([B,Hq,Lq,Lk], problem.scores_out): one score's own error, its storage, the floor.
 TolTerms scores_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
+// Max-logit row n ([B,Hq,Lq]): |max_j s'_j - max_j s_j| <= max_j |s'_j - s_j|, so the largest one-score bound over
+// the row's visible keys (the row's largest a, b, |s|), its storage, the floor; exact for a row with no visible key.
+TolTerms max_logit_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
 
 // Per-element tolerances (sums of the terms times m.scale) for out [B,Hq,Lq,Dv], lse [B,Hq,Lq] and weights
 // [B,Hq,Lq,Lk] of a reference result. Without `delivered`: out in the problem dtype, lse/weights in stat_dtype.
@@ -54,6 +57,9 @@ std::vector<double> weights_tolerance(const Problem& p, const ReferenceResult& r
                                       std::optional<DType> delivered = {});
 std::vector<double> scores_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
                                      std::optional<DType> delivered = {});
+// Per row [B,Hq,Lq]; the heads form takes each head's largest row tolerance (judge()).
+std::vector<double> max_logit_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
+                                        std::optional<DType> delivered = {});
 
 inline constexpr const char* kExactDominant = "exact";
 
