@@ -13,7 +13,9 @@ namespace {
 using detail::fail;
 
 std::string at3(int64_t b, int64_t h, int64_t q) {
-  return "[" + std::to_string(b) + "," + std::to_string(h) + "," + std::to_string(q) + "]";
+  std::ostringstream s;  // (not "[" + std::to_string(...): GCC 12 warns falsely on inserting into a temporary)
+  s << "[" << b << "," << h << "," << q << "]";
+  return s.str();
 }
 
 // Visible scores per block, [B, Hq, nq, nk], of the dense mask.
@@ -170,8 +172,9 @@ std::vector<BlockKind> block_kinds(const BlockMask& m, const Problem& p) {
 }
 
 std::string BlockFinding::describe() const {
-  return "block (b=" + std::to_string(b) + ", h=" + std::to_string(h) + ", q-block " + std::to_string(q_block) +
-         ", kv-block " + std::to_string(kv_block) + "): " + what;
+  std::ostringstream s;
+  s << "block (b=" << b << ", h=" << h << ", q-block " << q_block << ", kv-block " << kv_block << "): " << what;
+  return s.str();
 }
 
 BlockMaskVerdict judge_block_mask(const Problem& p, const Inputs& in, const BlockMask& candidate) {
@@ -188,7 +191,7 @@ BlockMaskVerdict judge_block_mask(const Problem& p, const Inputs& in, const Bloc
     if (is == want) continue;
     const int64_t k = static_cast<int64_t>(x) % nk, q = static_cast<int64_t>(x) / nk % nq;
     const int64_t h = static_cast<int64_t>(x) / (nk * nq) % p.Hq, b = static_cast<int64_t>(x) / (nk * nq * p.Hq);
-    const std::string where = " (" + region(p, qb, kb, q, k) + ")";
+    const std::string where = std::string(" (") + region(p, qb, kb, q, k) + ")";
     const std::string seen = std::to_string(c) + " of its " + std::to_string(area) + " scores visible";
     if (is == BlockKind::full)
       v.failures.push_back({b, h, q, k, std::string(to_string(want)) + " block marked full: " + seen +
