@@ -185,20 +185,19 @@ TEST(ModelReach, MlaFaultsGetTheirTags) {
 // lse right) get the tag max-logit-stage (the grid's max_logit flavour: causal, softcap 8).
 TEST(ModelReach, MaxLogitStageFaultsGetTheirTag) {
   for (auto [t, lg] : {std::pair{DType::f32, power::Logits::large}, std::pair{DType::bf16, power::Logits::near_one_hot}}) {
-    {
-      const Problem p = power::grid_problem(1024, t, power::Flavour::max_logit, 8);
-      const Inputs in = power::grid_inputs(p, lg, 20261128);
-      const ReferenceResult ref = reference_attention(p, in);
-      for (const power::Variant& v : power::fault_variants()) {
-        if (v.name != "max-logit-stage" && v.name != "max-logit-unscaled") continue;
-        const Outputs out = power::run_variant(v, p, in);
-        const Verdict verdict = judge(p, ref, out);
-        ASSERT_FALSE(verdict.pass) << v.name << " " << to_string(t) << " " << power::to_string(lg);
-        EXPECT_EQ(verdict.worst().tensor, "max_logit") << v.name;
-        const diagnose::Diagnosis d = diagnose::diagnose({{}, p, in}, ref, out, {});
-        EXPECT_EQ(d.top(), "max-logit-stage") << v.name << " " << to_string(t) << " " << power::to_string(lg) << "\n" << lines(d);
-      }
+    const Problem p = power::grid_problem(1024, t, power::Flavour::max_logit, 8);
+    const Inputs in = power::grid_inputs(p, lg, 20261128);
+    const ReferenceResult ref = reference_attention(p, in);
+    for (const power::Variant& v : power::fault_variants()) {
+      if (v.name != "max-logit-stage" && v.name != "max-logit-unscaled") continue;
+      const Outputs out = power::run_variant(v, p, in);
+      const Verdict verdict = judge(p, ref, out);
+      ASSERT_FALSE(verdict.pass) << v.name << " " << to_string(t) << " " << power::to_string(lg);
+      EXPECT_EQ(verdict.worst().tensor, "max_logit") << v.name;
+      const diagnose::Diagnosis d = diagnose::diagnose({{}, p, in}, ref, out, {});
+      EXPECT_EQ(d.top(), "max-logit-stage") << v.name << " " << to_string(t) << " " << power::to_string(lg) << "\n" << lines(d);
     }
+  }
 }
 
 TEST(ModelReach, QkNormEpsFaultsGetTheirTag) {
