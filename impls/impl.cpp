@@ -18,7 +18,6 @@ Declarations default_declarations(const Capabilities& c) {
   d.outputs = {"out"};
   if (c.lse_out) d.outputs.push_back("lse");
   if (c.weights_out) d.outputs.push_back("weights");
-  if (c.max_logit_out) d.outputs.push_back("max_logit");
   return d;
 }
 

@@ -41,9 +41,11 @@ int64_t expect_rows_kept(const prop::Case& c, const diagnose::Cut& k, const std:
         bool inside = true;
         for (int64_t j = 0; j < c.p.Lk && inside; ++j)
           inside = (j >= k.k0 && j < k.k0 + k.nk) || !prop::visible(c.p, c.in, ob, oh, oi, j);
-        // A fully masked row under the uniform policy averages every value, seen or not: only a cut that keeps
-        // all keys keeps it (the first golden file with such a row in its last batch: fp8_*pad-mask-softcap-finite).
-        if (c.p.fully_masked == FullyMasked::uniform && prop::row_fully_masked(c.p, c.in, ob, oh, oi))
+        // A fully masked row under the uniform policy averages every value, seen or not, and under a finite fill its
+        // lse is fill + log(keys): only a cut that keeps all keys keeps it (the first golden files with such rows in
+        // their last batch: fp8_*pad-mask-softcap-finite, uniform; fp16_*pad-bias-finite-maxlogit-heads, zero).
+        if ((c.p.fully_masked == FullyMasked::uniform || c.p.fill == MaskFill::finite) &&
+            prop::row_fully_masked(c.p, c.in, ob, oh, oi))
           inside = k.k0 == 0 && k.nk == c.p.Lk;
         if (!inside) continue;
         ++compared;
