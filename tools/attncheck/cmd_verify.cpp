@@ -258,14 +258,12 @@ int run_verify() {
       throw std::invalid_argument("--pass backward: no fixture with gradients under '" + g.fixtures +
                                   "' (matching the filter); golden/backward has them");
   }
-  if (g.shard) {  // given, even empty: '' is an error, not "no sharding"
-    const Shard sh = parse_shard(*g.shard, [](const char* n) { return std::getenv(n); });
+  if (const std::optional<Shard> sh = resolve_shard(g.shard)) {
     std::vector<std::pair<std::string, std::string>> mine;
     for (size_t k = 0; k < fixtures.size(); ++k)
-      if (static_cast<int64_t>(k) % sh.count == sh.index) mine.push_back(fixtures[k]);
+      if (sh->owns(k)) mine.push_back(fixtures[k]);
     fixtures = std::move(mine);
-    std::printf("shard %lld/%lld (%s): %zu fixtures\n", static_cast<long long>(sh.index),
-                static_cast<long long>(sh.count), sh.source.c_str(), fixtures.size());
+    announce_shard(*sh, fixtures.size(), "fixtures");
   }
 
   // Availability is a property of the machine, asked once per implementation; every case of an unavailable one is
@@ -455,9 +453,7 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                       sub.add_option("--filter", g.filter,
                                      "Globs on case or file names, ':'-separated; '-' before a glob excludes: 'fp16/*:-*drop*'");
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
-                      sub.add_option("--shard", g.shard, "Run shard I of N (0-based), e.g. 0/4, or auto: from the batch "
-                                     "scheduler's variables (Slurm array, GitLab parallel, Kubernetes Indexed Job; "
-                                     "docs/sharding.md)");
+                      add_shard_option(sub, g.shard);
                       sub.add_option("--pass", g.pass,
                                      "forward, backward (gradients of the fixtures that have them) or both")
                           ->capture_default_str();
