@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "attncheck/block_mask.hpp"
 #include "attncheck/cancel.hpp"
 #include "attncheck/fixture.hpp"
 #include "attncheck/module_fixture.hpp"
@@ -56,6 +57,7 @@ struct Options {
   std::string baseline;    // --baseline FILE.json: compare this run with a stored report (docs/regression.md)
   bool accept_baseline = false;  // --accept-baseline: write this run to --baseline instead of failing on drift
   BaselineOptions b;
+  std::vector<int64_t> block_mask;  // --block-mask Q,K: the exact block mask handed to each run (docs/block-mask.md)
 };
 Options g;
 std::set<std::string> g_merge_files;  // fixtures of kind "merge" (docs/states.md): judged by merge_row
@@ -375,6 +377,9 @@ int run_verify() {
         Problem p = f.problem;
         const std::string note = under_declared_policy(*impl, f, p, recomputed);
         p = judged_problem(*impl, p, unchecked);
+        std::optional<BlockMask> bm;  // read by a built-in run on this thread (BlockMaskScope)
+        if (!g.block_mask.empty()) bm = derive_block_mask(p, f.inputs, g.block_mask[0], g.block_mask[1]);
+        const BlockMaskScope handed(bm ? &*bm : nullptr);
         const Support s = run_impl(*impl, p, f.inputs, out);
         if (!s.ok) {
           r.status = "unsupported";
@@ -513,6 +518,12 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                       sub.add_option("--repro", g.repro,
                                      "With --diagnose: reduce each failure to a small case with the same diagnosis and "
                                      "write it into DIR as a fixture that verify replays");
+                      sub.add_option("--block-mask", g.block_mask,
+                                     "Q_BLOCK,KV_BLOCK: hand each forward run the exact block mask at these sizes (built-ins "
+                                     "in this process; cpu-flash consumes it at its tiles, 48,256 for D <= 64; docs/block-mask.md)")
+                          ->delimiter(',')
+                          ->expected(2)
+                          ->check(CLI::PositiveNumber);
                       sub.add_option("--tol-scale", g.tol_scale, "Multiply every derived tolerance by X (recorded in the report)")
                           ->check(CLI::PositiveNumber);
                       sub.add_option("--invariance", g.invariance,
