@@ -1,4 +1,4 @@
-// `attncheck block-mask --expected FIXTURE.h5 [--actual BLOCKMASK.npz] [--q-block N --kv-block N] [--write OUT.npz]`:
+// `attncheck block-mask --expected FIXTURE.h5|--problem NAME [--actual BLOCKMASK.npz] [--q-block N --kv-block N] [--write OUT.npz]`:
 // the exact block-sparse mask of a fixture's problem (FlexAttention's BlockMask convention, docs/block-mask.md),
 // printed as a grid per (batch, head) or written as an .npz, and a candidate's block mask judged against it. Exit 0
 // pass (notes shown), 1 a failure (each naming the block), 2 bad input (an inconsistent block mask names the field
@@ -13,7 +13,7 @@ namespace attncheck::cli {
 namespace {
 
 struct Options {
-  std::string expected, actual, write;
+  std::string expected, problem, actual, write;
   int64_t q_block = 128, kv_block = 128;
   bool sizes_given = false;
   int show = 20;
@@ -44,8 +44,20 @@ void print_findings(const char* tag, const std::vector<BlockFinding>& f) {
   if (static_cast<int>(f.size()) > g.show) std::printf("%s ... and %zu more\n", tag, f.size() - static_cast<size_t>(g.show));
 }
 
+// The problem and its inputs: a fixture's, or a problem's lossless name (no tensors: a boolean mask needs the fixture).
+Fixture source() {
+  if (g.expected.empty() == g.problem.empty()) throw std::invalid_argument("block-mask: give one of --expected and --problem");
+  if (!g.expected.empty()) return read_fixture(g.expected);
+  Fixture f;
+  f.problem = parse_name(g.problem);
+  f.name = g.problem;
+  if (f.problem.mask_shape)
+    throw std::invalid_argument("--problem: " + g.problem + " has a boolean mask tensor; give the fixture (--expected)");
+  return f;
+}
+
 int run_block_mask() {
-  const Fixture f = read_fixture(g.expected);
+  const Fixture f = source();
   const Problem& p = f.problem;
   if (g.actual.empty()) {
     const BlockMask m = derive_block_mask(p, f.inputs, g.q_block, g.kv_block);
@@ -78,7 +90,9 @@ int run_block_mask() {
 
 const Register reg{{"block-mask", "The exact block-sparse mask of a fixture (FlexAttention BlockMask); judge a candidate's",
                     [](CLI::App& sub) {
-                      sub.add_option("--expected", g.expected, "Golden fixture (.h5)")->required();
+                      sub.add_option("--expected", g.expected, "Golden fixture (.h5)");
+                      sub.add_option("--problem", g.problem,
+                                     "Instead of a fixture: a problem's lossless name (Problem::name(); no boolean mask tensor)");
                       sub.add_option("--actual", g.actual,
                                      "A candidate block mask: .npz or .h5 with kv_num_blocks, kv_indices [, "
                                      "full_kv_num_blocks, full_kv_indices] [, block_size] (docs/block-mask.md)");
