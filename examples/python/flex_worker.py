@@ -7,7 +7,9 @@
 # `flex_worker.py alibi-sign` adds the ALiBi bias with the wrong sign (attention-gym's example had it so), and
 # `flex_worker.py score-dtype` casts the expression's score back to `score.dtype`, to show that the check sees both.
 import ast
+import hashlib
 import math
+import os
 import sys
 import urllib.parse
 
@@ -99,6 +101,18 @@ def aux_tensors(params):
     return out
 
 
+def save_block_mask(bm, name, directory):
+    """DIR/<n>.npz with the BlockMask's tensors and DIR/<n>.name with the problem's lossless name, for
+    `attncheck block-mask --problem "$(cat <n>.name)" --actual <n>.npz`."""
+    base = os.path.join(directory, hashlib.sha1(name.encode()).hexdigest()[:16])
+    full = {} if bm.full_kv_num_blocks is None else {"full_kv_num_blocks": bm.full_kv_num_blocks.numpy(),
+                                                      "full_kv_indices": bm.full_kv_indices.numpy()}
+    np.savez(base + ".npz", kv_num_blocks=bm.kv_num_blocks.numpy(), kv_indices=bm.kv_indices.numpy(),
+             block_size=np.array(bm.BLOCK_SIZE), **full)
+    with open(base + ".name", "w") as f:
+        f.write(name)
+
+
 def supports(problem):
     p = parameters(problem["name"])
     for key in ("score_expr", "mask_expr"):
@@ -171,6 +185,8 @@ def sdpa(q, k, v, *, problem, mask=None, bias=None, keep=None):
         return ok
 
     block_mask = create_block_mask(mask_mod, B, Hq, Lq, Lk, device="cpu", BLOCK_SIZE=16)
+    if os.environ.get("ATTNCHECK_FLEX_BLOCK_MASKS"):  # keep FlexAttention's BlockMask to judge it (docs/block-mask.md)
+        save_block_mask(block_mask, problem["name"], os.environ["ATTNCHECK_FLEX_BLOCK_MASKS"])
     out, lse = flex_attention(tq, tk, tv, score_mod=score_mod, block_mask=block_mask, scale=problem["scale"],
                               enable_gqa=Hq != problem["Hkv"], return_lse=True)
     return {"out": out.float().numpy(), "lse": lse.double().numpy()}

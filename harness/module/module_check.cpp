@@ -143,16 +143,19 @@ void caught(SelftestRow& row, const std::string& fixture, bool correct, Diagnose
 
 namespace {
 // The backward rows of the selftest: correct entries and the backward mutants on the fixtures with gradients.
-void selftest_backward(const std::vector<ModuleFixture>& fixtures, std::vector<SelftestRow>& rows) {
+void selftest_backward(const std::vector<ModuleFixture>& fixtures, std::vector<SelftestRow>& rows, size_t first,
+                       const std::function<bool(size_t)>& runs_entry) {
   std::vector<std::pair<ModuleImplPtr, ModuleGradFault>> entries;
   for (const char* name : {"cpu", "cpu-flash"})
     if (ModuleImplPtr e = find_module_entry(name)) entries.emplace_back(e, ModuleGradFault::none);
   const std::vector<ModuleImplPtr> mutants = module_grad_mutants();
   const std::vector<ModuleGradFault> faults = module_grad_faults();
   for (size_t i = 0; i < mutants.size(); ++i) entries.emplace_back(mutants[i], faults[i]);
-  for (const auto& [impl, fault] : entries) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (runs_entry && !runs_entry(first + i)) continue;
+    const auto& [impl, fault] = entries[i];
     const bool correct = fault == ModuleGradFault::none;
-    SelftestRow row{impl->name() + (correct ? "/backward" : ""), correct ? "" : to_string(fault), 0, 0, 0, {}};
+    SelftestRow row{impl->name() + (correct ? "/backward" : ""), correct ? "" : to_string(fault), 0, 0, 0, {}, first + i};
     for (const ModuleFixture& f : fixtures) {
       if (!f.grad || (!correct && !grad_fault_applies(fault, f.problem))) continue;
       ModuleGradOutputs g;
@@ -166,7 +169,8 @@ void selftest_backward(const std::vector<ModuleFixture>& fixtures, std::vector<S
 }
 }  // namespace
 
-std::vector<SelftestRow> selftest(const std::vector<ModuleFixture>& fixtures) {
+std::vector<SelftestRow> selftest(const std::vector<ModuleFixture>& fixtures,
+                                  const std::function<bool(size_t)>& runs_entry) {
   std::vector<std::pair<ModuleImplPtr, ModuleFault>> entries;
   for (const char* name : {"cpu", "cpu-flash"})
     if (ModuleImplPtr e = find_module_entry(name)) entries.emplace_back(e, ModuleFault::none);
@@ -174,8 +178,10 @@ std::vector<SelftestRow> selftest(const std::vector<ModuleFixture>& fixtures) {
   const std::vector<ModuleFault> faults = module_faults();
   for (size_t i = 0; i < mutants.size(); ++i) entries.emplace_back(mutants[i], faults[i]);
   std::vector<SelftestRow> rows;
-  for (const auto& [impl, fault] : entries) {
-    SelftestRow row{impl->name(), fault == ModuleFault::none ? "" : to_string(fault), 0, 0, 0, {}};
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (runs_entry && !runs_entry(i)) continue;
+    const auto& [impl, fault] = entries[i];
+    SelftestRow row{impl->name(), fault == ModuleFault::none ? "" : to_string(fault), 0, 0, 0, {}, i};
     for (const ModuleFixture& f : fixtures) {
       if (fault != ModuleFault::none && !fault_applies(fault, f.problem)) continue;
       ModuleOutputs out;
@@ -187,7 +193,7 @@ std::vector<SelftestRow> selftest(const std::vector<ModuleFixture>& fixtures) {
     }
     rows.push_back(std::move(row));
   }
-  selftest_backward(fixtures, rows);
+  selftest_backward(fixtures, rows, entries.size(), runs_entry);
   return rows;
 }
 

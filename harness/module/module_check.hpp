@@ -3,6 +3,7 @@
 // reference computing the module with that fault). selftest: every module mutant on every fixture it applies to.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,10 +37,13 @@ struct SelftestRow {
   int caught = 0;        // of those, failed (a correct entry: false alarms)
   int tagged = 0;        // of the caught, diagnosed with exactly the injected tag
   std::vector<std::string> other_tags;  // diagnoses that were not the injected tag, "case: tags"
+  size_t entry = 0;  // index of the row in the full selftest (forward entries, then backward)
 };
 // Correct entries (find_module_entry of cpu, cpu-flash) and every module mutant on the fixtures; then the same
 // correct entries' backward ("cpu/backward") and every backward mutant on the fixtures with gradients.
-std::vector<SelftestRow> selftest(const std::vector<ModuleFixture>& fixtures);
+// `runs_entry` picks rows by their index in that order (a shard; empty: all).
+std::vector<SelftestRow> selftest(const std::vector<ModuleFixture>& fixtures,
+                                  const std::function<bool(size_t)>& runs_entry = {});
 // Every mutant caught at least once and tagged on every catch, no correct entry failing.
 bool selftest_ok(const std::vector<SelftestRow>& rows);
 

@@ -164,13 +164,16 @@ class LoopedBackward final : public Impl {
 
 ImplPtr make_backward_mutant(BwdFault f) { return std::make_shared<LoopedBackward>(f); }
 
-std::vector<BackwardSelftestResult> run_backward_selftest(int cases) {
+std::vector<BackwardSelftestResult> run_backward_selftest(int cases, const std::function<bool(size_t)>& runs_entry) {
   std::vector<BwdFault> entries = all_backward_faults();
   entries.insert(entries.begin(), BwdFault::none);
   std::vector<BackwardSelftestResult> out;
-  for (BwdFault f : entries) {
+  for (size_t index = 0; index < entries.size(); ++index) {
+    if (runs_entry && !runs_entry(index)) continue;
+    const BwdFault f = entries[index];
     const ImplPtr impl = make_backward_mutant(f);
     BackwardSelftestResult r;
+    r.entry = index;
     r.name = to_string(f);
     r.correct = f == BwdFault::none;
     for (int n = 0; n < cases && !r.killed; ++n) {

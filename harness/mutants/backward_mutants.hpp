@@ -3,6 +3,7 @@
 // must pass). run_backward_selftest judges each on generated cases with the gradient tolerance.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,11 @@ struct BackwardSelftestResult {
   std::string first_failure;  // case and verdict of the first failing comparison
   int ran = 0;
   double max_ratio = 0;  // largest error / tolerance over the cases that passed
+  size_t entry = 0;      // index in the list (the correct variant first)
 };
-// Runs every mutant and the correct variant on `cases` generated cases (dtypes fp64 and fp32 alternating).
-std::vector<BackwardSelftestResult> run_backward_selftest(int cases = 60);
+// Runs every mutant and the correct variant on `cases` generated cases (dtypes fp64 and fp32 alternating);
+// `runs_entry` picks entries by index (a shard; empty: all).
+std::vector<BackwardSelftestResult> run_backward_selftest(int cases = 60,
+                                                          const std::function<bool(size_t)>& runs_entry = {});
 
 }  // namespace attncheck::mutants

@@ -61,6 +61,9 @@ EntryResult run_entry(const Impl& impl, const SelftestOptions& o) {
   EntryResult r;
   for (size_t pi = 0; pi < prop::properties().size(); ++pi) {
     const prop::Property& property = prop::properties()[pi];
+    if (!o.properties.empty() &&
+        std::find(o.properties.begin(), o.properties.end(), property.name) == o.properties.end())
+      continue;
     for (int k = 0; k < o.cases_per_property; ++k) {
       prop::SeededChooser chooser(o.seed + 0x1000003ull * pi + static_cast<uint64_t>(k));
       prop::CaseSpec spec = prop::draw_spec(chooser);
@@ -87,10 +90,13 @@ SelftestReport run_selftest(const SelftestOptions& o) {
   SelftestReport rep;
   std::vector<Entry> entries = catalogue();
   if (o.candidate) entries.push_back({o.candidate, true, "the candidate under test (must pass every property)"});
-  for (const Entry& e : entries) {
+  rep.entries = entries.size();
+  for (size_t index = 0; index < entries.size(); ++index) {
+    if (o.runs_entry && !o.runs_entry(index)) continue;
+    const Entry& e = entries[index];
     const bool restrict = o.candidate && e.impl != o.candidate;
     EntryResult r = restrict ? run_entry(Restricted(e.impl, *o.candidate), o) : run_entry(*e.impl, o);
-    r.name = e.impl->name(), r.bug = e.bug, r.correct = e.correct;
+    r.name = e.impl->name(), r.bug = e.bug, r.correct = e.correct, r.entry = index;
     // A mutant that survives the candidate's cases but dies on the full space has its bug in a feature the
     // candidate does not support: out of scope for this candidate, reported as such, not counted.
     if (restrict && !e.correct && r.failures.empty() && !run_entry(*e.impl, o).failures.empty()) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@ struct SelftestOptions {
   // A candidate (plugin, worker, built-in): the cases are restricted to what it supports, every mutant must still
   // die on them, and the candidate itself runs as one more entry that must pass (a false alarm otherwise).
   ImplPtr candidate;
+  // Which catalogue entries to run, by index (the candidate is the last); empty: all. A shard of the selftest.
+  std::function<bool(size_t)> runs_entry;
+  std::vector<std::string> properties;  // only these properties (names); empty: all
 };
 
 struct Kill {
@@ -29,6 +33,7 @@ struct Kill {
 
 struct EntryResult {
   std::string name, bug;
+  size_t entry = 0;  // index in the catalogue (the candidate last)
   bool correct = false;
   bool out_of_scope = false;    // with a candidate: killed only on cases outside its capabilities
   std::vector<Kill> failures;   // one per property that failed (first failing case)
@@ -39,6 +44,7 @@ struct EntryResult {
 struct SelftestReport {
   int mutants = 0, killed = 0, correct = 0, false_alarms = 0, out_of_scope = 0;
   double seconds = 0;
+  size_t entries = 0;  // the catalogue's size (with the candidate), whether run or not
   std::vector<EntryResult> details;
 };
 

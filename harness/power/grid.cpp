@@ -273,9 +273,12 @@ Report run_grid(const GridOptions& o) {
                                        Flavour::chunk,    Flavour::rope,   Flavour::kv_cache, Flavour::topk,
                                        Flavour::mla};
   Report rep;
+  size_t configuration = 0;
   for (int64_t lk : o.lk)
     for (DType t : o.dtypes)
       for (Logits lg : o.logits) {
+        const size_t unit = configuration++;
+        if (o.runs_configuration && !o.runs_configuration(unit)) continue;
         if (o.on_configuration)
           o.on_configuration("Lk=" + std::to_string(lk) + " " + to_string(t) + " " + to_string(lg));
         const uint64_t seed = o.seed ^ (static_cast<uint64_t>(lk) * 0x9E3779B97F4A7C15ull) ^
@@ -314,7 +317,7 @@ Report run_grid(const GridOptions& o) {
           for (auto& c : rep.cells)
             if (c.variant == v.name && c.lk == lk && c.dtype == t && c.logits == lg) return &c;
           Cell c;
-          c.variant = v.name, c.correct = v.correct(), c.lk = lk, c.dtype = t, c.logits = lg;
+          c.variant = v.name, c.correct = v.correct(), c.lk = lk, c.dtype = t, c.logits = lg, c.configuration = unit;
           c.applicable = !(v.fault == Fault::tf32_operands && t != DType::f32);
           rep.cells.push_back(c);
           return &rep.cells.back();
@@ -357,8 +360,17 @@ Report run_grid(const GridOptions& o) {
           }
         }
       }
+  summarise(rep, o.logits);
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+void summarise(Report& rep, const std::vector<Logits>& logits) {
+  rep.coverage.clear();
+  rep.cells_detected = rep.cells_inside_noise = rep.cells_below_bound = 0;
+  rep.faults = rep.detected = rep.undetectable = rep.missed = rep.not_applicable = rep.false_alarms = 0;
   rep.headroom_32k_fp32 = std::numeric_limits<double>::quiet_NaN();
-  for (Logits lg : o.logits) {
+  for (Logits lg : logits) {
     double worst = -1;
     for (const auto& c : rep.cells)
       if (c.correct && c.lk == 32768 && c.dtype == DType::f32 && c.logits == lg) worst = std::max(worst, c.ratio);
@@ -390,8 +402,6 @@ Report run_grid(const GridOptions& o) {
   }
   rep.accepted = rep.missed == 0 && rep.false_alarms == 0 &&
                  (std::isnan(rep.headroom_32k_fp32) || rep.headroom_32k_fp32 >= 0.01);
-  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return rep;
 }
 
 }  // namespace attncheck::power

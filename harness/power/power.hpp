@@ -109,6 +109,9 @@ struct GridOptions {
   // Called before each (Lk, dtype, logits) configuration with its name: the CLI's progress line and Ctrl-C (it may
   // throw to stop the grid).
   std::function<void(const std::string&)> on_configuration;
+  // Which configurations to run, by index in the grid's order (Lk, then dtype, then logits); empty: all. A shard
+  // of the grid; summarise() over the union of the shards' cells gives the whole grid's report.
+  std::function<bool(size_t)> runs_configuration;
 };
 
 struct Cell {  // one variant on one configuration (Lk, dtype, logits), over the flavours it runs on
@@ -117,6 +120,7 @@ struct Cell {  // one variant on one configuration (Lk, dtype, logits), over the
   int64_t lk = 0;
   DType dtype = DType::f32;
   Logits logits = Logits::normal;
+  size_t configuration = 0;  // index of (lk, dtype, logits) in the grid's order
   double ratio = 0;          // largest error/tolerance of any judged element (faults: detected iff > 1)
   std::string worst;         // the verdict's description of that element
   bool applicable = true;    // false: the fault is the identity here (TF32 rounding of fp16/bf16 operands)
@@ -150,5 +154,8 @@ struct Report {
 };
 
 Report run_grid(const GridOptions& o);
+// Everything in a report that follows from its cells (coverage, counts, headroom, acceptance); `logits` are the
+// input kinds of the grid. run_grid ends with it; a merge of shards' cells calls it again.
+void summarise(Report& rep, const std::vector<Logits>& logits);
 
 }  // namespace attncheck::power

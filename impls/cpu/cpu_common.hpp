@@ -235,7 +235,8 @@ class Scorer {
 
   // s[0..n) holds raw dot products q_i·k_j for keys j0..j0+n of (b, h, i); columns outside `sp` may hold garbage.
   // On return s holds the final scores (masked keys = fill). Returns the max over visible keys (-inf if none).
-  T process(int64_t b, int64_t h, int64_t i, int64_t j0, T* s, int64_t n, Span sp) const {
+  // `full`: a block mask says every key of the block is visible (block_mask.hpp), so no per-key mask is applied.
+  T process(int64_t b, int64_t h, int64_t i, int64_t j0, T* s, int64_t n, Span sp, bool full = false) const {
     const int64_t a = std::clamp<int64_t>(sp.lo - j0, 0, n), e = std::clamp<int64_t>(sp.hi - j0, 0, n);
     const T neg_inf = -std::numeric_limits<T>::infinity();
     for (int64_t j = 0; j < a; ++j) s[j] = fill_;
@@ -243,7 +244,8 @@ class Scorer {
     if (a >= e) return neg_inf;
     T* v = s + a;
     const int64_t m = e - a;
-    if (softcap_ <= 0 && !in_.bias && !in_.mask && mods_.empty())
+    const bool no_mask = full || (!in_.mask && !mods_.has_mask());
+    if (softcap_ <= 0 && !in_.bias && !mods_.has_score() && no_mask)
       return simd::scale_max<T>(v, m, scale_);  // the common case
     ArrMap<T>(v, m) *= scale_;
     if (softcap_ > 0)  // scalar std::tanh: Eigen's fast tanh saturates early (error ~2e-7 * cap near |s| = 8 cap)
@@ -257,7 +259,7 @@ class Scorer {
         if (std::isfinite(x) && !std::isfinite(r) && visible_key(b, h, i, at)) mods_.expect_finite(at, x);  // throws
         v[j] = static_cast<T>(r);
       }
-    if (!in_.mask && !mods_.has_mask()) return row_max(v, m, neg_inf);
+    if (no_mask) return row_max(v, m, neg_inf);
     const uint8_t* mrow = nullptr;
     int64_t mj = 0;
     if (in_.mask) {

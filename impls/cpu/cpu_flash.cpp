@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 
+#include "attncheck/block_mask.hpp"
 #include "attncheck/schedule.hpp"
 #include "attncheck/state_partials.hpp"
 #include "cpu_common.hpp"
@@ -60,7 +61,15 @@ class Flash {
         bq_(small_heads(p) ? kFlashBlockQSmallD : kFlashBlockQ),
         bk_(small_heads(p) ? kFlashBlockKSmallD : kFlashBlockK),
         pairs_(std::is_same_v<T, float> && bf16_pairs_apply(p, in)),
-        rope_(p) {}
+        rope_(p) {
+    // A block mask handed to the run at this kernel's tiles (block_mask.hpp): empty blocks skipped, full blocks
+    // without per-key mask work. Not with a finite fill, where masked keys take part.
+    const BlockMask* m = current_block_mask();
+    if (!m || m->q_block != bq_ || m->kv_block != bk_ || sc_.finite_fill()) return;
+    validate_block_mask(*m, p);
+    kinds_ = block_kinds(*m, p);
+    nqb_ = blocks_of(p.Lq, bq_), nkb_ = blocks_of(p.Lk, bk_);
+  }
 
   void run() {
     const int64_t Bq = bq_, Bk = bk_;
@@ -113,6 +122,12 @@ class Flash {
     int64_t ulo = 0, uhi = 0;  // union of the current block's visible spans
   };
   static constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+  // The handed block mask's kind of the tile at rows i0.. and keys j0.. (both tile starts); partial without one.
+  BlockKind block_kind(int64_t b, int64_t h, int64_t i0, int64_t j0) const {
+    if (kinds_.empty()) return BlockKind::partial;
+    return kinds_[static_cast<size_t>(((b * p_.Hq + h) * nqb_ + i0 / bq_) * nkb_ + j0 / bk_)];
+  }
 
   // Rows [i0, i0 + nr): their spans, the union of them and of each group of kGroupRows rows.
   void spans(int64_t b, int64_t i0, int64_t nr, Work& w) const {
@@ -264,7 +279,10 @@ class Flash {
       const int64_t j1 = std::min(j0 + Bk, kb), nc = j1 - j0;
       const int64_t c0 = std::max(j0, w.ulo), c1 = std::min(j1, w.uhi);
       if (c0 >= c1 && !finite) continue;  // every key of the block is masked for every row: weight exactly 0
-      if (!finite && sc_.mods_hide_block(b, h, i0, nr, w.spans.data(), j0, j1)) continue;  // the same, by a mask mod
+      const BlockKind kind = block_kind(b, h, i0, j0);
+      if (kind == BlockKind::empty) continue;  // the same, from the block mask
+      if (kinds_.empty() && !finite && sc_.mods_hide_block(b, h, i0, nr, w.spans.data(), j0, j1)) continue;  // by a mask mod
+      const bool full = kind == BlockKind::full;  // every key visible to every row: no per-key mask
       // A few rows: dot products against K rows as loaded (no transposed panel to build for one use).
       if (pack) w.own.pack(p_, in_, b, p_.kv_head(h), j0, finite ? j1 : c1, nr <= kFewRows, pairs_);
       // S = Q·Kᵀ per group of rows over the group's visible keys in this block (the scorer fills the rest).
@@ -273,7 +291,7 @@ class Flash {
         dots(g0, std::min(kGroupRows, nr - g0), j0, std::max(c0, g.lo), std::min(c1, g.hi), w);
       }
       for (int64_t r = 0; r < nr; ++r) {
-        const T mv = sc_.process(b, h, i0 + r, j0, w.S.data() + r * Bk, nc, w.spans[static_cast<size_t>(r)]);
+        const T mv = sc_.process(b, h, i0 + r, j0, w.S.data() + r * Bk, nc, w.spans[static_cast<size_t>(r)], full);
         w.bmax[static_cast<size_t>(r)] = mv;
         st.mvis[static_cast<size_t>(r)] = std::max(st.mvis[static_cast<size_t>(r)], mv);
       }
@@ -467,6 +485,8 @@ class Flash {
   const int64_t bq_, bk_;  // query rows x keys per tile (cpu_impls.hpp)
   const bool pairs_;  // Q·Kᵀ on bf16 pairs where the panels have them (bf16_pairs_apply)
   const RopeStage rope_;  // rotary embedding of Q rows as they are loaded (K: in the panels, cpu_pack.hpp)
+  std::vector<BlockKind> kinds_;  // the handed block mask per (b, h, tile row, tile column); empty: none
+  int64_t nqb_ = 0, nkb_ = 0;
 };
 
 class FlashImpl final : public Impl {

@@ -3,6 +3,7 @@
 // Inputs are widened exactly to double first; every mask is written out explicitly where it applies.
 #include "attncheck/reference.hpp"
 
+#include "attncheck/block_mask.hpp"
 #include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
@@ -127,6 +128,7 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
   const double fill = p.fill == MaskFill::neg_inf ? -inf : p.fill_value;
 
   const ModSet mods(p);
+  const DenseMask dense(p, in);
   std::vector<double> q = widen(in.q);  // (B, Hq, Lq, Dqk)
   std::vector<double> k = widen(in.k);  // (B, Hkv, Lk, Dqk)
   // Rotary embedding: every query and key vector rotated at its position (fp64), before any score.
@@ -174,7 +176,7 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
     // The row's keys: [begin, end) (a packed sequence's own keys with varlen, else all Lk), the valid ones
     // (key padding) and the key on this query's diagonal.
     const Problem::RowKeys rk = p.row_keys(b, i);
-    const int64_t diag = rk.diag, valid_keys = rk.valid_end;
+    const int64_t diag = rk.diag;
     const auto in_row = [&](int64_t j) { return j >= rk.begin && j < rk.end; };
 
     // 1. scores: for each key token, visible -> scale * dot(q, k) (softcapped, plus bias); masked -> fill.
@@ -211,15 +213,9 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
       const double scaled = raw_score(j, dot, qk2, capped);
       record(j, p.scores_out == ScoresOut::scaled ? scaled : capped, dot, qk2);
     }
+    dense.row(b, h, i, visible.data());  // every mask composed (block_mask.hpp)
     for (int64_t j = 0; j < Lk; ++j) {
-      bool vis = true;
-      if (p.causal && j > diag) vis = false;                           // causal: j <= i + offset
-      if (j >= valid_keys || !in_row(j)) vis = false;                  // key padding; another packed sequence
-      if (p.window_left >= 0 && j < diag - p.window_left) vis = false;   // sliding window, left edge
-      if (p.window_right >= 0 && j > diag + p.window_right) vis = false; // sliding window, right edge
-      if (in.mask && in.mask->get_offset(broadcast_offset(*in.mask, b, h, i, j)) == 0) vis = false;
-      if (vis && mods.has_mask() && !mods.visible(ModAt{b, h, i, diag, j})) vis = false;  // mask modifications
-      visible[static_cast<size_t>(j)] = vis;
+      const bool vis = visible[static_cast<size_t>(j)] != 0;
       if (!vis) {
         s[static_cast<size_t>(j)] = fill;  // never touch a masked key: it may hold NaN on purpose
         if (p.scores_out == ScoresOut::masked) record(j, fill, 0.0, 0.0);

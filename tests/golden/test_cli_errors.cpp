@@ -75,8 +75,8 @@ TEST(GenerateErrors, MalformedSpecShapesExit2NamingFileAndField) {
   EXPECT_EQ(files_in(dir / "out"), 0u);
 }
 
-// A case that fails after its fixture was written (here: a directory sits where the file goes) used to leave the
-// hidden temporary ".<file>.new.tmp" behind, with a message naming neither file. Earlier cases stay written.
+// A case that fails after its fixture was written (here: a directory sits where the file goes) must not leave the
+// hidden temporary ".<file>.new.tmp" behind, and its message names the file in the way. Earlier cases stay written.
 TEST(GenerateErrors, FailingMidwayKeepsEarlierFilesAndLeavesNoTemporary) {
   const fs::path dir = test::scratch("gen_midway");
   const fs::path blocker = dir / "c" / "fp32_B1-Hq1-Hkv1-Lq4-Lk3-D2_plain_normal.h5";
@@ -91,7 +91,7 @@ TEST(GenerateErrors, FailingMidwayKeepsEarlierFilesAndLeavesNoTemporary) {
     EXPECT_NE(e.path().filename().string()[0], '.') << "temporary left behind: " << e.path();
 }
 
-// The report path used to be tried only after every case had run (and the table printed).
+// The report path is tried before any case runs, not after every case has run (and the table printed).
 TEST(VerifyErrors, UnwritableReportIsRejectedBeforeAnyCaseRuns) {
   const std::string base = "verify --impl reference --fixtures " + std::string(GOLDEN_DIR) + "/cases --report ";
   const fs::path dir = test::scratch("report_dir");

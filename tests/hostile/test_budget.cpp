@@ -85,7 +85,7 @@ TEST(Budget, AWorkBombFixtureIsRefusedByEveryVerbBeforeAnyWork) {
   for (const std::string& verb :
        {"verify --impl reference --fixtures " + dir.string(), "inspect " + b, "compare --expected " + b +
         " --actual " + b}) {
-    const auto r = run_shell(timeout + verb);  // was: hours of reference work (verify) or of error scales (inspect, compare)
+    const auto r = run_shell(timeout + verb);  // not hours of reference work (verify) or of error scales (inspect, compare)
     EXPECT_EQ(r.rc, 2) << verb << "\n" << r.out;
     EXPECT_NE(r.out.find(b + ": work: fp32/B2-Hq4-Hkv2-Lq131072-Lk131072-D16/plain means 8.8e+12 FLOPs of "
                              "reference work, more than the work budget of"),
@@ -122,7 +122,7 @@ TEST(Budget, AWorkBombSpecIsRefusedBeforeGenerating) {
       {"dtype": "fp32", "B": 1, "Hq": 1, "Hkv": 1, "Lq": 262144, "Lk": 262144, "D": 64}]})";
   const auto r = run_shell("timeout -s KILL 60 " + std::string(ATTNCHECK_EXE) + " generate --spec " +
                      (dir / "bomb.json").string() + " --out " + dir.string());
-  // was: ~20 hours of reference work (killed here after a minute)
+  // not ~20 hours of reference work (killed here after a minute)
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("bomb.json: cases[0]"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("work: fp32/B1-Hq1-Hkv1-Lq262144-Lk262144-D64/plain means 1.76e+13 FLOPs"), std::string::npos)

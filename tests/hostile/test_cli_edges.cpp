@@ -1,6 +1,7 @@
-// Sloppy edges of the CLI: `selftest --cases -3` ran with the default, `verify --shard ''` ran
-// unsharded, stdout was block-buffered into a pipe (a killed generate/selftest showed nothing; verify flushed its
-// rows), and the build tree's RUNPATH ended in an empty entry (the current directory searched for libraries).
+// Sloppy edges of the CLI: `selftest --cases -3` must not run with the default, nor `verify --shard ''`
+// unsharded; stdout must not be block-buffered into a pipe (a killed generate/selftest would show nothing; verify
+// flushes its rows), and the build tree's RUNPATH must not end in an empty entry (the current directory searched
+// for libraries).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -16,14 +17,14 @@ using test::run;
 TEST(CliEdges, SelftestCasesMustBePositive) {
   for (const std::string v : {"-3", "0"}) {
     const auto r = run("selftest --cases " + v);
-    EXPECT_EQ(r.rc, 2) << r.out;  // was: 0 (ran with the default)
+    EXPECT_EQ(r.rc, 2) << r.out;  // not 0 (a run with the default)
     EXPECT_NE(r.out.find("--cases"), std::string::npos) << r.out;
   }
 }
 
 TEST(CliEdges, AnEmptyShardIsAnError) {
   const auto r = run("verify --impl reference --fixtures " + std::string(GOLDEN_DIR) + "/cases --shard ''");
-  EXPECT_EQ(r.rc, 2) << r.out;  // was: every fixture, unsharded
+  EXPECT_EQ(r.rc, 2) << r.out;  // not every fixture, unsharded
   EXPECT_NE(r.out.find("--shard: expected I/N with 0 <= I < N (e.g. 0/4), got ''"), std::string::npos) << r.out;
 }
 
@@ -44,7 +45,7 @@ TEST(CliEdges, StdoutIsLineBufferedIntoAPipe) {
   for (std::string line; std::getline(in, line);)
     if (line.rfind("write(1,", 0) == 0) ++writes;
   EXPECT_GE(writes, 4) << "3 case lines and a summary reached the pipe in " << writes
-                       << " write(s): stdout is block-buffered";  // was: 1 write at exit
+                       << " write(s): stdout is block-buffered";  // not 1 write at exit
 }
 
 TEST(CliEdges, RunpathHasNoEmptyEntry) {

@@ -1,5 +1,5 @@
-// Durable writes: a full disk is an error naming the file (generate used to crash with SIGSEGV at exit
-// after HDF5 closed a file whose flush failed, twice), every file attncheck writes is fsynced, renamed and its
+// Durable writes: a full disk is an error naming the file (not a SIGSEGV at exit after HDF5 closes a file whose
+// flush failed, twice), every file attncheck writes is fsynced, renamed and its
 // directory fsynced (checked with strace), and temporaries of dead processes are removed by the next write.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -50,7 +50,7 @@ TEST(Durable, GenerateOnAFullDiskIsAnErrorNamingTheFileNotACrash) {
   const std::string spec = one_case_spec(dir);
   const auto r = shell("trap \"\" XFSZ; ulimit -f 64; exec " + std::string(ATTNCHECK_EXE) + " generate --spec " + spec +
                        " --out " + (dir / "out").string());
-  EXPECT_EQ(r.rc, 2) << r.out;  // was: SIGSEGV (shell status 139)
+  EXPECT_EQ(r.rc, 2) << r.out;  // not SIGSEGV (shell status 139)
   EXPECT_NE(r.out.find("fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_plain_normal.h5: writing the temporary"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("File too large"), std::string::npos) << r.out;

@@ -1,6 +1,6 @@
 // Hostile machines: a thread the OS refuses (a container's pids limit, RLIMIT_NPROC; simulated by the
-// refuse_threads LD_PRELOAD shim) used to end in std::terminate in the reference, the CPU implementations and the
-// bench. Now the work-sharing pools run with the threads they got and the bench (static split) exits 2; a bad
+// refuse_threads LD_PRELOAD shim) must not end in std::terminate in the reference, the CPU implementations or the
+// bench: the work-sharing pools run with the threads they got and the bench (static split) exits 2; a bad
 // ATTNCHECK_THREADS (100000, text) is exit 2 naming the variable.
 #include <gtest/gtest.h>
 
@@ -33,7 +33,7 @@ TEST(Threads, RefusedThreadsLeaveASmallerPoolForTheReferenceAndTheCpuImplementat
   // Two of eight threads start: every case still runs, on two workers, and passes.
   const auto r = with_env(refuse_after(2), "verify --impl reference cpu cpu-flash --fixtures " + std::string(GOLDEN_DIR) +
                                                "/cases --filter " + kCase);
-  EXPECT_EQ(r.rc, 0) << r.out;  // was: std::terminate (SIGABRT)
+  EXPECT_EQ(r.rc, 0) << r.out;  // not std::terminate (SIGABRT)
   EXPECT_NE(r.out.find("pass 3 "), std::string::npos) << r.out;
   // The reference computing a new fixture (generate, import) the same way.
   const auto dir = test::scratch("threads_gen");
@@ -55,14 +55,14 @@ TEST(Threads, NoThreadAtAllIsAnErrorNotAnAbort) {
 
 TEST(Threads, BenchThreadCountIsBounded) {
   const auto r = with_env("", "bench --impl cpu-flash --shape 1,2,40,33,16 --reps 1 --threads 100000");
-  EXPECT_EQ(r.rc, 2) << r.out;  // was: tried to start 100000 threads
+  EXPECT_EQ(r.rc, 2) << r.out;  // not an attempt to start 100000 threads
   EXPECT_NE(r.out.find("--threads: must be in 1..4096 (0 = default), got 100000"), std::string::npos) << r.out;
 }
 
 TEST(Threads, TheBenchNeedsAllItsThreads) {
   // The bench's SGEMM and FMA peak split work statically over N threads: a partial pool would be a wrong number.
   const auto r = with_env(refuse_after(3), "bench --impl cpu-flash --shape 1,2,40,33,16 --reps 1 --threads 4");
-  EXPECT_EQ(r.rc, 2) << r.out;  // was: std::terminate (SIGABRT)
+  EXPECT_EQ(r.rc, 2) << r.out;  // not std::terminate (SIGABRT)
   EXPECT_NE(r.out.find("of 4 threads (Resource temporarily unavailable)"), std::string::npos) << r.out;
 }
 

@@ -99,7 +99,7 @@ for name, shape in (("huge_extent.npz", b"(99999999999999999999, 4, 7, 16)"), ("
     r = run("import", path, "--out", os.path.join(scratch, "x.h5"), *flags)
     assert r.returncode == 2 and path in r.stderr and "shape" in r.stderr, (name, r.returncode, r.stderr)
     print(f"{name}: rejected with exit 2 naming the file: {r.stderr.strip()}")
-# The fixture reader takes h5py's enum bool as a mask (it used to say "non-numeric type")...
+# The fixture reader takes h5py's enum bool as a mask (not "non-numeric type")...
 fix = os.path.join(scratch, "cases", "stored_npz.h5")
 with h5py.File(fix, "r+") as f:
     del f["inputs/mask"]
@@ -108,7 +108,7 @@ with h5py.File(fix, "r+") as f:
 r = run("verify", "--fixtures", os.path.join(scratch, "cases"), "--impl", "reference")
 assert r.returncode == 0 and "fail 0" in r.stdout, r.stdout + r.stderr
 print("fixture reader: an h5py bool mask is read")
-# ...and refuses an int8 -1 in /inputs/mask too (it used to be clipped to 0).
+# ...and refuses an int8 -1 in /inputs/mask too (not clipped to 0).
 with h5py.File(fix, "r+") as f:
     del f["inputs/mask"]
     f["inputs/mask"] = bad

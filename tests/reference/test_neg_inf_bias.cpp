@@ -1,6 +1,6 @@
 // A bias of -inf (PyTorch's float attention masks) masks a key: the reference gives it weight exactly 0, and
-// the tolerance model stays finite for such rows (regression: score_mag used to become inf, making every
-// tolerance of the row inf or NaN so that any output passed).
+// the tolerance model stays finite for such rows (an infinite score_mag would make every tolerance of the row inf or
+// NaN, so that any output passed).
 #include <gtest/gtest.h>
 
 #include <cmath>

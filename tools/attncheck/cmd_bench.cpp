@@ -14,7 +14,8 @@ namespace {
 struct Options {
   std::string impl, shape, dtype = "fp32", pass = "forward", kv_cache;
   int threads = 0, reps = 5, warmup = 1, num_splits = 0;
-  int64_t mla_dv = 0;
+  int64_t mla_dv = 0, doc_len = 0;
+  std::vector<int64_t> block_mask;
   bool causal = false, json = false;
   std::vector<std::string> plugins;
 } g;
@@ -30,6 +31,12 @@ int run_bench() {
   if (g.mla_dv < 0) throw std::invalid_argument("--mla: must be >= 1 (V's columns of the latent), got " + std::to_string(g.mla_dv));
   c.mla_dv = g.mla_dv;
   c.num_splits = g.num_splits;  // checked against the implementation's declared schedule knobs
+  c.doc_len = g.doc_len;
+  if (!g.block_mask.empty()) {
+    if (g.block_mask.size() != 2 || g.block_mask[0] < 1 || g.block_mask[1] < 1)
+      throw std::invalid_argument("--block-mask: expected Q_BLOCK,KV_BLOCK (both >= 1)");
+    c.block_mask = {g.block_mask[0], g.block_mask[1]};
+  }
   if (g.pass != "forward" && g.pass != "backward")
     throw std::invalid_argument("--pass: must be forward or backward, got '" + g.pass + "'");
   c.backward = g.pass == "backward";
@@ -68,6 +75,13 @@ int run_bench() {
     std::printf("  device kernels (CUDA events) median %.6f s: %.1f GFLOP/s; the wall clock above adds transfers and "
                 "setup%s%s\n", r.device_seconds, r.device_gflops, r.device_note.empty() ? "" : "; ",
                 r.device_note.c_str());
+  if (c.doc_len > 0)
+    std::printf("  document mask: documents of %lld tokens (FLOPs above counted as without the mask)\n",
+                static_cast<long long>(c.doc_len));
+  if (r.block_mask_seconds >= 0)
+    std::printf("  block mask %lldx%lld handed to it: median %.4f s with, %.4f s without (alternating, same run): "
+                "without/with %.3f\n", static_cast<long long>(c.block_mask[0]), static_cast<long long>(c.block_mask[1]),
+                r.block_mask_seconds, r.no_block_mask_seconds, r.no_block_mask_seconds / r.block_mask_seconds);
   std::printf("  measured FMA peak %.1f GFLOP/s: %.3f of peak\n", r.fma_peak_gflops, r.fraction_of_peak);
   std::printf("  moves at least %.1f MB: %.1f GB/s; same-run read bandwidth %.1f GB/s: %.3f of it; %s-bound\n",
               r.bytes / 1e6, r.gbytes_per_s, r.stream_gbytes_per_s, r.fraction_of_bandwidth, r.bound.c_str());
@@ -108,6 +122,11 @@ const Register reg{
                     "cpu_ratio_to_sgemm, isa (the SIMD target used; ATTNCHECK_ISA forces one), pass, forward_seconds, "
                     "bytes (least the pass moves), gbytes_per_s, stream_gbytes_per_s (same-run read bandwidth), "
                     "fraction_of_bandwidth, bound (memory or compute: which of the two limits this shape)");
+       sub.add_option("--doc-len", g.doc_len, "Document mask: documents of N tokens each (FLOPs counted as without)");
+       sub.add_option("--block-mask", g.block_mask,
+                      "Q_BLOCK,KV_BLOCK: hand the implementation the exact block mask at these sizes and time it "
+                      "against runs without (docs/block-mask.md; cpu-flash uses its tiles: 48,256 for D <= 64, 96,128 above)")
+           ->delimiter(',');
        add_plugin_option(sub, g.plugins);
        return std::function<int()>(run_bench);
      }}};

@@ -18,6 +18,7 @@
 #include "merge_rows.hpp"
 #include "command.hpp"
 #include "report.hpp"
+#include "shard.hpp"
 
 namespace attncheck::cli {
 namespace {
@@ -27,6 +28,7 @@ namespace fs = std::filesystem;
 struct Options {
   std::string spec, out = "golden", filter;
   bool update = false;
+  std::optional<std::string> shard;
 };
 Options g;
 
@@ -71,13 +73,19 @@ std::string describe_change(const fs::path& old_file, const Fixture& now) {
   }
 }
 
+// Sharded (--shard I/N), case k of the spec's selected cases is built by shard k mod N: the N runs write disjoint
+// files, into one --out or into N that are copied together; there is no report to merge.
 int run_generate() {
-  if (is_merge_suite(g.spec)) return generate_merge_suite(g.spec, g.out, g.update);  // docs/states.md
+  const std::optional<Shard> shard = resolve_shard(g.shard);
+  if (is_merge_suite(g.spec)) {
+    if (shard) throw std::invalid_argument("--shard: a merge-state suite (" + g.spec + ") is one short run, not sharded");
+    return generate_merge_suite(g.spec, g.out, g.update);  // docs/states.md
+  }
   const SuiteSpec spec = read_suite(g.spec);
   const fs::path dir = fs::path(g.out) / spec.subdir;
   fs::create_directories(dir);
   int created = 0, same = 0, updated = 0, differ = 0;
-  size_t selected = 0;
+  size_t selected = 0, built = 0;
   std::set<std::string> expected_files;
   Progress progress(spec.cases.size());
   for (const CaseSpec& c : spec.cases) {
@@ -87,7 +95,8 @@ int run_generate() {
     if (!g.filter.empty() && fnmatch(g.filter.c_str(), c.name.c_str(), 0) != 0 &&
         fnmatch(g.filter.c_str(), file.c_str(), 0) != 0)
       continue;
-    ++selected;
+    if (!runs_unit(shard, selected++)) continue;
+    ++built;
     const fs::path target = dir / file;
     const Fixture f = build_case(c, spec.file_name);
     const std::string bytes = fixture_image(target.string(), f);
@@ -122,7 +131,8 @@ int run_generate() {
       std::printf("stale    %s (not in %s; delete it if the case was removed)\n", e.path().string().c_str(),
                   spec.file_name.c_str());
   if (selected == 0) throw std::invalid_argument("--filter '" + g.filter + "' matches no case of " + spec.file_name);
-  std::printf("%zu cases in %s: %d new, %d unchanged, %d updated, %d differ\n", selected, dir.string().c_str(),
+  if (shard) announce_shard(*shard, built, ("of " + std::to_string(selected) + " cases built").c_str());
+  std::printf("%zu cases in %s: %d new, %d unchanged, %d updated, %d differ\n", built, dir.string().c_str(),
               created, same, updated, differ);
   return differ ? 1 : 0;
 }
@@ -134,6 +144,7 @@ const Register reg{{"generate", "Build golden fixtures from a suite spec (byte-i
                       sub.add_flag("--update", g.update, "Overwrite existing fixtures whose bytes change");
                       sub.add_option("--filter", g.filter,
                                      "Only the cases whose name or file name matches this glob (e.g. 'fp16_*causal*')");
+                      add_shard_option(sub, g.shard);
                       return std::function<int()>(run_generate);
                     }}};
 

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "attncheck/block_mask.hpp"
 #include "attncheck/cancel.hpp"
 #include "attncheck/fixture.hpp"
 #include "attncheck/module_fixture.hpp"
@@ -56,6 +57,7 @@ struct Options {
   std::string baseline;    // --baseline FILE.json: compare this run with a stored report (docs/regression.md)
   bool accept_baseline = false;  // --accept-baseline: write this run to --baseline instead of failing on drift
   BaselineOptions b;
+  std::vector<int64_t> block_mask;  // --block-mask Q,K: the exact block mask handed to each run (docs/block-mask.md)
 };
 Options g;
 std::set<std::string> g_merge_files;  // fixtures of kind "merge" (docs/states.md): judged by merge_row
@@ -198,6 +200,54 @@ uint64_t inputs_hash(const Inputs& in) {
   return h;
 }
 
+bool is_json_path(const std::string& p) { return p.size() >= 5 && p.compare(p.size() - 5, 5, ".json") == 0; }
+
+// A shard's JSON report: the run's report with each row's unit (its fixture's place in the whole run's sorted list),
+// and in the shard mark what `merge` needs to finish the whole run's report: the fixtures read without checksums
+// and the exit rules of the command line.
+std::string shard_report_json(const std::vector<CaseResult>& results, const std::vector<std::string>& notes,
+                              const Shard& shard,
+                              const std::map<std::string, std::vector<std::pair<std::string, size_t>>>& unit_of,
+                              int64_t unchecksummed, const ExitRules& rules) {
+  nlohmann::json j = nlohmann::json::parse(report_json(results, g.tol_scale, false, notes));
+  for (auto& row : j["cases"]) {
+    const auto& units = unit_of.at(row["file"].get<std::string>());
+    size_t unit = units.front().second;  // one fixture per file; a --spec run names its cases in one file
+    for (const auto& [name, k] : units)
+      if (name == row["fixture"]) unit = k;
+    row["unit"] = unit;
+  }
+  stamp_shard(j, shard, "verify", 2);
+  j["shard"]["unchecksummed"] = unchecksummed;
+  j["shard"]["must_be_available"] = rules.must_be_available;
+  j["shard"]["require_compared"] = rules.require_compared;
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// merge: the summary, the notes and the exit code of the whole run, from every shard's rows (exit_code's rules).
+int verify_merged(nlohmann::json& j, const std::vector<nlohmann::json>& shards) {
+  std::vector<CaseResult> rs;
+  for (const auto& row : j["cases"]) {
+    CaseResult r;
+    r.fixture = row["fixture"], r.file = row["file"], r.impl = row["impl"], r.status = row["status"];
+    r.message = row["message"], r.judged = row.contains("tensors");
+    rs.push_back(std::move(r));
+  }
+  std::map<std::string, int> n;
+  for (const auto& s : statuses()) n[s] = 0;
+  for (const auto& r : rs) ++n[r.status];
+  j["summary"] = n;
+  int64_t unchecksummed = 0;
+  for (const auto& s : shards) unchecksummed += s["shard"].value("unchecksummed", int64_t{0});
+  j.erase("notes");
+  if (unchecksummed) j["notes"] = {unchecksummed_note(unchecksummed)};
+  ExitRules rules;
+  rules.must_be_available = shards.front()["shard"].value("must_be_available", std::vector<std::string>{});
+  rules.require_compared = shards.front()["shard"].value("require_compared", false);
+  return exit_code(rs, rules);
+}
+const RegisterMerge merge{{"verify", {"tol_scale", "schema_version"}, {"cases"}, verify_merged}};
+
 int run_verify() {
   const Pass pass = pass_from_string(g.pass);
   load_plugins(g.plugins);
@@ -256,14 +306,14 @@ int run_verify() {
       throw std::invalid_argument("--pass backward: no fixture with gradients under '" + g.fixtures +
                                   "' (matching the filter); golden/backward has them");
   }
-  if (g.shard) {  // given, even empty: '' is an error, not "no sharding"
-    const Shard sh = parse_shard(*g.shard, [](const char* n) { return std::getenv(n); });
+  const std::optional<Shard> shard = resolve_shard(g.shard);
+  std::map<std::string, std::vector<std::pair<std::string, size_t>>> unit_of;  // file -> (case name, unit)
+  if (const std::optional<Shard>& sh = shard) {
     std::vector<std::pair<std::string, std::string>> mine;
     for (size_t k = 0; k < fixtures.size(); ++k)
-      if (static_cast<int64_t>(k) % sh.count == sh.index) mine.push_back(fixtures[k]);
+      if (sh->owns(k)) mine.push_back(fixtures[k]), unit_of[fixtures[k].first].emplace_back(fixtures[k].second, k);
     fixtures = std::move(mine);
-    std::printf("shard %lld/%lld (%s): %zu fixtures\n", static_cast<long long>(sh.index),
-                static_cast<long long>(sh.count), sh.source.c_str(), fixtures.size());
+    announce_shard(*sh, fixtures.size(), "fixtures");
   }
 
   // Availability is a property of the machine, asked once per implementation; every case of an unavailable one is
@@ -327,6 +377,9 @@ int run_verify() {
         Problem p = f.problem;
         const std::string note = under_declared_policy(*impl, f, p, recomputed);
         p = judged_problem(*impl, p, unchecked);
+        std::optional<BlockMask> bm;  // read by a built-in run on this thread (BlockMaskScope)
+        if (!g.block_mask.empty()) bm = derive_block_mask(p, f.inputs, g.block_mask[0], g.block_mask[1]);
+        const BlockMaskScope handed(bm ? &*bm : nullptr);
         const Support s = run_impl(*impl, p, f.inputs, out);
         if (!s.ok) {
           r.status = "unsupported";
@@ -408,8 +461,6 @@ int run_verify() {
   std::vector<std::string> notes;
   if (unchecksummed) notes.push_back(unchecksummed_note(unchecksummed));
   for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
-  if (!g.report.empty()) write_report(g.report, results, g.tol_scale, notes);
-  if (g.tol_scale != 1.0) std::printf("every tolerance scaled by --tol-scale %g\n", g.tol_scale);
   ExitRules rules;
   if (!g.allow_unavailable) {
     rules.require_compared = true;
@@ -417,6 +468,11 @@ int run_verify() {
     if (!all)
       for (const auto& impl : impls) rules.must_be_available.push_back(impl->name());
   }
+  if (!g.report.empty() && shard && is_json_path(g.report))
+    write_report_file(g.report, shard_report_json(results, notes, *shard, unit_of, unchecksummed, rules));
+  else if (!g.report.empty())
+    write_report(g.report, results, g.tol_scale, notes);
+  if (g.tol_scale != 1.0) std::printf("every tolerance scaled by --tol-scale %g\n", g.tol_scale);
   int rc = exit_code(results, rules);
   if (!g.baseline.empty()) {
     const std::string now = report_json(results, g.tol_scale);
@@ -450,9 +506,7 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                       sub.add_option("--filter", g.filter,
                                      "Globs on case or file names, ':'-separated; '-' before a glob excludes: 'fp16/*:-*drop*'");
                       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
-                      sub.add_option("--shard", g.shard, "Run shard I of N (0-based), e.g. 0/4, or auto: from the batch "
-                                     "scheduler's variables (Slurm array, GitLab parallel, Kubernetes Indexed Job; "
-                                     "docs/sharding.md)");
+                      add_shard_option(sub, g.shard);
                       sub.add_option("--pass", g.pass,
                                      "forward, backward (gradients of the fixtures that have them) or both")
                           ->capture_default_str();
@@ -464,6 +518,12 @@ const Register reg{{"verify", "Replay golden fixtures against implementations", 
                       sub.add_option("--repro", g.repro,
                                      "With --diagnose: reduce each failure to a small case with the same diagnosis and "
                                      "write it into DIR as a fixture that verify replays");
+                      sub.add_option("--block-mask", g.block_mask,
+                                     "Q_BLOCK,KV_BLOCK: hand each forward run the exact block mask at these sizes (built-ins "
+                                     "in this process; cpu-flash consumes it at its tiles, 48,256 for D <= 64; docs/block-mask.md)")
+                          ->delimiter(',')
+                          ->expected(2)
+                          ->check(CLI::PositiveNumber);
                       sub.add_option("--tol-scale", g.tol_scale, "Multiply every derived tolerance by X (recorded in the report)")
                           ->check(CLI::PositiveNumber);
                       sub.add_option("--invariance", g.invariance,

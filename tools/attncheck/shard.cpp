@@ -1,5 +1,7 @@
 #include "shard.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace attncheck::cli {
@@ -38,13 +40,23 @@ Shard parse_shard(const std::string& value, const std::function<const char*(cons
   auto var = [&](const char* name) -> std::string { const char* v = getenv(name); return v ? v : ""; };
   auto both = [&](const char* a, const char* b) { return var(a) + ", " + b + "=" + var(b); };
   if (const std::string s = var("ATTNCHECK_SHARD"); !s.empty()) return from_text(s, "ATTNCHECK_SHARD");
-  // Slurm job array (sbatch --array=MIN-MAX): the task id counts from the array's first index.
+  // Slurm job array (sbatch --array=MIN-MAX): the task id counts from the array's first index; the count is
+  // SLURM_ARRAY_TASK_COUNT, or MAX - MIN + 1 where only MAX is set. A stepped array (--array=0-15:4) has ids that
+  // are not consecutive: COUNT then disagrees with MAX - MIN + 1, and the shard must come from ATTNCHECK_SHARD.
   if (getenv("SLURM_ARRAY_TASK_ID")) {
     const int64_t id = whole(getenv("SLURM_ARRAY_TASK_ID")), lo = whole(getenv("SLURM_ARRAY_TASK_MIN")),
-                  n = whole(getenv("SLURM_ARRAY_TASK_COUNT"));
-    return checked(id < 0 || lo < 0 ? -1 : id - lo, n, "SLURM_ARRAY_TASK_ID, _MIN, _COUNT",
-                   var("SLURM_ARRAY_TASK_ID") + " (min " + var("SLURM_ARRAY_TASK_MIN") + ", count " +
-                       var("SLURM_ARRAY_TASK_COUNT") + ")");
+                  hi = whole(getenv("SLURM_ARRAY_TASK_MAX")), count = whole(getenv("SLURM_ARRAY_TASK_COUNT"));
+    const std::string shown = "SLURM_ARRAY_TASK_ID=" + var("SLURM_ARRAY_TASK_ID") + ", SLURM_ARRAY_TASK_MIN=" +
+                              var("SLURM_ARRAY_TASK_MIN") + ", SLURM_ARRAY_TASK_MAX=" + var("SLURM_ARRAY_TASK_MAX") +
+                              ", SLURM_ARRAY_TASK_COUNT=" + var("SLURM_ARRAY_TASK_COUNT");
+    if (lo < 0) bad("auto: a Slurm job array needs a whole SLURM_ARRAY_TASK_MIN (" + shown + ")");
+    if (count < 0 && hi < lo) bad("auto: a Slurm job array needs SLURM_ARRAY_TASK_COUNT or SLURM_ARRAY_TASK_MAX >= "
+                                  "SLURM_ARRAY_TASK_MIN (" + shown + ")");
+    if (count >= 0 && hi >= lo && hi - lo + 1 != count)
+      bad("auto: the Slurm array's task ids are not consecutive (a stepped --array): set ATTNCHECK_SHARD=I/N (" +
+          shown + ")");
+    return checked(id < 0 ? -1 : id - lo, count >= 0 ? count : hi - lo + 1,
+                   count >= 0 ? "SLURM_ARRAY_TASK_ID, _MIN, _COUNT" : "SLURM_ARRAY_TASK_ID, _MIN, _MAX", shown);
   }
   // GitLab CI `parallel: N`: CI_NODE_INDEX counts from 1.
   if (getenv("CI_NODE_INDEX")) {
@@ -64,6 +76,36 @@ Shard parse_shard(const std::string& value, const std::function<const char*(cons
   }
   bad("auto: no scheduler's shard variables are set (looked for ATTNCHECK_SHARD, SLURM_ARRAY_TASK_ID, "
       "CI_NODE_INDEX and JOB_COMPLETION_INDEX; docs/sharding.md)");
+}
+
+void add_shard_option(CLI::App& sub, std::optional<std::string>& value) {
+  sub.add_option("--shard", value, "Run shard I of N (0-based), e.g. 0/4, or auto: from the batch scheduler's "
+                                   "variables (Slurm array, GitLab parallel, Kubernetes Indexed Job, ATTNCHECK_SHARD; "
+                                   "docs/sharding.md); `attncheck merge` joins the shards' reports");
+}
+
+std::optional<Shard> resolve_shard(const std::optional<std::string>& value) {
+  if (!value) return std::nullopt;  // given, even empty: '' is an error, not "no sharding"
+  return parse_shard(*value, [](const char* n) { return std::getenv(n); });
+}
+
+void announce_shard(const Shard& s, size_t units, const char* what, std::FILE* to) {
+  std::fprintf(to, "shard %lld/%lld (%s): %zu %s\n", static_cast<long long>(s.index), static_cast<long long>(s.count),
+              s.source.c_str(), units, what);
+}
+
+nlohmann::json unit_row(nlohmann::json row, const std::optional<Shard>& s, size_t unit) {
+  if (s) row["unit"] = unit;
+  return row;
+}
+
+void stamp_shard(nlohmann::json& report, const std::optional<Shard>& s, const std::string& verb, int indent) {
+  if (s) report["shard"] = {{"verb", verb}, {"index", s->index}, {"count", s->count}, {"indent", indent}};
+}
+
+std::vector<Merger>& mergers() {
+  static std::vector<Merger> m;
+  return m;
 }
 
 }  // namespace attncheck::cli

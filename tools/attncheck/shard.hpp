@@ -1,22 +1,62 @@
 // Which part of a long run this process does: `--shard I/N` (0-based), or `--shard auto`, which reads the index
 // and count the batch scheduler already gives each task (docs/sharding.md): ATTNCHECK_SHARD=I/N, a Slurm job array,
 // a GitLab parallel job, a Kubernetes Indexed Job (with ATTNCHECK_SHARD_COUNT) or any CI matrix that sets
-// ATTNCHECK_SHARD. Case k of a sorted list belongs to shard k mod N.
+// ATTNCHECK_SHARD. Unit k of a verb's ordered list of work belongs to shard k mod N.
+//
+// Every long verb takes the option through add_shard_option and resolve_shard; a sharded JSON report carries a
+// "shard" object and a "unit" on each row (stamp_shard, unit_row), and `attncheck merge` puts N such reports back
+// into the report of the unsharded run with the verb's own exit rule (register_merge).
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 namespace attncheck::cli {
 
 struct Shard {
   int64_t index = 0, count = 1;
   std::string source;  // where it came from, for the run's first line: "--shard", "SLURM_ARRAY_TASK_ID", ...
+  bool owns(size_t unit) const { return static_cast<int64_t>(unit % static_cast<size_t>(count)) == index; }
 };
 
 // "I/N" or "auto"; anything else, or auto with no scheduler's variables set, is std::invalid_argument naming the
 // option, the value and (for auto) every variable looked for.
 Shard parse_shard(const std::string& value, const std::function<const char*(const char*)>& getenv);
+
+// The --shard option of a long verb, described once.
+void add_shard_option(CLI::App& sub, std::optional<std::string>& value);
+// nullopt when --shard was not given; else the shard (from the process environment for auto), announced on stdout
+// as "shard I/N (SOURCE): M WHAT" once the verb knows how many units it has (on stderr where stdout is the report).
+std::optional<Shard> resolve_shard(const std::optional<std::string>& value);
+void announce_shard(const Shard& s, size_t units, const char* what, std::FILE* to = stdout);
+
+// True when this process runs unit k (always, unsharded).
+inline bool runs_unit(const std::optional<Shard>& s, size_t unit) { return !s || s->owns(unit); }
+// A report row of unit k: tagged with its unit when sharded, so that `merge` restores the unsharded order.
+nlohmann::json unit_row(nlohmann::json row, const std::optional<Shard>& s, size_t unit);
+// Marks a sharded report: {"shard": {"verb", "index", "count", "indent"}}; `indent` is the JSON indentation the
+// verb prints with, which the merged report keeps.
+void stamp_shard(nlohmann::json& report, const std::optional<Shard>& s, const std::string& verb, int indent);
+
+// How `merge` finishes a verb's report: `rows` are the arrays whose elements carry units (concatenated over the
+// shards and put back in unit order); `finish` recomputes everything derived from them (summaries, counts) in the
+// merged report and returns the exit code the unsharded run would have had; it also sees the shards' reports.
+struct Merger {
+  std::string verb;
+  std::vector<std::string> settings;  // fields every shard must agree on (seed, cases, ...)
+  std::vector<std::string> rows;
+  std::function<int(nlohmann::json& merged, const std::vector<nlohmann::json>& shards)> finish;
+};
+std::vector<Merger>& mergers();
+struct RegisterMerge {
+  explicit RegisterMerge(Merger m) { mergers().push_back(std::move(m)); }
+};
 
 }  // namespace attncheck::cli

@@ -3,6 +3,7 @@
 #include "bench_support.hpp"
 
 #include "attncheck/backward.hpp"
+#include "attncheck/block_mask.hpp"
 #include "attncheck/device_time.hpp"
 #include "attncheck/declarations.hpp"
 #include "attncheck/kv_cache.hpp"
@@ -21,6 +22,7 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -208,6 +210,9 @@ Result run(const Impl& impl, const Config& c) {
   p.causal = c.causal;
   p.want_lse = p.want_lse || c.backward;  // a flash backward recomputes P from the saved lse
   if (c.mla_dv > 0) p.Hkv = 1, p.Dv = c.mla_dv, p.mla = true;
+  if (c.doc_len < 0) throw std::invalid_argument("--doc-len: must be >= 1 (0 = off), got " + std::to_string(c.doc_len));
+  for (int64_t b = 0; c.doc_len > 0 && b < p.B; ++b)
+    for (int64_t j = 0; j < p.Lk; ++j) p.doc_ids.push_back(j / c.doc_len);
   const Problem plain = p;
   if (!c.kv_cache.empty()) {
     const size_t colon = c.kv_cache.find(':');
@@ -245,6 +250,9 @@ Result run(const Impl& impl, const Config& c) {
                                 (c.num_splits < 0 ? std::string("must be >= 0")
                                                   : impl.name() + " does not declare the num_splits schedule knob"));
   const ScheduleScope schedule(Schedule{0, c.num_splits, false});  // read by the implementation on this thread
+  std::optional<BlockMask> bm;  // built once, as FlexAttention's caller builds it with create_block_mask
+  if (c.block_mask[0] != 0 || c.block_mask[1] != 0) bm = derive_block_mask(p, in, c.block_mask[0], c.block_mask[1]);
+  const BlockMaskScope handed(bm ? &*bm : nullptr);  // read by the implementation on this thread
   auto once = [&] { c.backward ? impl.run_backward(p, in, out, dout, grads) : impl.run(p, in, out); };
 
   Result r;
@@ -261,6 +269,17 @@ Result run(const Impl& impl, const Config& c) {
     const double hwm = proc_status_bytes("VmHWM");
     if (reset && rss0 >= 0 && hwm >= 0) r.extra_rss_bytes = std::max(0.0, hwm - rss0);
     for (int w = 1; w < c.warmup; ++w) once();  // the memory run was the first warm-up
+    if (bm) {  // without and with the block mask, alternating, so that a change of load hits both alike
+      std::vector<double> off, on;
+      for (int i = 0; i < c.reps; ++i) {
+        {
+          const BlockMaskScope none(nullptr);
+          off.push_back(time_median(1, once).first);
+        }
+        on.push_back(time_median(1, once).first);
+      }
+      r.no_block_mask_seconds = median(off), r.block_mask_seconds = median(on);
+    }
     std::vector<double> device;
     std::tie(r.seconds, r.cpu_seconds) = time_median(c.reps, [&] {
       record_device_seconds(-1.0);

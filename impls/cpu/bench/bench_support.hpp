@@ -32,6 +32,10 @@ struct Config {
   // Absorbed MLA (mla.hpp): one latent KV head of D columns read as keys, its first mla_dv columns as values
   // (DeepSeek: D 576, mla_dv 512); 0 = off.
   int64_t mla_dv = 0;
+  // A document mask of documents of doc_len tokens (doc_ids = j / doc_len; 0 = off), and a block mask
+  // {q_block, kv_block} handed to the implementation (block_mask.hpp; {0, 0} = none), derived before timing.
+  int64_t doc_len = 0;
+  std::array<int64_t, 2> block_mask{0, 0};
 };
 
 // Attention FLOPs: 4·B·H·Lq·Lk·D (two GEMMs; with MLA 2·B·H·Lq·Lk·(D + mla_dv)); causal counts half; the backward 2.5 times that (FlashAttention's
@@ -63,6 +67,8 @@ struct Result {
   // same reps, and the rate it gives; -1 for host implementations. seconds stays the wall clock of the whole run.
   double device_seconds = -1, device_gflops = -1;
   std::string device_note;  // what ran, where the implementation chose it at run time (Impl's last_device_note)
+  // With Config::block_mask: medians of runs without and with it, alternating in the same run (-1: not measured).
+  double no_block_mask_seconds = -1, block_mask_seconds = -1;
 };
 
 // Times `impl` on a random signed problem of the configured shape (inputs and outputs allocated beforehand and

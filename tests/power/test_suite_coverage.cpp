@@ -1,4 +1,4 @@
-// Golden suite v2: every pair of feature values is covered by at least two fixtures, no two fixtures
+// The golden suite: every pair of feature values is covered by at least two fixtures, no two fixtures
 // share a generated row, and each hazard distribution plants what generate.hpp promises.
 #include <gtest/gtest.h>
 
@@ -41,7 +41,7 @@ std::map<std::string, std::set<std::string>> features(const CaseSpec& c) {
   return f;
 }
 
-TEST(SuiteV2, EveryPairOfFeatureValuesIsCoveredTwice) {
+TEST(GoldenSuite, EveryPairOfFeatureValuesIsCoveredTwice) {
   const SuiteSpec s = suite();
   std::map<std::string, std::set<std::string>> values;  // every value each factor takes somewhere
   std::map<std::string, int> pairs;                     // "factor=value|factor=value" -> fixtures
@@ -83,7 +83,7 @@ std::vector<CaseSpec> every_case() {
   return all;
 }
 
-TEST(SuiteV2, NoTwoFixturesShareASeedOrAGeneratedQueryRow) {
+TEST(GoldenSuite, NoTwoFixturesShareASeedOrAGeneratedQueryRow) {
   const std::vector<CaseSpec> cases = every_case();
   EXPECT_GT(cases.size(), 150u);
   std::set<uint64_t> seeds;
@@ -108,7 +108,7 @@ TEST(SuiteV2, NoTwoFixturesShareASeedOrAGeneratedQueryRow) {
 }
 
 // The committed golden/ stays small enough for a fast clone (at most 30 MB).
-TEST(SuiteV2, CommittedGoldenDirectoryIsAtMost30MB) {
+TEST(GoldenSuite, CommittedGoldenDirectoryIsAtMost30MB) {
   uintmax_t bytes = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(GOLDEN_DIR))
     if (e.is_regular_file()) bytes += e.file_size();
@@ -122,7 +122,7 @@ Problem small(DType t, int64_t lk = 130) {
   return p;
 }
 
-TEST(SuiteV2, HazardDistributionsPlantWhatTheyPromise) {
+TEST(GoldenSuite, HazardDistributionsPlantWhatTheyPromise) {
   using gen::Distribution;
   {  // fp16_overflow: raw dot products beyond 65504, a finite softmax in fp16 inputs at scale 2^-13
     Problem p = small(DType::f16);
