@@ -1,5 +1,5 @@
-// `attncheck merge SHARD.json... [--report FILE]`: the N JSON reports of a sharded run (`--shard I/N` of property,
-// power, selftest) joined into the report the unsharded run writes, with its exit code: the rows are put back in
+// `attncheck merge SHARD.json... [--report FILE]`: the N JSON reports of a sharded run (`--shard I/N` of verify,
+// property, power, selftest) joined into the report the unsharded run writes, with its exit code: the rows are put back in
 // unit order, the shard marks dropped, and the verb recomputes what it derives from the rows (register_merge in
 // its cmd_*.cpp). Every shard 0..N-1 of one run must be there exactly once; anything else is exit 2.
 #include <algorithm>
@@ -95,7 +95,7 @@ int run_merge() {
       merged[key].push_back(std::move(r));
     }
   }
-  const int rc = m->finish(merged);
+  const int rc = m->finish(merged, parts);
   const std::string text = merged.dump(indent, ' ', false, json::error_handler_t::replace) + "\n";
   if (g_report.empty())
     std::fputs(text.c_str(), stdout);

@@ -111,7 +111,8 @@ power::Cell cell_of(const nlohmann::json& row) {
 }
 
 // merge: the cells of every shard, summarised again as run_grid summarises them; the exit rule of run_power.
-const RegisterMerge merge{{"power", {"seed", "rows", "candidate"}, {"cells"}, [](nlohmann::json& j) {
+const RegisterMerge merge{{"power", {"seed", "rows", "candidate"}, {"cells"},
+                           [](nlohmann::json& j, const std::vector<nlohmann::json>&) {
                              power::Report r;
                              for (const auto& row : j["cells"]) r.cells.push_back(cell_of(row));
                              power::summarise(r, power::GridOptions{}.logits);

@@ -81,7 +81,7 @@ int property_exit(const json& rows) {
   for (const auto& [impl, n] : supported) problems += n == 0;
   return failed || problems ? 1 : 0;
 }
-const RegisterMerge merge{{"property", {"seed", "cases"}, {"results"}, [](json& j) {
+const RegisterMerge merge{{"property", {"seed", "cases"}, {"results"}, [](json& j, const std::vector<json>&) {
                              j["summary"] = property_summary(j["results"]);
                              return property_exit(j["results"]);
                            }}};

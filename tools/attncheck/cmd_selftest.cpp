@@ -35,7 +35,7 @@ void announce(const std::optional<Shard>& shard, bool json, const char* what) {
 }
 
 // merge: the counts follow from the rows' verdicts, as run_selftest and run_backward_selftest count them.
-int selftest_merged(nlohmann::json& j) {
+int selftest_merged(nlohmann::json& j, const std::vector<nlohmann::json>&) {
   int mutants = 0, killed = 0, correct = 0, false_alarms = 0, out_of_scope = 0;
   for (const auto& d : j["details"]) {
     const std::string v = d["verdict"].get<std::string>();

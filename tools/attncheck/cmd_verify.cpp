@@ -200,6 +200,54 @@ uint64_t inputs_hash(const Inputs& in) {
   return h;
 }
 
+bool is_json_path(const std::string& p) { return p.size() >= 5 && p.compare(p.size() - 5, 5, ".json") == 0; }
+
+// A shard's JSON report: the run's report with each row's unit (its fixture's place in the whole run's sorted list),
+// and in the shard mark what `merge` needs to finish the whole run's report: the fixtures read without checksums
+// and the exit rules of the command line.
+std::string shard_report_json(const std::vector<CaseResult>& results, const std::vector<std::string>& notes,
+                              const Shard& shard,
+                              const std::map<std::string, std::vector<std::pair<std::string, size_t>>>& unit_of,
+                              int64_t unchecksummed, const ExitRules& rules) {
+  nlohmann::json j = nlohmann::json::parse(report_json(results, g.tol_scale, false, notes));
+  for (auto& row : j["cases"]) {
+    const auto& units = unit_of.at(row["file"].get<std::string>());
+    size_t unit = units.front().second;  // one fixture per file; a --spec run names its cases in one file
+    for (const auto& [name, k] : units)
+      if (name == row["fixture"]) unit = k;
+    row["unit"] = unit;
+  }
+  stamp_shard(j, shard, "verify", 2);
+  j["shard"]["unchecksummed"] = unchecksummed;
+  j["shard"]["must_be_available"] = rules.must_be_available;
+  j["shard"]["require_compared"] = rules.require_compared;
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// merge: the summary, the notes and the exit code of the whole run, from every shard's rows (exit_code's rules).
+int verify_merged(nlohmann::json& j, const std::vector<nlohmann::json>& shards) {
+  std::vector<CaseResult> rs;
+  for (const auto& row : j["cases"]) {
+    CaseResult r;
+    r.fixture = row["fixture"], r.file = row["file"], r.impl = row["impl"], r.status = row["status"];
+    r.message = row["message"], r.judged = row.contains("tensors");
+    rs.push_back(std::move(r));
+  }
+  std::map<std::string, int> n;
+  for (const auto& s : statuses()) n[s] = 0;
+  for (const auto& r : rs) ++n[r.status];
+  j["summary"] = n;
+  int64_t unchecksummed = 0;
+  for (const auto& s : shards) unchecksummed += s["shard"].value("unchecksummed", int64_t{0});
+  j.erase("notes");
+  if (unchecksummed) j["notes"] = {unchecksummed_note(unchecksummed)};
+  ExitRules rules;
+  rules.must_be_available = shards.front()["shard"].value("must_be_available", std::vector<std::string>{});
+  rules.require_compared = shards.front()["shard"].value("require_compared", false);
+  return exit_code(rs, rules);
+}
+const RegisterMerge merge{{"verify", {"tol_scale", "schema_version"}, {"cases"}, verify_merged}};
+
 int run_verify() {
   const Pass pass = pass_from_string(g.pass);
   load_plugins(g.plugins);
@@ -258,10 +306,12 @@ int run_verify() {
       throw std::invalid_argument("--pass backward: no fixture with gradients under '" + g.fixtures +
                                   "' (matching the filter); golden/backward has them");
   }
-  if (const std::optional<Shard> sh = resolve_shard(g.shard)) {
+  const std::optional<Shard> shard = resolve_shard(g.shard);
+  std::map<std::string, std::vector<std::pair<std::string, size_t>>> unit_of;  // file -> (case name, unit)
+  if (const std::optional<Shard>& sh = shard) {
     std::vector<std::pair<std::string, std::string>> mine;
     for (size_t k = 0; k < fixtures.size(); ++k)
-      if (sh->owns(k)) mine.push_back(fixtures[k]);
+      if (sh->owns(k)) mine.push_back(fixtures[k]), unit_of[fixtures[k].first].emplace_back(fixtures[k].second, k);
     fixtures = std::move(mine);
     announce_shard(*sh, fixtures.size(), "fixtures");
   }
@@ -411,8 +461,6 @@ int run_verify() {
   std::vector<std::string> notes;
   if (unchecksummed) notes.push_back(unchecksummed_note(unchecksummed));
   for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
-  if (!g.report.empty()) write_report(g.report, results, g.tol_scale, notes);
-  if (g.tol_scale != 1.0) std::printf("every tolerance scaled by --tol-scale %g\n", g.tol_scale);
   ExitRules rules;
   if (!g.allow_unavailable) {
     rules.require_compared = true;
@@ -420,6 +468,11 @@ int run_verify() {
     if (!all)
       for (const auto& impl : impls) rules.must_be_available.push_back(impl->name());
   }
+  if (!g.report.empty() && shard && is_json_path(g.report))
+    write_report_file(g.report, shard_report_json(results, notes, *shard, unit_of, unchecksummed, rules));
+  else if (!g.report.empty())
+    write_report(g.report, results, g.tol_scale, notes);
+  if (g.tol_scale != 1.0) std::printf("every tolerance scaled by --tol-scale %g\n", g.tol_scale);
   int rc = exit_code(results, rules);
   if (!g.baseline.empty()) {
     const std::string now = report_json(results, g.tol_scale);

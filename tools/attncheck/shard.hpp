@@ -47,12 +47,12 @@ void stamp_shard(nlohmann::json& report, const std::optional<Shard>& s, const st
 
 // How `merge` finishes a verb's report: `rows` are the arrays whose elements carry units (concatenated over the
 // shards and put back in unit order); `finish` recomputes everything derived from them (summaries, counts) in the
-// merged report and returns the exit code the unsharded run would have had.
+// merged report and returns the exit code the unsharded run would have had; it also sees the shards' reports.
 struct Merger {
   std::string verb;
   std::vector<std::string> settings;  // fields every shard must agree on (seed, cases, ...)
   std::vector<std::string> rows;
-  std::function<int(nlohmann::json&)> finish;
+  std::function<int(nlohmann::json& merged, const std::vector<nlohmann::json>& shards)> finish;
 };
 std::vector<Merger>& mergers();
 struct RegisterMerge {
