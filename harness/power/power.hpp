@@ -36,7 +36,10 @@ enum class Fault : uint8_t {
   // the stride instead of the cache's Dqk (a V pointer stepped by the wrong row stride, as ik_llama.cpp PR #2031),
   // V taken from the cache's last Dv columns (the k_pe side) instead of its first, and the softmax scale from the
   // absorbed head dim, 1/sqrt(Dqk), instead of the declared one (DeepSeek-V3: 1/sqrt(576) for 1/sqrt(192)).
-  mla_v_stride, mla_v_columns, mla_scale_dim
+  mla_v_stride, mla_v_columns, mla_scale_dim,
+  // Block-sparse mask fault (block_mask.hpp), on the document flavour: a partial block of the block mask treated as
+  // full (a block-sparse kernel skips the mask there): every row of the block sees every key of it.
+  block_partial_as_full
 };
 
 // How the kernel sums over keys.
