@@ -18,7 +18,9 @@ labels='^(reference|golden|cli|hostile|isolation|property|power|diagnose|python)
 # Left out of CI's run, to keep it within CI's time (docs/hardening.md "Sanitizers" says why each, and what still
 # covers its code): the selftests and power runs through isolated plugins, the mutant-diagnosis table, and the
 # power and diagnose tests that repeat their checks on large grids (1k-128k keys). Each took 30-280 s under ASan
-# (PowerGrid.NoFalseAlarmAndNoFaultMissedAt8kKeys, ~70 CPU-s in Release, was not tried under ASan).
+# (PowerGrid.NoFalseAlarmAndNoFaultMissedAt8kKeys, ~70 CPU-s in Release, was not tried under ASan). Also left out:
+# the benchmark loops (cli.bench.json keeps bench's own code under ASan), the suite run once per shard and the mutant
+# table over the golden suite (the whole-suite verify tests run the same readers and kernels once).
 # The property suite runs 4 cases per pair (ATTNCHECK_PROPERTY_CASES; the same seeds as its 25-80 in other runs).
 skip='^(attncheck_selftest|isolation\.selftest\..*|isolation\.power\..*|isolation\.property\.example|'\
 'diagnose\.mutants|Reduce\.(ACutKeepsWhatEveryKeptRowSees|EveryMutantsFailureReducesToASmallCaseWithTheSameDiagnosis|'\
@@ -26,13 +28,19 @@ skip='^(attncheck_selftest|isolation\.selftest\..*|isolation\.power\..*|isolatio
 'PowerGrid\.(NoFalseAlarm.*|HazardInputsCatchEveryFaultAt1kKeys)|'\
 'ToleranceV2\.(SkippedTileAt128kKeysIsCaughtInEveryDtype|ADroppedKeyOfNineTimesAverageWeightAt128kBf16IsCaught|'\
 'TinyTermsAbsorbedByA128kKeySumAreCovered)|ContractNoise\.DeclaredRoundingsPassOnEveryValueDistribution|'\
-'BackwardPower\.FaultsDetectedCorrectVariantsInsideAtLongContext)$'
+'BackwardPower\.FaultsDetectedCorrectVariantsInsideAtLongContext|'\
+'cli\.bench\.(no_input_copy_cpu|no_input_copy_cpu-flash|decode_memory_bound|num_splits|isa_forced)|cli\.backward\.bench|'\
+'Verify\.ShardsPartitionTheSuite|SuiteKills\.EveryMutantFailsAGoldenFixtureAndNoCorrectVariantDoes|'\
+'ExactCases\.TheSuiteHoldsOneVisibleKeyAndUniformRowsInEveryLowPrecisionDtype)$'
 export ATTNCHECK_PROPERTY_CASES=4
+# The malformed-input catalogues (tests/hostile: the C++ one and structure_catalogue.py) run each verb on every 4th
+# case of a kind (every verb still meets every kind; the structure catalogue's known crashers go through every verb).
+export ATTNCHECK_CATALOGUE_STRIDE=4
 dir=build-asan cuda=(-DATTNCHECK_CUDA=OFF)
 if [ "${1:-}" = --labels ]; then
   [ -n "${2:-}" ] || { echo "sanitize: --labels needs a regex of ctest labels, e.g. 'isolation|power'"; exit 2; }
   labels="^(${2})\$" extra=1 skip='^$'
-  unset ATTNCHECK_PROPERTY_CASES
+  unset ATTNCHECK_PROPERTY_CASES ATTNCHECK_CATALOGUE_STRIDE
   shift 2
 elif [ "${1:-}" = --cuda-emu ]; then
   # The CUDA kernels on the host SIMT emulation (label cuda), in their own build-asan-cuda/: the emulation on,

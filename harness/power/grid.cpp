@@ -187,7 +187,7 @@ Flavour flavour_of(Fault f) {
   if (f == Fault::causal_excl_diag || f == Fault::causal_future_key) return Flavour::causal;
   if (f == Fault::window_off_by_one) return Flavour::window;
   if (f == Fault::alibi_sign || f == Fault::alibi_slope_head || f == Fault::alibi_ignored) return Flavour::alibi;
-  if (f == Fault::document_off_by_one) return Flavour::document;
+  if (f == Fault::document_off_by_one || f == Fault::block_partial_as_full) return Flavour::document;
   if (f == Fault::chunk_off_by_one) return Flavour::chunk;
   if (f == Fault::descale_ignored || f == Fault::descale_wrong_group) return Flavour::kv_cache;
   if (f == Fault::rope_interleave || f == Fault::rope_offset_ignored || f == Fault::rope_partial_wrong_half ||
@@ -252,6 +252,8 @@ std::vector<Variant> fault_variants() {
       make("alibi-ignored", "ALiBi slopes ignored (the modification is missing)", Fault::alibi_ignored),
       make("document-off-by-one", "a key's document read one token to the right", Fault::document_off_by_one),
       make("chunk-off-by-one", "a key's chunk computed from the next token", Fault::chunk_off_by_one),
+      make("block-partial-as-full", "a partial 64 x 64 block of the block mask treated as full (its mask skipped)",
+           Fault::block_partial_as_full),
       make("descale-ignored", "quantized KV cache: the scales dropped (codes read as values)", Fault::descale_ignored),
       make("descale-wrong-group", "quantized KV cache: every block of a token reads block 0's scale",
            Fault::descale_wrong_group),

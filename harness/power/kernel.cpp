@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "attncheck/block_mask.hpp"
 #include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
@@ -155,6 +156,13 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
   const ModSet mods(p);
   const bool shifted_key = (v.fault == Fault::document_off_by_one && !p.doc_ids.empty()) ||
                            (v.fault == Fault::chunk_off_by_one && p.chunk_size > 0);
+  // The block-sparse fault: the first partial 64 x 64 block (query block, key block) of the exact block mask.
+  int64_t partial_q = -1, partial_k = -1;
+  if (v.fault == Fault::block_partial_as_full && mods.has_mask()) {
+    const BlockMask bm = derive_block_mask(p, in, 64, 64);
+    for (int64_t q = 0; q < bm.q_blocks && partial_q < 0; ++q)  // batch 0, head 0: rows q of the counts
+      if (bm.kv_num_blocks[size_t(q)] > 0) partial_q = q, partial_k = bm.kv_indices[size_t(q * bm.slots)];
+  }
 
   Outputs o;
   o.out = Tensor(p.dtype, {1, p.Hq, Lq, Dv});
@@ -178,6 +186,7 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       if (v.fault == Fault::skip_tile && j >= skip_lo && j < skip_lo + 64) vis = false;
       if (v.fault == Fault::drop_random_key && j == random_key) vis = false;
       if (vis && mods.has_mask()) vis = mods.visible(ModAt{0, h, i, diag, shifted_key ? std::min(j + 1, Lk - 1) : j});
+      if (i / 64 == partial_q && j / 64 == partial_k) vis = true;  // block_partial_as_full: no mask in the block
       if (v.fault == Fault::topk_padding && p.topk > 0 && j == 0 && p.topk_indices[size_t((i + 1) * p.topk - 1)] == -1)
         vis = true;  // the row's list ends in padding: its first -1 gathered as key 0
       r.vis[static_cast<size_t>(j)] = vis;

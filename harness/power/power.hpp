@@ -37,6 +37,9 @@ enum class Fault : uint8_t {
   // V taken from the cache's last Dv columns (the k_pe side) instead of its first, and the softmax scale from the
   // absorbed head dim, 1/sqrt(Dqk), instead of the declared one (DeepSeek-V3: 1/sqrt(576) for 1/sqrt(192)).
   mla_v_stride, mla_v_columns, mla_scale_dim,
+  // Block-sparse mask fault (block_mask.hpp), on the document flavour: a partial block of the block mask treated as
+  // full (a block-sparse kernel skips the mask there): every row of the block sees every key of it.
+  block_partial_as_full,
   // Max-logit faults, on the max_logit flavour: the row maximum taken before the softcap (the raw scaled logits),
   // and of the unscaled dot products.
   max_logit_stage, max_logit_unscaled

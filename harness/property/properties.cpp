@@ -105,6 +105,12 @@ const Property* find_property(const std::string& name) {
   return nullptr;
 }
 
+std::string property_names() {
+  std::string s;
+  for (const auto& p : properties()) s += (s.empty() ? "" : ", ") + std::string(p.name);
+  return s;
+}
+
 bool long_mode() {
   const char* e = std::getenv("ATTNCHECK_PROPERTY_LONG");
   return e && *e && std::string(e) != "0";

@@ -31,6 +31,8 @@ struct Property {
 
 const std::vector<Property>& properties();
 const Property* find_property(const std::string& name);
+// Every property's name, comma-separated (for the message of an unknown name).
+std::string property_names();
 
 // The work budget (CaseSpec::cost) for an implementation: ATTNCHECK_PROPERTY_BUDGET, times 8 in long mode
 // (ATTNCHECK_PROPERTY_LONG=1), divided for implementations known to be slow (emulated kernels).

@@ -174,3 +174,12 @@ TEST(ShardAuto, BadValuesNameTheVariable) {
   EXPECT_NE(error_of({{"ATTNCHECK_SHARD", "1/0"}}).find("'1/0' from ATTNCHECK_SHARD"), std::string::npos);
   EXPECT_NE(error_of({}).find("no scheduler's shard variables are set"), std::string::npos);
 }
+
+// An unknown --property names the known ones (the hint pointed at an option that does not exist).
+TEST(PropertyOption, UnknownNameListsTheKnownOnes) {
+  for (const char* verb : {"property --impl reference", "selftest"}) {
+    const auto r = run(std::string(verb) + " --property no-such-property");
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find("unknown property 'no-such-property' (known: agreement, "), std::string::npos) << r.out;
+  }
+}

@@ -108,7 +108,7 @@ int run_property() {
   std::vector<const prop::Property*> props;
   for (const auto& n : g.only) {
     const prop::Property* p = prop::find_property(n);
-    if (!p) throw std::invalid_argument("--property: unknown property '" + n + "' (attncheck property --list-properties)");
+    if (!p) throw std::invalid_argument("--property: unknown property '" + n + "' (known: " + prop::property_names() + ")");
     props.push_back(p);
   }
   if (props.empty())

@@ -79,11 +79,8 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
   }
   if (cases > 0) o.cases_per_property = cases;
   for (const auto& n : g_properties)
-    if (!prop::find_property(n)) {
-      std::string known;
-      for (const auto& p : prop::properties()) known += (known.empty() ? "" : ", ") + std::string(p.name);
-      throw std::invalid_argument("--property: unknown property '" + n + "' (known: " + known + ")");
-    }
+    if (!prop::find_property(n))
+      throw std::invalid_argument("--property: unknown property '" + n + "' (known: " + prop::property_names() + ")");
   o.properties = g_properties;
   o.seed = seed;
   const std::optional<Shard> shard = resolve_shard(g_shard);
