@@ -38,23 +38,23 @@ namespace {
 // The "<impl>/backward" row of a module fixture with gradients.
 ModuleRow backward_module_row(const ModuleFixture& f, const std::string& file, const Impl& impl, const Support& avail,
                               bool diagnose, double tol_scale, std::optional<ModuleGradients>& tol) {
-  ModuleRow mr{CaseResult{f.name, file, backward_label(impl.name()), "", "", false, {}, "", "", {}}, {}};
+  ModuleRow mr{unjudged(f.name, file, backward_label(impl.name())), {}};
   CaseResult& r = mr.row;
   const ModuleImplPtr entry = find_module_entry(impl);
   if (!avail.ok) {
-    r.status = "unavailable", r.message = "unavailable: " + avail.reason;
+    r.status = Status::unavailable, r.message = "unavailable: " + avail.reason;
   } else if (!entry) {
-    r.status = "unsupported", r.message = "module: " + impl.name() + " has no module entry";
+    r.status = Status::unsupported, r.message = "module: " + impl.name() + " has no module entry";
   } else {
     try {
       ModuleGradOutputs g;
       const Support s = run_module_backward(*entry, f.problem, f.inputs, *f.dy, g);
       if (!s.ok) {
-        r.status = "unsupported", r.message = "module: " + s.reason;
+        r.status = Status::unsupported, r.message = "module: " + s.reason;
       } else {
         if (!tol) tol = module_grad_tolerance(f.problem, f.inputs, f.dy->to_double());
         r = judged_result(f.name, file, backward_label(impl.name()), module_check::judge_backward(f, *tol, g, tol_scale));
-        if (diagnose && r.status == "fail") {
+        if (diagnose && r.status == Status::fail) {
           std::string tags;
           for (const std::string& t : module_check::diagnose_backward(f, g)) tags += (tags.empty() ? "" : " ") + t;
           mr.lines.push_back("diagnosis: " + (tags.empty() ? std::string("(no module backward fault explains it)") : tags));
@@ -87,22 +87,22 @@ std::vector<ModuleRow> module_rows(const std::string& file, const std::vector<Im
   if (!forward) return rows;
   const ModuleTolerance tol = module_tolerance(f.problem, f.inputs);
   for (size_t i = 0; i < impls.size(); ++i) {
-    ModuleRow mr{CaseResult{f.name, file, impls[i]->name(), "", "", false, {}, "", "", {}}, {}};
+    ModuleRow mr{unjudged(f.name, file, impls[i]->name()), {}};
     CaseResult& r = mr.row;
     const ModuleImplPtr entry = find_module_entry(*impls[i]);
     if (!avail[i].ok) {
-      r.status = "unavailable", r.message = "unavailable: " + avail[i].reason;
+      r.status = Status::unavailable, r.message = "unavailable: " + avail[i].reason;
     } else if (!entry) {
-      r.status = "unsupported", r.message = "module: " + impls[i]->name() + " has no module entry";
+      r.status = Status::unsupported, r.message = "module: " + impls[i]->name() + " has no module entry";
     } else {
       try {
         ModuleOutputs out;
         const Support s = run_module(*entry, f.problem, f.inputs, out);
         if (!s.ok) {
-          r.status = "unsupported", r.message = "module: " + s.reason;
+          r.status = Status::unsupported, r.message = "module: " + s.reason;
         } else {
           r = judged_result(f.name, file, impls[i]->name(), module_check::judge(f, tol, out, tol_scale));
-          if (diagnose && r.status == "fail") {
+          if (diagnose && r.status == Status::fail) {
             std::string tags;
             for (const std::string& t : module_check::diagnose(f, out)) tags += (tags.empty() ? "" : " ") + t;
             mr.lines.push_back("diagnosis: " + (tags.empty() ? std::string("(no module fault explains it)") : tags));

@@ -229,13 +229,17 @@ int verify_merged(nlohmann::json& j, const std::vector<nlohmann::json>& shards) 
   std::vector<CaseResult> rs;
   for (const auto& row : j["cases"]) {
     CaseResult r;
-    r.fixture = row["fixture"], r.file = row["file"], r.impl = row["impl"], r.status = row["status"];
+    r.fixture = row["fixture"], r.file = row["file"], r.impl = row["impl"];
+    const std::string status = row["status"];
+    const std::optional<Status> s = verify::status_from_string(status);
+    if (!s) throw std::invalid_argument("merge: unknown status '" + status + "' in a verify shard's row");
+    r.status = *s;
     r.message = row["message"], r.judged = row.contains("tensors");
     rs.push_back(std::move(r));
   }
   std::map<std::string, int> n;
-  for (const auto& s : statuses()) n[s] = 0;
-  for (const auto& r : rs) ++n[r.status];
+  for (Status s : verify::all_statuses()) n[to_string(s)] = 0;
+  for (const auto& r : rs) ++n[to_string(r.status)];
   j["summary"] = n;
   int64_t unchecksummed = 0;
   for (const auto& s : shards) unchecksummed += s["shard"].value("unchecksummed", int64_t{0});
@@ -364,11 +368,11 @@ int run_verify() {
     for (size_t ii = 0; has_forward(pass) && ii < impls.size(); ++ii) {
       const ImplPtr& impl = impls[ii];
       progress.step(impl->name() + " " + name);
-      CaseResult r{name, file, impl->name(), "", "", false, {}, "", "", {}};
+      CaseResult r = unjudged(name, file, impl->name());
       std::vector<std::string> diagnosis;
       std::vector<InvarianceRow> checks;  // --invariance: rows after the judged one
       if (!avail[ii].ok) {
-        r.status = "unavailable";
+        r.status = Status::unavailable;
         r.message = "unavailable: " + avail[ii].reason;
       } else try {
         Outputs out;
@@ -382,7 +386,7 @@ int run_verify() {
         const BlockMaskScope handed(bm ? &*bm : nullptr);
         const Support s = run_impl(*impl, p, f.inputs, out);
         if (!s.ok) {
-          r.status = "unsupported";
+          r.status = Status::unsupported;
           r.message = s.reason;
         } else {
           ToleranceModel m = f.tolerance;  // the bound follows the implementation's declared contract, scaled openly
@@ -409,7 +413,7 @@ int run_verify() {
             if (impl->declarations().masked_inputs == MaskedInputs::finite_required)
               for (InvarianceRow& c : checks) outside_contract(nonfinite_inputs(f.inputs), c);
           }
-          if (g.diagnose && r.status == "fail") {
+          if (g.diagnose && r.status == Status::fail) {
             diagnose::Options o;
             o.rerun = impl.get(), o.max_reruns = g.diagnose_reruns, o.tolerance = m;
             diagnose::Diagnosis d = diagnose::diagnose({{}, p, f.inputs}, note.empty() ? f.expected : recomputed, out, o);
@@ -419,9 +423,10 @@ int run_verify() {
           }
         }
         if (inputs_hash(f.inputs) != pristine) {
-          r = CaseResult{name, file, impl->name(), "modified-input",
-                         impl->name() + " wrote into its inputs on " + name + " (input checksum changed); the fixture "
-                         "is read again for the next implementation", false, {}, "", "", {}};
+          r = unjudged(name, file, impl->name());
+          r.status = Status::modified_input;
+          r.message = impl->name() + " wrote into its inputs on " + name + " (input checksum changed); the fixture "
+                      "is read again for the next implementation";
           f = load(file, name);
         }
       } catch (const std::exception&) {

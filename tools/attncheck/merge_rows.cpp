@@ -21,16 +21,17 @@ namespace attncheck::cli {
 
 CaseResult merge_row(const Impl& impl, const Support& available, const MergeFixture& f, const std::string& file,
                      std::vector<std::string>* diagnosis) {
-  CaseResult r{f.problem.name, file, impl.name(), "", "", false, {}, "", to_string(f.problem.dtype), {"merge"}};
+  CaseResult r = unjudged(f.problem.name, file, impl.name());
+  r.dtype = to_string(f.problem.dtype), r.features = {"merge"};
   if (!available.ok) {
-    r.status = "unavailable", r.message = "unavailable: " + available.reason;
+    r.status = Status::unavailable, r.message = "unavailable: " + available.reason;
     return r;
   }
   try {
     StoredStates out;
     const Support s = run_merge_impl(impl, f.problem, f.inputs, out);
     if (!s.ok) {
-      r.status = "unsupported", r.message = s.reason;
+      r.status = Status::unsupported, r.message = s.reason;
       return r;
     }
     const MergeVerdict v = judge_merge(f.problem, f.inputs, out);
@@ -39,7 +40,7 @@ CaseResult merge_row(const Impl& impl, const Support& available, const MergeFixt
     r.verdict.pass = v.pass;
     r.verdict.tensors.push_back(t);
     r.judged = true;
-    r.status = v.pass ? "pass" : "fail";
+    r.status = v.pass ? Status::pass : Status::fail;
     r.message = v.pass ? "" : std::to_string(v.failed) + " of " + std::to_string(v.checked) + " elements outside the bound; worst " + v.worst;
     if (!v.pass && diagnosis) {
       const MergeDiagnosis d = diagnose_merge(f.problem, f.inputs, out);

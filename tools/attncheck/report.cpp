@@ -99,21 +99,11 @@ std::string fmt_err(double x) {
 }
 }  // namespace
 
-const std::vector<std::string>& statuses() {
-  static const std::vector<std::string> s = {"pass",   "fail",    "unsupported", "unavailable",    "finite-required",
-                                             "error",  "crashed", "timeout",     "exited",         "modified-input",
-                                             "out-of-bounds", "input-error"};
-  return s;
-}
-
-bool is_failure(const std::string& status) {
-  return status != "pass" && status != "unsupported" && status != "unavailable" && status != "finite-required";
-}
-
 namespace {
-std::map<std::string, int> count(const std::vector<CaseResult>& rs) {
-  std::map<std::string, int> n;
-  for (const auto& s : statuses()) n[s] = 0;
+// Rows per status (every status present).
+std::map<Status, int> count(const std::vector<CaseResult>& rs) {
+  std::map<Status, int> n;
+  for (Status s : verify::all_statuses()) n[s] = 0;
   for (const auto& r : rs) ++n[r.status];
   return n;
 }
@@ -142,12 +132,20 @@ void write_report_file(const std::string& path, const std::string& text) {
 void apply_masked_inputs_contract(const std::string& nonfinite_inputs, CaseResult& r) {
   if (nonfinite_inputs.empty()) return;
   r.message = "outside the declared contract (masked_inputs: finite-required): non-finite values in " +
-              nonfinite_inputs + "; its run: " + r.status + (r.message.empty() ? "" : ": " + r.message);
-  r.status = "finite-required", r.judged = false;
+              nonfinite_inputs + "; its run: " + to_string(r.status) + (r.message.empty() ? "" : ": " + r.message);
+  r.status = Status::finite_required, r.judged = false;
+}
+
+CaseResult unjudged(std::string fixture, std::string file, std::string impl) {
+  CaseResult r;
+  r.fixture = std::move(fixture), r.file = std::move(file), r.impl = std::move(impl);
+  return r;
 }
 
 CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v) {
-  CaseResult r{std::move(fixture), std::move(file), std::move(impl), v.pass ? "pass" : "fail", "", true, {}, "", "", {}};
+  CaseResult r = unjudged(std::move(fixture), std::move(file), std::move(impl));
+  r.status = v.pass ? Status::pass : Status::fail;
+  r.judged = true;
   std::string msg;
   for (const auto& t : v.tensors)
     if (!t.pass) msg += (msg.empty() ? "" : "; ") + t.describe();
@@ -171,10 +169,12 @@ void record_exception(CaseResult& r) {
   try {
     throw;
   } catch (const RunFailure& e) {
-    r.status = e.outcome();
-    r.message = e.what();
+    // The isolation layer names its outcomes with the report's spelling; one it does not know is still an error.
+    const std::optional<Status> s = verify::status_from_string(e.outcome());
+    r.status = s ? *s : Status::error;
+    r.message = s ? e.what() : e.outcome() + ": " + e.what();
   } catch (const std::exception& e) {
-    r.status = "error";
+    r.status = Status::error;
     r.message = e.what();
   }
 }
@@ -185,7 +185,7 @@ void print_header() {
 }
 
 void print_row(const CaseResult& r) {
-  std::string status = r.status;
+  std::string status = to_string(r.status);
   for (char& c : status) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (r.judged) {
     const TensorVerdict& w = r.verdict.worst();
@@ -201,7 +201,7 @@ void print_row(const CaseResult& r) {
 CaseResult input_error(const std::string& file, const std::string& reason) {
   CaseResult r;
   r.fixture = std::filesystem::path(file).filename().string();
-  r.file = file, r.impl = "-", r.status = "input-error", r.message = reason;
+  r.file = file, r.impl = "-", r.status = Status::input_error, r.message = reason;
   return r;
 }
 
@@ -214,34 +214,34 @@ std::string unchecksummed_note(int64_t n) {
 void print_unreadable(const std::vector<CaseResult>& rs) {
   std::vector<const CaseResult*> bad;
   for (const auto& r : rs)
-    if (r.status == "input-error") bad.push_back(&r);
+    if (r.status == Status::input_error) bad.push_back(&r);
   if (bad.empty()) return;
   std::printf("unreadable input files (%zu), every other case judged:\n", bad.size());
   for (const auto* r : bad) std::printf("  %s\n", r->message.c_str());
 }
 
 void print_summary(const std::vector<CaseResult>& rs) {
-  std::map<std::string, int> n = count(rs);
+  std::map<Status, int> n = count(rs);
   // The first four always (scripts match them); the rarer outcomes only when they occurred.
-  std::printf("\n%zu results: pass %d  fail %d  unsupported %d  error %d", rs.size(), n["pass"], n["fail"],
-              n["unsupported"], n["error"]);
+  std::printf("\n%zu results: pass %d  fail %d  unsupported %d  error %d", rs.size(), n[Status::pass], n[Status::fail],
+              n[Status::unsupported], n[Status::error]);
   int failures = 0;
-  for (const auto& s : statuses()) {
-    if (is_failure(s) && s != "input-error") failures += n[s];  // unreadable files: print_unreadable lists them
-    if (s != "pass" && s != "fail" && s != "unsupported" && s != "error" && n[s] > 0)
-      std::printf("  %s %d", s.c_str(), n[s]);
+  for (Status s : verify::all_statuses()) {
+    if (is_failure(s) && s != Status::input_error) failures += n[s];  // unreadable files: print_unreadable lists them
+    if (s != Status::pass && s != Status::fail && s != Status::unsupported && s != Status::error && n[s] > 0)
+      std::printf("  %s %d", to_string(s).c_str(), n[s]);
   }
   std::printf("\n");
-  if (n["finite-required"] > 0) {  // never a silent pass: each one listed, apart from the failures
+  if (n[Status::finite_required] > 0) {  // never a silent pass: each one listed, apart from the failures
     std::printf("outside the declared contract (masked_inputs: finite-required; not judged, not failures):\n");
     for (const auto& r : rs)
-      if (r.status == "finite-required") std::printf("  %-14s %s\n", r.impl.c_str(), r.fixture.c_str());
+      if (r.status == Status::finite_required) std::printf("  %-14s %s\n", r.impl.c_str(), r.fixture.c_str());
   }
   if (failures > 0 && rs.size() > 20) {
     std::printf("failures and errors:\n");
     print_header();
     for (const auto& r : rs)
-      if (is_failure(r.status) && r.status != "input-error") print_row(r);
+      if (is_failure(r.status) && r.status != Status::input_error) print_row(r);
   }
 }
 
@@ -264,12 +264,12 @@ void check_report_path(const std::string& path) {
 
 std::string report_json(const std::vector<CaseResult>& rs, double tol_scale, bool case_per_line,
                         const std::vector<std::string>& notes) {
-  std::map<std::string, int> n = count(rs);
+  std::map<Status, int> n = count(rs);
   std::ostringstream out;
   {
     json cases = json::array();
     for (const auto& r : rs) {
-      json c = {{"fixture", r.fixture}, {"file", r.file}, {"impl", r.impl}, {"status", r.status},
+      json c = {{"fixture", r.fixture}, {"file", r.file}, {"impl", r.impl}, {"status", to_string(r.status)},
                 {"message", r.message}};
       if (!r.dtype.empty()) c["dtype"] = r.dtype, c["features"] = r.features;
       if (!r.diagnosis_json.empty()) c["diagnosis"] = json::parse(r.diagnosis_json);
@@ -288,7 +288,7 @@ std::string report_json(const std::vector<CaseResult>& rs, double tol_scale, boo
       cases.push_back(c);
     }
     json summary = json::object();
-    for (const auto& st : statuses()) summary[st] = n[st];
+    for (Status st : verify::all_statuses()) summary[to_string(st)] = n[st];
     json j = {{"schema_version", kReportSchemaVersion}, {"cases", cases}, {"summary", summary},
               {"tol_scale", tol_scale}};
     if (!notes.empty()) j["notes"] = notes;
@@ -317,16 +317,16 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
     // JUnit: one testsuite per implementation, one testcase per fixture. A wrong answer (fail, modified-input,
     // out-of-bounds) is a <failure>, a run that broke down (error, crashed, timeout, exited) an <error>,
     // unsupported and unavailable <skipped>; the attncheck status is the element's `type`.
-    auto tag_of = [](const std::string& st) {
-      return st == "fail" || st == "modified-input" || st == "out-of-bounds" ? "failure"  // input-error: <error>
-             : st == "unsupported" || st == "unavailable" || st == "finite-required" ? "skipped"
-                                                                             : "error";
+    auto tag_of = [](Status st) {
+      return st == Status::fail || st == Status::modified_input || st == Status::out_of_bounds ? "failure"  // input-error: <error>
+             : st == Status::unsupported || st == Status::unavailable || st == Status::finite_required ? "skipped"
+                                                                                                     : "error";
     };
     std::map<std::string, std::vector<const CaseResult*>> by_impl;
     int tf = 0, te = 0, ts = 0;
     for (const auto& r : rs) {
       by_impl[r.impl].push_back(&r);
-      if (r.status == "pass") continue;
+      if (r.status == Status::pass) continue;
       const std::string t = tag_of(r.status);
       tf += t == "failure", te += t == "error", ts += t == "skipped";
     }
@@ -335,7 +335,7 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
     for (const auto& [impl, list] : by_impl) {
       int f = 0, e = 0, s = 0;
       for (const auto* r : list) {
-        if (r->status == "pass") continue;
+        if (r->status == Status::pass) continue;
         const std::string t = tag_of(r->status);
         f += t == "failure", e += t == "error", s += t == "skipped";
       }
@@ -349,13 +349,13 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
       }
       for (const auto* r : list) {
         out << "    <testcase classname=\"" << xml_escape(impl) << "\" name=\"" << xml_escape(r->fixture) << "\"";
-        if (r->status == "pass") {
+        if (r->status == Status::pass) {
           out << "/>\n";
           continue;
         }
         out << ">\n";
         out << "      <" << tag_of(r->status) << " message=\"" << xml_escape(r->message) << "\" type=\""
-            << xml_escape(r->status) << "\"/>\n    </testcase>\n";
+            << xml_escape(to_string(r->status)) << "\"/>\n    </testcase>\n";
       }
       out << "  </testsuite>\n";
     }
@@ -365,7 +365,7 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
 }
 
 int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules) {
-  const auto unreadable = std::count_if(rs.begin(), rs.end(), [](const CaseResult& r) { return r.status == "input-error"; });
+  const auto unreadable = std::count_if(rs.begin(), rs.end(), [](const CaseResult& r) { return r.status == Status::input_error; });
   if (unreadable > 0) {  // the verdict is incomplete: 2 before 1 (README "Exit codes")
     std::fprintf(stderr, "attncheck: exit 2: %ld input file(s) could not be read (rows input-error, listed above); "
                          "every other case was judged\n", static_cast<long>(unreadable));
@@ -375,7 +375,7 @@ int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules) {
     if (is_failure(r.status)) return 1;
   for (const auto& name : rules.must_be_available)
     for (const auto& r : rs)
-      if (r.impl == name && r.status == "unavailable") {
+      if (r.impl == name && r.status == Status::unavailable) {
         std::fprintf(stderr, "attncheck: exit 1: implementation '%s' is %s (pass --allow-unavailable to accept)\n",
                      name.c_str(), r.message.c_str());
         return 1;
@@ -385,7 +385,7 @@ int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules) {
     std::fprintf(stderr,
                  "attncheck: exit 1: no case was compared (%d unsupported, %d unavailable); pass "
                  "--allow-unavailable to accept\n",
-                 n.at("unsupported"), n.at("unavailable"));
+                 n.at(Status::unsupported), n.at(Status::unavailable));
     return 1;
   }
   return 0;

@@ -10,14 +10,17 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "attncheck/tolerance.hpp"
+#include "status.hpp"
 
 namespace attncheck::cli {
+
+using verify::Status;
 
 struct CaseResult {
   std::string fixture;  // case name (pasteable into --filter)
   std::string file;     // fixture path
   std::string impl;
-  std::string status;   // one of statuses(): pass, fail, unsupported, unavailable, error, crashed, timeout, ...
+  Status status = Status::error;  // status.hpp; error until a route gives the row its outcome
   std::string message;  // reason (unsupported/error) or the worst element's description
   bool judged = false;  // a verdict exists (pass or fail)
   Verdict verdict;
@@ -31,14 +34,8 @@ inline constexpr int kReportSchemaVersion = 2;
 // Sets r.dtype and r.features from the problem the row was run on.
 void describe_problem(CaseResult& r, const Problem& p);
 
-// Every status a row can have, in report order. Judged: pass, fail. Not run: unsupported, unavailable (the
-// implementation cannot run on this machine). Run but not judged: finite-required (the case stores non-finite K/V
-// values and the implementation declares masked_inputs: finite-required; docs/isolation.md#masked-inputs). Failures of the run itself (attncheck/run_failure.hpp): error,
-// crashed, timeout, exited, modified-input, out-of-bounds. An input file that could not be read: input-error (one
-// row per file, impl "-", the file's name as the case, the reason as the message).
-const std::vector<std::string>& statuses();
-// fail or a failure of the run (everything except pass, unsupported, unavailable, finite-required).
-bool is_failure(const std::string& status);
+// A row not judged yet (status error until a route gives it its outcome).
+CaseResult unjudged(std::string fixture, std::string file, std::string impl);
 
 // pass/fail row from a verdict.
 CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v);
