@@ -18,12 +18,14 @@
 #include "attncheck/tolerance_backward.hpp"
 #include "command.hpp"
 #include "diagnosis.hpp"
-#include "gradients.hpp"
+#include "backward_row.hpp"
 #include "plugins.hpp"
 #include "repro.hpp"
 #include "report.hpp"
 
 namespace attncheck::cli {
+
+using verify::backward_label;
 namespace {
 
 struct Options {

@@ -1,4 +1,4 @@
-// Result rows, the terminal table, JSON and JUnit XML reports (see report.hpp). JSON has no NaN or infinity:
+// The terminal table, JSON and JUnit XML reports of result rows (see report.hpp). JSON has no NaN or infinity:
 // non-finite numbers are written as null, and the message text still shows them.
 #include "report.hpp"
 
@@ -15,8 +15,6 @@
 #include "attncheck/cancel.hpp"
 
 #include "attncheck/durable_file.hpp"
-#include "attncheck/features.hpp"
-#include "attncheck/run_failure.hpp"
 
 namespace attncheck::cli {
 
@@ -129,56 +127,6 @@ void write_report_file(const std::string& path, const std::string& text) {
   }
 }
 
-void apply_masked_inputs_contract(const std::string& nonfinite_inputs, CaseResult& r) {
-  if (nonfinite_inputs.empty()) return;
-  r.message = "outside the declared contract (masked_inputs: finite-required): non-finite values in " +
-              nonfinite_inputs + "; its run: " + to_string(r.status) + (r.message.empty() ? "" : ": " + r.message);
-  r.status = Status::finite_required, r.judged = false;
-}
-
-CaseResult unjudged(std::string fixture, std::string file, std::string impl) {
-  CaseResult r;
-  r.fixture = std::move(fixture), r.file = std::move(file), r.impl = std::move(impl);
-  return r;
-}
-
-CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v) {
-  CaseResult r = unjudged(std::move(fixture), std::move(file), std::move(impl));
-  r.status = v.pass ? Status::pass : Status::fail;
-  r.judged = true;
-  std::string msg;
-  for (const auto& t : v.tensors)
-    if (!t.pass) msg += (msg.empty() ? "" : "; ") + t.describe();
-  if (msg.empty() && !v.tensors.empty()) msg = v.worst().describe();
-  r.message = msg;
-  r.verdict = std::move(v);
-  return r;
-}
-
-void describe_problem(CaseResult& r, const Problem& p) {
-  r.dtype = to_string(p.dtype);
-  r.features.clear();
-  // Features every problem "uses" (dtype, layout, ...) and the optional outputs (weights, lse) are no grouping key.
-  static const Problem plain{};
-  for (const Feature& f : problem_features())
-    if (f.used(p) && !f.used(plain) && std::strcmp(f.name, "weights") != 0 && std::strcmp(f.name, "lse") != 0)
-      r.features.emplace_back(f.name);
-}
-
-void record_exception(CaseResult& r) {
-  try {
-    throw;
-  } catch (const RunFailure& e) {
-    // The isolation layer names its outcomes with the report's spelling; one it does not know is still an error.
-    const std::optional<Status> s = verify::status_from_string(e.outcome());
-    r.status = s ? *s : Status::error;
-    r.message = s ? e.what() : e.outcome() + ": " + e.what();
-  } catch (const std::exception& e) {
-    r.status = Status::error;
-    r.message = e.what();
-  }
-}
-
 void print_header() {
   std::printf("%-11s %-14s %-62s %-13s %-13s %s\n", "STATUS", "IMPL", "CASE", "MAX ABS ERR", "MAX REL ERR",
               "WORST ELEMENT / REASON");
@@ -196,19 +144,6 @@ void print_row(const CaseResult& r) {
                 r.message.c_str());
   }
   std::fflush(stdout);
-}
-
-CaseResult input_error(const std::string& file, const std::string& reason) {
-  CaseResult r;
-  r.fixture = std::filesystem::path(file).filename().string();
-  r.file = file, r.impl = "-", r.status = Status::input_error, r.message = reason;
-  return r;
-}
-
-std::string unchecksummed_note(int64_t n) {
-  return (n == 1 ? std::string("1 fixture carries") : std::to_string(n) + " fixtures carry") +
-         " no Fletcher32 checksums (written before attncheck checksummed its fixtures, or by another tool): a changed "
-         "bit in their stored values cannot be detected";
 }
 
 void print_unreadable(const std::vector<CaseResult>& rs) {
@@ -318,7 +253,8 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
     // out-of-bounds) is a <failure>, a run that broke down (error, crashed, timeout, exited) an <error>,
     // unsupported and unavailable <skipped>; the attncheck status is the element's `type`.
     auto tag_of = [](Status st) {
-      return st == Status::fail || st == Status::modified_input || st == Status::out_of_bounds ? "failure"  // input-error: <error>
+      // input-error (a file that could not be read) is an <error>
+      return st == Status::fail || st == Status::modified_input || st == Status::out_of_bounds ? "failure"
              : st == Status::unsupported || st == Status::unavailable || st == Status::finite_required ? "skipped"
                                                                                                      : "error";
     };
@@ -365,7 +301,8 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
 }
 
 int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules) {
-  const auto unreadable = std::count_if(rs.begin(), rs.end(), [](const CaseResult& r) { return r.status == Status::input_error; });
+  const auto unreadable =
+      std::count_if(rs.begin(), rs.end(), [](const CaseResult& r) { return r.status == Status::input_error; });
   if (unreadable > 0) {  // the verdict is incomplete: 2 before 1 (README "Exit codes")
     std::fprintf(stderr, "attncheck: exit 2: %ld input file(s) could not be read (rows input-error, listed above); "
                          "every other case was judged\n", static_cast<long>(unreadable));

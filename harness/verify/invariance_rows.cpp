@@ -3,7 +3,7 @@
 
 #include "diagnosis.hpp"
 
-namespace attncheck::cli {
+namespace attncheck::verify {
 
 namespace {
 
@@ -109,4 +109,4 @@ void outside_contract(const std::string& nonfinite_inputs, InvarianceRow& r) {
   r.lines.clear();
 }
 
-}  // namespace attncheck::cli
+}  // namespace attncheck::verify

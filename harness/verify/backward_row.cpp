@@ -1,11 +1,11 @@
-// verify's backward rows (gradients.hpp): the implementation's own forward then backward on the fixture's dout,
+// verify's backward rows (backward_row.hpp): the implementation's own forward then backward on the fixture's dout,
 // judged against the fixture's reference gradients under the implementation's declared precision contract.
-#include "gradients.hpp"
+#include "backward_row.hpp"
 
 #include "attncheck/declarations.hpp"
 #include "attncheck/tolerance_backward.hpp"
 
-namespace attncheck::cli {
+namespace attncheck::verify {
 
 Pass pass_from_string(const std::string& s) {
   if (s == "forward") return Pass::forward;
@@ -63,4 +63,4 @@ CaseResult backward_row(const Impl& impl, const Support& available, const Fixtur
   return r;
 }
 
-}  // namespace attncheck::cli
+}  // namespace attncheck::verify
