@@ -1,4 +1,4 @@
-"""Candidate block masks for the block-mask CLI tests (tests/CMakeLists.txt): each a copy of the exact block mask
+"""Candidate block masks for the block-mask CLI tests (tests/hostile/CMakeLists.txt): each a copy of the exact block mask
 that `attncheck block-mask --write` wrote for the fixture with one change. Usage: block_mask_cases.py EXACT.npz OUTDIR.
 The fixture's grid at 16 x 32 (b=0, h=0) is "..PPP.. / ....P.. / ....PP. / ....PP. / ....PPP": row 0 lists
 partial key blocks 2, 3, 4; row 4 lists the tail block 6 (keys 192..199 of Lk = 200)."""

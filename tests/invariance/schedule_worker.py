@@ -1,6 +1,6 @@
 # A Python worker that is right within tolerance but sums the keys of every row in as many chunks as the schedule's
 # threads (one chunk under its own schedule), merged at the end, while declaring the threads knob bitwise: the
-# schedule check must catch it, which shows the schedule reaching a Python kernel (tests/CMakeLists.txt, label
+# schedule check must catch it, which shows the schedule reaching a Python kernel (tests/invariance/CMakeLists.txt, label
 # invariance). Served with attncheck.worker.serve.
 import os
 import sys

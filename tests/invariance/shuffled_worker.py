@@ -1,6 +1,6 @@
 # A Python worker that is right within tolerance but sums the keys of every row in a new random order on each call
 # (float32, like a kernel whose reduction follows a thread schedule), while declaring itself deterministic: the
-# rerun check must catch it (tests/CMakeLists.txt, label invariance). Served with attncheck.worker.serve.
+# rerun check must catch it (tests/invariance/CMakeLists.txt, label invariance). Served with attncheck.worker.serve.
 import os
 import sys
 

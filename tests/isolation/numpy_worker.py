@@ -1,6 +1,6 @@
 # A worker in another language, written from docs/worker-protocol.md alone: scaled dot-product attention in numpy
 # (float64), served over stdin/stdout with tensors in the shared-memory file. Proves the protocol is implementable
-# in ~100 lines; tests/CMakeLists.txt runs it with `attncheck verify --worker`. MODE=crash makes it die on Lq == 15.
+# in ~100 lines; tests/isolation/CMakeLists.txt runs it with `attncheck verify --worker`. MODE=crash makes it die on Lq == 15.
 import json
 import os
 import sys
