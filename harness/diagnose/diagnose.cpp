@@ -17,7 +17,11 @@ const std::vector<std::string>& known_tags() {
   // In tie-break order: the more specific signature first.
   static const std::vector<std::string> tags = {
       "causal-diagonal", "causal-alignment", "window-edge", "tile-tail", "skipped-keys", "gqa-mapping", "softcap-order",
+      "alibi-sign", "alibi-slope-head", "document-boundary", "chunk-boundary",
       "mask-fill", "key-padding", "mask-ignored", "mask-after-softmax", "softmax-axis", "block-table", "fully-masked-policy",
+      // block masks after the mask tags: where every block is partial (a tail block), treating them as full is the
+      // mask ignored, and the named mask is the more specific cause
+      "block-mask-partial-as-full", "block-mask-missing", "parameter-ignored",
       "dropout-scale", "dropout-mask", "mla-scale-dim", "mla-v-stride", "mla-v-columns", "scale", "layout-stride", "lse-base", "lse-offset", "lse-missing-max", "lse-unscaled-max", "max-logit-stage",
       // RoPE before the NaN causes: a RoPE problem's NaN rows from angles past fp16's range are the more specific
       "rope-interleave", "rope-offset", "rope-partial", "rope-precision", "qk-norm-eps",

@@ -8,73 +8,87 @@
 #include <functional>
 #include <sstream>
 
+#include "attncheck/block_mask.hpp"
 #include "attncheck/rope.hpp"
 #include "derive.hpp"
 
 namespace attncheck::diagnose {
 
-namespace {
+void Scorer::add(const std::string& tag, const std::string& what, const std::vector<double>& pred_out,
+                 const std::vector<double>* pred_lse, const std::vector<double>* pred_w,
+                 const std::vector<double>* tol_out, const std::vector<double>* tol_lse) {
+  const int64_t total = s.n_bad_out + s.n_bad_lse;
+  const bool weighed = pred_w && !s.w.empty() && pred_w->size() == s.w.size();
+  if (total == 0 && !(weighed && s.n_bad_w > 0)) return;
+  const int64_t left = total ? s.bad_against(pred_out, tol_out) : 0;
+  const int64_t left_lse = total && pred_lse && !s.lse.empty() ? s.bad_lse_against(*pred_lse, tol_lse) : s.n_bad_lse;
+  double explained = total ? static_cast<double>(s.n_bad_out - left + s.n_bad_lse - left_lse) / static_cast<double>(total) : 1.0;
+  std::ostringstream e;
+  e << what << ": ";
+  if (total) {
+    e << "the candidate matches this prediction on " << (total - left - left_lse) << " of " << total << " failing elements";
+    if (left + left_lse > 0) e << " (" << (left + left_lse) << " still off)";
+  }
+  if (weighed) {
+    const Subject::WeightsFit f = s.weights_fit(*pred_w);
+    const int64_t n = s.n_bad_w + f.contradicted;
+    if (n > 0) {
+      explained *= static_cast<double>(f.explained) / static_cast<double>(n);
+      e << (total ? "; " : "") << "weights: explains " << f.explained << " of " << s.n_bad_w << " failing";
+      if (f.contradicted) e << ", contradicts " << f.contradicted << " right ones";
+    }
+  }
+  if (explained <= 0) return;
+  out.push_back({tag, explained, e.str()});
+}
 
-struct Scorer {
-  const Subject& s;
-  std::vector<Cause>& out;
-  // Score a prediction of out (and lse when given) against the candidate: the fraction of the failing out and lse
-  // elements it explains. When the candidate returned weights and the prediction has them, that fraction is scaled
-  // by the weights' fit (failing weights explained / (failing weights + weights the prediction contradicts)), and it
-  // is the whole score where only weights fail: weights show which keys a kernel read, which out and lse can hide
-  // (a NaN row is NaN whichever keys leaked it).
-  void add(const std::string& tag, const std::string& what, const std::vector<double>& pred_out,
-           const std::vector<double>* pred_lse = nullptr, const std::vector<double>* pred_w = nullptr) {
-    const int64_t total = s.n_bad_out + s.n_bad_lse;
-    const bool weighed = pred_w && !s.w.empty() && pred_w->size() == s.w.size();
-    if (total == 0 && !(weighed && s.n_bad_w > 0)) return;
-    const int64_t left = total ? s.bad_against(pred_out) : 0;
-    const int64_t left_lse = total && pred_lse && !s.lse.empty() ? s.bad_lse_against(*pred_lse) : s.n_bad_lse;
-    double explained = total ? static_cast<double>(s.n_bad_out - left + s.n_bad_lse - left_lse) / static_cast<double>(total) : 1.0;
-    std::ostringstream e;
-    e << what << ": ";
-    if (total) {
-      e << "the candidate matches this prediction on " << (total - left - left_lse) << " of " << total << " failing elements";
-      if (left + left_lse > 0) e << " (" << (left + left_lse) << " still off)";
-    }
-    if (weighed) {
-      const Subject::WeightsFit f = s.weights_fit(*pred_w);
-      const int64_t n = s.n_bad_w + f.contradicted;
-      if (n > 0) {
-        explained *= static_cast<double>(f.explained) / static_cast<double>(n);
-        e << (total ? "; " : "") << "weights: explains " << f.explained << " of " << s.n_bad_w << " failing";
-        if (f.contradicted) e << ", contradicts " << f.contradicted << " right ones";
+namespace {
+// The reference on a derived case, with weights when the candidate returned them for the same shape. A kernel writes
+// 0 for a masked key's weight; the reference leaves it NaN in a row that poison made NaN (a row without any visible
+// key follows the fully-masked policy, NaN included).
+ReferenceResult predicted(const Subject& s, prop::Case& d) {
+  d.p.want_weights = !s.w.empty() && d.p.Lq == s.p().Lq && d.p.Lk == s.p().Lk;
+  d.p.want_lse = true;
+  ReferenceResult r = reference_attention(d.p, d.in);
+  const Problem& q = d.p;
+  if (!q.want_weights) return r;
+  const DenseMask dense(q, d.in);  // the masks as the reference composes them
+  std::vector<char> seen(static_cast<size_t>(q.Lk));
+  for (int64_t b = 0; b < q.B; ++b)
+    for (int64_t h = 0; h < q.Hq; ++h)
+      for (int64_t i = 0; i < q.Lq; ++i) {
+        const int64_t row = ((b * q.Hq + h) * q.Lq + i) * q.Lk;
+        dense.row(b, h, i, seen.data());
+        if (std::find(seen.begin(), seen.end(), 1) == seen.end()) continue;
+        for (int64_t j = 0; j < q.Lk; ++j)
+          if (!seen[static_cast<size_t>(j)] && std::isnan(r.weights[static_cast<size_t>(row + j)])) r.weights[static_cast<size_t>(row + j)] = 0;
       }
-    }
-    if (explained <= 0) return;
-    out.push_back({tag, explained, e.str()});
+  return r;
+}
+}  // namespace
+
+// The reference on a derived case as the prediction; silently skipped when the derived case is invalid.
+void Scorer::variant(const std::string& tag, const std::string& what, const std::function<prop::Case()>& make) {
+  try {
+    prop::Case d = make();
+    const ReferenceResult r = predicted(s, d);
+    add(tag, what, r.out, d.p.Lq == s.p().Lq ? &r.lse : nullptr, d.p.want_weights ? &r.weights : nullptr);
+  } catch (const std::invalid_argument&) {
   }
-  // The reference on a derived case as the prediction; silently skipped when the derived case is invalid.
-  void variant(const std::string& tag, const std::string& what, const std::function<prop::Case()>& make) {
-    try {
-      prop::Case d = make();
-      d.p.want_weights = !s.w.empty() && d.p.Lq == s.p().Lq && d.p.Lk == s.p().Lk;
-      d.p.want_lse = true;
-      ReferenceResult r = reference_attention(d.p, d.in);
-      // A kernel writes 0 for a masked key's weight; the reference leaves it NaN in a row that poison made NaN
-      // (a row without any visible key follows the fully-masked policy, NaN included).
-      const Problem& q = d.p;
-      if (q.want_weights)
-        for (int64_t b = 0; b < q.B; ++b)
-          for (int64_t h = 0; h < q.Hq; ++h)
-            for (int64_t i = 0; i < q.Lq; ++i) {
-              const int64_t row = ((b * q.Hq + h) * q.Lq + i) * q.Lk;
-              std::vector<char> seen(static_cast<size_t>(q.Lk));
-              for (int64_t j = 0; j < q.Lk; ++j) seen[static_cast<size_t>(j)] = prop::visible(q, d.in, b, h, i, j);
-              if (std::find(seen.begin(), seen.end(), 1) == seen.end()) continue;
-              for (int64_t j = 0; j < q.Lk; ++j)
-                if (!seen[static_cast<size_t>(j)] && std::isnan(r.weights[static_cast<size_t>(row + j)])) r.weights[static_cast<size_t>(row + j)] = 0;
-            }
-      add(tag, what, r.out, d.p.Lq == s.p().Lq ? &r.lse : nullptr, d.p.want_weights ? &r.weights : nullptr);
-    } catch (const std::invalid_argument&) {
-    }
+}
+
+void Scorer::judged_variant(const std::string& tag, const std::string& what, const std::function<prop::Case()>& make) {
+  try {
+    prop::Case d = make();
+    const ReferenceResult r = predicted(s, d);
+    const std::vector<double> tol = out_tolerance(d.p, r, s.model, s.out_dtype);
+    const std::vector<double> tol_lse = lse_tolerance(d.p, r, s.model, s.lse_dtype);
+    add(tag, what, r.out, d.p.Lq == s.p().Lq ? &r.lse : nullptr, d.p.want_weights ? &r.weights : nullptr, &tol, &tol_lse);
+  } catch (const std::invalid_argument&) {
   }
-};
+}
+
+namespace {
 
 // The candidate's out read through the other layout's strides: what a kernel writing BHSD into BSHD (or back) stores.
 std::vector<double> other_layout(const Problem& p, const std::vector<double>& ref, bool inverse) {
@@ -493,6 +507,7 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   if (uses_rope(p) && p.rope_mrope_section.empty() && p.cu_seqlens_q.empty()) rope_hypotheses(sc, c);  // one position per row
   if (p.mla && p.Dv < p.Dqk) mla_hypotheses(sc, c);
   if (uses_qk_norm(p) && p.cu_seqlens_q.empty()) qk_norm_hypotheses(sc, c);
+  modification_hypotheses(sc);
 
   // layout: out written with the other layout's strides
   if (p.Hq > 1 && p.Lq > 1)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "diagnosis.hpp"
@@ -11,9 +12,31 @@
 
 namespace attncheck::diagnose {
 
+// Collects the causes of one diagnosis. add() scores a prediction of out (and lse when given) against the candidate:
+// the fraction of the failing out and lse elements it explains. When the candidate returned weights and the
+// prediction has them, that fraction is scaled by the weights' fit (failing weights explained / (failing weights +
+// weights the prediction contradicts)), and it is the whole score where only weights fail: weights show which keys a
+// kernel read, which out and lse can hide (a NaN row is NaN whichever keys leaked it).
+struct Scorer {
+  const Subject& s;
+  std::vector<Cause>& out;
+  // With tol_out / tol_lse, the candidate is held to the prediction within those tolerances.
+  void add(const std::string& tag, const std::string& what, const std::vector<double>& pred_out,
+           const std::vector<double>* pred_lse = nullptr, const std::vector<double>* pred_w = nullptr,
+           const std::vector<double>* tol_out = nullptr, const std::vector<double>* tol_lse = nullptr);
+  // The reference on a derived case as the prediction; silently skipped when the derived case is invalid.
+  void variant(const std::string& tag, const std::string& what, const std::function<prop::Case()>& make);
+  // The same, with the derived case's own tolerance: for a bug that changes which keys a row sums over, and so how
+  // the kernel's rounding grows, where the original row's tolerance would call a faithful prediction off.
+  void judged_variant(const std::string& tag, const std::string& what, const std::function<prop::Case()>& make);
+};
+
 // Causes whose predictions explain some failing elements, unsorted, scores in (0, 1].
 std::vector<Cause> structural_hypotheses(const Subject& s);  // masks, alignment, scale, GQA, tiles, layout, policy
 std::vector<Cause> numeric_hypotheses(const Subject& s);     // lse forms, non-finite rows, precision
+// Score and mask modifications (mods.hpp) and the block masks derived from them (block_mask.hpp): an entry left
+// out, ALiBi's sign or head, a document or chunk boundary one token off, blocks treated as full or never read.
+void modification_hypotheses(Scorer& sc);
 // Keys never read (a whole tile anywhere, one key per row), reported through `add(tag, what, out, lse)`.
 void key_hypotheses(const Subject& s, const std::function<void(const std::string&, const std::string&, const std::vector<double>&,
                                                                  const std::vector<double>*)>& add);

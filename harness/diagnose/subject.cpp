@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
+
+#include "attncheck/block_mask.hpp"
 
 namespace attncheck::diagnose {
 
@@ -17,8 +20,9 @@ void mark(const std::vector<double>& e, const std::vector<double>& a, const std:
 }  // namespace
 
 Subject::Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& actual, const ToleranceModel& m)
-    : c(cs), ref(r) {
+    : c(cs), ref(r), mods(cs.p) {
   const Problem& p = c.p;
+  model = m, out_dtype = actual.out.dtype, lse_dtype = actual.lse ? actual.lse->dtype : p.stat_dtype();
   out = actual.out.to_double();
   if (actual.lse && p.want_lse) lse = actual.lse->to_double();
   if (actual.weights && p.want_weights && !r.weights.empty()) w = actual.weights->to_double();
@@ -52,18 +56,22 @@ Subject::Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& 
   row_max.assign(static_cast<size_t>(rows()), -std::numeric_limits<double>::infinity());
   row_visible.assign(static_cast<size_t>(rows()), 0);
   const double scale = p.effective_scale();
+  const DenseMask dense(p, c.in);  // every mask as the reference composes it, the modifications' included
+  std::vector<char> seen(static_cast<size_t>(Lk));
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < p.Lq; ++i) {
         const int64_t row = (b * p.Hq + h) * p.Lq + i;
+        dense.row(b, h, i, seen.data());
         for (int64_t j = 0; j < Lk; ++j) {
           double s = 0;
           for (int64_t d = 0; d < p.Dqk; ++d) s += c.in.q.at(b, h, i, d) * c.in.k.at(b, p.kv_head(h), j, d);
           s *= scale;
           logit[static_cast<size_t>(row * Lk + j)] = s;
-          if (!prop::visible(p, c.in, b, h, i, j)) continue;
+          if (!seen[static_cast<size_t>(j)]) continue;
           if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
           if (c.in.bias) s += c.in.bias->get_offset(broadcast_offset(*c.in.bias, b, h, i, j));
+          if (mods.has_score()) s = mods.score(ModAt{b, h, i, p.row_keys(b, i).diag, j}, s);
           const size_t n = static_cast<size_t>(row * Lk + j);
           vis[n] = 1, score[n] = s;
           row_max[static_cast<size_t>(row)] = std::max(row_max[static_cast<size_t>(row)], s);
@@ -77,7 +85,7 @@ Subject::Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& 
 // A failing element counts as explained only when the prediction itself fails there (is outside the reference's
 // tolerance): otherwise that slack alone would let a prediction equal to the reference (a bug this problem cannot
 // show, e.g. a fully-masked-row policy on a problem without such rows) "explain" every small error.
-int64_t Subject::bad_against(const std::vector<double>& expected) const {
+int64_t Subject::bad_against(const std::vector<double>& expected, const std::vector<double>* tol) const {
   int64_t n = 0;
   if (expected.size() != out.size()) return n_bad_out;
   const double u = c.p.dtype == DType::f64 ? unit_roundoff(DType::f64) : std::max(unit_roundoff(DType::f32), unit_roundoff(c.p.dtype));
@@ -86,18 +94,18 @@ int64_t Subject::bad_against(const std::vector<double>& expected) const {
     double amax = 0;
     for (size_t k = r * D; k < (r + 1) * D; ++k) amax = std::isfinite(expected[k]) ? std::max(amax, std::abs(expected[k])) : amax;
     for (size_t k = r * D; k < (r + 1) * D; ++k)
-      n += is_bad(expected[k], out[k], tol_out[k] + 4 * u * (std::abs(expected[k]) + amax)) ||
+      n += is_bad(expected[k], out[k], (tol ? (*tol)[k] : tol_out[k]) + 4 * u * (std::abs(expected[k]) + amax)) ||
            (bad_out[k] && !is_bad(ref.out[k], expected[k], tol_out[k]));
   }
   return n;
 }
 
-int64_t Subject::bad_lse_against(const std::vector<double>& expected) const {
+int64_t Subject::bad_lse_against(const std::vector<double>& expected, const std::vector<double>* tol) const {
   int64_t n = 0;
   if (expected.size() != lse.size()) return n_bad_lse;
   const double u = unit_roundoff(c.p.stat_dtype());
   for (size_t k = 0; k < lse.size(); ++k)
-    n += is_bad(expected[k], lse[k], tol_lse[k] + 4 * u * std::abs(expected[k])) || (bad_lse[k] && !is_bad(ref.lse[k], expected[k], tol_lse[k]));
+    n += is_bad(expected[k], lse[k], (tol ? (*tol)[k] : tol_lse[k]) + 4 * u * std::abs(expected[k])) || (bad_lse[k] && !is_bad(ref.lse[k], expected[k], tol_lse[k]));
   return n;
 }
 
@@ -120,7 +128,12 @@ double Subject::unmasked_score(int64_t r, int64_t j) const {
   double x = logit[static_cast<size_t>(r * p.Lk + j)];
   if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
   if (c.in.bias) x += c.in.bias->get_offset(broadcast_offset(*c.in.bias, b, h, i, j));
-  return x;
+  if (!mods.has_score()) return x;
+  try {  // a masked key may lie outside what an expression's auxiliary tensors cover
+    return mods.score(ModAt{b, h, i, p.row_keys(b, i).diag, j}, x);
+  } catch (const std::invalid_argument&) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
 }
 
 }  // namespace attncheck::diagnose

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/mods.hpp"
 #include "attncheck/reference.hpp"
 #include "attncheck/tolerance.hpp"
 #include "case.hpp"
@@ -22,8 +23,11 @@ struct Subject {
   const prop::Case& c;                    // with K and V contiguous (derive.hpp contiguous_kv)
   const prop::Case* paged = nullptr;      // the case as given, when its K and V are paged
   const ReferenceResult& ref;
+  ModSet mods;                            // the case's score and mask modifications (score mods as the reference)
   std::vector<double> out, lse, w;        // candidate, logical order (lse / w empty when not produced)
   std::vector<double> tol_out, tol_lse, tol_w;
+  ToleranceModel model;                   // the tolerance model the candidate was judged under
+  DType out_dtype = DType::f64, lse_dtype = DType::f64;  // as the candidate delivered them
   std::vector<char> bad_out, bad_lse, bad_w;
   int64_t n_bad_out = 0, n_bad_lse = 0, n_bad_w = 0;
   // The max-logit output as judged (problem.max_logit: rows [B,Hq,Lq] or heads [Hq]), its expected values and
@@ -32,7 +36,7 @@ struct Subject {
   std::vector<char> bad_ml;
   int64_t n_bad_ml = 0;
   std::vector<char> vis;                  // [B,Hq,Lq,Lk] visibility under the problem's masks
-  std::vector<double> score;              // [B,Hq,Lq,Lk] scaled (softcapped, biased) scores, NaN where masked
+  std::vector<double> score;              // [B,Hq,Lq,Lk] scaled (softcapped, biased, modified) scores, NaN where masked
   std::vector<double> logit;              // [B,Hq,Lq,Lk] scale * q.k for every key (before softcap, bias, masks)
   std::vector<double> row_max;            // [B,Hq,Lq] max visible score (-inf for fully masked rows)
   std::vector<int64_t> row_visible;       // [B,Hq,Lq] visible key count
@@ -42,15 +46,18 @@ struct Subject {
   int64_t rows() const { return c.p.B * c.p.Hq * c.p.Lq; }
   // Count of out elements outside tolerance when `expected` is taken as the truth instead of the reference, plus
   // the failing elements where `expected` itself is within the reference's tolerance (it does not predict them).
-  int64_t bad_against(const std::vector<double>& expected) const;
-  int64_t bad_lse_against(const std::vector<double>& expected) const;
+  // With `tol`, the candidate is compared with `expected` under that tolerance (the prediction's own, when it is the
+  // reference on a derived case) instead of the reference's.
+  int64_t bad_against(const std::vector<double>& expected, const std::vector<double>* tol = nullptr) const;
+  int64_t bad_lse_against(const std::vector<double>& expected, const std::vector<double>* tol = nullptr) const;
   // Against predicted weights: the failing weights the prediction explains (it fails there itself and the candidate
   // matches it), and the weights it contradicts (it fails there, the candidate is right).
   struct WeightsFit {
     int64_t explained = 0, contradicted = 0;
   };
   WeightsFit weights_fit(const std::vector<double>& expected) const;
-  // The score key j would have in row r if no mask hid it (softcap, then bias, as the reference).
+  // The score key j would have in row r if no mask hid it (softcap, then bias, then the score modifications, as
+  // the reference); NaN where a score modification cannot be evaluated there.
   double unmasked_score(int64_t r, int64_t j) const;
 };
 

@@ -1,6 +1,8 @@
 // validate_on_power (validate.hpp): every fault of the detection-power engine (harness/power) on small grid problems
 // (Lk 1024, 8 query rows, every dtype and logit shape; a mask fault on its own flavour, the others on every flavour), each detected failure diagnosed with probes that
 // re-run the faulty kernel behind the Impl interface.
+#include <stdexcept>
+
 #include "attncheck/reference.hpp"
 #include "diagnosis.hpp"
 #include "power.hpp"
@@ -19,12 +21,14 @@ class PowerImpl final : public Impl {
     Capabilities c;
     c.dtypes = {DType::f32, DType::f16, DType::bf16};
     c.layouts = {Layout::BHSD};
-    c.gqa = c.key_padding = c.bool_mask = c.bias = c.dropout = c.finite_fill = c.weights_out = false;
+    c.gqa = true;  // query heads share the one KV head (the alibi flavour has two)
+    c.key_padding = c.bool_mask = c.bias = c.dropout = c.finite_fill = c.weights_out = false;
     c.max_logit_out = true;  // rows only: the grid asks for no other form
+    c.mods = {"alibi", "document", "chunked"};  // the grid's modification flavours (power/kernel.cpp)
     return c;
   }
   Support supports(const Problem& p) const override {
-    if (p.B != 1 || p.Hq != 1 || p.Hkv != 1) return Support::no("one batch and one head only");
+    if (p.B != 1 || p.Hkv != 1) return Support::no("one batch and one KV head only");
     return check_capabilities(capabilities(), p);
   }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
@@ -46,7 +50,10 @@ const std::map<std::string, std::string>& power_injected_tags() {
       {"scale-dv", "scale"}, {"tf32", "tf32"}, {"fp16-scores", "low-precision-scores"},
       {"bf16-pv-acc", "low-precision-accumulation"}, {"missed-rescale", "missed-rescale"}, {"row-1pct", "row-scale"},
       {"row-4ulp", "row-scale"}, {"lse-plus-log2", "lse-offset"}, {"lse-base2", "lse-base"},
-      {"max-logit-stage", "max-logit-stage"}, {"max-logit-unscaled", "max-logit-stage"}};
+      {"max-logit-stage", "max-logit-stage"}, {"max-logit-unscaled", "max-logit-stage"}, {"alibi-sign", "alibi-sign"},
+      {"alibi-slope-head", "alibi-slope-head"}, {"alibi-ignored", "parameter-ignored"},
+      {"document-off-by-one", "document-boundary"}, {"chunk-off-by-one", "chunk-boundary"},
+      {"block-partial-as-full", "block-mask-partial-as-full"}};
   return m;
 }
 
@@ -54,10 +61,9 @@ std::vector<ValidationRow> validate_on_power(int per_fault, int max_reruns) {
   std::vector<ValidationRow> rows;
   for (const power::Variant& v : power::fault_variants()) {
     const power::Flavour own = power::flavour_of(v.fault);
-    // The modification, RoPE, quantized-cache and MLA faults run in the power grid only: the diagnoser has no
-    // hypotheses for them yet.
-    if (own == power::Flavour::alibi || own == power::Flavour::document || own == power::Flavour::chunk ||
-        own == power::Flavour::rope || own == power::Flavour::kv_cache || own == power::Flavour::topk ||
+    // The RoPE, quantized-cache, top-k and MLA faults run in the power grid only: their hypotheses are not validated
+    // on it yet.
+    if (own == power::Flavour::rope || own == power::Flavour::kv_cache || own == power::Flavour::topk ||
         own == power::Flavour::mla)
       continue;
     const auto tag = power_injected_tags().find(v.name);
@@ -75,7 +81,8 @@ std::vector<ValidationRow> validate_on_power(int per_fault, int max_reruns) {
           const Inputs in = power::grid_inputs(p, lg, 20261123);
           const ReferenceResult ref = reference_attention(p, in);
           Outputs out;
-          run_impl(impl, p, in, out);
+          if (const Support sup = run_impl(impl, p, in, out); !sup.ok)
+            throw std::logic_error("validate_on_power: " + v.name + " does not run " + p.name() + ": " + sup.reason);
           if (judge(p, ref, out).pass) continue;
           Options o;
           o.rerun = &impl, o.max_reruns = max_reruns;

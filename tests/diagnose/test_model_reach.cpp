@@ -17,6 +17,7 @@
 #include "diagnosis.hpp"
 #include "mutants.hpp"
 #include "power.hpp"
+#include "subject.hpp"
 
 namespace attncheck {
 namespace {
@@ -240,6 +241,53 @@ TEST(ModelReach, QkNormEpsFaultsGetTheirTag) {
         ++diagnosed;
       }
   EXPECT_EQ(diagnosed, 8);
+}
+
+// The modification faults of the power grid (ALiBi sign and head, ALiBi ignored, a document or chunk boundary one
+// token off, a partial block of the block mask treated as full) get their own tags, from the outputs alone.
+TEST(ModelReach, ModificationFaultsGetTheirTags) {
+  const std::pair<const char*, const char*> expect[] = {
+      {"alibi-sign", "alibi-sign"},           {"alibi-slope-head", "alibi-slope-head"},
+      {"alibi-ignored", "parameter-ignored"}, {"document-off-by-one", "document-boundary"},
+      {"chunk-off-by-one", "chunk-boundary"}, {"block-partial-as-full", "block-mask-partial-as-full"}};
+  for (const auto& [fault, tag] : expect)
+    for (auto [t, lg] : {std::pair{DType::f32, power::Logits::normal}}) {  // diagnose.mutants: every dtype and shape
+        power::Fault f{};
+        for (const power::Variant& v : power::fault_variants())
+          if (v.name == fault) f = v.fault;
+        const diagnose::Diagnosis d = fault_on(fault, t, power::flavour_of(f), lg);
+        EXPECT_EQ(d.top(), tag) << fault << " " << to_string(t) << " " << power::to_string(lg) << "\n" << lines(d);
+      }
+}
+
+// The diagnoser sees each score as the reference computes it, score modifications included, and each key as the
+// reference's composed mask shows it, mask modifications included: a correct output explains nothing.
+TEST(ModelReach, SubjectScoresAndMasksFollowTheModifications) {
+  Problem p;
+  p.B = 1, p.Hq = 2, p.Hkv = 1, p.Lq = 12, p.Lk = 12, p.Dqk = 8, p.Dv = 4, p.dtype = DType::f32, p.want_lse = true;
+  p.causal = true, p.scores_out = ScoresOut::masked;
+  p.alibi_slopes = {0.5, 0.125};
+  p.doc_ids = {0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2};
+  const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 5);
+  const ReferenceResult ref = reference_attention(p, in);
+  Outputs out;
+  out.out = Tensor(DType::f32, {p.B, p.Hq, p.Lq, p.Dv});
+  for (int64_t n = 0; n < out.out.numel(); ++n) out.out.set_offset(n, ref.out[static_cast<size_t>(n)]);
+  const prop::Case c{{}, p, in};
+  const diagnose::Subject s(c, ref, out, {});
+  int64_t visible = 0;
+  for (int64_t r = 0; r < s.rows(); ++r)
+    for (int64_t j = 0; j < p.Lk; ++j) {
+      const size_t n = static_cast<size_t>(r * p.Lk + j);
+      const int64_t i = r % p.Lq;
+      EXPECT_EQ(s.vis[n] != 0, j <= i && p.doc_ids[size_t(i)] == p.doc_ids[size_t(j)]) << "row " << r << " key " << j;
+      if (!s.vis[n]) continue;
+      ++visible;
+      EXPECT_NEAR(s.score[n], ref.scores[n], 1e-12) << "row " << r << " key " << j;
+      EXPECT_NEAR(s.unmasked_score(r, j), ref.scores[n], 1e-12) << "row " << r << " key " << j;
+    }
+  EXPECT_EQ(visible, 2 * (15 + 10 + 6));  // per head: documents of 5, 4 and 3 tokens, causal inside each
+  EXPECT_EQ(s.n_bad_out, 0);
 }
 
 }  // namespace

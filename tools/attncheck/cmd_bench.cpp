@@ -1,5 +1,5 @@
 // `attncheck bench`: times one implementation's forward pass (warm-up, repetitions, median) and, in the same run,
-// an Eigen SGEMM of the same FLOP count and thread count; --json prints one object (impls/cpu/bench/).
+// an Eigen SGEMM of the same FLOP count and thread count; --json prints one object (harness/bench/).
 #include <cstdio>
 
 #include "attncheck/impl.hpp"

@@ -18,12 +18,14 @@
 #include "attncheck/tolerance_backward.hpp"
 #include "command.hpp"
 #include "diagnosis.hpp"
-#include "gradients.hpp"
+#include "backward_row.hpp"
 #include "plugins.hpp"
 #include "repro.hpp"
 #include "report.hpp"
 
 namespace attncheck::cli {
+
+using verify::backward_label;
 namespace {
 
 struct Options {
@@ -79,7 +81,7 @@ void judge_candidate(const Fixture& f, std::vector<CaseResult>& rs, std::vector<
   const Problem& p = judged.problem;
   const ToleranceModel& m = judged.model;
   diagnoses.emplace_back();
-  if (g.diagnose && rs.back().status == "fail") diagnoses.back() = diagnose_file(f, p, cand, m, rs.back());
+  if (g.diagnose && rs.back().status == Status::fail) diagnoses.back() = diagnose_file(f, p, cand, m, rs.back());
   // Gradients (/actual/dq, dk, dv, dbias): judged against the fixture's reference gradients.
   if (const std::optional<Gradients> grads = read_candidate_gradients(g.actual, f.problem)) {
     if (!f.has_gradients)
@@ -161,7 +163,7 @@ int run_compare() {
     }
   }
   for (auto& r : rs)
-    if (r.status != "input-error") describe_problem(r, f.problem);
+    if (r.status != Status::input_error) describe_problem(r, f.problem);
   print_rows(rs, diagnoses);
   print_unreadable(rs);
   if (!g.report.empty()) write_report(g.report, rs, 1.0, notes);

@@ -1,5 +1,4 @@
-// verify's rows for merge fixtures and generate for merge suites (docs/states.md). A merge row reads like an
-// attention row: pass/fail with the worst element, unsupported with the reason, a run failure as its outcome.
+// generate and power for merge suites (docs/states.md); verify's merge rows are harness/verify/merge_row.hpp.
 #include "merge_rows.hpp"
 
 #include <cmath>
@@ -18,40 +17,6 @@
 #include <map>
 
 namespace attncheck::cli {
-
-CaseResult merge_row(const Impl& impl, const Support& available, const MergeFixture& f, const std::string& file,
-                     std::vector<std::string>* diagnosis) {
-  CaseResult r{f.problem.name, file, impl.name(), "", "", false, {}, "", to_string(f.problem.dtype), {"merge"}};
-  if (!available.ok) {
-    r.status = "unavailable", r.message = "unavailable: " + available.reason;
-    return r;
-  }
-  try {
-    StoredStates out;
-    const Support s = run_merge_impl(impl, f.problem, f.inputs, out);
-    if (!s.ok) {
-      r.status = "unsupported", r.message = s.reason;
-      return r;
-    }
-    const MergeVerdict v = judge_merge(f.problem, f.inputs, out);
-    TensorVerdict t;
-    t.tensor = "state", t.pass = v.pass, t.n = v.checked, t.n_bad = v.failed;
-    r.verdict.pass = v.pass;
-    r.verdict.tensors.push_back(t);
-    r.judged = true;
-    r.status = v.pass ? "pass" : "fail";
-    r.message = v.pass ? "" : std::to_string(v.failed) + " of " + std::to_string(v.checked) + " elements outside the bound; worst " + v.worst;
-    if (!v.pass && diagnosis) {
-      const MergeDiagnosis d = diagnose_merge(f.problem, f.inputs, out);
-      r.message += "; diagnosis: " + d.tag;
-      diagnosis->push_back("likely cause: " + d.tag + " (" + d.why + ")");
-      r.diagnosis_json = "{\"top\":\"" + d.tag + "\"}";
-    }
-  } catch (const std::exception&) {
-    record_exception(r);
-  }
-  return r;
-}
 
 int generate_merge_suite(const std::string& spec, const std::string& out, bool update) {
   namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// The CLI's side of merges (docs/states.md): verify's rows for merge fixtures, and generate for a merge suite spec.
+// The CLI's side of merges (docs/states.md): generate for a merge suite spec, power for merge fixtures.
 #pragma once
 
 #include <string>
@@ -10,10 +10,6 @@
 
 namespace attncheck::cli {
 
-// One verify row: `impl`'s merge of the fixture's states judged by the derived bound (docs/states.md). With
-// `diagnosis`, a failure's likely cause is appended (merge diagnosis tags) and its lines written there.
-CaseResult merge_row(const Impl& impl, const Support& available, const MergeFixture& f, const std::string& file,
-                     std::vector<std::string>* diagnosis);
 // `attncheck generate --spec SUITE` when SUITE is a merge suite: byte-identical, --update to change a file.
 int generate_merge_suite(const std::string& spec, const std::string& out, bool update);
 

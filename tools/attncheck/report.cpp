@@ -1,4 +1,4 @@
-// Result rows, the terminal table, JSON and JUnit XML reports (see report.hpp). JSON has no NaN or infinity:
+// The terminal table, JSON and JUnit XML reports of result rows (see report.hpp). JSON has no NaN or infinity:
 // non-finite numbers are written as null, and the message text still shows them.
 #include "report.hpp"
 
@@ -15,8 +15,6 @@
 #include "attncheck/cancel.hpp"
 
 #include "attncheck/durable_file.hpp"
-#include "attncheck/features.hpp"
-#include "attncheck/run_failure.hpp"
 
 namespace attncheck::cli {
 
@@ -99,21 +97,11 @@ std::string fmt_err(double x) {
 }
 }  // namespace
 
-const std::vector<std::string>& statuses() {
-  static const std::vector<std::string> s = {"pass",   "fail",    "unsupported", "unavailable",    "finite-required",
-                                             "error",  "crashed", "timeout",     "exited",         "modified-input",
-                                             "out-of-bounds", "input-error"};
-  return s;
-}
-
-bool is_failure(const std::string& status) {
-  return status != "pass" && status != "unsupported" && status != "unavailable" && status != "finite-required";
-}
-
 namespace {
-std::map<std::string, int> count(const std::vector<CaseResult>& rs) {
-  std::map<std::string, int> n;
-  for (const auto& s : statuses()) n[s] = 0;
+// Rows per status (every status present).
+std::map<Status, int> count(const std::vector<CaseResult>& rs) {
+  std::map<Status, int> n;
+  for (Status s : verify::all_statuses()) n[s] = 0;
   for (const auto& r : rs) ++n[r.status];
   return n;
 }
@@ -139,53 +127,13 @@ void write_report_file(const std::string& path, const std::string& text) {
   }
 }
 
-void apply_masked_inputs_contract(const std::string& nonfinite_inputs, CaseResult& r) {
-  if (nonfinite_inputs.empty()) return;
-  r.message = "outside the declared contract (masked_inputs: finite-required): non-finite values in " +
-              nonfinite_inputs + "; its run: " + r.status + (r.message.empty() ? "" : ": " + r.message);
-  r.status = "finite-required", r.judged = false;
-}
-
-CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v) {
-  CaseResult r{std::move(fixture), std::move(file), std::move(impl), v.pass ? "pass" : "fail", "", true, {}, "", "", {}};
-  std::string msg;
-  for (const auto& t : v.tensors)
-    if (!t.pass) msg += (msg.empty() ? "" : "; ") + t.describe();
-  if (msg.empty() && !v.tensors.empty()) msg = v.worst().describe();
-  r.message = msg;
-  r.verdict = std::move(v);
-  return r;
-}
-
-void describe_problem(CaseResult& r, const Problem& p) {
-  r.dtype = to_string(p.dtype);
-  r.features.clear();
-  // Features every problem "uses" (dtype, layout, ...) and the optional outputs (weights, lse) are no grouping key.
-  static const Problem plain{};
-  for (const Feature& f : problem_features())
-    if (f.used(p) && !f.used(plain) && std::strcmp(f.name, "weights") != 0 && std::strcmp(f.name, "lse") != 0)
-      r.features.emplace_back(f.name);
-}
-
-void record_exception(CaseResult& r) {
-  try {
-    throw;
-  } catch (const RunFailure& e) {
-    r.status = e.outcome();
-    r.message = e.what();
-  } catch (const std::exception& e) {
-    r.status = "error";
-    r.message = e.what();
-  }
-}
-
 void print_header() {
   std::printf("%-11s %-14s %-62s %-13s %-13s %s\n", "STATUS", "IMPL", "CASE", "MAX ABS ERR", "MAX REL ERR",
               "WORST ELEMENT / REASON");
 }
 
 void print_row(const CaseResult& r) {
-  std::string status = r.status;
+  std::string status = to_string(r.status);
   for (char& c : status) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (r.judged) {
     const TensorVerdict& w = r.verdict.worst();
@@ -198,50 +146,37 @@ void print_row(const CaseResult& r) {
   std::fflush(stdout);
 }
 
-CaseResult input_error(const std::string& file, const std::string& reason) {
-  CaseResult r;
-  r.fixture = std::filesystem::path(file).filename().string();
-  r.file = file, r.impl = "-", r.status = "input-error", r.message = reason;
-  return r;
-}
-
-std::string unchecksummed_note(int64_t n) {
-  return (n == 1 ? std::string("1 fixture carries") : std::to_string(n) + " fixtures carry") +
-         " no Fletcher32 checksums (written before attncheck checksummed its fixtures, or by another tool): a changed "
-         "bit in their stored values cannot be detected";
-}
-
 void print_unreadable(const std::vector<CaseResult>& rs) {
   std::vector<const CaseResult*> bad;
   for (const auto& r : rs)
-    if (r.status == "input-error") bad.push_back(&r);
+    if (r.status == Status::input_error) bad.push_back(&r);
   if (bad.empty()) return;
   std::printf("unreadable input files (%zu), every other case judged:\n", bad.size());
   for (const auto* r : bad) std::printf("  %s\n", r->message.c_str());
 }
 
 void print_summary(const std::vector<CaseResult>& rs) {
-  std::map<std::string, int> n = count(rs);
+  std::map<Status, int> n = count(rs);
   // The first four always (scripts match them); the rarer outcomes only when they occurred.
-  std::printf("\n%zu results: pass %d  fail %d  unsupported %d  error %d", rs.size(), n["pass"], n["fail"],
-              n["unsupported"], n["error"]);
+  std::printf("\n%zu results: pass %d  fail %d  unsupported %d  error %d", rs.size(), n[Status::pass], n[Status::fail],
+              n[Status::unsupported], n[Status::error]);
   int failures = 0;
-  for (const auto& s : statuses()) {
-    if (is_failure(s) && s != "input-error") failures += n[s];  // unreadable files: print_unreadable lists them
-    if (s != "pass" && s != "fail" && s != "unsupported" && s != "error" && n[s] > 0)
-      std::printf("  %s %d", s.c_str(), n[s]);
+  for (Status s : verify::all_statuses()) {
+    if (is_failure(s) && s != Status::input_error) failures += n[s];  // unreadable files: print_unreadable lists them
+    if (s != Status::pass && s != Status::fail && s != Status::unsupported && s != Status::error && n[s] > 0)
+      std::printf("  %s %d", to_string(s).c_str(), n[s]);
   }
   std::printf("\n");
-  if (n["finite-required"] > 0) {  // never a silent pass: each one listed, apart from the failures
+  if (n[Status::finite_required] > 0) {  // never a silent pass: each one listed, apart from the failures
     std::printf("outside the declared contract (masked_inputs: finite-required; not judged, not failures):\n");
     for (const auto& r : rs)
-      if (r.status == "finite-required") std::printf("  %-14s %s\n", r.impl.c_str(), r.fixture.c_str());
+      if (r.status == Status::finite_required) std::printf("  %-14s %s\n", r.impl.c_str(), r.fixture.c_str());
   }
   if (failures > 0 && rs.size() > 20) {
     std::printf("failures and errors:\n");
     print_header();
     for (const auto& r : rs)
-      if (is_failure(r.status) && r.status != "input-error") print_row(r);
+      if (is_failure(r.status) && r.status != Status::input_error) print_row(r);
   }
 }
 
@@ -264,12 +199,12 @@ void check_report_path(const std::string& path) {
 
 std::string report_json(const std::vector<CaseResult>& rs, double tol_scale, bool case_per_line,
                         const std::vector<std::string>& notes) {
-  std::map<std::string, int> n = count(rs);
+  std::map<Status, int> n = count(rs);
   std::ostringstream out;
   {
     json cases = json::array();
     for (const auto& r : rs) {
-      json c = {{"fixture", r.fixture}, {"file", r.file}, {"impl", r.impl}, {"status", r.status},
+      json c = {{"fixture", r.fixture}, {"file", r.file}, {"impl", r.impl}, {"status", to_string(r.status)},
                 {"message", r.message}};
       if (!r.dtype.empty()) c["dtype"] = r.dtype, c["features"] = r.features;
       if (!r.diagnosis_json.empty()) c["diagnosis"] = json::parse(r.diagnosis_json);
@@ -288,7 +223,7 @@ std::string report_json(const std::vector<CaseResult>& rs, double tol_scale, boo
       cases.push_back(c);
     }
     json summary = json::object();
-    for (const auto& st : statuses()) summary[st] = n[st];
+    for (Status st : verify::all_statuses()) summary[to_string(st)] = n[st];
     json j = {{"schema_version", kReportSchemaVersion}, {"cases", cases}, {"summary", summary},
               {"tol_scale", tol_scale}};
     if (!notes.empty()) j["notes"] = notes;
@@ -317,16 +252,17 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
     // JUnit: one testsuite per implementation, one testcase per fixture. A wrong answer (fail, modified-input,
     // out-of-bounds) is a <failure>, a run that broke down (error, crashed, timeout, exited) an <error>,
     // unsupported and unavailable <skipped>; the attncheck status is the element's `type`.
-    auto tag_of = [](const std::string& st) {
-      return st == "fail" || st == "modified-input" || st == "out-of-bounds" ? "failure"  // input-error: <error>
-             : st == "unsupported" || st == "unavailable" || st == "finite-required" ? "skipped"
-                                                                             : "error";
+    auto tag_of = [](Status st) {
+      // input-error (a file that could not be read) is an <error>
+      return st == Status::fail || st == Status::modified_input || st == Status::out_of_bounds ? "failure"
+             : st == Status::unsupported || st == Status::unavailable || st == Status::finite_required ? "skipped"
+                                                                                                     : "error";
     };
     std::map<std::string, std::vector<const CaseResult*>> by_impl;
     int tf = 0, te = 0, ts = 0;
     for (const auto& r : rs) {
       by_impl[r.impl].push_back(&r);
-      if (r.status == "pass") continue;
+      if (r.status == Status::pass) continue;
       const std::string t = tag_of(r.status);
       tf += t == "failure", te += t == "error", ts += t == "skipped";
     }
@@ -335,7 +271,7 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
     for (const auto& [impl, list] : by_impl) {
       int f = 0, e = 0, s = 0;
       for (const auto* r : list) {
-        if (r->status == "pass") continue;
+        if (r->status == Status::pass) continue;
         const std::string t = tag_of(r->status);
         f += t == "failure", e += t == "error", s += t == "skipped";
       }
@@ -349,13 +285,13 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
       }
       for (const auto* r : list) {
         out << "    <testcase classname=\"" << xml_escape(impl) << "\" name=\"" << xml_escape(r->fixture) << "\"";
-        if (r->status == "pass") {
+        if (r->status == Status::pass) {
           out << "/>\n";
           continue;
         }
         out << ">\n";
         out << "      <" << tag_of(r->status) << " message=\"" << xml_escape(r->message) << "\" type=\""
-            << xml_escape(r->status) << "\"/>\n    </testcase>\n";
+            << xml_escape(to_string(r->status)) << "\"/>\n    </testcase>\n";
       }
       out << "  </testsuite>\n";
     }
@@ -365,7 +301,8 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
 }
 
 int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules) {
-  const auto unreadable = std::count_if(rs.begin(), rs.end(), [](const CaseResult& r) { return r.status == "input-error"; });
+  const auto unreadable =
+      std::count_if(rs.begin(), rs.end(), [](const CaseResult& r) { return r.status == Status::input_error; });
   if (unreadable > 0) {  // the verdict is incomplete: 2 before 1 (README "Exit codes")
     std::fprintf(stderr, "attncheck: exit 2: %ld input file(s) could not be read (rows input-error, listed above); "
                          "every other case was judged\n", static_cast<long>(unreadable));
@@ -375,7 +312,7 @@ int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules) {
     if (is_failure(r.status)) return 1;
   for (const auto& name : rules.must_be_available)
     for (const auto& r : rs)
-      if (r.impl == name && r.status == "unavailable") {
+      if (r.impl == name && r.status == Status::unavailable) {
         std::fprintf(stderr, "attncheck: exit 1: implementation '%s' is %s (pass --allow-unavailable to accept)\n",
                      name.c_str(), r.message.c_str());
         return 1;
@@ -385,7 +322,7 @@ int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules) {
     std::fprintf(stderr,
                  "attncheck: exit 1: no case was compared (%d unsupported, %d unavailable); pass "
                  "--allow-unavailable to accept\n",
-                 n.at("unsupported"), n.at("unavailable"));
+                 n.at(Status::unsupported), n.at(Status::unavailable));
     return 1;
   }
   return 0;

@@ -10,51 +10,23 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "attncheck/tolerance.hpp"
+#include "case_result.hpp"
 
 namespace attncheck::cli {
 
-struct CaseResult {
-  std::string fixture;  // case name (pasteable into --filter)
-  std::string file;     // fixture path
-  std::string impl;
-  std::string status;   // one of statuses(): pass, fail, unsupported, unavailable, error, crashed, timeout, ...
-  std::string message;  // reason (unsupported/error) or the worst element's description
-  bool judged = false;  // a verdict exists (pass or fail)
-  Verdict verdict;
-  std::string diagnosis_json;  // with --diagnose on a failure: harness/diagnose's JSON object, else ""
-  std::string dtype;                  // the problem's dtype ("fp16"), for grouping in baseline comparisons
-  std::vector<std::string> features;  // the optional features the problem uses (features.hpp names)
-};
+// The rows are the judging library's (harness/verify/case_result.hpp).
+using verify::CaseResult;
+using verify::input_error;
+using verify::judged_result;
+using verify::Status;
+using verify::unchecksummed_note;
+using verify::unjudged;
 
 // The report schema written by write_report (docs/regression.md#report-schema); readers accept every older one.
 inline constexpr int kReportSchemaVersion = 2;
-// Sets r.dtype and r.features from the problem the row was run on.
-void describe_problem(CaseResult& r, const Problem& p);
 
-// Every status a row can have, in report order. Judged: pass, fail. Not run: unsupported, unavailable (the
-// implementation cannot run on this machine). Run but not judged: finite-required (the case stores non-finite K/V
-// values and the implementation declares masked_inputs: finite-required; docs/isolation.md#masked-inputs). Failures of the run itself (attncheck/run_failure.hpp): error,
-// crashed, timeout, exited, modified-input, out-of-bounds. An input file that could not be read: input-error (one
-// row per file, impl "-", the file's name as the case, the reason as the message).
-const std::vector<std::string>& statuses();
-// fail or a failure of the run (everything except pass, unsupported, unavailable, finite-required).
-bool is_failure(const std::string& status);
-
-// pass/fail row from a verdict.
-CaseResult judged_result(std::string fixture, std::string file, std::string impl, Verdict v);
-// For an implementation that declares masked_inputs: finite-required: a judged row of a case whose inputs hold
-// non-finite values (nonfinite_inputs names them) is not judged, status finite-required, its run's verdict kept in the message. Other rows unchanged.
-void apply_masked_inputs_contract(const std::string& nonfinite_inputs, CaseResult& r);
-// Call only inside a catch handler: records the exception being handled in r (a RunFailure's outcome, or "error"
-// for any other std::exception, with its message). Anything that is not a std::exception is rethrown.
-void record_exception(CaseResult& r);
-
-// The input-error row of a file that could not be read.
-CaseResult input_error(const std::string& file, const std::string& reason);
 // After the summary: every input-error row again, one line each ("FILE: reason"); nothing when there is none.
 void print_unreadable(const std::vector<CaseResult>& rs);
-// The one-line note for n fixtures read without checksums (golden/SCHEMA.md "Checksums").
-std::string unchecksummed_note(int64_t n);
 
 // Prints the column header, then one row per result (status, impl, case, errors, worst element) to stdout.
 void print_header();

@@ -18,13 +18,11 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "sharding.hpp"
+
 namespace attncheck::cli {
 
-struct Shard {
-  int64_t index = 0, count = 1;
-  std::string source;  // where it came from, for the run's first line: "--shard", "SLURM_ARRAY_TASK_ID", ...
-  bool owns(size_t unit) const { return static_cast<int64_t>(unit % static_cast<size_t>(count)) == index; }
-};
+using verify::Shard;
 
 // "I/N" or "auto"; anything else, or auto with no scheduler's variables set, is std::invalid_argument naming the
 // option, the value and (for auto) every variable looked for.

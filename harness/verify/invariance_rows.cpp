@@ -3,7 +3,7 @@
 
 #include "diagnosis.hpp"
 
-namespace attncheck::cli {
+namespace attncheck::verify {
 
 namespace {
 
@@ -11,7 +11,9 @@ InvarianceRow to_row(const invariance::Check& c, CaseResult r,
                      const std::function<diagnose::Repro(const invariance::Check&)>& repro = {}) {
   InvarianceRow out;
   r.message = c.message;
-  r.status = c.result == invariance::Check::invariant ? "pass" : c.result == invariance::Check::violated ? "fail" : "unsupported";
+  r.status = c.result == invariance::Check::invariant  ? Status::pass
+             : c.result == invariance::Check::violated ? Status::fail
+                                                       : Status::unsupported;
   if (c.result == invariance::Check::violated) {
     diagnose::Diagnosis d;
     d.anatomy = invariance::evidence(c);
@@ -61,11 +63,11 @@ std::vector<InvarianceRow> invariance_rows(const Impl& impl, const std::string& 
   std::vector<InvarianceRow> rows;
   try {
     for (const invariance::Check& c : invariance::check_forward(impl, p, in, out, o))
-      rows.push_back(to_row(c, CaseResult{name, file, impl.name() + "/" + invariance::name(c.kind), "", "", false, {}, "", "", {}},
+      rows.push_back(to_row(c, unjudged(name, file, impl.name() + "/" + invariance::name(c.kind)),
                             repro));
   } catch (const std::exception&) {
     const char* first = o.rerun ? "/rerun" : o.batch ? "/batch" : o.schedule ? "/schedule" : "/layout";
-    CaseResult r{name, file, impl.name() + first, "", "", false, {}, "", "", {}};
+    CaseResult r = unjudged(name, file, impl.name() + first);
     record_exception(r);
     r.message = "during the invariance checks: " + r.message;
     rows.push_back({std::move(r), {}});
@@ -75,7 +77,7 @@ std::vector<InvarianceRow> invariance_rows(const Impl& impl, const std::string& 
 
 InvarianceRow backward_invariance_row(const Impl& impl, const std::string& label, const Fixture& f,
                                       const std::string& file, const Gradients& g, int runs) {
-  CaseResult r{f.name, file, label + "/rerun", "", "", false, {}, "", "", {}};
+  CaseResult r = unjudged(f.name, file, label + "/rerun");
   try {
     return to_row(invariance::check_backward(impl, f.problem, f.inputs, *f.dout, g, runs), r);
   } catch (const std::exception&) {
@@ -91,9 +93,9 @@ std::vector<InvarianceRow> backward_variant_rows(const Impl& impl, const std::st
   std::vector<InvarianceRow> rows;
   try {
     for (const invariance::Check& c : invariance::check_backward_variants(impl, f.problem, f.inputs, *f.dout, g, o))
-      rows.push_back(to_row(c, CaseResult{f.name, file, label + "/" + invariance::name(c.kind), "", "", false, {}, "", "", {}}));
+      rows.push_back(to_row(c, unjudged(f.name, file, label + "/" + invariance::name(c.kind))));
   } catch (const std::exception&) {
-    CaseResult r{f.name, file, label + (o.batch ? "/batch" : o.schedule ? "/schedule" : "/layout"), "", "", false, {}, "", "", {}};
+    CaseResult r = unjudged(f.name, file, label + (o.batch ? "/batch" : o.schedule ? "/schedule" : "/layout"));
     record_exception(r);
     r.message = "during the invariance checks: " + r.message;
     rows.push_back({std::move(r), {}});
@@ -107,4 +109,4 @@ void outside_contract(const std::string& nonfinite_inputs, InvarianceRow& r) {
   r.lines.clear();
 }
 
-}  // namespace attncheck::cli
+}  // namespace attncheck::verify

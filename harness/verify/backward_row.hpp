@@ -7,9 +7,9 @@
 #include "attncheck/fixture.hpp"
 #include "attncheck/impl.hpp"
 #include "invariance_rows.hpp"
-#include "report.hpp"
+#include "case_result.hpp"
 
-namespace attncheck::cli {
+namespace attncheck::verify {
 
 enum class Pass { forward, backward, both };
 Pass pass_from_string(const std::string& s);  // throws std::invalid_argument naming --pass and the value
@@ -27,4 +27,4 @@ CaseResult backward_row(const Impl& impl, const Support& available, const Fixtur
                         double tol_scale, int reruns = 0, std::vector<InvarianceRow>* checks = nullptr,
                         const invariance::Options* variants = nullptr);
 
-}  // namespace attncheck::cli
+}  // namespace attncheck::verify

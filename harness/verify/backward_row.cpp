@@ -1,11 +1,11 @@
-// verify's backward rows (gradients.hpp): the implementation's own forward then backward on the fixture's dout,
+// verify's backward rows (backward_row.hpp): the implementation's own forward then backward on the fixture's dout,
 // judged against the fixture's reference gradients under the implementation's declared precision contract.
-#include "gradients.hpp"
+#include "backward_row.hpp"
 
 #include "attncheck/declarations.hpp"
 #include "attncheck/tolerance_backward.hpp"
 
-namespace attncheck::cli {
+namespace attncheck::verify {
 
 Pass pass_from_string(const std::string& s) {
   if (s == "forward") return Pass::forward;
@@ -19,9 +19,9 @@ std::string backward_label(const std::string& impl) { return impl + "/backward";
 CaseResult backward_row(const Impl& impl, const Support& available, const Fixture& f, const std::string& file,
                         double tol_scale, int reruns, std::vector<InvarianceRow>* checks,
                         const invariance::Options* variants) {
-  CaseResult r{f.name, file, backward_label(impl.name()), "", "", false, {}, "", "", {}};
+  CaseResult r = unjudged(f.name, file, backward_label(impl.name()));
   if (!available.ok) {
-    r.status = "unavailable";
+    r.status = Status::unavailable;
     r.message = "unavailable: " + available.reason;
     return r;
   }
@@ -29,7 +29,7 @@ CaseResult backward_row(const Impl& impl, const Support& available, const Fixtur
     Gradients g;
     const Support s = run_backward_impl(impl, f.problem, f.inputs, *f.dout, g);
     if (!s.ok) {
-      r.status = "unsupported";
+      r.status = Status::unsupported;
       r.message = "backward: " + s.reason;
       return r;
     }
@@ -63,4 +63,4 @@ CaseResult backward_row(const Impl& impl, const Support& available, const Fixtur
   return r;
 }
 
-}  // namespace attncheck::cli
+}  // namespace attncheck::verify

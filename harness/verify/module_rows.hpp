@@ -1,4 +1,4 @@
-// Module fixtures inside `attncheck verify` (cmd_module.cpp): one row per implementation, judged through its module
+// Module fixtures inside `attncheck verify`: one row per implementation, judged through its module
 // entry; an implementation without one reports the fixture as unsupported. With the backward pass, a fixture with
 // gradients also gets one "<impl>/backward" row per implementation.
 #pragma once
@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "attncheck/impl.hpp"
-#include "report.hpp"
+#include "case_result.hpp"
 
-namespace attncheck::cli {
+namespace attncheck::verify {
 
 struct ModuleRow {
   CaseResult row;
@@ -24,4 +24,4 @@ std::vector<ModuleRow> module_rows(const std::string& file, const std::vector<Im
                                    const std::vector<Support>& avail, bool diagnose, double tol_scale,
                                    bool forward = true, bool backward = false);
 
-}  // namespace attncheck::cli
+}  // namespace attncheck::verify

@@ -13,9 +13,9 @@
 #include "attncheck/fixture.hpp"
 #include "diagnosis.hpp"
 #include "invariance.hpp"
-#include "report.hpp"
+#include "case_result.hpp"
 
-namespace attncheck::cli {
+namespace attncheck::verify {
 
 struct InvarianceRow {
   CaseResult row;
@@ -46,4 +46,4 @@ std::vector<InvarianceRow> backward_variant_rows(const Impl& impl, const std::st
                                                  const std::string& file, const Gradients& g,
                                                  const invariance::Options& o);
 
-}  // namespace attncheck::cli
+}  // namespace attncheck::verify
