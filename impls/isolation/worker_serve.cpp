@@ -115,6 +115,7 @@ class PluginBackend final : public Backend {
     set_inputs(set, d);
     set("out", d.out, d.out_strides, 4), set("lse", d.lse, d.lse_strides, 3);
     set("weights", d.weights, d.weights_strides, 4);
+    set("max_logit", desc.max_logit.max_logit, desc.max_logit.strides, p.max_logit == MaxLogitOut::heads ? 1 : 3);
     return call(d);
   }
   Support supports_backward(const Problem& p) override {
