@@ -212,6 +212,7 @@ class ImplBackend final : public Backend {
       copy(tensors, base, size, "out", &out.out, to_shm);
       copy(tensors, base, size, "lse", out.lse ? &*out.lse : nullptr, to_shm);
       copy(tensors, base, size, "weights", out.weights ? &*out.weights : nullptr, to_shm);
+      copy(tensors, base, size, "max_logit", out.max_logit ? &*out.max_logit : nullptr, to_shm);
       if (!to_shm) impl_->run(p, in, out);
     }
     return "";

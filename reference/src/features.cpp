@@ -342,8 +342,8 @@ const Feature kFeatures[] = {
     // that read Inputs::v (which holds k's first Dv columns) declare it.
     ATTNCHECK_FLAG_EXT("mla", "mla", mla, p.mla, "absorbed MLA (v the first Dv columns of k) not supported", 0,
                        "absorbed MLA (a gradient of the one latent cache)"),
-    // The max-logit output travels in no plugin ABI field or worker message yet: only the built-ins that write
-    // Outputs::max_logit declare it, so every plugin and worker reports it unsupported.
+    // The max-logit output travels in the worker protocol's `max_logit` tensor and in no plugin ABI field yet: the
+    // built-ins that write Outputs::max_logit and the workers that list it declare it; plugins report it unsupported.
     ATTNCHECK_FLAG_EXT("max-logit", "max_logit", max_logit_out, p.max_logit != MaxLogitOut::none,
                        "max-logit output not supported", 0, "the max-logit output"),
     ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),
