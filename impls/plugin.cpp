@@ -131,6 +131,12 @@ void describe(const Problem& p, Described& out) {
     *tail = &out.fp8.header;
     tail = &out.fp8.header.next;
   }
+  if (p.max_logit != MaxLogitOut::none) {
+    out.max_logit = {{ATTNCHECK_EXT_MAX_LOGIT, sizeof out.max_logit, nullptr}, static_cast<int32_t>(p.max_logit),
+                     nullptr, {}};
+    *tail = &out.max_logit.header;
+    tail = &out.max_logit.header.next;
+  }
   // Set only by a schedule check, and only with knobs the plugin declared.
   if (const Schedule& s = current_schedule(); !s.is_default()) {
     out.schedule = {{ATTNCHECK_EXT_SCHEDULE, sizeof out.schedule, nullptr}, s.threads, s.num_splits, s.reversed ? 1 : 0};
@@ -274,9 +280,10 @@ static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT 
 static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCHECK_EXT_SCORES &&
                   ext_tag::kv_append == ATTNCHECK_EXT_KV_APPEND && ext_tag::backward == ATTNCHECK_EXT_BACKWARD &&
                   ext_tag::varlen == ATTNCHECK_EXT_VARLEN && ext_tag::paged_kv == ATTNCHECK_EXT_PAGED_KV &&
-                  ext_tag::fp8 == ATTNCHECK_EXT_FP8,
+                  ext_tag::fp8 == ATTNCHECK_EXT_FP8 && ext_tag::max_logit == ATTNCHECK_EXT_MAX_LOGIT,
               "the feature table's extension tags are plugin.h's");
 static_assert(static_cast<int>(ScoresOut::scaled) == 1 && static_cast<int>(ScoresOut::masked) == 3);
+static_assert(static_cast<int>(MaxLogitOut::rows) == 1 && static_cast<int>(MaxLogitOut::heads) == 2);
 static_assert(static_cast<int>(FullyMasked::nan) == ATTNCHECK_FULLY_MASKED_NAN &&
               static_cast<int>(FullyMasked::zero) == ATTNCHECK_FULLY_MASKED_ZERO &&
               static_cast<int>(FullyMasked::uniform) == ATTNCHECK_FULLY_MASKED_UNIFORM);
@@ -360,6 +367,10 @@ class PluginImpl final : public Impl, public ModuleProvider, public std::enable_
     if (out.lse) { d.lse = out.lse->bytes.data(); copy_strides(*out.lse, d.lse_strides); }
     if (out.weights) { d.weights = out.weights->bytes.data(); copy_strides(*out.weights, d.weights_strides); }
     if (out.scores) { desc.scores.scores = out.scores->bytes.data(); copy_strides(*out.scores, desc.scores.strides); }
+    if (out.max_logit) {
+      desc.max_logit.max_logit = out.max_logit->bytes.data();  // rank 3 (rows) or 1 (heads)
+      for (size_t d = 0; d < out.max_logit->strides.size(); ++d) desc.max_logit.strides[d] = out.max_logit->strides[d];
+    }
     if (p.past_len > 0) {
       attncheck_ext_kv_append& a = desc.kv_append;
       a.past_k = in.past_k->bytes.data(); copy_strides(*in.past_k, a.past_k_strides);

@@ -39,6 +39,7 @@ struct Described {
   attncheck_ext_paged_kv paged_kv;
   attncheck_ext_fp8 fp8;
   attncheck_ext_schedule schedule;
+  attncheck_ext_max_logit max_logit;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };

@@ -21,7 +21,7 @@ class ReferenceImpl final : public Impl {
       if (f.abi_tag && f.flag) all.emplace_back(f.protocol);
     declare_extension_features(c, all);
     for (const ModEntry& m : modifications()) c.mods.insert(m.name);
-    c.kv_quant = c.mla = c.max_logit_out = true;
+    c.kv_quant = c.mla = true;
     return c;
   }
   // fp8 inputs decoded exactly, P in double: not rounded to fp8.

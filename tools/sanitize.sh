@@ -24,7 +24,7 @@ labels='^(reference|golden|cli|hostile|isolation|property|power|diagnose|python)
 # The property suite runs 4 cases per pair (ATTNCHECK_PROPERTY_CASES; the same seeds as its 25-80 in other runs).
 skip='^(attncheck_selftest|isolation\.selftest\..*|isolation\.power\..*|isolation\.property\.example|'\
 'diagnose\.mutants|Reduce\.(ACutKeepsWhatEveryKeptRowSees|EveryMutantsFailureReducesToASmallCaseWithTheSameDiagnosis|'\
-'VarlenFailuresReduceToOneSequenceWithTheSameDiagnosis)|ModelReach\.(Rope|Mla)FaultsGetTheirTags|'\
+'VarlenFailuresReduceToOneSequenceWithTheSameDiagnosis)|ModelReach\.(Rope|Mla|ModificationAndCache)FaultsGetTheirTags|'\
 'PowerGrid\.(NoFalseAlarm.*|HazardInputsCatchEveryFaultAt1kKeys)|'\
 'ToleranceV2\.(SkippedTileAt128kKeysIsCaughtInEveryDtype|ADroppedKeyOfNineTimesAverageWeightAt128kBf16IsCaught|'\
 'TinyTermsAbsorbedByA128kKeySumAreCovered)|ContractNoise\.DeclaredRoundingsPassOnEveryValueDistribution|'\

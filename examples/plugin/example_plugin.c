@@ -45,6 +45,10 @@
 #define EXAMPLE_PLUGIN_NAME "example-plugin-bf16p-undeclared"
 #elif defined(EXAMPLE_PLUGIN_BF16_P)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-bf16p"
+#elif defined(EXAMPLE_PLUGIN_MAX_LOGIT_BUG)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-max-logit-unscaled"
+#elif defined(EXAMPLE_PLUGIN_NO_MAX_LOGIT)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-no-max-logit"
 #else
 #define EXAMPLE_PLUGIN_NAME "example-plugin"
 #endif
@@ -326,6 +330,25 @@ static int32_t example_backward(const attncheck_problem* p, const attncheck_ext_
 }
 #endif
 
+#ifdef ATTNCHECK_EXT_MAX_LOGIT
+/* The max-logit output (tag 10): row i's maximum softmax input over its visible keys, -inf without one (the
+ * example has no finite fill); the heads form keeps each head's largest over b and i (NaN stays). */
+static void write_max_logit(const attncheck_problem* p, int64_t b, int64_t h, int64_t i, float m) {
+  const attncheck_ext_max_logit* e = (const attncheck_ext_max_logit*)extension(p, ATTNCHECK_EXT_MAX_LOGIT);
+  if (!e) return;
+#ifdef EXAMPLE_PLUGIN_MAX_LOGIT_BUG
+  m /= (float)p->scale; /* the planted bug: the max taken before the scale */
+#endif
+  float* out = (float*)e->max_logit;
+  if (e->form == 1) {
+    out[b * e->strides[0] + h * e->strides[1] + i * e->strides[2]] = m;
+  } else {
+    float* at = out + h * e->strides[0];
+    if ((b == 0 && i == 0) || m > *at || m != m) *at = m;
+  }
+}
+#endif
+
 static int32_t example_run(const attncheck_problem* p, char* err, size_t err_size) {
 #ifdef EXAMPLE_PLUGIN_HOOK
   EXAMPLE_PLUGIN_HOOK(p);
@@ -384,6 +407,9 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
         /* softmax weights, normalised in place; a row with no visible key (and no sink) follows the fully-masked
          * policy. A sink joins the denominator without a value. */
         const int none = (n_vis == 0 || m == -INFINITY) && sink == -INFINITY;
+#ifdef ATTNCHECK_EXT_MAX_LOGIT
+        write_max_logit(p, b, h, i, m); /* before the sink joins: a sink is not a key */
+#endif
         if (sink > m) m = sink;
         float sum = sink == -INFINITY ? 0.0f : expf(sink - m);
         int64_t last_vis = -1;
@@ -450,6 +476,9 @@ static int32_t example_declarations(attncheck_declarations* d, char* err, size_t
 static const char* const example_features[] = {"sinks", "kv_append", "varlen", "paged_kv", "backward",
 #if defined(ATTNCHECK_EXT_FP8) && !defined(EXAMPLE_PLUGIN_NO_FP8)
                                                 "fp8",
+#endif
+#if defined(ATTNCHECK_EXT_MAX_LOGIT) && !defined(EXAMPLE_PLUGIN_NO_MAX_LOGIT)
+                                                "max_logit",
 #endif
                                                 NULL};
 #endif

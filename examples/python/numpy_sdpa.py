@@ -5,7 +5,7 @@
 import numpy as np
 
 FEATURES = ["gqa", "cross", "dqk_ne_dv", "causal", "per_batch_offsets", "key_padding", "bool_mask", "window",
-            "softcap", "lse_out"]
+            "softcap", "lse_out", "max_logit"]
 DECLARATIONS = {"name": "numpy-sdpa", "description": "numpy SDPA example (examples/python)", "policy": "zero",
                 "dtypes": ["f64", "f32", "f16", "bf16"], "layouts": ["bhsd", "bshd"], "features": FEATURES}
 
@@ -43,6 +43,7 @@ def sdpa(q, k, v, *, problem, mask=None, bias=None, keep=None):
     vis = visible(problem, mask, s.shape)
     s = np.where(vis, s, -np.inf)
     m = np.max(s, axis=-1, keepdims=True)
+    max_logit = m[..., 0]                         # the softmax input's row max; -inf where no key is visible
     m = np.where(np.isfinite(m), m, 0)            # fully masked rows: no max to subtract
     e = np.where(vis, np.exp(s - m), 0)
     total = e.sum(axis=-1, keepdims=True)
@@ -56,7 +57,12 @@ def sdpa(q, k, v, *, problem, mask=None, bias=None, keep=None):
         out = np.where(hit, np.nan, out)
     with np.errstate(divide="ignore"):
         lse = np.where(total[..., 0] > 0, (m + np.log(np.where(total > 0, total, 1)))[..., 0], -np.inf)
-    return {"out": out, "lse": lse}
+    res = {"out": out, "lse": lse}
+    if problem.get("max_logit") == "rows":       # QK-clip's statistic, per row [B,Hq,Lq] or per head [Hq]
+        res["max_logit"] = max_logit
+    elif problem.get("max_logit") == "heads":
+        res["max_logit"] = max_logit.max(axis=(0, 2))
+    return res
 
 
 def sdpa_backward(q, k, v, *, problem, out, lse, dout, mask=None, bias=None, keep=None):

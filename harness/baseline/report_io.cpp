@@ -7,8 +7,14 @@
 #include <stdexcept>
 
 #include "baseline.hpp"
+#include "status.hpp"
 
 namespace attncheck::baseline {
+
+bool Row::failed() const {
+  const std::optional<verify::Status> s = verify::status_from_string(status);
+  return !s || verify::is_failure(*s);
+}
 
 using json = nlohmann::json;
 

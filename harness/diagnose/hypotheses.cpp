@@ -508,6 +508,7 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   if (p.mla && p.Dv < p.Dqk) mla_hypotheses(sc, c);
   if (uses_qk_norm(p) && p.cu_seqlens_q.empty()) qk_norm_hypotheses(sc, c);
   modification_hypotheses(sc);
+  cache_hypotheses(sc);
 
   // layout: out written with the other layout's strides
   if (p.Hq > 1 && p.Lq > 1)

@@ -3,6 +3,7 @@
 // explains. Pure functions of the Subject; no re-runs of the candidate.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -34,9 +35,16 @@ struct Scorer {
 // Causes whose predictions explain some failing elements, unsorted, scores in (0, 1].
 std::vector<Cause> structural_hypotheses(const Subject& s);  // masks, alignment, scale, GQA, tiles, layout, policy
 std::vector<Cause> numeric_hypotheses(const Subject& s);     // lse forms, non-finite rows, precision
+// Which keys a bug lets query (b, h, i) see, given the reference's visibility of key j.
+using Sees = std::function<bool(int64_t b, int64_t h, int64_t i, int64_t j, bool visible)>;
+// The reference with every mask replaced by one boolean mask of the keys `sees` lets through, held to that case's own
+// tolerance (Scorer::judged_variant); skipped when it changes no failing row.
+void add_visibility(Scorer& sc, const std::string& tag, const std::string& what, const Sees& sees);
 // Score and mask modifications (mods.hpp) and the block masks derived from them (block_mask.hpp): an entry left
 // out, ALiBi's sign or head, a document or chunk boundary one token off, blocks treated as full or never read.
 void modification_hypotheses(Scorer& sc);
+// Serving caches: a quantized KV cache's scales dropped or read from the wrong group; top-k padding read as a key.
+void cache_hypotheses(Scorer& sc);
 // Keys never read (a whole tile anywhere, one key per row), reported through `add(tag, what, out, lse)`.
 void key_hypotheses(const Subject& s, const std::function<void(const std::string&, const std::string&, const std::vector<double>&,
                                                                  const std::vector<double>*)>& add);

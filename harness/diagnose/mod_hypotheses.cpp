@@ -35,7 +35,6 @@ void reset_entry(Problem& q, const ModEntry& e) {
 // The case with every mask (causal, window, key padding, the boolean mask, the mask modifications) replaced by one
 // boolean mask [B, Hq, Lq, Lk] holding sees(b, h, i, j, visible): what a kernel computes when its masks let exactly
 // those keys through. Scores are unchanged: the alignment stays, and with it the positions ALiBi and RoPE read.
-using Sees = std::function<bool(int64_t, int64_t, int64_t, int64_t, bool)>;
 prop::Case with_visibility(const Subject& s, const Sees& sees) {
   const Problem& p = s.p();
   prop::Case d = s.c;
@@ -75,9 +74,6 @@ bool touches_a_failing_row(const Subject& s, const Sees& sees) {
   return false;
 }
 
-void add_visibility(Scorer& sc, const std::string& tag, const std::string& what, const Sees& sees) {
-  if (touches_a_failing_row(sc.s, sees)) sc.judged_variant(tag, what, [&] { return with_visibility(sc.s, sees); });
-}
 
 // ALiBi (mods_library.cpp): the slopes negated (the bias added, +slope * |pos - j|), and slopes read for another
 // head: the neighbouring head either way, the heads in reverse order, the KV head's index.
@@ -197,6 +193,10 @@ void block_hypotheses(Scorer& sc) {
 }
 
 }  // namespace
+
+void add_visibility(Scorer& sc, const std::string& tag, const std::string& what, const Sees& sees) {
+  if (touches_a_failing_row(sc.s, sees)) sc.judged_variant(tag, what, [&] { return with_visibility(sc.s, sees); });
+}
 
 void modification_hypotheses(Scorer& sc) {
   const Subject& s = sc.s;

@@ -24,7 +24,8 @@ class PowerImpl final : public Impl {
     c.gqa = true;  // query heads share the one KV head (the alibi flavour has two)
     c.key_padding = c.bool_mask = c.bias = c.dropout = c.finite_fill = c.weights_out = false;
     c.max_logit_out = true;  // rows only: the grid asks for no other form
-    c.mods = {"alibi", "document", "chunked"};  // the grid's modification flavours (power/kernel.cpp)
+    c.mods = {"alibi", "document", "chunked", "topk"};  // the grid's modification flavours (power/kernel.cpp)
+    c.kv_quant = true;                                    // and its quantized-cache flavour
     return c;
   }
   Support supports(const Problem& p) const override {
@@ -53,7 +54,8 @@ const std::map<std::string, std::string>& power_injected_tags() {
       {"max-logit-stage", "max-logit-stage"}, {"max-logit-unscaled", "max-logit-stage"}, {"alibi-sign", "alibi-sign"},
       {"alibi-slope-head", "alibi-slope-head"}, {"alibi-ignored", "parameter-ignored"},
       {"document-off-by-one", "document-boundary"}, {"chunk-off-by-one", "chunk-boundary"},
-      {"block-partial-as-full", "block-mask-partial-as-full"}};
+      {"block-partial-as-full", "block-mask-partial-as-full"}, {"descale-ignored", "descale-ignored"},
+      {"descale-wrong-group", "descale-wrong-group"}, {"topk-padding", "topk-padding"}};
   return m;
 }
 
@@ -61,10 +63,8 @@ std::vector<ValidationRow> validate_on_power(int per_fault, int max_reruns) {
   std::vector<ValidationRow> rows;
   for (const power::Variant& v : power::fault_variants()) {
     const power::Flavour own = power::flavour_of(v.fault);
-    // The RoPE, quantized-cache, top-k and MLA faults run in the power grid only: their hypotheses are not validated
-    // on it yet.
-    if (own == power::Flavour::rope || own == power::Flavour::kv_cache || own == power::Flavour::topk ||
-        own == power::Flavour::mla)
+    // The RoPE and MLA faults run in the power grid only: their hypotheses are not validated on it yet.
+    if (own == power::Flavour::rope || own == power::Flavour::mla)
       continue;
     const auto tag = power_injected_tags().find(v.name);
     ValidationRow row{v.name, tag == power_injected_tags().end() ? "?" : tag->second, 0, 0, {}, {}, {}};

@@ -147,6 +147,7 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
     add(slots, "out", nullptr, &out.out);
     if (out.lse) add(slots, "lse", nullptr, &*out.lse);
     if (out.weights) add(slots, "weights", nullptr, &*out.weights);
+    if (out.max_logit) add(slots, "max_logit", nullptr, &*out.max_logit);
     exchange("run", p, slots);
   }
 

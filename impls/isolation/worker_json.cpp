@@ -101,6 +101,7 @@ json problem_to_json(const Problem& p) {
           {"fill", to_string(p.fill)}, {"fill_value", p.fill_value}, {"fully_masked", to_string(p.fully_masked)},
           {"dropout_p", p.dropout_p}, {"dropout_seed", p.dropout_seed}, {"want_lse", p.want_lse},
           {"want_weights", p.want_weights}};
+  if (p.max_logit != MaxLogitOut::none) j["max_logit"] = to_string(p.max_logit);  // feature "max_logit": the tensor's shape
   if (is_fp8(p.dtype))  // fp8 (feature "fp8"): the codes' factors, and out's dtype (not `dtype`)
     j.update({{"descale_q", p.descale_q}, {"descale_k", p.descale_k}, {"descale_v", p.descale_v},
               {"out_dtype", dtype_name(p.out_dtype())}});
@@ -190,6 +191,7 @@ Problem problem_from_json(const json& j, const std::string& where) {
   for (auto [k, f] : {std::pair{"descale_q", &Problem::descale_q}, {"descale_k", &Problem::descale_k},
                       {"descale_v", &Problem::descale_v}})
     if (j.contains(k)) p.*f = num_field(j, w, k);
+  if (j.contains("max_logit")) p.max_logit = parse_enum(j, w, "max_logit", max_logit_from_string);
   // Fields the protocol does not spell out (features added through the feature table) travel in the lossless
   // name; a worker is only sent them when it declared the feature.
   if (j.contains("name") && j["name"].is_string()) {
@@ -262,10 +264,10 @@ Capabilities capabilities_from_json(const json& j, const std::string& where) {
   for (const Feature& f : problem_features())
     if (f.flag) c.*f.flag = std::find(features.begin(), features.end(), f.protocol) != features.end();
   if (!c.fp8) c.dtypes.erase(DType::e4m3), c.dtypes.erase(DType::e5m2);  // fp8 formats need the feature
-  // The protocol returns out, lse and weights only: a raw-score or present key/value output cannot travel back.
+  // The protocol returns out, lse, weights and max_logit only: a raw-score or present key/value output cannot
+  // travel back.
   c.scores_out = false;
   c.kv_append = false;
-  c.max_logit_out = false;  // nor the max-logit output (no protocol slot yet)
   if (j.contains("modifications"))  // optional: a worker that predates the library declares none
     for (const auto& m : names("modifications")) c.mods.insert(m);
   c.max_head_dim = j.contains("max_head_dim") ? int_field(j, w, "max_head_dim") : 0;

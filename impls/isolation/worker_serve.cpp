@@ -115,6 +115,7 @@ class PluginBackend final : public Backend {
     set_inputs(set, d);
     set("out", d.out, d.out_strides, 4), set("lse", d.lse, d.lse_strides, 3);
     set("weights", d.weights, d.weights_strides, 4);
+    set("max_logit", desc.max_logit.max_logit, desc.max_logit.strides, p.max_logit == MaxLogitOut::heads ? 1 : 3);
     return call(d);
   }
   Support supports_backward(const Problem& p) override {
@@ -212,6 +213,7 @@ class ImplBackend final : public Backend {
       copy(tensors, base, size, "out", &out.out, to_shm);
       copy(tensors, base, size, "lse", out.lse ? &*out.lse : nullptr, to_shm);
       copy(tensors, base, size, "weights", out.weights ? &*out.weights : nullptr, to_shm);
+      copy(tensors, base, size, "max_logit", out.max_logit ? &*out.max_logit : nullptr, to_shm);
       if (!to_shm) impl_->run(p, in, out);
     }
     return "";

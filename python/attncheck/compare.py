@@ -1,4 +1,4 @@
-# compare(fixture, out=..., lse=..., weights=...): the verdict of `attncheck compare` on your outputs, as an object
+# compare(fixture, out=..., lse=..., weights=..., max_logit=...): the verdict of `attncheck compare` on your outputs, as an object
 # with the worst element, its index and its bound, and a readable str().
 import json
 import os
@@ -34,8 +34,9 @@ class Result:
                 f"expected={self.expected}, actual={self.actual}, bound={self.bound})")
 
 
-def compare(fixture, out=None, lse=None, weights=None, policy=None):
-    """Judges out (the fixture's layout), lse [B,Hq,Lq], weights [B,Hq,Lq,Lk] against a fixture (path or load())."""
+def compare(fixture, out=None, lse=None, weights=None, policy=None, max_logit=None):
+    """Judges out (the fixture's layout), lse [B,Hq,Lq], weights [B,Hq,Lq,Lk] and max_logit ([B,Hq,Lq], or [Hq] for
+    a fixture of the heads form) against a fixture (path or load())."""
     import h5py
     path = fixture["path"] if isinstance(fixture, dict) else os.fspath(fixture)
     if out is None:
@@ -43,7 +44,7 @@ def compare(fixture, out=None, lse=None, weights=None, policy=None):
     with tempfile.TemporaryDirectory() as tmp:
         cand, rep = os.path.join(tmp, "candidate.h5"), os.path.join(tmp, "report.json")
         with h5py.File(cand, "w") as c:
-            for name, a in (("out", out), ("lse", lse), ("weights", weights)):
+            for name, a in (("out", out), ("lse", lse), ("weights", weights), ("max_logit", max_logit)):
                 if a is not None:
                     a = np.asarray(a)
                     c["actual/" + name] = a.astype(np.float32) if a.dtype.kind != "f" else a

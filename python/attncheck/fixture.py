@@ -43,7 +43,7 @@ def _flags(problem):
     if causal:
         flags += ["--causal", "top_left" if causal is True else str(causal)]
     for key in ("scale", "softcap", "policy", "fill_value", "dropout_p", "dropout_seed", "layout", "dtype", "name",
-                "causal_offset", "descale_q", "descale_k", "descale_v", "score_mod", "mask_mod"):
+                "causal_offset", "descale_q", "descale_k", "descale_v", "score_mod", "mask_mod", "max_logit"):
         value = p.pop(key, None)
         if value is not None:
             flags += ["--" + key.replace("_", "-"), repr(value) if isinstance(value, float) else str(value)]
@@ -64,7 +64,7 @@ def make_fixture(path, q, k, v, mask=None, bias=None, keep=None, tolerances=None
 
     problem: causal (True = top_left, "bottom_right", ...), scale, softcap, policy, window=(left, right),
     key_lengths, fill_value, dropout_p/dropout_seed (with keep), layout ("bhsd"/"bshd"), dtype, name,
-    want_lse, want_weights. Masks are bool or 0/1 integers, broadcast to [B, Hq, Lq, Lk].
+    want_lse, want_weights, max_logit ("rows" or "heads": also expect the max-logit output). Masks are bool or 0/1 integers, broadcast to [B, Hq, Lq, Lk].
     score_mod / mask_mod: FlexAttention's score_mod / mask_mod as expressions over score, b, h, q_idx, kv_idx,
     q_pos and the arrays of `aux` ({name: array of rank 1 to 4}), e.g. score_mod="score + slopes[h] * (kv_idx -
     q_idx)", aux={"slopes": s}; stored in the fixture, so it replays without your code (docs/problem-model.md
@@ -88,21 +88,27 @@ def make_fixture(path, q, k, v, mask=None, bias=None, keep=None, tolerances=None
     return load(path)
 
 
+_OUTPUTS = ("out", "lse", "weights", "max_logit")
+
+
 def reference(q, k, v, mask=None, bias=None, keep=None, **problem):
-    """The fp64 reference's {"out", "lse", "weights"} for your tensors (the CLI's code, via `attncheck import`)."""
+    """The fp64 reference's {"out", "lse", "weights"} for your tensors (the CLI's code, via `attncheck import`), and
+    "max_logit" [B,Hq,Lq] with max_logit="rows" or "heads" (stored as rows in both forms; heads is its maximum over
+    b and i)."""
     problem.setdefault("want_weights", True)
     with tempfile.TemporaryDirectory() as tmp:
         e = make_fixture(os.path.join(tmp, "case.h5"), q, k, v, mask, bias, keep, **problem)["expected"]
-    return {n: e[n] for n in ("out", "lse", "weights") if n in e}
+    return {n: e[n] for n in _OUTPUTS if n in e}
 
 
 def tolerance(q, k, v, mask=None, bias=None, keep=None, **problem):
     """Per-element tolerances {"out", "lse", "weights"} for outputs of your tensors' problem delivered in its dtype
-    (the tolerance model of docs/tolerance.md, as compare and verify apply it); arrays in q's layout."""
+    (the tolerance model of docs/tolerance.md, as compare and verify apply it); arrays in q's layout. With
+    max_logit="rows" or "heads", also "max_logit" in that form ([B,Hq,Lq] or [Hq])."""
     problem.setdefault("want_weights", True)
     with tempfile.TemporaryDirectory() as tmp:
         make_fixture(os.path.join(tmp, "case.h5"), q, k, v, mask, bias, keep, tolerances=tmp, **problem)
-        tol = {n: np.load(os.path.join(tmp, n + ".npy")) for n in ("out", "lse", "weights")
+        tol = {n: np.load(os.path.join(tmp, n + ".npy")) for n in _OUTPUTS
                if os.path.exists(os.path.join(tmp, n + ".npy"))}
     if problem.get("layout") == "bshd":  # stored [B, L, H, D] like the inputs
         tol["out"] = tol["out"].transpose(0, 2, 1, 3)

@@ -168,7 +168,7 @@ def _to_device(a, dtype, device):
 def check(fn, device="cpu", backward=False, fixtures=None, pattern=None, **kwargs):
     """attncheck.check for a kernel on torch tensors: fn(q, k, v, *, problem, mask=None, bias=None, keep=None) gets
     tensors on `device` in the problem's dtype (bool mask, bias in its dtype) and returns out, or a dict with out,
-    lse, weights, on that device. out must have q's dtype and shape [B,Hq,Lq,Dv]; an output on another device, of
+    lse, weights, max_logit, on that device. out must have q's dtype and shape [B,Hq,Lq,Dv]; an output on another device, of
     another dtype or shape is a kernel error naming the tensor and the expected value. kwargs as attncheck.check.
 
     backward=True judges fn's gradients instead: fn's forward is run again with q, k, v (and a bias) requiring
@@ -198,13 +198,14 @@ def check(fn, device="cpu", backward=False, fixtures=None, pattern=None, **kwarg
         dtype, tq, tk, tv, extra = inputs(q, k, v, problem, mask, bias, keep, False)
         res = outputs(fn(tq, tk, tv, problem=problem, **extra))
         B, Hq, Lq, Lk, Dv = (problem[n] for n in ("B", "Hq", "Lq", "Lk", "Dv"))
-        shapes = {"out": [B, Hq, Lq, Dv], "lse": [B, Hq, Lq], "weights": [B, Hq, Lq, Lk]}
+        shapes = {"out": [B, Hq, Lq, Dv], "lse": [B, Hq, Lq], "weights": [B, Hq, Lq, Lk],
+                  "max_logit": [Hq] if problem.get("max_logit") == "heads" else [B, Hq, Lq]}
         host = {}
         for name, t in res.items():
             if t is None:
                 continue
             if name not in shapes:
-                raise ValueError(f"fn returned {name!r}; expected out, lse or weights")
+                raise ValueError(f"fn returned {name!r}; expected out, lse, weights or max_logit")
             try:
                 out_dtype = _TORCH[problem["out_dtype"]] if "out_dtype" in problem else dtype  # fp8: bf16
                 _assert_like(name, t, shapes[name], out_dtype if name == "out" else None, tq.device)

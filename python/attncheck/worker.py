@@ -106,7 +106,7 @@ def run_case(fn, buf, req):
     res = fn(args.pop("q"), args.pop("k"), args.pop("v"), problem=p, **args)
     if not isinstance(res, dict):
         res = dict(zip(("out", "lse", "weights"), res if isinstance(res, tuple) else (res,)))
-    for name in ("out", "lse", "weights"):
+    for name in ("out", "lse", "weights", "max_logit"):
         if name in ts:
             if res.get(name) is None:
                 raise ValueError(f"fn returned no {name!r}, which the problem asks for")
@@ -236,7 +236,9 @@ def serve(fn, declarations=None, supports=None, backward=None, module=None, modu
 
     fn(q, k, v, *, problem, mask=None, bias=None, keep=None) gets numpy arrays in logical order
     (q [B,Hq,Lq,Dqk], k/v [B,Hkv,Lk,D]; bf16 widened to float32) and the problem dict of the protocol, and returns
-    out [B,Hq,Lq,Dv] or a dict {"out", "lse", "weights"} (lse/weights when problem["want_lse"/"want_weights"]).
+    out [B,Hq,Lq,Dv] or a dict {"out", "lse", "weights", "max_logit"} (lse/weights when
+    problem["want_lse"/"want_weights"]; max_logit, for a kernel that declares the feature "max_logit", when
+    problem["max_logit"] is "rows" [B,Hq,Lq] or "heads" [Hq]).
     A kernel that declares schedule_knobs also gets schedule={"threads", "num_splits", "reversed"} (0 = its own
     choice) on the runs of a schedule check (docs/invariance.md#schedule).
 

@@ -342,10 +342,8 @@ const Feature kFeatures[] = {
     // that read Inputs::v (which holds k's first Dv columns) declare it.
     ATTNCHECK_FLAG_EXT("mla", "mla", mla, p.mla, "absorbed MLA (v the first Dv columns of k) not supported", 0,
                        "absorbed MLA (a gradient of the one latent cache)"),
-    // The max-logit output travels in no plugin ABI field or worker message yet: only the built-ins that write
-    // Outputs::max_logit declare it, so every plugin and worker reports it unsupported.
     ATTNCHECK_FLAG_EXT("max-logit", "max_logit", max_logit_out, p.max_logit != MaxLogitOut::none,
-                       "max-logit output not supported", 0, "the max-logit output"),
+                       "max-logit output not supported", ext_tag::max_logit, "the max-logit output"),
     ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),
     ATTNCHECK_FLAG("lse", "lse_out", lse_out, p.want_lse, "lse output not supported"),
 };

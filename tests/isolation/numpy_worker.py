@@ -1,6 +1,8 @@
 # A worker in another language, written from docs/worker-protocol.md alone: scaled dot-product attention in numpy
 # (float64), served over stdin/stdout with tensors in the shared-memory file. Proves the protocol is implementable
-# in ~100 lines; tests/isolation/CMakeLists.txt runs it with `attncheck verify --worker`. MODE=crash makes it die on Lq == 15.
+# in ~100 lines; tests/isolation/CMakeLists.txt runs it with `attncheck verify --worker`. MODE=crash makes it die on Lq == 15;
+# MODE=max_logit also declares and writes the max-logit output, MODE=max_logit_unscaled writes it before the scale
+# (a wrong one).
 import json
 import os
 import sys
@@ -28,7 +30,8 @@ def attention(p, ts):
     q, k, v = (tensor(buf, ts[n]).astype(np.float64) for n in "qkv")
     group = p["Hq"] // p["Hkv"]
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-    s = np.einsum("bhid,bhjd->bhij", q, k) * p["scale"]
+    raw = np.einsum("bhid,bhjd->bhij", q, k)
+    s = raw * p["scale"]
     if p["softcap"] > 0:
         s = p["softcap"] * np.tanh(s / p["softcap"])
     i = np.arange(p["Lq"])[:, None]
@@ -60,7 +63,12 @@ def attention(p, ts):
     pv = np.where(visible[..., None], w[..., None] * v[:, :, None, :, :], 0).sum(axis=3)
     out = np.where(empty, fill, pv)
     lse = np.where(empty[..., 0], -np.inf, (m + np.log(np.where(empty, 1, total)))[..., 0])
-    for name, value in (("out", out), ("lse", lse), ("weights", w)):
+    # The max-logit output: the row max of the softmax input over visible keys (-inf without one), or its max per
+    # query head over batches and rows (the "heads" form). The wrong mode takes it before scale and softcap.
+    max_logit = (np.where(visible, raw, -np.inf).max(axis=-1) if mode == "max_logit_unscaled" else m[..., 0])
+    if p.get("max_logit") == "heads":
+        max_logit = max_logit.max(axis=(0, 2))
+    for name, value in (("out", out), ("lse", lse), ("weights", w), ("max_logit", max_logit)):
         if name in ts:
             tensor(buf, ts[name])[...] = value
 
@@ -75,7 +83,8 @@ for line in sys.stdin:
               "capabilities": {"dtypes": ["f64", "f32"], "layouts": ["bhsd", "bshd"],
                                "alignments": ["top_left", "bottom_right", "explicit"], "fully_masked": ["nan", "zero"],
                                "features": ["gqa", "cross", "dqk_ne_dv", "causal", "per_batch_offsets", "key_padding",
-                                            "bool_mask", "window", "softcap", "lse_out", "weights_out"]},
+                                            "bool_mask", "window", "softcap", "lse_out", "weights_out"]
+                                           + (["max_logit"] if mode.startswith("max_logit") else [])},
               "declarations": {"deterministic": True}})
     elif req["type"] == "run":
         p = req["problem"]

@@ -22,7 +22,7 @@ Capabilities all_flags_on() {
 
 // Features whose outputs the protocol has no tensor for: listed by name, but never offered to a worker.
 bool output_never_travels(const std::string& name) {
-  return name == "scores" || name == "kv_append" || name == "max_logit";
+  return name == "scores" || name == "kv_append";
 }
 
 bool lists(const json& caps, const std::string& name) {
@@ -115,8 +115,24 @@ TEST(WorkerJson, OutputsWithoutAProtocolTensorAreNeverOfferedToAWorker) {
   const Capabilities back = capabilities_from_json(capabilities_to_json(c), "test");
   EXPECT_FALSE(back.scores_out) << "a worker cannot return raw scores: the protocol has no such tensor";
   EXPECT_FALSE(back.kv_append) << "a worker cannot return present keys/values: the protocol has no such tensor";
-  EXPECT_TRUE(lists(capabilities_to_json(c), "max_logit"));
-  EXPECT_FALSE(back.max_logit_out) << "a worker cannot return the max-logit output: the protocol has no such tensor";
+}
+
+// The max-logit output has a protocol tensor: a worker that lists it is offered it, with its form in the problem.
+TEST(WorkerJson, TheMaxLogitOutputTravelsWithItsForm) {
+  EXPECT_TRUE(capabilities_from_json(capabilities_to_json(all_flags_on()), "test").max_logit_out);
+  EXPECT_FALSE(capabilities_from_json(capabilities_to_json(Capabilities{}), "test").max_logit_out);
+  for (MaxLogitOut m : {MaxLogitOut::rows, MaxLogitOut::heads}) {
+    Problem p;
+    p.max_logit = m;
+    p.scale = p.effective_scale();
+    const json j = problem_to_json(p);
+    EXPECT_EQ(j.at("max_logit"), to_string(m));
+    EXPECT_EQ(problem_from_json(j, "test").max_logit, m);
+  }
+  json j = problem_to_json(Problem{});
+  EXPECT_FALSE(j.contains("max_logit")) << "a problem without the output sends no field a worker must read";
+  j["max_logit"] = "columns";
+  EXPECT_THROW(problem_from_json(j, "run 3"), ProtocolError);
 }
 
 // A problem message read back is the problem sent (its lossless name equal): fp8 descales were dropped (read as 1)

@@ -150,10 +150,11 @@ TEST(MaxLogit, CpuKernelsMatchTheReferenceAcrossFeatures) {
   }
 }
 
-// Implementations that cannot return it refuse the problem: a plugin (no ABI field yet) and the CUDA kernels.
+// Implementations that cannot return it refuse the problem: plugins that do not list "max_logit" (every plugin
+// built before plugin.h's tag 10, the v1 ones) and the CUDA kernels.
 TEST(MaxLogit, OthersReportUnsupported) {
   const Problem p = hand_problem(DType::f32, MaxLogitOut::rows);
-  std::vector<ImplPtr> others = {load_plugin(EXAMPLE_PLUGIN_PATH)};
+  std::vector<ImplPtr> others = {load_plugin(V1_PLUGIN_PATH), load_plugin(NO_MAX_LOGIT_PLUGIN_PATH)};
   if (ImplPtr e = find_impl("cuda-emulated")) others.push_back(e);
   for (const ImplPtr& impl : others) {
     const Support s = impl->supports(p);
@@ -162,6 +163,32 @@ TEST(MaxLogit, OthersReportUnsupported) {
     Problem plain = p;
     plain.max_logit = MaxLogitOut::none;
     EXPECT_TRUE(impl->supports(plain).ok) << impl->name() << ": " << impl->supports(plain).reason;
+  }
+}
+
+// Through the plugin ABI (tag 10): the example plugin writes both forms and passes; one taking the max before the
+// scale fails on max_logit alone.
+TEST(MaxLogit, PluginsDeliverItThroughTheExtension) {
+  for (MaxLogitOut form : {MaxLogitOut::rows, MaxLogitOut::heads}) {
+    const Problem p = hand_problem(DType::f32, form);
+    const Inputs in = hand_inputs(p);
+    const ReferenceResult r = reference_attention(p, in);
+    Outputs out;
+    const ImplPtr good = load_plugin(EXAMPLE_PLUGIN_PATH);
+    ASSERT_TRUE(good->capabilities().max_logit_out);
+    ASSERT_TRUE(run_impl(*good, p, in, out).ok);
+    const std::vector<double> got = out.max_logit->to_double();
+    const std::vector<double> want = form == MaxLogitOut::heads ? std::vector<double>{2 * std::tanh(2.0)} : kRows;
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t n = 0; n < want.size(); ++n)
+      if (std::isinf(want[n])) EXPECT_EQ(got[n], want[n]) << n;
+      else EXPECT_NEAR(got[n], want[n], 1e-6) << n;
+    EXPECT_TRUE(judge(p, r, out).pass);
+    Outputs bad;
+    ASSERT_TRUE(run_impl(*load_plugin(MAX_LOGIT_BUG_PLUGIN_PATH), p, in, bad).ok);
+    const Verdict v = judge(p, r, bad);
+    EXPECT_FALSE(v.pass);
+    for (const TensorVerdict& t : v.tensors) EXPECT_EQ(t.pass, t.tensor != "max_logit") << t.tensor;
   }
 }
 

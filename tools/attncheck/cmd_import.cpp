@@ -255,6 +255,11 @@ int run_import() {
     write_npy(g.tolerances + "/lse.npy", {p.B, p.Hq, p.Lq}, lse_tolerance(p, f.expected, f.tolerance));
     if (p.want_weights)
       write_npy(g.tolerances + "/weights.npy", {p.B, p.Hq, p.Lq, p.Lk}, weights_tolerance(p, f.expected, f.tolerance));
+    if (p.max_logit != MaxLogitOut::none) {  // in the output's form: a head's bound is its rows' largest
+      std::vector<double> t = max_logit_tolerance(p, f.expected, f.tolerance);
+      write_npy(g.tolerances + "/max_logit.npy", max_logit_shape(p),
+                p.max_logit == MaxLogitOut::heads ? max_logit_heads(p, t) : t);
+    }
   }
   if (!g.out.empty())
     std::printf("imported %s -> %s (%s)\nreplay: attncheck verify --fixtures %s --impl NAME\n", g.input.c_str(),
@@ -277,7 +282,7 @@ const Register reg{{"import", "Make a fixture from your own tensors (.npz or .h5
                                    "/actual/out ...) against the reference, as compare does: exit 0 pass, 1 fail");
                       sub.add_option("--report", g.report, "With --judge: write a report, FILE.json or FILE.xml (JUnit)");
                       sub.add_option("--tolerances", g.tolerances, "Also write the per-element tolerances as DIR/out.npy, "
-                                     "lse.npy [, weights.npy] (logical [B,H,L,...] order)");
+                                     "lse.npy [, weights.npy, max_logit.npy] (logical [B,H,L,...] order)");
                       sub.add_option("--name", g.name, "Case name (default: from the problem)");
                       sub.add_option("--dtype", g.dtype, "Problem dtype (default: q's; bf16 from uint16 bit patterns, "
                                      "fp8_e4m3/fp8_e5m2 from uint8 codes)");

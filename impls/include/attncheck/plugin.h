@@ -225,6 +225,20 @@ typedef struct attncheck_ext_schedule {
   int32_t reversed;                    /* 1: take the work units (query blocks, heads) in reverse order */
 } attncheck_ext_schedule;
 
+/* Tag 10: the max-logit output, present iff the problem asks for it (feature name "max_logit"; TransformerEngine's
+ * return_max_logit, for QK-clip). The plugin writes the maximum of the softmax input over each row's visible keys:
+ * after the scale, softcap and bias, before any exp, in natural units; a row with no visible key gives the fill
+ * (-INFINITY, or fill_value with ATTNCHECK_FILL_FINITE); a sink does not count. form 1 (rows): max_logit[b,h,i],
+ * strides[0..2]; form 2 (heads): max_logit[h], the maximum over b and i, strides[0]. stat_dtype; pre-filled with
+ * NaN by the host; NULL in supports(). */
+#define ATTNCHECK_EXT_MAX_LOGIT 10u
+typedef struct attncheck_ext_max_logit {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_MAX_LOGIT */
+  int32_t form;                        /* 1 rows [B,Hq,Lq], 2 heads [Hq] */
+  void* max_logit;
+  int64_t strides[3];                  /* elements; heads: strides[0] only */
+} attncheck_ext_max_logit;
+
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */
 typedef struct attncheck_capabilities {

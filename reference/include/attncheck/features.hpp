@@ -72,6 +72,7 @@ inline constexpr uint32_t backward = 5;  // not a problem feature: a backward re
 inline constexpr uint32_t varlen = 6;
 inline constexpr uint32_t paged_kv = 7;
 inline constexpr uint32_t fp8 = 8;
+inline constexpr uint32_t max_logit = 10;  // 9 is the schedule (plugin.h), not a problem feature
 }
 
 // Every optional feature a backend may not support, in the order capability checks report them.
