@@ -72,7 +72,7 @@ targets=(attncheck example_plugin example_plugin_bad_abi example_plugin_buggy ex
          test_hostile_storage test_hostile_durable test_hostile_threads test_hostile_budget test_hostile_catalogue
          test_hostile_cli_edges test_hostile_cancel replay_readers replay_npz replay_worker replay_parsers
          example_plugin_bf16p example_plugin_bf16p_undeclared example_plugin_bwd_no_d example_plugin_v1
-         example_plugin_zero hostile_abort hostile_alloc hostile_crash hostile_crash_backward hostile_exit0
+         example_plugin_zero example_plugin_no_max_logit example_plugin_max_logit_bug hostile_abort hostile_alloc hostile_crash hostile_crash_backward hostile_exit0
          hostile_hang hostile_oob hostile_oob_backward hostile_write_input
          test_abi test_worker_json test_compare_policy test_properties test_regression test_backward_selftest
          test_tolerance_model test_contract_noise test_sampled_rows test_backward_power test_scale_probe
@@ -126,6 +126,19 @@ if [ -d build ]; then
   # The tests this build cannot have are listed, never left out silently.
   comm -23 <(names build) <(names $dir) | grep -Ei 'cuda|cudnn|^EmuGuard\.' | sed 's/^/  /' \
     | { grep . && echo "sanitize: the tests above are in build/ but not in $dir/ (nvcc, cuDNN or the emulator), not run here" || true; }
+fi
+# A plugin a test loads is built only when it is on the target list: each one named in a test's command must exist.
+missing=$(ctest --test-dir $dir -N -L "$labels" -E "$skip" --show-only=json-v1 | python3 -c '
+import json, os, re, sys
+built = os.path.abspath(sys.argv[1]) + "/"
+for t in json.load(sys.stdin)["tests"]:
+    for a in t.get("command", []):
+        for so in re.findall(r"[^ ;=]+\.so\b", a):
+            if so.startswith(built) and not os.path.exists(so): print(t["name"] + ": " + so)' $dir)
+if [ -n "$missing" ]; then
+  echo "sanitize: plugins these tests load were not built in $dir/ (a target missing from the list in tools/sanitize.sh?):"
+  echo "$missing" | sed 's/^/  /'
+  exit 1
 fi
 ctest --test-dir $dir --output-on-failure -j"$(nproc)" -L "$labels" -E "$skip" "$@"
 # The emulator's bounds guard (test_emu_guard) is labelled isolation; CI's build-asan/ cannot build it.
