@@ -18,7 +18,7 @@ namespace attncheck::diagnose {
 
 namespace {
 
-// Single blocks tried one by one, at most this many per hypothesis (each is one softmax over the whole problem).
+// Single blocks tried one by one, at most this many per hypothesis (each costs a reference run of the problem).
 constexpr size_t kMaxSingleBlocks = 24;
 // Problems with more multiply-adds in P.V than this get the whole-mask block hypotheses only.
 constexpr int64_t kMaxBlockWork = int64_t(1) << 22;
