@@ -137,6 +137,10 @@ void describe(const Problem& p, Described& out) {
     *tail = &out.max_logit.header;
     tail = &out.max_logit.header.next;
   }
+  if (const attncheck_extension* mods = describe_modifications(p, out.mods)) {
+    *tail = mods;
+    tail = &out.mods.ext.header.next;
+  }
   // Set only by a schedule check, and only with knobs the plugin declared.
   if (const Schedule& s = current_schedule(); !s.is_default()) {
     out.schedule = {{ATTNCHECK_EXT_SCHEDULE, sizeof out.schedule, nullptr}, s.threads, s.num_splits, s.reversed ? 1 : 0};
@@ -280,7 +284,8 @@ static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT 
 static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCHECK_EXT_SCORES &&
                   ext_tag::kv_append == ATTNCHECK_EXT_KV_APPEND && ext_tag::backward == ATTNCHECK_EXT_BACKWARD &&
                   ext_tag::varlen == ATTNCHECK_EXT_VARLEN && ext_tag::paged_kv == ATTNCHECK_EXT_PAGED_KV &&
-                  ext_tag::fp8 == ATTNCHECK_EXT_FP8 && ext_tag::max_logit == ATTNCHECK_EXT_MAX_LOGIT,
+                  ext_tag::fp8 == ATTNCHECK_EXT_FP8 && ext_tag::max_logit == ATTNCHECK_EXT_MAX_LOGIT &&
+                  ext_tag::modifications == ATTNCHECK_EXT_MODIFICATIONS,
               "the feature table's extension tags are plugin.h's");
 static_assert(static_cast<int>(ScoresOut::scaled) == 1 && static_cast<int>(ScoresOut::masked) == 3);
 static_assert(static_cast<int>(MaxLogitOut::rows) == 1 && static_cast<int>(MaxLogitOut::heads) == 2);

@@ -2,6 +2,7 @@
 // call a plugin on tensors that live in shared memory. Not installed; plugin authors use attncheck/plugin.h.
 #pragma once
 
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,18 @@ struct OpenedPlugin {
 };
 OpenedPlugin open_plugin(const std::string& path);
 
+// Tag 11's storage: the used library modifications and their parameters (deques: the pointers stay valid).
+struct DescribedMods {
+  std::vector<attncheck_mod> mods;
+  std::vector<attncheck_mod_param> params;
+  std::deque<std::vector<int64_t>> i64;
+  std::deque<std::vector<double>> f64;
+  std::deque<std::string> text;
+  attncheck_ext_modifications ext;
+};
+// Fills `s` from the problem's used modifications; the extension to chain, or nullptr when it uses none.
+const attncheck_extension* describe_modifications(const Problem& p, DescribedMods& s);
+
 // A problem descriptor with the storage it points into (diagonal offsets, the v2 extension chain).
 struct Described {
   attncheck_problem d;
@@ -40,6 +53,7 @@ struct Described {
   attncheck_ext_fp8 fp8;
   attncheck_ext_schedule schedule;
   attncheck_ext_max_logit max_logit;
+  DescribedMods mods;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };
