@@ -149,18 +149,32 @@ void describe(const Problem& p, Described& out) {
   }
 }
 
+namespace {
+// Appends e at the end of out's chain. The chain's structs are members of `out` (describe()), so they may be
+// written through.
+void chain_last(Described& out, const attncheck_extension* e) {
+  if (!out.d.next) {
+    out.d.next = e;
+    return;
+  }
+  auto* last = const_cast<attncheck_extension*>(out.d.next);
+  while (last->next) last = const_cast<attncheck_extension*>(last->next);
+  last->next = e;
+}
+}  // namespace
+
 attncheck_ext_backward& chain_backward(Described& out) {
   std::memset(&out.backward, 0, sizeof out.backward);
   out.backward.header = {ATTNCHECK_EXT_BACKWARD, sizeof out.backward, nullptr};
-  if (!out.d.next) {
-    out.d.next = &out.backward.header;
-    return out.backward;
-  }
-  // The chain's structs are members of `out` (describe()), so they may be written through.
-  auto* last = const_cast<attncheck_extension*>(out.d.next);
-  while (last->next) last = const_cast<attncheck_extension*>(last->next);
-  last->next = &out.backward.header;
+  chain_last(out, &out.backward.header);
   return out.backward;
+}
+
+void chain_block_mask(Described& out, const BlockMask& m) {
+  out.block_mask = {{ATTNCHECK_EXT_BLOCK_MASK, sizeof out.block_mask, nullptr},
+                    m.q_block, m.kv_block, m.B, m.H, m.q_blocks, m.slots,
+                    m.kv_num_blocks.data(), m.kv_indices.data(), m.full_kv_num_blocks.data(), m.full_kv_indices.data()};
+  chain_last(out, &out.block_mask.header);
 }
 
 
@@ -366,6 +380,7 @@ class PluginImpl final : public Impl, public ModuleProvider, public std::enable_
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     Described desc;
     describe(p, desc);
+    if (const BlockMask* m = current_block_mask(); m && lists(kBlockMaskFeature)) chain_block_mask(desc, *m);
     attncheck_problem& d = desc.d;
     set_inputs(d, in);
     d.out = out.out.bytes.data(); copy_strides(out.out, d.out_strides);
@@ -467,6 +482,10 @@ class PluginImpl final : public Impl, public ModuleProvider, public std::enable_
       throw std::runtime_error("plugin " + name_ + " (" + path_ + "): " + what + " returned status " +
                                std::to_string(status) + ": " + (msg.empty() ? "(no message)" : msg));
     }
+  }
+
+  bool lists(const char* feature) const {
+    return std::find(features_.begin(), features_.end(), feature) != features_.end();
   }
 
   std::string path_;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/block_mask.hpp"
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/module_impl.hpp"
@@ -54,6 +55,7 @@ struct Described {
   attncheck_ext_schedule schedule;
   attncheck_ext_max_logit max_logit;
   DescribedMods mods;
+  attncheck_ext_block_mask block_mask;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };
@@ -62,6 +64,12 @@ struct Described {
 void describe(const Problem& p, Described& out);
 // Appends out.backward (zeroed, tagged ATTNCHECK_EXT_BACKWARD) to the extension chain: a backward request.
 attncheck_ext_backward& chain_backward(Described& out);
+
+// Appends out.block_mask (tag 12) to the chain, pointing into m (which must outlive the call): the block mask the
+// caller hands the kernel (current_block_mask()).
+void chain_block_mask(Described& out, const BlockMask& m);
+// The feature name by which a plugin or worker asks to be handed the block mask (plugin.h tag 12).
+inline constexpr const char* kBlockMaskFeature = "block_mask";
 
 // The feature name by which a plugin or worker offers the backward pass (plugin.h tag 5).
 inline constexpr const char* kBackwardFeature = "backward";

@@ -269,6 +269,24 @@ typedef struct attncheck_ext_modifications {
   const attncheck_mod* mods;
 } attncheck_ext_modifications;
 
+/* Tag 12: the block mask the kernel may consume (docs/block-mask.md; FlexAttention's BlockMask), present in run()
+ * when the caller hands one (`attncheck verify --block-mask Q,K`) and the plugin lists "block_mask" in `features`:
+ * the exact block mask of the problem at q_block x kv_block, derived by attncheck from the dense mask. Per (b, h,
+ * query block) kv_num_blocks counts the partial key blocks listed in kv_indices and full_kv_num_blocks the full
+ * ones in full_kv_indices (indices ascending; slots past a count unused). A key block listed in neither is empty: a
+ * kernel may skip it. A full one has every score visible: a kernel may apply no mask in it. A tail block (Lq or Lk
+ * not a multiple of the block size) is never full. B or H of 1 stands for every batch or head. */
+#define ATTNCHECK_EXT_BLOCK_MASK 12u
+typedef struct attncheck_ext_block_mask {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_BLOCK_MASK */
+  int64_t q_block, kv_block;           /* block sizes, >= 1 */
+  int64_t B, H, q_blocks, slots;       /* q_blocks = ceil(Lq / q_block); slots = ceil(Lk / kv_block) */
+  const int64_t* kv_num_blocks;        /* [B, H, q_blocks] */
+  const int64_t* kv_indices;           /* [B, H, q_blocks, slots] */
+  const int64_t* full_kv_num_blocks;   /* [B, H, q_blocks] */
+  const int64_t* full_kv_indices;      /* [B, H, q_blocks, slots] */
+} attncheck_ext_block_mask;
+
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */
 typedef struct attncheck_capabilities {
