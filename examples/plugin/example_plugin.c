@@ -148,7 +148,8 @@ static example_mods mods_of(const attncheck_problem* p) {
     m.rope_offsets = x->count ? x->i64 : NULL;
     /* plain RoPE only: frequency scaling and per-section positions are not written here */
     if (mod_param(e, "rope", "rope_linear_factor")->f64[0] != 1.0 ||
-        mod_param(e, "rope", "rope_llama3_factor")->f64[0] != 1.0 || mod_param(e, "rope", "rope_yarn_factor")->f64[0] != 1.0)
+        mod_param(e, "rope", "rope_llama3_factor")->f64[0] != 1.0 ||
+        mod_param(e, "rope", "rope_yarn_factor")->f64[0] != 1.0)
       m.rope_unsupported = "RoPE frequency scaling";
     if (mod_param(e, "rope", "rope_mrope_section")->count || mod_param(e, "rope", "rope_position_ids")->count)
       m.rope_unsupported = "mRoPE positions";
