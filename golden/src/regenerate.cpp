@@ -50,12 +50,13 @@ std::string describe_change(const fs::path& old_file, const Fixture& now) {
     const double din = std::max({max_diff(old.inputs.q.to_double(), now.inputs.q.to_double()),
                                  max_diff(old.inputs.k.to_double(), now.inputs.k.to_double()),
                                  max_diff(old.inputs.v.to_double(), now.inputs.v.to_double())});
-    std::snprintf(buf, sizeof buf, "expected out max |diff| %.3g, lse max |diff| %.3g, inputs q/k/v max |diff| %.3g%s",
-                  max_diff(old.expected.out, now.expected.out), max_diff(old.expected.lse, now.expected.lse), din,
-                  old.provenance.attncheck_version != now.provenance.attncheck_version
-                      ? (" (attncheck " + old.provenance.attncheck_version + " -> " +
-                         now.provenance.attncheck_version + ")").c_str()
-                      : "");
+    std::snprintf(
+        buf, sizeof buf, "expected out max |diff| %.3g, lse max |diff| %.3g, inputs q/k/v max |diff| %.3g%s",
+        max_diff(old.expected.out, now.expected.out), max_diff(old.expected.lse, now.expected.lse), din,
+        old.provenance.attncheck_version != now.provenance.attncheck_version
+            ? (" (attncheck " + old.provenance.attncheck_version + " -> " + now.provenance.attncheck_version + ")")
+                  .c_str()
+            : "");
     return buf;
   } catch (const std::exception& e) {
     return std::string("old file unreadable (") + e.what() + ")";
@@ -107,7 +108,8 @@ RegenerateCounts regenerate_suite(const SuiteSpec& spec, const RegenerateOptions
   }
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".h5" && !expected_files.count(e.path().filename().string()) && o.on_line)
-      o.on_line("stale    " + e.path().string() + " (not in " + spec.file_name + "; delete it if the case was removed)");
+      o.on_line("stale    " + e.path().string() + " (not in " + spec.file_name +
+                "; delete it if the case was removed)");
   if (n.selected == 0) throw std::invalid_argument("--filter '" + o.filter + "' matches no case of " + spec.file_name);
   return n;
 }

@@ -63,8 +63,8 @@ nlohmann::json selftest_json(const SelftestReport& r, const SelftestOptions& o,
     j["details"].push_back(d);
   }
   for (const auto& m : mod) {
-    nlohmann::json row = {{"name", m.impl},         {"injected", m.injected}, {"applicable", m.applicable},
-                          {"caught", m.caught},     {"tagged", m.tagged},     {"other", m.other_tags}};
+    nlohmann::json row = {{"name", m.impl},     {"injected", m.injected}, {"applicable", m.applicable},
+                          {"caught", m.caught}, {"tagged", m.tagged},     {"other", m.other_tags}};
     if (units) row["unit"] = r.entries + m.entry;
     j["module_mutants"].push_back(row);
   }
@@ -95,10 +95,12 @@ void print_selftest(const SelftestReport& r, const SelftestOptions& o,
   }
   if (!mod.empty())
     std::printf("module mutants: %s\n", module_check::selftest_ok(mod) ? "every one caught and tagged, no false alarm"
-                                                                      : "FAILED (docs/module.md)");
+                                                                       : "FAILED (docs/module.md)");
   if (o.candidate) {
-    std::printf("candidate %s: cases restricted to its capabilities; %d mutants out of scope (their bug lies in a "
-                "feature it does not support)\n", o.candidate->name().c_str(), r.out_of_scope);
+    std::printf(
+        "candidate %s: cases restricted to its capabilities; %d mutants out of scope (their bug lies in a "
+        "feature it does not support)\n",
+        o.candidate->name().c_str(), r.out_of_scope);
     std::printf("tolerances of the candidate and of every mutant follow its declared precision contract:");
     for (const auto& [t, c] : candidate_contracts(*o.candidate)) std::printf(" %s %s;", t.c_str(), c.c_str());
     std::printf("\n");
@@ -118,13 +120,19 @@ nlohmann::json backward_selftest_json(const std::vector<BackwardSelftestResult>&
     mutants += r.correct ? 0 : 1;
     killed += !r.correct && r.killed ? 1 : 0;
     false_alarms += r.correct && r.killed ? 1 : 0;
-    nlohmann::json row = {{"name", r.name},        {"kind", r.correct ? "correct" : "mutant"},
-                          {"verdict", backward_verdict(r)}, {"cases", r.ran},
-                          {"max_pass_ratio", r.max_ratio}, {"first_failure", r.first_failure}};
+    nlohmann::json row = {{"name", r.name},
+                          {"kind", r.correct ? "correct" : "mutant"},
+                          {"verdict", backward_verdict(r)},
+                          {"cases", r.ran},
+                          {"max_pass_ratio", r.max_ratio},
+                          {"first_failure", r.first_failure}};
     if (units) row["unit"] = r.entry;
     details.push_back(row);
   }
-  return {{"pass", "backward"}, {"mutants", mutants}, {"killed", killed}, {"false_alarms", false_alarms},
+  return {{"pass", "backward"},
+          {"mutants", mutants},
+          {"killed", killed},
+          {"false_alarms", false_alarms},
           {"details", details}};
 }
 
@@ -144,9 +152,12 @@ int merge_selftest(nlohmann::json& j) {
   int mutants = 0, killed = 0, correct = 0, false_alarms = 0, out_of_scope = 0;
   for (const auto& d : j["details"]) {
     const std::string v = d["verdict"].get<std::string>();
-    if (v == "out_of_scope") ++out_of_scope;
-    else if (d["kind"] == "correct") ++correct, false_alarms += v == "false_alarm";
-    else ++mutants, killed += v == "killed";
+    if (v == "out_of_scope")
+      ++out_of_scope;
+    else if (d["kind"] == "correct")
+      ++correct, false_alarms += v == "false_alarm";
+    else
+      ++mutants, killed += v == "killed";
   }
   j["mutants"] = mutants, j["killed"] = killed, j["false_alarms"] = false_alarms;
   if (j.value("pass", "") == "backward") return killed == mutants && false_alarms == 0 ? 0 : 1;
@@ -154,8 +165,13 @@ int merge_selftest(nlohmann::json& j) {
   std::vector<module_check::SelftestRow> mod;
   if (j.contains("module_mutants"))
     for (const auto& m : j["module_mutants"])
-      mod.push_back({m["name"].get<std::string>(), m["injected"].get<std::string>(), m["applicable"].get<int>(),
-                     m["caught"].get<int>(), m["tagged"].get<int>(), {}, 0});
+      mod.push_back({m["name"].get<std::string>(),
+                     m["injected"].get<std::string>(),
+                     m["applicable"].get<int>(),
+                     m["caught"].get<int>(),
+                     m["tagged"].get<int>(),
+                     {},
+                     0});
   return killed == mutants && false_alarms == 0 && module_check::selftest_ok(mod) ? 0 : 1;
 }
 

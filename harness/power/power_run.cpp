@@ -47,7 +47,8 @@ struct CandidateCells {
 CandidateCells candidate_cells(const Report& r, const std::string& name) {
   CandidateCells k;
   for (const auto& c : r.cells)
-    if (!name.empty() && c.variant == name) ++k.cells, k.false_alarms += c.ratio > 1.0, k.worst = std::max(k.worst, c.ratio);
+    if (!name.empty() && c.variant == name)
+      ++k.cells, k.false_alarms += c.ratio > 1.0, k.worst = std::max(k.worst, c.ratio);
   return k;
 }
 
@@ -105,7 +106,8 @@ std::vector<Logits> grid_logits(const std::vector<std::string>& names) {
       known += (known.empty() ? "" : ", ") + std::string(to_string(l));
       if (n == to_string(l)) r.push_back(l);
     }
-    if (r.empty() || to_string(r.back()) != n) throw std::invalid_argument("--logits: one of " + known + ", got '" + n + "'");
+    if (r.empty() || to_string(r.back()) != n)
+      throw std::invalid_argument("--logits: one of " + known + ", got '" + n + "'");
   }
   return r;
 }
@@ -123,13 +125,22 @@ nlohmann::json report_json(const Report& r, uint64_t seed, int64_t rows, const s
   j["cells_below_bound"] = r.cells_below_bound;
   j["coverage"] = nlohmann::json::array();
   for (const auto& c : r.coverage)
-    j["coverage"].push_back({{"fault", c.fault}, {"lk", c.lk}, {"dtype", to_string(c.dtype)},
-                             {"verdict", coverage_verdict(c)}, {"caught_by", kinds(c)}});
+    j["coverage"].push_back({{"fault", c.fault},
+                             {"lk", c.lk},
+                             {"dtype", to_string(c.dtype)},
+                             {"verdict", coverage_verdict(c)},
+                             {"caught_by", kinds(c)}});
   j["cells"] = nlohmann::json::array();
   for (const auto& c : r.cells) {
-    nlohmann::json row = {{"variant", c.variant}, {"kind", c.correct ? "correct" : "fault"}, {"lk", c.lk},
-                          {"dtype", to_string(c.dtype)}, {"logits", to_string(c.logits)}, {"ratio", num(c.ratio)},
-                          {"verdict", verdict(c)}, {"error", num(c.fault_err)}, {"noise", num(c.noise_err)},
+    nlohmann::json row = {{"variant", c.variant},
+                          {"kind", c.correct ? "correct" : "fault"},
+                          {"lk", c.lk},
+                          {"dtype", to_string(c.dtype)},
+                          {"logits", to_string(c.logits)},
+                          {"ratio", num(c.ratio)},
+                          {"verdict", verdict(c)},
+                          {"error", num(c.fault_err)},
+                          {"noise", num(c.noise_err)},
                           {"worst", c.worst}};
     if (units) row["unit"] = c.configuration;
     j["cells"].push_back(row);
@@ -171,23 +182,28 @@ void print_report(const Report& r, const Impl* cand) {
                 coverage_verdict(k).c_str(), kinds(k).c_str());
   if (cand) {
     const CandidateCells k = candidate_cells(r, cand->name());
-    std::printf("candidate %s: %d cells run (unsupported problems skipped), %d false alarms, largest error/tol %.3g; "
-                "judged at its declared contract:", cand->name().c_str(), k.cells, k.false_alarms, k.worst);
+    std::printf(
+        "candidate %s: %d cells run (unsupported problems skipped), %d false alarms, largest error/tol %.3g; "
+        "judged at its declared contract:",
+        cand->name().c_str(), k.cells, k.false_alarms, k.worst);
     for (DType t : cand->capabilities().dtypes)
-      if (t != DType::u8) std::printf(" %s %s;", to_string(t), cand->declarations().contract_for(t).to_string().c_str());
+      if (t != DType::u8)
+        std::printf(" %s %s;", to_string(t), cand->declarations().contract_for(t).to_string().c_str());
     std::printf("\n");
   }
   std::printf("cells: detected %d, inside rounding noise %d, below the bound %d\n", r.cells_detected,
               r.cells_inside_noise, r.cells_below_bound);
-  std::printf("faults x Lk x dtype %d: caught %d, undetectable %d, MISSED %d, n/a %d; false alarms %d; "
-              "headroom at Lk=32k fp32 %.3g; %s in %.1f s\n",
-              r.faults, r.detected, r.undetectable, r.missed, r.not_applicable, r.false_alarms, r.headroom_32k_fp32,
-              r.accepted ? "ACCEPTED" : "NOT ACCEPTED", r.seconds);
+  std::printf(
+      "faults x Lk x dtype %d: caught %d, undetectable %d, MISSED %d, n/a %d; false alarms %d; "
+      "headroom at Lk=32k fp32 %.3g; %s in %.1f s\n",
+      r.faults, r.detected, r.undetectable, r.missed, r.not_applicable, r.false_alarms, r.headroom_32k_fp32,
+      r.accepted ? "ACCEPTED" : "NOT ACCEPTED", r.seconds);
 }
 
 int exit_code(const Report& r, const Impl* cand) {
   if (cand && candidate_cells(r, cand->name()).cells == 0) {
-    std::fprintf(stderr, "attncheck: exit 1: candidate %s supports none of the grid's problems\n", cand->name().c_str());
+    std::fprintf(stderr, "attncheck: exit 1: candidate %s supports none of the grid's problems\n",
+                 cand->name().c_str());
     return 1;
   }
   return r.accepted ? 0 : 1;

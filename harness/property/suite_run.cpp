@@ -78,9 +78,10 @@ SuiteRun run_suite(const std::vector<ImplPtr>& impls, const std::vector<const Pr
         std::printf("FAIL        %-16s %-26s %s\n", impl->name().c_str(), p->name, m.c_str());
         add(report_row(impl->name(), p->name, "fail", &r, m), unit0 + pi);
         if (!r.fixture.empty())
-          std::printf("            shrunk case written to %s (replay: attncheck verify --fixtures %s --impl %s, same "
-                      "--plugin/--worker)\n",
-                      r.fixture.c_str(), o.regressions.c_str(), impl->name().c_str());
+          std::printf(
+              "            shrunk case written to %s (replay: attncheck verify --fixtures %s --impl %s, same "
+              "--plugin/--worker)\n",
+              r.fixture.c_str(), o.regressions.c_str(), impl->name().c_str());
       } else if (r.supported == 0) {
         std::printf("UNSUPPORTED %-16s %-26s no generated case was supported (%d tried)\n", impl->name().c_str(),
                     p->name, r.unsupported);

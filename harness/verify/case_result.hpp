@@ -20,7 +20,7 @@ struct CaseResult {
   std::string message;  // reason (unsupported/error) or the worst element's description
   bool judged = false;  // a verdict exists (pass or fail)
   Verdict verdict;
-  std::string diagnosis_json;  // with --diagnose on a failure: harness/diagnose's JSON object, else ""
+  std::string diagnosis_json;         // with --diagnose on a failure: harness/diagnose's JSON object, else ""
   std::string dtype;                  // the problem's dtype ("fp16"), for grouping in baseline comparisons
   std::vector<std::string> features;  // the optional features the problem uses (features.hpp names)
 };

@@ -55,7 +55,8 @@ namespace {
 // header cannot be read keeps its place with an empty name and the reason in `unreadable`.
 void list_fixtures(const std::string& dir, Cases& cases) {
   if (!fs::is_directory(dir))
-    throw std::invalid_argument("--fixtures: '" + dir + "' is not a directory (run from the repository root, or "
+    throw std::invalid_argument("--fixtures: '" + dir +
+                                "' is not a directory (run from the repository root, or "
                                 "pass --fixtures DIR)");
   std::vector<std::string> files;
   for (const auto& e : fs::recursive_directory_iterator(dir))

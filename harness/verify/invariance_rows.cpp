@@ -33,9 +33,12 @@ invariance::Options invariance_options(const std::string& list, int reruns, cons
   invariance::Options o;
   o.runs = reruns;
   o.rerun = o.batch = false;
-  if (level == "declared") o.level = invariance::Level::declared;
-  else if (level == "bitwise") o.level = invariance::Level::bitwise;
-  else if (level == "tolerance") o.level = invariance::Level::tolerance;
+  if (level == "declared")
+    o.level = invariance::Level::declared;
+  else if (level == "bitwise")
+    o.level = invariance::Level::bitwise;
+  else if (level == "tolerance")
+    o.level = invariance::Level::tolerance;
   else
     throw std::invalid_argument("--invariance-level: unknown level '" + level +
                                 "' (expected declared, bitwise or tolerance)");
@@ -44,11 +47,16 @@ invariance::Options invariance_options(const std::string& list, int reruns, cons
     const size_t end = std::min(list.find(',', start), list.size());
     const std::string item = list.substr(start, end - start);
     start = end + 1;
-    if (item == "rerun") o.rerun = true;
-    else if (item == "batch") o.batch = true;
-    else if (item == "schedule") o.schedule = true;
-    else if (item == "layout") o.layout = true;
-    else if (item == "all") o.rerun = o.batch = o.schedule = o.layout = true;
+    if (item == "rerun")
+      o.rerun = true;
+    else if (item == "batch")
+      o.batch = true;
+    else if (item == "schedule")
+      o.schedule = true;
+    else if (item == "layout")
+      o.layout = true;
+    else if (item == "all")
+      o.rerun = o.batch = o.schedule = o.layout = true;
     else
       throw std::invalid_argument("--invariance: unknown check '" + item + "' in '" + list +
                                   "' (expected rerun, batch, schedule, layout or all, comma-separated)");
@@ -63,8 +71,7 @@ std::vector<InvarianceRow> invariance_rows(const Impl& impl, const std::string& 
   std::vector<InvarianceRow> rows;
   try {
     for (const invariance::Check& c : invariance::check_forward(impl, p, in, out, o))
-      rows.push_back(to_row(c, unjudged(name, file, impl.name() + "/" + invariance::name(c.kind)),
-                            repro));
+      rows.push_back(to_row(c, unjudged(name, file, impl.name() + "/" + invariance::name(c.kind)), repro));
   } catch (const std::exception&) {
     const char* first = o.rerun ? "/rerun" : o.batch ? "/batch" : o.schedule ? "/schedule" : "/layout";
     CaseResult r = unjudged(name, file, impl.name() + first);

@@ -87,9 +87,7 @@ uint64_t inputs_hash(const Inputs& in) {
   return h;
 }
 
-bool finite_required(const Impl& impl) {
-  return impl.declarations().masked_inputs == MaskedInputs::finite_required;
-}
+bool finite_required(const Impl& impl) { return impl.declarations().masked_inputs == MaskedInputs::finite_required; }
 
 // One judged forward row and what follows it: the diagnosis lines and the invariance rows.
 struct ForwardRows {
@@ -100,8 +98,8 @@ struct ForwardRows {
 
 // The invariance checks of a judged forward case; variants are judged within tolerance as the row was.
 std::vector<InvarianceRow> forward_checks(const Impl& impl, const Fixture& f, const Problem& p,
-                                          const ReferenceResult& expected, const Outputs& out,
-                                          const ToleranceModel& m, const Judging& j, const CaseResult& row) {
+                                          const ReferenceResult& expected, const Outputs& out, const ToleranceModel& m,
+                                          const Judging& j, const CaseResult& row) {
   invariance::Options o = j.invariance;
   o.within_tolerance = [&](const Outputs& x) {
     const Verdict v = judge(p, expected, x, m);
@@ -191,18 +189,20 @@ void judge_attention(Fixture& f, const Case& c, const Cases& cases, const std::v
     ForwardRows fw{unjudged(c.name, c.file, impl.name()), {}, {}};
     if (!avail[ii].ok) {
       fw.row.status = Status::unavailable, fw.row.message = "unavailable: " + avail[ii].reason;
-    } else try {
-      judge_forward(impl, f, j, fw);
-      if (inputs_hash(f.inputs) != pristine) {
-        fw.row = unjudged(c.name, c.file, impl.name());
-        fw.row.status = Status::modified_input;
-        fw.row.message = impl.name() + " wrote into its inputs on " + c.name + " (input checksum changed); the "
-                         "fixture is read again for the next implementation";
-        f = load_case(cases, c);
+    } else
+      try {
+        judge_forward(impl, f, j, fw);
+        if (inputs_hash(f.inputs) != pristine) {
+          fw.row = unjudged(c.name, c.file, impl.name());
+          fw.row.status = Status::modified_input;
+          fw.row.message = impl.name() + " wrote into its inputs on " + c.name +
+                           " (input checksum changed); the "
+                           "fixture is read again for the next implementation";
+          f = load_case(cases, c);
+        }
+      } catch (const std::exception&) {
+        record_exception(fw.row);
       }
-    } catch (const std::exception&) {
-      record_exception(fw.row);
-    }
     describe_problem(fw.row, f.problem);
     rows.add(std::move(fw.row), fw.diagnosis);
     rows.add_checks(fw.checks, f.problem);
@@ -238,8 +238,8 @@ Judged judge_cases(Cases& cases, const std::vector<ImplPtr>& impls, const Judgin
       continue;
     }
     if (cases.spec.empty() && is_module_fixture(file)) {  // its module entries, no invariance checks
-      for (ModuleRow& m : module_rows(file, impls, avail, j.diagnose, j.tol_scale, has_forward(j.pass),
-                                      has_backward(j.pass)))
+      for (ModuleRow& m :
+           module_rows(file, impls, avail, j.diagnose, j.tol_scale, has_forward(j.pass), has_backward(j.pass)))
         rows.add(std::move(m.row), m.lines);
       continue;
     }

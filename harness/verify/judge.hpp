@@ -18,10 +18,10 @@ namespace attncheck::verify {
 
 struct Judging {
   Pass pass = Pass::forward;
-  double tol_scale = 1.0;           // explicit multiplier of every tolerance, recorded in the report
-  bool diagnose = false;            // each failure diagnosed (harness/diagnose)
-  int diagnose_reruns = 12;         // re-run budget per diagnosed failure
-  std::string repro;                // with diagnose: each failure's smallest repro written here as a fixture
+  double tol_scale = 1.0;    // explicit multiplier of every tolerance, recorded in the report
+  bool diagnose = false;     // each failure diagnosed (harness/diagnose)
+  int diagnose_reruns = 12;  // re-run budget per diagnosed failure
+  std::string repro;         // with diagnose: each failure's smallest repro written here as a fixture
   invariance::Options invariance = invariance_options("", 3, "declared");  // the checks asked for: none
   std::vector<int64_t> block_mask;  // {Q_BLOCK, KV_BLOCK}: the exact block mask handed to each forward run
 };

@@ -28,7 +28,9 @@ CaseResult merge_row(const Impl& impl, const Support& available, const MergeFixt
     r.verdict.tensors.push_back(t);
     r.judged = true;
     r.status = v.pass ? Status::pass : Status::fail;
-    r.message = v.pass ? "" : std::to_string(v.failed) + " of " + std::to_string(v.checked) + " elements outside the bound; worst " + v.worst;
+    r.message = v.pass ? ""
+                       : std::to_string(v.failed) + " of " + std::to_string(v.checked) +
+                             " elements outside the bound; worst " + v.worst;
     if (!v.pass && diagnosis) {
       const MergeDiagnosis d = diagnose_merge(f.problem, f.inputs, out);
       r.message += "; diagnosis: " + d.tag;

@@ -42,11 +42,13 @@ ModuleRow backward_module_row(const ModuleFixture& f, const std::string& file, c
         r.status = Status::unsupported, r.message = "module: " + s.reason;
       } else {
         if (!tol) tol = module_grad_tolerance(f.problem, f.inputs, f.dy->to_double());
-        r = judged_result(f.name, file, backward_label(impl.name()), module_check::judge_backward(f, *tol, g, tol_scale));
+        r = judged_result(f.name, file, backward_label(impl.name()),
+                          module_check::judge_backward(f, *tol, g, tol_scale));
         if (diagnose && r.status == Status::fail) {
           std::string tags;
           for (const std::string& t : module_check::diagnose_backward(f, g)) tags += (tags.empty() ? "" : " ") + t;
-          mr.lines.push_back("diagnosis: " + (tags.empty() ? std::string("(no module backward fault explains it)") : tags));
+          mr.lines.push_back("diagnosis: " +
+                             (tags.empty() ? std::string("(no module backward fault explains it)") : tags));
         }
       }
     } catch (const std::exception&) {

@@ -40,9 +40,16 @@ const char* index_names(const TensorVerdict& t, int k) {
 json tensor_json(const TensorVerdict& t) {
   json idx = json::object();
   for (int k = 0; k < t.worst_rank; ++k) idx[index_names(t, k)] = t.worst[static_cast<size_t>(k)];
-  json j = {{"tensor", t.tensor}, {"pass", t.pass}, {"n", t.n}, {"n_bad", t.n_bad},
-            {"max_abs_err", num(t.max_abs_err)}, {"max_rel_err", num(t.max_rel_err)}, {"worst_index", idx},
-            {"expected", num(t.expected)}, {"actual", num(t.actual)}, {"tolerance", num(t.tolerance)},
+  json j = {{"tensor", t.tensor},
+            {"pass", t.pass},
+            {"n", t.n},
+            {"n_bad", t.n_bad},
+            {"max_abs_err", num(t.max_abs_err)},
+            {"max_rel_err", num(t.max_rel_err)},
+            {"worst_index", idx},
+            {"expected", num(t.expected)},
+            {"actual", num(t.actual)},
+            {"tolerance", num(t.tolerance)},
             {"dominant_term", t.dominant}};
   if (t.accuracy.present) j["accuracy"] = accuracy_json(t.accuracy);
   return j;
@@ -54,7 +61,11 @@ std::string valid_utf8(const std::string& s) {
   std::string o;
   for (size_t i = 0; i < s.size();) {
     const auto b = static_cast<unsigned char>(s[i]);
-    const size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 && b >= 0xc2 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e && b <= 0xf4 ? 4 : 0;
+    const size_t n = b < 0x80                        ? 1
+                     : (b >> 5) == 0x6 && b >= 0xc2  ? 2
+                     : (b >> 4) == 0xe               ? 3
+                     : (b >> 3) == 0x1e && b <= 0xf4 ? 4
+                                                     : 0;
     bool ok = n > 0 && i + n <= s.size();
     for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
     if (ok && n == 3) {  // no overlong forms, no surrogates
@@ -103,9 +114,14 @@ json accuracy_json(const Accuracy& a) {
   json hist = json::object();
   const char* bins[] = {"0", "le_0.5", "le_1", "le_2", "le_4", "more"};
   for (size_t b = 0; b < a.ulp_hist.size(); ++b) hist[bins[b]] = a.ulp_hist[b];
-  return {{"ulp_dtype", to_string(a.ulp_dtype)}, {"n", a.n}, {"n_nonfinite", a.n_nonfinite},
-          {"share_of_bound", num(a.share)}, {"rms_rel", num(a.rms_rel)}, {"bias_ulp", num(a.bias_ulp)},
-          {"bias_mag_ulp", num(a.bias_mag_ulp)}, {"ulp_hist", hist},
+  return {{"ulp_dtype", to_string(a.ulp_dtype)},
+          {"n", a.n},
+          {"n_nonfinite", a.n_nonfinite},
+          {"share_of_bound", num(a.share)},
+          {"rms_rel", num(a.rms_rel)},
+          {"bias_ulp", num(a.bias_ulp)},
+          {"bias_mag_ulp", num(a.bias_mag_ulp)},
+          {"ulp_hist", hist},
           {"effective_bits", a.effective_bits ? num(*a.effective_bits) : json(nullptr)}};
 }
 
@@ -120,8 +136,7 @@ void write_report_file(const std::string& path, const std::string& text) {
 
 void check_report_path(const std::string& path) {
   const std::string e = lower_ext(path);
-  if (e != ".json" && e != ".xml")
-    throw std::invalid_argument("--report: '" + path + "' must end in .json or .xml");
+  if (e != ".json" && e != ".xml") throw std::invalid_argument("--report: '" + path + "' must end in .json or .xml");
   // Writable now, not after a long run: the directory must exist and accept files (the file itself is only
   // created at the end, so a run that stops on bad input leaves no empty report behind).
   namespace fs = std::filesystem;
@@ -142,7 +157,10 @@ std::string report_json(const std::vector<CaseResult>& rs, double tol_scale, boo
   {
     json cases = json::array();
     for (const auto& r : rs) {
-      json c = {{"fixture", r.fixture}, {"file", r.file}, {"impl", r.impl}, {"status", to_string(r.status)},
+      json c = {{"fixture", r.fixture},
+                {"file", r.file},
+                {"impl", r.impl},
+                {"status", to_string(r.status)},
                 {"message", r.message}};
       if (!r.dtype.empty()) c["dtype"] = r.dtype, c["features"] = r.features;
       if (!r.diagnosis_json.empty()) c["diagnosis"] = json::parse(r.diagnosis_json);
@@ -162,8 +180,8 @@ std::string report_json(const std::vector<CaseResult>& rs, double tol_scale, boo
     }
     json summary = json::object();
     for (Status st : all_statuses()) summary[to_string(st)] = n[st];
-    json j = {{"schema_version", kReportSchemaVersion}, {"cases", cases}, {"summary", summary},
-              {"tol_scale", tol_scale}};
+    json j = {
+        {"schema_version", kReportSchemaVersion}, {"cases", cases}, {"summary", summary}, {"tol_scale", tol_scale}};
     if (!notes.empty()) j["notes"] = notes;
     if (case_per_line) {
       auto dump = [](const json& x) { return x.dump(-1, ' ', false, json::error_handler_t::replace); };
@@ -192,9 +210,9 @@ void write_report(const std::string& path, const std::vector<CaseResult>& rs, do
     // unsupported and unavailable <skipped>; the attncheck status is the element's `type`.
     auto tag_of = [](Status st) {
       // input-error (a file that could not be read) is an <error>
-      return st == Status::fail || st == Status::modified_input || st == Status::out_of_bounds ? "failure"
+      return st == Status::fail || st == Status::modified_input || st == Status::out_of_bounds         ? "failure"
              : st == Status::unsupported || st == Status::unavailable || st == Status::finite_required ? "skipped"
-                                                                                                     : "error";
+                                                                                                       : "error";
     };
     std::map<std::string, std::vector<const CaseResult*>> by_impl;
     int tf = 0, te = 0, ts = 0;

@@ -19,10 +19,10 @@ inline constexpr int kReportSchemaVersion = 2;
 // Rows per status (every status present, most of them 0).
 std::map<Status, int> status_counts(const std::vector<CaseResult>& rs);
 
-// .json -> {"schema_version":2,"cases":[...],"summary":{...},"tol_scale":X}; .xml -> JUnit XML. Anything else: std::invalid_argument.
-// tol_scale: the user's explicit multiplier of every bound (`--tol-scale`), recorded so it is never silent.
-// notes: the run's notes printed under the table (e.g. unchecksummed_note), also in the report: JSON "notes" (only
-// when there is one), JUnit a <property name="attncheck.note"> in every testsuite.
+// .json -> {"schema_version":2,"cases":[...],"summary":{...},"tol_scale":X}; .xml -> JUnit XML. Anything else:
+// std::invalid_argument. tol_scale: the user's explicit multiplier of every bound (`--tol-scale`), recorded so it is
+// never silent. notes: the run's notes printed under the table (e.g. unchecksummed_note), also in the report: JSON
+// "notes" (only when there is one), JUnit a <property name="attncheck.note"> in every testsuite.
 void write_report(const std::string& path, const std::vector<CaseResult>& rs, double tol_scale = 1.0,
                   const std::vector<std::string>& notes = {});
 // The JSON report's text (what write_report writes to a .json path). `case_per_line`: each case compact on its own

@@ -6,9 +6,9 @@ namespace attncheck::verify {
 
 namespace {
 // Indexed by the enum's value; the order is the report order.
-const std::array<std::string, 12> kSpelling = {"pass",  "fail",    "unsupported", "unavailable", "finite-required",
-                                               "error", "crashed", "timeout",     "exited",      "modified-input",
-                                               "out-of-bounds", "input-error"};
+const std::array<std::string, 12> kSpelling = {
+    "pass",    "fail",    "unsupported", "unavailable",    "finite-required", "error",
+    "crashed", "timeout", "exited",      "modified-input", "out-of-bounds",   "input-error"};
 }  // namespace
 
 const std::vector<Status>& all_statuses() {

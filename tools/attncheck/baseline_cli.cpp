@@ -16,11 +16,14 @@ void add_baseline_options(CLI::App& sub, BaselineOptions& o) {
   sub.add_option("--max-growth", o.max_growth,
                  "Largest accepted error growth of a group (ratio, default 1.5), or DTYPE=X for one dtype; repeatable");
   sub.add_option("--max-bias-shift", o.max_bias_shift, "Largest accepted bias shift of a group, in ulps")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub.add_option("--min-cases", o.min_cases, "Groups with fewer cases are listed, not judged")
-      ->capture_default_str()->check(CLI::Range(2, 1000000));
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1000000));
   sub.add_option("--confidence", o.confidence, "Two-sided level of the intervals")
-      ->capture_default_str()->check(CLI::Range(0.5, 0.999999));
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 0.999999));
   sub.add_option("--summary", o.summary, "Write the comparison as Markdown (also appended to $GITHUB_STEP_SUMMARY)");
   sub.add_option("--junit", o.junit, "Write the comparison's regressions as JUnit XML");
 }
@@ -39,7 +42,8 @@ baseline::Thresholds thresholds(const BaselineOptions& o) {
       used = 0;
     }
     if (used != value.size() || !(x >= 1))
-      throw std::invalid_argument("--max-growth: expected a ratio >= 1 or DTYPE=RATIO (e.g. 1.5 or fp16=2), got '" + s + "'");
+      throw std::invalid_argument("--max-growth: expected a ratio >= 1 or DTYPE=RATIO (e.g. 1.5 or fp16=2), got '" + s +
+                                  "'");
     if (dtype.empty()) {
       t.max_growth = x;
       continue;

@@ -15,7 +15,7 @@ struct BaselineOptions {
   double max_bias_shift = 0.25;
   int min_cases = 6;
   double confidence = 0.99;
-  std::string summary, junit;           // Markdown and JUnit XML files
+  std::string summary, junit;  // Markdown and JUnit XML files
 };
 
 void add_baseline_options(CLI::App& sub, BaselineOptions& o);

@@ -25,7 +25,8 @@ void add_budget_options(CLI::App& sub) {
   std::snprintf(work, sizeof work, "%.3g", m.max_flops);
   sub.add_option("--max-memory", g_max_memory,
                  "Refuse a case whose tensors need more memory than this, in bytes or with K/M/G/T (default half "
-                 "the physical memory: " + std::to_string(m.max_bytes >> 20) + "M)");
+                 "the physical memory: " +
+                     std::to_string(m.max_bytes >> 20) + "M)");
   sub.add_option("--max-work", g_max_work,
                  "Refuse a case whose reference needs more FLOPs than this, e.g. 1e13 or 50T (default " +
                      std::string(work) + ": about 1000 s of the reference on the default threads)");

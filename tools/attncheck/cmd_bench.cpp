@@ -28,7 +28,8 @@ int run_bench() {
   if (c.dtype == DType::u8) throw std::invalid_argument("--dtype: must be fp64, fp32, fp16 or bf16, got u8");
   c.causal = g.causal;
   c.kv_cache = g.kv_cache;
-  if (g.mla_dv < 0) throw std::invalid_argument("--mla: must be >= 1 (V's columns of the latent), got " + std::to_string(g.mla_dv));
+  if (g.mla_dv < 0)
+    throw std::invalid_argument("--mla: must be >= 1 (V's columns of the latent), got " + std::to_string(g.mla_dv));
   c.mla_dv = g.mla_dv;
   c.num_splits = g.num_splits;  // checked against the implementation's declared schedule knobs
   c.doc_len = g.doc_len;
@@ -63,25 +64,29 @@ int run_bench() {
   const std::string splits = c.num_splits > 0 ? " num_splits=" + std::to_string(c.num_splits) : "";
   const std::string mla = c.mla_dv > 0 ? " mla Dv=" + std::to_string(c.mla_dv) : "";
   std::printf("%s %s%s%s B=%lld H=%lld Lq=%lld Lk=%lld D=%lld%s%s%s threads=%d (isa %s)\n", impl->name().c_str(),
-              to_string(c.dtype), c.kv_cache.empty() ? "" : " kv-cache ", c.kv_cache.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H),
-              static_cast<long long>(s.Lq), static_cast<long long>(s.Lk), static_cast<long long>(s.D), mla.c_str(),
-              c.causal ? " causal" : "", splits.c_str(), c.threads, bench::isa().c_str());
+              to_string(c.dtype), c.kv_cache.empty() ? "" : " kv-cache ", c.kv_cache.c_str(),
+              static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.Lq),
+              static_cast<long long>(s.Lk), static_cast<long long>(s.D), mla.c_str(), c.causal ? " causal" : "",
+              splits.c_str(), c.threads, bench::isa().c_str());
   std::printf("  median %.4f s over %d reps: %.1f GFLOP/s; same-run SGEMM (n=%lld) %.1f GFLOP/s; ratio %.3f\n",
               r.seconds, c.reps, r.gflops, static_cast<long long>(r.sgemm_n), r.sgemm_gflops, r.ratio_to_sgemm);
   if (c.backward)
     std::printf("  backward (FLOPs 2.5x forward); same-run forward median %.4f s: backward/forward time %.3f\n",
                 r.forward_seconds, r.seconds / r.forward_seconds);
   if (r.device_seconds >= 0)
-    std::printf("  device kernels (CUDA events) median %.6f s: %.1f GFLOP/s; the wall clock above adds transfers and "
-                "setup%s%s\n", r.device_seconds, r.device_gflops, r.device_note.empty() ? "" : "; ",
-                r.device_note.c_str());
+    std::printf(
+        "  device kernels (CUDA events) median %.6f s: %.1f GFLOP/s; the wall clock above adds transfers and "
+        "setup%s%s\n",
+        r.device_seconds, r.device_gflops, r.device_note.empty() ? "" : "; ", r.device_note.c_str());
   if (c.doc_len > 0)
     std::printf("  document mask: documents of %lld tokens (FLOPs above counted as without the mask)\n",
                 static_cast<long long>(c.doc_len));
   if (r.block_mask_seconds >= 0)
-    std::printf("  block mask %lldx%lld handed to it: median %.4f s with, %.4f s without (alternating, same run): "
-                "without/with %.3f\n", static_cast<long long>(c.block_mask[0]), static_cast<long long>(c.block_mask[1]),
-                r.block_mask_seconds, r.no_block_mask_seconds, r.no_block_mask_seconds / r.block_mask_seconds);
+    std::printf(
+        "  block mask %lldx%lld handed to it: median %.4f s with, %.4f s without (alternating, same run): "
+        "without/with %.3f\n",
+        static_cast<long long>(c.block_mask[0]), static_cast<long long>(c.block_mask[1]), r.block_mask_seconds,
+        r.no_block_mask_seconds, r.no_block_mask_seconds / r.block_mask_seconds);
   std::printf("  measured FMA peak %.1f GFLOP/s: %.3f of peak\n", r.fma_peak_gflops, r.fraction_of_peak);
   std::printf("  moves at least %.1f MB: %.1f GB/s; same-run read bandwidth %.1f GB/s: %.3f of it; %s-bound\n",
               r.bytes / 1e6, r.gbytes_per_s, r.stream_gbytes_per_s, r.fraction_of_bandwidth, r.bound.c_str());
@@ -102,7 +107,9 @@ const Register reg{
        sub.add_option("--dtype", g.dtype, "fp64, fp32, fp16 or bf16 (default fp32)");
        sub.add_option("--threads", g.threads, "Threads (default: ATTNCHECK_THREADS or all cores)");
        sub.add_option("--reps", g.reps, "Timed repetitions; the median is reported (default 5)");
-       sub.add_option("--warmup", g.warmup, "Untimed warm-up runs (default 1); the first untimed run (always made) also measures peak memory");
+       sub.add_option(
+           "--warmup", g.warmup,
+           "Untimed warm-up runs (default 1); the first untimed run (always made) also measures peak memory");
        sub.add_flag("--causal", g.causal, "Top-left causal mask (FLOPs counted half)");
        sub.add_option("--kv-cache", g.kv_cache,
                       "Quantized KV cache <int8|fp8_e4m3|fp8_e5m2>:<tensor|head|token|blockG> (e.g. int8:block32, "
@@ -117,15 +124,18 @@ const Register reg{
        sub.add_option("--pass", g.pass, "forward or backward (dq, dk, dv after one forward; FLOPs 2.5x forward)")
            ->capture_default_str();
        sub.add_flag("--json", g.json,
-                    "One JSON object: impl, shape, dtype, causal, mla_dv, num_splits, threads, reps, seconds, gflops, sgemm_gflops, "
-                    "sgemm_n, ratio_to_sgemm, fma_peak_gflops, fraction_of_peak, peak_extra_rss_bytes, peak_extra_rss_mib, cpu_seconds, "
+                    "One JSON object: impl, shape, dtype, causal, mla_dv, num_splits, threads, reps, seconds, gflops, "
+                    "sgemm_gflops, "
+                    "sgemm_n, ratio_to_sgemm, fma_peak_gflops, fraction_of_peak, peak_extra_rss_bytes, "
+                    "peak_extra_rss_mib, cpu_seconds, "
                     "cpu_ratio_to_sgemm, isa (the SIMD target used; ATTNCHECK_ISA forces one), pass, forward_seconds, "
                     "bytes (least the pass moves), gbytes_per_s, stream_gbytes_per_s (same-run read bandwidth), "
                     "fraction_of_bandwidth, bound (memory or compute: which of the two limits this shape)");
        sub.add_option("--doc-len", g.doc_len, "Document mask: documents of N tokens each (FLOPs counted as without)");
-       sub.add_option("--block-mask", g.block_mask,
-                      "Q_BLOCK,KV_BLOCK: hand the implementation the exact block mask at these sizes and time it "
-                      "against runs without (docs/block-mask.md; cpu-flash uses its tiles: 48,256 for D <= 64, 96,128 above)")
+       sub.add_option(
+              "--block-mask", g.block_mask,
+              "Q_BLOCK,KV_BLOCK: hand the implementation the exact block mask at these sizes and time it "
+              "against runs without (docs/block-mask.md; cpu-flash uses its tiles: 48,256 for D <= 64, 96,128 above)")
            ->delimiter(',');
        add_plugin_option(sub, g.plugins);
        return std::function<int()>(run_bench);

@@ -1,8 +1,8 @@
-// `attncheck block-mask --expected FIXTURE.h5|--problem NAME [--actual BLOCKMASK.npz] [--q-block N --kv-block N] [--write OUT.npz]`:
-// the exact block-sparse mask of a fixture's problem (FlexAttention's BlockMask convention, docs/block-mask.md),
-// printed as a grid per (batch, head) or written as an .npz, and a candidate's block mask judged against it. Exit 0
-// pass (notes shown), 1 a failure (each naming the block), 2 bad input (an inconsistent block mask names the field
-// and the values).
+// `attncheck block-mask --expected FIXTURE.h5|--problem NAME [--actual BLOCKMASK.npz] [--q-block N --kv-block N]
+// [--write OUT.npz]`: the exact block-sparse mask of a fixture's problem (FlexAttention's BlockMask convention,
+// docs/block-mask.md), printed as a grid per (batch, head) or written as an .npz, and a candidate's block mask judged
+// against it. Exit 0 pass (notes shown), 1 a failure (each naming the block), 2 bad input (an inconsistent block mask
+// names the field and the values).
 #include <cstdio>
 
 #include "attncheck/block_mask_file.hpp"
@@ -41,18 +41,21 @@ void print_grid(const BlockMask& m, const Problem& p) {
 void print_findings(const char* tag, const std::vector<BlockFinding>& f) {
   for (size_t i = 0; i < f.size() && static_cast<int>(i) < g.show; ++i)
     std::printf("%s %s\n", tag, f[i].describe().c_str());
-  if (static_cast<int>(f.size()) > g.show) std::printf("%s ... and %zu more\n", tag, f.size() - static_cast<size_t>(g.show));
+  if (static_cast<int>(f.size()) > g.show)
+    std::printf("%s ... and %zu more\n", tag, f.size() - static_cast<size_t>(g.show));
 }
 
 // The problem and its inputs: a fixture's, or a problem's lossless name (no tensors: a boolean mask needs the fixture).
 Fixture source() {
-  if (g.expected.empty() == g.problem.empty()) throw std::invalid_argument("block-mask: give one of --expected and --problem");
+  if (g.expected.empty() == g.problem.empty())
+    throw std::invalid_argument("block-mask: give one of --expected and --problem");
   if (!g.expected.empty()) return read_fixture(g.expected);
   Fixture f;
   f.problem = parse_name(g.problem);
   f.name = g.problem;
   if (f.problem.mask_shape)
-    throw std::invalid_argument("--problem: " + g.problem + " has a boolean mask tensor; give the fixture (--expected)");
+    throw std::invalid_argument("--problem: " + g.problem +
+                                " has a boolean mask tensor; give the fixture (--expected)");
   return f;
 }
 
@@ -88,26 +91,27 @@ int run_block_mask() {
   return v.pass() ? 0 : 1;
 }
 
-const Register reg{{"block-mask", "The exact block-sparse mask of a fixture (FlexAttention BlockMask); judge a candidate's",
-                    [](CLI::App& sub) {
-                      sub.add_option("--expected", g.expected, "Golden fixture (.h5)");
-                      sub.add_option("--problem", g.problem,
-                                     "Instead of a fixture: a problem's lossless name (Problem::name(); no boolean mask tensor)");
-                      sub.add_option("--actual", g.actual,
-                                     "A candidate block mask: .npz or .h5 with kv_num_blocks, kv_indices [, "
-                                     "full_kv_num_blocks, full_kv_indices] [, block_size] (docs/block-mask.md)");
-                      sub.add_option("--write", g.write, "Write the exact block mask as an .npz (without --actual)");
-                      auto* q = sub.add_option("--q-block", g.q_block, "Query rows per block (default 128)");
-                      auto* k = sub.add_option("--kv-block", g.kv_block, "Keys per block (default 128)");
-                      sub.add_option("--show", g.show, "Failures and notes printed at most (default 20)")
-                          ->check(CLI::Range(0, 1000000));
-                      return std::function<int()>([q, k] {
-                        g.sizes_given = q->count() > 0 || k->count() > 0;
-                        if (!g.write.empty() && !g.actual.empty())
-                          throw std::invalid_argument("--write: writes the exact block mask; not with --actual");
-                        return run_block_mask();
-                      });
-                    }}};
+const Register reg{
+    {"block-mask", "The exact block-sparse mask of a fixture (FlexAttention BlockMask); judge a candidate's",
+     [](CLI::App& sub) {
+       sub.add_option("--expected", g.expected, "Golden fixture (.h5)");
+       sub.add_option("--problem", g.problem,
+                      "Instead of a fixture: a problem's lossless name (Problem::name(); no boolean mask tensor)");
+       sub.add_option("--actual", g.actual,
+                      "A candidate block mask: .npz or .h5 with kv_num_blocks, kv_indices [, "
+                      "full_kv_num_blocks, full_kv_indices] [, block_size] (docs/block-mask.md)");
+       sub.add_option("--write", g.write, "Write the exact block mask as an .npz (without --actual)");
+       auto* q = sub.add_option("--q-block", g.q_block, "Query rows per block (default 128)");
+       auto* k = sub.add_option("--kv-block", g.kv_block, "Keys per block (default 128)");
+       sub.add_option("--show", g.show, "Failures and notes printed at most (default 20)")
+           ->check(CLI::Range(0, 1000000));
+       return std::function<int()>([q, k] {
+         g.sizes_given = q->count() > 0 || k->count() > 0;
+         if (!g.write.empty() && !g.actual.empty())
+           throw std::invalid_argument("--write: writes the exact block mask; not with --actual");
+         return run_block_mask();
+       });
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

@@ -33,7 +33,7 @@ struct Options {
   std::vector<std::string> actuals;  // --actual, one or more; `actual` is the one being judged
   bool diagnose = false;
   int diagnose_reruns = 12;
-  std::string repro, candidate;       // --repro DIR, --candidate NAME (the implementation that wrote --actual)
+  std::string repro, candidate;  // --repro DIR, --candidate NAME (the implementation that wrote --actual)
   std::vector<std::string> plugins;
 };
 Options g;
@@ -45,8 +45,9 @@ std::vector<std::string> diagnose_file(const Fixture& f, const Problem& p, const
                                        CaseResult& r) {
   const ImplPtr rerun = brought_candidate(g.candidate, "compare --diagnose");
   if (!g.repro.empty() && !rerun)
-    throw std::invalid_argument("--repro: needs a candidate that can be re-run (--plugin, --worker or --candidate NAME); "
-                                "the candidate file alone cannot be reduced");
+    throw std::invalid_argument(
+        "--repro: needs a candidate that can be re-run (--plugin, --worker or --candidate NAME); "
+        "the candidate file alone cannot be reduced");
   diagnose::Options o;
   o.max_reruns = g.diagnose_reruns, o.tolerance = m;
   std::vector<std::string> notes;
@@ -56,12 +57,16 @@ std::vector<std::string> diagnose_file(const Fixture& f, const Problem& p, const
     if (!s.ok)
       notes.push_back("note: " + rerun->name() + " does not support the case (" + s.reason + "): no probes");
     else if (judge(p, f.expected, again, m).pass)
-      notes.push_back("note: " + rerun->name() + " re-run passes the case the file fails: it is not the candidate that "
-                      "wrote " + g.actual + ", so no probes and no repro");
+      notes.push_back("note: " + rerun->name() +
+                      " re-run passes the case the file fails: it is not the candidate that "
+                      "wrote " +
+                      g.actual + ", so no probes and no repro");
     else
       o.rerun = rerun.get();
   } else {
-    notes.push_back("note: no re-runnable candidate (--plugin, --worker, --candidate): diagnosis from the file's outputs, no probes");
+    notes.push_back(
+        "note: no re-runnable candidate (--plugin, --worker, --candidate): diagnosis from the file's outputs, no "
+        "probes");
   }
   diagnose::Diagnosis d = diagnose::diagnose({{}, p, f.inputs}, f.expected, cand, o);
   if (!g.repro.empty() && o.rerun) d.repro = diagnose::write_repro(f, p, *rerun, d, o, g.repro);
@@ -87,7 +92,8 @@ void judge_candidate(const Fixture& f, std::vector<CaseResult>& rs, std::vector<
     if (!f.has_gradients)
       throw std::invalid_argument("--actual: " + g.actual + " has gradients but " + g.expected +
                                   " has none (fixtures generated with \"gradients\": golden/backward)");
-    rs.push_back(judged_result(f.name, g.expected, backward_label(impl), judge_backward(p, f.expected, *f.grad, *grads, m)));
+    rs.push_back(
+        judged_result(f.name, g.expected, backward_label(impl), judge_backward(p, f.expected, *f.grad, *grads, m)));
     diagnoses.emplace_back();
   } else if (f.has_gradients) {
     std::printf("note: %s has no /actual/dq: gradients not compared\n", g.actual.c_str());
@@ -97,13 +103,16 @@ void judge_candidate(const Fixture& f, std::vector<CaseResult>& rs, std::vector<
 int run_compare() {
   if (!g.report.empty()) check_report_path(g.report);
   if (!g.repro.empty() && !g.diagnose)
-    throw std::invalid_argument("--repro: needs --diagnose (the repro is reduced while it keeps the diagnosis of the "
-                                "failure; add --diagnose or drop --repro " + g.repro + ")");
+    throw std::invalid_argument(
+        "--repro: needs --diagnose (the repro is reduced while it keeps the diagnosis of the "
+        "failure; add --diagnose or drop --repro " +
+        g.repro + ")");
   if (!g.repro.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(g.repro, ec);
     if (ec || !std::filesystem::is_directory(g.repro))
-      throw std::invalid_argument("--repro: cannot create the directory '" + g.repro + "'" + (ec ? ": " + ec.message() : ""));
+      throw std::invalid_argument("--repro: cannot create the directory '" + g.repro + "'" +
+                                  (ec ? ": " + ec.message() : ""));
   }
   load_plugins(g.plugins);
   Fixture f = read_fixture(g.expected);
@@ -122,8 +131,10 @@ int run_compare() {
       } catch (const std::exception& e) {
         throw std::invalid_argument("--policy " + g.policy + ": " + e.what());
       }
-      std::printf("note: judged under the declared fully-masked policy %s (fixture: %s; expectation recomputed by the "
-                  "reference)\n", to_string(pol), to_string(f.problem.fully_masked));
+      std::printf(
+          "note: judged under the declared fully-masked policy %s (fixture: %s; expectation recomputed by the "
+          "reference)\n",
+          to_string(pol), to_string(f.problem.fully_masked));
       f.expected = reference_attention(q, f.inputs);
       f.problem = q;
     }
@@ -133,9 +144,11 @@ int run_compare() {
   for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
   if (g.actuals.size() > 1)
     for (const auto& [opt, given] : {std::pair<const char*, bool>{"--name", !g.name.empty()},
-                                     {"--repro", !g.repro.empty()}, {"--candidate", !g.candidate.empty()}})
+                                     {"--repro", !g.repro.empty()},
+                                     {"--candidate", !g.candidate.empty()}})
       if (given)
-        throw std::invalid_argument(std::string(opt) + ": names one candidate, but " + std::to_string(g.actuals.size()) +
+        throw std::invalid_argument(std::string(opt) + ": names one candidate, but " +
+                                    std::to_string(g.actuals.size()) +
                                     " --actual files were given (each row is named by its file; give one --actual)");
   if (!g.contract.empty()) {  // bad for every candidate alike: checked once, before any is read
     try {
@@ -170,32 +183,32 @@ int run_compare() {
   return exit_code(rs);
 }
 
-const Register reg{{"compare", "Judge a candidate's outputs (/actual/out, ...) against a fixture",
-                    [](CLI::App& sub) {
-                      sub.add_option("--expected", g.expected, "Golden fixture (.h5)")->required();
-                      sub.add_option("--actual", g.actuals,
-                                     "Candidate file(s) with /actual/out [, lse, weights] [, dq, dk, dv, dbias], or an .npz "
-                                     "with members out [, lse, weights]; several are each judged in their own rows")
-                          ->required();
-                      sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
-                      sub.add_option("--name", g.name, "Implementation name in the report (default: file name)");
-                      sub.add_option("--policy", g.policy,
-                                     "The candidate's fully-masked-row policy (zero, nan, uniform), if not the fixture's");
-                      sub.add_option("--contract", g.contract,
-                                     "The candidate's precision contract, e.g. qk=bf16,pv=bf16,acc=fp32 (docs/tolerance.md)");
-                      sub.add_flag("--diagnose", g.diagnose,
-                                   "Diagnose a failure: where the error lives, likely causes; with a re-runnable "
-                                   "candidate, probes on derived problems (docs/diagnosis.md)");
-                      sub.add_option("--diagnose-reruns", g.diagnose_reruns, "Re-run budget per diagnosed failure")
-                          ->check(CLI::Range(0, 1000));
-                      sub.add_option("--repro", g.repro,
-                                     "With --diagnose and a re-runnable candidate: write the smallest repro as a fixture in DIR");
-                      sub.add_option("--candidate", g.candidate,
-                                     "With --diagnose: the implementation (built-in, plugin or worker) that wrote --actual, "
-                                     "re-run by the probes");
-                      add_plugin_option(sub, g.plugins);
-                      return std::function<int()>(run_compare);
-                    }}};
+const Register reg{
+    {"compare", "Judge a candidate's outputs (/actual/out, ...) against a fixture", [](CLI::App& sub) {
+       sub.add_option("--expected", g.expected, "Golden fixture (.h5)")->required();
+       sub.add_option("--actual", g.actuals,
+                      "Candidate file(s) with /actual/out [, lse, weights] [, dq, dk, dv, dbias], or an .npz "
+                      "with members out [, lse, weights]; several are each judged in their own rows")
+           ->required();
+       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
+       sub.add_option("--name", g.name, "Implementation name in the report (default: file name)");
+       sub.add_option("--policy", g.policy,
+                      "The candidate's fully-masked-row policy (zero, nan, uniform), if not the fixture's");
+       sub.add_option("--contract", g.contract,
+                      "The candidate's precision contract, e.g. qk=bf16,pv=bf16,acc=fp32 (docs/tolerance.md)");
+       sub.add_flag("--diagnose", g.diagnose,
+                    "Diagnose a failure: where the error lives, likely causes; with a re-runnable "
+                    "candidate, probes on derived problems (docs/diagnosis.md)");
+       sub.add_option("--diagnose-reruns", g.diagnose_reruns, "Re-run budget per diagnosed failure")
+           ->check(CLI::Range(0, 1000));
+       sub.add_option("--repro", g.repro,
+                      "With --diagnose and a re-runnable candidate: write the smallest repro as a fixture in DIR");
+       sub.add_option("--candidate", g.candidate,
+                      "With --diagnose: the implementation (built-in, plugin or worker) that wrote --actual, "
+                      "re-run by the probes");
+       add_plugin_option(sub, g.plugins);
+       return std::function<int()>(run_compare);
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

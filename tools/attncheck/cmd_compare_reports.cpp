@@ -21,18 +21,20 @@ int run() {
   const baseline::Report before = baseline::load_report(g.before), now = baseline::load_report(g.now);
   const baseline::Comparison c = baseline::compare_reports(before, now, t);
   const int n = report_comparison(c, g.b, "attncheck: " + g.now + " against " + g.before);
-  if (n > 0) std::printf("exit 1: %d regression%s against %s (accept by replacing it with %s)\n", n, n > 1 ? "s" : "",
-                         g.before.c_str(), g.now.c_str());
+  if (n > 0)
+    std::printf("exit 1: %d regression%s against %s (accept by replacing it with %s)\n", n, n > 1 ? "s" : "",
+                g.before.c_str(), g.now.c_str());
   return n > 0 ? 1 : 0;
 }
 
-const Register reg{{"compare-reports", "Compare a report with a baseline report: new failures, lost features, accuracy drift",
-                    [](CLI::App& sub) {
-                      sub.add_option("before", g.before, "The baseline report (.json from verify/compare --report)")->required();
-                      sub.add_option("now", g.now, "The new report")->required();
-                      add_baseline_options(sub, g.b);
-                      return std::function<int()>(run);
-                    }}};
+const Register reg{
+    {"compare-reports", "Compare a report with a baseline report: new failures, lost features, accuracy drift",
+     [](CLI::App& sub) {
+       sub.add_option("before", g.before, "The baseline report (.json from verify/compare --report)")->required();
+       sub.add_option("now", g.now, "The new report")->required();
+       add_baseline_options(sub, g.b);
+       return std::function<int()>(run);
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

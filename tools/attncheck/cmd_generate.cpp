@@ -27,7 +27,8 @@ Options g;
 int run_generate() {
   const std::optional<Shard> shard = resolve_shard(g.shard);
   if (is_merge_suite(g.spec)) {
-    if (shard) throw std::invalid_argument("--shard: a merge-state suite (" + g.spec + ") is one short run, not sharded");
+    if (shard)
+      throw std::invalid_argument("--shard: a merge-state suite (" + g.spec + ") is one short run, not sharded");
     return generate_merge_suite(g.spec, g.out, g.update);  // docs/states.md
   }
   const SuiteSpec spec = read_suite(g.spec);
@@ -48,16 +49,16 @@ int run_generate() {
   return n.differ ? 1 : 0;
 }
 
-const Register reg{{"generate", "Build golden fixtures from a suite spec (byte-identical)", [](CLI::App& sub) {
-                      sub.add_option("--spec", g.spec, "Suite spec (golden/suite.json)")->required();
-                      sub.add_option("--out", g.out, "Output directory; fixtures go to OUT/<spec subdir>/")
-                          ->capture_default_str();
-                      sub.add_flag("--update", g.update, "Overwrite existing fixtures whose bytes change");
-                      sub.add_option("--filter", g.filter,
-                                     "Only the cases whose name or file name matches this glob (e.g. 'fp16_*causal*')");
-                      add_shard_option(sub, g.shard);
-                      return std::function<int()>(run_generate);
-                    }}};
+const Register reg{
+    {"generate", "Build golden fixtures from a suite spec (byte-identical)", [](CLI::App& sub) {
+       sub.add_option("--spec", g.spec, "Suite spec (golden/suite.json)")->required();
+       sub.add_option("--out", g.out, "Output directory; fixtures go to OUT/<spec subdir>/")->capture_default_str();
+       sub.add_flag("--update", g.update, "Overwrite existing fixtures whose bytes change");
+       sub.add_option("--filter", g.filter,
+                      "Only the cases whose name or file name matches this glob (e.g. 'fp16_*causal*')");
+       add_shard_option(sub, g.shard);
+       return std::function<int()>(run_generate);
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

@@ -35,16 +35,16 @@ int run() {
   return 0;
 }
 
-const Register reg{{"history", "Draw a series of reports as the share of the bound used per group over time (PNG, CSV)",
-                    [](CLI::App& sub) {
-                      sub.add_option("reports", g.reports, "Reports (.json), oldest first")->required()->expected(2, -1);
-                      sub.add_option("--labels", g.labels, "One label per report (commit, date); default: file names")
-                          ->delimiter(',');
-                      sub.add_option("--png", g.png, "Write the chart");
-                      sub.add_option("--csv", g.csv, "Write the same data as CSV");
-                      sub.add_option("--tensor", g.tensor, "Which tensor's share (out, lse, weights)")->capture_default_str();
-                      return std::function<int()>(run);
-                    }}};
+const Register reg{
+    {"history", "Draw a series of reports as the share of the bound used per group over time (PNG, CSV)",
+     [](CLI::App& sub) {
+       sub.add_option("reports", g.reports, "Reports (.json), oldest first")->required()->expected(2, -1);
+       sub.add_option("--labels", g.labels, "One label per report (commit, date); default: file names")->delimiter(',');
+       sub.add_option("--png", g.png, "Write the chart");
+       sub.add_option("--csv", g.csv, "Write the same data as CSV");
+       sub.add_option("--tensor", g.tensor, "Which tensor's share (out, lse, weights)")->capture_default_str();
+       return std::function<int()>(run);
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

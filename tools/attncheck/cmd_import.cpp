@@ -1,7 +1,8 @@
 // `attncheck import TENSORS.npz|.h5 --out CASE.h5 [--causal bottom-right --scale S --softcap C --policy P ...]`:
 // a fixture from a user's own tensors (q, k, v, optional mask, bias, keep, and past_key/past_value for a KV-cache
-// append: k, v are then the new tokens and the fixture also expects present = concat(past, new)). The problem comes from the arrays'
-// shapes and dtype plus the flags; the reference computes the expected outputs; `verify` replays the result.
+// append: k, v are then the new tokens and the fixture also expects present = concat(past, new)). The problem comes
+// from the arrays' shapes and dtype plus the flags; the reference computes the expected outputs; `verify` replays the
+// result.
 // `--judge`: the file also holds a candidate's outputs (out [, lse, weights]), judged as `compare` judges them, with
 // or without a fixture written: one step and no file, the Python package's route for a single check. TENSORS `-`
 // reads an .npz from stdin.
@@ -22,7 +23,8 @@ namespace attncheck::cli {
 namespace {
 
 struct Options {
-  std::string input, out, report, tolerances, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value, scores_out, max_logit;
+  std::string input, out, report, tolerances, name, dtype, layout = "bhsd", causal, policy = "zero", fill_value,
+                                                           scores_out, max_logit;
   std::string score_mod, mask_mod;  // user modifications (expressions) and the arrays they index
   std::vector<std::string> aux;
   std::optional<double> scale;
@@ -71,7 +73,8 @@ DType dtype_of(const UserArray& a, const std::string& name) {
   if (a.dtype == "float16") return DType::f16;
   if (a.dtype == "float32") return DType::f32;
   if (a.dtype == "float64") return DType::f64;
-  bad(g.input + ": " + name + ": dtype " + a.dtype + " is not a tensor dtype (float16, float32, float64; bf16: pass uint16 bit "
+  bad(g.input + ": " + name + ": dtype " + a.dtype +
+      " is not a tensor dtype (float16, float32, float64; bf16: pass uint16 bit "
       "patterns with --dtype bf16; fp8: uint8 codes with --dtype fp8_e4m3 or fp8_e5m2)");
 }
 
@@ -98,15 +101,18 @@ std::array<int64_t, 4> broadcast_shape(const UserArray& a, const std::string& na
 
 int run_import() {
   if (g.is_module) {
-    if (g.judge || !g.report.empty()) bad("--judge: not for --module (a module's outputs are judged by compare-module)");
+    if (g.judge || !g.report.empty())
+      bad("--judge: not for --module (a module's outputs are judged by compare-module)");
     if (g.out.empty()) bad("--out: needed (the module fixture to write)");
     ModuleImportFlags f = g.module;
     f.input = g.input, f.out = g.out, f.name = g.name, f.dtype = g.dtype, f.causal = g.causal, f.scale = g.scale;
     f.policy = g.policy, f.dropout_p = g.dropout_p, f.dropout_seed = g.dropout_seed, f.want_weights = g.want_weights;
     return import_module(f);
   }
-  if (g.out.empty() && !g.judge) bad("--out: needed (the fixture to write), unless --judge judges the file's own outputs");
-  if (!g.out.empty() && std::filesystem::path(g.out).extension() != ".h5") bad("--out: must name a .h5 file, got '" + g.out + "'");
+  if (g.out.empty() && !g.judge)
+    bad("--out: needed (the fixture to write), unless --judge judges the file's own outputs");
+  if (!g.out.empty() && std::filesystem::path(g.out).extension() != ".h5")
+    bad("--out: must name a .h5 file, got '" + g.out + "'");
   if (!g.report.empty() && !g.judge) bad("--report: only with --judge (a report of the judged outputs)");
   if (!g.report.empty()) check_report_path(g.report);
   const bool from_stdin = g.input == "-";
@@ -118,11 +124,13 @@ int run_import() {
   std::map<std::string, UserArray> arrays =
       from_stdin ? select_user_arrays(members, g.aux) : read_user_arrays(g.input, budget().max_bytes, g.aux);
   for (const char* n : {"q", "k", "v"})
-    if (!arrays.count(n)) bad(g.input + ": no array named '" + n + "' (need q, k, v; optional mask, bias, keep, past_key, past_value)");
+    if (!arrays.count(n))
+      bad(g.input + ": no array named '" + n + "' (need q, k, v; optional mask, bias, keep, past_key, past_value)");
   const UserArray &q = arrays["q"], &k = arrays["k"], &v = arrays["v"];
   for (const auto* a : {&q, &k, &v})
-    if (a->shape.size() != 4) bad(g.input + ": q, k, v must have rank 4, got q " + shape_string(q.shape) + ", k " +
-                                  shape_string(k.shape) + ", v " + shape_string(v.shape));
+    if (a->shape.size() != 4)
+      bad(g.input + ": q, k, v must have rank 4, got q " + shape_string(q.shape) + ", k " + shape_string(k.shape) +
+          ", v " + shape_string(v.shape));
   if (q.dtype != k.dtype || q.dtype != v.dtype)
     bad(g.input + ": q, k, v must share a dtype, got " + q.dtype + ", " + k.dtype + ", " + v.dtype);
 
@@ -135,12 +143,14 @@ int run_import() {
   p.descale_q = g.descale_q, p.descale_k = g.descale_k, p.descale_v = g.descale_v;
   if (!codes && dtype_of(q, "q") != p.dtype)
     std::printf("note: q, k, v (%s) are rounded to --dtype %s\n", q.dtype.c_str(), g.dtype.c_str());
-  auto dim = [&](const UserArray& a, int logical) { return a.shape[size_t(bshd && (logical == 1 || logical == 2) ? 3 - logical : logical)]; };
+  auto dim = [&](const UserArray& a, int logical) {
+    return a.shape[size_t(bshd && (logical == 1 || logical == 2) ? 3 - logical : logical)];
+  };
   p.B = dim(q, 0), p.Hq = dim(q, 1), p.Lq = dim(q, 2), p.Dqk = dim(q, 3);
   p.Hkv = dim(k, 1), p.Lk = dim(k, 2), p.Dv = dim(v, 3);
   if (dim(k, 0) != p.B || dim(v, 0) != p.B || dim(k, 3) != p.Dqk || dim(v, 1) != p.Hkv || dim(v, 2) != p.Lk)
-    bad(g.input + ": shapes do not agree (" + g.layout + "): q " + shape_string(q.shape) + ", k " + shape_string(k.shape) +
-        ", v " + shape_string(v.shape));
+    bad(g.input + ": shapes do not agree (" + g.layout + "): q " + shape_string(q.shape) + ", k " +
+        shape_string(k.shape) + ", v " + shape_string(v.shape));
   // A KV-cache append: past_key/past_value [B,Hkv,P,D] in the same layout; Lk is the present length P + new.
   const auto pk = arrays.find("past_key"), pv = arrays.find("past_value");
   if ((pk == arrays.end()) != (pv == arrays.end()))
@@ -151,9 +161,9 @@ int run_import() {
     if (a.shape.size() != 4 || b.shape.size() != 4 || a.dtype != q.dtype || b.dtype != q.dtype || dim(a, 0) != p.B ||
         dim(a, 1) != p.Hkv || dim(a, 3) != p.Dqk || dim(b, 0) != p.B || dim(b, 1) != p.Hkv || dim(b, 2) != dim(a, 2) ||
         dim(b, 3) != p.Dv)
-      bad(g.input + ": past_key " + a.dtype + shape_string(a.shape) + ", past_value " + b.dtype + shape_string(b.shape) +
-          " must be [B,Hkv,P,Dqk] and [B,Hkv,P,Dv] (" + g.layout + ") in q's dtype " + q.dtype + ", with k " +
-          shape_string(k.shape));
+      bad(g.input + ": past_key " + a.dtype + shape_string(a.shape) + ", past_value " + b.dtype +
+          shape_string(b.shape) + " must be [B,Hkv,P,Dqk] and [B,Hkv,P,Dv] (" + g.layout + ") in q's dtype " + q.dtype +
+          ", with k " + shape_string(k.shape));
     p.past_len = dim(a, 2);
     p.Lk += p.past_len;
   }
@@ -228,7 +238,8 @@ int run_import() {
     if (!(p.dropout_p > 0)) bad(g.input + ": keep: a dropout keep-mask needs --dropout-p P > 0");
     const std::vector<int64_t> full{p.B, p.Hq, p.Lq, p.Lk};  // keep is not broadcast
     if (it->second.shape != full)
-      bad(g.input + ": keep: shape must be [B,Hq,Lq,Lk]=" + shape_string(full) + ", got " + shape_string(it->second.shape));
+      bad(g.input + ": keep: shape must be [B,Hq,Lq,Lk]=" + shape_string(full) + ", got " +
+          shape_string(it->second.shape));
     in.keep = to_tensor(it->second, DType::u8, it->second.shape, Layout::BHSD, false);
   } else if (p.dropout_p > 0) {
     bad("--dropout-p " + std::to_string(p.dropout_p) + ": needs a keep array in " + g.input);
@@ -245,8 +256,9 @@ int run_import() {
   prov.distribution = "user";
   prov.command = "attncheck import " + std::filesystem::path(g.input).filename().string();
   const std::string name = g.name.empty() ? p.name() + "/imported" : g.name;
-  const Outputs candidate = !g.judge ? Outputs{} : from_stdin ? candidate_from_arrays(std::move(members), g.input, p)
-                                                            : read_candidate(g.input, p);
+  const Outputs candidate = !g.judge     ? Outputs{}
+                            : from_stdin ? candidate_from_arrays(std::move(members), g.input, p)
+                                         : read_candidate(g.input, p);
   const Fixture f = make_fixture(name, p, std::move(in), prov);
   if (!g.out.empty()) write_fixture(g.out, f);
   if (!g.tolerances.empty()) {  // per-element bounds for outputs in the problem dtype (row-major, logical order)
@@ -266,60 +278,73 @@ int run_import() {
                 g.out.c_str(), name.c_str(), std::filesystem::path(g.out).parent_path().string().c_str());
   if (!g.judge) return 0;
   Judged judged;
-  std::vector<CaseResult> rows{judge_forward(f, g.out.empty() ? g.input : g.out, g.input, g.input, candidate, "", judged)};
+  std::vector<CaseResult> rows{
+      judge_forward(f, g.out.empty() ? g.input : g.out, g.input, g.input, candidate, "", judged)};
   describe_problem(rows[0], f.problem);
   print_rows(rows, {});
   if (!g.report.empty()) write_report(g.report, rows);
   return exit_code(rows);
 }
 
-const Register reg{{"import", "Make a fixture from your own tensors (.npz or .h5 with q, k, v [, mask, bias, keep, past_key, past_value])",
-                    [](CLI::App& sub) {
-                      sub.add_option("input", g.input, "Tensors: .npz (np.savez[_compressed]) or .h5 (h5py); - reads an "
-                                     ".npz from stdin")->required();
-                      sub.add_option("--out", g.out, "Fixture to write (.h5); optional with --judge");
-                      sub.add_flag("--judge", g.judge, "Judge the file's own outputs (out [, lse, weights]; an .h5's "
-                                   "/actual/out ...) against the reference, as compare does: exit 0 pass, 1 fail");
-                      sub.add_option("--report", g.report, "With --judge: write a report, FILE.json or FILE.xml (JUnit)");
-                      sub.add_option("--tolerances", g.tolerances, "Also write the per-element tolerances as DIR/out.npy, "
-                                     "lse.npy [, weights.npy, max_logit.npy] (logical [B,H,L,...] order)");
-                      sub.add_option("--name", g.name, "Case name (default: from the problem)");
-                      sub.add_option("--dtype", g.dtype, "Problem dtype (default: q's; bf16 from uint16 bit patterns, "
-                                     "fp8_e4m3/fp8_e5m2 from uint8 codes)");
-                      sub.add_option("--descale-q", g.descale_q, "fp8: q's values are descale_q * code (default 1)");
-                      sub.add_option("--descale-k", g.descale_k, "fp8: k's (and past_key's) descale (default 1)");
-                      sub.add_option("--descale-v", g.descale_v, "fp8: v's (and past_value's) descale (default 1)");
-                      sub.add_option("--layout", g.layout, "Memory order of q, k, v: bhsd or bshd")->capture_default_str();
-                      sub.add_option("--causal", g.causal, "Causal mask aligned top-left or bottom-right");
-                      sub.add_option("--causal-offset", g.causal_offset, "Causal/window diagonal offset (explicit)");
-                      sub.add_option("--scale", g.scale, "Softmax scale (default 1/sqrt(Dqk))");
-                      sub.add_option("--softcap", g.softcap, "Logit softcap c (0 = off)");
-                      sub.add_option("--window", g.window, "Sliding window LEFT,RIGHT")->delimiter(',');
-                      sub.add_option("--key-lengths", g.key_lengths, "Valid keys per batch")->delimiter(',');
-                      sub.add_option("--policy", g.policy, "Fully-masked rows: zero, nan, uniform")->capture_default_str();
-                      sub.add_option("--fill-value", g.fill_value, "Masked scores become this finite value (default -inf)");
-                      sub.add_option("--dropout-p", g.dropout_p, "Dropout probability of the keep array");
-                      sub.add_option("--dropout-seed", g.dropout_seed, "Recorded with the keep array");
-                      sub.add_option("--score-mod", g.score_mod, "Score modification: an expression over score, b, h, q_idx, "
-                                     "kv_idx, q_pos and --aux tensors, e.g. 'score + slopes[h] * (kv_idx - q_pos)' "
-                                     "(docs/problem-model.md \"Expressions\")");
-                      sub.add_option("--mask-mod", g.mask_mod, "Mask modification: an expression over b, h, q_idx, kv_idx, q_pos "
-                                     "and --aux tensors, nonzero = visible, e.g. 'doc[b, q_idx] == doc[b, kv_idx]'");
-                      sub.add_option("--aux", g.aux, "Arrays of the input file that the expressions index, by name")->delimiter(',');
-                      sub.add_flag("--want-lse", g.want_lse, "Ask implementations for lse");
-                      sub.add_flag("--want-weights", g.want_weights, "Ask for (and store) the attention weights");
-                      sub.add_option("--scores-out", g.scores_out, "Also expect the raw scores [B,Hq,Lq,Lk]: scaled, capped "
-                                     "(after softcap) or masked (the softmax input); ONNX qk_matmul_output_mode 0, 1, 2");
-                      sub.add_option("--max-logit", g.max_logit, "Also expect the max-logit output: rows [B,Hq,Lq] or "
-                                     "heads [Hq] (the row max of the softmax input; TransformerEngine's return_max_logit)");
-                      sub.add_flag("--module", g.is_module, "A module fixture from x [, x2], weights and flags "
-                                   "(docs/module.md): needs --heads");
-                      sub.add_option("--heads", g.module.heads, "--module: query heads");
-                      sub.add_option("--kv-heads", g.module.kv_heads, "--module: KV heads (default: --heads)");
-                      sub.add_option("--packing", g.module.packing, "--module: packed (default) or interleaved, for wqkv");
-                      sub.add_flag("--average-weights", g.module.average_weights, "--module: weights averaged over heads");
-                      return std::function<int()>(run_import);
-                    }}};
+const Register reg{
+    {"import",
+     "Make a fixture from your own tensors (.npz or .h5 with q, k, v [, mask, bias, keep, past_key, past_value])",
+     [](CLI::App& sub) {
+       sub.add_option("input", g.input,
+                      "Tensors: .npz (np.savez[_compressed]) or .h5 (h5py); - reads an "
+                      ".npz from stdin")
+           ->required();
+       sub.add_option("--out", g.out, "Fixture to write (.h5); optional with --judge");
+       sub.add_flag("--judge", g.judge,
+                    "Judge the file's own outputs (out [, lse, weights]; an .h5's "
+                    "/actual/out ...) against the reference, as compare does: exit 0 pass, 1 fail");
+       sub.add_option("--report", g.report, "With --judge: write a report, FILE.json or FILE.xml (JUnit)");
+       sub.add_option("--tolerances", g.tolerances,
+                      "Also write the per-element tolerances as DIR/out.npy, "
+                      "lse.npy [, weights.npy, max_logit.npy] (logical [B,H,L,...] order)");
+       sub.add_option("--name", g.name, "Case name (default: from the problem)");
+       sub.add_option("--dtype", g.dtype,
+                      "Problem dtype (default: q's; bf16 from uint16 bit patterns, "
+                      "fp8_e4m3/fp8_e5m2 from uint8 codes)");
+       sub.add_option("--descale-q", g.descale_q, "fp8: q's values are descale_q * code (default 1)");
+       sub.add_option("--descale-k", g.descale_k, "fp8: k's (and past_key's) descale (default 1)");
+       sub.add_option("--descale-v", g.descale_v, "fp8: v's (and past_value's) descale (default 1)");
+       sub.add_option("--layout", g.layout, "Memory order of q, k, v: bhsd or bshd")->capture_default_str();
+       sub.add_option("--causal", g.causal, "Causal mask aligned top-left or bottom-right");
+       sub.add_option("--causal-offset", g.causal_offset, "Causal/window diagonal offset (explicit)");
+       sub.add_option("--scale", g.scale, "Softmax scale (default 1/sqrt(Dqk))");
+       sub.add_option("--softcap", g.softcap, "Logit softcap c (0 = off)");
+       sub.add_option("--window", g.window, "Sliding window LEFT,RIGHT")->delimiter(',');
+       sub.add_option("--key-lengths", g.key_lengths, "Valid keys per batch")->delimiter(',');
+       sub.add_option("--policy", g.policy, "Fully-masked rows: zero, nan, uniform")->capture_default_str();
+       sub.add_option("--fill-value", g.fill_value, "Masked scores become this finite value (default -inf)");
+       sub.add_option("--dropout-p", g.dropout_p, "Dropout probability of the keep array");
+       sub.add_option("--dropout-seed", g.dropout_seed, "Recorded with the keep array");
+       sub.add_option("--score-mod", g.score_mod,
+                      "Score modification: an expression over score, b, h, q_idx, "
+                      "kv_idx, q_pos and --aux tensors, e.g. 'score + slopes[h] * (kv_idx - q_pos)' "
+                      "(docs/problem-model.md \"Expressions\")");
+       sub.add_option("--mask-mod", g.mask_mod,
+                      "Mask modification: an expression over b, h, q_idx, kv_idx, q_pos "
+                      "and --aux tensors, nonzero = visible, e.g. 'doc[b, q_idx] == doc[b, kv_idx]'");
+       sub.add_option("--aux", g.aux, "Arrays of the input file that the expressions index, by name")->delimiter(',');
+       sub.add_flag("--want-lse", g.want_lse, "Ask implementations for lse");
+       sub.add_flag("--want-weights", g.want_weights, "Ask for (and store) the attention weights");
+       sub.add_option("--scores-out", g.scores_out,
+                      "Also expect the raw scores [B,Hq,Lq,Lk]: scaled, capped "
+                      "(after softcap) or masked (the softmax input); ONNX qk_matmul_output_mode 0, 1, 2");
+       sub.add_option("--max-logit", g.max_logit,
+                      "Also expect the max-logit output: rows [B,Hq,Lq] or "
+                      "heads [Hq] (the row max of the softmax input; TransformerEngine's return_max_logit)");
+       sub.add_flag("--module", g.is_module,
+                    "A module fixture from x [, x2], weights and flags "
+                    "(docs/module.md): needs --heads");
+       sub.add_option("--heads", g.module.heads, "--module: query heads");
+       sub.add_option("--kv-heads", g.module.kv_heads, "--module: KV heads (default: --heads)");
+       sub.add_option("--packing", g.module.packing, "--module: packed (default) or interleaved, for wqkv");
+       sub.add_flag("--average-weights", g.module.average_weights, "--module: weights averaged over heads");
+       return std::function<int()>(run_import);
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

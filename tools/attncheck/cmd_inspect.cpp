@@ -28,9 +28,20 @@ void stats(const char* name, const std::vector<double>& v, const char* extra = "
   double lo = INFINITY, hi = -INFINITY, sum = 0, sq = 0;
   int64_t finite = 0, nan = 0, inf = 0, zero = 0;
   for (double x : v) {
-    if (std::isnan(x)) { ++nan; continue; }
-    if (std::isinf(x)) { ++inf; continue; }
-    ++finite; lo = std::min(lo, x); hi = std::max(hi, x); sum += x; sq += x * x; zero += x == 0;
+    if (std::isnan(x)) {
+      ++nan;
+      continue;
+    }
+    if (std::isinf(x)) {
+      ++inf;
+      continue;
+    }
+    ++finite;
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+    sum += x;
+    sq += x * x;
+    zero += x == 0;
   }
   const double mean = finite ? sum / double(finite) : NAN;
   const double sd = finite ? std::sqrt(std::max(0.0, sq / double(finite) - mean * mean)) : NAN;
@@ -44,33 +55,37 @@ void print_fixture(const Fixture& f) {
   std::printf("fixture     %s\ncase        %s\nproblem     %s\n", g.fixture.c_str(), f.name.c_str(), p.name().c_str());
   std::printf("dtype       %s, layout %s (q, k, v and out stored %s)\n", to_string(p.dtype), to_string(p.layout),
               p.layout == Layout::BHSD ? "[B,H,L,D]" : "[B,L,H,D]");
-  std::printf("shapes      q [%lld,%lld,%lld,%lld]  k [%lld,%lld,%lld,%lld]  v [%lld,%lld,%lld,%lld]  "
-              "out [%lld,%lld,%lld,%lld] (logical B,H,L,D)\n",
-              (long long)p.B, (long long)p.Hq, (long long)p.Lq, (long long)p.Dqk, (long long)p.B, (long long)p.Hkv,
-              (long long)p.Lk, (long long)p.Dqk, (long long)p.B, (long long)p.Hkv, (long long)p.Lk, (long long)p.Dv,
-              (long long)p.B, (long long)p.Hq, (long long)p.Lq, (long long)p.Dv);
+  std::printf(
+      "shapes      q [%lld,%lld,%lld,%lld]  k [%lld,%lld,%lld,%lld]  v [%lld,%lld,%lld,%lld]  "
+      "out [%lld,%lld,%lld,%lld] (logical B,H,L,D)\n",
+      (long long)p.B, (long long)p.Hq, (long long)p.Lq, (long long)p.Dqk, (long long)p.B, (long long)p.Hkv,
+      (long long)p.Lk, (long long)p.Dqk, (long long)p.B, (long long)p.Hkv, (long long)p.Lk, (long long)p.Dv,
+      (long long)p.B, (long long)p.Hq, (long long)p.Lq, (long long)p.Dv);
   std::printf("features\n");
   std::printf("  scale       %.9g%s\n", p.effective_scale(), p.scale ? " (explicit)" : " (default 1/sqrt(Dqk))");
   if (p.Hq != p.Hkv) std::printf("  GQA         %lld query heads per KV head\n", (long long)p.group_size());
   if (p.causal) std::printf("  causal      alignment %s\n", to_string(p.alignment));
   if (p.alignment == Alignment::explicit_ && (p.causal || p.has_window()))
     std::printf("  offsets     %s\n", p.causal_offsets.empty() ? std::to_string(p.causal_offset).c_str()
-                                                                : shape_string(p.causal_offsets).c_str());
+                                                               : shape_string(p.causal_offsets).c_str());
   if (!p.key_lengths.empty()) std::printf("  key_lengths %s\n", shape_string(p.key_lengths).c_str());
   if (p.mask_shape)
     std::printf("  bool mask   %s\n", shape_string({p.mask_shape->begin(), p.mask_shape->end()}).c_str());
   if (p.bias_shape)
     std::printf("  bias        %s %s\n", shape_string({p.bias_shape->begin(), p.bias_shape->end()}).c_str(),
                 to_string(p.bias_dtype));
-  if (p.has_window()) std::printf("  window      left %lld right %lld (-1 unbounded), alignment %s\n",
-                                  (long long)p.window_left, (long long)p.window_right, to_string(p.alignment));
+  if (p.has_window())
+    std::printf("  window      left %lld right %lld (-1 unbounded), alignment %s\n", (long long)p.window_left,
+                (long long)p.window_right, to_string(p.alignment));
   if (p.softcap > 0) std::printf("  softcap     %g\n", p.softcap);
   std::printf("  fill        %s%s, fully masked rows -> %s\n", to_string(p.fill),
               p.fill == MaskFill::finite ? (" " + std::to_string(p.fill_value)).c_str() : "",
               to_string(p.fully_masked));
   if (p.dropout_p > 0) std::printf("  dropout     p %g seed %llu\n", p.dropout_p, (unsigned long long)p.dropout_seed);
   std::printf("  outputs     out%s%s%s\n", p.want_lse ? ", lse" : "", p.want_weights ? ", weights" : "",
-              p.max_logit == MaxLogitOut::none ? "" : p.max_logit == MaxLogitOut::rows ? ", max_logit [B,Hq,Lq]" : ", max_logit [Hq]");
+              p.max_logit == MaxLogitOut::none   ? ""
+              : p.max_logit == MaxLogitOut::rows ? ", max_logit [B,Hq,Lq]"
+                                                 : ", max_logit [Hq]");
   std::printf("inputs\n");
   stats("q", f.inputs.q.to_double());
   stats("k", f.inputs.k.to_double());
@@ -88,8 +103,7 @@ void print_fixture(const Fixture& f) {
   if (p.want_weights) stats("weights", f.expected.weights);
   std::printf("provenance  schema_version %lld, attncheck %s, seed %llu, distribution %s\n            command: %s\n",
               (long long)f.provenance.schema_version, f.provenance.attncheck_version.c_str(),
-              (unsigned long long)f.provenance.seed, f.provenance.distribution.c_str(),
-              f.provenance.command.c_str());
+              (unsigned long long)f.provenance.seed, f.provenance.distribution.c_str(), f.provenance.command.c_str());
   std::vector<double> tol = out_tolerance(p, f.expected, f.tolerance);
   std::sort(tol.begin(), tol.end());
   std::printf("tolerance   lambda %g, rel_floor %g; out tolerance min %.3g median %.3g max %.3g\n", f.tolerance.lambda,
@@ -107,7 +121,8 @@ bool print_candidate(const Fixture& f) {
     std::printf("  %-8s max abs %.3g  max rel %.3g  %s\n", t.tensor.c_str(), t.max_abs_err, t.max_rel_err,
                 t.describe().c_str());
   // The worst elements of out by error / tolerance.
-  const std::vector<double> e = f.expected.out, a = cand.out.to_double(), tol = out_tolerance(p, f.expected, f.tolerance);
+  const std::vector<double> e = f.expected.out, a = cand.out.to_double(),
+                            tol = out_tolerance(p, f.expected, f.tolerance);
   std::vector<size_t> idx(e.size());
   std::iota(idx.begin(), idx.end(), size_t{0});
   auto ratio = [&](size_t n) {
@@ -123,14 +138,15 @@ bool print_candidate(const Fixture& f) {
     const size_t n = idx[r];
     const int64_t d = int64_t(n) % p.Dv, i = int64_t(n) / p.Dv % p.Lq, h = int64_t(n) / (p.Dv * p.Lq) % p.Hq,
                   b = int64_t(n) / (p.Dv * p.Lq * p.Hq);
-    std::printf("    out[b=%lld,h=%lld,i=%lld,d=%lld] expected %-14.9g actual %-14.9g |err| %-10.3g tol %-10.3g x%.3g\n",
-                (long long)b, (long long)h, (long long)i, (long long)d, e[n], a[n], std::abs(a[n] - e[n]), tol[n],
-                ratio(n));
+    std::printf(
+        "    out[b=%lld,h=%lld,i=%lld,d=%lld] expected %-14.9g actual %-14.9g |err| %-10.3g tol %-10.3g x%.3g\n",
+        (long long)b, (long long)h, (long long)i, (long long)d, e[n], a[n], std::abs(a[n] - e[n]), tol[n], ratio(n));
   }
   if (!v.pass) {
     diagnose::Options o;
     o.tolerance = f.tolerance;
-    for (const std::string& l : diagnose::diagnose({{}, p, f.inputs}, f.expected, cand, o).text()) std::printf("  %s\n", l.c_str());
+    for (const std::string& l : diagnose::diagnose({{}, p, f.inputs}, f.expected, cand, o).text())
+      std::printf("  %s\n", l.c_str());
   }
   return v.pass;
 }
@@ -154,17 +170,17 @@ int run_inspect() {
   return 0;
 }
 
-const Register reg{{"inspect", "Summarise a fixture (and a candidate's errors)", [](CLI::App& sub) {
-                      sub.add_option("fixture", g.fixture, "Golden fixture (.h5)")->required();
-                      sub.add_option("--actual", g.actual, "Candidate file with /actual/out [, lse, weights]");
-                      sub.add_option("--top", g.top, "How many worst elements to list")->capture_default_str();
-                      sub.add_option("--png", g.png,
-                                     "Write a heatmap PNG: reference attention weights per (b,h) and, with --actual, "
-                                     "|out error| / tolerance per (i,d)");
-                      sub.add_option("--max-panels", g.max_panels, "At most this many (b,h) panels in the PNG")
-                          ->capture_default_str();
-                      return std::function<int()>(run_inspect);
-                    }}};
+const Register reg{
+    {"inspect", "Summarise a fixture (and a candidate's errors)", [](CLI::App& sub) {
+       sub.add_option("fixture", g.fixture, "Golden fixture (.h5)")->required();
+       sub.add_option("--actual", g.actual, "Candidate file with /actual/out [, lse, weights]");
+       sub.add_option("--top", g.top, "How many worst elements to list")->capture_default_str();
+       sub.add_option("--png", g.png,
+                      "Write a heatmap PNG: reference attention weights per (b,h) and, with --actual, "
+                      "|out error| / tolerance per (i,d)");
+       sub.add_option("--max-panels", g.max_panels, "At most this many (b,h) panels in the PNG")->capture_default_str();
+       return std::function<int()>(run_inspect);
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

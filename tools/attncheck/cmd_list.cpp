@@ -78,9 +78,9 @@ void print_backward(const Impl& impl) {
     else if (no.empty())
       no = std::string(to_string(t)) + ": " + s.reason;
   }
-  const std::string line = yes.empty() ? "not supported: " + no.substr(no.find(": ") + 2)
-                                        : "dq dk dv dbias in " + yes + (no.empty() ? "" : "; not " + no) +
-                                              " (docs/backward.md)";
+  const std::string line = yes.empty()
+                               ? "not supported: " + no.substr(no.find(": ") + 2)
+                               : "dq dk dv dbias in " + yes + (no.empty() ? "" : "; not " + no) + " (docs/backward.md)";
   std::printf("    backward: %s\n", line.c_str());
 }
 
@@ -97,8 +97,7 @@ int run_list() {
   return 0;
 }
 
-const Register reg{{"list", "List implementations, their availability and capabilities",
-                    [](CLI::App& sub) {
+const Register reg{{"list", "List implementations, their availability and capabilities", [](CLI::App& sub) {
                       add_plugin_option(sub, g_plugins);
                       return std::function<int()>(run_list);
                     }}};

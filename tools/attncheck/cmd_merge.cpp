@@ -1,7 +1,7 @@
 // `attncheck merge SHARD.json... [--report FILE]`: the N JSON reports of a sharded run (`--shard I/N` of verify,
-// property, power, selftest) joined into the report the unsharded run writes, with its exit code: the rows are put back in
-// unit order, the shard marks dropped, and the verb recomputes what it derives from the rows (register_merge in
-// its cmd_*.cpp). Every shard 0..N-1 of one run must be there exactly once; anything else is exit 2.
+// property, power, selftest) joined into the report the unsharded run writes, with its exit code: the rows are put back
+// in unit order, the shard marks dropped, and the verb recomputes what it derives from the rows (register_merge in its
+// cmd_*.cpp). Every shard 0..N-1 of one run must be there exactly once; anything else is exit 2.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -61,8 +61,9 @@ int run_merge() {
       throw std::invalid_argument(g_files[i] + ": ran with other settings than " + g_files[0] + ": " +
                                   common(parts[i], *m).dump() + " against " + common(parts[0], *m).dump());
     const int64_t index = s.value("index", int64_t{-1});
-    if (seen.count(index)) throw std::invalid_argument(g_files[i] + ": shard " + std::to_string(index) +
-                                                       " given twice (also " + g_files[seen[index]] + ")");
+    if (seen.count(index))
+      throw std::invalid_argument(g_files[i] + ": shard " + std::to_string(index) + " given twice (also " +
+                                  g_files[seen[index]] + ")");
     seen[index] = i;
   }
   for (int64_t k = 0; k < count; ++k)
@@ -105,13 +106,13 @@ int run_merge() {
   return rc;
 }
 
-const Register reg{{"merge", "Join the JSON reports of a sharded run into the unsharded run's report and exit code",
-                    [](CLI::App& sub) {
-                      sub.add_option("reports", g_files, "The shards' JSON reports (every shard of one run)")
-                          ->required();
-                      sub.add_option("--report", g_report, "Write the merged report here (default: stdout)");
-                      return std::function<int()>(run_merge);
-                    }}};
+const Register reg{
+    {"merge", "Join the JSON reports of a sharded run into the unsharded run's report and exit code",
+     [](CLI::App& sub) {
+       sub.add_option("reports", g_files, "The shards' JSON reports (every shard of one run)")->required();
+       sub.add_option("--report", g_report, "Write the merged report here (default: stdout)");
+       return std::function<int()>(run_merge);
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

@@ -67,7 +67,8 @@ int run_module_selftest() {
   for (const auto& r : rows) {
     std::printf("%-34s %-26s %10d %7d %7d\n", r.impl.c_str(), r.injected.empty() ? "(correct)" : r.injected.c_str(),
                 r.applicable, r.caught, r.tagged);
-    for (size_t k = 0; k < r.other_tags.size() && (g_verbose || k < 3); ++k) std::printf("    %s\n", r.other_tags[k].c_str());
+    for (size_t k = 0; k < r.other_tags.size() && (g_verbose || k < 3); ++k)
+      std::printf("    %s\n", r.other_tags[k].c_str());
   }
   const bool ok = module_check::selftest_ok(rows);
   std::printf("module selftest on %zu fixtures: %s\n", fixtures.size(),
@@ -75,17 +76,19 @@ int run_module_selftest() {
   return ok ? 0 : 1;
 }
 
-const Register reg_gen{{"generate-modules", "Write the module golden suite (OUT/modules/, docs/module.md)", [](CLI::App& sub) {
-                          sub.add_option("--out", g_out, "Output directory; fixtures go to OUT/modules/")->capture_default_str();
-                          sub.add_flag("--update", g_update, "Overwrite fixtures whose bytes change");
-                          return std::function<int()>(run_generate);
-                        }}};
-const Register reg_self{{"module-selftest", "Every module mutant caught and diagnosed with its tag on the module fixtures",
-                         [](CLI::App& sub) {
-                           sub.add_option("--fixtures", g_fixtures, "Directory of module fixtures")->capture_default_str();
-                           sub.add_flag("--verbose", g_verbose, "Print every unexpected diagnosis");
-                           return std::function<int()>(run_module_selftest);
-                         }}};
+const Register reg_gen{
+    {"generate-modules", "Write the module golden suite (OUT/modules/, docs/module.md)", [](CLI::App& sub) {
+       sub.add_option("--out", g_out, "Output directory; fixtures go to OUT/modules/")->capture_default_str();
+       sub.add_flag("--update", g_update, "Overwrite fixtures whose bytes change");
+       return std::function<int()>(run_generate);
+     }}};
+const Register reg_self{
+    {"module-selftest", "Every module mutant caught and diagnosed with its tag on the module fixtures",
+     [](CLI::App& sub) {
+       sub.add_option("--fixtures", g_fixtures, "Directory of module fixtures")->capture_default_str();
+       sub.add_flag("--verbose", g_verbose, "Print every unexpected diagnosis");
+       return std::function<int()>(run_module_selftest);
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

@@ -43,15 +43,18 @@ int64_t rows(const std::map<std::string, UserArray>& a, const char* name) {
 // d = total / heads, or an error naming the flag and the array it came from.
 int64_t per_head(int64_t total, int64_t heads, const std::string& what) {
   if (total % heads != 0)
-    bad("--heads " + std::to_string(heads) + ": " + what + " = " + std::to_string(total) + " is not divisible by the heads");
+    bad("--heads " + std::to_string(heads) + ": " + what + " = " + std::to_string(total) +
+        " is not divisible by the heads");
   return total / heads;
 }
 }  // namespace
 
 int import_module(const ModuleImportFlags& f) {
-  if (f.out.empty() || std::filesystem::path(f.out).extension() != ".h5") bad("--out: must name a .h5 file, got '" + f.out + "'");
+  if (f.out.empty() || std::filesystem::path(f.out).extension() != ".h5")
+    bad("--out: must name a .h5 file, got '" + f.out + "'");
   if (std::filesystem::path(f.input).extension() != ".npz") bad(f.input + ": a module import reads an .npz (np.savez)");
-  if (f.heads < 1) bad("--heads: a module import needs the number of query heads (>= 1), got " + std::to_string(f.heads));
+  if (f.heads < 1)
+    bad("--heads: a module import needs the number of query heads (>= 1), got " + std::to_string(f.heads));
   const std::map<std::string, UserArray> a = read_npz(f.input, budget().max_bytes);
   if (!a.count("x") || a.at("x").shape.size() != 3) bad(f.input + ": needs x [B, L, d_in]");
   if (!a.count("wo")) bad(f.input + ": needs wo [d_out, Hq*Dv]");
@@ -59,8 +62,10 @@ int import_module(const ModuleImportFlags& f) {
   const bool bf16_bits = f.dtype == "bf16" && x.dtype == "uint16";
   ModuleProblem m;
   Problem& p = m.attn;
-  p.dtype = !f.dtype.empty() ? dtype_from_string(f.dtype)
-            : x.dtype == "float16" ? DType::f16 : x.dtype == "float64" ? DType::f64 : DType::f32;
+  p.dtype = !f.dtype.empty()       ? dtype_from_string(f.dtype)
+            : x.dtype == "float16" ? DType::f16
+            : x.dtype == "float64" ? DType::f64
+                                   : DType::f32;
   p.B = x.shape[0], p.Lq = p.Lk = x.shape[1], m.d_in = x.shape[2];
   if (a.count("x2")) {
     const UserArray& x2 = a.at("x2");
@@ -97,8 +102,15 @@ int import_module(const ModuleImportFlags& f) {
   ModuleInputs in;
   in.x = *tensor(a, "x", t, bf16_bits);
   in.x2 = tensor(a, "x2", t, bf16_bits);
-  for (auto [name, dst] : {std::pair{"wq", &in.wq}, {"wk", &in.wk}, {"wv", &in.wv}, {"bq", &in.bq}, {"bk", &in.bk},
-                           {"bv", &in.bv}, {"wqkv", &in.wqkv}, {"bqkv", &in.bqkv}, {"bo", &in.bo}})
+  for (auto [name, dst] : {std::pair{"wq", &in.wq},
+                           {"wk", &in.wk},
+                           {"wv", &in.wv},
+                           {"bq", &in.bq},
+                           {"bk", &in.bk},
+                           {"bv", &in.bv},
+                           {"wqkv", &in.wqkv},
+                           {"bqkv", &in.bqkv},
+                           {"bo", &in.bo}})
     *dst = tensor(a, name, t, bf16_bits);
   in.wo = *tensor(a, "wo", t, bf16_bits);
   if (a.count("key_padding_mask") && a.count("mask")) bad(f.input + ": give key_padding_mask or mask, not both");
@@ -166,17 +178,21 @@ int run_compare_module() {
     std::vector<int64_t> got = it->second.shape;
     if (m.average_weights && std::string(name) == "weights" && got.size() == 3) got.insert(got.begin() + 1, 1);
     if (std::string(name) == "y" && got.size() == 3) got = {got[0], got[1], got[2]};
-    if (t.numel() != int64_t(it->second.values.size()) ||
-        (std::string(name) == "weights" && got != want) || (std::string(name) == "y" && got != want))
+    if (t.numel() != int64_t(it->second.values.size()) || (std::string(name) == "weights" && got != want) ||
+        (std::string(name) == "y" && got != want))
       bad(g_actual + ": " + name + ": shape " + shape_string(it->second.shape) + ", expected " + shape_string(want));
     const bool bits = it->second.dtype == "uint16" && m.attn.dtype == DType::bf16;
-    if (!it->second.is_float() && !bits) bad(g_actual + ": " + name + ": dtype " + it->second.dtype + " is not a float type");
+    if (!it->second.is_float() && !bits)
+      bad(g_actual + ": " + name + ": dtype " + it->second.dtype + " is not a float type");
     if (std::string(name) == "weights")
-      weights_delivered = bits ? DType::bf16 : it->second.dtype == "float16" ? DType::f16
-                          : it->second.dtype == "float32" ? DType::f32 : DType::f64;
+      weights_delivered = bits                            ? DType::bf16
+                          : it->second.dtype == "float16" ? DType::f16
+                          : it->second.dtype == "float32" ? DType::f32
+                                                          : DType::f64;
     Tensor wide(DType::f64, t.shape);  // judged in the dtype delivered: no rounding here
     for (size_t n = 0; n < it->second.values.size(); ++n)
-      wide.set_offset(int64_t(n), bits ? double(bf16_bits_to_float(uint16_t(it->second.values[n]))) : it->second.values[n]);
+      wide.set_offset(int64_t(n),
+                      bits ? double(bf16_bits_to_float(uint16_t(it->second.values[n]))) : it->second.values[n]);
     t = wide;
   };
   fill("y", out.y);
@@ -207,16 +223,20 @@ int run_compare_module() {
     if (const auto it = a.find(name); it != a.end()) {
       const Tensor& like = module_grad_input(f.inputs, name);
       if (it->second.shape != like.shape)
-        bad(g_actual + ": " + name + ": shape " + shape_string(it->second.shape) + ", expected " + shape_string(like.shape));
+        bad(g_actual + ": " + name + ": shape " + shape_string(it->second.shape) + ", expected " +
+            shape_string(like.shape));
       const bool bits = it->second.dtype == "uint16" && like.dtype == DType::bf16;
-      if (!it->second.is_float() && !bits) bad(g_actual + ": " + name + ": dtype " + it->second.dtype + " is not a float type");
+      if (!it->second.is_float() && !bits)
+        bad(g_actual + ": " + name + ": dtype " + it->second.dtype + " is not a float type");
       Tensor t(DType::f64, like.shape);
       for (size_t n = 0; n < it->second.values.size(); ++n)
-        t.set_offset(int64_t(n), bits ? double(bf16_bits_to_float(uint16_t(it->second.values[n]))) : it->second.values[n]);
+        t.set_offset(int64_t(n),
+                     bits ? double(bf16_bits_to_float(uint16_t(it->second.values[n]))) : it->second.values[n]);
       g.emplace(name, std::move(t));
     }
   if (!g.empty()) {
-    if (!f.grad) bad(g_actual + ": " + g.begin()->first + ": gradients given, but " + g_expected + " has no dy (import with dy)");
+    if (!f.grad)
+      bad(g_actual + ": " + g.begin()->first + ": gradients given, but " + g_expected + " has no dy (import with dy)");
     const Verdict vb = module_check::judge_backward(f, module_grad_tolerance(m, f.inputs, f.dy->to_double()), g);
     CaseResult rb = judged_result(f.name, g_expected, "candidate/backward", vb);
     describe_problem(rb, m.attn);
@@ -233,13 +253,15 @@ int run_compare_module() {
   return pass ? 0 : 1;
 }
 
-const Register reg{{"compare-module", "Judge a module's outputs (y, weights, gradients in an .npz) against a module fixture",
-                    [](CLI::App& sub) {
-                      sub.add_option("--expected", g_expected, "Module fixture (.h5)")->required();
-                      sub.add_option("--actual", g_actual, "Candidate .npz with y [B,Lq,d_out] (and weights, dx, dwq, ...)")->required();
-                      sub.add_option("--report", g_report, "Write a report: FILE.json or FILE.xml (JUnit)");
-                      return std::function<int()>(run_compare_module);
-                    }}};
+const Register reg{
+    {"compare-module", "Judge a module's outputs (y, weights, gradients in an .npz) against a module fixture",
+     [](CLI::App& sub) {
+       sub.add_option("--expected", g_expected, "Module fixture (.h5)")->required();
+       sub.add_option("--actual", g_actual, "Candidate .npz with y [B,Lq,d_out] (and weights, dx, dwq, ...)")
+           ->required();
+       sub.add_option("--report", g_report, "Write a report: FILE.json or FILE.xml (JUnit)");
+       return std::function<int()>(run_compare_module);
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

@@ -22,8 +22,10 @@ std::string g_candidate;
 std::optional<std::string> g_shard;
 
 // merge: the cells of every shard, summarised again as run_grid summarises them; the exit rule of run_power.
-const RegisterMerge merge{{"power", {"seed", "rows", "candidate"}, {"cells"},
-                           [](nlohmann::json& j, const std::vector<nlohmann::json>&) { return power::merge_report(j); }}};
+const RegisterMerge merge{
+    {"power", {"seed", "rows", "candidate"}, {"cells"}, [](nlohmann::json& j, const std::vector<nlohmann::json>&) {
+       return power::merge_report(j);
+     }}};
 
 std::vector<std::string> g_dtypes, g_logits;  // a part of the grid (default: all)
 
@@ -32,7 +34,8 @@ int run_power(bool json, const std::vector<int64_t>& lk, int64_t rows, uint64_t 
   const ImplPtr cand = brought_candidate(g_candidate, "power");
   if (cand)
     if (const Support a = cand->available(); !a.ok) {
-      std::fprintf(stderr, "attncheck: exit 1: candidate %s is unavailable: %s\n", cand->name().c_str(), a.reason.c_str());
+      std::fprintf(stderr, "attncheck: exit 1: candidate %s is unavailable: %s\n", cand->name().c_str(),
+                   a.reason.c_str());
       return 1;
     }
   power::GridOptions o;
@@ -70,30 +73,28 @@ std::string g_merge;  // --merge DIR: the merge faults' table instead of the att
 std::vector<int64_t> g_lk;
 int64_t g_rows = power::GridOptions{}.rows;
 uint64_t g_seed = power::GridOptions{}.seed;
-const Register reg{{"power", "Inject faults into a correct fast kernel and show which the tolerance model catches",
-                    [](CLI::App& sub) {
-                      sub.add_flag("--json", g_json, "Print the report as JSON");
-                      sub.add_option("--lk", g_lk, "Key lengths of the grid (default 1024,8192,32768,131072)")
-                          ->delimiter(',');
-                      sub.add_option("--dtype", g_dtypes, "Only these dtypes of the grid (fp32, fp16, bf16)")
-                          ->delimiter(',');
-                      sub.add_option("--logits", g_logits,
-                                     "Only these input kinds of the grid (normal, large, near_one_hot, hazard)")
-                          ->delimiter(',');
-                      sub.add_option("--rows", g_rows, "Query rows judged per problem (default 8)");
-                      sub.add_option("--seed", g_seed, "Seed of the inputs");
-                      sub.add_option("--candidate", g_candidate,
-                                     "Run this implementation as one more correct variant, at its declared contract");
-                      sub.add_option("--merge", g_merge, "Run the merge faults on the merge fixtures under DIR instead "
-                                                         "(e.g. golden/states; docs/states.md)");
-                      add_plugin_option(sub, g_plugins);
-                      add_shard_option(sub, g_shard);
-                      return std::function<int()>([] {
-                        if (g_shard && !g_merge.empty())
-                          throw std::invalid_argument("--shard: not with --merge (the merge table is one short run)");
-                        return g_merge.empty() ? run_power(g_json, g_lk, g_rows, g_seed) : merge_power_table(g_merge);
-                      });
-                    }}};
+const Register reg{
+    {"power", "Inject faults into a correct fast kernel and show which the tolerance model catches", [](CLI::App& sub) {
+       sub.add_flag("--json", g_json, "Print the report as JSON");
+       sub.add_option("--lk", g_lk, "Key lengths of the grid (default 1024,8192,32768,131072)")->delimiter(',');
+       sub.add_option("--dtype", g_dtypes, "Only these dtypes of the grid (fp32, fp16, bf16)")->delimiter(',');
+       sub.add_option("--logits", g_logits, "Only these input kinds of the grid (normal, large, near_one_hot, hazard)")
+           ->delimiter(',');
+       sub.add_option("--rows", g_rows, "Query rows judged per problem (default 8)");
+       sub.add_option("--seed", g_seed, "Seed of the inputs");
+       sub.add_option("--candidate", g_candidate,
+                      "Run this implementation as one more correct variant, at its declared contract");
+       sub.add_option("--merge", g_merge,
+                      "Run the merge faults on the merge fixtures under DIR instead "
+                      "(e.g. golden/states; docs/states.md)");
+       add_plugin_option(sub, g_plugins);
+       add_shard_option(sub, g_shard);
+       return std::function<int()>([] {
+         if (g_shard && !g_merge.empty())
+           throw std::invalid_argument("--shard: not with --merge (the merge table is one short run)");
+         return g_merge.empty() ? run_power(g_json, g_lk, g_rows, g_seed) : merge_power_table(g_merge);
+       });
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

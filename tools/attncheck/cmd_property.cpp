@@ -45,7 +45,8 @@ int run_property() {
   std::vector<ImplPtr> impls;
   if (g.impls.empty()) {  // default: the implementations brought on the command line, else every built-in
     for (const auto& i : registry())
-      if (i->description().find("[isolated: ") != std::string::npos || i->description().find("[plugin ") != std::string::npos)
+      if (i->description().find("[isolated: ") != std::string::npos ||
+          i->description().find("[plugin ") != std::string::npos)
         impls.push_back(i);
     if (impls.empty()) impls = registry();
   } else {
@@ -58,7 +59,8 @@ int run_property() {
   std::vector<const prop::Property*> props;
   for (const auto& n : g.only) {
     const prop::Property* p = prop::find_property(n);
-    if (!p) throw std::invalid_argument("--property: unknown property '" + n + "' (known: " + prop::property_names() + ")");
+    if (!p)
+      throw std::invalid_argument("--property: unknown property '" + n + "' (known: " + prop::property_names() + ")");
     props.push_back(p);
   }
   if (props.empty())
@@ -90,24 +92,23 @@ int run_property() {
   return run.failed || run.problems ? 1 : 0;
 }
 
-const Register reg{{"property", "Run the property suite (shrinking, regression fixtures) against implementations",
-                    [](CLI::App& sub) {
-                      sub.add_option("--impl", g.impls, "Implementations (default: the --plugin/--worker ones, else all)");
-                      sub.add_option("--cases", g.cases, "Generated cases per property")->capture_default_str();
-                      sub.add_option("--seed", g.seed, "RapidCheck seed")->capture_default_str();
-                      sub.add_option("--property", g.only, "Only these properties (repeatable)");
-                      sub.add_option("--regressions", g.regressions, "Directory for shrunk failures (fixtures)")
-                          ->capture_default_str();
-                      sub.add_flag("--no-fixture", g.no_fixture, "Do not write shrunk failures");
-                      sub.add_option("--report", g.report,
-                                     "Write a JSON report: every row with its accuracy profile (FILE.json)");
-                      sub.add_flag("--invariance", g.invariance,
-                                   "Check rerun, batch and layout invariance whatever the implementations declare "
-                                   "(default: only the promises they declare; docs/invariance.md)");
-                      add_plugin_option(sub, g.plugins);
-                      add_shard_option(sub, g.shard);
-                      return std::function<int()>(run_property);
-                    }}};
+const Register reg{
+    {"property", "Run the property suite (shrinking, regression fixtures) against implementations", [](CLI::App& sub) {
+       sub.add_option("--impl", g.impls, "Implementations (default: the --plugin/--worker ones, else all)");
+       sub.add_option("--cases", g.cases, "Generated cases per property")->capture_default_str();
+       sub.add_option("--seed", g.seed, "RapidCheck seed")->capture_default_str();
+       sub.add_option("--property", g.only, "Only these properties (repeatable)");
+       sub.add_option("--regressions", g.regressions, "Directory for shrunk failures (fixtures)")
+           ->capture_default_str();
+       sub.add_flag("--no-fixture", g.no_fixture, "Do not write shrunk failures");
+       sub.add_option("--report", g.report, "Write a JSON report: every row with its accuracy profile (FILE.json)");
+       sub.add_flag("--invariance", g.invariance,
+                    "Check rerun, batch and layout invariance whatever the implementations declare "
+                    "(default: only the promises they declare; docs/invariance.md)");
+       add_plugin_option(sub, g.plugins);
+       add_shard_option(sub, g.shard);
+       return std::function<int()>(run_property);
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

@@ -24,15 +24,17 @@ std::vector<std::string> g_properties;
 // The units of a sharded selftest: the catalogue's entries, then the module selftest's rows (forward run);
 // the backward list's entries (--pass backward).
 void announce(const std::optional<Shard>& shard, bool json, const char* what) {
-  if (shard) std::fprintf(json ? stderr : stdout, "shard %lld/%lld (%s): %s\n", static_cast<long long>(shard->index),
-                          static_cast<long long>(shard->count), shard->source.c_str(), what);
+  if (shard)
+    std::fprintf(json ? stderr : stdout, "shard %lld/%lld (%s): %s\n", static_cast<long long>(shard->index),
+                 static_cast<long long>(shard->count), shard->source.c_str(), what);
 }
 
 // merge: the counts follow from the rows' verdicts, as run_selftest and run_backward_selftest count them.
-const RegisterMerge merge{{"selftest",
-                           {"pass", "seed", "cases_per_property", "candidate", "contract"},
-                           {"details", "module_mutants"},
-                           [](nlohmann::json& j, const std::vector<nlohmann::json>&) { return mutants::merge_selftest(j); }}};
+const RegisterMerge merge{
+    {"selftest",
+     {"pass", "seed", "cases_per_property", "candidate", "contract"},
+     {"details", "module_mutants"},
+     [](nlohmann::json& j, const std::vector<nlohmann::json>&) { return mutants::merge_selftest(j); }}};
 
 int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
   load_plugins(g_plugins);
@@ -73,8 +75,7 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
 int run_backward_selftest_cmd(bool json, int cases) {
   const std::optional<Shard> shard = resolve_shard(g_shard);
   announce(shard, json, "backward entries");
-  const auto rs = mutants::run_backward_selftest(cases > 0 ? cases : 60,
-                                                 [&](size_t k) { return runs_unit(shard, k); });
+  const auto rs = mutants::run_backward_selftest(cases > 0 ? cases : 60, [&](size_t k) { return runs_unit(shard, k); });
   if (json) {
     nlohmann::json j = mutants::backward_selftest_json(rs, shard.has_value());
     stamp_shard(j, shard, "selftest", -1);
@@ -89,28 +90,28 @@ bool g_json = false, g_verbose = false;
 std::string g_pass = "forward";
 int g_cases = 0;
 uint64_t g_seed = mutants::SelftestOptions{}.seed;
-const Register reg{{"selftest", "Run the property suite against the mutant catalogue (every mutant must die)",
-                    [](CLI::App& sub) {
-                      sub.add_flag("--json", g_json, "Print the report as JSON");
-                      sub.add_flag("--verbose", g_verbose, "Print every failure message");
-                      sub.add_option("--cases", g_cases, "Cases per property and entry (default 24)")->check(CLI::PositiveNumber);
-                      sub.add_option("--seed", g_seed, "Seed of the generated cases");
-                      sub.add_option("--property", g_properties,
-                                     "Only these properties (repeatable; a mutant that only others kill survives); "
-                                     "leaves out the module mutants, which no property judges");
-                      sub.add_option("--candidate", g_candidate,
-                                     "Restrict the cases to what this implementation supports and run it too");
-                      sub.add_option("--pass", g_pass, "forward (the property suite) or backward (the gradient mutants)")
-                          ->capture_default_str();
-                      add_plugin_option(sub, g_plugins);
-                      add_shard_option(sub, g_shard);
-                      return std::function<int()>([] {
-                        if (g_pass != "forward" && g_pass != "backward")
-                          throw std::invalid_argument("--pass: must be forward or backward, got '" + g_pass + "'");
-                        return g_pass == "backward" ? run_backward_selftest_cmd(g_json, g_cases)
-                                                    : run_selftest_cmd(g_json, g_cases, g_seed, g_verbose);
-                      });
-                    }}};
+const Register reg{
+    {"selftest", "Run the property suite against the mutant catalogue (every mutant must die)", [](CLI::App& sub) {
+       sub.add_flag("--json", g_json, "Print the report as JSON");
+       sub.add_flag("--verbose", g_verbose, "Print every failure message");
+       sub.add_option("--cases", g_cases, "Cases per property and entry (default 24)")->check(CLI::PositiveNumber);
+       sub.add_option("--seed", g_seed, "Seed of the generated cases");
+       sub.add_option("--property", g_properties,
+                      "Only these properties (repeatable; a mutant that only others kill survives); "
+                      "leaves out the module mutants, which no property judges");
+       sub.add_option("--candidate", g_candidate,
+                      "Restrict the cases to what this implementation supports and run it too");
+       sub.add_option("--pass", g_pass, "forward (the property suite) or backward (the gradient mutants)")
+           ->capture_default_str();
+       add_plugin_option(sub, g_plugins);
+       add_shard_option(sub, g_shard);
+       return std::function<int()>([] {
+         if (g_pass != "forward" && g_pass != "backward")
+           throw std::invalid_argument("--pass: must be forward or backward, got '" + g_pass + "'");
+         return g_pass == "backward" ? run_backward_selftest_cmd(g_json, g_cases)
+                                     : run_selftest_cmd(g_json, g_cases, g_seed, g_verbose);
+       });
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

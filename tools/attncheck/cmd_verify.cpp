@@ -31,14 +31,14 @@ struct Options {
   bool diagnose = false;
   std::string repro;  // --repro DIR: with --diagnose, each failure's smallest repro written there as a fixture
   int diagnose_reruns = 12;
-  double tol_scale = 1.0;  // --tol-scale: explicit multiplier of every tolerance, recorded in the report
+  double tol_scale = 1.0;        // --tol-scale: explicit multiplier of every tolerance, recorded in the report
   std::string pass = "forward";  // --pass forward|backward|both (backward_row.hpp)
-  std::string spec;        // --spec: cases generated on demand from a suite spec instead of fixture files
-  int64_t rows = 0;        // --rows: with --spec, the reference computes about this many sampled query rows
+  std::string spec;              // --spec: cases generated on demand from a suite spec instead of fixture files
+  int64_t rows = 0;              // --rows: with --spec, the reference computes about this many sampled query rows
   std::string invariance;  // --invariance rerun,batch|all: the invariance checks (invariance_rows.hpp), off by default
   int reruns = 3;          // --reruns K: runs of each case in the rerun check
   std::string invariance_level = "declared";  // --invariance-level: bitwise or within tolerance (invariance.hpp)
-  std::string baseline;    // --baseline FILE.json: compare this run with a stored report (docs/regression.md)
+  std::string baseline;          // --baseline FILE.json: compare this run with a stored report (docs/regression.md)
   bool accept_baseline = false;  // --accept-baseline: write this run to --baseline instead of failing on drift
   BaselineOptions b;
   std::vector<int64_t> block_mask;  // --block-mask Q,K: the exact block mask handed to each run (docs/block-mask.md)
@@ -51,8 +51,10 @@ std::optional<baseline::Report> check_options() {
   if (!g.report.empty()) check_report_path(g.report);
   if (!g.repro.empty()) {
     if (!g.diagnose)
-      throw std::invalid_argument("--repro: needs --diagnose (the repro is reduced while it keeps the diagnosis of the "
-                                  "failure; add --diagnose or drop --repro " + g.repro + ")");
+      throw std::invalid_argument(
+          "--repro: needs --diagnose (the repro is reduced while it keeps the diagnosis of the "
+          "failure; add --diagnose or drop --repro " +
+          g.repro + ")");
     std::error_code ec;
     fs::create_directories(g.repro, ec);
     if (ec || !fs::is_directory(g.repro))
@@ -187,8 +189,8 @@ int against_baseline(const std::vector<CaseResult>& results, const std::optional
     std::printf("baseline %s %s by this run (--accept-baseline)\n", g.baseline.c_str(),
                 before ? "replaced" : "written");
   } else if (n > 0) {
-    std::printf("exit 1: %d regression%s against the baseline %s (--accept-baseline makes this run the baseline)\n",
-                n, n > 1 ? "s" : "", g.baseline.c_str());
+    std::printf("exit 1: %d regression%s against the baseline %s (--accept-baseline makes this run the baseline)\n", n,
+                n > 1 ? "s" : "", g.baseline.c_str());
     rc = 1;
   }
   return rc;
@@ -216,59 +218,63 @@ int run_verify() {
   return against_baseline(judged.rows, before, exit_code(judged.rows, rules));
 }
 
-const Register reg{{"verify", "Replay golden fixtures against implementations", [](CLI::App& sub) {
-                      sub.add_option("--impl", g.impls, "Implementation names, or all (default: all)");
-                      sub.add_option("--fixtures", g.fixtures, "Directory searched for *.h5 fixtures")
-                          ->capture_default_str();
-                      sub.add_option("--spec", g.spec, "Generate the cases of a suite spec on demand instead "
-                                                       "(e.g. golden/suite-long.json)");
-                      sub.add_option("--rows", g.rows, "With --spec: reference on about N sampled query rows, "
-                                                       "reference-free checks on every row (docs/tolerance.md)")
-                          ->check(CLI::PositiveNumber);
-                      sub.add_option("--filter", g.filter,
-                                     "Globs on case or file names, ':'-separated; '-' before a glob excludes: 'fp16/*:-*drop*'");
-                      sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
-                      add_shard_option(sub, g.shard);
-                      sub.add_option("--pass", g.pass,
-                                     "forward, backward (gradients of the fixtures that have them) or both")
-                          ->capture_default_str();
-                      sub.add_flag("--diagnose", g.diagnose,
-                                   "For each failure: error anatomy, likely causes (tags) and probes that re-run the "
-                                   "implementation on derived problems (docs/diagnosis.md)");
-                      sub.add_option("--diagnose-reruns", g.diagnose_reruns, "Re-run budget per diagnosed failure")
-                          ->capture_default_str()->check(CLI::Range(0, 1000));
-                      sub.add_option("--repro", g.repro,
-                                     "With --diagnose: reduce each failure to a small case with the same diagnosis and "
-                                     "write it into DIR as a fixture that verify replays");
-                      sub.add_option("--block-mask", g.block_mask,
-                                     "Q_BLOCK,KV_BLOCK: hand each forward run the exact block mask at these sizes (built-ins "
-                                     "in this process; cpu-flash consumes it at its tiles, 48,256 for D <= 64; docs/block-mask.md)")
-                          ->delimiter(',')
-                          ->expected(2)
-                          ->check(CLI::PositiveNumber);
-                      sub.add_option("--tol-scale", g.tol_scale, "Multiply every derived tolerance by X (recorded in the report)")
-                          ->check(CLI::PositiveNumber);
-                      sub.add_option("--invariance", g.invariance,
-                                     "Also check invariance of every judged case: rerun (same bits run after run), "
-                                     "batch (alone and in other batches), schedule (other threads, splits, block "
-                                     "orders), layout (BHSD, BSHD, other strides), or all (docs/invariance.md)");
-                      sub.add_option("--invariance-level", g.invariance_level,
-                                     "How batch, schedule and layout variants must agree: declared (bitwise where the "
-                                     "implementation promises it, else within tolerance), bitwise or tolerance")
-                          ->capture_default_str();
-                      sub.add_option("--reruns", g.reruns, "With --invariance rerun: runs of each case in all (K)")
-                          ->capture_default_str()->check(CLI::Range(2, 100));
-                      sub.add_flag("--allow-unavailable", g.allow_unavailable,
-                                   "Exit 0 even when a named implementation is unavailable or no case was compared");
-                      sub.add_option("--baseline", g.baseline,
-                                     "Compare with a stored report (FILE.json): new failures, lost features, accuracy "
-                                     "drift inside the tolerance; exit 1 on a regression (docs/regression.md)");
-                      sub.add_flag("--accept-baseline", g.accept_baseline,
-                                   "Write this run's report to --baseline (creating or replacing it) instead of failing on its regressions");
-                      add_baseline_options(sub, g.b);
-                      add_plugin_option(sub, g.plugins);
-                      return std::function<int()>(run_verify);
-                    }}};
+const Register reg{
+    {"verify", "Replay golden fixtures against implementations", [](CLI::App& sub) {
+       sub.add_option("--impl", g.impls, "Implementation names, or all (default: all)");
+       sub.add_option("--fixtures", g.fixtures, "Directory searched for *.h5 fixtures")->capture_default_str();
+       sub.add_option("--spec", g.spec,
+                      "Generate the cases of a suite spec on demand instead "
+                      "(e.g. golden/suite-long.json)");
+       sub.add_option("--rows", g.rows,
+                      "With --spec: reference on about N sampled query rows, "
+                      "reference-free checks on every row (docs/tolerance.md)")
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--filter", g.filter,
+                      "Globs on case or file names, ':'-separated; '-' before a glob excludes: 'fp16/*:-*drop*'");
+       sub.add_option("--report", g.report, "Write a report: FILE.json or FILE.xml (JUnit)");
+       add_shard_option(sub, g.shard);
+       sub.add_option("--pass", g.pass, "forward, backward (gradients of the fixtures that have them) or both")
+           ->capture_default_str();
+       sub.add_flag("--diagnose", g.diagnose,
+                    "For each failure: error anatomy, likely causes (tags) and probes that re-run the "
+                    "implementation on derived problems (docs/diagnosis.md)");
+       sub.add_option("--diagnose-reruns", g.diagnose_reruns, "Re-run budget per diagnosed failure")
+           ->capture_default_str()
+           ->check(CLI::Range(0, 1000));
+       sub.add_option("--repro", g.repro,
+                      "With --diagnose: reduce each failure to a small case with the same diagnosis and "
+                      "write it into DIR as a fixture that verify replays");
+       sub.add_option("--block-mask", g.block_mask,
+                      "Q_BLOCK,KV_BLOCK: hand each forward run the exact block mask at these sizes (built-ins "
+                      "in this process; cpu-flash consumes it at its tiles, 48,256 for D <= 64; docs/block-mask.md)")
+           ->delimiter(',')
+           ->expected(2)
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--tol-scale", g.tol_scale, "Multiply every derived tolerance by X (recorded in the report)")
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--invariance", g.invariance,
+                      "Also check invariance of every judged case: rerun (same bits run after run), "
+                      "batch (alone and in other batches), schedule (other threads, splits, block "
+                      "orders), layout (BHSD, BSHD, other strides), or all (docs/invariance.md)");
+       sub.add_option("--invariance-level", g.invariance_level,
+                      "How batch, schedule and layout variants must agree: declared (bitwise where the "
+                      "implementation promises it, else within tolerance), bitwise or tolerance")
+           ->capture_default_str();
+       sub.add_option("--reruns", g.reruns, "With --invariance rerun: runs of each case in all (K)")
+           ->capture_default_str()
+           ->check(CLI::Range(2, 100));
+       sub.add_flag("--allow-unavailable", g.allow_unavailable,
+                    "Exit 0 even when a named implementation is unavailable or no case was compared");
+       sub.add_option("--baseline", g.baseline,
+                      "Compare with a stored report (FILE.json): new failures, lost features, accuracy "
+                      "drift inside the tolerance; exit 1 on a regression (docs/regression.md)");
+       sub.add_flag(
+           "--accept-baseline", g.accept_baseline,
+           "Write this run's report to --baseline (creating or replacing it) instead of failing on its regressions");
+       add_baseline_options(sub, g.b);
+       add_plugin_option(sub, g.plugins);
+       return std::function<int()>(run_verify);
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

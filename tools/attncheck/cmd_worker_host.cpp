@@ -12,7 +12,8 @@ namespace {
 std::string g_plugin, g_impl;
 
 int run_worker_host() {
-  if (g_plugin.empty() == g_impl.empty()) throw std::invalid_argument("worker-host: give exactly one of --plugin, --impl");
+  if (g_plugin.empty() == g_impl.empty())
+    throw std::invalid_argument("worker-host: give exactly one of --plugin, --impl");
   std::unique_ptr<worker::Backend> b;
   if (!g_plugin.empty()) {
     b = worker::plugin_backend(g_plugin);
@@ -24,13 +25,13 @@ int run_worker_host() {
   return worker::serve(*b);
 }
 
-const Register reg{{"worker-host", "Serve one implementation over the worker protocol (started by attncheck)",
-                    [](CLI::App& sub) {
-                      sub.add_option("--plugin", g_plugin, "Plugin library to serve");
-                      sub.add_option("--impl", g_impl, "Built-in implementation to serve");
-                      sub.group("");  // hidden from --help: attncheck starts it
-                      return std::function<int()>(run_worker_host);
-                    }}};
+const Register reg{
+    {"worker-host", "Serve one implementation over the worker protocol (started by attncheck)", [](CLI::App& sub) {
+       sub.add_option("--plugin", g_plugin, "Plugin library to serve");
+       sub.add_option("--impl", g_impl, "Built-in implementation to serve");
+       sub.group("");  // hidden from --help: attncheck starts it
+       return std::function<int()>(run_worker_host);
+     }}};
 
 }  // namespace
 }  // namespace attncheck::cli

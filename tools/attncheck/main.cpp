@@ -32,8 +32,8 @@ int run_cli(int argc, char** argv) {
   // A command named first needs only its own options: building every command's option set costs about a
   // millisecond, which is most of a small request through `attncheck serve`. Anything else (help, an unknown
   // word, no command) gets the whole set, so its messages list every command.
-  const auto named = std::find_if(cmds.begin(), cmds.end(),
-                                  [&](const Command& c) { return argc > 1 && c.name == argv[1]; });
+  const auto named =
+      std::find_if(cmds.begin(), cmds.end(), [&](const Command& c) { return argc > 1 && c.name == argv[1]; });
   std::vector<std::pair<CLI::App*, std::function<int()>>> runners;
   for (auto& c : cmds) {
     if (named != cmds.end() && &c != &*named) continue;

@@ -47,9 +47,10 @@ int generate_merge_suite(const std::string& spec, const std::string& out, bool u
   }
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".h5" && !names.count(e.path().filename().string()))
-      std::printf("stale    %s (not in %s; delete it if the case was removed)\n", e.path().string().c_str(), spec.c_str());
-  std::printf("%zu cases in %s: %d new, %d unchanged, %d updated, %d differ\n", suite.cases.size(), dir.string().c_str(),
-              created, same, updated, differ);
+      std::printf("stale    %s (not in %s; delete it if the case was removed)\n", e.path().string().c_str(),
+                  spec.c_str());
+  std::printf("%zu cases in %s: %d new, %d unchanged, %d updated, %d differ\n", suite.cases.size(),
+              dir.string().c_str(), created, same, updated, differ);
   return differ ? 1 : 0;
 }
 
@@ -73,7 +74,8 @@ int merge_power_table(const std::string& dir) {
     }
   }
   std::sort(files.begin(), files.end());
-  if (files.empty() && unreadable.empty()) throw std::invalid_argument("--merge: no merge fixtures under '" + dir + "'");
+  if (files.empty() && unreadable.empty())
+    throw std::invalid_argument("--merge: no merge fixtures under '" + dir + "'");
   std::vector<MergeFixture> fx;
   for (const auto& f : files) {
     try {
@@ -84,7 +86,8 @@ int merge_power_table(const std::string& dir) {
     }
   }
   std::sort(unreadable.begin(), unreadable.end());
-  std::printf("%-24s %-20s %8s %8s  %-40s %s\n", "variant", "expected tag", "fixtures", "failed", "diagnosis (fixtures)", "verdict");
+  std::printf("%-24s %-20s %8s %8s  %-40s %s\n", "variant", "expected tag", "fixtures", "failed",
+              "diagnosis (fixtures)", "verdict");
   bool ok = true;
   for (const power::MergeVariant& v : power::merge_variants()) {
     int failed = 0, right = 0;
@@ -106,9 +109,12 @@ int merge_power_table(const std::string& dir) {
     std::string t;
     for (const auto& [tag, n] : tags) t += (t.empty() ? "" : ", ") + tag + " " + std::to_string(n);
     std::string verdict;
-    if (v.expect.empty()) verdict = failed ? "FALSE-ALARM" : "pass";
-    else if (!failed) verdict = "MISSED";
-    else verdict = right == failed ? "caught" : "caught, WRONG TAG " + std::to_string(failed - right);
+    if (v.expect.empty())
+      verdict = failed ? "FALSE-ALARM" : "pass";
+    else if (!failed)
+      verdict = "MISSED";
+    else
+      verdict = right == failed ? "caught" : "caught, WRONG TAG " + std::to_string(failed - right);
     ok = ok && (verdict == "pass" || verdict == "caught");
     std::printf("%-24s %-20s %8zu %8d  %-40s %s\n", v.name.c_str(), v.expect.empty() ? "(correct)" : v.expect.c_str(),
                 fx.size(), failed, t.empty() ? "-" : t.c_str(), verdict.c_str());
@@ -117,8 +123,10 @@ int merge_power_table(const std::string& dir) {
   if (unreadable.empty()) return ok ? 0 : 1;
   std::printf("unreadable input files (%zu), every other fixture used:\n", unreadable.size());
   for (const std::string& u : unreadable) std::printf("  %s\n", u.c_str());
-  std::fprintf(stderr, "attncheck: exit 2: %zu input file(s) could not be read (listed above); every other merge "
-                       "fixture was used\n", unreadable.size());
+  std::fprintf(stderr,
+               "attncheck: exit 2: %zu input file(s) could not be read (listed above); every other merge "
+               "fixture was used\n",
+               unreadable.size());
   return 2;
 }
 

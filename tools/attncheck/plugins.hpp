@@ -33,10 +33,12 @@ inline void add_plugin_option(CLI::App& sub, std::vector<std::string>& paths) {
                  "Shared library implementing attncheck/plugin.h; registered as an implementation (repeatable)")
       ->allow_extra_args(false);
   Isolation& i = isolation();
-  sub.add_option("--worker", i.workers, "Command speaking docs/worker-protocol.md, e.g. \"python3 mine.py\" (repeatable)")
+  sub.add_option("--worker", i.workers,
+                 "Command speaking docs/worker-protocol.md, e.g. \"python3 mine.py\" (repeatable)")
       ->allow_extra_args(false);
-  sub.add_option("--timeout", i.timeout_s, "Per-case timeout in seconds for isolated implementations "
-                                           "(default 10 s + 1 s per GFLOP)");
+  sub.add_option("--timeout", i.timeout_s,
+                 "Per-case timeout in seconds for isolated implementations "
+                 "(default 10 s + 1 s per GFLOP)");
   sub.add_option("--memory-limit", i.memory_limit_mb, "Address-space limit (MB) of each isolated implementation");
   sub.add_flag("--isolate", i.isolate, "Run built-in implementations in a child process too");
   sub.add_flag("--in-process", i.in_process, "Load plugins into attncheck itself (faster, unprotected)");
@@ -76,9 +78,11 @@ inline ImplPtr brought_candidate(const std::string& named, const std::string& cm
   }
   std::vector<ImplPtr> brought;
   for (const auto& i : registry())
-    if (i->description().find("[isolated: ") != std::string::npos || i->description().find("[plugin ") != std::string::npos)
+    if (i->description().find("[isolated: ") != std::string::npos ||
+        i->description().find("[plugin ") != std::string::npos)
       brought.push_back(i);
-  if (brought.size() > 1) throw std::invalid_argument(cmd + ": several plugins/workers given; name one with --candidate");
+  if (brought.size() > 1)
+    throw std::invalid_argument(cmd + ": several plugins/workers given; name one with --candidate");
   return brought.empty() ? nullptr : brought[0];
 }
 
@@ -87,7 +91,8 @@ inline std::vector<ImplPtr> maybe_isolate(std::vector<ImplPtr> impls) {
   if (!isolation().isolate) return impls;
   for (auto& impl : impls)
     if (impl->description().find("[isolated: ") == std::string::npos)
-      impl = start_worker(worker_options({self_exe(), "worker-host", "--impl", impl->name()}, "isolated " + impl->name()));
+      impl =
+          start_worker(worker_options({self_exe(), "worker-host", "--impl", impl->name()}, "isolated " + impl->name()));
   return impls;
 }
 

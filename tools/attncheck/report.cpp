@@ -76,8 +76,10 @@ int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules) {
   const auto unreadable =
       std::count_if(rs.begin(), rs.end(), [](const CaseResult& r) { return r.status == Status::input_error; });
   if (unreadable > 0) {  // the verdict is incomplete: 2 before 1 (README "Exit codes")
-    std::fprintf(stderr, "attncheck: exit 2: %ld input file(s) could not be read (rows input-error, listed above); "
-                         "every other case was judged\n", static_cast<long>(unreadable));
+    std::fprintf(stderr,
+                 "attncheck: exit 2: %ld input file(s) could not be read (rows input-error, listed above); "
+                 "every other case was judged\n",
+                 static_cast<long>(unreadable));
     return 2;
   }
   for (const auto& r : rs)

@@ -6,12 +6,12 @@
 // Protocol (docs/python.md#long-lived-process): one JSON object per line on stdin,
 //   {"argv": ["compare", "--expected", ...], "cwd": "/dir", "env": {"NAME": "value", ...}}
 // and one JSON line per request on stdout, {"rc": N, "stdout": "...", "stderr": "..."}. `cwd` and `env` (the whole
-// environment of the command; without it, the server's own) are optional. `"stdin_bytes": N` says that N raw bytes follow the line: the command's
-// stdin (`import -` reads tensors from it, so a small check needs no file); without it stdin is empty. A request
-// that is not such an object gets rc 2 and the reason in stderr. The server ends at the end of its input (or of a
-// payload cut short); a child ends with the server (PR_SET_PDEATHSIG). The child writes its own reply line; the
-// server writes one only for a child that ended without (a signal), and reads the next request after the child
-// ended, so replies come in the order of the requests.
+// environment of the command; without it, the server's own) are optional. `"stdin_bytes": N` says that N raw bytes
+// follow the line: the command's stdin (`import -` reads tensors from it, so a small check needs no file); without it
+// stdin is empty. A request that is not such an object gets rc 2 and the reason in stderr. The server ends at the end
+// of its input (or of a payload cut short); a child ends with the server (PR_SET_PDEATHSIG). The child writes its own
+// reply line; the server writes one only for a child that ended without (a signal), and reads the next request after
+// the child ended, so replies come in the order of the requests.
 #include "serve.hpp"
 
 #include <fcntl.h>
@@ -74,7 +74,8 @@ Request parse_request(const std::string& line) {
   }
   if (j.contains("stdin_bytes")) {
     if (!j["stdin_bytes"].is_number_unsigned())
-      throw std::invalid_argument("request: stdin_bytes: must be a non-negative integer, got " + j["stdin_bytes"].dump());
+      throw std::invalid_argument("request: stdin_bytes: must be a non-negative integer, got " +
+                                  j["stdin_bytes"].dump());
     r.stdin_bytes = j["stdin_bytes"].get<uint64_t>();
   }
   return r;
@@ -204,7 +205,8 @@ bool hand_over(int control, const std::string& line, int in_fd) {
   }
   if (got != ssize_t(sizeof n)) _exit(0);
   int in_fd = -1;
-  if (const cmsghdr* h = CMSG_FIRSTHDR(&m); h && h->cmsg_type == SCM_RIGHTS) std::memcpy(&in_fd, CMSG_DATA(h), sizeof(int));
+  if (const cmsghdr* h = CMSG_FIRSTHDR(&m); h && h->cmsg_type == SCM_RIGHTS)
+    std::memcpy(&in_fd, CMSG_DATA(h), sizeof(int));
   std::string line(n, '\0');
   for (size_t have = 0; have < n;) {
     const ssize_t k = read(c.control, line.data() + have, n - have);
@@ -286,7 +288,9 @@ int serve(int (*run_cli)(int, char**)) {
       if (r.stdin_bytes > 0 && in_fd < 0) break;  // the input ended inside the payload: nobody is left to answer
       struct Closer {
         int fd;
-        ~Closer() { if (fd >= 0) close(fd); }
+        ~Closer() {
+          if (fd >= 0) close(fd);
+        }
       } payload{in_fd};
       if (spare.pid < 0) spare = fork_spare(shared, run_cli);
       if (spare.pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
@@ -297,8 +301,8 @@ int serve(int (*run_cli)(int, char**)) {
       close(child.control);
       child.control = -1;
       spare = fork_spare(shared, run_cli);  // while this command runs
-      finish(child, shared);  // one command at a time: replies keep the order of the requests
-    } catch (const std::exception& e) {  // a malformed request, or no process for it
+      finish(child, shared);                // one command at a time: replies keep the order of the requests
+    } catch (const std::exception& e) {     // a malformed request, or no process for it
       std::fputs(reply_line(2, "", std::string("attncheck serve: error: ") + e.what() + "\n").c_str(), stdout);
       std::fflush(stdout);
     }

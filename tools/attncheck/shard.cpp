@@ -37,7 +37,10 @@ Shard from_text(const std::string& s, const std::string& source) {
 
 Shard parse_shard(const std::string& value, const std::function<const char*(const char*)>& getenv) {
   if (value != "auto") return from_text(value, "--shard");
-  auto var = [&](const char* name) -> std::string { const char* v = getenv(name); return v ? v : ""; };
+  auto var = [&](const char* name) -> std::string {
+    const char* v = getenv(name);
+    return v ? v : "";
+  };
   auto both = [&](const char* a, const char* b) { return var(a) + ", " + b + "=" + var(b); };
   if (const std::string s = var("ATTNCHECK_SHARD"); !s.empty()) return from_text(s, "ATTNCHECK_SHARD");
   // Slurm job array (sbatch --array=MIN-MAX): the task id counts from the array's first index; the count is
@@ -46,12 +49,15 @@ Shard parse_shard(const std::string& value, const std::function<const char*(cons
   if (getenv("SLURM_ARRAY_TASK_ID")) {
     const int64_t id = whole(getenv("SLURM_ARRAY_TASK_ID")), lo = whole(getenv("SLURM_ARRAY_TASK_MIN")),
                   hi = whole(getenv("SLURM_ARRAY_TASK_MAX")), count = whole(getenv("SLURM_ARRAY_TASK_COUNT"));
-    const std::string shown = "SLURM_ARRAY_TASK_ID=" + var("SLURM_ARRAY_TASK_ID") + ", SLURM_ARRAY_TASK_MIN=" +
-                              var("SLURM_ARRAY_TASK_MIN") + ", SLURM_ARRAY_TASK_MAX=" + var("SLURM_ARRAY_TASK_MAX") +
+    const std::string shown = "SLURM_ARRAY_TASK_ID=" + var("SLURM_ARRAY_TASK_ID") +
+                              ", SLURM_ARRAY_TASK_MIN=" + var("SLURM_ARRAY_TASK_MIN") +
+                              ", SLURM_ARRAY_TASK_MAX=" + var("SLURM_ARRAY_TASK_MAX") +
                               ", SLURM_ARRAY_TASK_COUNT=" + var("SLURM_ARRAY_TASK_COUNT");
     if (lo < 0) bad("auto: a Slurm job array needs a whole SLURM_ARRAY_TASK_MIN (" + shown + ")");
-    if (count < 0 && hi < lo) bad("auto: a Slurm job array needs SLURM_ARRAY_TASK_COUNT or SLURM_ARRAY_TASK_MAX >= "
-                                  "SLURM_ARRAY_TASK_MIN (" + shown + ")");
+    if (count < 0 && hi < lo)
+      bad("auto: a Slurm job array needs SLURM_ARRAY_TASK_COUNT or SLURM_ARRAY_TASK_MAX >= "
+          "SLURM_ARRAY_TASK_MIN (" +
+          shown + ")");
     if (count >= 0 && hi >= lo && hi - lo + 1 != count)
       bad("auto: the Slurm array's task ids are not consecutive (a stepped --array): set ATTNCHECK_SHARD=I/N (" +
           shown + ")");
@@ -79,9 +85,10 @@ Shard parse_shard(const std::string& value, const std::function<const char*(cons
 }
 
 void add_shard_option(CLI::App& sub, std::optional<std::string>& value) {
-  sub.add_option("--shard", value, "Run shard I of N (0-based), e.g. 0/4, or auto: from the batch scheduler's "
-                                   "variables (Slurm array, GitLab parallel, Kubernetes Indexed Job, ATTNCHECK_SHARD; "
-                                   "docs/sharding.md); `attncheck merge` joins the shards' reports");
+  sub.add_option("--shard", value,
+                 "Run shard I of N (0-based), e.g. 0/4, or auto: from the batch scheduler's "
+                 "variables (Slurm array, GitLab parallel, Kubernetes Indexed Job, ATTNCHECK_SHARD; "
+                 "docs/sharding.md); `attncheck merge` joins the shards' reports");
 }
 
 std::optional<Shard> resolve_shard(const std::optional<std::string>& value) {
@@ -91,7 +98,7 @@ std::optional<Shard> resolve_shard(const std::optional<std::string>& value) {
 
 void announce_shard(const Shard& s, size_t units, const char* what, std::FILE* to) {
   std::fprintf(to, "shard %lld/%lld (%s): %zu %s\n", static_cast<long long>(s.index), static_cast<long long>(s.count),
-              s.source.c_str(), units, what);
+               s.source.c_str(), units, what);
 }
 
 nlohmann::json unit_row(nlohmann::json row, const std::optional<Shard>& s, size_t unit) {

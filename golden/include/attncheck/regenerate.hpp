@@ -22,7 +22,7 @@ struct RegenerateOptions {
 };
 
 struct RegenerateCounts {
-  std::string dir;              // OUT/<spec subdir>
+  std::string dir;  // OUT/<spec subdir>
   size_t selected = 0, built = 0;
   int created = 0, same = 0, updated = 0, differ = 0;
 };
