@@ -67,7 +67,7 @@ targets=(attncheck example_plugin example_plugin_bad_abi example_plugin_buggy ex
          module_plugin_correct module_plugin_qkv_order module_plugin_head_split module_plugin_out_bias
          module_plugin_no_entry
          test_reference test_neg_inf_bias test_contract test_backward_reference
-         test_fixture_io test_generate test_suite_v2 test_suite_kills test_exact_cases test_backward_fixture
+         test_fixture_io test_generate test_suite_coverage test_suite_kills test_exact_cases test_backward_fixture
          test_cli test_cli_errors test_malformed test_plugin test_run_impl test_heatmap test_inspect_png
          test_hostile_storage test_hostile_durable test_hostile_threads test_hostile_budget test_hostile_catalogue
          test_hostile_cli_edges test_hostile_cancel replay_readers replay_npz replay_worker replay_parsers

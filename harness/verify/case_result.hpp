@@ -1,6 +1,6 @@
 // One result row per (case, implementation), and the rows every judging route builds the same way: a verdict's
 // pass/fail row, an unreadable file's input-error row, a run failure's row, a case outside a finite-required
-// contract. verify, compare and import print and report them alike (tools/attncheck/report.hpp).
+// contract. verify, compare and import print and report them alike (reports.hpp, tools/attncheck/report.hpp).
 #pragma once
 
 #include <cstdint>

@@ -82,11 +82,23 @@ void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   DeviceBuffer mask = upload(a.mask, plan.mask_bytes);
   DeviceBuffer bias = upload(plan.bias_data(), plan.bias_bytes());
   DeviceBuffer keep = upload(a.keep, plan.keep_bytes);
+  DeviceBuffer max_logit = upload(a.max_logit, plan.max_logit_bytes);
+  auto upload_mod = [](const auto& values) { return upload(values.data(), values.size() * sizeof(values[0])); };
+  DeviceBuffer alibi = upload_mod(plan.alibi_slopes), t5 = upload_mod(plan.t5_table), docs = upload_mod(plan.doc_ids);
+  DeviceBuffer prefix = upload_mod(plan.prefix_lengths), topk = upload_mod(plan.topk_indices);
+  DeviceBuffer sinks = upload_mod(plan.sinks);
   a.q = q.get<void>();
   a.k = k.get<void>();
   a.v = vv.get<void>();
   a.out = o.get<void>();
   a.lse = out.lse ? lse.get<void>() : nullptr;
+  a.max_logit = a.max_logit ? max_logit.get<void>() : nullptr;
+  a.alibi_slopes = a.alibi_slopes ? alibi.get<double>() : nullptr;
+  a.t5_table = a.t5_table ? t5.get<double>() : nullptr;
+  a.doc_ids = a.doc_ids ? docs.get<int64_t>() : nullptr;
+  a.prefix_lengths = a.prefix_lengths ? prefix.get<int64_t>() : nullptr;
+  a.topk_indices = a.topk_indices ? topk.get<int64_t>() : nullptr;
+  a.sinks = a.sinks ? sinks.get<double>() : nullptr;
   a.weights = out.weights ? w.get<void>() : nullptr;
   a.scratch = plan.scratch.empty() ? nullptr : scratch.get<void>();
   a.diag_offset = diag.get<int64_t>();
@@ -106,6 +118,8 @@ void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   download(out.out.bytes.data(), o, out.out.bytes.size());
   if (out.lse) download(out.lse->bytes.data(), lse, out.lse->bytes.size());
   if (out.weights) download(out.weights->bytes.data(), w, out.weights->bytes.size());
+  if (a.max_logit) download(plan.params.max_logit, max_logit, plan.max_logit_bytes);
+  finish_max_logit(p, plan, out);
 }
 
 // The backward kernels on the device: the same BwdParams as the emulation with every buffer copied; the gradients

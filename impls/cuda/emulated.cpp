@@ -12,12 +12,15 @@
 
 namespace attncheck::cuda {
 
-void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const size_t (&sizes)[4]) {
-  void** ptrs[4] = {&plan.params.out, &plan.params.lse, &plan.params.weights, &plan.params.scratch};
-  const char* names[4] = {"out", "lse", "weights", "scratch"};
-  std::vector<unsigned char> framed[4];
-  void* original[4];
-  for (int b = 0; b < 4; ++b) {
+void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const size_t (&written)[4]) {
+  constexpr int kBuffers = 5;
+  void** ptrs[kBuffers] = {&plan.params.out, &plan.params.lse, &plan.params.weights, &plan.params.scratch,
+                           &plan.params.max_logit};
+  const char* names[kBuffers] = {"out", "lse", "weights", "scratch", "max_logit"};
+  const size_t sizes[kBuffers] = {written[0], written[1], written[2], written[3], plan.max_logit_bytes};
+  std::vector<unsigned char> framed[kBuffers];
+  void* original[kBuffers];
+  for (int b = 0; b < kBuffers; ++b) {
     original[b] = *ptrs[b];
     if (!original[b]) continue;
     framed[b].assign(sizes[b] + 2 * kGuardBytes, 0xFF);
@@ -41,16 +44,25 @@ void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const siz
   if (a.mask) cfg.globals.push_back({"mask", a.mask, plan.mask_bytes});
   if (a.bias) cfg.globals.push_back({"bias", a.bias, plan.bias_bytes()});
   if (a.keep) cfg.globals.push_back({"keep", a.keep, plan.keep_bytes});
-  for (int b = 0; b < 4; ++b)
+  auto add_mod = [&](const char* name, const auto& values) {
+    if (!values.empty()) cfg.globals.push_back({name, values.data(), values.size() * sizeof(values[0])});
+  };
+  add_mod("alibi_slopes", plan.alibi_slopes);
+  add_mod("t5_table", plan.t5_table);
+  add_mod("doc_ids", plan.doc_ids);
+  add_mod("prefix_lengths", plan.prefix_lengths);
+  add_mod("topk_indices", plan.topk_indices);
+  add_mod("sinks", plan.sinks);
+  for (int b = 0; b < kBuffers; ++b)
     if (original[b]) cfg.globals.push_back({names[b], *ptrs[b], sizes[b]});
   try {
     emu::launch(cfg, k.fn, plan.params);
   } catch (const emu::OutOfBounds& e) {
-    for (int b = 0; b < 4; ++b)
+    for (int b = 0; b < kBuffers; ++b)
       if (original[b]) *ptrs[b] = original[b];
     throw RunFailure("out-of-bounds", std::string("emulated ") + k.name + " kernel: " + e.what());
   }
-  for (int b = 0; b < 4; ++b) {
+  for (int b = 0; b < kBuffers; ++b) {
     if (!original[b]) continue;
     *ptrs[b] = original[b];
     const unsigned char* f = framed[b].data();
@@ -73,6 +85,7 @@ void run_emulated(const Problem& p, const Inputs& in, Outputs& out, KernelVersio
   const size_t sizes[4] = {out.out.bytes.size(), out.lse ? out.lse->bytes.size() : 0,
                            out.weights ? out.weights->bytes.size() : 0, plan.scratch.size()};
   launch_guarded(plan, v, order, sizes);
+  finish_max_logit(p, plan, out);
 }
 
 namespace {

@@ -12,9 +12,10 @@ namespace attncheck::cuda {
 // Kernel `v` on the emulation, threads and blocks resumed in `order`. `out` comes from make_outputs(p).
 void run_emulated(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v, emu::Order order);
 
-// Launches a plan with every buffer the kernels write (out, lse, weights, scratch) moved into a copy framed by a
-// guard band of kGuardBytes 0xFF bytes on each side; a changed guard byte throws RunFailure("out-of-bounds")
-// naming the buffer and the byte offset. `sizes` are the extents of plan.params.out, lse, weights and scratch.
+// Launches a plan with every buffer the kernels write (out, lse, weights, scratch, max_logit) moved into a copy
+// framed by a guard band of kGuardBytes 0xFF bytes on each side; a changed guard byte throws
+// RunFailure("out-of-bounds") naming the buffer and the byte offset. `sizes` are the extents of plan.params.out,
+// lse, weights and scratch; max_logit's is plan.max_logit_bytes.
 constexpr size_t kGuardBytes = 4096;
 void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const size_t (&sizes)[4]);
 

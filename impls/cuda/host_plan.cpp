@@ -3,9 +3,12 @@
 
 #include <cfloat>
 #include <climits>
+#include <cstring>
 #include <cmath>
 #include <stdexcept>
 #include <string>
+
+#include "attncheck/mods.hpp"
 
 namespace attncheck::cuda {
 
@@ -13,11 +16,21 @@ Capabilities kernel_capabilities() {
   Capabilities c;
   c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};  // fp32 accumulation (fp64 for fp64)
   c.max_head_dim = kMaxHeadDim;
+  c.mods = kernel_mods();
+  c.max_logit_out = true;
+  c.sinks = true;
   c.notes =
       "kernel 1 (straightforward, serves weights output) and kernel 2 (fused flash, BR=4 rows, BC=32 keys, "
       "BC=16 above head dim 128; fp64: BC=32/16/8); fp32 accumulation, fp64 for fp64; no inline PTX (mma/ldmatrix/cp.async): the device "
       "runs the same scalar SIMT code that the host emulation runs";
   return c;
+}
+
+// The library entries whose arithmetic the kernels share with the reference (mod_eval.hpp). Not here: the user
+// expressions (score_expr, mask_expr: muparser bytecode, host-only) and the position stages (rope, qk_norm: q and
+// k are not rotated or normalised by these kernels).
+std::set<std::string> kernel_mods() {
+  return {"alibi", "t5_bias", "document", "chunked", "prefix_lm", "dilated_window", "topk"};
 }
 
 Support kernel_supports(const Problem& p) {
@@ -51,6 +64,45 @@ namespace {
 // Element strides of a broadcast tensor: 0 along dims of extent 1, so the kernels index it with (b, h, i, j).
 void broadcast_strides(int64_t* dst, const Tensor& t) {
   for (int k = 0; k < 4; ++k) dst[k] = t.shape[static_cast<size_t>(k)] == 1 ? 0 : t.strides[static_cast<size_t>(k)];
+}
+}  // namespace
+
+namespace {
+// The modifications' parameters copied into the plan (the device backend uploads these vectors); an entry the
+// problem does not use stays off (null pointer, size 0, window -1).
+void set_mods(const Problem& p, HostPlan& plan) {
+  AttnParams& a = plan.params;
+  a.dilated_window = -1;
+  a.dilation = 1;
+  if (!uses_modifications(p)) return;
+  if (!p.alibi_slopes.empty()) {
+    plan.alibi_slopes = p.alibi_slopes;
+    a.alibi_slopes = plan.alibi_slopes.data();
+    a.alibi_per_batch = static_cast<int64_t>(p.alibi_slopes.size()) != p.Hq;
+  }
+  if (p.t5_buckets > 0) {
+    plan.t5_table = p.t5_table;
+    a.t5_table = plan.t5_table.data();
+    a.t5_buckets = p.t5_buckets;
+    a.t5_max_distance = p.t5_max_distance;
+    a.t5_bidirectional = p.t5_bidirectional;
+  }
+  if (!p.doc_ids.empty()) {
+    plan.doc_ids = p.doc_ids;
+    a.doc_ids = plan.doc_ids.data();
+  }
+  a.chunk_size = p.chunk_size;
+  if (!p.prefix_lengths.empty()) {
+    plan.prefix_lengths = p.prefix_lengths;
+    a.prefix_lengths = plan.prefix_lengths.data();
+  }
+  a.dilated_window = p.dilated_window;
+  a.dilation = p.dilation;
+  if (p.topk > 0) {
+    plan.topk_indices = p.topk_indices;
+    a.topk_indices = plan.topk_indices.data();
+    a.topk = p.topk;
+  }
 }
 }  // namespace
 
@@ -118,6 +170,11 @@ HostPlan make_input_plan(const Problem& p, const Inputs& in) {
     plan.keep_bytes = in.keep->bytes.size();
   }
   a.keep_scale = 1.0 / (1.0 - p.dropout_p);
+  if (!p.sinks.empty()) {
+    plan.sinks = p.sinks;
+    a.sinks = plan.sinks.data();
+  }
+  set_mods(p, plan);
   return plan;
 }
 
@@ -133,12 +190,39 @@ HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   // lse and weights are stat_dtype: fp64 for fp64 problems, fp32 otherwise -- the kernels' accumulation type.
   a.lse = out.lse ? out.lse->bytes.data() : nullptr;
   a.weights = out.weights ? out.weights->bytes.data() : nullptr;
+  const size_t acc = p.dtype == DType::f64 ? sizeof(double) : sizeof(float);
+  if (p.max_logit == MaxLogitOut::rows) {
+    a.max_logit = out.max_logit->bytes.data();
+    plan.max_logit_bytes = out.max_logit->bytes.size();
+  } else if (p.max_logit == MaxLogitOut::heads) {
+    plan.max_logit_rows.assign(static_cast<size_t>(p.B * p.Hq * p.Lq) * acc, 0);
+    a.max_logit = plan.max_logit_rows.data();
+    plan.max_logit_bytes = plan.max_logit_rows.size();
+  }
   if (v == KernelVersion::naive && !a.weights) {
-    const size_t acc = p.dtype == DType::f64 ? sizeof(double) : sizeof(float);
     plan.scratch.assign(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Lk) * acc, 0);
     a.scratch = plan.scratch.data();
   }
   return plan;
+}
+
+void finish_max_logit(const Problem& p, const HostPlan& plan, Outputs& out) {
+  if (p.max_logit != MaxLogitOut::heads) return;
+  const size_t n = static_cast<size_t>(p.B * p.Hq * p.Lq);
+  std::vector<double> rows(n);
+  for (size_t r = 0; r < n; ++r) {
+    if (p.dtype == DType::f64) {
+      double x;
+      std::memcpy(&x, plan.max_logit_rows.data() + r * sizeof x, sizeof x);
+      rows[r] = x;
+    } else {
+      float x;
+      std::memcpy(&x, plan.max_logit_rows.data() + r * sizeof x, sizeof x);
+      rows[r] = x;
+    }
+  }
+  const std::vector<double> heads = max_logit_heads(p, rows);
+  for (size_t h = 0; h < heads.size(); ++h) out.max_logit->set_offset(static_cast<int64_t>(h), heads[h]);
 }
 
 }  // namespace attncheck::cuda

@@ -3,6 +3,8 @@
 // (the emulation uses them as they are; the device backend copies each buffer and swaps the pointer).
 #pragma once
 
+#include <set>
+#include <string>
 #include <vector>
 
 #include "attncheck/impl.hpp"
@@ -28,6 +30,14 @@ struct HostPlan {
   std::vector<unsigned char> scratch;            // kernel 1's score workspace when weights are not requested
   size_t mask_bytes = 0, keep_bytes = 0;         // extents of the u8 buffers, for device copies
   size_t q_bytes = 0, k_bytes = 0, v_bytes = 0;  // extents of the inputs, for the emulation's bounds checks
+  // The library modifications' parameters (mod buffers: the kernels read them through AttnParams).
+  std::vector<double> alibi_slopes, t5_table;
+  std::vector<int64_t> doc_ids, prefix_lengths, topk_indices;
+  std::vector<double> sinks;  // [Hq] sink logits
+  // The max-logit rows [B, Hq, Lq] the kernels write: out.max_logit's bytes (rows form), or this buffer, reduced
+  // per head by finish_max_logit (heads form).
+  std::vector<unsigned char> max_logit_rows;
+  size_t max_logit_bytes = 0;
   size_t bias_bytes() const { return bias_f32.size() * sizeof(float) + bias_f64.size() * sizeof(double); }
   const void* bias_data() const { return bias_f64.empty() ? static_cast<const void*>(bias_f32.data()) : bias_f64.data(); }
 };
@@ -38,8 +48,13 @@ HostPlan make_input_plan(const Problem& p, const Inputs& in);
 // The element strides of a 4-d tensor into AttnParams' stride arrays.
 void copy_strides(int64_t* dst, const Tensor& t);
 
+// The modifications a kernel evaluates (kernel_capabilities().mods), as names of the library (mods.hpp).
+std::set<std::string> kernel_mods();
+
 // Params pointing into `in` and `out` (which must come from make_outputs(p)). Throws std::invalid_argument when
 // the problem is not supported (kernel_supports) or when `v` cannot produce a requested output.
 HostPlan make_plan(const Problem& p, const Inputs& in, Outputs& out, KernelVersion v);
+// After the launch: the heads form of the max-logit output as the maximum of the rows the kernel wrote.
+void finish_max_logit(const Problem& p, const HostPlan& plan, Outputs& out);
 
 }  // namespace attncheck::cuda

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "attncheck/features.hpp"
+
 namespace attncheck::cuda {
 
 namespace {
@@ -24,6 +26,7 @@ void expect(const Tensor& t, const char* name, DType dtype, const std::vector<in
 
 Support backward_supports(const Problem& p) {
   if (Support s = kernel_supports(p); !s.ok) return s;
+  if (Support s = backward_modelled(p); !s.ok) return s;  // no gradient of the modifications in the reference
   if (p.bias_shape) {
     const double bytes = static_cast<double>(p.B) * static_cast<double>(p.Hq) * static_cast<double>(p.Lq) *
                          static_cast<double>(p.Lk) * static_cast<double>(acc_size(p));

@@ -30,6 +30,12 @@ Capabilities cudnn_capabilities() {
   c.weights_out = false;  // the fused engines never materialise P
   c.lse_out = true;       // softmax stats: max + log(sum exp), fp32 [B, Hq, Lq, 1]
   c.fp8 = false;  // cuDNN's sdpa_fp8 (SM90+, head dims % 16, fp8 O with scale_o) is not built here: docs/cudnn.md
+  // No library modification is built into the graph (c.mods stays empty). What cuDNN could express, unbuilt and
+  // untested here: set_alibi_mask is ALiBi with cuDNN's own slopes 2^(-8(h+1)/H), so `alibi` only for those slopes;
+  // set_score_mod (frontend >= 1.9) takes a chain of pointwise operations on the score tile with the row and column
+  // index, enough for the index-arithmetic masks (`chunked`, `prefix_lm`, `dilated_window`) and for `alibi` with
+  // any slopes as a broadcast operand; the per-token tables (`document`, `topk`, the `t5_bias` buckets) would need a
+  // gather, which its pointwise set does not have as far as we know. The max-logit output is not built either.
   c.max_head_dim = 256;
   c.head_dim_multiple = 8;
   c.notes = "cuDNN 9 graph API; rows with no visible key, bottom-right causal with bias or dropout unsupported";

@@ -151,11 +151,10 @@ TEST(MaxLogit, CpuKernelsMatchTheReferenceAcrossFeatures) {
 }
 
 // Implementations that cannot return it refuse the problem: plugins that do not list "max_logit" (every plugin
-// built before plugin.h's tag 10, the v1 ones) and the CUDA kernels.
+// built before plugin.h's tag 10, the v1 ones). The CUDA kernels return it: tests/cuda/test_cuda_mods.cpp.
 TEST(MaxLogit, OthersReportUnsupported) {
   const Problem p = hand_problem(DType::f32, MaxLogitOut::rows);
   std::vector<ImplPtr> others = {load_plugin(V1_PLUGIN_PATH), load_plugin(NO_MAX_LOGIT_PLUGIN_PATH)};
-  if (ImplPtr e = find_impl("cuda-emulated")) others.push_back(e);
   for (const ImplPtr& impl : others) {
     const Support s = impl->supports(p);
     EXPECT_FALSE(s.ok) << impl->name();

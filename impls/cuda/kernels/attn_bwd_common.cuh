@@ -56,6 +56,7 @@ __device__ inline PairGrad<Acc> pair_grad(const AttnParams& p, int b, int h, int
       chain = Acc(1) - t * t;
     }
     if (p.bias) s += static_cast<const Acc*>(p.bias)[offset4(p.bias_stride, b, h, i, j)];
+    s = mods_score(p, s, b, h, diag, j);  // additive (ALiBi, T5): d s / d s_in = 1, the chain is unchanged
   } else if (p.fill_finite) {
     s = static_cast<Acc>(p.fill_value);
   } else {
@@ -102,7 +103,7 @@ __global__ void attn_bwd_rowstats_kernel(BwdParams bp) {
       for (int d = 0; d < p.Dqk; ++d)
         dot = ac_fma(load_as<T>(p.q, offset4(p.q_stride, b, h, i, d)),
                      load_as<T>(p.k, offset4(p.k_stride, b, kvh, j, d)), dot);
-      found = transform_score(p, dot, b, h, i, j) > neg_inf<Acc>();
+      found = transform_score(p, dot, b, h, i, j, diag) > neg_inf<Acc>();
     }
     live = __any_sync(0xffffffffu, found);
   }

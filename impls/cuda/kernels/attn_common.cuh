@@ -1,11 +1,13 @@
 // What both attention kernels share, compiled by nvcc and by g++: the launch parameters (a plain struct of
 // pointers and element strides), element conversion, the visibility rule of every mask kind and the score
-// transform, in the reference's order: scale -> softcap -> +bias -> mask.
+// transform, in the reference's order: scale -> softcap -> +bias -> score modifications -> mask. The library
+// modifications are evaluated by the reference's own functions (attncheck/mod_eval.hpp).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "attncheck/mod_eval.hpp"
 #include "portability.cuh"
 
 namespace attncheck::cuda {
@@ -50,6 +52,20 @@ struct AttnParams {
   int fully_masked;   // kFullyMasked*
   const unsigned char* keep;  // dropout keep-mask [B, Hq, Lq, Lk] or nullptr
   double keep_scale;          // 1 / (1 - p)
+  void* max_logit;            // [B, Hq, Lq] max over visible scores (accumulation type), or nullptr
+  const double* sinks;        // [Hq] sink logits (-inf: none for that head), or nullptr
+  // Library modifications (mods.hpp), each off when its pointer is null or its size 0; pos = i + diag_offset[b].
+  const double* alibi_slopes;  // [Hq] or [B, Hq] (alibi_per_batch)
+  int alibi_per_batch;
+  const double* t5_table;  // [Hq, t5_buckets]
+  int64_t t5_buckets, t5_max_distance;
+  int t5_bidirectional;
+  const int64_t* doc_ids;         // [B, Lk]
+  int64_t chunk_size;             // 0: off
+  const int64_t* prefix_lengths;  // [B]
+  int64_t dilated_window, dilation;  // window -1: off
+  const int64_t* topk_indices;       // [B, Lq, topk]
+  int64_t topk;
 };
 
 inline namespace ATTNCHECK_KERNEL_NS {
@@ -112,6 +128,37 @@ __device__ inline int64_t offset4(const int64_t* s, int64_t a, int64_t b, int64_
 template <class Acc>
 __device__ inline Acc max_keep(Acc m, Acc s) { return m < s ? s : m; }
 
+// The mask modifications of the library (the query at key position pos = diag).
+__device__ inline bool mods_visible(const AttnParams& p, int b, int64_t i, int64_t j, int64_t pos) {
+  namespace me = mod_eval;
+  if (p.doc_ids) {
+    const int64_t* ids = p.doc_ids + static_cast<int64_t>(b) * p.Lk;
+    if (!me::document(pos, j, p.Lk, [ids](int64_t k) { return gload(ids, k); })) return false;
+  }
+  if (p.chunk_size > 0 && !me::chunked(pos, j, p.chunk_size)) return false;
+  if (p.prefix_lengths && !me::prefix_lm(pos, j, gload(p.prefix_lengths, b))) return false;
+  if (p.dilated_window >= 0 && !me::dilated(pos, j, p.dilated_window, p.dilation)) return false;
+  if (p.topk > 0) {
+    const int64_t* slots = p.topk_indices + (static_cast<int64_t>(b) * p.Lq + i) * p.topk;
+    if (!me::topk_listed(j, p.topk, [slots](int64_t s) { return gload(slots, s); })) return false;
+  }
+  return true;
+}
+
+// The score modifications of the library, in its order (ALiBi, T5), each in fp64 and rounded once, as the CPU
+// implementations evaluate them.
+template <class Acc>
+__device__ inline Acc mods_score(const AttnParams& p, Acc s, int b, int h, int64_t pos, int64_t j) {
+  if (!p.alibi_slopes && p.t5_buckets == 0) return s;
+  double x = static_cast<double>(s);
+  if (p.alibi_slopes)
+    x = mod_eval::alibi(x, gload(p.alibi_slopes, p.alibi_per_batch ? static_cast<int64_t>(b) * p.Hq + h : h), pos, j);
+  if (p.t5_buckets > 0)
+    x += gload(p.t5_table, static_cast<int64_t>(h) * p.t5_buckets +
+                               mod_eval::t5_bucket(p.t5_buckets, p.t5_max_distance, p.t5_bidirectional != 0, j - pos));
+  return static_cast<Acc>(x);
+}
+
 // Is key j visible to query i of (b, h)? `diag` = i + diag_offset[b], `valid` = key_length[b].
 __device__ inline bool key_visible(const AttnParams& p, int b, int h, int64_t i, int64_t j, int64_t diag,
                                    int64_t valid) {
@@ -120,19 +167,19 @@ __device__ inline bool key_visible(const AttnParams& p, int b, int h, int64_t i,
   if (p.window_left >= 0 && j < diag - p.window_left) return false;       // window, left edge
   if (p.window_right >= 0 && j > diag + p.window_right) return false;     // window, right edge
   if (p.mask && gload(p.mask, offset4(p.mask_stride, b, h, i, j)) == 0) return false;  // boolean mask
-  return true;
+  return mods_visible(p, b, i, j, diag);
 }
 
-// scale -> softcap -> + bias, for a visible key whose dot product is `dot`.
+// scale -> softcap -> + bias -> score modifications, for a visible key whose dot product is `dot`.
 template <class Acc>
-__device__ inline Acc transform_score(const AttnParams& p, Acc dot, int b, int h, int64_t i, int64_t j) {
+__device__ inline Acc transform_score(const AttnParams& p, Acc dot, int b, int h, int64_t i, int64_t j, int64_t diag) {
   Acc s = dot * static_cast<Acc>(p.scale);
   if (p.softcap > 0) {
     const Acc c = static_cast<Acc>(p.softcap);
     s = c * ac_tanh(s / c);
   }
   if (p.bias) s += gload(static_cast<const Acc*>(p.bias), offset4(p.bias_stride, b, h, i, j));
-  return s;
+  return mods_score(p, s, b, h, diag, j);
 }
 
 // Dropout factor of weight (b, h, i, j): 0 for a dropped key, 1/(1-p) for a kept one, 1 without dropout.
@@ -153,6 +200,12 @@ template <class Acc>
 __device__ inline Acc warp_max(Acc x) {
   for (int o = 16; o > 0; o >>= 1) x = max_keep(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
+}
+
+// The sink logit of head h (joins the softmax denominator, has no value): -inf without sinks.
+template <class Acc>
+__device__ inline Acc sink_logit(const AttnParams& p, int h) {
+  return p.sinks ? static_cast<Acc>(gload(p.sinks, h)) : neg_inf<Acc>();
 }
 
 // The weight every key gets in a row without a visible key (reference: nan -> NaN, zero -> 0, uniform -> 1/Lk).

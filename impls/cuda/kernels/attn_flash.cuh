@@ -1,6 +1,7 @@
 // Kernel 2, fused flash-style: a block owns BR query rows of one (batch, head), one warp per row. The Q tile
 // sits in shared memory; K/V tiles of BC keys are staged through shared memory; each warp keeps an online softmax
-// (running max m, denominator l, fp32 accumulators; fp64 for fp64) with warp-shuffle reductions, and writes out and lse.
+// (running max m, denominator l, fp32 accumulators; fp64 for fp64) with warp-shuffle reductions, and writes out, lse
+// and the max-logit.
 #pragma once
 
 #include "attn_common.cuh"
@@ -61,6 +62,7 @@ __global__ void attn_flash_kernel(AttnParams p) {
   // fill (the reference's m = max(m, fill)) and masked keys are summed apart: their weight exp(fill - m) is only
   // known at the end, and must be exactly 0 (not 0 x NaN) when it underflows.
   Acc m_run = p.fill_finite ? fill : neg_inf<Acc>();
+  Acc m_vis = neg_inf<Acc>();  // the max over visible scores only: the max-logit output
   Acc l = 0;
   Acc acc[NV], acc_masked[NV];
   for (int c = 0; c < NV; ++c) acc[c] = acc_masked[c] = 0;
@@ -91,11 +93,13 @@ __global__ void attn_flash_kernel(AttnParams p) {
           const Acc* qrow = sQ + warp * p.Dqk;
           const Acc* krow = sK + lane * p.Dqk;
           for (int d = 0; d < p.Dqk; ++d) dot = ac_fma(qrow[d], krow[d], dot);
-          s = transform_score(p, dot, b, h, i, j);
+          s = transform_score(p, dot, b, h, i, j, diag);
           if (s > neg_inf<Acc>()) seen = 1;
         }
       }
-      const Acc m_new = max_keep(m_run, warp_max(s));
+      const Acc tile_max = warp_max(s);
+      const Acc m_new = max_keep(m_run, tile_max);
+      m_vis = max_keep(m_vis, tile_max);
       const Acc m_use = m_new == neg_inf<Acc>() ? Acc(0) : m_new;  // all -inf so far: no exp(-inf - -inf)
       const Acc alpha = ac_exp(m_run - m_use);
       const Acc e = vis ? ac_exp(s - m_use) : Acc(0);
@@ -129,20 +133,25 @@ __global__ void attn_flash_kernel(AttnParams p) {
   seen = warp_sum(seen);
   n_masked = warp_sum(n_masked);
   Acc lse;
-  if (seen > 0) {
+  const Acc sink = sink_logit<Acc>(p, h);
+  if (seen > 0 || sink > neg_inf<Acc>()) {
+    // A sink joins the running state as one more term without a value (without one: alpha = 1, nothing changes).
+    const Acc m_fin = max_keep(m_run, sink);
+    const Acc alpha = ac_exp(m_run - m_fin);
+    l = l * alpha + (sink > neg_inf<Acc>() ? ac_exp(sink - m_fin) : Acc(0));
     // Masked keys with a finite fill: n_masked·exp(fill - m) joins the denominator, exp(fill - m)·Σ kf·v the sum.
     // Whether that weight is zero is decided in double, as the reference computes it.
-    const double fm = p.fill_finite ? exp(static_cast<double>(fill) - static_cast<double>(m_run)) : 0.0;
+    const double fm = p.fill_finite ? exp(static_cast<double>(fill) - static_cast<double>(m_fin)) : 0.0;
     const Acc f = static_cast<Acc>(fm);
     const Acc l_total = l + static_cast<Acc>(n_masked) * f;
     for (int c = 0; c < NV; ++c) {
       const int d = lane + 32 * c;
       if (d >= p.Dv) break;
-      Acc a = acc[c];
+      Acc a = acc[c] * alpha;
       if (fm != 0.0) a = ac_fma(f, acc_masked[c], a);
       store_as<T>(p.out, offset4(p.o_stride, b, h, i, d), a / l_total);
     }
-    lse = m_run + ac_log(l_total);
+    lse = m_fin + ac_log(l_total);
   } else {
     // No visible key: the policy's weight for every key, dropout applied, over all of V (as the reference does).
     const Acc w = fully_masked_weight<Acc>(p);
@@ -159,7 +168,11 @@ __global__ void attn_flash_kernel(AttnParams p) {
     }
     lse = fully_masked_lse<Acc>(p);
   }
-  if (p.lse && lane == 0) gstore(static_cast<Acc*>(p.lse), (static_cast<int64_t>(b) * p.Hq + h) * p.Lq + i, lse);
+  const int64_t row = (static_cast<int64_t>(b) * p.Hq + h) * p.Lq + i;
+  if (p.lse && lane == 0) gstore(static_cast<Acc*>(p.lse), row, lse);
+  // max-logit: a row without a visible score gives the fill (-inf or the finite fill_value), as lse does.
+  if (p.max_logit && lane == 0)
+    gstore(static_cast<Acc*>(p.max_logit), row, m_vis > neg_inf<Acc>() ? m_vis : (p.fill_finite ? fill : neg_inf<Acc>()));
 }
 
 }  // inline namespace ATTNCHECK_KERNEL_NS

@@ -37,17 +37,22 @@ __global__ void attn_naive_kernel(AttnParams p) {
     for (int d = 0; d < p.Dqk; ++d)
       dot = ac_fma(load_as<T>(p.q, offset4(p.q_stride, b, h, i, d)), load_as<T>(p.k, offset4(p.k_stride, b, kvh, j, d)),
                    dot);
-    const Acc sj = transform_score(p, dot, b, h, i, j);
+    const Acc sj = transform_score(p, dot, b, h, i, j, diag);
     gstore(s, j, sj);
     m = max_keep(m, sj);
   }
   m = warp_max(m);
   __syncwarp();  // scores written by other lanes are read below
+  // max-logit: the largest visible score; a row without one gives the fill (-inf or the finite fill_value).
+  if (p.max_logit && lane == 0) gstore(static_cast<Acc*>(p.max_logit), row, m > neg_inf<Acc>() ? m : fill);
 
-  // 2. softmax of the row. A row is fully masked when no visible score exceeds -inf (the reference's test).
+  // 2. softmax of the row. A row is fully masked when no visible score exceeds -inf and it has no sink (the
+  // reference's test); a sink is one more term of the sum, without a value.
+  const Acc sink = sink_logit<Acc>(p, h);
   Acc lse;
-  if (m > neg_inf<Acc>()) {
+  if (m > neg_inf<Acc>() || sink > neg_inf<Acc>()) {
     if (p.fill_finite) m = max_keep(m, fill);  // masked keys take part with the finite fill
+    m = max_keep(m, sink);
     Acc sum = 0;
     for (int64_t j = lane; j < p.Lk; j += 32) {
       const Acc e = ac_exp(gload(s, j) - m);  // a masked key with fill -inf gives exactly 0
@@ -55,6 +60,7 @@ __global__ void attn_naive_kernel(AttnParams p) {
       sum += e;
     }
     sum = warp_sum(sum);
+    if (sink > neg_inf<Acc>()) sum += ac_exp(sink - m);
     for (int64_t j = lane; j < p.Lk; j += 32) gstore(s, j, gload(s, j) / sum);
     lse = m + ac_log(sum);
   } else {

@@ -1,12 +1,14 @@
 // The modification library: one block per entry, each the only place that describes it (parameters, rules,
 // fp64 evaluation, capability name, marker, generator, tolerance fact). docs/problem-model.md "Modifications"
-// gives the semantics and who does what. A new entry: its Problem members (problem.hpp) and one block here.
+// gives the semantics and who does what. A new entry: its Problem members (problem.hpp) and one block here; the
+// per-key arithmetic of the entries a CUDA kernel can evaluate is in mod_eval.hpp, which the kernels call too.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <utility>
 #include <vector>
 
+#include "attncheck/mod_eval.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
 #include "detail.hpp"
@@ -29,7 +31,6 @@ void expect_size(const char* key, size_t got, int64_t want, const std::string& w
   if (static_cast<int64_t>(got) != want)
     fail(std::string(key) + " must have " + what + "=" + n2s(want) + " entries, got " + n2s(static_cast<int64_t>(got)));
 }
-int64_t floor_div(int64_t a, int64_t c) { return a / c - ((a % c != 0) && ((a < 0) != (c < 0))); }
 
 // ---- ALiBi (Press et al.; FlashAttention's alibi_slopes) ----------------------------------------------------
 // score - slope(b, h) * |pos - j|: FlashAttention documents "a bias of (-alibi_slope * |i + seqlen_k - seqlen_q -
@@ -51,7 +52,7 @@ const ModEntry kAlibiEntry{
         fail("alibi_slopes must have Hq=" + n2s(p.Hq) + " or B*Hq=" + n2s(p.B * p.Hq) + " entries, got " + n2s(n));
     },
     [](const P& p, const ModAt& a, double s) {
-      return s - alibi_slope(p, a.b, a.h) * std::abs(static_cast<double>(a.pos - a.j));
+      return mod_eval::alibi(s, alibi_slope(p, a.b, a.h), a.pos, a.j);
     },
     nullptr, 1.0,
     [](P& p, Rng& r) {  // the paper's geometric slopes 2^(-8(h+1)/Hq) (fp32), per batch scaled by 2^-k
@@ -74,20 +75,9 @@ const Field kT5[] = {
      "T5: distance where the last bucket starts"},
     {"t5_bidirectional", &P::t5_bidirectional, kSet, kFrag, nullptr, nullptr,
      "T5: buckets for both signs of the distance (encoder) or only keys before the query (decoder)"}};
-// The bucket of relative position rel = j - pos, exactly transformers' formula, evaluated in double.
+// The bucket of relative position rel = j - pos (mod_eval.hpp: transformers' formula, evaluated in double).
 int64_t t5_bucket(const P& p, int64_t rel) {
-  int64_t n = p.t5_buckets, bucket = 0;
-  if (p.t5_bidirectional) {
-    n /= 2;
-    if (rel > 0) bucket += n;
-    rel = rel < 0 ? -rel : rel;
-  } else {
-    rel = rel < 0 ? -rel : 0;  // keys after the query share bucket 0
-  }
-  const int64_t exact = n / 2;
-  if (rel < exact) return bucket + rel;
-  const double f = std::log(double(rel) / double(exact)) / std::log(double(p.t5_max_distance) / double(exact));
-  return bucket + std::min<int64_t>(exact + static_cast<int64_t>(f * double(n - exact)), n - 1);
+  return mod_eval::t5_bucket(p.t5_buckets, p.t5_max_distance, p.t5_bidirectional, rel);
 }
 const ModEntry kT5Entry{
     "t5_bias", "t5", ModKind::score, kT5, [](const P& p) { return p.t5_buckets > 0 || !p.t5_table.empty(); },
@@ -120,7 +110,7 @@ const ModEntry kDocEntry{
     [](const P& p) { expect_size("doc_ids", p.doc_ids.size(), p.B * p.Lk, "B*Lk"); }, nullptr,
     [](const P& p, const ModAt& a) {  // a query outside [0, Lk) belongs to no document
       const int64_t* d = p.doc_ids.data() + a.b * p.Lk;
-      return a.pos >= 0 && a.pos < p.Lk && d[a.pos] == d[a.j];
+      return mod_eval::document(a.pos, a.j, p.Lk, [d](int64_t k) { return d[k]; });
     },
     1.0,
     [](P& p, Rng& r) {
@@ -139,7 +129,7 @@ const Field kChunk[] = {{"chunk_size", &P::chunk_size, kSet, kFrag, "must be in 
 const ModEntry kChunkEntry{
     "chunked", "chunk", ModKind::mask, kChunk, [](const P& p) { return p.chunk_size > 0; }, [](const P&) {},
     nullptr,
-    [](const P& p, const ModAt& a) { return floor_div(a.pos, p.chunk_size) == a.j / p.chunk_size; }, 1.0,
+    [](const P& p, const ModAt& a) { return mod_eval::chunked(a.pos, a.j, p.chunk_size); }, 1.0,
     [](P& p, Rng& r) { p.chunk_size = r.pick(1, std::max<int64_t>(p.Lk, 2)); },
     "chunked local: floor(pos / C) == floor(j / C)"};
 
@@ -154,7 +144,7 @@ const ModEntry kPrefixEntry{
         if (v < 0 || v > p.Lk) fail("prefix_lengths must be in [0, Lk=" + n2s(p.Lk) + "], got " + shape_string(p.prefix_lengths));
     },
     nullptr,
-    [](const P& p, const ModAt& a) { return a.j < p.prefix_lengths[static_cast<size_t>(a.b)] || a.j <= a.pos; }, 1.0,
+    [](const P& p, const ModAt& a) { return mod_eval::prefix_lm(a.pos, a.j, p.prefix_lengths[static_cast<size_t>(a.b)]); }, 1.0,
     [](P& p, Rng& r) {  // the entry is its own causal part: with causal on it would change nothing
       p.causal = false;
       for (int64_t b = 0; b < p.B; ++b) p.prefix_lengths.push_back(r.pick(0, p.Lk));
@@ -172,10 +162,7 @@ const Field kDilated[] = {
 const ModEntry kDilatedEntry{
     "dilated_window", "dil", ModKind::mask, kDilated, [](const P& p) { return p.dilated_window >= 0; },
     [](const P&) {}, nullptr,
-    [](const P& p, const ModAt& a) {
-      const int64_t d = a.pos - a.j;
-      return d % p.dilation == 0 && std::abs(d) / p.dilation <= p.dilated_window;
-    },
+    [](const P& p, const ModAt& a) { return mod_eval::dilated(a.pos, a.j, p.dilated_window, p.dilation); },
     1.0,
     [](P& p, Rng& r) {
       p.dilation = r.pick(1, 4);
@@ -223,7 +210,7 @@ const ModEntry kTopkEntry{
     nullptr,
     [](const P& p, const ModAt& a) {
       const int64_t* r = topk_row(p, a.b, a.i);
-      return std::find(r, r + p.topk, a.j) != r + p.topk;
+      return mod_eval::topk_listed(a.j, p.topk, [r](int64_t s) { return r[s]; });
     },
     1.0,
     [](P& p, Rng& r) {  // a random subset of the keys per query, in random order, the rest padding

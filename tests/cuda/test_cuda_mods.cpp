@@ -1,0 +1,152 @@
+// The library modifications, sinks and the max-logit output in both CUDA kernels on the host emulation: each entry's
+// parameters drawn by the library's own generator (ModEntry::draw), judged against the looped reference with the
+// derived tolerances (out, lse, max_logit), in both thread orders. Small shapes that cross a key tile (BC = 32).
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "attncheck/impl.hpp"
+#include "attncheck/mods.hpp"
+#include "attncheck/reference.hpp"
+#include "attncheck/tolerance.hpp"
+#include "emulated.hpp"
+#include "hostile_cases.hpp"
+
+using namespace attncheck;
+using attncheck::cuda::KernelVersion;
+
+namespace {
+
+struct ModCase {
+  std::string label;
+  std::vector<std::string> mods;  // library entries, drawn in this order
+  DType dtype = DType::f32;
+  bool causal = false;
+  Alignment alignment = Alignment::top_left;
+  MaxLogitOut max_logit = MaxLogitOut::rows;
+  bool sinks = false;        // sink logits per head, one of them -inf (no sink for that head)
+  bool finite_fill = false;  // masked keys take part with fill -30
+  int64_t Lq = 6, Lk = 45;
+};
+
+std::vector<ModCase> cases() {
+  return {
+      {"alibi", {"alibi"}},
+      {"alibi-br-bf16", {"alibi"}, DType::bf16, true, Alignment::bottom_right},
+      {"t5", {"t5_bias"}, DType::f16},
+      {"document", {"document"}},
+      {"chunked-causal-br", {"chunked"}, DType::f32, true, Alignment::bottom_right},
+      {"prefix-lm", {"prefix_lm"}, DType::f64},
+      {"dilated-br", {"dilated_window"}, DType::f32, false, Alignment::bottom_right},
+      {"topk", {"topk"}, DType::f32, false, Alignment::top_left, MaxLogitOut::heads},
+      {"alibi-t5-document-heads",
+       {"alibi", "t5_bias", "document"},
+       DType::f32,
+       true,
+       Alignment::top_left,
+       MaxLogitOut::heads},
+      {.label = "sinks-causal", .mods = {}, .causal = true, .sinks = true},
+      {.label = "sinks-topk-finite-fill", .mods = {"topk"}, .dtype = DType::bf16, .sinks = true, .finite_fill = true},
+      {.label = "sinks-document-fp64", .mods = {"document"}, .dtype = DType::f64, .sinks = true},
+  };
+}
+
+struct Param {
+  ModCase c;
+  KernelVersion version;
+};
+
+std::string param_name(const testing::TestParamInfo<Param>& info) {
+  std::string s = std::string(info.param.version == KernelVersion::naive ? "k1_" : "k2_") + info.param.c.label;
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+std::vector<Param> params() {
+  std::vector<Param> ps;
+  for (const ModCase& c : cases())
+    for (KernelVersion v : {KernelVersion::flash, KernelVersion::naive}) ps.push_back({c, v});
+  return ps;
+}
+
+testcases::Case make_case(const ModCase& m) {
+  testcases::Case c;
+  c.label = m.label;
+  Problem& p = c.p;
+  p.B = 2, p.Hq = 4, p.Hkv = 2, p.Lq = m.Lq, p.Lk = m.Lk, p.Dqk = p.Dv = 16;
+  p.dtype = m.dtype;
+  p.causal = m.causal;
+  p.alignment = m.alignment;
+  p.want_lse = true;
+  p.max_logit = m.max_logit;
+  p.fully_masked = FullyMasked::zero;  // a mask modification may hide a whole row
+  c.amplitude = 2.0;
+  if (m.sinks) p.sinks = {0.5, -std::numeric_limits<double>::infinity(), 2.0, -1.25};  // exact in bf16
+  if (m.finite_fill) p.fill = MaskFill::finite, p.fill_value = -30.0;
+  Rng rng(std::hash<std::string>{}(m.label));
+  for (const std::string& name : m.mods) find_modification(name)->draw(p, rng);
+  return c;
+}
+
+class CudaMods : public testing::TestWithParam<Param> {};
+
+TEST_P(CudaMods, MatchesReferenceInBothThreadOrders) {
+  const Param& prm = GetParam();
+  const testcases::Case c = make_case(prm.c);
+  const Problem& p = c.p;
+  ASSERT_TRUE(cuda::kernel_supports(p).ok) << cuda::kernel_supports(p).reason;
+  const Inputs in = testcases::make_inputs(c);
+  const ReferenceResult ref = reference_attention(p, in);
+  Outputs out = make_outputs(p);
+  for (Tensor* t : {&out.out, out.lse ? &*out.lse : nullptr, out.max_logit ? &*out.max_logit : nullptr})
+    if (t) t->fill(std::nan(""));
+  Outputs reversed = out;
+  cuda::run_emulated(p, in, out, prm.version, emu::Order::forward);
+  cuda::run_emulated(p, in, reversed, prm.version, emu::Order::reversed);
+  EXPECT_EQ(out.out.bytes, reversed.out.bytes) << "out depends on the thread order (a race)";
+  EXPECT_EQ(out.max_logit->bytes, reversed.max_logit->bytes) << "max_logit depends on the thread order";
+  const Verdict v = judge(p, ref, out);
+  bool judged_max_logit = false;
+  for (const auto& t : v.tensors) {
+    EXPECT_TRUE(t.pass) << param_name({prm, 0}) << " " << p.name() << ": " << t.describe();
+    judged_max_logit = judged_max_logit || t.tensor == "max_logit";
+  }
+  EXPECT_TRUE(judged_max_logit) << "the max-logit output was not judged";
+  // The modifications and sinks must change the answer: without them the same inputs give other outputs.
+  Problem plain = p;
+  plain.sinks.clear();
+  plain.alibi_slopes.clear(), plain.t5_table.clear(), plain.t5_buckets = 0, plain.doc_ids.clear();
+  plain.chunk_size = 0, plain.prefix_lengths.clear(), plain.dilated_window = -1, plain.dilation = 1;
+  plain.topk = 0, plain.topk_indices.clear();
+  ASSERT_FALSE(uses_modifications(plain));
+  const ReferenceResult without = reference_attention(plain, in);
+  EXPECT_NE(without.out, ref.out) << "the drawn modification changes nothing: the case cannot catch its loss";
+  if (!p.sinks.empty()) {
+    EXPECT_NE(without.lse, ref.lse) << "the sinks change no lse";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Library, CudaMods, testing::ValuesIn(params()), param_name);
+
+// What the kernels cannot evaluate is reported unsupported, naming it: user expressions (muparser, host-only) and
+// the position stages (rope, qk_norm).
+TEST(CudaModsLimits, ExpressionsAndPositionStagesAreUnsupported) {
+  const ImplPtr impl = find_impl("cuda-emulated");
+  ASSERT_TRUE(impl);
+  for (const char* name : {"score_expr", "mask_expr", "rope", "qk_norm"}) {
+    Problem p;
+    p.B = 1, p.Hq = 2, p.Hkv = 2, p.Lq = 4, p.Lk = 8, p.Dqk = p.Dv = 8;
+    Rng rng(1);
+    find_modification(name)->draw(p, rng);
+    ASSERT_TRUE(uses_modifications(p)) << name;
+    const Support s = impl->supports(p);
+    EXPECT_FALSE(s.ok) << name;
+    EXPECT_NE(s.reason.find(std::string("modification ") + name + " not supported"), std::string::npos) << s.reason;
+  }
+  EXPECT_EQ(impl->capabilities().mods,
+            (std::set<std::string>{"alibi", "t5_bias", "document", "chunked", "prefix_lm", "dilated_window", "topk"}));
+  EXPECT_TRUE(impl->capabilities().max_logit_out);
+}
+
+}  // namespace
