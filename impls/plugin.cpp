@@ -137,6 +137,10 @@ void describe(const Problem& p, Described& out) {
     *tail = &out.max_logit.header;
     tail = &out.max_logit.header.next;
   }
+  if (const attncheck_extension* mods = describe_modifications(p, out.mods)) {
+    *tail = mods;
+    tail = &out.mods.ext.header.next;
+  }
   // Set only by a schedule check, and only with knobs the plugin declared.
   if (const Schedule& s = current_schedule(); !s.is_default()) {
     out.schedule = {{ATTNCHECK_EXT_SCHEDULE, sizeof out.schedule, nullptr}, s.threads, s.num_splits, s.reversed ? 1 : 0};
@@ -145,18 +149,32 @@ void describe(const Problem& p, Described& out) {
   }
 }
 
+namespace {
+// Appends e at the end of out's chain. The chain's structs are members of `out` (describe()), so they may be
+// written through.
+void chain_last(Described& out, const attncheck_extension* e) {
+  if (!out.d.next) {
+    out.d.next = e;
+    return;
+  }
+  auto* last = const_cast<attncheck_extension*>(out.d.next);
+  while (last->next) last = const_cast<attncheck_extension*>(last->next);
+  last->next = e;
+}
+}  // namespace
+
 attncheck_ext_backward& chain_backward(Described& out) {
   std::memset(&out.backward, 0, sizeof out.backward);
   out.backward.header = {ATTNCHECK_EXT_BACKWARD, sizeof out.backward, nullptr};
-  if (!out.d.next) {
-    out.d.next = &out.backward.header;
-    return out.backward;
-  }
-  // The chain's structs are members of `out` (describe()), so they may be written through.
-  auto* last = const_cast<attncheck_extension*>(out.d.next);
-  while (last->next) last = const_cast<attncheck_extension*>(last->next);
-  last->next = &out.backward.header;
+  chain_last(out, &out.backward.header);
   return out.backward;
+}
+
+void chain_block_mask(Described& out, const BlockMask& m) {
+  out.block_mask = {{ATTNCHECK_EXT_BLOCK_MASK, sizeof out.block_mask, nullptr},
+                    m.q_block, m.kv_block, m.B, m.H, m.q_blocks, m.slots,
+                    m.kv_num_blocks.data(), m.kv_indices.data(), m.full_kv_num_blocks.data(), m.full_kv_indices.data()};
+  chain_last(out, &out.block_mask.header);
 }
 
 
@@ -280,7 +298,8 @@ static_assert(static_cast<int>(Alignment::top_left) == ATTNCHECK_ALIGN_TOP_LEFT 
 static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCHECK_EXT_SCORES &&
                   ext_tag::kv_append == ATTNCHECK_EXT_KV_APPEND && ext_tag::backward == ATTNCHECK_EXT_BACKWARD &&
                   ext_tag::varlen == ATTNCHECK_EXT_VARLEN && ext_tag::paged_kv == ATTNCHECK_EXT_PAGED_KV &&
-                  ext_tag::fp8 == ATTNCHECK_EXT_FP8 && ext_tag::max_logit == ATTNCHECK_EXT_MAX_LOGIT,
+                  ext_tag::fp8 == ATTNCHECK_EXT_FP8 && ext_tag::max_logit == ATTNCHECK_EXT_MAX_LOGIT &&
+                  ext_tag::modifications == ATTNCHECK_EXT_MODIFICATIONS,
               "the feature table's extension tags are plugin.h's");
 static_assert(static_cast<int>(ScoresOut::scaled) == 1 && static_cast<int>(ScoresOut::masked) == 3);
 static_assert(static_cast<int>(MaxLogitOut::rows) == 1 && static_cast<int>(MaxLogitOut::heads) == 2);
@@ -361,6 +380,7 @@ class PluginImpl final : public Impl, public ModuleProvider, public std::enable_
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     Described desc;
     describe(p, desc);
+    if (const BlockMask* m = current_block_mask(); m && lists(kBlockMaskFeature)) chain_block_mask(desc, *m);
     attncheck_problem& d = desc.d;
     set_inputs(d, in);
     d.out = out.out.bytes.data(); copy_strides(out.out, d.out_strides);
@@ -462,6 +482,10 @@ class PluginImpl final : public Impl, public ModuleProvider, public std::enable_
       throw std::runtime_error("plugin " + name_ + " (" + path_ + "): " + what + " returned status " +
                                std::to_string(status) + ": " + (msg.empty() ? "(no message)" : msg));
     }
+  }
+
+  bool lists(const char* feature) const {
+    return std::find(features_.begin(), features_.end(), feature) != features_.end();
   }
 
   std::string path_;

@@ -2,9 +2,11 @@
 // call a plugin on tensors that live in shared memory. Not installed; plugin authors use attncheck/plugin.h.
 #pragma once
 
+#include <deque>
 #include <string>
 #include <vector>
 
+#include "attncheck/block_mask.hpp"
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/module_impl.hpp"
@@ -25,6 +27,18 @@ struct OpenedPlugin {
 };
 OpenedPlugin open_plugin(const std::string& path);
 
+// Tag 11's storage: the used library modifications and their parameters (deques: the pointers stay valid).
+struct DescribedMods {
+  std::vector<attncheck_mod> mods;
+  std::vector<attncheck_mod_param> params;
+  std::deque<std::vector<int64_t>> i64;
+  std::deque<std::vector<double>> f64;
+  std::deque<std::string> text;
+  attncheck_ext_modifications ext;
+};
+// Fills `s` from the problem's used modifications; the extension to chain, or nullptr when it uses none.
+const attncheck_extension* describe_modifications(const Problem& p, DescribedMods& s);
+
 // A problem descriptor with the storage it points into (diagonal offsets, the v2 extension chain).
 struct Described {
   attncheck_problem d;
@@ -40,6 +54,8 @@ struct Described {
   attncheck_ext_fp8 fp8;
   attncheck_ext_schedule schedule;
   attncheck_ext_max_logit max_logit;
+  DescribedMods mods;
+  attncheck_ext_block_mask block_mask;
   Described() = default;
   Described(const Described&) = delete;  // d points into the members
 };
@@ -48,6 +64,12 @@ struct Described {
 void describe(const Problem& p, Described& out);
 // Appends out.backward (zeroed, tagged ATTNCHECK_EXT_BACKWARD) to the extension chain: a backward request.
 attncheck_ext_backward& chain_backward(Described& out);
+
+// Appends out.block_mask (tag 12) to the chain, pointing into m (which must outlive the call): the block mask the
+// caller hands the kernel (current_block_mask()).
+void chain_block_mask(Described& out, const BlockMask& m);
+// The feature name by which a plugin or worker asks to be handed the block mask (plugin.h tag 12).
+inline constexpr const char* kBlockMaskFeature = "block_mask";
 
 // The feature name by which a plugin or worker offers the backward pass (plugin.h tag 5).
 inline constexpr const char* kBackwardFeature = "backward";

@@ -1,8 +1,10 @@
 /* An example attncheck plugin: scaled dot-product attention in plain fp32 loops, written against the C ABI
  * (attncheck/plugin.h) only, as a user's library would be. It supports a declared subset (fp32; causal, window,
  * padding, boolean mask, softcap, attention sinks, KV-cache append, packed sequences, a paged KV cache and fp8 inputs
- * (e4m3/e5m2 codes with descales, out in bf16) through the ABI v2 extension chain; no bias, dropout or finite fill)
- * and says "unsupported" for everything else. It also offers the backward pass (feature "backward", extension tag
+ * (e4m3/e5m2 codes with descales, out in bf16) through the ABI v2 extension chain, and the modification library's
+ * ALiBi, document, chunked, prefix-LM and dilated-window entries and plain RoPE (tag 11), and consumes the block
+ * mask it is handed (tag 12); no bias, dropout or finite fill) and says
+ * "unsupported" for everything else. It also offers the backward pass (feature "backward", extension tag
  * 5): dQ, dK, dV in plain loops, for the same subset without sinks, KV-cache append, packed sequences, pages or fp8.
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
  * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing),
@@ -12,7 +14,11 @@
  * p=rounded in its precision contract; with EXAMPLE_PLUGIN_UNDECLARED it rounds without declaring it: a wrong plugin),
  * EXAMPLE_PLUGIN_BWD_NO_D (a backward that forgets the D_i = rowsum(dO * O) term, FlashAttention's real bug),
  * EXAMPLE_PLUGIN_NO_FP8 (does not list "fp8", as a plugin built before extension tag 8),
- * EXAMPLE_PLUGIN_FP8_DESCALE_V (ignores descale_v: a wrong fp8 kernel);
+ * EXAMPLE_PLUGIN_FP8_DESCALE_V (ignores descale_v: a wrong fp8 kernel), EXAMPLE_PLUGIN_ALIBI_SIGN (adds the ALiBi
+ * bias with the wrong sign, as attention-gym's example did), EXAMPLE_PLUGIN_ROPE_INTERLEAVE (GPT-J pairs where
+ * GPT-NeoX halves are declared, and the reverse), EXAMPLE_PLUGIN_PARTIAL_AS_FULL (reads a partial block of the handed
+ * block mask as full, applying no mask in it), EXAMPLE_PLUGIN_NO_MODS (lists no modification, as a
+ * plugin built before tag 11);
  * tests/isolation/hostile_plugin.c sets EXAMPLE_PLUGIN_NAME and EXAMPLE_PLUGIN_HOOK (called
  * first in run) to misbehave. */
 #include <math.h>
@@ -47,14 +53,23 @@
 #define EXAMPLE_PLUGIN_NAME "example-plugin-bf16p"
 #elif defined(EXAMPLE_PLUGIN_MAX_LOGIT_BUG)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-max-logit-unscaled"
+#elif defined(EXAMPLE_PLUGIN_ALIBI_SIGN)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-alibi-sign"
+#elif defined(EXAMPLE_PLUGIN_ROPE_INTERLEAVE)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-rope-interleave"
+#elif defined(EXAMPLE_PLUGIN_PARTIAL_AS_FULL)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-partial-as-full"
+#elif defined(EXAMPLE_PLUGIN_NO_MODS)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-no-mods"
 #elif defined(EXAMPLE_PLUGIN_NO_MAX_LOGIT)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-no-max-logit"
 #else
 #define EXAMPLE_PLUGIN_NAME "example-plugin"
 #endif
 
-/* One score row lives in a fixed buffer; longer key sequences are declined in supports(). */
-enum { MAX_KEYS = 4096 };
+/* One score row lives in a fixed buffer; longer key sequences are declined in supports(). So do the rotated q and k
+ * rows of RoPE. */
+enum { MAX_KEYS = 4096, MAX_HEAD_DIM = 256 };
 
 static int32_t example_capabilities(attncheck_capabilities* c, char* err, size_t err_size) {
   (void)err; (void)err_size;
@@ -89,12 +104,83 @@ static const attncheck_extension* extension(const attncheck_problem* p, uint32_t
 }
 #endif
 
+/* The library modifications the example evaluates (tag 11), their parameters resolved once per run; a NULL or 0
+ * field: the problem does not use that entry. The query's position is pos = i + diagonal_offset[b]. */
+typedef struct {
+  const double* alibi_slopes; /* [Hq] or [B, Hq] */
+  int64_t alibi_count;
+  const int64_t* doc_ids;     /* [B, Lk] */
+  int64_t chunk_size;
+  const int64_t* prefix_lengths; /* [B] */
+  int64_t dilated_window, dilation;
+  int64_t rotary_dim;         /* RoPE (a position stage): the leading rotary_dim dims of q and k rotated */
+  int rotary_interleaved;     /* pairs (2f, 2f+1) (GPT-J), else (f, f + rotary_dim/2) (GPT-NeoX) */
+  double rope_theta;
+  const int64_t* rope_offsets; /* [B] or NULL */
+  const char* rope_unsupported; /* a RoPE variant the example does not write (scaling, mRoPE), or NULL */
+} example_mods;
+
+#ifdef ATTNCHECK_EXT_MODIFICATIONS
+static const attncheck_mod_param* mod_param(const attncheck_ext_modifications* e, const char* name, const char* key) {
+  for (int64_t m = 0; e && m < e->count; ++m)
+    for (int64_t k = 0; strcmp(e->mods[m].name, name) == 0 && k < e->mods[m].param_count; ++k)
+      if (strcmp(e->mods[m].params[k].key, key) == 0) return &e->mods[m].params[k];
+  return NULL;
+}
+#endif
+
+static example_mods mods_of(const attncheck_problem* p) {
+  example_mods m = {NULL, 0, NULL, 0, NULL, -1, 1, 0, 0, 10000.0, NULL, NULL};
+#ifdef ATTNCHECK_EXT_MODIFICATIONS
+  const attncheck_ext_modifications* e = (const attncheck_ext_modifications*)extension(p, ATTNCHECK_EXT_MODIFICATIONS);
+  const attncheck_mod_param* x;
+  if ((x = mod_param(e, "alibi", "alibi_slopes"))) m.alibi_slopes = x->f64, m.alibi_count = x->count;
+  if ((x = mod_param(e, "document", "doc_ids"))) m.doc_ids = x->i64;
+  if ((x = mod_param(e, "chunked", "chunk_size"))) m.chunk_size = x->i64[0];
+  if ((x = mod_param(e, "prefix_lm", "prefix_lengths"))) m.prefix_lengths = x->i64;
+  if ((x = mod_param(e, "dilated_window", "dilated_window"))) m.dilated_window = x->i64[0];
+  if ((x = mod_param(e, "dilated_window", "dilation"))) m.dilation = x->i64[0];
+  if ((x = mod_param(e, "rope", "rotary_dim"))) {
+    m.rotary_dim = x->i64[0];
+    m.rotary_interleaved = (int)mod_param(e, "rope", "rotary_interleaved")->i64[0];
+    m.rope_theta = mod_param(e, "rope", "rope_theta")->f64[0];
+    x = mod_param(e, "rope", "rope_offsets");
+    m.rope_offsets = x->count ? x->i64 : NULL;
+    /* plain RoPE only: frequency scaling and per-section positions are not written here */
+    if (mod_param(e, "rope", "rope_linear_factor")->f64[0] != 1.0 ||
+        mod_param(e, "rope", "rope_llama3_factor")->f64[0] != 1.0 ||
+        mod_param(e, "rope", "rope_yarn_factor")->f64[0] != 1.0)
+      m.rope_unsupported = "RoPE frequency scaling";
+    if (mod_param(e, "rope", "rope_mrope_section")->count || mod_param(e, "rope", "rope_position_ids")->count)
+      m.rope_unsupported = "mRoPE positions";
+  }
+#else
+  (void)p;
+#endif
+  return m;
+}
+
 static int32_t example_supports(const attncheck_problem* p, char* reason, size_t reason_size) {
   if (p->Lk > MAX_KEYS) {
     snprintf(reason, reason_size, "Lk=%lld > %d: the example keeps one score row in a fixed buffer",
              (long long)p->Lk, MAX_KEYS);
     return 0;
   }
+#ifdef ATTNCHECK_EXT_MODIFICATIONS
+  const example_mods m = mods_of(p);
+  if (m.rotary_dim > 0) {
+    const char* why = m.rope_unsupported                       ? m.rope_unsupported
+                      : p->Dqk > MAX_HEAD_DIM                  ? "a head dim above 256"
+                      : p->dtype != ATTNCHECK_DTYPE_F32        ? "fp8 inputs"
+                      : extension(p, ATTNCHECK_EXT_VARLEN)     ? "packed sequences"
+                      : extension(p, ATTNCHECK_EXT_KV_APPEND)  ? "KV-cache append"
+                                                               : NULL;
+    if (why) {
+      snprintf(reason, reason_size, "the example's RoPE does not handle %s", why);
+      return 0;
+    }
+  }
+#endif
 #ifdef ATTNCHECK_EXT_BACKWARD
   if (extension(p, ATTNCHECK_EXT_BACKWARD) && extension(p, ATTNCHECK_EXT_SINKS)) {
     snprintf(reason, reason_size, "the example's backward has no sink term");
@@ -188,10 +274,78 @@ static float pv_weight(float w, float sum) {
 #endif
 }
 
-/* Is key j visible to query i of batch b? Every mask of the problem, written out. */
-static int visible(const attncheck_problem* p, int64_t b, int64_t h, int64_t i, int64_t j) {
+/* The kind of key block kb for query i of batch b and head h in the handed block mask (tag 12): 0 empty, 1 partial,
+ * 2 full; -1 without a block mask. As a block-sparse kernel does, the example skips empty blocks and applies no mask
+ * in full ones. */
+static int block_kind(const attncheck_problem* p, int64_t b, int64_t h, int64_t i, int64_t j) {
+#ifdef ATTNCHECK_EXT_BLOCK_MASK
+  const attncheck_ext_block_mask* m = (const attncheck_ext_block_mask*)extension(p, ATTNCHECK_EXT_BLOCK_MASK);
+  if (!m) return -1;
+  const int64_t row = ((m->B == 1 ? 0 : b) * m->H + (m->H == 1 ? 0 : h)) * m->q_blocks + i / m->q_block;
+  const int64_t kb = j / m->kv_block;
+  for (int64_t n = 0; n < m->full_kv_num_blocks[row]; ++n)
+    if (m->full_kv_indices[row * m->slots + n] == kb) return 2;
+  for (int64_t n = 0; n < m->kv_num_blocks[row]; ++n)
+#ifdef EXAMPLE_PLUGIN_PARTIAL_AS_FULL
+    if (m->kv_indices[row * m->slots + n] == kb) return 2; /* the planted bug: a partial block read as full */
+#else
+    if (m->kv_indices[row * m->slots + n] == kb) return 1;
+#endif
+  return 0;
+#else
+  (void)p; (void)b; (void)h; (void)i; (void)j;
+  return -1;
+#endif
+}
+
+/* floor(a / c) for c > 0: a query before key 0 (pos < 0) is in chunk -1, not chunk 0. */
+static int64_t floor_div(int64_t a, int64_t c) { return a / c - (a % c != 0 && a < 0); }
+
+/* RoPE at `pos` on one head vector, as most kernels compute it: the angle pos * inv_freq rounded to fp32 (the
+ * contract's fp32-angles term covers it), cos and sin in fp32, dims from rotary_dim on unchanged. */
+static void rope_rotate(const example_mods* m, int64_t pos, float* x) {
+  const int64_t half = m->rotary_dim / 2;
+  for (int64_t f = 0; f < half; ++f) {
+    const float inv = (float)pow(m->rope_theta, -2.0 * (double)f / (double)m->rotary_dim);
+    const float t = (float)pos * inv;
+#ifdef EXAMPLE_PLUGIN_ROPE_INTERLEAVE
+    const int gptj = !m->rotary_interleaved; /* the planted bug: the pairing swapped */
+#else
+    const int gptj = m->rotary_interleaved;
+#endif
+    const int64_t a = gptj ? 2 * f : f, b = gptj ? 2 * f + 1 : f + half;
+    const float xa = x[a], xb = x[b], c = cosf(t), s = sinf(t);
+    x[a] = xa * c - xb * s;
+    x[b] = xb * c + xa * s;
+  }
+}
+
+/* The score modifications, after the softcap: ALiBi subtracts slope * |pos - j|. */
+static float modify_score(const attncheck_problem* p, const example_mods* m, int64_t b, int64_t h, int64_t pos,
+                          int64_t j, float s) {
+  if (m->alibi_slopes) {
+    const double slope = m->alibi_slopes[m->alibi_count == p->Hq ? h : b * p->Hq + h];
+    const double dist = (double)(pos > j ? pos - j : j - pos);
+#ifdef EXAMPLE_PLUGIN_ALIBI_SIGN
+    s += (float)(slope * dist); /* the planted bug: the bias rewards distant keys */
+#else
+    s -= (float)(slope * dist);
+#endif
+  }
+  return s;
+}
+
+/* Is key j visible to query i of batch b? Every mask of the problem, written out, the mask modifications included. */
+static int visible(const attncheck_problem* p, const example_mods* m, int64_t b, int64_t h, int64_t i, int64_t j) {
   int64_t k0, k1;
   const int64_t diag = row_keys(p, b, i, &k0, &k1);
+  if (m->doc_ids && (diag < 0 || diag >= p->Lk || m->doc_ids[b * p->Lk + diag] != m->doc_ids[b * p->Lk + j])) return 0;
+  if (m->chunk_size > 0 && floor_div(diag, m->chunk_size) != j / m->chunk_size) return 0;
+  if (m->prefix_lengths && !(j < m->prefix_lengths[b] || j <= diag)) return 0;
+  if (m->dilated_window >= 0) {
+    const int64_t d = diag - j;
+    if (d % m->dilation != 0 || (d < 0 ? -d : d) / m->dilation > m->dilated_window) return 0;
+  }
   if (p->causal && j > diag) return 0;
   if (j < k0 || j >= k1) return 0; /* key padding, or another packed sequence */
   if (p->window_left >= 0 && j < diag - p->window_left) return 0;
@@ -275,6 +429,7 @@ static int32_t example_backward(const attncheck_problem* p, const attncheck_ext_
   const float scale = (float)p->scale;
   const float softcap = (float)p->softcap;
   float pw[MAX_KEYS], dt[MAX_KEYS]; /* per key of the row: P_ij and dT_ij */
+  const example_mods mods = mods_of(p); /* never offered with modifications: the host's backward has none */
 
   /* dK and dV accumulate over rows and heads: zero them first (the host pre-fills every gradient with NaN). */
   for (int64_t b = 0; b < p->B; ++b)
@@ -297,7 +452,7 @@ static int32_t example_backward(const attncheck_problem* p, const attncheck_ext_
 #endif
         for (int64_t j = 0; j < p->Lk; ++j) {
           pw[j] = dt[j] = 0.0f;
-          if (!live || !visible(p, b, h, i, j)) continue;
+          if (!live || !visible(p, &mods, b, h, i, j)) continue;
           float dot = 0.0f, dp = 0.0f;
           for (int64_t d = 0; d < p->Dqk; ++d)
             dot += q[b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]] * k[b * ks[0] + kh * ks[1] + j * ks[2] + d * ks[3]];
@@ -382,6 +537,7 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
   const float softcap = (float)p->softcap;
   float score[MAX_KEYS];
   unsigned char vis[MAX_KEYS];
+  const example_mods mods = mods_of(p);
 
   for (int64_t b = 0; b < p->B; ++b)
     for (int64_t h = 0; h < p->Hq; ++h) {
@@ -392,14 +548,26 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
         float m = -INFINITY;
         int64_t n_vis = 0;
         for (int64_t j = 0; j < p->Lk; ++j) {
-          vis[j] = (unsigned char)visible(p, b, h, i, j);
+          const int kind = block_kind(p, b, h, i, j);
+          vis[j] = (unsigned char)(kind == 2 ? 1 : kind == 0 ? 0 : visible(p, &mods, b, h, i, j));
           if (!vis[j]) continue;
           float dot = 0.0f;
           const int64_t kj = token_at(p, b, j, ks) + kh * ks[1];
-          for (int64_t d = 0; d < p->Dqk; ++d)
-            dot += load(p, q, b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]) * load(p, k, kj + d * ks[3]);
+          if (mods.rotary_dim > 0) { /* q and k rotated at their positions (the position stage) */
+            float qr[MAX_HEAD_DIM], kr[MAX_HEAD_DIM];
+            const int64_t off = mods.rope_offsets ? mods.rope_offsets[b] : 0;
+            for (int64_t d = 0; d < p->Dqk; ++d)
+              qr[d] = load(p, q, b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]), kr[d] = load(p, k, kj + d * ks[3]);
+            rope_rotate(&mods, i + p->diagonal_offset[b] + off, qr);
+            rope_rotate(&mods, j + off, kr);
+            for (int64_t d = 0; d < p->Dqk; ++d) dot += qr[d] * kr[d];
+          } else {
+            for (int64_t d = 0; d < p->Dqk; ++d)
+              dot += load(p, q, b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]) * load(p, k, kj + d * ks[3]);
+          }
           float s = dot * scale;
           if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+          s = modify_score(p, &mods, b, h, i + p->diagonal_offset[b], j, s);
           score[j] = s;
           if (s > m) m = s;
           ++n_vis;
@@ -460,9 +628,9 @@ static int32_t example_declarations(attncheck_declarations* d, char* err, size_t
     d->batch_invariant = 1;
 #endif
 #if defined(EXAMPLE_PLUGIN_BF16_P) && !defined(EXAMPLE_PLUGIN_UNDECLARED)
-  d->contract[ATTNCHECK_DTYPE_F32] = "qk=fp32,scores=fp32,pv=bf16,acc=fp32,p=rounded,exp=exp";
+  d->contract[ATTNCHECK_DTYPE_F32] = "qk=fp32,scores=fp32,pv=bf16,acc=fp32,p=rounded,exp=exp,rope=fp32-angles";
 #else
-  d->contract[ATTNCHECK_DTYPE_F32] = "qk=fp32,scores=fp32,pv=fp32,acc=fp32,p=exact,exp=exp";
+  d->contract[ATTNCHECK_DTYPE_F32] = "qk=fp32,scores=fp32,pv=fp32,acc=fp32,p=exact,exp=exp,rope=fp32-angles";
 #endif
 #ifdef ATTNCHECK_EXT_FP8 /* fp8: the codes' values in fp32, P not rounded to fp8 (a host before tag 8 has no field) */
   if (d->struct_size >= offsetof(attncheck_declarations, contract_fp8) + sizeof d->contract_fp8)
@@ -479,6 +647,12 @@ static const char* const example_features[] = {"sinks", "kv_append", "varlen", "
 #endif
 #if defined(ATTNCHECK_EXT_MAX_LOGIT) && !defined(EXAMPLE_PLUGIN_NO_MAX_LOGIT)
                                                 "max_logit",
+#endif
+#if defined(ATTNCHECK_EXT_MODIFICATIONS) && !defined(EXAMPLE_PLUGIN_NO_MODS)
+                                                "alibi", "document", "chunked", "prefix_lm", "dilated_window", "rope",
+#endif
+#ifdef ATTNCHECK_EXT_BLOCK_MASK
+                                                "block_mask",
 #endif
                                                 NULL};
 #endif

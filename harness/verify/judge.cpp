@@ -51,7 +51,7 @@ Problem judged_problem(const Impl& impl, const Problem& fixture, std::string& un
     if (impl.supports(p).ok) return p;
   }
   unchecked.clear();
-  return fixture;  // still unsupported without the optional outputs: report the fixture's own reason
+  return p;  // unsupported even without the optional outputs: the run reports what else stops it
 }
 
 // A fixture written with a fully-masked policy the implementation does not support, while it declares another one:

@@ -287,6 +287,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
                     {"shm", shm_path_}, {"shm_size", shm_size_}, {"tensors", tensors}};
     if (const Schedule& s = current_schedule(); !s.is_default())  // a schedule check: only knobs the worker declared
       request["schedule"] = {{"threads", s.threads}, {"num_splits", s.num_splits}, {"reversed", s.reversed}};
+    if (const BlockMask* m = current_block_mask(); m && type == "run" && features_.count(kBlockMaskFeature))
+      request["block_mask"] = worker::block_mask_to_json(*m);  // handed only to a worker that asks for it
     const json reply = call(request, type, id, case_name, timeout);
     const std::string where = o_.label + ": reply to " + type + " " + std::to_string(id);
     const std::string status = worker::str_field(reply, where, "status");

@@ -212,6 +212,32 @@ Problem problem_from_json(const json& j, const std::string& where) {
   return p;
 }
 
+json block_mask_to_json(const BlockMask& m) {
+  return {{"q_block", m.q_block},   {"kv_block", m.kv_block},     {"B", m.B},
+          {"H", m.H},               {"q_blocks", m.q_blocks},     {"slots", m.slots},
+          {"kv_num_blocks", m.kv_num_blocks}, {"kv_indices", m.kv_indices},
+          {"full_kv_num_blocks", m.full_kv_num_blocks}, {"full_kv_indices", m.full_kv_indices}};
+}
+
+BlockMask block_mask_from_json(const json& j, const std::string& where, const Problem& p) {
+  const std::string w = where + ": block_mask";
+  if (!j.is_object()) bad(where, "block_mask", "an object", j);
+  BlockMask m;
+  m.q_block = int_field(j, w, "q_block"), m.kv_block = int_field(j, w, "kv_block");
+  m.B = int_field(j, w, "B"), m.H = int_field(j, w, "H");
+  m.q_blocks = int_field(j, w, "q_blocks"), m.slots = int_field(j, w, "slots");
+  m.kv_num_blocks = int_list(field(j, w, "kv_num_blocks"), w, "kv_num_blocks");
+  m.kv_indices = int_list(field(j, w, "kv_indices"), w, "kv_indices");
+  m.full_kv_num_blocks = int_list(field(j, w, "full_kv_num_blocks"), w, "full_kv_num_blocks");
+  m.full_kv_indices = int_list(field(j, w, "full_kv_indices"), w, "full_kv_indices");
+  try {
+    validate_block_mask(m, p);
+  } catch (const std::invalid_argument& e) {
+    throw ProtocolError(w + ": " + e.what());
+  }
+  return m;
+}
+
 json capabilities_to_json(const Capabilities& c) {
   json j;
   j["dtypes"] = json::array();

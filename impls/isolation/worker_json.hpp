@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "attncheck/block_mask.hpp"
 #include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/module_problem.hpp"
@@ -48,6 +49,12 @@ json module_problem_to_json(const ModuleProblem& m);
 ModuleProblem module_problem_from_json(const json& j, const std::string& where);  // validated, like merges
 // The module message's input tensors by their protocol names (x, x2, wq, ..., wo, bo, mask, bias, keep), those present.
 std::vector<std::pair<const char*, const Tensor*>> module_input_tensors(const ModuleInputs& in);
+
+// The block mask handed with a `run` request (docs/worker-protocol.md, feature `block_mask`): block sizes, extents and
+// FlexAttention's four arrays, flattened row-major. from_json validates it against p (validate_block_mask): a
+// ProtocolError naming the field.
+json block_mask_to_json(const BlockMask& m);
+BlockMask block_mask_from_json(const json& j, const std::string& where, const Problem& p);
 
 // Capabilities by feature name; unknown names are ignored (a worker may know features this attncheck does not).
 json capabilities_to_json(const Capabilities& c);

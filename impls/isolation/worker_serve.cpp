@@ -110,6 +110,9 @@ class PluginBackend final : public Backend {
   std::string run(const Problem& p, const json& tensors, unsigned char* base, size_t size) override {
     Described desc;
     describe(p, desc);
+    if (const BlockMask* m = current_block_mask();
+        m && std::find(o_.features.begin(), o_.features.end(), kBlockMaskFeature) != o_.features.end())
+      chain_block_mask(desc, *m);
     attncheck_problem& d = desc.d;
     const Setter set{tensors, base, size};
     set_inputs(set, d);
@@ -440,6 +443,9 @@ int serve(Backend& backend) {
             sched.reversed = bool_field(s, type + ": schedule", "reversed");
           }
           const ScheduleScope scope(sched);
+          std::optional<BlockMask> bm;  // the block mask the caller hands the kernel (plugin.h tag 12)
+          if (!backward && req.contains("block_mask")) bm = block_mask_from_json(req["block_mask"], type, p);
+          const BlockMaskScope handed(bm ? &*bm : nullptr);
           return backward ? backend.run_backward(p, tensors, shm.base, shm.size)
                           : backend.run(p, tensors, shm.base, shm.size);
         })));

@@ -27,7 +27,15 @@ struct ModCase {
   bool sinks = false;        // sink logits per head, one of them -inf (no sink for that head)
   bool finite_fill = false;  // masked keys take part with fill -30
   int64_t Lq = 6, Lk = 45;
+  void (*edit)(Problem&) = nullptr;  // after the draws: hand-placed parameters
 };
+
+// Top-k lists whose only visible keys sit on the first and last lane of a 32-key tile and on the last key of the
+// tail tile: the fused kernel's per-tile vote must see each of them or it skips a tile some row needs.
+void topk_on_tile_edges(Problem& p) {
+  p.B = 1, p.Hq = 2, p.Hkv = 1, p.Lq = 5, p.Lk = 70, p.topk = 2;
+  p.topk_indices = {31, 69, 32, -1, 63, 0, 5, -1, -1, -1};
+}
 
 std::vector<ModCase> cases() {
   return {
@@ -45,6 +53,7 @@ std::vector<ModCase> cases() {
        true,
        Alignment::top_left,
        MaxLogitOut::heads},
+      {.label = "topk-tile-edges", .mods = {"topk"}, .Lq = 5, .Lk = 70, .edit = topk_on_tile_edges},
       {.label = "sinks-causal", .mods = {}, .causal = true, .sinks = true},
       {.label = "sinks-topk-finite-fill", .mods = {"topk"}, .dtype = DType::bf16, .sinks = true, .finite_fill = true},
       {.label = "sinks-document-fp64", .mods = {"document"}, .dtype = DType::f64, .sinks = true},
@@ -86,6 +95,10 @@ testcases::Case make_case(const ModCase& m) {
   if (m.finite_fill) p.fill = MaskFill::finite, p.fill_value = -30.0;
   Rng rng(std::hash<std::string>{}(m.label));
   for (const std::string& name : m.mods) find_modification(name)->draw(p, rng);
+  if (m.edit) {
+    p.topk = 0, p.topk_indices.clear();
+    m.edit(p);
+  }
   return c;
 }
 

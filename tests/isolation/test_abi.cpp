@@ -39,7 +39,8 @@ TEST(PluginAbi, V2DeclarationsAreRead) {
   EXPECT_TRUE(d.deterministic);
   EXPECT_TRUE(d.batch_invariant) << "appended to attncheck_declarations after tag 8, read when the plugin writes it";
   ASSERT_EQ(d.contracts.count(DType::f32), 1u);
-  EXPECT_EQ(d.contract_for(DType::f32).to_string(), "qk=fp32,scores=fp32,pv=fp32,acc=fp32,p=exact,exp=exp");
+  EXPECT_EQ(d.contract_for(DType::f32).to_string(),
+            "qk=fp32,scores=fp32,pv=fp32,acc=fp32,p=exact,exp=exp,rope=fp32-angles");
   EXPECT_EQ(d.contract_for(DType::f16), default_contract(DType::f16)) << "undeclared dtypes take the default";
 }
 

@@ -148,6 +148,32 @@ TEST(WorkerJson, ProblemsRoundTripWithTheirFeatures) {
   }
 }
 
+// The block mask handed with a run request (feature block_mask) round-trips, and an inconsistent one is a protocol
+// error naming the field and the value, never a block mask handed on.
+TEST(WorkerJson, TheHandedBlockMaskRoundTripsAndIsValidated) {
+  Problem p;
+  p.Lq = p.Lk = 8, p.Dqk = p.Dv = 4, p.causal = true;
+  BlockMask m;  // 4 x 4 blocks of a causal 8 x 8: query block 0 sees key block 0 partly, block 1 sees 0 fully, 1 partly
+  m.q_block = m.kv_block = 4, m.B = m.H = 1, m.q_blocks = m.slots = 2;
+  m.kv_num_blocks = {1, 1}, m.kv_indices = {0, 0, 1, 0};
+  m.full_kv_num_blocks = {0, 1}, m.full_kv_indices = {0, 0, 0, 0};
+  const BlockMask back = block_mask_from_json(block_mask_to_json(m), "run 3", p);
+  EXPECT_EQ(back.kv_indices, m.kv_indices);
+  EXPECT_EQ(back.full_kv_num_blocks, m.full_kv_num_blocks);
+  EXPECT_EQ(back.q_block, 4);
+  json bad = block_mask_to_json(m);
+  bad["kv_indices"][2] = 5;
+  try {
+    block_mask_from_json(bad, "run 3", p);
+    FAIL() << "an index outside the key blocks was accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("run 3: block_mask: block mask: kv_indices[0,0,1,0] = 5 is outside"), std::string::npos) << e.what();
+  }
+  bad = block_mask_to_json(m);
+  bad["q_block"] = "four";
+  EXPECT_THROW(block_mask_from_json(bad, "run 3", p), ProtocolError);
+}
+
 TEST(WorkerJson, UnknownFeatureNamesAreIgnored) {
   json j = capabilities_to_json(Capabilities{});
   j["features"].push_back("a-feature-of-a-later-attncheck");

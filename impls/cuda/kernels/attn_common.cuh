@@ -159,6 +159,12 @@ __device__ inline Acc mods_score(const AttnParams& p, Acc s, int b, int h, int64
   return static_cast<Acc>(x);
 }
 
+// A mask that can hide keys inside a row's causal/window/padding span (a boolean mask, a mask modification): the
+// fused kernel then tests each key tile for a visible key before loading it, as block-sparse kernels skip blocks.
+__device__ inline bool masks_inside_span(const AttnParams& p) {
+  return p.mask || p.doc_ids || p.chunk_size > 0 || p.prefix_lengths || p.dilated_window >= 0 || p.topk > 0;
+}
+
 // Is key j visible to query i of (b, h)? `diag` = i + diag_offset[b], `valid` = key_length[b].
 __device__ inline bool key_visible(const AttnParams& p, int b, int h, int64_t i, int64_t j, int64_t diag,
                                    int64_t valid) {

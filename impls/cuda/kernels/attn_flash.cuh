@@ -11,10 +11,11 @@ inline namespace ATTNCHECK_KERNEL_NS {
 
 // Shared memory of one block, in the accumulation type: Q tile [BR][Dqk], K tile [BC][Dqk], V tile [BC][Dv], and
 // per warp the effective weights of visible keys P [BR][BC] and the dropout factors of masked keys (finite fill)
-// M [BR][BC].
+// M [BR][BC]; then one int per warp: whether its row sees a key of the tile.
 template <class Acc, int BR, int BC>
 inline size_t flash_smem_bytes(int Dqk, int Dv) {
-  return sizeof(Acc) * (static_cast<size_t>(BR) * Dqk + static_cast<size_t>(BC) * (Dqk + Dv) + 2u * BR * BC);
+  return sizeof(Acc) * (static_cast<size_t>(BR) * Dqk + static_cast<size_t>(BC) * (Dqk + Dv) + 2u * BR * BC) +
+         sizeof(int) * BR;
 }
 
 // BR rows (warps) per block, BC keys per tile (BC <= 32: lane j scores key j of the tile), NV = Dv/32 rounded
@@ -29,6 +30,7 @@ __global__ void attn_flash_kernel(AttnParams p) {
   Acc* sV = sK + BC * p.Dqk;               // [BC][Dv]
   Acc* sP = sV + BC * p.Dv;                // [BR][BC]
   Acc* sM = sP + BR * BC;                  // [BR][BC]
+  int* sSees = reinterpret_cast<int*>(sM + BR * BC);  // [BR]
 
   const int tid = static_cast<int>(threadIdx.x), nthreads = BR * 32;
   const int warp = tid / 32, lane = tid % 32;
@@ -69,8 +71,23 @@ __global__ void attn_flash_kernel(AttnParams p) {
   int seen = 0;      // this lane saw a visible score > -inf (else the row is fully masked)
   int n_masked = 0;  // this lane's masked keys (finite fill only)
 
+  // A tile no row of the block sees (a boolean mask or mask modification hides all its keys) weighs exactly 0
+  // under a -inf fill: it is skipped, which leaves the online state bit for bit as processing it would.
+  const bool test_tiles = !p.fill_finite && masks_inside_span(p);
   for (int64_t j0 = j_lo; j0 < j_hi; j0 += BC) {
     __syncthreads();  // the previous tile is consumed (and the Q tile is written)
+    if (test_tiles) {
+      int sees = 0;
+      if (row_valid) {  // warp-uniform
+        const int64_t j = j0 + lane;
+        sees = __any_sync(0xffffffffu, lane < BC && j < j_hi && key_visible(p, b, h, i, j, diag, valid));
+      }
+      if (lane == 0) sSees[warp] = sees;
+      __syncthreads();
+      int block_sees = 0;
+      for (int w = 0; w < BR; ++w) block_sees |= sSees[w];
+      if (!block_sees) continue;  // the same decision in every thread: the barriers stay matched
+    }
     for (int x = tid; x < BC * p.Dqk; x += nthreads) {
       const int r = x / p.Dqk, d = x % p.Dqk;
       sK[x] = j0 + r < p.Lk ? load_as<T>(p.k, offset4(p.k_stride, b, kvh, j0 + r, d)) : Acc(0);

@@ -239,6 +239,54 @@ typedef struct attncheck_ext_max_logit {
   int64_t strides[3];                  /* elements; heads: strides[0] only */
 } attncheck_ext_max_logit;
 
+/* Tag 11: the problem's score, mask and position modifications (docs/problem-model.md "Modifications"), present iff
+ * it uses any. A plugin is offered an entry only if it lists the entry's name ("alibi", "document", "rope", ...;
+ * `attncheck list` prints them) in the vtable's `features`; a problem using an entry it does not list is reported
+ * unsupported and never reaches supports() or run(). `mods` holds every entry the problem uses, in library order
+ * (the order scores are modified); each carries its parameters by the names, types and meanings that
+ * docs/problem-model.md gives for it (e.g. alibi: "alibi_slopes", f64, Hq or B*Hq values). The query's position on
+ * the key axis is pos = i + diagonal_offset[b] for every entry. A new library entry needs no new tag. */
+#define ATTNCHECK_EXT_MODIFICATIONS 11u
+typedef enum { ATTNCHECK_MOD_SCORE = 0, ATTNCHECK_MOD_MASK = 1, ATTNCHECK_MOD_POSITION = 2 } attncheck_mod_kind;
+typedef enum { ATTNCHECK_PARAM_I64 = 0, ATTNCHECK_PARAM_F64 = 1, ATTNCHECK_PARAM_TEXT = 2 } attncheck_param_type;
+typedef struct attncheck_mod_param {
+  const char* key;                     /* the parameter's name, e.g. "alibi_slopes", "chunk_size", "score_expr" */
+  int32_t type;                        /* attncheck_param_type; a bool is an I64 of 0 or 1 */
+  int64_t count;                       /* values in i64 or f64 (a scalar: 1; an empty list: 0); TEXT: 1 */
+  const int64_t* i64;                  /* with ATTNCHECK_PARAM_I64, else NULL */
+  const double* f64;                   /* with ATTNCHECK_PARAM_F64, else NULL */
+  const char* text;                    /* with ATTNCHECK_PARAM_TEXT (NUL-terminated UTF-8), else NULL */
+} attncheck_mod_param;
+typedef struct attncheck_mod {
+  const char* name;                    /* the library entry's name, as listed in `features` */
+  int32_t kind;                        /* attncheck_mod_kind */
+  int64_t param_count;
+  const attncheck_mod_param* params;   /* every parameter of the entry, set or at its default */
+} attncheck_mod;
+typedef struct attncheck_ext_modifications {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_MODIFICATIONS */
+  int64_t count;                       /* >= 1 */
+  const attncheck_mod* mods;
+} attncheck_ext_modifications;
+
+/* Tag 12: the block mask the kernel may consume (docs/block-mask.md; FlexAttention's BlockMask), present in run()
+ * when the caller hands one (`attncheck verify --block-mask Q,K`) and the plugin lists "block_mask" in `features`:
+ * the exact block mask of the problem at q_block x kv_block, derived by attncheck from the dense mask. Per (b, h,
+ * query block) kv_num_blocks counts the partial key blocks listed in kv_indices and full_kv_num_blocks the full
+ * ones in full_kv_indices (indices ascending; slots past a count unused). A key block listed in neither is empty: a
+ * kernel may skip it. A full one has every score visible: a kernel may apply no mask in it. A tail block (Lq or Lk
+ * not a multiple of the block size) is never full. B or H of 1 stands for every batch or head. */
+#define ATTNCHECK_EXT_BLOCK_MASK 12u
+typedef struct attncheck_ext_block_mask {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_BLOCK_MASK */
+  int64_t q_block, kv_block;           /* block sizes, >= 1 */
+  int64_t B, H, q_blocks, slots;       /* q_blocks = ceil(Lq / q_block); slots = ceil(Lk / kv_block) */
+  const int64_t* kv_num_blocks;        /* [B, H, q_blocks] */
+  const int64_t* kv_indices;           /* [B, H, q_blocks, slots] */
+  const int64_t* full_kv_num_blocks;   /* [B, H, q_blocks] */
+  const int64_t* full_kv_indices;      /* [B, H, q_blocks, slots] */
+} attncheck_ext_block_mask;
+
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */
 typedef struct attncheck_capabilities {

@@ -369,6 +369,9 @@ void declare_extension_features(Capabilities& c, const std::vector<std::string>&
   for (DType t : {DType::e4m3, DType::e5m2})
     if (c.fp8) c.dtypes.insert(t);
     else c.dtypes.erase(t);
+  c.mods.clear();
+  for (const ModEntry& m : modifications())
+    if (std::find(names.begin(), names.end(), m.name) != names.end()) c.mods.insert(m.name);
 }
 
 Support backward_modelled(const Problem& p) {

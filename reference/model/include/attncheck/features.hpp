@@ -73,6 +73,8 @@ inline constexpr uint32_t varlen = 6;
 inline constexpr uint32_t paged_kv = 7;
 inline constexpr uint32_t fp8 = 8;
 inline constexpr uint32_t max_logit = 10;  // 9 is the schedule (plugin.h), not a problem feature
+// The modification library (mods.hpp): offered per entry, by the entry's name in a plugin's features.
+inline constexpr uint32_t modifications = 11;
 }
 
 // Every optional feature a backend may not support, in the order capability checks report them.
@@ -110,7 +112,8 @@ Support declared_extensions(const Problem& p, const Names& declared, const char*
   return Support::yes();
 }
 // Sets the Capabilities flag of every extension feature whose protocol name is in `names` (a plugin's declaration);
-// "fp8" also adds the fp8 formats to the dtypes (and their absence removes them).
+// "fp8" also adds the fp8 formats to the dtypes (and their absence removes them); the name of a library
+// modification (mods.hpp) adds it to Capabilities::mods.
 void declare_extension_features(Capabilities& c, const std::vector<std::string>& names);
 
 }  // namespace attncheck
