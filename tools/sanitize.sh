@@ -73,7 +73,8 @@ targets=(attncheck example_plugin example_plugin_bad_abi example_plugin_buggy ex
          test_hostile_cli_edges test_hostile_cancel replay_readers replay_npz replay_worker replay_parsers
          example_plugin_bf16p example_plugin_bf16p_undeclared example_plugin_bwd_no_d example_plugin_v1
          example_plugin_zero example_plugin_no_max_logit example_plugin_max_logit_bug example_plugin_alibi_sign
-         example_plugin_rope_interleave example_plugin_no_mods example_plugin_partial_as_full hostile_abort
+         example_plugin_rope_interleave example_plugin_no_mods example_plugin_partial_as_full
+         example_plugin_mla_v_stride example_plugin_kv_scale_group0 hostile_abort
          hostile_alloc hostile_crash hostile_crash_backward hostile_exit0 hostile_hang hostile_oob hostile_oob_backward
          hostile_write_input
          test_abi test_worker_json test_compare_policy test_properties test_regression test_backward_selftest
