@@ -16,6 +16,11 @@ target_include_directories(attncheck_plugin_abi INTERFACE $<BUILD_INTERFACE:${PR
 
 set(_attncheck_exported attncheck_core attncheck_api attncheck_plugin_abi)
 set_target_properties(attncheck_core PROPERTIES EXPORT_NAME core)
+# core's four layers (reference/CMakeLists.txt), each exported under its own name: attncheck::model, ...
+foreach(layer plumbing model oracle tolerance)
+  list(APPEND _attncheck_exported attncheck_${layer})
+  set_target_properties(attncheck_${layer} PROPERTIES EXPORT_NAME ${layer})
+endforeach()
 set_target_properties(attncheck_api PROPERTIES EXPORT_NAME api)
 set_target_properties(attncheck_plugin_abi PROPERTIES EXPORT_NAME plugin_abi)
 set(ATTNCHECK_PACKAGE_DEPENDENCIES "find_dependency(Threads)\nfind_dependency(muparser)\n")  # core links muparser (static)
@@ -43,7 +48,8 @@ install(TARGETS ${_attncheck_exported} EXPORT attncheckTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS attncheck RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # Public headers only (include/attncheck/*.h, *.hpp); the libraries' private headers stay in their src/ folders.
-foreach(dir reference/include impls/include golden/include)
+foreach(dir reference/plumbing/include reference/model/include reference/oracle/include reference/tolerance/include
+            impls/include golden/include)
   if(EXISTS ${PROJECT_SOURCE_DIR}/${dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
             FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")

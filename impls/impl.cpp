@@ -1,5 +1,5 @@
 // The harness's way of running one implementation on one case (capability checks
-// are derived from the feature table: reference/src/features.cpp).
+// are derived from the feature table: reference/model/src/features.cpp).
 #include <cmath>
 #include <limits>
 #include <stdexcept>

@@ -11,6 +11,7 @@
 
 #include "attncheck/backward.hpp"
 #include "attncheck/features.hpp"
+#include "attncheck/kv_cache.hpp"
 #include "attncheck/plugin.h"
 #include "attncheck/plugin_loader.hpp"
 #include "plugin_abi.hpp"
@@ -38,7 +39,7 @@ int32_t abi_dtype(DType t) {
     case DType::u8: return ATTNCHECK_DTYPE_U8;
     case DType::e4m3: return ATTNCHECK_DTYPE_E4M3;
     case DType::e5m2: return ATTNCHECK_DTYPE_E5M2;
-    case DType::i8: break;  // KV-cache codes only: the ABI does not carry a quantized cache
+    case DType::i8: return ATTNCHECK_DTYPE_I8;  // KV-cache codes only (tag 14)
   }
   return -1;
 }
@@ -137,6 +138,22 @@ void describe(const Problem& p, Described& out) {
     *tail = &out.max_logit.header;
     tail = &out.max_logit.header.next;
   }
+  if (p.mla) {
+    out.mla = {{ATTNCHECK_EXT_MLA, sizeof out.mla, nullptr}, p.Dqk};
+    *tail = &out.mla.header;
+    tail = &out.mla.header.next;
+  }
+  if (p.kv_quantized()) {
+    const int32_t granularity = p.kv_scales == KvScales::tensor ? ATTNCHECK_KV_TENSOR
+                                : p.kv_scales == KvScales::head ? ATTNCHECK_KV_HEAD
+                                : p.kv_scales == KvScales::token ? ATTNCHECK_KV_TOKEN
+                                                                 : ATTNCHECK_KV_BLOCK;
+    out.kv_quant = {{ATTNCHECK_EXT_KV_QUANT, sizeof out.kv_quant, nullptr}, abi_dtype(p.kv_dtype), granularity,
+                    p.kv_scales == KvScales::block ? p.kv_block : std::max(p.Dqk, p.Dv), abi_dtype(p.kv_scale_dtype),
+                    nullptr, nullptr, {}, {}};
+    *tail = &out.kv_quant.header;
+    tail = &out.kv_quant.header.next;
+  }
   if (const attncheck_extension* mods = describe_modifications(p, out.mods)) {
     *tail = mods;
     tail = &out.mods.ext.header.next;
@@ -168,6 +185,22 @@ attncheck_ext_backward& chain_backward(Described& out) {
   out.backward.header = {ATTNCHECK_EXT_BACKWARD, sizeof out.backward, nullptr};
   chain_last(out, &out.backward.header);
   return out.backward;
+}
+
+void set_mla_and_scales(Described& desc, const Problem& p, const void* k_scale, const std::vector<int64_t>& k_scale_strides,
+                        const void* v_scale, const std::vector<int64_t>& v_scale_strides) {
+  attncheck_problem& d = desc.d;
+  if (p.mla) {  // the kernel reads the one latent cache: v is k's first Dv columns, at k's strides
+    d.v = d.k;
+    for (int i = 0; i < 4; ++i) d.v_strides[i] = d.k_strides[i];
+  }
+  if (!p.kv_quantized()) return;
+  const std::vector<int64_t> ks = kv_scale_shape(p, 1), vs = kv_scale_shape(p, 2);
+  desc.kv_quant.k_scale = k_scale, desc.kv_quant.v_scale = v_scale;
+  for (size_t i = 0; i < 4; ++i) {  // a dim a scale is shared over has extent 1: stride 0
+    desc.kv_quant.k_scale_strides[i] = ks[i] == 1 ? 0 : k_scale_strides[i];
+    desc.kv_quant.v_scale_strides[i] = vs[i] == 1 ? 0 : v_scale_strides[i];
+  }
 }
 
 void chain_block_mask(Described& out, const BlockMask& m) {
@@ -299,7 +332,8 @@ static_assert(ext_tag::sinks == ATTNCHECK_EXT_SINKS && ext_tag::scores == ATTNCH
                   ext_tag::kv_append == ATTNCHECK_EXT_KV_APPEND && ext_tag::backward == ATTNCHECK_EXT_BACKWARD &&
                   ext_tag::varlen == ATTNCHECK_EXT_VARLEN && ext_tag::paged_kv == ATTNCHECK_EXT_PAGED_KV &&
                   ext_tag::fp8 == ATTNCHECK_EXT_FP8 && ext_tag::max_logit == ATTNCHECK_EXT_MAX_LOGIT &&
-                  ext_tag::modifications == ATTNCHECK_EXT_MODIFICATIONS,
+                  ext_tag::modifications == ATTNCHECK_EXT_MODIFICATIONS && ext_tag::mla == ATTNCHECK_EXT_MLA &&
+                  ext_tag::kv_quant == ATTNCHECK_EXT_KV_QUANT,
               "the feature table's extension tags are plugin.h's");
 static_assert(static_cast<int>(ScoresOut::scaled) == 1 && static_cast<int>(ScoresOut::masked) == 3);
 static_assert(static_cast<int>(MaxLogitOut::rows) == 1 && static_cast<int>(MaxLogitOut::heads) == 2);
@@ -383,6 +417,10 @@ class PluginImpl final : public Impl, public ModuleProvider, public std::enable_
     if (const BlockMask* m = current_block_mask(); m && lists(kBlockMaskFeature)) chain_block_mask(desc, *m);
     attncheck_problem& d = desc.d;
     set_inputs(d, in);
+    if (in.k_scale && in.v_scale)
+      set_mla_and_scales(desc, p, in.k_scale->bytes.data(), in.k_scale->strides, in.v_scale->bytes.data(), in.v_scale->strides);
+    else
+      set_mla_and_scales(desc, p, nullptr, {}, nullptr, {});
     d.out = out.out.bytes.data(); copy_strides(out.out, d.out_strides);
     if (out.lse) { d.lse = out.lse->bytes.data(); copy_strides(*out.lse, d.lse_strides); }
     if (out.weights) { d.weights = out.weights->bytes.data(); copy_strides(*out.weights, d.weights_strides); }

@@ -73,7 +73,8 @@ targets=(attncheck example_plugin example_plugin_bad_abi example_plugin_buggy ex
          test_hostile_cli_edges test_hostile_cancel replay_readers replay_npz replay_worker replay_parsers
          example_plugin_bf16p example_plugin_bf16p_undeclared example_plugin_bwd_no_d example_plugin_v1
          example_plugin_zero example_plugin_no_max_logit example_plugin_max_logit_bug example_plugin_alibi_sign
-         example_plugin_rope_interleave example_plugin_no_mods example_plugin_partial_as_full hostile_abort
+         example_plugin_rope_interleave example_plugin_no_mods example_plugin_partial_as_full
+         example_plugin_mla_v_stride example_plugin_kv_scale_group0 hostile_abort
          hostile_alloc hostile_crash hostile_crash_backward hostile_exit0 hostile_hang hostile_oob hostile_oob_backward
          hostile_write_input
          test_abi test_worker_json test_compare_policy test_properties test_regression test_backward_selftest
@@ -81,7 +82,7 @@ targets=(attncheck example_plugin example_plugin_bad_abi example_plugin_buggy ex
          test_poison_probe test_mask_edges test_no_signature test_model_reach test_paged_diagnosis
          test_compare_diagnose test_reduce diagnose_validate)
 if [ -n "${emu:-}" ]; then
-  targets=(attncheck test_cuda_emu test_cuda_kernels test_cuda_backward test_cuda_merge test_emu_guard)
+  targets=(attncheck test_cuda_emu test_cuda_kernels test_cuda_backward test_cuda_merge test_emu_guard test_cuda_mods)
 elif [ -n "${extra:-}" ]; then
   # Every executable or library of build/ that one of these tests names on its command line (tests that reach
   # attncheck or a plugin through a compile definition get them from the list above).

@@ -30,6 +30,32 @@ static float fp8_value(uint8_t c, int32_t dtype) {
 }
 #endif
 
+#ifdef ATTNCHECK_EXT_KV_QUANT
+/* An f16 or bf16 scale's value (exact in float). */
+static float half_value(uint16_t h, int32_t dtype) {
+  union { float f; uint32_t u; } b;
+  if (dtype == ATTNCHECK_DTYPE_BF16) {
+    b.u = (uint32_t)h << 16;
+    return b.f;
+  }
+  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  const float s = (h & 0x8000) ? -1.0f : 1.0f;
+  if (e == 31) return m ? NAN : s * INFINITY;
+  if (e == 0) return s * ldexpf((float)m, -24);
+  return s * ldexpf((float)(m | 0x400), e - 25);
+}
+/* Element `off` of a scale tensor in `dtype` (f32, f16 or bf16). */
+static float scale_value(const void* base, int64_t off, int32_t dtype) {
+  if (dtype == ATTNCHECK_DTYPE_F32) return ((const float*)base)[off];
+  return half_value(((const uint16_t*)base)[off], dtype);
+}
+/* The value of a quantized cache's code (int8, or fp8), before its scale. */
+static float code_value(const void* base, int64_t off, int32_t codes) {
+  if (codes == ATTNCHECK_DTYPE_I8) return (float)((const int8_t*)base)[off];
+  return fp8_value(((const uint8_t*)base)[off], codes);
+}
+#endif
+
 /* Element `off` of an input tensor (q, k, v, past) as float: fp32, or an fp8 code's value (descale not applied). */
 static float load(const attncheck_problem* p, const void* base, int64_t off) {
 #ifdef ATTNCHECK_EXT_FP8

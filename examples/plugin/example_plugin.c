@@ -2,8 +2,8 @@
  * (attncheck/plugin.h) only, as a user's library would be. It supports a declared subset (fp32; causal, window,
  * padding, boolean mask, softcap, attention sinks, KV-cache append, packed sequences, a paged KV cache and fp8 inputs
  * (e4m3/e5m2 codes with descales, out in bf16) through the ABI v2 extension chain, and the modification library's
- * ALiBi, document, chunked, prefix-LM and dilated-window entries and plain RoPE (tag 11), and consumes the block
- * mask it is handed (tag 12); no bias, dropout or finite fill) and says
+ * ALiBi, document, chunked, prefix-LM and dilated-window entries and plain RoPE (tag 11), consumes the block
+ * mask it is handed (tag 12), absorbed MLA (tag 13) and quantized KV caches (tag 14); no bias, dropout or finite fill) and says
  * "unsupported" for everything else. It also offers the backward pass (feature "backward", extension tag
  * 5): dQ, dK, dV in plain loops, for the same subset without sinks, KV-cache append, packed sequences, pages or fp8.
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
@@ -17,7 +17,9 @@
  * EXAMPLE_PLUGIN_FP8_DESCALE_V (ignores descale_v: a wrong fp8 kernel), EXAMPLE_PLUGIN_ALIBI_SIGN (adds the ALiBi
  * bias with the wrong sign, as attention-gym's example did), EXAMPLE_PLUGIN_ROPE_INTERLEAVE (GPT-J pairs where
  * GPT-NeoX halves are declared, and the reverse), EXAMPLE_PLUGIN_PARTIAL_AS_FULL (reads a partial block of the handed
- * block mask as full, applying no mask in it), EXAMPLE_PLUGIN_NO_MODS (lists no modification, as a
+ * block mask as full, applying no mask in it), EXAMPLE_PLUGIN_MLA_V_STRIDE (steps MLA's V by Dv instead of the latent
+ * row, ik_llama.cpp's bug), EXAMPLE_PLUGIN_KV_SCALE_GROUP0 (every KV head reads head 0's cache scales, as in
+ * rocm-libraries' bug), EXAMPLE_PLUGIN_NO_MODS (lists no modification, as a
  * plugin built before tag 11);
  * tests/isolation/hostile_plugin.c sets EXAMPLE_PLUGIN_NAME and EXAMPLE_PLUGIN_HOOK (called
  * first in run) to misbehave. */
@@ -59,6 +61,10 @@
 #define EXAMPLE_PLUGIN_NAME "example-plugin-rope-interleave"
 #elif defined(EXAMPLE_PLUGIN_PARTIAL_AS_FULL)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-partial-as-full"
+#elif defined(EXAMPLE_PLUGIN_MLA_V_STRIDE)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-mla-v-stride"
+#elif defined(EXAMPLE_PLUGIN_KV_SCALE_GROUP0)
+#define EXAMPLE_PLUGIN_NAME "example-plugin-kv-scale-group0"
 #elif defined(EXAMPLE_PLUGIN_NO_MODS)
 #define EXAMPLE_PLUGIN_NAME "example-plugin-no-mods"
 #elif defined(EXAMPLE_PLUGIN_NO_MAX_LOGIT)
@@ -166,6 +172,12 @@ static int32_t example_supports(const attncheck_problem* p, char* reason, size_t
              (long long)p->Lk, MAX_KEYS);
     return 0;
   }
+#ifdef ATTNCHECK_EXT_KV_QUANT
+  if (extension(p, ATTNCHECK_EXT_KV_QUANT) && (extension(p, ATTNCHECK_EXT_PAGED_KV) || extension(p, ATTNCHECK_EXT_KV_APPEND))) {
+    snprintf(reason, reason_size, "the example reads a quantized cache only unpaged and without append");
+    return 0;
+  }
+#endif
 #ifdef ATTNCHECK_EXT_MODIFICATIONS
   const example_mods m = mods_of(p);
   if (m.rotary_dim > 0) {
@@ -296,6 +308,28 @@ static int block_kind(const attncheck_problem* p, int64_t b, int64_t h, int64_t 
   (void)p; (void)b; (void)h; (void)i; (void)j;
   return -1;
 #endif
+}
+
+/* Element (b, h, j, d) of k (which = 0) or v (1) at offset `off`: the stored value, or with a quantized cache (tag
+ * 14) its code times its scale, dequantised as it is read (never a widened copy of the cache). */
+static float kv_value(const attncheck_problem* p, int which, const void* base, int64_t off, int64_t b, int64_t h,
+                      int64_t j, int64_t d) {
+#ifdef ATTNCHECK_EXT_KV_QUANT
+  const attncheck_ext_kv_quant* q = (const attncheck_ext_kv_quant*)extension(p, ATTNCHECK_EXT_KV_QUANT);
+  if (q) {
+    const int64_t* s = which ? q->v_scale_strides : q->k_scale_strides;
+    const int64_t at = b * s[0] + h * s[1] + j * s[2] + (d / q->kv_block) * s[3];
+#ifdef EXAMPLE_PLUGIN_KV_SCALE_GROUP0
+    const int64_t group = 0; /* the planted bug: every head reads the first head's scales */
+#else
+    const int64_t group = h * s[1];
+#endif
+    return code_value(base, off, q->codes) * scale_value(which ? q->v_scale : q->k_scale, at - h * s[1] + group, q->scale_dtype);
+  }
+#else
+  (void)which; (void)b; (void)h; (void)j; (void)d;
+#endif
+  return load(p, base, off);
 }
 
 /* floor(a / c) for c > 0: a query before key 0 (pos < 0) is in chunk -1, not chunk 0. */
@@ -532,6 +566,13 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
 #if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
   append_kv(p, &k, &v, &ks, &vs);
 #endif
+#if defined(ATTNCHECK_EXT_MLA) && defined(EXAMPLE_PLUGIN_MLA_V_STRIDE)
+  int64_t packed_v[4];
+  if (extension(p, ATTNCHECK_EXT_MLA)) { /* the planted bug: V stepped by its own row length, not the latent row's */
+    packed_v[3] = 1, packed_v[2] = p->Dv, packed_v[1] = p->Lk * p->Dv, packed_v[0] = p->Hkv * p->Lk * p->Dv;
+    vs = packed_v;
+  }
+#endif
   const int64_t group = p->Hq / p->Hkv;
   const float scale = (float)p->scale * dqk;
   const float softcap = (float)p->softcap;
@@ -557,13 +598,14 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
             float qr[MAX_HEAD_DIM], kr[MAX_HEAD_DIM];
             const int64_t off = mods.rope_offsets ? mods.rope_offsets[b] : 0;
             for (int64_t d = 0; d < p->Dqk; ++d)
-              qr[d] = load(p, q, b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]), kr[d] = load(p, k, kj + d * ks[3]);
+              qr[d] = load(p, q, b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]),
+              kr[d] = kv_value(p, 0, k, kj + d * ks[3], b, kh, j, d);
             rope_rotate(&mods, i + p->diagonal_offset[b] + off, qr);
             rope_rotate(&mods, j + off, kr);
             for (int64_t d = 0; d < p->Dqk; ++d) dot += qr[d] * kr[d];
           } else {
             for (int64_t d = 0; d < p->Dqk; ++d)
-              dot += load(p, q, b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]) * load(p, k, kj + d * ks[3]);
+              dot += load(p, q, b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]) * kv_value(p, 0, k, kj + d * ks[3], b, kh, j, d);
           }
           float s = dot * scale;
           if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
@@ -608,7 +650,8 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
           float acc = none ? row_fill : 0.0f; /* nan policy: NaN, also for a sequence without keys */
           if (!none)
             for (int64_t j = 0; j < p->Lk; ++j)
-              if (vis[j]) acc += pv_weight(score[j], sum) * (load(p, v, token_at(p, b, j, vs) + kh * vs[1] + d * vs[3]) * dv);
+              if (vis[j])
+                acc += pv_weight(score[j], sum) * (kv_value(p, 1, v, token_at(p, b, j, vs) + kh * vs[1] + d * vs[3], b, kh, j, d) * dv);
           const int64_t at = b * os[0] + h * os[1] + i * os[2] + d * os[3];
           if (p->dtype == ATTNCHECK_DTYPE_F32) ((float*)p->out)[at] = acc;
           else ((uint16_t*)p->out)[at] = bf16_bits(acc); /* fp8 inputs: out in bf16 */
@@ -653,6 +696,9 @@ static const char* const example_features[] = {"sinks", "kv_append", "varlen", "
 #endif
 #ifdef ATTNCHECK_EXT_BLOCK_MASK
                                                 "block_mask",
+#endif
+#if defined(ATTNCHECK_EXT_KV_QUANT) && !defined(EXAMPLE_PLUGIN_NO_MODS)
+                                                "mla", "kv_quant",
 #endif
                                                 NULL};
 #endif

@@ -1,4 +1,4 @@
-// The Problem's part of a fixture, derived from the feature table (reference/include/attncheck/features.hpp):
+// The Problem's part of a fixture, derived from the feature table (reference/model/include/attncheck/features.hpp):
 // one root attribute per field (in table order) and one /inputs dataset per per-batch or per-head field.
 #pragma once
 

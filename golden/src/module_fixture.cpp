@@ -5,6 +5,7 @@
 
 #include "attncheck/budget.hpp"
 #include "attncheck/durable_file.hpp"
+#include "attncheck/module_reference.hpp"
 #include "fixture_attrs.hpp"
 #include "h5.hpp"
 #include "h5_ints.hpp"

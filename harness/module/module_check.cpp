@@ -1,5 +1,7 @@
 // Module verdicts, the module diagnosis and the module mutants' selftest (module_check.hpp).
 #include "module_check.hpp"
+#include "attncheck/module_reference.hpp"
+#include "attncheck/module_tolerance.hpp"
 
 #include <cmath>
 

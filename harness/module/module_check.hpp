@@ -10,6 +10,7 @@
 #include "attncheck/module_fixture.hpp"
 #include "attncheck/module_impl.hpp"
 #include "attncheck/tolerance.hpp"
+#include "attncheck/module_tolerance.hpp"
 
 namespace attncheck::module_check {
 

@@ -2,6 +2,7 @@
 #include "module_rows.hpp"
 
 #include "attncheck/module_fixture.hpp"
+#include "attncheck/module_tolerance.hpp"
 #include "backward_row.hpp"
 #include "module_check.hpp"
 

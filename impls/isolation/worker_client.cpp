@@ -133,8 +133,6 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
   Declarations declarations() const override { return declarations_; }
 
   Support supports(const Problem& p) const override {
-    // The protocol's slots carry q, k, v, masks and the past, not a quantized cache's scales.
-    if (p.kv_quantized()) return Support::no("quantized KV cache not supported (the worker protocol does not carry k_scale/v_scale)");
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
     if (Support s = declared_extensions(p, features_, "worker"); !s.ok) return s;
     if (!has_supports_) return Support::yes();
@@ -252,6 +250,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
     if (in.mask) add(slots, "mask", &*in.mask, nullptr);
     if (in.bias) add(slots, "bias", &*in.bias, nullptr);
     if (in.keep) add(slots, "keep", &*in.keep, nullptr);
+    if (in.k_scale) add(slots, "k_scale", &*in.k_scale, nullptr);  // a quantized cache: k and v hold codes
+    if (in.v_scale) add(slots, "v_scale", &*in.v_scale, nullptr);
   }
 
   // One run or backward request: every slot in the shared file between guard pages, the call under the case's
@@ -278,7 +278,9 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
       std::memcpy(shm_ + s.offset, t.bytes.data(), s.nbytes);
       std::vector<int64_t> strides = t.strides;
       for (size_t d = 0; d < strides.size(); ++d)  // broadcast dims of mask, bias and dbias: stride 0
-        if ((s.name == "mask" || s.name == "bias" || s.name == "dbias") && t.shape[d] == 1) strides[d] = 0;
+        if ((s.name == "mask" || s.name == "bias" || s.name == "dbias" || s.name == "k_scale" || s.name == "v_scale") &&
+            t.shape[d] == 1)
+          strides[d] = 0;
       tensors[s.name] = {{"offset", s.offset}, {"nbytes", s.nbytes}, {"dtype", worker::dtype_name(t.dtype)},
                          {"shape", t.shape}, {"strides", strides}};
     }

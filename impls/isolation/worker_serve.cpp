@@ -15,6 +15,7 @@
 
 #include "../plugin_abi.hpp"
 #include "attncheck/backward.hpp"
+#include "attncheck/kv_cache.hpp"
 #include "worker_json.hpp"
 
 namespace attncheck::worker {
@@ -116,6 +117,7 @@ class PluginBackend final : public Backend {
     attncheck_problem& d = desc.d;
     const Setter set{tensors, base, size};
     set_inputs(set, d);
+    set_scales(set, p, desc);
     set("out", d.out, d.out_strides, 4), set("lse", d.lse, d.lse_strides, 3);
     set("weights", d.weights, d.weights_strides, 4);
     set("max_logit", desc.max_logit.max_logit, desc.max_logit.strides, p.max_logit == MaxLogitOut::heads ? 1 : 3);
@@ -179,6 +181,13 @@ class PluginBackend final : public Backend {
   }
 
  private:
+  // A quantized cache's scales (the request's k_scale, v_scale, stride 0 where shared) and MLA's value view.
+  static void set_scales(const Setter& set, const Problem& p, Described& desc) {
+    int64_t ks[4] = {}, vs[4] = {};
+    const void *k_scale = nullptr, *v_scale = nullptr;
+    if (p.kv_quantized()) set("k_scale", k_scale, ks, 4), set("v_scale", v_scale, vs, 4);
+    set_mla_and_scales(desc, p, k_scale, {ks, ks + 4}, v_scale, {vs, vs + 4});
+  }
   static void set_inputs(const Setter& set, attncheck_problem& d) {
     set("q", d.q, d.q_strides, 4), set("k", d.k, d.k_strides, 4), set("v", d.v, d.v_strides, 4);
     set("mask", d.mask, d.mask_strides, 4), set("bias", d.bias, d.bias_strides, 4), set("keep", d.keep, d.keep_strides, 4);
@@ -304,7 +313,9 @@ class ImplBackend final : public Backend {
   }
   static Inputs inputs(const Problem& p, const json& tensors, unsigned char* base, size_t size) {
     auto ld = [&](const char* key, DType t) { return load(tensors, base, size, key, t); };
-    Inputs in{ld("q", p.dtype), ld("k", p.dtype), ld("v", p.dtype), {}, {}, {}, {}, {}};
+    const DType kv = kv_storage_dtype(p);  // a quantized cache's codes
+    Inputs in{ld("q", p.dtype), ld("k", kv), ld("v", kv), {}, {}, {}, {}, {}};
+    if (p.kv_quantized()) in.k_scale = ld("k_scale", p.kv_scale_dtype), in.v_scale = ld("v_scale", p.kv_scale_dtype);
     if (p.mask_shape) in.mask = ld("mask", DType::u8);
     if (p.bias_shape) in.bias = ld("bias", p.bias_dtype);
     if (p.dropout_p > 0) in.keep = ld("keep", DType::u8);

@@ -11,7 +11,7 @@ import numpy as np
 
 PROTOCOLS = (1, 2)  # 2 adds the backward message
 _DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.uint16, "u8": np.uint8,
-           "e4m3": np.uint8, "e5m2": np.uint8}
+           "e4m3": np.uint8, "e5m2": np.uint8, "i8": np.int8}  # i8: a quantized KV cache's codes
 _FP8 = ("e4m3", "e5m2")  # 8-bit codes; a kernel declaring one of them in `dtypes` gets the `fp8` feature
 _ALL_FEATURES = ["gqa", "cross", "dqk_ne_dv", "causal", "per_batch_offsets", "key_padding", "bool_mask", "bias",
                  "window", "softcap", "dropout", "finite_fill", "weights_out", "lse_out"]

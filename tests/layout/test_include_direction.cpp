@@ -1,6 +1,7 @@
-// Includes between the top-level folders go one way: reference <- impls, golden <- harness <- tools (impls and
-// golden do not include each other). Read from the #include lines of every source and header; an include names a
-// file by a path suffix (attncheck/problem.hpp), resolved against every file of the five folders.
+// Includes between the layers go one way: the reference side's plumbing <- model <- oracle <- tolerance, then
+// impls, golden <- harness <- tools (impls and golden do not include each other). Read from the #include lines of
+// every source and header; an include names a file by a path suffix (attncheck/problem.hpp), resolved against every
+// file of the layers' folders.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,7 +17,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::map<std::string, int> kLayer = {{"reference", 0}, {"impls", 1}, {"golden", 1}, {"harness", 2}, {"tools", 3}};
+// Each layer's folder and rank: a file may include files of its own folder and of folders of a lower rank.
+const std::map<std::string, int> kLayer = {{"reference/plumbing", 0}, {"reference/model", 1}, {"reference/oracle", 2},
+                                           {"reference/tolerance", 3}, {"impls", 4}, {"golden", 4}, {"harness", 5},
+                                           {"tools", 6}};
+const char* const kDirection = "reference/plumbing <- reference/model <- reference/oracle <- reference/tolerance <- "
+                               "impls, golden <- harness <- tools";
 
 // Known exceptions: (including file, included path) and why it stays.
 const std::map<std::pair<std::string, std::string>, std::string> kExceptions = {
@@ -30,9 +36,22 @@ bool is_code(const fs::path& p) {
   return e == ".cpp" || e == ".hpp" || e == ".h" || e == ".c" || e == ".cu" || e == ".cuh" || e == ".inc";
 }
 
+// Every file of `root/reference` outside the four layer folders (each belongs to one layer).
+std::vector<std::string> unlayered(const fs::path& root) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(root / "reference")) {
+    if (!e.is_regular_file() || !is_code(e.path())) continue;
+    const std::string rel = fs::relative(e.path(), root).generic_string();
+    bool in_layer = false;
+    for (const auto& [folder, layer] : kLayer) in_layer = in_layer || rel.rfind(folder + "/", 0) == 0;
+    if (!in_layer) out.push_back(rel);
+  }
+  return out;
+}
+
 // Every violation under `root`: "FILE:LINE includes PATH (folder -> folder)".
 std::vector<std::string> violations(const fs::path& root) {
-  std::map<std::string, std::set<std::string>> owners;  // path suffix -> top-level folders holding such a file
+  std::map<std::string, std::set<std::string>> owners;  // path suffix -> layer folders holding such a file
   std::vector<std::pair<std::string, std::string>> sources;  // (relative path, folder)
   for (const auto& [top, layer] : kLayer) {
     if (!fs::exists(root / top)) continue;
@@ -59,7 +78,7 @@ std::vector<std::string> violations(const fs::path& root) {
       std::smatch m;
       if (!std::regex_search(line, m, include)) continue;
       const auto it = owners.find(m[1].str());
-      if (it == owners.end() || it->second.count(top)) continue;  // outside the five folders, or its own folder
+      if (it == owners.end() || it->second.count(top)) continue;  // outside the layers' folders, or its own folder
       for (const std::string& to : it->second) {
         const bool down = kLayer.at(to) < kLayer.at(top);
         if (down || kExceptions.count({file, m[1].str()})) continue;
@@ -72,11 +91,19 @@ std::vector<std::string> violations(const fs::path& root) {
 
 }  // namespace
 
-TEST(IncludeDirection, TopLevelFoldersIncludeOneWay) {
+TEST(IncludeDirection, LayersIncludeOneWay) {
   const std::vector<std::string> v = violations(ATTNCHECK_SOURCE_DIR);
   std::string all;
   for (const auto& s : v) all += s + "\n";
-  EXPECT_TRUE(v.empty()) << "includes against the direction reference <- impls, golden <- harness <- tools:\n" << all;
+  EXPECT_TRUE(v.empty()) << "includes against the direction " << kDirection << ":\n" << all;
+}
+
+TEST(IncludeDirection, EveryReferenceFileBelongsToALayer) {
+  const std::vector<std::string> v = unlayered(ATTNCHECK_SOURCE_DIR);
+  std::string all;
+  for (const auto& s : v) all += s + "\n";
+  EXPECT_TRUE(v.empty()) << "files under reference/ outside its layer folders (plumbing, model, oracle, tolerance):\n"
+                         << all;
 }
 
 TEST(IncludeDirection, EveryExceptionStillExists) {  // a stale exception would hide nothing but read as a licence
@@ -91,14 +118,18 @@ TEST(IncludeDirection, EveryExceptionStillExists) {  // a stale exception would 
 TEST(IncludeDirection, TheCheckSeesAnUpwardInclude) {  // the checker itself, on a tree with one wrong include
   const fs::path root = fs::temp_directory_path() / ("attncheck_layout_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  fs::create_directories(root / "reference/src");
-  fs::create_directories(root / "tools/x/include/attncheck");
-  fs::create_directories(root / "impls");
+  for (const char* d : {"reference/model/src", "reference/oracle/include/attncheck", "reference/tolerance/src",
+                        "tools/x/include/attncheck", "impls"})
+    fs::create_directories(root / d);
   std::ofstream(root / "tools/x/include/attncheck/cli_thing.hpp") << "#pragma once\n";
-  std::ofstream(root / "reference/src/model.cpp") << "#include <vector>\n#include \"attncheck/cli_thing.hpp\"\n";
+  std::ofstream(root / "reference/oracle/include/attncheck/loops.hpp") << "#pragma once\n";
+  std::ofstream(root / "reference/model/src/model.cpp") << "#include <vector>\n#include \"attncheck/cli_thing.hpp\"\n"
+                                                           "#include \"attncheck/loops.hpp\"\n";
+  std::ofstream(root / "reference/tolerance/src/bound.cpp") << "#include \"attncheck/loops.hpp\"\n";  // downward
   std::ofstream(root / "impls/impl.cpp") << "  #  include \"model.cpp\"\n";  // downward: fine
   const std::vector<std::string> v = violations(root);
   fs::remove_all(root);
-  ASSERT_EQ(v.size(), 1u);
-  EXPECT_EQ(v[0], "reference/src/model.cpp:2 includes attncheck/cli_thing.hpp (reference -> tools)");
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0], "reference/model/src/model.cpp:2 includes attncheck/cli_thing.hpp (reference/model -> tools)");
+  EXPECT_EQ(v[1], "reference/model/src/model.cpp:3 includes attncheck/loops.hpp (reference/model -> reference/oracle)");
 }

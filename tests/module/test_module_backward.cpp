@@ -11,6 +11,7 @@
 #include "attncheck/module_problem.hpp"
 #include "attncheck/module_suite.hpp"
 #include "attncheck/rng.hpp"
+#include "attncheck/module_reference.hpp"
 
 using namespace attncheck;
 

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "attncheck/module_suite.hpp"
+#include "attncheck/module_tolerance.hpp"
 #include "module_check.hpp"
 
 using namespace attncheck;

@@ -9,6 +9,7 @@
 #include "attncheck/module.hpp"
 #include "attncheck/module_problem.hpp"
 #include "attncheck/module_suite.hpp"
+#include "attncheck/module_reference.hpp"
 
 using namespace attncheck;
 

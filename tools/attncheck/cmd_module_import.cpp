@@ -13,6 +13,7 @@
 #include "attncheck/budget.hpp"
 #include "attncheck/module_fixture.hpp"
 #include "attncheck/user_arrays.hpp"
+#include "attncheck/module_tolerance.hpp"
 #include "command.hpp"
 #include "module_check.hpp"
 #include "module_import.hpp"

@@ -22,7 +22,9 @@ extern "C" {
 typedef enum { ATTNCHECK_DTYPE_F64 = 0, ATTNCHECK_DTYPE_F32 = 1, ATTNCHECK_DTYPE_F16 = 2, ATTNCHECK_DTYPE_BF16 = 3,
                ATTNCHECK_DTYPE_U8 = 4,
                /* fp8 codes (uint8_t), only with extension tag 8 (feature "fp8"); never in capabilities.dtypes */
-               ATTNCHECK_DTYPE_E4M3 = 5, ATTNCHECK_DTYPE_E5M2 = 6 } attncheck_dtype;
+               ATTNCHECK_DTYPE_E4M3 = 5, ATTNCHECK_DTYPE_E5M2 = 6,
+               /* int8 codes (int8_t) of a quantized KV cache, only with extension tag 14 */
+               ATTNCHECK_DTYPE_I8 = 7 } attncheck_dtype;
 typedef enum { ATTNCHECK_LAYOUT_BHSD = 0, ATTNCHECK_LAYOUT_BSHD = 1 } attncheck_layout;
 /* Diagonal of the causal mask / window: key j is on query i's diagonal when j == i + diagonal_offset[b]. */
 typedef enum { ATTNCHECK_ALIGN_TOP_LEFT = 0, ATTNCHECK_ALIGN_BOTTOM_RIGHT = 1, ATTNCHECK_ALIGN_EXPLICIT = 2 }
@@ -286,6 +288,35 @@ typedef struct attncheck_ext_block_mask {
   const int64_t* full_kv_num_blocks;   /* [B, H, q_blocks] */
   const int64_t* full_kv_indices;      /* [B, H, q_blocks, slots] */
 } attncheck_ext_block_mask;
+
+/* Tag 13: absorbed MLA (feature name "mla"; docs/problem-model.md "Absorbed MLA"; FlashMLA, FlashInfer's MLA): K
+ * holds one latent vector per token and V is its first Dv columns, one cache read as keys and values. p->v points at
+ * k's storage and v_strides are k's, so V's row stride is the latent row's (Dqk elements in BHSD), not Dv: a kernel
+ * that steps V by Dv reads the wrong rows. Hkv is 1 in attncheck's cases; p->scale comes from the declared
+ * dimension (DeepSeek-V3: 1/sqrt(192)), not from Dqk. */
+#define ATTNCHECK_EXT_MLA 13u
+typedef struct attncheck_ext_mla {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_MLA */
+  int64_t latent_dim;                  /* Dqk: the columns of the one cache; V is columns [0, Dv) of it */
+} attncheck_ext_mla;
+
+/* Tag 14: a quantized KV cache (feature name "kv_quant"; docs/problem-model.md "Quantized KV cache"; vLLM's and
+ * FlashInfer's int8/fp8 caches, llama.cpp's q8_0): k and v hold codes in `codes` (int8_t, or fp8 codes as uint8_t)
+ * and element (b,h,j,d) of k is its code times k_scale[b*s[0] + h*s[1] + j*s[2] + (d / kv_block)*s[3]] (likewise v),
+ * the scales in scale_dtype. A stride is 0 along the dims a scale is shared over, so one formula serves every
+ * granularity; `granularity` says which it is. q and out stay in p->dtype. */
+#define ATTNCHECK_EXT_KV_QUANT 14u
+typedef enum { ATTNCHECK_KV_TENSOR = 0, ATTNCHECK_KV_HEAD = 1, ATTNCHECK_KV_TOKEN = 2, ATTNCHECK_KV_BLOCK = 3 }
+    attncheck_kv_granularity;
+typedef struct attncheck_ext_kv_quant {
+  attncheck_extension header;          /* tag ATTNCHECK_EXT_KV_QUANT */
+  int32_t codes;                       /* attncheck_dtype of k and v: ATTNCHECK_DTYPE_I8, _E4M3 or _E5M2 */
+  int32_t granularity;                 /* attncheck_kv_granularity: per tensor, (batch, KV head), token, block */
+  int64_t kv_block;                    /* head-dim elements per scale (the block granularity); else Dqk or more */
+  int32_t scale_dtype;                 /* attncheck_dtype of the scales: F32, F16 or BF16 */
+  const void *k_scale, *v_scale;       /* NULL in supports() */
+  int64_t k_scale_strides[4], v_scale_strides[4];
+} attncheck_ext_kv_quant;
 
 /* What the plugin can do; the host turns it into attncheck::Capabilities and checks every case against it before
  * calling supports() and run(). Bit masks: bit (1u << enum value). Booleans are 0/1. */

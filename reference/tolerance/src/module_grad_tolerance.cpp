@@ -6,7 +6,9 @@
 
 #include "attncheck/module_problem.hpp"
 #include "attncheck/tolerance_backward.hpp"
-#include "module_detail.hpp"
+#include "attncheck/module_reference.hpp"
+#include "attncheck/module_tolerance.hpp"
+#include "module_errors.hpp"
 
 namespace attncheck {
 

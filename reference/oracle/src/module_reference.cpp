@@ -4,7 +4,8 @@
 
 #include "attncheck/module_problem.hpp"
 #include "attncheck/reference.hpp"
-#include "module_detail.hpp"
+#include "attncheck/module_detail.hpp"
+#include "attncheck/module_reference.hpp"
 
 namespace attncheck {
 

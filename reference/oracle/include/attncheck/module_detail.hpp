@@ -1,5 +1,6 @@
-// The module reference's internals shared by its forward (module_reference.cpp), tolerance (module_tolerance.cpp)
-// and backward (module_backward.cpp): the projection rows, the projected heads and the trace of one forward.
+// The module reference's internals shared by its forward (module_reference.cpp) and backward (module_backward.cpp),
+// and read by the module's tolerance (module_tolerance.cpp): the projection rows, the projected heads and the trace
+// of one forward.
 #pragma once
 
 #include <vector>
@@ -34,15 +35,6 @@ struct Trace {
   std::vector<double> merged;  // [B, Lq, Hq*Dv]
 };
 
-// The forward's first-order errors (module_tolerance.cpp, docs/module.md), which the gradients' bound carries on.
-struct ForwardErrors {
-  std::vector<double> eq, ek, ev;  // of the projected q, k, v (Heads layout): accumulation and rounding
-  std::vector<double> es;          // [B, Hq, Lq, Lk]: of the scores (0 where P = 0)
-  std::vector<double> sbar;        // [B, Hq, Lq]: sum_j P_j es_j
-  std::vector<double> eo;          // [B, Hq, Lq, Dv]: of the attention output, its rounding included
-  std::vector<double> ew;          // [B, Hq, Lq, Lk]: of the weights
-};
-ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, const Trace& t);
 
 // The backward's intermediate values (module_backward.cpp): the forward's trace, dL/d(merged) [B, Lq, Hq*Dv],
 // the same as the attention's dO [B, Hq, Lq, Dv], and the attention's own backward of it.

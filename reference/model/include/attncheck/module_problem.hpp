@@ -1,7 +1,7 @@
 // A module-level attention problem described once (docs/module.md): x [B, Lq, d_in] (and x2 [B, Lk, d_in2] for
 // cross attention), Wq/Wk/Wv or one packed Wqkv with optional biases, Wo with an optional bias, and the attention
-// inside as a Problem (heads, GQA, Dqk != Dv, masks, causal, dropout). Its fp64 reference, the module faults the
-// diagnosis knows, and the tolerance model through the projections.
+// inside as a Problem (heads, GQA, Dqk != Dv, masks, causal, dropout). The module faults the diagnosis knows.
+// Its fp64 reference: module_reference.hpp; its tolerance: module_tolerance.hpp.
 #pragma once
 
 #include <optional>
@@ -96,21 +96,6 @@ struct ModuleResult {
   std::vector<double> y, weights;
 };
 
-// The fp64 reference: the seeds' per-token loops (docs/module.md), no rounding anywhere after the inputs.
-// `fault` computes the module with that deviation instead (diagnosis hypotheses). The keep-mask of
-// dropout_after_projection is keep[b, 0, i, c % Lk] applied to y[b, i, c].
-ModuleResult reference_module(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault = ModuleFault::none);
-
-// Per-element tolerances of y and weights for an implementation of the declared module contract (docs/module.md:
-// inputs in attn.dtype, fp32 accumulation, q/k/v, the attention output and y rounded to attn.dtype, the
-// attention under default_contract(dtype), weights in fp32): a first-order forward-error bound through the
-// projections, the softmax and Wo, computed from the inputs in double.
-struct ModuleTolerance {
-  std::vector<double> y, weights;
-};
-// With a fault: the bound of the module computed with that fault (the diagnosis' hypotheses).
-ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault = ModuleFault::none);
-
 // Backward through the module: the gradients of L = sum(dy * y) (dy [B, Lq, d_out]) with respect to every module
 // input, in fp64, shaped like the inputs (row-major): dx, dx2 (cross), dwq/dwk/dwv/dbq/dbk/dbv (separate) or
 // dwqkv/dbqkv (packed, interleaved: rows in that packing), dwo, dbo. Empty where the module has no such input.
@@ -137,15 +122,5 @@ std::vector<std::string> module_grad_names(const ModuleProblem& m);
 const Tensor& module_grad_input(const ModuleInputs& in, const std::string& grad_name);  // "dwq" -> *in.wq
 std::vector<double>& module_grad(ModuleGradients& g, const std::string& grad_name);
 const std::vector<double>& module_grad(const ModuleGradients& g, const std::string& grad_name);
-
-ModuleGradients reference_module_backward(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy,
-                                          ModuleGradFault fault = ModuleGradFault::none);
-
-// Per-element bounds of the gradients of an implementation of the declared module backward contract
-// (docs/module.md "Backward"): the forward's errors (module_tolerance) carried through the attention's backward
-// to first order, the attention backward's own bound (grad_tolerance), the projections' and Wo's gradient GEMMs
-// in fp32 and the rounding to the dtype. With a fault: the bound of the gradients computed with that fault.
-ModuleGradients module_grad_tolerance(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy,
-                                      ModuleGradFault fault = ModuleGradFault::none);
 
 }  // namespace attncheck

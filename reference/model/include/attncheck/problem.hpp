@@ -126,7 +126,7 @@ ScoresOut scores_out_from_string(const std::string& s);
 enum class MaxLogitOut : uint8_t { none, rows, heads };
 const char* to_string(MaxLogitOut m);
 MaxLogitOut max_logit_from_string(const std::string& s);
-// Granularity of a quantized KV cache's scales (reference/src/kv_cache.cpp): none = K and V are in the problem's
+// Granularity of a quantized KV cache's scales (reference/model/src/kv_cache.cpp): none = K and V are in the problem's
 // dtype; tensor = one scale; head = one per (batch, KV head) (FlashAttention-3's descale shape); token = one per
 // (batch, KV head, token); block = one per kv_block consecutive head-dim elements of a token (llama.cpp q8_0).
 enum class KvScales : uint8_t { none, tensor, head, token, block };
@@ -182,7 +182,7 @@ struct Problem {
   // Quantized KV cache (vLLM/FlashInfer fp8 caches, llama.cpp q8_0, FA3's per-(batch, KV head) descales): with
   // kv_scales != none, k and v hold kv_dtype codes (int8, fp8_e4m3, fp8_e5m2) and their values are code * scale,
   // the scales in Inputs::k_scale / v_scale (kv_scale_dtype) at the declared granularity; q stays in dtype and out
-  // is delivered in dtype. Described once in reference/src/kv_cache.cpp (docs/problem-model.md "Quantized KV cache").
+  // is delivered in dtype. Described once in reference/model/src/kv_cache.cpp (docs/problem-model.md "Quantized KV cache").
   KvScales kv_scales = KvScales::none;
   DType kv_dtype = DType::i8;         // the codes' format
   int64_t kv_block = 32;              // head-dim elements per scale with kv_scales=block
@@ -190,10 +190,10 @@ struct Problem {
   bool kv_quantized() const { return kv_scales != KvScales::none; }
   // Absorbed multi-head latent attention (DeepSeek MLA; FlashMLA, FlashInfer's MLA, vLLM): K is one latent cache
   // [c_kv | k_pe] per token and V is its first Dv columns (c_kv), the same memory read twice. Inputs::v holds those
-  // columns (reference/src/mla.cpp), a fixture stores K alone; the scale is the problem's `scale` (DeepSeek-V3:
+  // columns (reference/model/src/mla.cpp), a fixture stores K alone; the scale is the problem's `scale` (DeepSeek-V3:
   // 1/sqrt(192), the head dim before absorption, not 1/sqrt(Dqk = 576)). docs/problem-model.md "Absorbed MLA".
   bool mla = false;
-  // Score and mask modifications (the library: reference/src/mods_library.cpp; docs/problem-model.md
+  // Score and mask modifications (the library: reference/model/src/mods_library.cpp; docs/problem-model.md
   // "Modifications"). Each is off at its default. Query i of batch b sits at key position i + diagonal_offset(b).
   std::vector<double> alibi_slopes;     // ALiBi: [Hq] or [B, Hq] (fp32 values): score -= slope * |pos - j|
   std::vector<double> t5_table;         // T5 relative-position bias [Hq, t5_buckets], added by distance bucket
@@ -207,7 +207,7 @@ struct Problem {
   int64_t dilation = 1;                 //   and (pos - j) divisible by dilation (-1 = off)
   int64_t topk = 0;                     // top-k sparse attention: slots per query token (0 = off)
   std::vector<int64_t> topk_indices;    //   [B, Lq, topk] key positions, -1 = trailing padding; j visible iff listed
-  // Rotary position embedding (the position stage: reference/src/rope.cpp, its library entry in mods_library.cpp;
+  // Rotary position embedding (the position stage: reference/model/src/rope.cpp, its library entry in mods_library.cpp;
   // docs/problem-model.md "Rotary position embedding"). q of row (b, i) and k of key (b, j) are rotated before the
   // scores at positions i + diagonal_offset(b) + rope_offsets[b] and j + rope_offsets[b] (varlen: within the row's
   // sequence s, plus rope_offsets[s]; mRoPE: the key-axis index looked up in rope_position_ids). Off at rotary_dim 0.
@@ -228,7 +228,7 @@ struct Problem {
   std::vector<double> q_norm_weight, k_norm_weight;  // [Dqk] each
   double qk_norm_eps = 1e-6;
   // User modifications: expressions (muparser syntax) over score, b, h, q_idx, kv_idx, q_pos and named auxiliary
-  // tensors (reference/src/mods_expr.cpp; docs/problem-model.md "Expressions"). Off when empty.
+  // tensors (reference/model/src/mods_expr.cpp; docs/problem-model.md "Expressions"). Off when empty.
   std::string score_expr;             // e.g. "score + slopes[h] * (kv_idx - q_pos)"
   std::string mask_expr;              // e.g. "doc[b, q_idx] == doc[b, kv_idx] && kv_idx <= q_pos" (nonzero = visible)
   std::string expr_tensors;           // the auxiliary tensors: "name[d0,d1,...];..." (rank 1 to 4)

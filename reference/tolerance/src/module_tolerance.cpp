@@ -3,7 +3,8 @@
 #include <cmath>
 
 #include "attncheck/module_problem.hpp"
-#include "module_detail.hpp"
+#include "attncheck/module_tolerance.hpp"
+#include "module_errors.hpp"
 
 namespace attncheck {
 

@@ -1,5 +1,5 @@
 // Score and mask modifications (FlexAttention's score_mod / mask_mod): a library of named entries, each described
-// once in reference/src/mods_library.cpp: its parameters (Field rows: key, range, fixture storage, name fragment),
+// once in reference/model/src/mods_library.cpp: its parameters (Field rows: key, range, fixture storage, name fragment),
 // its cross-field rules, its fp64 evaluation, its capability name, its short-name marker, its generator for
 // property cases and the fact the tolerance model needs. The reference, the CPU implementations, validation,
 // fixtures, names, `attncheck list` and the capability check all read this table. Order of every stage:

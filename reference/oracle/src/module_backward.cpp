@@ -4,7 +4,8 @@
 // backwards.
 #include "attncheck/backward.hpp"
 #include "attncheck/module_problem.hpp"
-#include "module_detail.hpp"
+#include "attncheck/module_detail.hpp"
+#include "attncheck/module_reference.hpp"
 
 namespace attncheck {
 

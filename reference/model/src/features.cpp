@@ -334,14 +334,14 @@ const Feature kFeatures[] = {
        return Support::yes();
      },
      nullptr, 0, "score/mask modifications"},
-    // A quantized KV cache travels in no plugin ABI field or worker message yet: only backends that read
-    // Inputs::k_scale/v_scale declare it (no tag, default false), so older plugins and workers never get one.
+    // A quantized KV cache: plugin.h tag 14 (the codes and the scale tensors); the worker protocol's k_scale and
+    // v_scale tensors.
     ATTNCHECK_FLAG_EXT("kv-quant", "kv_quant", kv_quant, p.kv_quantized(),
-                       "quantized KV cache (k/v codes with scales) not supported", 0, "a quantized KV cache"),
-    // Absorbed MLA: no plugin ABI field or worker message says that v is a view of k yet, so only the built-ins
-    // that read Inputs::v (which holds k's first Dv columns) declare it.
-    ATTNCHECK_FLAG_EXT("mla", "mla", mla, p.mla, "absorbed MLA (v the first Dv columns of k) not supported", 0,
-                       "absorbed MLA (a gradient of the one latent cache)"),
+                       "quantized KV cache (k/v codes with scales) not supported", ext_tag::kv_quant,
+                       "a quantized KV cache"),
+    // Absorbed MLA: plugin.h tag 13 (v a view of k); a worker gets v as its own tensor, k's first Dv columns.
+    ATTNCHECK_FLAG_EXT("mla", "mla", mla, p.mla, "absorbed MLA (v the first Dv columns of k) not supported",
+                       ext_tag::mla, "absorbed MLA (a gradient of the one latent cache)"),
     ATTNCHECK_FLAG_EXT("max-logit", "max_logit", max_logit_out, p.max_logit != MaxLogitOut::none,
                        "max-logit output not supported", ext_tag::max_logit, "the max-logit output"),
     ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),

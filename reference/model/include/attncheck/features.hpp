@@ -75,6 +75,9 @@ inline constexpr uint32_t fp8 = 8;
 inline constexpr uint32_t max_logit = 10;  // 9 is the schedule (plugin.h), not a problem feature
 // The modification library (mods.hpp): offered per entry, by the entry's name in a plugin's features.
 inline constexpr uint32_t modifications = 11;
+// 12 is the block mask (plugin.h), handed to a kernel, not a problem feature.
+inline constexpr uint32_t mla = 13;
+inline constexpr uint32_t kv_quant = 14;
 }
 
 // Every optional feature a backend may not support, in the order capability checks report them.
