@@ -44,10 +44,10 @@ void parallel_tasks(int64_t n, int threads, const std::function<void(int64_t, in
 
 // ---- loads and stores -------------------------------------------------------------------------------------
 // Rows [r0, r1) of head h of batch b of a logical [B, H, L, D] tensor (any layout, any float dtype) into a
-// contiguous row-major T buffer of (r1 - r0) x D.
+// contiguous row-major T buffer of (r1 - r0) x D; with cols > 0, each row's first cols values only.
 template <class T>
-void load_rows(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r1, T* dst) {
-  const int64_t D = t.shape[3], sr = t.strides[2], sd = t.strides[3];
+void load_rows(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r1, T* dst, int64_t cols = 0) {
+  const int64_t D = cols > 0 ? cols : t.shape[3], sr = t.strides[2], sd = t.strides[3];
   const int64_t base = b * t.strides[0] + h * t.strides[1];
   auto copy = [&](const auto* src, auto conv) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -83,14 +83,96 @@ void load_rows(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r1, T*
   }
 }
 
+// The tensor holding k (which = 1) or v (2) rows: absorbed MLA reads V as the first Dv columns of the latent cache k
+// (a view: the same memory as the keys, which in.v only duplicates).
+inline const Tensor& kv_tensor(const Problem& p, const Inputs& in, int which) { return which == 1 || p.mla ? in.k : in.v; }
+
+// Rows [r0, r0 + n) of a quantized cache's k (which = 1) or v (2), head h of batch b, as their codes in place and
+// the scales of those rows as floats, for the kernels that dequantise in registers (simd::Codes8): each value
+// fl32(code * scale), one rounding of an exact product (a code has at most 8 significant bits, a scale 24), so the
+// same bits as the reference's dequantize_kv rounded to float.
+struct CodesView {
+  const uint8_t* codes = nullptr;  // row 0's codes, rows ld bytes apart
+  int64_t ld = 0, D = 0;
+  simd::Codes8 c;
+  std::vector<float> scales;  // row r's groups at r * c.groups
+  std::vector<int32_t> gidx;
+
+  const float* row_scales(int64_t r) const { return scales.data() + r * c.groups; }
+  // False (nothing set) unless the cache is quantized, the codes' inner stride is 1 and the scales are exact in float.
+  bool view(const Problem& p, const Inputs& in, int which, int64_t b, int64_t h, int64_t r0, int64_t n) {
+    if (!p.kv_quantized()) return false;
+    const Tensor& t = which == 1 ? in.k : in.v;
+    const Tensor& s = which == 1 ? *in.k_scale : *in.v_scale;
+    if (t.strides[3] != 1 || (s.dtype != DType::f32 && s.dtype != DType::f16 && s.dtype != DType::bf16)) return false;
+    D = t.shape[3];
+    c.groups = s.shape[3], c.group = c.groups == 1 ? D : p.kv_block;
+    c.lut = fp8_values(t.dtype);
+    // The scales of the rows, read from s directly (kv_scale_at, per element, costs more than the GEMM here).
+    const int64_t base = broadcast_offset(s, b, h, r0, 0), sr = s.shape[2] == 1 ? 0 : s.strides[2];
+    const int64_t sg = s.strides[3];
+    scales.resize(static_cast<size_t>(n * c.groups));
+    const uint16_t* s16 = s.dtype == DType::f32 ? nullptr : s.data<uint16_t>();
+    if (s16 && (c.groups == 1 || sg == 1) && sr == c.groups) {  // the rows' scales contiguous: widened at once
+      if (s.dtype == DType::f16) simd::widen_f16(s16 + base, scales.data(), n * c.groups);
+      else simd::widen_bf16(s16 + base, scales.data(), n * c.groups);
+    } else {
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t g = 0; g < c.groups; ++g) {
+          const int64_t at = base + r * sr + g * sg;
+          scales[static_cast<size_t>(r * c.groups + g)] = !s16                     ? s.data<float>()[at]
+                                                          : s.dtype == DType::f16 ? half_bits_to_float(s16[at])
+                                                                                  : bf16_bits_to_float(s16[at]);
+        }
+    }
+    c.gidx = nullptr;
+    if (c.groups > 1 && c.group % simd::float_lanes() != 0) {  // a scale per lane, gathered
+      gidx.resize(static_cast<size_t>(D));
+      for (int64_t e = 0; e < D; ++e) gidx[static_cast<size_t>(e)] = static_cast<int32_t>(e / c.group);
+      c.gidx = gidx.data();
+    }
+    codes = t.data<uint8_t>() + b * t.strides[0] + h * t.strides[1] + r0 * t.strides[2], ld = t.strides[2];
+    return true;
+  }
+  // Whether every value of the n rows is finite: no fp8 NaN / inf code (e4m3 S.1111.111, e5m2 S.11111.xx) and no
+  // product past the largest float.
+  bool finite(const Problem& p, int64_t n) const {
+    const float smax = scales.empty() ? 0.0f : *std::max_element(scales.begin(), scales.end());
+    if (static_cast<double>(smax) * kv_code_max(p.kv_dtype) > std::numeric_limits<float>::max()) return false;
+    const uint8_t mask = p.kv_dtype == DType::e4m3 ? 0x7f : p.kv_dtype == DType::e5m2 ? 0x7c : 0;
+    if (mask == 0) return true;
+    bool bad = false;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t d = 0; d < D; ++d) bad |= (codes[r * ld + d] & mask) == mask;
+    return !bad;
+  }
+  // The value of each fp8 code as a float (exact), nullptr for int8.
+  static const float* fp8_values(DType codes) {
+    static const std::array<std::array<float, 256>, 2> lut = [] {
+      std::array<std::array<float, 256>, 2> v{};
+      for (int x = 0; x < 256; ++x) {
+        v[0][size_t(x)] = static_cast<float>(fp8_bits_to_double(uint8_t(x), DType::e4m3));
+        v[1][size_t(x)] = static_cast<float>(fp8_bits_to_double(uint8_t(x), DType::e5m2));
+      }
+      return v;
+    }();
+    return codes == DType::e4m3 ? lut[0].data() : codes == DType::e5m2 ? lut[1].data() : nullptr;
+  }
+};
+
 // Rows [r0, r1) of k (which = 1) or v (2) of head h of batch b, as load_rows gives them. A quantized KV cache's
-// codes are decoded here, a chunk of rows at a time as a serving kernel decodes them in registers (never a decoded
-// copy of the cache): each code * its scale computed in double and rounded once to T, the same bits as the
-// reference's dequantize_kv rounded to T.
+// codes are decoded here, a chunk of rows at a time (never a decoded copy of the cache): each code * its scale
+// computed exactly and rounded once to T, the same bits as the reference's dequantize_kv rounded to T (float:
+// vectorised, CodesView).
 template <class T>
 void load_kv_rows(const Problem& p, const Inputs& in, int which, int64_t b, int64_t h, int64_t r0, int64_t r1, T* dst) {
-  const Tensor& t = which == 1 ? in.k : in.v;
-  if (!p.kv_quantized()) return load_rows(t, b, h, r0, r1, dst);
+  const Tensor& t = kv_tensor(p, in, which);
+  if (!p.kv_quantized()) return load_rows(t, b, h, r0, r1, dst, which == 1 ? p.Dqk : p.Dv);
+  if constexpr (std::is_same_v<T, float>) {
+    thread_local CodesView v;
+    if (v.view(p, in, which, b, h, r0, r1 - r0))
+      return simd::dequantize_codes(v.c, v.codes, v.ld, v.scales.data(), r1 - r0, v.D, dst);
+  }
   const Tensor& s = which == 1 ? *in.k_scale : *in.v_scale;
   static const std::array<std::array<double, 256>, 2> fp8 = [] {  // every e4m3 and e5m2 code, decoded once
     std::array<std::array<double, 256>, 2> c{};

@@ -1,11 +1,13 @@
 // `cpu-flash`: the fused online-softmax implementation. Work is dealt by (batch, head, query block); the workers
-// on a head share its K/V panels (cpu_pack.hpp), packed once; keys are visited in blocks (tiles of kFlashBlockQ x
-// kFlashBlockK, or the SmallD sizes) with a running max, denominator and rescaled accumulator, with the SIMD GEMM
-// and exp of simd.hpp, so no Lq x Lk matrix exists (memory: O(Lk·D) panels per head in flight + O(Bq·(Bk + D)) per
-// thread). Key blocks outside every row's causal / window / padding span are skipped (with a -inf fill their
-// weight is exactly 0). Short-query problems (decode) split the keys into chunks computed in parallel and merged by
-// their lse. Weights, when requested, come from a second pass that recomputes each score block with the final max
-// and sum.
+// on a head share its K/V panels (cpu_pack.hpp), packed once. Short queries (decode) of the query heads sharing a KV
+// head are the rows of one tile (GQA packing, as FlashMLA and FlashInfer do), so K/V (MLA: the latent cache) are read
+// once per KV head, not once per query head, and the GEMMs get rows to reuse each key with. Keys are visited in
+// blocks (tiles of kFlashBlockQ x kFlashBlockK, or the SmallD sizes) with a running max, denominator and rescaled
+// accumulator, with the SIMD GEMM and exp of simd.hpp, so no Lq x Lk matrix exists (memory: O(Lk·D) panels per head
+// in flight + O(Bq·(Bk + D)) per thread). Key blocks outside every row's causal / window / padding span are skipped
+// (with a -inf fill their weight is exactly 0). Short-query problems (decode) split the keys into chunks computed in
+// parallel and merged by their lse. Weights, when requested, come from a second pass that recomputes each score
+// block with the final max and sum.
 #include <memory>
 #include <mutex>
 
@@ -65,15 +67,26 @@ class Flash {
     // A block mask handed to the run at this kernel's tiles (block_mask.hpp): empty blocks skipped, full blocks
     // without per-key mask work. Not with a finite fill, where masked keys take part.
     const BlockMask* m = current_block_mask();
-    if (!m || m->q_block != bq_ || m->kv_block != bk_ || sc_.finite_fill()) return;
-    validate_block_mask(*m, p);
-    kinds_ = block_kinds(*m, p);
-    nqb_ = blocks_of(p.Lq, bq_), nkb_ = blocks_of(p.Lk, bk_);
+    if (m && m->q_block == bq_ && m->kv_block == bk_ && !sc_.finite_fill()) {
+      validate_block_mask(*m, p);
+      kinds_ = block_kinds(*m, p);
+      nqb_ = blocks_of(p.Lq, bq_), nkb_ = blocks_of(p.Lk, bk_);
+    }
+    // Head packing: when a head's queries do not fill a tile. Not with the per-head second passes (weights, raw
+    // scores), a split exposed as partials or a block mask (their tiles are per head).
+    const int64_t grp = p.group_size();
+    if (grp > 1 && p.Lq < bq_ && kinds_.empty() && !partials_ && !out.weights && !out.scores) {
+      pack_ = grp;
+      // The unit's rows in equal query blocks of whole kGroupRows (a 128-head MLA decode: 2 x 72, not 96 + 32).
+      const int64_t n = blocks_of(pack_ * p.Lq, bq_);
+      bq_ = (blocks_of(pack_ * p.Lq, n) + kGroupRows - 1) / kGroupRows * kGroupRows;
+    }
+    units_ = p.Hq / pack_, rows_ = pack_ * p.Lq;
   }
 
   void run() {
     const int64_t Bq = bq_, Bk = bk_;
-    const int64_t nqb = (p_.Lq + Bq - 1) / Bq, heads = p_.B * p_.Hq, nkb = (p_.Lk + Bk - 1) / Bk;
+    const int64_t nqb = (rows_ + Bq - 1) / Bq, heads = p_.B * units_, nkb = (p_.Lk + Bk - 1) / Bk;
     const int threads = cpu_threads();
     std::vector<Work> work(static_cast<size_t>(std::max(threads, 1)));
     // A schedule's num_splits forces the count (never more parts than key blocks); otherwise split only when there
@@ -89,7 +102,7 @@ class Flash {
     }
     if (split == 1 && !partials_) {  // one query block per head: one task per head
       parallel_tasks(heads, threads, [&](int64_t t, int worker) {
-        head_task(t / p_.Hq, t % p_.Hq, 0, 0, p_.Lk, work[static_cast<size_t>(worker)], nullptr);
+        head_task(t / units_, t % units_, 0, 0, p_.Lk, work[static_cast<size_t>(worker)], nullptr);
       });
       return;
     }
@@ -97,14 +110,14 @@ class Flash {
     parallel_tasks(heads * nqb * split, threads, [&](int64_t t, int worker) {
       const int64_t c = t % split, bq = t / split, bh = bq / nqb, qb = bq % nqb;
       const int64_t ka = c * nkb / split * Bk, kb = std::min(p_.Lk, (c + 1) * nkb / split * Bk);
-      head_task(bh / p_.Hq, bh % p_.Hq, qb, ka, kb, work[static_cast<size_t>(worker)], &part[static_cast<size_t>(t)]);
+      head_task(bh / units_, bh % units_, qb, ka, kb, work[static_cast<size_t>(worker)], &part[static_cast<size_t>(t)]);
     });
     if (partials_) expose(part, split, nqb, nkb);
     parallel_tasks(heads * nqb, threads, [&](int64_t t, int worker) {
-      const int64_t bh = t / nqb, i0 = t % nqb * Bq, nr = std::min(Bq, p_.Lq - i0);
+      const int64_t bh = t / nqb, i0 = t % nqb * Bq, nr = std::min(Bq, rows_ - i0);
       Work& w = work[static_cast<size_t>(worker)];
       merge(&part[static_cast<size_t>(t * split)], split, nr, w.st);
-      finish(bh / p_.Hq, bh % p_.Hq, i0, nr, w);
+      finish(bh / units_, bh % units_, i0, nr, w);
     });
   }
 
@@ -123,10 +136,26 @@ class Flash {
   };
   static constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
-  // The handed block mask's kind of the tile at rows i0.. and keys j0.. (both tile starts); partial without one.
-  BlockKind block_kind(int64_t b, int64_t h, int64_t i0, int64_t j0) const {
+  // Work is dealt by units of pack_ query heads sharing a KV head (one head without packing), each with rows_ =
+  // pack_ * Lq rows: row t of unit u is query t / pack_ of head u * pack_ + t % pack_ (without packing, query t of
+  // head u). The functions below take (b, u, first row i0, rows nr).
+  int64_t head_of(int64_t u, int64_t t) const { return u * pack_ + t % pack_; }
+  int64_t query_of(int64_t t) const { return t / pack_; }
+
+  // The handed block mask's kind of the tile at rows i0.. and keys j0.. (both tile starts); partial without one
+  // (never with packed heads).
+  BlockKind block_kind(int64_t b, int64_t u, int64_t i0, int64_t j0) const {
     if (kinds_.empty()) return BlockKind::partial;
-    return kinds_[static_cast<size_t>(((b * p_.Hq + h) * nqb_ + i0 / bq_) * nkb_ + j0 / bk_)];
+    return kinds_[static_cast<size_t>(((b * p_.Hq + u) * nqb_ + i0 / bq_) * nkb_ + j0 / bk_)];
+  }
+
+  // Whether a mask modification hides keys [j0, j1) from every row of [i0, i0 + nr) (mods_hide_block per head).
+  bool mods_hide(int64_t b, int64_t u, int64_t i0, int64_t nr, const Work& w, int64_t j0, int64_t j1) const {
+    if (pack_ == 1) return sc_.mods_hide_block(b, u, i0, nr, w.spans.data(), j0, j1);
+    for (int64_t r = 0; r < nr; ++r)
+      if (!sc_.mods_hide_block(b, head_of(u, i0 + r), query_of(i0 + r), 1, &w.spans[static_cast<size_t>(r)], j0, j1))
+        return false;
+    return true;
   }
 
   // Rows [i0, i0 + nr): their spans, the union of them and of each group of kGroupRows rows.
@@ -135,7 +164,7 @@ class Flash {
     w.groups.assign(static_cast<size_t>((nr + kGroupRows - 1) / kGroupRows), Span{p_.Lk, 0});
     w.ulo = p_.Lk, w.uhi = 0;
     for (int64_t r = 0; r < nr; ++r) {
-      const Span s = w.spans[static_cast<size_t>(r)] = sc_.span(b, i0 + r);
+      const Span s = w.spans[static_cast<size_t>(r)] = sc_.span(b, query_of(i0 + r));
       Span& g = w.groups[static_cast<size_t>(r / kGroupRows)];
       if (s.lo < s.hi) {
         w.ulo = std::min(w.ulo, s.lo), w.uhi = std::max(w.uhi, s.hi);
@@ -150,7 +179,7 @@ class Flash {
     int64_t lo = kb, hi = ka;
     for (int64_t qb = qa; qb < qe; ++qb) {
       const int64_t i0 = qb * bq_;
-      spans(b, i0, std::min(bq_, p_.Lq - i0), w);
+      spans(b, i0, std::min(bq_, rows_ - i0), w);
       lo = std::min(lo, w.ulo), hi = std::max(hi, w.uhi);
     }
     if (sc_.finite_fill() || raw_scores()) lo = ka, hi = kb;
@@ -182,18 +211,18 @@ class Flash {
           const std::lock_guard<std::mutex> lock(spare_mu);
           if (!spare.empty()) s.pan = std::move(spare.back()), spare.pop_back();
         }
-        const int64_t b = bh / p_.Hq;
+        const int64_t b = bh / units_;
         const auto [pa, pe] = key_range(b, 0, nqb, 0, p_.Lk, w);
-        s.pan.pack(p_, in_, b, p_.kv_head(bh % p_.Hq), pa, pe, false, pairs_);
+        s.pan.pack(p_, in_, b, kv_head(bh % units_), pa, pe, false, pairs_);
       });
       return s;
     };
     parallel_tasks(heads * nqb, threads, [&](int64_t t, int worker) {
-      const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb, b = bh / p_.Hq, h = bh % p_.Hq;
+      const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb, b = bh / units_, h = bh % units_;
       Work& w = work[static_cast<size_t>(worker)];
       SharedHead& s = packed(bh, w);
       w.pan = &s.pan;
-      const int64_t i0 = qb * bq_, nr = std::min(bq_, p_.Lq - i0);
+      const int64_t i0 = qb * bq_, nr = std::min(bq_, rows_ - i0);
       block(b, h, i0, nr, s.pan.k0, p_.Lk, false, w, w.st);
       finish(b, h, i0, nr, w);
       w.pan = &w.own;
@@ -211,14 +240,15 @@ class Flash {
   void head_task(int64_t b, int64_t h, int64_t qb, int64_t ka, int64_t kb, Work& w, RowState<T>* part) const {
     const auto [pa, pe] = key_range(b, qb, qb + 1, ka, kb, w);
     const bool per_block = !out_.weights && !out_.scores;
-    if (!per_block) w.own.pack(p_, in_, b, p_.kv_head(h), pa, pe, false, pairs_);
-    const int64_t i0 = qb * bq_, nr = std::min(bq_, p_.Lq - i0);
+    if (!per_block) w.own.pack(p_, in_, b, kv_head(h), pa, pe, false, pairs_);
+    const int64_t i0 = qb * bq_, nr = std::min(bq_, rows_ - i0);
     RowState<T>& st = part ? *part : w.st;
     block(b, h, i0, nr, pa, kb, per_block, w, st);
     if (!part) finish(b, h, i0, nr, w);
   }
 
   bool raw_scores() const { return p_.scores_out == ScoresOut::scaled || p_.scores_out == ScoresOut::capped; }
+  int64_t kv_head(int64_t u) const { return p_.kv_head(u * pack_); }
 
   // Final scores of rows [i0, i0 + nr) against keys [j0, j0 + nc) into w.S (row stride bk_). Only the
   // strips covering [c0, c1) (the union of the rows' spans) go through the GEMM; the scorer fills the rest.
@@ -226,7 +256,8 @@ class Flash {
               T* mvis) const {
     dots(nr, j0, c0, c1, w);
     for (int64_t r = 0; r < nr; ++r) {
-      const T mv = sc_.process(b, h, i0 + r, j0, w.S.data() + r * bk_, nc, w.spans[static_cast<size_t>(r)]);
+      const T mv = sc_.process(b, head_of(h, i0 + r), query_of(i0 + r), j0, w.S.data() + r * bk_, nc,
+                               w.spans[static_cast<size_t>(r)]);
       w.bmax[static_cast<size_t>(r)] = mv;
       if (mvis) mvis[r] = mv > mvis[r] ? mv : mvis[r];
     }
@@ -252,8 +283,17 @@ class Flash {
   // Rows [i0, i0 + nr) of Q into w.Q, and (pairs_) as bf16 pairs into w.Q2: q2 when none of them is subnormal.
   void load_q(int64_t b, int64_t h, int64_t i0, int64_t nr, Work& w) const {
     w.Q.resize(static_cast<size_t>(nr * p_.Dqk));
-    load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
-    rotate_rows(rope_, true, b, i0, i0 + nr, p_.Dqk, w.Q.data());  // RoPE (no-op without)
+    if (pack_ == 1) {
+      load_rows(in_.q, b, h, i0, i0 + nr, w.Q.data());
+      rotate_rows(rope_, true, b, i0, i0 + nr, p_.Dqk, w.Q.data());  // RoPE (no-op without)
+    } else {
+      for (int64_t r = 0; r < nr; ++r) {
+        const int64_t i = query_of(i0 + r);
+        T* q = w.Q.data() + r * p_.Dqk;
+        load_rows(in_.q, b, head_of(h, i0 + r), i, i + 1, q);
+        rotate_rows(rope_, true, b, i, i + 1, p_.Dqk, q);
+      }
+    }
     w.q2 = false;
     if constexpr (std::is_same_v<T, float>) w.q2 = pairs_ && q_as_pairs(w.Q.data(), nr, p_.Dqk, w.Q2);
   }
@@ -273,7 +313,8 @@ class Flash {
     st.reset(nr, dvp_);
     // The running max starts at the sink: terms far below it (a finite fill) then weigh exactly 0 from the start,
     // as in the reference, instead of weighing 1 until finish() rescales them (0 * a poisoned value is NaN).
-    if (const T sink = static_cast<T>(p_.sink(h)); sink != kNegInf) std::fill(st.m.begin(), st.m.end(), sink);
+    for (int64_t r = 0; r < nr; ++r)
+      if (const T sink = static_cast<T>(p_.sink(head_of(h, i0 + r))); sink != kNegInf) st.m[static_cast<size_t>(r)] = sink;
     const bool finite = sc_.finite_fill();
     for (int64_t j0 = pa; j0 < kb; j0 += Bk) {
       const int64_t j1 = std::min(j0 + Bk, kb), nc = j1 - j0;
@@ -281,17 +322,18 @@ class Flash {
       if (c0 >= c1 && !finite) continue;  // every key of the block is masked for every row: weight exactly 0
       const BlockKind kind = block_kind(b, h, i0, j0);
       if (kind == BlockKind::empty) continue;  // the same, from the block mask
-      if (kinds_.empty() && !finite && sc_.mods_hide_block(b, h, i0, nr, w.spans.data(), j0, j1)) continue;  // by a mask mod
+      if (kinds_.empty() && !finite && mods_hide(b, h, i0, nr, w, j0, j1)) continue;  // by a mask mod
       const bool full = kind == BlockKind::full;  // every key visible to every row: no per-key mask
       // A few rows: dot products against K rows as loaded (no transposed panel to build for one use).
-      if (pack) w.own.pack(p_, in_, b, p_.kv_head(h), j0, finite ? j1 : c1, nr <= kFewRows, pairs_);
+      if (pack) w.own.pack(p_, in_, b, kv_head(h), j0, finite ? j1 : c1, nr <= kFewRows, pairs_);
       // S = Q·Kᵀ per group of rows over the group's visible keys in this block (the scorer fills the rest).
       for (int64_t g0 = 0; g0 < nr; g0 += kGroupRows) {
         const Span& g = w.groups[static_cast<size_t>(g0 / kGroupRows)];
         dots(g0, std::min(kGroupRows, nr - g0), j0, std::max(c0, g.lo), std::min(c1, g.hi), w);
       }
       for (int64_t r = 0; r < nr; ++r) {
-        const T mv = sc_.process(b, h, i0 + r, j0, w.S.data() + r * Bk, nc, w.spans[static_cast<size_t>(r)], full);
+        const T mv = sc_.process(b, head_of(h, i0 + r), query_of(i0 + r), j0, w.S.data() + r * Bk, nc,
+                                 w.spans[static_cast<size_t>(r)], full);
         w.bmax[static_cast<size_t>(r)] = mv;
         st.mvis[static_cast<size_t>(r)] = std::max(st.mvis[static_cast<size_t>(r)], mv);
       }
@@ -319,7 +361,8 @@ class Flash {
         if (alpha != T(1))
           for (int64_t d = 0; d < p_.Dv; ++d) st.acc[static_cast<size_t>(r * dvp_ + d)] *= alpha;
         m = m_new;
-        if (const uint8_t* keep = keep_row(p_, in_, b, h, i0 + r, j0)) apply_keep(s, keep, nc, keep_scale_);
+        if (const uint8_t* keep = keep_row(p_, in_, b, head_of(h, i0 + r), query_of(i0 + r), j0))
+          apply_keep(s, keep, nc, keep_scale_);
       }
       // acc += P·V over the keys that can carry weight: per group of rows its span union (the other keys weigh
       // exactly 0), or the whole block with a finite fill.
@@ -382,10 +425,11 @@ class Flash {
   void finish(int64_t b, int64_t h, int64_t i0, int64_t nr, Work& w) const {
     RowState<T>& st = w.st;
     w.o.resize(static_cast<size_t>(p_.Dv));
-    const T sink = static_cast<T>(p_.sink(h));
+    const int64_t u = h;
     for (int64_t r = 0; r < nr; ++r) {
       const size_t rr = static_cast<size_t>(r);
-      const int64_t i = i0 + r, row = (b * p_.Hq + h) * p_.Lq + i;
+      const int64_t h = head_of(u, i0 + r), i = query_of(i0 + r), row = (b * p_.Hq + h) * p_.Lq + i;
+      const T sink = static_cast<T>(p_.sink(h));
       if (sink != kNegInf) {  // the sink: one more term of the denominator, without a value (rescale to its max)
         const T m_new = std::max(st.m[rr], sink), alpha = exp0(st.m[rr] - m_new);
         st.l[rr] = st.l[rr] * alpha + exp0(sink - m_new);
@@ -405,8 +449,8 @@ class Flash {
       if (out_.lse) out_.lse->data<T>()[row] = lse;
       if (out_.max_logit) out_.max_logit->data<T>()[row] = st.mvis[rr] == kNegInf ? policy_max_logit<T>(p_) : st.mvis[rr];
     }
-    if (out_.weights) weights_pass(b, h, i0, nr, w);
-    if (out_.scores) scores_pass(b, h, i0, nr, w);
+    if (out_.weights) weights_pass(b, u, i0, nr, w);  // never with packed heads: u is the head, i0 the query
+    if (out_.scores) scores_pass(b, u, i0, nr, w);
   }
 
   // Raw-score output of rows [i0, i0 + nr): each key block recomputed; stages scaled/capped from every key's dot
@@ -483,7 +527,9 @@ class Flash {
   const Scorer<T> sc_;
   const T keep_scale_, pol_w_, pol_lse_;
   const int64_t W_, dvp_;  // SIMD strip width; Dv padded to whole strips (the accumulator's row stride)
-  const int64_t bq_, bk_;  // query rows x keys per tile (cpu_impls.hpp)
+  int64_t bq_;             // rows per tile (cpu_impls.hpp; with packed heads, the unit's rows in equal blocks)
+  const int64_t bk_;       // keys per tile
+  int64_t pack_ = 1, units_ = 0, rows_ = 0;  // query heads per unit, units per batch, rows per unit
   const bool pairs_;  // Q·Kᵀ on bf16 pairs where the panels have them (bf16_pairs_apply)
   const RopeStage rope_;  // rotary embedding of Q rows as they are loaded (K: in the panels, cpu_pack.hpp)
   std::vector<BlockKind> kinds_;  // the handed block mask per (b, h, tile row, tile column); empty: none

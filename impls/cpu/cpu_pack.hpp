@@ -58,6 +58,10 @@ struct Panels {
   const uint16_t *k16 = nullptr, *v16 = nullptr;
   simd::Half16 half = simd::Half16::bf16;
   int64_t kld = 0, vld = 0;
+  // A quantized cache's codes read in place (T = float; k8 / v8 set, krows / vrows null), dequantised in registers
+  // by the GEMM's loads (simd::Codes8): the scales of the block's rows as floats (ks / vs), exact.
+  CodesView kq, vq;
+  const uint8_t *k8 = nullptr, *v8 = nullptr;
 
   // Packed Kᵀ starting at key j (j - k0 a multiple of W); K row j (row layout, kld apart).
   const T* kt_at(int64_t j) const { return kt.data() + (j - k0) / W * Dqk * W; }
@@ -112,6 +116,8 @@ struct Panels {
   void dots_rows(int64_t m, int64_t n, const T* Q, int64_t lda, int64_t j, T* C, int64_t ldc) const {
     if constexpr (std::is_same_v<T, float>) {
       if (k16) return simd::gemm_nt_half(half, m, n, Dqk, Q, lda, k16 + (j - k0) * kld, kld, C, ldc);
+      if (k8)
+        return simd::gemm_nt_codes(kq.c, m, n, Dqk, Q, lda, k8 + (j - k0) * kld, kld, kq.row_scales(j - k0), C, ldc);
     }
     simd::gemm_nt<T>(m, n, Dqk, Q, lda, krow_at(j), kld, C, ldc);
   }
@@ -119,6 +125,9 @@ struct Panels {
   void pv(int64_t m, int64_t n, const T* P, int64_t ldp, int64_t j, T* C, int64_t ldc, bool accumulate) const {
     if constexpr (std::is_same_v<T, float>) {
       if (v16) return simd::gemm_half(half, m, Dv, n, P, ldp, v16 + (j - k0) * vld, W, vld, C, ldc, accumulate);
+      if (v8)
+        return simd::gemm_codes(vq.c, m, Dv, n, P, ldp, v8 + (j - k0) * vld, vld, vq.row_scales(j - k0), C, ldc,
+                                accumulate);
     }
     simd::gemm<T>(m, Dv, n, P, ldp, v_at(j), v_bstride(), v_ldb(), C, ldc, accumulate);
   }
@@ -132,6 +141,7 @@ struct Panels {
     rows_pad = strips * W;
     bad.clear();
     k16 = v16 = nullptr;
+    k8 = v8 = nullptr;
     kp = (Dqk + 1) / 2;
     pairs = std::is_same_v<T, float> && bf16_pairs && !rows && W == 32;  // 32: the kernel's strip
     if (pairs) kt2.assign(static_cast<size_t>(strips * kp * W), 0u);
@@ -140,16 +150,22 @@ struct Panels {
       const RopeStage rope(p);
       krows = rope.on() ? nullptr : in_place(in.k, b_, kvh, k0), kld = in.k.strides[2];
       if (!krows && !rope.on()) k16 = in_place16(in.k, b_, kvh, k0, half);
-      if (!krows && !k16) {
+      if (!krows && !k16 && !rope.on() && kq.view(p, in, 1, b_, kvh, k0, n)) k8 = kq.codes, kld = kq.ld;
+      if (!krows && !k16 && !k8) {
         kt.resize(static_cast<size_t>(n * Dqk));
         load_kv_rows(p, in, 1, b_, kvh, k0, k1, kt.data());
         rotate_rows(rope, false, b_, k0, k1, Dqk, kt.data());
         krows = kt.data(), kld = Dqk;
       }
-      vrows = Dv % W == 0 ? in_place(in.v, b_, kvh, k0) : nullptr, vld = in.v.strides[2];
+      const Tensor& vt = kv_tensor(p, in, 2);
+      vrows = Dv % W == 0 ? in_place(vt, b_, kvh, k0) : nullptr, vld = vt.strides[2];
       if (vrows && finite_rows(vrows, vld, n, Dv)) return;
+      if (Dv % W == 0 && vq.view(p, in, 2, b_, kvh, k0, n) && vq.finite(p, n)) {
+        v8 = vq.codes, vld = vq.ld, vrows = nullptr;
+        return;
+      }
       simd::Half16 vkind = half;
-      if (const uint16_t* v = Dv % W == 0 ? in_place16(in.v, b_, kvh, k0, vkind) : nullptr;
+      if (const uint16_t* v = Dv % W == 0 ? in_place16(vt, b_, kvh, k0, vkind) : nullptr;
           v && (!k16 || vkind == half) && finite_rows16(v, vld, n, Dv, vkind)) {
         v16 = v, half = vkind, vrows = nullptr;
         return;

@@ -257,6 +257,37 @@ inline std::vector<Case> hostile_cases() {
     c.p.want_weights = t != f16;
     cs.push_back(c);
   }
+  // Decode and short queries with the query heads of a KV head packed into one tile (cpu-flash, without weights):
+  // 128 heads on one KV head (rows of two tiles, keys split and merged) with per-head sinks, ALiBi slopes, dropout
+  // and key padding; 4 heads a KV head over 3 causal queries with a per-head mask; 2 heads (the few-rows layout)
+  // with Dv not a whole SIMD strip.
+  {
+    Case c = base(bf16, 2, 128, 1, 1, 300, 96, 64);
+    c.p.want_weights = false;
+    c.p.key_lengths = {300, 77};
+    for (int64_t h = 0; h < c.p.Hq; ++h) {
+      c.p.sinks.push_back(h % 3 == 0 ? -std::numeric_limits<double>::infinity() : 0.125 * static_cast<double>(h % 7));
+      c.p.alibi_slopes.push_back(0.015625 * static_cast<double>(h % 5));
+    }
+    c.p.dropout_p = 0.2;
+    c.p.dropout_seed = 7;
+    c.poison = true;
+    cs.push_back(c);
+  }
+  {
+    Case c = base(f32, 2, 8, 2, 3, 200, 64, 64);
+    c.p.want_weights = false;
+    c.p.causal = true;
+    c.p.alignment = Alignment::bottom_right;
+    c.p.mask_shape = std::array<int64_t, 4>{2, 8, 3, 200};
+    cs.push_back(c);
+  }
+  {
+    Case c = base(f16, 1, 4, 2, 1, 129, 40, 24);
+    c.p.want_weights = false;
+    c.p.sinks = {0.5, -std::numeric_limits<double>::infinity(), 2.0, -1.0};
+    cs.push_back(c);
+  }
   // Every dtype x policy x fill on a masked problem with fully-masked rows.
   for (DType t : {f64, f32, f16, bf16})
     for (FullyMasked fm : {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform})

@@ -84,28 +84,31 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
 INSTANTIATE_TEST_SUITE_P(Hostile, CpuVsReference, ::testing::ValuesIn(params()), param_name);
 
 // The output must not depend on how many threads ran it: tasks are independent and identically computed. bf16
-// too: under avx3_bf16 its Q·Kᵀ takes the bf16 kernel (test_cpu_bf16_dot.cpp).
+// too: under avx3_bf16 its Q·Kᵀ takes the bf16 kernel (test_cpu_bf16_dot.cpp). Also a decode whose 128 query heads
+// share one KV head (cpu-flash: packed into tiles, keys split and merged).
 TEST(CpuDeterminism, SameBitsForOneAndThreeThreads) {
-  for (const DType t : {DType::f32, DType::bf16}) {
-    Case c;
-    c.p.dtype = t;
-    c.p.B = 2, c.p.Hq = 4, c.p.Hkv = 2, c.p.Lq = 300, c.p.Lk = 517, c.p.Dqk = c.p.Dv = 32;
-    c.p.causal = true;
-    c.p.want_lse = c.p.want_weights = true;
-    const Inputs in = attncheck::testing::make_inputs(c);
-    for (const char* name : {"cpu", "cpu-flash"}) {
-      SCOPED_TRACE(c.name());
-      Outputs a, b;
-      setenv("ATTNCHECK_THREADS", "1", 1);
-      ASSERT_TRUE(run_impl(*find_impl(name), c.p, in, a).ok);
-      setenv("ATTNCHECK_THREADS", "3", 1);
-      ASSERT_TRUE(run_impl(*find_impl(name), c.p, in, b).ok);
-      unsetenv("ATTNCHECK_THREADS");
-      EXPECT_EQ(a.out.bytes, b.out.bytes) << name;
-      EXPECT_EQ(a.lse->bytes, b.lse->bytes) << name;
-      EXPECT_EQ(a.weights->bytes, b.weights->bytes) << name;
+  for (const DType t : {DType::f32, DType::bf16})
+    for (const bool decode : {false, true}) {
+      Case c;
+      c.p.dtype = t;
+      c.p.B = 2, c.p.Hq = 4, c.p.Hkv = 2, c.p.Lq = 300, c.p.Lk = 517, c.p.Dqk = c.p.Dv = 32;
+      c.p.causal = true;
+      c.p.want_lse = c.p.want_weights = true;
+      if (decode) c.p.Hq = 128, c.p.Hkv = 1, c.p.Lq = 1, c.p.Lk = 700, c.p.Dqk = 96, c.p.Dv = 64, c.p.want_weights = false;
+      const Inputs in = attncheck::testing::make_inputs(c);
+      for (const char* name : {"cpu", "cpu-flash"}) {
+        SCOPED_TRACE(c.name());
+        Outputs a, b;
+        setenv("ATTNCHECK_THREADS", "1", 1);
+        ASSERT_TRUE(run_impl(*find_impl(name), c.p, in, a).ok);
+        setenv("ATTNCHECK_THREADS", "3", 1);
+        ASSERT_TRUE(run_impl(*find_impl(name), c.p, in, b).ok);
+        unsetenv("ATTNCHECK_THREADS");
+        EXPECT_EQ(a.out.bytes, b.out.bytes) << name;
+        EXPECT_EQ(a.lse->bytes, b.lse->bytes) << name;
+        if (c.p.want_weights) EXPECT_EQ(a.weights->bytes, b.weights->bytes) << name;
+      }
     }
-  }
 }
 
 // Every feature the problem model has is claimed, so the harness never reports these as unsupported.

@@ -118,19 +118,24 @@ TEST(KvCache, QuantizedCacheEqualsTheFloatCacheOfScaleTimesCodeBitwise) {
         EXPECT_EQ(a.lse, b.lse) << p.name();
       }
   // cpu and cpu-flash: with fp16 scales every scale * code is exact in fp32, so the quantized cache and the fp32
-  // cache holding those products give the same bits
+  // cache holding those products give the same bits. Decode (Lq = 1) too, where cpu-flash reads the codes in place
+  // and dequantises them in registers, with blocks of 32 (a scale per vector) and of 8 (a scale per lane).
   for (const char* name : {"cpu", "cpu-flash"})
     for (DType c : kCodes)
-      for (KvScales g : kGrains) {
-        const Problem p = kv_problem(DType::f32, c, g, DType::f16);
-        const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 9);
-        const Attended f = float_cache(p, in, DType::f32);
-        Outputs a, b;
-        ASSERT_TRUE(run_impl(*find_impl(name), p, in, a).ok) << name << " " << p.name();
-        ASSERT_TRUE(run_impl(*find_impl(name), f.p, f.in, b).ok) << name;
-        EXPECT_EQ(a.out.bytes, b.out.bytes) << name << " " << p.name();
-        EXPECT_EQ(a.lse->bytes, b.lse->bytes) << name << " " << p.name();
-      }
+      for (KvScales g : kGrains)
+        for (int64_t lq : {5, 1})
+          for (int64_t block : {32, 8}) {
+            if (block != 32 && g != KvScales::block) continue;
+            Problem p = kv_problem(DType::f32, c, g, DType::f16);
+            p.Lq = lq, p.kv_block = block;
+            const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 9);
+            const Attended f = float_cache(p, in, DType::f32);
+            Outputs a, b;
+            ASSERT_TRUE(run_impl(*find_impl(name), p, in, a).ok) << name << " " << p.name();
+            ASSERT_TRUE(run_impl(*find_impl(name), f.p, f.in, b).ok) << name;
+            EXPECT_EQ(a.out.bytes, b.out.bytes) << name << " " << p.name();
+            EXPECT_EQ(a.lse->bytes, b.lse->bytes) << name << " " << p.name();
+          }
 }
 
 // Scales a kernel might read instead of the right ones: all ones (the scales ignored) or another group's.
@@ -159,6 +164,7 @@ TEST(KvCache, ImplementationsMatchTheReferenceAndWrongScalesAreCaught) {
         for (DType q : {DType::f32, DType::f16, DType::bf16}) {
           Problem p = kv_problem(q, c, g, q == DType::f16 ? DType::f16 : DType::f32);
           p.layout = q == DType::bf16 ? Layout::BSHD : Layout::BHSD;
+          if (q == DType::f16) p.Lq = 1;  // decode: cpu-flash dequantises the codes in registers
           const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 5);
           Outputs out;
           const ImplPtr impl = find_impl(name);

@@ -128,8 +128,10 @@ TEST(Mla, GeneratedAndStoredValuesAreTheLatentCachesFirstColumns) {
 TEST(Mla, CpuAndCpuFlashPassAndMisreadValuesFail) {
   std::vector<Problem> problems;
   for (DType t : {DType::f32, DType::f16, DType::bf16}) problems.push_back(mla_problem(t));
-  Problem deepseek = mla_problem(DType::bf16, 512, 64);  // DeepSeek-V3's latent and rope dims, decode
-  deepseek.B = 1, deepseek.Hq = 8, deepseek.Lq = 1, deepseek.Lk = 40, deepseek.key_lengths = {40};
+  // DeepSeek-V3's latent and rope dims and 128 heads, decode (cpu-flash: the heads as the rows of one latent
+  // tile, keys split over three key blocks)
+  Problem deepseek = mla_problem(DType::bf16, 512, 64);
+  deepseek.B = 1, deepseek.Hq = 128, deepseek.Lq = 1, deepseek.Lk = 300, deepseek.key_lengths = {300};
   deepseek.scale = 1.0 / std::sqrt(192.0);
   problems.push_back(deepseek);
   // The same outputs judged against the problem whose V is the cache's last Dv columns fail.

@@ -46,6 +46,27 @@ void gemm_half(Half16 t, int64_t m, int64_t n, int64_t k, const float* A, int64_
 void gemm_nt_half(Half16 t, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B,
                   int64_t ldb, float* C, int64_t ldc);
 
+// The same two on B given as the 8-bit codes of a quantized KV cache (int8, or fp8 through a table of the 256 code
+// values), dequantised in registers as they are loaded, never into a copy: element e of B row r is
+// fl32(code · scale), scale = scales[r·groups + e / group] (groups = 1: one scale per row), the float a dequantised
+// copy would hold, so the same bits as gemm / gemm_nt on that copy. B rows are ldb bytes apart (gemm_codes: strips
+// W apart, bstride = W); `scales` is row 0's.
+struct Codes8 {
+  const float* lut = nullptr;     // fp8: each code's value; nullptr: int8 codes
+  int64_t groups = 1, group = 0;  // scale groups per row and elements per group
+  const int32_t* gidx = nullptr;  // e / group for every element e of a row, where group is not a multiple of the
+                                  // vector length (a per-lane gather of the scales); nullptr otherwise
+};
+void gemm_codes(const Codes8& c, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint8_t* B,
+                int64_t ldb, const float* scales, float* C, int64_t ldc, bool accumulate);
+void gemm_nt_codes(const Codes8& c, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint8_t* B,
+                   int64_t ldb, const float* scales, float* C, int64_t ldc);
+// dst (n rows of k floats, contiguous) = those values of n rows of codes, as the two above read them.
+void dequantize_codes(const Codes8& c, const uint8_t* B, int64_t ldb, const float* scales, int64_t n, int64_t k,
+                      float* dst);
+// Vector lengths of float on the selected target (Codes8::gidx is needed where group is not a multiple of it).
+int64_t float_lanes();
+
 // ---- AVX512-BF16 (bf16_dot.cpp) -------------------------------------------------------------------------------
 // Target "avx3_bf16": the best AVX-512 target plus one kernel on vdpbf16ps for Q·Kᵀ of bf16 inputs. Chosen by
 // default when the CPU has AVX512-BF16; ATTNCHECK_ISA=avx3_bf16 forces it, any other name turns it off.

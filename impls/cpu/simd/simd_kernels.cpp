@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "attncheck/problem.hpp"  // half_bits_to_float, bf16_bits_to_float for the tails
+#include "simd.hpp"                 // Codes8
 
 HWY_BEFORE_NAMESPACE();
 namespace attncheck::cpu::simd::HWY_NAMESPACE {
@@ -55,10 +56,73 @@ HWY_INLINE T ElemB(const TB* p) {
   }
 }
 
-// C[MR x W] (+)= A[MR x k] · Bstrip[k x W]; A rows are lda apart, the strip's rows ldb apart.
-template <size_t MR, class T, class TB>
-HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const TB* HWY_RESTRICT B, int64_t ldb, int64_t k,
-                     T* HWY_RESTRICT C, int64_t ldc, bool acc) {
+// The B operands of the GEMMs, read through a cursor: load(d, r, e) is the vector of row r, elements e.. (e a
+// multiple of the vector length), elem(r, e) one element, at(r, s) the cursor moved down r rows and to strip s.
+// Floats (or 16-bit floats widened in registers) where B lies, strip s at s·bstride:
+template <class T, class TB>
+struct FloatB {
+  const TB* B;
+  int64_t bstride, ldb;
+  template <class D>
+  HWY_INLINE hn::Vec<D> load(D d, int64_t r, int64_t e) const { return LoadB(d, B + r * ldb + e); }
+  HWY_INLINE T elem(int64_t r, int64_t e) const { return ElemB<T>(B + r * ldb + e); }
+  HWY_INLINE FloatB at(int64_t r, int64_t s) const { return {B + s * bstride + r * ldb, bstride, ldb}; }
+};
+// 8-bit codes of a quantized cache (simd.hpp Codes8), row-major (strips W apart), dequantised in registers: each
+// value fl32(code · scale), one rounding, so exactly the float a dequantised copy would hold. e0: the element index
+// of column 0 (the scale groups count from the row's start). The code format (kLut: fp8 through the table, else
+// int8) and where the scales change (kScale) are template arguments, so the inner loops do not branch on them.
+enum ScaleAt { kPerRow, kPerVector, kPerLane };  // one scale per row; per group of whole vectors; gathered per lane
+template <bool kLut, ScaleAt kScale>
+struct CodesB {
+  const uint8_t* B;
+  int64_t ldb;
+  const float* scales;  // row 0's groups
+  int64_t e0;
+  Codes8 c;
+  template <class D>
+  HWY_INLINE hn::Vec<D> load(D d, int64_t r, int64_t e) const {
+    const hn::RebindToSigned<D> di;
+    const uint8_t* p = B + r * ldb + e;
+    hn::Vec<D> x;
+    if constexpr (!kLut) {
+      x = hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, D>(), reinterpret_cast<const int8_t*>(p))));
+    } else {
+      const hn::RebindToUnsigned<D> du;
+      x = hn::GatherIndex(d, c.lut, hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, D>(), p))));
+    }
+    const float* srow = scales + r * c.groups;
+    if constexpr (kScale == kPerRow) return hn::Mul(x, hn::Set(d, srow[0]));
+    if constexpr (kScale == kPerVector) return hn::Mul(x, hn::Set(d, srow[(e0 + e) / c.group]));
+    return hn::Mul(x, hn::GatherIndex(d, srow, hn::LoadU(di, c.gidx + e0 + e)));
+  }
+  HWY_INLINE float elem(int64_t r, int64_t e) const {
+    const uint8_t code = B[r * ldb + e];
+    const float x = kLut ? c.lut[code] : static_cast<float>(static_cast<int8_t>(code));
+    return x * scales[r * c.groups + (kScale == kPerRow ? 0 : (e0 + e) / c.group)];
+  }
+  HWY_INLINE CodesB at(int64_t r, int64_t s) const {
+    const int64_t W = StripWidth<float>();
+    return {B + s * W + r * ldb, ldb, scales + r * c.groups, e0 + s * W, c};
+  }
+};
+// f(cursor) with the CodesB instance that c calls for.
+template <class F>
+HWY_INLINE void WithCodes(const Codes8& c, const uint8_t* B, int64_t ldb, const float* scales, F&& f) {
+  auto with_scale = [&](auto lut) {
+    constexpr bool kLut = decltype(lut)::value;
+    if (c.groups == 1) return f(CodesB<kLut, kPerRow>{B, ldb, scales, 0, c});
+    if (c.gidx == nullptr) return f(CodesB<kLut, kPerVector>{B, ldb, scales, 0, c});
+    return f(CodesB<kLut, kPerLane>{B, ldb, scales, 0, c});
+  };
+  if (c.lut) return with_scale(std::true_type());
+  return with_scale(std::false_type());
+}
+
+// C[MR x W] (+)= A[MR x k] · Bstrip[k x W]; A rows are lda apart, the strip read through the cursor B.
+template <size_t MR, class T, class BC>
+HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const BC& B, int64_t k, T* HWY_RESTRICT C, int64_t ldc,
+                     bool acc) {
   const hn::ScalableTag<T> d;
   const size_t N = hn::Lanes(d);
   using V = hn::Vec<decltype(d)>;
@@ -69,7 +133,7 @@ HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const TB* HWY_RESTRIC
   }
 #pragma GCC unroll 4
   for (int64_t p = 0; p < k; ++p) {
-    const V b0 = LoadB(d, B + p * ldb), b1 = LoadB(d, B + p * ldb + N);
+    const V b0 = B.load(d, p, 0), b1 = B.load(d, p, static_cast<int64_t>(N));
     for (size_t i = 0; i < MR; ++i) {
       const V a = hn::Set(d, A[i * lda + p]);
       c0[i] = hn::MulAdd(a, b0, c0[i]);
@@ -82,19 +146,18 @@ HWY_INLINE void Tile(const T* HWY_RESTRICT A, int64_t lda, const TB* HWY_RESTRIC
   }
 }
 
-template <class T, class TB>
-HWY_INLINE void TileRows(size_t r, const T* A, int64_t lda, const TB* B, int64_t ldb, int64_t k, T* C, int64_t ldc,
-                         bool acc) {
+template <class T, class BC>
+HWY_INLINE void TileRows(size_t r, const T* A, int64_t lda, const BC& B, int64_t k, T* C, int64_t ldc, bool acc) {
   switch (r) {
-    case 1: return Tile<1>(A, lda, B, ldb, k, C, ldc, acc);
-    case 2: return Tile<2>(A, lda, B, ldb, k, C, ldc, acc);
-    case 3: return Tile<3>(A, lda, B, ldb, k, C, ldc, acc);
-    case 4: return Tile<4>(A, lda, B, ldb, k, C, ldc, acc);
-    case 5: return Tile<5>(A, lda, B, ldb, k, C, ldc, acc);
-    case 6: return Tile<6>(A, lda, B, ldb, k, C, ldc, acc);
+    case 1: return Tile<1>(A, lda, B, k, C, ldc, acc);
+    case 2: return Tile<2>(A, lda, B, k, C, ldc, acc);
+    case 3: return Tile<3>(A, lda, B, k, C, ldc, acc);
+    case 4: return Tile<4>(A, lda, B, k, C, ldc, acc);
+    case 5: return Tile<5>(A, lda, B, k, C, ldc, acc);
+    case 6: return Tile<6>(A, lda, B, k, C, ldc, acc);
 #if HWY_TARGET <= HWY_AVX3
-    case 7: return Tile<7>(A, lda, B, ldb, k, C, ldc, acc);
-    case 8: return Tile<8>(A, lda, B, ldb, k, C, ldc, acc);
+    case 7: return Tile<7>(A, lda, B, k, C, ldc, acc);
+    case 8: return Tile<8>(A, lda, B, k, C, ldc, acc);
 #endif
     default: return;
   }
@@ -102,9 +165,8 @@ HWY_INLINE void TileRows(size_t r, const T* A, int64_t lda, const TB* B, int64_t
 
 // Blocked so that the B block in use (kc rows of a few strips) stays in L2, and a block of A rows (mc x kc) with
 // one B strip (kc x W) in L1: every row tile of the block runs against the strip before the next strip is read.
-template <class T, class TB>
-void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const TB* B, int64_t bstride, int64_t ldb, T* C,
-          int64_t ldc, bool accumulate) {
+template <class T, class BC>
+void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const BC& B, T* C, int64_t ldc, bool accumulate) {
   const int64_t W = StripWidth<T>(), strips = (n + W - 1) / W;
   if (k <= 0) {
     if (!accumulate)
@@ -125,7 +187,7 @@ void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const TB* B,
         for (int64_t s = s0; s < s1; ++s)
           for (int64_t i0 = m0; i0 < m1; i0 += static_cast<int64_t>(kMaxMR)) {
             const size_t r = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kMaxMR), m1 - i0));
-            TileRows(r, A + i0 * lda + k0, lda, B + s * bstride + k0 * ldb, ldb, kb, C + i0 * ldc + s * W, ldc, acc);
+            TileRows(r, A + i0 * lda + k0, lda, B.at(k0, s), kb, C + i0 * ldc + s * W, ldc, acc);
           }
       }
     }
@@ -133,51 +195,57 @@ void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const TB* B,
 }
 void GemmF32(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t bstride,
              int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  Gemm(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
+  Gemm(m, n, k, A, lda, FloatB<float, float>{B, bstride, ldb}, C, ldc, accumulate);
 }
 void GemmF64(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t bstride,
              int64_t ldb, double* C, int64_t ldc, bool accumulate) {
-  Gemm(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
+  Gemm(m, n, k, A, lda, FloatB<double, double>{B, bstride, ldb}, C, ldc, accumulate);
 }
 void GemmBF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t bstride,
               int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  Gemm(m, n, k, A, lda, reinterpret_cast<const hwy::bfloat16_t*>(B), bstride, ldb, C, ldc, accumulate);
+  Gemm(m, n, k, A, lda, FloatB<float, hwy::bfloat16_t>{reinterpret_cast<const hwy::bfloat16_t*>(B), bstride, ldb}, C,
+       ldc, accumulate);
 }
 void GemmF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t bstride,
              int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  Gemm(m, n, k, A, lda, reinterpret_cast<const hwy::float16_t*>(B), bstride, ldb, C, ldc, accumulate);
+  Gemm(m, n, k, A, lda, FloatB<float, hwy::float16_t>{reinterpret_cast<const hwy::float16_t*>(B), bstride, ldb}, C,
+       ldc, accumulate);
+}
+void GemmCodes(const Codes8& c, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint8_t* B,
+               int64_t ldb, const float* scales, float* C, int64_t ldc, bool accumulate) {
+  WithCodes(c, B, ldb, scales, [&](const auto& b) { Gemm(m, n, k, A, lda, b, C, ldc, accumulate); });
 }
 
 // C[i][j] = sum_p A[i][p] · B[j][p] (both row-major): for a few rows against rows of K as they lie in memory,
 // four keys at a time, each a vector accumulator reduced at the end; k tail through a zero-padded buffer.
-template <class T, class TB>
-void GemmNT(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const TB* B, int64_t ldb, T* C, int64_t ldc) {
+template <class T, class BC>
+void GemmNT(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const BC& B, T* C, int64_t ldc) {
   const hn::ScalableTag<T> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d)), kv = k / N * N;
-  auto tail = [&](const auto* row) {  // the last k - kv values as T, zero-padded to a vector
+  auto tail = [&](auto elem) {  // the last k - kv values as T, zero-padded to a vector
     alignas(64) T buf[64 / sizeof(T)] = {};
-    for (int64_t p = kv; p < k; ++p) buf[p - kv] = ElemB<T>(row + p);
+    for (int64_t p = kv; p < k; ++p) buf[p - kv] = elem(p);
     return hn::LoadU(d, buf);
   };
+  auto btail = [&](int64_t j) { return tail([&](int64_t p) { return B.elem(j, p); }); };
   for (int64_t i = 0; i < m; ++i) {
     const T* a = A + i * lda;
-    const auto at = tail(a);
+    const auto at = tail([&](int64_t p) { return a[p]; });
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
-      const TB* b = B + j * ldb;
       auto c0 = hn::Zero(d), c1 = hn::Zero(d), c2 = hn::Zero(d), c3 = hn::Zero(d);
       for (int64_t p = 0; p < kv; p += N) {
         const auto x = hn::LoadU(d, a + p);
-        c0 = hn::MulAdd(x, LoadB(d, b + p), c0);
-        c1 = hn::MulAdd(x, LoadB(d, b + ldb + p), c1);
-        c2 = hn::MulAdd(x, LoadB(d, b + 2 * ldb + p), c2);
-        c3 = hn::MulAdd(x, LoadB(d, b + 3 * ldb + p), c3);
+        c0 = hn::MulAdd(x, B.load(d, j, p), c0);
+        c1 = hn::MulAdd(x, B.load(d, j + 1, p), c1);
+        c2 = hn::MulAdd(x, B.load(d, j + 2, p), c2);
+        c3 = hn::MulAdd(x, B.load(d, j + 3, p), c3);
       }
       if (kv < k) {
-        c0 = hn::MulAdd(at, tail(b), c0);
-        c1 = hn::MulAdd(at, tail(b + ldb), c1);
-        c2 = hn::MulAdd(at, tail(b + 2 * ldb), c2);
-        c3 = hn::MulAdd(at, tail(b + 3 * ldb), c3);
+        c0 = hn::MulAdd(at, btail(j), c0);
+        c1 = hn::MulAdd(at, btail(j + 1), c1);
+        c2 = hn::MulAdd(at, btail(j + 2), c2);
+        c3 = hn::MulAdd(at, btail(j + 3), c3);
       }
       C[i * ldc + j] = hn::GetLane(hn::SumOfLanes(d, c0));
       C[i * ldc + j + 1] = hn::GetLane(hn::SumOfLanes(d, c1));
@@ -185,29 +253,45 @@ void GemmNT(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const TB* 
       C[i * ldc + j + 3] = hn::GetLane(hn::SumOfLanes(d, c3));
     }
     for (; j < n; ++j) {
-      const TB* b = B + j * ldb;
       auto c0 = hn::Zero(d);
-      for (int64_t p = 0; p < kv; p += N) c0 = hn::MulAdd(hn::LoadU(d, a + p), LoadB(d, b + p), c0);
-      if (kv < k) c0 = hn::MulAdd(at, tail(b), c0);
+      for (int64_t p = 0; p < kv; p += N) c0 = hn::MulAdd(hn::LoadU(d, a + p), B.load(d, j, p), c0);
+      if (kv < k) c0 = hn::MulAdd(at, btail(j), c0);
       C[i * ldc + j] = hn::GetLane(hn::SumOfLanes(d, c0));
     }
   }
 }
 void GemmNTF32(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
                int64_t ldc) {
-  GemmNT(m, n, k, A, lda, B, ldb, C, ldc);
+  GemmNT(m, n, k, A, lda, FloatB<float, float>{B, 0, ldb}, C, ldc);
 }
 void GemmNTF64(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t ldb,
                double* C, int64_t ldc) {
-  GemmNT(m, n, k, A, lda, B, ldb, C, ldc);
+  GemmNT(m, n, k, A, lda, FloatB<double, double>{B, 0, ldb}, C, ldc);
 }
 void GemmNTBF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t ldb,
                 float* C, int64_t ldc) {
-  GemmNT(m, n, k, A, lda, reinterpret_cast<const hwy::bfloat16_t*>(B), ldb, C, ldc);
+  GemmNT(m, n, k, A, lda, FloatB<float, hwy::bfloat16_t>{reinterpret_cast<const hwy::bfloat16_t*>(B), 0, ldb}, C, ldc);
 }
 void GemmNTF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t ldb,
                float* C, int64_t ldc) {
-  GemmNT(m, n, k, A, lda, reinterpret_cast<const hwy::float16_t*>(B), ldb, C, ldc);
+  GemmNT(m, n, k, A, lda, FloatB<float, hwy::float16_t>{reinterpret_cast<const hwy::float16_t*>(B), 0, ldb}, C, ldc);
+}
+void DequantizeCodes(const Codes8& c, const uint8_t* B, int64_t ldb, const float* scales, int64_t n, int64_t k,
+                     float* dst) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  WithCodes(c, B, ldb, scales, [&](const auto& b) {
+    for (int64_t r = 0; r < n; ++r) {
+      float* o = dst + r * k;
+      int64_t e = 0;
+      for (; e + N <= k; e += N) hn::StoreU(b.load(d, r, e), d, o + e);
+      for (; e < k; ++e) o[e] = b.elem(r, e);
+    }
+  });
+}
+void GemmNTCodes(const Codes8& c, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint8_t* B,
+                 int64_t ldb, const float* scales, float* C, int64_t ldc) {
+  WithCodes(c, B, ldb, scales, [&](const auto& b) { GemmNT(m, n, k, A, lda, b, C, ldc); });
 }
 
 // exp with exact zeros below the smallest normal number and NaN kept (Highway's Exp maps NaN to 0).
@@ -453,6 +537,9 @@ HWY_EXPORT(GemmBF16);
 HWY_EXPORT(GemmF16);
 HWY_EXPORT(GemmNTBF16);
 HWY_EXPORT(GemmNTF16);
+HWY_EXPORT(GemmCodes);
+HWY_EXPORT(GemmNTCodes);
+HWY_EXPORT(DequantizeCodes);
 HWY_EXPORT(ExpShiftedF32);
 HWY_EXPORT(ExpShiftedF64);
 HWY_EXPORT(ExpShiftedRowsF32);
@@ -563,6 +650,7 @@ int64_t strip_width<float>() {
   select_target();
   return HWY_DYNAMIC_DISPATCH(StripWidthF32)();
 }
+int64_t float_lanes() { return strip_width<float>() / 2; }
 template <>
 int64_t strip_width<double>() {
   select_target();
@@ -611,6 +699,18 @@ void gemm_nt_half(Half16 t, int64_t m, int64_t n, int64_t k, const float* A, int
     HWY_DYNAMIC_DISPATCH(GemmNTBF16)(m, n, k, A, lda, B, ldb, C, ldc);
   else
     HWY_DYNAMIC_DISPATCH(GemmNTF16)(m, n, k, A, lda, B, ldb, C, ldc);
+}
+void gemm_codes(const Codes8& c, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint8_t* B,
+                int64_t ldb, const float* scales, float* C, int64_t ldc, bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(GemmCodes)(c, m, n, k, A, lda, B, ldb, scales, C, ldc, accumulate);
+}
+void dequantize_codes(const Codes8& c, const uint8_t* B, int64_t ldb, const float* scales, int64_t n, int64_t k,
+                      float* dst) {
+  HWY_DYNAMIC_DISPATCH(DequantizeCodes)(c, B, ldb, scales, n, k, dst);
+}
+void gemm_nt_codes(const Codes8& c, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint8_t* B,
+                   int64_t ldb, const float* scales, float* C, int64_t ldc) {
+  HWY_DYNAMIC_DISPATCH(GemmNTCodes)(c, m, n, k, A, lda, B, ldb, scales, C, ldc);
 }
 template <>
 float exp_shifted<float>(const float* s, float* d, int64_t n, float m) {

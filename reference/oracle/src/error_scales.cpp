@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "rss.hpp"
+#include "row_trace.hpp"
 
 #include "attncheck/reference.hpp"
 
@@ -269,6 +270,163 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
     r.out_sub_e4m3[e] += sub8[d];
     if (x.q) r.out_qdev[e] += qdev[d];
   }
+}
+
+namespace {
+// The rotary tolerance scales of one row (reference.hpp rope_dev, rope_p, rope_max): r_j = |scale| sum_f
+// inv_freq_f |q_f| |k_jf| (|pos_i| + |pos_j|) for each visible key, summed as out, lse and a score see a relative
+// angle error (docs/tolerance.md "Rotary angles"). Dropout's kept weights w' enter dv_j = w'_j v_jd - w_j o_d.
+void rope_sensitivity(const Problem& p, const RopeStage& rope, int64_t b, int64_t i, const double* qi,
+                      const double* kb, const std::vector<double>& w, const std::vector<char>& visible,
+                      const double* vb, const Inputs& in, int64_t row, ReferenceResult& r) {
+  const int64_t Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, h = (row / p.Lq) % p.Hq;
+  const RopeAt at_i = rope_query_at(p, b, i);
+  const double scale = std::abs(p.effective_scale());
+  const double* o = &r.out[static_cast<size_t>(row * Dv)];  // final (the caller computed it)
+  double sum_p = 0, mx = 0;
+  for (int64_t j = 0; j < Lk; ++j) {
+    if (!visible[size_t(j)] || w[size_t(j)] == 0.0) continue;
+    const double* kj = kb + j * Dqk;
+    const RopeAt at_j = rope_key_at(p, b, j);
+    double rj = 0;
+    for (int64_t f = 0; f < p.rotary_dim / 2; ++f) {
+      const auto [a, c] = rope_pair(p, f);
+      const size_t s = static_cast<size_t>(rope.sections()[size_t(f)]);  // mRoPE: the pair's own positions
+      rj += rope.inv_freq()[size_t(f)] * std::hypot(qi[a], qi[c]) * std::hypot(kj[a], kj[c]) *
+            (std::abs(double(at_i.pos[s])) + std::abs(double(at_j.pos[s])));
+    }
+    rj *= scale;
+    mx = std::max(mx, rj);
+    sum_p += w[size_t(j)] * rj;
+    const double wk = kept_weight(p, in, b, h, i, j, w[size_t(j)]);
+    for (int64_t d = 0; d < Dv; ++d)
+      r.rope_dev[static_cast<size_t>(row * Dv + d)] += std::abs(wk * vb[j * Dv + d] - w[size_t(j)] * o[d]) * rj;
+  }
+  r.rope_p[size_t(row)] = sum_p;
+  r.rope_max[size_t(row)] = mx;
+}
+}  // namespace
+
+ErrorScalesPass::ErrorScalesPass(const Problem& p, const Inputs& in, const ModSet& mods, const RopeStage& rope,
+                                 const std::vector<double>& v, int threads, ReferenceResult& r)
+    : p_(p), in_(in), mods_(mods), rope_(rope) {
+  const size_t rows = static_cast<size_t>(p.B * p.Hq * p.Lq), elems = rows * static_cast<size_t>(p.Dv);
+  if (p.scores_out != ScoresOut::none)
+    for (auto* e : {&r.scores_a, &r.scores_b}) e->assign(rows * static_cast<size_t>(p.Lk), 0.0);
+  r.score_mag.assign(rows, 0.0);
+  if (p.max_logit != MaxLogitOut::none)
+    for (auto* e : {&r.max_logit_a, &r.max_logit_b, &r.max_logit_c}) e->assign(rows, 0.0);
+  if (rope.on()) {
+    r.rope_dev.assign(elems, 0.0);
+    r.rope_p.assign(rows, 0.0);
+    r.rope_max.assign(rows, 0.0);
+  }
+  r.out_abs.assign(elems, 0.0);
+  for (auto* e : {&r.out_rss, &r.out_rss_p, &r.out_rss_v, &r.out_sub, &r.out_sub_e4m3, &r.out_qdev, &r.out_dev,
+                  &r.out_dev_a, &r.out_dev_b, &r.out_dev_c, &r.out_cov})
+    e->assign(elems, 0.0);
+  for (auto* e :
+       {&r.p_rss, &r.p_rss_a, &r.p_rss_b, &r.p_rss_c, &r.spread, &r.n_terms, &r.n_tied, &r.p_small, &r.p_qbar})
+    e->assign(rows, 0.0);
+  // Equal values in a column of V (constant V, one-hot or integer values) round alike.
+  const int64_t Lk = p.Lk, Dv = p.Dv;
+  vgroups_.resize(static_cast<size_t>(p.B * p.Hkv));
+  parallel_rows(p.B * p.Hkv, threads, [&](int64_t bh) {
+    vgroups_[size_t(bh)] = value_groups(&v[static_cast<size_t>(bh * Lk * Dv)], Lk, Dv);
+  });
+}
+
+void ErrorScalesPass::row(const RowTrace& t, ReferenceResult& r) const {
+  const Problem& p = p_;
+  const Inputs& in = in_;
+  const int64_t Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, row = t.row, b = t.b, h = t.h, i = t.i;
+  const double scale = p.effective_scale();
+  const double *qi = t.q, *kb = t.k, *vb = t.v;
+  const std::vector<double>& s = t.s;
+  const std::vector<char>& visible = t.visible;
+  const std::vector<double>& w = t.w;
+  // Key j's dot product and the sum of its squared products.
+  const auto dot_qk2 = [&](int64_t j, double& dot, double& qk2) {
+    dot = 0.0, qk2 = 0.0;
+    for (int64_t d = 0; d < Dqk; ++d) {
+      dot += qi[d] * kb[j * Dqk + d];
+      qk2 += (qi[d] * kb[j * Dqk + d]) * (qi[d] * kb[j * Dqk + d]);
+    }
+  };
+  // The raw-score output's error magnitudes (KeyScales a and b of each score; 0 where the score is the fill).
+  const auto record = [&](int64_t j, double dot, double qk2) {
+    r.scores_a[static_cast<size_t>(row * Lk + j)] =
+        std::abs(scale) * std::sqrt(static_cast<double>(Dqk) * (dot * dot / 3.0 + qk2 / 6.0));
+    r.scores_b[static_cast<size_t>(row * Lk + j)] = std::abs(scale) * std::sqrt(qk2);
+  };
+  const bool masked_stage = p.scores_out == ScoresOut::masked;
+  double dot, qk2;
+  if (p.scores_out != ScoresOut::none && !masked_stage)
+    for (int64_t j = 0; j < Lk; ++j) dot_qk2(j, dot, qk2), record(j, dot, qk2);
+
+  // Per visible key: the score's error magnitudes (KeyScales) and the bound on |score|, max_j |scale| |q| |k_j| +
+  // |bias_ij|, both scaled by the modifications' slope.
+  KeyScales ks(static_cast<size_t>(Lk));
+  double q_norm = 0.0, score_mag = 0.0;
+  for (int64_t d = 0; d < Dqk; ++d) q_norm += qi[d] * qi[d];
+  q_norm = std::sqrt(q_norm);
+  for (int64_t j = 0; j < Lk; ++j) {
+    if (!visible[static_cast<size_t>(j)]) {
+      if (masked_stage) record(j, 0.0, 0.0);
+      continue;
+    }
+    dot_qk2(j, dot, qk2);
+    double score = p.softcap > 0 ? p.softcap * std::tanh(dot * scale / p.softcap) : dot * scale;
+    double k_norm = 0.0;
+    for (int64_t d = 0; d < Dqk; ++d) k_norm += kb[j * Dqk + d] * kb[j * Dqk + d];
+    double mag = std::abs(scale) * q_norm * std::sqrt(k_norm);
+    if (in.bias) {
+      const double bias = in.bias->get_offset(broadcast_offset(*in.bias, b, h, i, j));
+      score += bias;
+      mag += std::abs(bias);
+    }
+    if (mods_.has_score()) {  // the score before the modifications, then after them (the row's score)
+      const double modified = s[static_cast<size_t>(j)];
+      mag = mods_.slope(ModAt{b, h, i, t.rk.diag, j}, score) * mag + std::abs(modified - score);
+      score = modified;
+    }
+    if (std::isfinite(score)) score_mag = std::max(score_mag, mag);  // a -inf bias masks, it has no error
+    if (std::isfinite(score)) ks.set(static_cast<size_t>(j), scale, dot, qk2, static_cast<double>(Dqk), score);
+    if (masked_stage) record(j, dot, qk2);
+  }
+  r.score_mag[static_cast<size_t>(row)] = score_mag;
+  if (!r.max_logit.empty()) {  // the max-logit output's: the largest KeyScales over the row's finite visible scores
+    const size_t n = static_cast<size_t>(row);
+    for (int64_t j = 0; j < Lk; ++j)
+      if (visible[static_cast<size_t>(j)] && std::isfinite(s[static_cast<size_t>(j)])) {
+        r.max_logit_a[n] = std::max(r.max_logit_a[n], ks.a[static_cast<size_t>(j)]);
+        r.max_logit_b[n] = std::max(r.max_logit_b[n], ks.b[static_cast<size_t>(j)]);
+        r.max_logit_c[n] = std::max(r.max_logit_c[n], ks.c[static_cast<size_t>(j)]);
+      }
+  }
+
+  double* oi_abs = &r.out_abs[static_cast<size_t>(row * Dv)];  // sum_j |w'_j v_jd|
+  for (int64_t j = 0; j < Lk; ++j) {
+    const double wj = kept_weight(p, in, b, h, i, j, w[static_cast<size_t>(j)]);
+    if (wj == 0.0) continue;
+    for (int64_t d = 0; d < Dv; ++d) oi_abs[d] += std::abs(wj * vb[j * Dv + d]);
+  }
+  if (rope_.on() && !t.fully_masked) rope_sensitivity(p, rope_, b, i, qi, kb, w, visible, vb, in, row, r);
+  if (t.fully_masked && p.fully_masked != FullyMasked::uniform) return;
+  const auto in_row = [&](int64_t j) { return j >= t.rk.begin && j < t.rk.end; };
+  const double keep_scale = 1.0 / (1.0 - p.dropout_p);
+  std::vector<double> keep(static_cast<size_t>(Lk), in.keep ? 0.0 : 1.0);
+  if (in.keep)
+    for (int64_t j = 0; j < Lk; ++j)
+      if (in.keep->get_offset(((b * p.Hq + h) * p.Lq + i) * Lk + j) != 0) keep[static_cast<size_t>(j)] = keep_scale;
+  std::vector<char> takes_part(static_cast<size_t>(Lk));
+  for (int64_t j = 0; j < Lk; ++j)
+    takes_part[static_cast<size_t>(j)] =
+        in_row(j) && (t.fully_masked || visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite);
+  const std::vector<double> s_row = t.fully_masked ? std::vector<double>(static_cast<size_t>(Lk), 0.0) : s;
+  row_error_scales(RowInputs{s_row, takes_part, w, keep, ks, vb, Dv, &vgroups_[size_t(b * p.Hkv + t.kvh)], qi, kb,
+                             Dqk, scale},
+                   static_cast<size_t>(row), r);
 }
 
 ValueGroups value_groups(const double* v, int64_t Lk, int64_t Dv) {
