@@ -87,6 +87,9 @@ void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   DeviceBuffer alibi = upload_mod(plan.alibi_slopes), t5 = upload_mod(plan.t5_table), docs = upload_mod(plan.doc_ids);
   DeviceBuffer prefix = upload_mod(plan.prefix_lengths), topk = upload_mod(plan.topk_indices);
   DeviceBuffer sinks = upload_mod(plan.sinks);
+  DeviceBuffer q_norm = upload_mod(plan.q_norm_weight), k_norm = upload_mod(plan.k_norm_weight);
+  DeviceBuffer inv_freq = upload_mod(plan.rope_inv_freq), q_pos = upload_mod(plan.rope_q_pos);
+  DeviceBuffer k_pos = upload_mod(plan.rope_k_pos);
   a.q = q.get<void>();
   a.k = k.get<void>();
   a.v = vv.get<void>();
@@ -99,6 +102,11 @@ void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   a.prefix_lengths = a.prefix_lengths ? prefix.get<int64_t>() : nullptr;
   a.topk_indices = a.topk_indices ? topk.get<int64_t>() : nullptr;
   a.sinks = a.sinks ? sinks.get<double>() : nullptr;
+  a.q_norm_weight = a.q_norm_weight ? q_norm.get<double>() : nullptr;
+  a.k_norm_weight = a.k_norm_weight ? k_norm.get<double>() : nullptr;
+  a.rope_inv_freq = a.rope_inv_freq ? inv_freq.get<double>() : nullptr;
+  a.rope_q_pos = a.rope_q_pos ? q_pos.get<int64_t>() : nullptr;
+  a.rope_k_pos = a.rope_k_pos ? k_pos.get<int64_t>() : nullptr;
   a.weights = out.weights ? w.get<void>() : nullptr;
   a.scratch = plan.scratch.empty() ? nullptr : scratch.get<void>();
   a.diag_offset = diag.get<int64_t>();
@@ -184,7 +192,7 @@ void run_backward_on_device(const Problem& p, const Inputs& in, const Outputs& f
   store_dbias(plan, g);
 }
 
-class DeviceImpl final : public Impl {
+class DeviceImpl final : public KernelImpl {
  public:
   std::string name() const override { return "cuda"; }
   std::string description() const override {

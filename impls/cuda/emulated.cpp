@@ -53,6 +53,11 @@ void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const siz
   add_mod("prefix_lengths", plan.prefix_lengths);
   add_mod("topk_indices", plan.topk_indices);
   add_mod("sinks", plan.sinks);
+  add_mod("q_norm_weight", plan.q_norm_weight);
+  add_mod("k_norm_weight", plan.k_norm_weight);
+  add_mod("rope_inv_freq", plan.rope_inv_freq);
+  add_mod("rope_q_pos", plan.rope_q_pos);
+  add_mod("rope_k_pos", plan.rope_k_pos);
   for (int b = 0; b < kBuffers; ++b)
     if (original[b]) cfg.globals.push_back({names[b], *ptrs[b], sizes[b]});
   try {
@@ -94,7 +99,7 @@ emu::Order scheduled_order() { return current_schedule().reversed ? emu::Order::
 }  // namespace
 
 namespace {
-class EmulatedImpl final : public Impl {
+class EmulatedImpl final : public KernelImpl {
  public:
   std::string name() const override { return "cuda-emulated"; }
   std::string description() const override {
@@ -110,7 +115,7 @@ class EmulatedImpl final : public Impl {
   // forward and backward) runs the reversed order and compares it bit for bit with the forward run, so a race
   // (a result that depends on the order threads and blocks run in) fails as schedule-variant.
   Declarations declarations() const override {
-    Declarations d = Impl::declarations();
+    Declarations d = KernelImpl::declarations();
     d.schedule_knobs = d.schedule_bitwise = knob_block_order;
     return d;
   }

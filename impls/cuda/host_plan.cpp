@@ -8,7 +8,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "attncheck/declarations.hpp"
 #include "attncheck/mods.hpp"
+#include "attncheck/rope.hpp"
 
 namespace attncheck::cuda {
 
@@ -26,17 +28,28 @@ Capabilities kernel_capabilities() {
   return c;
 }
 
-// The library entries whose arithmetic the kernels share with the reference (mod_eval.hpp). Not here: the user
-// expressions (score_expr, mask_expr: muparser bytecode, host-only) and the position stages (rope, qk_norm: q and
-// k are not rotated or normalised by these kernels).
+// The library entries whose arithmetic the kernels share with the reference (mod_eval.hpp, rope_eval.hpp). Not
+// here: the user expressions (score_expr, mask_expr: muparser bytecode, host-only).
 std::set<std::string> kernel_mods() {
-  return {"alibi", "t5_bias", "document", "chunked", "prefix_lm", "dilated_window", "topk"};
+  return {"alibi", "t5_bias", "document", "chunked", "prefix_lm", "dilated_window", "topk", "rope", "qk_norm"};
+}
+
+Declarations KernelImpl::declarations() const {
+  Declarations d = Impl::declarations();
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    PrecisionContract c = default_contract(t);
+    c.rope = RopeMath::fp32;
+    d.contracts[t] = c;
+  }
+  return d;
 }
 
 Support kernel_supports(const Problem& p) {
   if (Support s = check_capabilities(kernel_capabilities(), p); !s.ok) return s;
   if (p.B * p.Hq > 65535)
     return Support::no("B*Hq = " + std::to_string(p.B * p.Hq) + " > 65535 (grid.y of the fused kernel)");
+  if (!p.rope_mrope_section.empty())
+    return Support::no("mRoPE (rope_mrope_section): the kernels rotate every pair at one position per token");
   if (p.Lq > INT_MAX || p.Lk > INT_MAX) return Support::no("Lq or Lk > INT_MAX");
   if (p.dtype != DType::f64 && p.fill == MaskFill::finite && !(std::abs(p.fill_value) <= FLT_MAX))
     return Support::no("finite fill_value " + std::to_string(p.fill_value) + " is outside the fp32 range");
@@ -103,6 +116,27 @@ void set_mods(const Problem& p, HostPlan& plan) {
     a.topk_indices = plan.topk_indices.data();
     a.topk = p.topk;
   }
+}
+
+// The position stage's parameters: the QK-norm weights, inv_freq computed once in fp64 (with its frequency
+// scaling) and the position of every query and key, by the reference's own rules.
+void set_position_stage(const Problem& p, HostPlan& plan) {
+  AttnParams& a = plan.params;
+  if (!p.q_norm_weight.empty()) plan.q_norm_weight = p.q_norm_weight, a.q_norm_weight = plan.q_norm_weight.data();
+  if (!p.k_norm_weight.empty()) plan.k_norm_weight = p.k_norm_weight, a.k_norm_weight = plan.k_norm_weight.data();
+  a.qk_norm_eps = p.qk_norm_eps;
+  if (!uses_rope(p)) return;
+  a.rotary_dim = p.rotary_dim;
+  a.rotary_interleaved = p.rotary_interleaved;
+  plan.rope_inv_freq = rope_inv_freq(p);
+  a.rope_inv_freq = plan.rope_inv_freq.data();
+  a.rope_factor = rope_attention_factor(p);
+  for (int64_t b = 0; b < p.B; ++b) {
+    for (int64_t i = 0; i < p.Lq; ++i) plan.rope_q_pos.push_back(rope_query_at(p, b, i).pos[0]);
+    for (int64_t j = 0; j < p.Lk; ++j) plan.rope_k_pos.push_back(rope_key_at(p, b, j).pos[0]);
+  }
+  a.rope_q_pos = plan.rope_q_pos.data();
+  a.rope_k_pos = plan.rope_k_pos.data();
 }
 }  // namespace
 
@@ -175,6 +209,7 @@ HostPlan make_input_plan(const Problem& p, const Inputs& in) {
     a.sinks = plan.sinks.data();
   }
   set_mods(p, plan);
+  set_position_stage(p, plan);
   return plan;
 }
 

@@ -33,6 +33,9 @@ struct HostPlan {
   // The library modifications' parameters (mod buffers: the kernels read them through AttnParams).
   std::vector<double> alibi_slopes, t5_table;
   std::vector<int64_t> doc_ids, prefix_lengths, topk_indices;
+  // The position stage: QK-norm weights, RoPE's scaled inv_freq and every query's and key's position.
+  std::vector<double> q_norm_weight, k_norm_weight, rope_inv_freq;
+  std::vector<int64_t> rope_q_pos, rope_k_pos;
   std::vector<double> sinks;  // [Hq] sink logits
   // The max-logit rows [B, Hq, Lq] the kernels write: out.max_logit's bytes (rows form), or this buffer, reduced
   // per head by finish_max_logit (heads form).
@@ -47,6 +50,13 @@ struct HostPlan {
 HostPlan make_input_plan(const Problem& p, const Inputs& in);
 // The element strides of a 4-d tensor into AttnParams' stride arrays.
 void copy_strides(int64_t* dst, const Tensor& t);
+
+// Both backends' base: the kernels' declarations, the default contracts with fp32 RoPE angles below fp64
+// (rope=fp32-angles). Defined in host_plan.cpp: device.cu (nvcc) sees Declarations only by name.
+class KernelImpl : public Impl {
+ public:
+  Declarations declarations() const override;
+};
 
 // The modifications a kernel evaluates (kernel_capabilities().mods), as names of the library (mods.hpp).
 std::set<std::string> kernel_mods();

@@ -1,10 +1,11 @@
-// The library modifications, sinks and the max-logit output in both CUDA kernels on the host emulation: each entry's
+// The library modifications (the position stage included), sinks and the max-logit output in both CUDA kernels on the host emulation: each entry's
 // parameters drawn by the library's own generator (ModEntry::draw), judged against the looped reference with the
 // derived tolerances (out, lse, max_logit), in both thread orders. Small shapes that cross a key tile (BC = 32).
 #include <gtest/gtest.h>
 
 #include <limits>
 
+#include "attncheck/declarations.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/reference.hpp"
@@ -37,6 +38,12 @@ void topk_on_tile_edges(Problem& p) {
   p.topk_indices = {31, 69, 32, -1, 63, 0, 5, -1, -1, -1};
 }
 
+// RoPE variants on top of the drawn entry: each pairing, a partial rotary dim, the frequency scalings.
+void neox_pairs(Problem& p) { p.rotary_interleaved = false; }
+void gptj_partial(Problem& p) { p.rotary_interleaved = true, p.rotary_dim = 10; }
+void yarn(Problem& p) { p.rotary_interleaved = false, p.rope_yarn_factor = 4.0, p.rope_original_max = 32; }
+void llama3(Problem& p) { p.rotary_dim = 16, p.rope_llama3_factor = 8.0, p.rope_original_max = 64; }
+
 std::vector<ModCase> cases() {
   return {
       {"alibi", {"alibi"}},
@@ -57,6 +64,14 @@ std::vector<ModCase> cases() {
       {.label = "sinks-causal", .mods = {}, .causal = true, .sinks = true},
       {.label = "sinks-topk-finite-fill", .mods = {"topk"}, .dtype = DType::bf16, .sinks = true, .finite_fill = true},
       {.label = "sinks-document-fp64", .mods = {"document"}, .dtype = DType::f64, .sinks = true},
+      {.label = "rope", .mods = {"rope"}},
+      {.label = "rope-neox-br-bf16", .mods = {"rope"}, .dtype = DType::bf16, .causal = true,
+       .alignment = Alignment::bottom_right, .edit = neox_pairs},
+      {.label = "rope-gptj-partial-fp16", .mods = {"rope"}, .dtype = DType::f16, .edit = gptj_partial},
+      {.label = "qknorm", .mods = {"qk_norm"}, .dtype = DType::f16},
+      {.label = "qknorm-rope-yarn-fp64", .mods = {"qk_norm", "rope"}, .dtype = DType::f64, .causal = true,
+       .edit = yarn},
+      {.label = "rope-llama3-alibi-sinks", .mods = {"rope", "alibi"}, .sinks = true, .edit = llama3},
   };
 }
 
@@ -119,7 +134,10 @@ TEST_P(CudaMods, MatchesReferenceInBothThreadOrders) {
   cuda::run_emulated(p, in, reversed, prm.version, emu::Order::reversed);
   EXPECT_EQ(out.out.bytes, reversed.out.bytes) << "out depends on the thread order (a race)";
   EXPECT_EQ(out.max_logit->bytes, reversed.max_logit->bytes) << "max_logit depends on the thread order";
-  const Verdict v = judge(p, ref, out);
+  // Judged under the kernels' declared contract (fp32 RoPE angles below fp64).
+  ToleranceModel model;
+  model.contract = find_impl("cuda-emulated")->declarations().contract_for(p.dtype);
+  const Verdict v = judge(p, ref, out, model);
   bool judged_max_logit = false;
   for (const auto& t : v.tensors) {
     EXPECT_TRUE(t.pass) << param_name({prm, 0}) << " " << p.name() << ": " << t.describe();
@@ -132,6 +150,7 @@ TEST_P(CudaMods, MatchesReferenceInBothThreadOrders) {
   plain.alibi_slopes.clear(), plain.t5_table.clear(), plain.t5_buckets = 0, plain.doc_ids.clear();
   plain.chunk_size = 0, plain.prefix_lengths.clear(), plain.dilated_window = -1, plain.dilation = 1;
   plain.topk = 0, plain.topk_indices.clear();
+  plain.rotary_dim = 0, plain.q_norm_weight.clear(), plain.k_norm_weight.clear();
   ASSERT_FALSE(uses_modifications(plain));
   const ReferenceResult without = reference_attention(plain, in);
   EXPECT_NE(without.out, ref.out) << "the drawn modification changes nothing: the case cannot catch its loss";
@@ -143,11 +162,11 @@ TEST_P(CudaMods, MatchesReferenceInBothThreadOrders) {
 INSTANTIATE_TEST_SUITE_P(Library, CudaMods, testing::ValuesIn(params()), param_name);
 
 // What the kernels cannot evaluate is reported unsupported, naming it: user expressions (muparser, host-only) and
-// the position stages (rope, qk_norm).
-TEST(CudaModsLimits, ExpressionsAndPositionStagesAreUnsupported) {
+// mRoPE's per-section positions.
+TEST(CudaModsLimits, ExpressionsAndMRopeAreUnsupported) {
   const ImplPtr impl = find_impl("cuda-emulated");
   ASSERT_TRUE(impl);
-  for (const char* name : {"score_expr", "mask_expr", "rope", "qk_norm"}) {
+  for (const char* name : {"score_expr", "mask_expr"}) {
     Problem p;
     p.B = 1, p.Hq = 2, p.Hkv = 2, p.Lq = 4, p.Lk = 8, p.Dqk = p.Dv = 8;
     Rng rng(1);
@@ -157,8 +176,16 @@ TEST(CudaModsLimits, ExpressionsAndPositionStagesAreUnsupported) {
     EXPECT_FALSE(s.ok) << name;
     EXPECT_NE(s.reason.find(std::string("modification ") + name + " not supported"), std::string::npos) << s.reason;
   }
-  EXPECT_EQ(impl->capabilities().mods,
-            (std::set<std::string>{"alibi", "t5_bias", "document", "chunked", "prefix_lm", "dilated_window", "topk"}));
+  Problem p;
+  p.B = 1, p.Hq = 2, p.Hkv = 2, p.Lq = 4, p.Lk = 8, p.Dqk = p.Dv = 8;
+  p.rotary_dim = 8, p.rope_mrope_section = {2, 1, 1}, p.rope_position_ids.assign(3 * 8, 0);
+  const Support s = impl->supports(p);
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.reason.find("mRoPE"), std::string::npos) << s.reason;
+  EXPECT_EQ(impl->capabilities().mods, (std::set<std::string>{"alibi", "t5_bias", "document", "chunked", "prefix_lm",
+                                                              "dilated_window", "topk", "rope", "qk_norm"}));
+  EXPECT_EQ(impl->declarations().contract_for(DType::bf16).rope, RopeMath::fp32);
+  EXPECT_EQ(impl->declarations().contract_for(DType::f64).rope, RopeMath::exact);
   EXPECT_TRUE(impl->capabilities().max_logit_out);
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "attncheck/mod_eval.hpp"
+#include "attncheck/rope_eval.hpp"
 #include "portability.cuh"
 
 namespace attncheck::cuda {
@@ -66,6 +67,17 @@ struct AttnParams {
   int64_t dilated_window, dilation;  // window -1: off
   const int64_t* topk_indices;       // [B, Lq, topk]
   int64_t topk;
+  // The position stage, applied to q and k rows as they are loaded: QK-norm (off when a weight pointer is null),
+  // then RoPE (off at rotary_dim 0) at the positions the host looked up (rope_query_at / rope_key_at).
+  const double* q_norm_weight;  // [Dqk]
+  const double* k_norm_weight;  // [Dqk]
+  double qk_norm_eps;
+  int64_t rotary_dim;
+  int rotary_interleaved;
+  const double* rope_inv_freq;  // [rotary_dim / 2], scaled, fp64 (rounded to the accumulation type in the kernels)
+  double rope_factor;           // the attention factor cos and sin are multiplied with
+  const int64_t* rope_q_pos;    // [B, Lq]
+  const int64_t* rope_k_pos;    // [B, Lk]
 };
 
 inline namespace ATTNCHECK_KERNEL_NS {
@@ -79,6 +91,10 @@ __device__ inline float ac_tanh(float x) { return tanhf(x); }
 __device__ inline double ac_tanh(double x) { return tanh(x); }
 __device__ inline float ac_fma(float a, float b, float c) { return fmaf(a, b, c); }
 __device__ inline double ac_fma(double a, double b, double c) { return fma(a, b, c); }
+__device__ inline float ac_cos(float x) { return cosf(x); }
+__device__ inline double ac_cos(double x) { return cos(x); }
+__device__ inline float ac_sin(float x) { return sinf(x); }
+__device__ inline double ac_sin(double x) { return sin(x); }
 
 template <class Acc>
 __device__ inline Acc neg_inf() { return -static_cast<Acc>(INFINITY); }
@@ -163,6 +179,79 @@ __device__ inline Acc mods_score(const AttnParams& p, Acc s, int b, int h, int64
 // fused kernel then tests each key tile for a visible key before loading it, as block-sparse kernels skip blocks.
 __device__ inline bool masks_inside_span(const AttnParams& p) {
   return p.mask || p.doc_ids || p.chunk_size > 0 || p.prefix_lengths || p.dilated_window >= 0 || p.topk > 0;
+}
+
+// The position stage (QK-norm, then RoPE) on q and k, with the reference's per-element arithmetic
+// (rope_eval.hpp): the norm in fp64 and rounded once to the accumulation type, the rotation in the accumulation
+// type with the angle pos * inv_freq rounded to it (fp32: the contract's rope=fp32-angles).
+__device__ inline bool uses_position_stage(const AttnParams& p) {
+  return p.q_norm_weight || p.k_norm_weight || p.rotary_dim > 0;
+}
+
+// QK-norm's factor of one row whose element e is x(e) (1 without weights), summed in the reference's order.
+template <class X>
+__device__ inline double row_norm_scale(const AttnParams& p, const double* w, const X& x) {
+  if (!w) return 1.0;
+  double ss = 0;
+  for (int e = 0; e < p.Dqk; ++e) {
+    const double v = static_cast<double>(x(e));
+    ss += v * v;
+  }
+  return rope_eval::rms_scale(ss, p.Dqk, p.qk_norm_eps);
+}
+template <class Acc>
+__device__ inline Acc normed(const double* w, Acc x, double r, int e) {
+  return w ? static_cast<Acc>(static_cast<double>(x) * r * gload(w, e)) : x;
+}
+// cos and sin of pair f at position pos.
+template <class Acc>
+__device__ inline void rope_angle(const AttnParams& p, int64_t f, int64_t pos, Acc& c, Acc& s) {
+  const Acc t = static_cast<Acc>(pos) * static_cast<Acc>(gload(p.rope_inv_freq, f));
+  c = ac_cos(t);
+  s = ac_sin(t);
+}
+
+// Element d of a staged row whose raw element e is x(e), QK-norm factor r, at position pos (kernel 1: each lane
+// computes the elements of its own key).
+template <class Acc, class X>
+__device__ inline Acc staged_elem(const AttnParams& p, const double* w, const X& x, double r, int64_t pos, int d) {
+  if (d >= p.rotary_dim) return normed(w, x(d), r, d);
+  const bool gptj = p.rotary_interleaved != 0;
+  const int64_t f = rope_eval::pair_of(d, p.rotary_dim, gptj);
+  const rope_eval::PairDims pd = rope_eval::pair_dims(f, p.rotary_dim, gptj);
+  Acc xa = normed(w, x(static_cast<int>(pd.a)), r, static_cast<int>(pd.a));
+  Acc xb = normed(w, x(static_cast<int>(pd.b)), r, static_cast<int>(pd.b));
+  Acc c, s;
+  rope_angle(p, f, pos, c, s);
+  rope_eval::rotate(xa, xb, c, s, static_cast<Acc>(p.rope_factor));
+  return d == pd.a ? xa : xb;
+}
+
+// The RoPE position of query row i and of key j of batch b (0 without RoPE).
+__device__ inline int64_t rope_query_pos(const AttnParams& p, int b, int64_t i) {
+  return p.rope_q_pos ? gload(p.rope_q_pos, static_cast<int64_t>(b) * p.Lq + i) : 0;
+}
+__device__ inline int64_t rope_key_pos(const AttnParams& p, int b, int64_t j) {
+  return p.rope_k_pos ? gload(p.rope_k_pos, static_cast<int64_t>(b) * p.Lk + j) : 0;
+}
+
+// A row of Dqk values in shared memory staged in place by one warp (kernel 2): every lane sums the squares (the
+// same factor in each), then normalises its own dims and rotates its own pairs.
+template <class Acc>
+__device__ inline void stage_row(const AttnParams& p, const double* w, Acc* x, int lane, int64_t pos) {
+  const double r = row_norm_scale(p, w, [x](int e) { return x[e]; });
+  __syncwarp();  // every lane has read the row
+  if (w)
+    for (int d = lane; d < p.Dqk; d += 32) x[d] = normed(w, x[d], r, d);
+  __syncwarp();
+  const bool gptj = p.rotary_interleaved != 0;
+  for (int64_t f = lane; f < p.rotary_dim / 2; f += 32) {
+    const rope_eval::PairDims pd = rope_eval::pair_dims(f, p.rotary_dim, gptj);
+    Acc c, s;
+    rope_angle(p, f, pos, c, s);
+    rope_eval::rotate(x[pd.a], x[pd.b], c, s, static_cast<Acc>(p.rope_factor));
+  }
+  __syncwarp();
 }
 
 // Is key j visible to query i of (b, h)? `diag` = i + diag_offset[b], `valid` = key_length[b].

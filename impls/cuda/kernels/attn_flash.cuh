@@ -48,6 +48,12 @@ __global__ void attn_flash_kernel(AttnParams p) {
     const int r = x / p.Dqk, d = x % p.Dqk;
     sQ[x] = i0 + r < p.Lq ? load_as<T>(p.q, offset4(p.q_stride, b, h, i0 + r, d)) : Acc(0);
   }
+  // The position stage: each warp stages its own row of the Q tile, and every warp rows of each K tile.
+  const bool staged = uses_position_stage(p);
+  if (staged) {
+    __syncthreads();
+    if (row_valid) stage_row(p, p.q_norm_weight, sQ + warp * p.Dqk, lane, rope_query_pos(p, b, i));
+  }
 
   // Keys that can be visible to any row of the block. With a finite fill every key takes part, so none is skipped.
   int64_t j_lo = 0, j_hi = p.Lk;
@@ -97,6 +103,10 @@ __global__ void attn_flash_kernel(AttnParams p) {
       sV[x] = j0 + r < p.Lk ? load_as<T>(p.v, offset4(p.v_stride, b, kvh, j0 + r, d)) : Acc(0);
     }
     __syncthreads();
+    if (staged) {
+      for (int r = warp; r < BC && j0 + r < p.Lk; r += BR) stage_row(p, p.k_norm_weight, sK + r * p.Dqk, lane, rope_key_pos(p, b, j0 + r));
+      __syncthreads();
+    }
     if (row_valid) {
       const int64_t j = j0 + lane;
       // Tail keys (j >= Lk) score -inf and take no part: never 0, which would be a real score.

@@ -26,6 +26,11 @@ __global__ void attn_naive_kernel(AttnParams p) {
   const Acc fill = p.fill_finite ? static_cast<Acc>(p.fill_value) : neg_inf<Acc>();
   Acc* const s = static_cast<Acc*>(p.weights ? p.weights : p.scratch) + row * p.Lk;  // (Lk): scores, then weights
 
+  const auto qx = [&](int e) { return load_as<T>(p.q, offset4(p.q_stride, b, h, i, e)); };
+  const bool staged = uses_position_stage(p);
+  const double q_r = staged ? row_norm_scale(p, p.q_norm_weight, qx) : 1.0;
+  const int64_t q_pos = staged ? rope_query_pos(p, b, i) : 0;
+
   // 1. scores: visible keys get scale·q·k (softcapped, + bias), masked keys the fill; lanes stride over keys.
   Acc m = neg_inf<Acc>();  // max over visible keys (the reference's m before the finite fill joins)
   for (int64_t j = lane; j < p.Lk; j += 32) {
@@ -34,9 +39,16 @@ __global__ void attn_naive_kernel(AttnParams p) {
       continue;
     }
     Acc dot = 0;
-    for (int d = 0; d < p.Dqk; ++d)
-      dot = ac_fma(load_as<T>(p.q, offset4(p.q_stride, b, h, i, d)), load_as<T>(p.k, offset4(p.k_stride, b, kvh, j, d)),
-                   dot);
+    if (staged) {  // q and k through the position stage, element by element
+      const auto kx = [&](int e) { return load_as<T>(p.k, offset4(p.k_stride, b, kvh, j, e)); };
+      const double k_r = row_norm_scale(p, p.k_norm_weight, kx);
+      const int64_t k_pos = rope_key_pos(p, b, j);
+      for (int d = 0; d < p.Dqk; ++d)
+        dot = ac_fma(staged_elem<Acc>(p, p.q_norm_weight, qx, q_r, q_pos, d),
+                     staged_elem<Acc>(p, p.k_norm_weight, kx, k_r, k_pos, d), dot);
+    } else {
+      for (int d = 0; d < p.Dqk; ++d) dot = ac_fma(qx(d), load_as<T>(p.k, offset4(p.k_stride, b, kvh, j, d)), dot);
+    }
     const Acc sj = transform_score(p, dot, b, h, i, j, diag);
     gstore(s, j, sj);
     m = max_keep(m, sj);

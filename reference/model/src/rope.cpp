@@ -107,10 +107,8 @@ void rope_rotate(const Problem& p, const std::vector<double>& inv_freq, const Ro
   for (int64_t f = 0; f < p.rotary_dim / 2; ++f) {
     while (f >= end && int64_t(s) + 1 < at.n) end += p.rope_mrope_section[++s];
     const auto [a, b] = rope_pair(p, f);
-    const double t = static_cast<double>(at.pos[s]) * inv_freq[size_t(f)], c = std::cos(t), sn = std::sin(t);
-    const double xa = x[a], xb = x[b];
-    x[a] = m * (xa * c - xb * sn);
-    x[b] = m * (xb * c + xa * sn);
+    const double t = static_cast<double>(at.pos[s]) * inv_freq[size_t(f)];
+    rope_eval::rotate(x[a], x[b], std::cos(t), std::sin(t), m);
   }
 }
 
@@ -119,7 +117,7 @@ void qk_norm(const Problem& p, bool query, double* x) {
   if (w.empty()) return;
   double ss = 0;
   for (int64_t d = 0; d < p.Dqk; ++d) ss += x[d] * x[d];
-  const double r = 1.0 / std::sqrt(ss / static_cast<double>(p.Dqk) + p.qk_norm_eps);
+  const double r = rope_eval::rms_scale(ss, p.Dqk, p.qk_norm_eps);
   for (int64_t d = 0; d < p.Dqk; ++d) x[d] = x[d] * r * w[size_t(d)];
 }
 

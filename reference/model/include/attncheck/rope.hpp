@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attncheck/problem.hpp"
+#include "attncheck/rope_eval.hpp"
 
 namespace attncheck {
 
@@ -45,7 +46,8 @@ std::vector<double> rope_inv_freq(const Problem& p);
 double rope_attention_factor(const Problem& p);
 // The head dims of pair f: GPT-NeoX (f, f + rotary_dim/2), GPT-J interleaved (2f, 2f + 1).
 inline std::pair<int64_t, int64_t> rope_pair(const Problem& p, int64_t f) {
-  return p.rotary_interleaved ? std::pair{2 * f, 2 * f + 1} : std::pair{f, f + p.rotary_dim / 2};
+  const rope_eval::PairDims d = rope_eval::pair_dims(f, p.rotary_dim, p.rotary_interleaved);
+  return {d.a, d.b};
 }
 
 // x (Dqk values) rotated in place at `position`: for each pair (a, b), angle t = position * inv_freq_f,
