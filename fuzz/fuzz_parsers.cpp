@@ -28,7 +28,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           (void)attncheck::contract_from_string(text, t);
         break;
       case 3: (void)attncheck::baseline::parse_report(text, "fuzz.json"); break;
-      case 4: (void)attncheck::parse_bytes("--max-memory", text), (void)attncheck::parse_flops("--max-work", text); break;
+      case 4:
+        (void)attncheck::parse_bytes("--max-memory", text), (void)attncheck::parse_flops("--max-work", text);
+        break;
     }
   } catch (const std::invalid_argument&) {
   } catch (const std::exception& e) {

@@ -62,8 +62,8 @@ Support run_module_backward(const ModuleImpl& impl, const ModuleProblem& m, cons
   validate(m, in);
   const Problem& p = m.attn;
   if (dy.shape != std::vector<int64_t>{p.B, p.Lq, m.d_out})
-    throw std::invalid_argument("dy: shape " + shape_string(dy.shape) + ", expected [B, Lq, d_out] = " +
-                                shape_string({p.B, p.Lq, m.d_out}));
+    throw std::invalid_argument("dy: shape " + shape_string(dy.shape) +
+                                ", expected [B, Lq, d_out] = " + shape_string({p.B, p.Lq, m.d_out}));
   if (dy.dtype != p.dtype)
     throw std::invalid_argument(std::string("dy: dtype ") + to_string(dy.dtype) + ", expected the module's " +
                                 to_string(p.dtype));

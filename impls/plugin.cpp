@@ -63,7 +63,13 @@ void describe(const Problem& p, Described& out) {
   attncheck_problem& d = out.d;
   std::vector<int64_t>& diag = out.diag;
   std::memset(&d, 0, sizeof d);
-  d.B = p.B; d.Hq = p.Hq; d.Hkv = p.Hkv; d.Lq = p.Lq; d.Lk = p.Lk; d.Dqk = p.Dqk; d.Dv = p.Dv;
+  d.B = p.B;
+  d.Hq = p.Hq;
+  d.Hkv = p.Hkv;
+  d.Lq = p.Lq;
+  d.Lk = p.Lk;
+  d.Dqk = p.Dqk;
+  d.Dv = p.Dv;
   d.dtype = abi_dtype(p.dtype);
   d.layout = p.layout == Layout::BHSD ? ATTNCHECK_LAYOUT_BHSD : ATTNCHECK_LAYOUT_BSHD;
   d.stat_dtype = abi_dtype(p.stat_dtype());
@@ -115,26 +121,31 @@ void describe(const Problem& p, Described& out) {
     tail = &out.kv_append.header.next;
   }
   if (!p.cu_seqlens_q.empty()) {
-    out.varlen = {{ATTNCHECK_EXT_VARLEN, sizeof out.varlen, nullptr}, p.sequences(), p.cu_seqlens_q.data(),
+    out.varlen = {{ATTNCHECK_EXT_VARLEN, sizeof out.varlen, nullptr},
+                  p.sequences(),
+                  p.cu_seqlens_q.data(),
                   p.cu_seqlens_k.data()};
     *tail = &out.varlen.header;
     tail = &out.varlen.header.next;
   }
   if (p.page_size > 0) {
-    out.paged_kv = {{ATTNCHECK_EXT_PAGED_KV, sizeof out.paged_kv, nullptr}, p.page_size, p.num_pages,
-                    p.pages_per_seq(), p.block_table.data()};
+    out.paged_kv = {{ATTNCHECK_EXT_PAGED_KV, sizeof out.paged_kv, nullptr},
+                    p.page_size,
+                    p.num_pages,
+                    p.pages_per_seq(),
+                    p.block_table.data()};
     *tail = &out.paged_kv.header;
     tail = &out.paged_kv.header.next;
   }
   if (is_fp8(p.dtype)) {
-    out.fp8 = {{ATTNCHECK_EXT_FP8, sizeof out.fp8, nullptr}, p.descale_q, p.descale_k, p.descale_v,
-               abi_dtype(p.out_dtype())};
+    out.fp8 = {
+        {ATTNCHECK_EXT_FP8, sizeof out.fp8, nullptr}, p.descale_q, p.descale_k, p.descale_v, abi_dtype(p.out_dtype())};
     *tail = &out.fp8.header;
     tail = &out.fp8.header.next;
   }
   if (p.max_logit != MaxLogitOut::none) {
-    out.max_logit = {{ATTNCHECK_EXT_MAX_LOGIT, sizeof out.max_logit, nullptr}, static_cast<int32_t>(p.max_logit),
-                     nullptr, {}};
+    out.max_logit = {
+        {ATTNCHECK_EXT_MAX_LOGIT, sizeof out.max_logit, nullptr}, static_cast<int32_t>(p.max_logit), nullptr, {}};
     *tail = &out.max_logit.header;
     tail = &out.max_logit.header.next;
   }
@@ -144,13 +155,19 @@ void describe(const Problem& p, Described& out) {
     tail = &out.mla.header.next;
   }
   if (p.kv_quantized()) {
-    const int32_t granularity = p.kv_scales == KvScales::tensor ? ATTNCHECK_KV_TENSOR
-                                : p.kv_scales == KvScales::head ? ATTNCHECK_KV_HEAD
+    const int32_t granularity = p.kv_scales == KvScales::tensor  ? ATTNCHECK_KV_TENSOR
+                                : p.kv_scales == KvScales::head  ? ATTNCHECK_KV_HEAD
                                 : p.kv_scales == KvScales::token ? ATTNCHECK_KV_TOKEN
                                                                  : ATTNCHECK_KV_BLOCK;
-    out.kv_quant = {{ATTNCHECK_EXT_KV_QUANT, sizeof out.kv_quant, nullptr}, abi_dtype(p.kv_dtype), granularity,
-                    p.kv_scales == KvScales::block ? p.kv_block : std::max(p.Dqk, p.Dv), abi_dtype(p.kv_scale_dtype),
-                    nullptr, nullptr, {}, {}};
+    out.kv_quant = {{ATTNCHECK_EXT_KV_QUANT, sizeof out.kv_quant, nullptr},
+                    abi_dtype(p.kv_dtype),
+                    granularity,
+                    p.kv_scales == KvScales::block ? p.kv_block : std::max(p.Dqk, p.Dv),
+                    abi_dtype(p.kv_scale_dtype),
+                    nullptr,
+                    nullptr,
+                    {},
+                    {}};
     *tail = &out.kv_quant.header;
     tail = &out.kv_quant.header.next;
   }
@@ -160,7 +177,8 @@ void describe(const Problem& p, Described& out) {
   }
   // Set only by a schedule check, and only with knobs the plugin declared.
   if (const Schedule& s = current_schedule(); !s.is_default()) {
-    out.schedule = {{ATTNCHECK_EXT_SCHEDULE, sizeof out.schedule, nullptr}, s.threads, s.num_splits, s.reversed ? 1 : 0};
+    out.schedule = {
+        {ATTNCHECK_EXT_SCHEDULE, sizeof out.schedule, nullptr}, s.threads, s.num_splits, s.reversed ? 1 : 0};
     *tail = &out.schedule.header;
     tail = &out.schedule.header.next;
   }
@@ -187,8 +205,9 @@ attncheck_ext_backward& chain_backward(Described& out) {
   return out.backward;
 }
 
-void set_mla_and_scales(Described& desc, const Problem& p, const void* k_scale, const std::vector<int64_t>& k_scale_strides,
-                        const void* v_scale, const std::vector<int64_t>& v_scale_strides) {
+void set_mla_and_scales(Described& desc, const Problem& p, const void* k_scale,
+                        const std::vector<int64_t>& k_scale_strides, const void* v_scale,
+                        const std::vector<int64_t>& v_scale_strides) {
   attncheck_problem& d = desc.d;
   if (p.mla) {  // the kernel reads the one latent cache: v is k's first Dv columns, at k's strides
     d.v = d.k;
@@ -205,11 +224,18 @@ void set_mla_and_scales(Described& desc, const Problem& p, const void* k_scale, 
 
 void chain_block_mask(Described& out, const BlockMask& m) {
   out.block_mask = {{ATTNCHECK_EXT_BLOCK_MASK, sizeof out.block_mask, nullptr},
-                    m.q_block, m.kv_block, m.B, m.H, m.q_blocks, m.slots,
-                    m.kv_num_blocks.data(), m.kv_indices.data(), m.full_kv_num_blocks.data(), m.full_kv_indices.data()};
+                    m.q_block,
+                    m.kv_block,
+                    m.B,
+                    m.H,
+                    m.q_blocks,
+                    m.slots,
+                    m.kv_num_blocks.data(),
+                    m.kv_indices.data(),
+                    m.full_kv_num_blocks.data(),
+                    m.full_kv_indices.data()};
   chain_last(out, &out.block_mask.header);
 }
-
 
 void describe_merge(const MergeProblem& p, attncheck_merge_problem& m) {
   std::memset(&m, 0, sizeof m);
@@ -365,10 +391,20 @@ Capabilities convert(const attncheck_capabilities& c, const std::string& path) {
   r.fully_masked.clear();
   for (FullyMasked f : {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform})
     if (c.fully_masked & (1u << static_cast<int>(f))) r.fully_masked.insert(f);
-  r.gqa = c.gqa; r.cross = c.cross; r.dqk_ne_dv = c.dqk_ne_dv; r.causal = c.causal;
-  r.per_batch_offsets = c.per_batch_offsets; r.key_padding = c.key_padding; r.bool_mask = c.bool_mask;
-  r.bias = c.bias; r.window = c.window; r.softcap = c.softcap; r.dropout = c.dropout;
-  r.finite_fill = c.finite_fill; r.weights_out = c.weights_out; r.lse_out = c.lse_out;
+  r.gqa = c.gqa;
+  r.cross = c.cross;
+  r.dqk_ne_dv = c.dqk_ne_dv;
+  r.causal = c.causal;
+  r.per_batch_offsets = c.per_batch_offsets;
+  r.key_padding = c.key_padding;
+  r.bool_mask = c.bool_mask;
+  r.bias = c.bias;
+  r.window = c.window;
+  r.softcap = c.softcap;
+  r.dropout = c.dropout;
+  r.finite_fill = c.finite_fill;
+  r.weights_out = c.weights_out;
+  r.lse_out = c.lse_out;
   if (c.max_head_dim < 0 || c.head_dim_multiple < 1)
     throw PluginError(file_error(path, "capabilities: max_head_dim must be >= 0 and head_dim_multiple >= 1, got " +
                                            std::to_string(c.max_head_dim) + " and " +
@@ -384,8 +420,14 @@ Capabilities convert(const attncheck_capabilities& c, const std::string& path) {
 class PluginImpl final : public Impl, public ModuleProvider, public std::enable_shared_from_this<PluginImpl> {
  public:
   explicit PluginImpl(OpenedPlugin o)
-      : path_(o.path), vt_(o.vt), caps_(o.caps), decl_(o.declarations), features_(o.features), name_(vt_->name),
-        description_(vt_->description ? vt_->description : ""), opened_(std::move(o)) {}
+      : path_(o.path),
+        vt_(o.vt),
+        caps_(o.caps),
+        decl_(o.declarations),
+        features_(o.features),
+        name_(vt_->name),
+        description_(vt_->description ? vt_->description : ""),
+        opened_(std::move(o)) {}
 
   std::string name() const override { return name_; }
   std::string description() const override { return description_ + " [plugin " + path_ + "]"; }
@@ -418,23 +460,38 @@ class PluginImpl final : public Impl, public ModuleProvider, public std::enable_
     attncheck_problem& d = desc.d;
     set_inputs(d, in);
     if (in.k_scale && in.v_scale)
-      set_mla_and_scales(desc, p, in.k_scale->bytes.data(), in.k_scale->strides, in.v_scale->bytes.data(), in.v_scale->strides);
+      set_mla_and_scales(desc, p, in.k_scale->bytes.data(), in.k_scale->strides, in.v_scale->bytes.data(),
+                         in.v_scale->strides);
     else
       set_mla_and_scales(desc, p, nullptr, {}, nullptr, {});
-    d.out = out.out.bytes.data(); copy_strides(out.out, d.out_strides);
-    if (out.lse) { d.lse = out.lse->bytes.data(); copy_strides(*out.lse, d.lse_strides); }
-    if (out.weights) { d.weights = out.weights->bytes.data(); copy_strides(*out.weights, d.weights_strides); }
-    if (out.scores) { desc.scores.scores = out.scores->bytes.data(); copy_strides(*out.scores, desc.scores.strides); }
+    d.out = out.out.bytes.data();
+    copy_strides(out.out, d.out_strides);
+    if (out.lse) {
+      d.lse = out.lse->bytes.data();
+      copy_strides(*out.lse, d.lse_strides);
+    }
+    if (out.weights) {
+      d.weights = out.weights->bytes.data();
+      copy_strides(*out.weights, d.weights_strides);
+    }
+    if (out.scores) {
+      desc.scores.scores = out.scores->bytes.data();
+      copy_strides(*out.scores, desc.scores.strides);
+    }
     if (out.max_logit) {
       desc.max_logit.max_logit = out.max_logit->bytes.data();  // rank 3 (rows) or 1 (heads)
       for (size_t d = 0; d < out.max_logit->strides.size(); ++d) desc.max_logit.strides[d] = out.max_logit->strides[d];
     }
     if (p.past_len > 0) {
       attncheck_ext_kv_append& a = desc.kv_append;
-      a.past_k = in.past_k->bytes.data(); copy_strides(*in.past_k, a.past_k_strides);
-      a.past_v = in.past_v->bytes.data(); copy_strides(*in.past_v, a.past_v_strides);
-      a.present_k = out.present_k->bytes.data(); copy_strides(*out.present_k, a.present_k_strides);
-      a.present_v = out.present_v->bytes.data(); copy_strides(*out.present_v, a.present_v_strides);
+      a.past_k = in.past_k->bytes.data();
+      copy_strides(*in.past_k, a.past_k_strides);
+      a.past_v = in.past_v->bytes.data();
+      copy_strides(*in.past_v, a.past_v_strides);
+      a.present_k = out.present_k->bytes.data();
+      copy_strides(*out.present_k, a.present_k_strides);
+      a.present_v = out.present_v->bytes.data();
+      copy_strides(*out.present_v, a.present_v_strides);
     }
     call_run(d, "run");
   }
@@ -443,7 +500,8 @@ class PluginImpl final : public Impl, public ModuleProvider, public std::enable_
   Support supports_backward(const Problem& p) const override {
     if (std::find(features_.begin(), features_.end(), kBackwardFeature) == features_.end())
       return Support::no("backward pass not supported (the plugin does not list \"backward\" in its features)");
-    if (p.past_len > 0) return Support::no("backward of a KV-cache append (past_len > 0) not supported through the ABI");
+    if (p.past_len > 0)
+      return Support::no("backward of a KV-cache append (past_len > 0) not supported through the ABI");
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
     if (Support s = declared_extensions(p, features_, "plugin"); !s.ok) return s;
     if (!vt_->supports) return Support::yes();
@@ -504,12 +562,24 @@ class PluginImpl final : public Impl, public ModuleProvider, public std::enable_
 
  private:
   static void set_inputs(attncheck_problem& d, const Inputs& in) {
-    d.q = in.q.bytes.data(); copy_strides(in.q, d.q_strides);
-    d.k = in.k.bytes.data(); copy_strides(in.k, d.k_strides);
-    d.v = in.v.bytes.data(); copy_strides(in.v, d.v_strides);
-    if (in.mask) { d.mask = in.mask->data<uint8_t>(); broadcast_strides(*in.mask, d.mask_shape, d.mask_strides); }
-    if (in.bias) { d.bias = in.bias->bytes.data(); broadcast_strides(*in.bias, d.bias_shape, d.bias_strides); }
-    if (in.keep) { d.keep = in.keep->data<uint8_t>(); copy_strides(*in.keep, d.keep_strides); }
+    d.q = in.q.bytes.data();
+    copy_strides(in.q, d.q_strides);
+    d.k = in.k.bytes.data();
+    copy_strides(in.k, d.k_strides);
+    d.v = in.v.bytes.data();
+    copy_strides(in.v, d.v_strides);
+    if (in.mask) {
+      d.mask = in.mask->data<uint8_t>();
+      broadcast_strides(*in.mask, d.mask_shape, d.mask_strides);
+    }
+    if (in.bias) {
+      d.bias = in.bias->bytes.data();
+      broadcast_strides(*in.bias, d.bias_shape, d.bias_strides);
+    }
+    if (in.keep) {
+      d.keep = in.keep->data<uint8_t>();
+      copy_strides(*in.keep, d.keep_strides);
+    }
   }
 
   void call_run(const attncheck_problem& d, const char* what) const {
@@ -621,10 +691,10 @@ OpenedPlugin open_plugin(const std::string& path) {
   // static destructors running at dlclose could touch state we never set up.
   if (!vt) throw PluginError(file_error(path, std::string(ATTNCHECK_PLUGIN_ENTRY_SYMBOL) + "() returned NULL"));
   if (vt->abi_version < 1 || vt->abi_version > ATTNCHECK_PLUGIN_ABI_VERSION)
-    throw PluginError(file_error(path, "ABI version mismatch: the plugin was built for attncheck plugin ABI " +
-                                           std::to_string(vt->abi_version) + ", this attncheck supports ABI 1 up to ABI " +
-                                           std::to_string(ATTNCHECK_PLUGIN_ABI_VERSION) +
-                                           " (rebuild the plugin against this attncheck/plugin.h)"));
+    throw PluginError(file_error(
+        path, "ABI version mismatch: the plugin was built for attncheck plugin ABI " + std::to_string(vt->abi_version) +
+                  ", this attncheck supports ABI 1 up to ABI " + std::to_string(ATTNCHECK_PLUGIN_ABI_VERSION) +
+                  " (rebuild the plugin against this attncheck/plugin.h)"));
   // v2 fields exist only in a v2 vtable; a v1 plugin's vtable ends at `run`.
   const bool v2 = vt->abi_version >= 2;
   if (v2 && vt->struct_size < offsetof(attncheck_plugin, declarations) + sizeof vt->declarations)
@@ -644,23 +714,22 @@ OpenedPlugin open_plugin(const std::string& path) {
   if (v2 && vt->features)
     for (const char* const* f = vt->features; *f; ++f) o.features.emplace_back(*f);
   declare_extension_features(o.caps, o.features);  // a v1 plugin declares none: never offered a newer feature
-  o.declarations.backward =
-      std::find(o.features.begin(), o.features.end(), kBackwardFeature) != o.features.end();
+  o.declarations.backward = std::find(o.features.begin(), o.features.end(), kBackwardFeature) != o.features.end();
   if (std::find(o.features.begin(), o.features.end(), kMergeFeature) != o.features.end()) {
     if (vt->struct_size < offsetof(attncheck_plugin, merge) + sizeof vt->merge)
-      throw PluginError(file_error(path, "lists the feature \"merge\" but its vtable (struct_size = " +
-                                             std::to_string(vt->struct_size) + ") ends before the field 'merge' (" +
-                                             std::to_string(offsetof(attncheck_plugin, merge) + sizeof vt->merge) +
-                                             " bytes needed)"));
+      throw PluginError(file_error(
+          path, "lists the feature \"merge\" but its vtable (struct_size = " + std::to_string(vt->struct_size) +
+                    ") ends before the field 'merge' (" +
+                    std::to_string(offsetof(attncheck_plugin, merge) + sizeof vt->merge) + " bytes needed)"));
     if (!vt->merge) throw PluginError(file_error(path, "lists the feature \"merge\" but vtable field 'merge' is NULL"));
     o.merge = true;
   }
   if (std::find(o.features.begin(), o.features.end(), kModuleFeature) != o.features.end()) {
     const size_t needed = offsetof(attncheck_plugin, run_module) + sizeof vt->run_module;
     if (vt->struct_size < needed)
-      throw PluginError(file_error(path, "lists the feature \"module\" but its vtable (struct_size = " +
-                                             std::to_string(vt->struct_size) + ") ends before the field 'run_module' (" +
-                                             std::to_string(needed) + " bytes needed)"));
+      throw PluginError(file_error(
+          path, "lists the feature \"module\" but its vtable (struct_size = " + std::to_string(vt->struct_size) +
+                    ") ends before the field 'run_module' (" + std::to_string(needed) + " bytes needed)"));
     if (!vt->run_module)
       throw PluginError(file_error(path, "lists the feature \"module\" but vtable field 'run_module' is NULL"));
     o.module = true;

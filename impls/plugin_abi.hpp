@@ -70,8 +70,9 @@ attncheck_ext_backward& chain_backward(Described& out);
 // The tensors of an absorbed-MLA problem's value view and a quantized cache's scales (tags 13 and 14), set after
 // q, k and v: v becomes a view of k (k's pointer and strides), the scales take their pointers and strides (0 along
 // the dims a scale is shared over). k_scale and v_scale are absent without a quantized cache.
-void set_mla_and_scales(Described& desc, const Problem& p, const void* k_scale, const std::vector<int64_t>& k_scale_strides,
-                        const void* v_scale, const std::vector<int64_t>& v_scale_strides);
+void set_mla_and_scales(Described& desc, const Problem& p, const void* k_scale,
+                        const std::vector<int64_t>& k_scale_strides, const void* v_scale,
+                        const std::vector<int64_t>& v_scale_strides);
 
 // Appends out.block_mask (tag 12) to the chain, pointing into m (which must outlive the call): the block mask the
 // caller hands the kernel (current_block_mask()).

@@ -34,12 +34,18 @@ attncheck_mod_param param(const Problem& p, const Field& f, DescribedMods& s) {
       [&](auto ref) {
         if constexpr (std::is_member_object_pointer_v<decltype(ref)>) {
           using T = std::remove_cvref_t<decltype(p.*ref)>;
-          if constexpr (std::is_same_v<T, std::vector<int64_t>>) return ints(p.*ref);
-          else if constexpr (std::is_same_v<T, std::vector<double>>) return reals(p.*ref);
-          else if constexpr (std::is_same_v<T, std::string>) out.text = s.text.emplace_back(p.*ref).c_str();
-          else if constexpr (std::is_integral_v<T>) return ints({static_cast<int64_t>(p.*ref)});
-          else if constexpr (std::is_floating_point_v<T>) return reals({p.*ref});
-          else out.text = s.text.emplace_back(field_text(p, f)).c_str();
+          if constexpr (std::is_same_v<T, std::vector<int64_t>>)
+            return ints(p.*ref);
+          else if constexpr (std::is_same_v<T, std::vector<double>>)
+            return reals(p.*ref);
+          else if constexpr (std::is_same_v<T, std::string>)
+            out.text = s.text.emplace_back(p.*ref).c_str();
+          else if constexpr (std::is_integral_v<T>)
+            return ints({static_cast<int64_t>(p.*ref)});
+          else if constexpr (std::is_floating_point_v<T>)
+            return reals({p.*ref});
+          else
+            out.text = s.text.emplace_back(field_text(p, f)).c_str();
         } else {
           out.text = s.text.emplace_back(field_text(p, f)).c_str();
         }

@@ -41,8 +41,7 @@ class ReferenceImpl final : public Impl {
     if (out.lse)
       for (int64_t n = 0; n < out.lse->numel(); ++n) out.lse->set_offset(n, r.lse[static_cast<size_t>(n)]);
     if (out.weights)
-      for (int64_t n = 0; n < out.weights->numel(); ++n)
-        out.weights->set_offset(n, r.weights[static_cast<size_t>(n)]);
+      for (int64_t n = 0; n < out.weights->numel(); ++n) out.weights->set_offset(n, r.weights[static_cast<size_t>(n)]);
     if (out.scores)
       for (int64_t n = 0; n < out.scores->numel(); ++n) out.scores->set_offset(n, r.scores[static_cast<size_t>(n)]);
     if (out.max_logit) {

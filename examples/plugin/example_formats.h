@@ -11,7 +11,10 @@
 
 /* float rounded to bf16 (nearest even), as bits; NaN and infinities stay what they are. */
 static uint16_t bf16_bits(float f) {
-  union { float f; uint32_t u; } b;
+  union {
+    float f;
+    uint32_t u;
+  } b;
   b.f = f;
   if (isnan(f)) return (uint16_t)((b.u >> 16) | 0x40u);
   return (uint16_t)((b.u + 0x7fffu + ((b.u >> 16) & 1u)) >> 16);
@@ -33,7 +36,10 @@ static float fp8_value(uint8_t c, int32_t dtype) {
 #ifdef ATTNCHECK_EXT_KV_QUANT
 /* An f16 or bf16 scale's value (exact in float). */
 static float half_value(uint16_t h, int32_t dtype) {
-  union { float f; uint32_t u; } b;
+  union {
+    float f;
+    uint32_t u;
+  } b;
   if (dtype == ATTNCHECK_DTYPE_BF16) {
     b.u = (uint32_t)h << 16;
     return b.f;

@@ -3,9 +3,9 @@
  * padding, boolean mask, softcap, attention sinks, KV-cache append, packed sequences, a paged KV cache and fp8 inputs
  * (e4m3/e5m2 codes with descales, out in bf16) through the ABI v2 extension chain, and the modification library's
  * ALiBi, document, chunked, prefix-LM and dilated-window entries and plain RoPE (tag 11), consumes the block
- * mask it is handed (tag 12), absorbed MLA (tag 13) and quantized KV caches (tag 14); no bias, dropout or finite fill) and says
- * "unsupported" for everything else. It also offers the backward pass (feature "backward", extension tag
- * 5): dQ, dK, dV in plain loops, for the same subset without sinks, KV-cache append, packed sequences, pages or fp8.
+ * mask it is handed (tag 12), absorbed MLA (tag 13) and quantized KV caches (tag 14); no bias, dropout or finite fill)
+ * and says "unsupported" for everything else. It also offers the backward pass (feature "backward", extension tag 5):
+ * dQ, dK, dV in plain loops, for the same subset without sinks, KV-cache append, packed sequences, pages or fp8.
  * Test-only variants are built from this file with macros: EXAMPLE_PLUGIN_BUG (a wrong softmax denominator),
  * EXAMPLE_PLUGIN_ABI (another ABI version), EXAMPLE_PLUGIN_NO_ENTRY (the entry symbol is missing),
  * EXAMPLE_PLUGIN_RUN_FAILS (run() reports an error status), EXAMPLE_PLUGIN_NO_WEIGHTS (declares no weights output,
@@ -78,11 +78,12 @@
 enum { MAX_KEYS = 4096, MAX_HEAD_DIM = 256 };
 
 static int32_t example_capabilities(attncheck_capabilities* c, char* err, size_t err_size) {
-  (void)err; (void)err_size;
+  (void)err;
+  (void)err_size;
   c->dtypes = 1u << ATTNCHECK_DTYPE_F32;
   c->layouts = (1u << ATTNCHECK_LAYOUT_BHSD) | (1u << ATTNCHECK_LAYOUT_BSHD);
-  c->alignments = (1u << ATTNCHECK_ALIGN_TOP_LEFT) | (1u << ATTNCHECK_ALIGN_BOTTOM_RIGHT) |
-                  (1u << ATTNCHECK_ALIGN_EXPLICIT);
+  c->alignments =
+      (1u << ATTNCHECK_ALIGN_TOP_LEFT) | (1u << ATTNCHECK_ALIGN_BOTTOM_RIGHT) | (1u << ATTNCHECK_ALIGN_EXPLICIT);
   c->fully_masked = (1u << ATTNCHECK_FULLY_MASKED_NAN) | (1u << ATTNCHECK_FULLY_MASKED_ZERO);
   c->gqa = c->cross = c->dqk_ne_dv = c->causal = c->per_batch_offsets = c->key_padding = 1;
   c->bool_mask = c->window = c->softcap = 1;
@@ -115,14 +116,14 @@ static const attncheck_extension* extension(const attncheck_problem* p, uint32_t
 typedef struct {
   const double* alibi_slopes; /* [Hq] or [B, Hq] */
   int64_t alibi_count;
-  const int64_t* doc_ids;     /* [B, Lk] */
+  const int64_t* doc_ids; /* [B, Lk] */
   int64_t chunk_size;
   const int64_t* prefix_lengths; /* [B] */
   int64_t dilated_window, dilation;
-  int64_t rotary_dim;         /* RoPE (a position stage): the leading rotary_dim dims of q and k rotated */
-  int rotary_interleaved;     /* pairs (2f, 2f+1) (GPT-J), else (f, f + rotary_dim/2) (GPT-NeoX) */
+  int64_t rotary_dim;     /* RoPE (a position stage): the leading rotary_dim dims of q and k rotated */
+  int rotary_interleaved; /* pairs (2f, 2f+1) (GPT-J), else (f, f + rotary_dim/2) (GPT-NeoX) */
   double rope_theta;
-  const int64_t* rope_offsets; /* [B] or NULL */
+  const int64_t* rope_offsets;  /* [B] or NULL */
   const char* rope_unsupported; /* a RoPE variant the example does not write (scaling, mRoPE), or NULL */
 } example_mods;
 
@@ -168,12 +169,13 @@ static example_mods mods_of(const attncheck_problem* p) {
 
 static int32_t example_supports(const attncheck_problem* p, char* reason, size_t reason_size) {
   if (p->Lk > MAX_KEYS) {
-    snprintf(reason, reason_size, "Lk=%lld > %d: the example keeps one score row in a fixed buffer",
-             (long long)p->Lk, MAX_KEYS);
+    snprintf(reason, reason_size, "Lk=%lld > %d: the example keeps one score row in a fixed buffer", (long long)p->Lk,
+             MAX_KEYS);
     return 0;
   }
 #ifdef ATTNCHECK_EXT_KV_QUANT
-  if (extension(p, ATTNCHECK_EXT_KV_QUANT) && (extension(p, ATTNCHECK_EXT_PAGED_KV) || extension(p, ATTNCHECK_EXT_KV_APPEND))) {
+  if (extension(p, ATTNCHECK_EXT_KV_QUANT) &&
+      (extension(p, ATTNCHECK_EXT_PAGED_KV) || extension(p, ATTNCHECK_EXT_KV_APPEND))) {
     snprintf(reason, reason_size, "the example reads a quantized cache only unpaged and without append");
     return 0;
   }
@@ -181,12 +183,12 @@ static int32_t example_supports(const attncheck_problem* p, char* reason, size_t
 #ifdef ATTNCHECK_EXT_MODIFICATIONS
   const example_mods m = mods_of(p);
   if (m.rotary_dim > 0) {
-    const char* why = m.rope_unsupported                       ? m.rope_unsupported
-                      : p->Dqk > MAX_HEAD_DIM                  ? "a head dim above 256"
-                      : p->dtype != ATTNCHECK_DTYPE_F32        ? "fp8 inputs"
-                      : extension(p, ATTNCHECK_EXT_VARLEN)     ? "packed sequences"
-                      : extension(p, ATTNCHECK_EXT_KV_APPEND)  ? "KV-cache append"
-                                                               : NULL;
+    const char* why = m.rope_unsupported                      ? m.rope_unsupported
+                      : p->Dqk > MAX_HEAD_DIM                 ? "a head dim above 256"
+                      : p->dtype != ATTNCHECK_DTYPE_F32       ? "fp8 inputs"
+                      : extension(p, ATTNCHECK_EXT_VARLEN)    ? "packed sequences"
+                      : extension(p, ATTNCHECK_EXT_KV_APPEND) ? "KV-cache append"
+                                                              : NULL;
     if (why) {
       snprintf(reason, reason_size, "the example's RoPE does not handle %s", why);
       return 0;
@@ -277,7 +279,10 @@ static int64_t row_keys(const attncheck_problem* p, int64_t b, int64_t i, int64_
  * (nearest even) and divided by the unrounded sum, as FlashAttention's P.V does. */
 static float pv_weight(float w, float sum) {
 #ifdef EXAMPLE_PLUGIN_BF16_P
-  union { float f; uint32_t u; } b;
+  union {
+    float f;
+    uint32_t u;
+  } b;
   b.u = (uint32_t)bf16_bits(w * sum) << 16;
   return b.f / sum;
 #else
@@ -305,7 +310,11 @@ static int block_kind(const attncheck_problem* p, int64_t b, int64_t h, int64_t 
 #endif
   return 0;
 #else
-  (void)p; (void)b; (void)h; (void)i; (void)j;
+  (void)p;
+  (void)b;
+  (void)h;
+  (void)i;
+  (void)j;
   return -1;
 #endif
 }
@@ -324,10 +333,15 @@ static float kv_value(const attncheck_problem* p, int which, const void* base, i
 #else
     const int64_t group = h * s[1];
 #endif
-    return code_value(base, off, q->codes) * scale_value(which ? q->v_scale : q->k_scale, at - h * s[1] + group, q->scale_dtype);
+    return code_value(base, off, q->codes) *
+           scale_value(which ? q->v_scale : q->k_scale, at - h * s[1] + group, q->scale_dtype);
   }
 #else
-  (void)which; (void)b; (void)h; (void)j; (void)d;
+  (void)which;
+  (void)b;
+  (void)h;
+  (void)j;
+  (void)d;
 #endif
   return load(p, base, off);
 }
@@ -398,7 +412,8 @@ static float sink_of(const attncheck_problem* p, int64_t h) {
   const attncheck_extension* e = extension(p, ATTNCHECK_EXT_SINKS);
   if (e) return (float)((const attncheck_ext_sinks*)e)->sinks[h];
 #else
-  (void)p; (void)h;
+  (void)p;
+  (void)h;
 #endif
   return -INFINITY;
 }
@@ -462,7 +477,7 @@ static int32_t example_backward(const attncheck_problem* p, const attncheck_ext_
   const int64_t group = p->Hq / p->Hkv;
   const float scale = (float)p->scale;
   const float softcap = (float)p->softcap;
-  float pw[MAX_KEYS], dt[MAX_KEYS]; /* per key of the row: P_ij and dT_ij */
+  float pw[MAX_KEYS], dt[MAX_KEYS];     /* per key of the row: P_ij and dT_ij */
   const example_mods mods = mods_of(p); /* never offered with modifications: the host's backward has none */
 
   /* dK and dV accumulate over rows and heads: zero them first (the host pre-fills every gradient with NaN). */
@@ -491,7 +506,8 @@ static int32_t example_backward(const attncheck_problem* p, const attncheck_ext_
           for (int64_t d = 0; d < p->Dqk; ++d)
             dot += q[b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]] * k[b * ks[0] + kh * ks[1] + j * ks[2] + d * ks[3]];
           for (int64_t d = 0; d < p->Dv; ++d)
-            dp += dout[b * gs[0] + h * gs[1] + i * gs[2] + d * gs[3]] * v[b * vs[0] + kh * vs[1] + j * vs[2] + d * vs[3]];
+            dp +=
+                dout[b * gs[0] + h * gs[1] + i * gs[2] + d * gs[3]] * v[b * vs[0] + kh * vs[1] + j * vs[2] + d * vs[3]];
           const float t = dot * scale;
           const float th = softcap > 0.0f ? tanhf(t / softcap) : 0.0f;
           const float s = softcap > 0.0f ? softcap * th : t;
@@ -605,7 +621,8 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
             for (int64_t d = 0; d < p->Dqk; ++d) dot += qr[d] * kr[d];
           } else {
             for (int64_t d = 0; d < p->Dqk; ++d)
-              dot += load(p, q, b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]) * kv_value(p, 0, k, kj + d * ks[3], b, kh, j, d);
+              dot += load(p, q, b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]) *
+                     kv_value(p, 0, k, kj + d * ks[3], b, kh, j, d);
           }
           float s = dot * scale;
           if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
@@ -640,7 +657,8 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
         if (!varlen_of(p, &cq, &ck)) k0 = 0, k1 = p->Lk; /* a padded key is in the row; another sequence's is not */
         for (int64_t j = 0; j < p->Lk; ++j)
           score[j] = none ? (j >= k0 && j < k1 ? row_fill : 0.0f) : vis[j] ? score[j] / sum : 0.0f;
-        if (lse) lse[b * p->lse_strides[0] + h * p->lse_strides[1] + i * p->lse_strides[2]] = none ? -INFINITY : m + logf(sum);
+        if (lse)
+          lse[b * p->lse_strides[0] + h * p->lse_strides[1] + i * p->lse_strides[2]] = none ? -INFINITY : m + logf(sum);
         if (weights) {
           const int64_t* ws = p->weights_strides;
           for (int64_t j = 0; j < p->Lk; ++j) weights[b * ws[0] + h * ws[1] + i * ws[2] + j * ws[3]] = score[j];
@@ -651,10 +669,13 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
           if (!none)
             for (int64_t j = 0; j < p->Lk; ++j)
               if (vis[j])
-                acc += pv_weight(score[j], sum) * (kv_value(p, 1, v, token_at(p, b, j, vs) + kh * vs[1] + d * vs[3], b, kh, j, d) * dv);
+                acc += pv_weight(score[j], sum) *
+                       (kv_value(p, 1, v, token_at(p, b, j, vs) + kh * vs[1] + d * vs[3], b, kh, j, d) * dv);
           const int64_t at = b * os[0] + h * os[1] + i * os[2] + d * os[3];
-          if (p->dtype == ATTNCHECK_DTYPE_F32) ((float*)p->out)[at] = acc;
-          else ((uint16_t*)p->out)[at] = bf16_bits(acc); /* fp8 inputs: out in bf16 */
+          if (p->dtype == ATTNCHECK_DTYPE_F32)
+            ((float*)p->out)[at] = acc;
+          else
+            ((uint16_t*)p->out)[at] = bf16_bits(acc); /* fp8 inputs: out in bf16 */
         }
       }
     }
@@ -664,7 +685,8 @@ static int32_t example_run(const attncheck_problem* p, char* err, size_t err_siz
 #if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
 /* What the example declares (ABI v2): plain fp32 loops are deterministic and round nothing below fp32. */
 static int32_t example_declarations(attncheck_declarations* d, char* err, size_t err_size) {
-  (void)err; (void)err_size;
+  (void)err;
+  (void)err_size;
   d->deterministic = 1;
 #ifdef ATTNCHECK_DECL_BATCH_INVARIANT /* each row reads only its own batch entry's visible keys, in key order */
   if (d->struct_size >= offsetof(attncheck_declarations, batch_invariant) + sizeof d->batch_invariant)
@@ -684,23 +706,24 @@ static int32_t example_declarations(attncheck_declarations* d, char* err, size_t
 #endif
 
 #if ATTNCHECK_PLUGIN_ABI_VERSION >= 2
-static const char* const example_features[] = {"sinks", "kv_append", "varlen", "paged_kv", "backward",
+static const char* const example_features[] = {"sinks",      "kv_append", "varlen",  "paged_kv",  "backward",
 #if defined(ATTNCHECK_EXT_FP8) && !defined(EXAMPLE_PLUGIN_NO_FP8)
-                                                "fp8",
+                                               "fp8",
 #endif
 #if defined(ATTNCHECK_EXT_MAX_LOGIT) && !defined(EXAMPLE_PLUGIN_NO_MAX_LOGIT)
-                                                "max_logit",
+                                               "max_logit",
 #endif
 #if defined(ATTNCHECK_EXT_MODIFICATIONS) && !defined(EXAMPLE_PLUGIN_NO_MODS)
-                                                "alibi", "document", "chunked", "prefix_lm", "dilated_window", "rope",
+                                               "alibi",      "document",  "chunked", "prefix_lm", "dilated_window",
+                                               "rope",
 #endif
 #ifdef ATTNCHECK_EXT_BLOCK_MASK
-                                                "block_mask",
+                                               "block_mask",
 #endif
 #if defined(ATTNCHECK_EXT_KV_QUANT) && !defined(EXAMPLE_PLUGIN_NO_MODS)
-                                                "mla", "kv_quant",
+                                               "mla",        "kv_quant",
 #endif
-                                                NULL};
+                                               NULL};
 #endif
 
 static const attncheck_plugin example_vtable = {
@@ -717,10 +740,12 @@ static const attncheck_plugin example_vtable = {
     example_declarations,
 #endif
 #ifdef ATTNCHECK_PLUGIN_HAS_MERGE
-    NULL, NULL, /* supports_merge, merge: it does not merge states (tests/states/merge_plugin.c does) */
+    NULL,
+    NULL, /* supports_merge, merge: it does not merge states (tests/states/merge_plugin.c does) */
 #endif
 #ifdef ATTNCHECK_PLUGIN_HAS_MODULE
-    NULL, NULL, /* supports_module, run_module: no module entry (tests/module/module_plugin.c has one) */
+    NULL,
+    NULL, /* supports_module, run_module: no module entry (tests/module/module_plugin.c has one) */
 #endif
 };
 

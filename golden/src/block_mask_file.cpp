@@ -15,7 +15,9 @@
 namespace attncheck {
 namespace {
 
-[[noreturn]] void bad(const std::string& path, const std::string& what) { throw std::invalid_argument(path + ": " + what); }
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw std::invalid_argument(path + ": " + what);
+}
 
 std::vector<int64_t> integers(const std::string& path, const std::string& name, const UserArray& a) {
   if (a.is_float()) bad(path, name + ": dtype " + a.dtype + ", expected integers (torch's int32)");
@@ -32,8 +34,10 @@ void put(std::string& s, uint64_t v, int n) {
 std::string npy_int32(const std::vector<int64_t>& values, const std::vector<int64_t>& shape) {
   std::string dims;
   for (int64_t d : shape) dims += std::to_string(d) + ", ";
-  if (shape.size() > 1) dims.erase(dims.size() - 2);  // "(3,)" for one dimension, "(1, 2, 3)" otherwise
-  else if (!dims.empty()) dims.erase(dims.size() - 1);
+  if (shape.size() > 1)
+    dims.erase(dims.size() - 2);  // "(3,)" for one dimension, "(1, 2, 3)" otherwise
+  else if (!dims.empty())
+    dims.erase(dims.size() - 1);
   std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (" + dims + "), }";
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
@@ -52,12 +56,14 @@ BlockMask read_block_mask(const std::string& path, std::optional<std::pair<int64
                                           "block_size"};
   const std::map<std::string, UserArray> a = read_user_arrays(path, uint64_t{2} << 30, names);
   for (const char* n : {"kv_num_blocks", "kv_indices"})
-    if (!a.count(n)) bad(path, std::string("no array named '") + n + "' (a block mask needs kv_num_blocks and kv_indices)");
+    if (!a.count(n))
+      bad(path, std::string("no array named '") + n + "' (a block mask needs kv_num_blocks and kv_indices)");
   if (a.count("full_kv_num_blocks") != a.count("full_kv_indices"))
     bad(path, "full_kv_num_blocks and full_kv_indices come together (one of them is missing)");
   const UserArray& cnt = a.at("kv_num_blocks");
   const UserArray& idx = a.at("kv_indices");
-  if (cnt.shape.size() != 3) bad(path, "kv_num_blocks: shape " + shape_string(cnt.shape) + ", expected [B, H, q_blocks]");
+  if (cnt.shape.size() != 3)
+    bad(path, "kv_num_blocks: shape " + shape_string(cnt.shape) + ", expected [B, H, q_blocks]");
   if (idx.shape.size() != 4 || !std::equal(cnt.shape.begin(), cnt.shape.end(), idx.shape.begin()))
     bad(path, "kv_indices: shape " + shape_string(idx.shape) + ", expected kv_num_blocks' " + shape_string(cnt.shape) +
                   " plus the index slots");
@@ -68,8 +74,12 @@ BlockMask read_block_mask(const std::string& path, std::optional<std::pair<int64
   if (a.count("full_kv_num_blocks")) {
     const UserArray& fc = a.at("full_kv_num_blocks");
     const UserArray& fi = a.at("full_kv_indices");
-    if (fc.shape != cnt.shape) bad(path, "full_kv_num_blocks: shape " + shape_string(fc.shape) + ", expected kv_num_blocks' " + shape_string(cnt.shape));
-    if (fi.shape != idx.shape) bad(path, "full_kv_indices: shape " + shape_string(fi.shape) + ", expected kv_indices' " + shape_string(idx.shape));
+    if (fc.shape != cnt.shape)
+      bad(path, "full_kv_num_blocks: shape " + shape_string(fc.shape) + ", expected kv_num_blocks' " +
+                    shape_string(cnt.shape));
+    if (fi.shape != idx.shape)
+      bad(path,
+          "full_kv_indices: shape " + shape_string(fi.shape) + ", expected kv_indices' " + shape_string(idx.shape));
     m.full_kv_num_blocks = integers(path, "full_kv_num_blocks", fc);
     m.full_kv_indices = integers(path, "full_kv_indices", fi);
   } else {
@@ -102,10 +112,11 @@ void write_block_mask_npz(const std::string& path, const BlockMask& m) {
     if (data.size() > std::numeric_limits<uint32_t>::max()) bad(path, name + ": too large for a zip32 member");
   std::string zip, central;
   for (const auto& [name, data] : members) {
-    const uint32_t crc = static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
+    const uint32_t crc =
+        static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
     const uint64_t offset = zip.size();
     put(zip, 0x04034b50, 4), put(zip, 20, 2), put(zip, 0, 2), put(zip, 0, 2);  // signature, version, flags, stored
-    put(zip, 0, 2), put(zip, 0x21, 2);                                          // time, date (1980-01-01)
+    put(zip, 0, 2), put(zip, 0x21, 2);                                         // time, date (1980-01-01)
     put(zip, crc, 4), put(zip, data.size(), 4), put(zip, data.size(), 4), put(zip, name.size(), 2), put(zip, 0, 2);
     zip += name + data;
     put(central, 0x02014b50, 4), put(central, 20, 2), put(central, 20, 2), put(central, 0, 2), put(central, 0, 2);

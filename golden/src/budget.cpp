@@ -77,8 +77,8 @@ void check_work(const Problem& p, bool gradients, double max_flops) {
   const double need = reference_flops(p, gradients);
   if (max_flops > 0 && need > max_flops)
     throw std::invalid_argument("work: " + p.short_name() + (gradients ? " with gradients" : "") + " means " +
-                                fmt(need) + " FLOPs of reference work, more than the work budget of " +
-                                fmt(max_flops) + " FLOPs (raise it with --max-work)");
+                                fmt(need) + " FLOPs of reference work, more than the work budget of " + fmt(max_flops) +
+                                " FLOPs (raise it with --max-work)");
 }
 
 uint64_t parse_bytes(const std::string& flag, const std::string& text) {

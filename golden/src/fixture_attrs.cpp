@@ -48,8 +48,7 @@ void write_problem_attrs(hid_t root, const Problem& p) {
                         [&](std::optional<std::array<int64_t, 4>> P::*m) {
                           h5::write_attr(root, k, std::vector<int64_t>((p.*m)->begin(), (p.*m)->end()));
                         },
-                        [&](std::vector<int64_t> P::*) {},
-                        [&](std::vector<double> P::*) {},
+                        [&](std::vector<int64_t> P::*) {}, [&](std::vector<double> P::*) {},
                         [&](std::string P::*m) { h5::write_attr(root, k, p.*m); },  // as written, not escaped
                         [&](auto P::*m) { h5::write_attr(root, k, std::string(to_string(p.*m))); }},
                f.ref);
@@ -72,8 +71,7 @@ void read_problem_attrs(const h5::Reader& r, hid_t root, Problem& p) {
     if (f.stored == Stored::dataset || f.stored == Stored::derived) continue;
     if (f.stored == Stored::if_set && !r.has_attr(root, f.key)) continue;
     const char* k = f.key;
-    std::visit(Overload{[&](DerivedF64) {},
-                        [&](int64_t P::*m) { p.*m = r.attr_i64(root, "/", k); },
+    std::visit(Overload{[&](DerivedF64) {}, [&](int64_t P::*m) { p.*m = r.attr_i64(root, "/", k); },
                         [&](bool P::*m) {
                           const int64_t v = r.attr_i64(root, "/", k);
                           if (v != 0 && v != 1) r.fail(k, "must be 0 or 1, got " + std::to_string(v));
@@ -84,12 +82,10 @@ void read_problem_attrs(const h5::Reader& r, hid_t root, Problem& p) {
                         [&](std::optional<double> P::*m) { p.*m = r.attr_f64(root, "/", k); },
                         [&](std::optional<std::array<int64_t, 4>> P::*m) {
                           const auto v = r.attr_i64s(root, "/", k);
-                          if (v.size() != 4)
-                            r.fail(k, "must have 4 entries, got " + std::to_string(v.size()));
+                          if (v.size() != 4) r.fail(k, "must have 4 entries, got " + std::to_string(v.size()));
                           p.*m = std::array<int64_t, 4>{v[0], v[1], v[2], v[3]};
                         },
-                        [&](std::vector<int64_t> P::*) {},
-                        [&](std::vector<double> P::*) {},
+                        [&](std::vector<int64_t> P::*) {}, [&](std::vector<double> P::*) {},
                         [&](std::string P::*m) { p.*m = r.attr_str(root, "/", k); },
                         [&](auto P::*) {
                           try {
@@ -116,7 +112,7 @@ void read_problem_datasets(const h5::Reader& r, hid_t file, Problem& p) {
     const int64_t n = e.size() == 1 && e[0] >= 1 && e[0] <= (int64_t{1} << 24) ? e[0] : 0;
     r.expect_extents(d, path, {n});
     if (const auto* m = std::get_if<std::vector<double> P::*>(&f.ref)) {
-      p.**m = r.read_as_double(d, path, static_cast<size_t>(n));
+      p.** m = r.read_as_double(d, path, static_cast<size_t>(n));
       continue;
     }
     auto& v = p.*std::get<std::vector<int64_t> P::*>(f.ref);

@@ -13,7 +13,8 @@ void check_exact_out(const Fixture& f) {
   const Problem& p = f.problem;
   const ReferenceResult& r = f.expected;
   auto fail = [&](const std::string& what) { throw std::invalid_argument("exact_out: " + what); };
-  if (p.dropout_p > 0) fail("dropout rescales by 1/(1-p), which is not exact (dropout_p " + std::to_string(p.dropout_p) + ")");
+  if (p.dropout_p > 0)
+    fail("dropout rescales by 1/(1-p), which is not exact (dropout_p " + std::to_string(p.dropout_p) + ")");
   if (!p.sinks.empty()) fail("a sink joins the denominator with an inexact exp (sinks given)");
   const bool half = p.dtype == DType::f16 || p.dtype == DType::bf16;
   const size_t rows = r.lse.size(), Dv = static_cast<size_t>(p.Dv);
@@ -39,8 +40,9 @@ void check_exact_out(const Fixture& f) {
              to_string(p.dtype));
       // A zero from cancelling values is exact only if the cancellation is: fp32 rounding of the terms leaves
       // ~1e-8, which bf16 represents.
-      if (n > 1 && e == 0) fail(at + ", d " + std::to_string(d) + ": the answer is 0, a cancellation of " +
-                                std::to_string(static_cast<int64_t>(n)) + " values");
+      if (n > 1 && e == 0)
+        fail(at + ", d " + std::to_string(d) + ": the answer is 0, a cancellation of " +
+             std::to_string(static_cast<int64_t>(n)) + " values");
     }
   }
 }

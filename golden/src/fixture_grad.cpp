@@ -40,7 +40,9 @@ std::vector<double> stored(const std::vector<double>& x, const GradSlot& s, Layo
   return to_layout(x, s.logical[0], s.logical[1], s.logical[2], s.logical[3], l, inverse);
 }
 
-std::vector<int64_t> stored_extents(const GradSlot& s, Layout l) { return s.layout ? stored_dims(s.logical, l) : s.logical; }
+std::vector<int64_t> stored_extents(const GradSlot& s, Layout l) {
+  return s.layout ? stored_dims(s.logical, l) : s.logical;
+}
 
 void write_f64(hid_t g, const std::string& name, const std::vector<double>& v, const std::vector<int64_t>& dims,
                const char* dim_names) {
@@ -66,7 +68,8 @@ size_t numel(const std::vector<int64_t>& d) {
   return n;
 }
 
-std::vector<double> read_f64(const h5::Reader& r, hid_t file, const std::string& path, const std::vector<int64_t>& dims) {
+std::vector<double> read_f64(const h5::Reader& r, hid_t file, const std::string& path,
+                             const std::vector<int64_t>& dims) {
   h5::Id d = r.open_dataset(file, path);
   r.expect_dtype(d, path, DType::f64);
   r.expect_extents(d, path, dims);
@@ -134,8 +137,8 @@ void read_gradients(const h5::Reader& r, hid_t file, Fixture& f, bool data, uint
   }
   if (!data) return;
   const Problem& p = f.problem;
-  double bytes = fixture_memory_bytes(p) + double(p.B) * double(p.Hq) * double(p.Lq) * double(p.Dv) *
-                                               double(dtype_size(p.dtype));  // dout
+  double bytes = fixture_memory_bytes(p) +
+                 double(p.B) * double(p.Hq) * double(p.Lq) * double(p.Dv) * double(dtype_size(p.dtype));  // dout
   for (const GradSlot& s : slots(p)) bytes += 8.0 * 3.0 * double(numel(s.logical));
   if (bytes > double(cap))
     r.fail("size", "the tensors with gradients need " + std::to_string(bytes) + " bytes, " + over_memory_budget(cap));
@@ -167,40 +170,47 @@ std::optional<Gradients> read_candidate_gradients(const std::string& path, const
                                                   const FixtureReadOptions& options) {
   if (std::filesystem::path(path).extension() == ".npz") return std::nullopt;  // refused by read_candidate_npz
   return h5::untrusted_read(path, "", [&]() -> std::optional<Gradients> {
-  h5::QuietErrors quiet;
-  try {
-    const h5::Reader r{path};
-    h5::Id file = r.open_file();
-    if (!r.has_object(file, "/actual/dq")) return std::nullopt;
-    double need = 0;
-    for (const GradSlot& s : slots(p)) need += 16.0 * double(numel(s.logical));
-    if (need > double(options.max_bytes))
-      r.fail("size", "candidate gradients need " + std::to_string(need) + " bytes, " +
-                         over_memory_budget(options.max_bytes));
-    Gradients g = make_gradients(p);
-    for (const GradSlot& s : slots(p)) {
-      const std::string where = std::string("/actual/") + s.name;
-      if (!r.has_object(file, where)) r.fail(where, "missing (a candidate with /actual/dq gives dq, dk, dv" +
-                                                        std::string(p.bias_shape ? " and dbias)" : ")"));
-      h5::Id d = r.open_dataset(file, where);
-      r.expect_extents(d, where, stored_extents(s, p.layout));
-      const std::string type = r.type_name(d);
-      const DType dt = type == "16-bit float" ? DType::f16 : type == "unsigned 16-bit integer" ? DType::bf16
-                       : type == "32-bit float" ? DType::f32 : DType::f64;
-      Tensor t = s.layout ? Tensor(dt, s.logical, storage_order(p.layout)) : Tensor(dt, s.logical);
-      const std::vector<double> v = r.read_as_double(d, where, numel(s.logical));
-      for (size_t n = 0; n < v.size(); ++n) t.set_offset(static_cast<int64_t>(n), v[n]);  // storage order, exact
-      if (std::string(s.name) == "dq") g.dq = std::move(t);
-      else if (std::string(s.name) == "dk") g.dk = std::move(t);
-      else if (std::string(s.name) == "dv") g.dv = std::move(t);
-      else g.dbias = std::move(t);
+    h5::QuietErrors quiet;
+    try {
+      const h5::Reader r{path};
+      h5::Id file = r.open_file();
+      if (!r.has_object(file, "/actual/dq")) return std::nullopt;
+      double need = 0;
+      for (const GradSlot& s : slots(p)) need += 16.0 * double(numel(s.logical));
+      if (need > double(options.max_bytes))
+        r.fail("size",
+               "candidate gradients need " + std::to_string(need) + " bytes, " + over_memory_budget(options.max_bytes));
+      Gradients g = make_gradients(p);
+      for (const GradSlot& s : slots(p)) {
+        const std::string where = std::string("/actual/") + s.name;
+        if (!r.has_object(file, where))
+          r.fail(where, "missing (a candidate with /actual/dq gives dq, dk, dv" +
+                            std::string(p.bias_shape ? " and dbias)" : ")"));
+        h5::Id d = r.open_dataset(file, where);
+        r.expect_extents(d, where, stored_extents(s, p.layout));
+        const std::string type = r.type_name(d);
+        const DType dt = type == "16-bit float"              ? DType::f16
+                         : type == "unsigned 16-bit integer" ? DType::bf16
+                         : type == "32-bit float"            ? DType::f32
+                                                             : DType::f64;
+        Tensor t = s.layout ? Tensor(dt, s.logical, storage_order(p.layout)) : Tensor(dt, s.logical);
+        const std::vector<double> v = r.read_as_double(d, where, numel(s.logical));
+        for (size_t n = 0; n < v.size(); ++n) t.set_offset(static_cast<int64_t>(n), v[n]);  // storage order, exact
+        if (std::string(s.name) == "dq")
+          g.dq = std::move(t);
+        else if (std::string(s.name) == "dk")
+          g.dk = std::move(t);
+        else if (std::string(s.name) == "dv")
+          g.dv = std::move(t);
+        else
+          g.dbias = std::move(t);
+      }
+      return g;
+    } catch (const std::invalid_argument& e) {
+      const std::string msg = e.what();
+      if (msg.rfind(path + ": ", 0) == 0) throw;
+      throw std::invalid_argument(path + ": " + msg);
     }
-    return g;
-  } catch (const std::invalid_argument& e) {
-    const std::string msg = e.what();
-    if (msg.rfind(path + ": ", 0) == 0) throw;
-    throw std::invalid_argument(path + ": " + msg);
-  }
   });
 }
 

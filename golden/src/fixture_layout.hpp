@@ -16,8 +16,8 @@ inline std::vector<int64_t> stored_dims(const std::vector<int64_t>& logical, Lay
 }
 
 // Row-major logical [B,H,L,D] -> stored order of the layout (and back).
-inline std::vector<double> to_layout(const std::vector<double>& x, int64_t B, int64_t H, int64_t L, int64_t D,
-                                     Layout l, bool inverse = false) {
+inline std::vector<double> to_layout(const std::vector<double>& x, int64_t B, int64_t H, int64_t L, int64_t D, Layout l,
+                                     bool inverse = false) {
   if (l == Layout::BHSD) return x;
   std::vector<double> y(x.size());
   for (int64_t b = 0; b < B; ++b)

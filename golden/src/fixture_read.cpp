@@ -41,9 +41,9 @@ void read_attrs(h5::Reader& r, hid_t root, Fixture& f) {
   pv.schema_version = r.attr_i64(root, "/", "schema_version");
   r.allow_vlen_strings = pv.schema_version == 1;  // v1 stored strings at variable length
   if (pv.schema_version > kFixtureSchemaVersion)
-    r.fail("schema_version", "is " + std::to_string(pv.schema_version) + ", from the future: this attncheck (" +
-                                 attncheck_version() + ") reads schema_version <= " +
-                                 std::to_string(kFixtureSchemaVersion) + "; upgrade attncheck");
+    r.fail("schema_version",
+           "is " + std::to_string(pv.schema_version) + ", from the future: this attncheck (" + attncheck_version() +
+               ") reads schema_version <= " + std::to_string(kFixtureSchemaVersion) + "; upgrade attncheck");
   if (pv.schema_version < 1) r.fail("schema_version", "must be >= 1, got " + std::to_string(pv.schema_version));
   f.name = r.attr_str(root, "/", "name");
   fixture_detail::read_provenance(r, root, pv);
@@ -84,9 +84,9 @@ void check_size(const h5::Reader& r, const Problem& p, uint64_t cap) {
   const double total = fixture_memory_bytes(p);
   if (total > double(cap))
     r.fail("size", "the tensors of problem [B=" + std::to_string(p.B) + ",Hq=" + std::to_string(p.Hq) +
-                       ",Hkv=" + std::to_string(p.Hkv) + ",Lq=" + std::to_string(p.Lq) + ",Lk=" +
-                       std::to_string(p.Lk) + ",Dqk=" + std::to_string(p.Dqk) + ",Dv=" + std::to_string(p.Dv) +
-                       "] need " + std::to_string(total) + " bytes, " + over_memory_budget(cap));
+                       ",Hkv=" + std::to_string(p.Hkv) + ",Lq=" + std::to_string(p.Lq) + ",Lk=" + std::to_string(p.Lk) +
+                       ",Dqk=" + std::to_string(p.Dqk) + ",Dv=" + std::to_string(p.Dv) + "] need " +
+                       std::to_string(total) + " bytes, " + over_memory_budget(cap));
 }
 
 Fixture read_header(h5::Reader& r, hid_t file, const FixtureReadOptions& options) {
@@ -99,7 +99,9 @@ Fixture read_header(h5::Reader& r, hid_t file, const FixtureReadOptions& options
     attrs.page_size = attrs.num_pages = 0;
     // Likewise a modification with a dataset parameter (the T5 table) or an expression (its tensors' values): its
     // attributes wait for it.
-    auto waits = [](const Field& x) { return x.stored == Stored::dataset || std::holds_alternative<std::string Problem::*>(x.ref); };
+    auto waits = [](const Field& x) {
+      return x.stored == Stored::dataset || std::holds_alternative<std::string Problem::*>(x.ref);
+    };
     for (const ModEntry& m : modifications())
       if (std::any_of(m.fields.begin(), m.fields.end(), waits))
         for (const Field& x : m.fields)
@@ -114,7 +116,7 @@ Fixture read_header(h5::Reader& r, hid_t file, const FixtureReadOptions& options
                                     " (scale attribute or 1/sqrt(Dqk))");
   }
   check_size(r, f.problem, cap);
-  fixture_detail::read_gradients(r, file, f, false, cap);  // only the attribute `gradients`
+  fixture_detail::read_gradients(r, file, f, false, cap);     // only the attribute `gradients`
   check_work(f.problem, f.has_gradients, options.max_flops);  // "work: ...", before any dataset is read
   fixture_detail::read_problem_datasets(r, file, f.problem);
   validate_problem(r, f.problem);
@@ -204,10 +206,11 @@ double fixture_memory_bytes(const Problem& p) {
                v = kv_tokens * Hkv * double(p.Dv) * in_size;
   const double masks = numel4(p.mask_shape) + numel4(p.bias_shape) * double(dtype_size(p.bias_dtype)) +
                        (p.dropout_p > 0 ? B * Hq * Lq * Lk : 0.0);
-  const double expected = 8.0 * (2 * B * Hq * Lq * double(p.Dv) + 2 * B * Hq * Lq + (p.want_weights ? B * Hq * Lq * Lk : 0) +
-                                 (p.scores_out != ScoresOut::none ? 3 * B * Hq * Lq * Lk : 0) +  // scores + 2 scales
-                                 (p.max_logit != MaxLogitOut::none ? 4 * B * Hq * Lq : 0) +      // max_logit + 3 scales
-                                 (p.past_len > 0 ? B * Hkv * Lk * double(p.Dqk + p.Dv) : 0));     // present k, v
+  const double expected =
+      8.0 * (2 * B * Hq * Lq * double(p.Dv) + 2 * B * Hq * Lq + (p.want_weights ? B * Hq * Lq * Lk : 0) +
+             (p.scores_out != ScoresOut::none ? 3 * B * Hq * Lq * Lk : 0) +  // scores + 2 scales
+             (p.max_logit != MaxLogitOut::none ? 4 * B * Hq * Lq : 0) +      // max_logit + 3 scales
+             (p.past_len > 0 ? B * Hkv * Lk * double(p.Dqk + p.Dv) : 0));    // present k, v
   return q + k + v + masks + expected;
 }
 
@@ -244,120 +247,134 @@ void prepare_fixture_reads(const std::vector<std::string>& paths, const FixtureR
 }
 
 Fixture read_fixture(const std::string& path, const FixtureReadOptions& options) {
-  return h5::untrusted_read(path, "fixture" + options_key(options), [&] { return with_file_prefix(path, [&] {
-    h5::Reader r{path};
-    h5::Id file = r.open_file();
-    Fixture f = read_header(r, file, options);
-    const Problem& p = f.problem;
-    r.open_group(file, "/inputs");
-    r.open_group(file, "/expected");
-    Inputs& in = f.inputs;
-    in.q = read_tensor(r, file, "/inputs/q", p.dtype, {p.B, p.Hq, p.Lq, p.Dqk}, p.layout);
-    in.k = read_tensor(r, file, "/inputs/k", kv_storage_dtype(p), qkv_shape(p, 1), p.layout);
-    if (p.mla) tie_latent_values(p, in);  // stored once, as k
-    else in.v = read_tensor(r, file, "/inputs/v", kv_storage_dtype(p), qkv_shape(p, 2), p.layout);
-    if (p.past_len > 0) {
-      in.past_k = read_tensor(r, file, "/inputs/past_key", p.dtype, {p.B, p.Hkv, p.past_len, p.Dqk}, p.layout);
-      in.past_v = read_tensor(r, file, "/inputs/past_value", p.dtype, {p.B, p.Hkv, p.past_len, p.Dv}, p.layout);
-    }
-    auto vec = [](const std::optional<std::array<int64_t, 4>>& s) {
-      return s ? std::vector<int64_t>(s->begin(), s->end()) : std::vector<int64_t>{};
-    };
-    in.mask = read_optional(r, file, "/inputs/mask", p.mask_shape.has_value(), "attribute mask_shape", DType::u8,
-                            vec(p.mask_shape));
-    in.bias = read_optional(r, file, "/inputs/bias", p.bias_shape.has_value(), "attribute bias_shape",
-                            p.bias_dtype, vec(p.bias_shape));
-    in.k_scale = read_optional(r, file, "/inputs/k_scale", p.kv_quantized(), "attribute kv_scales", p.kv_scale_dtype,
-                               kv_scale_shape(p, 1));
-    in.v_scale = read_optional(r, file, "/inputs/v_scale", p.kv_quantized(), "attribute kv_scales", p.kv_scale_dtype,
-                               kv_scale_shape(p, 2));
-    in.keep = read_optional(r, file, "/inputs/keep", p.dropout_p > 0, "attribute dropout_p > 0", DType::u8,
-                            {p.B, p.Hq, p.Lq, p.Lk});
-
-    ReferenceResult& e = f.expected;
-    const std::vector<int64_t> out_dims = stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout);
-    e.out = to_layout(read_doubles(r, file, "/expected/out", out_dims), p.B, p.Hq, p.Lq, p.Dv, p.layout, true);
-    e.out_abs =
-        to_layout(read_doubles(r, file, "/expected/out_abs", out_dims), p.B, p.Hq, p.Lq, p.Dv, p.layout, true);
-    e.lse = read_doubles(r, file, "/expected/lse", {p.B, p.Hq, p.Lq});
-    e.score_mag = read_doubles(r, file, "/expected/score_mag", {p.B, p.Hq, p.Lq});
-    if (p.want_weights) e.weights = read_doubles(r, file, "/expected/weights", {p.B, p.Hq, p.Lq, p.Lk});
-    if (p.scores_out != ScoresOut::none) e.scores = read_doubles(r, file, "/expected/scores", {p.B, p.Hq, p.Lq, p.Lk});
-    if (p.max_logit != MaxLogitOut::none) e.max_logit = read_doubles(r, file, "/expected/max_logit", {p.B, p.Hq, p.Lq});
-    if (p.past_len > 0) {
-      e.present_k = to_layout(read_doubles(r, file, "/expected/present_key", stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout)),
-                              p.B, p.Hkv, p.Lk, p.Dqk, p.layout, true);
-      e.present_v = to_layout(read_doubles(r, file, "/expected/present_value", stored_dims({p.B, p.Hkv, p.Lk, p.Dv}, p.layout)),
-                              p.B, p.Hkv, p.Lk, p.Dv, p.layout, true);
-    }
-    try {
-      validate(p, in);
-    } catch (const std::invalid_argument& ex) {
-      r.fail("inputs", ex.what());
-    }
-    if (!h5::in_reading_child()) {  // computed from values already read: the reading child leaves them to the parent
-      fill_error_scales(p, in, e);  // the tolerance model's row scales, from the stored inputs (docs/tolerance.md)
-      try {
-        check_exact_out(f);  // a hand-edited exact_out must not turn a correct result into a failure
-      } catch (const std::invalid_argument& ex) {
-        const std::string w = ex.what();
-        r.fail("exact_out", w.substr(w.find(": ") + 2));
+  return h5::untrusted_read(path, "fixture" + options_key(options), [&] {
+    return with_file_prefix(path, [&] {
+      h5::Reader r{path};
+      h5::Id file = r.open_file();
+      Fixture f = read_header(r, file, options);
+      const Problem& p = f.problem;
+      r.open_group(file, "/inputs");
+      r.open_group(file, "/expected");
+      Inputs& in = f.inputs;
+      in.q = read_tensor(r, file, "/inputs/q", p.dtype, {p.B, p.Hq, p.Lq, p.Dqk}, p.layout);
+      in.k = read_tensor(r, file, "/inputs/k", kv_storage_dtype(p), qkv_shape(p, 1), p.layout);
+      if (p.mla)
+        tie_latent_values(p, in);  // stored once, as k
+      else
+        in.v = read_tensor(r, file, "/inputs/v", kv_storage_dtype(p), qkv_shape(p, 2), p.layout);
+      if (p.past_len > 0) {
+        in.past_k = read_tensor(r, file, "/inputs/past_key", p.dtype, {p.B, p.Hkv, p.past_len, p.Dqk}, p.layout);
+        in.past_v = read_tensor(r, file, "/inputs/past_value", p.dtype, {p.B, p.Hkv, p.past_len, p.Dv}, p.layout);
       }
-    }
-    fixture_detail::read_gradients(r, file, f, true, options.max_bytes);
-    f.checksummed = r.unchecksummed == 0;
-    return f;
-  }); });
+      auto vec = [](const std::optional<std::array<int64_t, 4>>& s) {
+        return s ? std::vector<int64_t>(s->begin(), s->end()) : std::vector<int64_t>{};
+      };
+      in.mask = read_optional(r, file, "/inputs/mask", p.mask_shape.has_value(), "attribute mask_shape", DType::u8,
+                              vec(p.mask_shape));
+      in.bias = read_optional(r, file, "/inputs/bias", p.bias_shape.has_value(), "attribute bias_shape", p.bias_dtype,
+                              vec(p.bias_shape));
+      in.k_scale = read_optional(r, file, "/inputs/k_scale", p.kv_quantized(), "attribute kv_scales", p.kv_scale_dtype,
+                                 kv_scale_shape(p, 1));
+      in.v_scale = read_optional(r, file, "/inputs/v_scale", p.kv_quantized(), "attribute kv_scales", p.kv_scale_dtype,
+                                 kv_scale_shape(p, 2));
+      in.keep = read_optional(r, file, "/inputs/keep", p.dropout_p > 0, "attribute dropout_p > 0", DType::u8,
+                              {p.B, p.Hq, p.Lq, p.Lk});
+
+      ReferenceResult& e = f.expected;
+      const std::vector<int64_t> out_dims = stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout);
+      e.out = to_layout(read_doubles(r, file, "/expected/out", out_dims), p.B, p.Hq, p.Lq, p.Dv, p.layout, true);
+      e.out_abs =
+          to_layout(read_doubles(r, file, "/expected/out_abs", out_dims), p.B, p.Hq, p.Lq, p.Dv, p.layout, true);
+      e.lse = read_doubles(r, file, "/expected/lse", {p.B, p.Hq, p.Lq});
+      e.score_mag = read_doubles(r, file, "/expected/score_mag", {p.B, p.Hq, p.Lq});
+      if (p.want_weights) e.weights = read_doubles(r, file, "/expected/weights", {p.B, p.Hq, p.Lq, p.Lk});
+      if (p.scores_out != ScoresOut::none)
+        e.scores = read_doubles(r, file, "/expected/scores", {p.B, p.Hq, p.Lq, p.Lk});
+      if (p.max_logit != MaxLogitOut::none)
+        e.max_logit = read_doubles(r, file, "/expected/max_logit", {p.B, p.Hq, p.Lq});
+      if (p.past_len > 0) {
+        e.present_k =
+            to_layout(read_doubles(r, file, "/expected/present_key", stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout)),
+                      p.B, p.Hkv, p.Lk, p.Dqk, p.layout, true);
+        e.present_v =
+            to_layout(read_doubles(r, file, "/expected/present_value", stored_dims({p.B, p.Hkv, p.Lk, p.Dv}, p.layout)),
+                      p.B, p.Hkv, p.Lk, p.Dv, p.layout, true);
+      }
+      try {
+        validate(p, in);
+      } catch (const std::invalid_argument& ex) {
+        r.fail("inputs", ex.what());
+      }
+      if (!h5::in_reading_child()) {  // computed from values already read: the reading child leaves them to the parent
+        fill_error_scales(p, in, e);  // the tolerance model's row scales, from the stored inputs (docs/tolerance.md)
+        try {
+          check_exact_out(f);  // a hand-edited exact_out must not turn a correct result into a failure
+        } catch (const std::invalid_argument& ex) {
+          const std::string w = ex.what();
+          r.fail("exact_out", w.substr(w.find(": ") + 2));
+        }
+      }
+      fixture_detail::read_gradients(r, file, f, true, options.max_bytes);
+      f.checksummed = r.unchecksummed == 0;
+      return f;
+    });
+  });
 }
 
 Outputs read_candidate(const std::string& path, const Problem& p, const FixtureReadOptions& options) {
-  if (std::filesystem::path(path).extension() == ".npz") return fixture_detail::read_candidate_npz(path, p, options.max_bytes);
-  return h5::untrusted_read(path, "", [&] { return with_file_prefix(path, [&] {
-    const h5::Reader r{path};
-    h5::Id file = r.open_file();
-    r.open_group(file, "/actual");
-    // Count only the outputs the candidate holds: an out-only candidate of a large fixture is valid.
-    const double rows = double(p.B) * double(p.Hq) * double(p.Lq);
-    const bool has_lse = r.has_object(file, "/actual/lse"), has_weights = r.has_object(file, "/actual/weights");
-    const bool has_scores = r.has_object(file, "/actual/scores");
-    const bool has_max_logit = p.max_logit != MaxLogitOut::none && r.has_object(file, "/actual/max_logit");
-    const bool has_present = r.has_object(file, "/actual/present_key") && r.has_object(file, "/actual/present_value");
-    const double need = 8.0 * rows * (double(p.Dv) + (has_lse ? 1 : 0) + (has_weights ? double(p.Lk) : 0) +
-                                      (has_scores ? double(p.Lk) : 0)) +
-                        (has_present ? 8.0 * double(p.B) * double(p.Hkv) * double(p.Lk) * double(p.Dqk + p.Dv) : 0);
-    if (need > double(options.max_bytes))
-      r.fail("size", "candidate needs " + std::to_string(need) + " bytes, " + over_memory_budget(options.max_bytes));
-    Outputs o;
-    // Each output keeps the precision it was delivered in (a 16-bit float dataset is judged as fp16, a
-    // bfloat16-encoded one as bf16), so the tolerance model charges exactly that output rounding.
-    auto read_into = [&](const std::string& where, std::optional<Tensor>& t, const std::vector<int64_t>& logical,
-                         const std::vector<int64_t>& dims, std::vector<int> order) {
-      h5::Id d = r.open_dataset(file, where);
-      r.expect_extents(d, where, dims);
-      const std::string type = r.type_name(d);
-      const bool bf16 = type == "unsigned 16-bit integer";  // read_as_double accepts only the bfloat16 encoding
-      const DType dt = type == "16-bit float" ? DType::f16 : bf16 ? DType::bf16 : type == "32-bit float" ? DType::f32 : DType::f64;
-      t = order.empty() ? Tensor(dt, logical) : Tensor(dt, logical, order);
-      const std::vector<double> v = r.read_as_double(d, where, static_cast<size_t>(t->numel()));
-      for (size_t n = 0; n < v.size(); ++n) t->set_offset(static_cast<int64_t>(n), v[n]);  // storage order, exact
-    };
-    std::optional<Tensor> out;
-    read_into("/actual/out", out, {p.B, p.Hq, p.Lq, p.Dv}, stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout),
-              storage_order(p.layout));
-    o.out = std::move(*out);
-    if (has_lse) read_into("/actual/lse", o.lse, {p.B, p.Hq, p.Lq}, {p.B, p.Hq, p.Lq}, {});
-    if (has_weights)
-      read_into("/actual/weights", o.weights, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
-    if (has_scores) read_into("/actual/scores", o.scores, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
-    if (has_max_logit) read_into("/actual/max_logit", o.max_logit, max_logit_shape(p), max_logit_shape(p), {});
-    if (has_present) {
-      read_into("/actual/present_key", o.present_k, {p.B, p.Hkv, p.Lk, p.Dqk},
-                stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout), storage_order(p.layout));
-      read_into("/actual/present_value", o.present_v, {p.B, p.Hkv, p.Lk, p.Dv},
-                stored_dims({p.B, p.Hkv, p.Lk, p.Dv}, p.layout), storage_order(p.layout));
-    }
-    return o;
-  }); });
+  if (std::filesystem::path(path).extension() == ".npz")
+    return fixture_detail::read_candidate_npz(path, p, options.max_bytes);
+  return h5::untrusted_read(path, "", [&] {
+    return with_file_prefix(path, [&] {
+      const h5::Reader r{path};
+      h5::Id file = r.open_file();
+      r.open_group(file, "/actual");
+      // Count only the outputs the candidate holds: an out-only candidate of a large fixture is valid.
+      const double rows = double(p.B) * double(p.Hq) * double(p.Lq);
+      const bool has_lse = r.has_object(file, "/actual/lse"), has_weights = r.has_object(file, "/actual/weights");
+      const bool has_scores = r.has_object(file, "/actual/scores");
+      const bool has_max_logit = p.max_logit != MaxLogitOut::none && r.has_object(file, "/actual/max_logit");
+      const bool has_present = r.has_object(file, "/actual/present_key") && r.has_object(file, "/actual/present_value");
+      const double need =
+          8.0 * rows *
+              (double(p.Dv) + (has_lse ? 1 : 0) + (has_weights ? double(p.Lk) : 0) + (has_scores ? double(p.Lk) : 0)) +
+          (has_present ? 8.0 * double(p.B) * double(p.Hkv) * double(p.Lk) * double(p.Dqk + p.Dv) : 0);
+      if (need > double(options.max_bytes))
+        r.fail("size", "candidate needs " + std::to_string(need) + " bytes, " + over_memory_budget(options.max_bytes));
+      Outputs o;
+      // Each output keeps the precision it was delivered in (a 16-bit float dataset is judged as fp16, a
+      // bfloat16-encoded one as bf16), so the tolerance model charges exactly that output rounding.
+      auto read_into = [&](const std::string& where, std::optional<Tensor>& t, const std::vector<int64_t>& logical,
+                           const std::vector<int64_t>& dims, std::vector<int> order) {
+        h5::Id d = r.open_dataset(file, where);
+        r.expect_extents(d, where, dims);
+        const std::string type = r.type_name(d);
+        const bool bf16 = type == "unsigned 16-bit integer";  // read_as_double accepts only the bfloat16 encoding
+        const DType dt = type == "16-bit float"   ? DType::f16
+                         : bf16                   ? DType::bf16
+                         : type == "32-bit float" ? DType::f32
+                                                  : DType::f64;
+        t = order.empty() ? Tensor(dt, logical) : Tensor(dt, logical, order);
+        const std::vector<double> v = r.read_as_double(d, where, static_cast<size_t>(t->numel()));
+        for (size_t n = 0; n < v.size(); ++n) t->set_offset(static_cast<int64_t>(n), v[n]);  // storage order, exact
+      };
+      std::optional<Tensor> out;
+      read_into("/actual/out", out, {p.B, p.Hq, p.Lq, p.Dv}, stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout),
+                storage_order(p.layout));
+      o.out = std::move(*out);
+      if (has_lse) read_into("/actual/lse", o.lse, {p.B, p.Hq, p.Lq}, {p.B, p.Hq, p.Lq}, {});
+      if (has_weights) read_into("/actual/weights", o.weights, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
+      if (has_scores) read_into("/actual/scores", o.scores, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
+      if (has_max_logit) read_into("/actual/max_logit", o.max_logit, max_logit_shape(p), max_logit_shape(p), {});
+      if (has_present) {
+        read_into("/actual/present_key", o.present_k, {p.B, p.Hkv, p.Lk, p.Dqk},
+                  stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout), storage_order(p.layout));
+        read_into("/actual/present_value", o.present_v, {p.B, p.Hkv, p.Lk, p.Dv},
+                  stored_dims({p.B, p.Hkv, p.Lk, p.Dv}, p.layout), storage_order(p.layout));
+      }
+      return o;
+    });
+  });
 }
 
 }  // namespace attncheck

@@ -1,5 +1,6 @@
 // Writing fixtures (golden/SCHEMA.md): attributes for every Problem field, provenance and tolerance on the root
-// group, /inputs exactly as an implementation receives them, /expected in double. Built in memory, written with write_file_durably.
+// group, /inputs exactly as an implementation receives them, /expected in double. Built in memory, written with
+// write_file_durably.
 #include <cstdio>
 #include <stdexcept>
 
@@ -91,16 +92,21 @@ std::string fixture_bytes(const std::string& path, const Fixture& f) {
     h5::write_tensor(g, "k", canonical(in.k, p.layout), stored_dims(in.k.shape, p.layout), kdims);
     if (!p.mla)  // absorbed MLA: v is k's first Dv columns (mla.hpp), stored once as k
       h5::write_tensor(g, "v", canonical(in.v, p.layout), stored_dims(in.v.shape, p.layout), vdims);
-    if (in.mask) h5::write_tensor(g, "mask", canonical(*in.mask, Layout::BHSD), in.mask->shape, "B,Hq,Lq,Lk (broadcast)");
-    if (in.bias) h5::write_tensor(g, "bias", canonical(*in.bias, Layout::BHSD), in.bias->shape, "B,Hq,Lq,Lk (broadcast)");
+    if (in.mask)
+      h5::write_tensor(g, "mask", canonical(*in.mask, Layout::BHSD), in.mask->shape, "B,Hq,Lq,Lk (broadcast)");
+    if (in.bias)
+      h5::write_tensor(g, "bias", canonical(*in.bias, Layout::BHSD), in.bias->shape, "B,Hq,Lq,Lk (broadcast)");
     if (in.keep) h5::write_tensor(g, "keep", canonical(*in.keep, Layout::BHSD), in.keep->shape, "B,Hq,Lq,Lk");
     if (in.past_k) {  // KV-cache append: k and v above hold the new tokens only
       h5::write_tensor(g, "past_key", canonical(*in.past_k, p.layout), stored_dims(in.past_k->shape, p.layout), kdims);
-      h5::write_tensor(g, "past_value", canonical(*in.past_v, p.layout), stored_dims(in.past_v->shape, p.layout), vdims);
+      h5::write_tensor(g, "past_value", canonical(*in.past_v, p.layout), stored_dims(in.past_v->shape, p.layout),
+                       vdims);
     }
     if (in.k_scale) {  // quantized KV cache: k and v above hold the codes
-      write_tensor(g, "k_scale", canonical(*in.k_scale, Layout::BHSD), in.k_scale->shape, "B|1,Hkv|1,Lk|1,Dqk/kv_block|1");
-      write_tensor(g, "v_scale", canonical(*in.v_scale, Layout::BHSD), in.v_scale->shape, "B|1,Hkv|1,Lk|1,Dv/kv_block|1");
+      write_tensor(g, "k_scale", canonical(*in.k_scale, Layout::BHSD), in.k_scale->shape,
+                   "B|1,Hkv|1,Lk|1,Dqk/kv_block|1");
+      write_tensor(g, "v_scale", canonical(*in.v_scale, Layout::BHSD), in.v_scale->shape,
+                   "B|1,Hkv|1,Lk|1,Dv/kv_block|1");
     }
     fixture_detail::write_problem_datasets(g, p);
     fixture_detail::write_gradient_inputs(g, f);
@@ -111,14 +117,15 @@ std::string fixture_bytes(const std::string& path, const Fixture& f) {
     h5::write_doubles(g, "out", to_layout(r.out, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
     h5::write_doubles(g, "lse", r.lse, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
     if (p.want_weights) h5::write_doubles(g, "weights", r.weights, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
-    if (p.scores_out != ScoresOut::none) h5::write_doubles(g, "scores", r.scores, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
+    if (p.scores_out != ScoresOut::none)
+      h5::write_doubles(g, "scores", r.scores, {p.B, p.Hq, p.Lq, p.Lk}, "B,Hq,Lq,Lk");
     // Rows in either form: a heads candidate is judged against their maximum over b and i.
     if (p.max_logit != MaxLogitOut::none) h5::write_doubles(g, "max_logit", r.max_logit, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
     if (p.past_len > 0) {
       h5::write_doubles(g, "present_key", to_layout(r.present_k, p.B, p.Hkv, p.Lk, p.Dqk, p.layout),
-                    stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout), kdims);
+                        stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout), kdims);
       h5::write_doubles(g, "present_value", to_layout(r.present_v, p.B, p.Hkv, p.Lk, p.Dv, p.layout),
-                    stored_dims({p.B, p.Hkv, p.Lk, p.Dv}, p.layout), vdims);
+                        stored_dims({p.B, p.Hkv, p.Lk, p.Dv}, p.layout), vdims);
     }
     h5::write_doubles(g, "score_mag", r.score_mag, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
     h5::write_doubles(g, "out_abs", to_layout(r.out_abs, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
@@ -155,17 +162,22 @@ void write_candidate(const std::string& path, const Problem& p, const Outputs& o
     h5::MemoryFile mem(path);
     h5::Id g = h5::create_group(mem.id(), "actual");
     h5::write_tensor(g, "out", canonical(out.out, p.layout), stored_dims(out.out.shape, p.layout),
-                 p.layout == Layout::BHSD ? "B,Hq,Lq,Dv" : "B,Lq,Hq,Dv");
+                     p.layout == Layout::BHSD ? "B,Hq,Lq,Dv" : "B,Lq,Hq,Dv");
     if (out.lse) h5::write_tensor(g, "lse", *out.lse, out.lse->shape, "B,Hq,Lq");
-    if (out.max_logit) h5::write_tensor(g, "max_logit", *out.max_logit, out.max_logit->shape, p.max_logit == MaxLogitOut::heads ? "Hq" : "B,Hq,Lq");
-    if (out.weights) h5::write_tensor(g, "weights", canonical(*out.weights, Layout::BHSD), out.weights->shape,
-                                  "B,Hq,Lq,Lk");
-    if (out.scores) h5::write_tensor(g, "scores", canonical(*out.scores, Layout::BHSD), out.scores->shape, "B,Hq,Lq,Lk");
+    if (out.max_logit)
+      h5::write_tensor(g, "max_logit", *out.max_logit, out.max_logit->shape,
+                       p.max_logit == MaxLogitOut::heads ? "Hq" : "B,Hq,Lq");
+    if (out.weights)
+      h5::write_tensor(g, "weights", canonical(*out.weights, Layout::BHSD), out.weights->shape, "B,Hq,Lq,Lk");
+    if (out.scores)
+      h5::write_tensor(g, "scores", canonical(*out.scores, Layout::BHSD), out.scores->shape, "B,Hq,Lq,Lk");
     if (out.present_k) {
-      h5::write_tensor(g, "present_key", canonical(*out.present_k, p.layout), stored_dims(out.present_k->shape, p.layout),
-                   p.layout == Layout::BHSD ? "B,Hkv,Lk,Dqk" : "B,Lk,Hkv,Dqk");
-      h5::write_tensor(g, "present_value", canonical(*out.present_v, p.layout), stored_dims(out.present_v->shape, p.layout),
-                   p.layout == Layout::BHSD ? "B,Hkv,Lk,Dv" : "B,Lk,Hkv,Dv");
+      h5::write_tensor(g, "present_key", canonical(*out.present_k, p.layout),
+                       stored_dims(out.present_k->shape, p.layout),
+                       p.layout == Layout::BHSD ? "B,Hkv,Lk,Dqk" : "B,Lk,Hkv,Dqk");
+      h5::write_tensor(g, "present_value", canonical(*out.present_v, p.layout),
+                       stored_dims(out.present_v->shape, p.layout),
+                       p.layout == Layout::BHSD ? "B,Hkv,Lk,Dv" : "B,Lk,Hkv,Dv");
     }
     g = h5::Id();
     bytes = mem.close();

@@ -15,14 +15,22 @@ namespace attncheck::gen {
 namespace {
 const std::vector<std::pair<Distribution, const char*>>& names() {
   static const std::vector<std::pair<Distribution, const char*>> n = {
-      {Distribution::normal, "normal"},         {Distribution::uniform, "uniform"},
-      {Distribution::large_logits, "large_logits"}, {Distribution::tied_maxima, "tied_maxima"},
-      {Distribution::all_equal, "all_equal"},   {Distribution::one_hot, "one_hot"},
-      {Distribution::constant_v, "constant_v"}, {Distribution::tiny, "tiny"},
-      {Distribution::poison_masked, "poison_masked"}, {Distribution::fp16_overflow, "fp16_overflow"},
-      {Distribution::logits_30_80, "logits_30_80"}, {Distribution::near_ties, "near_ties"},
-      {Distribution::neg_inf_bias, "neg_inf_bias"}, {Distribution::tile_edge_dominant, "tile_edge_dominant"},
-      {Distribution::one_hot_v, "one_hot_v"},   {Distribution::uniform_rows, "uniform_rows"}};
+      {Distribution::normal, "normal"},
+      {Distribution::uniform, "uniform"},
+      {Distribution::large_logits, "large_logits"},
+      {Distribution::tied_maxima, "tied_maxima"},
+      {Distribution::all_equal, "all_equal"},
+      {Distribution::one_hot, "one_hot"},
+      {Distribution::constant_v, "constant_v"},
+      {Distribution::tiny, "tiny"},
+      {Distribution::poison_masked, "poison_masked"},
+      {Distribution::fp16_overflow, "fp16_overflow"},
+      {Distribution::logits_30_80, "logits_30_80"},
+      {Distribution::near_ties, "near_ties"},
+      {Distribution::neg_inf_bias, "neg_inf_bias"},
+      {Distribution::tile_edge_dominant, "tile_edge_dominant"},
+      {Distribution::one_hot_v, "one_hot_v"},
+      {Distribution::uniform_rows, "uniform_rows"}};
   return n;
 }
 
@@ -100,7 +108,8 @@ void page_inputs(const Problem& p, Inputs& in) {
           const char mine = owners[s] > 1 && key_visible_anywhere(flat, in, b, h, j) ? 2 : 1;
           if (taken[s] >= mine) continue;
           taken[s] = mine;
-          for (int64_t d = 0; d < t.shape[3]; ++d) pool.put(static_cast<int64_t>(s) / P, h, static_cast<int64_t>(s) % P, d, t.at(b, h, j, d));
+          for (int64_t d = 0; d < t.shape[3]; ++d)
+            pool.put(static_cast<int64_t>(s) / P, h, static_cast<int64_t>(s) % P, d, t.at(b, h, j, d));
         }
     }
     t = std::move(pool);
@@ -177,7 +186,9 @@ Inputs generate_inputs(const Problem& p, Distribution dist, uint64_t seed) {
   switch (dist) {
     case Distribution::normal:
     case Distribution::poison_masked:
-      fill4(in.q, normal_q); fill4(in.k, normal_k); fill4(in.v, normal_v);
+      fill4(in.q, normal_q);
+      fill4(in.k, normal_k);
+      fill4(in.v, normal_v);
       break;
     case Distribution::uniform:
       fill4(in.q, [&](auto...) { return rq.uniform_signed(); });
@@ -214,7 +225,8 @@ Inputs generate_inputs(const Problem& p, Distribution dist, uint64_t seed) {
       break;
     }
     case Distribution::constant_v:
-      fill4(in.q, normal_q); fill4(in.k, normal_k);
+      fill4(in.q, normal_q);
+      fill4(in.k, normal_k);
       fill4(in.v, [](auto...) { return 0.75; });
       break;
     case Distribution::tiny:
@@ -222,8 +234,7 @@ Inputs generate_inputs(const Problem& p, Distribution dist, uint64_t seed) {
       fill4(in.k, [&](auto...) { return 0x1.0p-10 * rk.normal(); });
       fill4(in.v, [&](auto...) { return 0x1.0p-16 * rv.normal(); });
       break;
-    default:
-      break;
+    default: break;
   }
 
   if (p.mask_shape) {

@@ -43,9 +43,10 @@ bool fill_hazard(const Problem& p, Distribution dist, Inputs& in, Rng& rq, Rng& 
       return true;
     }
     case Distribution::neg_inf_bias: {
-      if (!in.bias)
-        throw std::invalid_argument("distribution: neg_inf_bias needs a bias (set bias_shape)");
-      fill4(in.q, normal_q); fill4(in.k, normal_k); fill4(in.v, normal_v);
+      if (!in.bias) throw std::invalid_argument("distribution: neg_inf_bias needs a bias (set bias_shape)");
+      fill4(in.q, normal_q);
+      fill4(in.k, normal_k);
+      fill4(in.v, normal_v);
       Tensor& bias = *in.bias;
       const double ninf = -std::numeric_limits<double>::infinity();
       fill4(bias, [&](int64_t a, int64_t h, int64_t i, int64_t j) {
@@ -64,7 +65,8 @@ bool fill_hazard(const Problem& p, Distribution dist, Inputs& in, Rng& rq, Rng& 
       return true;
     }
     case Distribution::one_hot_v:
-      fill4(in.q, normal_q); fill4(in.k, normal_k);
+      fill4(in.q, normal_q);
+      fill4(in.k, normal_k);
       fill4(in.v, [&](int64_t, int64_t, int64_t j, int64_t d) { return d == j % p.Dv ? 1.0 : 0.0; });
       return true;
     case Distribution::uniform_rows: {
@@ -82,8 +84,7 @@ bool fill_hazard(const Problem& p, Distribution dist, Inputs& in, Rng& rq, Rng& 
           }
       return true;
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 

@@ -41,11 +41,11 @@ std::vector<hsize_t> to_hsize(const std::vector<int64_t>& dims) {
 void write_attr_raw(hid_t loc, const char* name, hid_t ftype, hid_t mtype, const std::vector<int64_t>& dims,
                     const void* data) {
   const auto d = to_hsize(dims);
-  Id space = dims.empty() ? check(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate")
-                          : check(H5Screate_simple(static_cast<int>(d.size()), d.data(), nullptr), H5Sclose,
-                                  "H5Screate_simple");
-  Id attr = check(H5Acreate2(loc, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
-                  std::string("H5Acreate2 ") + name);
+  Id space = dims.empty()
+                 ? check(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate")
+                 : check(H5Screate_simple(static_cast<int>(d.size()), d.data(), nullptr), H5Sclose, "H5Screate_simple");
+  Id attr =
+      check(H5Acreate2(loc, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose, std::string("H5Acreate2 ") + name);
   check(H5Awrite(attr, mtype, data), std::string("H5Awrite ") + name);
 }
 }  // namespace
@@ -80,7 +80,10 @@ Id file_type(DType t) {
 }
 
 const char* encoding(DType t) {
-  return t == DType::bf16 ? "bfloat16" : t == DType::e4m3 ? "float8_e4m3fn" : t == DType::e5m2 ? "float8_e5m2" : nullptr;
+  return t == DType::bf16   ? "bfloat16"
+         : t == DType::e4m3 ? "float8_e4m3fn"
+         : t == DType::e5m2 ? "float8_e5m2"
+                            : nullptr;
 }
 
 // ---- writing -------------------------------------------------------------------------------------------------
@@ -322,7 +325,7 @@ Id Reader::open_file() const {
     if (!has_hdf5_signature(img->bytes)) fail("file", "not an HDF5 file");
     Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     void* buf = const_cast<char*>(img->bytes.data());
-    H5FD_file_image_callbacks_t cb{image_malloc, image_memcpy, image_realloc, image_free, image_udata_copy,
+    H5FD_file_image_callbacks_t cb{image_malloc,     image_memcpy, image_realloc, image_free, image_udata_copy,
                                    image_udata_free, buf};
     if (fapl.get() < 0 || H5Pset_fapl_core(fapl, 1 << 16, false) < 0 || H5Pset_file_image_callbacks(fapl, &cb) < 0 ||
         H5Pset_file_image(fapl, buf, img->bytes.size()) < 0)
@@ -373,8 +376,7 @@ Attr open_attr(const Reader& r, hid_t loc, const std::string& where, const char*
 
 int64_t Reader::attr_i64(hid_t loc, const std::string& where, const char* name) const {
   Attr a = open_attr(*this, loc, where, name);
-  if (a.cls != H5T_INTEGER || a.n != 1)
-    fail(where, std::string("attribute '") + name + "' must be a scalar integer");
+  if (a.cls != H5T_INTEGER || a.n != 1) fail(where, std::string("attribute '") + name + "' must be a scalar integer");
   int64_t v = 0;
   if (H5Aread(a.attr, H5T_NATIVE_INT64, &v) < 0) fail(where, std::string("cannot read attribute '") + name + "'");
   return v;
@@ -382,8 +384,7 @@ int64_t Reader::attr_i64(hid_t loc, const std::string& where, const char* name) 
 
 uint64_t Reader::attr_u64(hid_t loc, const std::string& where, const char* name) const {
   Attr a = open_attr(*this, loc, where, name);
-  if (a.cls != H5T_INTEGER || a.n != 1)
-    fail(where, std::string("attribute '") + name + "' must be a scalar integer");
+  if (a.cls != H5T_INTEGER || a.n != 1) fail(where, std::string("attribute '") + name + "' must be a scalar integer");
   uint64_t v = 0;
   if (H5Aread(a.attr, H5T_NATIVE_UINT64, &v) < 0) fail(where, std::string("cannot read attribute '") + name + "'");
   return v;
@@ -434,8 +435,7 @@ std::vector<int64_t> Reader::attr_i64s(hid_t loc, const std::string& where, cons
   if (a.cls != H5T_INTEGER || H5Sget_simple_extent_ndims(a.space) != 1 || a.n > 64)
     fail(where, std::string("attribute '") + name + "' must be a 1-D integer array of at most 64 entries");
   std::vector<int64_t> v(static_cast<size_t>(a.n));
-  if (H5Aread(a.attr, H5T_NATIVE_INT64, v.data()) < 0)
-    fail(where, std::string("cannot read attribute '") + name + "'");
+  if (H5Aread(a.attr, H5T_NATIVE_INT64, v.data()) < 0) fail(where, std::string("cannot read attribute '") + name + "'");
   return v;
 }
 
@@ -547,11 +547,12 @@ void Reader::expect_dtype(hid_t dset, const std::string& where, DType want) cons
   if (!ok) {
     const std::string fp8 = std::string(to_string(want)) + " (unsigned 8-bit codes with attribute encoding=\"" +
                             (encoding(want) ? encoding(want) : "") + "\")";
-    const char* want_s = want == DType::bf16  ? "bf16 (unsigned uint16 bit patterns with attribute encoding=\"bfloat16\")"
-                         : want == DType::u8  ? "u8 (unsigned 8-bit integer, 0/1)"
-                         : want == DType::i8  ? "int8 (signed 8-bit integer codes)"
-                         : is_fp8(want)       ? fp8.c_str()
-                                              : to_string(want);
+    const char* want_s = want == DType::bf16
+                             ? "bf16 (unsigned uint16 bit patterns with attribute encoding=\"bfloat16\")"
+                         : want == DType::u8 ? "u8 (unsigned 8-bit integer, 0/1)"
+                         : want == DType::i8 ? "int8 (signed 8-bit integer codes)"
+                         : is_fp8(want)      ? fp8.c_str()
+                                             : to_string(want);
     fail(where, std::string("dtype must be ") + want_s + ", got " + type_name(dset) +
                     (cls == H5T_INTEGER && size == 2 && H5Tget_sign(t) != H5T_SGN_NONE ? " (signed)"
                      : cls == H5T_INTEGER && size == 2 && !bf16_encoded(dset, where) ? " without encoding=\"bfloat16\""
@@ -576,8 +577,9 @@ void Reader::read_values(hid_t dset, hid_t mtype, const std::string& where, void
     Id dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     if (dxpl.valid() && H5Pset_edc_check(dxpl, H5Z_DISABLE_EDC) >= 0 &&
         H5Dread(dset, mtype, H5S_ALL, H5S_ALL, dxpl, out) >= 0)
-      fail(where, "Fletcher32 checksum mismatch: the stored values are damaged (a changed bit or byte in the file); "
-                  "restore the file from its source or regenerate it");
+      fail(where,
+           "Fletcher32 checksum mismatch: the stored values are damaged (a changed bit or byte in the file); "
+           "restore the file from its source or regenerate it");
   }
   fail(where, "cannot read data");
 }

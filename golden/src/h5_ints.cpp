@@ -16,8 +16,7 @@ bool is_integer_like(hid_t dset) {
 }
 
 std::vector<int64_t> read_integers(const Reader& r, hid_t dset, const std::string& where, size_t n) {
-  if (!is_integer_like(dset))
-    r.fail(where, "dtype must be bool or an integer type, got " + r.type_name(dset));
+  if (!is_integer_like(dset)) r.fail(where, "dtype must be bool or an integer type, got " + r.type_name(dset));
   Id t(H5Dget_type(dset), H5Tclose);
   std::vector<int64_t> out(n);
   if (H5Tget_class(t) == H5T_INTEGER) {

@@ -47,8 +47,8 @@ std::string image(const std::string& path, const ModuleFixture& f) {
     h5::write_tensor(g, "x", in.x, in.x.shape, "B,Lq,d_in");
     if (in.x2) h5::write_tensor(g, "x2", *in.x2, in.x2->shape, "B,Lk,d_in2");
     const std::pair<const char*, const std::optional<Tensor>*> ws[] = {
-        {"wq", &in.wq}, {"wk", &in.wk}, {"wv", &in.wv}, {"bq", &in.bq}, {"bk", &in.bk}, {"bv", &in.bv},
-        {"wqkv", &in.wqkv}, {"bqkv", &in.bqkv}};
+        {"wq", &in.wq}, {"wk", &in.wk}, {"wv", &in.wv},     {"bq", &in.bq},
+        {"bk", &in.bk}, {"bv", &in.bv}, {"wqkv", &in.wqkv}, {"bqkv", &in.bqkv}};
     for (const auto& [name, t] : ws)
       if (*t) h5::write_tensor(g, name, **t, (*t)->shape, name[0] == 'w' ? "out,in" : "out");
     h5::write_tensor(g, "wo", in.wo, in.wo.shape, "d_out,Hq*Dv");
@@ -185,8 +185,8 @@ ModuleFixture read(const std::string& path) {
   if (r.has_attr(root, "gradients") && flag(r, root, "gradients")) {
     f.dy = read_any(r, file, "/inputs/dy", t, 3);
     if (f.dy->shape != std::vector<int64_t>{p.B, p.Lq, m.d_out})
-      r.fail("/inputs/dy", "shape " + shape_string(f.dy->shape) + ", expected [B,Lq,d_out] = " +
-                               shape_string({p.B, p.Lq, m.d_out}));
+      r.fail("/inputs/dy",
+             "shape " + shape_string(f.dy->shape) + ", expected [B,Lq,d_out] = " + shape_string({p.B, p.Lq, m.d_out}));
     f.grad.emplace();
     for (const std::string& name : module_grad_names(m))
       module_grad(*f.grad, name) = doubles(("/expected/" + name).c_str(), module_grad_input(in, name).shape);

@@ -71,7 +71,8 @@ ModuleInputs generate_module_inputs(const ModuleProblem& m, uint64_t seed) {
     for (int64_t b = 0; b < t.shape[0]; ++b)
       for (int64_t i = 0; i < t.shape[2]; ++i)
         for (int64_t j = 0; j < t.shape[3]; ++j) {
-          const bool keep = is_key_padding(m) ? j < p.Lk - 2 * b - 1 : (j == std::min(i, p.Lk - 1) || mr.uniform() < 0.6);
+          const bool keep =
+              is_key_padding(m) ? j < p.Lk - 2 * b - 1 : (j == std::min(i, p.Lk - 1) || mr.uniform() < 0.6);
           t.put(b, 0, i, j, keep ? 1 : 0);
         }
   }

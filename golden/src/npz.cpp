@@ -53,9 +53,12 @@ std::string header_value(const std::string& h, const std::string& key, const std
   size_t a = h.find(':', k) + 1;
   while (a < h.size() && h[a] == ' ') ++a;
   size_t b = a;
-  if (h[a] == '(') b = h.find(')', a) + 1;
-  else if (h[a] == '\'') b = h.find('\'', a + 1) + 1;
-  else while (b < h.size() && h[b] != ',' && h[b] != '}') ++b;
+  if (h[a] == '(')
+    b = h.find(')', a) + 1;
+  else if (h[a] == '\'')
+    b = h.find('\'', a + 1) + 1;
+  else
+    while (b < h.size() && h[b] != ',' && h[b] != '}') ++b;
   return h.substr(a, b - a);
 }
 
@@ -88,8 +91,16 @@ double element(const char* p, const Descr& d) {
         if (e == 31) return m ? std::numeric_limits<double>::quiet_NaN() : s * HUGE_VAL;
         return e ? s * std::ldexp(1024.0 + m, e - 25) : s * std::ldexp(double(m), -24);
       }
-      if (d.size == 4) { float f; std::memcpy(&f, p, 4); return f; }
-      { double x; std::memcpy(&x, p, 8); return x; }
+      if (d.size == 4) {
+        float f;
+        std::memcpy(&f, p, 4);
+        return f;
+      }
+      {
+        double x;
+        std::memcpy(&x, p, 8);
+        return x;
+      }
     case 'i': {
       int64_t v = 0;
       std::memcpy(&v, p, size_t(d.size));
@@ -160,7 +171,8 @@ std::map<std::string, UserArray> read_npz(const std::string& path, uint64_t max_
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail(path, "cannot open");
   const auto size = static_cast<uint64_t>(in.tellg());
-  if (size > max_bytes) fail(path, "is " + std::to_string(size) + " bytes, more than the cap of " + std::to_string(max_bytes));
+  if (size > max_bytes)
+    fail(path, "is " + std::to_string(size) + " bytes, more than the cap of " + std::to_string(max_bytes));
   std::string b(size, '\0');
   in.seekg(0);
   in.read(b.data(), std::streamsize(size));
@@ -173,7 +185,10 @@ std::map<std::string, UserArray> parse_npz(const std::string& b, const std::stri
   // End of central directory: the last "PK\5\6" within the final 64 KiB + 22 bytes.
   size_t eocd = std::string::npos;
   for (size_t i = b.size() >= 22 ? b.size() - 22 : 0; i != size_t(-1) && b.size() - i <= 65557 + 22; --i)
-    if (b.compare(i, 4, "PK\x05\x06") == 0) { eocd = i; break; }
+    if (b.compare(i, 4, "PK\x05\x06") == 0) {
+      eocd = i;
+      break;
+    }
   if (eocd == std::string::npos) fail(path, "not a zip archive (no end-of-central-directory record): .npz expected");
   uint64_t count = le(b, eocd + 10, 2, path), cd = le(b, eocd + 16, 4, path);
   if ((count == 0xFFFF || cd == 0xFFFFFFFF) && eocd >= 20 && b.compare(eocd - 20, 4, "PK\x06\x07") == 0) {
@@ -208,9 +223,12 @@ std::map<std::string, UserArray> parse_npz(const std::string& b, const std::stri
     if (!inside(b, start, csize) || usize > max_bytes) fail(where, "member extends past the end of the file");
     const std::string raw = b.substr(start, csize);
     std::string data;
-    if (method == 0) data = raw;
-    else if (method == 8) data = inflate_raw(raw, usize, where);
-    else fail(where, "zip compression method " + std::to_string(method) + " is not supported (stored or deflate)");
+    if (method == 0)
+      data = raw;
+    else if (method == 8)
+      data = inflate_raw(raw, usize, where);
+    else
+      fail(where, "zip compression method " + std::to_string(method) + " is not supported (stored or deflate)");
     if (name.size() < 4 || name.compare(name.size() - 4, 4, ".npy") != 0) continue;
     out[name.substr(0, name.size() - 4)] = parse_npy(data, where);
   }

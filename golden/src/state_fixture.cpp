@@ -13,7 +13,6 @@
 
 namespace attncheck {
 
-
 namespace {
 
 constexpr const char* kKind = "merge";
@@ -66,14 +65,16 @@ ExpectedStored expected_stored(const MergeProblem& p, const StoredStates& in, co
   return e;
 }
 
-Tensor read_tensor(const h5::Reader& r, hid_t file, const std::string& path, Tensor t, const std::vector<int64_t>& dims) {
+Tensor read_tensor(const h5::Reader& r, hid_t file, const std::string& path, Tensor t,
+                   const std::vector<int64_t>& dims) {
   h5::Id d = r.open_dataset(file, path);
   r.expect_extents(d, path, dims);
   r.expect_dtype(d, path, t.dtype);
   r.read_raw(d, path, t.dtype, t.bytes.data());
   return t;
 }
-std::vector<double> read_doubles(const h5::Reader& r, hid_t file, const std::string& path, const std::vector<int64_t>& dims) {
+std::vector<double> read_doubles(const h5::Reader& r, hid_t file, const std::string& path,
+                                 const std::vector<int64_t>& dims) {
   h5::Id d = r.open_dataset(file, path);
   r.expect_extents(d, path, dims);
   size_t n = 1;
@@ -151,8 +152,11 @@ std::string merge_fixture_image(const std::string& path, const MergeFixture& f) 
     h5::Id g = h5::create_group(file, "inputs");
     h5::write_tensor(g, "o", f.inputs.o, stored_o_dims(p, true), o_dim_names(p, true));
     const std::vector<int64_t> sd = stored_stat_dims(p, true);
-    if (norm) h5::write_tensor(g, "lse", *f.inputs.lse, sd, stat_dim_names(p, true));
-    else h5::write_tensor(g, "max", *f.inputs.max, sd, stat_dim_names(p, true)), h5::write_tensor(g, "sum", *f.inputs.sum, sd, stat_dim_names(p, true));
+    if (norm)
+      h5::write_tensor(g, "lse", *f.inputs.lse, sd, stat_dim_names(p, true));
+    else
+      h5::write_tensor(g, "max", *f.inputs.max, sd, stat_dim_names(p, true)),
+          h5::write_tensor(g, "sum", *f.inputs.sum, sd, stat_dim_names(p, true));
   }
   {
     h5::Id g = h5::create_group(file, "expected");
@@ -175,7 +179,8 @@ MergeFixture read_merge_fixture(const std::string& path) {
       h5::Reader r{path};
       h5::Id file = r.open_file();
       MergeFixture f;
-      if (!r.has_attr(file, "kind") || r.attr_str(file, "/", "kind") != kKind) r.fail("/", "attribute 'kind' is not \"merge\"");
+      if (!r.has_attr(file, "kind") || r.attr_str(file, "/", "kind") != kKind)
+        r.fail("/", "attribute 'kind' is not \"merge\"");
       const int64_t v = r.attr_i64(file, "/", "schema_version");
       if (v < 2 || v > kFixtureSchemaVersion) r.fail("/", "schema_version " + std::to_string(v) + " not supported");
       MergeProblem& p = f.problem;
@@ -197,8 +202,11 @@ MergeFixture read_merge_fixture(const std::string& path) {
       const std::vector<int64_t> sd = stored_stat_dims(p, true);
       in.o = read_tensor(r, file, "/inputs/o", in.o, stored_o_dims(p, true));
       const bool norm = p.conv.form == StateForm::normalised;
-      if (norm) in.lse = read_tensor(r, file, "/inputs/lse", *in.lse, sd);
-      else in.max = read_tensor(r, file, "/inputs/max", *in.max, sd), in.sum = read_tensor(r, file, "/inputs/sum", *in.sum, sd);
+      if (norm)
+        in.lse = read_tensor(r, file, "/inputs/lse", *in.lse, sd);
+      else
+        in.max = read_tensor(r, file, "/inputs/max", *in.max, sd),
+        in.sum = read_tensor(r, file, "/inputs/sum", *in.sum, sd);
       f.inputs = std::move(in);
       // The stored expectation must be the reference merge of these inputs (to fp64 rounding across libms).
       const ExpectedStored e = expected_stored(p, f.inputs, reference_merge(p, f.inputs).merged);
@@ -208,7 +216,8 @@ MergeFixture read_merge_fixture(const std::string& path) {
         for (size_t i = 0; i < want.size(); ++i)
           if (!(got[i] == want[i] || std::fabs(got[i] - want[i]) <= 1e-12 * (1 + std::fabs(want[i]))))
             r.fail(std::string("/expected/") + name, "element " + std::to_string(i) + " is " + std::to_string(got[i]) +
-                                                         ", the reference merge of /inputs gives " + std::to_string(want[i]));
+                                                         ", the reference merge of /inputs gives " +
+                                                         std::to_string(want[i]));
       };
       agree("o", e.o, stored_o_dims(p, false));
       agree(norm ? "lse" : "max", e.s1, od);

@@ -50,7 +50,8 @@ std::string conv_code(const StateConventions& c) {
 // One case: its states and problem, from the merged defaults + case fields `c`.
 MergeFixture build_one(const std::string& file, const std::string& where, const json& c) {
   auto num = [&](const char* k) -> int64_t {
-    if (!c.contains(k) || !c[k].is_number_integer()) fail(file, where, std::string("field '") + k + "': expected an integer");
+    if (!c.contains(k) || !c[k].is_number_integer())
+      fail(file, where, std::string("field '") + k + "': expected an integer");
     return c[k].get<int64_t>();
   };
   auto ints = [&](const json& v, const char* k) {
@@ -98,7 +99,8 @@ MergeFixture build_one(const std::string& file, const std::string& where, const 
       s.Lq = chunk, s.causal = true;
       cuts.assign(static_cast<size_t>(s.B), {0, past, past + chunk});
     }
-    if (cuts.size() != static_cast<size_t>(s.B) || cuts[0].size() < 2) fail(file, where, "cuts: one list of >= 2 boundaries per batch row");
+    if (cuts.size() != static_cast<size_t>(s.B) || cuts[0].size() < 2)
+      fail(file, where, "cuts: one list of >= 2 boundaries per batch row");
     s.Lk = 0;
     for (const auto& v : cuts) {
       if (v.size() != cuts[0].size()) fail(file, where, "cuts: every batch row needs the same number of ranges");
@@ -131,7 +133,8 @@ MergeFixture build_one(const std::string& file, const std::string& where, const 
     if (lens.empty() || cuts.size() != lens.size())
       fail(file, where, "fields 'seqlens', 'cuts_per_seq': one list of key boundaries per sequence");
     PartialSpec s;
-    s.B = 1, s.Hq = num("Hq"), s.Hkv = num("Hkv"), s.D = num("D"), s.causal = c.contains("causal") && c["causal"].get<bool>();
+    s.B = 1, s.Hq = num("Hq"), s.Hkv = num("Hkv"), s.D = num("D"),
+    s.causal = c.contains("causal") && c["causal"].get<bool>();
     s.scale = c.contains("scale") ? c["scale"].get<double>() : 1.0 / std::sqrt(static_cast<double>(s.D));
     int64_t T = 0;
     for (size_t q = 0; q < lens.size(); ++q) {
@@ -154,15 +157,18 @@ MergeFixture build_one(const std::string& file, const std::string& where, const 
           for (int64_t i = 0; i < s.Lq; ++i) {  // row (h, i) of the sequence is row (h, t0 + i) of the packed state
             const int64_t from = h * s.Lq + i, to = h * T + static_cast<int64_t>(t0) + i;
             State& dst = states[r];
-            dst.m[static_cast<size_t>(to)] = part.m[static_cast<size_t>(from)], dst.l[static_cast<size_t>(to)] = part.l[static_cast<size_t>(from)];
-            for (int64_t d = 0; d < s.D; ++d) dst.u[static_cast<size_t>(to * s.D + d)] = part.u[static_cast<size_t>(from * s.D + d)];
+            dst.m[static_cast<size_t>(to)] = part.m[static_cast<size_t>(from)],
+            dst.l[static_cast<size_t>(to)] = part.l[static_cast<size_t>(from)];
+            for (int64_t d = 0; d < s.D; ++d)
+              dst.u[static_cast<size_t>(to * s.D + d)] = part.u[static_cast<size_t>(from * s.D + d)];
           }
       }
     }
     p.N = static_cast<int64_t>(states.size()), p.B = 1, p.H = s.Hq, p.L = T, p.D = s.D;
   } else if (f.source == "states") {  // drawn directly: O in [-1, 1), lse = offset[n] + spread·normal
     p.N = num("N"), p.B = num("B"), p.H = num("H"), p.L = num("L"), p.D = num("D");
-    const std::vector<double> offsets = c.contains("lse_offsets") ? c["lse_offsets"].get<std::vector<double>>() : std::vector<double>{0.0};
+    const std::vector<double> offsets =
+        c.contains("lse_offsets") ? c["lse_offsets"].get<std::vector<double>>() : std::vector<double>{0.0};
     const double spread = c.value("lse_spread", 1.0);
     const std::string empty = str("empty", "none");
     if (empty != "none" && empty != "all" && empty != "first" && empty != "mixed")
@@ -196,7 +202,8 @@ MergeFixture build_one(const std::string& file, const std::string& where, const 
   } catch (const std::invalid_argument& e) {
     fail(file, where, e.what());
   }
-  f.command = "attncheck generate --spec " + std::filesystem::path(file).filename().string();  // same bytes from any directory
+  f.command =
+      "attncheck generate --spec " + std::filesystem::path(file).filename().string();  // same bytes from any directory
   return f;
 }
 

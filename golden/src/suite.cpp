@@ -20,8 +20,9 @@ using json = nlohmann::json;
 namespace {
 
 // Keys of the spec that are not Problem fields; every field of the feature table is a key too.
-const std::set<std::string> kSpecOnlyKeys = {"name", "D", "dtype", "window", "distribution", "seed", "comment", "tag",
-                                             "weights_max_elements", "gradients", "exact_out"};
+const std::set<std::string> kSpecOnlyKeys = {
+    "name",      "D",        "dtype", "window", "distribution", "seed", "comment", "tag", "weights_max_elements",
+    "gradients", "exact_out"};
 
 // A JSON value as the feature table's text form (field_text): bools 0/1, lists joined by ',' ('x' for 4-d shapes).
 std::string field_json_text(const Field& f, const json& v) {
@@ -74,7 +75,7 @@ CaseSpec parse_case(const json& c, DType dtype) {
     p.window_left = w[0].get<int64_t>();
     p.window_right = w[1].get<int64_t>();
   }
-  validate(p);  // before any product of the extents below: validate bounds them
+  validate(p);                  // before any product of the extents below: validate bounds them
   int64_t weights_max = 16384;  // weights are stored in double: 128 KiB at most per fixture by default
   get("weights_max_elements", weights_max);
   if (!c.contains("want_weights")) p.want_weights = p.B * p.Hq * p.Lq * p.Lk <= weights_max;
@@ -125,7 +126,8 @@ SuiteSpec parse_suite(const std::string& text, const std::string& path) {
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     throw std::invalid_argument(path + ": not valid JSON: " + e.what());
   }
-  if (!j.is_object()) throw std::invalid_argument(path + ": must be a JSON object with \"cases\", got " + j.type_name());
+  if (!j.is_object())
+    throw std::invalid_argument(path + ": must be a JSON object with \"cases\", got " + j.type_name());
   SuiteSpec s;
   s.file_name = std::filesystem::path(path).filename().string();
   for (const auto& [k, v] : j.items())

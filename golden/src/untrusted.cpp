@@ -167,8 +167,9 @@ size_t run_child(const std::vector<const FileImage*>& images, size_t from, const
       if (r > 0 && (got += size_t(r)) == sizeof rec) {
         got = 0;
         if (rec.status == kOutOfMemory)
-          refused[rec.index] = refusal(*images[rec.index], "reading it needed more memory than the limit of twice "
-                                                           "the memory budget (--max-memory)");
+          refused[rec.index] = refusal(*images[rec.index],
+                                       "reading it needed more memory than the limit of twice "
+                                       "the memory budget (--max-memory)");
         next = rec.index + 1;
         started = std::chrono::steady_clock::now();
       }

@@ -30,7 +30,8 @@ std::vector<std::string> wanted(const std::vector<std::string>& extra) {
   return names;
 }
 
-std::map<std::string, UserArray> read_h5(const std::string& path, uint64_t max_bytes, const std::vector<std::string>& extra) {
+std::map<std::string, UserArray> read_h5(const std::string& path, uint64_t max_bytes,
+                                         const std::vector<std::string>& extra) {
   h5::QuietErrors quiet;
   const h5::Reader r{path};
   h5::Id file = r.open_file();
@@ -48,7 +49,8 @@ std::map<std::string, UserArray> read_h5(const std::string& path, uint64_t max_b
     double count = 1;
     for (int64_t x : a.shape) count *= double(x);
     if (count * 8 > double(max_bytes))
-      r.fail(where, std::to_string(int64_t(count)) + " elements, more than the memory cap of " + std::to_string(max_bytes) + " bytes");
+      r.fail(where, std::to_string(int64_t(count)) + " elements, more than the memory cap of " +
+                        std::to_string(max_bytes) + " bytes");
     a.dtype = h5_dtype_name(d);
     h5::Id t(H5Dget_type(d), H5Tclose);
     if (H5Tget_class(t) == H5T_FLOAT) {
@@ -82,7 +84,8 @@ std::string index_string(const std::vector<int64_t>& shape, int64_t flat) {
 
 void check_zero_one(const std::string& what, const UserArray& a) {
   if (a.is_float())
-    throw std::invalid_argument(what + ": dtype " + a.dtype + " is not a mask type (bool or integer 0/1; an additive "
+    throw std::invalid_argument(what + ": dtype " + a.dtype +
+                                " is not a mask type (bool or integer 0/1; an additive "
                                 "float mask is a bias)");
   for (size_t n = 0; n < a.values.size(); ++n)
     if (a.values[n] != 0 && a.values[n] != 1)
@@ -102,7 +105,8 @@ std::map<std::string, UserArray> read_user_arrays(const std::string& path, uint6
                                                   const std::vector<std::string>& extra) {
   const std::string ext = std::filesystem::path(path).extension().string();
   if (ext == ".npz") return select_user_arrays(read_npz(path, max_bytes), extra);
-  if (ext == ".h5" || ext == ".hdf5") return h5::untrusted_read(path, "", [&] { return read_h5(path, max_bytes, extra); });
+  if (ext == ".h5" || ext == ".hdf5")
+    return h5::untrusted_read(path, "", [&] { return read_h5(path, max_bytes, extra); });
   throw std::invalid_argument(path + ": unknown file type '" + ext + "' (expected .npz, .h5 or .hdf5)");
 }
 

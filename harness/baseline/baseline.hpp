@@ -40,11 +40,11 @@ Report load_report(const std::string& path);
 inline constexpr int kNewestSchema = 2;
 
 struct Thresholds {
-  double max_growth = 1.5;                        // a group regresses when its growth's whole interval is above
+  double max_growth = 1.5;                            // a group regresses when its growth's whole interval is above
   std::map<std::string, double> max_growth_by_dtype;  // overrides per dtype ("fp16" -> 2.0)
-  double max_bias_shift = 0.25;                   // ulps of the output dtype, likewise for the bias shift
-  int min_cases = 6;                              // groups with fewer cases are listed, never judged
-  double confidence = 0.99;                       // two-sided level of the t intervals
+  double max_bias_shift = 0.25;                       // ulps of the output dtype, likewise for the bias shift
+  int min_cases = 6;                                  // groups with fewer cases are listed, never judged
+  double confidence = 0.99;                           // two-sided level of the t intervals
   double growth_for(const std::string& dtype) const;
 };
 
@@ -60,9 +60,9 @@ struct GroupDrift {
   Interval bias_shift;  // ulps, mean of per-case bias_mag_ulp differences
   double bias_before = 0, bias_now = 0;
   double share_before = 0, share_now = 0;  // mean share of the bound used
-  bool judged = false;                      // n >= min_cases
+  bool judged = false;                     // n >= min_cases
   bool growth_regression = false, bias_regression = false, improvement = false;
-  std::string name() const;                 // "cpu fp16 causal out"
+  std::string name() const;  // "cpu fp16 causal out"
 };
 
 // A case whose status changed between the reports.
@@ -80,14 +80,15 @@ struct CaseRatio {
 struct Comparison {
   std::vector<CaseChange> changes;
   std::vector<GroupDrift> groups;
-  std::vector<CaseRatio> largest;   // the largest per-case error ratios (at most 10), for the summary
-  std::vector<std::string> notes;   // implementations only in one report, schema fallbacks
-  int regressions() const;          // new failures + capability losses + regressed groups
+  std::vector<CaseRatio> largest;  // the largest per-case error ratios (at most 10), for the summary
+  std::vector<std::string> notes;  // implementations only in one report, schema fallbacks
+  int regressions() const;         // new failures + capability losses + regressed groups
 };
 
 // `now_fixtures_only`: compare only the fixtures present in `now` (verify --baseline with a filter or a shard);
 // implementations absent from `now` are never compared (a note says so).
-Comparison compare_reports(const Report& before, const Report& now, const Thresholds& t, bool now_fixtures_only = false);
+Comparison compare_reports(const Report& before, const Report& now, const Thresholds& t,
+                           bool now_fixtures_only = false);
 
 // The two-sided Student t quantile: t such that P(|T| <= t) = level for df degrees of freedom.
 double t_quantile(double level, int df);

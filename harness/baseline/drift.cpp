@@ -39,7 +39,8 @@ double beta_cf(double a, double b, double x) {
 double inc_beta(double a, double b, double x) {
   if (x <= 0) return 0;
   if (x >= 1) return 1;
-  const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x));
+  const double front =
+      std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x));
   return x < (a + 1) / (a + b + 2) ? front * beta_cf(a, b, x) / a : 1 - front * beta_cf(b, a, 1 - x) / b;
 }
 
@@ -55,8 +56,8 @@ struct Samples {
 
 double t_quantile(double level, int df) {
   if (!(level > 0 && level < 1) || df < 1)
-    throw std::invalid_argument("t_quantile: level must be in (0, 1) and df >= 1, got " + std::to_string(level) +
-                                ", " + std::to_string(df));
+    throw std::invalid_argument("t_quantile: level must be in (0, 1) and df >= 1, got " + std::to_string(level) + ", " +
+                                std::to_string(df));
   double lo = 0, hi = 1e6;
   for (int i = 0; i < 200; ++i) {
     const double mid = 0.5 * (lo + hi);
@@ -74,7 +75,8 @@ Interval mean_interval(const std::vector<double>& xs, double level) {
   if (n == 1) return {mean, mean, mean};
   double ss = 0;
   for (double x : xs) ss += (x - mean) * (x - mean);
-  const double half = t_quantile(level, static_cast<int>(n) - 1) * std::sqrt(ss / static_cast<double>(n - 1) / static_cast<double>(n));
+  const double half =
+      t_quantile(level, static_cast<int>(n) - 1) * std::sqrt(ss / static_cast<double>(n - 1) / static_cast<double>(n));
   return {mean, mean - half, mean + half};
 }
 
@@ -93,12 +95,16 @@ int Comparison::regressions() const {
 }
 
 Comparison compare_reports(const Report& before, const Report& now, const Thresholds& t, bool now_fixtures_only) {
-  if (t.min_cases < 2) throw std::invalid_argument("--min-cases: must be >= 2 (an interval needs two cases), got " + std::to_string(t.min_cases));
-  if (!(t.confidence > 0 && t.confidence < 1)) throw std::invalid_argument("--confidence: must be in (0, 1), got " + std::to_string(t.confidence));
+  if (t.min_cases < 2)
+    throw std::invalid_argument("--min-cases: must be >= 2 (an interval needs two cases), got " +
+                                std::to_string(t.min_cases));
+  if (!(t.confidence > 0 && t.confidence < 1))
+    throw std::invalid_argument("--confidence: must be in (0, 1), got " + std::to_string(t.confidence));
   Comparison c;
   std::set<std::string> impls_now, impls_before, fixtures_now;
   std::map<std::pair<std::string, std::string>, const Row*> now_rows, before_rows;
-  for (const Row& r : now.rows) impls_now.insert(r.impl), fixtures_now.insert(r.fixture), now_rows[{r.impl, r.fixture}] = &r;
+  for (const Row& r : now.rows)
+    impls_now.insert(r.impl), fixtures_now.insert(r.fixture), now_rows[{r.impl, r.fixture}] = &r;
   for (const Row& r : before.rows) {
     impls_before.insert(r.impl);
     if (now_fixtures_only && !fixtures_now.count(r.fixture)) continue;
@@ -108,8 +114,7 @@ Comparison compare_reports(const Report& before, const Report& now, const Thresh
     if (!impls_now.count(i)) c.notes.push_back(i + ": not in " + now.origin + ", not compared");
   for (const auto& i : impls_now)
     if (!impls_before.count(i)) c.notes.push_back(i + ": not in " + before.origin + " (no baseline yet)");
-  if (before.tol_scale != now.tol_scale)
-  {
+  if (before.tol_scale != now.tol_scale) {
     std::ostringstream n;
     n << "--tol-scale differs (" << before.tol_scale << " before, " << now.tol_scale
       << " now): shares of the bound are not comparable; errors are";
@@ -120,7 +125,9 @@ Comparison compare_reports(const Report& before, const Report& now, const Thresh
 
   std::map<Key, Samples> groups;
   auto change = [&](const std::string& impl, const std::string& fix, const std::string& b, const std::string& n,
-                    const char* kind) { c.changes.push_back({impl, fix, b, n, kind}); };
+                    const char* kind) {
+    c.changes.push_back({impl, fix, b, n, kind});
+  };
   for (const auto& [key, b] : before_rows) {
     if (!impls_now.count(key.first)) continue;
     const auto it = now_rows.find(key);
@@ -171,7 +178,8 @@ Comparison compare_reports(const Report& before, const Report& now, const Thresh
         }
       }
   }
-  std::sort(c.largest.begin(), c.largest.end(), [](const CaseRatio& a, const CaseRatio& b) { return a.ratio > b.ratio; });
+  std::sort(c.largest.begin(), c.largest.end(),
+            [](const CaseRatio& a, const CaseRatio& b) { return a.ratio > b.ratio; });
   if (c.largest.size() > 10) c.largest.resize(10);
   auto mean = [](const std::vector<double>& v) {
     double s = 0;

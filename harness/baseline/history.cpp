@@ -12,7 +12,8 @@
 namespace attncheck::baseline {
 
 History history(const std::vector<Report>& reports, const std::vector<std::string>& labels, const std::string& tensor) {
-  if (reports.size() < 2) throw std::invalid_argument("history: needs at least 2 reports, got " + std::to_string(reports.size()));
+  if (reports.size() < 2)
+    throw std::invalid_argument("history: needs at least 2 reports, got " + std::to_string(reports.size()));
   if (labels.size() != reports.size())
     throw std::invalid_argument("--labels: " + std::to_string(labels.size()) + " labels for " +
                                 std::to_string(reports.size()) + " reports");
@@ -81,8 +82,8 @@ std::string history_csv(const History& h) {
 }
 
 Rgb palette(size_t g) {
-  static const Rgb colours[] = {{31, 119, 180}, {44, 160, 44}, {148, 103, 189}, {140, 86, 75}, {23, 190, 207},
-                                {188, 189, 34}, {227, 119, 194}, {127, 127, 127}, {0, 0, 128}, {128, 0, 128}};
+  static const Rgb colours[] = {{31, 119, 180}, {44, 160, 44},   {148, 103, 189}, {140, 86, 75}, {23, 190, 207},
+                                {188, 189, 34}, {227, 119, 194}, {127, 127, 127}, {0, 0, 128},   {128, 0, 128}};
   return colours[g % (sizeof colours / sizeof colours[0])];
 }
 
@@ -121,7 +122,8 @@ Image render_history(const History& h) {
   img.fill_rect(L::left, L::bottom, L::right - L::left, 1, grey);
   for (int k = 0; k < n; ++k) {
     const std::string lab = h.labels[static_cast<size_t>(k)].substr(0, 14);
-    draw_text(img, std::clamp(L::x_of(k, n) - text_width(lab, 1) / 2, 0, L::width - text_width(lab, 1)), L::bottom + 8, lab, dark, 1);
+    draw_text(img, std::clamp(L::x_of(k, n) - text_width(lab, 1) / 2, 0, L::width - text_width(lab, 1)), L::bottom + 8,
+              lab, dark, 1);
   }
   for (size_t g = 0; g < h.groups.size(); ++g) {
     const Rgb c = palette(g);

@@ -12,16 +12,16 @@
 namespace attncheck::baseline {
 
 struct HistoryPoint {
-  bool present = false;    // the group has rows in this report
-  double share = 0;        // mean share_of_bound of its pass cases (0 when none passed)
-  int cases = 0;           // pass cases averaged
-  int failures = 0;        // rows that failed (fail or a failed run)
+  bool present = false;      // the group has rows in this report
+  double share = 0;          // mean share_of_bound of its pass cases (0 when none passed)
+  int cases = 0;             // pass cases averaged
+  int failures = 0;          // rows that failed (fail or a failed run)
   int lost = 0, gained = 0;  // cases judged in the previous report and not now, and the reverse
 };
 
 struct History {
-  std::vector<std::string> labels;  // one per report
-  std::vector<std::string> groups;  // "cpu fp16 out", sorted
+  std::vector<std::string> labels;                // one per report
+  std::vector<std::string> groups;                // "cpu fp16 out", sorted
   std::vector<std::vector<HistoryPoint>> points;  // [group][report]
 };
 
@@ -36,7 +36,9 @@ struct ChartLayout {
   static constexpr int width = 900, left = 70, right = 860, top = 40, bottom = 340;
   static constexpr double kYMax = 1.25;  // shares above 1 (failures) are drawn at the top of the range
   static int x_of(int k, int reports) { return left + k * (right - left) / (reports > 1 ? reports - 1 : 1); }
-  static int y_of(double s) { return bottom - static_cast<int>((s < kYMax ? (s > 0 ? s : 0) : kYMax) / kYMax * (bottom - top) + 0.5); }
+  static int y_of(double s) {
+    return bottom - static_cast<int>((s < kYMax ? (s > 0 ? s : 0) : kYMax) / kYMax * (bottom - top) + 0.5);
+  }
 };
 // Each group's line in its palette colour (group g: palette(g)), a filled 7x7 square at each point; a report with
 // failures in the group gets a red (220,20,20) 11x11 frame around the point, a capability loss an orange

@@ -86,7 +86,8 @@ Report parse_report(const std::string& json_text, const std::string& origin) {
     throw std::invalid_argument(origin + ": not a JSON report (" + e.what() + ")");
   }
   if (!j.is_object() || !j.contains("cases") || !j["cases"].is_array())
-    throw std::invalid_argument(origin + ": not an attncheck report (no 'cases' array; write one with verify --report FILE.json)");
+    throw std::invalid_argument(
+        origin + ": not an attncheck report (no 'cases' array; write one with verify --report FILE.json)");
   if (j.contains("schema_version")) {
     if (!j["schema_version"].is_number_integer())
       throw std::invalid_argument(origin + ": field 'schema_version' is not an integer");

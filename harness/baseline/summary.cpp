@@ -33,7 +33,8 @@ std::string growth_text(const GroupDrift& g, const Thresholds& t) {
 }
 std::string bias_text(const GroupDrift& g, const Thresholds& t) {
   return "bias " + f2(g.bias_before) + " -> " + f2(g.bias_now) + " ulp (shift " + f2(g.bias_shift.estimate) +
-         ", interval " + f2(g.bias_shift.lo) + " to " + f2(g.bias_shift.hi) + "; max shift " + f3(t.max_bias_shift) + ")";
+         ", interval " + f2(g.bias_shift.lo) + " to " + f2(g.bias_shift.hi) + "; max shift " + f3(t.max_bias_shift) +
+         ")";
 }
 
 std::string xml(const std::string& s) {
@@ -50,7 +51,9 @@ std::string xml(const std::string& s) {
   return o;
 }
 
-bool shown(const GroupDrift& g) { return (g.feature == "all" && g.judged) || g.growth_regression || g.bias_regression || g.improvement; }
+bool shown(const GroupDrift& g) {
+  return (g.feature == "all" && g.judged) || g.growth_regression || g.bias_regression || g.improvement;
+}
 }  // namespace
 
 std::vector<std::string> text_lines(const Comparison& c, const Thresholds& t) {
@@ -80,8 +83,8 @@ std::vector<std::string> text_lines(const Comparison& c, const Thresholds& t) {
   }
   for (const auto& g : c.groups)
     if (g.feature == "all" && g.judged)
-      l.push_back("  group " + g.name() + ": " + growth_text(g, t) +
-                  "; share of bound " + f3(g.share_before) + " -> " + f3(g.share_now));
+      l.push_back("  group " + g.name() + ": " + growth_text(g, t) + "; share of bound " + f3(g.share_before) + " -> " +
+                  f3(g.share_now));
   if (!c.largest.empty()) {
     std::string s = "  largest per-case error ratios:";
     for (size_t k = 0; k < c.largest.size() && k < 5; ++k)
@@ -96,7 +99,8 @@ std::vector<std::string> text_lines(const Comparison& c, const Thresholds& t) {
 std::string markdown(const Comparison& c, const Thresholds& t, const std::string& title) {
   std::ostringstream o;
   const int r = c.regressions();
-  o << "### " << title << ": " << (r ? std::to_string(r) + " regression" + (r > 1 ? "s" : "") : "no regression") << "\n\n";
+  o << "### " << title << ": " << (r ? std::to_string(r) + " regression" + (r > 1 ? "s" : "") : "no regression")
+    << "\n\n";
   // Many changed cases fold into <details> so the group table stays on the first screen of the pull request.
   const bool fold = c.changes.size() > 20;
   if (fold) o << "<details><summary>" << c.changes.size() << " cases changed status</summary>\n\n";

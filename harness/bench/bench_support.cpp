@@ -45,8 +45,8 @@ Shape parse_shape(const std::string& s) {
       used = 0;
     }
     if (used != item.size() || item.empty() || x < 1)
-      throw std::invalid_argument("--shape: '" + s + "' must be five positive integers B,H,Lq,Lk,D; bad item '" +
-                                  item + "'");
+      throw std::invalid_argument("--shape: '" + s + "' must be five positive integers B,H,Lq,Lk,D; bad item '" + item +
+                                  "'");
     v.push_back(x);
   }
   if (v.size() != 5)
@@ -90,7 +90,6 @@ std::pair<double, double> time_median(int reps, F&& fn) {
   }
   return {median(wall), median(cpu)};
 }
-
 
 // A field of /proc/self/status in bytes ("VmRSS", "VmHWM"), or -1.
 double proc_status_bytes(const char* field) {
@@ -139,7 +138,8 @@ std::pair<double, double> sgemm_seconds(int64_t n, int threads, int warmup, int 
   // A (n x n) row-major and B packed in strips once (as the attention kernels pack K and V once per head);
   // C = A·B with the dispatched SIMD GEMM, rows split over the threads.
   const int64_t W = cpu::simd::strip_width<float>(), np = (n + W - 1) / W * W;
-  std::vector<float> A(static_cast<size_t>(n * n)), B(static_cast<size_t>(n * np), 0.0f), C(static_cast<size_t>(n * np));
+  std::vector<float> A(static_cast<size_t>(n * n)), B(static_cast<size_t>(n * np), 0.0f),
+      C(static_cast<size_t>(n * np));
   uint64_t state = 0x9e3779b97f4a7c15ull;
   auto rnd = [&] {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
@@ -171,15 +171,18 @@ double stream_gbytes_per_s(int threads) {
   for (int64_t i = 0; i < kWords; ++i) buf[static_cast<size_t>(i)] = static_cast<uint64_t>(i);  // pages touched
   std::vector<uint64_t> sink(static_cast<size_t>(threads));
   auto once = [&] {
-    run_on_threads(threads, [&](int t) {
-      const int64_t a = kWords * t / threads, e = kWords * (t + 1) / threads;
-      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // independent integer sums: the loop vectorises, no FP latency
-      for (int64_t i = a; i + 4 <= e; i += 4) {
-        s0 += buf[static_cast<size_t>(i)], s1 += buf[static_cast<size_t>(i + 1)];
-        s2 += buf[static_cast<size_t>(i + 2)], s3 += buf[static_cast<size_t>(i + 3)];
-      }
-      sink[static_cast<size_t>(t)] = s0 + s1 + s2 + s3;
-    }, Shortfall::fail);
+    run_on_threads(
+        threads,
+        [&](int t) {
+          const int64_t a = kWords * t / threads, e = kWords * (t + 1) / threads;
+          uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // independent integer sums: the loop vectorises, no FP latency
+          for (int64_t i = a; i + 4 <= e; i += 4) {
+            s0 += buf[static_cast<size_t>(i)], s1 += buf[static_cast<size_t>(i + 1)];
+            s2 += buf[static_cast<size_t>(i + 2)], s3 += buf[static_cast<size_t>(i + 3)];
+          }
+          sink[static_cast<size_t>(t)] = s0 + s1 + s2 + s3;
+        },
+        Shortfall::fail);
   };
   once();
   const double seconds = time_median(3, once).first;
@@ -193,8 +196,8 @@ double fma_peak_gflops(int threads) {
   std::vector<float> sink(static_cast<size_t>(threads));
   auto once = [&] {
     // A peak of N threads needs all N running.
-    run_on_threads(threads, [&](int t) { sink[static_cast<size_t>(t)] = cpu::simd::fma_chains(iters); },
-                   Shortfall::fail);
+    run_on_threads(
+        threads, [&](int t) { sink[static_cast<size_t>(t)] = cpu::simd::fma_chains(iters); }, Shortfall::fail);
   };
   once();  // warm-up (clock ramp)
   const double flops = static_cast<double>(cpu::simd::fma_flops_per_iter()) * static_cast<double>(iters) * threads;
@@ -217,7 +220,8 @@ Result run(const Impl& impl, const Config& c) {
   if (!c.kv_cache.empty()) {
     const size_t colon = c.kv_cache.find(':');
     if (colon == std::string::npos)
-      throw std::invalid_argument("--kv-cache: expected <int8|fp8_e4m3|fp8_e5m2>:<tensor|head|token|blockG>, got '" + c.kv_cache + "'");
+      throw std::invalid_argument("--kv-cache: expected <int8|fp8_e4m3|fp8_e5m2>:<tensor|head|token|blockG>, got '" +
+                                  c.kv_cache + "'");
     p.kv_dtype = dtype_from_string(c.kv_cache.substr(0, colon));
     std::string g = c.kv_cache.substr(colon + 1);
     if (g.rfind("block", 0) == 0 && g.size() > 5) p.kv_block = std::stoll(g.substr(5)), g = "block";
@@ -304,8 +308,12 @@ Result run(const Impl& impl, const Config& c) {
   const double q_o = static_cast<double>(in.q.numel() + out.out.numel());
   const double k_v = static_cast<double>(in.k.numel() + (p.mla ? 0 : in.v.numel()));  // MLA: V is K's memory
   const double kv_size = static_cast<double>(dtype_size(in.k.dtype));  // a quantized cache: its 1-byte codes
-  const double scales = in.k_scale ? static_cast<double>((in.k_scale->numel() + in.v_scale->numel()) * int64_t(dtype_size(in.k_scale->dtype))) : 0.0;
-  r.bytes = (size * q_o + kv_size * k_v + scales) * (c.backward ? 2.0 : 1.0);  // backward: dO and dQ like Q and O, dK dV like K V
+  const double scales =
+      in.k_scale
+          ? static_cast<double>((in.k_scale->numel() + in.v_scale->numel()) * int64_t(dtype_size(in.k_scale->dtype)))
+          : 0.0;
+  r.bytes = (size * q_o + kv_size * k_v + scales) *
+            (c.backward ? 2.0 : 1.0);  // backward: dO and dQ like Q and O, dK dV like K V
   r.gbytes_per_s = r.bytes / r.seconds / 1e9;
   r.stream_gbytes_per_s = stream_gbytes_per_s(c.threads);
   r.fraction_of_bandwidth = r.gbytes_per_s / r.stream_gbytes_per_s;
@@ -319,20 +327,23 @@ std::string to_json(const std::string& impl, const Config& c, const Result& r) {
   const Shape& s = c.shape;
   char buf[2048];
   std::snprintf(buf, sizeof buf,
-                "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, \"mla_dv\": %lld, \"num_splits\": %d, "
+                "{\"impl\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld, %lld], \"dtype\": \"%s\", \"causal\": %s, "
+                "\"mla_dv\": %lld, \"num_splits\": %d, "
                 "\"threads\": %d, \"reps\": %d, \"seconds\": %.6g, \"gflops\": %.4g, \"sgemm_gflops\": %.4g, "
-                "\"sgemm_n\": %lld, \"ratio_to_sgemm\": %.4g, \"fma_peak_gflops\": %.4g, \"fraction_of_peak\": %.4g, \"peak_extra_rss_bytes\": %.0f, "
+                "\"sgemm_n\": %lld, \"ratio_to_sgemm\": %.4g, \"fma_peak_gflops\": %.4g, \"fraction_of_peak\": %.4g, "
+                "\"peak_extra_rss_bytes\": %.0f, "
                 "\"peak_extra_rss_mib\": %.2f, \"cpu_seconds\": %.6g, \"cpu_ratio_to_sgemm\": %.4g, \"isa\": \"%s\", "
                 "\"pass\": \"%s\", \"forward_seconds\": %.6g, \"bytes\": %.0f, \"gbytes_per_s\": %.4g, "
                 "\"stream_gbytes_per_s\": %.4g, \"fraction_of_bandwidth\": %.4g, \"bound\": \"%s\", "
                 "\"device_seconds\": %.6g, \"device_gflops\": %.6g, \"device_note\": \"%s\"}",
                 impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.Lq),
                 static_cast<long long>(s.Lk), static_cast<long long>(s.D), to_string(c.dtype),
-                c.causal ? "true" : "false", static_cast<long long>(c.mla_dv), c.num_splits, c.threads, c.reps, r.seconds, r.gflops, r.sgemm_gflops,
-                static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm, r.fma_peak_gflops, r.fraction_of_peak, r.extra_rss_bytes,
-                r.extra_rss_bytes / (1024.0 * 1024.0), r.cpu_seconds, r.cpu_ratio_to_sgemm, isa().c_str(),
-                c.backward ? "backward" : "forward", c.backward ? r.forward_seconds : r.seconds, r.bytes, r.gbytes_per_s,
-                r.stream_gbytes_per_s, r.fraction_of_bandwidth, r.bound.c_str(), r.device_seconds, r.device_gflops, r.device_note.c_str());
+                c.causal ? "true" : "false", static_cast<long long>(c.mla_dv), c.num_splits, c.threads, c.reps,
+                r.seconds, r.gflops, r.sgemm_gflops, static_cast<long long>(r.sgemm_n), r.ratio_to_sgemm,
+                r.fma_peak_gflops, r.fraction_of_peak, r.extra_rss_bytes, r.extra_rss_bytes / (1024.0 * 1024.0),
+                r.cpu_seconds, r.cpu_ratio_to_sgemm, isa().c_str(), c.backward ? "backward" : "forward",
+                c.backward ? r.forward_seconds : r.seconds, r.bytes, r.gbytes_per_s, r.stream_gbytes_per_s,
+                r.fraction_of_bandwidth, r.bound.c_str(), r.device_seconds, r.device_gflops, r.device_note.c_str());
   return buf;
 }
 

@@ -38,8 +38,8 @@ struct Config {
   std::array<int64_t, 2> block_mask{0, 0};
 };
 
-// Attention FLOPs: 4·B·H·Lq·Lk·D (two GEMMs; with MLA 2·B·H·Lq·Lk·(D + mla_dv)); causal counts half; the backward 2.5 times that (FlashAttention's
-// convention: five GEMMs against the forward's two).
+// Attention FLOPs: 4·B·H·Lq·Lk·D (two GEMMs; with MLA 2·B·H·Lq·Lk·(D + mla_dv)); causal counts half; the backward 2.5
+// times that (FlashAttention's convention: five GEMMs against the forward's two).
 double attention_flops(const Config& c);
 
 struct Result {

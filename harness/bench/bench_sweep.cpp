@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
               c.warmup = 1;
               c.reps = smoke ? 1 : 3;
               const std::string name = impl->name() + "/" + to_string(dt) + "/L" + std::to_string(L) + "/D" +
-                                       std::to_string(D) + (causal ? "/causal" : "/full") + "/threads:" +
-                                       std::to_string(threads);
+                                       std::to_string(D) + (causal ? "/causal" : "/full") +
+                                       "/threads:" + std::to_string(threads);
               benchmark::RegisterBenchmark(name.c_str(),
                                            [impl, c](benchmark::State& st) {
                                              const bench::Result r = bench::run(*impl, c);

@@ -45,7 +45,8 @@ double rank_corr(const std::vector<double>& x, const std::vector<double>& y) {
   const double mx = std::accumulate(rx.begin(), rx.end(), 0.0) / static_cast<double>(n);
   const double my = std::accumulate(ry.begin(), ry.end(), 0.0) / static_cast<double>(n);
   double sxy = 0, sxx = 0, syy = 0;
-  for (size_t k = 0; k < n; ++k) sxy += (rx[k] - mx) * (ry[k] - my), sxx += (rx[k] - mx) * (rx[k] - mx), syy += (ry[k] - my) * (ry[k] - my);
+  for (size_t k = 0; k < n; ++k)
+    sxy += (rx[k] - mx) * (ry[k] - my), sxx += (rx[k] - mx) * (rx[k] - mx), syy += (ry[k] - my) * (ry[k] - my);
   return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : 0;
 }
 
@@ -74,17 +75,23 @@ std::vector<std::string> anatomy(const Subject& s) {
   {
     std::ostringstream o;
     o << "out: " << s.n_bad_out << " of " << s.out.size() << " elements fail";
-    if (s.n_bad_out) o << " in batches " << set_str(bs, p.B) << ", heads " << set_str(hs, p.Hq) << ", " << nrows << " of " << s.rows()
-                       << " rows, head-dim columns " << set_str(cols, p.Dv);
+    if (s.n_bad_out)
+      o << " in batches " << set_str(bs, p.B) << ", heads " << set_str(hs, p.Hq) << ", " << nrows << " of " << s.rows()
+        << " rows, head-dim columns " << set_str(cols, p.Dv);
     if (nonfinite) o << "; " << nonfinite << " are NaN/Inf where a finite value was expected";
     line(o);
   }
   if (!s.lse.empty() || !s.w.empty()) {
     std::ostringstream o;
-    o << "lse: " << (s.lse.empty() ? std::string("not produced") : std::to_string(s.n_bad_lse) + " of " + std::to_string(s.lse.size()) + " fail")
-      << "; weights: " << (s.w.empty() ? std::string("not produced") : std::to_string(s.n_bad_w) + " of " + std::to_string(s.w.size()) + " fail");
+    o << "lse: "
+      << (s.lse.empty() ? std::string("not produced")
+                        : std::to_string(s.n_bad_lse) + " of " + std::to_string(s.lse.size()) + " fail")
+      << "; weights: "
+      << (s.w.empty() ? std::string("not produced")
+                      : std::to_string(s.n_bad_w) + " of " + std::to_string(s.w.size()) + " fail");
     if (s.n_bad_out == 0 && s.n_bad_lse > 0) o << " (out right, lse wrong: the softmax statistics, not the weights)";
-    if (s.n_bad_out > 0 && !s.lse.empty() && s.n_bad_lse == 0) o << " (lse right, out wrong: the denominator is right, P.V or the weights' use is not)";
+    if (s.n_bad_out > 0 && !s.lse.empty() && s.n_bad_lse == 0)
+      o << " (lse right, out wrong: the denominator is right, P.V or the weights' use is not)";
     line(o);
   }
   if (nrows > 0) {
@@ -122,8 +129,10 @@ std::vector<std::string> anatomy(const Subject& s) {
         if (!s.bad_w[n]) continue;
         keys.insert(j);
         if (p.causal || p.has_window()) ++rel[j - diag];
-        if (!s.vis[n]) ++leak;
-        else if (std::abs(s.w[n]) <= s.tol_w[n]) ++deficit;
+        if (!s.vis[n])
+          ++leak;
+        else if (std::abs(s.w[n]) <= s.tol_w[n])
+          ++deficit;
         win_edge += (p.window_left >= 0 && (j == diag - p.window_left - 1 || j == diag - p.window_left)) ||
                     (p.window_right >= 0 && (j == diag + p.window_right + 1 || j == diag + p.window_right));
       }
@@ -154,7 +163,8 @@ std::vector<std::string> anatomy(const Subject& s) {
   std::vector<double> ratio, nvis, mag;
   for (int64_t r = 0; r < s.rows(); ++r)
     if (s.row_visible[static_cast<size_t>(r)] > 0) {
-      ratio.push_back(row_ratio[static_cast<size_t>(r)]), nvis.push_back(static_cast<double>(s.row_visible[static_cast<size_t>(r)]));
+      ratio.push_back(row_ratio[static_cast<size_t>(r)]),
+          nvis.push_back(static_cast<double>(s.row_visible[static_cast<size_t>(r)]));
       mag.push_back(std::abs(s.row_max[static_cast<size_t>(r)]));
     }
   if (nrows >= 4) {

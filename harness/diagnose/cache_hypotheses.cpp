@@ -33,24 +33,28 @@ prop::Case with_scales(const prop::Case& c, bool keys, bool values, F f) {
 }
 
 void descale_hypotheses(Scorer& sc, const prop::Case& c) {
-  for (auto [keys, values, which] : {std::tuple{true, true, "k and v"}, std::tuple{true, false, "k"},
-                                     std::tuple{false, true, "v"}})
-    sc.variant("descale-ignored", std::string("quantized KV cache: the scales of ") + which + " dropped (codes read as values)",
-               [&] { return with_scales(c, keys, values, [](const Tensor&, int64_t, int64_t, int64_t, int64_t) { return 1.0; }); });
+  for (auto [keys, values, which] :
+       {std::tuple{true, true, "k and v"}, std::tuple{true, false, "k"}, std::tuple{false, true, "v"}})
+    sc.variant("descale-ignored",
+               std::string("quantized KV cache: the scales of ") + which + " dropped (codes read as values)", [&] {
+                 return with_scales(c, keys, values,
+                                    [](const Tensor&, int64_t, int64_t, int64_t, int64_t) { return 1.0; });
+               });
   // One group's scale read for every group along an axis of the scales that has more than one.
   const std::array<const char*, 4> axis = {"batch", "KV head", "token", "head-dim block"};
   const std::vector<int64_t>& n = c.in.k_scale->shape;
   for (int a = 0; a < 4; ++a) {
     if (n[size_t(a)] < 2) continue;
-    sc.variant("descale-wrong-group",
-               std::string("quantized KV cache: every ") + axis[size_t(a)] + " reads the scale of " + axis[size_t(a)] + " 0",
-               [&] {
-                 return with_scales(c, true, true, [a](const Tensor& s, int64_t b, int64_t h, int64_t j, int64_t g) {
-                   std::array<int64_t, 4> at = {b, h, j, g};
-                   at[size_t(a)] = 0;
-                   return s.at(at[0], at[1], at[2], at[3]);
-                 });
-               });
+    sc.variant(
+        "descale-wrong-group",
+        std::string("quantized KV cache: every ") + axis[size_t(a)] + " reads the scale of " + axis[size_t(a)] + " 0",
+        [&] {
+          return with_scales(c, true, true, [a](const Tensor& s, int64_t b, int64_t h, int64_t j, int64_t g) {
+            std::array<int64_t, 4> at = {b, h, j, g};
+            at[size_t(a)] = 0;
+            return s.at(at[0], at[1], at[2], at[3]);
+          });
+        });
   }
 }
 
@@ -65,10 +69,11 @@ void cache_hypotheses(Scorer& sc) {
       return p.topk_indices[static_cast<size_t>((b * p.Lq + i + 1) * p.topk - 1)] == -1;
     };
     for (const int64_t key : {int64_t{0}, p.Lk - 1})
-      add_visibility(sc, "topk-padding",
-                     "top-k sparse: a padding slot (-1) read as key " + std::to_string(key) +
-                         (key == 0 ? "" : " (a negative index wrapping to the last key)"),
-                     [&](int64_t b, int64_t, int64_t i, int64_t j, bool vis) { return vis || (j == key && padded(b, i)); });
+      add_visibility(
+          sc, "topk-padding",
+          "top-k sparse: a padding slot (-1) read as key " + std::to_string(key) +
+              (key == 0 ? "" : " (a negative index wrapping to the last key)"),
+          [&](int64_t b, int64_t, int64_t i, int64_t j, bool vis) { return vis || (j == key && padded(b, i)); });
   }
 }
 

@@ -8,7 +8,8 @@ namespace attncheck::diagnose {
 
 namespace {
 Tensor like(const Tensor& t, DType dt, std::vector<int64_t> shape, Layout l) {
-  return t.shape.size() == 4 && shape.size() == 4 ? Tensor(dt, std::move(shape), storage_order(l)) : Tensor(dt, std::move(shape));
+  return t.shape.size() == 4 && shape.size() == 4 ? Tensor(dt, std::move(shape), storage_order(l))
+                                                  : Tensor(dt, std::move(shape));
 }
 }  // namespace
 
@@ -162,14 +163,22 @@ std::vector<std::string> active_features(const Problem& p) {
 prop::Case without(const prop::Case& c, const std::string& feature) {
   prop::Case d = c;
   Problem& p = d.p;
-  if (feature == "causal") p.causal = false;
-  else if (feature == "window") p.window_left = p.window_right = -1;
-  else if (feature == "key padding") p.key_lengths.clear();
-  else if (feature == "mask") p.mask_shape.reset(), d.in.mask.reset();
-  else if (feature == "bias") p.bias_shape.reset(), d.in.bias.reset();
-  else if (feature == "softcap") p.softcap = 0;
-  else if (feature == "dropout") p.dropout_p = 0, d.in.keep.reset();
-  else throw std::invalid_argument("diagnose: unknown feature '" + feature + "'");
+  if (feature == "causal")
+    p.causal = false;
+  else if (feature == "window")
+    p.window_left = p.window_right = -1;
+  else if (feature == "key padding")
+    p.key_lengths.clear();
+  else if (feature == "mask")
+    p.mask_shape.reset(), d.in.mask.reset();
+  else if (feature == "bias")
+    p.bias_shape.reset(), d.in.bias.reset();
+  else if (feature == "softcap")
+    p.softcap = 0;
+  else if (feature == "dropout")
+    p.dropout_p = 0, d.in.keep.reset();
+  else
+    throw std::invalid_argument("diagnose: unknown feature '" + feature + "'");
   if (!p.causal && !p.has_window()) p.alignment = Alignment::top_left, p.causal_offset = 0, p.causal_offsets.clear();
   validate(p, d.in);
   return d;

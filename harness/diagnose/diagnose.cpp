@@ -1,6 +1,6 @@
 // diagnose(): anatomy, hypotheses and (with a re-runnable candidate) probes, merged into one ranked list of causes.
-// A cause keeps its best-scoring evidence; a probe vote adds 0.3 (the failure vanishes) or takes 0.2; causes below 0.25 are dropped,
-// so an unexplained failure says "no known signature" rather than guessing.
+// A cause keeps its best-scoring evidence; a probe vote adds 0.3 (the failure vanishes) or takes 0.2; causes below 0.25
+// are dropped, so an unexplained failure says "no known signature" rather than guessing.
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -18,16 +18,17 @@ const std::vector<std::string>& known_tags() {
   static const std::vector<std::string> tags = {
       "causal-diagonal", "causal-alignment", "window-edge", "tile-tail", "skipped-keys", "gqa-mapping", "softcap-order",
       "alibi-sign", "alibi-slope-head", "document-boundary", "chunk-boundary", "descale-ignored", "descale-wrong-group",
-      "topk-padding",
-      "mask-fill", "key-padding", "mask-ignored", "mask-after-softmax", "softmax-axis", "block-table", "fully-masked-policy",
+      "topk-padding", "mask-fill", "key-padding", "mask-ignored", "mask-after-softmax", "softmax-axis", "block-table",
+      "fully-masked-policy",
       // block masks after the mask tags: where every block is partial (a tail block), treating them as full is the
       // mask ignored, and the named mask is the more specific cause
-      "block-mask-partial-as-full", "block-mask-missing", "parameter-ignored",
-      "dropout-scale", "dropout-mask", "mla-scale-dim", "mla-v-stride", "mla-v-columns", "scale", "layout-stride", "lse-base", "lse-offset", "lse-missing-max", "lse-unscaled-max", "max-logit-stage",
+      "block-mask-partial-as-full", "block-mask-missing", "parameter-ignored", "dropout-scale", "dropout-mask",
+      "mla-scale-dim", "mla-v-stride", "mla-v-columns", "scale", "layout-stride", "lse-base", "lse-offset",
+      "lse-missing-max", "lse-unscaled-max", "max-logit-stage",
       // RoPE before the NaN causes: a RoPE problem's NaN rows from angles past fp16's range are the more specific
-      "rope-interleave", "rope-offset", "rope-partial", "rope-precision", "qk-norm-eps",
-      "nan-leak", "no-max-subtraction", "fp16-overflow", "missed-rescale", "low-precision-scores",
-      "low-precision-accumulation", "tf32", "row-scale", "negative-scale-mask", "uninitialised-output",
+      "rope-interleave", "rope-offset", "rope-partial", "rope-precision", "qk-norm-eps", "nan-leak",
+      "no-max-subtraction", "fp16-overflow", "missed-rescale", "low-precision-scores", "low-precision-accumulation",
+      "tf32", "row-scale", "negative-scale-mask", "uninitialised-output",
       // the invariance checks' tags (harness/property/invariance.hpp), never scored by the hypotheses
       "nondeterministic", "batch-variant", "schedule-variant", "layout-variant"};
   return tags;
@@ -97,13 +98,15 @@ std::vector<std::string> Diagnosis::text() const {
     o << "  cause " << c.tag << " (score " << std::fixed << c.score << "): " << c.evidence;
     l.push_back(o.str());
   }
-  if (causes.empty()) l.push_back("  cause: no known signature (no hypothesis explains a quarter of the failing elements)");
+  if (causes.empty())
+    l.push_back("  cause: no known signature (no hypothesis explains a quarter of the failing elements)");
   for (const ProbeResult& p : probes)
     l.push_back("  probe " + p.name + ": " + p.outcome + (p.detail.empty() ? "" : " (" + p.detail + ")"));
   if (rerun_budget > 0) l.push_back("  re-runs: " + std::to_string(reruns) + " of " + std::to_string(rerun_budget));
   if (repro)
     l.push_back("  repro: " + repro->before + " -> " + repro->after + " (still " + repro->top + ", " +
-                std::to_string(repro->reruns) + " re-runs)" + (repro->path.empty() ? "" : ", written to " + repro->path));
+                std::to_string(repro->reruns) + " re-runs)" +
+                (repro->path.empty() ? "" : ", written to " + repro->path));
   return l;
 }
 

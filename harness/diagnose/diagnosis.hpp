@@ -41,7 +41,7 @@ struct Diagnosis {
   std::vector<std::string> anatomy;  // one finding per line, most specific first
   std::vector<Cause> causes;         // best first; empty = no known signature
   std::vector<ProbeResult> probes;
-  int reruns = 0;                    // candidate runs spent by the probes
+  int reruns = 0;  // candidate runs spent by the probes
   int rerun_budget = 0;
   std::optional<Repro> repro;
   std::string top() const { return causes.empty() ? "no known signature" : causes.front().tag; }

@@ -22,11 +22,13 @@ void Scorer::add(const std::string& tag, const std::string& what, const std::vec
   if (total == 0 && !(weighed && s.n_bad_w > 0)) return;
   const int64_t left = total ? s.bad_against(pred_out, tol_out) : 0;
   const int64_t left_lse = total && pred_lse && !s.lse.empty() ? s.bad_lse_against(*pred_lse, tol_lse) : s.n_bad_lse;
-  double explained = total ? static_cast<double>(s.n_bad_out - left + s.n_bad_lse - left_lse) / static_cast<double>(total) : 1.0;
+  double explained =
+      total ? static_cast<double>(s.n_bad_out - left + s.n_bad_lse - left_lse) / static_cast<double>(total) : 1.0;
   std::ostringstream e;
   e << what << ": ";
   if (total) {
-    e << "the candidate matches this prediction on " << (total - left - left_lse) << " of " << total << " failing elements";
+    e << "the candidate matches this prediction on " << (total - left - left_lse) << " of " << total
+      << " failing elements";
     if (left + left_lse > 0) e << " (" << (left + left_lse) << " still off)";
   }
   if (weighed) {
@@ -61,7 +63,8 @@ ReferenceResult predicted(const Subject& s, prop::Case& d) {
         dense.row(b, h, i, seen.data());
         if (std::find(seen.begin(), seen.end(), 1) == seen.end()) continue;
         for (int64_t j = 0; j < q.Lk; ++j)
-          if (!seen[static_cast<size_t>(j)] && std::isnan(r.weights[static_cast<size_t>(row + j)])) r.weights[static_cast<size_t>(row + j)] = 0;
+          if (!seen[static_cast<size_t>(j)] && std::isnan(r.weights[static_cast<size_t>(row + j)]))
+            r.weights[static_cast<size_t>(row + j)] = 0;
       }
   return r;
 }
@@ -83,7 +86,8 @@ void Scorer::judged_variant(const std::string& tag, const std::string& what, con
     const ReferenceResult r = predicted(s, d);
     const std::vector<double> tol = out_tolerance(d.p, r, s.model, s.out_dtype);
     const std::vector<double> tol_lse = lse_tolerance(d.p, r, s.model, s.lse_dtype);
-    add(tag, what, r.out, d.p.Lq == s.p().Lq ? &r.lse : nullptr, d.p.want_weights ? &r.weights : nullptr, &tol, &tol_lse);
+    add(tag, what, r.out, d.p.Lq == s.p().Lq ? &r.lse : nullptr, d.p.want_weights ? &r.weights : nullptr, &tol,
+        &tol_lse);
   } catch (const std::invalid_argument&) {
   }
 }
@@ -101,7 +105,8 @@ std::vector<double> other_layout(const Problem& p, const std::vector<double>& re
           // Written at the BSHD offset of (b,h,i,d), read back as BHSD (the two orders swap roles symmetrically).
           const int64_t off = ((b * L + i) * H + h) * D + d;
           const int64_t h2 = (off / D) % (H * L) / L, i2 = (off / D) % L;
-          const auto x = static_cast<size_t>(((b * H + h) * L + i) * D + d), y = static_cast<size_t>(((b * H + h2) * L + i2) * D + d);
+          const auto x = static_cast<size_t>(((b * H + h) * L + i) * D + d),
+                     y = static_cast<size_t>(((b * H + h2) * L + i2) * D + d);
           pred[inverse ? x : y] = ref[inverse ? y : x];
         }
   return pred;
@@ -128,8 +133,8 @@ std::vector<double> out_from_weights(const Subject& s, const std::vector<double>
   return o;
 }
 
-Prediction softmax_model(const Subject& s, const std::function<double(int64_t, int64_t)>& score, DType sum_acc, DType pv_acc,
-                         bool nan_rows) {
+Prediction softmax_model(const Subject& s, const std::function<double(int64_t, int64_t)>& score, DType sum_acc,
+                         DType pv_acc, bool nan_rows) {
   const Problem& p = s.p();
   std::vector<double> w(s.score.size(), 0.0);
   Prediction pr{{}, s.ref.lse};
@@ -201,7 +206,9 @@ prop::Case rope_positions_kept(const prop::Case& c, prop::Case d) {
   if (!uses_rope(c.p) || d.p.Lq != c.p.Lq) return d;
   const std::vector<double> inv = rope_inv_freq(c.p);
   rotate_inputs(d, true, [&](int64_t b, int64_t i, double* x) {
-    rope_rotate(c.p, inv, rope_position(c.p, b, i + c.p.diagonal_offset(b)) - rope_position(d.p, b, i + d.p.diagonal_offset(b)), x);
+    rope_rotate(c.p, inv,
+                rope_position(c.p, b, i + c.p.diagonal_offset(b)) - rope_position(d.p, b, i + d.p.diagonal_offset(b)),
+                x);
   });
   return d;
 }
@@ -211,7 +218,8 @@ prop::Case rope_positions_kept(const prop::Case& c, prop::Case d) {
 // the mistake reads it.
 void mla_hypotheses(Scorer& sc, const prop::Case& c) {
   const Problem& p = c.p;
-  auto values_from = [&](const char* tag, const char* what, const std::function<double(int64_t, int64_t, int64_t, int64_t)>& read) {
+  auto values_from = [&](const char* tag, const char* what,
+                         const std::function<double(int64_t, int64_t, int64_t, int64_t)>& read) {
     sc.variant(tag, what, [&] {
       prop::Case d = c;
       d.p.mla = false;
@@ -255,7 +263,9 @@ void qk_norm_hypotheses(Scorer& sc, const prop::Case& c) {
 void rope_hypotheses(Scorer& sc, const prop::Case& c) {
   const Problem& p = c.p;
   const std::vector<double> inv = rope_inv_freq(p);
-  sc.variant("rope-interleave", std::string("RoPE pairs ") + (p.rotary_interleaved ? "NeoX halves instead of GPT-J" : "GPT-J interleaved instead of NeoX halves"),
+  sc.variant("rope-interleave",
+             std::string("RoPE pairs ") +
+                 (p.rotary_interleaved ? "NeoX halves instead of GPT-J" : "GPT-J interleaved instead of NeoX halves"),
              [&] { return with_problem(c, [](Problem& q) { q.rotary_interleaved = !q.rotary_interleaved; }); });
   // The query at position `to(b, i)` instead of its own: the reference on q pre-rotated by the difference.
   auto query_at = [&](const std::string& what, const std::function<int64_t(int64_t, int64_t)>& to) {
@@ -267,7 +277,8 @@ void rope_hypotheses(Scorer& sc, const prop::Case& c) {
       return d;
     });
   };
-  query_at("RoPE: queries rotated at their row index (the position offset ignored)", [](int64_t, int64_t i) { return i; });
+  query_at("RoPE: queries rotated at their row index (the position offset ignored)",
+           [](int64_t, int64_t i) { return i; });
   for (int delta : {+1, -1})
     query_at(std::string("RoPE: queries rotated one position ") + (delta > 0 ? "ahead" : "behind"),
              [&](int64_t b, int64_t i) { return rope_position(p, b, i + p.diagonal_offset(b)) + delta; });
@@ -310,7 +321,8 @@ void rope_hypotheses(Scorer& sc, const prop::Case& c) {
       prop::Case d = c;
       for (bool query : {true, false})
         rotate_inputs(d, query, [&](int64_t b, int64_t i, double* x) {
-          const double pos = double(rope_position(p, b, query ? i + p.diagonal_offset(b) : i)), m = rope_attention_factor(p);
+          const double pos = double(rope_position(p, b, query ? i + p.diagonal_offset(b) : i)),
+                       m = rope_attention_factor(p);
           for (int64_t f = 0; f < p.rotary_dim / 2; ++f) {
             const auto [a, bb] = rope_pair(p, f);
             const double ang = round_to(t, pos * inv[size_t(f)]), xa = x[a], xb = x[bb];
@@ -332,14 +344,20 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
 
   // scale
   const double d = static_cast<double>(p.Dqk);
-  if (!p.scale) sc.variant("scale", "default scale 1/d instead of 1/sqrt(d)", [&] { return with_problem(c, [&](Problem& q) { q.scale = 1.0 / d; }); });
+  if (!p.scale)
+    sc.variant("scale", "default scale 1/d instead of 1/sqrt(d)",
+               [&] { return with_problem(c, [&](Problem& q) { q.scale = 1.0 / d; }); });
   else if (p.mla)  // absorbed MLA declares the head dim before absorption; 1/sqrt(Dqk) is the absorbed one's
     sc.variant("mla-scale-dim", "absorbed MLA: scale 1/sqrt(Dqk) of the absorbed head instead of the declared one",
                [&] { return with_problem(c, [](Problem& q) { q.scale.reset(); }); });
-  else sc.variant("scale", "explicit scale ignored (default 1/sqrt(d) used)", [&] { return with_problem(c, [](Problem& q) { q.scale.reset(); }); });
+  else
+    sc.variant("scale", "explicit scale ignored (default 1/sqrt(d) used)",
+               [&] { return with_problem(c, [](Problem& q) { q.scale.reset(); }); });
   if (p.Dv != p.Dqk)
-    sc.variant("scale", "scale 1/sqrt(Dv) instead of 1/sqrt(Dqk)", [&] { return with_problem(c, [&](Problem& q) { q.scale = 1.0 / std::sqrt(double(p.Dv)); }); });
-  if (p.effective_scale() != 1.0) sc.variant("scale", "scale not applied (1)", [&] { return with_problem(c, [](Problem& q) { q.scale = 1.0; }); });
+    sc.variant("scale", "scale 1/sqrt(Dv) instead of 1/sqrt(Dqk)",
+               [&] { return with_problem(c, [&](Problem& q) { q.scale = 1.0 / std::sqrt(double(p.Dv)); }); });
+  if (p.effective_scale() != 1.0)
+    sc.variant("scale", "scale not applied (1)", [&] { return with_problem(c, [](Problem& q) { q.scale = 1.0; }); });
 
   // causal diagonal and alignment
   if (p.causal || p.has_window()) {
@@ -347,10 +365,11 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
       sc.variant(p.causal ? "causal-diagonal" : "window-edge",
                  std::string("diagonal one key ") + (delta > 0 ? "right (j <= i+off+1)" : "left (j < i+off)"), [&] {
                    return rope_positions_kept(c, with_problem(c, [&](Problem& q) {
-                     q.causal_offsets.clear();
-                     for (int64_t b = 0; b < p.B; ++b) q.causal_offsets.push_back(p.diagonal_offset(b) + delta);
-                     q.alignment = Alignment::explicit_;
-                   }));
+                                                q.causal_offsets.clear();
+                                                for (int64_t b = 0; b < p.B; ++b)
+                                                  q.causal_offsets.push_back(p.diagonal_offset(b) + delta);
+                                                q.alignment = Alignment::explicit_;
+                                              }));
                  });
     for (Alignment a : {Alignment::top_left, Alignment::bottom_right}) {
       if (a == p.alignment) continue;
@@ -359,28 +378,37 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
       q.alignment = a, q.causal_offsets.clear();
       for (int64_t b = 0; b < p.B; ++b) differs = differs || q.diagonal_offset(b) != p.diagonal_offset(b);
       if (differs)
-        sc.variant("causal-alignment", std::string("diagonal aligned ") + to_string(a) + " instead of " + to_string(p.alignment),
-                   [&] { return rope_positions_kept(c, with_problem(c, [&](Problem& r) { r.alignment = a, r.causal_offsets.clear(); })); });
+        sc.variant("causal-alignment",
+                   std::string("diagonal aligned ") + to_string(a) + " instead of " + to_string(p.alignment), [&] {
+                     return rope_positions_kept(
+                         c, with_problem(c, [&](Problem& r) { r.alignment = a, r.causal_offsets.clear(); }));
+                   });
     }
   }
   for (auto [side, delta] : {std::pair{0, 1}, std::pair{0, -1}, std::pair{1, 1}, std::pair{1, -1}}) {
     int64_t Problem::*f = side == 0 ? &Problem::window_left : &Problem::window_right;
     if (p.*f < 0 || p.*f + delta < 0) continue;
-    sc.variant("window-edge", std::string(side == 0 ? "left" : "right") + " window edge " + (delta > 0 ? "one key wider" : "one key narrower"),
+    sc.variant("window-edge",
+               std::string(side == 0 ? "left" : "right") + " window edge " +
+                   (delta > 0 ? "one key wider" : "one key narrower"),
                [&] { return with_problem(c, [&](Problem& q) { q.*f += delta; }); });
   }
 
   // masks ignored, fill, policy, softcap order
-  if (!p.key_lengths.empty()) sc.variant("key-padding", "padded keys (beyond key_lengths) attended", [&] { return without(c, "key padding"); });
+  if (!p.key_lengths.empty())
+    sc.variant("key-padding", "padded keys (beyond key_lengths) attended", [&] { return without(c, "key padding"); });
   if (p.mask_shape) sc.variant("mask-ignored", "boolean mask ignored", [&] { return without(c, "mask"); });
   if (p.fill == MaskFill::neg_inf)
     sc.variant("mask-fill", "finite sentinel -1e9 instead of -inf (fully masked rows become uniform)", [&] {
-      return with_problem(c, [](Problem& q) { q.fill = MaskFill::finite, q.fill_value = -1e9, q.fully_masked = FullyMasked::uniform; });
+      return with_problem(
+          c, [](Problem& q) { q.fill = MaskFill::finite, q.fill_value = -1e9, q.fully_masked = FullyMasked::uniform; });
     });
   for (FullyMasked f : {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform}) {
     if (f == p.fully_masked || (f == FullyMasked::uniform && p.fill == MaskFill::neg_inf)) continue;
-    sc.variant("fully-masked-policy", std::string("fully masked rows follow policy ") + to_string(f) + " instead of " + to_string(p.fully_masked),
-               [&] { return with_problem(c, [&](Problem& q) { q.fully_masked = f; }); });
+    sc.variant(
+        "fully-masked-policy",
+        std::string("fully masked rows follow policy ") + to_string(f) + " instead of " + to_string(p.fully_masked),
+        [&] { return with_problem(c, [&](Problem& q) { q.fully_masked = f; }); });
   }
   if (p.softcap > 0)
     sc.variant("softcap-order", "softcap applied after masking (masked scores become -softcap)", [&] {
@@ -400,19 +428,27 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   if (p.fill == MaskFill::neg_inf) {
     // Masked keys score -1e9 and no row is special-cased: a row the masks hide entirely averages every key's value,
     // a row whose visible keys a -inf bias hides and no mask hides becomes NaN (onnxruntime#28904, ik_llama.cpp#2344).
-    const Prediction pr = softmax_model(s, [&](int64_t r, int64_t j) {
-      const size_t n = static_cast<size_t>(r * p.Lk + j);
-      return s.vis[n] ? s.score[n] : -1e9;
-    }, DType::f64, DType::f64, true);
-    sc.add("mask-fill", "finite sentinel -1e9 and no fully-masked handling: fully masked rows average every masked key's (kept) value, "
-           "rows only a -inf bias hides are NaN", pr.out, &pr.lse);
+    const Prediction pr = softmax_model(
+        s,
+        [&](int64_t r, int64_t j) {
+          const size_t n = static_cast<size_t>(r * p.Lk + j);
+          return s.vis[n] ? s.score[n] : -1e9;
+        },
+        DType::f64, DType::f64, true);
+    sc.add(
+        "mask-fill",
+        "finite sentinel -1e9 and no fully-masked handling: fully masked rows average every masked key's (kept) value, "
+        "rows only a -inf bias hides are NaN",
+        pr.out, &pr.lse);
   }
 
   // paged KV cache read without its block table: the pool read contiguously (batch b's page k is pool page
   // b * pages_per_seq + k), or every batch reading the pool's first pages
   if (s.paged) {
     const int64_t n = s.paged->p.pages_per_seq();
-    sc.variant("block-table", "block table ignored: batch b's page k read from pool page b*" + std::to_string(n) + "+k (pages read contiguously)",
+    sc.variant("block-table",
+               "block table ignored: batch b's page k read from pool page b*" + std::to_string(n) +
+                   "+k (pages read contiguously)",
                [&] { return with_block_table(*s.paged, [n](int64_t b, int64_t k) { return b * n + k; }); });
     if (p.B > 1)
       sc.variant("block-table", "block table ignored: every batch reads pool pages 0.." + std::to_string(n - 1),
@@ -421,9 +457,8 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
 
   // GQA head map
   if (p.Hkv > 1 && p.group_size() > 1)
-    sc.variant("gqa-mapping", "query head h reads KV head h % Hkv (tiled) instead of h / group", [&] {
-      return expand_kv_heads(c, [&](int64_t h) { return h % p.Hkv; });
-    });
+    sc.variant("gqa-mapping", "query head h reads KV head h % Hkv (tiled) instead of h / group",
+               [&] { return expand_kv_heads(c, [&](int64_t h) { return h % p.Hkv; }); });
 
   // last tile: padded with score 0, or skipped
   int64_t last_pad = -1, last_start = -1;
@@ -431,18 +466,21 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
     if (p.Lk % T == 0) continue;
     const int64_t Lk2 = (p.Lk + T - 1) / T * T, j0 = p.Lk / T * T;
     if (Lk2 != last_pad)
-      sc.variant("tile-tail", "last key tile (size " + std::to_string(T) + ") padded to " + std::to_string(Lk2) +
-                 " keys scored 0 instead of -inf", [&] { return pad_keys(c, Lk2); });
+      sc.variant("tile-tail",
+                 "last key tile (size " + std::to_string(T) + ") padded to " + std::to_string(Lk2) +
+                     " keys scored 0 instead of -inf",
+                 [&] { return pad_keys(c, Lk2); });
     // j0 = 0: Lk is below one tile, so a loop over whole tiles reads no key at all (every row as if fully masked)
     if (j0 != last_start)
-      sc.variant("skipped-keys", "keys " + std::to_string(j0) + ".." + std::to_string(p.Lk - 1) + " (the last partial tile of " +
-                 std::to_string(T) + (j0 == 0 ? ", the only one" : "") + ") never read", [&] { return mask_keys_from(c, j0); });
+      sc.variant("skipped-keys",
+                 "keys " + std::to_string(j0) + ".." + std::to_string(p.Lk - 1) + " (the last partial tile of " +
+                     std::to_string(T) + (j0 == 0 ? ", the only one" : "") + ") never read",
+                 [&] { return mask_keys_from(c, j0); });
     last_pad = Lk2, last_start = j0;
   }
 
-  key_hypotheses(s, [&](const std::string& tag, const std::string& what, const std::vector<double>& o, const std::vector<double>* l) {
-    sc.add(tag, what, o, l);
-  });
+  key_hypotheses(s, [&](const std::string& tag, const std::string& what, const std::vector<double>& o,
+                        const std::vector<double>* l) { sc.add(tag, what, o, l); });
 
   // mask applied after the softmax without renormalising: the softmax runs over every key (masked keys scored as
   // if visible, so poison in them reaches the row), then the masked weights are zeroed: out = out_visible *
@@ -450,7 +488,8 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   if (p.causal || p.has_window() || !p.key_lengths.empty() || p.mask_shape) {
     std::vector<double> pred = s.ref.out, lse = s.ref.lse, w = s.w.empty() ? std::vector<double>{} : s.ref.weights;
     for (int64_t r = 0; r < s.rows(); ++r) {
-      if (!std::isfinite(s.row_max[static_cast<size_t>(r)])) continue;  // no visible key (a finite fill gives a finite lse)
+      if (!std::isfinite(s.row_max[static_cast<size_t>(r)]))
+        continue;  // no visible key (a finite fill gives a finite lse)
       double m = -INFINITY, sum = 0;
       for (int64_t j = 0; j < p.Lk; ++j) m = std::max(m, s.unmasked_score(r, j));
       for (int64_t j = 0; j < p.Lk; ++j) sum += std::exp(s.unmasked_score(r, j) - m);
@@ -461,7 +500,8 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
       for (int64_t j = 0; j < p.Lk && !w.empty(); ++j)
         if (s.vis[static_cast<size_t>(r * p.Lk + j)]) w[static_cast<size_t>(r * p.Lk + j)] *= f;
     }
-    sc.add("mask-after-softmax", "mask applied after the softmax without renormalising", pred, &lse, w.empty() ? nullptr : &w);
+    sc.add("mask-after-softmax", "mask applied after the softmax without renormalising", pred, &lse,
+           w.empty() ? nullptr : &w);
   }
 
   // softmax over the wrong axis (over queries for each key); with a finite fill masked keys take part with it
@@ -476,7 +516,8 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
           if (const double v = x(static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)); !std::isnan(v)) m = std::max(m, v);
         if (m == -INFINITY) continue;
         for (int64_t i = 0; i < p.Lq; ++i)
-          if (const double v = x(static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)); !std::isnan(v)) sum += std::exp(v - m);
+          if (const double v = x(static_cast<size_t>((bh * p.Lq + i) * p.Lk + j)); !std::isnan(v))
+            sum += std::exp(v - m);
         for (int64_t i = 0; i < p.Lq; ++i) {
           const size_t n = static_cast<size_t>((bh * p.Lq + i) * p.Lk + j);
           if (!std::isnan(x(n))) w[n] = std::exp(x(n) - m) / sum;
@@ -504,7 +545,8 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   // RoPE (rope.hpp): the other pairing; a query rotated at a wrong position (its row index: the offset ignored, or
   // one position off); the partial rotation on the last rotary_dim dims or on all of them; angles rounded to
   // fp16. A wrong rotation of q (or k) is the reference on inputs pre-rotated by the difference, in fp64.
-  if (uses_rope(p) && p.rope_mrope_section.empty() && p.cu_seqlens_q.empty()) rope_hypotheses(sc, c);  // one position per row
+  if (uses_rope(p) && p.rope_mrope_section.empty() && p.cu_seqlens_q.empty())
+    rope_hypotheses(sc, c);  // one position per row
   if (p.mla && p.Dv < p.Dqk) mla_hypotheses(sc, c);
   if (uses_qk_norm(p) && p.cu_seqlens_q.empty()) qk_norm_hypotheses(sc, c);
   modification_hypotheses(sc);
@@ -513,8 +555,10 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   // layout: out written with the other layout's strides
   if (p.Hq > 1 && p.Lq > 1)
     for (bool inv : {false, true})
-      sc.add("layout-stride", std::string("out written with the ") + (inv ? "BHSD" : "BSHD") + " strides into the " +
-             (inv ? "BSHD" : "BHSD") + " order", other_layout(p, s.ref.out, inv));
+      sc.add("layout-stride",
+             std::string("out written with the ") + (inv ? "BHSD" : "BSHD") + " strides into the " +
+                 (inv ? "BSHD" : "BHSD") + " order",
+             other_layout(p, s.ref.out, inv));
   return causes;
 }
 

@@ -46,8 +46,9 @@ void modification_hypotheses(Scorer& sc);
 // Serving caches: a quantized KV cache's scales dropped or read from the wrong group; top-k padding read as a key.
 void cache_hypotheses(Scorer& sc);
 // Keys never read (a whole tile anywhere, one key per row), reported through `add(tag, what, out, lse)`.
-void key_hypotheses(const Subject& s, const std::function<void(const std::string&, const std::string&, const std::vector<double>&,
-                                                                 const std::vector<double>*)>& add);
+void key_hypotheses(const Subject& s,
+                    const std::function<void(const std::string&, const std::string&, const std::vector<double>&,
+                                             const std::vector<double>*)>& add);
 
 // A direct model of a kernel: row softmax over the keys whose score(row, j) is not NaN, then P.V (with dropout);
 // Rows without a key keep the reference's out and lse.

@@ -1,9 +1,9 @@
 // Hypotheses about which keys a kernel read: one whole key tile never read (any position, tile sizes 16..128), one
 // key never read in every row, one key per row never read, or one masked key per row read (both found per row).
-// Removing a key set S from the reference's softmax gives out' = (out - sum_S w_j v_j) / (1 - sum_S w_j) and lse' = lse + log(1 - sum_S w_j);
-// adding a masked key e with unmasked score x_e gives out' = (out + w v_e) / (1 + w), w = exp(x_e - lse).
-// Where the keys found sit on a mask edge (the causal diagonal, a window edge, the first padded key), the edge's
-// tag is reported too: an edge bug moves exactly that key, a skipped or leaked key anywhere else is not one.
+// Removing a key set S from the reference's softmax gives out' = (out - sum_S w_j v_j) / (1 - sum_S w_j) and lse' = lse
+// + log(1 - sum_S w_j); adding a masked key e with unmasked score x_e gives out' = (out + w v_e) / (1 + w), w = exp(x_e
+// - lse). Where the keys found sit on a mask edge (the causal diagonal, a window edge, the first padded key), the
+// edge's tag is reported too: an edge bug moves exactly that key, a skipped or leaked key anywhere else is not one.
 #include <cmath>
 #include <map>
 #include <string>
@@ -95,8 +95,10 @@ void one_key_per_row(const Subject& s, bool extra, const Add& add) {
       if (err < best_err) best_err = err, best_j = j;
     }
     if (best_j < 0) continue;
-    if (extra) add_key(s, r, best_j, &pred[static_cast<size_t>(r * p.Dv)], lse[static_cast<size_t>(r)]);
-    else drop_keys(s, r, best_j, best_j + 1, &pred[static_cast<size_t>(r * p.Dv)], lse[static_cast<size_t>(r)]);
+    if (extra)
+      add_key(s, r, best_j, &pred[static_cast<size_t>(r * p.Dv)], lse[static_cast<size_t>(r)]);
+    else
+      drop_keys(s, r, best_j, best_j + 1, &pred[static_cast<size_t>(r * p.Dv)], lse[static_cast<size_t>(r)]);
     ++rows;
     max_key += !extra && s.score[static_cast<size_t>(r * p.Lk + best_j)] == s.row_max[static_cast<size_t>(r)];
     ++edges[edge_of(s, r, best_j, extra)];
@@ -104,19 +106,27 @@ void one_key_per_row(const Subject& s, bool extra, const Add& add) {
   if (rows == 0) return;
   for (const auto& [tag, n] : edges)
     if (!tag.empty() && n == rows)
-      add(tag, std::string(extra ? "one masked key read per row, the key just past " : "one key per row never read, the key on ") +
-          (tag == "causal-diagonal" ? "the causal diagonal" : tag == "window-edge" ? "a window edge" : "the key padding") +
-          ", in " + std::to_string(rows) + " failing rows", pred, &lse);
+      add(tag,
+          std::string(extra ? "one masked key read per row, the key just past "
+                            : "one key per row never read, the key on ") +
+              (tag == "causal-diagonal" ? "the causal diagonal"
+               : tag == "window-edge"   ? "a window edge"
+                                        : "the key padding") +
+              ", in " + std::to_string(rows) + " failing rows",
+          pred, &lse);
   // A best-fitting masked key off every edge is no known bug (with ~Lk candidates per row it can fit noise).
   if (!extra)
-    add("skipped-keys", "one key per row never read (the row's highest-scoring key in " + std::to_string(max_key) + " of " +
-        std::to_string(rows) + " rows)", pred, &lse);
+    add("skipped-keys",
+        "one key per row never read (the row's highest-scoring key in " + std::to_string(max_key) + " of " +
+            std::to_string(rows) + " rows)",
+        pred, &lse);
 }
 
 }  // namespace
 
-void key_hypotheses(const Subject& s, const std::function<void(const std::string&, const std::string&, const std::vector<double>&,
-                                                                 const std::vector<double>*)>& add) {
+void key_hypotheses(const Subject& s,
+                    const std::function<void(const std::string&, const std::string&, const std::vector<double>&,
+                                             const std::vector<double>*)>& add) {
   const Problem& p = s.p();
   if (p.dropout_p > 0 || s.n_bad_out + s.n_bad_lse == 0 || s.rows() * p.Lk * p.Dv > (int64_t{1} << 26)) return;
   // one tile of T keys skipped in every row; T = 1: the same single key in every row. These also fit a failure that
@@ -137,22 +147,27 @@ void key_hypotheses(const Subject& s, const std::function<void(const std::string
     for (int64_t t = 0; t * T < p.Lk; ++t) {
       std::vector<double> pred = s.ref.out, lse = s.ref.lse;
       for (int64_t r = 0; r < s.rows(); ++r)
-        drop_keys(s, r, t * T, std::min(p.Lk, (t + 1) * T), &pred[static_cast<size_t>(r * p.Dv)], lse[static_cast<size_t>(r)]);
+        drop_keys(s, r, t * T, std::min(p.Lk, (t + 1) * T), &pred[static_cast<size_t>(r * p.Dv)],
+                  lse[static_cast<size_t>(r)]);
       const int64_t left = s.bad_against(pred) + s.bad_lse_against(lse);
       if (left == best_left && best_t >= 0) ++ties;
-      if (left < best_left) best_left = left, best_t = t, ties = 0, best_out = std::move(pred), best_lse = std::move(lse);
+      if (left < best_left)
+        best_left = left, best_t = t, ties = 0, best_out = std::move(pred), best_lse = std::move(lse);
     }
     if (best_t < 0) continue;
     // Where the dropped keys hold about equal weight (near one-hot rows), other positions fit as well: say so.
-    const std::string also = ties ? " (" + std::to_string(ties) + " other positions fit as well: the place is not identified)" : "";
+    const std::string also =
+        ties ? " (" + std::to_string(ties) + " other positions fit as well: the place is not identified)" : "";
     if (T == 1)
       add("skipped-keys", "key " + std::to_string(best_t) + " never read (in every row)" + also, best_out, &best_lse);
     else
-      add("skipped-keys", "key tile " + std::to_string(best_t) + " of size " + std::to_string(T) + " (keys " +
-          std::to_string(best_t * T) + ".." + std::to_string(std::min(p.Lk, (best_t + 1) * T) - 1) + ") never read" + also,
+      add("skipped-keys",
+          "key tile " + std::to_string(best_t) + " of size " + std::to_string(T) + " (keys " +
+              std::to_string(best_t * T) + ".." + std::to_string(std::min(p.Lk, (best_t + 1) * T) - 1) +
+              ") never read" + also,
           best_out, &best_lse);
   }
-  if (s.n_bad_out == 0) return;  // per row, one key fits a single lse value too easily
+  if (s.n_bad_out == 0) return;    // per row, one key fits a single lse value too easily
   one_key_per_row(s, false, add);  // a visible key never read
   one_key_per_row(s, true, add);   // a masked key read
 }

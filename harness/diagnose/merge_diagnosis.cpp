@@ -26,7 +26,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct Model {
   std::string tag, what;
   bool literal_sentinel = false, leak = false, swap_layout = false, no_division = false, wrong_base = false;
-  bool swap_o = false;  // O's other layout, its strides ignored
+  bool swap_o = false;   // O's other layout, its strides ignored
   int scale_power = -1;  // an fp8 output stores O·scale^scale_power: -1 as declared, 0 scale ignored, 1 inverted
   int64_t drop = -1, twice = -1;
   bool log_of_zero = false;  // the empty merged row's lse written as X + log(0) = -inf instead of the sentinel
@@ -82,8 +82,8 @@ Merged run_model(const MergeProblem& p, const StoredStates& in, const Model& m) 
       for (int64_t d = 0; d < p.D; ++d) {
         const int64_t b = r / (p.H * p.L), h = (r / p.L) % p.H, i = r % p.L;
         const int64_t at[5] = {who[k], b, h, i, d};
-        acc[static_cast<size_t>(d)] += wk * (m.swap_o ? in.o.get_offset(who[k] * rows * p.D + o_flat(p, b, h, i, d, !tokens))
-                                                      : in.o.get(at));
+        acc[static_cast<size_t>(d)] +=
+            wk * (m.swap_o ? in.o.get_offset(who[k] * rows * p.D + o_flat(p, b, h, i, d, !tokens)) : in.o.get(at));
       }
     }
     const bool none = x.empty();
@@ -92,16 +92,20 @@ Merged run_model(const MergeProblem& p, const StoredStates& in, const Model& m) 
     s1[static_cast<size_t>(slot(r))] = norm ? lse : (none ? sentinel : X);
     s2[static_cast<size_t>(slot(r))] = none ? 0 : S;
     for (int64_t d = 0; d < p.D; ++d)
-      o[static_cast<size_t>(r * p.D + d)] = none ? 0 : (norm && !m.no_division) ? acc[static_cast<size_t>(d)] / S : acc[static_cast<size_t>(d)];
+      o[static_cast<size_t>(r * p.D + d)] = none                       ? 0
+                                            : (norm && !m.no_division) ? acc[static_cast<size_t>(d)] / S
+                                                                       : acc[static_cast<size_t>(d)];
   }
   if (m.swap_o) {  // written at the other layout's offsets; the judge reads the declared layout's
     std::vector<double> mem(o.size());
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < p.D; ++d)
-        mem[static_cast<size_t>(o_flat(p, r / (p.H * p.L), (r / p.L) % p.H, r % p.L, d, !tokens))] = o[static_cast<size_t>(r * p.D + d)];
+        mem[static_cast<size_t>(o_flat(p, r / (p.H * p.L), (r / p.L) % p.H, r % p.L, d, !tokens))] =
+            o[static_cast<size_t>(r * p.D + d)];
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < p.D; ++d)
-        o[static_cast<size_t>(r * p.D + d)] = mem[static_cast<size_t>(o_flat(p, r / (p.H * p.L), (r / p.L) % p.H, r % p.L, d, tokens))];
+        o[static_cast<size_t>(r * p.D + d)] =
+            mem[static_cast<size_t>(o_flat(p, r / (p.H * p.L), (r / p.L) % p.H, r % p.L, d, tokens))];
   }
   Merged out{o, std::vector<double>(static_cast<size_t>(rows)), std::vector<double>(static_cast<size_t>(rows))};
   for (int64_t r = 0; r < rows; ++r)  // what the judge reads at row r: the slot its declared layout names
@@ -131,7 +135,7 @@ std::vector<Model> models(const MergeProblem& p) {
     ms.back().swap_o = true;
   }
   ms.push_back({"merge-unnormalised", p.conv.form == StateForm::normalised ? "O not divided by the sum of the weights"
-                                                                        : "the states' sums taken as 1"});
+                                                                           : "the states' sums taken as 1"});
   ms.back().no_division = true;
   for (int64_t n = 0; n < p.N; ++n) {
     ms.push_back({"split-boundary", "state " + std::to_string(n) + " dropped"});
@@ -154,7 +158,7 @@ std::vector<Model> models(const MergeProblem& p) {
 
 const std::vector<std::string>& merge_tags() {
   static const std::vector<std::string> t = {"empty-state-nan", "lse-sentinel", "lse-layout", "merge-unnormalised",
-                                             "split-boundary", "lse-base", "out-scale"};
+                                             "split-boundary",  "lse-base",     "out-scale"};
   return t;
 }
 
@@ -179,13 +183,19 @@ MergeDiagnosis diagnose_merge(const MergeProblem& p, const StoredStates& in, con
       auto count = [&](double got, double w) { ++n, hit += close(got, w); };
       count(s1[static_cast<size_t>(r)], want.s1[static_cast<size_t>(r)]);
       if (!norm) count(s2[static_cast<size_t>(r)], want.s2[static_cast<size_t>(r)]);
-      for (int64_t d = 0; d < p.D; ++d) count(o[static_cast<size_t>(r * p.D + d)], want.o[static_cast<size_t>(r * p.D + d)]);
+      for (int64_t d = 0; d < p.D; ++d)
+        count(o[static_cast<size_t>(r * p.D + d)], want.o[static_cast<size_t>(r * p.D + d)]);
     }
     const double f = n ? static_cast<double>(hit) / static_cast<double>(n) : 0;
-    if (f > best.explained + 1e-12) best = {m.tag, m.what + ": reproduces " + std::to_string(hit) + " of " + std::to_string(n) +
-                                                       " elements of the failing rows", f};
+    if (f > best.explained + 1e-12)
+      best = {
+          m.tag,
+          m.what + ": reproduces " + std::to_string(hit) + " of " + std::to_string(n) + " elements of the failing rows",
+          f};
   }
-  if (best.explained < 0.9) best = {"unknown", "no known merge mistake reproduces the failure (best: " + best.tag + ", " + best.why + ")", best.explained};
+  if (best.explained < 0.9)
+    best = {"unknown", "no known merge mistake reproduces the failure (best: " + best.tag + ", " + best.why + ")",
+            best.explained};
   return best;
 }
 

@@ -11,9 +11,10 @@
 namespace attncheck {
 
 struct MergeDiagnosis {
-  std::string tag = "unknown";  // empty-state-nan, lse-sentinel, lse-layout, merge-unnormalised, split-boundary, lse-base
-  std::string why;              // the model and how much of the failure it explains
-  double explained = 0;         // fraction of the failing rows' elements the model reproduces
+  std::string tag =
+      "unknown";         // empty-state-nan, lse-sentinel, lse-layout, merge-unnormalised, split-boundary, lse-base
+  std::string why;       // the model and how much of the failure it explains
+  double explained = 0;  // fraction of the failing rows' elements the model reproduces
 };
 
 // The tags, in the order ties are broken.

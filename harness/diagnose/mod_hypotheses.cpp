@@ -27,9 +27,11 @@ constexpr int64_t kMaxBlockWork = int64_t(1) << 22;
 void reset_entry(Problem& q, const ModEntry& e) {
   const Problem defaults;
   for (const Field& f : e.fields)
-    std::visit([&](auto m) {
-      if constexpr (!std::is_same_v<decltype(m), DerivedF64>) q.*m = defaults.*m;
-    }, f.ref);
+    std::visit(
+        [&](auto m) {
+          if constexpr (!std::is_same_v<decltype(m), DerivedF64>) q.*m = defaults.*m;
+        },
+        f.ref);
 }
 
 // The case with every mask (causal, window, key padding, the boolean mask, the mask modifications) replaced by one
@@ -74,7 +76,6 @@ bool touches_a_failing_row(const Subject& s, const Sees& sees) {
   return false;
 }
 
-
 // ALiBi (mods_library.cpp): the slopes negated (the bias added, +slope * |pos - j|), and slopes read for another
 // head: the neighbouring head either way, the heads in reverse order, the KV head's index.
 void alibi_hypotheses(Scorer& sc, const prop::Case& c) {
@@ -98,12 +99,12 @@ void alibi_hypotheses(Scorer& sc, const prop::Case& c) {
   remap("the next query head (h + 1)", [&](int64_t h) { return (h + 1) % H; });
   if (H > 2) remap("the previous query head (h - 1)", [&](int64_t h) { return (h + H - 1) % H; });
   remap("the heads in reverse order (H - 1 - h)", [&](int64_t h) { return H - 1 - h; });
-  if (p.Hkv < H) remap("the KV head's index (h / group) instead of the query head's", [&](int64_t h) { return p.kv_head(h); });
+  if (p.Hkv < H)
+    remap("the KV head's index (h / group) instead of the query head's", [&](int64_t h) { return p.kv_head(h); });
   if (rows > 1)
     sc.variant("alibi-slope-head", "ALiBi slopes of batch 0 for every batch ([B, Hq] read as [Hq])", [&] {
       return with_problem(c, [&](Problem& q) {
-        for (int64_t r = 1; r < rows; ++r)
-          std::copy_n(p.alibi_slopes.begin(), H, q.alibi_slopes.begin() + r * H);
+        for (int64_t r = 1; r < rows; ++r) std::copy_n(p.alibi_slopes.begin(), H, q.alibi_slopes.begin() + r * H);
       });
     });
 }
@@ -128,8 +129,10 @@ void boundary_hypotheses(Scorer& sc, const ModEntry& e, const std::string& tag, 
         if (!others[static_cast<size_t>(((b * p.Hq + h) * p.Lq + i) * p.Lk + j)]) return false;
         const int64_t pos = p.row_keys(b, i).diag;
         ModAt at{b, h, i, pos, j};
-        if (key) at.j = std::clamp<int64_t>(j + delta, 0, p.Lk - 1);
-        else at.pos = pos + delta;
+        if (key)
+          at.j = std::clamp<int64_t>(j + delta, 0, p.Lk - 1);
+        else
+          at.pos = pos + delta;
         return e.visible(p, at);
       });
     }
@@ -158,7 +161,8 @@ void block_hypotheses(Scorer& sc) {
     // The blocks (query block, key block) that are partial, and non-empty, in some batch and head.
     std::set<std::pair<int64_t, int64_t>> partial, nonempty;
     for (size_t n = 0; n < kinds.size(); ++n) {
-      const std::pair<int64_t, int64_t> qk{static_cast<int64_t>(n / size_t(KB)) % QB, static_cast<int64_t>(n % size_t(KB))};
+      const std::pair<int64_t, int64_t> qk{static_cast<int64_t>(n / size_t(KB)) % QB,
+                                           static_cast<int64_t>(n % size_t(KB))};
       if (kinds[n] == BlockKind::partial) partial.insert(qk);
       if (kinds[n] != BlockKind::empty) nonempty.insert(qk);
     }
@@ -167,13 +171,21 @@ void block_hypotheses(Scorer& sc) {
     auto block_name = [&](std::pair<int64_t, int64_t> qk) {
       return "query block " + std::to_string(qk.first) + ", key block " + std::to_string(qk.second) + at;
     };
-    auto in = [&](std::pair<int64_t, int64_t> qk, int64_t i, int64_t j) { return i / bs == qk.first && j / bs == qk.second; };
+    auto in = [&](std::pair<int64_t, int64_t> qk, int64_t i, int64_t j) {
+      return i / bs == qk.first && j / bs == qk.second;
+    };
     add_visibility(sc, "block-mask-partial-as-full", "every partial block treated as full" + at,
-                   [&](int64_t b, int64_t h, int64_t i, int64_t j, bool vis) { return vis || kind(b, h, i, j) == BlockKind::partial; });
+                   [&](int64_t b, int64_t h, int64_t i, int64_t j, bool vis) {
+                     return vis || kind(b, h, i, j) == BlockKind::partial;
+                   });
     add_visibility(sc, "block-mask-missing", "the full blocks never read (only the partial list)" + at,
-                   [&](int64_t b, int64_t h, int64_t i, int64_t j, bool vis) { return vis && kind(b, h, i, j) != BlockKind::full; });
+                   [&](int64_t b, int64_t h, int64_t i, int64_t j, bool vis) {
+                     return vis && kind(b, h, i, j) != BlockKind::full;
+                   });
     add_visibility(sc, "block-mask-missing", "the partial blocks never read (only the full list)" + at,
-                   [&](int64_t b, int64_t h, int64_t i, int64_t j, bool vis) { return vis && kind(b, h, i, j) != BlockKind::partial; });
+                   [&](int64_t b, int64_t h, int64_t i, int64_t j, bool vis) {
+                     return vis && kind(b, h, i, j) != BlockKind::partial;
+                   });
     if (!singles) continue;
     size_t tried = 0;
     for (const auto& qk : partial) {

@@ -73,7 +73,8 @@ Prediction online_softmax(const Subject& s, int64_t T, bool missed_rescale, DTyp
         const double e = std::exp(s.score[n] - bm);
         l += e;
         for (int64_t d = 0; d < p.Dv; ++d)
-          acc[static_cast<size_t>(d)] = round_to(pv_acc, acc[static_cast<size_t>(d)] + e * s.c.in.v.at(b, p.kv_head(h), j, d));
+          acc[static_cast<size_t>(d)] =
+              round_to(pv_acc, acc[static_cast<size_t>(d)] + e * s.c.in.v.at(b, p.kv_head(h), j, d));
       }
       m = bm;
     }
@@ -98,8 +99,10 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
       std::vector<double> pred(static_cast<size_t>(s.rows()), -std::numeric_limits<double>::infinity());
       for (size_t r = 0; r < pred.size(); ++r) {
         for (size_t j = 0; j < static_cast<size_t>(p.Lk); ++j)
-          if (s.vis[r * static_cast<size_t>(p.Lk) + j]) pred[r] = std::max(pred[r], s.logit[r * static_cast<size_t>(p.Lk) + j] * factor);
-        if (pred[r] == -std::numeric_limits<double>::infinity()) pred[r] = s.ref.max_logit[r];  // no visible key: the fill
+          if (s.vis[r * static_cast<size_t>(p.Lk) + j])
+            pred[r] = std::max(pred[r], s.logit[r * static_cast<size_t>(p.Lk) + j] * factor);
+        if (pred[r] == -std::numeric_limits<double>::infinity())
+          pred[r] = s.ref.max_logit[r];  // no visible key: the fill
       }
       if (p.max_logit == MaxLogitOut::heads) pred = max_logit_heads(p, pred);
       // Explained: a failing element the prediction matches (within the tolerance plus 4 units of fp32 roundoff)
@@ -124,9 +127,11 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
   // lse forms (out may be right)
   if (s.n_bad_lse > 0) {
     const double scale = p.effective_scale();
-    auto lse_form = [&](const std::string& tag, const std::string& what, const std::function<double(double, double)>& f) {
+    auto lse_form = [&](const std::string& tag, const std::string& what,
+                        const std::function<double(double, double)>& f) {
       std::vector<double> pred(s.ref.lse.size());
-      for (size_t r = 0; r < pred.size(); ++r) pred[r] = std::isfinite(s.row_max[r]) ? f(s.ref.lse[r], s.row_max[r]) : s.ref.lse[r];
+      for (size_t r = 0; r < pred.size(); ++r)
+        pred[r] = std::isfinite(s.row_max[r]) ? f(s.ref.lse[r], s.row_max[r]) : s.ref.lse[r];
       const int64_t left = s.bad_lse_against(pred);
       if (left >= s.n_bad_lse) return;
       std::ostringstream e;
@@ -136,9 +141,11 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
     };
     lse_form("lse-base", "lse in base 2 (log2 of the denominator)", [](double l, double) { return l / std::log(2.0); });
     lse_form("lse-offset", "lse off by log 2", [](double l, double) { return l + std::log(2.0); });
-    lse_form("lse-missing-max", "lse without the row max (log of the shifted sum only)", [](double l, double m) { return l - m; });
+    lse_form("lse-missing-max", "lse without the row max (log of the shifted sum only)",
+             [](double l, double m) { return l - m; });
     if (scale != 0 && scale != 1)
-      lse_form("lse-unscaled-max", "lse from the unscaled row max (m/scale + log sum)", [&](double l, double m) { return l - m + m / scale; });
+      lse_form("lse-unscaled-max", "lse from the unscaled row max (m/scale + log sum)",
+               [&](double l, double m) { return l - m + m / scale; });
   }
 
   // non-finite out rows where finite ones were expected
@@ -156,7 +163,8 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
       e << what << ": " << hit << " of " << nbad << " rows with a non-finite out are such rows";
       causes.push_back({tag, a * frac, e.str()});
     };
-    const double lim = std::log(p.dtype == DType::f64 ? std::numeric_limits<double>::max() : std::numeric_limits<float>::max());
+    const double lim =
+        std::log(p.dtype == DType::f64 ? std::numeric_limits<double>::max() : std::numeric_limits<float>::max());
     std::vector<char> over(nf.size()), raw16(nf.size()), poison(nf.size()), negscale(nf.size());
     const bool neg_fill = p.effective_scale() < 0 && p.fill != MaskFill::finite;
     for (int64_t b = 0; b < p.B; ++b)
@@ -178,20 +186,24 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
             bool bad = false;
             for (int64_t d = 0; d < p.Dqk && !bad; ++d) bad = !std::isfinite(s.c.in.k.at(b, p.kv_head(h), j, d));
             for (int64_t d = 0; d < p.Dv && !bad; ++d) bad = !std::isfinite(s.c.in.v.at(b, p.kv_head(h), j, d));
-            if (s.c.in.bias) bad = bad || !std::isfinite(s.c.in.bias->get_offset(broadcast_offset(*s.c.in.bias, b, h, i, j)));
+            if (s.c.in.bias)
+              bad = bad || !std::isfinite(s.c.in.bias->get_offset(broadcast_offset(*s.c.in.bias, b, h, i, j)));
             poison[static_cast<size_t>(r)] |= bad;
           }
         }
-    rows_cause("no-max-subtraction", "rows whose max score exceeds log(max float): exp overflows without subtracting the max", over);
+    rows_cause("no-max-subtraction",
+               "rows whose max score exceeds log(max float): exp overflows without subtracting the max", over);
     rows_cause("fp16-overflow", "rows with a raw q.k beyond the fp16 range (65504)", raw16);
     rows_cause("nan-leak", "rows whose masked keys hold NaN/Inf poison in K, V or bias", poison);
-    rows_cause("negative-scale-mask", "rows with masked keys under a negative scale (mask fill scaled to +inf)", negscale);
+    rows_cause("negative-scale-mask", "rows with masked keys under a negative scale (mask fill scaled to +inf)",
+               negscale);
     std::vector<char> all_nan(nf.size(), 0);
     for (size_t k = 0; k < s.out.size(); ++k)
       if (std::isnan(s.out[k]) && std::isfinite(s.ref.out[k])) all_nan[k / static_cast<size_t>(p.Dv)] = 1;
     std::vector<char> left(nf.size());
     for (size_t r = 0; r < nf.size(); ++r) left[r] = all_nan[r] && !over[r] && !raw16[r] && !poison[r] && !negscale[r];
-    rows_cause("uninitialised-output", "NaN (the harness's poison) left in rows that neither overflow nor see poison", left);
+    rows_cause("uninitialised-output", "NaN (the harness's poison) left in rows that neither overflow nor see poison",
+               left);
   }
 
   // precision: modelled errors of the same size as the observed ones. A rounding model predicts the size and spread
@@ -219,49 +231,65 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
     const double modelled_lse = s.lse.empty() ? 0.0 : rms_diff(pr.lse, s.ref.lse);
     const int64_t left = s.bad_against(pred);
     const int64_t left_lse = s.lse.empty() ? 0 : s.bad_lse_against(pr.lse);
-    const double explained = static_cast<double>(s.n_bad_out - std::min(left, s.n_bad_out) + s.n_bad_lse - std::min(left_lse, s.n_bad_lse)) /
-                             static_cast<double>(total);
-    const double fit_out = s.n_bad_out ? size_fit(observed, modelled, s.n_bad_out, failing(s.ref.out, pred, s.tol_out)) : 0.0;
-    const double fit_lse = s.n_bad_lse ? size_fit(observed_lse, modelled_lse, s.n_bad_lse, failing(s.ref.lse, pr.lse, s.tol_lse)) : 0.0;
-    const double fit = (static_cast<double>(s.n_bad_out) * fit_out + static_cast<double>(s.n_bad_lse) * fit_lse) / static_cast<double>(total);
+    const double explained =
+        static_cast<double>(s.n_bad_out - std::min(left, s.n_bad_out) + s.n_bad_lse - std::min(left_lse, s.n_bad_lse)) /
+        static_cast<double>(total);
+    const double fit_out =
+        s.n_bad_out ? size_fit(observed, modelled, s.n_bad_out, failing(s.ref.out, pred, s.tol_out)) : 0.0;
+    const double fit_lse =
+        s.n_bad_lse ? size_fit(observed_lse, modelled_lse, s.n_bad_lse, failing(s.ref.lse, pr.lse, s.tol_lse)) : 0.0;
+    const double fit = (static_cast<double>(s.n_bad_out) * fit_out + static_cast<double>(s.n_bad_lse) * fit_lse) /
+                       static_cast<double>(total);
     // Matching elements count only as far as the model also fails about as many elements as the candidate: the
     // prediction slack of a 16-bit type is wide enough that a model failing 60 elements "matches" 2 of 5 scattered
     // bad ones (test NoSignature).
-    const double count_out = s.n_bad_out ? near(static_cast<double>(s.n_bad_out), failing(s.ref.out, pred, s.tol_out)) : 0.0;
-    const double count_lse = s.n_bad_lse ? near(static_cast<double>(s.n_bad_lse), failing(s.ref.lse, pr.lse, s.tol_lse)) : 0.0;
-    const double count = (static_cast<double>(s.n_bad_out) * count_out + static_cast<double>(s.n_bad_lse) * count_lse) / static_cast<double>(total);
+    const double count_out =
+        s.n_bad_out ? near(static_cast<double>(s.n_bad_out), failing(s.ref.out, pred, s.tol_out)) : 0.0;
+    const double count_lse =
+        s.n_bad_lse ? near(static_cast<double>(s.n_bad_lse), failing(s.ref.lse, pr.lse, s.tol_lse)) : 0.0;
+    const double count = (static_cast<double>(s.n_bad_out) * count_out + static_cast<double>(s.n_bad_lse) * count_lse) /
+                         static_cast<double>(total);
     const double score = std::max(explained * count, fit);
     if (score <= 0) return;
     std::ostringstream e;
     e << what << ": observed rms error " << observed << ", modelled " << modelled << " (the model fails "
       << failing(s.ref.out, pred, s.tol_out) << " out elements itself)";
     if (s.n_bad_lse > 0) e << " (lse " << observed_lse << ", modelled " << modelled_lse << ")";
-    e << "; the model explains " << (s.n_bad_out - std::min(left, s.n_bad_out)) << " of " << s.n_bad_out << " failing out and "
-      << (s.n_bad_lse - std::min(left_lse, s.n_bad_lse)) << " of " << s.n_bad_lse << " failing lse elements";
+    e << "; the model explains " << (s.n_bad_out - std::min(left, s.n_bad_out)) << " of " << s.n_bad_out
+      << " failing out and " << (s.n_bad_lse - std::min(left_lse, s.n_bad_lse)) << " of " << s.n_bad_lse
+      << " failing lse elements";
     causes.push_back({tag, score, e.str()});
   };
   // Scores rounded to a 16-bit type: a bug for every input dtype under the precision contract (fp32 scores).
   for (DType t : {DType::f16, DType::bf16})
     precision("low-precision-scores", std::string("scores rounded to ") + to_string(t),
-              softmax_model(s, [&](int64_t r, int64_t j) { return round_to(t, s.score[static_cast<size_t>(r * p.Lk + j)]); }));
+              softmax_model(
+                  s, [&](int64_t r, int64_t j) { return round_to(t, s.score[static_cast<size_t>(r * p.Lk + j)]); }));
   // Accumulators in a 16-bit type: a bug for every input dtype too (the contract accumulates in fp32), including
   // accumulating in the inputs' own 16-bit type.
-  precision("low-precision-accumulation", "softmax sum and P.V accumulated in fp16",
-            softmax_model(s, [&](int64_t r, int64_t j) { return s.score[static_cast<size_t>(r * p.Lk + j)]; }, DType::f16, DType::f16));
+  precision(
+      "low-precision-accumulation", "softmax sum and P.V accumulated in fp16",
+      softmax_model(
+          s, [&](int64_t r, int64_t j) { return s.score[static_cast<size_t>(r * p.Lk + j)]; }, DType::f16, DType::f16));
   precision("low-precision-accumulation", "P.V accumulated in bf16",
-            softmax_model(s, [&](int64_t r, int64_t j) { return s.score[static_cast<size_t>(r * p.Lk + j)]; }, DType::f64, DType::bf16));
+            softmax_model(
+                s, [&](int64_t r, int64_t j) { return s.score[static_cast<size_t>(r * p.Lk + j)]; }, DType::f64,
+                DType::bf16));
   // The same in a tiled kernel: unnormalised P.V accumulators in bf16, rescaled at every tile where the max grows.
   if (p.dropout_p == 0)
     for (int64_t T : {64, 128})
       if (p.Lk > T)
-        precision("low-precision-accumulation", "P.V accumulated in bf16 by an online softmax over key tiles of " + std::to_string(T) +
-                  " (unnormalised accumulators)", online_softmax(s, T, false, DType::bf16));
+        precision("low-precision-accumulation",
+                  "P.V accumulated in bf16 by an online softmax over key tiles of " + std::to_string(T) +
+                      " (unnormalised accumulators)",
+                  online_softmax(s, T, false, DType::bf16));
   // Working precision: an fp64 problem computed in fp32 throughout (scores, sums, P.V, out), as a kernel that runs
   // fp64 problems on its fp32 path does. The evidence names the bits of relative precision the observed errors are
   // consistent with (-log2 of the RMS error relative to the reference, accuracy.hpp's effective bits).
   if (p.dtype == DType::f64) {
-    Prediction pr = softmax_model(s, [&](int64_t r, int64_t j) { return round_to(DType::f32, s.score[static_cast<size_t>(r * p.Lk + j)]); },
-                                  DType::f32, DType::f32);
+    Prediction pr = softmax_model(
+        s, [&](int64_t r, int64_t j) { return round_to(DType::f32, s.score[static_cast<size_t>(r * p.Lk + j)]); },
+        DType::f32, DType::f32);
     for (double& x : pr.out) x = round_to(DType::f32, x);
     double err2 = 0, ref2 = 0;
     for (size_t k = 0; k < s.out.size(); ++k)
@@ -270,8 +298,9 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
     std::ostringstream what;
     what.precision(3);
     what << "the fp64 problem computed in fp32";
-    if (err2 > 0 && ref2 > 0) what << " (out's errors are consistent with " << -0.5 * std::log2(err2 / ref2)
-                                   << " effective bits; fp64 work gives about 50)";
+    if (err2 > 0 && ref2 > 0)
+      what << " (out's errors are consistent with " << -0.5 * std::log2(err2 / ref2)
+           << " effective bits; fp64 work gives about 50)";
     precision("working-precision", what.str(), pr);
   }
   if (p.dtype == DType::f32) {
@@ -284,8 +313,11 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
   }
   if (p.dropout_p == 0)
     for (int64_t T : {16, 32, 64, 128})
-      if (p.Lk > T) precision("missed-rescale", "online softmax over key tiles of " + std::to_string(T) +
-                              ": one tile boundary where the max grows is not rescaled", online_softmax(s, T, true));
+      if (p.Lk > T)
+        precision("missed-rescale",
+                  "online softmax over key tiles of " + std::to_string(T) +
+                      ": one tile boundary where the max grows is not rescaled",
+                  online_softmax(s, T, true));
 
   // rows off by a constant factor (a wrong normaliser): a weak, two-parameter-per-row fit, so scored at 0.8
   if (s.n_bad_out > 0) {
@@ -297,7 +329,8 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
       for (int64_t d = 0; d < p.Dv; ++d) {
         const size_t k = static_cast<size_t>(r * p.Dv + d);
         bad = bad || s.bad_out[k];
-        if (std::isfinite(s.out[k]) && std::isfinite(s.ref.out[k])) ae += s.out[k] * s.ref.out[k], ee += s.ref.out[k] * s.ref.out[k];
+        if (std::isfinite(s.out[k]) && std::isfinite(s.ref.out[k]))
+          ae += s.out[k] * s.ref.out[k], ee += s.ref.out[k] * s.ref.out[k];
       }
       if (!bad || ee == 0) continue;
       ++rows;
@@ -308,7 +341,8 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
       std::ostringstream e;
       e << rows << " failing rows are the reference's rows times a per-row constant (a wrong normaliser); explains "
         << (s.n_bad_out - left) << " of " << s.n_bad_out << " failing out elements";
-      causes.push_back({"row-scale", 0.8 * static_cast<double>(s.n_bad_out - left) / static_cast<double>(total), e.str()});
+      causes.push_back(
+          {"row-scale", 0.8 * static_cast<double>(s.n_bad_out - left) / static_cast<double>(total), e.str()});
     }
   }
   return causes;

@@ -40,18 +40,29 @@ ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, cons
   if (p.page_size > 0)
     probes.push_back({"paged K/V gathered into contiguous K/V", [&c] { return contiguous_kv(c); }, {"block-table"}});
   if (p.Hkv < p.Hq)
-    probes.push_back({"GQA expanded to MHA", [&c] { return expand_kv_heads(c, [&c](int64_t h) { return c.p.kv_head(h); }); }, {"gqa-mapping"}});
+    probes.push_back({"GQA expanded to MHA",
+                      [&c] { return expand_kv_heads(c, [&c](int64_t h) { return c.p.kv_head(h); }); },
+                      {"gqa-mapping"}});
   if (!p.scale)
-    probes.push_back({"default scale passed explicitly", [&c] { return with_problem(c, [](Problem& q) { q.scale = q.effective_scale(); }); }, {"scale"}});
+    probes.push_back({"default scale passed explicitly",
+                      [&c] { return with_problem(c, [](Problem& q) { q.scale = q.effective_scale(); }); },
+                      {"scale"}});
   if (p.scale && *p.scale < 0)
-    probes.push_back({"scale made positive", [&c] { return with_problem(c, [](Problem& q) { q.scale = -*q.scale; }); },
-                      {"negative-scale-mask"}, false, true});
+    probes.push_back({"scale made positive",
+                      [&c] { return with_problem(c, [](Problem& q) { q.scale = -*q.scale; }); },
+                      {"negative-scale-mask"},
+                      false,
+                      true});
   if (p.Lk > 16 && p.Lk % 16)
     probes.push_back({"Lk cut to " + std::to_string(p.Lk / 16 * 16) + " (a multiple of 16)",
-                      [&c] { return prop::slice_keys(prop::canonical(c), 0, c.p.Lk / 16 * 16); }, {"tile-tail", "skipped-keys"}});
+                      [&c] { return prop::slice_keys(prop::canonical(c), 0, c.p.Lk / 16 * 16); },
+                      {"tile-tail", "skipped-keys"}});
   if (p.dtype != DType::f64)
-    probes.push_back({"inputs in fp64", [&c] { return with_dtype(c, DType::f64); },
-                      {"low-precision-scores", "low-precision-accumulation", "tf32", "fp16-overflow", "no-max-subtraction"}, true});
+    probes.push_back(
+        {"inputs in fp64",
+         [&c] { return with_dtype(c, DType::f64); },
+         {"low-precision-scores", "low-precision-accumulation", "tf32", "fp16-overflow", "no-max-subtraction"},
+         true});
 
   ProbeEvidence ev;
   for (const Probe& pr : probes) {
@@ -79,7 +90,8 @@ ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, cons
       // and a boolean mask, mask-after-softmax survives removing either one).
       std::vector<std::string> left;
       for (const std::string& f : active_features(d.p))
-        if (const auto it = feature_tags.find(f); it != feature_tags.end()) left.insert(left.end(), it->second.begin(), it->second.end());
+        if (const auto it = feature_tags.find(f); it != feature_tags.end())
+          left.insert(left.end(), it->second.begin(), it->second.end());
       for (const std::string& t : pr.tags) {
         if (!v.pass && (pr.positive_only || std::find(left.begin(), left.end(), t) != left.end())) continue;
         ev.votes[t] += v.pass ? 1 : -1;

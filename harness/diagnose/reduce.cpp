@@ -48,8 +48,9 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   const Problem& p = c.p;
   const int64_t G = p.group_size();
   auto bad = [](const std::string& what) { throw std::invalid_argument("reduce: cut " + what); };
-  if (k.nb < 1 || k.b0 + k.nb > p.B || k.nq < 1 || k.i0 + k.nq > p.Lq || k.nk < 1 || k.k0 < 0 || k.k0 + k.nk > p.Lk || k.dqk < 1 ||
-      k.dqk > p.Dqk || k.dv < 1 || k.dv > p.Dv || k.nh < 1 || k.h0 + k.nh > p.Hq || k.ng < 1 || k.g0 + k.ng > p.Hkv)
+  if (k.nb < 1 || k.b0 + k.nb > p.B || k.nq < 1 || k.i0 + k.nq > p.Lq || k.nk < 1 || k.k0 < 0 || k.k0 + k.nk > p.Lk ||
+      k.dqk < 1 || k.dqk > p.Dqk || k.dv < 1 || k.dv > p.Dv || k.nh < 1 || k.h0 + k.nh > p.Hq || k.ng < 1 ||
+      k.g0 + k.ng > p.Hkv)
     bad("out of range");
   // The kept query heads must read the kept KV heads as before: whole groups, or heads of one group.
   const bool groups = k.h0 == k.g0 * G && k.nh == k.ng * G;
@@ -58,16 +59,17 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   if (p.past_len > 0 && (k.k0 != 0 || k.nk <= p.past_len)) bad("cuts into the KV-cache past or keeps no new key");
   if (!p.cu_seqlens_q.empty()) bad("of a varlen problem (reduce() takes one sequence first)");
   if (p.kv_quantized()) bad("of a problem with a quantized KV cache (its scales are not cut)");
-  if (uses_rope(p) && !p.rope_mrope_section.empty() && (k.b0 != 0 || k.nb != p.B || k.k0 != 0 || k.nk != p.Lk || k.i0 != 0 || k.nq != p.Lq))
+  if (uses_rope(p) && !p.rope_mrope_section.empty() &&
+      (k.b0 != 0 || k.nb != p.B || k.k0 != 0 || k.nk != p.Lk || k.i0 != 0 || k.nq != p.Lq))
     bad("of an mRoPE problem's tokens (its position ids are not cut)");
   if (uses_qk_norm(p) && k.dqk != p.Dqk) bad("head dims of a QK-norm problem (the norm is over all Dqk)");
   if (p.page_size > 0 && k.k0 % p.page_size != 0)  // key k0 must be token 0 of a page for the table to address it
-    bad("drops keys [0, " + std::to_string(k.k0) + ") of a paged KV cache: not a whole number of pages (page_size=" +
-        std::to_string(p.page_size) + ")");
+    bad("drops keys [0, " + std::to_string(k.k0) +
+        ") of a paged KV cache: not a whole number of pages (page_size=" + std::to_string(p.page_size) + ")");
 
   if (p.chunk_size > 0 && k.k0 % p.chunk_size != 0)  // chunks are counted from key 0
-    bad("drops keys [0, " + std::to_string(k.k0) + ") of a chunked problem: not whole chunks (chunk_size=" +
-        std::to_string(p.chunk_size) + ")");
+    bad("drops keys [0, " + std::to_string(k.k0) +
+        ") of a chunked problem: not whole chunks (chunk_size=" + std::to_string(p.chunk_size) + ")");
 
   prop::Case d = c;
   Problem& q = d.p;
@@ -75,7 +77,8 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   if (!p.sinks.empty()) q.sinks.assign(p.sinks.begin() + k.h0, p.sinks.begin() + k.h0 + k.nh);
   if (!p.key_lengths.empty()) {
     q.key_lengths.clear();
-    for (int64_t b = 0; b < k.nb; ++b) q.key_lengths.push_back(std::clamp(p.key_lengths[static_cast<size_t>(k.b0 + b)] - k.k0, int64_t{0}, k.nk));
+    for (int64_t b = 0; b < k.nb; ++b)
+      q.key_lengths.push_back(std::clamp(p.key_lengths[static_cast<size_t>(k.b0 + b)] - k.k0, int64_t{0}, k.nk));
   }
   // Row i and key j of the cut are row i0 + i and key k0 + j of the original: the diagonal moves by i0 - k0.
   if (!p.causal_offsets.empty())
@@ -97,8 +100,10 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
       q.alignment = Alignment::bottom_right;
     } else {
       q.alignment = Alignment::explicit_;
-      if (same) q.causal_offset = off[0];
-      else q.causal_offsets = off;
+      if (same)
+        q.causal_offset = off[0];
+      else
+        q.causal_offsets = off;
     }
   }
 
@@ -115,7 +120,8 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   if (!p.doc_ids.empty()) {
     q.doc_ids.clear();
     for (int64_t b = k.b0; b < k.b0 + k.nb; ++b)
-      q.doc_ids.insert(q.doc_ids.end(), p.doc_ids.begin() + b * p.Lk + k.k0, p.doc_ids.begin() + b * p.Lk + k.k0 + k.nk);
+      q.doc_ids.insert(q.doc_ids.end(), p.doc_ids.begin() + b * p.Lk + k.k0,
+                       p.doc_ids.begin() + b * p.Lk + k.k0 + k.nk);
   }
   if (p.topk > 0) {  // the kept rows' lists, keys renumbered from k0; a listed key cut away leaves padding
     q.topk_indices.clear();
@@ -123,7 +129,8 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
       for (int64_t i = k.i0; i < k.i0 + k.nq; ++i) {
         int64_t kept = 0;
         for (int64_t s = 0; s < p.topk; ++s)
-          if (const int64_t j = p.topk_indices[static_cast<size_t>((b * p.Lq + i) * p.topk + s)]; j >= k.k0 && j < k.k0 + k.nk)
+          if (const int64_t j = p.topk_indices[static_cast<size_t>((b * p.Lq + i) * p.topk + s)];
+              j >= k.k0 && j < k.k0 + k.nk)
             q.topk_indices.push_back(j - k.k0), ++kept;
         q.topk_indices.insert(q.topk_indices.end(), static_cast<size_t>(p.topk - kept), int64_t{-1});
       }
@@ -142,7 +149,8 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   if (!p.score_expr.empty() || !p.mask_expr.empty()) {  // expressions go on reading the original indices and tensors
     const std::vector<int64_t> o = p.expr_origin.empty() ? std::vector<int64_t>(4, 0) : p.expr_origin;
     q.expr_origin = {o[0] + k.b0, o[1] + k.h0, o[2] + k.i0, o[3] + k.k0};
-    if (std::all_of(q.expr_origin.begin(), q.expr_origin.end(), [](int64_t v) { return v == 0; })) q.expr_origin.clear();
+    if (std::all_of(q.expr_origin.begin(), q.expr_origin.end(), [](int64_t v) { return v == 0; }))
+      q.expr_origin.clear();
   }
 
   const auto so = storage_order(p.layout);
@@ -153,7 +161,8 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
     const int64_t n = p.pages_per_seq(), first = k.k0 / p.page_size;
     q.block_table.clear();
     for (int64_t b = k.b0; b < k.b0 + k.nb; ++b)
-      for (int64_t j = 0; j < q.pages_per_seq(); ++j) q.block_table.push_back(p.block_table[static_cast<size_t>(b * n + first + j)]);
+      for (int64_t j = 0; j < q.pages_per_seq(); ++j)
+        q.block_table.push_back(p.block_table[static_cast<size_t>(b * n + first + j)]);
     d.in.k = slice(c.in.k, {0, k.g0, 0, 0}, {p.num_pages, k.ng, p.page_size, k.dqk}, so);
     d.in.v = slice(c.in.v, {0, k.g0, 0, 0}, {p.num_pages, k.ng, p.page_size, k.dv}, so);
   } else {
@@ -164,7 +173,9 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   if (c.in.past_k) d.in.past_k = slice(*c.in.past_k, {k.b0, k.g0, 0, 0}, {k.nb, k.ng, p.past_len, k.dqk}, so);
   if (c.in.past_v) d.in.past_v = slice(*c.in.past_v, {k.b0, k.g0, 0, 0}, {k.nb, k.ng, p.past_len, k.dv}, so);
   const std::array<int64_t, 4> s0{k.b0, k.h0, k.i0, k.k0}, n{k.nb, k.nh, k.nq, k.nk};
-  auto shape_of = [](const Tensor& t) { return std::array<int64_t, 4>{t.shape[0], t.shape[1], t.shape[2], t.shape[3]}; };
+  auto shape_of = [](const Tensor& t) {
+    return std::array<int64_t, 4>{t.shape[0], t.shape[1], t.shape[2], t.shape[3]};
+  };
   if (c.in.mask) d.in.mask = slice(*c.in.mask, s0, n, {}), q.mask_shape = shape_of(*d.in.mask);
   if (c.in.bias) d.in.bias = slice(*c.in.bias, s0, n, {}), q.bias_shape = shape_of(*d.in.bias);
   if (c.in.keep) d.in.keep = slice(*c.in.keep, s0, n, {});
@@ -250,8 +261,10 @@ void reduce_steps(Reduction& r, const std::function<bool(const prop::Case&)>& ke
     int64_t lo = 1;
     while (lo < hi) {
       const int64_t mid = (lo + hi) / 2;
-      if (attempt(make(mid))) hi = mid;
-      else lo = mid + 1;
+      if (attempt(make(mid)))
+        hi = mid;
+      else
+        lo = mid + 1;
     }
   };
   const int64_t G = p.group_size();
@@ -276,7 +289,11 @@ void reduce_steps(Reduction& r, const std::function<bool(const prop::Case&)>& ke
     b.i0 = cur.i0 + cur.nq / 2, b.nq = cur.nq - cur.nq / 2;
     if (!attempt(a) && !attempt(b)) break;
   }
-  shortest(cur.nk, [&](int64_t n) { Cut k = cur; k.nk = n; return k; });
+  shortest(cur.nk, [&](int64_t n) {
+    Cut k = cur;
+    k.nk = n;
+    return k;
+  });
   shortest(cur.nk, [&](int64_t n) {  // then the fewest keys ending where the prefix ends: leading keys dropped
     Cut k = cur;
     k.k0 = cur.k0 + cur.nk - n, k.nk = n;
@@ -287,8 +304,16 @@ void reduce_steps(Reduction& r, const std::function<bool(const prop::Case&)>& ke
     k.dqk = std::min(n, cur.dqk), k.dv = std::min(n, cur.dv);
     return k;
   });
-  shortest(cur.dqk, [&](int64_t n) { Cut k = cur; k.dqk = n; return k; });
-  shortest(cur.dv, [&](int64_t n) { Cut k = cur; k.dv = n; return k; });
+  shortest(cur.dqk, [&](int64_t n) {
+    Cut k = cur;
+    k.dqk = n;
+    return k;
+  });
+  shortest(cur.dv, [&](int64_t n) {
+    Cut k = cur;
+    k.dv = n;
+    return k;
+  });
   // Features the failure does not need (a causal mask that no longer masks anything, say), in a fixed order.
   for (const std::string& f : active_features(r.reduced.p)) {
     prop::Case d;

@@ -27,7 +27,7 @@ Cut whole(const Problem& p);
 prop::Case cut(const prop::Case& c, const Cut& k);
 
 struct Reduction {
-  prop::Case reduced;  // the smallest failing case found (the original when nothing could be removed)
+  prop::Case reduced;   // the smallest failing case found (the original when nothing could be removed)
   Diagnosis diagnosis;  // of the reduced case (with probes when the options allow re-runs)
   int reruns = 0;       // candidate runs spent, the trial diagnoses' probes included
   int steps = 0;        // reductions accepted

@@ -61,12 +61,12 @@ Repro write_invariance_repro(const Fixture& original, const Problem& judged, con
                  impl.name() + " is " + tag + ", reduced from case " + original.name + " (" + out.before + ")";
   const std::string name = r.reduced.p.short_name() + "/repro-" + tag;
   const Fixture f = make_fixture(name, r.reduced.p, r.reduced.in, prov, original.tolerance);
-  const std::filesystem::path path = std::filesystem::path(dir) / fixture_file_name(
-      "repro/" + impl.name() + "/" + invariance::name(failed.kind) + "/" + original.name);
+  const std::filesystem::path path =
+      std::filesystem::path(dir) /
+      fixture_file_name("repro/" + impl.name() + "/" + invariance::name(failed.kind) + "/" + original.name);
   write_fixture(path.string(), f);
   out.path = path.string();
   return out;
 }
 
 }  // namespace attncheck::diagnose
-

@@ -88,11 +88,13 @@ Subject::Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& 
 int64_t Subject::bad_against(const std::vector<double>& expected, const std::vector<double>* tol) const {
   int64_t n = 0;
   if (expected.size() != out.size()) return n_bad_out;
-  const double u = c.p.dtype == DType::f64 ? unit_roundoff(DType::f64) : std::max(unit_roundoff(DType::f32), unit_roundoff(c.p.dtype));
+  const double u = c.p.dtype == DType::f64 ? unit_roundoff(DType::f64)
+                                           : std::max(unit_roundoff(DType::f32), unit_roundoff(c.p.dtype));
   const size_t D = static_cast<size_t>(c.p.Dv);
   for (size_t r = 0; r * D < out.size(); ++r) {
     double amax = 0;
-    for (size_t k = r * D; k < (r + 1) * D; ++k) amax = std::isfinite(expected[k]) ? std::max(amax, std::abs(expected[k])) : amax;
+    for (size_t k = r * D; k < (r + 1) * D; ++k)
+      amax = std::isfinite(expected[k]) ? std::max(amax, std::abs(expected[k])) : amax;
     for (size_t k = r * D; k < (r + 1) * D; ++k)
       n += is_bad(expected[k], out[k], (tol ? (*tol)[k] : tol_out[k]) + 4 * u * (std::abs(expected[k]) + amax)) ||
            (bad_out[k] && !is_bad(ref.out[k], expected[k], tol_out[k]));
@@ -105,14 +107,16 @@ int64_t Subject::bad_lse_against(const std::vector<double>& expected, const std:
   if (expected.size() != lse.size()) return n_bad_lse;
   const double u = unit_roundoff(c.p.stat_dtype());
   for (size_t k = 0; k < lse.size(); ++k)
-    n += is_bad(expected[k], lse[k], (tol ? (*tol)[k] : tol_lse[k]) + 4 * u * std::abs(expected[k])) || (bad_lse[k] && !is_bad(ref.lse[k], expected[k], tol_lse[k]));
+    n += is_bad(expected[k], lse[k], (tol ? (*tol)[k] : tol_lse[k]) + 4 * u * std::abs(expected[k])) ||
+         (bad_lse[k] && !is_bad(ref.lse[k], expected[k], tol_lse[k]));
   return n;
 }
 
 Subject::WeightsFit Subject::weights_fit(const std::vector<double>& expected) const {
   WeightsFit f;
   if (expected.size() != w.size()) return f;
-  const double u = c.p.dtype == DType::f64 ? unit_roundoff(DType::f64) : std::max(unit_roundoff(DType::f32), unit_roundoff(c.p.dtype));
+  const double u = c.p.dtype == DType::f64 ? unit_roundoff(DType::f64)
+                                           : std::max(unit_roundoff(DType::f32), unit_roundoff(c.p.dtype));
   for (size_t k = 0; k < w.size(); ++k) {
     const bool predicts = is_bad(ref.weights[k], expected[k], tol_w[k]);
     const bool matches = !is_bad(expected[k], w[k], tol_w[k] + 4 * u * std::abs(expected[k]));

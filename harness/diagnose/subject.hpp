@@ -20,13 +20,13 @@ inline bool is_bad(double e, double a, double tol) {
 }
 
 struct Subject {
-  const prop::Case& c;                    // with K and V contiguous (derive.hpp contiguous_kv)
-  const prop::Case* paged = nullptr;      // the case as given, when its K and V are paged
+  const prop::Case& c;                // with K and V contiguous (derive.hpp contiguous_kv)
+  const prop::Case* paged = nullptr;  // the case as given, when its K and V are paged
   const ReferenceResult& ref;
-  ModSet mods;                            // the case's score and mask modifications (score mods as the reference)
-  std::vector<double> out, lse, w;        // candidate, logical order (lse / w empty when not produced)
+  ModSet mods;                      // the case's score and mask modifications (score mods as the reference)
+  std::vector<double> out, lse, w;  // candidate, logical order (lse / w empty when not produced)
   std::vector<double> tol_out, tol_lse, tol_w;
-  ToleranceModel model;                   // the tolerance model the candidate was judged under
+  ToleranceModel model;                                  // the tolerance model the candidate was judged under
   DType out_dtype = DType::f64, lse_dtype = DType::f64;  // as the candidate delivered them
   std::vector<char> bad_out, bad_lse, bad_w;
   int64_t n_bad_out = 0, n_bad_lse = 0, n_bad_w = 0;
@@ -35,11 +35,11 @@ struct Subject {
   std::vector<double> ml, ml_expected, tol_ml;
   std::vector<char> bad_ml;
   int64_t n_bad_ml = 0;
-  std::vector<char> vis;                  // [B,Hq,Lq,Lk] visibility under the problem's masks
-  std::vector<double> score;              // [B,Hq,Lq,Lk] scaled (softcapped, biased, modified) scores, NaN where masked
-  std::vector<double> logit;              // [B,Hq,Lq,Lk] scale * q.k for every key (before softcap, bias, masks)
-  std::vector<double> row_max;            // [B,Hq,Lq] max visible score (-inf for fully masked rows)
-  std::vector<int64_t> row_visible;       // [B,Hq,Lq] visible key count
+  std::vector<char> vis;             // [B,Hq,Lq,Lk] visibility under the problem's masks
+  std::vector<double> score;         // [B,Hq,Lq,Lk] scaled (softcapped, biased, modified) scores, NaN where masked
+  std::vector<double> logit;         // [B,Hq,Lq,Lk] scale * q.k for every key (before softcap, bias, masks)
+  std::vector<double> row_max;       // [B,Hq,Lq] max visible score (-inf for fully masked rows)
+  std::vector<int64_t> row_visible;  // [B,Hq,Lq] visible key count
 
   Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& actual, const ToleranceModel& m);
   const Problem& p() const { return c.p; }

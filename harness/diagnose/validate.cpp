@@ -12,23 +12,22 @@
 namespace attncheck::diagnose {
 
 const std::map<std::string, std::string>& injected_tags() {
-  static const std::map<std::string, std::string> m = {
-      {"wrong-scale", "scale"},
-      {"no-max-subtraction", "no-max-subtraction"},
-      {"causal-off-by-one", "causal-diagonal"},
-      {"causal-wrong-alignment", "causal-alignment"},
-      {"mask-after-softmax", "mask-after-softmax"},
-      {"softmax-wrong-axis", "softmax-axis"},
-      {"gqa-tiled", "gqa-mapping"},
-      {"partial-tile-dropped", "skipped-keys"},
-      {"partial-tile-zero", "tile-tail"},
-      {"fp16-accumulation", "low-precision-accumulation"},
-      {"softcap-after-mask", "softcap-order"},
-      {"finite-fill-uniform", "mask-fill"},
-      {"dropout-no-rescale", "dropout-scale"},
-      {"lse-off-by-scale", "lse-unscaled-max"},
-      {"masked-values-read", "nan-leak"},
-      {"mask-before-scale", "negative-scale-mask"}};
+  static const std::map<std::string, std::string> m = {{"wrong-scale", "scale"},
+                                                       {"no-max-subtraction", "no-max-subtraction"},
+                                                       {"causal-off-by-one", "causal-diagonal"},
+                                                       {"causal-wrong-alignment", "causal-alignment"},
+                                                       {"mask-after-softmax", "mask-after-softmax"},
+                                                       {"softmax-wrong-axis", "softmax-axis"},
+                                                       {"gqa-tiled", "gqa-mapping"},
+                                                       {"partial-tile-dropped", "skipped-keys"},
+                                                       {"partial-tile-zero", "tile-tail"},
+                                                       {"fp16-accumulation", "low-precision-accumulation"},
+                                                       {"softcap-after-mask", "softcap-order"},
+                                                       {"finite-fill-uniform", "mask-fill"},
+                                                       {"dropout-no-rescale", "dropout-scale"},
+                                                       {"lse-off-by-scale", "lse-unscaled-max"},
+                                                       {"masked-values-read", "nan-leak"},
+                                                       {"mask-before-scale", "negative-scale-mask"}};
   return m;
 }
 
@@ -50,7 +49,13 @@ std::vector<ValidationRow> validate_on_mutants(const std::string& fixtures_dir, 
   std::vector<ValidationRow> rows;
   for (const mutants::Entry& m : mutants::catalogue()) {
     if (m.correct) continue;
-    ValidationRow row{m.impl->name(), injected_tags().count(m.impl->name()) ? injected_tags().at(m.impl->name()) : "?", 0, 0, {}, {}, {}};
+    ValidationRow row{m.impl->name(),
+                      injected_tags().count(m.impl->name()) ? injected_tags().at(m.impl->name()) : "?",
+                      0,
+                      0,
+                      {},
+                      {},
+                      {}};
     for (const Fixture& f : fixtures) {
       if (row.cases >= per_mutant) break;
       Outputs out;

@@ -10,12 +10,12 @@
 namespace attncheck::diagnose {
 
 struct ValidationRow {
-  std::string mutant, injected;           // mutant (or power fault) name and the tag of the bug it injects
-  int cases = 0, hits = 0;                // diagnosed failures, and those whose top tag is the injected one
-  std::map<std::string, int> top_tags;    // top tag -> count
-  std::vector<int> reruns;                // per diagnosed failure
-  std::vector<std::string> misses;        // "case: diagnosis lines" for failures whose top tag is another one
-  std::string majority() const;           // most frequent top tag ("-" without cases)
+  std::string mutant, injected;         // mutant (or power fault) name and the tag of the bug it injects
+  int cases = 0, hits = 0;              // diagnosed failures, and those whose top tag is the injected one
+  std::map<std::string, int> top_tags;  // top tag -> count
+  std::vector<int> reruns;              // per diagnosed failure
+  std::vector<std::string> misses;      // "case: diagnosis lines" for failures whose top tag is another one
+  std::string majority() const;         // most frequent top tag ("-" without cases)
 };
 
 // The tag each selftest mutant injects (harness/mutants/mutants.cpp).

@@ -1,6 +1,6 @@
 // validate_on_power (validate.hpp): every fault of the detection-power engine (harness/power) on small grid problems
-// (Lk 1024, 8 query rows, every dtype and logit shape; a mask fault on its own flavour, the others on every flavour), each detected failure diagnosed with probes that
-// re-run the faulty kernel behind the Impl interface.
+// (Lk 1024, 8 query rows, every dtype and logit shape; a mask fault on its own flavour, the others on every flavour),
+// each detected failure diagnosed with probes that re-run the faulty kernel behind the Impl interface.
 #include <stdexcept>
 
 #include "attncheck/reference.hpp"
@@ -23,9 +23,9 @@ class PowerImpl final : public Impl {
     c.layouts = {Layout::BHSD};
     c.gqa = true;  // query heads share the one KV head (the alibi flavour has two)
     c.key_padding = c.bool_mask = c.bias = c.dropout = c.finite_fill = c.weights_out = false;
-    c.max_logit_out = true;  // rows only: the grid asks for no other form
+    c.max_logit_out = true;                             // rows only: the grid asks for no other form
     c.mods = {"alibi", "document", "chunked", "topk"};  // the grid's modification flavours (power/kernel.cpp)
-    c.kv_quant = true;                                    // and its quantized-cache flavour
+    c.kv_quant = true;                                  // and its quantized-cache flavour
     return c;
   }
   Support supports(const Problem& p) const override {
@@ -45,17 +45,32 @@ class PowerImpl final : public Impl {
 }  // namespace
 
 const std::map<std::string, std::string>& power_injected_tags() {
-  static const std::map<std::string, std::string> m = {
-      {"skip-tile", "skipped-keys"}, {"drop-max-key", "skipped-keys"}, {"drop-random-key", "skipped-keys"},
-      {"causal-excl-diag", "causal-diagonal"}, {"causal-future-key", "causal-diagonal"}, {"window-off-by-one", "window-edge"},
-      {"scale-dv", "scale"}, {"tf32", "tf32"}, {"fp16-scores", "low-precision-scores"},
-      {"bf16-pv-acc", "low-precision-accumulation"}, {"missed-rescale", "missed-rescale"}, {"row-1pct", "row-scale"},
-      {"row-4ulp", "row-scale"}, {"lse-plus-log2", "lse-offset"}, {"lse-base2", "lse-base"},
-      {"max-logit-stage", "max-logit-stage"}, {"max-logit-unscaled", "max-logit-stage"}, {"alibi-sign", "alibi-sign"},
-      {"alibi-slope-head", "alibi-slope-head"}, {"alibi-ignored", "parameter-ignored"},
-      {"document-off-by-one", "document-boundary"}, {"chunk-off-by-one", "chunk-boundary"},
-      {"block-partial-as-full", "block-mask-partial-as-full"}, {"descale-ignored", "descale-ignored"},
-      {"descale-wrong-group", "descale-wrong-group"}, {"topk-padding", "topk-padding"}};
+  static const std::map<std::string, std::string> m = {{"skip-tile", "skipped-keys"},
+                                                       {"drop-max-key", "skipped-keys"},
+                                                       {"drop-random-key", "skipped-keys"},
+                                                       {"causal-excl-diag", "causal-diagonal"},
+                                                       {"causal-future-key", "causal-diagonal"},
+                                                       {"window-off-by-one", "window-edge"},
+                                                       {"scale-dv", "scale"},
+                                                       {"tf32", "tf32"},
+                                                       {"fp16-scores", "low-precision-scores"},
+                                                       {"bf16-pv-acc", "low-precision-accumulation"},
+                                                       {"missed-rescale", "missed-rescale"},
+                                                       {"row-1pct", "row-scale"},
+                                                       {"row-4ulp", "row-scale"},
+                                                       {"lse-plus-log2", "lse-offset"},
+                                                       {"lse-base2", "lse-base"},
+                                                       {"max-logit-stage", "max-logit-stage"},
+                                                       {"max-logit-unscaled", "max-logit-stage"},
+                                                       {"alibi-sign", "alibi-sign"},
+                                                       {"alibi-slope-head", "alibi-slope-head"},
+                                                       {"alibi-ignored", "parameter-ignored"},
+                                                       {"document-off-by-one", "document-boundary"},
+                                                       {"chunk-off-by-one", "chunk-boundary"},
+                                                       {"block-partial-as-full", "block-mask-partial-as-full"},
+                                                       {"descale-ignored", "descale-ignored"},
+                                                       {"descale-wrong-group", "descale-wrong-group"},
+                                                       {"topk-padding", "topk-padding"}};
   return m;
 }
 
@@ -64,8 +79,7 @@ std::vector<ValidationRow> validate_on_power(int per_fault, int max_reruns) {
   for (const power::Variant& v : power::fault_variants()) {
     const power::Flavour own = power::flavour_of(v.fault);
     // The RoPE and MLA faults run in the power grid only: their hypotheses are not validated on it yet.
-    if (own == power::Flavour::rope || own == power::Flavour::mla)
-      continue;
+    if (own == power::Flavour::rope || own == power::Flavour::mla) continue;
     const auto tag = power_injected_tags().find(v.name);
     ValidationRow row{v.name, tag == power_injected_tags().end() ? "?" : tag->second, 0, 0, {}, {}, {}};
     const PowerImpl impl(v);
@@ -75,7 +89,8 @@ std::vector<ValidationRow> validate_on_power(int per_fault, int max_reruns) {
     if (power::flavour_of(v.fault) != power::Flavour::dense) flavours = {power::flavour_of(v.fault)};
     for (power::Flavour f : flavours)
       for (DType t : {DType::f32, DType::f16, DType::bf16})
-        for (power::Logits lg : {power::Logits::normal, power::Logits::large, power::Logits::near_one_hot, power::Logits::hazard}) {
+        for (power::Logits lg :
+             {power::Logits::normal, power::Logits::large, power::Logits::near_one_hot, power::Logits::hazard}) {
           if (row.cases >= per_fault) continue;
           const Problem p = power::grid_problem(1024, t, f, 8);
           const Inputs in = power::grid_inputs(p, lg, 20261123);

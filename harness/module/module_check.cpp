@@ -64,8 +64,8 @@ Verdict judge(const ModuleFixture& f, const ModuleTolerance& tol, const ModuleOu
   v.tensors.push_back(compare_values("y", {p.B, 1, p.Lq, m.d_out}, f.expected.y, out.y.to_double(), scaled(tol.y)));
   if (p.want_weights) {
     if (!out.weights) throw std::invalid_argument("weights: requested but not delivered");
-    v.tensors.push_back(compare_values("weights", weights_shape(m), f.expected.weights, out.weights->to_double(),
-                                       scaled(tol.weights)));
+    v.tensors.push_back(
+        compare_values("weights", weights_shape(m), f.expected.weights, out.weights->to_double(), scaled(tol.weights)));
   }
   for (const TensorVerdict& t : v.tensors) v.pass = v.pass && t.pass;
   return v;
@@ -88,10 +88,10 @@ Verdict judge_backward(const ModuleFixture& f, const ModuleGradients& tol, const
   Verdict v;
   for (const std::string& name : module_grad_names(f.problem)) {
     const std::vector<int64_t>& s = module_grad_input(f.inputs, name).shape;
-    const std::vector<int64_t> shape4 = s.size() == 3 ? std::vector<int64_t>{s[0], 1, s[1], s[2]}
-                                      : s.size() == 2 ? std::vector<int64_t>{1, 1, s[0], s[1]}
-                                      : s.size() == 1 ? std::vector<int64_t>{1, 1, 1, s[0]}
-                                                      : s;
+    const std::vector<int64_t> shape4 = s.size() == 3   ? std::vector<int64_t>{s[0], 1, s[1], s[2]}
+                                        : s.size() == 2 ? std::vector<int64_t>{1, 1, s[0], s[1]}
+                                        : s.size() == 1 ? std::vector<int64_t>{1, 1, 1, s[0]}
+                                                        : s;
     const auto it = g.find(name);
     if (it == g.end()) {
       TensorVerdict missing;
@@ -157,7 +157,8 @@ void selftest_backward(const std::vector<ModuleFixture>& fixtures, std::vector<S
     if (runs_entry && !runs_entry(first + i)) continue;
     const auto& [impl, fault] = entries[i];
     const bool correct = fault == ModuleGradFault::none;
-    SelftestRow row{impl->name() + (correct ? "/backward" : ""), correct ? "" : to_string(fault), 0, 0, 0, {}, first + i};
+    SelftestRow row{
+        impl->name() + (correct ? "/backward" : ""), correct ? "" : to_string(fault), 0, 0, 0, {}, first + i};
     for (const ModuleFixture& f : fixtures) {
       if (!f.grad || (!correct && !grad_fault_applies(fault, f.problem))) continue;
       ModuleGradOutputs g;

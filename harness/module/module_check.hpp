@@ -32,13 +32,13 @@ Verdict judge_backward(const ModuleFixture& f, const ModuleGradients& tol, const
 std::vector<std::string> diagnose_backward(const ModuleFixture& f, const ModuleGradOutputs& g);
 
 struct SelftestRow {
-  std::string impl;      // "cpu~head-split", or a correct entry ("cpu")
-  std::string injected;  // the fault's tag, "" for a correct entry
-  int applicable = 0;    // fixtures the fault can change (every fixture for a correct entry)
-  int caught = 0;        // of those, failed (a correct entry: false alarms)
-  int tagged = 0;        // of the caught, diagnosed with exactly the injected tag
+  std::string impl;                     // "cpu~head-split", or a correct entry ("cpu")
+  std::string injected;                 // the fault's tag, "" for a correct entry
+  int applicable = 0;                   // fixtures the fault can change (every fixture for a correct entry)
+  int caught = 0;                       // of those, failed (a correct entry: false alarms)
+  int tagged = 0;                       // of the caught, diagnosed with exactly the injected tag
   std::vector<std::string> other_tags;  // diagnoses that were not the injected tag, "case: tags"
-  size_t entry = 0;  // index of the row in the full selftest (forward entries, then backward)
+  size_t entry = 0;                     // index of the row in the full selftest (forward entries, then backward)
 };
 // Correct entries (find_module_entry of cpu, cpu-flash) and every module mutant on the fixtures; then the same
 // correct entries' backward ("cpu/backward") and every backward mutant on the fixtures with gradients.

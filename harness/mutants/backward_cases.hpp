@@ -21,8 +21,14 @@ inline prop::Case grad_case(uint64_t n, int64_t budget = 2500, DType dtype = DTy
     case 1: s.softcap = 5.0; break;
     case 2: s.dropout_p = 0.5; break;
     case 3: s.bias_kind = static_cast<int>(1 + n % 3); break;
-    case 4: s.Hkv = 1; s.Hq = 3; break;
-    case 5: s.causal = true; s.mask_kind = static_cast<int>(n % 4); break;
+    case 4:
+      s.Hkv = 1;
+      s.Hq = 3;
+      break;
+    case 5:
+      s.causal = true;
+      s.mask_kind = static_cast<int>(n % 4);
+      break;
     default: break;
   }
   prop::normalise(s);

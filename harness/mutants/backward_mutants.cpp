@@ -33,9 +33,15 @@ const char* to_string(BwdFault f) {
 }
 
 std::vector<BwdFault> all_backward_faults() {
-  return {BwdFault::no_d_term,        BwdFault::d_pre_dropout,         BwdFault::dropout_not_replayed,
-          BwdFault::dropout_not_rescaled, BwdFault::gqa_not_summed,    BwdFault::no_softcap_derivative,
-          BwdFault::no_scale_dk,      BwdFault::no_causal_mask,        BwdFault::lse_wrong_row};
+  return {BwdFault::no_d_term,
+          BwdFault::d_pre_dropout,
+          BwdFault::dropout_not_replayed,
+          BwdFault::dropout_not_rescaled,
+          BwdFault::gqa_not_summed,
+          BwdFault::no_softcap_derivative,
+          BwdFault::no_scale_dk,
+          BwdFault::no_causal_mask,
+          BwdFault::lse_wrong_row};
 }
 
 std::vector<BwdFault> subtle_backward_faults() {
@@ -94,9 +100,7 @@ class LoopedBackward final : public Impl {
       }
       if (!live) continue;
       const uint8_t* keep = in.keep ? in.keep->data<uint8_t>() + row * Lk : nullptr;
-      auto kf = [&](int64_t j) {
-        return (!keep || f_ == BwdFault::dropout_not_replayed) ? 1.0 : (keep[j] ? ks : 0.0);
-      };
+      auto kf = [&](int64_t j) { return (!keep || f_ == BwdFault::dropout_not_replayed) ? 1.0 : (keep[j] ? ks : 0.0); };
       double D = 0;
       if (f_ == BwdFault::d_pre_dropout) {
         for (int64_t j = 0; j < Lk; ++j) {
@@ -129,12 +133,15 @@ class LoopedBackward final : public Impl {
         if (!vis) continue;
         const double ds0 = P * (dp - D), ds = f_ == BwdFault::ds_bf16 ? round_to(DType::bf16, ds0) : ds0;
         const double dr = ds * chain[static_cast<size_t>(j)];
-        const bool to_dq = !(f_ == BwdFault::skip_dq_tile && j >= 64 && j < 128) &&
-                           !(f_ == BwdFault::drop_max_key_dq && j == jmax);
+        const bool to_dq =
+            !(f_ == BwdFault::skip_dq_tile && j >= 64 && j < 128) && !(f_ == BwdFault::drop_max_key_dq && j == jmax);
         for (int64_t d = 0; d < Dqk; ++d) {
           if (to_dq)
-            dq[static_cast<size_t>(row * Dqk + d)] += scale * dr * k[kv * static_cast<size_t>(Dqk) + static_cast<size_t>(d)];
-          if (to_kv) dk[kv * static_cast<size_t>(Dqk) + static_cast<size_t>(d)] += (f_ == BwdFault::no_scale_dk ? 1.0 : scale) * dr * qi[d];
+            dq[static_cast<size_t>(row * Dqk + d)] +=
+                scale * dr * k[kv * static_cast<size_t>(Dqk) + static_cast<size_t>(d)];
+          if (to_kv)
+            dk[kv * static_cast<size_t>(Dqk) + static_cast<size_t>(d)] +=
+                (f_ == BwdFault::no_scale_dk ? 1.0 : scale) * dr * qi[d];
         }
         if (g.dbias) db[static_cast<size_t>(broadcast_offset(*g.dbias, b, h, i, j))] += ds;
       }

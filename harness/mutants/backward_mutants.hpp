@@ -12,25 +12,25 @@
 namespace attncheck::mutants {
 
 enum class BwdFault {
-  none,                  // correct variant
-  no_d_term,             // dS = P ∘ dP: the D_i = rowsum(dO∘O) term left out
-  d_pre_dropout,         // D from the output before dropout (Σ_j P_ij dO·v_j, keep-mask ignored)
-  dropout_not_replayed,  // backward ignores the keep-mask
-  dropout_not_rescaled,  // kept gradients not scaled by 1/(1-p)
-  gqa_not_summed,        // dK, dV of a KV head from its first query head only
-  no_softcap_derivative, // softcap's 1 - tanh² left out of the chain rule
-  no_scale_dk,           // dK without the softmax scale
-  no_causal_mask,        // causal mask applied in forward only
-  lse_wrong_row,         // lse read from the next row
+  none,                   // correct variant
+  no_d_term,              // dS = P ∘ dP: the D_i = rowsum(dO∘O) term left out
+  d_pre_dropout,          // D from the output before dropout (Σ_j P_ij dO·v_j, keep-mask ignored)
+  dropout_not_replayed,   // backward ignores the keep-mask
+  dropout_not_rescaled,   // kept gradients not scaled by 1/(1-p)
+  gqa_not_summed,         // dK, dV of a KV head from its first query head only
+  no_softcap_derivative,  // softcap's 1 - tanh² left out of the chain rule
+  no_scale_dk,            // dK without the softmax scale
+  no_causal_mask,         // causal mask applied in forward only
+  lse_wrong_row,          // lse read from the next row
   // Subtle faults for the detection-power table (harness/power/backward_power.hpp):
-  ds_bf16,               // dS rounded to bf16 before the dQ/dK products (an fp32 contract says fp32)
-  d_from_bf16_o,         // D = rowsum(dO∘O) from O rounded to bf16
-  lse_plus_log2,         // lse off by log 2: every P halved
-  skip_dq_tile,          // keys [64, 128) never reach dQ (one tile of the dQ loop skipped)
-  drop_max_key_dq,       // the key of largest weight never reaches dQ
+  ds_bf16,          // dS rounded to bf16 before the dQ/dK products (an fp32 contract says fp32)
+  d_from_bf16_o,    // D = rowsum(dO∘O) from O rounded to bf16
+  lse_plus_log2,    // lse off by log 2: every P halved
+  skip_dq_tile,     // keys [64, 128) never reach dQ (one tile of the dQ loop skipped)
+  drop_max_key_dq,  // the key of largest weight never reaches dQ
 };
 const char* to_string(BwdFault f);
-std::vector<BwdFault> all_backward_faults();  // the real-bug list (selftest): every fault up to lse_wrong_row
+std::vector<BwdFault> all_backward_faults();     // the real-bug list (selftest): every fault up to lse_wrong_row
 std::vector<BwdFault> subtle_backward_faults();  // ds_bf16 .. drop_max_key_dq
 ImplPtr make_backward_mutant(BwdFault f);
 

@@ -13,10 +13,25 @@ namespace attncheck::mutants {
 namespace {
 
 enum class Bug {
-  reverse_order, online_block7, p_rounded,  // correct variants
-  wrong_scale, no_max_subtraction, causal_off_by_one, causal_wrong_alignment, mask_after_softmax_no_renorm,
-  softmax_wrong_axis, gqa_tiled, partial_tile_dropped, partial_tile_scored_zero, fp16_accumulation,
-  softcap_after_mask, finite_fill_uniform, dropout_no_rescale, lse_off_by_scale, masked_values_read, mask_before_scale
+  reverse_order,
+  online_block7,
+  p_rounded,  // correct variants
+  wrong_scale,
+  no_max_subtraction,
+  causal_off_by_one,
+  causal_wrong_alignment,
+  mask_after_softmax_no_renorm,
+  softmax_wrong_axis,
+  gqa_tiled,
+  partial_tile_dropped,
+  partial_tile_scored_zero,
+  fp16_accumulation,
+  softcap_after_mask,
+  finite_fill_uniform,
+  dropout_no_rescale,
+  lse_off_by_scale,
+  masked_values_read,
+  mask_before_scale
 };
 
 template <class T>
@@ -46,7 +61,8 @@ struct Kernel {
     std::vector<T> S(static_cast<size_t>(Lq * Lpad));
     std::vector<char> vis(static_cast<size_t>(Lq * Lpad)), part(static_cast<size_t>(Lq * Lpad));
     for (int64_t i = 0; i < Lq; ++i) {
-      const int64_t off = bug == Bug::causal_wrong_alignment && p.alignment == Alignment::bottom_right ? 0 : p.diagonal_offset(b);
+      const int64_t off =
+          bug == Bug::causal_wrong_alignment && p.alignment == Alignment::bottom_right ? 0 : p.diagonal_offset(b);
       const int64_t diag = i + off;
       for (int64_t j = 0; j < Lpad; ++j) {
         const size_t n = static_cast<size_t>(i * Lpad + j);
@@ -94,7 +110,8 @@ struct Kernel {
     for (int64_t i = 0; i < Lq; ++i) {
       bool any = false;
       // A row is fully masked when no visible key has a finite score (a -inf bias masks too, as in the reference).
-      for (int64_t j = 0; j < Lpad; ++j) any = any || (vis[static_cast<size_t>(i * Lpad + j)] && S[static_cast<size_t>(i * Lpad + j)] > -inf);
+      for (int64_t j = 0; j < Lpad; ++j)
+        any = any || (vis[static_cast<size_t>(i * Lpad + j)] && S[static_cast<size_t>(i * Lpad + j)] > -inf);
       empty[static_cast<size_t>(i)] = !any && bug != Bug::finite_fill_uniform;
       for (int64_t j = 0; j < Lpad; ++j) {
         const size_t n = static_cast<size_t>(i * Lpad + j);
@@ -110,7 +127,8 @@ struct Kernel {
         for (int64_t i = 0; i < Lq; ++i)
           if (part[static_cast<size_t>(i * Lpad + j)]) m = std::max(m, S[static_cast<size_t>(i * Lpad + j)]);
         for (int64_t i = 0; i < Lq; ++i)
-          if (part[static_cast<size_t>(i * Lpad + j)] && m > -inf) sum += std::exp(S[static_cast<size_t>(i * Lpad + j)] - m);
+          if (part[static_cast<size_t>(i * Lpad + j)] && m > -inf)
+            sum += std::exp(S[static_cast<size_t>(i * Lpad + j)] - m);
         for (int64_t i = 0; i < Lq; ++i) {
           const size_t n = static_cast<size_t>(i * Lpad + j);
           W[n] = part[n] && m > -inf ? std::exp(S[n] - m) / sum : T(0);
@@ -122,8 +140,9 @@ struct Kernel {
       const T* s = &S[static_cast<size_t>(i * Lpad)];
       const char* pt = &part[static_cast<size_t>(i * Lpad)];
       if (empty[static_cast<size_t>(i)]) {
-        const T x = p.fully_masked == FullyMasked::nan ? std::numeric_limits<T>::quiet_NaN()
-                    : p.fully_masked == FullyMasked::uniform ? T(1) / static_cast<T>(Lk) : T(0);
+        const T x = p.fully_masked == FullyMasked::nan       ? std::numeric_limits<T>::quiet_NaN()
+                    : p.fully_masked == FullyMasked::uniform ? T(1) / static_cast<T>(Lk)
+                                                             : T(0);
         for (int64_t j = 0; j < Lpad; ++j) w[j] = j < Lk ? x : T(0);
         lse[static_cast<size_t>(i)] = finite ? fill + std::log(static_cast<T>(Lk)) : -inf;
         continue;
@@ -184,7 +203,8 @@ struct Kernel {
       if (out.lse) out.lse->set_offset((b * p.Hq + h) * Lq + i, static_cast<double>(lse[static_cast<size_t>(i)]));
       if (out.weights)
         for (int64_t j = 0; j < Lk; ++j)
-          out.weights->set_offset(((b * p.Hq + h) * Lq + i) * Lk + j, static_cast<double>(W[static_cast<size_t>(i * Lpad + j)]));
+          out.weights->set_offset(((b * p.Hq + h) * Lq + i) * Lk + j,
+                                  static_cast<double>(W[static_cast<size_t>(i * Lpad + j)]));
     }
   }
 };
@@ -220,13 +240,16 @@ const std::vector<Entry>& catalogue() {
       v.push_back({std::make_shared<Looped>(name, bug, what), correct, what});
     };
     add("ok-reverse-order", Bug::reverse_order, true, "dot products, sums and P.V in reverse order");
-    add("ok-online-block7", Bug::online_block7, true, "online softmax over key blocks of 7 (running max, rescaled sum)");
-    add("ok-p-rounded", Bug::p_rounded, true, "unnormalised P rounded to the input dtype before P.V, fp32 accumulation");
+    add("ok-online-block7", Bug::online_block7, true,
+        "online softmax over key blocks of 7 (running max, rescaled sum)");
+    add("ok-p-rounded", Bug::p_rounded, true,
+        "unnormalised P rounded to the input dtype before P.V, fp32 accumulation");
     add("wrong-scale", Bug::wrong_scale, false, "default scale 1/d instead of 1/sqrt(d)");
     add("no-max-subtraction", Bug::no_max_subtraction, false, "exp(s) without subtracting the row max: overflow");
     add("causal-off-by-one", Bug::causal_off_by_one, false, "causal mask j <= i + offset + 1");
     add("causal-wrong-alignment", Bug::causal_wrong_alignment, false, "bottom-right causal computed top-left");
-    add("mask-after-softmax", Bug::mask_after_softmax_no_renorm, false, "mask applied after softmax, no renormalisation");
+    add("mask-after-softmax", Bug::mask_after_softmax_no_renorm, false,
+        "mask applied after softmax, no renormalisation");
     add("softmax-wrong-axis", Bug::softmax_wrong_axis, false, "softmax normalised over queries instead of keys");
     add("gqa-tiled", Bug::gqa_tiled, false, "query head h reads KV head h % Hkv (tile) instead of h / group");
     add("partial-tile-dropped", Bug::partial_tile_dropped, false, "last partial key tile (of 16) skipped");
@@ -236,8 +259,10 @@ const std::vector<Entry>& catalogue() {
     add("finite-fill-uniform", Bug::finite_fill_uniform, false, "fill -1e9: fully-masked rows become uniform");
     add("dropout-no-rescale", Bug::dropout_no_rescale, false, "kept weights not rescaled by 1/(1-p)");
     add("lse-off-by-scale", Bug::lse_off_by_scale, false, "lse from the unscaled max: m/scale + log(sum)");
-    add("masked-values-read", Bug::masked_values_read, false, "V of masked keys multiplied by weight 0: NaN poison leaks");
-    add("mask-before-scale", Bug::mask_before_scale, false, "mask fill applied before the scale (-inf * negative = +inf)");
+    add("masked-values-read", Bug::masked_values_read, false,
+        "V of masked keys multiplied by weight 0: NaN poison leaks");
+    add("mask-before-scale", Bug::mask_before_scale, false,
+        "mask fill applied before the scale (-inf * negative = +inf)");
     return v;
   }();
   return all;

@@ -21,7 +21,9 @@ Capabilities intersect(const Capabilities& a, const Capabilities& b) {
   keep(c.fully_masked, b.fully_masked), keep(c.mods, b.mods);
   for (const Feature& f : problem_features())  // every boolean capability of the table
     if (f.flag) c.*f.flag = a.*f.flag && b.*f.flag;
-  c.max_head_dim = a.max_head_dim == 0 ? b.max_head_dim : b.max_head_dim == 0 ? a.max_head_dim : std::min(a.max_head_dim, b.max_head_dim);
+  c.max_head_dim = a.max_head_dim == 0   ? b.max_head_dim
+                   : b.max_head_dim == 0 ? a.max_head_dim
+                                         : std::min(a.max_head_dim, b.max_head_dim);
   c.head_dim_multiple = std::max(a.head_dim_multiple, b.head_dim_multiple);  // both are 1 or powers of two
   return c;
 }

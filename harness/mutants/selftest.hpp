@@ -35,9 +35,9 @@ struct EntryResult {
   std::string name, bug;
   size_t entry = 0;  // index in the catalogue (the candidate last)
   bool correct = false;
-  bool out_of_scope = false;    // with a candidate: killed only on cases outside its capabilities
-  std::vector<Kill> failures;   // one per property that failed (first failing case)
-  double max_pass_ratio = 0;    // largest error / tolerance among passing checks
+  bool out_of_scope = false;   // with a candidate: killed only on cases outside its capabilities
+  std::vector<Kill> failures;  // one per property that failed (first failing case)
+  double max_pass_ratio = 0;   // largest error / tolerance among passing checks
   int checks = 0, unsupported = 0;
 };
 

@@ -23,9 +23,10 @@ double max_ratio(const Verdict& v) {
 
 std::vector<BackwardPowerRow> backward_power(const std::vector<int64_t>& lks, uint64_t seed) {
   using mutants::BwdFault;
-  std::vector<std::pair<std::string, ImplPtr>> variants = {{"cpu", find_impl("cpu")}, {"cpu-flash", find_impl("cpu-flash")}};
-  std::vector<BwdFault> faults = {BwdFault::none, BwdFault::no_d_term, BwdFault::gqa_not_summed,
-                                  BwdFault::no_scale_dk, BwdFault::lse_wrong_row};
+  std::vector<std::pair<std::string, ImplPtr>> variants = {{"cpu", find_impl("cpu")},
+                                                           {"cpu-flash", find_impl("cpu-flash")}};
+  std::vector<BwdFault> faults = {BwdFault::none, BwdFault::no_d_term, BwdFault::gqa_not_summed, BwdFault::no_scale_dk,
+                                  BwdFault::lse_wrong_row};
   for (BwdFault f : mutants::subtle_backward_faults()) faults.push_back(f);
   for (BwdFault f : faults) variants.emplace_back(mutants::to_string(f), mutants::make_backward_mutant(f));
 

@@ -45,20 +45,23 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
     p.causal = true;
   if (f == Flavour::max_logit) p.softcap = 8, p.max_logit = MaxLogitOut::rows;
   if (f == Flavour::mla) p.mla = true, p.scale = 1.0 / std::sqrt(48.0);  // a head of 48 before absorption
-  if (f == Flavour::kv_cache) p.kv_scales = KvScales::block, p.kv_dtype = DType::i8, p.kv_block = 16, p.kv_scale_dtype = DType::f16;
+  if (f == Flavour::kv_cache)
+    p.kv_scales = KvScales::block, p.kv_dtype = DType::i8, p.kv_block = 16, p.kv_scale_dtype = DType::f16;
   if (f == Flavour::alibi) p.Hq = 2, p.alibi_slopes = {0x1p-6, 0x1p-10};
   if (f == Flavour::document)
     for (int64_t j = 0; j < lk; ++j) p.doc_ids.push_back(j >= lk - 64 ? 1 : 0);
   if (f == Flavour::chunk) p.chunk_size = 64;
   if (f == Flavour::rope) p.causal = true, p.rotary_dim = 32, p.rope_offsets = {65536 + 17};
-  if (f == Flavour::topk) {  // keys drawn from [1, diagonal] (key 0 never listed: it is where padding read as a key lands)
+  if (f ==
+      Flavour::topk) {  // keys drawn from [1, diagonal] (key 0 never listed: it is where padding read as a key lands)
     p.causal = true, p.topk = std::min<int64_t>(lk / 4, 512);
     std::mt19937_64 g(static_cast<uint64_t>(lk) * 31 + 7);
     for (int64_t i = 0; i < rows; ++i) {
       std::vector<int64_t> keys(static_cast<size_t>(i + p.diagonal_offset(0)));
       std::iota(keys.begin(), keys.end(), int64_t{1});
       const int64_t listed = std::min<int64_t>(i % 2 ? p.topk - 1 - i : p.topk, static_cast<int64_t>(keys.size()));
-      for (int64_t s = 0; s < listed; ++s) std::swap(keys[size_t(s)], keys[size_t(s + int64_t(g() % uint64_t(keys.size() - s)))]);
+      for (int64_t s = 0; s < listed; ++s)
+        std::swap(keys[size_t(s)], keys[size_t(s + int64_t(g() % uint64_t(keys.size() - s)))]);
       for (int64_t s = 0; s < p.topk; ++s) p.topk_indices.push_back(s < listed ? keys[size_t(s)] : -1);
     }
   }
@@ -78,7 +81,8 @@ void add_hazards(const Problem& p, Inputs& in, std::mt19937_64& g) {
   for (int64_t n = 0; n < in.v.numel(); ++n) in.v.set_offset(n, 1.0 + in.v.get_offset(n));
   const int64_t rows = p.Lq, own = std::min(rows, p.Dqk);
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t c = 0; c < own; ++c) in.q.put(0, 0, i, c, c == i % p.Dqk ? 4.0 : (i < own ? 0.0 : in.q.at(0, 0, i, c)));
+    for (int64_t c = 0; c < own; ++c)
+      in.q.put(0, 0, i, c, c == i % p.Dqk ? 4.0 : (i < own ? 0.0 : in.q.at(0, 0, i, c)));
   const double scale = p.effective_scale();
   const int64_t tiles = p.Lk / 64, corner = p.Lk - 64 - rows / 2, w = 255;
   for (int64_t i = 0; i < rows; ++i) {
@@ -86,7 +90,8 @@ void add_hazards(const Problem& p, Inputs& in, std::mt19937_64& g) {
     const int64_t visible = p.topk > 0 ? p.topk : p.causal ? diag + 1 : p.window_left >= 0 ? p.window_left + 1 : p.Lk;
     const int64_t c = i % p.Dqk;
     // top-k: key 0 too, listed in no row, where a padding slot read as a key lands
-    for (int64_t j : {diag, diag + 1, diag - w, diag - w - 1, 64 * (i * tiles / rows), p.topk > 0 ? int64_t{0} : int64_t{-1}}) {
+    for (int64_t j :
+         {diag, diag + 1, diag - w, diag - w - 1, 64 * (i * tiles / rows), p.topk > 0 ? int64_t{0} : int64_t{-1}}) {
       if (j < 0 || j >= p.Lk) continue;
       const double target = std::log(static_cast<double>(visible)) - 2.0 + u01(g);
       double rest = 0;
@@ -101,7 +106,8 @@ void add_hazards(const Problem& p, Inputs& in, std::mt19937_64& g) {
 Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed) {
   if (p.kv_quantized()) {  // the same values as the plain cache's, quantised as a serving stack does
     Problem plain = p;
-    plain.kv_scales = KvScales::none, plain.kv_dtype = DType::i8, plain.kv_block = 32, plain.kv_scale_dtype = DType::f32;
+    plain.kv_scales = KvScales::none, plain.kv_dtype = DType::i8, plain.kv_block = 32,
+    plain.kv_scale_dtype = DType::f32;
     Inputs in = grid_inputs(plain, lg, seed);
     quantize_kv(p, in);
     return in;
@@ -176,8 +182,9 @@ Judged judge_run(const Problem& p, const ReferenceResult& ref, Outputs o, const 
     const double err = std::abs(t.actual - t.expected);
     const double r = std::isfinite(err) ? (t.tolerance > 0 ? err / t.tolerance : (err > 0 ? INFINITY : 0.0)) : INFINITY;
     if (r >= j.ratio) j.ratio = r, j.worst = t.describe();
-    (t.tensor == "out" ? j.err_out : t.tensor == "max_logit" ? j.err_ml : j.err_lse) =
-        std::isfinite(t.max_abs_err) ? t.max_abs_err : INFINITY;
+    (t.tensor == "out"         ? j.err_out
+     : t.tensor == "max_logit" ? j.err_ml
+                               : j.err_lse) = std::isfinite(t.max_abs_err) ? t.max_abs_err : INFINITY;
   }
   return j;
 }
@@ -200,11 +207,15 @@ Flavour flavour_of(Fault f) {
 }
 
 const char* to_string(Flavour f) {
-  const char* names[kFlavours] = {"dense", "causal", "window", "alibi", "document", "chunk", "rope", "kv-int8-block16", "topk", "mla", "max-logit"};
+  const char* names[kFlavours] = {"dense", "causal",          "window", "alibi", "document", "chunk",
+                                  "rope",  "kv-int8-block16", "topk",   "mla",   "max-logit"};
   return names[static_cast<int>(f)];
 }
 const char* to_string(Logits l) {
-  return l == Logits::normal ? "normal" : l == Logits::large ? "large" : l == Logits::near_one_hot ? "near_one_hot" : "hazard";
+  return l == Logits::normal         ? "normal"
+         : l == Logits::large        ? "large"
+         : l == Logits::near_one_hot ? "near_one_hot"
+                                     : "hazard";
 }
 
 std::vector<Variant> correct_variants() {
@@ -260,7 +271,8 @@ std::vector<Variant> fault_variants() {
       make("rope-interleave", "RoPE with GPT-J pairs where NeoX halves are declared", Fault::rope_interleave),
       make("rope-offset-ignored", "RoPE: the query rotated at its row index, its position offset ignored",
            Fault::rope_offset_ignored),
-      make("rope-partial-wrong-half", "partial RoPE applied to the last rotary_dim dims", Fault::rope_partial_wrong_half),
+      make("rope-partial-wrong-half", "partial RoPE applied to the last rotary_dim dims",
+           Fault::rope_partial_wrong_half),
       make("rope-off-by-one", "RoPE: the query rotated one position ahead", Fault::rope_off_by_one),
       make("rope-fp16-angles", "RoPE angles rounded to fp16", Fault::rope_fp16_angles),
       make("topk-padding", "top-k sparse: a padding slot (-1) read as key 0", Fault::topk_padding),
@@ -276,9 +288,9 @@ std::vector<Variant> fault_variants() {
 Report run_grid(const GridOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<Variant> good = correct_variants(), bad = fault_variants();
-  const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal, Flavour::window,   Flavour::alibi, Flavour::document,
-                                       Flavour::chunk,    Flavour::rope,   Flavour::kv_cache, Flavour::topk,
-                                       Flavour::mla,      Flavour::max_logit};
+  const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal, Flavour::window,   Flavour::alibi,
+                                       Flavour::document, Flavour::chunk,  Flavour::rope,     Flavour::kv_cache,
+                                       Flavour::topk,     Flavour::mla,    Flavour::max_logit};
   Report rep;
   size_t configuration = 0;
   for (int64_t lk : o.lk)
@@ -299,7 +311,10 @@ Report run_grid(const GridOptions& o) {
           refs[f] = reference_attention(ps[f], ins[f], o.threads);
         }
         // Runs: every correct variant on every shape, every fault on its own shape.
-        struct RunSpec { const Variant* v; int f; };
+        struct RunSpec {
+          const Variant* v;
+          int f;
+        };
         std::vector<RunSpec> runs;
         for (const auto& v : good)
           for (int f = 0; f < kFlavours; ++f) runs.push_back({&v, f});
@@ -365,7 +380,8 @@ Report run_grid(const GridOptions& o) {
             const double eff_lse = max_diff(*j.outputs.lse, *base.outputs.lse);
             const double eff_ml = j.outputs.max_logit ? max_diff(*j.outputs.max_logit, *base.outputs.max_logit) : 0.0;
             c->fault_err = std::max({eff_out, eff_lse, eff_ml});
-            c->inside_noise = j.ratio <= 1.0 && eff_out <= noise_out[f] && eff_lse <= noise_lse[f] && eff_ml <= noise_ml[f];
+            c->inside_noise =
+                j.ratio <= 1.0 && eff_out <= noise_out[f] && eff_lse <= noise_lse[f] && eff_ml <= noise_ml[f];
           }
         }
       }
@@ -383,7 +399,8 @@ void summarise(Report& rep, const std::vector<Logits>& logits) {
     double worst = -1;
     for (const auto& c : rep.cells)
       if (c.correct && c.lk == 32768 && c.dtype == DType::f32 && c.logits == lg) worst = std::max(worst, c.ratio);
-    if (worst >= 0) rep.headroom_32k_fp32 = std::isnan(rep.headroom_32k_fp32) ? worst : std::min(rep.headroom_32k_fp32, worst);
+    if (worst >= 0)
+      rep.headroom_32k_fp32 = std::isnan(rep.headroom_32k_fp32) ? worst : std::min(rep.headroom_32k_fp32, worst);
   }
   for (const auto& c : rep.cells) {
     if (c.correct) {
@@ -398,19 +415,26 @@ void summarise(Report& rep, const std::vector<Logits>& logits) {
       cov = &rep.coverage.back();
     }
     if (!c.applicable) continue;
-    if (c.ratio > 1.0) ++rep.cells_detected, cov->caught_by.push_back(c.logits), cov->undetectable = false;
-    else if (c.inside_noise) ++rep.cells_inside_noise;
-    else ++rep.cells_below_bound, cov->undetectable = false;
+    if (c.ratio > 1.0)
+      ++rep.cells_detected, cov->caught_by.push_back(c.logits), cov->undetectable = false;
+    else if (c.inside_noise)
+      ++rep.cells_inside_noise;
+    else
+      ++rep.cells_below_bound, cov->undetectable = false;
   }
   for (auto& k : rep.coverage) {
     ++rep.faults;
-    if (!k.applicable) ++rep.not_applicable;
-    else if (!k.caught_by.empty()) ++rep.detected;
-    else if (k.undetectable) ++rep.undetectable;
-    else ++rep.missed;
+    if (!k.applicable)
+      ++rep.not_applicable;
+    else if (!k.caught_by.empty())
+      ++rep.detected;
+    else if (k.undetectable)
+      ++rep.undetectable;
+    else
+      ++rep.missed;
   }
-  rep.accepted = rep.missed == 0 && rep.false_alarms == 0 &&
-                 (std::isnan(rep.headroom_32k_fp32) || rep.headroom_32k_fp32 >= 0.01);
+  rep.accepted =
+      rep.missed == 0 && rep.false_alarms == 0 && (std::isnan(rep.headroom_32k_fp32) || rep.headroom_32k_fp32 >= 0.01);
 }
 
 }  // namespace attncheck::power

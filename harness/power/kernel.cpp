@@ -88,7 +88,8 @@ void rope_rows(const Variant& v, const Problem& p, bool query, int64_t rows, std
       }
       float c, s;
       {
-        const float inv = 1.0f / std::pow(static_cast<float>(p.rope_theta), static_cast<float>(2 * f) / static_cast<float>(r));
+        const float inv =
+            1.0f / std::pow(static_cast<float>(p.rope_theta), static_cast<float>(2 * f) / static_cast<float>(r));
         float t = static_cast<float>(pos) * inv;
         if (v.fault == Fault::rope_fp16_angles) t = half(t);
         c = std::cos(t), s = std::sin(t);
@@ -105,7 +106,7 @@ void rope_rows(const Variant& v, const Problem& p, bool query, int64_t rows, std
 }
 
 struct Row {
-  std::vector<float> s;     // scores (-inf where not visible)
+  std::vector<float> s;  // scores (-inf where not visible)
   std::vector<char> vis;
   std::vector<float> logit;  // what the max-logit output takes the max of (natural units, -inf where not visible)
 };
@@ -141,7 +142,8 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
     const std::vector<float> cache = load(in.k);                                       // [Lk, Dqk], as loaded
     for (int64_t j = 0; j < Lk; ++j)
       for (int64_t e = 0; e < Dv; ++e)
-        vv[size_t(j * Dv + e)] = v.fault == Fault::mla_v_stride ? cache[size_t(j * Dv + e)] : cache[size_t(j * D + D - Dv + e)];
+        vv[size_t(j * Dv + e)] =
+            v.fault == Fault::mla_v_stride ? cache[size_t(j * Dv + e)] : cache[size_t(j * D + D - Dv + e)];
   }
   if (uses_rope(p)) rope_rows(v, p, true, p.Hq * Lq, q), rope_rows(v, p, false, Lk, k);
   const float scale = static_cast<float>(v.fault == Fault::scale_dv        ? 1.0 / std::sqrt(double(Dv))
@@ -180,8 +182,10 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       if (p.window_right >= 0 && j > diag + p.window_right) vis = false;
       // Mask faults live in the mask code, so they act only where that mask is on (as in a real kernel, a problem
       // without the mask has no such bug; the diagnoser's "mask removed" probes rely on it).
-      if (v.fault == Fault::causal_excl_diag && p.causal && j == diag && diag % 64 == 0) vis = false;  // diagonal tile's first key
-      if (v.fault == Fault::causal_future_key && p.causal && j == diag + 1 && diag % 64 == 63) vis = true;  // next tile's key
+      if (v.fault == Fault::causal_excl_diag && p.causal && j == diag && diag % 64 == 0)
+        vis = false;  // diagonal tile's first key
+      if (v.fault == Fault::causal_future_key && p.causal && j == diag + 1 && diag % 64 == 63)
+        vis = true;  // next tile's key
       if (v.fault == Fault::window_off_by_one && p.window_left >= 0 && j == diag - p.window_left - 1) vis = true;
       if (v.fault == Fault::skip_tile && j >= skip_lo && j < skip_lo + 64) vis = false;
       if (v.fault == Fault::drop_random_key && j == random_key) vis = false;
@@ -197,14 +201,15 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       for (int64_t n = 0; n < D; ++n) {
         const int64_t d = v.order == Order::reversed ? D - 1 - n : n;
         float& a = part[n % v.lanes];
-        a = v.fma ? std::fma(q[size_t(row * D + d)], k[size_t(j * D + d)], a) : a + q[size_t(row * D + d)] * k[size_t(j * D + d)];
+        a = v.fma ? std::fma(q[size_t(row * D + d)], k[size_t(j * D + d)], a)
+                  : a + q[size_t(row * D + d)] * k[size_t(j * D + d)];
       }
       for (int w = v.lanes / 2; w >= 1; w /= 2)
         for (int l = 0; l < w; ++l) part[l] += part[l + w];
       const float dot = part[0];
       float sc = v.exp2 ? dot * (scale * log2e) : dot * scale;
       float natural = dot * scale;  // the max-logit output's stage: after the softcap (and modifications)
-      if (p.softcap > 0) {  // c * tanh(s / c) in natural units; with exp2 converted to base 2 after it
+      if (p.softcap > 0) {          // c * tanh(s / c) in natural units; with exp2 converted to base 2 after it
         natural = static_cast<float>(p.softcap) * std::tanh(natural / static_cast<float>(p.softcap));
         sc = v.exp2 ? natural * log2e : natural;
       }

@@ -10,8 +10,19 @@
 namespace attncheck::power {
 
 namespace {
-enum Fault { none = 0, reverse, via_nats, skip_empty_check, literal_sentinel, contiguous_lse, no_normalise, drop_last, base_e,
-             contiguous_o, scale_ignored };
+enum Fault {
+  none = 0,
+  reverse,
+  via_nats,
+  skip_empty_check,
+  literal_sentinel,
+  contiguous_lse,
+  no_normalise,
+  drop_last,
+  base_e,
+  contiguous_o,
+  scale_ignored
+};
 }
 
 const std::vector<MergeVariant>& merge_variants() {
@@ -69,8 +80,10 @@ void run_merge_variant(const MergeVariant& v, const MergeProblem& p, const Store
       if (e && f != skip_empty_check) continue;
       const float x = e ? -INFINITY : static_cast<float>(xs.get_offset(off(xs, n)));
       float w;
-      if (f == via_nats && two) w = std::exp(x * 0.69314718f - X * 0.69314718f);
-      else w = two ? std::exp2(x - X) : std::exp(x - X);
+      if (f == via_nats && two)
+        w = std::exp(x * 0.69314718f - X * 0.69314718f);
+      else
+        w = two ? std::exp2(x - X) : std::exp(x - X);
       const float l = norm ? 1.f : static_cast<float>(in.sum->get_offset(off(*in.sum, n)));
       S += w * l;
       for (int64_t d = 0; d < p.D; ++d) {
@@ -80,9 +93,13 @@ void run_merge_variant(const MergeVariant& v, const MergeProblem& p, const Store
       }
     }
     const bool naive = f == skip_empty_check || f == literal_sentinel;  // no special case for an all-empty row
-    const int64_t st = f == contiguous_lse ? r : [&] { const int64_t at[3] = {b, h, i}; return ys.offset(at); }();
+    const int64_t st = f == contiguous_lse ? r : [&] {
+      const int64_t at[3] = {b, h, i};
+      return ys.offset(at);
+    }();
     const float lse = two ? X + std::log2(S) : X + std::log(S);
-    if (norm) ys.set_offset(st, any || naive ? lse : sentinel);
+    if (norm)
+      ys.set_offset(st, any || naive ? lse : sentinel);
     else {
       ys.set_offset(st, any || naive ? X : sentinel);
       out.sum->set_offset(f == contiguous_lse ? r : st, any || naive ? S : 0.f);
@@ -91,13 +108,16 @@ void run_merge_variant(const MergeVariant& v, const MergeProblem& p, const Store
       const int64_t at[4] = {b, h, i, d};
       const float o = acc[static_cast<size_t>(d)];
       double x = !(any || naive) ? 0.f : norm && f != no_normalise ? o / S : o;
-      if (p.conv.out_dtype) {  // fp8: O / scale (the mistake: the scale ignored), saturated at the format's largest value
+      if (p.conv
+              .out_dtype) {  // fp8: O / scale (the mistake: the scale ignored), saturated at the format's largest value
         const double top = kv_code_max(*p.conv.out_dtype);
         if (f != scale_ignored) x /= p.conv.out_scale;
         x = x > top ? top : x < -top ? -top : x;
       }
-      if (f == contiguous_o) out.o.set_offset(r * p.D + d, x);
-      else out.o.set(at, x);
+      if (f == contiguous_o)
+        out.o.set_offset(r * p.D + d, x);
+      else
+        out.o.set(at, x);
     }
   }
 }

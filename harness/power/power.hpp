@@ -16,19 +16,41 @@ namespace attncheck::power {
 
 // The injected faults (each a bug seen in real kernels) and none = a correct variant.
 enum class Fault : uint8_t {
-  none, skip_tile, drop_max_key, drop_random_key, causal_excl_diag, causal_future_key, window_off_by_one,
-  scale_dv, tf32_operands, fp16_scores, bf16_pv_accumulation, missed_rescale, row_1pct, row_4ulp, lse_plus_log2,
+  none,
+  skip_tile,
+  drop_max_key,
+  drop_random_key,
+  causal_excl_diag,
+  causal_future_key,
+  window_off_by_one,
+  scale_dv,
+  tf32_operands,
+  fp16_scores,
+  bf16_pv_accumulation,
+  missed_rescale,
+  row_1pct,
+  row_4ulp,
+  lse_plus_log2,
   lse_base2,
   // Modification faults (mods.hpp), each on its own flavour.
-  alibi_sign, alibi_slope_head, alibi_ignored, document_off_by_one, chunk_off_by_one,
+  alibi_sign,
+  alibi_slope_head,
+  alibi_ignored,
+  document_off_by_one,
+  chunk_off_by_one,
   // Quantized KV cache faults (kv_cache.hpp), on the kv flavour: the scales dropped (codes read as values, vllm
   // PR #51363's dropped per-head descales) or every block of a token reading block 0's scale (a missing group
   // offset, as rocm-libraries PR #10474's every-group-reads-group-0).
-  descale_ignored, descale_wrong_group,
+  descale_ignored,
+  descale_wrong_group,
   // RoPE faults (rope.hpp), on the rope flavour: GPT-J pairs instead of NeoX, the query rotated at its row index
   // (its position offset ignored), the partial rotation applied to the last rotary_dim dims, the query one position
   // ahead, angles rounded to fp16.
-  rope_interleave, rope_offset_ignored, rope_partial_wrong_half, rope_off_by_one, rope_fp16_angles,
+  rope_interleave,
+  rope_offset_ignored,
+  rope_partial_wrong_half,
+  rope_off_by_one,
+  rope_fp16_angles,
   // Top-k sparse fault, on the topk flavour: a padding slot (-1) of a row's list read as key 0 (an index clamped
   // or used unchecked for the gather).
   topk_padding,
@@ -36,13 +58,16 @@ enum class Fault : uint8_t {
   // the stride instead of the cache's Dqk (a V pointer stepped by the wrong row stride, as ik_llama.cpp PR #2031),
   // V taken from the cache's last Dv columns (the k_pe side) instead of its first, and the softmax scale from the
   // absorbed head dim, 1/sqrt(Dqk), instead of the declared one (DeepSeek-V3: 1/sqrt(576) for 1/sqrt(192)).
-  mla_v_stride, mla_v_columns, mla_scale_dim,
+  mla_v_stride,
+  mla_v_columns,
+  mla_scale_dim,
   // Block-sparse mask fault (block_mask.hpp), on the document flavour: a partial block of the block mask treated as
   // full (a block-sparse kernel skips the mask there): every row of the block sees every key of it.
   block_partial_as_full,
   // Max-logit faults, on the max_logit flavour: the row maximum taken before the softcap (the raw scaled logits),
   // and of the unscaled dot products.
-  max_logit_stage, max_logit_unscaled
+  max_logit_stage,
+  max_logit_unscaled
 };
 
 // How the kernel sums over keys.
@@ -111,7 +136,7 @@ struct GridOptions {
   std::vector<Logits> logits{Logits::normal, Logits::large, Logits::near_one_hot, Logits::hazard};
   int64_t rows = 8;  // query rows judged per problem (the sampled rows; faults are placed where they see them)
   uint64_t seed = 20261123;
-  int threads = 0;   // 0 = default
+  int threads = 0;  // 0 = default
   std::optional<Candidate> candidate;
   // Called before each (Lk, dtype, logits) configuration with its name: the CLI's progress line and Ctrl-C (it may
   // throw to stop the grid).
@@ -127,11 +152,11 @@ struct Cell {  // one variant on one configuration (Lk, dtype, logits), over the
   int64_t lk = 0;
   DType dtype = DType::f32;
   Logits logits = Logits::normal;
-  size_t configuration = 0;  // index of (lk, dtype, logits) in the grid's order
-  double ratio = 0;          // largest error/tolerance of any judged element (faults: detected iff > 1)
-  std::string worst;         // the verdict's description of that element
-  bool applicable = true;    // false: the fault is the identity here (TF32 rounding of fp16/bf16 operands)
-  bool inside_noise = false; // fault not detected and its effect no larger than a correct variant's error
+  size_t configuration = 0;   // index of (lk, dtype, logits) in the grid's order
+  double ratio = 0;           // largest error/tolerance of any judged element (faults: detected iff > 1)
+  std::string worst;          // the verdict's description of that element
+  bool applicable = true;     // false: the fault is the identity here (TF32 rounding of fp16/bf16 operands)
+  bool inside_noise = false;  // fault not detected and its effect no larger than a correct variant's error
   // faults: largest change of the base kernel's out/lse; correct variants: largest |error|. noise: the correct
   // variants' largest |error| on the same problem.
   double fault_err = 0, noise_err = 0;

@@ -11,8 +11,8 @@
 namespace attncheck::prop {
 
 const char* to_string(Values v) {
-  static const char* names[] = {"normal", "large_logits", "beyond_fp16", "tied_max", "all_equal",
-                                "one_hot", "constant_v", "tiny", "mixed"};
+  static const char* names[] = {"normal",  "large_logits", "beyond_fp16", "tied_max", "all_equal",
+                                "one_hot", "constant_v",   "tiny",        "mixed"};
   return static_cast<size_t>(v) < std::size(names) ? names[static_cast<size_t>(v)] : "?";
 }
 
@@ -29,8 +29,8 @@ std::string CaseSpec::str() const {
     << " key_padding=" << key_padding << " mask=" << mask_kind << "@" << mask_density << "% bias=" << bias_kind
     << " window=" << window_left << "," << window_right << " softcap=" << softcap << " finite_fill=" << finite_fill
     << " fully_masked=" << to_string(fully_masked) << " scale_kind=" << scale_kind << " dropout=" << dropout_p
-    << " values=" << to_string(values) << " poison=" << poison << " empty_rows=" << empty_rows
-    << " lse=" << want_lse << " weights=" << want_weights << " seed=" << seed;
+    << " values=" << to_string(values) << " poison=" << poison << " empty_rows=" << empty_rows << " lse=" << want_lse
+    << " weights=" << want_weights << " seed=" << seed;
   if (sinks_kind) o << " sinks=" << sinks_kind;
   if (scores_out != ScoresOut::none) o << " scores_out=" << to_string(scores_out);
   if (kv_append) o << " kv_append=1";

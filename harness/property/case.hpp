@@ -34,30 +34,30 @@ struct CaseSpec {
   Layout layout = Layout::BHSD;
   bool causal = false;
   Alignment alignment = Alignment::top_left;
-  int64_t causal_offset = 0;      // with Alignment::explicit_
-  bool per_batch_offsets = false; // explicit_ only: offsets differ per batch
-  bool key_padding = false;       // key_lengths in [0, Lk] per batch
-  int mask_kind = 0;              // 0 none, 1 [B,Hq,Lq,Lk], 2 [1,1,Lq,Lk], 3 [B,1,1,Lk] (column mask)
-  int mask_density = 70;          // percent of visible entries in the boolean mask
-  int bias_kind = 0;              // 0 none, 1 [B,Hq,Lq,Lk], 2 [1,Hq,Lq,Lk] (ALiBi-like), 3 [B,1,1,Lk]
+  int64_t causal_offset = 0;       // with Alignment::explicit_
+  bool per_batch_offsets = false;  // explicit_ only: offsets differ per batch
+  bool key_padding = false;        // key_lengths in [0, Lk] per batch
+  int mask_kind = 0;               // 0 none, 1 [B,Hq,Lq,Lk], 2 [1,1,Lq,Lk], 3 [B,1,1,Lk] (column mask)
+  int mask_density = 70;           // percent of visible entries in the boolean mask
+  int bias_kind = 0;               // 0 none, 1 [B,Hq,Lq,Lk], 2 [1,Hq,Lq,Lk] (ALiBi-like), 3 [B,1,1,Lk]
   int64_t window_left = -1, window_right = -1;
   double softcap = 0.0;
-  bool finite_fill = false;       // fill -1e9 instead of -inf
+  bool finite_fill = false;  // fill -1e9 instead of -inf
   FullyMasked fully_masked = FullyMasked::zero;
-  int scale_kind = 0;             // 0 default 1/sqrt(d), 1 explicit positive, 2 zero, 3 negative
+  int scale_kind = 0;  // 0 default 1/sqrt(d), 1 explicit positive, 2 zero, 3 negative
   double dropout_p = 0.0;
   Values values = Values::normal;
-  bool poison = false;            // NaN / Inf / 1e30 in K, V (and full bias) slots no query can see
-  bool empty_rows = false;        // force some fully-masked query rows
+  bool poison = false;      // NaN / Inf / 1e30 in K, V (and full bias) slots no query can see
+  bool empty_rows = false;  // force some fully-masked query rows
   bool want_lse = true, want_weights = true;
   uint64_t seed = 1;
   // Features beyond the plain softmax, set only by the properties about them (draw_spec leaves them off, so the other
   // properties, whose invariants assume a plain softmax, never see them and their draws stay as they were).
-  int sinks_kind = 0;             // 0 none, 1 finite sinks (every third head large), 2 even heads -inf
+  int sinks_kind = 0;                      // 0 none, 1 finite sinks (every third head large), 2 even heads -inf
   ScoresOut scores_out = ScoresOut::none;  // the raw-score output's stage
-  bool kv_append = false;         // the first past_len in [1, Lk) key/value tokens come as a past (KV-cache append)
-  bool varlen = false;            // B = 1 split into 1-4 packed sequences (cu_seqlens; empty ones allowed)
-  bool paged = false;             // K/V in pages of 1..Lk+1 tokens, 0-2 unused pages, batch 1 may share a page
+  bool kv_append = false;  // the first past_len in [1, Lk) key/value tokens come as a past (KV-cache append)
+  bool varlen = false;     // B = 1 split into 1-4 packed sequences (cu_seqlens; empty ones allowed)
+  bool paged = false;      // K/V in pages of 1..Lk+1 tokens, 0-2 unused pages, batch 1 may share a page
 
   std::string str() const;  // every field, for messages and fixtures
   int64_t cost() const { return B * Hq * Lq * Lk * (Dqk + Dv); }

@@ -38,9 +38,7 @@ void fill_values(const CaseSpec& s, const Problem& p, Inputs& in, SeededChooser&
   const double d4 = std::pow(static_cast<double>(p.Dqk), 0.25);
   switch (s.values) {
     case Values::normal:
-    case Values::count:
-      fill_normal(in.q, r, 1.0), fill_normal(in.k, r, 1.0), fill_normal(in.v, r, 1.0);
-      break;
+    case Values::count: fill_normal(in.q, r, 1.0), fill_normal(in.k, r, 1.0), fill_normal(in.v, r, 1.0); break;
     case Values::large_logits:  // q.k/sqrt(d) ~ 1e4 * N(0,1)
       fill_normal(in.q, r, 100.0), fill_normal(in.k, r, 100.0), fill_normal(in.v, r, 1.0);
       break;
@@ -84,9 +82,7 @@ void fill_values(const CaseSpec& s, const Problem& p, Inputs& in, SeededChooser&
       in.v.fill(c);
       break;
     }
-    case Values::tiny:
-      fill_normal(in.q, r, 1e-3), fill_normal(in.k, r, 1e-3), fill_normal(in.v, r, 1e-5);
-      break;
+    case Values::tiny: fill_normal(in.q, r, 1e-3), fill_normal(in.k, r, 1e-3), fill_normal(in.v, r, 1e-5); break;
     case Values::mixed:
       fill_normal(in.q, r, 3.0), fill_normal(in.k, r, 1.0);
       for (int64_t b = 0; b < p.B; ++b)
@@ -126,7 +122,8 @@ Case build_case(const CaseSpec& s) {
     }
   };
   if (s.mask_kind) p.mask_shape = shape_of(s.mask_kind);
-  if (s.bias_kind) p.bias_shape = s.bias_kind == 2 ? std::array<int64_t, 4>{1, s.Hq, s.Lq, s.Lk} : shape_of(s.bias_kind);
+  if (s.bias_kind)
+    p.bias_shape = s.bias_kind == 2 ? std::array<int64_t, 4>{1, s.Hq, s.Lq, s.Lk} : shape_of(s.bias_kind);
   p.window_left = s.window_left;
   p.window_right = s.window_right;
   p.softcap = s.softcap;
@@ -191,8 +188,9 @@ Case build_case(const CaseSpec& s) {
   }
   // Drawn last, so the inputs above are those of the same spec without sinks. bf16 values: exact in every dtype.
   for (int64_t h = 0; h < p.Hq && s.sinks_kind; ++h)
-    p.sinks.push_back(s.sinks_kind == 2 && h % 2 == 0 ? -std::numeric_limits<double>::infinity()
-                                                      : round_to(DType::bf16, (h % 3 == 2 ? 8.0 : 0.0) + 2.0 * normal(r)));
+    p.sinks.push_back(s.sinks_kind == 2 && h % 2 == 0
+                          ? -std::numeric_limits<double>::infinity()
+                          : round_to(DType::bf16, (h % 3 == 2 ? 8.0 : 0.0) + 2.0 * normal(r)));
   // KV-cache append, drawn after everything else: the same sequence, its first past_len tokens moved to the past.
   if (s.kv_append && p.Lk > 1) {
     p.past_len = r.pick(1, p.Lk - 1);
@@ -215,7 +213,8 @@ Case build_case(const CaseSpec& s) {
     p.num_pages = p.B * n + r.pick(0, 2);
     std::vector<int64_t> pages(static_cast<size_t>(p.num_pages));
     for (size_t e = 0; e < pages.size(); ++e) pages[e] = static_cast<int64_t>(e);
-    for (size_t e = pages.size() - 1; e > 0; --e) std::swap(pages[e], pages[static_cast<size_t>(r.pick(0, static_cast<int64_t>(e)))]);
+    for (size_t e = pages.size() - 1; e > 0; --e)
+      std::swap(pages[e], pages[static_cast<size_t>(r.pick(0, static_cast<int64_t>(e)))]);
     p.block_table.assign(pages.begin(), pages.begin() + p.B * n);
     if (p.B > 1 && r.pick(0, 1)) p.block_table[static_cast<size_t>(n)] = p.block_table[0];
     gen::page_inputs(p, in);

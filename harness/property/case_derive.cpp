@@ -38,8 +38,10 @@ Case remap_case(const Case& c, int64_t Lq, int64_t Lk, const std::function<int64
   d.in.k = remap(c.in.k, {c.p.B, c.p.Hkv, Lk, c.p.Dqk}, so, kmap);
   d.in.v = remap(c.in.v, {c.p.B, c.p.Hkv, Lk, c.p.Dv}, so, kmap);
   const std::vector<int64_t> full = {c.p.B, c.p.Hq, Lq, Lk};
-  if (c.in.mask) d.in.mask = remap(*c.in.mask, full, {}, smap), d.p.mask_shape = std::array<int64_t, 4>{c.p.B, c.p.Hq, Lq, Lk};
-  if (c.in.bias) d.in.bias = remap(*c.in.bias, full, {}, smap), d.p.bias_shape = std::array<int64_t, 4>{c.p.B, c.p.Hq, Lq, Lk};
+  if (c.in.mask)
+    d.in.mask = remap(*c.in.mask, full, {}, smap), d.p.mask_shape = std::array<int64_t, 4>{c.p.B, c.p.Hq, Lq, Lk};
+  if (c.in.bias)
+    d.in.bias = remap(*c.in.bias, full, {}, smap), d.p.bias_shape = std::array<int64_t, 4>{c.p.B, c.p.Hq, Lq, Lk};
   if (c.in.keep) d.in.keep = remap(*c.in.keep, full, {}, smap);
   return d;
 }
@@ -75,19 +77,23 @@ Case canonical(const Case& c) {
 }
 
 Case slice_keys(const Case& c, int64_t j0, int64_t j1) {
-  return remap_case(c, c.p.Lq, j1 - j0, [](int64_t i) { return i; }, [j0](int64_t j) { return j + j0; });
+  return remap_case(
+      c, c.p.Lq, j1 - j0, [](int64_t i) { return i; }, [j0](int64_t j) { return j + j0; });
 }
 
 Case slice_queries(const Case& c, int64_t i0, int64_t i1) {
-  return remap_case(c, i1 - i0, c.p.Lk, [i0](int64_t i) { return i + i0; }, [](int64_t j) { return j; });
+  return remap_case(
+      c, i1 - i0, c.p.Lk, [i0](int64_t i) { return i + i0; }, [](int64_t j) { return j; });
 }
 
 Case permute_keys(const Case& c, const std::vector<int64_t>& perm) {
-  return remap_case(c, c.p.Lq, c.p.Lk, [](int64_t i) { return i; }, [&perm](int64_t j) { return perm[static_cast<size_t>(j)]; });
+  return remap_case(
+      c, c.p.Lq, c.p.Lk, [](int64_t i) { return i; }, [&perm](int64_t j) { return perm[static_cast<size_t>(j)]; });
 }
 
 Case permute_queries(const Case& c, const std::vector<int64_t>& perm) {
-  return remap_case(c, c.p.Lq, c.p.Lk, [&perm](int64_t i) { return perm[static_cast<size_t>(i)]; }, [](int64_t j) { return j; });
+  return remap_case(
+      c, c.p.Lq, c.p.Lk, [&perm](int64_t i) { return perm[static_cast<size_t>(i)]; }, [](int64_t j) { return j; });
 }
 
 void depoison(Case& c) {

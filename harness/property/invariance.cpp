@@ -145,7 +145,8 @@ std::string first_moved(const std::vector<TensorDiff>& ds) {
 Tensor rotated(const Tensor& t, int64_t by) {
   Tensor r = t;
   const size_t n = dtype_size(t.dtype), count = r.bytes.size() / n;
-  if (count > 1) std::rotate(r.bytes.begin(), r.bytes.begin() + static_cast<std::ptrdiff_t>(by % count * n), r.bytes.end());
+  if (count > 1)
+    std::rotate(r.bytes.begin(), r.bytes.begin() + static_cast<std::ptrdiff_t>(by % count * n), r.bytes.end());
   return r;
 }
 
@@ -251,9 +252,10 @@ void paged_pool(const Problem& p, const Inputs& in, const std::vector<Entry>& es
   const auto filler = std::find_if(own.begin(), own.end(), [](int64_t x) { return x >= 0; });
   for (size_t e = 0; e < es.size(); ++e)
     for (int64_t r = 0; r < row2; ++r)
-      q.block_table.push_back(own[e] >= 0                         ? own[e] + r
-                              : r < row || filler == own.end() ? p.block_table[static_cast<size_t>(es[e].b * row + r % row)]
-                                                               : *filler + r);
+      q.block_table.push_back(own[e] >= 0 ? own[e] + r
+                              : r < row || filler == own.end()
+                                  ? p.block_table[static_cast<size_t>(es[e].b * row + r % row)]
+                                  : *filler + r);
   if (pages == p.num_pages) {
     f.in.k = in.k, f.in.v = in.v;
     return;
@@ -320,7 +322,8 @@ Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, in
     for (int which : {1, 2}) {
       const Tensor& src = which == 1 ? *in.k_scale : *in.v_scale;
       Tensor t = make_kv_scale(q, which);
-      if (kv_scale_shape(p, which)[0] == 1) t = src;  // one scale for the whole tensor
+      if (kv_scale_shape(p, which)[0] == 1)
+        t = src;  // one scale for the whole tensor
       else
         for (size_t e = 0; e < es.size(); ++e)
           put_entry(t, static_cast<int64_t>(e), *(which == 1 ? es[e].in->k_scale : es[e].in->v_scale), es[e].b, 2,
@@ -380,20 +383,20 @@ std::vector<Form> paged_forms(const Problem& p, const Inputs& in, const Inputs& 
   for (int64_t b = 0; b < p.B; ++b) f.targets.push_back({b, b});
   forms.push_back(std::move(f));
   if (p.B > 1) try {
-    auto own = [&](int64_t b) { return p.key_length(b); };
-    Form a = gather(p, in, {{&in, 0, own(0)}}, p.Lk);
-    a.what = "alone (a batch of 1, the same pages)";
-    a.targets = {{0, 0}};
-    std::vector<Entry> es;
-    for (int64_t b = p.B - 1; b >= 0; --b) es.push_back({&in, b, own(b)});
-    Form r = gather(p, in, es, p.Lk);
-    r.what = "in reverse batch order (the same pages)";
-    for (int64_t b = 0; b < p.B; ++b) r.targets.push_back({b, p.B - 1 - b});
-    forms.push_back(std::move(a));
-    forms.push_back(std::move(r));
-  } catch (const std::invalid_argument& e) {
-    forms.front().what += " (other batches not built: " + std::string(e.what()) + ")";
-  }
+      auto own = [&](int64_t b) { return p.key_length(b); };
+      Form a = gather(p, in, {{&in, 0, own(0)}}, p.Lk);
+      a.what = "alone (a batch of 1, the same pages)";
+      a.targets = {{0, 0}};
+      std::vector<Entry> es;
+      for (int64_t b = p.B - 1; b >= 0; --b) es.push_back({&in, b, own(b)});
+      Form r = gather(p, in, es, p.Lk);
+      r.what = "in reverse batch order (the same pages)";
+      for (int64_t b = 0; b < p.B; ++b) r.targets.push_back({b, p.B - 1 - b});
+      forms.push_back(std::move(a));
+      forms.push_back(std::move(r));
+    } catch (const std::invalid_argument& e) {
+      forms.front().what += " (other batches not built: " + std::string(e.what()) + ")";
+    }
   try {
     const int64_t lk = pad ? p.Lk + p.page_size : p.Lk;
     std::vector<Entry> es = {{&filler, 0, lk}};
@@ -486,8 +489,9 @@ Form repacked(const Problem& p, const Inputs& in, const Inputs& filler, const st
 // The varlen forms: the sequences packed in reverse order, and after a filler sequence (every offset moves).
 std::vector<Form> varlen_forms(const Problem& p, const Inputs& in, const Inputs& filler) {
   if (!p.doc_ids.empty() || p.topk > 0 || !p.mask_expr.empty() || !p.score_expr.empty())
-    throw std::invalid_argument("the varlen forms of a case with doc ids, top-k indices or an expression are not "
-                                "built (their key positions would need renumbering)");
+    throw std::invalid_argument(
+        "the varlen forms of a case with doc ids, top-k indices or an expression are not "
+        "built (their key positions would need renumbering)");
   const int64_t S = p.sequences();
   std::vector<int64_t> reversed, after;
   for (int64_t s = S - 1; s >= 0; --s) reversed.push_back(s);
@@ -518,8 +522,10 @@ std::vector<Form> batch_forms(const Problem& p, const Inputs& in, const Inputs& 
     forms.push_back(std::move(a));
   }
   std::vector<Entry> es = {{&filler, 0, lengths ? lk : -1}};
-  if (pad) es.front().key_length = lk;
-  else if (lengths) es.front().key_length = p.key_length(0);
+  if (pad)
+    es.front().key_length = lk;
+  else if (lengths)
+    es.front().key_length = p.key_length(0);
   for (int64_t b = 1; b < p.B; ++b) es.push_back({&in, b, own(b)});
   es.push_back({&in, 0, own(0)});
   Form s = gather(p, in, es, lk);
@@ -603,8 +609,9 @@ Check fold(Kind k, const std::vector<Variant>& vs, const std::string& subject, c
     c.result = Check::violated;
     c.where = pre + joined(bad) + post;
     const std::string first = first_moved(c.diffs);
-    c.message = std::string(tag(k)) + ": " + c.where + (outside.empty() ? "" : " (outside tolerance: " + outside + ")") +
-                ": " + summary(c.diffs) + (first.empty() ? "" : "; first " + first);
+    c.message = std::string(tag(k)) + ": " + c.where +
+                (outside.empty() ? "" : " (outside tolerance: " + outside + ")") + ": " + summary(c.diffs) +
+                (first.empty() ? "" : "; first " + first);
     return c;
   }
   int64_t n_bit = 0, n_tol = 0, moved = 0, bits = 0;
@@ -618,7 +625,8 @@ Check fold(Kind k, const std::vector<Variant>& vs, const std::string& subject, c
             std::to_string(moved) + " of " + std::to_string(n_tol) + " elements moved, " + std::to_string(bits) +
             " bits)";
   c.message = (moved ? std::string("within tolerance on this run, not bitwise: ")
-                     : std::string(name(k)) + "-invariant on this run: ") + subject + " " + held;
+                     : std::string(name(k)) + "-invariant on this run: ") +
+              subject + " " + held;
   return c;
 }
 
@@ -658,8 +666,10 @@ std::vector<TensorDiff> diff_mapped(const Problem& p, const Outputs& first, cons
             ia.push_back(keyed ? rk.begin + e : e);
             ib.push_back(keyed ? f.kmap[static_cast<size_t>(rk.begin + e)] : e);
           }
-          if (dst) copy_element(*dst, ia.data(), *b, ib.data());
-          else diff_element(d, *a, ia, *b, ib);
+          if (dst)
+            copy_element(*dst, ia.data(), *b, ib.data());
+          else
+            diff_element(d, *a, ia, *b, ib);
         }
       }
     ds.push_back(std::move(d));
@@ -689,7 +699,9 @@ Check batch_check(const Impl& impl, const Problem& p, const Inputs& in, const Ou
   for (bool pad : {true, false}) {
     if (pad && (packed || !can_pad(impl, p))) continue;
     try {
-      forms = packed ? varlen_forms(p, in, filler) : paged ? paged_forms(p, in, filler, pad) : batch_forms(p, in, filler, pad);
+      forms = packed  ? varlen_forms(p, in, filler)
+              : paged ? paged_forms(p, in, filler, pad)
+                      : batch_forms(p, in, filler, pad);
     } catch (const std::invalid_argument& e) {
       why = e.what();
       continue;
@@ -778,8 +790,8 @@ std::optional<Variant> variant_run(const Impl& impl, const Problem& p, const Inp
 // work units in reverse order. Bitwise for the knobs it declares bitwise (or at the bitwise level).
 // One variant run of the forward or the backward (a problem and its inputs in some form) against the case as given;
 // nullopt (with the reason) when the implementation declines it.
-using Runner = std::function<std::optional<Variant>(const Problem&, const Inputs&, bool bitwise, const std::string& what,
-                                                    int& runs, std::string& why)>;
+using Runner = std::function<std::optional<Variant>(const Problem&, const Inputs&, bool bitwise,
+                                                    const std::string& what, int& runs, std::string& why)>;
 
 // `judge`: whether a variant can be judged within tolerance (the caller gave the reference).
 Check schedule_check(const Impl& impl, const Problem& p, const Inputs& in, const Runner& run, bool judge,
@@ -789,7 +801,8 @@ Check schedule_check(const Impl& impl, const Problem& p, const Inputs& in, const
   c.kind = Kind::schedule;
   if (!d.schedule_knobs) {
     c.result = Check::unsupported;
-    c.message = "not checked: " + impl.name() + " exposes no schedule knob (it declares none of threads, num_splits, "
+    c.message = "not checked: " + impl.name() +
+                " exposes no schedule knob (it declares none of threads, num_splits, "
                 "block_order)";
     return c;
   }
@@ -819,8 +832,7 @@ Check schedule_check(const Impl& impl, const Problem& p, const Inputs& in, const
     }
   }
   runs += spent;
-  c = fold(Kind::schedule, vs, "the case", "the case run ",
-           " differs from its run under its own schedule");
+  c = fold(Kind::schedule, vs, "the case", "the case run ", " differs from its run under its own schedule");
   c.runs = spent;
   if (const unsigned missing = kAllKnobs & ~d.schedule_knobs)
     c.message += " (not exposed, so not checked: " + knob_list(missing) + ")";
@@ -899,15 +911,20 @@ Check layout_check(const Impl& impl, const Problem& p, const Inputs& in, const R
     }
     std::string why;
     auto v = run(*form.first, restrided(in, form.second), bitwise, what, spent, why);
-    if (v) vs.push_back(std::move(*v));
-    else skipped.push_back(why);
+    if (v)
+      vs.push_back(std::move(*v));
+    else
+      skipped.push_back(why);
   }
   Inputs gaps = in;
   const std::string what = packed(gaps);
   std::string why;
-  if (what.empty()) skipped.push_back("packed slices: q, k and v differ in dtype, length or head dim");
-  else if (auto v = run(p, gaps, bitwise, what, spent, why)) vs.push_back(std::move(*v));
-  else skipped.push_back(why);
+  if (what.empty())
+    skipped.push_back("packed slices: q, k and v differ in dtype, length or head dim");
+  else if (auto v = run(p, gaps, bitwise, what, spent, why))
+    vs.push_back(std::move(*v));
+  else
+    skipped.push_back(why);
   runs += spent;
   if (vs.empty()) {
     c.result = Check::unsupported, c.runs = spent, c.message = "not checked: " + joined(skipped);
@@ -929,7 +946,8 @@ std::string run_list(const std::vector<std::string>& runs) {
 }  // namespace
 
 std::vector<TensorDiff> diff_gradients(const Gradients& a, const Gradients& b) {
-  std::vector<TensorDiff> ds = {diff_whole("dq", a.dq, b.dq), diff_whole("dk", a.dk, b.dk), diff_whole("dv", a.dv, b.dv)};
+  std::vector<TensorDiff> ds = {diff_whole("dq", a.dq, b.dq), diff_whole("dk", a.dk, b.dk),
+                                diff_whole("dv", a.dv, b.dv)};
   if (a.dbias && b.dbias) ds.push_back(diff_whole("dbias", *a.dbias, *b.dbias));
   return ds;
 }
@@ -967,11 +985,15 @@ struct Reruns {
   Check done(int K) {
     if (c.result == Check::violated) {
       c.where = "run " + run_list(differing) + " of " + std::to_string(K) + " differs from run 1";
-      c.message = std::string(tag(Kind::rerun)) + ": " + c.where + ": " + summary(c.diffs) + "; first " + first_moved(c.diffs);
-    }
-    else {
+      c.message =
+          std::string(tag(Kind::rerun)) + ": " + c.where + ": " + summary(c.diffs) + "; first " + first_moved(c.diffs);
+    } else {
       c.message = "invariant on this run: " + std::to_string(K) + " runs bitwise equal (" + summary(c.diffs) +
-                  " elements" + (K == 3 ? "; run 3 after another case" : K > 3 ? "; runs 3.." + std::to_string(K) + " each after another case" : "") + ")";
+                  " elements" +
+                  (K == 3  ? "; run 3 after another case"
+                   : K > 3 ? "; runs 3.." + std::to_string(K) + " each after another case"
+                           : "") +
+                  ")";
     }
     return c;
   }
@@ -1082,7 +1104,8 @@ Check backward_batch_check(const Impl& impl, const Problem& p, const Inputs& in,
     // dout of the form: entry e's from the case (or the filler's for the form's extra sequence).
     Tensor d = make_dout(f.p);
     std::vector<bool> is_target(static_cast<size_t>(f.p.B), false);
-    for (const auto& [e, pos] : f.targets) put_entry(d, pos, dout, e, -1, std::nullopt), is_target[static_cast<size_t>(pos)] = true;
+    for (const auto& [e, pos] : f.targets)
+      put_entry(d, pos, dout, e, -1, std::nullopt), is_target[static_cast<size_t>(pos)] = true;
     for (int64_t pos = 0; pos < f.p.B; ++pos)
       if (!is_target[static_cast<size_t>(pos)]) put_entry(d, pos, dout_filler, 0, -1, std::nullopt);
     Gradients g;
@@ -1127,12 +1150,13 @@ Check backward_batch_check(const Impl& impl, const Problem& p, const Inputs& in,
 }  // namespace
 
 std::vector<Check> check_backward_variants(const Impl& impl, const Problem& p, const Inputs& in, const Tensor& dout,
-                                          const Gradients& first, const Options& o) {
+                                           const Gradients& first, const Options& o) {
   const Runner run = [&](const Problem& q, const Inputs& x, bool bitwise, const std::string& what, int& n,
                          std::string& why) -> std::optional<Variant> {
     Gradients g;
     // dout is in the layout of out: restrided with it when the form changes the layout.
-    const Support s = run_backward_impl(impl, q, x, q.layout == p.layout ? dout : restrided(dout, storage_order(q.layout)), g);
+    const Support s =
+        run_backward_impl(impl, q, x, q.layout == p.layout ? dout : restrided(dout, storage_order(q.layout)), g);
     ++n;
     if (!s.ok) {
       why = what + ": " + s.reason;

@@ -4,8 +4,8 @@
 // a larger batch of other sequences, padded to a longer neighbour where the problem allows); the case run under
 // other settings of the schedule knobs the implementation exposes (schedule: threads, num_splits, block order) and
 // with its inputs in another layout or strides (layout) agrees bit for bit where declared, else within tolerance.
-// A clean check is evidence on this run, not a promise. verify --invariance and the property group (properties_invariance.cpp)
-// share this code, for built-ins, plugins and workers alike (it only calls run_impl).
+// A clean check is evidence on this run, not a promise. verify --invariance and the property group
+// (properties_invariance.cpp) share this code, for built-ins, plugins and workers alike (it only calls run_impl).
 #pragma once
 
 #include <cstdint>
@@ -51,7 +51,7 @@ struct Check {
 };
 
 struct Options {
-  int runs = 3;          // rerun: K runs of the case in all (the caller's first run included), K >= 2
+  int runs = 3;  // rerun: K runs of the case in all (the caller's first run included), K >= 2
   bool rerun = true;
   bool batch = true;
   bool schedule = false;
@@ -68,7 +68,8 @@ struct Options {
 // judged one). Order of runs: run 2 right after the first; then the batch runs (other problems); then runs 3..K,
 // each after another case ran (the batch runs, else the same problem with other input values). Returns one Check per
 // kind asked, in the order rerun, batch, schedule, layout (the schedule and layout runs come last). When reruns
-// differ, a bitwise difference of the other checks is not judged (it cannot be told from a run-to-run one). Exceptions of the implementation propagate (the caller reports them as its outcome).
+// differ, a bitwise difference of the other checks is not judged (it cannot be told from a run-to-run one). Exceptions
+// of the implementation propagate (the caller reports them as its outcome).
 std::vector<Check> check_forward(const Impl& impl, const Problem& p, const Inputs& in, const Outputs& first,
                                  const Options& o);
 
@@ -83,7 +84,7 @@ Check check_backward(const Impl& impl, const Problem& p, const Inputs& in, const
 // dk, dv and dbias against `first` bitwise (batch, and schedule and layout where declared), else within tolerance
 // (o.backward_within_tolerance). One Check per kind asked, batch, schedule, layout.
 std::vector<Check> check_backward_variants(const Impl& impl, const Problem& p, const Inputs& in, const Tensor& dout,
-                                          const Gradients& first, const Options& o);
+                                           const Gradients& first, const Options& o);
 
 // Bitwise comparison of two backward runs' gradients (dbias when both have it).
 std::vector<TensorDiff> diff_gradients(const Gradients& a, const Gradients& b);

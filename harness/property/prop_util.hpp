@@ -14,8 +14,8 @@
 namespace attncheck::prop {
 
 struct Ran {
-  std::vector<double> out, lse, w;  // logical order: out [B,Hq,Lq,Dv], lse [B,Hq,Lq], w [B,Hq,Lq,Lk]
-  std::vector<double> s;             // raw scores [B,Hq,Lq,Lk], when the case asks for them
+  std::vector<double> out, lse, w;           // logical order: out [B,Hq,Lq,Dv], lse [B,Hq,Lq], w [B,Hq,Lq,Lk]
+  std::vector<double> s;                     // raw scores [B,Hq,Lq,Lk], when the case asks for them
   std::vector<double> present_k, present_v;  // [B,Hkv,Lk,D], when the case has a past (KV-cache append)
 };
 
@@ -61,9 +61,9 @@ inline void prep_none(CaseSpec&) {}
 inline bool same_bits(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
 // Runs impl on c into `var`, or returns unsupported from the enclosing check.
-#define RUN_OR_UNSUP(var, impl, c)              \
-  std::string why_##var;                        \
-  const auto var = run(impl, c, &why_##var);    \
+#define RUN_OR_UNSUP(var, impl, c)           \
+  std::string why_##var;                     \
+  const auto var = run(impl, c, &why_##var); \
   if (!var) return Outcome::unsup(why_##var)
 
 }  // namespace attncheck::prop

@@ -47,8 +47,9 @@ Outcome evaluate(const Property& prop, const Impl& impl, CaseSpec spec, int64_t 
 // Part lists (properties_basic.cpp, properties_meta.cpp, properties_model.cpp).
 std::vector<Property> basic_properties();
 std::vector<Property> metamorphic_properties();
-std::vector<Property> model_properties();  // properties_model.cpp: invariants of sinks, raw scores, append, varlen, paged, fp8
+std::vector<Property>
+model_properties();  // properties_model.cpp: invariants of sinks, raw scores, append, varlen, paged, fp8
 std::vector<Property> invariance_properties();  // properties_invariance.cpp: rerun and batch invariance
-std::vector<Property> merge_properties();  // properties_merge.cpp: an implementation's merge of attention states
+std::vector<Property> merge_properties();       // properties_merge.cpp: an implementation's merge of attention states
 
 }  // namespace attncheck::prop

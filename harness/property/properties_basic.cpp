@@ -102,7 +102,8 @@ Outcome causality(const Impl& impl, const Case& c) {
     for (int64_t h = 0; h < c.p.Hq; ++h)
       for (int64_t i = 0; i < c.p.Lq; ++i, ++row) {
         bool blind = true;
-        for (int64_t j = 0; j < c.p.Lk && blind; ++j) blind = !(in_s[static_cast<size_t>(j)] && visible(c.p, c.in, b, h, i, j));
+        for (int64_t j = 0; j < c.p.Lk && blind; ++j)
+          blind = !(in_s[static_cast<size_t>(j)] && visible(c.p, c.in, b, h, i, j));
         // A fully-masked row under the uniform policy averages every value, seen or not.
         if (!blind || (c.p.fully_masked == FullyMasked::uniform && row_fully_masked(c.p, c.in, b, h, i))) continue;
         ++blind_rows;
@@ -181,7 +182,8 @@ Outcome one_visible_key(const Impl& impl, const Case& c0) {
     p.mask_shape = std::array<int64_t, 4>{p.B, p.Hq, p.Lq, p.Lk};
     c.in.mask = Tensor(DType::u8, {p.B, p.Hq, p.Lq, p.Lk});
     for (auto& j : chosen) j = rng.pick(0, p.Lk - 1);
-    for (size_t row = 0; row < chosen.size(); ++row) c.in.mask->set_offset(static_cast<int64_t>(row) * p.Lk + chosen[row], 1);
+    for (size_t row = 0; row < chosen.size(); ++row)
+      c.in.mask->set_offset(static_cast<int64_t>(row) * p.Lk + chosen[row], 1);
   } else if (caps.key_padding) {
     p.mask_shape.reset(), c.in.mask.reset();
     p.key_lengths.assign(static_cast<size_t>(p.B), 1);  // every query sees key 0 only
@@ -207,7 +209,8 @@ Outcome one_visible_key(const Impl& impl, const Case& c0) {
         }
         double s = 0;
         for (int64_t d = 0; d < p.Dqk; ++d)
-          s += q[static_cast<size_t>(row * p.Dqk + d)] * kk[static_cast<size_t>(((b * p.Hkv + kh) * p.Lk + j) * p.Dqk + d)];
+          s += q[static_cast<size_t>(row * p.Dqk + d)] *
+               kk[static_cast<size_t>(((b * p.Hkv + kh) * p.Lk + j) * p.Dqk + d)];
         s *= scale;
         if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
         el[static_cast<size_t>(row)] = s;  // lse of a single term is its score
@@ -297,7 +300,9 @@ Outcome fully_masked_policy(const Impl& impl, const Case& c) {
         if (p.want_weights)
           for (int64_t j = 0; j < p.Lk; ++j) {
             const size_t n = static_cast<size_t>(row * p.Lk + j);
-            ew[n] = p.fully_masked == FullyMasked::nan ? kNaN : p.fully_masked == FullyMasked::zero ? 0.0 : 1.0 / double(p.Lk);
+            ew[n] = p.fully_masked == FullyMasked::nan    ? kNaN
+                    : p.fully_masked == FullyMasked::zero ? 0.0
+                                                          : 1.0 / double(p.Lk);
             tw[n] = t.w[n];
           }
       }
@@ -322,7 +327,8 @@ Outcome no_poisoning(const Impl& impl, const Case& c) {
     return Outcome::unsup("declares masked_inputs: finite-required (its contract needs finite inputs everywhere)");
   int64_t poisoned = 0;
   for (const Tensor* t : {&c.in.k, &c.in.v})
-    for (int64_t n = 0; n < t->numel(); ++n) poisoned += !std::isfinite(t->get_offset(n)) || std::abs(t->get_offset(n)) > 1e6;
+    for (int64_t n = 0; n < t->numel(); ++n)
+      poisoned += !std::isfinite(t->get_offset(n)) || std::abs(t->get_offset(n)) > 1e6;
   if (!poisoned) return Outcome::unsup("no key is hidden from every query (needs key padding or a column mask)");
   return agreement(impl, c);  // the poison must change nothing: the same verdict as on clean inputs
 }
@@ -335,15 +341,14 @@ std::vector<Property> basic_properties() {
       {"weights_rows", "weight rows sum to 1; masked weights are exactly 0", prep_none, weights_rows},
       {"causality", "changing keys/values a query cannot see never changes its outputs (bitwise)", prep_causality,
        causality},
-      {"convex_hull", "each output lies in the hull of the values with nonzero weight (dropout off)",
-       prep_no_dropout, convex_hull},
+      {"convex_hull", "each output lies in the hull of the values with nonzero weight (dropout off)", prep_no_dropout,
+       convex_hull},
       {"one_visible_key", "a single visible key gives exactly its value; lse = its score", prep_no_dropout,
        one_visible_key},
       {"equal_scores", "equal scores give the mean of the visible values", prep_equal, equal_scores},
       {"fully_masked_policy", "rows with no visible key follow the declared policy exactly", prep_empty,
        fully_masked_policy},
-      {"no_poisoning", "NaN/Inf/huge values in slots no query sees never reach an output", prep_poison,
-       no_poisoning},
+      {"no_poisoning", "NaN/Inf/huge values in slots no query sees never reach an output", prep_poison, no_poisoning},
   };
 }
 

@@ -100,7 +100,8 @@ std::vector<Property> invariance_properties() {
       {"batch_invariance", "a batch entry gives the same bits alone and anywhere in a larger, padded batch", prep_none,
        batch_invariance},
       {"schedule_invariance",
-       "the case agrees under other threads, num_splits and block orders (the knobs it exposes): bitwise where declared",
+       "the case agrees under other threads, num_splits and block orders (the knobs it exposes): bitwise where "
+       "declared",
        prep_none, schedule_invariance},
       {"layout_invariance", "the same data in the other layout and with sequence-major strides gives the same bits",
        prep_none, layout_invariance},

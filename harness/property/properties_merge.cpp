@@ -54,7 +54,8 @@ Drawn draw(const Case& c, Rng& rng) {
 }
 
 // The implementation's merge of stored states, judged; `kept` (optional) receives its output.
-Outcome merged_stored(const Impl& impl, const Case& c, const MergeProblem& p, const StoredStates& in, StoredStates* kept) {
+Outcome merged_stored(const Impl& impl, const Case& c, const MergeProblem& p, const StoredStates& in,
+                      StoredStates* kept) {
   StoredStates out;
   if (const Support s = run_merge_impl(impl, p, in, out); !s.ok) return Outcome::unsup(s.reason);
   const MergeVerdict v = judge_merge(p, in, out);
@@ -63,8 +64,8 @@ Outcome merged_stored(const Impl& impl, const Case& c, const MergeProblem& p, co
   o.ratio = v.worst_ratio;
   if (!v.pass) {
     o.kind = Outcome::fail;
-    o.message = impl.name() + " on " + c.name() + ": merge of " + std::to_string(p.N) + " states (" + p.name + "): " +
-                v.worst + " (" + std::to_string(v.failed) + " of " + std::to_string(v.checked) +
+    o.message = impl.name() + " on " + c.name() + ": merge of " + std::to_string(p.N) + " states (" + p.name +
+                "): " + v.worst + " (" + std::to_string(v.failed) + " of " + std::to_string(v.checked) +
                 " elements outside)\n  spec: " + c.spec.str();
   }
   return o;
@@ -91,7 +92,8 @@ Outcome merge_partition(const Impl& impl, const Case& c) {
   Drawn d = draw(c, rng);
   Outcome o = merged(impl, c, d.p, d.states, nullptr);
   if (o.kind != Outcome::pass) return o;
-  for (size_t n = d.states.size(); n > 1; --n) std::swap(d.states[n - 1], d.states[size_t(rng.pick(0, int64_t(n) - 1))]);
+  for (size_t n = d.states.size(); n > 1; --n)
+    std::swap(d.states[n - 1], d.states[size_t(rng.pick(0, int64_t(n) - 1))]);
   return worse(o, merged(impl, c, d.p, d.states, nullptr));
 }
 
@@ -139,8 +141,10 @@ Outcome merge_nested(const Impl& impl, const Case& c) {
 
 std::vector<Property> merge_properties() {
   return {
-      {"merge_partition", "the merge of the states of any partition of the keys (empty and one-key parts too), in "
-       "key order and shuffled, equals the exact merge", prep_merge, merge_partition},
+      {"merge_partition",
+       "the merge of the states of any partition of the keys (empty and one-key parts too), in "
+       "key order and shuffled, equals the exact merge",
+       prep_merge, merge_partition},
       {"merge_empty_identity", "empty states (O poisoned where the convention leaves it undefined) change nothing",
        prep_merge, merge_empty_identity},
       {"merge_nested", "a merged state, stored as the merge wrote it, merges again with the rest", prep_merge,

@@ -29,10 +29,10 @@ std::vector<double> unpermute(const std::vector<double>& v, int64_t outer, int64
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t n = 0; n < L; ++n)
       for (int64_t x = 0; x < inner; ++x)
-        r[static_cast<size_t>((o * L + perm[static_cast<size_t>(n)]) * inner + x)] = v[static_cast<size_t>((o * L + n) * inner + x)];
+        r[static_cast<size_t>((o * L + perm[static_cast<size_t>(n)]) * inner + x)] =
+            v[static_cast<size_t>((o * L + n) * inner + x)];
   return r;
 }
-
 
 std::vector<int64_t> make_perm(int64_t n, SeededChooser& r) {
   std::vector<int64_t> perm(static_cast<size_t>(n));
@@ -40,7 +40,8 @@ std::vector<int64_t> make_perm(int64_t n, SeededChooser& r) {
   if (r.pick(0, 2) == 0) {
     std::reverse(perm.begin(), perm.end());
   } else {
-    for (int64_t i = n - 1; i > 0; --i) std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(r.pick(0, i))]);
+    for (int64_t i = n - 1; i > 0; --i)
+      std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(r.pick(0, i))]);
   }
   return perm;
 }
@@ -103,7 +104,8 @@ Outcome shift_invariance(const Impl& impl, const Case& c) {
     for (int64_t b = 0, row = 0; b < p.B; ++b)
       for (int64_t h = 0; h < p.Hq; ++h)
         for (int64_t i = 0; i < p.Lq; ++i, ++row)
-          if (!row_fully_masked(p, c.in, b, h, i)) unshifted[static_cast<size_t>(row)] -= shift[static_cast<size_t>(row)];
+          if (!row_fully_masked(p, c.in, b, h, i))
+            unshifted[static_cast<size_t>(row)] -= shift[static_cast<size_t>(row)];
     k.compare("lse", lse_shape(p), ra->lse, unshifted, add(ta.lse, tb.lse));
   }
   if (p.want_weights) k.compare("weights", w_shape(p), ra->w, rb->w, add(ta.w, tb.w));
@@ -117,7 +119,8 @@ void prep_gqa(CaseSpec& s) {
 
 Outcome gqa_equals_mha(const Impl& impl, const Case& c) {
   if (c.p.Hq == c.p.Hkv)
-    return Outcome::unsup(impl.capabilities().gqa ? "Hq == Hkv after the size budget" : "GQA (Hq != Hkv) not supported");
+    return Outcome::unsup(impl.capabilities().gqa ? "Hq == Hkv after the size budget"
+                                                  : "GQA (Hq != Hkv) not supported");
   Case d = c;
   d.p.Hkv = c.p.Hq;
   d.in.k = make_qkv(d.p, 1), d.in.v = make_qkv(d.p, 2);
@@ -272,11 +275,10 @@ std::vector<Property> metamorphic_properties() {
       {"kv_permutation", "permuting keys/values (mask, bias, dropout alike) changes nothing", prep_none,
        kv_permutation},
       {"query_permutation", "permuting queries permutes the outputs alike", prep_none, query_permutation},
-      {"shift_invariance", "a per-row constant added to the bias changes nothing but lse", prep_none,
-       shift_invariance},
+      {"shift_invariance", "a per-row constant added to the bias changes nothing but lse", prep_none, shift_invariance},
       {"gqa_equals_mha", "GQA equals MHA with KV heads repeat-interleaved", prep_gqa, gqa_equals_mha},
-      {"mask_after_softmax", "-inf masking equals unmasked softmax, masked weights dropped, renormalised",
-       prep_masked, mask_after_softmax},
+      {"mask_after_softmax", "-inf masking equals unmasked softmax, masked weights dropped, renormalised", prep_masked,
+       mask_after_softmax},
       {"bottom_right_materialised", "bottom-right causal equals the materialised mask j <= i + Lk - Lq",
        prep_bottom_right, bottom_right_materialised},
       {"split_keys_merge", "keys split in two and merged through lse equal the full result", prep_split,

@@ -225,12 +225,14 @@ Outcome varlen_equals_separate(const Impl& impl, const Case& c0) {
       for (int64_t i = 0; i < one.p.Lq; ++i) {
         const size_t rp = static_cast<size_t>(h * p.Lq + q0 + i), rs = static_cast<size_t>(h * one.p.Lq + i);
         for (int64_t d = 0; d < p.Dv; ++d) {
-          const size_t np = rp * static_cast<size_t>(p.Dv) + static_cast<size_t>(d), ns = rs * static_cast<size_t>(p.Dv) + static_cast<size_t>(d);
+          const size_t np = rp * static_cast<size_t>(p.Dv) + static_cast<size_t>(d),
+                       ns = rs * static_cast<size_t>(p.Dv) + static_cast<size_t>(d);
           e_out[np] = alone->out[ns], t_out[np] = tp.out[np] + ts.out[ns];
         }
         if (p.want_lse) e_lse[rp] = alone->lse[rs], t_lse[rp] = tp.lse[rp] + ts.lse[rs];
         for (int64_t j = 0; j < one.p.Lk && p.want_weights; ++j) {
-          const size_t np = rp * static_cast<size_t>(p.Lk) + static_cast<size_t>(k0 + j), ns = rs * static_cast<size_t>(one.p.Lk) + static_cast<size_t>(j);
+          const size_t np = rp * static_cast<size_t>(p.Lk) + static_cast<size_t>(k0 + j),
+                       ns = rs * static_cast<size_t>(one.p.Lk) + static_cast<size_t>(j);
           e_w[np] = alone->w[ns], t_w[np] = tp.w[np] + ts.w[ns];
         }
       }
@@ -344,14 +346,22 @@ std::vector<Property> model_properties() {
       {"scores_softmax", "weights equal exp(masked scores - lse)", prep_scores, scores_softmax},
       {"scores_stages", "raw-score stages: capped = softcap(scaled), masked = capped + bias or the fill", prep_stages,
        scores_stages},
-      {"append_equals_concat", "KV-cache append: present = concat(past, new) exactly, and attending after the append "
-       "equals attending over the concatenation", prep_append, append_equals_concat},
-      {"varlen_equals_separate", "packed sequences (cu_seqlens) equal one call per sequence; other sequences' keys "
-       "weigh 0", prep_varlen, varlen_equals_separate},
-      {"paged_equals_contiguous", "a paged KV cache (block table, shared and unused pages) equals the contiguous "
-       "K/V it stands for", prep_paged, paged_equals_contiguous},
-      {"fp8_descale_exponent", "fp8: codes times 2^k with descales times 2^-k (the same values) give the same "
-       "bits", prep_fp8, fp8_descale_exponent},
+      {"append_equals_concat",
+       "KV-cache append: present = concat(past, new) exactly, and attending after the append "
+       "equals attending over the concatenation",
+       prep_append, append_equals_concat},
+      {"varlen_equals_separate",
+       "packed sequences (cu_seqlens) equal one call per sequence; other sequences' keys "
+       "weigh 0",
+       prep_varlen, varlen_equals_separate},
+      {"paged_equals_contiguous",
+       "a paged KV cache (block table, shared and unused pages) equals the contiguous "
+       "K/V it stands for",
+       prep_paged, paged_equals_contiguous},
+      {"fp8_descale_exponent",
+       "fp8: codes times 2^k with descales times 2^-k (the same values) give the same "
+       "bits",
+       prep_fp8, fp8_descale_exponent},
       {"fp8_equals_values", "fp8: the result equals the problem of the values the codes and descales stand for",
        prep_fp8, fp8_equals_values},
   };

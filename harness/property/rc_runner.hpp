@@ -24,14 +24,14 @@ struct RcChooser {
 
 struct RcRun {
   bool failed = false, gave_up = false;
-  std::string message;      // the shrunk failure (case, index, expected, actual, error, tolerance) and RapidCheck's
-  std::string fixture;      // regression fixture path ("" when none)
+  std::string message;  // the shrunk failure (case, index, expected, actual, error, tolerance) and RapidCheck's
+  std::string fixture;  // regression fixture path ("" when none)
   std::optional<Case> shrunk;
   int supported = 0, unsupported = 0;
   std::map<std::string, int> reasons, removed;
-  double max_ratio = 0;     // over passing cases
+  double max_ratio = 0;  // over passing cases
   std::map<std::string, double> max_ratio_by_dtype;
-  std::string worst;        // the passing comparison closest to its tolerance
+  std::string worst;  // the passing comparison closest to its tolerance
   // The accuracy profile over passing cases, per compared tensor and dtype (merge_accuracy of each case's).
   std::map<std::pair<std::string, std::string>, Accuracy> accuracy;
 };
@@ -68,7 +68,8 @@ inline RcRun rc_run(const Property& prop, const Impl& impl, const rc::detail::Te
   rc::detail::printResultMessage(result, rc_msg);
   if (result.template is<rc::detail::FailureResult>()) {
     out.failed = true;
-    if (out.shrunk && write_fixture) out.fixture = write_regression(*out.shrunk, impl.name(), prop.name, failed_msg, params.seed);
+    if (out.shrunk && write_fixture)
+      out.fixture = write_regression(*out.shrunk, impl.name(), prop.name, failed_msg, params.seed);
     out.message = failed_msg + "\n" + rc_msg.str();
   } else if (!result.template is<rc::detail::SuccessResult>()) {
     out.gave_up = true;

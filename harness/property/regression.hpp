@@ -1,6 +1,7 @@
 // Failing property cases become regression fixtures (./attncheck-regressions/ by default, ATTNCHECK_REGRESSIONS_DIR
 // or `attncheck property --regressions DIR` to change it) that `attncheck verify --fixtures` replays. Never into the
-// source tree unless asked (ATTNCHECK_REGRESSIONS_DIR=golden/regressions): a later run would pick them up. Returns the path written, or "" when none was written.
+// source tree unless asked (ATTNCHECK_REGRESSIONS_DIR=golden/regressions): a later run would pick them up. Returns the
+// path written, or "" when none was written.
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,7 @@
 namespace attncheck::prop {
 
 // Lengths that break tiled kernels: 1, primes, and tile - 1, tile, tile + 1 for tiles 16, 32, 64, 128.
-inline constexpr int64_t kHostileLengths[] = {1,  2,  3,  5,  7,  13, 15,  16,  17,  31,  32,  33,
+inline constexpr int64_t kHostileLengths[] = {1,  2,  3,  5,  7,   13,  15,  16,  17,  31,  32, 33,
                                               63, 64, 65, 97, 127, 128, 129, 191, 255, 257, 300};
 inline constexpr int64_t kHeadDims[] = {8, 16, 1, 2, 3, 4, 5, 7, 24, 32, 40, 64, 80, 96, 128};
 

@@ -107,7 +107,8 @@ void dense_backward(const Problem& p, const Inputs& in, const Tensor& dout, Grad
           dR(i, j) = dS(i, j) * rs.chain[static_cast<size_t>(j)];
         }
         if (g.dbias)
-          for (int64_t j = 0; j < Lk; ++j) dbias[static_cast<size_t>(broadcast_offset(*g.dbias, b, h, i, j))] += dS(i, j);
+          for (int64_t j = 0; j < Lk; ++j)
+            dbias[static_cast<size_t>(broadcast_offset(*g.dbias, b, h, i, j))] += dS(i, j);
       }
       dV.noalias() += Pk.transpose() * dO;
       dK.noalias() += scale * (dR.transpose() * Q);
@@ -306,7 +307,9 @@ class WithBackward final : public Impl {
   void run(const Problem& p, const Inputs& in, Outputs& out) const override { f_->run(p, in, out); }
   Declarations declarations() const override { return f_->declarations(); }
   Support supports_merge(const MergeProblem& p) const override { return f_->supports_merge(p); }
-  void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override { f_->run_merge(p, in, out); }
+  void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override {
+    f_->run_merge(p, in, out);
+  }
   Support supports_partials(const Problem& p) const override { return f_->supports_partials(p); }
   void run_partials(const Problem& p, const Inputs& in, int64_t n, KernelPartials& k) const override {
     f_->run_partials(p, in, n, k);

@@ -77,7 +77,9 @@ void load_rows(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r1, T*
     case DType::f16: copy(t.data<uint16_t>(), [](uint16_t x) { return half_bits_to_float(x); }); break;
     case DType::bf16: copy(t.data<uint16_t>(), [](uint16_t x) { return bf16_bits_to_float(x); }); break;
     case DType::u8:
-    case DType::i8: throw std::invalid_argument("cpu: q/k/v dtype u8/int8 is not a floating type (a quantized cache is decoded in run_cpu)");
+    case DType::i8:
+      throw std::invalid_argument(
+          "cpu: q/k/v dtype u8/int8 is not a floating type (a quantized cache is decoded in run_cpu)");
     case DType::e4m3:
     case DType::e5m2: throw std::invalid_argument("cpu: fp8 inputs are decoded before the kernel (run_cpu)");
   }
@@ -85,7 +87,9 @@ void load_rows(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r1, T*
 
 // The tensor holding k (which = 1) or v (2) rows: absorbed MLA reads V as the first Dv columns of the latent cache k
 // (a view: the same memory as the keys, which in.v only duplicates).
-inline const Tensor& kv_tensor(const Problem& p, const Inputs& in, int which) { return which == 1 || p.mla ? in.k : in.v; }
+inline const Tensor& kv_tensor(const Problem& p, const Inputs& in, int which) {
+  return which == 1 || p.mla ? in.k : in.v;
+}
 
 // Rows [r0, r0 + n) of a quantized cache's k (which = 1) or v (2), head h of batch b, as their codes in place and
 // the scales of those rows as floats, for the kernels that dequantise in registers (simd::Codes8): each value
@@ -114,13 +118,15 @@ struct CodesView {
     scales.resize(static_cast<size_t>(n * c.groups));
     const uint16_t* s16 = s.dtype == DType::f32 ? nullptr : s.data<uint16_t>();
     if (s16 && (c.groups == 1 || sg == 1) && sr == c.groups) {  // the rows' scales contiguous: widened at once
-      if (s.dtype == DType::f16) simd::widen_f16(s16 + base, scales.data(), n * c.groups);
-      else simd::widen_bf16(s16 + base, scales.data(), n * c.groups);
+      if (s.dtype == DType::f16)
+        simd::widen_f16(s16 + base, scales.data(), n * c.groups);
+      else
+        simd::widen_bf16(s16 + base, scales.data(), n * c.groups);
     } else {
       for (int64_t r = 0; r < n; ++r)
         for (int64_t g = 0; g < c.groups; ++g) {
           const int64_t at = base + r * sr + g * sg;
-          scales[static_cast<size_t>(r * c.groups + g)] = !s16                     ? s.data<float>()[at]
+          scales[static_cast<size_t>(r * c.groups + g)] = !s16                    ? s.data<float>()[at]
                                                           : s.dtype == DType::f16 ? half_bits_to_float(s16[at])
                                                                                   : bf16_bits_to_float(s16[at]);
         }
@@ -177,7 +183,8 @@ void load_kv_rows(const Problem& p, const Inputs& in, int which, int64_t b, int6
   static const std::array<std::array<double, 256>, 2> fp8 = [] {  // every e4m3 and e5m2 code, decoded once
     std::array<std::array<double, 256>, 2> c{};
     for (int x = 0; x < 256; ++x)
-      c[0][size_t(x)] = fp8_bits_to_double(uint8_t(x), DType::e4m3), c[1][size_t(x)] = fp8_bits_to_double(uint8_t(x), DType::e5m2);
+      c[0][size_t(x)] = fp8_bits_to_double(uint8_t(x), DType::e4m3),
+      c[1][size_t(x)] = fp8_bits_to_double(uint8_t(x), DType::e5m2);
     return c;
   }();
   const double* lut = t.dtype == DType::e4m3 ? fp8[0].data() : t.dtype == DType::e5m2 ? fp8[1].data() : nullptr;
@@ -206,8 +213,10 @@ void rotate_rows(const RopeStage& rope, bool query, int64_t b, int64_t r0, int64
   for (int64_t r = r0; r < r1; ++r) {
     T* row = rows + (r - r0) * D;
     std::copy(row, row + D, x.begin());
-    if (query) rope.query(b, r, x.data());
-    else rope.key(b, r, x.data());
+    if (query)
+      rope.query(b, r, x.data());
+    else
+      rope.key(b, r, x.data());
     for (int64_t d = 0; d < D; ++d) row[d] = static_cast<T>(x[static_cast<size_t>(d)]);
   }
 }
@@ -225,17 +234,20 @@ void store_row(Tensor& t, int64_t b, int64_t h, int64_t i, const T* src) {
       for (int64_t d = 0; d < D; ++d) t.data<float>()[base + d * sd] = static_cast<float>(src[d]);
       break;
     case DType::f16:
-      for (int64_t d = 0; d < D; ++d) t.data<uint16_t>()[base + d * sd] = float_to_half_bits(static_cast<float>(src[d]));
+      for (int64_t d = 0; d < D; ++d)
+        t.data<uint16_t>()[base + d * sd] = float_to_half_bits(static_cast<float>(src[d]));
       break;
     case DType::bf16:
       if constexpr (std::is_same_v<T, float>)
         if (sd == 1) return simd::narrow_bf16(src, t.data<uint16_t>() + base, D);  // vectorised, same bits
-      for (int64_t d = 0; d < D; ++d) t.data<uint16_t>()[base + d * sd] = float_to_bf16_bits(static_cast<float>(src[d]));
+      for (int64_t d = 0; d < D; ++d)
+        t.data<uint16_t>()[base + d * sd] = float_to_bf16_bits(static_cast<float>(src[d]));
       break;
     case DType::u8:
     case DType::i8:
     case DType::e4m3:
-    case DType::e5m2: throw std::invalid_argument(std::string("cpu: out dtype ") + to_string(t.dtype) + " not produced");
+    case DType::e5m2:
+      throw std::invalid_argument(std::string("cpu: out dtype ") + to_string(t.dtype) + " not produced");
   }
 }
 
@@ -334,7 +346,7 @@ class Scorer {
       for (int64_t j = 0; j < m; ++j) v[j] = softcap_ * std::tanh(v[j] / softcap_);
     if (in_.bias) add_bias(b, h, i, j0 + a, v, m);
     const int64_t pos = i + p_.diagonal_offset(b);  // the query's key position (mods.hpp)
-    if (mods_.has_score())  // score modifications after the bias, each in fp64 and rounded once
+    if (mods_.has_score())                          // score modifications after the bias, each in fp64 and rounded once
       for (int64_t j = 0; j < m; ++j) {
         const ModAt at{b, h, i, pos, j0 + a + j};
         const double x = static_cast<double>(v[j]), r = mods_.score(at, x);
@@ -376,7 +388,8 @@ class Scorer {
       case DType::u8:
       case DType::i8:
       case DType::e4m3:
-      case DType::e5m2: throw std::invalid_argument(std::string("cpu: bias dtype ") + to_string(bt.dtype) + " not supported");
+      case DType::e5m2:
+        throw std::invalid_argument(std::string("cpu: bias dtype ") + to_string(bt.dtype) + " not supported");
     }
   }
 
@@ -482,7 +495,8 @@ void run_packed(const Problem& p, const Inputs& in, Outputs& out, F&& attend) {
     if (p.cu_seqlens_k[u + 1] == k0) {
       for (int64_t h = 0; h < p.Hq; ++h) {
         const double sink = p.sink(h), inf = std::numeric_limits<double>::infinity();
-        const double o = sink > -inf || p.fully_masked != FullyMasked::nan ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+        const double o =
+            sink > -inf || p.fully_masked != FullyMasked::nan ? 0.0 : std::numeric_limits<double>::quiet_NaN();
         for (int64_t i = q0; i < q1; ++i) {
           for (int64_t d = 0; d < p.Dv; ++d) out.out.put(0, h, i, d, o);
           const int64_t at[3] = {0, h, i};
@@ -494,7 +508,8 @@ void run_packed(const Problem& p, const Inputs& in, Outputs& out, F&& attend) {
     }
     const Attended a = sequence_problem(p, in, s);
     Outputs o = make_outputs(a.p);
-    for (Tensor* t : {&o.out, o.lse ? &*o.lse : nullptr, o.weights ? &*o.weights : nullptr, o.max_logit ? &*o.max_logit : nullptr})
+    for (Tensor* t :
+         {&o.out, o.lse ? &*o.lse : nullptr, o.weights ? &*o.weights : nullptr, o.max_logit ? &*o.max_logit : nullptr})
       if (t) t->fill(std::numeric_limits<double>::quiet_NaN());  // an element the kernel skips must not read as 0
     attend(a.p, a.in, o);
     for (int64_t h = 0; h < p.Hq; ++h)

@@ -37,7 +37,7 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
     Work& w = work[static_cast<size_t>(worker)];
     const int64_t b = task / p.Hq, h = task % p.Hq;
     w.Q.resize(static_cast<size_t>(Lq * Dqk));
-    load_rows(in.q, b, h, 0, Lq, w.Q.data());  // (Lq, Dqk)
+    load_rows(in.q, b, h, 0, Lq, w.Q.data());            // (Lq, Dqk)
     rotate_rows(rope, true, b, 0, Lq, Dqk, w.Q.data());  // RoPE (no-op without)
     // Kᵀ and V panels (K rows as they are for a few queries: no transposed copy for so little use), non-finite V
     // rows set aside.
@@ -65,8 +65,8 @@ void dense_attention(const Problem& p, const Inputs& in, Outputs& out) {
         if (q2)
           w.pan.dots_pairs(nr, (sb - sa) * W, w.Q2.data() + r0 * w.pan.kp, sa * W, S + sa * W, ld);
         else
-          simd::gemm<T>(nr, (sb - sa) * W, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.kt_at(sa * W), Dqk * W, W,
-                        S + sa * W, ld, false);
+          simd::gemm<T>(nr, (sb - sa) * W, Dqk, w.Q.data() + r0 * Dqk, Dqk, w.pan.kt_at(sa * W), Dqk * W, W, S + sa * W,
+                        ld, false);
       }
       bool policy_rows = false;  // rows without a visible key weigh every key
       const T kNegInf = -std::numeric_limits<T>::infinity(), sink = static_cast<T>(p.sink(h));
@@ -124,10 +124,12 @@ class DenseImpl final : public Impl {
  public:
   std::string name() const override { return "cpu"; }
   std::string description() const override {
-    return "dense: S = Q·Kᵀ per (batch, head), row softmax, O = P·V (runtime-dispatched SIMD GEMM); threads over (batch, head)";
+    return "dense: S = Q·Kᵀ per (batch, head), row softmax, O = P·V (runtime-dispatched SIMD GEMM); threads over "
+           "(batch, head)";
   }
   Capabilities capabilities() const override {
-    return cpu_capabilities("fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; materialises 96 x Lk score rows per thread");
+    return cpu_capabilities(
+        "fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; materialises 96 x Lk score rows per thread");
   }
   // Tasks are (batch, head) pairs computed alike whatever thread takes them, each reading its own entry's keys:
   // the same bits for any thread count, run after run, in any batch and in any layout or strides (rows are loaded
@@ -140,7 +142,9 @@ class DenseImpl final : public Impl {
     return d;
   }
   Support supports_merge(const MergeProblem& p) const override { return merge_supported(p); }
-  void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override { merge_fp32(p, in, out); }
+  void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override {
+    merge_fp32(p, in, out);
+  }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     run_cpu(p, in, out, [](const Problem& q, const Inputs& x, Outputs& o) {
       if (q.dtype == DType::f64)

@@ -93,9 +93,9 @@ class Flash {
     // are too few tasks. Never with weights or raw scores: their second pass needs the whole row's max and sum.
     const int64_t forced = partials_ ? std::max<int64_t>(num_splits_, 1) : current_schedule().num_splits;
     const int64_t split = out_.weights || out_.scores ? 1
-                          : forced > 0               ? std::min(forced, nkb)
-                          : heads * nqb >= kMinTasks ? 1
-                                                     : std::clamp(kMinTasks / (heads * nqb), int64_t{1}, nkb);
+                          : forced > 0                ? std::min(forced, nkb)
+                          : heads * nqb >= kMinTasks  ? 1
+                                                      : std::clamp(kMinTasks / (heads * nqb), int64_t{1}, nkb);
     if (split == 1 && nqb > 1 && !partials_) {
       shared_heads(heads, nqb, threads, work);
       return;
@@ -128,9 +128,9 @@ class Flash {
     bool q2 = false;
     std::vector<T> mnew, shift, sums;  // per row: the new running max, the exp's shift, the exp's sum
     std::vector<Span> spans;
-    std::vector<Span> groups;  // per kGroupRows rows: the union of their spans
-    Panels<T> own;                 // panels of a task that packs its own
-    const Panels<T>* pan = &own;   // the panels in use: own, or a head's shared ones
+    std::vector<Span> groups;     // per kGroupRows rows: the union of their spans
+    Panels<T> own;                // panels of a task that packs its own
+    const Panels<T>* pan = &own;  // the panels in use: own, or a head's shared ones
     RowState<T> st;
     int64_t ulo = 0, uhi = 0;  // union of the current block's visible spans
   };
@@ -274,8 +274,8 @@ class Flash {
       const int64_t sa = (c0 - j0) / W_, sb = (c1 - j0 + W_ - 1) / W_;
       if (w.q2 && w.pan->pairs)  // avx3_bf16: both operands as bf16 pairs
         return w.pan->dots_pairs(nr, (sb - sa) * W_, w.Q2.data() + r0 * w.pan->kp, j0 + sa * W_, S + sa * W_, ld);
-      simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, Q, p_.Dqk, w.pan->kt_at(j0 + sa * W_), p_.Dqk * W_, W_, S + sa * W_,
-                    ld, false);
+      simd::gemm<T>(nr, (sb - sa) * W_, p_.Dqk, Q, p_.Dqk, w.pan->kt_at(j0 + sa * W_), p_.Dqk * W_, W_, S + sa * W_, ld,
+                    false);
     }
   }
   void dots(int64_t nr, int64_t j0, int64_t c0, int64_t c1, Work& w) const { dots(0, nr, j0, c0, c1, w); }
@@ -314,14 +314,15 @@ class Flash {
     // The running max starts at the sink: terms far below it (a finite fill) then weigh exactly 0 from the start,
     // as in the reference, instead of weighing 1 until finish() rescales them (0 * a poisoned value is NaN).
     for (int64_t r = 0; r < nr; ++r)
-      if (const T sink = static_cast<T>(p_.sink(head_of(h, i0 + r))); sink != kNegInf) st.m[static_cast<size_t>(r)] = sink;
+      if (const T sink = static_cast<T>(p_.sink(head_of(h, i0 + r))); sink != kNegInf)
+        st.m[static_cast<size_t>(r)] = sink;
     const bool finite = sc_.finite_fill();
     for (int64_t j0 = pa; j0 < kb; j0 += Bk) {
       const int64_t j1 = std::min(j0 + Bk, kb), nc = j1 - j0;
       const int64_t c0 = std::max(j0, w.ulo), c1 = std::min(j1, w.uhi);
       if (c0 >= c1 && !finite) continue;  // every key of the block is masked for every row: weight exactly 0
       const BlockKind kind = block_kind(b, h, i0, j0);
-      if (kind == BlockKind::empty) continue;  // the same, from the block mask
+      if (kind == BlockKind::empty) continue;                                         // the same, from the block mask
       if (kinds_.empty() && !finite && mods_hide(b, h, i0, nr, w, j0, j1)) continue;  // by a mask mod
       const bool full = kind == BlockKind::full;  // every key visible to every row: no per-key mask
       // A few rows: dot products against K rows as loaded (no transposed panel to build for one use).
@@ -393,7 +394,8 @@ class Flash {
           if (!(st.l[rr] > 0)) continue;  // no visible key in the part: the empty state
           s.m[row] = static_cast<double>(st.m[rr]), s.l[row] = static_cast<double>(st.l[rr]);
           for (int64_t d = 0; d < p_.Dv; ++d)
-            s.u[row * static_cast<size_t>(p_.Dv) + static_cast<size_t>(d)] = static_cast<double>(st.acc[rr * static_cast<size_t>(dvp_) + static_cast<size_t>(d)]);
+            s.u[row * static_cast<size_t>(p_.Dv) + static_cast<size_t>(d)] =
+                static_cast<double>(st.acc[rr * static_cast<size_t>(dvp_) + static_cast<size_t>(d)]);
         }
       }
       partials_->states.push_back(std::move(s));
@@ -447,7 +449,8 @@ class Flash {
       }
       store_row(out_.out, b, h, i, w.o.data());
       if (out_.lse) out_.lse->data<T>()[row] = lse;
-      if (out_.max_logit) out_.max_logit->data<T>()[row] = st.mvis[rr] == kNegInf ? policy_max_logit<T>(p_) : st.mvis[rr];
+      if (out_.max_logit)
+        out_.max_logit->data<T>()[row] = st.mvis[rr] == kNegInf ? policy_max_logit<T>(p_) : st.mvis[rr];
     }
     if (out_.weights) weights_pass(b, u, i0, nr, w);  // never with packed heads: u is the head, i0 the query
     if (out_.scores) scores_pass(b, u, i0, nr, w);
@@ -530,8 +533,8 @@ class Flash {
   int64_t bq_;             // rows per tile (cpu_impls.hpp; with packed heads, the unit's rows in equal blocks)
   const int64_t bk_;       // keys per tile
   int64_t pack_ = 1, units_ = 0, rows_ = 0;  // query heads per unit, units per batch, rows per unit
-  const bool pairs_;  // Q·Kᵀ on bf16 pairs where the panels have them (bf16_pairs_apply)
-  const RopeStage rope_;  // rotary embedding of Q rows as they are loaded (K: in the panels, cpu_pack.hpp)
+  const bool pairs_;                         // Q·Kᵀ on bf16 pairs where the panels have them (bf16_pairs_apply)
+  const RopeStage rope_;          // rotary embedding of Q rows as they are loaded (K: in the panels, cpu_pack.hpp)
   std::vector<BlockKind> kinds_;  // the handed block mask per (b, h, tile row, tile column); empty: none
   int64_t nqb_ = 0, nkb_ = 0;
 };
@@ -544,7 +547,8 @@ class FlashImpl final : public Impl {
            "never forms Lq x Lk";
   }
   Capabilities capabilities() const override {
-    return cpu_capabilities("fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; weights by a second pass");
+    return cpu_capabilities(
+        "fp64 in double; fp32/fp16/bf16/fp8 in float, output rounded once; weights by a second pass");
   }
   // The same bits for any thread count and run after run (splits and tiles follow the problem, not the threads),
   // and in any layout or strides (rows are loaded into packed panels first). Its key split is a knob (num_splits:

@@ -26,16 +26,19 @@ void parallel_tasks(int64_t n, int threads, const std::function<void(int64_t, in
   // Tasks are claimed from a shared counter, so a pool the OS made smaller still runs every task.
   std::atomic<int64_t> next{0};
   std::atomic<bool> failed{false};
-  run_on_threads(threads, [&](int w) {
-    for (int64_t t; !failed && (t = next.fetch_add(1)) < n;) {
-      try {
-        fn(t, w);
-      } catch (...) {
-        failed = true;
-        throw;
-      }
-    }
-  }, Shortfall::fewer);
+  run_on_threads(
+      threads,
+      [&](int w) {
+        for (int64_t t; !failed && (t = next.fetch_add(1)) < n;) {
+          try {
+            fn(t, w);
+          } catch (...) {
+            failed = true;
+            throw;
+          }
+        }
+      },
+      Shortfall::fewer);
 }
 
 }  // namespace cpu

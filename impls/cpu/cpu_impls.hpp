@@ -15,6 +15,6 @@ inline constexpr int64_t kFlashBlockK = 128;  // a multiple of every SIMD strip 
 // Head dims <= 64 (both): tiles of 48 x 256. The per-row and per-block costs (calls, row sums, loop exits) are
 // spread over twice the keys, and the K/V blocks are no larger than 96 x 128's at D = 128. Single thread,
 // 1x1x4096x4096x64 fp32: 3 % less CPU time than 96 x 128.
-inline constexpr int64_t kFlashBlockQSmallD = 48;   // a multiple of the GEMM tile rows and of kGroupRows (24)
+inline constexpr int64_t kFlashBlockQSmallD = 48;  // a multiple of the GEMM tile rows and of kGroupRows (24)
 inline constexpr int64_t kFlashBlockKSmallD = 256;
 }  // namespace attncheck::cpu

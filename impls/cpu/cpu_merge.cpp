@@ -47,8 +47,10 @@ void merge_fp32(const MergeProblem& p, const StoredStates& in, StoredStates& out
           }
         }
         const int64_t st[3] = {b, h, i};
-        if (norm) out.lse->set(st, any ? X + (two ? std::log2(S) : std::log(S)) : sentinel);
-        else out.max->set(st, any ? X : sentinel), out.sum->set(st, any ? S : 0.f);
+        if (norm)
+          out.lse->set(st, any ? X + (two ? std::log2(S) : std::log(S)) : sentinel);
+        else
+          out.max->set(st, any ? X : sentinel), out.sum->set(st, any ? S : 0.f);
         for (int64_t d = 0; d < p.D; ++d) {
           const int64_t at[4] = {b, h, i, d};
           const float o = !any ? 0.f : norm ? acc[static_cast<size_t>(d)] / S : acc[static_cast<size_t>(d)];

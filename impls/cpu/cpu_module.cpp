@@ -1,7 +1,7 @@
 // The module entries of `cpu` and `cpu-flash`: the projections and Wo on the backend's own GEMM engine
 // (simd::gemm, fp32 accumulation for fp32/fp16/bf16, fp64 for fp64), q/k/v and the merged heads rounded to the
-// module dtype, the attention by the backend itself. Written apart from the reference (module_reference.cpp): the packed
-// weight is one GEMM whose output columns are split here. Module mutants inject one ModuleFault each.
+// module dtype, the attention by the backend itself. Written apart from the reference (module_reference.cpp): the
+// packed weight is one GEMM whose output columns are split here. Module mutants inject one ModuleFault each.
 #include <cmath>
 
 #include "attncheck/backward.hpp"
@@ -61,7 +61,8 @@ class CpuModule final : public ModuleImpl {
     a.want_weights = false, a.want_lse = true;
     return attn_->supports_backward(a);
   }
-  void run_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const override {
+  void run_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy,
+                    ModuleGradOutputs& g) const override {
     cpu::simd::select_target();
     if (m.attn.dtype == DType::f64)
       backward_t<double>(m, in, dy, g);
@@ -88,8 +89,8 @@ class CpuModule final : public ModuleImpl {
 
   // Project x (tokens [B, L, in]) with W [n, in] and bias, then split heads of `which` into t [B, H, L, D].
   template <class T>
-  void project(const ModuleProblem& m, const Tensor& x, const Tensor& W, const std::optional<Tensor>& bias,
-               int which, Tensor& t) const {
+  void project(const ModuleProblem& m, const Tensor& x, const Tensor& W, const std::optional<Tensor>& bias, int which,
+               Tensor& t) const {
     const int64_t B = x.shape[0], L = x.shape[1], in = x.shape[2], n = W.shape[0];
     const int64_t H = t.shape[1], D = t.shape[3];
     int64_t ldc = 0;
@@ -210,7 +211,8 @@ class CpuModule final : public ModuleImpl {
 // dbo = sum dy, dWo = dyᵀ·merged, dO = dy·Wo (rounded to the dtype), the attention's own backward, then per
 // projection dW = dzᵀ·x, db = sum dz and dx += dz·W (the paths into x summed in T, rounded once).
 template <class T>
-void CpuModule::backward_t(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const {
+void CpuModule::backward_t(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy,
+                           ModuleGradOutputs& g) const {
   const Problem& p = m.attn;
   const Forward<T> f = forward<T>(m, in, true);
   const int64_t tokens = p.B * p.Lq, HD = p.Hq * p.Dv;
@@ -233,8 +235,8 @@ void CpuModule::backward_t(const ModuleProblem& m, const ModuleInputs& in, const
   {  // dWo [d_out, HD] = dyᵀ [d_out, tokens] · merged [tokens, HD]
     const std::vector<double> merged(f.merged.begin(), f.merged.end());
     int64_t ldc = 0;
-    const std::vector<T> C = Gemm<T>::run(std::vector<T>(dyT.begin(), dyT.end()), m.d_out, tokens,
-                                          transposed(merged, tokens, HD), HD, ldc);
+    const std::vector<T> C =
+        Gemm<T>::run(std::vector<T>(dyT.begin(), dyT.end()), m.d_out, tokens, transposed(merged, tokens, HD), HD, ldc);
     Tensor& dwo = g.at("dwo");
     for (int64_t c = 0; c < m.d_out; ++c)
       for (int64_t e = 0; e < HD; ++e)
@@ -244,8 +246,8 @@ void CpuModule::backward_t(const ModuleProblem& m, const ModuleInputs& in, const
   Tensor dout(p.dtype, {p.B, p.Hq, p.Lq, p.Dv});
   {  // dO = dy [tokens, d_out] · Wo [d_out, HD], split into heads, rounded to the dtype
     int64_t ldc = 0;
-    const std::vector<T> C = Gemm<T>::run(widen<T>(dy), tokens, m.d_out, transposed(in.wo.to_double(), m.d_out, HD),
-                                          HD, ldc);
+    const std::vector<T> C =
+        Gemm<T>::run(widen<T>(dy), tokens, m.d_out, transposed(in.wo.to_double(), m.d_out, HD), HD, ldc);
     for (int64_t tok = 0; tok < tokens; ++tok)
       for (int64_t h = 0; h < p.Hq; ++h)
         for (int64_t d = 0; d < p.Dv; ++d)
@@ -281,8 +283,8 @@ void CpuModule::backward_t(const ModuleProblem& m, const ModuleInputs& in, const
         for (int64_t c = 0; c < n; ++c) z[at((b * L + l) * n + c)] = dz[which]->at(b, c / D, l, c % D);
     const std::vector<double> zT = transposed(z, T_, n);
     int64_t ldc = 0;
-    const std::vector<T> dW = Gemm<T>::run(std::vector<T>(zT.begin(), zT.end()), n, T_,
-                                           transposed(x.to_double(), T_, nin), nin, ldc);
+    const std::vector<T> dW =
+        Gemm<T>::run(std::vector<T>(zT.begin(), zT.end()), n, T_, transposed(x.to_double(), T_, nin), nin, ldc);
     const bool sep = m.packing == Packing::separate;
     Tensor& gw = g.at(sep ? (which == 0 ? "dwq" : which == 1 ? "dwk" : "dwv") : "dwqkv");
     for (int64_t c = 0; c < n; ++c)
@@ -298,7 +300,8 @@ void CpuModule::backward_t(const ModuleProblem& m, const ModuleInputs& in, const
     }
     if (kv && !m.cross() && grad_fault_ == ModuleGradFault::x_kv_path) continue;
     int64_t ldx = 0;
-    const std::vector<T> part = Gemm<T>::run(std::vector<T>(z.begin(), z.end()), T_, n, transposed(w, n, nin), nin, ldx);
+    const std::vector<T> part =
+        Gemm<T>::run(std::vector<T>(z.begin(), z.end()), T_, n, transposed(w, n, nin), nin, ldx);
     std::vector<T>& acc = kv && m.cross() ? dx2 : dx;
     for (int64_t t = 0; t < T_; ++t)
       for (int64_t e = 0; e < nin; ++e) acc[at(t * nin + e)] += part[at(t * ldx + e)];

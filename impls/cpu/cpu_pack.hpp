@@ -21,8 +21,8 @@ constexpr int64_t kFewRows = 4;
 // carry it into the softmax (2^40: < Dqk·2^-86). Subnormal inputs are checked where they are packed (DAZ).
 inline bool bf16_pairs_apply(const Problem& p, const Inputs& in) {
   // Not with RoPE: the rotated rows are no longer bf16 values.
-  return in.q.dtype == DType::bf16 && in.k.dtype == DType::bf16 && p.scores_out == ScoresOut::none && !uses_position_stage(p) &&
-         std::abs(p.effective_scale()) <= 0x1p40 && simd::bf16_dot();
+  return in.q.dtype == DType::bf16 && in.k.dtype == DType::bf16 && p.scores_out == ScoresOut::none &&
+         !uses_position_stage(p) && std::abs(p.effective_scale()) <= 0x1p40 && simd::bf16_dot();
 }
 // nr rows of Q (widened bf16, Dqk each) as bf16 pairs into q2 ((Dqk + 1) / 2 words a row); false if one of them is
 // subnormal.
@@ -46,7 +46,7 @@ struct Panels {
   std::vector<uint32_t> kt2;
   bool pairs = false;
   int64_t kp = 0;
-  BadValues<T> bad;        // cols are absolute key indices
+  BadValues<T> bad;  // cols are absolute key indices
 
   int64_t vstride() const { return rows_pad * W; }
   int64_t dv_pad() const { return (Dv + W - 1) / W * W; }

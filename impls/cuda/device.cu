@@ -13,8 +13,8 @@ namespace {
 
 void check(cudaError_t e, const char* call, const char* file, int line) {
   if (e == cudaSuccess) return;
-  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
-                           cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + call +
+                           " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 #define ATTNCHECK_CUDA_CHECK(call) ::attncheck::cuda::check((call), #call, __FILE__, __LINE__)
 
@@ -34,7 +34,9 @@ class DeviceBuffer {
   DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_) { o.ptr_ = nullptr; }
   DeviceBuffer& operator=(DeviceBuffer&&) = delete;
   template <class T>
-  T* get() const { return static_cast<T*>(ptr_); }
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
 
  private:
   void* ptr_ = nullptr;

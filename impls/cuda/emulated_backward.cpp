@@ -76,20 +76,19 @@ void run_backward_emulated(const Problem& p, const Inputs& in, const Outputs& fw
   // Every buffer the kernels may touch is registered for the bounds check of each global access.
   const HostPlan& hp = plan.inputs;
   const AttnParams& a = bp.a;
-  std::vector<emu::GlobalBuffer> globals = {
-      {"q", a.q, hp.q_bytes},
-      {"k", a.k, hp.k_bytes},
-      {"v", a.v, hp.v_bytes},
-      {"out (forward)", a.out, fwd.out.bytes.size()},
-      {"lse (forward)", a.lse, fwd.lse->bytes.size()},
-      {"dout", bp.dout, dout.bytes.size()},
-      {"dq", bp.dq, g.dq.bytes.size()},
-      {"dk", bp.dk, g.dk.bytes.size()},
-      {"dv", bp.dv, g.dv.bytes.size()},
-      {"D workspace", bp.d, plan.d.size()},
-      {"live workspace", bp.live, plan.live.size()},
-      {"diag_offset", a.diag_offset, hp.diag_offset.size() * sizeof(int64_t)},
-      {"key_length", a.key_length, hp.key_length.size() * sizeof(int64_t)}};
+  std::vector<emu::GlobalBuffer> globals = {{"q", a.q, hp.q_bytes},
+                                            {"k", a.k, hp.k_bytes},
+                                            {"v", a.v, hp.v_bytes},
+                                            {"out (forward)", a.out, fwd.out.bytes.size()},
+                                            {"lse (forward)", a.lse, fwd.lse->bytes.size()},
+                                            {"dout", bp.dout, dout.bytes.size()},
+                                            {"dq", bp.dq, g.dq.bytes.size()},
+                                            {"dk", bp.dk, g.dk.bytes.size()},
+                                            {"dv", bp.dv, g.dv.bytes.size()},
+                                            {"D workspace", bp.d, plan.d.size()},
+                                            {"live workspace", bp.live, plan.live.size()},
+                                            {"diag_offset", a.diag_offset, hp.diag_offset.size() * sizeof(int64_t)},
+                                            {"key_length", a.key_length, hp.key_length.size() * sizeof(int64_t)}};
   if (a.mask) globals.push_back({"mask", a.mask, hp.mask_bytes});
   if (a.bias) globals.push_back({"bias", a.bias, hp.bias_bytes()});
   if (a.keep) globals.push_back({"keep", a.keep, hp.keep_bytes});

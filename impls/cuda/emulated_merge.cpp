@@ -14,9 +14,11 @@ Support merge_kernel_supports(const MergeProblem& p) {
   if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
     return Support::no(std::string("merge of ") + to_string(p.dtype) + " states not supported (fp32, fp16, bf16)");
   if (p.conv.out_dtype)
-    return Support::no(std::string("an ") + to_string(*p.conv.out_dtype) + " merged output is not implemented in the combine kernel");
+    return Support::no(std::string("an ") + to_string(*p.conv.out_dtype) +
+                       " merged output is not implemented in the combine kernel");
   if (p.D > kMergeMaxHeadDim)
-    return Support::no("D = " + std::to_string(p.D) + " > " + std::to_string(kMergeMaxHeadDim) + " (accumulators per lane)");
+    return Support::no("D = " + std::to_string(p.D) + " > " + std::to_string(kMergeMaxHeadDim) +
+                       " (accumulators per lane)");
   if (p.B * p.H * p.L > int64_t(65535) * kMergeRowsPerBlock * 1024)
     return Support::no("B*H*L = " + std::to_string(p.B * p.H * p.L) + " rows exceed the kernel's one-dimensional grid");
   return Support::yes();
@@ -37,7 +39,8 @@ void run_merge_emulated(const MergeProblem& p, const StoredStates& in, StoredSta
   Tensor& xo = norm ? *out.lse : *out.max;
   MergeParams m{};
   m.o_in = in.o.bytes.data(), m.x_in = xi.data<float>(), m.o_out = out.o.bytes.data(), m.x_out = xo.data<float>();
-  copy_merge_strides(m.o_in_stride, in.o), copy_merge_strides(m.x_in_stride, xi), copy_merge_strides(m.o_out_stride, out.o), copy_merge_strides(m.x_out_stride, xo);
+  copy_merge_strides(m.o_in_stride, in.o), copy_merge_strides(m.x_in_stride, xi),
+      copy_merge_strides(m.o_out_stride, out.o), copy_merge_strides(m.x_out_stride, xo);
   if (!norm) {
     m.l_in = in.sum->data<float>(), m.l_out = out.sum->data<float>();
     copy_merge_strides(m.l_in_stride, *in.sum), copy_merge_strides(m.l_out_stride, *out.sum);
@@ -56,7 +59,9 @@ void run_merge_emulated(const MergeProblem& p, const StoredStates& in, StoredSta
                  {"x_in", m.x_in, xi.bytes.size()},
                  {"o_out", m.o_out, out.o.bytes.size()},
                  {"x_out", m.x_out, xo.bytes.size()}};
-  if (!norm) cfg.globals.push_back({"l_in", m.l_in, optional_bytes(in.sum)}), cfg.globals.push_back({"l_out", m.l_out, optional_bytes(out.sum)});
+  if (!norm)
+    cfg.globals.push_back({"l_in", m.l_in, optional_bytes(in.sum)}),
+        cfg.globals.push_back({"l_out", m.l_out, optional_bytes(out.sum)});
   void (*kernel)(MergeParams) = p.dtype == DType::f16    ? &merge_states_kernel<__half>
                                 : p.dtype == DType::bf16 ? &merge_states_kernel<__nv_bfloat16>
                                                          : &merge_states_kernel<float>;

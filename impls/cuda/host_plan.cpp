@@ -23,7 +23,8 @@ Capabilities kernel_capabilities() {
   c.sinks = true;
   c.notes =
       "kernel 1 (straightforward, serves weights output) and kernel 2 (fused flash, BR=4 rows, BC=32 keys, "
-      "BC=16 above head dim 128; fp64: BC=32/16/8); fp32 accumulation, fp64 for fp64; no inline PTX (mma/ldmatrix/cp.async): the device "
+      "BC=16 above head dim 128; fp64: BC=32/16/8); fp32 accumulation, fp64 for fp64; no inline PTX "
+      "(mma/ldmatrix/cp.async): the device "
       "runs the same scalar SIMT code that the host emulation runs";
   return c;
 }
@@ -196,7 +197,7 @@ HostPlan make_input_plan(const Problem& p, const Inputs& in) {
   }
   a.fill_finite = p.fill == MaskFill::finite;
   a.fill_value = p.fill_value;
-  a.fully_masked = p.fully_masked == FullyMasked::nan ? kFullyMaskedNan
+  a.fully_masked = p.fully_masked == FullyMasked::nan    ? kFullyMaskedNan
                    : p.fully_masked == FullyMasked::zero ? kFullyMaskedZero
                                                          : kFullyMaskedUniform;
   if (in.keep) {

@@ -42,7 +42,9 @@ struct HostPlan {
   std::vector<unsigned char> max_logit_rows;
   size_t max_logit_bytes = 0;
   size_t bias_bytes() const { return bias_f32.size() * sizeof(float) + bias_f64.size() * sizeof(double); }
-  const void* bias_data() const { return bias_f64.empty() ? static_cast<const void*>(bias_f32.data()) : bias_f64.data(); }
+  const void* bias_data() const {
+    return bias_f64.empty() ? static_cast<const void*>(bias_f32.data()) : bias_f64.data();
+  }
 };
 
 // Params pointing into `in` only (q, k, v, masks, bias, dropout, per-batch offsets); out, lse, weights, scratch

@@ -49,7 +49,8 @@ BwdPlan make_backward_plan(const Problem& p, const Inputs& in, const Outputs& fw
   expect(g.dq, "dq", p.dtype, grad_shape(p, 0));
   expect(g.dk, "dk", p.dtype, grad_shape(p, 1));
   expect(g.dv, "dv", p.dtype, grad_shape(p, 2));
-  if (p.bias_shape && !g.dbias) throw std::invalid_argument("cuda backward: the problem has a bias but no dbias tensor");
+  if (p.bias_shape && !g.dbias)
+    throw std::invalid_argument("cuda backward: the problem has a bias but no dbias tensor");
 
   BwdPlan plan;
   plan.inputs = make_input_plan(p, in);

@@ -25,7 +25,6 @@ namespace {
 using cudnn::check;
 using cudnn::Desc;
 
-
 void cuda_check(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess)
     throw std::runtime_error(what + ": " + cudaGetErrorName(e) + " (" + std::to_string(static_cast<int>(e)) +
@@ -126,7 +125,8 @@ class CudnnImpl final : public Impl {
  public:
   std::string name() const override { return "cudnn"; }
   std::string description() const override {
-    return "cuDNN " + std::to_string(cudnnGetVersion()) + " SDPA forward and backward through the graph API (composite graphs)";
+    return "cuDNN " + std::to_string(cudnnGetVersion()) +
+           " SDPA forward and backward through the graph API (composite graphs)";
   }
   Capabilities capabilities() const override { return cudnn::cudnn_capabilities(); }
   // The composite graph multiplies masked keys' values by a zero weight, so a NaN or inf stored there reaches the

@@ -20,9 +20,9 @@ Capabilities cudnn_capabilities() {
   c.key_padding = true;  // padding mask with per-batch seq_len_kv (seq_len_q = Lq)
   c.bool_mask = false;   // no boolean mask input in the SDPA graph; an additive bias can carry one
   c.bias = true;
-  c.window = false;      // cuDNN's diagonal band is not mapped onto the problem's window here
-  c.softcap = false;     // a tanh score modifier is not combinable with cuDNN's masks
-  c.dropout = true;      // cuDNN's custom dropout: P * scale * mask with the caller's keep-mask (sm_80, sm_90)
+  c.window = false;       // cuDNN's diagonal band is not mapped onto the problem's window here
+  c.softcap = false;      // a tanh score modifier is not combinable with cuDNN's masks
+  c.dropout = true;       // cuDNN's custom dropout: P * scale * mask with the caller's keep-mask (sm_80, sm_90)
   c.finite_fill = false;  // masked scores are -inf in cuDNN's graph; no user fill value
   // Rows with no visible key by masks are rejected in cudnn_supports; rows that a -inf bias masks fully come out 0
   // (measured on an H200 with cuDNN 9.19, docs/gpu.md), so zero is the one policy cuDNN follows.
@@ -57,8 +57,8 @@ Support cudnn_supports(const Problem& p) {
     const int64_t lk = p.key_length(b);
     if (lk == 0) return Support::no("batch " + std::to_string(b) + " has no valid key (key_lengths[b] = 0)");
     if (p.causal && p.alignment == Alignment::bottom_right && lk < p.Lq)
-      return Support::no("bottom-right causal with key length " + std::to_string(lk) + " < Lq " +
-                         std::to_string(p.Lq) + " leaves rows with no visible key (batch " + std::to_string(b) + ")");
+      return Support::no("bottom-right causal with key length " + std::to_string(lk) + " < Lq " + std::to_string(p.Lq) +
+                         " leaves rows with no visible key (batch " + std::to_string(b) + ")");
   }
   return Support::yes();
 }
@@ -84,11 +84,13 @@ Support measured_wrong(const Problem& p, bool backward) {
   if (p.dtype == DType::f32 && p.dropout_p > 0)
     return Support::no("fp32 I/O with dropout: measured NaN output on a device (cuDNN 9.19, docs/gpu.md)");
   if (p.dtype == DType::f32 && (p.Dqk > 128 || p.Dv > 128))
-    return Support::no("fp32 I/O with head dims above 128: measured output off by 1e7 tolerances on a device (cuDNN "
-                       "9.19, docs/gpu.md)");
+    return Support::no(
+        "fp32 I/O with head dims above 128: measured output off by 1e7 tolerances on a device (cuDNN "
+        "9.19, docs/gpu.md)");
   if (backward && p.dropout_p > 0)  // the forward with the same keep-mask passes; the gradients do not
-    return Support::no("backward with dropout: measured dQ, dK outside tolerance on a device (fp16 err/tol 22.9, "
-                       "bf16 3.66; cuDNN 9.19, docs/gpu.md)");
+    return Support::no(
+        "backward with dropout: measured dQ, dK outside tolerance on a device (fp16 err/tol 22.9, "
+        "bf16 3.66; cuDNN 9.19, docs/gpu.md)");
   return Support::yes();
 }
 

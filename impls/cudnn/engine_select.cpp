@@ -83,8 +83,8 @@ int64_t engine_global_index(const Desc& engine_config) {
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine of a config");
   cudnnBackendDescriptor_t raw = engine.get();
   int64_t n = 0, index = -1;
-  check(cudnnBackendGetAttribute(engine_config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                 &n, &raw),
+  check(cudnnBackendGetAttribute(engine_config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                                 &raw),
         "engine config: engine");
   check(cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index),
         "engine: global index");

@@ -46,8 +46,10 @@ class GraphBuilder {
   }
   static int64_t element_bytes(cudnnDataType_t dt) {
     switch (dt) {
-      case CUDNN_DATA_HALF: case CUDNN_DATA_BFLOAT16: return 2;
-      case CUDNN_DATA_FLOAT: case CUDNN_DATA_INT32: return 4;
+      case CUDNN_DATA_HALF:
+      case CUDNN_DATA_BFLOAT16: return 2;
+      case CUDNN_DATA_FLOAT:
+      case CUDNN_DATA_INT32: return 4;
       default: throw std::invalid_argument("cudnn: no element size for cuDNN data type " + std::to_string(dt));
     }
   }
@@ -86,10 +88,11 @@ class GraphBuilder {
   }
 
   // y = mode(x[, b][, t]) elementwise with broadcasting; `prec` is the compute type.
-  const Desc& pointwise(cudnnPointwiseMode_t mode, cudnnDataType_t prec, const Desc& x, const Desc* b,
-                        const Desc& y, const Desc* t = nullptr, int64_t axis = -1) {
+  const Desc& pointwise(cudnnPointwiseMode_t mode, cudnnDataType_t prec, const Desc& x, const Desc* b, const Desc& y,
+                        const Desc* t = nullptr, int64_t axis = -1) {
     Desc& pw = g_.op_params_.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise for " + y.name());
-    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode).set_dtype(CUDNN_ATTR_POINTWISE_MATH_PREC, prec);
+    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+        .set_dtype(CUDNN_ATTR_POINTWISE_MATH_PREC, prec);
     if (axis >= 0) pw.set_i64(CUDNN_ATTR_POINTWISE_AXIS, axis);
     pw.finalize();
     Desc& op = g_.ops_.emplace_back(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "operation " + y.name());

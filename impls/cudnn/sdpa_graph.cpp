@@ -1,6 +1,6 @@
 // Builds the SDPA forward operation graph with cuDNN's backend descriptors (see sdpa_graph.hpp for the shape of
-// the graph; the backward pass is in sdpa_graph_backward.cpp). Tensor shapes in comments are logical [B, H, L, D]; K enters the first matmul transposed, as
-// [B, Hkv, Dqk, Lk], which is only a swap of its last two dims and strides.
+// the graph; the backward pass is in sdpa_graph_backward.cpp). Tensor shapes in comments are logical [B, H, L, D]; K
+// enters the first matmul transposed, as [B, Hkv, Dqk, Lk], which is only a swap of its last two dims and strides.
 #include "graph_builder.hpp"
 
 #include <cstring>
@@ -61,7 +61,8 @@ const Desc* padding_mask(GraphBuilder& gb, const SdpaInputs& in, const Desc* s) 
   const Desc& col = gb.pointwise(CUDNN_POINTWISE_GEN_INDEX, i32, *s, nullptr, gb.scores("pad col", i32), nullptr, 3);
   const Desc& row_ok = gb.pointwise(CUDNN_POINTWISE_CMP_LT, boolean, row, in.seq_q, gb.scores("row<seq_q", boolean));
   const Desc& col_ok = gb.pointwise(CUDNN_POINTWISE_CMP_LT, boolean, col, in.seq_kv, gb.scores("col<seq_kv", boolean));
-  const Desc& keep = gb.pointwise(CUDNN_POINTWISE_LOGICAL_AND, boolean, row_ok, &col_ok, gb.scores("pad keep", boolean));
+  const Desc& keep =
+      gb.pointwise(CUDNN_POINTWISE_LOGICAL_AND, boolean, row_ok, &col_ok, gb.scores("pad keep", boolean));
   const Desc& fill = gb.scalar("padding fill", f32, -std::numeric_limits<float>::infinity());
   return &gb.pointwise(CUDNN_POINTWISE_BINARY_SELECT, f32, *s, &fill, gb.scores("S padded", f32), &keep);
 }
@@ -70,7 +71,8 @@ const Desc* causal_mask(GraphBuilder& gb, const Problem& p, const SdpaInputs& in
   if (!p.causal) return s;
   const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, boolean = CUDNN_DATA_BOOLEAN;
   // keep col <= row + offset: top-left offset 0, bottom-right offset seq_kv[b] - seq_q[b]
-  const Desc* row = &gb.pointwise(CUDNN_POINTWISE_GEN_INDEX, i32, *s, nullptr, gb.scores("causal row", i32), nullptr, 2);
+  const Desc* row =
+      &gb.pointwise(CUDNN_POINTWISE_GEN_INDEX, i32, *s, nullptr, gb.scores("causal row", i32), nullptr, 2);
   if (p.alignment == Alignment::bottom_right) {
     const Desc& kv = in.seq_kv ? *in.seq_kv : gb.scalar("Lk", i32, static_cast<int32_t>(p.Lk));
     const Desc& qq = in.seq_q ? *in.seq_q : gb.scalar("Lq", i32, static_cast<int32_t>(p.Lq));

@@ -23,10 +23,10 @@ namespace attncheck::cudnn {
 // Unique ids of the tensors the caller binds in a variant pack; 0 = not part of this graph.
 struct SdpaUids {
   int64_t q = 0, k = 0, v = 0, o = 0;
-  int64_t stats = 0;           // lse [B, Hq, Lq, 1] fp32, when want_lse
-  int64_t bias = 0;            // when bias_shape
+  int64_t stats = 0;              // lse [B, Hq, Lq, 1] fp32, when want_lse
+  int64_t bias = 0;               // when bias_shape
   int64_t seq_q = 0, seq_kv = 0;  // int32 [B, 1, 1, 1], when key padding is used
-  int64_t keep = 0;            // dropout keep-mask [B, Hq, Lq, Lk] in the I/O dtype, when dropout_p > 0
+  int64_t keep = 0;               // dropout keep-mask [B, Hq, Lq, Lk] in the I/O dtype, when dropout_p > 0
   // Backward graph only: dO (strides of O), stats as an input, the gradients (strides of Q, K, V; dBias
   // [1, Hq, Lq, Lk] in the bias dtype) and two fp32 work tensors: softmax_sum [B, Hq, Lq, 1] = (1-p)·rowsum(dO∘O),
   // and without a bias the dQ accumulator [B, Hq, Lq, Dqk] (cuDNN initialises both itself from 9.6 on).

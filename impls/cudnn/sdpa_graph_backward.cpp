@@ -79,8 +79,8 @@ void build_backward(GraphBuilder& gb, const Problem& p, SdpaUids& uids) {
   const Desc& dk = gb.tensor("dK", io, {B, Hkv, Lk, Dqk}, st.k, false);
   uids.dk = gb.uid_of(dk);
   if (gqa) {
-    const Desc& dk_full = gb.matmul(dst, *in.q, gb.packed("dK per query head", io, {B, Hq, Lk, Dqk}, true),
-                                    in.seq_kv, nullptr, in.seq_q, false);
+    const Desc& dk_full = gb.matmul(dst, *in.q, gb.packed("dK per query head", io, {B, Hq, Lk, Dqk}, true), in.seq_kv,
+                                    nullptr, in.seq_q, false);
     gb.reduction(CUDNN_REDUCE_TENSOR_ADD, dk_full, dk);
   } else {
     gb.matmul(dst, *in.q, dk, in.seq_kv, nullptr, in.seq_q, false);

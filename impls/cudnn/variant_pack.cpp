@@ -67,13 +67,14 @@ std::vector<HostBinding> host_bindings(const Problem& p, const Inputs& in, const
     } else if (bwd && t.uid == u.stats) {  // the forward's lse as fp32 [B, Hq, Lq, 1]
       if (!bwd->fwd.lse) throw std::logic_error("cudnn: the backward graph needs the forward's lse");
       std::vector<float> lse(static_cast<size_t>(bwd->fwd.lse->numel()));
-      for (size_t i = 0; i < lse.size(); ++i) lse[i] = static_cast<float>(bwd->fwd.lse->get_offset(static_cast<int64_t>(i)));
+      for (size_t i = 0; i < lse.size(); ++i)
+        lse[i] = static_cast<float>(bwd->fwd.lse->get_offset(static_cast<int64_t>(i)));
       b.upload.resize(lse.size() * sizeof(float));
       std::memcpy(b.upload.data(), lse.data(), b.upload.size());
     } else if (bwd && (t.uid == u.softmax_sum || t.uid == u.dq_accum)) {
       b.is_work = true;
-    } else if (t.uid == u.o || t.uid == u.stats || (bwd && (t.uid == u.dq || t.uid == u.dk || t.uid == u.dv ||
-                                                             t.uid == u.dbias))) {
+    } else if (t.uid == u.o || t.uid == u.stats ||
+               (bwd && (t.uid == u.dq || t.uid == u.dk || t.uid == u.dv || t.uid == u.dbias))) {
       b.is_output = true;
     } else {
       throw std::logic_error("cudnn: no data for graph tensor '" + t.name + "' (uid " + std::to_string(t.uid) + ")");
@@ -86,8 +87,7 @@ std::vector<HostBinding> host_bindings(const Problem& p, const Inputs& in, const
   return out;
 }
 
-void store_output(const Problem& p, const SdpaGraph& g, int64_t uid, const std::vector<uint8_t>& bytes,
-                  Outputs& out) {
+void store_output(const Problem& p, const SdpaGraph& g, int64_t uid, const std::vector<uint8_t>& bytes, Outputs& out) {
   const SdpaUids& u = g.uids();
   if (uid == u.o) {
     if (out.out.strides != SdpaStrides::from_layout(p).o || bytes.size() != out.out.bytes.size())

@@ -15,7 +15,7 @@ namespace attncheck::cudnn {
 struct HostBinding {
   int64_t uid = 0;
   std::string name;
-  int64_t bytes = 0;            // device allocation
+  int64_t bytes = 0;  // device allocation
   bool is_output = false;
   bool is_work = false;         // a work tensor of the graph (backward: softmax_sum, dQ accumulator): allocated only
   std::vector<uint8_t> upload;  // inputs: exactly `bytes` bytes in the layout the graph declares
@@ -36,8 +36,7 @@ std::vector<HostBinding> host_bindings(const Problem& p, const Inputs& in, const
 
 // Stores one device result (the bytes of the tensor with this uid) into the outputs: `out` as is, the fp32
 // stats as lse. Throws std::logic_error for a uid that is not an output or a size that does not match.
-void store_output(const Problem& p, const SdpaGraph& g, int64_t uid, const std::vector<uint8_t>& bytes,
-                  Outputs& out);
+void store_output(const Problem& p, const SdpaGraph& g, int64_t uid, const std::vector<uint8_t>& bytes, Outputs& out);
 // The same for a backward graph: dQ, dK, dV in the layouts of make_gradients(p), dBias [1, Hq, Lq, Lk].
 void store_gradient(const Problem& p, const SdpaGraph& g, int64_t uid, const std::vector<uint8_t>& bytes,
                     Gradients& grads);

@@ -64,8 +64,8 @@ std::vector<std::string> limited_environment([[maybe_unused]] int64_t memory_lim
 }  // namespace
 
 double default_timeout(const Problem& p) {
-  const double flops = 2.0 * static_cast<double>(p.B * p.Hq) * static_cast<double>(p.Lq) *
-                       static_cast<double>(p.Lk) * static_cast<double>(p.Dqk + p.Dv);
+  const double flops = 2.0 * static_cast<double>(p.B * p.Hq) * static_cast<double>(p.Lq) * static_cast<double>(p.Lk) *
+                       static_cast<double>(p.Dqk + p.Dv);
   return 10.0 + flops / 1e9;
 }
 
@@ -154,7 +154,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
     if (protocol_ < 2)
       return Support::no("backward pass not supported (the worker speaks protocol " + std::to_string(protocol_) +
                          ", which has no backward message)");
-    if (!declarations_.backward) return Support::no("backward pass not supported (the worker does not declare backward)");
+    if (!declarations_.backward)
+      return Support::no("backward pass not supported (the worker does not declare backward)");
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
     if (Support s = declared_extensions(p, features_, "worker"); !s.ok) return s;
     if (!has_supports_) return Support::yes();
@@ -168,7 +169,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
     std::lock_guard lock(mu_);
     ensure_running(p.name);
     const int64_t id = ++next_id_;
-    const json request = {{"type", "supports"}, {"id", id}, {"pass", "merge"}, {"problem", worker::merge_problem_to_json(p)}};
+    const json request = {
+        {"type", "supports"}, {"id", id}, {"pass", "merge"}, {"problem", worker::merge_problem_to_json(p)}};
     return supports_reply(call(request, "supports", id, p.name, o_.startup_timeout_s), id, "merge");
   }
   void run_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out) const override {
@@ -177,7 +179,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
     for (auto [name, t] : {std::pair{"lse", &in.lse}, std::pair{"max", &in.max}, std::pair{"sum", &in.sum}})
       if (*t) add(slots, name, &**t, nullptr);
     add(slots, "out", nullptr, &out.o);
-    for (auto [name, t] : {std::pair{"out_lse", &out.lse}, std::pair{"out_max", &out.max}, std::pair{"out_sum", &out.sum}})
+    for (auto [name, t] :
+         {std::pair{"out_lse", &out.lse}, std::pair{"out_max", &out.max}, std::pair{"out_sum", &out.sum}})
       if (*t) add(slots, name, nullptr, &**t);
     exchange("merge", p.name, worker::merge_problem_to_json(p), o_.timeout_s > 0 ? o_.timeout_s : 10.0, slots);
   }
@@ -192,10 +195,12 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
     const std::string name = m.name();
     ensure_running(name);
     const int64_t id = ++next_id_;
-    const json request = {{"type", "supports"}, {"id", id}, {"pass", pass}, {"problem", worker::module_problem_to_json(m)}};
+    const json request = {
+        {"type", "supports"}, {"id", id}, {"pass", pass}, {"problem", worker::module_problem_to_json(m)}};
     return supports_reply(call(request, "supports", id, name, o_.startup_timeout_s), id, pass);
   }
-  void run_module_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const {
+  void run_module_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy,
+                           ModuleGradOutputs& g) const {
     std::vector<Slot> slots;
     for (auto [name, t] : worker::module_input_tensors(in)) add(slots, name, t, nullptr);
     add(slots, "dy", &dy, nullptr);
@@ -237,7 +242,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
   Support supports_reply(const json& reply, int64_t id, const std::string& pass) const {
     const std::string where = o_.label + ": reply to supports " + std::to_string(id);
     if (worker::bool_field(reply, where, "ok")) return Support::yes();
-    const std::string why = reply.contains("reason") && reply["reason"].is_string() ? reply["reason"].get<std::string>() : "";
+    const std::string why =
+        reply.contains("reason") && reply["reason"].is_string() ? reply["reason"].get<std::string>() : "";
     return Support::no(why.empty() ? "worker declined the " + pass + " of the case (no reason given)" : why);
   }
 
@@ -281,12 +287,15 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
         if ((s.name == "mask" || s.name == "bias" || s.name == "dbias" || s.name == "k_scale" || s.name == "v_scale") &&
             t.shape[d] == 1)
           strides[d] = 0;
-      tensors[s.name] = {{"offset", s.offset}, {"nbytes", s.nbytes}, {"dtype", worker::dtype_name(t.dtype)},
-                         {"shape", t.shape}, {"strides", strides}};
+      tensors[s.name] = {{"offset", s.offset},
+                         {"nbytes", s.nbytes},
+                         {"dtype", worker::dtype_name(t.dtype)},
+                         {"shape", t.shape},
+                         {"strides", strides}};
     }
     const int64_t id = ++next_id_;
-    json request = {{"type", type}, {"id", id}, {"problem", problem},
-                    {"shm", shm_path_}, {"shm_size", shm_size_}, {"tensors", tensors}};
+    json request = {{"type", type},          {"id", id},          {"problem", problem}, {"shm", shm_path_},
+                    {"shm_size", shm_size_}, {"tensors", tensors}};
     if (const Schedule& s = current_schedule(); !s.is_default())  // a schedule check: only knobs the worker declared
       request["schedule"] = {{"threads", s.threads}, {"num_splits", s.num_splits}, {"reversed", s.reversed}};
     if (const BlockMask* m = current_block_mask(); m && type == "run" && features_.count(kBlockMaskFeature))
@@ -296,7 +305,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
     const std::string status = worker::str_field(reply, where, "status");
     check_memory(slots, case_name);
     if (status == "error") {
-      const std::string m = reply.contains("message") && reply["message"].is_string() ? reply["message"].get<std::string>() : "";
+      const std::string m =
+          reply.contains("message") && reply["message"].is_string() ? reply["message"].get<std::string>() : "";
       throw std::runtime_error(name_ + " (" + o_.label + "): " + type + " failed: " + (m.empty() ? "(no message)" : m));
     }
     if (status != "ok") {
@@ -347,8 +357,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
       shm_path_ = path;
     }
     if (::ftruncate(shm_fd_, static_cast<off_t>(size)) != 0)
-      throw std::runtime_error("worker: cannot size " + shm_path_ + " to " + std::to_string(size) + " bytes: " +
-                               std::strerror(errno));
+      throw std::runtime_error("worker: cannot size " + shm_path_ + " to " + std::to_string(size) +
+                               " bytes: " + std::strerror(errno));
     void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd_, 0);
     if (m == MAP_FAILED) throw std::runtime_error("worker: cannot map " + shm_path_ + ": " + std::strerror(errno));
     shm_ = static_cast<unsigned char*>(m);
@@ -384,7 +394,7 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
       } else {
         if (o_.memory_limit_mb > 0) {
           const rlim_t bytes = static_cast<rlim_t>(o_.memory_limit_mb) << 20;
-          const struct rlimit r {bytes, bytes};
+          const struct rlimit r { bytes, bytes };
           ::setrlimit(RLIMIT_AS, &r);
         }
         ::execvp(argv[0], argv.data());
@@ -398,7 +408,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
     rbuf_.clear(), tail_.clear();
     json versions = json::array();
     for (int v = worker::kMinProtocolVersion; v <= worker::kProtocolVersion; ++v) versions.push_back(v);
-    const json h = call({{"type", "hello"}, {"protocols", versions}}, "hello", -1, "the handshake", o_.startup_timeout_s);
+    const json h =
+        call({{"type", "hello"}, {"protocols", versions}}, "hello", -1, "the handshake", o_.startup_timeout_s);
     read_hello(h);
   }
 
@@ -460,7 +471,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
           if (worker::str_field(j, where, "type") != type)
             throw worker::ProtocolError(where + ": field 'type': expected \"" + type + "\", got " + j["type"].dump());
           if (id >= 0 && worker::int_field(j, where, "id") != id)
-            throw worker::ProtocolError(where + ": field 'id': expected " + std::to_string(id) + ", got " + j["id"].dump());
+            throw worker::ProtocolError(where + ": field 'id': expected " + std::to_string(id) + ", got " +
+                                        j["id"].dump());
         } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
           stop(true);
           throw worker::ProtocolError(where + ": not JSON (" + e.what() + "): " + msg.substr(0, 200));
@@ -475,8 +487,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
         stop(true);
         char t[32];
         std::snprintf(t, sizeof t, "%.1f", timeout);
-        throw RunFailure("timeout", name_or_label() + " gave no reply to " + type + " of " + case_name + " within " + t +
-                                        " s (killed; --timeout S to change)" + tail_text());
+        throw RunFailure("timeout", name_or_label() + " gave no reply to " + type + " of " + case_name + " within " +
+                                        t + " s (killed; --timeout S to change)" + tail_text());
       }
       pollfd fds[2] = {{from_, POLLIN, 0}, {err_, POLLIN, 0}};
       ::poll(fds, err_ >= 0 ? 2 : 1, static_cast<int>(std::min(left * 1000.0, 1000.0)) + 1);
@@ -504,7 +516,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
     pid_ = -1;
     const std::string during = " during " + type + " of " + case_name;
     if (WIFSIGNALED(status))
-      throw RunFailure("crashed", name_or_label() + " crashed with " + signal_text(WTERMSIG(status)) + during + tail_text());
+      throw RunFailure("crashed",
+                       name_or_label() + " crashed with " + signal_text(WTERMSIG(status)) + during + tail_text());
     throw RunFailure("exited", name_or_label() + " exited with status " + std::to_string(WEXITSTATUS(status)) + during +
                                    tail_text());
   }
@@ -565,10 +578,10 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
   mutable std::set<std::string> features_;
   mutable Support available_;
   mutable bool has_supports_ = false;
-  mutable bool merge_ = false;  // the hello declared "merge": true (docs/worker-protocol.md 2c)
-  mutable bool module_ = false;  // the hello declared "module": true (2d)
+  mutable bool merge_ = false;            // the hello declared "merge": true (docs/worker-protocol.md 2c)
+  mutable bool module_ = false;           // the hello declared "module": true (2d)
   mutable bool module_backward_ = false;  // and "module_backward": true
-  mutable int protocol_ = 1;  // as the worker answered the hello
+  mutable int protocol_ = 1;              // as the worker answered the hello
   mutable Declarations declarations_;
   mutable pid_t pid_ = -1;
   mutable int to_ = -1, from_ = -1, err_ = -1;
@@ -586,9 +599,12 @@ class WorkerModule final : public ModuleImpl {
   explicit WorkerModule(std::shared_ptr<const WorkerImpl> w) : w_(std::move(w)) {}
   std::string name() const override { return w_->name(); }
   Support supports(const ModuleProblem& m) const override { return w_->supports_module(m); }
-  void run(const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out) const override { w_->run_module(m, in, out); }
+  void run(const ModuleProblem& m, const ModuleInputs& in, ModuleOutputs& out) const override {
+    w_->run_module(m, in, out);
+  }
   Support supports_backward(const ModuleProblem& m) const override { return w_->supports_module(m, "module_backward"); }
-  void run_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy, ModuleGradOutputs& g) const override {
+  void run_backward(const ModuleProblem& m, const ModuleInputs& in, const Tensor& dy,
+                    ModuleGradOutputs& g) const override {
     w_->run_module_backward(m, in, dy, g);
   }
 

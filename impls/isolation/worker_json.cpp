@@ -90,35 +90,67 @@ json problem_to_json(const Problem& p) {
   auto list_or_null = [](const std::vector<int64_t>& v) { return v.empty() ? json(nullptr) : json(v); };
   auto shape_or_null = [](const auto& s) { return s ? json(*s) : json(nullptr); };
   // Non-finite doubles are not JSON: fill_value and scale are finite by validate(); softcap >= 0.
-  json j = {{"name", p.name()}, {"B", p.B}, {"Hq", p.Hq}, {"Hkv", p.Hkv}, {"Lq", p.Lq}, {"Lk", p.Lk},
-          {"Dqk", p.Dqk}, {"Dv", p.Dv}, {"dtype", dtype_name(p.dtype)}, {"layout", layout_name(p.layout)},
-          {"stat_dtype", dtype_name(p.stat_dtype())}, {"scale", p.effective_scale()}, {"causal", p.causal},
-          {"alignment", alignment_name(p.alignment)}, {"diagonal_offset", d},
-          {"causal_offsets", list_or_null(p.causal_offsets)}, {"causal_offset", p.causal_offset},
-          {"key_lengths", list_or_null(p.key_lengths)}, {"window_left", p.window_left},
-          {"window_right", p.window_right}, {"softcap", p.softcap}, {"mask_shape", shape_or_null(p.mask_shape)},
-          {"bias_shape", shape_or_null(p.bias_shape)}, {"bias_dtype", dtype_name(p.bias_dtype)},
-          {"fill", to_string(p.fill)}, {"fill_value", p.fill_value}, {"fully_masked", to_string(p.fully_masked)},
-          {"dropout_p", p.dropout_p}, {"dropout_seed", p.dropout_seed}, {"want_lse", p.want_lse},
-          {"want_weights", p.want_weights}};
-  if (p.max_logit != MaxLogitOut::none) j["max_logit"] = to_string(p.max_logit);  // feature "max_logit": the tensor's shape
-  if (is_fp8(p.dtype))  // fp8 (feature "fp8"): the codes' factors, and out's dtype (not `dtype`)
-    j.update({{"descale_q", p.descale_q}, {"descale_k", p.descale_k}, {"descale_v", p.descale_v},
+  json j = {{"name", p.name()},
+            {"B", p.B},
+            {"Hq", p.Hq},
+            {"Hkv", p.Hkv},
+            {"Lq", p.Lq},
+            {"Lk", p.Lk},
+            {"Dqk", p.Dqk},
+            {"Dv", p.Dv},
+            {"dtype", dtype_name(p.dtype)},
+            {"layout", layout_name(p.layout)},
+            {"stat_dtype", dtype_name(p.stat_dtype())},
+            {"scale", p.effective_scale()},
+            {"causal", p.causal},
+            {"alignment", alignment_name(p.alignment)},
+            {"diagonal_offset", d},
+            {"causal_offsets", list_or_null(p.causal_offsets)},
+            {"causal_offset", p.causal_offset},
+            {"key_lengths", list_or_null(p.key_lengths)},
+            {"window_left", p.window_left},
+            {"window_right", p.window_right},
+            {"softcap", p.softcap},
+            {"mask_shape", shape_or_null(p.mask_shape)},
+            {"bias_shape", shape_or_null(p.bias_shape)},
+            {"bias_dtype", dtype_name(p.bias_dtype)},
+            {"fill", to_string(p.fill)},
+            {"fill_value", p.fill_value},
+            {"fully_masked", to_string(p.fully_masked)},
+            {"dropout_p", p.dropout_p},
+            {"dropout_seed", p.dropout_seed},
+            {"want_lse", p.want_lse},
+            {"want_weights", p.want_weights}};
+  if (p.max_logit != MaxLogitOut::none)
+    j["max_logit"] = to_string(p.max_logit);  // feature "max_logit": the tensor's shape
+  if (is_fp8(p.dtype))                        // fp8 (feature "fp8"): the codes' factors, and out's dtype (not `dtype`)
+    j.update({{"descale_q", p.descale_q},
+              {"descale_k", p.descale_k},
+              {"descale_v", p.descale_v},
               {"out_dtype", dtype_name(p.out_dtype())}});
   return j;
 }
 
 json merge_problem_to_json(const MergeProblem& p) {
-  return {{"name", p.name}, {"N", p.N}, {"B", p.B}, {"H", p.H}, {"L", p.L}, {"D", p.D},
-          {"dtype", dtype_name(p.dtype)}, {"conventions", p.conv.text()}};
+  return {{"name", p.name},
+          {"N", p.N},
+          {"B", p.B},
+          {"H", p.H},
+          {"L", p.L},
+          {"D", p.D},
+          {"dtype", dtype_name(p.dtype)},
+          {"conventions", p.conv.text()}};
 }
 
 MergeProblem merge_problem_from_json(const json& j, const std::string& where) {
   const std::string w = where + ": problem";
   MergeProblem p;
   p.name = str_field(j, w, "name");
-  for (auto [k, f] : {std::pair{"N", &MergeProblem::N}, {"B", &MergeProblem::B}, {"H", &MergeProblem::H},
-                      {"L", &MergeProblem::L}, {"D", &MergeProblem::D}})
+  for (auto [k, f] : {std::pair{"N", &MergeProblem::N},
+                      {"B", &MergeProblem::B},
+                      {"H", &MergeProblem::H},
+                      {"L", &MergeProblem::L},
+                      {"D", &MergeProblem::D}})
     p.*f = int_field(j, w, k);
   p.dtype = parse_enum(j, w, "dtype", dtype_from_string);
   p.conv = parse_enum(j, w, "conventions", parse_conventions);
@@ -131,8 +163,14 @@ MergeProblem merge_problem_from_json(const json& j, const std::string& where) {
 }
 
 json module_problem_to_json(const ModuleProblem& m) {
-  return {{"name", m.name()}, {"attention", problem_to_json(m.attn)}, {"d_in", m.d_in}, {"d_in2", m.d_in2},
-          {"d_out", m.d_out}, {"packing", to_string(m.packing)}, {"qkv_bias", m.qkv_bias}, {"out_bias", m.out_bias},
+  return {{"name", m.name()},
+          {"attention", problem_to_json(m.attn)},
+          {"d_in", m.d_in},
+          {"d_in2", m.d_in2},
+          {"d_out", m.d_out},
+          {"packing", to_string(m.packing)},
+          {"qkv_bias", m.qkv_bias},
+          {"out_bias", m.out_bias},
           {"average_weights", m.average_weights}};
 }
 
@@ -154,9 +192,19 @@ ModuleProblem module_problem_from_json(const json& j, const std::string& where) 
 
 std::vector<std::pair<const char*, const Tensor*>> module_input_tensors(const ModuleInputs& in) {
   std::vector<std::pair<const char*, const Tensor*>> out = {{"x", &in.x}, {"wo", &in.wo}};
-  for (auto [name, t] : {std::pair{"x2", &in.x2}, {"wq", &in.wq}, {"wk", &in.wk}, {"wv", &in.wv}, {"bq", &in.bq},
-                         {"bk", &in.bk}, {"bv", &in.bv}, {"wqkv", &in.wqkv}, {"bqkv", &in.bqkv}, {"bo", &in.bo},
-                         {"mask", &in.mask}, {"bias", &in.bias}, {"keep", &in.keep}})
+  for (auto [name, t] : {std::pair{"x2", &in.x2},
+                         {"wq", &in.wq},
+                         {"wk", &in.wk},
+                         {"wv", &in.wv},
+                         {"bq", &in.bq},
+                         {"bk", &in.bk},
+                         {"bv", &in.bv},
+                         {"wqkv", &in.wqkv},
+                         {"bqkv", &in.bqkv},
+                         {"bo", &in.bo},
+                         {"mask", &in.mask},
+                         {"bias", &in.bias},
+                         {"keep", &in.keep}})
     if (*t) out.emplace_back(name, &**t);
   return out;
 }
@@ -164,9 +212,15 @@ std::vector<std::pair<const char*, const Tensor*>> module_input_tensors(const Mo
 Problem problem_from_json(const json& j, const std::string& where) {
   const std::string w = where + ": problem";
   Problem p;
-  for (auto [k, f] : {std::pair{"B", &Problem::B}, {"Hq", &Problem::Hq}, {"Hkv", &Problem::Hkv}, {"Lq", &Problem::Lq},
-                      {"Lk", &Problem::Lk}, {"Dqk", &Problem::Dqk}, {"Dv", &Problem::Dv},
-                      {"causal_offset", &Problem::causal_offset}, {"window_left", &Problem::window_left},
+  for (auto [k, f] : {std::pair{"B", &Problem::B},
+                      {"Hq", &Problem::Hq},
+                      {"Hkv", &Problem::Hkv},
+                      {"Lq", &Problem::Lq},
+                      {"Lk", &Problem::Lk},
+                      {"Dqk", &Problem::Dqk},
+                      {"Dv", &Problem::Dv},
+                      {"causal_offset", &Problem::causal_offset},
+                      {"window_left", &Problem::window_left},
                       {"window_right", &Problem::window_right}})
     p.*f = int_field(j, w, k);
   p.dtype = parse_enum(j, w, "dtype", dtype_from_string);
@@ -188,7 +242,8 @@ Problem problem_from_json(const json& j, const std::string& where) {
   p.want_lse = bool_field(j, w, "want_lse");
   p.want_weights = bool_field(j, w, "want_weights");
   // fp8 (feature "fp8"): the descales travel as numbers, not only in the name
-  for (auto [k, f] : {std::pair{"descale_q", &Problem::descale_q}, {"descale_k", &Problem::descale_k},
+  for (auto [k, f] : {std::pair{"descale_q", &Problem::descale_q},
+                      {"descale_k", &Problem::descale_k},
                       {"descale_v", &Problem::descale_v}})
     if (j.contains(k)) p.*f = num_field(j, w, k);
   if (j.contains("max_logit")) p.max_logit = parse_enum(j, w, "max_logit", max_logit_from_string);
@@ -213,10 +268,16 @@ Problem problem_from_json(const json& j, const std::string& where) {
 }
 
 json block_mask_to_json(const BlockMask& m) {
-  return {{"q_block", m.q_block},   {"kv_block", m.kv_block},     {"B", m.B},
-          {"H", m.H},               {"q_blocks", m.q_blocks},     {"slots", m.slots},
-          {"kv_num_blocks", m.kv_num_blocks}, {"kv_indices", m.kv_indices},
-          {"full_kv_num_blocks", m.full_kv_num_blocks}, {"full_kv_indices", m.full_kv_indices}};
+  return {{"q_block", m.q_block},
+          {"kv_block", m.kv_block},
+          {"B", m.B},
+          {"H", m.H},
+          {"q_blocks", m.q_blocks},
+          {"slots", m.slots},
+          {"kv_num_blocks", m.kv_num_blocks},
+          {"kv_indices", m.kv_indices},
+          {"full_kv_num_blocks", m.full_kv_num_blocks},
+          {"full_kv_indices", m.full_kv_indices}};
 }
 
 BlockMask block_mask_from_json(const json& j, const std::string& where, const Problem& p) {
@@ -306,11 +367,14 @@ Capabilities capabilities_from_json(const json& j, const std::string& where) {
 }
 
 json declarations_to_json(const Declarations& d) {
-  json j = {{"outputs", d.outputs}, {"deterministic", d.deterministic}, {"batch_invariant", d.batch_invariant},
+  json j = {{"outputs", d.outputs},
+            {"deterministic", d.deterministic},
+            {"batch_invariant", d.batch_invariant},
             {"backward", d.backward}};
   if (d.fully_masked_policy) j["fully_masked_policy"] = to_string(*d.fully_masked_policy);
   j["masked_inputs"] = to_string(d.masked_inputs);
-  for (const auto& [key, mask] : {std::pair{"schedule_knobs", d.schedule_knobs}, {"schedule_bitwise", d.schedule_bitwise}}) {
+  for (const auto& [key, mask] :
+       {std::pair{"schedule_knobs", d.schedule_knobs}, {"schedule_bitwise", d.schedule_bitwise}}) {
     j[key] = json::array();
     for (ScheduleKnob k : {knob_threads, knob_num_splits, knob_block_order})
       if (mask & k) j[key].push_back(knob_name(k));

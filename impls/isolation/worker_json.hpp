@@ -42,7 +42,8 @@ json problem_to_json(const Problem& p);
 Problem problem_from_json(const json& j, const std::string& where);
 // A merge problem (the `merge` message, docs/worker-protocol.md 2c): name, N, B, H, L, D, dtype, conventions.
 json merge_problem_to_json(const MergeProblem& p);
-MergeProblem merge_problem_from_json(const json& j, const std::string& where);  // validated; ProtocolError naming the field
+MergeProblem merge_problem_from_json(const json& j,
+                                     const std::string& where);  // validated; ProtocolError naming the field
 // A module problem (the `module` message, docs/worker-protocol.md 2d): name, the attention inside as `attention`
 // (a problem as above), d_in, d_in2, d_out, packing, qkv_bias, out_bias, average_weights.
 json module_problem_to_json(const ModuleProblem& m);

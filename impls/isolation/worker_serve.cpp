@@ -74,19 +74,23 @@ struct Setter {
     const View v = view(tensors, key, base, size);
     if (!v.ptr) return;
     ptr = reinterpret_cast<Ptr>(v.ptr);
-    if (v.strides.size() != rank) throw ProtocolError(std::string("run: tensors.") + key + ": field 'strides': wrong rank");
+    if (v.strides.size() != rank)
+      throw ProtocolError(std::string("run: tensors.") + key + ": field 'strides': wrong rank");
     for (size_t i = 0; i < rank; ++i) strides[i] = v.strides[i];
   }
 };
 
-constexpr const char* kNoAbiModuleBackward = "module backward not supported through the plugin ABI (run_module is forward only)";
+constexpr const char* kNoAbiModuleBackward =
+    "module backward not supported through the plugin ABI (run_module is forward only)";
 
 class PluginBackend final : public Backend {
  public:
   explicit PluginBackend(const std::string& path) : o_(open_plugin(path)) {}
   json hello() override {
-    json h = {{"name", o_.vt->name}, {"description", o_.vt->description ? o_.vt->description : ""},
-              {"capabilities", capabilities_to_json(o_.caps)}, {"supports", o_.vt->supports != nullptr},
+    json h = {{"name", o_.vt->name},
+              {"description", o_.vt->description ? o_.vt->description : ""},
+              {"capabilities", capabilities_to_json(o_.caps)},
+              {"supports", o_.vt->supports != nullptr},
               {"declarations", declarations_to_json(o_.declarations)}};
     for (const auto& f : o_.features) h["capabilities"]["features"].push_back(f);
     h["declarations"]["merge"] = o_.merge;
@@ -124,7 +128,8 @@ class PluginBackend final : public Backend {
     return call(d);
   }
   Support supports_backward(const Problem& p) override {
-    if (!o_.declarations.backward) return Support::no("backward pass not supported (the plugin does not list \"backward\")");
+    if (!o_.declarations.backward)
+      return Support::no("backward pass not supported (the plugin does not list \"backward\")");
     if (!o_.vt->supports) return Support::yes();
     Described desc;
     describe(p, desc);
@@ -190,7 +195,8 @@ class PluginBackend final : public Backend {
   }
   static void set_inputs(const Setter& set, attncheck_problem& d) {
     set("q", d.q, d.q_strides, 4), set("k", d.k, d.k_strides, 4), set("v", d.v, d.v_strides, 4);
-    set("mask", d.mask, d.mask_strides, 4), set("bias", d.bias, d.bias_strides, 4), set("keep", d.keep, d.keep_strides, 4);
+    set("mask", d.mask, d.mask_strides, 4), set("bias", d.bias, d.bias_strides, 4),
+        set("keep", d.keep, d.keep_strides, 4);
   }
   std::string call(const attncheck_problem& d) {
     char err[1024] = {};
@@ -208,11 +214,14 @@ class ImplBackend final : public Backend {
     const Support a = impl_->available();
     Declarations d = impl_->declarations();
     d.backward = true;  // backward requests are answered; `supports` with pass "backward" decides each case
-    json h = {{"name", impl_->name()}, {"description", impl_->description()},
-              {"capabilities", capabilities_to_json(impl_->capabilities())}, {"supports", true},
+    json h = {{"name", impl_->name()},
+              {"description", impl_->description()},
+              {"capabilities", capabilities_to_json(impl_->capabilities())},
+              {"supports", true},
               {"declarations", declarations_to_json(d)},
-              {"available", a.ok}, {"unavailable_reason", a.reason}};
-    h["declarations"]["merge"] = true;  // merge requests are answered; `supports` with pass "merge" decides each case
+              {"available", a.ok},
+              {"unavailable_reason", a.reason}};
+    h["declarations"]["merge"] = true;   // merge requests are answered; `supports` with pass "merge" decides each case
     h["declarations"]["module"] = true;  // likewise module requests (pass "module") and their backward
     h["declarations"]["module_backward"] = true;
     return h;
@@ -255,7 +264,8 @@ class ImplBackend final : public Backend {
       copy(tensors, base, size, key, *t ? &**t : nullptr, false);
     for (bool to_shm : {false, true}) {  // poisoned outputs in, results out
       copy(tensors, base, size, "out", &out.o, to_shm);
-      for (auto [key, t] : {std::pair{"out_lse", &out.lse}, std::pair{"out_max", &out.max}, std::pair{"out_sum", &out.sum}})
+      for (auto [key, t] :
+           {std::pair{"out_lse", &out.lse}, std::pair{"out_max", &out.max}, std::pair{"out_sum", &out.sum}})
         copy(tensors, base, size, key, *t ? &**t : nullptr, to_shm);
       if (!to_shm) impl_->run_merge(p, in, out);
     }
@@ -283,7 +293,8 @@ class ImplBackend final : public Backend {
     if (Support s = e->supports(m); !s.ok) return s;
     return e->supports_backward(m);
   }
-  std::string run_module_backward(const ModuleProblem& m, const json& tensors, unsigned char* base, size_t size) override {
+  std::string run_module_backward(const ModuleProblem& m, const json& tensors, unsigned char* base,
+                                  size_t size) override {
     const ModuleImplPtr& e = module_;
     ModuleInputs in = make_module_inputs(m);
     for (auto [key, t] : module_input_tensors(in)) copy(tensors, base, size, key, const_cast<Tensor*>(t), false);
@@ -388,8 +399,9 @@ int serve(Backend& backend) {
             if (v.is_number_integer() && v.get<int>() >= kMinProtocolVersion && v.get<int>() <= kProtocolVersion)
               version = std::max(version, v.get<int>());
         if (version == 0)
-          throw ProtocolError("hello: field 'protocols': none of " + (req.contains("protocols") ? req["protocols"].dump() : "[]") +
-                              " is spoken here (1.." + std::to_string(kProtocolVersion) + ")");
+          throw ProtocolError("hello: field 'protocols': none of " +
+                              (req.contains("protocols") ? req["protocols"].dump() : "[]") + " is spoken here (1.." +
+                              std::to_string(kProtocolVersion) + ")");
         protocol = version;
         json h = backend.hello();
         h["type"] = "hello", h["protocol"] = version;
@@ -409,11 +421,12 @@ int serve(Backend& backend) {
         shm.map(str_field(req, type, "shm"), static_cast<size_t>(int_field(req, type, "shm_size")));
         const Support s = backend.supports_merge(m);
         reply(proto, outcome(type, id, !s.ok ? s.reason : attempt([&] {
-          return backend.run_merge(m, field(req, type, "tensors"), shm.base, shm.size);
-        })));
+                               return backend.run_merge(m, field(req, type, "tensors"), shm.base, shm.size);
+                             })));
         continue;
       }
-      const std::string pass = type == "supports" && req.contains("pass") && req["pass"].is_string() ? req["pass"].get<std::string>() : "";
+      const std::string pass =
+          type == "supports" && req.contains("pass") && req["pass"].is_string() ? req["pass"].get<std::string>() : "";
       if (pass == "module" || pass == "module_backward") {
         const ModuleProblem m = module_problem_from_json(field(req, type, "problem"), type);
         const Support s = pass == "module" ? backend.supports_module(m) : backend.supports_module_backward(m);
@@ -426,15 +439,15 @@ int serve(Backend& backend) {
         const bool fwd = type == "module";
         const Support s = fwd ? backend.supports_module(m) : backend.supports_module_backward(m);
         reply(proto, outcome(type, id, !s.ok ? s.reason : attempt([&] {
-          const json& tensors = field(req, type, "tensors");
-          return fwd ? backend.run_module(m, tensors, shm.base, shm.size)
-                     : backend.run_module_backward(m, tensors, shm.base, shm.size);
-        })));
+                               const json& tensors = field(req, type, "tensors");
+                               return fwd ? backend.run_module(m, tensors, shm.base, shm.size)
+                                          : backend.run_module_backward(m, tensors, shm.base, shm.size);
+                             })));
         continue;
       }
       const Problem p = problem_from_json(field(req, type, "problem"), type);
-      const bool backward = type == "backward" ||
-                            (type == "supports" && req.contains("pass") && req["pass"] == "backward");
+      const bool backward =
+          type == "backward" || (type == "supports" && req.contains("pass") && req["pass"] == "backward");
       if (backward && protocol < 2)
         throw ProtocolError(type + ": the backward pass needs protocol 2 (this session speaks " +
                             std::to_string(protocol) + ")");
@@ -443,26 +456,31 @@ int serve(Backend& backend) {
         reply(proto, {{"type", "supports"}, {"id", id}, {"ok", s.ok}, {"reason", s.reason}});
       } else if (type == "run" || type == "backward") {
         shm.map(str_field(req, type, "shm"), static_cast<size_t>(int_field(req, type, "shm_size")));
-        reply(proto, outcome(type, id, attempt([&] {
-          const json& tensors = field(req, type, "tensors");
-          Schedule sched;  // the run's schedule (a schedule check), else the implementation's own choice
-          if (req.contains("schedule")) {
-            const json& s = req["schedule"];
-            if (!s.is_object()) throw ProtocolError(type + ": field 'schedule': expected an object, got " + s.dump());
-            sched.threads = static_cast<int>(int_field(s, type + ": schedule", "threads"));
-            sched.num_splits = static_cast<int>(int_field(s, type + ": schedule", "num_splits"));
-            sched.reversed = bool_field(s, type + ": schedule", "reversed");
-          }
-          const ScheduleScope scope(sched);
-          std::optional<BlockMask> bm;  // the block mask the caller hands the kernel (plugin.h tag 12)
-          if (!backward && req.contains("block_mask")) bm = block_mask_from_json(req["block_mask"], type, p);
-          const BlockMaskScope handed(bm ? &*bm : nullptr);
-          return backward ? backend.run_backward(p, tensors, shm.base, shm.size)
-                          : backend.run(p, tensors, shm.base, shm.size);
-        })));
+        reply(proto,
+              outcome(type, id, attempt([&] {
+                        const json& tensors = field(req, type, "tensors");
+                        Schedule sched;  // the run's schedule (a schedule check), else the implementation's own choice
+                        if (req.contains("schedule")) {
+                          const json& s = req["schedule"];
+                          if (!s.is_object())
+                            throw ProtocolError(type + ": field 'schedule': expected an object, got " + s.dump());
+                          sched.threads = static_cast<int>(int_field(s, type + ": schedule", "threads"));
+                          sched.num_splits = static_cast<int>(int_field(s, type + ": schedule", "num_splits"));
+                          sched.reversed = bool_field(s, type + ": schedule", "reversed");
+                        }
+                        const ScheduleScope scope(sched);
+                        std::optional<BlockMask> bm;  // the block mask the caller hands the kernel (plugin.h tag 12)
+                        if (!backward && req.contains("block_mask"))
+                          bm = block_mask_from_json(req["block_mask"], type, p);
+                        const BlockMaskScope handed(bm ? &*bm : nullptr);
+                        return backward ? backend.run_backward(p, tensors, shm.base, shm.size)
+                                        : backend.run(p, tensors, shm.base, shm.size);
+                      })));
       } else {
-        throw ProtocolError("request: field 'type': expected hello, supports, run, backward, merge, module, module_backward or bye, got \"" + type +
-                            "\"");
+        throw ProtocolError(
+            "request: field 'type': expected hello, supports, run, backward, merge, module, module_backward or bye, "
+            "got \"" +
+            type + "\"");
       }
     } catch (const std::exception& e) {
       json r = {{"type", "error"}, {"message", e.what()}};

@@ -97,9 +97,9 @@ TEST(BackwardFiniteDifferences, MatchesReferenceForwardOn240Problems) {
       const double tol = 1e-6 * (std::abs(grad[f]) + abs[f]) + 16 * std::ldexp(1.0, -53) * labs / h;
       ++checked;
       EXPECT_LE(std::abs(fd - grad[f]), tol)
-          << "case " << n << " " << c.name() << " spec " << c.spec.str() << "\n tensor " << "qkvb"[pr.tensor]
-          << " [" << pr.idx[0] << "," << pr.idx[1] << "," << pr.idx[2] << "," << pr.idx[3] << "] fd " << fd
-          << " grad " << grad[f] << " abs " << abs[f];
+          << "case " << n << " " << c.name() << " spec " << c.spec.str() << "\n tensor "
+          << "qkvb"[pr.tensor] << " [" << pr.idx[0] << "," << pr.idx[1] << "," << pr.idx[2] << "," << pr.idx[3]
+          << "] fd " << fd << " grad " << grad[f] << " abs " << abs[f];
     }
   }
   std::cout << "[fd] " << cases << " problems, " << checked << " gradient elements checked\n";

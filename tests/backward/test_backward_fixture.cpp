@@ -155,8 +155,8 @@ TEST(BackwardFixture, CompareJudgesCandidateGradients) {
   Gradients g = reference_as_candidate(f);
   const fs::path file = tmp_file("cmp.h5");
   write_candidate_gradients(file.string(), f.problem, reference_outputs(f), g);
-  const std::string cmd = std::string(ATTNCHECK_EXE) + " compare --name cand --expected " + fixture + " --actual " +
-                          file.string();
+  const std::string cmd =
+      std::string(ATTNCHECK_EXE) + " compare --name cand --expected " + fixture + " --actual " + file.string();
   auto r = test::run_shell(cmd);
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("PASS        cand/backward"), std::string::npos) << r.out;

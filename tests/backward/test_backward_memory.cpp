@@ -1,5 +1,5 @@
-// cpu-flash's backward keeps no Lq x Lk matrix: its peak extra memory grows with L·D (4x from L = 512 to 2048 at D = 128),
-// not L² (16x; one 2048² float matrix alone is 16 MiB). Measured by the bench's peak-RSS probe, one run each.
+// cpu-flash's backward keeps no Lq x Lk matrix: its peak extra memory grows with L·D (4x from L = 512 to 2048 at D =
+// 128), not L² (16x; one 2048² float matrix alone is 16 MiB). Measured by the bench's peak-RSS probe, one run each.
 #include <gtest/gtest.h>
 
 #include "bench_support.hpp"

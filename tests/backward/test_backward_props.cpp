@@ -143,7 +143,8 @@ TEST(BackwardProperties, UnseenKeysGetZeroAndPoisonNeverLeaks) {
     EXPECT_EQ(g.dbias, clean.dbias) << c.name();
     for (size_t kj = 0; kj < seen.size(); ++kj) {
       if (seen[kj]) continue;
-      for (int64_t d = 0; d < p.Dqk; ++d) ASSERT_EQ(g.dk[kj * static_cast<size_t>(p.Dqk) + static_cast<size_t>(d)], 0.0);
+      for (int64_t d = 0; d < p.Dqk; ++d)
+        ASSERT_EQ(g.dk[kj * static_cast<size_t>(p.Dqk) + static_cast<size_t>(d)], 0.0);
       for (int64_t d = 0; d < p.Dv; ++d) ASSERT_EQ(g.dv[kj * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)], 0.0);
     }
   }
@@ -226,7 +227,8 @@ TEST(BackwardProperties, PermutingKeysOrQueriesPermutesTheirGradients) {
           for (int64_t d = 0; d < p.Dv; ++d) dq_out.put(b, h, i, d, dout.at(b, h, qp[static_cast<size_t>(i)], d));
     const BackwardResult gq = reference_backward(cq.p, cq.in, dq_out, 1);
     expect_permuted(g.dq, gq.dq, g.dq_abs, p.B * p.Hq, p.Lq, p.Dqk, qp, name + " queries: dq");
-    expect_permuted(g.dk, gq.dk, g.dk_abs, p.B * p.Hkv * p.Lk, 1, p.Dqk, std::vector<int64_t>{0}, name + " queries: dk");
+    expect_permuted(g.dk, gq.dk, g.dk_abs, p.B * p.Hkv * p.Lk, 1, p.Dqk, std::vector<int64_t>{0},
+                    name + " queries: dk");
     expect_permuted(g.dv, gq.dv, g.dv_abs, p.B * p.Hkv * p.Lk, 1, p.Dv, std::vector<int64_t>{0}, name + " queries: dv");
   }
 }

@@ -19,12 +19,16 @@ namespace {
 // q = 0 makes every score 0, so each row's weights are uniform and out is the mean of the value rows.
 Problem small_case(Inputs& in) {
   Problem p;
-  p.dtype = DType::f32; p.Lq = 2; p.Lk = 4; p.Dqk = 3; p.Dv = 2;
+  p.dtype = DType::f32;
+  p.Lq = 2;
+  p.Lk = 4;
+  p.Dqk = 3;
+  p.Dv = 2;
   in = Inputs{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
   for (int j = 0; j < 4; ++j) {
     for (int d = 0; d < 3; ++d) in.k.put(0, 0, j, d, 0.25 * (j - d));
-    in.v.put(0, 0, j, 0, j + 1.0);    // 1 2 3 4 -> mean 2.5
-    in.v.put(0, 0, j, 1, -2.0 * j);   // 0 -2 -4 -6 -> mean -3
+    in.v.put(0, 0, j, 0, j + 1.0);   // 1 2 3 4 -> mean 2.5
+    in.v.put(0, 0, j, 1, -2.0 * j);  // 0 -2 -4 -6 -> mean -3
   }
   return p;
 }
@@ -77,8 +81,8 @@ TEST(Consumer, ReadsAGoldenFixture) {
   // The fixture's expected outputs are the reference's on its stored inputs: recompute and compare.
   const ReferenceResult r = reference_attention(f.problem, f.inputs);
   ASSERT_EQ(r.out.size(), f.expected.out.size());
-  const TensorVerdict v = compare_values("out", {f.problem.B, f.problem.Hq, f.problem.Lq, f.problem.Dv},
-                                         f.expected.out, r.out, out_tolerance(f.problem, r));
+  const TensorVerdict v = compare_values("out", {f.problem.B, f.problem.Hq, f.problem.Lq, f.problem.Dv}, f.expected.out,
+                                         r.out, out_tolerance(f.problem, r));
   EXPECT_TRUE(v.pass) << path << ": " << v.describe();
 }
 

@@ -16,9 +16,9 @@ namespace attncheck::testing {
 struct Case {
   Problem p;
   uint64_t seed = 1;
-  double amp = 1.0;         // q and k are uniform in [-amp, amp] (signed); v in [-1, 1]
-  double mask_keep = 0.7;   // probability that a boolean mask entry attends
-  bool poison = false;      // NaN in K and V of keys no query can see (padding, column masks)
+  double amp = 1.0;           // q and k are uniform in [-amp, amp] (signed); v in [-1, 1]
+  double mask_keep = 0.7;     // probability that a boolean mask entry attends
+  bool poison = false;        // NaN in K and V of keys no query can see (padding, column masks)
   bool bias_neg_inf = false;  // some bias entries are -inf (visible keys with a -inf score)
   std::string name() const { return p.name() + "/seed" + std::to_string(seed); }
 };
@@ -193,7 +193,9 @@ inline std::vector<Case> hostile_cases() {
   }
   // Additive bias in several shapes and dtypes, -inf entries, combined with a mask.
   for (auto [s, dt] : {std::pair<std::array<int64_t, 4>, DType>{{1, 4, 37, 131}, f32},
-                       {{2, 1, 1, 131}, bf16}, {{2, 4, 37, 131}, f64}, {{1, 1, 37, 1}, f16}}) {
+                       {{2, 1, 1, 131}, bf16},
+                       {{2, 4, 37, 131}, f64},
+                       {{1, 1, 37, 1}, f16}}) {
     Case c = base(f32, 2, 4, 4, 37, 131, 16, 16);
     c.p.bias_shape = s;
     c.p.bias_dtype = dt;

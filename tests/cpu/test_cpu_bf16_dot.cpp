@@ -187,4 +187,3 @@ TEST(CpuBf16Dot, OneSubnormalQueryFallsBackForItsHeadOnly) {
 }
 
 }  // namespace
-

@@ -94,7 +94,8 @@ TEST(CpuDeterminism, SameBitsForOneAndThreeThreads) {
       c.p.B = 2, c.p.Hq = 4, c.p.Hkv = 2, c.p.Lq = 300, c.p.Lk = 517, c.p.Dqk = c.p.Dv = 32;
       c.p.causal = true;
       c.p.want_lse = c.p.want_weights = true;
-      if (decode) c.p.Hq = 128, c.p.Hkv = 1, c.p.Lq = 1, c.p.Lk = 700, c.p.Dqk = 96, c.p.Dv = 64, c.p.want_weights = false;
+      if (decode)
+        c.p.Hq = 128, c.p.Hkv = 1, c.p.Lq = 1, c.p.Lk = 700, c.p.Dqk = 96, c.p.Dv = 64, c.p.want_weights = false;
       const Inputs in = attncheck::testing::make_inputs(c);
       for (const char* name : {"cpu", "cpu-flash"}) {
         SCOPED_TRACE(c.name());

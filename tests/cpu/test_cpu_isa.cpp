@@ -91,9 +91,7 @@ void check_exp(T lo, T hi, U stride, U bound, const std::string& kernel = "exp")
 // The documented bound of Highway's Exp: 1 ulp from the correctly rounded result, over its whole valid range
 // (to the overflow threshold). float: every 251st bit pattern (~9 million arguments); double: ~4 million.
 TEST(CpuIsa, ExpWithinOneUlpFloat) { check_exp<float, uint32_t>(-104.0f, 88.7f, 251, 1); }
-TEST(CpuIsa, ExpWithinOneUlpDouble) {
-  check_exp<double, uint64_t>(-745.0, 709.7, uint64_t{1} << 41, 1);
-}
+TEST(CpuIsa, ExpWithinOneUlpDouble) { check_exp<double, uint64_t>(-745.0, 709.7, uint64_t{1} << 41, 1); }
 
 // exp_shifted has its own exp for arguments <= 0 (the softmax's s - max; simd_kernels.cpp): 1 ulp over every 131st
 // float bit pattern in [-104, 0] (~8.6 million arguments), and over [-104, 88.7] where vectors with a positive
@@ -111,7 +109,8 @@ TEST(CpuIsa, ExpShiftedSumsAndZeros) {
   for (int64_t n = 1; n <= 70; ++n) {
     std::vector<float> s(static_cast<size_t>(n)), d(s.size());
     for (int64_t j = 0; j < n; ++j)
-      s[static_cast<size_t>(j)] = j % 5 == 3 ? -std::numeric_limits<float>::infinity() : (j % 7 == 1 ? -200.0f : -0.25f * static_cast<float>(j % 9));
+      s[static_cast<size_t>(j)] = j % 5 == 3 ? -std::numeric_limits<float>::infinity()
+                                             : (j % 7 == 1 ? -200.0f : -0.25f * static_cast<float>(j % 9));
     const float sum = simd::exp_shifted<float>(s.data(), d.data(), n, 0.0f);
     double want = 0;
     for (int64_t j = 0; j < n; ++j) {
@@ -137,8 +136,9 @@ TEST(CpuIsa, ExpShiftedRowsMatchesRowByRow) {
     for (int64_t r = 0; r < nr; ++r) {
       m[static_cast<size_t>(r)] = r == 4 ? -1.0f : 0.25f * static_cast<float>(r);  // row 4: some arguments > 0
       for (int64_t j = 0; j < ld; ++j)
-        s[static_cast<size_t>(r * ld + j)] = r == 6 ? -std::numeric_limits<float>::infinity()
-                                             : -0.37f * static_cast<float>((r * 31 + j * 7) % 23) + 0.1f * static_cast<float>(r);
+        s[static_cast<size_t>(r * ld + j)] =
+            r == 6 ? -std::numeric_limits<float>::infinity()
+                   : -0.37f * static_cast<float>((r * 31 + j * 7) % 23) + 0.1f * static_cast<float>(r);
     }
     s[static_cast<size_t>(7 * ld + n / 2)] = std::numeric_limits<float>::quiet_NaN();
     std::vector<float> want(s);
@@ -161,7 +161,8 @@ TEST(CpuIsa, ExpShiftedKeepsNaNOnTheFastPath) {
     for (int64_t pos = 0; pos < n; ++pos) {
       for (float nan : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
         std::vector<float> s(static_cast<size_t>(n)), d(s.size());
-        for (int64_t j = 0; j < n; ++j) s[static_cast<size_t>(j)] = j % 3 == 0 ? -90.0f : -0.5f * static_cast<float>(j % 11);
+        for (int64_t j = 0; j < n; ++j)
+          s[static_cast<size_t>(j)] = j % 3 == 0 ? -90.0f : -0.5f * static_cast<float>(j % 11);
         s[static_cast<size_t>(pos)] = nan;
         const float sum = simd::exp_shifted<float>(s.data(), d.data(), n, 0.0f);
         EXPECT_TRUE(std::isnan(sum)) << "n " << n << " NaN at " << pos << ": sum " << sum;
@@ -206,7 +207,8 @@ TEST(CpuIsa, NarrowBf16MatchesScalarBitForBit) {
   for (int64_t n = 1; n <= 40; ++n) {  // tails: exactly n values written
     std::vector<uint16_t> out(static_cast<size_t>(n) + 1, 0xabcd);
     simd::narrow_bf16(x.data() + 1000, out.data(), n);
-    for (int64_t j = 0; j < n; ++j) EXPECT_EQ(out[static_cast<size_t>(j)], attncheck::float_to_bf16_bits(x[static_cast<size_t>(1000 + j)]));
+    for (int64_t j = 0; j < n; ++j)
+      EXPECT_EQ(out[static_cast<size_t>(j)], attncheck::float_to_bf16_bits(x[static_cast<size_t>(1000 + j)]));
     EXPECT_EQ(out[static_cast<size_t>(n)], 0xabcd) << "n " << n << ": wrote past the end";
   }
 }
@@ -267,7 +269,8 @@ void check_gemm_nt(double tol) {
     for (int64_t n : {int64_t{1}, int64_t{4}, int64_t{7}, int64_t{130}})
       for (int64_t k : {int64_t{1}, int64_t{5}, int64_t{64}, int64_t{77}}) {
         const int64_t lda = k + 3, ldb = k + 1, ldc = n + 2;
-        std::vector<T> A(static_cast<size_t>(m * lda)), B(static_cast<size_t>(n * ldb)), C(static_cast<size_t>(m * ldc));
+        std::vector<T> A(static_cast<size_t>(m * lda)), B(static_cast<size_t>(n * ldb)),
+            C(static_cast<size_t>(m * ldc));
         for (T& a : A) a = rnd();
         for (T& b : B) b = rnd();
         simd::gemm_nt<T>(m, n, k, A.data(), lda, B.data(), ldb, C.data(), ldc);
@@ -433,11 +436,13 @@ TEST(CpuIsa, HalfDecodeEqualsFloatDecodeOnWidenedInputs) {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   if (argc != 2) {
-    std::fprintf(stderr, "usage: test_cpu_isa <target> (one of: %s)\n", [] {
-      std::string s;
-      for (const auto& t : simd::compiled_targets()) s += t + " ";
-      return s;
-    }().c_str());
+    std::fprintf(stderr, "usage: test_cpu_isa <target> (one of: %s)\n",
+                 [] {
+                   std::string s;
+                   for (const auto& t : simd::compiled_targets()) s += t + " ";
+                   return s;
+                 }()
+                     .c_str());
     return 2;
   }
   g_target = argv[1];

@@ -99,8 +99,7 @@ TEST(CudaBackward, EveryTileConfiguration) {
       c.p.alignment = Alignment::bottom_right;
       c.p.bias_shape = std::array<int64_t, 4>{1, 2, 35, 21};
       const Inputs in = testcases::make_inputs(c);
-      EXPECT_TRUE(check_backward(*impl, c.p, in, gradtest::random_dout(c.p, 3), "cuda-emulated/tiles"))
-          << c.p.name();
+      EXPECT_TRUE(check_backward(*impl, c.p, in, gradtest::random_dout(c.p, 3), "cuda-emulated/tiles")) << c.p.name();
     }
 }
 

@@ -1,6 +1,7 @@
-// The library modifications (the position stage included), sinks and the max-logit output in both CUDA kernels on the host emulation: each entry's
-// parameters drawn by the library's own generator (ModEntry::draw), judged against the looped reference with the
-// derived tolerances (out, lse, max_logit), in both thread orders. Small shapes that cross a key tile (BC = 32).
+// The library modifications (the position stage included), sinks and the max-logit output in both CUDA kernels on the
+// host emulation: each entry's parameters drawn by the library's own generator (ModEntry::draw), judged against the
+// looped reference with the derived tolerances (out, lse, max_logit), in both thread orders. Small shapes that cross a
+// key tile (BC = 32).
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -65,11 +66,18 @@ std::vector<ModCase> cases() {
       {.label = "sinks-topk-finite-fill", .mods = {"topk"}, .dtype = DType::bf16, .sinks = true, .finite_fill = true},
       {.label = "sinks-document-fp64", .mods = {"document"}, .dtype = DType::f64, .sinks = true},
       {.label = "rope", .mods = {"rope"}},
-      {.label = "rope-neox-br-bf16", .mods = {"rope"}, .dtype = DType::bf16, .causal = true,
-       .alignment = Alignment::bottom_right, .edit = neox_pairs},
+      {.label = "rope-neox-br-bf16",
+       .mods = {"rope"},
+       .dtype = DType::bf16,
+       .causal = true,
+       .alignment = Alignment::bottom_right,
+       .edit = neox_pairs},
       {.label = "rope-gptj-partial-fp16", .mods = {"rope"}, .dtype = DType::f16, .edit = gptj_partial},
       {.label = "qknorm", .mods = {"qk_norm"}, .dtype = DType::f16},
-      {.label = "qknorm-rope-yarn-fp64", .mods = {"qk_norm", "rope"}, .dtype = DType::f64, .causal = true,
+      {.label = "qknorm-rope-yarn-fp64",
+       .mods = {"qk_norm", "rope"},
+       .dtype = DType::f64,
+       .causal = true,
        .edit = yarn},
       {.label = "rope-llama3-alibi-sinks", .mods = {"rope", "alibi"}, .sinks = true, .edit = llama3},
   };

@@ -308,8 +308,7 @@ TEST(Emu, DynamicSharedMemoryIsPoisonedForEveryBlock) {
 
 TEST(Emu, KernelExceptionPropagatesAndOtherThreadsAreUnwound) {
   std::vector<int> out(64, 0);
-  EXPECT_THROW(attncheck::emu::launch(config(dim3(2), dim3(64)), throws_in_one_thread, out.data()),
-               std::runtime_error);
+  EXPECT_THROW(attncheck::emu::launch(config(dim3(2), dim3(64)), throws_in_one_thread, out.data()), std::runtime_error);
   // The emulation is usable afterwards.
   std::vector<int> seen(64, 0);
   attncheck::emu::launch(config(dim3(1), dim3(64)), record_identity, seen.data());
@@ -395,7 +394,8 @@ class RotateImpl : public attncheck::Impl {
 TEST(Emu, AnOrderDependentKernelIsCaughtByTheScheduleCheck) {
   attncheck::Problem p;
   p.Lq = p.Lk = 16, p.Dqk = p.Dv = 4;
-  attncheck::Inputs in{attncheck::make_qkv(p, 0), attncheck::make_qkv(p, 1), attncheck::make_qkv(p, 2), {}, {}, {}, {}, {}};
+  attncheck::Inputs in{
+      attncheck::make_qkv(p, 0), attncheck::make_qkv(p, 1), attncheck::make_qkv(p, 2), {}, {}, {}, {}, {}};
   for (int64_t n = 0; n < in.q.numel(); ++n) in.q.set_offset(n, 0.001 * static_cast<double>(n + 1));
   attncheck::invariance::Options o;
   o.rerun = o.batch = false, o.schedule = true;

@@ -42,8 +42,8 @@ void expect_same_float(float want, float got, const char* what, uint32_t pattern
   if (std::isnan(want)) {
     EXPECT_TRUE(std::isnan(got)) << what << " pattern 0x" << std::hex << pattern;
   } else {
-    EXPECT_EQ(float_bits(want), float_bits(got)) << what << " pattern 0x" << std::hex << pattern << ": want "
-                                                 << want << " got " << got;
+    EXPECT_EQ(float_bits(want), float_bits(got))
+        << what << " pattern 0x" << std::hex << pattern << ": want " << want << " got " << got;
   }
 }
 void expect_same_bits16(uint16_t want, uint16_t got, bool nan_ok, const char* what, float input) {
@@ -79,8 +79,8 @@ int64_t check_all(ToFloat to_float, FromFloat from_float, RefToFloat ref_to_floa
     }
   }
   // Overflow: the largest finite values and just beyond, both signs; infinities and NaN.
-  for (float x : {65504.f, 65519.99f, 65520.f, 1e30f, 3.4e38f, -65520.f, INFINITY, -INFINITY, 1e-8f, 2.98e-8f,
-                  -5.9604645e-8f}) {
+  for (float x :
+       {65504.f, 65519.99f, 65520.f, 1e30f, 3.4e38f, -65520.f, INFINITY, -INFINITY, 1e-8f, 2.98e-8f, -5.9604645e-8f}) {
     expect_same_bits16(ref_from_float(x), from_float(x), false, name, x);
     ++checked;
   }

@@ -44,17 +44,30 @@ const Case kCases[] = {
     {"fp16_mha", [](Problem& p) { p.Hkv = 8; }, true},
     {"bf16_mqa_causal_tl", [](Problem& p) { p.dtype = DType::bf16, p.Hkv = 1, p.causal = true; }},
     {"fp16_causal_br", [](Problem& p) { p.causal = true, p.alignment = Alignment::bottom_right; }},
-    {"fp16_padding", [](Problem& p) { p.key_lengths = {200, 1}; }},
-    {"bf16_padding_causal_tl", [](Problem& p) { p.dtype = DType::bf16, p.key_lengths = {3, 256}, p.causal = true; }},
-    {"fp16_bias_head", [](Problem& p) { p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257}, p.bias_dtype = DType::f16; },
+    {"fp16_padding",
+     [](Problem& p) {
+       p.key_lengths = {200, 1};
+     }},
+    {"bf16_padding_causal_tl",
+     [](Problem& p) {
+       p.dtype = DType::bf16, p.key_lengths = {3, 256}, p.causal = true;
+     }},
+    {"fp16_bias_head",
+     [](Problem& p) {
+       p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257}, p.bias_dtype = DType::f16;
+     },
      true},
     {"bf16_bias_causal_tl_padding",
-     [](Problem& p) { p.dtype = p.bias_dtype = DType::bf16, p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257},
-                      p.causal = true, p.key_lengths = {100, 257}; }},
+     [](Problem& p) {
+       p.dtype = p.bias_dtype = DType::bf16, p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257}, p.causal = true,
+       p.key_lengths = {100, 257};
+     }},
     {"fp16_dropout", [](Problem& p) { p.dropout_p = 0.2; }, true},
     {"bf16_bshd_dropout_causal_tl_bias",
-     [](Problem& p) { p.dtype = p.bias_dtype = DType::bf16, p.layout = Layout::BSHD, p.dropout_p = 0.1,
-                      p.causal = true, p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257}; }},
+     [](Problem& p) {
+       p.dtype = p.bias_dtype = DType::bf16, p.layout = Layout::BSHD, p.dropout_p = 0.1, p.causal = true,
+       p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257};
+     }},
     {"fp16_d8", [](Problem& p) { p.Dqk = p.Dv = 8; }},
     {"fp16_d128", [](Problem& p) { p.Dqk = p.Dv = 128; }},
     {"fp16_dqk128_dv64", [](Problem& p) { p.Dqk = 128, p.Dv = 64; }},
@@ -126,8 +139,16 @@ TEST(CudnnBackwardSupport, DocumentedLimitsAreDeclared) {
       {"head dim 136", [](Problem& p) { p.Dqk = p.Dv = 136; }, "head dims above 128"},
       {"Lq = Lk = 1", [](Problem& p) { p.Lq = p.Lk = 1; }, "Lq = Lk = 1"},
       {"fp32", [](Problem& p) { p.dtype = DType::f32; }, "no backward engine for fp32"},
-      {"bias [B,1,1,Lk]", [](Problem& p) { p.bias_shape = std::array<int64_t, 4>{2, 1, 1, 257}; }, "dBias only as"},
-      {"bias [B,Hq,Lq,Lk]", [](Problem& p) { p.bias_shape = std::array<int64_t, 4>{2, 8, 97, 257}; }, "dBias only as"},
+      {"bias [B,1,1,Lk]",
+       [](Problem& p) {
+         p.bias_shape = std::array<int64_t, 4>{2, 1, 1, 257};
+       },
+       "dBias only as"},
+      {"bias [B,Hq,Lq,Lk]",
+       [](Problem& p) {
+         p.bias_shape = std::array<int64_t, 4>{2, 8, 97, 257};
+       },
+       "dBias only as"},
   };
   for (const Limit& l : limits) {
     Problem p = base();
@@ -162,8 +183,12 @@ TEST(CudnnBackwardGraphNegative, DeclaredLimitsHaveNoEngine) {
   };
   const std::function<void(Problem&)> none[] = {
       [](Problem& p) { p.dtype = DType::f32; },
-      [](Problem& p) { p.bias_shape = std::array<int64_t, 4>{2, 8, 97, 257}; },
-      [](Problem& p) { p.bias_shape = std::array<int64_t, 4>{2, 1, 1, 257}; },
+      [](Problem& p) {
+        p.bias_shape = std::array<int64_t, 4>{2, 8, 97, 257};
+      },
+      [](Problem& p) {
+        p.bias_shape = std::array<int64_t, 4>{2, 1, 1, 257};
+      },
       [](Problem& p) { p.Dqk = p.Dv = 68; },
   };
   for (const auto& change : none) {

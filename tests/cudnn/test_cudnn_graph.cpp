@@ -40,29 +40,54 @@ const Case kCases[] = {
     {"fp16_causal_tl_lq_gt_lk", [](Problem& p) { p.causal = true, p.Lq = 300; }},
     {"fp16_causal_br", [](Problem& p) { p.causal = true, p.alignment = Alignment::bottom_right; }, true},
     {"bf16_bshd_causal_br_lq_eq_lk",
-     [](Problem& p) { p.dtype = DType::bf16, p.layout = Layout::BSHD, p.causal = true, p.Lq = p.Lk = 130,
-                      p.alignment = Alignment::bottom_right; }},
-    {"fp16_padding", [](Problem& p) { p.key_lengths = {200, 1}; }},
+     [](Problem& p) {
+       p.dtype = DType::bf16, p.layout = Layout::BSHD, p.causal = true, p.Lq = p.Lk = 130,
+       p.alignment = Alignment::bottom_right;
+     }},
+    {"fp16_padding",
+     [](Problem& p) {
+       p.key_lengths = {200, 1};
+     }},
     {"fp16_padding_causal_br_lse",
-     [](Problem& p) { p.key_lengths = {257, 97}, p.causal = true, p.alignment = Alignment::bottom_right,
-                      p.want_lse = true; }, true},
-    {"bf16_padding_causal_tl", [](Problem& p) { p.dtype = DType::bf16, p.key_lengths = {3, 256}, p.causal = true; }},
+     [](Problem& p) {
+       p.key_lengths = {257, 97}, p.causal = true, p.alignment = Alignment::bottom_right, p.want_lse = true;
+     },
+     true},
+    {"bf16_padding_causal_tl",
+     [](Problem& p) {
+       p.dtype = DType::bf16, p.key_lengths = {3, 256}, p.causal = true;
+     }},
     {"fp16_lse", [](Problem& p) { p.want_lse = true; }},
-    {"fp16_bias_full_fp16", [](Problem& p) { p.bias_shape = std::array<int64_t, 4>{2, 8, 97, 257}, p.bias_dtype = DType::f16; }},
-    {"fp16_bias_head_fp32", [](Problem& p) { p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257}; }},
-    {"bf16_bias_keys_only", [](Problem& p) { p.dtype = p.bias_dtype = DType::bf16, p.bias_shape = std::array<int64_t, 4>{2, 1, 1, 257}; }},
+    {"fp16_bias_full_fp16",
+     [](Problem& p) {
+       p.bias_shape = std::array<int64_t, 4>{2, 8, 97, 257}, p.bias_dtype = DType::f16;
+     }},
+    {"fp16_bias_head_fp32",
+     [](Problem& p) {
+       p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257};
+     }},
+    {"bf16_bias_keys_only",
+     [](Problem& p) {
+       p.dtype = p.bias_dtype = DType::bf16, p.bias_shape = std::array<int64_t, 4>{2, 1, 1, 257};
+     }},
     {"fp16_bias_causal_tl_padding_lse",
-     [](Problem& p) { p.bias_shape = std::array<int64_t, 4>{2, 1, 97, 257}, p.causal = true, p.key_lengths = {100, 257},
-                      p.want_lse = true; }},
+     [](Problem& p) {
+       p.bias_shape = std::array<int64_t, 4>{2, 1, 97, 257}, p.causal = true, p.key_lengths = {100, 257},
+       p.want_lse = true;
+     }},
     {"bf16_bshd_everything",
-     [](Problem& p) { p.dtype = p.bias_dtype = DType::bf16, p.layout = Layout::BSHD, p.Hkv = 1, p.causal = true,
-                      p.key_lengths = {5, 250}, p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257}, p.want_lse = true,
-                      p.scale = -0.3; }},
+     [](Problem& p) {
+       p.dtype = p.bias_dtype = DType::bf16, p.layout = Layout::BSHD, p.Hkv = 1, p.causal = true,
+       p.key_lengths = {5, 250}, p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257}, p.want_lse = true,
+       p.scale = -0.3;
+     }},
     {"fp16_dropout", [](Problem& p) { p.dropout_p = 0.2; }},
     {"bf16_bshd_dropout_causal_tl_padding_bias_lse",
-     [](Problem& p) { p.dtype = DType::bf16, p.layout = Layout::BSHD, p.dropout_p = 0.1, p.causal = true,
-                      p.key_lengths = {60, 257}, p.bias_shape = std::array<int64_t, 4>{1, 1, 97, 257},
-                      p.want_lse = true; }, true},
+     [](Problem& p) {
+       p.dtype = DType::bf16, p.layout = Layout::BSHD, p.dropout_p = 0.1, p.causal = true, p.key_lengths = {60, 257},
+       p.bias_shape = std::array<int64_t, 4>{1, 1, 97, 257}, p.want_lse = true;
+     },
+     true},
     {"fp16_d8", [](Problem& p) { p.Dqk = p.Dv = 8; }},
     {"fp16_d128", [](Problem& p) { p.Dqk = p.Dv = 128; }},
     {"bf16_d256_causal", [](Problem& p) { p.dtype = DType::bf16, p.Dqk = p.Dv = 256, p.causal = true; }, true},

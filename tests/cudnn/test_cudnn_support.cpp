@@ -43,7 +43,11 @@ const Unsupported kUnsupported[] = {
     {"fp64", [](Problem& p) { p.dtype = DType::f64; }, "dtype fp64"},
     {"softcap", [](Problem& p) { p.softcap = 30; }, "softcap"},
     {"window", [](Problem& p) { p.window_left = 16; }, "window"},
-    {"bool_mask", [](Problem& p) { p.mask_shape = std::array<int64_t, 4>{2, 1, 97, 257}; }, "boolean mask"},
+    {"bool_mask",
+     [](Problem& p) {
+       p.mask_shape = std::array<int64_t, 4>{2, 1, 97, 257};
+     },
+     "boolean mask"},
     {"bottom_right_with_dropout",
      [](Problem& p) { p.causal = true, p.alignment = Alignment::bottom_right, p.dropout_p = 0.1; },
      "bottom-right causal mask with dropout"},
@@ -51,7 +55,10 @@ const Unsupported kUnsupported[] = {
     {"weights", [](Problem& p) { p.want_weights = true; }, "weights"},
     {"explicit_alignment", [](Problem& p) { p.causal = true, p.alignment = Alignment::explicit_, p.causal_offset = 3; },
      "alignment"},
-    {"bias_fp64", [](Problem& p) { p.bias_shape = std::array<int64_t, 4>{1, 1, 97, 257}, p.bias_dtype = DType::f64; },
+    {"bias_fp64",
+     [](Problem& p) {
+       p.bias_shape = std::array<int64_t, 4>{1, 1, 97, 257}, p.bias_dtype = DType::f64;
+     },
      "bias dtype"},
     {"bottom_right_with_bias",
      [](Problem& p) {
@@ -59,11 +66,17 @@ const Unsupported kUnsupported[] = {
        p.bias_shape = std::array<int64_t, 4>{1, 8, 97, 257};
      },
      "bottom-right causal mask with additive bias"},
-    {"empty_key_batch", [](Problem& p) { p.key_lengths = {5, 0}; }, "no valid key"},
+    {"empty_key_batch",
+     [](Problem& p) {
+       p.key_lengths = {5, 0};
+     },
+     "no valid key"},
     {"bottom_right_short_keys", [](Problem& p) { p.causal = true, p.alignment = Alignment::bottom_right, p.Lk = 50; },
      "no visible key"},
     {"bottom_right_short_padded_keys",
-     [](Problem& p) { p.causal = true, p.alignment = Alignment::bottom_right, p.key_lengths = {257, 96}; },
+     [](Problem& p) {
+       p.causal = true, p.alignment = Alignment::bottom_right, p.key_lengths = {257, 96};
+     },
      "no visible key"},
 };
 

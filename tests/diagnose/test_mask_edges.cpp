@@ -84,7 +84,8 @@ TEST(MaskEdges, FutureKeyReadWhereTheDiagonalEndsATileIsCausalDiagonal) {
                     [](Problem& q) { q.alignment = Alignment::explicit_, q.causal_offset = q.Lk - q.Lq + 1; });
   const diagnose::Diagnosis d = diagnose_with(c, bug, false);
   EXPECT_EQ(d.top(), "causal-diagonal");
-  EXPECT_NE(d.causes.front().evidence.find("one masked key read per row"), std::string::npos) << d.causes.front().evidence;
+  EXPECT_NE(d.causes.front().evidence.find("one masked key read per row"), std::string::npos)
+      << d.causes.front().evidence;
 }
 
 TEST(MaskEdges, DiagonalDroppedWhereItStartsATileIsCausalDiagonalWithTheCausalProbe) {
@@ -99,11 +100,13 @@ TEST(MaskEdges, DiagonalDroppedWhereItStartsATileIsCausalDiagonalWithTheCausalPr
 
 TEST(MaskEdges, KeyBeforeTheWindowReadWhereTheEdgeStartsATileIsWindowEdge) {
   const prop::Case c = make_case(false, 5);
-  const EdgeBug bug([](const Problem& p, int64_t diag) { return p.window_left >= 0 && (diag - p.window_left) % kTile == 0; },
-                    [](Problem& q) { q.window_left += 1; });
+  const EdgeBug bug(
+      [](const Problem& p, int64_t diag) { return p.window_left >= 0 && (diag - p.window_left) % kTile == 0; },
+      [](Problem& q) { q.window_left += 1; });
   const diagnose::Diagnosis d = diagnose_with(c, bug, false);
   EXPECT_EQ(d.top(), "window-edge");
-  EXPECT_NE(d.causes.front().evidence.find("one masked key read per row"), std::string::npos) << d.causes.front().evidence;
+  EXPECT_NE(d.causes.front().evidence.find("one masked key read per row"), std::string::npos)
+      << d.causes.front().evidence;
 }
 
 }  // namespace

@@ -69,7 +69,8 @@ TEST(ModelReach, AccumulationInFullyMaskedUniformRows) {
 }
 
 TEST(ModelReach, AccumulationInTheInputsOwn16BitType) {
-  for (const char* f : {"fp16_B2-Hq4-Hkv2-Lq13-Lk17-D16_plain_normal.h5", "fp16_B2-Hq4-Hkv2-Lq13-Lk17-D16_causal-tl_normal.h5"}) {
+  for (const char* f :
+       {"fp16_B2-Hq4-Hkv2-Lq13-Lk17-D16_plain_normal.h5", "fp16_B2-Hq4-Hkv2-Lq13-Lk17-D16_causal-tl_normal.h5"}) {
     const diagnose::Diagnosis d = mutant_on("fp16-accumulation", f);
     EXPECT_EQ(d.top(), "low-precision-accumulation") << f << "\n" << lines(d);
   }
@@ -107,11 +108,12 @@ TEST(ModelReach, SoftmaxOverQueriesWithFullyMaskedRows) {
 // ignores the mask (mask-ignored, key-padding, the other causal alignment). The weights tell them apart: this bug
 // zeroes the masked keys' weights, those read them. Fully masked rows follow the policy (before: scaled to 0).
 TEST(ModelReach, MaskAfterSoftmaxWithPoisonedOrFullyMaskedRows) {
-  for (const char* f : {"fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad_poison_masked.h5", "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_mask_poison_masked.h5",
-                        "fp32_B2-Hq4-Hkv2-Lq5-Lk17-D16_causal-tl_poison_masked.h5",
-                        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-fm-uniform_normal_empty-batch.h5",
-                        // a finite fill gives fully masked rows a finite lse; they still follow the policy
-                        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-finite-fm-uniform_normal_empty-batch.h5"}) {
+  for (const char* f :
+       {"fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad_poison_masked.h5", "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_mask_poison_masked.h5",
+        "fp32_B2-Hq4-Hkv2-Lq5-Lk17-D16_causal-tl_poison_masked.h5",
+        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-fm-uniform_normal_empty-batch.h5",
+        // a finite fill gives fully masked rows a finite lse; they still follow the policy
+        "fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_pad-finite-fm-uniform_normal_empty-batch.h5"}) {
     const diagnose::Diagnosis d = mutant_on("mask-after-softmax", f);
     EXPECT_EQ(d.top(), "mask-after-softmax") << f << "\n" << lines(d);
   }
@@ -119,14 +121,16 @@ TEST(ModelReach, MaskAfterSoftmaxWithPoisonedOrFullyMaskedRows) {
 
 // Out and lse pass (the key's weight is ~1e-13), only the weights show key 16 read as 0: the last partial tile.
 TEST(ModelReach, KeysNeverReadWhereOnlyWeightsFail) {
-  const diagnose::Diagnosis d = mutant_on("partial-tile-dropped", "bf16_B2-Hq4-Hkv2-Lq13-Lk17-D16_causal-br-pad-softcap_logits_30_80.h5");
+  const diagnose::Diagnosis d =
+      mutant_on("partial-tile-dropped", "bf16_B2-Hq4-Hkv2-Lq13-Lk17-D16_causal-br-pad-softcap_logits_30_80.h5");
   EXPECT_EQ(d.top(), "skipped-keys") << lines(d);
 }
 
 // Lk below one tile: no key is read, every row follows the NaN policy, weights NaN included; the prediction's
 // fully masked rows keep their policy weights (only poisoned rows' masked weights are taken as a kernel's 0).
 TEST(ModelReach, NoKeyReadUnderTheNanPolicy) {
-  const diagnose::Diagnosis d = mutant_on("partial-tile-dropped", "fp32_B2-Hq4-Hkv2-Lq17-Lk5-D16_causal-br-fm-nan_normal.h5");
+  const diagnose::Diagnosis d =
+      mutant_on("partial-tile-dropped", "fp32_B2-Hq4-Hkv2-Lq17-Lk5-D16_causal-br-fm-nan_normal.h5");
   EXPECT_EQ(d.top(), "skipped-keys") << lines(d);
 }
 
@@ -185,7 +189,8 @@ TEST(ModelReach, MlaFaultsGetTheirTags) {
 // The max-logit faults of the power grid (the row max before the softcap, of the unscaled dot products: out and
 // lse right) get the tag max-logit-stage (the grid's max_logit flavour: causal, softcap 8).
 TEST(ModelReach, MaxLogitStageFaultsGetTheirTag) {
-  for (auto [t, lg] : {std::pair{DType::f32, power::Logits::large}, std::pair{DType::bf16, power::Logits::near_one_hot}}) {
+  for (auto [t, lg] :
+       {std::pair{DType::f32, power::Logits::large}, std::pair{DType::bf16, power::Logits::near_one_hot}}) {
     const Problem p = power::grid_problem(1024, t, power::Flavour::max_logit, 8);
     const Inputs in = power::grid_inputs(p, lg, 20261128);
     const ReferenceResult ref = reference_attention(p, in);
@@ -196,7 +201,8 @@ TEST(ModelReach, MaxLogitStageFaultsGetTheirTag) {
       ASSERT_FALSE(verdict.pass) << v.name << " " << to_string(t) << " " << power::to_string(lg);
       EXPECT_EQ(verdict.worst().tensor, "max_logit") << v.name;
       const diagnose::Diagnosis d = diagnose::diagnose({{}, p, in}, ref, out, {});
-      EXPECT_EQ(d.top(), "max-logit-stage") << v.name << " " << to_string(t) << " " << power::to_string(lg) << "\n" << lines(d);
+      EXPECT_EQ(d.top(), "max-logit-stage") << v.name << " " << to_string(t) << " " << power::to_string(lg) << "\n"
+                                            << lines(d);
     }
   }
 }
@@ -227,7 +233,8 @@ TEST(ModelReach, QkNormEpsFaultsGetTheirTag) {
               for (int64_t i = 0; i < x.shape[2]; ++i) {
                 double ss = 0;
                 for (int64_t d = 0; d < p.Dqk; ++d) ss += x.at(b, h, i, d) * x.at(b, h, i, d);
-                const double r = outside ? 1.0 / (std::sqrt(ss / double(p.Dqk)) + p.qk_norm_eps) : 1.0 / std::sqrt(ss / double(p.Dqk));
+                const double r = outside ? 1.0 / (std::sqrt(ss / double(p.Dqk)) + p.qk_norm_eps)
+                                         : 1.0 / std::sqrt(ss / double(p.Dqk));
                 for (int64_t d = 0; d < p.Dqk; ++d) x.put(b, h, i, d, x.at(b, h, i, d) * r * w[size_t(d)]);
               }
         }
@@ -235,9 +242,11 @@ TEST(ModelReach, QkNormEpsFaultsGetTheirTag) {
         find_impl("cpu")->run(plain, normed, out);
         const ReferenceResult ref = reference_attention(p, in);
         diagnose::Options o;
-        ASSERT_FALSE(judge(p, ref, out, o.tolerance).pass) << to_string(t) << " rotary " << rotary << " outside " << outside;
+        ASSERT_FALSE(judge(p, ref, out, o.tolerance).pass)
+            << to_string(t) << " rotary " << rotary << " outside " << outside;
         const diagnose::Diagnosis d = diagnose::diagnose({{}, p, in}, ref, out, o);
-        EXPECT_EQ(d.top(), "qk-norm-eps") << to_string(t) << " rotary " << rotary << " outside " << outside << "\n" << lines(d);
+        EXPECT_EQ(d.top(), "qk-norm-eps") << to_string(t) << " rotary " << rotary << " outside " << outside << "\n"
+                                          << lines(d);
         ++diagnosed;
       }
   EXPECT_EQ(diagnosed, 8);
@@ -255,12 +264,12 @@ TEST(ModelReach, ModificationAndCacheFaultsGetTheirTags) {
       {"topk-padding", "topk-padding"}};
   for (const auto& [fault, tag] : expect)
     for (auto [t, lg] : {std::pair{DType::f32, power::Logits::normal}}) {  // diagnose.mutants: every dtype and shape
-        power::Fault f{};
-        for (const power::Variant& v : power::fault_variants())
-          if (v.name == fault) f = v.fault;
-        const diagnose::Diagnosis d = fault_on(fault, t, power::flavour_of(f), lg);
-        EXPECT_EQ(d.top(), tag) << fault << " " << to_string(t) << " " << power::to_string(lg) << "\n" << lines(d);
-      }
+      power::Fault f{};
+      for (const power::Variant& v : power::fault_variants())
+        if (v.name == fault) f = v.fault;
+      const diagnose::Diagnosis d = fault_on(fault, t, power::flavour_of(f), lg);
+      EXPECT_EQ(d.top(), tag) << fault << " " << to_string(t) << " " << power::to_string(lg) << "\n" << lines(d);
+    }
 }
 
 // The diagnoser sees each score as the reference computes it, score modifications included, and each key as the

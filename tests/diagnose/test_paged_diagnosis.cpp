@@ -55,7 +55,8 @@ TEST(PagedDiagnosis, IgnoredBlockTableIsDiagnosedWithAndWithoutProbes) {
     o.rerun = &bug;
     const diagnose::Diagnosis probed = diagnose::diagnose({{}, f.problem, f.inputs}, f.expected, out, o);
     EXPECT_EQ(probed.top(), "block-table") << name << "\n" << lines(probed);
-    EXPECT_NE(lines(probed).find("probe paged K/V gathered into contiguous K/V: pass"), std::string::npos) << lines(probed);
+    EXPECT_NE(lines(probed).find("probe paged K/V gathered into contiguous K/V: pass"), std::string::npos)
+        << lines(probed);
   }
 }
 
@@ -75,7 +76,9 @@ TEST(PagedDiagnosis, APagedFailureIsDiagnosedLikeItsContiguousTwin) {
       o.tolerance = f.tolerance;
       const diagnose::Diagnosis twin = diagnose::diagnose({{}, flat.p, flat.in}, f.expected, out, o);
       const diagnose::Diagnosis paged = diagnose::diagnose({{}, f.problem, f.inputs}, f.expected, out, o);
-      EXPECT_EQ(paged.top(), twin.top()) << m.impl->name() << " on " << name << "\n" << lines(paged) << "twin:\n" << lines(twin);
+      EXPECT_EQ(paged.top(), twin.top()) << m.impl->name() << " on " << name << "\n"
+                                         << lines(paged) << "twin:\n"
+                                         << lines(twin);
       ++compared;
     }
   }

@@ -53,7 +53,8 @@ int64_t expect_rows_kept(const prop::Case& c, const diagnose::Cut& k, const std:
         const int64_t row = (b * k.nh + h) * k.nq + i, orow = (ob * c.p.Hq + oh) * c.p.Lq + oi;
         bool equal = same(r.lse[static_cast<size_t>(row)], a.lse[static_cast<size_t>(orow)]);
         for (int64_t e = 0; e < c.p.Dv; ++e)
-          equal = equal && same(r.out[static_cast<size_t>(row * c.p.Dv + e)], a.out[static_cast<size_t>(orow * c.p.Dv + e)]);
+          equal = equal &&
+                  same(r.out[static_cast<size_t>(row * c.p.Dv + e)], a.out[static_cast<size_t>(orow * c.p.Dv + e)]);
         if (!equal) {
           ADD_FAILURE() << name << ": row " << orow << " differs in the cut " << d.p.name();
           return compared;
@@ -71,7 +72,7 @@ TEST(Reduce, ACutKeepsWhatEveryKeptRowSees) {
   for (const Fixture& f : golden()) {
     const Problem& p = f.problem;
     if (p.sequences() > 0) continue;  // varlen: reduce() takes one sequence (sequence_problem), cut() refuses
-    if (p.kv_quantized()) {  // cut() refuses (the scales are not sliced): the case stays whole
+    if (p.kv_quantized()) {           // cut() refuses (the scales are not sliced): the case stays whole
       EXPECT_THROW(diagnose::cut(prop::Case{{}, p, f.inputs}, diagnose::whole(p)), std::invalid_argument) << f.name;
       continue;
     }
@@ -90,7 +91,7 @@ TEST(Reduce, ACutKeepsWhatEveryKeptRowSees) {
     k.nk = p.Lk - p.Lk / 3;
     if (k.nk > p.past_len) rows += expect_rows_kept(c, k, f.name + " (key prefix)"), ++cuts;
     k.k0 = p.Lk / 4, k.nk = p.Lk - p.Lk / 4;
-    if (p.page_size > 0) k.k0 -= k.k0 % p.page_size, k.nk = p.Lk - k.k0;  // a paged cut starts at a page
+    if (p.page_size > 0) k.k0 -= k.k0 % p.page_size, k.nk = p.Lk - k.k0;    // a paged cut starts at a page
     if (p.chunk_size > 0) k.k0 -= k.k0 % p.chunk_size, k.nk = p.Lk - k.k0;  // and a chunked one at a chunk
     if (p.past_len == 0) rows += expect_rows_kept(c, k, f.name + " (key suffix)"), ++cuts;
   }
@@ -170,7 +171,8 @@ TEST(Reduce, EveryMutantsFailureReducesToASmallCaseWithTheSameDiagnosis) {
     bool done = false;
     for (const Fixture& f : fixtures) {
       Outputs out;
-      if (done || !run_impl(*m.impl, f.problem, f.inputs, out).ok || judge(f.problem, f.expected, out, f.tolerance).pass)
+      if (done || !run_impl(*m.impl, f.problem, f.inputs, out).ok ||
+          judge(f.problem, f.expected, out, f.tolerance).pass)
         continue;
       diagnose::Options o;
       o.rerun = m.impl.get(), o.tolerance = f.tolerance;
@@ -228,14 +230,20 @@ TEST(Reduce, VarlenFailuresReduceToOneSequenceWithTheSameDiagnosis) {
   ASSERT_FALSE(packed.empty()) << "no varlen golden fixture";
   ASSERT_TRUE(find_impl("cpu"));
   const std::vector<std::pair<Planted, std::string>> bugs = {
-      {Planted("scale-1/d", [](Problem& q) { if (!q.scale) q.scale = 1.0 / static_cast<double>(q.Dqk); }), "scale"},
+      {Planted("scale-1/d",
+               [](Problem& q) {
+                 if (!q.scale) q.scale = 1.0 / static_cast<double>(q.Dqk);
+               }),
+       "scale"},
       // With RoPE the moved diagonal also moves the query positions (both sit on it): two bugs, not this one.
-      {Planted("diagonal+1", [](Problem& q) {
-         if (!q.causal || uses_rope(q)) return;
-         std::vector<int64_t> off;
-         for (int64_t b = 0; b < q.B; ++b) off.push_back(q.diagonal_offset(b) + 1);
-         q.alignment = Alignment::explicit_, q.causal_offsets = off;
-       }), "causal-diagonal"}};
+      {Planted("diagonal+1",
+               [](Problem& q) {
+                 if (!q.causal || uses_rope(q)) return;
+                 std::vector<int64_t> off;
+                 for (int64_t b = 0; b < q.B; ++b) off.push_back(q.diagonal_offset(b) + 1);
+                 q.alignment = Alignment::explicit_, q.causal_offsets = off;
+               }),
+       "causal-diagonal"}};
   for (const auto& [bug, tag] : bugs) {
     int reduced = 0;
     for (const Fixture& f : packed) {
@@ -252,7 +260,8 @@ TEST(Reduce, VarlenFailuresReduceToOneSequenceWithTheSameDiagnosis) {
       Outputs again;
       ASSERT_TRUE(run_impl(bug, q, r.reduced.in, again).ok);
       EXPECT_FALSE(judge(q, reference_attention(q, r.reduced.in), again, f.tolerance).pass) << q.name();
-      EXPECT_LT(q.Lq * q.Hq, f.problem.Lq * f.problem.Hq) << bug.name() << ": " << f.problem.name() << " -> " << q.name();
+      EXPECT_LT(q.Lq * q.Hq, f.problem.Lq * f.problem.Hq)
+          << bug.name() << ": " << f.problem.name() << " -> " << q.name();
       std::printf("[reduce varlen] %-12s %s -> %s (%d re-runs)\n", bug.name().c_str(), f.problem.short_name().c_str(),
                   q.short_name().c_str(), r.reruns);
       ++reduced;

@@ -34,7 +34,8 @@ class NegativeScaleNaN final : public Impl {
 };
 
 TEST(ScaleProbe, NegativeScaleFailureThatAPositiveScaleRemovesIsNegativeScaleMask) {
-  Fixture f = read_fixture(std::filesystem::path(ATTNCHECK_GOLDEN_DIR) / "fp32_B1-Hq1-Hkv1-Lq15-Lk15-D8_causal-tl_normal.h5");
+  Fixture f =
+      read_fixture(std::filesystem::path(ATTNCHECK_GOLDEN_DIR) / "fp32_B1-Hq1-Hkv1-Lq15-Lk15-D8_causal-tl_normal.h5");
   f.problem.scale = -0.5;
   f.problem.want_lse = true;
   const ReferenceResult ref = reference_attention(f.problem, f.inputs);
@@ -45,7 +46,8 @@ TEST(ScaleProbe, NegativeScaleFailureThatAPositiveScaleRemovesIsNegativeScaleMas
   o.rerun = &impl, o.tolerance = f.tolerance;
   const diagnose::Diagnosis d = diagnose::diagnose(prop::Case{{}, f.problem, f.inputs}, ref, out, o);
   EXPECT_EQ(d.top(), "negative-scale-mask");
-  EXPECT_NE(d.causes.front().evidence.find("probe scale made positive"), std::string::npos) << d.causes.front().evidence;
+  EXPECT_NE(d.causes.front().evidence.find("probe scale made positive"), std::string::npos)
+      << d.causes.front().evidence;
   // Without the probe (no re-run) the NaN rows fit the tag only partly (this candidate also NaNs the last row,
   // which has no masked key), with no probe evidence.
   const diagnose::Diagnosis blind = diagnose::diagnose(prop::Case{{}, f.problem, f.inputs}, ref, out, {});

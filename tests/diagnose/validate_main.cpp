@@ -16,8 +16,9 @@ int main(int argc, char** argv) {
   const bool verbose = argc > 3;
   using namespace attncheck::diagnose;
   int wrong = 0;
-  for (const auto& [title, rows] : {std::pair{"selftest mutants on golden/cases", validate_on_mutants(argv[1], per, 12)},
-                                    std::pair{"detection-power faults on Lk=1024 grid problems", validate_on_power(per, 12)}}) {
+  for (const auto& [title, rows] :
+       {std::pair{"selftest mutants on golden/cases", validate_on_mutants(argv[1], per, 12)},
+        std::pair{"detection-power faults on Lk=1024 grid problems", validate_on_power(per, 12)}}) {
     std::printf("## %s\n\n%s\n", title, validation_table(rows).c_str());
     for (const auto& r : rows) {
       if (r.cases == 0) {

@@ -72,12 +72,11 @@ TEST_P(Compare, ExactPassesPerturbedFails) {
   // inspect: the fixture's summary, and with the candidate its verdict and the perturbed element listed first.
   r = run("inspect " + fix + " --actual " + (dir / "perturbed.h5").string());
   EXPECT_EQ(r.rc, 1) << r.out;
-  const std::vector<std::string> lines = {"case        " + f.name, "provenance  schema_version " + std::to_string(kFixtureSchemaVersion),
-                                         "tolerance   lambda",
-                                         "candidate   " + (dir / "perturbed.h5").string() + ": FAIL",
-                                         "worst out elements (error / tolerance):\n    " + where};
-  for (const std::string& s : lines)
-    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  const std::vector<std::string> lines = {
+      "case        " + f.name, "provenance  schema_version " + std::to_string(kFixtureSchemaVersion),
+      "tolerance   lambda", "candidate   " + (dir / "perturbed.h5").string() + ": FAIL",
+      "worst out elements (error / tolerance):\n    " + where};
+  for (const std::string& s : lines) EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   r = run("inspect " + fix + " --actual " + (dir / "exact.h5").string());
   EXPECT_EQ(r.rc, 0) << r.out;
 }
@@ -164,14 +163,13 @@ TEST(Verify, ShardsPartitionTheSuite) {
     std::multiset<std::string> by_env;
     for (int i = 0; i < 3; ++i) {
       const std::string n = std::to_string(i), tag = std::string(scheduler).append(n);
-      const std::string env =
-          std::string(scheduler) == "slurm"
-              ? std::string("SLURM_ARRAY_TASK_MIN=4 SLURM_ARRAY_TASK_COUNT=3 SLURM_ARRAY_TASK_ID=")
-                    .append(std::to_string(4 + i))
-              : std::string("CI_NODE_TOTAL=3 CI_NODE_INDEX=").append(std::to_string(1 + i));
-      const auto r = test::run_shell("env " + env + " " + ATTNCHECK_EXE + " verify --impl reference --fixtures " +
-                                     GOLDEN_DIR + "/cases --filter 'fp32/*' --shard auto --report " +
-                                     (dir / (tag + ".json")).string());
+      const std::string env = std::string(scheduler) == "slurm"
+                                  ? std::string("SLURM_ARRAY_TASK_MIN=4 SLURM_ARRAY_TASK_COUNT=3 SLURM_ARRAY_TASK_ID=")
+                                        .append(std::to_string(4 + i))
+                                  : std::string("CI_NODE_TOTAL=3 CI_NODE_INDEX=").append(std::to_string(1 + i));
+      const auto r =
+          test::run_shell("env " + env + " " + ATTNCHECK_EXE + " verify --impl reference --fixtures " + GOLDEN_DIR +
+                          "/cases --filter 'fp32/*' --shard auto --report " + (dir / (tag + ".json")).string());
       EXPECT_EQ(r.rc, 0) << r.out;
       EXPECT_NE(r.out.find("shard " + n + "/3 ("), std::string::npos) << r.out;
       const json j = read_json(dir / (tag + ".json"));
@@ -182,13 +180,15 @@ TEST(Verify, ShardsPartitionTheSuite) {
 }
 
 TEST(Verify, ShardAutoWithoutAScheduler) {
-  const std::string base = std::string(ATTNCHECK_EXE) + " verify --impl reference --fixtures " + GOLDEN_DIR +
-                           "/cases --shard auto";
+  const std::string base =
+      std::string(ATTNCHECK_EXE) + " verify --impl reference --fixtures " + GOLDEN_DIR + "/cases --shard auto";
   const std::string none = "env -u ATTNCHECK_SHARD -u SLURM_ARRAY_TASK_ID -u CI_NODE_INDEX ";
   auto r = test::run_shell(none + "-u JOB_COMPLETION_INDEX " + base);
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("--shard: auto: no scheduler's shard variables are set (looked for ATTNCHECK_SHARD, "
-                       "SLURM_ARRAY_TASK_ID, CI_NODE_INDEX and JOB_COMPLETION_INDEX"), std::string::npos) << r.out;
+                       "SLURM_ARRAY_TASK_ID, CI_NODE_INDEX and JOB_COMPLETION_INDEX"),
+            std::string::npos)
+      << r.out;
   r = test::run_shell(none + "JOB_COMPLETION_INDEX=1 " + base);
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("ATTNCHECK_SHARD_COUNT is not: set it to the job's spec.completions"), std::string::npos)
@@ -243,7 +243,8 @@ TEST(Generate, ChangingAGoldenFileNeedsUpdateAndPrintsTheDifference) {
   const fs::path dir = test::scratch("generate");
   auto spec = [&](int seed) {
     std::ofstream(dir / "s.json") << R"({"schema_version": 1, "subdir": "c", "cases": [{"Lq": 3, "Lk": 5, "D": 4,
-        "dtype": "fp32", "seed": )" << seed << "}]}";
+        "dtype": "fp32", "seed": )"
+                                  << seed << "}]}";
   };
   const std::string cmd = "generate --spec " + (dir / "s.json").string() + " --out " + dir.string();
   spec(1);

@@ -37,7 +37,8 @@ TEST(GenerateErrors, OverflowingOrOversizedCaseExits2BeforeWritingAnything) {
   r = run("generate --spec " + (dir / "big.json").string() + " --out " + dir.string());
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("big.json: cases[1]: size: fp32/B1024-Hq1024-Hkv1024-Lq1048576-Lk1048576-D1024/plain needs"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("bytes in memory, more than the memory budget of"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(raise it with --max-memory)"), std::string::npos) << r.out;
   EXPECT_EQ(files_in(dir / "c"), 0u);
@@ -55,7 +56,8 @@ TEST(GenerateErrors, MalformedSpecShapesExit2NamingFileAndField) {
       {"overflow.json", R"({"schema_version": 1, "cases": [{"Lq": 1e999}]})",
        "overflow.json: not valid JSON: [json.exception.out_of_range.406] number overflow parsing '1e999'"},
       {"subdir.json", R"({"schema_version": 1, "subdir": 5, "cases": []})", "subdir.json: subdir: must be a string"},
-      {"defaults.json", R"({"schema_version": 1, "defaults": [1], "cases": []})", "defaults.json: defaults: must be an object"},
+      {"defaults.json", R"({"schema_version": 1, "defaults": [1], "cases": []})",
+       "defaults.json: defaults: must be an object"},
       {"version.json", R"({"schema_version": "1", "cases": []})", "version.json: schema_version: must be 1"},
       {"number.json", R"({"schema_version": 1, "cases": [3]})", "number.json: cases[0]: must be an object, got 3"},
       {"nodtype.json", R"({"schema_version": 1, "cases": [{"dtype": []}]})",
@@ -122,7 +124,8 @@ TEST(VerifyErrors, ReportsStayWellFormedForNonUtf8CaseNames) {
   const auto j = nlohmann::json::parse(js, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << "r.json does not parse";
   EXPECT_EQ(j["cases"][0]["fixture"], "bad\xEF\xBF\xBD\xEF\xBF\xBDname");
-  const std::string py = "/usr/bin/python3 -c \"import xml.etree.ElementTree as E; E.parse('" + (dir / "r.xml").string() + "')\"";
+  const std::string py =
+      "/usr/bin/python3 -c \"import xml.etree.ElementTree as E; E.parse('" + (dir / "r.xml").string() + "')\"";
   EXPECT_EQ(std::system(py.c_str()), 0) << "r.xml is not well-formed";
 }
 

@@ -18,7 +18,14 @@ using gen::Distribution;
 
 Problem small(DType dt = DType::f32) {
   Problem p;
-  p.B = 2; p.Hq = 4; p.Hkv = 2; p.Lq = 9; p.Lk = 11; p.Dqk = 8; p.Dv = 6; p.dtype = dt;
+  p.B = 2;
+  p.Hq = 4;
+  p.Hkv = 2;
+  p.Lq = 9;
+  p.Lk = 11;
+  p.Dqk = 8;
+  p.Dv = 6;
+  p.dtype = dt;
   p.want_weights = true;
   return p;
 }
@@ -46,7 +53,8 @@ TEST(Rng, NormalHasUnitMoments) {
 
 TEST(Generate, SameSeedSameBitsOtherSeedOtherBits) {
   const Problem p = small(DType::f16);
-  const Inputs a = gen::generate_inputs(p, Distribution::normal, 5), b = gen::generate_inputs(p, Distribution::normal, 5),
+  const Inputs a = gen::generate_inputs(p, Distribution::normal, 5),
+               b = gen::generate_inputs(p, Distribution::normal, 5),
                c = gen::generate_inputs(p, Distribution::normal, 6);
   EXPECT_EQ(a.q.bytes, b.q.bytes);
   EXPECT_EQ(a.v.bytes, b.v.bytes);

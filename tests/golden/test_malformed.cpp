@@ -83,29 +83,35 @@ TEST(Malformed, MissingAttribute) {
 }
 
 TEST(Malformed, WrongDtype) {
-  expect_rejected(damaged("q_fp32", [](hid_t f) { replace_dataset(f, "/inputs/q", H5T_IEEE_F32LE, {2, 4, 13, 16}); }),
+  expect_rejected(damaged("q_fp32",
+                          [](hid_t f) {
+                            replace_dataset(f, "/inputs/q", H5T_IEEE_F32LE, {2, 4, 13, 16});
+                          }),
                   "/inputs/q: dtype must be fp16, got 32-bit float");
-  expect_rejected(damaged("out_fp32", [](hid_t f) {
-                    replace_dataset(f, "/expected/out", H5T_IEEE_F32LE, {2, 4, 13, 16});
-                  }),
+  expect_rejected(damaged("out_fp32",
+                          [](hid_t f) {
+                            replace_dataset(f, "/expected/out", H5T_IEEE_F32LE, {2, 4, 13, 16});
+                          }),
                   "/expected/out: dtype must be fp64, got 32-bit float");
 }
 
 TEST(Malformed, WrongRank) {
-  expect_rejected(damaged("q_rank3", [](hid_t f) {
-                    const hid_t v = H5Dopen2(f, "/inputs/v", H5P_DEFAULT);
-                    const hid_t t = H5Dget_type(v);
-                    replace_dataset(f, "/inputs/q", t, {8, 13, 16});
-                    H5Tclose(t);
-                    H5Dclose(v);
-                  }),
+  expect_rejected(damaged("q_rank3",
+                          [](hid_t f) {
+                            const hid_t v = H5Dopen2(f, "/inputs/v", H5P_DEFAULT);
+                            const hid_t t = H5Dget_type(v);
+                            replace_dataset(f, "/inputs/q", t, {8, 13, 16});
+                            H5Tclose(t);
+                            H5Dclose(v);
+                          }),
                   "/inputs/q: rank must be 4 with shape [2,4,13,16], got rank 3 shape [8,13,16]");
 }
 
 TEST(Malformed, WrongShape) {
-  expect_rejected(damaged("out_shape", [](hid_t f) {
-                    replace_dataset(f, "/expected/out", H5T_IEEE_F64LE, {2, 4, 13, 15});
-                  }),
+  expect_rejected(damaged("out_shape",
+                          [](hid_t f) {
+                            replace_dataset(f, "/expected/out", H5T_IEEE_F64LE, {2, 4, 13, 15});
+                          }),
                   "/expected/out: shape must be [2,4,13,16], got [2,4,13,15]");
 }
 
@@ -116,13 +122,13 @@ TEST(Malformed, BeyondMemoryCapIsRejectedBeforeAllocating) {
 }
 
 TEST(Malformed, InvalidProblem) {
-  expect_rejected(damaged("hkv3", [](hid_t f) { set_i64_attr(f, "Hkv", 3); }),
-                  "problem: Hq must be a multiple of Hkv");
+  expect_rejected(damaged("hkv3", [](hid_t f) { set_i64_attr(f, "Hkv", 3); }), "problem: Hq must be a multiple of Hkv");
 }
 
 TEST(Malformed, MaskAndKeepValuesMustBeZeroOrOne) {
-  for (const auto& [file, path] : {std::pair<std::string, std::string>{"fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_mask_normal.h5", "/inputs/mask"},
-                                   {"fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_drop_normal.h5", "/inputs/keep"}}) {
+  for (const auto& [file, path] :
+       {std::pair<std::string, std::string>{"fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_mask_normal.h5", "/inputs/mask"},
+        {"fp32_B2-Hq4-Hkv2-Lq13-Lk17-D16_drop_normal.h5", "/inputs/keep"}}) {
     const fs::path p = test::scratch("mask_values") / file;
     fs::copy_file(test::golden_case(file), p, fs::copy_options::overwrite_existing);
     const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
@@ -217,8 +223,8 @@ TEST(Malformed, VariableLengthStringsAreRefusedFromSchema2) {
 
 TEST(Malformed, Schema1FilesWithVariableLengthStringsAreStillRead) {
   // golden/regressions/ was written by schema_version 1 (variable-length strings).
-  for (const auto& e : fs::directory_iterator(fs::path(test::golden_case(kGood)).parent_path().parent_path() /
-                                              "regressions")) {
+  for (const auto& e :
+       fs::directory_iterator(fs::path(test::golden_case(kGood)).parent_path().parent_path() / "regressions")) {
     const Fixture f = read_fixture(e.path().string());
     EXPECT_EQ(f.provenance.schema_version, 1) << e.path();
   }
@@ -282,15 +288,17 @@ TEST(Malformed, SignedBf16BitPatternsAreRefused) {
 }
 
 TEST(Malformed, LinksAreRefused) {
-  expect_rejected(damaged("soft", [](hid_t f) {
-                    H5Ldelete(f, "/inputs/k", H5P_DEFAULT);
-                    H5Lcreate_soft("/inputs/q", f, "/inputs/k", H5P_DEFAULT, H5P_DEFAULT);
-                  }),
+  expect_rejected(damaged("soft",
+                          [](hid_t f) {
+                            H5Ldelete(f, "/inputs/k", H5P_DEFAULT);
+                            H5Lcreate_soft("/inputs/q", f, "/inputs/k", H5P_DEFAULT, H5P_DEFAULT);
+                          }),
                   "/inputs/k: is a soft link");
-  expect_rejected(damaged("external_link", [](hid_t f) {
-                    H5Ldelete(f, "/inputs/k", H5P_DEFAULT);
-                    H5Lcreate_external("/etc/other.h5", "/k", f, "/inputs/k", H5P_DEFAULT, H5P_DEFAULT);
-                  }),
+  expect_rejected(damaged("external_link",
+                          [](hid_t f) {
+                            H5Ldelete(f, "/inputs/k", H5P_DEFAULT);
+                            H5Lcreate_external("/etc/other.h5", "/k", f, "/inputs/k", H5P_DEFAULT, H5P_DEFAULT);
+                          }),
                   "/inputs/k: is an external or user-defined link");
 }
 
@@ -311,33 +319,36 @@ void recreate_q_with_storage(hid_t f, F set_storage) {
 
 TEST(Malformed, ExternalStorageIsRefused) {
   // The dataset's bytes would come from an arbitrary file of the machine.
-  expect_rejected(damaged("external_storage", [](hid_t f) {
-                    recreate_q_with_storage(f, [](hid_t dcpl, hid_t) {
-                      H5Pset_external(dcpl, "/etc/hostname", 0, H5F_UNLIMITED);
-                    });
-                  }),
+  expect_rejected(damaged("external_storage",
+                          [](hid_t f) {
+                            recreate_q_with_storage(
+                                f, [](hid_t dcpl, hid_t) { H5Pset_external(dcpl, "/etc/hostname", 0, H5F_UNLIMITED); });
+                          }),
                   "/inputs/q: uses external storage");
 }
 
 TEST(Malformed, VirtualDatasetsAreRefused) {
-  expect_rejected(damaged("virtual", [](hid_t f) {
-                    recreate_q_with_storage(f, [](hid_t dcpl, hid_t space) {
-                      H5Pset_virtual(dcpl, space, "/nonexistent/source.h5", "/q", space);
-                    });
-                  }),
+  expect_rejected(damaged("virtual",
+                          [](hid_t f) {
+                            recreate_q_with_storage(f, [](hid_t dcpl, hid_t space) {
+                              H5Pset_virtual(dcpl, space, "/nonexistent/source.h5", "/q", space);
+                            });
+                          }),
                   "/inputs/q: is a virtual dataset");
 }
 
 TEST(Malformed, EffectiveScaleMustMatchTheProblem) {
-  expect_rejected(damaged("eff_scale", [](hid_t f) {
-                    H5Adelete(f, "effective_scale");
-                    const double v = 0.5;
-                    const hid_t s = H5Screate(H5S_SCALAR);
-                    const hid_t a = H5Acreate2(f, "effective_scale", H5T_IEEE_F64LE, s, H5P_DEFAULT, H5P_DEFAULT);
-                    H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
-                    H5Aclose(a);
-                    H5Sclose(s);
-                  }),
+  expect_rejected(damaged("eff_scale",
+                          [](hid_t f) {
+                            H5Adelete(f, "effective_scale");
+                            const double v = 0.5;
+                            const hid_t s = H5Screate(H5S_SCALAR);
+                            const hid_t a =
+                                H5Acreate2(f, "effective_scale", H5T_IEEE_F64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+                            H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+                            H5Aclose(a);
+                            H5Sclose(s);
+                          }),
                   "effective_scale: is 0.5 but the problem implies 0.25");
 }
 

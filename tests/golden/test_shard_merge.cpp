@@ -78,9 +78,13 @@ TEST(ShardMerge, Property) {
   expect_merge_equals_whole("property", "property --impl reference cpu --cases 1 --no-fixture", true);
 }
 
-TEST(ShardMerge, Power) { expect_merge_equals_whole("power", "power --json --lk 1024 --rows 4 --dtype fp32 --logits normal,hazard", false); }
+TEST(ShardMerge, Power) {
+  expect_merge_equals_whole("power", "power --json --lk 1024 --rows 4 --dtype fp32 --logits normal,hazard", false);
+}
 
-TEST(ShardMerge, Selftest) { expect_merge_equals_whole("selftest", "selftest --json --cases 2 --property agreement", false); }
+TEST(ShardMerge, Selftest) {
+  expect_merge_equals_whole("selftest", "selftest --json --cases 2 --property agreement", false);
+}
 
 TEST(ShardMerge, SelftestBackward) {
   expect_merge_equals_whole("selftest_backward", "selftest --json --pass backward --cases 3", false);
@@ -108,8 +112,8 @@ TEST(ShardMerge, RefusesAnIncompleteOrMixedSet) {
   const fs::path dir = attncheck::test::scratch("merge_bad");
   const std::string args = std::string(ATTNCHECK_EXE) + " selftest --json --pass backward --cases 1 --shard ";
   for (int i = 0; i < 2; ++i)
-    attncheck::test::run_shell("{ " + args + std::to_string(i) + "/2 >" + (dir / (std::to_string(i) + ".json")).string() +
-                               "; }");
+    attncheck::test::run_shell("{ " + args + std::to_string(i) + "/2 >" +
+                               (dir / (std::to_string(i) + ".json")).string() + "; }");
   auto r = run("merge " + (dir / "0.json").string());
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("shard 1/2 is missing"), std::string::npos) << r.out;
@@ -158,11 +162,12 @@ TEST(ShardAuto, EachSchedulersVariables) {
 }
 
 TEST(ShardAuto, BadValuesNameTheVariable) {
-  EXPECT_NE(error_of({{"SLURM_ARRAY_TASK_ID", "3"}, {"SLURM_ARRAY_TASK_COUNT", "4"}})
-                .find("SLURM_ARRAY_TASK_MIN="),
+  EXPECT_NE(error_of({{"SLURM_ARRAY_TASK_ID", "3"}, {"SLURM_ARRAY_TASK_COUNT", "4"}}).find("SLURM_ARRAY_TASK_MIN="),
             std::string::npos);
   // --array=0-15:4: four tasks with ids 0, 4, 8, 12.
-  EXPECT_NE(error_of({{"SLURM_ARRAY_TASK_ID", "4"}, {"SLURM_ARRAY_TASK_MIN", "0"}, {"SLURM_ARRAY_TASK_MAX", "12"},
+  EXPECT_NE(error_of({{"SLURM_ARRAY_TASK_ID", "4"},
+                      {"SLURM_ARRAY_TASK_MIN", "0"},
+                      {"SLURM_ARRAY_TASK_MAX", "12"},
                       {"SLURM_ARRAY_TASK_COUNT", "4"}})
                 .find("not consecutive"),
             std::string::npos);

@@ -25,7 +25,8 @@ class SkipsMaskedRows final : public Impl {
         for (int64_t i = 0; i < p.Lq; ++i) {
           const size_t row = static_cast<size_t>((b * p.Hq + h) * p.Lq + i);
           if (std::isinf(r.lse[row])) continue;  // no visible key
-          for (int64_t d = 0; d < p.Dv; ++d) out.out.put(b, h, i, d, r.out[row * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)]);
+          for (int64_t d = 0; d < p.Dv; ++d)
+            out.out.put(b, h, i, d, r.out[row * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)]);
           if (out.lse) out.lse->set_offset(static_cast<int64_t>(row), r.lse[row]);
           if (out.weights)
             for (int64_t j = 0; j < p.Lk; ++j)

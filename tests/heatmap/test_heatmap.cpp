@@ -41,12 +41,17 @@ TEST(Heatmap, LayoutAndPngRoundTrip) {
   // One 4x6 panel: cell = clamp(64 / 6, 1, 8) = 8 -> panel 48x32. Width: the legend wins, 10+100+10 = 120.
   // Height: 10 + (7+10) title + (7+3+32+10) panel row + (12+3+7+10) legend = 111.
   Panel p{"p", 4, 6, std::vector<double>(24, 0.0)};
-  p.values[0] = 1.0;                // (0,0): top of the range
+  p.values[0] = 1.0;                   // (0,0): top of the range
   p.values[3 * 6 + 5] = std::nan("");  // (3,5)
   Section s{"t", ColorMap::viridis, 0, 1, "0", "1", {p}};
   HeatmapStyle st;
-  st.max_panel_px = 64; st.max_cell_px = 8; st.columns = 4; st.margin = 10; st.text_scale = 1;
-  st.legend_px = 12; st.legend_width = 100;
+  st.max_panel_px = 64;
+  st.max_cell_px = 8;
+  st.columns = 4;
+  st.margin = 10;
+  st.text_scale = 1;
+  st.legend_px = 12;
+  st.legend_width = 100;
   const std::string path = temp_png("layout.png");
   write_png(path, render_heatmaps({s}, st));
 
@@ -77,7 +82,9 @@ TEST(Heatmap, DownsamplingKeepsALoneFailureVisible) {
   p.values[431] = 5.0;
   Section s{"err", ColorMap::error_ratio, 0, 1, "0", "1", {p}};
   HeatmapStyle st;
-  st.max_panel_px = 64; st.text_scale = 1; st.margin = 10;
+  st.max_panel_px = 64;
+  st.text_scale = 1;
+  st.margin = 10;
   const Image img = render_heatmaps({s}, st);
   const int y = 10 + 7 + 10 + 7 + 3;  // the panel's only pixel row
   int red = 0;
@@ -90,17 +97,33 @@ TEST(Heatmap, DownsamplingKeepsALoneFailureVisible) {
 TEST(Heatmap, InspectPictureOfOneHotAttentionAndAPerturbedOutput) {
   // Lq = Lk = 3, Dqk = 1: q = 1, k = (+50, -50, -50) * row-dependent sign, so every row's weight is one-hot.
   Problem pr;
-  pr.dtype = DType::f32; pr.Lq = 3; pr.Lk = 3; pr.Dqk = 1; pr.Dv = 2; pr.scale = 1.0;
+  pr.dtype = DType::f32;
+  pr.Lq = 3;
+  pr.Lk = 3;
+  pr.Dqk = 1;
+  pr.Dv = 2;
+  pr.scale = 1.0;
   Inputs in{make_qkv(pr, 0), make_qkv(pr, 1), make_qkv(pr, 2), {}, {}, {}, {}, {}};
   for (int i = 0; i < 3; ++i) in.q.put(0, 0, i, 0, 1.0);
-  in.k.put(0, 0, 0, 0, 50.0); in.k.put(0, 0, 1, 0, -50.0); in.k.put(0, 0, 2, 0, -50.0);
-  for (int j = 0; j < 3; ++j) { in.v.put(0, 0, j, 0, j + 1.0); in.v.put(0, 0, j, 1, -(j + 1.0)); }
+  in.k.put(0, 0, 0, 0, 50.0);
+  in.k.put(0, 0, 1, 0, -50.0);
+  in.k.put(0, 0, 2, 0, -50.0);
+  for (int j = 0; j < 3; ++j) {
+    in.v.put(0, 0, j, 0, j + 1.0);
+    in.v.put(0, 0, j, 1, -(j + 1.0));
+  }
   // The candidate: exact (v of key 0 for every row) except out[i=2, d=1], which is off by 0.5.
   Outputs actual = make_outputs(pr);
-  for (int i = 0; i < 3; ++i) { actual.out.put(0, 0, i, 0, 1.0); actual.out.put(0, 0, i, 1, -1.0); }
+  for (int i = 0; i < 3; ++i) {
+    actual.out.put(0, 0, i, 0, 1.0);
+    actual.out.put(0, 0, i, 1, -1.0);
+  }
   actual.out.put(0, 0, 2, 1, -1.5);
   HeatmapStyle st;
-  st.max_panel_px = 48; st.max_cell_px = 16; st.margin = 10; st.text_scale = 1;
+  st.max_panel_px = 48;
+  st.max_cell_px = 16;
+  st.margin = 10;
+  st.text_scale = 1;
   const std::string path = temp_png("inspect.png");
   write_png(path, attention_heatmap(pr, in, &actual, {}, 16, st));
   const Image img = read_png(path);

@@ -16,8 +16,8 @@ enum class Want {
 };
 
 struct Case {
-  std::string kind;   // "truncation", "attribute/missing", ...
-  std::string name;   // unique within the catalogue, e.g. "attribute/missing/Lq"
+  std::string kind;  // "truncation", "attribute/missing", ...
+  std::string name;  // unique within the catalogue, e.g. "attribute/missing/Lq"
   std::filesystem::path file;
   bool candidate = false;  // the damaged file is a candidate (partner is the good fixture)
   bool regular = true;     // a regular file (verify lists only those)
@@ -29,8 +29,8 @@ struct Case {
 
 // The good inputs every case starts from, copied into `dir`.
 struct Sources {
-  std::filesystem::path plain;      // fp32 plain fixture with weights
-  std::filesystem::path rich;       // BSHD, causal, padding, mask, bias, window, softcap, dropout
+  std::filesystem::path plain;           // fp32 plain fixture with weights
+  std::filesystem::path rich;            // BSHD, causal, padding, mask, bias, window, softcap, dropout
   std::filesystem::path candidate;       // a valid candidate for `plain` (/actual/out, lse, weights)
   std::filesystem::path rich_candidate;  // and for `rich`
 };

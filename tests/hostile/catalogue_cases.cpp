@@ -242,8 +242,8 @@ std::vector<Case> bit_flips(const Sources& s, const fs::path& dir) {
 Want attribute_want(const std::string& kind, const std::string& a) {
   const bool value_only = kind == "attribute/out-of-range" || kind == "attribute/huge" || kind == "attribute/nan";
   // Provenance: read and shown, never used to judge; any value of the right type and rank is valid.
-  for (const char* info : {"name", "attncheck_version", "reference_precision", "seed", "distribution", "command",
-                           "dropout_seed"})
+  for (const char* info :
+       {"name", "attncheck_version", "reference_precision", "seed", "distribution", "command", "dropout_seed"})
     if (a == info && value_only) return Want::accepted;
   if (a == "tolerance_model") return Want::accepted;  // documentation for h5py users, never read
   if ((a == "effective_scale" || a == "problem_name") && kind == "attribute/missing")
@@ -274,7 +274,8 @@ std::vector<Case> attributes(const Sources& s, const fs::path& dir) {
       out.push_back(edited(s.rich, dir, "attribute/huge", a.name, names,
                            [&](hid_t f) { put_string(f, n, std::string(70000, 'z')); }));
     } else {
-      out.push_back(edited(s.rich, dir, "attribute/wrong-type", a.name, names, [&](hid_t f) { put_string(f, n, "7"); }));
+      out.push_back(
+          edited(s.rich, dir, "attribute/wrong-type", a.name, names, [&](hid_t f) { put_string(f, n, "7"); }));
       out.push_back(edited(s.rich, dir, "attribute/wrong-rank", a.name, names, [&](hid_t f) {
         if (a.cls == H5T_FLOAT)
           put_f64(f, n, 1.0, a.rank == 0 ? std::vector<hsize_t>{2} : std::vector<hsize_t>{2, 2});
@@ -282,15 +283,19 @@ std::vector<Case> attributes(const Sources& s, const fs::path& dir) {
           put_i64(f, n, 1, a.rank == 0 ? std::vector<hsize_t>{2} : std::vector<hsize_t>{2, 2});
       }));
       if (a.cls == H5T_FLOAT) {
-        out.push_back(edited(s.rich, dir, "attribute/nan", a.name, names,
-                             [&](hid_t f) { put_f64(f, n, std::nan(""), a.rank ? std::vector<hsize_t>{4} : std::vector<hsize_t>{}); }));
-        out.push_back(edited(s.rich, dir, "attribute/huge", a.name, names,
-                             [&](hid_t f) { put_f64(f, n, 1e300, a.rank ? std::vector<hsize_t>{4} : std::vector<hsize_t>{}); }));
-        out.push_back(edited(s.rich, dir, "attribute/out-of-range", a.name, names,
-                             [&](hid_t f) { put_f64(f, n, -1.5, a.rank ? std::vector<hsize_t>{4} : std::vector<hsize_t>{}); }));
+        out.push_back(edited(s.rich, dir, "attribute/nan", a.name, names, [&](hid_t f) {
+          put_f64(f, n, std::nan(""), a.rank ? std::vector<hsize_t>{4} : std::vector<hsize_t>{});
+        }));
+        out.push_back(edited(s.rich, dir, "attribute/huge", a.name, names, [&](hid_t f) {
+          put_f64(f, n, 1e300, a.rank ? std::vector<hsize_t>{4} : std::vector<hsize_t>{});
+        }));
+        out.push_back(edited(s.rich, dir, "attribute/out-of-range", a.name, names, [&](hid_t f) {
+          put_f64(f, n, -1.5, a.rank ? std::vector<hsize_t>{4} : std::vector<hsize_t>{});
+        }));
       } else {
-        out.push_back(edited(s.rich, dir, "attribute/out-of-range", a.name, names,
-                             [&](hid_t f) { put_i64(f, n, -3, a.rank ? std::vector<hsize_t>{4} : std::vector<hsize_t>{}); }));
+        out.push_back(edited(s.rich, dir, "attribute/out-of-range", a.name, names, [&](hid_t f) {
+          put_i64(f, n, -3, a.rank ? std::vector<hsize_t>{4} : std::vector<hsize_t>{});
+        }));
         out.push_back(edited(s.rich, dir, "attribute/huge", a.name, names, [&](hid_t f) {
           put_i64(f, n, int64_t{1} << 62, a.rank ? std::vector<hsize_t>{4} : std::vector<hsize_t>{});
         }));
@@ -323,14 +328,13 @@ std::vector<Case> datasets(const Sources& s, const fs::path& dir) {
       H5Tclose(t);
     }));
     std::vector<hsize_t> fewer(d.dims.begin(), d.dims.end() - (d.dims.empty() ? 0 : 1));
-    out.push_back(edited(s.rich, dir, "dataset/wrong-rank", p, names,
-                         [&](hid_t f) { replace_dataset(f, p, d.type, fewer); }));
+    out.push_back(
+        edited(s.rich, dir, "dataset/wrong-rank", p, names, [&](hid_t f) { replace_dataset(f, p, d.type, fewer); }));
     std::vector<hsize_t> longer = d.dims;
     if (!longer.empty()) ++longer.back();
-    out.push_back(edited(s.rich, dir, "dataset/wrong-shape", p, names,
-                         [&](hid_t f) { replace_dataset(f, p, d.type, longer); }));
-    out.push_back(edited(s.rich, dir, "dataset/scalar", p, names,
-                         [&](hid_t f) { replace_dataset(f, p, d.type, {}); }));
+    out.push_back(
+        edited(s.rich, dir, "dataset/wrong-shape", p, names, [&](hid_t f) { replace_dataset(f, p, d.type, longer); }));
+    out.push_back(edited(s.rich, dir, "dataset/scalar", p, names, [&](hid_t f) { replace_dataset(f, p, d.type, {}); }));
     out.push_back(edited(s.rich, dir, "dataset/replaced-by-group", p, names, [&](hid_t f) {
       H5Ldelete(f, p.c_str(), H5P_DEFAULT);
       H5Gclose(H5Gcreate2(f, p.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
@@ -358,12 +362,14 @@ std::vector<Case> shapes_and_bombs(const Sources& s, const fs::path& dir) {
   out.push_back(edited(s.rich, dir, "inconsistent-shape", "bias_shape", {"/inputs/bias", "bias_shape"},
                        [](hid_t f) { put_i64(f, "bias_shape", 1, {4}); }));
   // Size bombs (memory from the attributes) and work bombs (reference FLOPs), refused before any dataset is read.
-  out.push_back(edited(s.plain, dir, "size-bomb", "Lk=2^40", {"size:"}, [](hid_t f) { put_i64(f, "Lk", int64_t{1} << 40); }));
+  out.push_back(
+      edited(s.plain, dir, "size-bomb", "Lk=2^40", {"size:"}, [](hid_t f) { put_i64(f, "Lk", int64_t{1} << 40); }));
   out.push_back(edited(s.plain, dir, "size-bomb", "weights-Lq=Lk=2^16", {"size:"}, [](hid_t f) {
     put_i64(f, "Lq", 65536);
     put_i64(f, "Lk", 65536);
   }));
-  out.push_back(edited(s.plain, dir, "size-bomb", "B=2^31", {"size:", "problem"}, [](hid_t f) { put_i64(f, "B", int64_t{1} << 31); }));
+  out.push_back(edited(s.plain, dir, "size-bomb", "B=2^31", {"size:", "problem"},
+                       [](hid_t f) { put_i64(f, "B", int64_t{1} << 31); }));
   out.push_back(edited(s.plain, dir, "work-bomb", "Lq=Lk=2^17-no-weights", {"work:"}, [](hid_t f) {
     put_i64(f, "Lq", 131072);
     put_i64(f, "Lk", 131072);
@@ -398,7 +404,8 @@ std::vector<Case> storage(const Sources& s, const fs::path& dir) {
     restore_with(f, "/inputs/q", [](hid_t dcpl, hid_t sp) { H5Pset_virtual(dcpl, sp, "/nonexistent.h5", "/q", sp); });
   }));
   out.push_back(edited(s.plain, dir, "storage", "virtual-expected", {"/expected/out"}, [](hid_t f) {
-    restore_with(f, "/expected/out", [](hid_t dcpl, hid_t sp) { H5Pset_virtual(dcpl, sp, "/nonexistent.h5", "/o", sp); });
+    restore_with(f, "/expected/out",
+                 [](hid_t dcpl, hid_t sp) { H5Pset_virtual(dcpl, sp, "/nonexistent.h5", "/o", sp); });
   }));
   out.push_back(edited(s.plain, dir, "storage", "group-is-dataset", {"/inputs"}, [](hid_t f) {
     H5Ldelete(f, "/inputs", H5P_DEFAULT);
@@ -484,11 +491,12 @@ std::vector<Case> candidates(const Sources& s, const fs::path& dir) {
   }
   cand("out-rank3", {"/actual/out"}, [](hid_t f) { replace_dataset(f, "/actual/out", H5T_IEEE_F64LE, {2, 4, 13}); });
   cand("out-scalar", {"/actual/out"}, [](hid_t f) { replace_dataset(f, "/actual/out", H5T_IEEE_F64LE, {}); });
-  for (const auto& [tag, type] : {std::pair{"int32", H5T_STD_I32LE}, std::pair{"uint8", H5T_STD_U8LE},
-                                  std::pair{"int16", H5T_STD_I16LE}, std::pair{"uint16-no-encoding", H5T_STD_U16LE},
-                                  std::pair{"int64", H5T_STD_I64LE}}) {
+  for (const auto& [tag, type] :
+       {std::pair{"int32", H5T_STD_I32LE}, std::pair{"uint8", H5T_STD_U8LE}, std::pair{"int16", H5T_STD_I16LE},
+        std::pair{"uint16-no-encoding", H5T_STD_U16LE}, std::pair{"int64", H5T_STD_I64LE}}) {
     const hid_t t = type;
-    cand(std::string("out-dtype-") + tag, {"/actual/out"}, [t, out_dims](hid_t f) { replace_dataset(f, "/actual/out", t, out_dims); });
+    cand(std::string("out-dtype-") + tag, {"/actual/out"},
+         [t, out_dims](hid_t f) { replace_dataset(f, "/actual/out", t, out_dims); });
   }
   cand("out-dtype-string", {"/actual/out"}, [out_dims](hid_t f) {
     const hid_t t = H5Tcopy(H5T_C_S1);
@@ -498,9 +506,12 @@ std::vector<Case> candidates(const Sources& s, const fs::path& dir) {
   });
   cand("lse-shape", {"/actual/lse"}, [](hid_t f) { replace_dataset(f, "/actual/lse", H5T_IEEE_F64LE, {2, 4, 14}); });
   cand("lse-dtype", {"/actual/lse"}, [](hid_t f) { replace_dataset(f, "/actual/lse", H5T_STD_I32LE, {2, 4, 13}); });
-  cand("weights-shape", {"/actual/weights"},
-       [](hid_t f) { replace_dataset(f, "/actual/weights", H5T_IEEE_F64LE, {2, 4, 13, 18}); });
-  cand("weights-rank", {"/actual/weights"}, [](hid_t f) { replace_dataset(f, "/actual/weights", H5T_IEEE_F64LE, {2, 4, 13}); });
+  cand("weights-shape", {"/actual/weights"}, [](hid_t f) {
+    replace_dataset(f, "/actual/weights", H5T_IEEE_F64LE, {2, 4, 13, 18});
+  });
+  cand("weights-rank", {"/actual/weights"}, [](hid_t f) {
+    replace_dataset(f, "/actual/weights", H5T_IEEE_F64LE, {2, 4, 13});
+  });
   cand("out-soft-link", {"/actual/out"}, [](hid_t f) {
     H5Ldelete(f, "/actual/out", H5P_DEFAULT);
     H5Lcreate_soft("/expected/out", f, "/actual/out", H5P_DEFAULT, H5P_DEFAULT);

@@ -82,14 +82,16 @@ TEST(Budget, AWorkBombFixtureIsRefusedByEveryVerbBeforeAnyWork) {
   const fs::path bomb = work_bomb(dir, "bomb.h5");
   EXPECT_LT(fs::file_size(bomb), 200u * 1024);
   const std::string b = bomb.string(), timeout = "timeout -s KILL 60 " + std::string(ATTNCHECK_EXE) + " ";
-  for (const std::string& verb :
-       {"verify --impl reference --fixtures " + dir.string(), "inspect " + b, "compare --expected " + b +
-        " --actual " + b}) {
-    const auto r = run_shell(timeout + verb);  // not hours of reference work (verify) or of error scales (inspect, compare)
+  for (const std::string& verb : {"verify --impl reference --fixtures " + dir.string(), "inspect " + b,
+                                  "compare --expected " + b + " --actual " + b}) {
+    const auto r =
+        run_shell(timeout + verb);  // not hours of reference work (verify) or of error scales (inspect, compare)
     EXPECT_EQ(r.rc, 2) << verb << "\n" << r.out;
     EXPECT_NE(r.out.find(b + ": work: fp32/B2-Hq4-Hkv2-Lq131072-Lk131072-D16/plain means 8.8e+12 FLOPs of "
                              "reference work, more than the work budget of"),
-              std::string::npos) << verb << "\n" << r.out;
+              std::string::npos)
+        << verb << "\n"
+        << r.out;
     EXPECT_NE(r.out.find("(raise it with --max-work)"), std::string::npos) << r.out;
   }
 }
@@ -101,9 +103,11 @@ TEST(Budget, TheFlagsOverrideTheDefaults) {
   auto r = run("inspect " + b + " --max-work 1e13 --max-memory 100M");
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find(b + ": size: the tensors of problem [B=2,Hq=4,Hkv=2,Lq=131072,Lk=131072,Dqk=16,Dv=16] need"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("more than the memory budget of 104857600 bytes (raise it with --max-memory)"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   // A tiny work budget refuses a golden fixture (2·B·Hq·Lq·Lk·(Dqk+Dv) = 2·2·4·13·17·32 = 113152 FLOPs).
   r = run("inspect " + test::golden_case(kCase) + " --max-work 100000");
   EXPECT_EQ(r.rc, 2) << r.out;
@@ -121,7 +125,7 @@ TEST(Budget, AWorkBombSpecIsRefusedBeforeGenerating) {
   std::ofstream(dir / "bomb.json") << R"({"schema_version": 1, "subdir": "c", "cases": [
       {"dtype": "fp32", "B": 1, "Hq": 1, "Hkv": 1, "Lq": 262144, "Lk": 262144, "D": 64}]})";
   const auto r = run_shell("timeout -s KILL 60 " + std::string(ATTNCHECK_EXE) + " generate --spec " +
-                     (dir / "bomb.json").string() + " --out " + dir.string());
+                           (dir / "bomb.json").string() + " --out " + dir.string());
   // not ~20 hours of reference work (killed here after a minute)
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("bomb.json: cases[0]"), std::string::npos) << r.out;

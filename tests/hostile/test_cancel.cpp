@@ -76,13 +76,15 @@ TEST(Cancel, CtrlCDuringGenerateLeavesOnlyWholeFixtures) {
       n += it->path().extension() == ".h5";
     return n;
   };
-  const int rc = interrupt_when(pid, [&] { return written() >= 2; }, SIGINT);
+  const int rc = interrupt_when(
+      pid, [&] { return written() >= 2; }, SIGINT);
   const std::string err = slurp(dir / "stderr");
   ASSERT_NE(rc, -2) << "generate finished before the signal";
   EXPECT_EQ(rc, 130) << err;
   EXPECT_NE(err.find("interrupted by SIGINT before "), std::string::npos) << err;
   size_t total = 0;
-  for (const auto& e : fs::directory_iterator(std::string(GOLDEN_DIR) + "/cases")) total += e.path().extension() == ".h5";
+  for (const auto& e : fs::directory_iterator(std::string(GOLDEN_DIR) + "/cases"))
+    total += e.path().extension() == ".h5";
   const size_t n = written();
   EXPECT_GE(n, 2u);
   EXPECT_LT(n, total) << "not interrupted";
@@ -97,8 +99,8 @@ TEST(Cancel, SigtermDuringVerifyWritesNoReport) {
   const pid_t pid = start({"verify", "--impl", "reference", "cpu", "--fixtures", std::string(GOLDEN_DIR) + "/cases",
                            "--report", report.string()},
                           dir);
-  const int rc =
-      interrupt_when(pid, [&] { return slurp(dir / "stdout").find("PASS ") != std::string::npos; }, SIGTERM);
+  const int rc = interrupt_when(
+      pid, [&] { return slurp(dir / "stdout").find("PASS ") != std::string::npos; }, SIGTERM);
   const std::string err = slurp(dir / "stderr");
   ASSERT_NE(rc, -2) << "verify finished before the signal";
   EXPECT_EQ(rc, 143) << err;
@@ -113,10 +115,10 @@ TEST(Cancel, SigtermEndsAStepStuckInALibraryCall) {
   for (const int sig : {SIGTERM, SIGINT}) {
     const fs::path dir = test::scratch(sig == SIGTERM ? "cancel_stuck_term" : "cancel_stuck_int");
     const fs::path report = dir / "report.json";
-    const pid_t pid = start({"verify", "--in-process", "--plugin", HOSTILE_HANG_PLUGIN, "--impl", "hostile-hang",
-                             "--fixtures", std::string(GOLDEN_DIR) + "/cases", "--filter", "fp32/B1-Hq1-*-Lq15-*",
-                             "--report", report.string()},
-                            dir);
+    const pid_t pid =
+        start({"verify", "--in-process", "--plugin", HOSTILE_HANG_PLUGIN, "--impl", "hostile-hang", "--fixtures",
+               std::string(GOLDEN_DIR) + "/cases", "--filter", "fp32/B1-Hq1-*-Lq15-*", "--report", report.string()},
+              dir);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (slurp(dir / "stderr").find("misbehaving") == std::string::npos && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -126,7 +128,8 @@ TEST(Cancel, SigtermEndsAStepStuckInALibraryCall) {
     kill(pid, sig);
     int st = 0;
     pid_t done = 0;
-    while ((done = waitpid(pid, &st, WNOHANG)) == 0 && std::chrono::steady_clock::now() - sent < std::chrono::seconds(10))
+    while ((done = waitpid(pid, &st, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() - sent < std::chrono::seconds(10))
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
     if (done == 0) {  // still stuck: end it, and fail

@@ -121,8 +121,8 @@ std::vector<std::pair<std::string, std::string>> verbs(const Case& c) {
   if (c.candidate)
     return {{"compare", "compare --expected " + partner + " --actual " + f},
             {"inspect --actual", "inspect " + partner + " --actual " + f}};
-  std::vector<std::pair<std::string, std::string>> v = {{"inspect", "inspect " + f},
-                                                        {"compare", "compare --expected " + f + " --actual " + partner}};
+  std::vector<std::pair<std::string, std::string>> v = {
+      {"inspect", "inspect " + f}, {"compare", "compare --expected " + f + " --actual " + partner}};
   if (c.regular) v.push_back({"verify", "verify --impl reference --fixtures " + c.file.parent_path().string()});
   v.push_back({"import", "import " + f + " --out " + import_out(c).string() + import_flags(c)});
   return v;
@@ -141,7 +141,7 @@ size_t stride() {
 // Runs every case through its verbs, checks each outcome, prints the tally per kind and verb.
 void run_all(const std::vector<Case>& cases) {
   std::map<std::string, std::map<std::string, std::map<std::string, int>>> tally;  // kind -> verb -> outcome -> n
-  std::map<std::string, size_t> seen;  // kind -> cases of it so far
+  std::map<std::string, size_t> seen;                                              // kind -> cases of it so far
   const size_t k = stride();
   for (const Case& c : cases) {
     const size_t i = seen[c.kind]++;

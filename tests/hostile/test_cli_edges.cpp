@@ -31,7 +31,8 @@ TEST(CliEdges, AnEmptyShardIsAnError) {
 TEST(CliEdges, StdoutIsLineBufferedIntoAPipe) {
   // A run killed by a CI timeout or the OOM killer shows what it printed only if each line was written when it was
   // printed. generate prints one line per case: three cases into a pipe must be (at least) three writes to fd 1.
-  if (test::run_shell("strace -qq -o /dev/null true").rc != 0) GTEST_SKIP() << "strace is not available (or ptrace is not permitted)";
+  if (test::run_shell("strace -qq -o /dev/null true").rc != 0)
+    GTEST_SKIP() << "strace is not available (or ptrace is not permitted)";
   const auto dir = test::scratch("edges_linebuf");
   const auto spec = dir / "three.json";
   std::ofstream(spec) << R"({"schema_version": 1, "subdir": "cases", "defaults": {"B": 1, "Hq": 1, "Hkv": 1, "Lq": 3,

@@ -123,7 +123,8 @@ std::string straced(const fs::path& dir, const std::string& args) {
 }
 
 TEST(Durable, FixturesReportsAndPngsAreFsyncedRenamedAndTheirDirectoryFsynced) {
-  if (shell("strace -qq -o /dev/null true").rc != 0) GTEST_SKIP() << "strace is not available (or ptrace is not permitted)";
+  if (shell("strace -qq -o /dev/null true").rc != 0)
+    GTEST_SKIP() << "strace is not available (or ptrace is not permitted)";
   const fs::path dir = test::scratch("durable_strace");
   const std::string spec = one_case_spec(dir);
   expect_durable(straced(dir, "generate --spec " + spec + " --out " + dir.string()), dir / "cases" / kCase);

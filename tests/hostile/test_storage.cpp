@@ -55,7 +55,8 @@ TEST(HostileStorage, CandidateBf16EncodingMustBeAFixedLengthString) {
       EXPECT_THROW(read_candidate(p.string(), fx.problem), std::invalid_argument);
       const auto r = run("compare --expected " + test::golden_case(kBf16) + " --actual " + p.string());
       EXPECT_EQ(r.rc, 2) << r.out;
-      EXPECT_NE(r.out.find("/actual/out: attribute 'encoding' is a variable-length string"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("/actual/out: attribute 'encoding' is a variable-length string"), std::string::npos)
+          << r.out;
     } else {
       const Outputs o = read_candidate(p.string(), fx.problem);  // kept in its stored type: bf16 bit patterns
       ASSERT_EQ(o.out.dtype, DType::bf16);

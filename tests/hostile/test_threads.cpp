@@ -23,16 +23,17 @@ std::string refuse_after(int n) {
 TEST(Threads, BadThreadCountIsAUsageErrorNamingTheVariable) {
   for (const std::string v : {"100000", "0", "-3", "many", "4x"}) {
     const auto r = with_env("ATTNCHECK_THREADS=" + v, "verify --impl reference --fixtures " + std::string(GOLDEN_DIR) +
-                                                         "/cases --filter " + kCase);
+                                                          "/cases --filter " + kCase);
     EXPECT_EQ(r.rc, 2) << v << ": " << r.out;
-    EXPECT_NE(r.out.find("ATTNCHECK_THREADS: '" + v + "' is not a thread count in 1..4096"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("ATTNCHECK_THREADS: '" + v + "' is not a thread count in 1..4096"), std::string::npos)
+        << r.out;
   }
 }
 
 TEST(Threads, RefusedThreadsLeaveASmallerPoolForTheReferenceAndTheCpuImplementations) {
   // Two of eight threads start: every case still runs, on two workers, and passes.
-  const auto r = with_env(refuse_after(2), "verify --impl reference cpu cpu-flash --fixtures " + std::string(GOLDEN_DIR) +
-                                               "/cases --filter " + kCase);
+  const auto r = with_env(refuse_after(2), "verify --impl reference cpu cpu-flash --fixtures " +
+                                               std::string(GOLDEN_DIR) + "/cases --filter " + kCase);
   EXPECT_EQ(r.rc, 0) << r.out;  // not std::terminate (SIGABRT)
   EXPECT_NE(r.out.find("pass 3 "), std::string::npos) << r.out;
   // The reference computing a new fixture (generate, import) the same way.
@@ -40,7 +41,8 @@ TEST(Threads, RefusedThreadsLeaveASmallerPoolForTheReferenceAndTheCpuImplementat
   const auto spec = dir / "one.json";
   FILE* f = std::fopen(spec.c_str(), "w");
   std::fputs(R"({"schema_version": 1, "subdir": "cases", "defaults": {"B": 2, "Hq": 4, "Hkv": 2, "Lq": 13, "Lk": 17,
-             "D": 16, "seed": 1, "want_lse": true}, "cases": [{"dtype": "fp32"}]})", f);
+             "D": 16, "seed": 1, "want_lse": true}, "cases": [{"dtype": "fp32"}]})",
+             f);
   std::fclose(f);
   const auto g = with_env(refuse_after(1), "generate --spec " + spec.string() + " --out " + dir.string());
   EXPECT_EQ(g.rc, 0) << g.out;

@@ -90,8 +90,10 @@ TEST(InvarianceBackward, AMovingGradientBitIsNondeterministicAndNamed) {
       continue;
     }
     EXPECT_EQ(c.result, invariance::Check::violated);
-    EXPECT_NE(c.message.find("nondeterministic: run 2, 3 (after another case) of 3 differs from run 1: dq 1 of 40 (1 bits"),
-              std::string::npos) << c.message;
+    EXPECT_NE(
+        c.message.find("nondeterministic: run 2, 3 (after another case) of 3 differs from run 1: dq 1 of 40 (1 bits"),
+        std::string::npos)
+        << c.message;
   }
 }
 
@@ -153,9 +155,14 @@ TEST(InvarianceBackward, BatchScheduleAndLayoutVariantsOfTheGradientsAreCaught) 
     }
     EXPECT_EQ(checks[0].message.rfind("batch-variant: the case's gradients computed in a batch of 3", 0), 0u)
         << checks[0].message;
-    EXPECT_EQ(checks[1].message.rfind("schedule-variant: the case run under threads=3 differs", 0), 0u) << checks[1].message;
-    EXPECT_EQ(checks[2].message.rfind("layout-variant: the case run with sequence-major strides (storage [L,B,H,D]); as "
-                                      "slices of one packed QKV buffer", 0), 0u) << checks[2].message;
+    EXPECT_EQ(checks[1].message.rfind("schedule-variant: the case run under threads=3 differs", 0), 0u)
+        << checks[1].message;
+    EXPECT_EQ(
+        checks[2].message.rfind("layout-variant: the case run with sequence-major strides (storage [L,B,H,D]); as "
+                                "slices of one packed QKV buffer",
+                                0),
+        0u)
+        << checks[2].message;
   }
 }
 
@@ -185,7 +192,8 @@ TEST(BuiltinDeclarations, DeterministicAllBatchInvariantExceptCpuFlash) {
     EXPECT_TRUE(d.deterministic) << name;
     EXPECT_EQ(d.batch_invariant, std::string(name) != "cpu-flash") << name;
     // A thread count (bitwise); cpu-flash also its key split (within tolerance); no block-order knob.
-    EXPECT_EQ(d.schedule_knobs, std::string(name) == "cpu-flash" ? knob_threads | knob_num_splits : unsigned{knob_threads})
+    EXPECT_EQ(d.schedule_knobs,
+              std::string(name) == "cpu-flash" ? knob_threads | knob_num_splits : unsigned{knob_threads})
         << name;
     EXPECT_EQ(d.schedule_bitwise, unsigned{knob_threads}) << name;
     EXPECT_TRUE(d.layout_invariant) << name;

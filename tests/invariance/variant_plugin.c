@@ -3,17 +3,17 @@
  * that claims work in arrival order); VARIANT_BATCH_SPLIT splits the keys into max(1, 4 / B) chunks merged at the end,
  * so the summation order follows the batch size (split-KV decoding chosen from the batch); VARIANT_PADDING_MAX takes
  * each row's running max over the keys up to the longest sequence in the batch, reading its own padded slots up to a
- * neighbour's length (the shift cancels in exact arithmetic, not in rounding; also over a paged cache); VARIANT_THREAD_SPLIT splits the keys
- * into as many chunks as the schedule's threads (tag 9) and declares the threads knob bitwise; VARIANT_SPLITS splits
- * them into the schedule's num_splits chunks and declares that knob within tolerance (as split-KV kernels honestly
- * do); VARIANT_STRIDE_ORDER sums the keys in reverse order unless q comes in BHSD-packed strides, and declares
- * layout_invariant; VARIANT_BLOCK_ORDER sums the keys backwards when the schedule asks for the reverse order and
- * declares that knob bitwise; VARIANT_PAGE_ORDER (paged KV cache) sums each row's keys in the order of their pages' places in
- * the pool, not in key order; VARIANT_PACK_OFFSET (varlen) splits each sequence's keys into 1 + (its first key's
- * offset in the pack) % 3 chunks; VARIANT_GAP_ORDER sums the keys backwards when k's strides have gaps (a slice of
- * a packed buffer, as a kernel that copies such an input to scratch in another order would), and declares
- * layout_invariant. Each declares deterministic and batch_invariant, as a kernel that believes it is
- * would. fp32, both layouts, GQA, causal, key padding, lse, weights, the zero policy. */
+ * neighbour's length (the shift cancels in exact arithmetic, not in rounding; also over a paged cache);
+ * VARIANT_THREAD_SPLIT splits the keys into as many chunks as the schedule's threads (tag 9) and declares the threads
+ * knob bitwise; VARIANT_SPLITS splits them into the schedule's num_splits chunks and declares that knob within
+ * tolerance (as split-KV kernels honestly do); VARIANT_STRIDE_ORDER sums the keys in reverse order unless q comes in
+ * BHSD-packed strides, and declares layout_invariant; VARIANT_BLOCK_ORDER sums the keys backwards when the schedule
+ * asks for the reverse order and declares that knob bitwise; VARIANT_PAGE_ORDER (paged KV cache) sums each row's keys
+ * in the order of their pages' places in the pool, not in key order; VARIANT_PACK_OFFSET (varlen) splits each
+ * sequence's keys into 1 + (its first key's offset in the pack) % 3 chunks; VARIANT_GAP_ORDER sums the keys backwards
+ * when k's strides have gaps (a slice of a packed buffer, as a kernel that copies such an input to scratch in another
+ * order would), and declares layout_invariant. Each declares deterministic and batch_invariant, as a kernel that
+ * believes it is would. fp32, both layouts, GQA, causal, key padding, lse, weights, the zero policy. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -107,7 +107,7 @@ static void row_keys(const attncheck_problem* p, int64_t b, int64_t i, int64_t* 
   *kb = vl->cu_seqlens_k[s], *ke = vl->cu_seqlens_k[s + 1];
   const int64_t off = p->alignment == ATTNCHECK_ALIGN_BOTTOM_RIGHT ? (*ke - *kb) - lq
                       : p->alignment == ATTNCHECK_ALIGN_EXPLICIT   ? p->causal_offset
-                                                                    : 0;
+                                                                   : 0;
   *diag = *kb + (i - q0) + off;
 }
 
@@ -202,7 +202,8 @@ static int32_t run(const attncheck_problem* p, char* err, size_t n) {
         for (int64_t j = kb; j < scan && j < p->Lk; ++j) {
           float dot = 0.0f;
           const int64_t kt = token_offset(p, ks, b, kh, j);
-          for (int64_t d = 0; d < p->Dqk; ++d) dot += q[b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]] * k[kt + d * ks[3]];
+          for (int64_t d = 0; d < p->Dqk; ++d)
+            dot += q[b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]] * k[kt + d * ks[3]];
           s[j] = dot * (float)p->scale;
           const int vis = j < kl && (!p->causal || j <= diag);
           if (vis) keys[nv++] = j;
@@ -236,7 +237,9 @@ static int32_t run(const attncheck_problem* p, char* err, size_t n) {
           for (int64_t c = 0; c < chunks; ++c) o += acc[c][d];
           ((float*)p->out)[b * os[0] + h * os[1] + i * os[2] + d * os[3]] = nv ? o / total : 0.0f;
         }
-        if (p->lse) ((float*)p->lse)[b * p->lse_strides[0] + h * p->lse_strides[1] + i * p->lse_strides[2]] = nv ? m + logf(total) : -INFINITY;
+        if (p->lse)
+          ((float*)p->lse)[b * p->lse_strides[0] + h * p->lse_strides[1] + i * p->lse_strides[2]] =
+              nv ? m + logf(total) : -INFINITY;
         if (p->weights)
           for (int64_t j = 0; j < p->Lk; ++j) {
             const int vis = j >= kb && j < kl && (!p->causal || j <= diag);
@@ -271,8 +274,19 @@ static const char* const features[] = {"varlen", NULL};
 static const char* const* const features = NULL;
 #endif
 
-static const attncheck_plugin vtable = {ATTNCHECK_PLUGIN_ABI_VERSION, VARIANT_NAME, "invariance test variant (tests/invariance)",
-                                        caps, NULL, supports, run, sizeof(attncheck_plugin), features, declarations,
-                                        NULL, NULL, NULL, NULL};
+static const attncheck_plugin vtable = {ATTNCHECK_PLUGIN_ABI_VERSION,
+                                        VARIANT_NAME,
+                                        "invariance test variant (tests/invariance)",
+                                        caps,
+                                        NULL,
+                                        supports,
+                                        run,
+                                        sizeof(attncheck_plugin),
+                                        features,
+                                        declarations,
+                                        NULL,
+                                        NULL,
+                                        NULL,
+                                        NULL};
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry(void) { return &vtable; }

@@ -93,7 +93,8 @@ emu::LaunchConfig two_blocks(const std::vector<emu::GlobalBuffer>& globals) {
 
 TEST(EmuGuard, ALoadBeyondAnInputNamesTheBufferElementAndThread) {
   std::vector<float> in(64, 1.0f), out(64, 0.0f);
-  const emu::LaunchConfig cfg = two_blocks({{"in", in.data(), 64 * sizeof(float)}, {"out", out.data(), 64 * sizeof(float)}});
+  const emu::LaunchConfig cfg =
+      two_blocks({{"in", in.data(), 64 * sizeof(float)}, {"out", out.data(), 64 * sizeof(float)}});
   try {
     emu::launch(cfg, off_by_one, static_cast<const float*>(in.data()), out.data(), 64);
     FAIL() << "expected OutOfBounds";

@@ -21,9 +21,7 @@ Capabilities all_flags_on() {
 }
 
 // Features whose outputs the protocol has no tensor for: listed by name, but never offered to a worker.
-bool output_never_travels(const std::string& name) {
-  return name == "scores" || name == "kv_append";
-}
+bool output_never_travels(const std::string& name) { return name == "scores" || name == "kv_append"; }
 
 bool lists(const json& caps, const std::string& name) {
   for (const auto& x : caps.at("features"))
@@ -167,7 +165,9 @@ TEST(WorkerJson, TheHandedBlockMaskRoundTripsAndIsValidated) {
     block_mask_from_json(bad, "run 3", p);
     FAIL() << "an index outside the key blocks was accepted";
   } catch (const ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("run 3: block_mask: block mask: kv_indices[0,0,1,0] = 5 is outside"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("run 3: block_mask: block mask: kv_indices[0,0,1,0] = 5 is outside"),
+              std::string::npos)
+        << e.what();
   }
   bad = block_mask_to_json(m);
   bad["q_block"] = "four";

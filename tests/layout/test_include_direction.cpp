@@ -18,11 +18,17 @@ namespace fs = std::filesystem;
 namespace {
 
 // Each layer's folder and rank: a file may include files of its own folder and of folders of a lower rank.
-const std::map<std::string, int> kLayer = {{"reference/plumbing", 0}, {"reference/model", 1}, {"reference/oracle", 2},
-                                           {"reference/tolerance", 3}, {"impls", 4}, {"golden", 4}, {"harness", 5},
+const std::map<std::string, int> kLayer = {{"reference/plumbing", 0},
+                                           {"reference/model", 1},
+                                           {"reference/oracle", 2},
+                                           {"reference/tolerance", 3},
+                                           {"impls", 4},
+                                           {"golden", 4},
+                                           {"harness", 5},
                                            {"tools", 6}};
-const char* const kDirection = "reference/plumbing <- reference/model <- reference/oracle <- reference/tolerance <- "
-                               "impls, golden <- harness <- tools";
+const char* const kDirection =
+    "reference/plumbing <- reference/model <- reference/oracle <- reference/tolerance <- "
+    "impls, golden <- harness <- tools";
 
 // Known exceptions: (including file, included path) and why it stays.
 const std::map<std::pair<std::string, std::string>, std::string> kExceptions = {
@@ -51,7 +57,7 @@ std::vector<std::string> unlayered(const fs::path& root) {
 
 // Every violation under `root`: "FILE:LINE includes PATH (folder -> folder)".
 std::vector<std::string> violations(const fs::path& root) {
-  std::map<std::string, std::set<std::string>> owners;  // path suffix -> layer folders holding such a file
+  std::map<std::string, std::set<std::string>> owners;       // path suffix -> layer folders holding such a file
   std::vector<std::pair<std::string, std::string>> sources;  // (relative path, folder)
   for (const auto& [top, layer] : kLayer) {
     if (!fs::exists(root / top)) continue;
@@ -110,8 +116,8 @@ TEST(IncludeDirection, EveryExceptionStillExists) {  // a stale exception would 
   for (const auto& [where, why] : kExceptions) {
     std::ifstream in(fs::path(ATTNCHECK_SOURCE_DIR) / where.first);
     const std::string text{std::istreambuf_iterator<char>(in), {}};
-    EXPECT_NE(text.find("\"" + where.second + "\""), std::string::npos) << where.first << " no longer includes "
-                                                                          << where.second << ": drop the exception";
+    EXPECT_NE(text.find("\"" + where.second + "\""), std::string::npos)
+        << where.first << " no longer includes " << where.second << ": drop the exception";
   }
 }
 
@@ -126,7 +132,7 @@ TEST(IncludeDirection, TheCheckSeesAnUpwardInclude) {  // the checker itself, on
   std::ofstream(root / "reference/model/src/model.cpp") << "#include <vector>\n#include \"attncheck/cli_thing.hpp\"\n"
                                                            "#include \"attncheck/loops.hpp\"\n";
   std::ofstream(root / "reference/tolerance/src/bound.cpp") << "#include \"attncheck/loops.hpp\"\n";  // downward
-  std::ofstream(root / "impls/impl.cpp") << "  #  include \"model.cpp\"\n";  // downward: fine
+  std::ofstream(root / "impls/impl.cpp") << "  #  include \"model.cpp\"\n";                           // downward: fine
   const std::vector<std::string> v = violations(root);
   fs::remove_all(root);
   ASSERT_EQ(v.size(), 2u);

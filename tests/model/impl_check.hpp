@@ -61,7 +61,8 @@ inline std::string validation_message(const Problem& p) {
 
 // A feature's property passes for cpu and fails for the mutant `bad` on each case of seeds 1-6 (spec: B 2, Hq 2,
 // Hkv 1, Lq 9, Lk 12, causal on odd seeds; `shape` may change it) that `counts` accepts; at least one counts.
-inline void expect_property_kills(const char* property, const Impl& bad, const std::function<bool(const prop::Case&)>& counts,
+inline void expect_property_kills(const char* property, const Impl& bad,
+                                  const std::function<bool(const prop::Case&)>& counts,
                                   const std::function<void(prop::CaseSpec&)>& shape = {}) {
   const prop::Property& prop = *prop::find_property(property);
   int killed = 0, checked = 0;
@@ -77,7 +78,8 @@ inline void expect_property_kills(const char* property, const Impl& bad, const s
     EXPECT_EQ(good.kind, prop::Outcome::pass) << property << ": " << good.message;
     const bool kill = prop.check(bad, c).kind == prop::Outcome::fail;
     killed += kill;
-    if (!kill) ADD_FAILURE() << property << " did not kill " << bad.name() << " on " << c.spec.str() << " " << c.p.name();
+    if (!kill)
+      ADD_FAILURE() << property << " did not kill " << bad.name() << " on " << c.spec.str() << " " << c.p.name();
   }
   EXPECT_GT(checked, 0) << property;
   EXPECT_EQ(killed, checked) << property;

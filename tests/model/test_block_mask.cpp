@@ -90,8 +90,8 @@ TEST(BlockMask, PerHeadBooleanMaskAndIndicesAscending) {
   in.mask = Tensor(DType::u8, {1, 2, 4, 4});
   for (int64_t i = 0; i < 4; ++i)
     for (int64_t j = 0; j < 4; ++j) {
-      in.mask->data<uint8_t>()[i * 4 + j] = 1;                  // head 0 sees everything
-      in.mask->data<uint8_t>()[16 + i * 4 + j] = j % 2 == 0;    // head 1 even keys
+      in.mask->data<uint8_t>()[i * 4 + j] = 1;                // head 0 sees everything
+      in.mask->data<uint8_t>()[16 + i * 4 + j] = j % 2 == 0;  // head 1 even keys
     }
   const BlockMask m = derive_block_mask(p, in, 2, 1);
   EXPECT_EQ(grid(m, p, 0, 0), "FFFF|FFFF");
@@ -177,8 +177,8 @@ TEST(BlockMaskJudge, AnEmptyOrFullBlockListedPartialIsANote) {
   Problem p = square(8);
   p.causal = true;
   const Inputs in = inputs(p);
-  BlockMask m = derive_block_mask(p, in, 4, 4);  // "P.|FP"
-  m.kv_num_blocks[0] = 2, m.kv_indices[1] = 1;   // (0, 1) is empty
+  BlockMask m = derive_block_mask(p, in, 4, 4);                                                   // "P.|FP"
+  m.kv_num_blocks[0] = 2, m.kv_indices[1] = 1;                                                    // (0, 1) is empty
   m.full_kv_num_blocks[1] = 0, m.kv_num_blocks[1] = 2, m.kv_indices[2] = 1, m.kv_indices[3] = 0;  // (1, 0) full
   const BlockMaskVerdict v = judge_block_mask(p, in, m);
   EXPECT_TRUE(v.pass());
@@ -214,8 +214,9 @@ TEST(BlockMaskValidate, InconsistentBlockMasksNameTheFieldAndValues) {
   expect_input_error(w, p, "block mask: kv_indices[0,0,2,1] = 0 repeats slot 0 of the same row");
   w = m;
   w.full_kv_num_blocks[2] = 1, w.full_kv_indices[6] = 1;
-  expect_input_error(w, p, "block mask: key block 1 of row [0,0,2] is both partial (kv_indices) and full "
-                           "(full_kv_indices)");
+  expect_input_error(w, p,
+                     "block mask: key block 1 of row [0,0,2] is both partial (kv_indices) and full "
+                     "(full_kv_indices)");
   w = m;
   w.full_kv_indices.pop_back();
   expect_input_error(w, p, "block mask: full_kv_indices: 8 values, expected B*H*q_blocks*slots = 9");
@@ -230,7 +231,6 @@ TEST(BlockMaskValidate, InconsistentBlockMasksNameTheFieldAndValues) {
   expect_input_error(w, p, "block mask: kv_block must be at least 1, got 0");
   EXPECT_THROW(judge_block_mask(p, in, w), std::invalid_argument);
 }
-
 
 // cpu-flash's tiles for head dims up to 64 (kFlashBlockQSmallD x kFlashBlockKSmallD, impls/cpu/cpu_impls.hpp).
 constexpr int64_t kTileQ = 48, kTileK = 256;
@@ -263,9 +263,7 @@ Outputs run_flash(const FlashCase& c, const BlockMask* m) {
   return out;
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.bytes == b.bytes;
-}
+bool same_bits(const Tensor& a, const Tensor& b) { return a.bytes == b.bytes; }
 
 TEST(BlockMaskFlash, SameBitsWithTheBlockMaskHanded) {
   for (bool causal : {false, true}) {

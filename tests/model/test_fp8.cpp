@@ -44,8 +44,8 @@ TEST(Fp8, CodesRoundTripAndRoundToNearestEven) {
   EXPECT_EQ(fp8_bits_to_double(0x01, DType::e4m3), std::ldexp(1.0, -9));  // smallest subnormal
   EXPECT_EQ(fp8_bits_to_double(0x7b, DType::e5m2), 57344.0);
   EXPECT_TRUE(std::isinf(fp8_bits_to_double(0x7c, DType::e5m2)));
-  EXPECT_EQ(round_to(DType::e4m3, 1.0625), 1.0);    // halfway between 1 and 1.125: to even
-  EXPECT_EQ(round_to(DType::e4m3, 1.1875), 1.25);   // halfway between 1.125 and 1.25: to even
+  EXPECT_EQ(round_to(DType::e4m3, 1.0625), 1.0);          // halfway between 1 and 1.125: to even
+  EXPECT_EQ(round_to(DType::e4m3, 1.1875), 1.25);         // halfway between 1.125 and 1.25: to even
   EXPECT_TRUE(std::isnan(round_to(DType::e4m3, 465.0)));  // beyond 448 (+half a step): NaN, e4m3 has no inf
   EXPECT_EQ(round_to(DType::e4m3, 450.0), 448.0);
   EXPECT_TRUE(std::isinf(round_to(DType::e5m2, 1e6)));
@@ -136,7 +136,8 @@ TEST(Fp8, ImplementationsMatchTheReferenceAndDescalesMatter) {
   ASSERT_TRUE(run_impl(*find_impl("cpu"), p, gen::generate_inputs(p, gen::Distribution::normal, 5), out).ok);
   EXPECT_EQ(out.out.dtype, DType::bf16);
   for (const ImplPtr& impl : {find_impl("reference"), find_impl("cpu"), plugin})
-    for (DType t : {DType::e4m3, DType::e5m2}) EXPECT_FALSE(impl->declarations().contract_for(t).p_rounded) << impl->name();
+    for (DType t : {DType::e4m3, DType::e5m2})
+      EXPECT_FALSE(impl->declarations().contract_for(t).p_rounded) << impl->name();
   EXPECT_TRUE(default_contract(DType::e5m2).p_rounded);
 }
 
@@ -188,7 +189,8 @@ class RoundsPToFp8 final : public Impl {
             const float e = std::exp(s[static_cast<size_t>(j)] - m);
             l += e;
             const float pr = static_cast<float>(round_to(p.dtype, e));
-            for (int64_t d = 0; d < p.Dv; ++d) o[static_cast<size_t>(d)] += pr * static_cast<float>(in.v.at(b, g, j, d));
+            for (int64_t d = 0; d < p.Dv; ++d)
+              o[static_cast<size_t>(d)] += pr * static_cast<float>(in.v.at(b, g, j, d));
           }
           for (int64_t d = 0; d < p.Dv; ++d) out.out.put(b, h, i, d, l > 0 ? o[static_cast<size_t>(d)] / l * dv : 0.0);
           for (int64_t j = 0; j < p.Lk && out.weights; ++j) {
@@ -305,16 +307,18 @@ TEST(Fp8, PropertiesHoldForCpuAndKillKernelsIgnoringADescale) {
     q.descale_q = 1;
     cpu.run(q, in, out);
   });
-  const CpuMutant swapped("v-scaled-by-descale-k", [](const Impl& cpu, const Problem& p, const Inputs& in, Outputs& out) {
-    Problem q = p;
-    q.descale_v = p.descale_k;
-    cpu.run(q, in, out);
-  });
-  const CpuMutant inverted("divides-by-descale-v", [](const Impl& cpu, const Problem& p, const Inputs& in, Outputs& out) {
-    Problem q = p;
-    q.descale_v = 1 / p.descale_v;
-    cpu.run(q, in, out);
-  });
+  const CpuMutant swapped("v-scaled-by-descale-k",
+                          [](const Impl& cpu, const Problem& p, const Inputs& in, Outputs& out) {
+                            Problem q = p;
+                            q.descale_v = p.descale_k;
+                            cpu.run(q, in, out);
+                          });
+  const CpuMutant inverted("divides-by-descale-v",
+                           [](const Impl& cpu, const Problem& p, const Inputs& in, Outputs& out) {
+                             Problem q = p;
+                             q.descale_v = 1 / p.descale_v;
+                             cpu.run(q, in, out);
+                           });
   // fp8_equals_values compares within tolerances: only descales off by a factor of 2 or more are sure to show
   // (e5m2's P rounding, u = 1/8, admits a smaller factor on some rows; seed 3: descale_v 1.625).
   const auto far = [](double d) { return std::abs(std::log2(d)) >= 1.0; };
@@ -323,7 +327,8 @@ TEST(Fp8, PropertiesHoldForCpuAndKillKernelsIgnoringADescale) {
   expect_property_kills("fp8_equals_values", no_q, differs);
   // fp8_descale_exponent is bitwise: every case counts, descales near 1 included.
   const auto every = [](const prop::Case&) { return true; };
-  for (const CpuMutant* m : {&no_v, &no_q, &swapped, &inverted}) expect_property_kills("fp8_descale_exponent", *m, every);
+  for (const CpuMutant* m : {&no_v, &no_q, &swapped, &inverted})
+    expect_property_kills("fp8_descale_exponent", *m, every);
   // ... and with descale_v = 1.125 in e5m2, a factor the tolerance comparison (fp8_equals_values, the golden
   // fixtures' judge) does not resolve under the default contract's rounded P
   const prop::Property& prop = *prop::find_property("fp8_descale_exponent");

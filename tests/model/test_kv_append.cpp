@@ -27,7 +27,9 @@ std::vector<Problem> append_problems() {
     v.push_back(p);
   };
   make(DType::f32, 37, 150, 113, [](Problem& p) { p.causal = true, p.alignment = Alignment::bottom_right; });
-  make(DType::f64, 5, 40, 1, [](Problem& p) { p.layout = Layout::BSHD, p.key_lengths = {40, 0}, p.want_weights = true; });
+  make(DType::f64, 5, 40, 1, [](Problem& p) {
+    p.layout = Layout::BSHD, p.key_lengths = {40, 0}, p.want_weights = true;
+  });
   make(DType::bf16, 1, 300, 299, [](Problem& p) { p.key_lengths = {211, 300}, p.sinks = {0.5, 1, 2, -1}; });  // decode
   make(DType::f16, 13, 17, 8, [](Problem& p) { p.softcap = 5, p.scores_out = ScoresOut::scaled, p.Hkv = 1; });
   return v;

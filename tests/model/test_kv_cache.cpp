@@ -35,8 +35,10 @@ Problem kv_problem(DType q, DType codes, KvScales g, DType scale_dtype = DType::
 
 // The scale of element (b, h, j, d), indexed by hand from the granularity's definition.
 double scale_of(const Problem& p, const Tensor& s, int64_t b, int64_t h, int64_t j, int64_t d) {
-  const bool whole = p.kv_scales == KvScales::tensor, per_token = p.kv_scales == KvScales::token || p.kv_scales == KvScales::block;
-  const int64_t g[4] = {whole ? 0 : b, whole ? 0 : h, per_token ? j : 0, p.kv_scales == KvScales::block ? d / p.kv_block : 0};
+  const bool whole = p.kv_scales == KvScales::tensor,
+             per_token = p.kv_scales == KvScales::token || p.kv_scales == KvScales::block;
+  const int64_t g[4] = {whole ? 0 : b, whole ? 0 : h, per_token ? j : 0,
+                        p.kv_scales == KvScales::block ? d / p.kv_block : 0};
   return s.get(g);
 }
 
@@ -98,8 +100,9 @@ TEST(KvCache, ProducerScalesAreNonUniformNonUnitAndTheCodesDecodeToTheValues) {
               const double scale = scale_of(p, *in.k_scale, b, h, j, d);
               ASSERT_LE(std::abs(code), kv_code_max(c));
               // int8: half a step; fp8: half an ulp of the code (relative u), or half the subnormal spacing
-              const double bound = c == DType::i8 ? 0.5 * scale
-                                                  : unit_roundoff(c) * std::abs(x) + scale * (c == DType::e4m3 ? 0x1p-10 : 0x1p-17);
+              const double bound =
+                  c == DType::i8 ? 0.5 * scale
+                                 : unit_roundoff(c) * std::abs(x) + scale * (c == DType::e4m3 ? 0x1p-10 : 0x1p-17);
               EXPECT_LE(std::abs(code * scale - x), bound) << b << h << j << d;
             }
     }
@@ -178,7 +181,8 @@ TEST(KvCache, ImplementationsMatchTheReferenceAndWrongScalesAreCaught) {
           if (g == KvScales::block) faults.push_back(ScaleFault::block0);
           for (ScaleFault f : faults) {
             const Inputs wrong = with_fault(p, in, f);
-            EXPECT_FALSE(judge(p, reference_attention(p, wrong), out).pass) << name << " " << p.name() << " fault " << int(f);
+            EXPECT_FALSE(judge(p, reference_attention(p, wrong), out).pass)
+                << name << " " << p.name() << " fault " << int(f);
           }
         }
 }

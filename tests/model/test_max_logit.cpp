@@ -45,13 +45,16 @@ Inputs hand_inputs(const Problem& p) {
   return in;
 }
 
-const std::vector<double> kRows = {-kInf, 2 * std::tanh(0.5), 2 * std::tanh(1.0), -kInf, 2 * std::tanh(1.0), 2 * std::tanh(2.0)};
+const std::vector<double> kRows = {-kInf, 2 * std::tanh(0.5), 2 * std::tanh(1.0),
+                                   -kInf, 2 * std::tanh(1.0), 2 * std::tanh(2.0)};
 
 void expect_rows(const std::vector<double>& got, double tol) {
   ASSERT_EQ(got.size(), kRows.size());
   for (size_t n = 0; n < kRows.size(); ++n) {
-    if (std::isinf(kRows[n])) EXPECT_EQ(got[n], kRows[n]) << n;
-    else EXPECT_NEAR(got[n], kRows[n], tol) << n;
+    if (std::isinf(kRows[n]))
+      EXPECT_EQ(got[n], kRows[n]) << n;
+    else
+      EXPECT_NEAR(got[n], kRows[n], tol) << n;
   }
 }
 
@@ -83,8 +86,10 @@ TEST(MaxLogit, ImplementationsDeliverBothFormsAndPass) {
         ASSERT_EQ(got.size(), want.size()) << name;
         for (size_t n = 0; n < want.size(); ++n) {
           const double w = std::isinf(want[n]) && finite ? -1e9 : want[n];
-          if (std::isinf(w)) EXPECT_EQ(got[n], w) << name << " " << n;
-          else EXPECT_NEAR(got[n], w, 1e-6) << name << " " << n;
+          if (std::isinf(w))
+            EXPECT_EQ(got[n], w) << name << " " << n;
+          else
+            EXPECT_NEAR(got[n], w, 1e-6) << name << " " << n;
         }
         EXPECT_TRUE(judge(p, reference_attention(p, in), out).pass) << name;
       }
@@ -97,8 +102,8 @@ TEST(MaxLogit, TheWrongStageFailsOnMaxLogit) {
   const ReferenceResult r = reference_attention(p, in);
   Outputs out;
   ASSERT_TRUE(run_impl(*find_impl("cpu"), p, in, out).ok);
-  const std::vector<std::vector<double>> wrong = {{-kInf, 1, 2, -kInf, 2, 4},      // before the softcap
-                                                  {-kInf, 2, 4, -kInf, 4, 8}};     // unscaled dot products
+  const std::vector<std::vector<double>> wrong = {{-kInf, 1, 2, -kInf, 2, 4},   // before the softcap
+                                                  {-kInf, 2, 4, -kInf, 4, 8}};  // unscaled dot products
   for (const auto& w : wrong) {
     for (size_t n = 0; n < w.size(); ++n) out.max_logit->set_offset(static_cast<int64_t>(n), w[n]);
     const Verdict v = judge(p, r, out);
@@ -131,7 +136,8 @@ TEST(MaxLogit, CpuKernelsMatchTheReferenceAcrossFeatures) {
   c.Lq = 8, c.Lk = 20, c.causal = true, c.alignment = Alignment::bottom_right, c.max_logit = MaxLogitOut::rows;
   ps.push_back(c);
   Problem d;
-  d.B = 2, d.Lq = 3, d.Lk = 17, d.Dqk = d.Dv = 16, d.key_lengths = {17, 12}, d.causal = true, d.alignment = Alignment::bottom_right, d.page_size = 5;
+  d.B = 2, d.Lq = 3, d.Lk = 17, d.Dqk = d.Dv = 16, d.key_lengths = {17, 12}, d.causal = true,
+  d.alignment = Alignment::bottom_right, d.page_size = 5;
   d.num_pages = 10, d.block_table = {3, 7, 0, 9, 3, 1, 8, 5}, d.max_logit = MaxLogitOut::rows, d.softcap = 3;
   ps.push_back(d);
   for (const Problem& p : ps) {
@@ -180,8 +186,10 @@ TEST(MaxLogit, PluginsDeliverItThroughTheExtension) {
     const std::vector<double> want = form == MaxLogitOut::heads ? std::vector<double>{2 * std::tanh(2.0)} : kRows;
     ASSERT_EQ(got.size(), want.size());
     for (size_t n = 0; n < want.size(); ++n)
-      if (std::isinf(want[n])) EXPECT_EQ(got[n], want[n]) << n;
-      else EXPECT_NEAR(got[n], want[n], 1e-6) << n;
+      if (std::isinf(want[n]))
+        EXPECT_EQ(got[n], want[n]) << n;
+      else
+        EXPECT_NEAR(got[n], want[n], 1e-6) << n;
     EXPECT_TRUE(judge(p, r, out).pass);
     Outputs bad;
     ASSERT_TRUE(run_impl(*load_plugin(MAX_LOGIT_BUG_PLUGIN_PATH), p, in, bad).ok);

@@ -115,7 +115,8 @@ TEST(Mla, GeneratedAndStoredValuesAreTheLatentCachesFirstColumns) {
           ASSERT_TRUE(v == k || (std::isnan(v) && std::isnan(k))) << p.name();
         }
     // A fixture stores k alone and reads v back from it.
-    const std::string path = (std::filesystem::temp_directory_path() / ("attncheck_mla_" + std::to_string(paged) + ".h5")).string();
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("attncheck_mla_" + std::to_string(paged) + ".h5")).string();
     write_fixture(path, make_fixture(p.name(), p, in, Provenance{}));
     const Fixture f = read_fixture(path);
     EXPECT_EQ(f.inputs.v.bytes, in.v.bytes) << p.name();

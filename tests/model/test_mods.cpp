@@ -123,7 +123,8 @@ TEST(Mods, AlibiEqualsItsBiasTensorBitForBit) {
   for (Problem p : shapes()) {
     for (bool per_batch : {false, true}) {
       p.alibi_slopes.clear();
-      for (int64_t n = 0; n < (per_batch ? p.B : 1) * p.Hq; ++n) p.alibi_slopes.push_back(std::ldexp(1.0, -int(n) - 1) * 1.5);
+      for (int64_t n = 0; n < (per_batch ? p.B : 1) * p.Hq; ++n)
+        p.alibi_slopes.push_back(std::ldexp(1.0, -int(n) - 1) * 1.5);
       const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 3);
       Problem q = p;
       q.alibi_slopes.clear();
@@ -180,8 +181,10 @@ TEST(Mods, CpuImplsMatchReferenceOnEveryEntry) {
     p.alibi_slopes = d.alibi_slopes, p.t5_table = d.t5_table, p.t5_buckets = d.t5_buckets;
     p.doc_ids = d.doc_ids, p.chunk_size = d.chunk_size, p.prefix_lengths = d.prefix_lengths;
     p.dilated_window = d.dilated_window, p.dilation = d.dilation, p.rotary_dim = d.rotary_dim;
-    p.score_expr = d.score_expr, p.mask_expr = d.mask_expr, p.expr_tensors = d.expr_tensors, p.expr_values = d.expr_values;
-    p.topk = d.topk, p.topk_indices = d.topk_indices, p.q_norm_weight = d.q_norm_weight, p.k_norm_weight = d.k_norm_weight;
+    p.score_expr = d.score_expr, p.mask_expr = d.mask_expr, p.expr_tensors = d.expr_tensors,
+    p.expr_values = d.expr_values;
+    p.topk = d.topk, p.topk_indices = d.topk_indices, p.q_norm_weight = d.q_norm_weight,
+    p.k_norm_weight = d.k_norm_weight;
     EXPECT_FALSE(uses_modifications(p));
     return p;
   });
@@ -195,17 +198,36 @@ TEST(Mods, ValidationNamesTheField) {
     f(q);
     return validation_message(q);
   };
-  EXPECT_NE(msg([](Problem& q) { q.alibi_slopes = {1, 2}; }).find("alibi_slopes must have Hq=3 or B*Hq=6 entries, got 2"), std::string::npos);
-  EXPECT_NE(msg([](Problem& q) { q.alibi_slopes = {0.1, 1, 1}; }).find("alibi_slopes must be finite values exact in fp32"), std::string::npos);
-  EXPECT_NE(msg([](Problem& q) { q.doc_ids = {0, 1}; }).find("doc_ids must have B*Lk=20 entries, got 2"), std::string::npos);
-  EXPECT_NE(msg([](Problem& q) { q.prefix_lengths = {3, 11}; }).find("prefix_lengths must be in [0, Lk=10]"), std::string::npos);
+  EXPECT_NE(msg([](Problem& q) {
+              q.alibi_slopes = {1, 2};
+            }).find("alibi_slopes must have Hq=3 or B*Hq=6 entries, got 2"),
+            std::string::npos);
+  EXPECT_NE(msg([](Problem& q) {
+              q.alibi_slopes = {0.1, 1, 1};
+            }).find("alibi_slopes must be finite values exact in fp32"),
+            std::string::npos);
+  EXPECT_NE(msg([](Problem& q) {
+              q.doc_ids = {0, 1};
+            }).find("doc_ids must have B*Lk=20 entries, got 2"),
+            std::string::npos);
+  EXPECT_NE(msg([](Problem& q) {
+              q.prefix_lengths = {3, 11};
+            }).find("prefix_lengths must be in [0, Lk=10]"),
+            std::string::npos);
   EXPECT_NE(msg([](Problem& q) { q.chunk_size = -2; }).find("chunk_size must be in [0, 2^60]"), std::string::npos);
-  EXPECT_NE(msg([](Problem& q) { q.dilation = 2; }).find("dilation must be in [1, 2^30], and 1 without a dilated_window"), std::string::npos);
-  EXPECT_NE(msg([](Problem& q) { q.t5_buckets = 8; }).find("t5_table must have Hq*t5_buckets=24 entries, got 0"), std::string::npos);
-  EXPECT_NE(msg([](Problem& q) { q.t5_buckets = 8, q.t5_table.assign(24, 0.0), q.t5_max_distance = 2; })
-                .find("t5_max_distance must be > 2"), std::string::npos);
-  EXPECT_NE(msg([](Problem& q) { q.B = 1, q.chunk_size = 4, q.cu_seqlens_q = {0, 4}, q.cu_seqlens_k = {0, 10}; })
-                .find("chunk_size: modifications with packed sequences"), std::string::npos);
+  EXPECT_NE(
+      msg([](Problem& q) { q.dilation = 2; }).find("dilation must be in [1, 2^30], and 1 without a dilated_window"),
+      std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.t5_buckets = 8; }).find("t5_table must have Hq*t5_buckets=24 entries, got 0"),
+            std::string::npos);
+  EXPECT_NE(msg([](Problem& q) {
+              q.t5_buckets = 8, q.t5_table.assign(24, 0.0), q.t5_max_distance = 2;
+            }).find("t5_max_distance must be > 2"),
+            std::string::npos);
+  EXPECT_NE(msg([](Problem& q) {
+              q.B = 1, q.chunk_size = 4, q.cu_seqlens_q = {0, 4}, q.cu_seqlens_k = {0, 10};
+            }).find("chunk_size: modifications with packed sequences"),
+            std::string::npos);
   EXPECT_EQ(msg([](Problem& q) { q.chunk_size = 4, q.doc_ids.assign(20, 1); }), "accepted");
 }
 
@@ -241,7 +263,8 @@ TEST(ModsExpr, ExpressionsEqualTheLibraryEntriesBitForBit) {
     Problem lib = p, ex = p;
     for (int64_t h = 0; h < p.Hq; ++h) lib.alibi_slopes.push_back(std::ldexp(1.0, -int(h) - 1));
     ex.score_expr = "score - slopes[h] * abs(q_pos - kv_idx)";
-    ex.expr_tensors = "slopes[" + std::to_string(p.Hq) + "];doc[" + std::to_string(p.B) + "," + std::to_string(p.Lk) + "]";
+    ex.expr_tensors =
+        "slopes[" + std::to_string(p.Hq) + "];doc[" + std::to_string(p.B) + "," + std::to_string(p.Lk) + "]";
     ex.expr_values = lib.alibi_slopes;
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t j = 0; j < p.Lk; ++j) lib.doc_ids.push_back(j / 5 + b), ex.expr_values.push_back(double(j / 5 + b));
@@ -274,14 +297,20 @@ TEST(ModsExpr, ErrorsNameTheExpressionAndThePosition) {
   const std::string unknown = expr_error([](Problem& p) { p.score_expr = "score + slope * h"; });
   EXPECT_NE(unknown.find("Unexpected token \"slope\" found at position 8"), std::string::npos) << unknown;
   const std::string not_tensor = expr_error([](Problem& p) { p.score_expr = "score + slop[h]"; });
-  EXPECT_NE(not_tensor.find("'[' at position 12 follows 'slop', which is not an auxiliary tensor (declared in expr_tensors: slopes)"),
-            std::string::npos) << not_tensor;
+  EXPECT_NE(
+      not_tensor.find(
+          "'[' at position 12 follows 'slop', which is not an auxiliary tensor (declared in expr_tensors: slopes)"),
+      std::string::npos)
+      << not_tensor;
   const std::string no_score = expr_error([](Problem& p) { p.mask_expr = "score > 0"; });
-  EXPECT_NE(no_score.find("mask_expr 'score > 0': Unexpected token \"score\" found at position 0"), std::string::npos) << no_score;
+  EXPECT_NE(no_score.find("mask_expr 'score > 0': Unexpected token \"score\" found at position 0"), std::string::npos)
+      << no_score;
   const std::string range = expr_error([](Problem& p) { p.score_expr = "score + slopes[h + 1]"; });
-  EXPECT_NE(range.find("score_expr 'score + slopes[h + 1]' (slopes[ at position 8): index 3 of slopes (dimension 0) is not an "
-                       "integer in [0, 3) at b=0, h=2, q_idx=0, kv_idx=0"),
-            std::string::npos) << range;
+  EXPECT_NE(range.find(
+                "score_expr 'score + slopes[h + 1]' (slopes[ at position 8): index 3 of slopes (dimension 0) is not an "
+                "integer in [0, 3) at b=0, h=2, q_idx=0, kv_idx=0"),
+            std::string::npos)
+      << range;
   const std::string half = expr_error([](Problem& p) { p.mask_expr = "slopes[kv_idx / 4] > 0"; });
   EXPECT_NE(half.find("index 0.25 of slopes"), std::string::npos) << half;
   const std::string nan_mask = expr_error([](Problem& p) { p.mask_expr = "sqrt(kv_idx - 5)"; });
@@ -307,7 +336,9 @@ TEST(ModsExpr, NonFiniteScoreOnAVisibleKeyIsAnError) {
     (void)reference_attention(p, in);
     ADD_FAILURE() << "reference accepted a -inf score";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("score modification score_expr gives the non-finite score -inf"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("score modification score_expr gives the non-finite score -inf"),
+              std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("(score_expr 'score + log(abs(kv_idx - q_pos + 1))')"), std::string::npos)
         << e.what();
   }

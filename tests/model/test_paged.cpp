@@ -1,6 +1,7 @@
 // Paged KV cache (page_size, num_pages, block_table): the pages read back as the contiguous K/V they stand for,
 // unused slots are NaN, every implementation that declares it matches the reference, the property
-// paged_equals_contiguous holds for cpu and kills a kernel that ignores the block table, and validation names the field.
+// paged_equals_contiguous holds for cpu and kills a kernel that ignores the block table, and validation names the
+// field.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,7 +85,8 @@ TEST(Paged, ValidationNamesTheField) {
   const auto message = validation_message;
   Problem p = paged_problems()[0];
   p.block_table.pop_back();
-  EXPECT_NE(message(p).find("block_table must have B*ceil(Lk/page_size)=2*4 entries, got 7"), std::string::npos) << message(p);
+  EXPECT_NE(message(p).find("block_table must have B*ceil(Lk/page_size)=2*4 entries, got 7"), std::string::npos)
+      << message(p);
   p = paged_problems()[0];
   p.block_table[5] = 10;
   EXPECT_NE(message(p).find("block_table[1][1] must be a page in [0, num_pages=10), got 10"), std::string::npos)

@@ -38,7 +38,8 @@ std::vector<std::vector<int64_t>> qwen2vl_ids(int64_t Lk, int64_t text, int64_t 
   return s;
 }
 
-void set_mrope(Problem& p, const std::vector<int64_t>& section, const std::vector<std::vector<std::vector<int64_t>>>& per_batch) {
+void set_mrope(Problem& p, const std::vector<int64_t>& section,
+               const std::vector<std::vector<std::vector<int64_t>>>& per_batch) {
   p.rope_mrope_section = section;
   p.rope_position_ids.clear();
   for (size_t sec = 0; sec < section.size(); ++sec)
@@ -118,7 +119,8 @@ std::vector<Problem> position_problems() {
   }
   Problem both = varlen_problem(DType::f16);  // mRoPE ids over the packed keys, sliced per sequence
   both.rope_offsets.clear();
-  const auto a = qwen2vl_ids(7, 2, 2, 2), b = qwen2vl_ids(4, 4, 0, 0), c = qwen2vl_ids(9, 1, 3, 2), d = qwen2vl_ids(4, 0, 1, 4);
+  const auto a = qwen2vl_ids(7, 2, 2, 2), b = qwen2vl_ids(4, 4, 0, 0), c = qwen2vl_ids(9, 1, 3, 2),
+             d = qwen2vl_ids(4, 0, 1, 4);
   std::vector<std::vector<int64_t>> packed(3);
   for (size_t s = 0; s < 3; ++s)
     for (const auto* q : {&a, &b, &c, &d}) packed[s].insert(packed[s].end(), (*q)[s].begin(), (*q)[s].end());
@@ -155,7 +157,8 @@ TEST(VarlenRope, EachSequenceIsItsOwnProblemAtItsOffset) {
   const ReferenceResult packed = reference_attention(p, in);
   for (int64_t s = 0; s < p.sequences(); ++s) {
     const size_t u = static_cast<size_t>(s);
-    const int64_t q0 = p.cu_seqlens_q[u], lq = p.cu_seqlens_q[u + 1] - q0, lk = p.cu_seqlens_k[u + 1] - p.cu_seqlens_k[u];
+    const int64_t q0 = p.cu_seqlens_q[u], lq = p.cu_seqlens_q[u + 1] - q0,
+                  lk = p.cu_seqlens_k[u + 1] - p.cu_seqlens_k[u];
     if (lq == 0) continue;
     Problem one = p;
     one.cu_seqlens_q.clear(), one.cu_seqlens_k.clear();
@@ -164,7 +167,8 @@ TEST(VarlenRope, EachSequenceIsItsOwnProblemAtItsOffset) {
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < lq; ++i)
         for (int64_t d = 0; d < p.Dv; ++d)
-          EXPECT_NEAR(r.out[size_t(((h * lq) + i) * p.Dv + d)], packed.out[size_t(((h * p.Lq) + q0 + i) * p.Dv + d)], 1e-12)
+          EXPECT_NEAR(r.out[size_t(((h * lq) + i) * p.Dv + d)], packed.out[size_t(((h * p.Lq) + q0 + i) * p.Dv + d)],
+                      1e-12)
               << s << " " << h << " " << i << " " << d;
   }
 }
@@ -229,12 +233,14 @@ Inputs fp32_normed(const Problem& p, const Inputs& in, NormFault fault) {
   const float eps = static_cast<float>(p.qk_norm_eps);
   for (int which : {0, 1}) {
     Tensor& t = which == 0 ? out.q : out.k;
-    const std::vector<double>& w = (which == 0) != (fault == NormFault::weights_swapped) ? p.q_norm_weight : p.k_norm_weight;
+    const std::vector<double>& w =
+        (which == 0) != (fault == NormFault::weights_swapped) ? p.q_norm_weight : p.k_norm_weight;
     for (int64_t b = 0; b < t.shape[0]; ++b)
       for (int64_t h = 0; h < t.shape[1]; ++h)
         for (int64_t i = 0; i < t.shape[2]; ++i) {
           float ss = 0;
-          for (int64_t d = 0; d < p.Dqk; ++d) ss += static_cast<float>(t.at(b, h, i, d)) * static_cast<float>(t.at(b, h, i, d));
+          for (int64_t d = 0; d < p.Dqk; ++d)
+            ss += static_cast<float>(t.at(b, h, i, d)) * static_cast<float>(t.at(b, h, i, d));
           const float mean = ss / static_cast<float>(p.Dqk);
           const float r = fault == NormFault::eps_ignored        ? 1.0f / std::sqrt(mean)
                           : fault == NormFault::eps_outside_sqrt ? 1.0f / (std::sqrt(mean) + eps)
@@ -261,13 +267,15 @@ TEST(QkNorm, Fp32NormKernelPassesAndItsFaultsFail) {
     const ReferenceResult expected = reference_attention(p, in);
     Problem plain = p;
     plain.q_norm_weight.clear(), plain.k_norm_weight.clear();
-    for (NormFault f : {NormFault::none, NormFault::eps_ignored, NormFault::eps_outside_sqrt, NormFault::weights_swapped}) {
+    for (NormFault f :
+         {NormFault::none, NormFault::eps_ignored, NormFault::eps_outside_sqrt, NormFault::weights_swapped}) {
       Outputs o;
       ASSERT_TRUE(run_impl(*find_impl("cpu"), plain, fp32_normed(p, in, f), o).ok);
       const Verdict v = judge(p, expected, o);
       if (f == NormFault::none || (f == NormFault::weights_swapped && !uses_rope(p)))
         EXPECT_TRUE(v.pass) << p.name() << " fault " << int(f) << ": " << v.worst().describe();
-      else EXPECT_FALSE(v.pass) << p.name() << " fault " << int(f);
+      else
+        EXPECT_FALSE(v.pass) << p.name() << " fault " << int(f);
     }
     ++checked;
   }
@@ -298,25 +306,45 @@ TEST(Positions, ValidationNamesTheField) {
   EXPECT_EQ(msg(m, [](Problem&) {}), "accepted");
   EXPECT_EQ(msg(v, [](Problem&) {}), "accepted");
   EXPECT_EQ(msg(n, [](Problem&) {}), "accepted");
-  EXPECT_PRED2(has, msg(m, [](Problem& q) { q.rope_mrope_section = {2, 3, 2}; }),
+  EXPECT_PRED2(has,
+               msg(m,
+                   [](Problem& q) {
+                     q.rope_mrope_section = {2, 3, 2};
+                   }),
                "rope_mrope_section must sum to rotary_dim/2=8, got [2,3,2]");
   EXPECT_PRED2(has, msg(m, [](Problem& q) { q.rope_mrope_section = {1, 1, 1, 1, 1, 1, 1, 1, 0}; }),
                "rope_mrope_section must have 1 to 8 entries, each >= 0");
-  EXPECT_PRED2(has, msg(m, [](Problem& q) { q.rope_mrope_section = {4, 5, -1}; }), "rope_mrope_section must have 1 to 8 entries, each >= 0");
+  EXPECT_PRED2(has,
+               msg(m,
+                   [](Problem& q) {
+                     q.rope_mrope_section = {4, 5, -1};
+                   }),
+               "rope_mrope_section must have 1 to 8 entries, each >= 0");
   EXPECT_PRED2(has, msg(m, [](Problem& q) { q.rope_position_ids.pop_back(); }),
                "rope_position_ids must have sections*B*Lk=126 entries, got 125");
-  EXPECT_PRED2(has, msg(m, [](Problem& q) { q.rope_mrope_section.clear(); }), "rope_position_ids needs rope_mrope_section");
+  EXPECT_PRED2(has, msg(m, [](Problem& q) { q.rope_mrope_section.clear(); }),
+               "rope_position_ids needs rope_mrope_section");
   EXPECT_PRED2(has, msg(m, [](Problem& q) { q.rope_position_ids[3] = -1; }),
                "rope_position_ids: key 3 of batch 0 is at RoPE position -1, outside [0, 2^24]");
   EXPECT_PRED2(has, msg(m, [](Problem& q) { q.alignment = Alignment::explicit_, q.causal_offset = 19; }),
                "rope_position_ids: query 2 of batch 0 sits at key index 21, outside its keys [0, 21)");
   EXPECT_PRED2(has, msg(v, [](Problem& q) { q.rope_offsets = {1, 2}; }), "rope_offsets must have S=4 entries, got 2");
-  EXPECT_PRED2(has, msg(v, [](Problem& q) { q.rope_offsets = {0, 0, (int64_t{1} << 24) - 3, 0}; }),
+  EXPECT_PRED2(has,
+               msg(v,
+                   [](Problem& q) {
+                     q.rope_offsets = {0, 0, (int64_t{1} << 24) - 3, 0};
+                   }),
                "rope_offsets: query 3 of batch 0 is at RoPE position 16777217, outside [0, 2^24]");
-  EXPECT_PRED2(has, msg(v, [](Problem& q) { q.alibi_slopes = {0.5, 0.25, 0.125, 0.0625}; }),
+  EXPECT_PRED2(has,
+               msg(v,
+                   [](Problem& q) {
+                     q.alibi_slopes = {0.5, 0.25, 0.125, 0.0625};
+                   }),
                "alibi_slopes: modifications with packed sequences (cu_seqlens_q) are not modelled");
-  EXPECT_PRED2(has, msg(n, [](Problem& q) { q.q_norm_weight.pop_back(); }), "q_norm_weight must have Dqk=16 entries, got 15");
-  EXPECT_PRED2(has, msg(n, [](Problem& q) { q.k_norm_weight.clear(); }), "k_norm_weight must have Dqk=16 entries, got 0");
+  EXPECT_PRED2(has, msg(n, [](Problem& q) { q.q_norm_weight.pop_back(); }),
+               "q_norm_weight must have Dqk=16 entries, got 15");
+  EXPECT_PRED2(has, msg(n, [](Problem& q) { q.k_norm_weight.clear(); }),
+               "k_norm_weight must have Dqk=16 entries, got 0");
   EXPECT_PRED2(has, msg(n, [](Problem& q) { q.qk_norm_eps = 0; }), "qk_norm_eps must be finite and > 0");
   EXPECT_PRED2(has, msg(n, [](Problem& q) { q.k_norm_weight[2] = NAN; }), "k_norm_weight must be finite");
 }

@@ -89,7 +89,11 @@ TEST(Rope, ScalingsEqualTransformersFormulas) {
   // pairs up to 23 keep their frequency, from 40 on it is divided by 4, between a linear ramp; cos/sin x 1.1386.
   Problem y = p;
   y.rope_theta = 1e6, y.rope_yarn_factor = 4, y.rope_original_max = 32768;
-  const std::vector<double> yp = [&] { Problem q = y; q.rope_yarn_factor = 1; return rope_inv_freq(q); }();
+  const std::vector<double> yp = [&] {
+    Problem q = y;
+    q.rope_yarn_factor = 1;
+    return rope_inv_freq(q);
+  }();
   const std::vector<double> ys = rope_inv_freq(y);
   EXPECT_NEAR(128 * std::log(32768 / (32 * 2 * std::numbers::pi)) / (2 * std::log(1e6)), 23.59, 0.01);
   EXPECT_NEAR(128 * std::log(32768 / (1 * 2 * std::numbers::pi)) / (2 * std::log(1e6)), 39.65, 0.01);
@@ -200,17 +204,32 @@ TEST(Rope, ValidationNamesTheField) {
     f(q);
     return validation_message(q);
   };
-  EXPECT_NE(msg([](Problem& q) { q.rotary_dim = 5; }).find("rotary_dim must be even and in [0, Dqk]"), std::string::npos);
-  EXPECT_NE(msg([](Problem& q) { q.rotary_dim = 18; }).find("rotary_dim must be even and in [0, Dqk] (0 = off), got 18"), std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.rotary_dim = 5; }).find("rotary_dim must be even and in [0, Dqk]"),
+            std::string::npos);
+  EXPECT_NE(
+      msg([](Problem& q) { q.rotary_dim = 18; }).find("rotary_dim must be even and in [0, Dqk] (0 = off), got 18"),
+      std::string::npos);
   EXPECT_NE(msg([](Problem& q) { q.rope_theta = 0; }).find("rope_theta must be finite and > 0"), std::string::npos);
   EXPECT_NE(msg([](Problem& q) { q.rope_theta = -5; }).find("rope_theta must be finite and > 0"), std::string::npos);
-  EXPECT_NE(msg([](Problem& q) { q.rope_offsets = {1}; }).find("rope_offsets must have B=2 entries, got 1"), std::string::npos);
-  EXPECT_NE(msg([](Problem& q) { q.rope_offsets = {0, (int64_t{1} << 24) - 10}; }).find("rope_offsets: key 11 of batch 1 is at RoPE position 16777217"), std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.rope_offsets = {1}; }).find("rope_offsets must have B=2 entries, got 1"),
+            std::string::npos);
+  EXPECT_NE(msg([](Problem& q) {
+              q.rope_offsets = {0, (int64_t{1} << 24) - 10};
+            }).find("rope_offsets: key 11 of batch 1 is at RoPE position 16777217"),
+            std::string::npos);
   // Top-left alignment with more queries than keys and an explicit negative offset: a query before position 0.
-  EXPECT_NE(msg([](Problem& q) { q.alignment = Alignment::explicit_, q.causal_offset = -3; }).find("outside [0, 2^24]"), std::string::npos);
-  EXPECT_NE(msg([](Problem& q) { q.rope_linear_factor = 2, q.rope_yarn_factor = 2; }).find("at most one scaling"), std::string::npos);
-  EXPECT_NE(msg([](Problem& q) { q.rope_high_freq_factor = 0.5; }).find("rope_high_freq_factor must be finite and > rope_low_freq_factor"), std::string::npos);
-  EXPECT_EQ(msg([](Problem& q) { q.B = 1, q.cu_seqlens_q = {0, 9}, q.cu_seqlens_k = {0, 37}; }), "accepted");  // varlen: test_positions.cpp
+  EXPECT_NE(msg([](Problem& q) { q.alignment = Alignment::explicit_, q.causal_offset = -3; }).find("outside [0, 2^24]"),
+            std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.rope_linear_factor = 2, q.rope_yarn_factor = 2; }).find("at most one scaling"),
+            std::string::npos);
+  EXPECT_NE(msg([](Problem& q) {
+              q.rope_high_freq_factor = 0.5;
+            }).find("rope_high_freq_factor must be finite and > rope_low_freq_factor"),
+            std::string::npos);
+  EXPECT_EQ(msg([](Problem& q) {
+              q.B = 1, q.cu_seqlens_q = {0, 9}, q.cu_seqlens_k = {0, 37};
+            }),
+            "accepted");  // varlen: test_positions.cpp
   EXPECT_EQ(msg([](Problem& q) { q.rope_offsets = {0, 1 << 20}; }), "accepted");
 }
 
@@ -239,7 +258,8 @@ void kernel_rotate(int64_t r, double theta, int64_t pos, Angles a, float* x) {
     float t = static_cast<float>(pos) * inv;
     if (a == Angles::fp16) t = static_cast<float>(round_to(DType::f16, t));
     float c = std::cos(t), s = std::sin(t);
-    if (a == Angles::table_fp16) c = static_cast<float>(round_to(DType::f16, c)), s = static_cast<float>(round_to(DType::f16, s));
+    if (a == Angles::table_fp16)
+      c = static_cast<float>(round_to(DType::f16, c)), s = static_cast<float>(round_to(DType::f16, s));
     const float xa = x[f], xb = x[f + r / 2];
     x[f] = xa * c - xb * s;
     x[f + r / 2] = xb * c + xa * s;
@@ -265,7 +285,8 @@ class AngleKernel final : public Impl {
         for (int64_t h = 0; h < H; ++h)
           for (int64_t i = 0; i < L; ++i) {
             for (int64_t d = 0; d < p.Dqk; ++d) x[size_t(d)] = static_cast<float>(t.at(b, h, i, d));
-            const int64_t pos = which == 0 ? rope_position(p, b, i + p.diagonal_offset(b)) + shift_ : rope_position(p, b, i);
+            const int64_t pos =
+                which == 0 ? rope_position(p, b, i + p.diagonal_offset(b)) + shift_ : rope_position(p, b, i);
             kernel_rotate(p.rotary_dim, p.rope_theta, pos, a_, x.data());
             for (int64_t d = 0; d < p.Dqk; ++d) t.put(b, h, i, d, x[size_t(d)]);  // rounded to the dtype
           }
@@ -350,16 +371,18 @@ TEST(Rope, MeasuredFp32AngleErrorIsInsideItsBound) {
           qn += q[size_t(d)] * q[size_t(d)], kn += k[size_t(d)] * k[size_t(d)];
         }
         for (int f = 0; f < 64; ++f)
-          sens += inv[size_t(f)] * std::hypot(q[size_t(f)], q[size_t(f + 64)]) * std::hypot(k[size_t(f)], k[size_t(f + 64)]);
+          sens += inv[size_t(f)] * std::hypot(q[size_t(f)], q[size_t(f + 64)]) *
+                  std::hypot(k[size_t(f)], k[size_t(f + 64)]);
         const double bound = 5 * u * sens * double(pq + pk) + 14 * u * std::sqrt(qn * kn);
         worst = std::max(worst, std::abs(s32 - s64) / bound);
         worst_rel = std::max(worst_rel, std::abs(s32 - s64) / std::sqrt(qn * kn));
         off_by_one.push_back(std::abs(s1 - s64) / bound);
       }
       std::sort(off_by_one.begin(), off_by_one.end());
-      std::printf("rope fp32 angles theta=%g P=%lld: worst |err|/bound %.3f, worst |err|/(|q||k|) %.3g, "
-                  "one position off: median error/bound %.3g\n", theta, static_cast<long long>(P), worst, worst_rel,
-                  off_by_one[off_by_one.size() / 2]);
+      std::printf(
+          "rope fp32 angles theta=%g P=%lld: worst |err|/bound %.3f, worst |err|/(|q||k|) %.3g, "
+          "one position off: median error/bound %.3g\n",
+          theta, static_cast<long long>(P), worst, worst_rel, off_by_one[off_by_one.size() / 2]);
       EXPECT_LE(worst, 1.0) << "theta " << theta << " P " << P;
     }
 }

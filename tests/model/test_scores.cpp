@@ -28,8 +28,14 @@ Problem tiny(ScoresOut stage) {
   return p;
 }
 Inputs tiny_inputs(const Problem& p) {
-  Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), Tensor(DType::u8, {1, 1, 1, 3}),
-            Tensor(DType::f64, {1, 1, 1, 3}), {}, {}, {}};
+  Inputs in{make_qkv(p, 0),
+            make_qkv(p, 1),
+            make_qkv(p, 2),
+            Tensor(DType::u8, {1, 1, 1, 3}),
+            Tensor(DType::f64, {1, 1, 1, 3}),
+            {},
+            {},
+            {}};
   in.q.put(0, 0, 0, 0, 2.0);
   const double k[] = {1.0, -3.0, 40.0}, bias[] = {0.25, -1.0, 7.0};
   for (int64_t j = 0; j < 3; ++j) {
@@ -67,7 +73,8 @@ std::vector<Problem> cpu_problems() {
     v.push_back(p);
   };
   for (ScoresOut s : {ScoresOut::scaled, ScoresOut::capped, ScoresOut::masked}) {
-    make(DType::f32, 37, 150, s, [](Problem& p) { p.softcap = 5, p.causal = true, p.alignment = Alignment::bottom_right; });
+    make(DType::f32, 37, 150, s,
+         [](Problem& p) { p.softcap = 5, p.causal = true, p.alignment = Alignment::bottom_right; });
     make(DType::f64, 5, 40, s, [](Problem& p) {
       p.softcap = 3, p.bias_shape = std::array<int64_t, 4>{2, 1, 1, 40}, p.bias_dtype = DType::f64;
       p.key_lengths = {40, 0}, p.window_left = 4;

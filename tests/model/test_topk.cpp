@@ -28,7 +28,8 @@ Problem topk_problem(DType t, int64_t topk, int64_t pad, uint64_t seed) {
     for (int64_t i = 0; i < p.Lq; ++i) {
       std::vector<int64_t> keys(static_cast<size_t>(p.Lk - 1));
       std::iota(keys.begin(), keys.end(), 1);
-      for (int64_t j = static_cast<int64_t>(keys.size()) - 1; j > 0; --j) std::swap(keys[size_t(j)], keys[size_t(r.pick(0, j))]);
+      for (int64_t j = static_cast<int64_t>(keys.size()) - 1; j > 0; --j)
+        std::swap(keys[size_t(j)], keys[size_t(r.pick(0, j))]);
       for (int64_t s = 0; s < topk; ++s) p.topk_indices.push_back(s < topk - pad ? keys[size_t(s)] : -1);
     }
   return p;
@@ -91,18 +92,19 @@ TEST(TopK, ImplementationsMatchTheReferenceAndPaddingReadAsKeyZeroIsCaught) {
     return p;
   });
   // a kernel that reads the padding index -1 as key 0
-  const CpuMutant padding_as_zero("topk-padding", [](const Impl& cpu, const Problem& p, const Inputs& in, Outputs& out) {
-    // the rows never list key 0 (topk_problem): each padded row attends key 0 as well, the rest of its padding
-    // reading key 0 again
-    Problem q = p;
-    for (int64_t r = 0; r < p.B * p.Lq; ++r)
-      for (int64_t s = 0; s < p.topk; ++s)
-        if (q.topk_indices[size_t(r * p.topk + s)] == -1) {
-          q.topk_indices[size_t(r * p.topk + s)] = 0;
-          break;
-        }
-    cpu.run(q, in, out);
-  });
+  const CpuMutant padding_as_zero("topk-padding",
+                                  [](const Impl& cpu, const Problem& p, const Inputs& in, Outputs& out) {
+                                    // the rows never list key 0 (topk_problem): each padded row attends key 0 as well,
+                                    // the rest of its padding reading key 0 again
+                                    Problem q = p;
+                                    for (int64_t r = 0; r < p.B * p.Lq; ++r)
+                                      for (int64_t s = 0; s < p.topk; ++s)
+                                        if (q.topk_indices[size_t(r * p.topk + s)] == -1) {
+                                          q.topk_indices[size_t(r * p.topk + s)] = 0;
+                                          break;
+                                        }
+                                    cpu.run(q, in, out);
+                                  });
   for (const Problem& p : v) {
     const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 5);
     Outputs out;
@@ -116,17 +118,20 @@ TEST(TopK, MalformedListsAreRefusedNamingTheQueryAndSlot) {
   EXPECT_EQ(validation_message(p), "accepted");
   Problem q = p;
   q.topk_indices[size_t((1 * p.Lq + 2) * p.topk + 1)] = -1;  // batch 1, query 2: -1 in slot 1 before a key in slot 2
-  EXPECT_NE(validation_message(q).find("topk_indices[b=1, query 2, slot 1] is -1 (padding) before the key"), std::string::npos)
+  EXPECT_NE(validation_message(q).find("topk_indices[b=1, query 2, slot 1] is -1 (padding) before the key"),
+            std::string::npos)
       << validation_message(q);
   q = p, q.topk_indices[size_t(3 * p.topk + 0)] = 41;  // = Lk
-  EXPECT_NE(validation_message(q).find("topk_indices[b=0, query 3, slot 0] must be a key in [0, Lk=41)"), std::string::npos)
+  EXPECT_NE(validation_message(q).find("topk_indices[b=0, query 3, slot 0] must be a key in [0, Lk=41)"),
+            std::string::npos)
       << validation_message(q);
   q = p, q.topk_indices[size_t(4 * p.topk + 0)] = -7;
   EXPECT_NE(validation_message(q).find("query 4, slot 0"), std::string::npos) << validation_message(q);
   q = p, q.topk_indices[size_t(1)] = q.topk_indices[size_t(0)];
   EXPECT_NE(validation_message(q).find("repeats key"), std::string::npos) << validation_message(q);
   q = p, q.topk_indices.pop_back();
-  EXPECT_NE(validation_message(q).find("topk_indices must have B*Lq*topk=60 entries"), std::string::npos) << validation_message(q);
+  EXPECT_NE(validation_message(q).find("topk_indices must have B*Lq*topk=60 entries"), std::string::npos)
+      << validation_message(q);
   EXPECT_EQ(parse_name(p.name()).name(), p.name());
 }
 

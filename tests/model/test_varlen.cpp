@@ -29,7 +29,8 @@ std::vector<Problem> varlen_problems() {
     tweak(p);
     v.push_back(p);
   };
-  make(DType::f32, {0, 37, 37, 100}, {0, 150, 151, 220}, [](Problem& p) { p.causal = true, p.alignment = Alignment::bottom_right; });
+  make(DType::f32, {0, 37, 37, 100}, {0, 150, 151, 220},
+       [](Problem& p) { p.causal = true, p.alignment = Alignment::bottom_right; });
   make(DType::f64, {0, 5, 9, 12}, {0, 0, 40, 41}, [](Problem& p) { p.layout = Layout::BSHD, p.want_weights = true; });
   make(DType::bf16, {0, 1, 2, 3}, {0, 211, 300, 301}, [](Problem& p) { p.sinks = {0.5, 1, 2, -1}; });  // decode
   make(DType::f16, {0, 6, 13}, {0, 11, 17}, [](Problem& p) {
@@ -52,14 +53,17 @@ TEST(Varlen, ReferenceEqualsEachSequenceAlone) {
       for (int64_t h = 0; h < p.Hq; ++h)
         for (int64_t i = 0; i < a.p.Lq; ++i) {
           const size_t rp = static_cast<size_t>(h * p.Lq + q0 + i), rs = static_cast<size_t>(h * a.p.Lq + i);
-          EXPECT_NEAR(r.lse[rp], one.lse[rs], 1e-12 * (1 + std::abs(one.lse[rs]))) << p.name() << " h" << h << " i" << i;
+          EXPECT_NEAR(r.lse[rp], one.lse[rs], 1e-12 * (1 + std::abs(one.lse[rs])))
+              << p.name() << " h" << h << " i" << i;
           for (int64_t d = 0; d < p.Dv; ++d)
             EXPECT_NEAR(r.out[rp * 8 + static_cast<size_t>(d)], one.out[rs * 8 + static_cast<size_t>(d)], 1e-12)
                 << p.name();
           for (int64_t j = 0; j < p.Lk && p.want_weights; ++j) {
             const double w = r.weights[rp * static_cast<size_t>(p.Lk) + static_cast<size_t>(j)];
-            if (j < k0 || j >= k0 + a.p.Lk) EXPECT_EQ(w, 0.0) << "a key of another sequence has weight";
-            else EXPECT_NEAR(w, one.weights[rs * static_cast<size_t>(a.p.Lk) + static_cast<size_t>(j - k0)], 1e-14);
+            if (j < k0 || j >= k0 + a.p.Lk)
+              EXPECT_EQ(w, 0.0) << "a key of another sequence has weight";
+            else
+              EXPECT_NEAR(w, one.weights[rs * static_cast<size_t>(a.p.Lk) + static_cast<size_t>(j - k0)], 1e-14);
           }
         }
     }
@@ -78,8 +82,10 @@ TEST(Varlen, EmptySequencesWorkedByHand) {
     const ReferenceResult r = reference_attention(p, in);
     for (int i = 0; i < 2; ++i) {
       EXPECT_EQ(r.lse[static_cast<size_t>(i)], -kInf);
-      if (policy == FullyMasked::nan) EXPECT_TRUE(std::isnan(r.out[static_cast<size_t>(i)])) << i;
-      else EXPECT_EQ(r.out[static_cast<size_t>(i)], 0.0) << i;
+      if (policy == FullyMasked::nan)
+        EXPECT_TRUE(std::isnan(r.out[static_cast<size_t>(i)])) << i;
+      else
+        EXPECT_EQ(r.out[static_cast<size_t>(i)], 0.0) << i;
     }
     EXPECT_DOUBLE_EQ(r.out[2], 2.0);
     EXPECT_DOUBLE_EQ(r.lse[2], std::log(2.0));

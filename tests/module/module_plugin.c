@@ -24,7 +24,10 @@
 #define MODULE_NAME "module-plugin"
 #endif
 
-typedef union { float f; uint32_t u; } bits32;
+typedef union {
+  float f;
+  uint32_t u;
+} bits32;
 
 static double f16_value(uint16_t h) {
   const int e = (h >> 10) & 31, m = h & 1023;
@@ -137,8 +140,8 @@ static int visible(const attncheck_problem* a, int64_t b, int64_t h, int64_t i, 
   if (a->window_left >= 0 && j < diag - a->window_left) return 0;
   if (a->window_right >= 0 && j > diag + a->window_right) return 0;
   if (a->key_lengths && j >= a->key_lengths[b]) return 0;
-  if (a->mask && !a->mask[b * a->mask_strides[0] + h * a->mask_strides[1] + i * a->mask_strides[2] +
-                          j * a->mask_strides[3]])
+  if (a->mask &&
+      !a->mask[b * a->mask_strides[0] + h * a->mask_strides[1] + i * a->mask_strides[2] + j * a->mask_strides[3]])
     return 0;
   return 1;
 }
@@ -163,10 +166,10 @@ static int32_t module_run(const attncheck_module_problem* m, char* err, size_t n
   const attncheck_problem* a = m->attn;
   const int64_t B = a->B, Hq = a->Hq, Lq = a->Lq, Lk = a->Lk, Dqk = a->Dqk, Dv = a->Dv, G = a->Hq / a->Hkv;
   const int64_t HD = Hq * Dv;
-  double *q = malloc(sizeof(double) * (size_t)(B * Hq * Lq * Dqk));
-  double *k = malloc(sizeof(double) * (size_t)(B * a->Hkv * Lk * Dqk));
-  double *v = malloc(sizeof(double) * (size_t)(B * a->Hkv * Lk * Dv));
-  double *merged = calloc((size_t)(B * Lq * HD), sizeof(double));
+  double* q = malloc(sizeof(double) * (size_t)(B * Hq * Lq * Dqk));
+  double* k = malloc(sizeof(double) * (size_t)(B * a->Hkv * Lk * Dqk));
+  double* v = malloc(sizeof(double) * (size_t)(B * a->Hkv * Lk * Dv));
+  double* merged = calloc((size_t)(B * Lq * HD), sizeof(double));
   double *p = malloc(sizeof(double) * (size_t)Lk), *wsum = calloc((size_t)(B * Lq * Lk), sizeof(double));
   int64_t b, h, i, j, d, c;
   if (!q || !k || !v || !merged || !p || !wsum) {
@@ -188,19 +191,25 @@ static int32_t module_run(const attncheck_module_problem* m, char* err, size_t n
           s *= a->scale;
           if (a->softcap > 0) s = a->softcap * tanh(s / a->softcap);
           if (a->bias)
-            s += load(a->bias, a->bias_dtype, b * a->bias_strides[0] + h * a->bias_strides[1] +
-                                                  i * a->bias_strides[2] + j * a->bias_strides[3]);
+            s +=
+                load(a->bias, a->bias_dtype,
+                     b * a->bias_strides[0] + h * a->bias_strides[1] + i * a->bias_strides[2] + j * a->bias_strides[3]);
           p[j] = visible(a, b, h, i, j) ? s : -INFINITY;
           if (p[j] > mx) mx = p[j];
         }
         for (j = 0; j < Lk; ++j) total += p[j] = mx == -INFINITY ? 0.0 : exp(p[j] - mx);
         for (j = 0; j < Lk; ++j) {
-          if (total > 0) p[j] /= total;
-          else if (a->fully_masked == ATTNCHECK_FULLY_MASKED_UNIFORM) p[j] = 1.0 / (double)Lk;
-          else p[j] = a->fully_masked == ATTNCHECK_FULLY_MASKED_NAN ? NAN : 0.0;
+          if (total > 0)
+            p[j] /= total;
+          else if (a->fully_masked == ATTNCHECK_FULLY_MASKED_UNIFORM)
+            p[j] = 1.0 / (double)Lk;
+          else
+            p[j] = a->fully_masked == ATTNCHECK_FULLY_MASKED_NAN ? NAN : 0.0;
           if (m->weights && !m->average_weights)
-            store(m->weights, a->stat_dtype, b * m->weights_strides[0] + h * m->weights_strides[1] +
-                                                 i * m->weights_strides[2] + j * m->weights_strides[3], p[j]);
+            store(m->weights, a->stat_dtype,
+                  b * m->weights_strides[0] + h * m->weights_strides[1] + i * m->weights_strides[2] +
+                      j * m->weights_strides[3],
+                  p[j]);
           wsum[(b * Lq + i) * Lk + j] += p[j] / (double)Hq;
           if (a->dropout_p > 0) /* the weights output is before dropout; the output after it */
             p[j] = a->keep[b * a->keep_strides[0] + h * a->keep_strides[1] + i * a->keep_strides[2] +
@@ -222,8 +231,9 @@ static int32_t module_run(const attncheck_module_problem* m, char* err, size_t n
     for (b = 0; b < B; ++b)
       for (i = 0; i < Lq; ++i)
         for (j = 0; j < Lk; ++j)
-          store(m->weights, a->stat_dtype, b * m->weights_strides[0] + i * m->weights_strides[2] +
-                                               j * m->weights_strides[3], wsum[(b * Lq + i) * Lk + j]);
+          store(m->weights, a->stat_dtype,
+                b * m->weights_strides[0] + i * m->weights_strides[2] + j * m->weights_strides[3],
+                wsum[(b * Lq + i) * Lk + j]);
   for (b = 0; b < B; ++b)
     for (i = 0; i < Lq; ++i)
       for (c = 0; c < m->d_out; ++c) {
@@ -265,15 +275,24 @@ static int32_t no_attention(const attncheck_problem* p, char* err, size_t n) {
 
 static const char* const module_features[] = {"module", NULL};
 
-static const attncheck_plugin module_vtable = {
-    ATTNCHECK_PLUGIN_ABI_VERSION, MODULE_NAME, "attention module in C99 double (tests/module/module_plugin.c)",
-    module_capabilities, NULL, module_only, no_attention,
-    sizeof(attncheck_plugin), module_features, NULL,
-    NULL, NULL, /* no merge */
+static const attncheck_plugin module_vtable = {ATTNCHECK_PLUGIN_ABI_VERSION,
+                                               MODULE_NAME,
+                                               "attention module in C99 double (tests/module/module_plugin.c)",
+                                               module_capabilities,
+                                               NULL,
+                                               module_only,
+                                               no_attention,
+                                               sizeof(attncheck_plugin),
+                                               module_features,
+                                               NULL,
+                                               NULL,
+                                               NULL, /* no merge */
 #ifdef MODULE_NO_ENTRY
-    module_supports, NULL};
+                                               module_supports,
+                                               NULL};
 #else
-    module_supports, module_run};
+                                               module_supports,
+                                               module_run};
 #endif
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry(void) { return &module_vtable; }

@@ -51,13 +51,16 @@ void check_all(const ModuleProblem& m, uint64_t seed) {
   double gmax = 0;
   for (double v : g.dx) gmax = std::max(gmax, std::fabs(v));
   EXPECT_GT(gmax, 1e-3);  // not a vacuous all-zero gradient
-  check_tensor(m, in, [](ModuleInputs& i) -> Tensor& { return i.x; }, g.dx, dy, "dx");
-  check_tensor(m, in, [](ModuleInputs& i) -> Tensor& { return i.wo; }, g.dwo, dy, "dwo");
+  check_tensor(
+      m, in, [](ModuleInputs& i) -> Tensor& { return i.x; }, g.dx, dy, "dx");
+  check_tensor(
+      m, in, [](ModuleInputs& i) -> Tensor& { return i.wo; }, g.dwo, dy, "dwo");
   using M = std::optional<Tensor> ModuleInputs::*;
   const std::tuple<M, const std::vector<double>*, const char*> opts[] = {
-      {&ModuleInputs::x2, &g.dx2, "dx2"},   {&ModuleInputs::wq, &g.dwq, "dwq"},   {&ModuleInputs::wk, &g.dwk, "dwk"},
-      {&ModuleInputs::wv, &g.dwv, "dwv"},   {&ModuleInputs::bq, &g.dbq, "dbq"},   {&ModuleInputs::bk, &g.dbk, "dbk"},
-      {&ModuleInputs::bv, &g.dbv, "dbv"},   {&ModuleInputs::wqkv, &g.dwqkv, "dwqkv"},
+      {&ModuleInputs::x2, &g.dx2, "dx2"},       {&ModuleInputs::wq, &g.dwq, "dwq"},
+      {&ModuleInputs::wk, &g.dwk, "dwk"},       {&ModuleInputs::wv, &g.dwv, "dwv"},
+      {&ModuleInputs::bq, &g.dbq, "dbq"},       {&ModuleInputs::bk, &g.dbk, "dbk"},
+      {&ModuleInputs::bv, &g.dbv, "dbv"},       {&ModuleInputs::wqkv, &g.dwqkv, "dwqkv"},
       {&ModuleInputs::bqkv, &g.dbqkv, "dbqkv"}, {&ModuleInputs::bo, &g.dbo, "dbo"}};
   int present = 0;
   for (const auto& [member, grad, name] : opts) {
@@ -67,10 +70,13 @@ void check_all(const ModuleProblem& m, uint64_t seed) {
     }
     ++present;
     const M mem = member;
-    check_tensor(m, in, [mem](ModuleInputs& i) -> Tensor& { return *(i.*mem); }, *grad, dy, name);
+    check_tensor(
+        m, in, [mem](ModuleInputs& i) -> Tensor& { return *(i.*mem); }, *grad, dy, name);
   }
   EXPECT_GE(present, 2);
-  if (in.bias) check_tensor(m, in, [](ModuleInputs& i) -> Tensor& { return *i.bias; }, g.dbias, dy, "dbias");
+  if (in.bias)
+    check_tensor(
+        m, in, [](ModuleInputs& i) -> Tensor& { return *i.bias; }, g.dbias, dy, "dbias");
   EXPECT_EQ(g.dbias.empty(), !in.bias);
 }
 

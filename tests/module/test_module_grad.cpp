@@ -54,7 +54,12 @@ TEST(ModuleGrad, CpuEntriesPassEveryCaseWithinTheDerivedBound) {
       }
       const ModuleGradients tol = module_grad_tolerance(f.problem, f.inputs, f.dy->to_double());
       const Verdict v = module_check::judge_backward(f, tol, g);
-      EXPECT_TRUE(v.pass) << impl << " " << f.name << [&] { std::string s; for (const auto& t : v.tensors) if (!t.pass) s += "\n  " + t.describe(); return s; }();
+      EXPECT_TRUE(v.pass) << impl << " " << f.name << [&] {
+        std::string s;
+        for (const auto& t : v.tensors)
+          if (!t.pass) s += "\n  " + t.describe();
+        return s;
+      }();
       passed += v.pass;
       double& w = worst[f.problem.attn.dtype];
       w = std::max(w, worst_ratio(f, tol, g));

@@ -32,7 +32,8 @@ ModuleProblem small(DType t, int64_t Hq, int64_t Hkv, Packing pk, bool bias) {
 // The rows of `w` [rows, in] in the order `order` (a list of source rows).
 Tensor rows(const Tensor& w, const std::vector<int64_t>& order) {
   const int64_t in = w.rank() == 2 ? w.shape[1] : 1;
-  Tensor r(w.dtype, w.rank() == 2 ? std::vector<int64_t>{int64_t(order.size()), in} : std::vector<int64_t>{int64_t(order.size())});
+  Tensor r(w.dtype, w.rank() == 2 ? std::vector<int64_t>{int64_t(order.size()), in}
+                                  : std::vector<int64_t>{int64_t(order.size())});
   for (size_t o = 0; o < order.size(); ++o)
     for (int64_t e = 0; e < in; ++e) r.set_offset(int64_t(o) * in + e, w.get_offset(order[o] * in + e));
   return r;
@@ -83,8 +84,8 @@ TEST(ModuleProblem, PackedAndInterleavedRowOrdersByHand) {
   };
   copy(*si.wq, *si.bq, 0), copy(*si.wk, *si.bk, 8), copy(*si.wv, *si.bv, 12);
   const std::vector<int64_t> packed = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17};
-  const std::vector<int64_t> inter = {0, 1, 2, 3, 8, 9, 12, 13, 14,      // KV head 0: q0 q1 | k0 | v0
-                                      4, 5, 6, 7, 10, 11, 15, 16, 17};   // KV head 1: q2 q3 | k1 | v1
+  const std::vector<int64_t> inter = {0, 1, 2, 3, 8,  9,  12, 13, 14,   // KV head 0: q0 q1 | k0 | v0
+                                      4, 5, 6, 7, 10, 11, 15, 16, 17};  // KV head 1: q2 q3 | k1 | v1
   const ModuleResult want = reference_module(sep, si);
   for (auto [pk, order] : {std::pair{Packing::packed, packed}, std::pair{Packing::interleaved, inter}}) {
     ModuleProblem m = sep;

@@ -35,7 +35,13 @@ Inputs random_inputs(const Problem& p, uint64_t seed) {
 
 Problem base() {
   Problem p;
-  p.B = 2; p.Hq = 4; p.Hkv = 2; p.Lq = 7; p.Lk = 13; p.Dqk = 9; p.Dv = 5;
+  p.B = 2;
+  p.Hq = 4;
+  p.Hkv = 2;
+  p.Lq = 7;
+  p.Lk = 13;
+  p.Dqk = 9;
+  p.Dv = 5;
   p.want_lse = p.want_weights = true;
   return p;
 }
@@ -73,13 +79,33 @@ TEST(Plugin, PassesTheReferenceOnSupportedCases) {
   p.dtype = DType::f32;
   std::vector<Problem> cases;
   cases.push_back(p);
-  Problem c = p; c.layout = Layout::BSHD; c.causal = true; c.alignment = Alignment::bottom_right; cases.push_back(c);
-  c = p; c.causal = true; c.alignment = Alignment::explicit_; c.causal_offsets = {3, -2}; cases.push_back(c);
-  c = p; c.key_lengths = {13, 4}; c.window_left = 3; c.window_right = 1; c.softcap = 2.0; cases.push_back(c);
-  c = p; c.mask_shape = std::array<int64_t, 4>{2, 1, 7, 13}; c.scale = -0.7; cases.push_back(c);
+  Problem c = p;
+  c.layout = Layout::BSHD;
+  c.causal = true;
+  c.alignment = Alignment::bottom_right;
+  cases.push_back(c);
+  c = p;
+  c.causal = true;
+  c.alignment = Alignment::explicit_;
+  c.causal_offsets = {3, -2};
+  cases.push_back(c);
+  c = p;
+  c.key_lengths = {13, 4};
+  c.window_left = 3;
+  c.window_right = 1;
+  c.softcap = 2.0;
+  cases.push_back(c);
+  c = p;
+  c.mask_shape = std::array<int64_t, 4>{2, 1, 7, 13};
+  c.scale = -0.7;
+  cases.push_back(c);
   // Fully-masked rows: key length 0 in batch 1, both policies the plugin declares.
-  c = p; c.key_lengths = {5, 0}; c.fully_masked = FullyMasked::nan; cases.push_back(c);
-  c.fully_masked = FullyMasked::zero; cases.push_back(c);
+  c = p;
+  c.key_lengths = {5, 0};
+  c.fully_masked = FullyMasked::nan;
+  cases.push_back(c);
+  c.fully_masked = FullyMasked::zero;
+  cases.push_back(c);
   uint64_t seed = 1;
   for (const Problem& q : cases) {
     const Verdict v = judge_case(*impl, q, seed++);

@@ -69,7 +69,8 @@ Outputs emulate(const Problem& p, const Inputs& in, const PrecisionContract& c, 
               if (w == 0) continue;  // masked (its V slot may hold poison)
               const double pj = pr == PRound::unnormalised ? w / wmax : w;
               l += pj;
-              acc += round_fmt(c.pv_operands, pj) * p.descale_v * x.v.at(b, h / group, j, d);  // fp8: value = descale * code
+              acc += round_fmt(c.pv_operands, pj) * p.descale_v *
+                     x.v.at(b, h / group, j, d);  // fp8: value = descale * code
             }
             o_d = acc / l;
           }
@@ -157,8 +158,14 @@ TEST(ContractNoise, SubnormalPTermCountsOnlyKeysFarBelowTheMax) {
   p.Dqk = 16;
   p.Dv = 4;
   p.dtype = DType::f16;
-  Inputs in{Tensor(DType::f16, {1, 1, p.Lq, p.Dqk}), Tensor(DType::f16, {1, 1, p.Lk, p.Dqk}),
-            Tensor(DType::f16, {1, 1, p.Lk, p.Dv}), {}, {}, {}, {}, {}};
+  Inputs in{Tensor(DType::f16, {1, 1, p.Lq, p.Dqk}),
+            Tensor(DType::f16, {1, 1, p.Lk, p.Dqk}),
+            Tensor(DType::f16, {1, 1, p.Lk, p.Dv}),
+            {},
+            {},
+            {},
+            {},
+            {}};
   prop::SeededChooser r(5);
   for (Tensor* t : {&in.q, &in.k, &in.v})
     for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, round_to(DType::f16, prop::normal(r)));
@@ -187,8 +194,14 @@ TEST(ContractNoise, RoundedQueryOnKeysWithACommonOffsetPasses) {
     p.Dv = 16;
     p.dtype = DType::f32;
     p.want_lse = true;
-    Inputs in{Tensor(DType::f32, {1, 1, p.Lq, p.Dqk}), Tensor(DType::f32, {1, 1, lk, p.Dqk}),
-              Tensor(DType::f32, {1, 1, lk, p.Dv}), {}, {}, {}, {}, {}};
+    Inputs in{Tensor(DType::f32, {1, 1, p.Lq, p.Dqk}),
+              Tensor(DType::f32, {1, 1, lk, p.Dqk}),
+              Tensor(DType::f32, {1, 1, lk, p.Dv}),
+              {},
+              {},
+              {},
+              {},
+              {}};
     prop::SeededChooser r(lk);
     std::vector<double> mu(size_t(p.Dqk));
     for (double& x : mu) x = 2.0 * prop::normal(r);

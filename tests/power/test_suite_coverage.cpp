@@ -37,7 +37,8 @@ std::map<std::string, std::set<std::string>> features(const CaseSpec& c) {
   const ReferenceResult r = reference_attention(p, gen::generate_inputs(p, c.distribution, c.seed));
   const double fill_lse = p.fill == MaskFill::finite ? p.fill_value + std::log(static_cast<double>(p.Lk)) : -INFINITY;
   for (double l : r.lse)
-    if (l == fill_lse || std::abs(l - fill_lse) <= 1e-12 * std::abs(fill_lse)) f["policy"] = {to_string(p.fully_masked)};
+    if (l == fill_lse || std::abs(l - fill_lse) <= 1e-12 * std::abs(fill_lse))
+      f["policy"] = {to_string(p.fully_masked)};
   return f;
 }
 

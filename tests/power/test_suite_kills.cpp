@@ -34,8 +34,10 @@ TEST(SuiteKills, EveryMutantFailsAGoldenFixtureAndNoCorrectVariantDoes) {
     }
     std::cout << "[kills] " << m.impl->name() << (m.correct ? " (correct)" : "") << ": fails " << failed << " of "
               << ran << " fixtures\n";
-    if (m.correct) EXPECT_EQ(failed, 0) << m.impl->name();
-    else EXPECT_GT(failed, 0) << m.impl->name() << " survives the golden suite";
+    if (m.correct)
+      EXPECT_EQ(failed, 0) << m.impl->name();
+    else
+      EXPECT_GT(failed, 0) << m.impl->name() << " survives the golden suite";
   }
 }
 

@@ -32,7 +32,7 @@ TEST(ToleranceV2, Fp16WeightsThatAreTheExactRoundingPassAndAreNotAcceptedAsFp32)
   Tensor w16(DType::f16, {1, 1, p.Lq, p.Lk}), w32(DType::f32, {1, 1, p.Lq, p.Lk});
   for (int64_t n = 0; n < w16.numel(); ++n) {
     w16.set_offset(n, r.weights[static_cast<size_t>(n)]);  // the exact answer rounded to fp16
-    w32.set_offset(n, w16.get_offset(n));                   // the same values, delivered as fp32
+    w32.set_offset(n, w16.get_offset(n));                  // the same values, delivered as fp32
   }
   o.weights = w16;
   const Verdict v16 = judge(p, r, o);
@@ -134,10 +134,13 @@ TEST(PowerGrid, NoFalseAlarmAndTheGrossFaultsAreCaughtEverywhereAt1kKeys) {
       continue;
     }
     // Faults whose effect is far above rounding in every dtype: each must fail in every configuration.
-    for (const char* gross : {"skip-tile", "drop-max-key", "scale-dv", "missed-rescale", "lse-plus-log2", "lse-base2",
-                              "fp16-scores", "bf16-pv-acc", "tf32", "alibi-sign", "alibi-slope-head", "alibi-ignored",
-                              "document-off-by-one", "chunk-off-by-one", "block-partial-as-full", "descale-ignored", "descale-wrong-group",
-                              "mla-v-stride", "mla-v-columns", "mla-scale-dim"})
+    for (const char* gross : {"skip-tile",           "drop-max-key",        "scale-dv",
+                              "missed-rescale",      "lse-plus-log2",       "lse-base2",
+                              "fp16-scores",         "bf16-pv-acc",         "tf32",
+                              "alibi-sign",          "alibi-slope-head",    "alibi-ignored",
+                              "document-off-by-one", "chunk-off-by-one",    "block-partial-as-full",
+                              "descale-ignored",     "descale-wrong-group", "mla-v-stride",
+                              "mla-v-columns",       "mla-scale-dim"})
       if (c.variant == gross && c.applicable) {
         EXPECT_GT(c.ratio, 1.0) << c.variant << " " << to_string(c.dtype) << " " << power::to_string(c.logits);
       }

@@ -69,7 +69,8 @@ TEST_P(Suite, Holds) {
   for (const auto& [dt, ratio] : r.max_ratio_by_dtype) std::cout << " " << dt << " " << ratio;
   std::cout << "\n";
   for (const auto& [why, n] : r.reasons) std::cout << "  unsupported x" << n << ": " << why << "\n";
-  for (const auto& [what, n] : r.removed) std::cout << "  feature not supported, removed x" << n << ": " << what << "\n";
+  for (const auto& [what, n] : r.removed)
+    std::cout << "  feature not supported, removed x" << n << ": " << what << "\n";
   if (r.failed)
     FAIL() << "property '" << prop.name << "' (" << prop.what << ") fails on " << impl->name() << "\n"
            << "shrunk case: " << r.message << "\n"

@@ -30,7 +30,9 @@ void expect_problem_invalid(const std::function<void(Problem&)>& edit, std::init
   expect_invalid([&] { validate(p); }, needles);
 }
 
-Inputs inputs_for(const Problem& p) { return Inputs{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}}; }
+Inputs inputs_for(const Problem& p) {
+  return Inputs{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
+}
 
 void expect_inputs_invalid(const Problem& p, const std::function<void(Inputs&)>& edit,
                            std::initializer_list<std::string> needles) {
@@ -47,8 +49,8 @@ TEST(Validation, BaseProblemAndInputsAreValid) {
 }
 
 TEST(Validation, ExtentsMustBePositive) {
-  int64_t Problem::*fields[] = {&Problem::B, &Problem::Hq, &Problem::Hkv, &Problem::Lq, &Problem::Lk,
-                                &Problem::Dqk, &Problem::Dv};
+  int64_t Problem::*fields[] = {&Problem::B,  &Problem::Hq,  &Problem::Hkv, &Problem::Lq,
+                                &Problem::Lk, &Problem::Dqk, &Problem::Dv};
   const char* names[] = {"B", "Hq", "Hkv", "Lq", "Lk", "Dqk", "Dv"};
   for (int f = 0; f < 7; ++f) {
     expect_problem_invalid([&](Problem& p) { p.*fields[f] = 0; }, {std::string(names[f]) + " must be >= 1", "got 0"});
@@ -80,35 +82,57 @@ TEST(Validation, KeyLengthsMustBeWithinLk) {
 }
 
 TEST(Validation, PerBatchOffsetsNeedExplicitAlignment) {
-  expect_problem_invalid([](Problem& p) { p.causal = true, p.causal_offsets = {1, 2}; },
-                         {"causal_offsets", "alignment=top_left"});
   expect_problem_invalid(
-      [](Problem& p) { p.alignment = Alignment::bottom_right, p.causal_offsets = {1, 2}; },
+      [](Problem& p) {
+        p.causal = true, p.causal_offsets = {1, 2};
+      },
+      {"causal_offsets", "alignment=top_left"});
+  expect_problem_invalid(
+      [](Problem& p) {
+        p.alignment = Alignment::bottom_right, p.causal_offsets = {1, 2};
+      },
       {"causal_offsets", "alignment=bottom_right"});
 }
 
 TEST(Validation, PerBatchOffsetsNeedOnePerBatch) {
-  expect_problem_invalid([](Problem& p) { p.alignment = Alignment::explicit_, p.causal_offsets = {1, 2, 3}; },
-                         {"causal_offsets", "B=2", "got 3"});
+  expect_problem_invalid(
+      [](Problem& p) {
+        p.alignment = Alignment::explicit_, p.causal_offsets = {1, 2, 3};
+      },
+      {"causal_offsets", "B=2", "got 3"});
 }
 
 TEST(Validation, MaskShapeMustBroadcast) {
-  expect_problem_invalid([](Problem& p) { p.mask_shape = std::array<int64_t, 4>{1, 1, 2, 5}; },
-                         {"mask", "[1,1,2,5]", "(Lq) is 2", "expected 1 or 3"});
-  expect_problem_invalid([](Problem& p) { p.mask_shape = std::array<int64_t, 4>{2, 2, 1, 1}; },
-                         {"mask", "(Hq) is 2", "expected 1 or 4"});
+  expect_problem_invalid(
+      [](Problem& p) {
+        p.mask_shape = std::array<int64_t, 4>{1, 1, 2, 5};
+      },
+      {"mask", "[1,1,2,5]", "(Lq) is 2", "expected 1 or 3"});
+  expect_problem_invalid(
+      [](Problem& p) {
+        p.mask_shape = std::array<int64_t, 4>{2, 2, 1, 1};
+      },
+      {"mask", "(Hq) is 2", "expected 1 or 4"});
 }
 
 TEST(Validation, BiasShapeMustBroadcast) {
-  expect_problem_invalid([](Problem& p) { p.bias_shape = std::array<int64_t, 4>{3, 1, 1, 5}; },
-                         {"bias", "[3,1,1,5]", "(B) is 3", "expected 1 or 2"});
-  expect_problem_invalid([](Problem& p) { p.bias_shape = std::array<int64_t, 4>{1, 1, 1, 0}; },
-                         {"bias", "(Lk) is 0", "expected 1 or 5"});
+  expect_problem_invalid(
+      [](Problem& p) {
+        p.bias_shape = std::array<int64_t, 4>{3, 1, 1, 5};
+      },
+      {"bias", "[3,1,1,5]", "(B) is 3", "expected 1 or 2"});
+  expect_problem_invalid(
+      [](Problem& p) {
+        p.bias_shape = std::array<int64_t, 4>{1, 1, 1, 0};
+      },
+      {"bias", "(Lk) is 0", "expected 1 or 5"});
 }
 
 TEST(Validation, BiasDtypeMustBeFloating) {
   expect_problem_invalid(
-      [](Problem& p) { p.bias_shape = std::array<int64_t, 4>{1, 1, 1, 1}, p.bias_dtype = DType::u8; },
+      [](Problem& p) {
+        p.bias_shape = std::array<int64_t, 4>{1, 1, 1, 1}, p.bias_dtype = DType::u8;
+      },
       {"bias_dtype", "u8"});
 }
 
@@ -141,9 +165,15 @@ TEST(Validation, QkvDtypeMustMatchProblem) {
 }
 
 TEST(Validation, QkvShapeMustMatchProblem) {
-  expect_inputs_invalid(base(), [](Inputs& in) { in.k = Tensor(DType::f32, {2, 4, 5, 4}); },
+  expect_inputs_invalid(base(),
+                        [](Inputs& in) {
+                          in.k = Tensor(DType::f32, {2, 4, 5, 4});
+                        },
                         {"k shape", "[2,2,5,4]", "[2,4,5,4]"});
-  expect_inputs_invalid(base(), [](Inputs& in) { in.v = Tensor(DType::f32, {2, 2, 5, 4}); },
+  expect_inputs_invalid(base(),
+                        [](Inputs& in) {
+                          in.v = Tensor(DType::f32, {2, 2, 5, 4});
+                        },
                         {"v shape", "[2,2,5,6]", "[2,2,5,4]"});
 }
 
@@ -162,15 +192,25 @@ TEST(Validation, MaskPresenceMustMatchProblem) {
   Problem p = base();
   p.mask_shape = std::array<int64_t, 4>{1, 1, 1, 5};
   expect_inputs_invalid(p, [](Inputs&) {}, {"mask", "declares", "have none"});
-  expect_inputs_invalid(base(), [](Inputs& in) { in.mask = Tensor(DType::u8, {1, 1, 1, 5}); },
+  expect_inputs_invalid(base(),
+                        [](Inputs& in) {
+                          in.mask = Tensor(DType::u8, {1, 1, 1, 5});
+                        },
                         {"mask", "does not declare", "have one"});
 }
 
 TEST(Validation, MaskTensorMustMatchDeclaredShapeAndBeU8) {
   Problem p = base();
   p.mask_shape = std::array<int64_t, 4>{1, 1, 1, 5};
-  expect_inputs_invalid(p, [](Inputs& in) { in.mask = Tensor(DType::f32, {1, 1, 1, 5}); }, {"mask dtype", "u8", "fp32"});
-  expect_inputs_invalid(p, [](Inputs& in) { in.mask = Tensor(DType::u8, {1, 1, 3, 5}); },
+  expect_inputs_invalid(p,
+                        [](Inputs& in) {
+                          in.mask = Tensor(DType::f32, {1, 1, 1, 5});
+                        },
+                        {"mask dtype", "u8", "fp32"});
+  expect_inputs_invalid(p,
+                        [](Inputs& in) {
+                          in.mask = Tensor(DType::u8, {1, 1, 3, 5});
+                        },
                         {"mask shape", "[1,1,1,5]", "[1,1,3,5]"});
 }
 
@@ -178,7 +218,10 @@ TEST(Validation, BiasPresenceMustMatchProblem) {
   Problem p = base();
   p.bias_shape = std::array<int64_t, 4>{1, 1, 1, 5};
   expect_inputs_invalid(p, [](Inputs&) {}, {"bias", "declares", "have none"});
-  expect_inputs_invalid(base(), [](Inputs& in) { in.bias = Tensor(DType::f32, {1, 1, 1, 5}); },
+  expect_inputs_invalid(base(),
+                        [](Inputs& in) {
+                          in.bias = Tensor(DType::f32, {1, 1, 1, 5});
+                        },
                         {"bias", "does not declare", "have one"});
 }
 
@@ -186,8 +229,15 @@ TEST(Validation, BiasTensorMustMatchDeclaredShapeAndDtype) {
   Problem p = base();
   p.bias_shape = std::array<int64_t, 4>{2, 1, 1, 5};
   p.bias_dtype = DType::bf16;
-  expect_inputs_invalid(p, [](Inputs& in) { in.bias = Tensor(DType::f32, {2, 1, 1, 5}); }, {"bias dtype", "bf16", "fp32"});
-  expect_inputs_invalid(p, [](Inputs& in) { in.bias = Tensor(DType::bf16, {1, 1, 1, 5}); },
+  expect_inputs_invalid(p,
+                        [](Inputs& in) {
+                          in.bias = Tensor(DType::f32, {2, 1, 1, 5});
+                        },
+                        {"bias dtype", "bf16", "fp32"});
+  expect_inputs_invalid(p,
+                        [](Inputs& in) {
+                          in.bias = Tensor(DType::bf16, {1, 1, 1, 5});
+                        },
                         {"bias shape", "[2,1,1,5]", "[1,1,1,5]"});
 }
 
@@ -195,14 +245,20 @@ TEST(Validation, KeepMaskPresentExactlyWithDropout) {
   Problem p = base();
   p.dropout_p = 0.5;
   expect_inputs_invalid(p, [](Inputs&) {}, {"keep", "dropout_p=0.5", "no keep-mask"});
-  expect_inputs_invalid(base(), [](Inputs& in) { in.keep = Tensor(DType::u8, {2, 4, 3, 5}); },
+  expect_inputs_invalid(base(),
+                        [](Inputs& in) {
+                          in.keep = Tensor(DType::u8, {2, 4, 3, 5});
+                        },
                         {"keep", "dropout_p=0.0", "have a keep-mask"});
 }
 
 TEST(Validation, KeepMaskMustBeFullU8) {
   Problem p = base();
   p.dropout_p = 0.5;
-  expect_inputs_invalid(p, [](Inputs& in) { in.keep = Tensor(DType::u8, {2, 1, 3, 5}); },
+  expect_inputs_invalid(p,
+                        [](Inputs& in) {
+                          in.keep = Tensor(DType::u8, {2, 1, 3, 5});
+                        },
                         {"keep shape", "[2,4,3,5]", "[2,1,3,5]"});
   expect_inputs_invalid(p, [](Inputs& in) { in.keep = Tensor(DType::f32, {2, 4, 3, 5}); }, {"keep dtype", "u8"});
 }
@@ -241,8 +297,11 @@ TEST(Validation, OffsetsAndWindowsMustBeWithinTwoToTheSixty) {
   expect_problem_invalid([&](Problem& p) { p.window_left = max; }, {"window_left", std::to_string(max)});
   expect_problem_invalid([&](Problem& p) { p.alignment = Alignment::explicit_, p.causal_offset = max; },
                          {"causal_offset", std::to_string(max)});
-  expect_problem_invalid([&](Problem& p) { p.alignment = Alignment::explicit_, p.causal_offsets = {0, min}; },
-                         {"causal_offsets[1]", std::to_string(min)});
+  expect_problem_invalid(
+      [&](Problem& p) {
+        p.alignment = Alignment::explicit_, p.causal_offsets = {0, min};
+      },
+      {"causal_offsets[1]", std::to_string(min)});
   Problem ok = base();  // a bound far beyond any sequence still means "unbounded" and is accepted
   ok.window_left = ok.window_right = int64_t{1} << 60;
   ok.alignment = Alignment::explicit_, ok.causal_offset = -(int64_t{1} << 60);
@@ -250,8 +309,11 @@ TEST(Validation, OffsetsAndWindowsMustBeWithinTwoToTheSixty) {
 }
 
 TEST(Validation, TensorRejectsOverflowingShapeAndBadStorageOrder) {
-  expect_invalid([] { Tensor t(DType::f32, {int64_t{1} << 30, int64_t{1} << 30, int64_t{1} << 30}); },
-                 {"tensor shape", "[1073741824,1073741824,1073741824]", "fp32", "2^63 bytes"});
+  expect_invalid(
+      [] {
+        Tensor t(DType::f32, {int64_t{1} << 30, int64_t{1} << 30, int64_t{1} << 30});
+      },
+      {"tensor shape", "[1073741824,1073741824,1073741824]", "fp32", "2^63 bytes"});
   expect_invalid([] { Tensor t(DType::f32, {2, 3}, {0, 5}); }, {"storage_order", "permutation", "[0,5]"});
   expect_invalid([] { Tensor t(DType::f32, {2, 3}, {1, 1}); }, {"storage_order", "[1,1]"});
   expect_invalid([] { Tensor t(DType::f32, {2, 3, 4}, {1, 0}); }, {"storage_order", "[2,3,4]", "[1,0]"});

@@ -37,8 +37,10 @@ ReferenceResult run(bool causal) {
 
 void expect_row(const ReferenceResult& r, int row, const std::vector<double>& want) {
   for (int j = 0; j < 6; ++j) {
-    EXPECT_NEAR(r.weights[static_cast<size_t>(row * 6 + j)], want[static_cast<size_t>(j)], 5e-5) << "row " << row << " key " << j;
-    EXPECT_EQ(r.out[static_cast<size_t>(row * 6 + j)], r.weights[static_cast<size_t>(row * 6 + j)]) << "V = I: out == weights";
+    EXPECT_NEAR(r.weights[static_cast<size_t>(row * 6 + j)], want[static_cast<size_t>(j)], 5e-5)
+        << "row " << row << " key " << j;
+    EXPECT_EQ(r.out[static_cast<size_t>(row * 6 + j)], r.weights[static_cast<size_t>(row * 6 + j)])
+        << "V = I: out == weights";
   }
 }
 }  // namespace

@@ -40,7 +40,8 @@ static int32_t drift_capabilities(attncheck_capabilities* c, char* err, size_t e
   memset(c, 0, sizeof *c);
   c->dtypes = 1u << ATTNCHECK_DTYPE_F32;
   c->layouts = (1u << ATTNCHECK_LAYOUT_BHSD) | (1u << ATTNCHECK_LAYOUT_BSHD);
-  c->alignments = (1u << ATTNCHECK_ALIGN_TOP_LEFT) | (1u << ATTNCHECK_ALIGN_BOTTOM_RIGHT) | (1u << ATTNCHECK_ALIGN_EXPLICIT);
+  c->alignments =
+      (1u << ATTNCHECK_ALIGN_TOP_LEFT) | (1u << ATTNCHECK_ALIGN_BOTTOM_RIGHT) | (1u << ATTNCHECK_ALIGN_EXPLICIT);
   c->fully_masked = (1u << ATTNCHECK_FULLY_MASKED_NAN) | (1u << ATTNCHECK_FULLY_MASKED_ZERO);
   c->gqa = c->cross = c->dqk_ne_dv = c->causal = c->per_batch_offsets = c->key_padding = c->bool_mask = c->window = 1;
 #ifdef DRIFT_NO_CAUSAL
@@ -66,7 +67,8 @@ static int visible(const attncheck_problem* p, int64_t b, int64_t h, int64_t i, 
   if (p->key_lengths && j >= p->key_lengths[b]) return 0;
   if (p->window_left >= 0 && j < diag - p->window_left) return 0;
   if (p->window_right >= 0 && j > diag + p->window_right) return 0;
-  if (p->mask && !p->mask[b * p->mask_strides[0] + h * p->mask_strides[1] + i * p->mask_strides[2] + j * p->mask_strides[3]])
+  if (p->mask &&
+      !p->mask[b * p->mask_strides[0] + h * p->mask_strides[1] + i * p->mask_strides[2] + j * p->mask_strides[3]])
     return 0;
   return 1;
 }
@@ -76,7 +78,10 @@ static acc_t exp_of(acc_t x) {
   /* An exp good to 20 significant bits, as approximate exp units deliver: expf rounded to nearest at 20 bits, so
    * every result is off by up to 8 ulps (4 on average) where expf stays within 1. (A degree-4 polynomial with errors
    * up to 22 ulps fails plain verify; a 2-ulp one is not detectable.) */
-  union { float f; uint32_t u; } b;
+  union {
+    float f;
+    uint32_t u;
+  } b;
   b.f = expf((float)x);
   b.u = (b.u + 0x8u) & ~0xFu;
   return b.f;
@@ -90,7 +95,10 @@ static acc_t exp_of(acc_t x) {
 static acc_t reciprocal(acc_t s) {
   acc_t r = (acc_t)1 / s;
 #ifdef DRIFT_RCP_BITS
-  union { float f; uint32_t u; } b;
+  union {
+    float f;
+    uint32_t u;
+  } b;
   b.f = (float)r;
   b.u &= ~((1u << DRIFT_RCP_BITS) - 1u);
   r = b.f;
@@ -145,7 +153,8 @@ static int32_t drift_run(const attncheck_problem* p, char* err, size_t err_size)
           if (!visible(p, b, h, i, j)) continue;
           acc_t dot = 0;
           for (int64_t d = 0; d < p->Dqk; ++d)
-            dot += (acc_t)q[b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]] * (acc_t)k[b * ks[0] + kh * ks[1] + j * ks[2] + d * ks[3]];
+            dot += (acc_t)q[b * qs[0] + h * qs[1] + i * qs[2] + d * qs[3]] *
+                   (acc_t)k[b * ks[0] + kh * ks[1] + j * ks[2] + d * ks[3]];
           score[j] = dot * (acc_t)p->scale;
           idx[n++] = j;
         }
@@ -153,7 +162,8 @@ static int32_t drift_run(const attncheck_problem* p, char* err, size_t err_size)
         if (n == 0) { /* fully masked row: the problem's policy */
           const float fill = p->fully_masked == ATTNCHECK_FULLY_MASKED_NAN ? NAN : 0.0f;
           for (int64_t d = 0; d < p->Dv; ++d) out[b * os[0] + h * os[1] + i * os[2] + d * os[3]] = fill;
-          if (p->lse) ((float*)p->lse)[b * p->lse_strides[0] + h * p->lse_strides[1] + i * p->lse_strides[2]] = -INFINITY;
+          if (p->lse)
+            ((float*)p->lse)[b * p->lse_strides[0] + h * p->lse_strides[1] + i * p->lse_strides[2]] = -INFINITY;
           if (p->weights)
             for (int64_t j = 0; j < p->Lk; ++j)
               ((float*)p->weights)[b * p->weights_strides[0] + h * p->weights_strides[1] + i * p->weights_strides[2] +
@@ -166,18 +176,24 @@ static int32_t drift_run(const attncheck_problem* p, char* err, size_t err_size)
         const int64_t nc = splits < 64 ? splits : 64, per = (n + nc - 1) / nc;
         for (int64_t c = 0; c < nc; ++c) {
           cm[c] = -INFINITY;
-          for (int64_t t = c * per; t < n && t < (c + 1) * per; ++t) cm[c] = score[idx[t]] > cm[c] ? score[idx[t]] : cm[c];
+          for (int64_t t = c * per; t < n && t < (c + 1) * per; ++t)
+            cm[c] = score[idx[t]] > cm[c] ? score[idx[t]] : cm[c];
           if (cm[c] > m) m = cm[c];
         }
         for (int64_t c = 0; c < nc; ++c) {
           const int64_t t0 = c * per, t1 = (c + 1) * per < n ? (c + 1) * per : n;
-          if (t0 >= t1) { cscale[c] = 0; continue; }
+          if (t0 >= t1) {
+            cscale[c] = 0;
+            continue;
+          }
           for (int64_t t = t0; t < t1; ++t) term[idx[t]] = exp_of(score[idx[t]] - cm[c]);
           cscale[c] = exp_of(cm[c] - m);
           sum += sum_of(term, idx + t0, t1 - t0) * cscale[c];
         }
         const acc_t r = reciprocal(sum);
-        if (p->lse) ((float*)p->lse)[b * p->lse_strides[0] + h * p->lse_strides[1] + i * p->lse_strides[2]] = to_out(m + (acc_t)log((double)sum));
+        if (p->lse)
+          ((float*)p->lse)[b * p->lse_strides[0] + h * p->lse_strides[1] + i * p->lse_strides[2]] =
+              to_out(m + (acc_t)log((double)sum));
         if (p->weights) {
           float* w = (float*)p->weights;
           const int64_t* ws = p->weights_strides;
@@ -211,9 +227,19 @@ static int32_t drift_declarations(attncheck_declarations* d, char* err, size_t e
 
 static const char* const drift_features[] = {NULL};
 
-static const attncheck_plugin drift_vtable = {
-    ATTNCHECK_PLUGIN_ABI_VERSION, DRIFT_NAME, "regression test kernel (tests/regression/drift_kernel.c)",
-    drift_capabilities, NULL, drift_supports, drift_run, sizeof(attncheck_plugin), drift_features, drift_declarations,
-    NULL, NULL, NULL, NULL};
+static const attncheck_plugin drift_vtable = {ATTNCHECK_PLUGIN_ABI_VERSION,
+                                              DRIFT_NAME,
+                                              "regression test kernel (tests/regression/drift_kernel.c)",
+                                              drift_capabilities,
+                                              NULL,
+                                              drift_supports,
+                                              drift_run,
+                                              sizeof(attncheck_plugin),
+                                              drift_features,
+                                              drift_declarations,
+                                              NULL,
+                                              NULL,
+                                              NULL,
+                                              NULL};
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry(void) { return &drift_vtable; }

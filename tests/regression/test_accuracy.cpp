@@ -61,7 +61,7 @@ TEST(Profile, TruncationIsHalfAnUlpTowardZeroAndRoundingIsUnbiased) {
   EXPECT_NEAR(t.bias_mag_ulp, -0.5, 0.02);
   EXPECT_NEAR(t.bias_ulp, 0.0, 0.05);  // signed values: truncation cancels in the plain mean, hence bias_mag_ulp
   EXPECT_EQ(r.ulp_hist[0] + r.ulp_hist[1], r.n);  // rounding to nearest: every error within half an ulp
-  EXPECT_GT(t.ulp_hist[2], t.n / 3);               // truncation: many between half and one ulp
+  EXPECT_GT(t.ulp_hist[2], t.n / 3);              // truncation: many between half and one ulp
   // A correctly rounded fp32 result is consistent with about 24-25 bits, truncation with one bit less.
   EXPECT_GT(*r.effective_bits, 24.0);
   EXPECT_LT(*r.effective_bits, 26.0);
@@ -135,8 +135,10 @@ TEST(Report, VerifyWritesTheProfileUnderSchema2) {
 TEST(Report, PropertyWritesTheProfileOfEachProperty) {
   const auto dir = test::scratch("accuracy_property_report");
   const std::string rep = (dir / "p.json").string();
-  const auto r = test::run("property --impl cpu --property agreement --property causality --cases 12 --no-fixture "
-                           "--report " + rep);
+  const auto r = test::run(
+      "property --impl cpu --property agreement --property causality --cases 12 --no-fixture "
+      "--report " +
+      rep);
   ASSERT_EQ(r.rc, 0) << r.out;
   std::ifstream f(rep);
   const auto j = nlohmann::json::parse(f);

@@ -46,10 +46,19 @@ const GroupDrift* group(const Comparison& c, const std::string& feature) {
 TEST(Compare, CaseChanges) {
   // g: outside a finite-required contract now, which verify does not count as a failure: the case is lost to the
   // judging, not failed.
-  Report before = report({pass("a", 1e-7), pass("b", 1e-7), {"c", "k", "unsupported", "fp32", {}, {}}, pass("d", 1e-7),
-                          {"e", "k", "fail", "fp32", {}, {}}, pass("f", 1e-7), pass("g", 1e-7)});
-  Report now = report({{"a", "k", "fail", "fp32", {}, {}}, {"b", "k", "unsupported", "fp32", {}, {}}, pass("c", 1e-7),
-                       pass("e", 1e-7), pass("f", 1e-7), {"g", "k", "finite-required", "fp32", {}, {}}});  // d missing
+  Report before = report({pass("a", 1e-7),
+                          pass("b", 1e-7),
+                          {"c", "k", "unsupported", "fp32", {}, {}},
+                          pass("d", 1e-7),
+                          {"e", "k", "fail", "fp32", {}, {}},
+                          pass("f", 1e-7),
+                          pass("g", 1e-7)});
+  Report now = report({{"a", "k", "fail", "fp32", {}, {}},
+                       {"b", "k", "unsupported", "fp32", {}, {}},
+                       pass("c", 1e-7),
+                       pass("e", 1e-7),
+                       pass("f", 1e-7),
+                       {"g", "k", "finite-required", "fp32", {}, {}}});  // d missing
   const Comparison c = compare_reports(before, now, {});
   std::map<std::string, std::string> kind;
   for (const auto& ch : c.changes) kind[ch.fixture] = ch.kind;

@@ -36,7 +36,8 @@ const Series& series() {
     ::unsetenv("GITHUB_STEP_SUMMARY");  // the planted regressions stay out of a CI job's summary
     Series x;
     x.dir = test::scratch("history");
-    const std::string v = "verify --impl drift-wide --fixtures " + std::string(GOLDEN_DIR) + "/cases --filter 'fp32/*' ";
+    const std::string v =
+        "verify --impl drift-wide --fixtures " + std::string(GOLDEN_DIR) + "/cases --filter 'fp32/*' ";
     x.r1 = (x.dir / "r1.json").string(), x.r2 = (x.dir / "r2.json").string(), x.r3 = (x.dir / "r3.json").string();
     EXPECT_EQ(test::run(v + "--plugin " DRIFT_WIDE " --report " + x.r1).rc, 0);
     EXPECT_EQ(test::run(v + "--plugin " DRIFT_WIDE_FP32 " --report " + x.r2).rc, 0);
@@ -49,8 +50,8 @@ const Series& series() {
 TEST(Summary, MarkdownAndJUnitForRegressions) {
   const Series& s = series();
   const fs::path md = s.dir / "s.md", xml = s.dir / "j.xml", gh = s.dir / "gh.md";
-  auto r = test::run_shell("GITHUB_STEP_SUMMARY=" + gh.string() + " " + ATTNCHECK_EXE + " compare-reports " + s.r1 + " " +
-                           s.r2 + " --summary " + md.string() + " --junit " + xml.string());
+  auto r = test::run_shell("GITHUB_STEP_SUMMARY=" + gh.string() + " " + ATTNCHECK_EXE + " compare-reports " + s.r1 +
+                           " " + s.r2 + " --summary " + md.string() + " --junit " + xml.string());
   ASSERT_EQ(r.rc, 1) << r.out;
   const std::string m = slurp(md);
   EXPECT_NE(m.find("### attncheck: "), std::string::npos) << m;
@@ -58,9 +59,11 @@ TEST(Summary, MarkdownAndJUnitForRegressions) {
   EXPECT_NE(m.find(":x: less accurate"), std::string::npos) << m;
   EXPECT_NE(slurp(gh).find(m), std::string::npos);  // the same text appended to the step summary
   const std::string j = slurp(xml);
-  EXPECT_NE(j.find("name=\"accuracy drift-wide fp32 all out\">\n      <failure type=\"accuracy\""), std::string::npos) << j;
+  EXPECT_NE(j.find("name=\"accuracy drift-wide fp32 all out\">\n      <failure type=\"accuracy\""), std::string::npos)
+      << j;
   // The lost feature: one :x: row and one JUnit failure per causal case (counted from the reports).
-  r = test::run(std::string("compare-reports ") + s.r2 + " " + s.r1 + " --summary " + md.string() + " --junit " + xml.string());
+  r = test::run(std::string("compare-reports ") + s.r2 + " " + s.r1 + " --summary " + md.string() + " --junit " +
+                xml.string());
   EXPECT_EQ(r.rc, 0) << r.out;  // r1 is more accurate than r2: an improvement, never a failure
   EXPECT_NE(slurp(md).find("more accurate"), std::string::npos);
   r = test::run(std::string("compare-reports ") + s.r1 + " " + s.r3 + " --min-cases 1000 --summary " + md.string() +
@@ -72,7 +75,8 @@ TEST(Summary, MarkdownAndJUnitForRegressions) {
   for (const auto& c : j1["cases"])
     if (c["status"] == "pass" || c["status"] == "fail") judged.insert(c["fixture"].get<std::string>());
   int lost = 0;
-  for (const auto& c : j3["cases"]) lost += c["status"] == "unsupported" && judged.count(c["fixture"].get<std::string>());
+  for (const auto& c : j3["cases"])
+    lost += c["status"] == "unsupported" && judged.count(c["fixture"].get<std::string>());
   ASSERT_GT(lost, 0);
   const std::string mj = slurp(md), jj = slurp(xml);
   size_t n_md = 0, n_xml = 0;
@@ -86,8 +90,8 @@ TEST(Summary, AcceptBaselineMakesTheRunTheBaseline) {
   const Series& s = series();
   const fs::path base = s.dir / "accepted.json";
   fs::copy_file(s.r1, base, fs::copy_options::overwrite_existing);
-  const std::string v = "verify --impl drift-wide --fixtures " + std::string(GOLDEN_DIR) + "/cases --filter 'fp32/*' --plugin " +
-                        DRIFT_WIDE_FP32 + " --baseline " + base.string();
+  const std::string v = "verify --impl drift-wide --fixtures " + std::string(GOLDEN_DIR) +
+                        "/cases --filter 'fp32/*' --plugin " + DRIFT_WIDE_FP32 + " --baseline " + base.string();
   EXPECT_EQ(test::run(v).rc, 1);
   const auto r = test::run(v + " --accept-baseline");
   EXPECT_EQ(r.rc, 0) << r.out;

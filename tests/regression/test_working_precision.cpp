@@ -42,7 +42,8 @@ Outputs attention_in(const prop::Case& c) {
       for (int64_t j = 0; j < p.Lk; ++j) {
         T dot = 0;
         for (int64_t d = 0; d < p.Dqk; ++d)
-          dot += static_cast<T>(c.in.q.get_offset((h * p.Lq + i) * p.Dqk + d)) * static_cast<T>(c.in.k.get_offset(j * p.Dqk + d));
+          dot += static_cast<T>(c.in.q.get_offset((h * p.Lq + i) * p.Dqk + d)) *
+                 static_cast<T>(c.in.k.get_offset(j * p.Dqk + d));
         s[static_cast<size_t>(j)] = dot * static_cast<T>(p.effective_scale());
         m = std::max(m, s[static_cast<size_t>(j)]);
       }
@@ -50,7 +51,8 @@ Outputs attention_in(const prop::Case& c) {
       o.lse->set_offset(h * p.Lq + i, static_cast<double>(m + std::log(sum)));
       for (int64_t d = 0; d < p.Dv; ++d) {
         T acc = 0;
-        for (int64_t j = 0; j < p.Lk; ++j) acc += s[static_cast<size_t>(j)] * static_cast<T>(c.in.v.get_offset(j * p.Dv + d));
+        for (int64_t j = 0; j < p.Lk; ++j)
+          acc += s[static_cast<size_t>(j)] * static_cast<T>(c.in.v.get_offset(j * p.Dv + d));
         o.out.put(0, h, i, d, static_cast<double>(acc / sum));
       }
     }

@@ -31,7 +31,10 @@
 #define MERGE_NAME "merge-plugin"
 #endif
 
-typedef union { float f; uint32_t u; } bits32;
+typedef union {
+  float f;
+  uint32_t u;
+} bits32;
 
 static float f16_value(uint16_t h) {
   const int e = (h >> 10) & 31, m = h & 1023;
@@ -74,9 +77,12 @@ static float load_o(const attncheck_merge_problem* m, int64_t off) {
 }
 
 static void store_o(const attncheck_merge_problem* m, int64_t off, float x) {
-  if (m->dtype == ATTNCHECK_DTYPE_F16) ((uint16_t*)m->o_out)[off] = f16_bits(x);
-  else if (m->dtype == ATTNCHECK_DTYPE_BF16) ((uint16_t*)m->o_out)[off] = bf16_bits(x);
-  else ((float*)m->o_out)[off] = x;
+  if (m->dtype == ATTNCHECK_DTYPE_F16)
+    ((uint16_t*)m->o_out)[off] = f16_bits(x);
+  else if (m->dtype == ATTNCHECK_DTYPE_BF16)
+    ((uint16_t*)m->o_out)[off] = bf16_bits(x);
+  else
+    ((float*)m->o_out)[off] = x;
 }
 
 /* Offset of stat element (n, b, h, i) of an input, (b, h, i) of an output (n < 0). */
@@ -165,7 +171,8 @@ static int32_t merge_states(const attncheck_merge_problem* m, char* err, size_t 
 #ifdef MERGE_BUG_NAN
         any = 1; /* no special case for a row of empty states: 0/0 */
 #endif
-        if (norm) xo[stat_at(m, xo_s, -1, b, h, i)] = any ? X + lg(m, S) : sentinel;
+        if (norm)
+          xo[stat_at(m, xo_s, -1, b, h, i)] = any ? X + lg(m, S) : sentinel;
         else {
           xo[stat_at(m, xo_s, -1, b, h, i)] = any ? X : sentinel;
           m->sum_out[stat_at(m, m->sum_out_strides, -1, b, h, i)] = any ? S : 0.0f;
@@ -208,14 +215,26 @@ static int32_t no_attention(const attncheck_problem* p, char* err, size_t err_si
 
 static const char* const merge_features[] = {"merge", NULL};
 
-static const attncheck_plugin merge_vtable = {
-    ATTNCHECK_PLUGIN_ABI_VERSION, MERGE_NAME, "fp32 merge of attention states (tests/states/merge_plugin.c)",
-    merge_capabilities, NULL, merge_only, no_attention,
-    sizeof(attncheck_plugin), merge_features, NULL,
+static const attncheck_plugin merge_vtable = {ATTNCHECK_PLUGIN_ABI_VERSION,
+                                              MERGE_NAME,
+                                              "fp32 merge of attention states (tests/states/merge_plugin.c)",
+                                              merge_capabilities,
+                                              NULL,
+                                              merge_only,
+                                              no_attention,
+                                              sizeof(attncheck_plugin),
+                                              merge_features,
+                                              NULL,
 #ifdef MERGE_NO_ENTRY
-    NULL, NULL, NULL, NULL};
+                                              NULL,
+                                              NULL,
+                                              NULL,
+                                              NULL};
 #else
-    NULL, merge_states, NULL, NULL};
+                                              NULL,
+                                              merge_states,
+                                              NULL,
+                                              NULL};
 #endif
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin* attncheck_plugin_entry(void) { return &merge_vtable; }

@@ -32,7 +32,8 @@ std::vector<Problem> cases() {
   ps.push_back(prefill);
   Problem padded;  // key padding and a window, fp16, softcapped
   padded.B = 2, padded.Hq = 2, padded.Hkv = 1, padded.Lq = 5, padded.Lk = 400, padded.Dqk = padded.Dv = 16;
-  padded.dtype = DType::f16, padded.key_lengths = {400, 150}, padded.causal = true, padded.alignment = Alignment::bottom_right;
+  padded.dtype = DType::f16, padded.key_lengths = {400, 150}, padded.causal = true,
+  padded.alignment = Alignment::bottom_right;
   padded.window_left = 200, padded.softcap = 30;
   ps.push_back(padded);
   return ps;

@@ -44,7 +44,8 @@ TEST(StateFixtures, CoverEveryHostileCase) {
   uint64_t bytes = 0;
   for (const MergeFixture& f : fx) {
     const MergeProblem& p = f.problem;
-    sources.insert(f.source), dtypes.insert(to_string(p.dtype)), forms.insert(p.conv.form == StateForm::normalised ? "n" : "u");
+    sources.insert(f.source), dtypes.insert(to_string(p.dtype)),
+        forms.insert(p.conv.form == StateForm::normalised ? "n" : "u");
     sentinels.insert(std::to_string(int(p.conv.empty_lse))), layouts.insert(std::to_string(int(p.conv.layout)));
     o_layouts.insert(std::to_string(int(p.conv.o_layout)));
     if (p.conv.out_dtype) fp8_outputs.insert(to_string(*p.conv.out_dtype));
@@ -72,7 +73,7 @@ TEST(StateFixtures, CoverEveryHostileCase) {
   EXPECT_EQ(forms.size(), 2u);
   EXPECT_EQ(sentinels.size(), 3u);  // -inf, +inf, finite
   EXPECT_EQ(layouts.size(), 2u);
-  EXPECT_EQ(o_layouts.size(), 2u);  // O [B,H,L,D] and token-major [B,L,H,D]
+  EXPECT_EQ(o_layouts.size(), 2u);                                          // O [B,H,L,D] and token-major [B,L,H,D]
   EXPECT_EQ(fp8_outputs, (std::set<std::string>{"fp8_e4m3", "fp8_e5m2"}));  // merged O stored as fp8 with a scale
   EXPECT_EQ(max_n, 16);
   EXPECT_GT(all_empty_rows, 0);
@@ -100,7 +101,8 @@ TEST(StateFixtures, EveryMergeMistakeIsCaughtWithItsTag) {
       EXPECT_FALSE(v.expect.empty()) << v.name << " fails " << f.problem.name << ": " << verdict.worst;
       if (v.expect.empty()) continue;
       const bool same = v.expect == "lse-sentinel" && f.problem.conv.empty_lse == EmptyLse::neg_inf;
-      EXPECT_EQ(diagnose_merge(f.problem, f.inputs, out).tag, same ? "empty-state-nan" : v.expect) << v.name << " on " << f.problem.name;
+      EXPECT_EQ(diagnose_merge(f.problem, f.inputs, out).tag, same ? "empty-state-nan" : v.expect)
+          << v.name << " on " << f.problem.name;
     }
     if (!v.expect.empty()) {
       EXPECT_GT(failed, 0) << v.name << " is never caught";

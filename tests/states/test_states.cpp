@@ -33,13 +33,16 @@ TEST(States, MergeOfAnyPartitionEqualsTheWholeAttention) {
   in.q = random_tensor({2, 4, 3, 8}, 1), in.k = random_tensor({2, 2, 13, 8}, 2), in.v = random_tensor({2, 2, 13, 8}, 3);
   const ReferenceResult whole = reference_attention(p, in);
   const PartialSpec s{2, 4, 2, 3, 13, 8, 0.37, true};
-  for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, 0, 1, 5, 5, 13}, {0, 13}, {0, 6, 13}, {0, 12, 13, 13}}) {
+  for (const std::vector<int64_t>& cuts :
+       {std::vector<int64_t>{0, 0, 1, 5, 5, 13}, {0, 13}, {0, 6, 13}, {0, 12, 13, 13}}) {
     std::vector<State> parts;
-    for (size_t c = 0; c + 1 < cuts.size(); ++c) parts.push_back(partial_state(s, in.q, in.k, in.v, {cuts[c]}, {cuts[c + 1]}));
+    for (size_t c = 0; c + 1 < cuts.size(); ++c)
+      parts.push_back(partial_state(s, in.q, in.k, in.v, {cuts[c]}, {cuts[c + 1]}));
     const State m = merge_states(parts);
     for (int64_t r = 0; r < m.rows(); ++r) {
       EXPECT_NEAR(m.lse(r), whole.lse[r], 1e-12) << "row " << r;
-      for (int64_t d = 0; d < 8; ++d) EXPECT_NEAR(m.out(r, d), whole.out[r * 8 + d], 1e-12) << "row " << r << " d " << d;
+      for (int64_t d = 0; d < 8; ++d)
+        EXPECT_NEAR(m.out(r, d), whole.out[r * 8 + d], 1e-12) << "row " << r << " d " << d;
     }
   }
 }
@@ -89,11 +92,13 @@ TEST(States, MergeIsOrderFreeAndAssociative) {
 }
 
 TEST(States, ConventionsRoundTripAndNameTheirErrors) {
-  for (const char* t : {"normalised,base=e,empty=-inf,out=zero,layout=bhl", "unnormalised,base=2,empty=+inf,out=undefined,layout=blh",
-                        "normalised,base=2,empty=-3.4028234663852886e+38,out=zero,layout=blh",
-                        "normalised,base=e,empty=-inf,out=zero,layout=bhl,olayout=blhd"})
+  for (const char* t :
+       {"normalised,base=e,empty=-inf,out=zero,layout=bhl", "unnormalised,base=2,empty=+inf,out=undefined,layout=blh",
+        "normalised,base=2,empty=-3.4028234663852886e+38,out=zero,layout=blh",
+        "normalised,base=e,empty=-inf,out=zero,layout=bhl,olayout=blhd"})
     EXPECT_EQ(parse_conventions(t).text(), t);
-  EXPECT_EQ(parse_conventions("normalised,layout=blh,olayout=bhld").text(), "normalised,base=e,empty=-inf,out=zero,layout=blh");
+  EXPECT_EQ(parse_conventions("normalised,layout=blh,olayout=bhld").text(),
+            "normalised,base=e,empty=-inf,out=zero,layout=blh");
   EXPECT_EQ(parse_conventions("normalised,odtype=fp8_e5m2,oscale=0.003").text(),
             "normalised,base=e,empty=-inf,out=zero,layout=bhl,odtype=fp8_e5m2,oscale=0.003");
   for (const char* t : {"normalised,odtype=fp8_e4m3", "normalised,oscale=2", "normalised,odtype=fp8_e4m3,oscale=0",
@@ -119,8 +124,9 @@ TEST(States, EncodeDecodeUnderEveryConvention) {
   const PartialSpec s{1, 3, 1, 2, 6, 4, 0.5, true};
   Tensor q = random_tensor({1, 3, 2, 4}, 10), k = random_tensor({1, 1, 6, 4}, 11), v = random_tensor({1, 1, 6, 4}, 12);
   const std::vector<State> st = {partial_state(s, q, k, v, {0}, {0}), partial_state(s, q, k, v, {0}, {6})};
-  for (const char* t : {"normalised,base=e,empty=-inf,out=zero,layout=bhl", "normalised,base=2,empty=+inf,out=undefined,layout=blh",
-                        "unnormalised,base=2,empty=-1e+30,out=zero,layout=blh"}) {
+  for (const char* t :
+       {"normalised,base=e,empty=-inf,out=zero,layout=bhl", "normalised,base=2,empty=+inf,out=undefined,layout=blh",
+        "unnormalised,base=2,empty=-1e+30,out=zero,layout=blh"}) {
     MergeProblem p{"t", 2, 1, 3, 2, 4, DType::f32, parse_conventions(t)};
     const StoredStates enc = encode_states(p, st, p.conv.empty_out == EmptyOut::undefined);
     for (int64_t n = 0; n < 2; ++n) {
@@ -139,8 +145,9 @@ TEST(States, EncodeDecodeUnderEveryConvention) {
 enum class Bug { none, no_division, nan_leak, literal_sentinel, lse_off };
 void fp32_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out, Bug bug) {
   const int64_t rows = p.B * p.H * p.L;
-  const float sentinel = p.conv.empty_lse == EmptyLse::neg_inf ? -INFINITY : p.conv.empty_lse == EmptyLse::pos_inf ? INFINITY
-                                                                                                       : float(p.conv.sentinel);
+  const float sentinel = p.conv.empty_lse == EmptyLse::neg_inf   ? -INFINITY
+                         : p.conv.empty_lse == EmptyLse::pos_inf ? INFINITY
+                                                                 : float(p.conv.sentinel);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / (p.H * p.L), h = (r / p.L) % p.H, i = r % p.L;
     float M = -INFINITY;
@@ -174,7 +181,8 @@ void fp32_merge(const MergeProblem& p, const StoredStates& in, StoredStates& out
 
 TEST(States, JudgePassesAnFp32MergeAndFailsEachMistake) {
   const PartialSpec s{2, 2, 1, 3, 40, 16, 0.25, false};
-  Tensor q = random_tensor({2, 2, 3, 16}, 13), k = random_tensor({2, 1, 40, 16}, 14), v = random_tensor({2, 1, 40, 16}, 15);
+  Tensor q = random_tensor({2, 2, 3, 16}, 13), k = random_tensor({2, 1, 40, 16}, 14),
+         v = random_tensor({2, 1, 40, 16}, 15);
   // Split 1 is empty for batch 0 only; split 3 is empty everywhere.
   const std::vector<State> st = {partial_state(s, q, k, v, {0}, {7}), partial_state(s, q, k, v, {7, 7}, {7, 30}),
                                  partial_state(s, q, k, v, {7}, {40}), partial_state(s, q, k, v, {40}, {40})};
@@ -196,7 +204,8 @@ TEST(States, JudgePassesAnFp32MergeAndFailsEachMistake) {
 // and one that writes O as if it were [B,H,L,D] (the strides ignored) fails.
 TEST(States, TokenMajorOutputIsCarriedByTheStrides) {
   const PartialSpec s{2, 3, 1, 5, 12, 4, 0.5, true};
-  Tensor q = random_tensor({2, 3, 5, 4}, 19), k = random_tensor({2, 1, 12, 4}, 20), v = random_tensor({2, 1, 12, 4}, 21);
+  Tensor q = random_tensor({2, 3, 5, 4}, 19), k = random_tensor({2, 1, 12, 4}, 20),
+         v = random_tensor({2, 1, 12, 4}, 21);
   const std::vector<State> st = {partial_state(s, q, k, v, {0}, {5}), partial_state(s, q, k, v, {5}, {12})};
   MergeProblem heads{"t", 2, 2, 3, 5, 4, DType::f32, parse_conventions("normalised,layout=blh")};
   MergeProblem tokens = heads;
@@ -206,7 +215,8 @@ TEST(States, TokenMajorOutputIsCarriedByTheStrides) {
   EXPECT_EQ(make_merge_outputs(tokens).o.strides, (std::vector<int64_t>{5 * 3 * 4, 4, 3 * 4, 1}));
   EXPECT_EQ(a.o.to_double(), b.o.to_double());  // the same logical values
   EXPECT_NE(a.o.bytes, b.o.bytes);              // in another memory order
-  StoredStates good = make_merge_outputs(tokens), blind = make_merge_outputs(tokens), heads_out = make_merge_outputs(heads);
+  StoredStates good = make_merge_outputs(tokens), blind = make_merge_outputs(tokens),
+               heads_out = make_merge_outputs(heads);
   fp32_merge(tokens, b, good, Bug::none);
   fp32_merge(heads, a, heads_out, Bug::none);
   blind.lse = good.lse, blind.o.bytes = heads_out.o.bytes;  // O written contiguously as [B,H,L,D]
@@ -219,7 +229,8 @@ TEST(States, TokenMajorOutputIsCarriedByTheStrides) {
 // of becoming NaN (the scale 2^-10 puts |O| > 0.44 past e4m3's 448).
 TEST(States, Fp8OutputIsJudgedThroughItsScale) {
   const PartialSpec s{2, 4, 2, 1, 60, 16, 0.25, false};
-  Tensor q = random_tensor({2, 4, 1, 16}, 22), k = random_tensor({2, 2, 60, 16}, 23), v = random_tensor({2, 2, 60, 16}, 24);
+  Tensor q = random_tensor({2, 4, 1, 16}, 22), k = random_tensor({2, 2, 60, 16}, 23),
+         v = random_tensor({2, 2, 60, 16}, 24);
   const std::vector<State> st = {partial_state(s, q, k, v, {0}, {13}), partial_state(s, q, k, v, {13}, {60})};
   for (const char* fmt : {"fp8_e4m3", "fp8_e5m2"})
     for (double scale : {0.0078125, 0.003, 0x1p-10}) {
@@ -243,7 +254,8 @@ TEST(States, Fp8OutputIsJudgedThroughItsScale) {
         }
         return judge_merge(p, in, out);
       };
-      const MergeVerdict good = stored(1 / scale), ignored = stored(1), inverted = stored(scale), off = stored(1.25 / scale);
+      const MergeVerdict good = stored(1 / scale), ignored = stored(1), inverted = stored(scale),
+                         off = stored(1.25 / scale);
       EXPECT_TRUE(good.pass) << fmt << " " << scale << ": " << good.worst;
       EXPECT_FALSE(ignored.pass) << fmt << " " << scale;
       EXPECT_FALSE(inverted.pass) << fmt << " " << scale;
@@ -257,7 +269,8 @@ TEST(States, Fp8OutputIsJudgedThroughItsScale) {
 // A +inf sentinel taken literally poisons every row that holds one; the declared convention read right passes.
 TEST(States, JudgeCatchesALiteralPlusInfSentinel) {
   const PartialSpec s{1, 2, 1, 2, 10, 4, 0.5, false};
-  Tensor q = random_tensor({1, 2, 2, 4}, 16), k = random_tensor({1, 1, 10, 4}, 17), v = random_tensor({1, 1, 10, 4}, 18);
+  Tensor q = random_tensor({1, 2, 2, 4}, 16), k = random_tensor({1, 1, 10, 4}, 17),
+         v = random_tensor({1, 1, 10, 4}, 18);
   const std::vector<State> st = {partial_state(s, q, k, v, {0}, {10}), partial_state(s, q, k, v, {10}, {10})};
   MergeProblem p{"t", 2, 1, 2, 2, 4, DType::f32, parse_conventions("normalised,base=e,empty=+inf,out=zero,layout=bhl")};
   const StoredStates in = encode_states(p, st, false);

@@ -88,9 +88,9 @@ TEST(Cases, AFilterThatMatchesNothingNamesTheOption) {
 }
 
 TEST(Status, EveryStatusHasOneSpellingInReportOrder) {
-  const std::vector<std::string> spelled = {"pass",  "fail",    "unsupported", "unavailable", "finite-required",
-                                            "error", "crashed", "timeout",     "exited",      "modified-input",
-                                            "out-of-bounds", "input-error"};
+  const std::vector<std::string> spelled = {
+      "pass",    "fail",    "unsupported", "unavailable",    "finite-required", "error",
+      "crashed", "timeout", "exited",      "modified-input", "out-of-bounds",   "input-error"};
   ASSERT_EQ(verify::all_statuses().size(), spelled.size());
   for (size_t k = 0; k < spelled.size(); ++k) {
     EXPECT_EQ(verify::to_string(verify::all_statuses()[k]), spelled[k]);

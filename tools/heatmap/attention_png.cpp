@@ -38,8 +38,8 @@ double error_ratio(double e, double a, double tol) {
 
 Image attention_heatmap(const Problem& problem, const Inputs& in, const Outputs* actual, const ToleranceModel& model,
                         int max_panels, const HeatmapStyle& style) {
-  if (max_panels < 1) throw std::invalid_argument("attention_heatmap: max_panels must be >= 1, got " +
-                                                  std::to_string(max_panels));
+  if (max_panels < 1)
+    throw std::invalid_argument("attention_heatmap: max_panels must be >= 1, got " + std::to_string(max_panels));
   Problem p = problem;
   p.want_weights = true;
   const ReferenceResult r = reference_attention(p, in);
@@ -73,8 +73,8 @@ Image attention_heatmap(const Problem& problem, const Inputs& in, const Outputs*
     if (actual->out.shape != want)
       throw std::invalid_argument("attention_heatmap: actual out has shape rank " +
                                   std::to_string(actual->out.shape.size()) + ", expected [" + std::to_string(p.B) +
-                                  "," + std::to_string(p.Hq) + "," + std::to_string(p.Lq) + "," +
-                                  std::to_string(p.Dv) + "]");
+                                  "," + std::to_string(p.Hq) + "," + std::to_string(p.Lq) + "," + std::to_string(p.Dv) +
+                                  "]");
     const std::vector<double> tol = out_tolerance(p, r, model);
     Section e;
     e.map = ColorMap::error_ratio;
@@ -91,8 +91,8 @@ Image attention_heatmap(const Problem& problem, const Inputs& in, const Outputs*
         }
       e.panels.push_back(std::move(panel));
     }
-    e.title = "|out error| / tolerance, " + std::to_string(p.Lq) + "x" + std::to_string(p.Dv) + " (i,d) per b,h" +
-              of + ": " + std::to_string(n_bad) + " outside";
+    e.title = "|out error| / tolerance, " + std::to_string(p.Lq) + "x" + std::to_string(p.Dv) + " (i,d) per b,h" + of +
+              ": " + std::to_string(n_bad) + " outside";
     e.legend_lo = "0";
     e.legend_hi = "1 = tol, red: > tol";
     sections.push_back(std::move(e));

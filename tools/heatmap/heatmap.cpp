@@ -9,8 +9,8 @@
 namespace attncheck {
 
 Image::Image(int w, int h, Rgb fill) : width(w), height(h) {
-  if (w <= 0 || h <= 0) throw std::invalid_argument("Image: size must be positive, got " + std::to_string(w) + "x" +
-                                                    std::to_string(h));
+  if (w <= 0 || h <= 0)
+    throw std::invalid_argument("Image: size must be positive, got " + std::to_string(w) + "x" + std::to_string(h));
   rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
   fill_rect(0, 0, w, h, fill);
 }
@@ -26,7 +26,9 @@ Rgb Image::at(int x, int y) const {
 void Image::set(int x, int y, Rgb c) {
   if (x < 0 || y < 0 || x >= width || y >= height) return;
   const size_t o = (static_cast<size_t>(y) * static_cast<size_t>(width) + static_cast<size_t>(x)) * 3;
-  rgb[o] = c.r; rgb[o + 1] = c.g; rgb[o + 2] = c.b;
+  rgb[o] = c.r;
+  rgb[o + 1] = c.g;
+  rgb[o + 2] = c.b;
 }
 
 void Image::fill_rect(int x, int y, int w, int h, Rgb c) {
@@ -39,8 +41,8 @@ namespace {
 constexpr Rgb kWhite{255, 255, 255}, kBlack{0, 0, 0}, kErrorDark{30, 60, 160}, kFrame{190, 190, 190};
 
 // matplotlib's viridis sampled at t = 0, 1/8, ..., 1; linear in between.
-constexpr Rgb kViridis[9] = {{68, 1, 84},    {71, 44, 122},  {59, 82, 139},  {44, 113, 142}, {33, 145, 140},
-                             {39, 173, 129}, {94, 201, 98},  {170, 220, 50}, {253, 231, 37}};
+constexpr Rgb kViridis[9] = {{68, 1, 84},    {71, 44, 122}, {59, 82, 139},  {44, 113, 142}, {33, 145, 140},
+                             {39, 173, 129}, {94, 201, 98}, {170, 220, 50}, {253, 231, 37}};
 
 Rgb lerp(Rgb a, Rgb b, double t) {
   auto mix = [t](uint8_t x, uint8_t y) { return static_cast<uint8_t>(std::lround(x + (y - x) * t)); };
@@ -61,8 +63,8 @@ double pooled(const Panel& p, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
 
 // The legend bar stretches when its two texts would not fit side by side under it.
 int legend_width(const Section& s, const HeatmapStyle& st) {
-  return std::max(st.legend_width, text_width(s.legend_lo, st.text_scale) + 3 * st.text_scale +
-                                       text_width(s.legend_hi, st.text_scale));
+  return std::max(st.legend_width,
+                  text_width(s.legend_lo, st.text_scale) + 3 * st.text_scale + text_width(s.legend_hi, st.text_scale));
 }
 
 struct Geometry {

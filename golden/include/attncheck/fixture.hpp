@@ -16,18 +16,19 @@
 
 namespace attncheck {
 
-// The schema this library writes; it reads this version and every older one (1: variable-length strings, read only from files that declare it).
+// The schema this library writes; it reads this version and every older one (1: variable-length strings, read only from
+// files that declare it).
 inline constexpr int64_t kFixtureSchemaVersion = 2;  // 2: strings stored at fixed length
 
 // Where a fixture came from. Everything here is deterministic (no timestamps, no host names), so regenerating a
 // fixture reproduces its bytes.
 struct Provenance {
   int64_t schema_version = kFixtureSchemaVersion;
-  std::string attncheck_version;          // version of the tool that wrote the file
+  std::string attncheck_version;             // version of the tool that wrote the file
   std::string reference_precision = "fp64";  // the reference accumulates in double
-  uint64_t seed = 0;                      // generator seed of the value distribution
-  std::string distribution = "normal";    // value distribution name (see generate.hpp)
-  std::string command;                    // the command that made it, e.g. "attncheck generate --spec suite.json"
+  uint64_t seed = 0;                         // generator seed of the value distribution
+  std::string distribution = "normal";       // value distribution name (see generate.hpp)
+  std::string command;                       // the command that made it, e.g. "attncheck generate --spec suite.json"
 };
 
 struct Fixture {

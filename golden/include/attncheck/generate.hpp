@@ -41,8 +41,22 @@ using Rng = attncheck::Rng;
 //                  exactly) and v small signed integers (-2..3; each (b, h, d) column of v sums to non-zero): with
 //                  2^k visible keys the answer sum(v)/n is exact, the constructed case of `exact_out`.
 enum class Distribution : uint8_t {
-  normal, uniform, large_logits, tied_maxima, all_equal, one_hot, constant_v, tiny, poison_masked,
-  fp16_overflow, logits_30_80, near_ties, neg_inf_bias, tile_edge_dominant, one_hot_v, uniform_rows
+  normal,
+  uniform,
+  large_logits,
+  tied_maxima,
+  all_equal,
+  one_hot,
+  constant_v,
+  tiny,
+  poison_masked,
+  fp16_overflow,
+  logits_30_80,
+  near_ties,
+  neg_inf_bias,
+  tile_edge_dominant,
+  one_hot_v,
+  uniform_rows
 };
 const char* to_string(Distribution d);
 Distribution distribution_from_string(const std::string& s);  // throws std::invalid_argument naming the choices

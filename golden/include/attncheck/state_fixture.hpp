@@ -13,11 +13,11 @@ namespace attncheck {
 
 struct MergeFixture {
   MergeProblem problem;
-  StoredStates inputs;       // o [N,B,H,L,D] (dtype), lse or max+sum [N,B,H,L] (fp32, the declared layout)
-  std::string source;        // what made the states: "split", "cascade", "chunked" or "states" (drawn directly)
-  std::string description;   // the hostile point of the case, in words
+  StoredStates inputs;      // o [N,B,H,L,D] (dtype), lse or max+sum [N,B,H,L] (fp32, the declared layout)
+  std::string source;       // what made the states: "split", "cascade", "chunked" or "states" (drawn directly)
+  std::string description;  // the hostile point of the case, in words
   uint64_t seed = 0;
-  std::string command;       // the command that made it
+  std::string command;  // the command that made it
 };
 
 // Whether `path` is an HDF5 file whose root attribute kind is "merge" (false for attention fixtures and anything

@@ -16,13 +16,13 @@ struct CaseSpec {
   std::string name;  // unique; default "<Problem::short_name()>/<distribution>"
   Problem problem;
   gen::Distribution distribution = gen::Distribution::normal;
-  uint64_t seed = 0;  // the generator seed: case_seed(spec seed, name)
+  uint64_t seed = 0;       // the generator seed: case_seed(spec seed, name)
   bool gradients = false;  // also dout and the reference gradients (attncheck/fixture_gradients.hpp)
   bool exact_out = false;  // an exact case: out judged for equality (check_exact_out refuses a false claim)
 };
 
 struct SuiteSpec {
-  std::string file_name;   // the spec's file name (no directory): recorded in each fixture's provenance
+  std::string file_name;         // the spec's file name (no directory): recorded in each fixture's provenance
   std::string subdir = "cases";  // fixtures go to <out>/<subdir>/
   std::vector<CaseSpec> cases;
 };

@@ -11,16 +11,16 @@
 namespace attncheck {
 
 struct UserArray {
-  std::string dtype;             // numpy's name: "float16", "float32", "float64", "bool", "int8", "uint16", ...
+  std::string dtype;  // numpy's name: "float16", "float32", "float64", "bool", "int8", "uint16", ...
   std::vector<int64_t> shape;
-  std::vector<double> values;    // C (row-major) order, exact for every float and for integers up to 2^53
+  std::vector<double> values;  // C (row-major) order, exact for every float and for integers up to 2^53
   bool is_float() const { return dtype.rfind("float", 0) == 0; }
   bool is_integer_or_bool() const { return !is_float(); }
 };
 
-// Arrays named q, k, v, mask, bias, keep, past_key, past_value found in `path` (.npz: members "q.npy", ...; .h5/.hdf5: datasets /q or
-// /inputs/q, ...), and those named in `extra` (auxiliary tensors of expressions). Other names are ignored. Refuses
-// files larger than `max_bytes`.
+// Arrays named q, k, v, mask, bias, keep, past_key, past_value found in `path` (.npz: members "q.npy", ...; .h5/.hdf5:
+// datasets /q or /inputs/q, ...), and those named in `extra` (auxiliary tensors of expressions). Other names are
+// ignored. Refuses files larger than `max_bytes`.
 std::map<std::string, UserArray> read_user_arrays(const std::string& path, uint64_t max_bytes = uint64_t{2} << 30,
                                                   const std::vector<std::string>& extra = {});
 

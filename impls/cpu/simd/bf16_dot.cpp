@@ -47,8 +47,8 @@ namespace {
 // C[MR x 32] = A[MR x kp pairs] · B[kp pairs x 32]: two vectors of 16 fp32 accumulators per row; each step one
 // broadcast pair of A against two vectors of B pairs.
 template <int MR>
-ATTNCHECK_BF16_TARGET void tile(const uint32_t* A, int64_t lda, const uint32_t* B, int64_t ldb, int64_t kp,
-                                float* C, int64_t ldc, bool acc) {
+ATTNCHECK_BF16_TARGET void tile(const uint32_t* A, int64_t lda, const uint32_t* B, int64_t ldb, int64_t kp, float* C,
+                                int64_t ldc, bool acc) {
   __m512 c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) {
     c0[i] = acc ? _mm512_loadu_ps(C + i * ldc) : _mm512_setzero_ps();

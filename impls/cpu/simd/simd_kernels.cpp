@@ -17,7 +17,7 @@
 #include <type_traits>
 
 #include "attncheck/problem.hpp"  // half_bits_to_float, bf16_bits_to_float for the tails
-#include "simd.hpp"                 // Codes8
+#include "simd.hpp"               // Codes8
 
 HWY_BEFORE_NAMESPACE();
 namespace attncheck::cpu::simd::HWY_NAMESPACE {
@@ -64,7 +64,9 @@ struct FloatB {
   const TB* B;
   int64_t bstride, ldb;
   template <class D>
-  HWY_INLINE hn::Vec<D> load(D d, int64_t r, int64_t e) const { return LoadB(d, B + r * ldb + e); }
+  HWY_INLINE hn::Vec<D> load(D d, int64_t r, int64_t e) const {
+    return LoadB(d, B + r * ldb + e);
+  }
   HWY_INLINE T elem(int64_t r, int64_t e) const { return ElemB<T>(B + r * ldb + e); }
   HWY_INLINE FloatB at(int64_t r, int64_t s) const { return {B + s * bstride + r * ldb, bstride, ldb}; }
 };
@@ -193,8 +195,8 @@ void Gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t lda, const BC& B,
     }
   }
 }
-void GemmF32(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t bstride,
-             int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+void GemmF32(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t bstride, int64_t ldb,
+             float* C, int64_t ldc, bool accumulate) {
   Gemm(m, n, k, A, lda, FloatB<float, float>{B, bstride, ldb}, C, ldc, accumulate);
 }
 void GemmF64(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t bstride,
@@ -208,8 +210,8 @@ void GemmBF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, cons
 }
 void GemmF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t bstride,
              int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  Gemm(m, n, k, A, lda, FloatB<float, hwy::float16_t>{reinterpret_cast<const hwy::float16_t*>(B), bstride, ldb}, C,
-       ldc, accumulate);
+  Gemm(m, n, k, A, lda, FloatB<float, hwy::float16_t>{reinterpret_cast<const hwy::float16_t*>(B), bstride, ldb}, C, ldc,
+       accumulate);
 }
 void GemmCodes(const Codes8& c, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint8_t* B,
                int64_t ldb, const float* scales, float* C, int64_t ldc, bool accumulate) {
@@ -264,16 +266,16 @@ void GemmNTF32(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, con
                int64_t ldc) {
   GemmNT(m, n, k, A, lda, FloatB<float, float>{B, 0, ldb}, C, ldc);
 }
-void GemmNTF64(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t ldb,
-               double* C, int64_t ldc) {
+void GemmNTF64(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B, int64_t ldb, double* C,
+               int64_t ldc) {
   GemmNT(m, n, k, A, lda, FloatB<double, double>{B, 0, ldb}, C, ldc);
 }
-void GemmNTBF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t ldb,
-                float* C, int64_t ldc) {
+void GemmNTBF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t ldb, float* C,
+                int64_t ldc) {
   GemmNT(m, n, k, A, lda, FloatB<float, hwy::bfloat16_t>{reinterpret_cast<const hwy::bfloat16_t*>(B), 0, ldb}, C, ldc);
 }
-void GemmNTF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t ldb,
-               float* C, int64_t ldc) {
+void GemmNTF16(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const uint16_t* B, int64_t ldb, float* C,
+               int64_t ldc) {
   GemmNT(m, n, k, A, lda, FloatB<float, hwy::float16_t>{reinterpret_cast<const hwy::float16_t*>(B), 0, ldb}, C, ldc);
 }
 void DequantizeCodes(const Codes8& c, const uint8_t* B, int64_t ldb, const float* scales, int64_t n, int64_t k,
@@ -321,7 +323,7 @@ constexpr bool kMaxKeepsNaN = true;
 template <class D, class V>
 HWY_INLINE V ExpNonPositive(D d, V x) {
   const hn::RebindToSigned<D> di;
-  const V magic = hn::Set(d, 12582912.0f);  // 1.5·2^23: adding it rounds to an integer in the low mantissa bits
+  const V magic = hn::Set(d, 12582912.0f);      // 1.5·2^23: adding it rounds to an integer in the low mantissa bits
   const V xc = hn::Max(hn::Set(d, -88.0f), x);  // exp(-88) < 2^-126: below it everything is 0 anyway
   const V t = hn::MulAdd(xc, hn::Set(d, 1.44269504088896341f), magic);
   const V q = hn::Sub(t, magic);
@@ -487,9 +489,7 @@ void Widen(const uint16_t* src, float* dst, int64_t n, Scalar scalar) {
   for (; j + N <= n; j += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + j)), df, dst + j);
   for (; j < n; ++j) dst[j] = scalar(src[j]);
 }
-void WidenBF16(const uint16_t* src, float* dst, int64_t n) {
-  Widen<hwy::bfloat16_t>(src, dst, n, bf16_bits_to_float);
-}
+void WidenBF16(const uint16_t* src, float* dst, int64_t n) { Widen<hwy::bfloat16_t>(src, dst, n, bf16_bits_to_float); }
 void WidenF16(const uint16_t* src, float* dst, int64_t n) { Widen<hwy::float16_t>(src, dst, n, half_bits_to_float); }
 
 // float -> bf16 bits rounded to nearest even, NaN quieted with its sign and top payload bits: exactly
@@ -624,8 +624,9 @@ void select_target() {
         hwy::DisableTargets(~(b & -b));  // dispatch now has exactly this target to choose
         return;
       }
-    error = std::string("ATTNCHECK_ISA: '") + env + "' is not a target this CPU can run from this binary (runnable: " +
-            joined(runnable_targets()) + "; compiled: " + joined(compiled_targets()) + ")";
+    error = std::string("ATTNCHECK_ISA: '") + env +
+            "' is not a target this CPU can run from this binary (runnable: " + joined(runnable_targets()) +
+            "; compiled: " + joined(compiled_targets()) + ")";
   });
   if (!error.empty()) throw std::invalid_argument(error);
 }
@@ -667,8 +668,8 @@ void gemm<double>(int64_t m, int64_t n, int64_t k, const double* A, int64_t lda,
   HWY_DYNAMIC_DISPATCH(GemmF64)(m, n, k, A, lda, B, bstride, ldb, C, ldc, accumulate);
 }
 template <>
-void gemm_nt<float>(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
-                    float* C, int64_t ldc) {
+void gemm_nt<float>(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                    int64_t ldc) {
   HWY_DYNAMIC_DISPATCH(GemmNTF32)(m, n, k, A, lda, B, ldb, C, ldc);
 }
 template <>
@@ -722,13 +723,17 @@ double exp_shifted<double>(const double* s, double* d, int64_t n, double m) {
 }
 template <>
 void exp_shifted_rows<float>(float* s, int64_t ld, int64_t nr, int64_t n, const float* m, float* sums) {
-  if (n > 0) HWY_DYNAMIC_DISPATCH(ExpShiftedRowsF32)(s, ld, nr, n, m, sums);
-  else std::fill(sums, sums + nr, 0.0f);
+  if (n > 0)
+    HWY_DYNAMIC_DISPATCH(ExpShiftedRowsF32)(s, ld, nr, n, m, sums);
+  else
+    std::fill(sums, sums + nr, 0.0f);
 }
 template <>
 void exp_shifted_rows<double>(double* s, int64_t ld, int64_t nr, int64_t n, const double* m, double* sums) {
-  if (n > 0) HWY_DYNAMIC_DISPATCH(ExpShiftedRowsF64)(s, ld, nr, n, m, sums);
-  else std::fill(sums, sums + nr, 0.0);
+  if (n > 0)
+    HWY_DYNAMIC_DISPATCH(ExpShiftedRowsF64)(s, ld, nr, n, m, sums);
+  else
+    std::fill(sums, sums + nr, 0.0);
 }
 template <>
 float row_max<float>(const float* s, int64_t n, float m) {

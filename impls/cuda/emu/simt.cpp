@@ -213,9 +213,9 @@ bool complete_warp_ops(Block& blk) {
         if (!(mask >> o & 1u)) continue;
         const Thread* u = lanes[o];
         if (!u) {
-          throw EmulationError(std::string(op_name(t->op)) + " at " + where_str(t->where) + " in " +
-                               block_str(t->id) + ": mask " + hex(mask) + " names lane " + std::to_string(o) +
-                               " of warp " + std::to_string(w) + ", which does not exist (blockDim too small)");
+          throw EmulationError(std::string(op_name(t->op)) + " at " + where_str(t->where) + " in " + block_str(t->id) +
+                               ": mask " + hex(mask) + " names lane " + std::to_string(o) + " of warp " +
+                               std::to_string(w) + ", which does not exist (blockDim too small)");
         }
         ready = u->state == State::at_warp_op && u->mask == mask;
       }
@@ -224,13 +224,14 @@ bool complete_warp_ops(Block& blk) {
       for (int o = 0; o < 32; ++o) {
         if (!(mask >> o & 1u)) continue;
         const Thread* u = lanes[o];
-        const bool same_site = t->op == WarpOp::sync || (u->where.line() == t->where.line() && (u->where.file_name() == t->where.file_name() ||
-                                                         std::strcmp(u->where.file_name(), t->where.file_name()) == 0));
+        const bool same_site =
+            t->op == WarpOp::sync ||
+            (u->where.line() == t->where.line() && (u->where.file_name() == t->where.file_name() ||
+                                                    std::strcmp(u->where.file_name(), t->where.file_name()) == 0));
         if (u->op != t->op || u->width != t->width || !same_site)
           throw EmulationError("mismatched warp collectives in " + block_str(t->id) + " warp " + std::to_string(w) +
-                               ": lane " + std::to_string(l) + " in " + op_name(t->op) + " at " +
-                               where_str(t->where) + ", lane " + std::to_string(o) + " in " + op_name(u->op) +
-                               " at " + where_str(u->where));
+                               ": lane " + std::to_string(l) + " in " + op_name(t->op) + " at " + where_str(t->where) +
+                               ", lane " + std::to_string(o) + " in " + op_name(u->op) + " at " + where_str(u->where));
       }
       uint64_t ballot = 0;
       for (int o = 0; o < 32; ++o)
@@ -275,8 +276,8 @@ bool complete_warp_ops(Block& blk) {
       key = "in __syncthreads at " + where_str(t->where);
       ++at_bar;
     } else {
-      key = std::string("in ") + op_name(t->op) + " (mask " + hex(t->mask) + ") at " + where_str(t->where) +
-            " [warp " + std::to_string(t->warp) + "]";
+      key = std::string("in ") + op_name(t->op) + " (mask " + hex(t->mask) + ") at " + where_str(t->where) + " [warp " +
+            std::to_string(t->warp) + "]";
     }
     ++groups[key];
   }
@@ -288,7 +289,8 @@ bool complete_warp_ops(Block& blk) {
   else
     o << "deadlock: no thread can proceed";
   o << " —";
-  for (const auto& [key, count] : groups) o << ' ' << count << " thread" << (count == 1 ? "" : "s") << ' ' << key << ';';
+  for (const auto& [key, count] : groups)
+    o << ' ' << count << " thread" << (count == 1 ? "" : "s") << ' ' << key << ';';
   throw EmulationError(o.str());
 }
 
@@ -372,16 +374,17 @@ void run_block(const LaunchConfig& cfg, const std::function<void()>& body, uint3
 void check_launch(const LaunchConfig& cfg) {
   auto bad = [&](const std::string& what) { throw EmulationError("invalid launch configuration: " + what); };
   const uint64_t threads = uint64_t{cfg.block.x} * cfg.block.y * cfg.block.z;
-  if (threads == 0 || threads > 1024) bad("block (" + std::to_string(cfg.block.x) + "," + std::to_string(cfg.block.y) +
-                                          "," + std::to_string(cfg.block.z) + ") has " + std::to_string(threads) +
-                                          " threads, expected 1..1024");
+  if (threads == 0 || threads > 1024)
+    bad("block (" + std::to_string(cfg.block.x) + "," + std::to_string(cfg.block.y) + "," +
+        std::to_string(cfg.block.z) + ") has " + std::to_string(threads) + " threads, expected 1..1024");
   if (cfg.block.z > 64) bad("blockDim.z = " + std::to_string(cfg.block.z) + " > 64");
   if (cfg.grid.x == 0 || cfg.grid.y == 0 || cfg.grid.z == 0 || cfg.grid.x > 2147483647u || cfg.grid.y > 65535 ||
       cfg.grid.z > 65535)
     bad("grid (" + std::to_string(cfg.grid.x) + "," + std::to_string(cfg.grid.y) + "," + std::to_string(cfg.grid.z) +
         ") outside 1..2^31-1 x 1..65535 x 1..65535");
   if (cfg.dynamic_smem > cfg.smem_limit)
-    bad("dynamic shared memory " + std::to_string(cfg.dynamic_smem) + " bytes > limit " + std::to_string(cfg.smem_limit));
+    bad("dynamic shared memory " + std::to_string(cfg.dynamic_smem) + " bytes > limit " +
+        std::to_string(cfg.smem_limit));
 }
 
 }  // namespace
@@ -504,19 +507,23 @@ void launch_body(const LaunchConfig& cfg, const std::function<void()>& body) {
   std::atomic<int64_t> next{0};
   std::atomic<bool> failed{false};
   // Blocks are claimed from the counter, so a pool the OS made smaller still runs every block.
-  run_on_threads(nthreads, [&](int) {
-    for (int64_t k; !failed && (k = next.fetch_add(1)) < nblocks;) {
-      const int64_t lin = cfg.order == Order::forward ? k : nblocks - 1 - k;
-      const uint3 idx{static_cast<unsigned>(lin % cfg.grid.x), static_cast<unsigned>((lin / cfg.grid.x) % cfg.grid.y),
-                      static_cast<unsigned>(lin / (int64_t{cfg.grid.x} * cfg.grid.y))};
-      try {
-        run_block(cfg, body, idx);
-      } catch (...) {
-        failed = true;
-        throw;
-      }
-    }
-  }, Shortfall::fewer);
+  run_on_threads(
+      nthreads,
+      [&](int) {
+        for (int64_t k; !failed && (k = next.fetch_add(1)) < nblocks;) {
+          const int64_t lin = cfg.order == Order::forward ? k : nblocks - 1 - k;
+          const uint3 idx{static_cast<unsigned>(lin % cfg.grid.x),
+                          static_cast<unsigned>((lin / cfg.grid.x) % cfg.grid.y),
+                          static_cast<unsigned>(lin / (int64_t{cfg.grid.x} * cfg.grid.y))};
+          try {
+            run_block(cfg, body, idx);
+          } catch (...) {
+            failed = true;
+            throw;
+          }
+        }
+      },
+      Shortfall::fewer);
 }
 
 std::vector<unsigned char> run_both_orders(const std::function<std::vector<unsigned char>(Order)>& run,

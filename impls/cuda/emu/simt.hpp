@@ -49,10 +49,10 @@ enum class Order { forward, reversed };
 struct LaunchConfig {
   dim3 grid{1, 1, 1};
   dim3 block{1, 1, 1};
-  size_t dynamic_smem = 0;           // bytes of the block's dynamic shared memory (poisoned with 0xff bytes)
-  size_t smem_limit = 48 * 1024;     // the device's default limit without cudaFuncAttributeMaxDynamicSharedMemorySize
+  size_t dynamic_smem = 0;        // bytes of the block's dynamic shared memory (poisoned with 0xff bytes)
+  size_t smem_limit = 48 * 1024;  // the device's default limit without cudaFuncAttributeMaxDynamicSharedMemorySize
   Order order = Order::forward;
-  int os_threads = 0;                // blocks run in parallel on this many OS threads (0: attncheck default)
+  int os_threads = 0;                 // blocks run in parallel on this many OS threads (0: attncheck default)
   std::vector<GlobalBuffer> globals;  // empty: global accesses are not checked; else every one must fall inside
 };
 
@@ -91,7 +91,8 @@ void check_global(const void* base, int64_t index, size_t elem_bytes, bool store
 
 enum class WarpOp : uint8_t { sync, shfl_idx, shfl_up, shfl_down, shfl_xor, ballot };
 // Every lane in `mask` must reach the same collective; each lane gets the 64-bit value the operation selects.
-uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const std::source_location& where);
+uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width,
+                         const std::source_location& where);
 
 template <class T>
 uint64_t to_bits(T v) {

@@ -110,7 +110,8 @@ __global__ void attn_bwd_rowstats_kernel(BwdParams bp) {
   Acc D = 0;
   if (live) {
     for (int d = lane; d < p.Dv; d += 32)
-      D = ac_fma(load_as<T>(bp.dout, offset4(bp.do_stride, b, h, i, d)), load_as<T>(p.out, offset4(p.o_stride, b, h, i, d)), D);
+      D = ac_fma(load_as<T>(bp.dout, offset4(bp.do_stride, b, h, i, d)),
+                 load_as<T>(p.out, offset4(p.o_stride, b, h, i, d)), D);
     D = warp_sum(D);
   }
   if (lane == 0) {
@@ -144,5 +145,5 @@ __global__ void attn_bwd_dbias_kernel(BwdParams bp) {
   gstore(static_cast<Acc*>(bp.dbias), n, sum);
 }
 
-}  // inline namespace ATTNCHECK_KERNEL_NS
+}  // namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda

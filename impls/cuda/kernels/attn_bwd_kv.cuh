@@ -102,5 +102,5 @@ __global__ void attn_bwd_kv_kernel(BwdParams bp) {
   }
 }
 
-}  // inline namespace ATTNCHECK_KERNEL_NS
+}  // namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda

@@ -108,5 +108,5 @@ __global__ void attn_bwd_q_kernel(BwdParams bp) {
   }
 }
 
-}  // inline namespace ATTNCHECK_KERNEL_NS
+}  // namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda

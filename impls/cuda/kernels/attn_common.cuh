@@ -48,9 +48,9 @@ struct AttnParams {
   int64_t mask_stride[4];
   const void* bias;  // broadcast additive bias in the accumulation type, or nullptr
   int64_t bias_stride[4];
-  int fill_finite;    // masked scores are fill_value and take part in the softmax; otherwise -inf
+  int fill_finite;  // masked scores are fill_value and take part in the softmax; otherwise -inf
   double fill_value;
-  int fully_masked;   // kFullyMasked*
+  int fully_masked;           // kFullyMasked*
   const unsigned char* keep;  // dropout keep-mask [B, Hq, Lq, Lk] or nullptr
   double keep_scale;          // 1 / (1 - p)
   void* max_logit;            // [B, Hq, Lq] max over visible scores (accumulation type), or nullptr
@@ -61,9 +61,9 @@ struct AttnParams {
   const double* t5_table;  // [Hq, t5_buckets]
   int64_t t5_buckets, t5_max_distance;
   int t5_bidirectional;
-  const int64_t* doc_ids;         // [B, Lk]
-  int64_t chunk_size;             // 0: off
-  const int64_t* prefix_lengths;  // [B]
+  const int64_t* doc_ids;            // [B, Lk]
+  int64_t chunk_size;                // 0: off
+  const int64_t* prefix_lengths;     // [B]
   int64_t dilated_window, dilation;  // window -1: off
   const int64_t* topk_indices;       // [B, Lq, topk]
   int64_t topk;
@@ -97,7 +97,9 @@ __device__ inline float ac_sin(float x) { return sinf(x); }
 __device__ inline double ac_sin(double x) { return sin(x); }
 
 template <class Acc>
-__device__ inline Acc neg_inf() { return -static_cast<Acc>(INFINITY); }
+__device__ inline Acc neg_inf() {
+  return -static_cast<Acc>(INFINITY);
+}
 
 // Element loads widened to the accumulation type, and stores rounded (nearest even) to the element type.
 __device__ inline float widen(float x) { return x; }
@@ -124,9 +126,13 @@ __device__ inline typename AccOf<T>::type load_as(const void* base, int64_t off)
 template <class T>
 __device__ inline void store_as(void* base, int64_t off, typename AccOf<T>::type x);
 template <>
-__device__ inline void store_as<float>(void* base, int64_t off, float x) { gstore(static_cast<float*>(base), off, x); }
+__device__ inline void store_as<float>(void* base, int64_t off, float x) {
+  gstore(static_cast<float*>(base), off, x);
+}
 template <>
-__device__ inline void store_as<double>(void* base, int64_t off, double x) { gstore(static_cast<double*>(base), off, x); }
+__device__ inline void store_as<double>(void* base, int64_t off, double x) {
+  gstore(static_cast<double*>(base), off, x);
+}
 template <>
 __device__ inline void store_as<__half>(void* base, int64_t off, float x) {
   gstore(static_cast<__half*>(base), off, __float2half_rn(x));
@@ -142,7 +148,9 @@ __device__ inline int64_t offset4(const int64_t* s, int64_t a, int64_t b, int64_
 
 // The reference's max: a NaN candidate never replaces the running value (std::max(m, s) == (m < s ? s : m)).
 template <class Acc>
-__device__ inline Acc max_keep(Acc m, Acc s) { return m < s ? s : m; }
+__device__ inline Acc max_keep(Acc m, Acc s) {
+  return m < s ? s : m;
+}
 
 // The mask modifications of the library (the query at key position pos = diag).
 __device__ inline bool mods_visible(const AttnParams& p, int b, int64_t i, int64_t j, int64_t pos) {
@@ -257,10 +265,10 @@ __device__ inline void stage_row(const AttnParams& p, const double* w, Acc* x, i
 // Is key j visible to query i of (b, h)? `diag` = i + diag_offset[b], `valid` = key_length[b].
 __device__ inline bool key_visible(const AttnParams& p, int b, int h, int64_t i, int64_t j, int64_t diag,
                                    int64_t valid) {
-  if (j >= valid) return false;                                           // key padding
-  if (p.causal && j > diag) return false;                                 // causal: j <= i + offset
-  if (p.window_left >= 0 && j < diag - p.window_left) return false;       // window, left edge
-  if (p.window_right >= 0 && j > diag + p.window_right) return false;     // window, right edge
+  if (j >= valid) return false;                                                        // key padding
+  if (p.causal && j > diag) return false;                                              // causal: j <= i + offset
+  if (p.window_left >= 0 && j < diag - p.window_left) return false;                    // window, left edge
+  if (p.window_right >= 0 && j > diag + p.window_right) return false;                  // window, right edge
   if (p.mask && gload(p.mask, offset4(p.mask_stride, b, h, i, j)) == 0) return false;  // boolean mask
   return mods_visible(p, b, i, j, diag);
 }
@@ -316,5 +324,5 @@ __device__ inline Acc fully_masked_lse(const AttnParams& p) {
   return p.fill_finite ? static_cast<Acc>(p.fill_value) + ac_log(static_cast<Acc>(p.Lk)) : neg_inf<Acc>();
 }
 
-}  // inline namespace ATTNCHECK_KERNEL_NS
+}  // namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda

@@ -25,11 +25,11 @@ __global__ void attn_flash_kernel(AttnParams p) {
   static_assert(BC >= 1 && BC <= 32, "one key per lane");
   using Acc = typename AccOf<T>::type;
   ATTNCHECK_DYNAMIC_SHARED(unsigned char, smem);
-  Acc* sQ = reinterpret_cast<Acc*>(smem);  // [BR][Dqk]
-  Acc* sK = sQ + BR * p.Dqk;               // [BC][Dqk]
-  Acc* sV = sK + BC * p.Dqk;               // [BC][Dv]
-  Acc* sP = sV + BC * p.Dv;                // [BR][BC]
-  Acc* sM = sP + BR * BC;                  // [BR][BC]
+  Acc* sQ = reinterpret_cast<Acc*>(smem);             // [BR][Dqk]
+  Acc* sK = sQ + BR * p.Dqk;                          // [BC][Dqk]
+  Acc* sV = sK + BC * p.Dqk;                          // [BC][Dv]
+  Acc* sP = sV + BC * p.Dv;                           // [BR][BC]
+  Acc* sM = sP + BR * BC;                             // [BR][BC]
   int* sSees = reinterpret_cast<int*>(sM + BR * BC);  // [BR]
 
   const int tid = static_cast<int>(threadIdx.x), nthreads = BR * 32;
@@ -104,7 +104,8 @@ __global__ void attn_flash_kernel(AttnParams p) {
     }
     __syncthreads();
     if (staged) {
-      for (int r = warp; r < BC && j0 + r < p.Lk; r += BR) stage_row(p, p.k_norm_weight, sK + r * p.Dqk, lane, rope_key_pos(p, b, j0 + r));
+      for (int r = warp; r < BC && j0 + r < p.Lk; r += BR)
+        stage_row(p, p.k_norm_weight, sK + r * p.Dqk, lane, rope_key_pos(p, b, j0 + r));
       __syncthreads();
     }
     if (row_valid) {
@@ -199,8 +200,9 @@ __global__ void attn_flash_kernel(AttnParams p) {
   if (p.lse && lane == 0) gstore(static_cast<Acc*>(p.lse), row, lse);
   // max-logit: a row without a visible score gives the fill (-inf or the finite fill_value), as lse does.
   if (p.max_logit && lane == 0)
-    gstore(static_cast<Acc*>(p.max_logit), row, m_vis > neg_inf<Acc>() ? m_vis : (p.fill_finite ? fill : neg_inf<Acc>()));
+    gstore(static_cast<Acc*>(p.max_logit), row,
+           m_vis > neg_inf<Acc>() ? m_vis : (p.fill_finite ? fill : neg_inf<Acc>()));
 }
 
-}  // inline namespace ATTNCHECK_KERNEL_NS
+}  // namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda

@@ -96,5 +96,5 @@ __global__ void attn_naive_kernel(AttnParams p) {
   }
 }
 
-}  // inline namespace ATTNCHECK_KERNEL_NS
+}  // namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda

@@ -61,5 +61,5 @@ inline KernelLaunch plan_launch(const AttnParams& p, ElemType t, KernelVersion v
   return plan_for<float>(p, v);
 }
 
-}  // inline namespace ATTNCHECK_KERNEL_NS
+}  // namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda

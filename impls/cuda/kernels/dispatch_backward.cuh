@@ -72,5 +72,5 @@ inline std::vector<BwdLaunch> plan_backward(const BwdParams& bp, ElemType t) {
   return bwd_plan_for<float>(bp);
 }
 
-}  // inline namespace ATTNCHECK_KERNEL_NS
+}  // namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda

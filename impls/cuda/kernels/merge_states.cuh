@@ -14,19 +14,19 @@ namespace attncheck::cuda {
 
 // Strides are in elements of each buffer. Inputs are stacked over the state index n.
 struct MergeParams {
-  const void* o_in;       // [N, B, H, L, D] in the O dtype
-  const float* x_in;      // [N, B, H, L]: lse (normalised form) or the row max m (unnormalised)
-  const float* l_in;      // [N, B, H, L]: the row sum (unnormalised form), nullptr for the normalised form
-  void* o_out;            // [B, H, L, D]
-  float* x_out;           // [B, H, L]
-  float* l_out;           // [B, H, L] or nullptr
+  const void* o_in;   // [N, B, H, L, D] in the O dtype
+  const float* x_in;  // [N, B, H, L]: lse (normalised form) or the row max m (unnormalised)
+  const float* l_in;  // [N, B, H, L]: the row sum (unnormalised form), nullptr for the normalised form
+  void* o_out;        // [B, H, L, D]
+  float* x_out;       // [B, H, L]
+  float* l_out;       // [B, H, L] or nullptr
   int64_t o_in_stride[5], x_in_stride[4], l_in_stride[4], o_out_stride[4], x_out_stride[3], l_out_stride[3];
   int N, B, H, L, D;
   int base_two;    // exponents are log2 (lse in bits) instead of nats
   float sentinel;  // the stored exponent of an empty state (-inf, +inf or a finite value)
 };
 
-constexpr int kMergeRowsPerBlock = 4;  // warps per block
+constexpr int kMergeRowsPerBlock = 4;   // warps per block
 constexpr int kMergeMaxHeadDim = 1024;  // accumulators per lane: 1024 / 32
 
 inline namespace ATTNCHECK_KERNEL_NS {
@@ -100,7 +100,8 @@ __global__ void merge_states_kernel(MergeParams p) {
   }
   if (lane == 0) {
     const int64_t at = b * p.x_out_stride[0] + h * p.x_out_stride[1] + i * p.x_out_stride[2];
-    if (norm) gstore(p.x_out, at, any ? X + merge_log(p, S) : p.sentinel);
+    if (norm)
+      gstore(p.x_out, at, any ? X + merge_log(p, S) : p.sentinel);
     else {
       gstore(p.x_out, at, any ? X : p.sentinel);
       gstore(p.l_out, b * p.l_out_stride[0] + h * p.l_out_stride[1] + i * p.l_out_stride[2], any ? S : 0.f);
@@ -108,5 +109,5 @@ __global__ void merge_states_kernel(MergeParams p) {
   }
 }
 
-}  // inline namespace ATTNCHECK_KERNEL_NS
+}  // namespace ATTNCHECK_KERNEL_NS
 }  // namespace attncheck::cuda

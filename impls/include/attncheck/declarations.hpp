@@ -15,9 +15,10 @@ namespace attncheck {
 
 // What an implementation's contract asks of K/V values no query can see (docs/isolation.md#masked-inputs): isolated
 // (they may hold anything, NaN and inf included, and must never reach an output: fused kernels skip them) or
-// finite_required (a math-path kernel multiplies them by a zero weight, so its contract needs finite inputs everywhere).
+// finite_required (a math-path kernel multiplies them by a zero weight, so its contract needs finite inputs
+// everywhere).
 enum class MaskedInputs : uint8_t { isolated, finite_required };
-const char* to_string(MaskedInputs m);                    // "isolated", "finite-required"
+const char* to_string(MaskedInputs m);                         // "isolated", "finite-required"
 MaskedInputs masked_inputs_from_string(const std::string& s);  // throws std::invalid_argument naming the value
 // Whether a case is outside a finite_required contract: K or V (past, page pools included) hold a NaN or an
 // infinity, or the bias a NaN or +inf (-inf is how a bias masks). Returns the tensors, "" when none.
@@ -35,7 +36,7 @@ struct Declarations {
     return it != contracts.end() ? it->second : default_contract(t);
   }
   std::vector<std::string> outputs = {"out", "lse", "weights"};  // the outputs it can produce
-  bool deterministic = false;  // the same inputs give the same bits, run after run
+  bool deterministic = false;                                    // the same inputs give the same bits, run after run
   // A batch entry gives the same bits whatever else is in the batch and wherever it sits (docs/invariance.md).
   bool batch_invariant = false;
   MaskedInputs masked_inputs = MaskedInputs::isolated;
@@ -44,7 +45,7 @@ struct Declarations {
   unsigned schedule_knobs = 0, schedule_bitwise = 0;
   // The same data in another layout (BHSD, BSHD) or with other strides gives the same bits.
   bool layout_invariant = false;
-  bool backward = false;       // it also computes gradients
+  bool backward = false;  // it also computes gradients
 };
 
 // What the capabilities imply: a single supported fully-masked policy is the declared one; lse and weights are

@@ -36,7 +36,8 @@ class ModuleImpl {
   virtual Support supports_backward(const ModuleProblem&) const {
     return Support::no("module backward not implemented");
   }
-  virtual void run_backward(const ModuleProblem&, const ModuleInputs&, const Tensor& /*dy*/, ModuleGradOutputs&) const {}
+  virtual void run_backward(const ModuleProblem&, const ModuleInputs&, const Tensor& /*dy*/, ModuleGradOutputs&) const {
+  }
 };
 using ModuleImplPtr = std::shared_ptr<const ModuleImpl>;
 

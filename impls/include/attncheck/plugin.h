@@ -19,20 +19,32 @@ extern "C" {
 #define ATTNCHECK_PLUGIN_ENTRY_SYMBOL "attncheck_plugin_entry"
 
 /* Enum values are fixed by the ABI; they also index the capability bit masks (bit 1u << value). */
-typedef enum { ATTNCHECK_DTYPE_F64 = 0, ATTNCHECK_DTYPE_F32 = 1, ATTNCHECK_DTYPE_F16 = 2, ATTNCHECK_DTYPE_BF16 = 3,
-               ATTNCHECK_DTYPE_U8 = 4,
-               /* fp8 codes (uint8_t), only with extension tag 8 (feature "fp8"); never in capabilities.dtypes */
-               ATTNCHECK_DTYPE_E4M3 = 5, ATTNCHECK_DTYPE_E5M2 = 6,
-               /* int8 codes (int8_t) of a quantized KV cache, only with extension tag 14 */
-               ATTNCHECK_DTYPE_I8 = 7 } attncheck_dtype;
+typedef enum {
+  ATTNCHECK_DTYPE_F64 = 0,
+  ATTNCHECK_DTYPE_F32 = 1,
+  ATTNCHECK_DTYPE_F16 = 2,
+  ATTNCHECK_DTYPE_BF16 = 3,
+  ATTNCHECK_DTYPE_U8 = 4,
+  /* fp8 codes (uint8_t), only with extension tag 8 (feature "fp8"); never in capabilities.dtypes */
+  ATTNCHECK_DTYPE_E4M3 = 5,
+  ATTNCHECK_DTYPE_E5M2 = 6,
+  /* int8 codes (int8_t) of a quantized KV cache, only with extension tag 14 */
+  ATTNCHECK_DTYPE_I8 = 7
+} attncheck_dtype;
 typedef enum { ATTNCHECK_LAYOUT_BHSD = 0, ATTNCHECK_LAYOUT_BSHD = 1 } attncheck_layout;
 /* Diagonal of the causal mask / window: key j is on query i's diagonal when j == i + diagonal_offset[b]. */
-typedef enum { ATTNCHECK_ALIGN_TOP_LEFT = 0, ATTNCHECK_ALIGN_BOTTOM_RIGHT = 1, ATTNCHECK_ALIGN_EXPLICIT = 2 }
-    attncheck_alignment;
+typedef enum {
+  ATTNCHECK_ALIGN_TOP_LEFT = 0,
+  ATTNCHECK_ALIGN_BOTTOM_RIGHT = 1,
+  ATTNCHECK_ALIGN_EXPLICIT = 2
+} attncheck_alignment;
 typedef enum { ATTNCHECK_FILL_NEG_INF = 0, ATTNCHECK_FILL_FINITE = 1 } attncheck_fill;
 /* Rows with no visible key: out/weights NaN, out/weights 0, or uniform weights over all keys. */
-typedef enum { ATTNCHECK_FULLY_MASKED_NAN = 0, ATTNCHECK_FULLY_MASKED_ZERO = 1, ATTNCHECK_FULLY_MASKED_UNIFORM = 2 }
-    attncheck_fully_masked;
+typedef enum {
+  ATTNCHECK_FULLY_MASKED_NAN = 0,
+  ATTNCHECK_FULLY_MASKED_ZERO = 1,
+  ATTNCHECK_FULLY_MASKED_UNIFORM = 2
+} attncheck_fully_masked;
 
 typedef enum { ATTNCHECK_STATUS_OK = 0, ATTNCHECK_STATUS_ERROR = 1 } attncheck_status;
 
@@ -51,42 +63,42 @@ typedef struct attncheck_problem {
   int32_t stat_dtype;                  /* attncheck_dtype of lse and weights */
   double scale;                        /* the effective scale (default 1/sqrt(Dqk) already applied) */
 
-  int32_t causal;                      /* 1: key j visible only when j <= i + diagonal_offset[b] */
-  int32_t alignment;                   /* attncheck_alignment, for causal and window */
-  const int64_t* diagonal_offset;      /* [B]: the alignment resolved per batch (always set) */
-  const int64_t* causal_offsets;       /* [B] or NULL: explicit per-batch offsets as given */
-  int64_t causal_offset;               /* explicit offset when causal_offsets is NULL */
-  const int64_t* key_lengths;          /* [B] or NULL: keys j >= key_lengths[b] are invisible (padding) */
-  int64_t window_left, window_right;   /* visible when diag - left <= j <= diag + right; -1 = unbounded */
-  double softcap;                      /* > 0: s -> softcap * tanh(s / softcap) before bias and masks; 0 = off */
+  int32_t causal;                    /* 1: key j visible only when j <= i + diagonal_offset[b] */
+  int32_t alignment;                 /* attncheck_alignment, for causal and window */
+  const int64_t* diagonal_offset;    /* [B]: the alignment resolved per batch (always set) */
+  const int64_t* causal_offsets;     /* [B] or NULL: explicit per-batch offsets as given */
+  int64_t causal_offset;             /* explicit offset when causal_offsets is NULL */
+  const int64_t* key_lengths;        /* [B] or NULL: keys j >= key_lengths[b] are invisible (padding) */
+  int64_t window_left, window_right; /* visible when diag - left <= j <= diag + right; -1 = unbounded */
+  double softcap;                    /* > 0: s -> softcap * tanh(s / softcap) before bias and masks; 0 = off */
 
-  const uint8_t* mask;                 /* boolean mask (1 = attend), or NULL */
+  const uint8_t* mask; /* boolean mask (1 = attend), or NULL */
   int64_t mask_shape[4], mask_strides[4];
-  const void* bias;                    /* additive bias in bias_dtype, or NULL */
+  const void* bias; /* additive bias in bias_dtype, or NULL */
   int32_t bias_dtype;
   int64_t bias_shape[4], bias_strides[4];
 
-  int32_t fill;                        /* attncheck_fill: what a masked score becomes */
-  double fill_value;                   /* with ATTNCHECK_FILL_FINITE */
-  int32_t fully_masked;                /* attncheck_fully_masked */
+  int32_t fill;         /* attncheck_fill: what a masked score becomes */
+  double fill_value;    /* with ATTNCHECK_FILL_FINITE */
+  int32_t fully_masked; /* attncheck_fully_masked */
 
-  double dropout_p;                    /* kept weights are scaled by 1 / (1 - dropout_p) */
+  double dropout_p; /* kept weights are scaled by 1 / (1 - dropout_p) */
   uint64_t dropout_seed;
-  const uint8_t* keep;                 /* [B,Hq,Lq,Lk] keep-mask (1 = keep) when dropout_p > 0, else NULL */
+  const uint8_t* keep; /* [B,Hq,Lq,Lk] keep-mask (1 = keep) when dropout_p > 0, else NULL */
   int64_t keep_strides[4];
 
   const void *q, *k, *v;
   int64_t q_strides[4], k_strides[4], v_strides[4];
   void* out;
   int64_t out_strides[4];
-  void* lse;                           /* NULL unless requested */
+  void* lse; /* NULL unless requested */
   int64_t lse_strides[3];
-  void* weights;                       /* NULL unless requested */
+  void* weights; /* NULL unless requested */
   int64_t weights_strides[4];
 
   /* v2: only read these when the vtable's abi_version >= 2 (the host then always sets them). */
-  uint32_t struct_size;                /* sizeof(attncheck_problem) of the host: later versions append more */
-  uint32_t abi_version;                /* the host's ATTNCHECK_PLUGIN_ABI_VERSION */
+  uint32_t struct_size;                   /* sizeof(attncheck_problem) of the host: later versions append more */
+  uint32_t abi_version;                   /* the host's ATTNCHECK_PLUGIN_ABI_VERSION */
   const struct attncheck_extension* next; /* extension chain: problem features beyond the fields above */
 } attncheck_problem;
 
@@ -94,15 +106,15 @@ typedef struct attncheck_problem {
  * chain; an extension whose tag it does not know describes a feature it did not declare, and the host never sends
  * a problem with such a feature (see `features` in the vtable), so unknown tags can be skipped safely. */
 typedef struct attncheck_extension {
-  uint32_t tag;                        /* ATTNCHECK_EXT_* */
-  uint32_t struct_size;                /* size of the whole tagged struct */
+  uint32_t tag;         /* ATTNCHECK_EXT_* */
+  uint32_t struct_size; /* size of the whole tagged struct */
   const struct attncheck_extension* next;
 } attncheck_extension;
 
 /* Tag 1: the case's name ("fp32/B1-Hq2-.../causal-tl"), for the plugin's own logs. Always present in v2. */
 #define ATTNCHECK_EXT_CASE_NAME 1u
 typedef struct attncheck_ext_case_name {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_CASE_NAME */
+  attncheck_extension header; /* tag ATTNCHECK_EXT_CASE_NAME */
   const char* name;
 } attncheck_ext_case_name;
 
@@ -112,8 +124,8 @@ typedef struct attncheck_ext_case_name {
  * but with a finite sink is not fully masked: its key weights and output are 0 and lse = sinks[h]. */
 #define ATTNCHECK_EXT_SINKS 2u
 typedef struct attncheck_ext_sinks {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_SINKS */
-  const double* sinks;                 /* [Hq] */
+  attncheck_extension header; /* tag ATTNCHECK_EXT_SINKS */
+  const double* sinks;        /* [Hq] */
 } attncheck_ext_sinks;
 
 /* Tag 3: the raw-score output, present iff the problem asks for it (feature name "scores"; ONNX Attention's
@@ -122,9 +134,9 @@ typedef struct attncheck_ext_sinks {
  * masks (the softmax's input; masked keys hold the fill: -inf, or fill_value). Pre-filled with NaN by the host. */
 #define ATTNCHECK_EXT_SCORES 3u
 typedef struct attncheck_ext_scores {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_SCORES */
-  int32_t stage;                       /* 1 scaled, 2 capped, 3 masked */
-  void* scores;                        /* [B,Hq,Lq,Lk]; NULL in supports() */
+  attncheck_extension header; /* tag ATTNCHECK_EXT_SCORES */
+  int32_t stage;              /* 1 scaled, 2 capped, 3 masked */
+  void* scores;               /* [B,Hq,Lq,Lk]; NULL in supports() */
   int64_t strides[4];
 } attncheck_ext_scores;
 
@@ -136,11 +148,11 @@ typedef struct attncheck_ext_scores {
  * positions). Present buffers are pre-filled with NaN by the host; all pointers are NULL in supports(). */
 #define ATTNCHECK_EXT_KV_APPEND 4u
 typedef struct attncheck_ext_kv_append {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_KV_APPEND */
-  int64_t past_len;                    /* >= 1 */
-  const void *past_k, *past_v;         /* [B,Hkv,past_len,Dqk], [B,Hkv,past_len,Dv] */
+  attncheck_extension header;  /* tag ATTNCHECK_EXT_KV_APPEND */
+  int64_t past_len;            /* >= 1 */
+  const void *past_k, *past_v; /* [B,Hkv,past_len,Dqk], [B,Hkv,past_len,Dv] */
   int64_t past_k_strides[4], past_v_strides[4];
-  void *present_k, *present_v;         /* [B,Hkv,Lk,Dqk], [B,Hkv,Lk,Dv] */
+  void *present_k, *present_v; /* [B,Hkv,Lk,Dqk], [B,Hkv,Lk,Dv] */
   int64_t present_k_strides[4], present_v_strides[4];
 } attncheck_ext_kv_append;
 
@@ -156,12 +168,12 @@ typedef struct attncheck_ext_kv_append {
  * checked unchanged afterwards and the gradients have guard bands, as in the forward. docs/plugins.md#backward. */
 #define ATTNCHECK_EXT_BACKWARD 5u
 typedef struct attncheck_ext_backward {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_BACKWARD */
-  const void* out;                     /* the forward output [B,Hq,Lq,Dv], dtype */
+  attncheck_extension header; /* tag ATTNCHECK_EXT_BACKWARD */
+  const void* out;            /* the forward output [B,Hq,Lq,Dv], dtype */
   int64_t out_strides[4];
-  const void* lse;                     /* the forward lse [B,Hq,Lq], stat_dtype */
+  const void* lse; /* the forward lse [B,Hq,Lq], stat_dtype */
   int64_t lse_strides[3];
-  const void* dout;                    /* [B,Hq,Lq,Dv], dtype */
+  const void* dout; /* [B,Hq,Lq,Dv], dtype */
   int64_t dout_strides[4];
   void* dq;
   int64_t dq_strides[4];
@@ -169,7 +181,7 @@ typedef struct attncheck_ext_backward {
   int64_t dk_strides[4];
   void* dv;
   int64_t dv_strides[4];
-  void* dbias;                         /* NULL without a bias */
+  void* dbias; /* NULL without a bias */
   int64_t dbias_strides[4];
 } attncheck_ext_backward;
 
@@ -182,10 +194,10 @@ typedef struct attncheck_ext_backward {
  * with queries but no keys is fully masked (out by the policy, lse -inf), unless its head has a sink. */
 #define ATTNCHECK_EXT_VARLEN 6u
 typedef struct attncheck_ext_varlen {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_VARLEN */
-  int64_t sequences;                   /* S >= 1 */
-  const int64_t* cu_seqlens_q;         /* [S + 1], 0 .. Lq */
-  const int64_t* cu_seqlens_k;         /* [S + 1], 0 .. Lk */
+  attncheck_extension header;  /* tag ATTNCHECK_EXT_VARLEN */
+  int64_t sequences;           /* S >= 1 */
+  const int64_t* cu_seqlens_q; /* [S + 1], 0 .. Lq */
+  const int64_t* cu_seqlens_k; /* [S + 1], 0 .. Lk */
 } attncheck_ext_varlen;
 
 /* Tag 7: a paged KV cache, present iff the problem has one (feature name "paged_kv"; vLLM/FlashInfer paged
@@ -196,11 +208,11 @@ typedef struct attncheck_ext_varlen {
  * keep their meaning. */
 #define ATTNCHECK_EXT_PAGED_KV 7u
 typedef struct attncheck_ext_paged_kv {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_PAGED_KV */
-  int64_t page_size;                   /* tokens per page, >= 1 */
-  int64_t num_pages;                   /* pages in the pool */
-  int64_t pages_per_seq;               /* ceil(Lk / page_size): the block table's row length */
-  const int64_t* block_table;          /* [B, pages_per_seq], entries in [0, num_pages) */
+  attncheck_extension header; /* tag ATTNCHECK_EXT_PAGED_KV */
+  int64_t page_size;          /* tokens per page, >= 1 */
+  int64_t num_pages;          /* pages in the pool */
+  int64_t pages_per_seq;      /* ceil(Lk / page_size): the block table's row length */
+  const int64_t* block_table; /* [B, pages_per_seq], entries in [0, num_pages) */
 } attncheck_ext_paged_kv;
 
 /* Tag 8: fp8 inputs, present iff the problem's dtype is ATTNCHECK_DTYPE_E4M3 or ATTNCHECK_DTYPE_E5M2 (feature name
@@ -210,9 +222,9 @@ typedef struct attncheck_ext_paged_kv {
  * (tag 4) holds the codes. A plugin listing "fp8" is offered both formats and may decline one in supports(). */
 #define ATTNCHECK_EXT_FP8 8u
 typedef struct attncheck_ext_fp8 {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_FP8 */
+  attncheck_extension header;             /* tag ATTNCHECK_EXT_FP8 */
   double descale_q, descale_k, descale_v; /* finite, > 0 */
-  int32_t out_dtype;                   /* attncheck_dtype of out (ATTNCHECK_DTYPE_BF16) */
+  int32_t out_dtype;                      /* attncheck_dtype of out (ATTNCHECK_DTYPE_BF16) */
 } attncheck_ext_fp8;
 
 /* Tag 9: the schedule of this run (docs/invariance.md#schedule), present only when the plugin declared schedule
@@ -221,10 +233,10 @@ typedef struct attncheck_ext_fp8 {
  * across the settings of the knobs in schedule_bitwise, and within tolerance across the others. */
 #define ATTNCHECK_EXT_SCHEDULE 9u
 typedef struct attncheck_ext_schedule {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_SCHEDULE */
-  int32_t threads;                     /* worker threads, >= 1; 0 = the plugin's choice */
-  int32_t num_splits;                  /* key splits per row (split-KV), >= 1; 0 = the plugin's choice */
-  int32_t reversed;                    /* 1: take the work units (query blocks, heads) in reverse order */
+  attncheck_extension header; /* tag ATTNCHECK_EXT_SCHEDULE */
+  int32_t threads;            /* worker threads, >= 1; 0 = the plugin's choice */
+  int32_t num_splits;         /* key splits per row (split-KV), >= 1; 0 = the plugin's choice */
+  int32_t reversed;           /* 1: take the work units (query blocks, heads) in reverse order */
 } attncheck_ext_schedule;
 
 /* Tag 10: the max-logit output, present iff the problem asks for it (feature name "max_logit"; TransformerEngine's
@@ -235,10 +247,10 @@ typedef struct attncheck_ext_schedule {
  * NaN by the host; NULL in supports(). */
 #define ATTNCHECK_EXT_MAX_LOGIT 10u
 typedef struct attncheck_ext_max_logit {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_MAX_LOGIT */
-  int32_t form;                        /* 1 rows [B,Hq,Lq], 2 heads [Hq] */
+  attncheck_extension header; /* tag ATTNCHECK_EXT_MAX_LOGIT */
+  int32_t form;               /* 1 rows [B,Hq,Lq], 2 heads [Hq] */
   void* max_logit;
-  int64_t strides[3];                  /* elements; heads: strides[0] only */
+  int64_t strides[3]; /* elements; heads: strides[0] only */
 } attncheck_ext_max_logit;
 
 /* Tag 11: the problem's score, mask and position modifications (docs/problem-model.md "Modifications"), present iff
@@ -252,22 +264,22 @@ typedef struct attncheck_ext_max_logit {
 typedef enum { ATTNCHECK_MOD_SCORE = 0, ATTNCHECK_MOD_MASK = 1, ATTNCHECK_MOD_POSITION = 2 } attncheck_mod_kind;
 typedef enum { ATTNCHECK_PARAM_I64 = 0, ATTNCHECK_PARAM_F64 = 1, ATTNCHECK_PARAM_TEXT = 2 } attncheck_param_type;
 typedef struct attncheck_mod_param {
-  const char* key;                     /* the parameter's name, e.g. "alibi_slopes", "chunk_size", "score_expr" */
-  int32_t type;                        /* attncheck_param_type; a bool is an I64 of 0 or 1 */
-  int64_t count;                       /* values in i64 or f64 (a scalar: 1; an empty list: 0); TEXT: 1 */
-  const int64_t* i64;                  /* with ATTNCHECK_PARAM_I64, else NULL */
-  const double* f64;                   /* with ATTNCHECK_PARAM_F64, else NULL */
-  const char* text;                    /* with ATTNCHECK_PARAM_TEXT (NUL-terminated UTF-8), else NULL */
+  const char* key;    /* the parameter's name, e.g. "alibi_slopes", "chunk_size", "score_expr" */
+  int32_t type;       /* attncheck_param_type; a bool is an I64 of 0 or 1 */
+  int64_t count;      /* values in i64 or f64 (a scalar: 1; an empty list: 0); TEXT: 1 */
+  const int64_t* i64; /* with ATTNCHECK_PARAM_I64, else NULL */
+  const double* f64;  /* with ATTNCHECK_PARAM_F64, else NULL */
+  const char* text;   /* with ATTNCHECK_PARAM_TEXT (NUL-terminated UTF-8), else NULL */
 } attncheck_mod_param;
 typedef struct attncheck_mod {
-  const char* name;                    /* the library entry's name, as listed in `features` */
-  int32_t kind;                        /* attncheck_mod_kind */
+  const char* name; /* the library entry's name, as listed in `features` */
+  int32_t kind;     /* attncheck_mod_kind */
   int64_t param_count;
-  const attncheck_mod_param* params;   /* every parameter of the entry, set or at its default */
+  const attncheck_mod_param* params; /* every parameter of the entry, set or at its default */
 } attncheck_mod;
 typedef struct attncheck_ext_modifications {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_MODIFICATIONS */
-  int64_t count;                       /* >= 1 */
+  attncheck_extension header; /* tag ATTNCHECK_EXT_MODIFICATIONS */
+  int64_t count;              /* >= 1 */
   const attncheck_mod* mods;
 } attncheck_ext_modifications;
 
@@ -280,13 +292,13 @@ typedef struct attncheck_ext_modifications {
  * not a multiple of the block size) is never full. B or H of 1 stands for every batch or head. */
 #define ATTNCHECK_EXT_BLOCK_MASK 12u
 typedef struct attncheck_ext_block_mask {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_BLOCK_MASK */
-  int64_t q_block, kv_block;           /* block sizes, >= 1 */
-  int64_t B, H, q_blocks, slots;       /* q_blocks = ceil(Lq / q_block); slots = ceil(Lk / kv_block) */
-  const int64_t* kv_num_blocks;        /* [B, H, q_blocks] */
-  const int64_t* kv_indices;           /* [B, H, q_blocks, slots] */
-  const int64_t* full_kv_num_blocks;   /* [B, H, q_blocks] */
-  const int64_t* full_kv_indices;      /* [B, H, q_blocks, slots] */
+  attncheck_extension header;        /* tag ATTNCHECK_EXT_BLOCK_MASK */
+  int64_t q_block, kv_block;         /* block sizes, >= 1 */
+  int64_t B, H, q_blocks, slots;     /* q_blocks = ceil(Lq / q_block); slots = ceil(Lk / kv_block) */
+  const int64_t* kv_num_blocks;      /* [B, H, q_blocks] */
+  const int64_t* kv_indices;         /* [B, H, q_blocks, slots] */
+  const int64_t* full_kv_num_blocks; /* [B, H, q_blocks] */
+  const int64_t* full_kv_indices;    /* [B, H, q_blocks, slots] */
 } attncheck_ext_block_mask;
 
 /* Tag 13: absorbed MLA (feature name "mla"; docs/problem-model.md "Absorbed MLA"; FlashMLA, FlashInfer's MLA): K
@@ -296,8 +308,8 @@ typedef struct attncheck_ext_block_mask {
  * dimension (DeepSeek-V3: 1/sqrt(192)), not from Dqk. */
 #define ATTNCHECK_EXT_MLA 13u
 typedef struct attncheck_ext_mla {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_MLA */
-  int64_t latent_dim;                  /* Dqk: the columns of the one cache; V is columns [0, Dv) of it */
+  attncheck_extension header; /* tag ATTNCHECK_EXT_MLA */
+  int64_t latent_dim;         /* Dqk: the columns of the one cache; V is columns [0, Dv) of it */
 } attncheck_ext_mla;
 
 /* Tag 14: a quantized KV cache (feature name "kv_quant"; docs/problem-model.md "Quantized KV cache"; vLLM's and
@@ -306,15 +318,19 @@ typedef struct attncheck_ext_mla {
  * the scales in scale_dtype. A stride is 0 along the dims a scale is shared over, so one formula serves every
  * granularity; `granularity` says which it is. q and out stay in p->dtype. */
 #define ATTNCHECK_EXT_KV_QUANT 14u
-typedef enum { ATTNCHECK_KV_TENSOR = 0, ATTNCHECK_KV_HEAD = 1, ATTNCHECK_KV_TOKEN = 2, ATTNCHECK_KV_BLOCK = 3 }
-    attncheck_kv_granularity;
+typedef enum {
+  ATTNCHECK_KV_TENSOR = 0,
+  ATTNCHECK_KV_HEAD = 1,
+  ATTNCHECK_KV_TOKEN = 2,
+  ATTNCHECK_KV_BLOCK = 3
+} attncheck_kv_granularity;
 typedef struct attncheck_ext_kv_quant {
-  attncheck_extension header;          /* tag ATTNCHECK_EXT_KV_QUANT */
-  int32_t codes;                       /* attncheck_dtype of k and v: ATTNCHECK_DTYPE_I8, _E4M3 or _E5M2 */
-  int32_t granularity;                 /* attncheck_kv_granularity: per tensor, (batch, KV head), token, block */
-  int64_t kv_block;                    /* head-dim elements per scale (the block granularity); else Dqk or more */
-  int32_t scale_dtype;                 /* attncheck_dtype of the scales: F32, F16 or BF16 */
-  const void *k_scale, *v_scale;       /* NULL in supports() */
+  attncheck_extension header;    /* tag ATTNCHECK_EXT_KV_QUANT */
+  int32_t codes;                 /* attncheck_dtype of k and v: ATTNCHECK_DTYPE_I8, _E4M3 or _E5M2 */
+  int32_t granularity;           /* attncheck_kv_granularity: per tensor, (batch, KV head), token, block */
+  int64_t kv_block;              /* head-dim elements per scale (the block granularity); else Dqk or more */
+  int32_t scale_dtype;           /* attncheck_dtype of the scales: F32, F16 or BF16 */
+  const void *k_scale, *v_scale; /* NULL in supports() */
   int64_t k_scale_strides[4], v_scale_strides[4];
 } attncheck_ext_kv_quant;
 
@@ -336,21 +352,21 @@ typedef struct attncheck_capabilities {
  * The host zero-fills the struct and sets struct_size before the call. */
 typedef struct attncheck_declarations {
   uint32_t struct_size;
-  int32_t fully_masked_policy;         /* attncheck_fully_masked followed natively, or -1 = follows the problem */
-  int32_t deterministic;               /* 1: same inputs give the same bits */
-  uint32_t outputs;                    /* bits: 1 = out, 2 = lse, 4 = weights (0 = derived from the capabilities) */
-  const char* contract[4];             /* per attncheck_dtype f64..bf16: precision contract string as in
-                                          attncheck/contract.hpp ("qk=fp16,acc=fp32,p=rounded"), or NULL = default */
+  int32_t fully_masked_policy; /* attncheck_fully_masked followed natively, or -1 = follows the problem */
+  int32_t deterministic;       /* 1: same inputs give the same bits */
+  uint32_t outputs;            /* bits: 1 = out, 2 = lse, 4 = weights (0 = derived from the capabilities) */
+  const char* contract[4];     /* per attncheck_dtype f64..bf16: precision contract string as in
+                                  attncheck/contract.hpp ("qk=fp16,acc=fp32,p=rounded"), or NULL = default */
   /* Appended with tag 8: read by hosts that know it, written by a plugin only when struct_size covers it. */
-  const char* contract_fp8[2];         /* e4m3, e5m2: as contract[], e.g. "p=exact"; NULL = default */
+  const char* contract_fp8[2]; /* e4m3, e5m2: as contract[], e.g. "p=exact"; NULL = default */
   /* Appended after tag 8 (ATTNCHECK_DECL_BATCH_INVARIANT), written by a plugin only when struct_size covers it: */
-  int32_t batch_invariant;             /* 1: a batch entry gives the same bits whatever else is in the batch */
+  int32_t batch_invariant; /* 1: a batch entry gives the same bits whatever else is in the batch */
   /* Appended with it (ATTNCHECK_DECL_MASKED_INPUTS): what the contract asks of K/V values no query sees. */
-  int32_t masked_inputs;               /* 0 isolated (default: they never reach an output), 1 finite-required */
+  int32_t masked_inputs; /* 0 isolated (default: they never reach an output), 1 finite-required */
   /* Appended with tag 9 (ATTNCHECK_DECL_SCHEDULE), written by a plugin only when struct_size covers it: */
-  uint32_t schedule_knobs;             /* knobs it honours (tag 9): 1 threads, 2 num_splits, 4 block order */
-  uint32_t schedule_bitwise;           /* of those, the ones whose settings give the same bits */
-  int32_t layout_invariant;            /* 1: the same data in another layout or strides gives the same bits */
+  uint32_t schedule_knobs;   /* knobs it honours (tag 9): 1 threads, 2 num_splits, 4 block order */
+  uint32_t schedule_bitwise; /* of those, the ones whose settings give the same bits */
+  int32_t layout_invariant;  /* 1: the same data in another layout or strides gives the same bits */
 } attncheck_declarations;
 
 /* Defined by headers that have attncheck_declarations.batch_invariant, so a plugin can build against older ones. */
@@ -363,34 +379,39 @@ typedef struct attncheck_declarations {
  * Offered only to a plugin that lists the feature "merge" and sets the vtable's `merge` (appended below). A state is
  * stored under the conventions given here (never guessed): normalised = O and lse; unnormalised = O times the sum,
  * the row max and the sum. Stats (lse, max, sum) are always f32 and their strides follow stat_layout, so a plugin that
- * ignores the strides reads the wrong rows. Element (n,b,h,i,d) of o_in is at n*s[0] + b*s[1] + h*s[2] + i*s[3] + d*s[4];
- * element (n,b,h,i) of a stat input at n*s[0] + b*s[1] + h*s[2] + i*s[3]; outputs drop n. Outputs are NaN-filled by the
- * host; inputs are checked unchanged afterwards and outputs have guard bands. Pointers of the other form are NULL. */
+ * ignores the strides reads the wrong rows. Element (n,b,h,i,d) of o_in is at n*s[0] + b*s[1] + h*s[2] + i*s[3] +
+ * d*s[4]; element (n,b,h,i) of a stat input at n*s[0] + b*s[1] + h*s[2] + i*s[3]; outputs drop n. Outputs are
+ * NaN-filled by the host; inputs are checked unchanged afterwards and outputs have guard bands. Pointers of the other
+ * form are NULL. */
 typedef enum { ATTNCHECK_STATE_NORMALISED = 0, ATTNCHECK_STATE_UNNORMALISED = 1 } attncheck_state_form;
 typedef enum { ATTNCHECK_LSE_BASE_E = 0, ATTNCHECK_LSE_BASE_2 = 1 } attncheck_lse_base;
 /* The stored lse (or max) of a state that saw no key; under FINITE the value is `sentinel` (as an f32). */
-typedef enum { ATTNCHECK_EMPTY_NEG_INF = 0, ATTNCHECK_EMPTY_POS_INF = 1, ATTNCHECK_EMPTY_FINITE = 2 } attncheck_empty_lse;
+typedef enum {
+  ATTNCHECK_EMPTY_NEG_INF = 0,
+  ATTNCHECK_EMPTY_POS_INF = 1,
+  ATTNCHECK_EMPTY_FINITE = 2
+} attncheck_empty_lse;
 /* The O of an empty state: 0, or anything (NaN included) that must not reach the merged result. */
 typedef enum { ATTNCHECK_EMPTY_OUT_ZERO = 0, ATTNCHECK_EMPTY_OUT_UNDEFINED = 1 } attncheck_empty_out;
 typedef enum { ATTNCHECK_STAT_BHL = 0, ATTNCHECK_STAT_BLH = 1 } attncheck_stat_layout;
 typedef struct attncheck_merge_problem {
-  uint32_t struct_size;                /* sizeof(attncheck_merge_problem) of the host: later versions append more */
-  const char* name;                    /* the case's name, for the plugin's own logs */
-  int64_t N, B, H, L, D;               /* N >= 1 states of [B,H,L] rows of D values */
-  int32_t dtype;                       /* attncheck_dtype of o_in and o_out (F32, F16 or BF16) */
-  int32_t form;                        /* attncheck_state_form */
-  int32_t lse_base;                    /* attncheck_lse_base: lse and max in nats or in bits (log2) */
-  int32_t empty_lse;                   /* attncheck_empty_lse */
-  double sentinel;                     /* the empty lse under ATTNCHECK_EMPTY_FINITE */
-  int32_t empty_out;                   /* attncheck_empty_out */
-  int32_t stat_layout;                 /* attncheck_stat_layout, informational: the strides already encode it */
-  const void* o_in;                    /* [N,B,H,L,D]; the strides carry a token-major O ([N,B,L,H,D] in memory) */
+  uint32_t struct_size;  /* sizeof(attncheck_merge_problem) of the host: later versions append more */
+  const char* name;      /* the case's name, for the plugin's own logs */
+  int64_t N, B, H, L, D; /* N >= 1 states of [B,H,L] rows of D values */
+  int32_t dtype;         /* attncheck_dtype of o_in and o_out (F32, F16 or BF16) */
+  int32_t form;          /* attncheck_state_form */
+  int32_t lse_base;      /* attncheck_lse_base: lse and max in nats or in bits (log2) */
+  int32_t empty_lse;     /* attncheck_empty_lse */
+  double sentinel;       /* the empty lse under ATTNCHECK_EMPTY_FINITE */
+  int32_t empty_out;     /* attncheck_empty_out */
+  int32_t stat_layout;   /* attncheck_stat_layout, informational: the strides already encode it */
+  const void* o_in;      /* [N,B,H,L,D]; the strides carry a token-major O ([N,B,L,H,D] in memory) */
   int64_t o_in_strides[5];
   const float *lse_in, *max_in, *sum_in; /* [N,B,H,L]: lse when normalised, max and sum when unnormalised */
   int64_t lse_in_strides[4], max_in_strides[4], sum_in_strides[4];
-  void* o_out;                         /* [B,H,L,D] */
+  void* o_out; /* [B,H,L,D] */
   int64_t o_out_strides[4];
-  float *lse_out, *max_out, *sum_out;  /* [B,H,L], the same form as the inputs */
+  float *lse_out, *max_out, *sum_out; /* [B,H,L], the same form as the inputs */
   int64_t lse_out_strides[3], max_out_strides[3], sum_out_strides[3];
 } attncheck_merge_problem;
 
@@ -408,34 +429,37 @@ typedef struct attncheck_merge_problem {
  * weights, when not NULL, is the attention weights output in attn->stat_dtype: [B,Hq,Lq,Lk], or [B,1,Lq,Lk] averaged
  * over the heads when average_weights is 1. Strides in elements. Outputs are NaN-filled by the host; inputs are checked
  * unchanged afterwards and outputs have guard bands. Pointers of absent tensors are NULL. */
-typedef enum { ATTNCHECK_PACKING_SEPARATE = 0, ATTNCHECK_PACKING_PACKED = 1, ATTNCHECK_PACKING_INTERLEAVED = 2 }
-    attncheck_packing;
+typedef enum {
+  ATTNCHECK_PACKING_SEPARATE = 0,
+  ATTNCHECK_PACKING_PACKED = 1,
+  ATTNCHECK_PACKING_INTERLEAVED = 2
+} attncheck_packing;
 typedef struct attncheck_module_problem {
-  uint32_t struct_size;                /* sizeof(attncheck_module_problem) of the host: later versions append more */
-  const char* name;                    /* the case's name, for the plugin's own logs */
-  const attncheck_problem* attn;       /* the attention inside (B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, masks, ...) */
-  int64_t d_in;                        /* features of x */
-  int64_t d_in2;                       /* features of x2; 0 = self attention (Lk == Lq, keys and values from x) */
-  int64_t d_out;                       /* features of y */
-  int32_t packing;                     /* attncheck_packing */
+  uint32_t struct_size;          /* sizeof(attncheck_module_problem) of the host: later versions append more */
+  const char* name;              /* the case's name, for the plugin's own logs */
+  const attncheck_problem* attn; /* the attention inside (B, Hq, Hkv, Lq, Lk, Dqk, Dv, dtype, masks, ...) */
+  int64_t d_in;                  /* features of x */
+  int64_t d_in2;                 /* features of x2; 0 = self attention (Lk == Lq, keys and values from x) */
+  int64_t d_out;                 /* features of y */
+  int32_t packing;               /* attncheck_packing */
   int32_t qkv_bias, out_bias, average_weights; /* 0/1 */
-  const void *x, *x2;                  /* [B,Lq,d_in], [B,Lk,d_in2] (x2 NULL for self attention) */
+  const void *x, *x2;                          /* [B,Lq,d_in], [B,Lk,d_in2] (x2 NULL for self attention) */
   int64_t x_strides[3], x2_strides[3];
   const void *wq, *wk, *wv, *wqkv, *wo; /* separate: wq, wk, wv; packed/interleaved: wqkv; wo [d_out, Hq*Dv] */
   int64_t wq_strides[2], wk_strides[2], wv_strides[2], wqkv_strides[2], wo_strides[2];
   const void *bq, *bk, *bv, *bqkv, *bo; /* with qkv_bias (bq/bk/bv or bqkv by the packing), with out_bias (bo) */
   int64_t bq_strides[1], bk_strides[1], bv_strides[1], bqkv_strides[1], bo_strides[1];
-  void* y;                             /* [B,Lq,d_out] */
+  void* y; /* [B,Lq,d_out] */
   int64_t y_strides[3];
-  void* weights;                       /* NULL unless requested */
+  void* weights; /* NULL unless requested */
   int64_t weights_strides[4];
 } attncheck_module_problem;
 
 /* The vtable. Strings are static, NUL-terminated UTF-8. Messages go into caller-owned buffers (always
  * NUL-terminated by the plugin, truncated if needed) so plugins need no thread-local state. */
 typedef struct attncheck_plugin {
-  uint32_t abi_version;  /* ATTNCHECK_PLUGIN_ABI_VERSION the plugin was built with; must stay the first field */
-  const char* name;      /* implementation name, e.g. "my-flash"; unique among implementations */
+  uint32_t abi_version; /* ATTNCHECK_PLUGIN_ABI_VERSION the plugin was built with; must stay the first field */
+  const char* name;     /* implementation name, e.g. "my-flash"; unique among implementations */
   const char* description;
   /* Fill *caps. Returns ATTNCHECK_STATUS_OK, or ERROR with a message in err. */
   int32_t (*capabilities)(attncheck_capabilities* caps, char* err, size_t err_size);
@@ -448,10 +472,11 @@ typedef struct attncheck_plugin {
   int32_t (*run)(const attncheck_problem* p, char* err, size_t err_size);
 
   /* v2 (read only when abi_version >= 2): */
-  uint32_t struct_size;  /* sizeof(attncheck_plugin) the plugin was built with */
+  uint32_t struct_size; /* sizeof(attncheck_plugin) the plugin was built with */
   /* Capability negotiation for features beyond the v1 flags: NULL-terminated list of the feature names (as in
-   * docs/worker-protocol.md) the plugin supports, and "backward" when run() computes gradients (tag 5). A problem using a feature not listed here is reported
-   * unsupported and never reaches supports() or run(). NULL = none beyond the v1 flags. */
+   * docs/worker-protocol.md) the plugin supports, and "backward" when run() computes gradients (tag 5). A problem using
+   * a feature not listed here is reported unsupported and never reaches supports() or run(). NULL = none beyond the v1
+   * flags. */
   const char* const* features;
   /* Optional (may be NULL): fill *d. ATTNCHECK_STATUS_OK, or ERROR with a message. */
   int32_t (*declarations)(attncheck_declarations* d, char* err, size_t err_size);

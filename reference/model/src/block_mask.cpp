@@ -194,14 +194,17 @@ BlockMaskVerdict judge_block_mask(const Problem& p, const Inputs& in, const Bloc
     const std::string where = std::string(" (") + region(p, qb, kb, q, k) + ")";
     const std::string seen = std::to_string(c) + " of its " + std::to_string(area) + " scores visible";
     if (is == BlockKind::full)
-      v.failures.push_back({b, h, q, k, std::string(to_string(want)) + " block marked full: " + seen +
-                                            ", the masked ones would get weight" + where});
+      v.failures.push_back({b, h, q, k,
+                            std::string(to_string(want)) + " block marked full: " + seen +
+                                ", the masked ones would get weight" + where});
     else if (is == BlockKind::empty)
-      v.failures.push_back({b, h, q, k, std::string(to_string(want)) + " block missing: " + seen +
-                                            ", a kernel would skip them" + where});
+      v.failures.push_back(
+          {b, h, q, k,
+           std::string(to_string(want)) + " block missing: " + seen + ", a kernel would skip them" + where});
     else
-      v.notes.push_back({b, h, q, k, std::string(to_string(want)) + " block listed as partial: " + seen +
-                                         (want == BlockKind::empty ? ", wasted work" : ", the mask need not apply") + where});
+      v.notes.push_back({b, h, q, k,
+                         std::string(to_string(want)) + " block listed as partial: " + seen +
+                             (want == BlockKind::empty ? ", wasted work" : ", the mask need not apply") + where});
   }
   return v;
 }

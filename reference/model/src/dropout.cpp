@@ -19,9 +19,9 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::array<uint
 
 double dropout_uniform(uint64_t seed, int64_t b, int64_t h, int64_t i, int64_t j) {
   // counter = (i, j, h, b) per element; key = seed. One Philox call per element, first word used.
-  const auto r = philox4x32_10({static_cast<uint32_t>(i), static_cast<uint32_t>(j), static_cast<uint32_t>(h),
-                                static_cast<uint32_t>(b)},
-                               {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+  const auto r = philox4x32_10(
+      {static_cast<uint32_t>(i), static_cast<uint32_t>(j), static_cast<uint32_t>(h), static_cast<uint32_t>(b)},
+      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
   return r[0] * (1.0 / 4294967296.0);
 }
 

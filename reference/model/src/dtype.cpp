@@ -76,7 +76,7 @@ uint16_t float_to_half_bits(float f) {
     // value = absx_float; half subnormal unit is 2^-24. Round absx_float / 2^-24 to nearest even.
     float a;
     std::memcpy(&a, &absx, 4);
-    const float scaled = a * 16777216.0f;  // exact: multiplication by a power of two
+    const float scaled = a * 16777216.0f;    // exact: multiplication by a power of two
     const float r = std::nearbyint(scaled);  // default rounding mode: to nearest even
     return static_cast<uint16_t>(sign | static_cast<uint32_t>(r));
   }
@@ -150,11 +150,11 @@ double round_to(DType t, double x) {
 // ---- fp8 -----------------------------------------------------------------------------------------------------
 namespace {
 struct Fp8Format {
-  int man;         // mantissa bits
-  int bias;        // exponent bias
-  int min_exp;     // exponent of the smallest normal value
-  double max;      // largest finite value
-  bool has_inf;    // e5m2: exponent field all ones = inf/NaN; e4m3fn: only S.1111.111 is NaN
+  int man;       // mantissa bits
+  int bias;      // exponent bias
+  int min_exp;   // exponent of the smallest normal value
+  double max;    // largest finite value
+  bool has_inf;  // e5m2: exponent field all ones = inf/NaN; e4m3fn: only S.1111.111 is NaN
 };
 Fp8Format format(DType t) {
   if (t == DType::e4m3) return {3, 7, -6, 448.0, false};
@@ -168,10 +168,14 @@ double fp8_bits_to_double(uint8_t bits, DType t) {
   const int e = (bits & 0x7f) >> f.man, m = bits & ((1 << f.man) - 1);
   const int e_all = (1 << (7 - f.man)) - 1;
   double v;
-  if (f.has_inf && e == e_all) v = m == 0 ? HUGE_VAL : std::nan("");
-  else if (!f.has_inf && e == e_all && m == (1 << f.man) - 1) v = std::nan("");
-  else if (e == 0) v = std::ldexp(static_cast<double>(m), f.min_exp - f.man);  // subnormal
-  else v = std::ldexp(1.0 + std::ldexp(static_cast<double>(m), -f.man), e - f.bias);
+  if (f.has_inf && e == e_all)
+    v = m == 0 ? HUGE_VAL : std::nan("");
+  else if (!f.has_inf && e == e_all && m == (1 << f.man) - 1)
+    v = std::nan("");
+  else if (e == 0)
+    v = std::ldexp(static_cast<double>(m), f.min_exp - f.man);  // subnormal
+  else
+    v = std::ldexp(1.0 + std::ldexp(static_cast<double>(m), -f.man), e - f.bias);
   return neg ? -v : v;
 }
 

@@ -40,12 +40,13 @@ const Field kFields[] = {
     {"layout", &P::layout, kAttr, kFrag, nullptr, nullptr, "memory order of q, k, v, out"},
     {"scale", &P::scale, Stored::if_set, kFrag, "must be finite", [](const P& p) { return finite_or_unset(p.scale); },
      "score scale; unset = 1/sqrt(Dqk)"},
-    {"effective_scale", DerivedF64{[](const P& p) { return p.effective_scale(); }}, Stored::derived, Named::no,
-     nullptr, nullptr, "the scale in use"},
+    {"effective_scale", DerivedF64{[](const P& p) { return p.effective_scale(); }}, Stored::derived, Named::no, nullptr,
+     nullptr, "the scale in use"},
     {"causal", &P::causal, kAttr, kFrag, nullptr, nullptr, "key j visible to query i iff j <= i + offset"},
     {"alignment", &P::alignment, kAttr, kFrag, nullptr, nullptr, "where the causal/window diagonal sits"},
     {"causal_offset", &P::causal_offset, kAttr, kFrag, "must be within +-2^60",
-     [](const P& p) { return p.causal_offset <= kMaxElements && p.causal_offset >= -kMaxElements; }, "diagonal offset with alignment=offset"},
+     [](const P& p) { return p.causal_offset <= kMaxElements && p.causal_offset >= -kMaxElements; },
+     "diagonal offset with alignment=offset"},
     {"mask_shape", &P::mask_shape, Stored::if_set, kFrag, nullptr, nullptr, "boolean mask, broadcast"},
     {"bias_shape", &P::bias_shape, Stored::if_set, kFrag, nullptr, nullptr, "additive bias, broadcast"},
     {"bias_dtype", &P::bias_dtype, kAttr, kFrag, nullptr, nullptr, "dtype of the bias"},
@@ -67,7 +68,9 @@ const Field kFields[] = {
     {"key_lengths", &P::key_lengths, Stored::dataset, kFrag, nullptr, nullptr, "valid keys per batch"},
     {"causal_offsets", &P::causal_offsets, Stored::dataset, kFrag, nullptr, nullptr, "diagonal offset per batch"},
     {"sinks", &P::sinks, Stored::dataset, kFrag, "must be finite or -inf (no sink)",
-     [](const P& p) { return std::none_of(p.sinks.begin(), p.sinks.end(), [](double x) { return std::isnan(x) || x == HUGE_VAL; }); },
+     [](const P& p) {
+       return std::none_of(p.sinks.begin(), p.sinks.end(), [](double x) { return std::isnan(x) || x == HUGE_VAL; });
+     },
      "sink logit per query head: joins the softmax denominator, has no value"},
     {"scores_out", &P::scores_out, Stored::if_set, kFrag, nullptr, nullptr,
      "raw scores output [B,Hq,Lq,Lk] at a stage (ONNX qk_matmul_output_mode 0-2)"},
@@ -84,11 +87,13 @@ const Field kFields[] = {
      [](const P& p) { return p.page_size >= 0 && p.page_size <= (int64_t{1} << 24); },
      "paged KV cache: tokens per page; k, v are the pages [num_pages,Hkv,page_size,D]"},
     {"num_pages", &P::num_pages, Stored::if_set, kFrag, "must be in [0, 2^40]",
-     [](const P& p) { return p.num_pages >= 0 && p.num_pages <= (int64_t{1} << 40); }, "paged KV cache: pages in the pool"},
+     [](const P& p) { return p.num_pages >= 0 && p.num_pages <= (int64_t{1} << 40); },
+     "paged KV cache: pages in the pool"},
     {"block_table", &P::block_table, Stored::dataset, kFrag, nullptr, nullptr,
      "paged KV cache: page of each (batch, block of page_size keys), [B, ceil(Lk/page_size)]"},
     {"descale_q", &P::descale_q, Stored::if_set, kFrag, "must be finite and > 0 (1 unless dtype is fp8)",
-     [](const P& p) { return descale_ok(p, p.descale_q); }, "fp8: q = descale_q * code (cuDNN descale_q, FA3 q_descale)"},
+     [](const P& p) { return descale_ok(p, p.descale_q); },
+     "fp8: q = descale_q * code (cuDNN descale_q, FA3 q_descale)"},
     {"descale_k", &P::descale_k, Stored::if_set, kFrag, "must be finite and > 0 (1 unless dtype is fp8)",
      [](const P& p) { return descale_ok(p, p.descale_k); }, "fp8: k = descale_k * code"},
     {"descale_v", &P::descale_v, Stored::if_set, kFrag, "must be finite and > 0 (1 unless dtype is fp8)",
@@ -149,13 +154,17 @@ std::string percent_encode(const std::string& s) {
   static const char hex[] = "0123456789ABCDEF";
   std::string o;
   for (const unsigned char c : s) {
-    if (c == '%' || c == '/' || c <= ' ' || c > '~') o.append({'%', hex[c >> 4], hex[c & 15]});
-    else o.push_back(static_cast<char>(c));
+    if (c == '%' || c == '/' || c <= ' ' || c > '~')
+      o.append({'%', hex[c >> 4], hex[c & 15]});
+    else
+      o.push_back(static_cast<char>(c));
   }
   return o;
 }
 std::string percent_decode(const std::string& s, const char* key) {
-  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+  auto digit = [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
   std::string o;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] != '%') {
@@ -164,7 +173,8 @@ std::string percent_decode(const std::string& s, const char* key) {
     }
     const int hi = i + 2 < s.size() ? digit(s[i + 1]) : -1, lo = i + 2 < s.size() ? digit(s[i + 2]) : -1;
     if (hi < 0 || lo < 0)
-      fail(std::string(key) + ": '%' at position " + std::to_string(i) + " must start an escape %XX (hex digits 0-9A-F), got '" + s + "'");
+      fail(std::string(key) + ": '%' at position " + std::to_string(i) +
+           " must start an escape %XX (hex digits 0-9A-F), got '" + s + "'");
     o.push_back(static_cast<char>(hi * 16 + lo));
     i += 2;
   }
@@ -199,8 +209,7 @@ const Field* find_field(const std::string& key) {
 
 std::string field_text(const Problem& p, const Field& f) {
   return std::visit(
-      Overload{[&](DerivedF64 fn) { return num(fn(p)); },
-               [&](bool P::*m) { return std::string(p.*m ? "1" : "0"); },
+      Overload{[&](DerivedF64 fn) { return num(fn(p)); }, [&](bool P::*m) { return std::string(p.*m ? "1" : "0"); },
                [&](std::optional<double> P::*m) { return (p.*m) ? num(*(p.*m)) : std::string(); },
                [&](std::optional<std::array<int64_t, 4>> P::*m) {
                  return (p.*m) ? join((p.*m)->data(), 4, 'x') : std::string();
@@ -219,30 +228,30 @@ std::string field_text(const Problem& p, const Field& f) {
 }
 
 void set_field_text(Problem& p, const Field& f, const std::string& s) {
-  std::visit(Overload{[&](DerivedF64) { fail(std::string(f.key) + ": is derived and cannot be set"); },
-                      [&](bool P::*m) {
-                        if (s != "0" && s != "1") fail(std::string(f.key) + ": must be 0 or 1, got '" + s + "'");
-                        p.*m = s == "1";
-                      },
-                      [&](std::optional<double> P::*m) { p.*m = parse_num<double>(s, f.key); },
-                      [&](std::optional<std::array<int64_t, 4>> P::*m) {
-                        const auto v = parse_list(s, 'x', f.key);
-                        if (v.size() != 4) fail(std::string(f.key) + ": must have 4 extents, got '" + s + "'");
-                        p.*m = std::array<int64_t, 4>{v[0], v[1], v[2], v[3]};
-                      },
-                      [&](std::vector<int64_t> P::*m) { p.*m = parse_list(s, ',', f.key); },
-                      [&](std::vector<double> P::*m) { p.*m = parse_list<double>(s, ',', f.key); },
-                      [&](std::string P::*m) { p.*m = percent_decode(s, f.key); },
-                      [&](DType P::*m) { p.*m = dtype_from_string(s); },
-                      [&](Layout P::*m) { p.*m = layout_from_string(s); },
-                      [&](Alignment P::*m) { p.*m = alignment_from_string(s); },
-                      [&](MaskFill P::*m) { p.*m = fill_from_string(s); },
-                      [&](FullyMasked P::*m) { p.*m = fully_masked_from_string(s); },
-                      [&](ScoresOut P::*m) { p.*m = scores_out_from_string(s); },
-                      [&](KvScales P::*m) { p.*m = kv_scales_from_string(s); },
-                      [&](MaxLogitOut P::*m) { p.*m = max_logit_from_string(s); },
-                      [&](auto P::*m) { p.*m = parse_num<std::remove_cvref_t<decltype(p.*m)>>(s, f.key); }},
-             f.ref);
+  std::visit(
+      Overload{[&](DerivedF64) { fail(std::string(f.key) + ": is derived and cannot be set"); },
+               [&](bool P::*m) {
+                 if (s != "0" && s != "1") fail(std::string(f.key) + ": must be 0 or 1, got '" + s + "'");
+                 p.*m = s == "1";
+               },
+               [&](std::optional<double> P::*m) { p.*m = parse_num<double>(s, f.key); },
+               [&](std::optional<std::array<int64_t, 4>> P::*m) {
+                 const auto v = parse_list(s, 'x', f.key);
+                 if (v.size() != 4) fail(std::string(f.key) + ": must have 4 extents, got '" + s + "'");
+                 p.*m = std::array<int64_t, 4>{v[0], v[1], v[2], v[3]};
+               },
+               [&](std::vector<int64_t> P::*m) { p.*m = parse_list(s, ',', f.key); },
+               [&](std::vector<double> P::*m) { p.*m = parse_list<double>(s, ',', f.key); },
+               [&](std::string P::*m) { p.*m = percent_decode(s, f.key); },
+               [&](DType P::*m) { p.*m = dtype_from_string(s); }, [&](Layout P::*m) { p.*m = layout_from_string(s); },
+               [&](Alignment P::*m) { p.*m = alignment_from_string(s); },
+               [&](MaskFill P::*m) { p.*m = fill_from_string(s); },
+               [&](FullyMasked P::*m) { p.*m = fully_masked_from_string(s); },
+               [&](ScoresOut P::*m) { p.*m = scores_out_from_string(s); },
+               [&](KvScales P::*m) { p.*m = kv_scales_from_string(s); },
+               [&](MaxLogitOut P::*m) { p.*m = max_logit_from_string(s); },
+               [&](auto P::*m) { p.*m = parse_num<std::remove_cvref_t<decltype(p.*m)>>(s, f.key); }},
+      f.ref);
 }
 
 bool field_equal(const Problem& a, const Problem& b, const Field& f) {
@@ -271,11 +280,11 @@ Support head_dims(const Capabilities& c, const P& p) {
 }
 // A boolean capability's check is generated from its flag and its message; `protocol` is its worker-protocol
 // name, `tag` its plugin extension.
-#define ATTNCHECK_FLAG_EXT(name, protocol, member, used_expr, message, tag, backward_gap)           \
-  Feature {                                                                                         \
-    name, protocol, [](const P& p) -> bool { return used_expr; },                                   \
+#define ATTNCHECK_FLAG_EXT(name, protocol, member, used_expr, message, tag, backward_gap)                 \
+  Feature {                                                                                               \
+    name, protocol, [](const P& p) -> bool { return used_expr; },                                         \
         [](const Capabilities& c, const P&) { return c.member ? Support::yes() : Support::no(message); }, \
-        &Capabilities::member, tag, backward_gap                                                    \
+        &Capabilities::member, tag, backward_gap                                                          \
   }
 #define ATTNCHECK_FLAG(name, protocol, member, used_expr, message) \
   ATTNCHECK_FLAG_EXT(name, protocol, member, used_expr, message, 0, nullptr)
@@ -291,7 +300,8 @@ const Feature kFeatures[] = {
     {"head-dims", "max_head_dim", [](const P&) { return true; }, head_dims, nullptr, 0, nullptr},
     ATTNCHECK_FLAG("causal", "causal", causal, p.causal, "causal mask not supported"),
     {"alignment", "alignments", uses_alignment,
-     [](const Capabilities& c, const P& p) { return in_set(c.alignments, p.alignment, "alignment"); }, nullptr, 0, nullptr},
+     [](const Capabilities& c, const P& p) { return in_set(c.alignments, p.alignment, "alignment"); }, nullptr, 0,
+     nullptr},
     ATTNCHECK_FLAG("per-batch-offsets", "per_batch_offsets", per_batch_offsets, !p.causal_offsets.empty(),
                    "per-batch causal offsets not supported"),
     ATTNCHECK_FLAG("key-padding", "key_padding", key_padding, !p.key_lengths.empty(), "key padding not supported"),
@@ -319,8 +329,7 @@ const Feature kFeatures[] = {
                        "KV-cache append (past/present key and value) not supported", ext_tag::kv_append,
                        "KV-cache append"),
     ATTNCHECK_FLAG_EXT("varlen", "varlen", varlen, !p.cu_seqlens_q.empty(),
-                       "variable-length packed sequences not supported", ext_tag::varlen,
-                       "packed sequences (varlen)"),
+                       "variable-length packed sequences not supported", ext_tag::varlen, "packed sequences (varlen)"),
     ATTNCHECK_FLAG_EXT("paged_kv", "paged_kv", paged_kv, p.page_size > 0, "paged KV cache (block table) not supported",
                        ext_tag::paged_kv, "a paged KV cache"),
     ATTNCHECK_FLAG_EXT("fp8", "fp8", fp8, is_fp8(p.dtype), "fp8 inputs (e4m3/e5m2 with descale factors) not supported",
@@ -367,8 +376,10 @@ void declare_extension_features(Capabilities& c, const std::vector<std::string>&
   // fp8 is also a dtype: declaring the feature offers both formats (the plugin's supports() may decline one), and
   // a declaration without it offers neither, whatever a dtype list says.
   for (DType t : {DType::e4m3, DType::e5m2})
-    if (c.fp8) c.dtypes.insert(t);
-    else c.dtypes.erase(t);
+    if (c.fp8)
+      c.dtypes.insert(t);
+    else
+      c.dtypes.erase(t);
   c.mods.clear();
   for (const ModEntry& m : modifications())
     if (std::find(names.begin(), names.end(), m.name) != names.end()) c.mods.insert(m.name);
@@ -376,7 +387,8 @@ void declare_extension_features(Capabilities& c, const std::vector<std::string>&
 
 Support backward_modelled(const Problem& p) {
   for (const Feature& f : kFeatures)
-    if (f.backward_gap && f.used(p)) return Support::no(std::string("backward with ") + f.backward_gap + " not implemented");
+    if (f.backward_gap && f.used(p))
+      return Support::no(std::string("backward with ") + f.backward_gap + " not implemented");
   return Support::yes();
 }
 

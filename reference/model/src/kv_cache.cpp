@@ -38,16 +38,20 @@ void validate_kv_cache(const Problem& p) {
   const Problem d;
   if (!p.kv_quantized()) {
     if (p.kv_dtype != d.kv_dtype || p.kv_block != d.kv_block || p.kv_scale_dtype != d.kv_scale_dtype)
-      fail(std::string("kv_dtype, kv_block and kv_scale_dtype need kv_scales (a quantized KV cache), got kv_scales=none, "
-                       "kv_dtype=") + to_string(p.kv_dtype) + ", kv_block=" + std::to_string(p.kv_block) +
+      fail(std::string(
+               "kv_dtype, kv_block and kv_scale_dtype need kv_scales (a quantized KV cache), got kv_scales=none, "
+               "kv_dtype=") +
+           to_string(p.kv_dtype) + ", kv_block=" + std::to_string(p.kv_block) +
            ", kv_scale_dtype=" + to_string(p.kv_scale_dtype));
     return;
   }
   const std::string g = std::string("kv_scales=") + to_string(p.kv_scales);
   if (p.dtype != DType::f64 && p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
     fail(g + ": q must be fp64, fp32, fp16 or bf16 with a quantized KV cache, got dtype=" + to_string(p.dtype));
-  if (p.past_len > 0) fail(g + ": KV-cache append into a quantized cache is not modelled (past_len=" + std::to_string(p.past_len) + ")");
-  if (p.page_size > 0) fail(g + ": a paged quantized cache is not modelled (page_size=" + std::to_string(p.page_size) + ")");
+  if (p.past_len > 0)
+    fail(g + ": KV-cache append into a quantized cache is not modelled (past_len=" + std::to_string(p.past_len) + ")");
+  if (p.page_size > 0)
+    fail(g + ": a paged quantized cache is not modelled (page_size=" + std::to_string(p.page_size) + ")");
   if (!p.cu_seqlens_q.empty()) fail(g + ": packed sequences (cu_seqlens_q) with a quantized cache are not modelled");
   // A serving cache holds keys already rotated (RoPE runs before the cache write), so rotating decoded codes at load
   // would model no kernel.
@@ -100,7 +104,8 @@ Attended dequantize_kv(const Problem& p, const Inputs& in, DType to) {
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t h = 0; h < p.Hkv; ++h)
         for (int64_t j = 0; j < p.Lk; ++j)
-          for (int64_t e = 0; e < t.shape[3]; ++e) t.put(b, h, j, e, codes.at(b, h, j, e) * kv_scale_at(p, s, b, h, j, e));
+          for (int64_t e = 0; e < t.shape[3]; ++e)
+            t.put(b, h, j, e, codes.at(b, h, j, e) * kv_scale_at(p, s, b, h, j, e));
   }
   return a;
 }
@@ -111,7 +116,9 @@ void quantize_kv(const Problem& p, Inputs& in) {
     Tensor s = make_kv_scale(p, which);
     const std::vector<int64_t> sh = s.shape;
     std::vector<double> amax(static_cast<size_t>(s.numel()), 0.0);
-    auto group = [&](int64_t b, int64_t h, int64_t j, int64_t e) { return broadcast_offset(s, b, h, j, e / p.kv_block); };
+    auto group = [&](int64_t b, int64_t h, int64_t j, int64_t e) {
+      return broadcast_offset(s, b, h, j, e / p.kv_block);
+    };
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t h = 0; h < p.Hkv; ++h)
         for (int64_t j = 0; j < p.Lk; ++j)

@@ -31,7 +31,8 @@ Tensor latent_values(const Problem& p, const Tensor& k) {
   // v takes k's storage order (the layout), so a row of v is a prefix of a row of k.
   std::vector<int> order(static_cast<size_t>(k.rank()));
   for (size_t d = 0; d < order.size(); ++d) order[d] = static_cast<int>(d);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return k.strides[size_t(a)] > k.strides[size_t(b)]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return k.strides[size_t(a)] > k.strides[size_t(b)]; });
   Tensor v(k.dtype, shape, order);
   const size_t es = dtype_size(k.dtype);
   int64_t idx[4] = {0, 0, 0, 0};
@@ -58,8 +59,8 @@ void check_latent_values(const Problem& p, const Inputs& in) {
           if (std::memcmp(in.v.bytes.data() + static_cast<size_t>(in.v.offset(idx)) * es,
                           in.k.bytes.data() + static_cast<size_t>(in.k.offset(idx)) * es, es) != 0)
             fail("v: with mla, v must be the first Dv columns of k; v[" + std::to_string(idx[0]) + "," +
-                 std::to_string(idx[1]) + "," + std::to_string(idx[2]) + "," + std::to_string(idx[3]) + "] = " +
-                 std::to_string(in.v.get(idx)) + " but k there is " + std::to_string(in.k.get(idx)));
+                 std::to_string(idx[1]) + "," + std::to_string(idx[2]) + "," + std::to_string(idx[3]) +
+                 "] = " + std::to_string(in.v.get(idx)) + " but k there is " + std::to_string(in.k.get(idx)));
 }
 
 }  // namespace attncheck

@@ -44,8 +44,10 @@ void validate_modifications(const Problem& p) {
 
 ModSet::ModSet(const Problem& p) : p_(p) {
   for (const ModEntry* m : used_modifications(p)) {
-    if (m->kind == ModKind::position) position_ = true;
-    else (m->kind == ModKind::score ? score_ : mask_).push_back(m);
+    if (m->kind == ModKind::position)
+      position_ = true;
+    else
+      (m->kind == ModKind::score ? score_ : mask_).push_back(m);
   }
 }
 
@@ -78,7 +80,8 @@ void ModSet::expect_finite(const ModAt& at, double s) const {
       o << "score modification " << m->name << " gives the non-finite score " << r << " for score " << s
         << " on a visible key at b=" << at.b << ", h=" << at.h << ", q_idx=" << at.i << ", kv_idx=" << at.j
         << ", q_pos=" << at.pos;
-      if (!p_.score_expr.empty() && std::string(m->name) == "score_expr") o << " (score_expr '" << p_.score_expr << "')";
+      if (!p_.score_expr.empty() && std::string(m->name) == "score_expr")
+        o << " (score_expr '" << p_.score_expr << "')";
       detail::fail(o.str());
     }
     s = r;

@@ -68,7 +68,8 @@ std::vector<Decl> parse_tensors(const Problem& p) {
       while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])) && n < 10) v = v * 10 + (s[i++] - '0'), ++n;
       if (n == 0 || v < 1 || v > detail::kMaxElements) bad("an extent >= 1 expected at position " + std::to_string(i));
       d.dims.push_back(v);
-      if (d.size > static_cast<size_t>(detail::kMaxElements) / static_cast<size_t>(v)) bad("'" + d.name + "' is too large");
+      if (d.size > static_cast<size_t>(detail::kMaxElements) / static_cast<size_t>(v))
+        bad("'" + d.name + "' is too large");
       d.size *= static_cast<size_t>(v);
     } while (i < s.size() && s[i] == ',');
     if (i >= s.size() || s[i] != ']') bad("']' expected at position " + std::to_string(i));
@@ -83,11 +84,12 @@ std::vector<Decl> parse_tensors(const Problem& p) {
     fail("expr_values must have " + std::to_string(total) + " entries (the tensors of expr_tensors '" + s + "'), got " +
          std::to_string(p.expr_values.size()));
   for (size_t n = 0; n < p.expr_values.size(); ++n)
-    if (!std::isfinite(p.expr_values[n])) fail("expr_values must be finite, got " + g17(p.expr_values[n]) + " at " + std::to_string(n));
+    if (!std::isfinite(p.expr_values[n]))
+      fail("expr_values must be finite, got " + g17(p.expr_values[n]) + " at " + std::to_string(n));
   return out;
 }
 
-thread_local bool dry = false;  // while parsing: tensor calls return 0 (the point is not a real one)
+thread_local bool dry = false;    // while parsing: tensor calls return 0 (the point is not a real one)
 thread_local bool sweep = false;  // while validation evaluates every point: the score there is not a real one
 
 struct TensorRef {
@@ -134,8 +136,8 @@ std::string rewrite(const std::string& e, const std::vector<Decl>& tensors, cons
       size_t after = n;
       while (after < e.size() && e[after] == ' ') ++after;
       if (is_tensor(e.substr(i, n - i)) && (after >= e.size() || e[after] != '['))
-        fail(who + ": tensor '" + e.substr(i, n - i) + "' at position " + std::to_string(i) + " must be indexed: " +
-             e.substr(i, n - i) + "[...]");
+        fail(who + ": tensor '" + e.substr(i, n - i) + "' at position " + std::to_string(i) +
+             " must be indexed: " + e.substr(i, n - i) + "[...]");
     }
     if (c == '(') open.push_back({'(', i});
     if (c == '[') {
@@ -148,8 +150,8 @@ std::string rewrite(const std::string& e, const std::vector<Decl>& tensors, cons
         std::string known;
         for (const Decl& d : tensors) known += (known.empty() ? "" : ", ") + d.name;
         fail(who + ": '[' at position " + std::to_string(i) + " follows " +
-             (name.empty() ? std::string("no name") : "'" + name + "', which is not an auxiliary tensor") + " (declared in expr_tensors: " +
-             (known.empty() ? std::string("none") : known) + ")");
+             (name.empty() ? std::string("no name") : "'" + name + "', which is not an auxiliary tensor") +
+             " (declared in expr_tensors: " + (known.empty() ? std::string("none") : known) + ")");
       }
       open.push_back({'[', i});
       out[i] = '(';
@@ -158,13 +160,16 @@ std::string rewrite(const std::string& e, const std::vector<Decl>& tensors, cons
       const char want = c == ']' ? '[' : '(';
       if (open.empty() || open.back().first != want)
         fail(who + ": '" + std::string(1, c) + "' at position " + std::to_string(i) +
-             (open.empty() ? std::string(" closes nothing") : " closes '" + std::string(1, open.back().first) + "' at position " + std::to_string(open.back().second)));
+             (open.empty() ? std::string(" closes nothing")
+                           : " closes '" + std::string(1, open.back().first) + "' at position " +
+                                 std::to_string(open.back().second)));
       open.pop_back();
       out[i] = ')';
     }
   }
   if (!open.empty())
-    fail(who + ": '" + std::string(1, open.back().first) + "' at position " + std::to_string(open.back().second) + " is not closed");
+    fail(who + ": '" + std::string(1, open.back().first) + "' at position " + std::to_string(open.back().second) +
+         " is not closed");
   return out;
 }
 
@@ -184,8 +189,12 @@ struct Evaluator {
            decl == p.expr_tensors;
   }
 
-  Evaluator(const Problem& p, Which w) : text(text_of(p, w)), decl(p.expr_tensors), values(p.expr_values.data()),
-                                         nvalues(p.expr_values.size()), which(w) {
+  Evaluator(const Problem& p, Which w)
+      : text(text_of(p, w)),
+        decl(p.expr_tensors),
+        values(p.expr_values.data()),
+        nvalues(p.expr_values.size()),
+        which(w) {
     who = std::string(field_of(w)) + " '" + text + "'";
     if (text.find_first_not_of(' ') == std::string::npos) fail(who + ": empty expression");
     const std::vector<Decl> tensors = parse_tensors(p);
@@ -199,7 +208,8 @@ struct Evaluator {
       for (const Decl& d : tensors) {
         std::string where;
         for (size_t i = text.find(d.name); i != std::string::npos; i = text.find(d.name, i + 1))
-          if ((i == 0 || !ident_char(text[i - 1])) && (i + d.name.size() >= text.size() || !ident_char(text[i + d.name.size()])))
+          if ((i == 0 || !ident_char(text[i - 1])) &&
+              (i + d.name.size() >= text.size() || !ident_char(text[i + d.name.size()])))
             where += (where.empty() ? "" : ", ") + std::to_string(i);
         refs.push_back(std::make_unique<TensorRef>(
             TensorRef{values + d.offset, d.dims, d.name, who + " (" + d.name + "[ at position " + where + ")"}));
@@ -222,7 +232,10 @@ struct Evaluator {
     } catch (const mu::ParserError& e) {
       dry = false;
       const int pos = e.GetPos();
-      fail(who + ": " + e.GetMsg() + (pos >= 0 && static_cast<size_t>(pos) < text.size() ? " ('" + text.substr(static_cast<size_t>(pos), 12) + "')" : ""));
+      fail(who + ": " + e.GetMsg() +
+           (pos >= 0 && static_cast<size_t>(pos) < text.size()
+                ? " ('" + text.substr(static_cast<size_t>(pos), 12) + "')"
+                : ""));
     } catch (...) {
       dry = false;
       throw;
@@ -246,8 +259,8 @@ struct Evaluator {
     }
   }
   std::string point() const {
-    return "b=" + g17(var[1]) + ", h=" + g17(var[2]) + ", q_idx=" + g17(var[3]) + ", kv_idx=" + g17(var[4]) + ", q_pos=" + g17(var[5]) +
-           (which == Which::score && !sweep ? ", score=" + g17(var[0]) : std::string());
+    return "b=" + g17(var[1]) + ", h=" + g17(var[2]) + ", q_idx=" + g17(var[3]) + ", kv_idx=" + g17(var[4]) +
+           ", q_pos=" + g17(var[5]) + (which == Which::score && !sweep ? ", score=" + g17(var[0]) : std::string());
   }
 };
 
@@ -275,9 +288,11 @@ bool visible(const Problem& p, const ModAt& a) {
 
 void check(const Problem& p, Which w) {
   if (!p.expr_origin.empty()) {
-    if (p.expr_origin.size() != 4) fail("expr_origin must have 4 entries [b, h, q_idx, kv_idx], got " + shape_string(p.expr_origin));
+    if (p.expr_origin.size() != 4)
+      fail("expr_origin must have 4 entries [b, h, q_idx, kv_idx], got " + shape_string(p.expr_origin));
     for (int64_t v : p.expr_origin)
-      if (v < 0 || v > detail::kMaxElements) fail("expr_origin must be in [0, 2^60], got " + shape_string(p.expr_origin));
+      if (v < 0 || v > detail::kMaxElements)
+        fail("expr_origin must be in [0, 2^60], got " + shape_string(p.expr_origin));
   }
   evaluator(p, w);  // compiles: syntax, names, declaration
   if (double(p.B) * double(p.Hq) * double(p.Lq) * double(p.Lk) > double(kSweepLimit)) return;
@@ -290,8 +305,10 @@ void check(const Problem& p, Which w) {
       for (int64_t i = 0; i < p.Lq; ++i)
         for (int64_t j = 0; j < p.Lk; ++j) {
           const ModAt a{b, h, i, i + p.diagonal_offset(b), j};
-          if (w == Which::mask) visible(p, a);
-          else score(p, a, 0.0);  // the indices (the score's finiteness depends on the inputs)
+          if (w == Which::mask)
+            visible(p, a);
+          else
+            score(p, a, 0.0);  // the indices (the score's finiteness depends on the inputs)
         }
 }
 

@@ -45,16 +45,19 @@ double alibi_slope(const P& p, int64_t b, int64_t h) {
   return p.alibi_slopes[static_cast<size_t>(per_batch ? b * p.Hq + h : h)];
 }
 const ModEntry kAlibiEntry{
-    "alibi", "alibi", ModKind::score, kAlibi, [](const P& p) { return !p.alibi_slopes.empty(); },
+    "alibi",
+    "alibi",
+    ModKind::score,
+    kAlibi,
+    [](const P& p) { return !p.alibi_slopes.empty(); },
     [](const P& p) {
       const int64_t n = static_cast<int64_t>(p.alibi_slopes.size());
       if (n != p.Hq && n != p.B * p.Hq)
         fail("alibi_slopes must have Hq=" + n2s(p.Hq) + " or B*Hq=" + n2s(p.B * p.Hq) + " entries, got " + n2s(n));
     },
-    [](const P& p, const ModAt& a, double s) {
-      return mod_eval::alibi(s, alibi_slope(p, a.b, a.h), a.pos, a.j);
-    },
-    nullptr, 1.0,
+    [](const P& p, const ModAt& a, double s) { return mod_eval::alibi(s, alibi_slope(p, a.b, a.h), a.pos, a.j); },
+    nullptr,
+    1.0,
     [](P& p, Rng& r) {  // the paper's geometric slopes 2^(-8(h+1)/Hq) (fp32), per batch scaled by 2^-k
       const bool per_batch = p.B > 1 && r.pick(0, 1) == 1;
       for (int64_t b = 0; b < (per_batch ? p.B : 1); ++b)
@@ -64,23 +67,29 @@ const ModEntry kAlibiEntry{
     "ALiBi: score - slope * |pos - j|"};
 
 // ---- T5 relative-position bias (Raffel et al.; transformers' T5Attention._relative_position_bucket) ---------
-const Field kT5[] = {
-    {"t5_table", &P::t5_table, kData, kFrag, "must be finite",
-     [](const P& p) { return std::all_of(p.t5_table.begin(), p.t5_table.end(), [](double x) { return std::isfinite(x); }); },
-     "T5 relative-position bias [Hq, t5_buckets]"},
-    {"t5_buckets", &P::t5_buckets, kSet, kFrag, "must be in [0, 2^16] (0 = off)",
-     [](const P& p) { return p.t5_buckets >= 0 && p.t5_buckets <= 65536; }, "T5 buckets"},
-    {"t5_max_distance", &P::t5_max_distance, kSet, kFrag, "must be in [1, 2^40]",
-     [](const P& p) { return p.t5_max_distance >= 1 && p.t5_max_distance <= (int64_t{1} << 40); },
-     "T5: distance where the last bucket starts"},
-    {"t5_bidirectional", &P::t5_bidirectional, kSet, kFrag, nullptr, nullptr,
-     "T5: buckets for both signs of the distance (encoder) or only keys before the query (decoder)"}};
+const Field kT5[] = {{"t5_table", &P::t5_table, kData, kFrag, "must be finite",
+                      [](const P& p) {
+                        return std::all_of(p.t5_table.begin(), p.t5_table.end(),
+                                           [](double x) { return std::isfinite(x); });
+                      },
+                      "T5 relative-position bias [Hq, t5_buckets]"},
+                     {"t5_buckets", &P::t5_buckets, kSet, kFrag, "must be in [0, 2^16] (0 = off)",
+                      [](const P& p) { return p.t5_buckets >= 0 && p.t5_buckets <= 65536; }, "T5 buckets"},
+                     {"t5_max_distance", &P::t5_max_distance, kSet, kFrag, "must be in [1, 2^40]",
+                      [](const P& p) { return p.t5_max_distance >= 1 && p.t5_max_distance <= (int64_t{1} << 40); },
+                      "T5: distance where the last bucket starts"},
+                     {"t5_bidirectional", &P::t5_bidirectional, kSet, kFrag, nullptr, nullptr,
+                      "T5: buckets for both signs of the distance (encoder) or only keys before the query (decoder)"}};
 // The bucket of relative position rel = j - pos (mod_eval.hpp: transformers' formula, evaluated in double).
 int64_t t5_bucket(const P& p, int64_t rel) {
   return mod_eval::t5_bucket(p.t5_buckets, p.t5_max_distance, p.t5_bidirectional, rel);
 }
 const ModEntry kT5Entry{
-    "t5_bias", "t5", ModKind::score, kT5, [](const P& p) { return p.t5_buckets > 0 || !p.t5_table.empty(); },
+    "t5_bias",
+    "t5",
+    ModKind::score,
+    kT5,
+    [](const P& p) { return p.t5_buckets > 0 || !p.t5_table.empty(); },
     [](const P& p) {
       const int64_t min_buckets = p.t5_bidirectional ? 4 : 2;
       if (p.t5_buckets < min_buckets)
@@ -94,7 +103,8 @@ const ModEntry kT5Entry{
     [](const P& p, const ModAt& a, double s) {
       return s + p.t5_table[static_cast<size_t>(a.h * p.t5_buckets + t5_bucket(p, a.j - a.pos))];
     },
-    nullptr, 1.0,
+    nullptr,
+    1.0,
     [](P& p, Rng& r) {
       p.t5_buckets = 2 * r.pick(2, 8);
       p.t5_max_distance = r.pick(p.t5_buckets, 4 * p.t5_buckets);
@@ -105,46 +115,63 @@ const ModEntry kT5Entry{
 
 // ---- document mask (packed documents; FlexAttention's document_masking) ----------------------------------------
 const Field kDoc[] = {{"doc_ids", &P::doc_ids, kData, kFrag, nullptr, nullptr, "document id per token [B, Lk]"}};
-const ModEntry kDocEntry{
-    "document", "doc", ModKind::mask, kDoc, [](const P& p) { return !p.doc_ids.empty(); },
-    [](const P& p) { expect_size("doc_ids", p.doc_ids.size(), p.B * p.Lk, "B*Lk"); }, nullptr,
-    [](const P& p, const ModAt& a) {  // a query outside [0, Lk) belongs to no document
-      const int64_t* d = p.doc_ids.data() + a.b * p.Lk;
-      return mod_eval::document(a.pos, a.j, p.Lk, [d](int64_t k) { return d[k]; });
-    },
-    1.0,
-    [](P& p, Rng& r) {
-      for (int64_t b = 0; b < p.B; ++b)
-        for (int64_t j = 0, id = 0; j < p.Lk; ++j) {
-          if (j > 0 && r.pick(0, 5) == 0) ++id;
-          p.doc_ids.push_back(id);
-        }
-    },
-    "document mask: doc_ids[b, pos] == doc_ids[b, j]"};
+const ModEntry kDocEntry{"document",
+                         "doc",
+                         ModKind::mask,
+                         kDoc,
+                         [](const P& p) { return !p.doc_ids.empty(); },
+                         [](const P& p) { expect_size("doc_ids", p.doc_ids.size(), p.B * p.Lk, "B*Lk"); },
+                         nullptr,
+                         [](const P& p, const ModAt& a) {  // a query outside [0, Lk) belongs to no document
+                           const int64_t* d = p.doc_ids.data() + a.b * p.Lk;
+                           return mod_eval::document(a.pos, a.j, p.Lk, [d](int64_t k) { return d[k]; });
+                         },
+                         1.0,
+                         [](P& p, Rng& r) {
+                           for (int64_t b = 0; b < p.B; ++b)
+                             for (int64_t j = 0, id = 0; j < p.Lk; ++j) {
+                               if (j > 0 && r.pick(0, 5) == 0) ++id;
+                               p.doc_ids.push_back(id);
+                             }
+                         },
+                         "document mask: doc_ids[b, pos] == doc_ids[b, j]"};
 
 // ---- chunked local attention (Llama 4's chunked attention) --------------------------------------------------
 const Field kChunk[] = {{"chunk_size", &P::chunk_size, kSet, kFrag, "must be in [0, 2^60] (0 = off)",
                          [](const P& p) { return p.chunk_size >= 0 && p.chunk_size <= kMaxElements; },
                          "chunked local attention: query and key in the same chunk of chunk_size tokens"}};
-const ModEntry kChunkEntry{
-    "chunked", "chunk", ModKind::mask, kChunk, [](const P& p) { return p.chunk_size > 0; }, [](const P&) {},
-    nullptr,
-    [](const P& p, const ModAt& a) { return mod_eval::chunked(a.pos, a.j, p.chunk_size); }, 1.0,
-    [](P& p, Rng& r) { p.chunk_size = r.pick(1, std::max<int64_t>(p.Lk, 2)); },
-    "chunked local: floor(pos / C) == floor(j / C)"};
+const ModEntry kChunkEntry{"chunked",
+                           "chunk",
+                           ModKind::mask,
+                           kChunk,
+                           [](const P& p) { return p.chunk_size > 0; },
+                           [](const P&) {},
+                           nullptr,
+                           [](const P& p, const ModAt& a) { return mod_eval::chunked(a.pos, a.j, p.chunk_size); },
+                           1.0,
+                           [](P& p, Rng& r) { p.chunk_size = r.pick(1, std::max<int64_t>(p.Lk, 2)); },
+                           "chunked local: floor(pos / C) == floor(j / C)"};
 
 // ---- prefix-LM (bidirectional prefix, causal after it) --------------------------------------------------------
 const Field kPrefix[] = {{"prefix_lengths", &P::prefix_lengths, kData, kFrag, nullptr, nullptr,
                           "prefix-LM: bidirectional prefix length per batch [B]"}};
 const ModEntry kPrefixEntry{
-    "prefix_lm", "prefix", ModKind::mask, kPrefix, [](const P& p) { return !p.prefix_lengths.empty(); },
+    "prefix_lm",
+    "prefix",
+    ModKind::mask,
+    kPrefix,
+    [](const P& p) { return !p.prefix_lengths.empty(); },
     [](const P& p) {
       expect_size("prefix_lengths", p.prefix_lengths.size(), p.B, "B");
       for (int64_t v : p.prefix_lengths)
-        if (v < 0 || v > p.Lk) fail("prefix_lengths must be in [0, Lk=" + n2s(p.Lk) + "], got " + shape_string(p.prefix_lengths));
+        if (v < 0 || v > p.Lk)
+          fail("prefix_lengths must be in [0, Lk=" + n2s(p.Lk) + "], got " + shape_string(p.prefix_lengths));
     },
     nullptr,
-    [](const P& p, const ModAt& a) { return mod_eval::prefix_lm(a.pos, a.j, p.prefix_lengths[static_cast<size_t>(a.b)]); }, 1.0,
+    [](const P& p, const ModAt& a) {
+      return mod_eval::prefix_lm(a.pos, a.j, p.prefix_lengths[static_cast<size_t>(a.b)]);
+    },
+    1.0,
     [](P& p, Rng& r) {  // the entry is its own causal part: with causal on it would change nothing
       p.causal = false;
       for (int64_t b = 0; b < p.B; ++b) p.prefix_lengths.push_back(r.pick(0, p.Lk));
@@ -157,11 +184,18 @@ const Field kDilated[] = {
      [](const P& p) { return p.dilated_window >= -1 && p.dilated_window <= kMaxElements; },
      "dilated window: keys per side, in steps of dilation"},
     {"dilation", &P::dilation, kSet, kFrag, "must be in [1, 2^30], and 1 without a dilated_window",
-     [](const P& p) { return p.dilation >= 1 && p.dilation <= (int64_t{1} << 30) && (p.dilation == 1 || p.dilated_window >= 0); },
+     [](const P& p) {
+       return p.dilation >= 1 && p.dilation <= (int64_t{1} << 30) && (p.dilation == 1 || p.dilated_window >= 0);
+     },
      "dilated window: step"}};
 const ModEntry kDilatedEntry{
-    "dilated_window", "dil", ModKind::mask, kDilated, [](const P& p) { return p.dilated_window >= 0; },
-    [](const P&) {}, nullptr,
+    "dilated_window",
+    "dil",
+    ModKind::mask,
+    kDilated,
+    [](const P& p) { return p.dilated_window >= 0; },
+    [](const P&) {},
+    nullptr,
     [](const P& p, const ModAt& a) { return mod_eval::dilated(a.pos, a.j, p.dilated_window, p.dilation); },
     1.0,
     [](P& p, Rng& r) {
@@ -181,7 +215,11 @@ const Field kTopk[] = {
      "top-k sparse: key positions per (batch, query token, slot) [B, Lq, topk], -1 = padding (trailing)"}};
 const int64_t* topk_row(const P& p, int64_t b, int64_t i) { return p.topk_indices.data() + (b * p.Lq + i) * p.topk; }
 const ModEntry kTopkEntry{
-    "topk", "topk", ModKind::mask, kTopk, [](const P& p) { return p.topk > 0 || !p.topk_indices.empty(); },
+    "topk",
+    "topk",
+    ModKind::mask,
+    kTopk,
+    [](const P& p) { return p.topk > 0 || !p.topk_indices.empty(); },
     [](const P& p) {
       if (p.topk < 1) fail("topk must be >= 1 with topk_indices, got " + n2s(p.topk));
       if (p.B * p.Lq > kMaxElements / p.topk)
@@ -195,16 +233,18 @@ const ModEntry kTopkEntry{
           listed.clear();
           for (int64_t s = 0; s < p.topk; ++s) {
             if (r[s] == -1) continue;
-            if (r[s] < -1 || r[s] >= p.Lk) fail(at + n2s(s) + "] must be a key in [0, Lk=" + n2s(p.Lk) + ") or -1 (padding), got " + n2s(r[s]));
+            if (r[s] < -1 || r[s] >= p.Lk)
+              fail(at + n2s(s) + "] must be a key in [0, Lk=" + n2s(p.Lk) + ") or -1 (padding), got " + n2s(r[s]));
             if (s > 0 && r[s - 1] == -1)
-              fail(at + n2s(s - 1) + "] is -1 (padding) before the key " + n2s(r[s]) + " in slot " + n2s(s) + ": padding must be trailing");
+              fail(at + n2s(s - 1) + "] is -1 (padding) before the key " + n2s(r[s]) + " in slot " + n2s(s) +
+                   ": padding must be trailing");
             listed.emplace_back(r[s], s);
           }
           std::sort(listed.begin(), listed.end());
           for (size_t n = 1; n < listed.size(); ++n)
             if (listed[n].first == listed[n - 1].first)
-              fail(at + n2s(listed[n].second) + "] repeats key " + n2s(listed[n].first) + " of slot " + n2s(listed[n - 1].second) +
-                   " (duplicates are not modelled)");
+              fail(at + n2s(listed[n].second) + "] repeats key " + n2s(listed[n].first) + " of slot " +
+                   n2s(listed[n - 1].second) + " (duplicates are not modelled)");
         }
     },
     nullptr,
@@ -235,8 +275,8 @@ const Field kRope[] = {
      "RoPE: leading head dims rotated (the rest pass through)"},
     {"rotary_interleaved", &P::rotary_interleaved, kSet, kFrag, nullptr, nullptr,
      "RoPE: GPT-J pairs (2f, 2f+1); default GPT-NeoX halves (f, f + rotary_dim/2)"},
-    {"rope_theta", &P::rope_theta, kSet, kFrag, "must be finite and > 0", [](const P& p) { return finite_positive(p.rope_theta); },
-     "RoPE base: inv_freq_f = theta^(-2f/rotary_dim)"},
+    {"rope_theta", &P::rope_theta, kSet, kFrag, "must be finite and > 0",
+     [](const P& p) { return finite_positive(p.rope_theta); }, "RoPE base: inv_freq_f = theta^(-2f/rotary_dim)"},
     {"rope_offsets", &P::rope_offsets, kData, kFrag, nullptr, nullptr, "RoPE: position of key 0 per batch [B]"},
     {"rope_linear_factor", &P::rope_linear_factor, kSet, kFrag, "must be finite and > 0",
      [](const P& p) { return finite_positive(p.rope_linear_factor); }, "RoPE linear scaling: inv_freq / factor"},
@@ -246,10 +286,13 @@ const Field kRope[] = {
     {"rope_low_freq_factor", &P::rope_low_freq_factor, kSet, kFrag, "must be finite and > 0",
      [](const P& p) { return finite_positive(p.rope_low_freq_factor); }, "RoPE Llama 3.1 low_freq_factor"},
     {"rope_high_freq_factor", &P::rope_high_freq_factor, kSet, kFrag, "must be finite and > rope_low_freq_factor",
-     [](const P& p) { return std::isfinite(p.rope_high_freq_factor) && p.rope_high_freq_factor > p.rope_low_freq_factor; },
+     [](const P& p) {
+       return std::isfinite(p.rope_high_freq_factor) && p.rope_high_freq_factor > p.rope_low_freq_factor;
+     },
      "RoPE Llama 3.1 high_freq_factor"},
     {"rope_yarn_factor", &P::rope_yarn_factor, kSet, kFrag, "must be finite and >= 1",
-     [](const P& p) { return std::isfinite(p.rope_yarn_factor) && p.rope_yarn_factor >= 1; }, "RoPE YaRN scaling factor"},
+     [](const P& p) { return std::isfinite(p.rope_yarn_factor) && p.rope_yarn_factor >= 1; },
+     "RoPE YaRN scaling factor"},
     {"rope_beta_fast", &P::rope_beta_fast, kSet, kFrag, "must be finite and > 0",
      [](const P& p) { return finite_positive(p.rope_beta_fast); }, "RoPE YaRN beta_fast"},
     {"rope_beta_slow", &P::rope_beta_slow, kSet, kFrag, "must be finite and > 0",
@@ -275,16 +318,21 @@ void check_mrope(const P& p) {
   int64_t sum = 0;
   for (int64_t v : p.rope_mrope_section) sum += v;
   if (sum != p.rotary_dim / 2)
-    fail("rope_mrope_section must sum to rotary_dim/2=" + n2s(p.rotary_dim / 2) + ", got " + shape_string(p.rope_mrope_section));
+    fail("rope_mrope_section must sum to rotary_dim/2=" + n2s(p.rotary_dim / 2) + ", got " +
+         shape_string(p.rope_mrope_section));
   expect_size("rope_position_ids", p.rope_position_ids.size(), int64_t(n) * p.B * p.Lk, "sections*B*Lk");
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t i = 0; i < p.Lq; ++i)
       if (const P::RowKeys rk = p.row_keys(b, i); rk.diag < rk.begin || rk.diag >= rk.end)
         fail("rope_position_ids: query " + n2s(i) + " of batch " + n2s(b) + " sits at key index " + n2s(rk.diag) +
-             ", outside its keys [" + n2s(rk.begin) + ", " + n2s(rk.end) + ") (an mRoPE query takes the ids of the key on its diagonal)");
+             ", outside its keys [" + n2s(rk.begin) + ", " + n2s(rk.end) +
+             ") (an mRoPE query takes the ids of the key on its diagonal)");
 }
 const ModEntry kRopeEntry{
-    "rope", "rope", ModKind::position, kRope,
+    "rope",
+    "rope",
+    ModKind::position,
+    kRope,
     [](const P& p) { return p.rotary_dim > 0; },  // the other parameters are inert at rotary_dim 0
     [](const P& p) {
       const bool varlen = !p.cu_seqlens_q.empty();  // one offset per packed sequence
@@ -310,7 +358,9 @@ const ModEntry kRopeEntry{
         for (int64_t j = 0; j < p.Lk; ++j) in_range(rope_key_at(p, b, j), "key " + n2s(j) + " of batch " + n2s(b));
       }
     },
-    nullptr, nullptr, 1.0,
+    nullptr,
+    nullptr,
+    1.0,
     [](P& p, Rng& r) {
       p.rotary_dim = 2 * r.pick(1, std::max<int64_t>(p.Dqk / 2, 1));
       if (p.rotary_dim > p.Dqk) p.rotary_dim = 0;  // Dqk 1: nothing to rotate
@@ -326,26 +376,32 @@ const ModEntry kRopeEntry{
 bool all_finite(const std::vector<double>& v) {
   return std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
 }
-const Field kQkNorm[] = {
-    {"q_norm_weight", &P::q_norm_weight, kData, kFrag, "must be finite", [](const P& p) { return all_finite(p.q_norm_weight); },
-     "QK-norm: RMSNorm weight of q [Dqk]"},
-    {"k_norm_weight", &P::k_norm_weight, kData, kFrag, "must be finite", [](const P& p) { return all_finite(p.k_norm_weight); },
-     "QK-norm: RMSNorm weight of k [Dqk]"},
-    {"qk_norm_eps", &P::qk_norm_eps, kSet, kFrag, "must be finite and > 0",
-     [](const P& p) { return finite_positive(p.qk_norm_eps); }, "QK-norm: eps added to mean(x^2) (> 0: a zero vector stays finite)"}};
-const ModEntry kQkNormEntry{
-    "qk_norm", "qknorm", ModKind::position, kQkNorm, [](const P& p) { return uses_qk_norm(p); },
-    [](const P& p) {
-      expect_size("q_norm_weight", p.q_norm_weight.size(), p.Dqk, "Dqk");
-      expect_size("k_norm_weight", p.k_norm_weight.size(), p.Dqk, "Dqk");
-    },
-    nullptr, nullptr, 1.0,
-    [](P& p, Rng& r) {  // weights near 1 as trained norms have them, exact in bf16
-      for (auto* w : {&p.q_norm_weight, &p.k_norm_weight})
-        for (int64_t d = 0; d < p.Dqk; ++d) w->push_back(1.0 + std::ldexp(double(r.pick(-32, 32)), -6));
-      p.qk_norm_eps = 1e-6;
-    },
-    "QK-norm: q and k head vectors RMS-normalised (weights [Dqk], eps) before RoPE"};
+const Field kQkNorm[] = {{"q_norm_weight", &P::q_norm_weight, kData, kFrag, "must be finite",
+                          [](const P& p) { return all_finite(p.q_norm_weight); }, "QK-norm: RMSNorm weight of q [Dqk]"},
+                         {"k_norm_weight", &P::k_norm_weight, kData, kFrag, "must be finite",
+                          [](const P& p) { return all_finite(p.k_norm_weight); }, "QK-norm: RMSNorm weight of k [Dqk]"},
+                         {"qk_norm_eps", &P::qk_norm_eps, kSet, kFrag, "must be finite and > 0",
+                          [](const P& p) { return finite_positive(p.qk_norm_eps); },
+                          "QK-norm: eps added to mean(x^2) (> 0: a zero vector stays finite)"}};
+const ModEntry kQkNormEntry{"qk_norm",
+                            "qknorm",
+                            ModKind::position,
+                            kQkNorm,
+                            [](const P& p) { return uses_qk_norm(p); },
+                            [](const P& p) {
+                              expect_size("q_norm_weight", p.q_norm_weight.size(), p.Dqk, "Dqk");
+                              expect_size("k_norm_weight", p.k_norm_weight.size(), p.Dqk, "Dqk");
+                            },
+                            nullptr,
+                            nullptr,
+                            1.0,
+                            [](P& p, Rng& r) {  // weights near 1 as trained norms have them, exact in bf16
+                              for (auto* w : {&p.q_norm_weight, &p.k_norm_weight})
+                                for (int64_t d = 0; d < p.Dqk; ++d)
+                                  w->push_back(1.0 + std::ldexp(double(r.pick(-32, 32)), -6));
+                              p.qk_norm_eps = 1e-6;
+                            },
+                            "QK-norm: q and k head vectors RMS-normalised (weights [Dqk], eps) before RoPE"};
 
 // ---- user expressions (muparser; compiled and evaluated in mods_expr.cpp) -------------------------------------
 // The auxiliary tensors and the origin belong to both expressions; they are listed with the score entry.
@@ -355,38 +411,56 @@ const Field kScoreExpr[] = {
     {"score_expr", &P::score_expr, kSet, kFrag, "must be at most 4096 characters",
      [](const P& p) { return p.score_expr.size() <= 4096; },
      "score modification: expression over score, b, h, q_idx, kv_idx, q_pos and the expr_tensors"},
-    {"expr_tensors", &P::expr_tensors, kSet, kFrag, kNeedsExpr, [](const P& p) { return p.expr_tensors.empty() || with_expr(p); },
+    {"expr_tensors", &P::expr_tensors, kSet, kFrag, kNeedsExpr,
+     [](const P& p) { return p.expr_tensors.empty() || with_expr(p); },
      "auxiliary tensors of the expressions: name[d0,...];... (rank 1 to 4, values in expr_values)"},
-    {"expr_values", &P::expr_values, kData, kFrag, kNeedsExpr, [](const P& p) { return p.expr_values.empty() || with_expr(p); },
+    {"expr_values", &P::expr_values, kData, kFrag, kNeedsExpr,
+     [](const P& p) { return p.expr_values.empty() || with_expr(p); },
      "values of the expr_tensors, concatenated in declaration order, each row-major"},
-    {"expr_origin", &P::expr_origin, kData, kFrag, kNeedsExpr, [](const P& p) { return p.expr_origin.empty() || with_expr(p); },
+    {"expr_origin", &P::expr_origin, kData, kFrag, kNeedsExpr,
+     [](const P& p) { return p.expr_origin.empty() || with_expr(p); },
      "[b, h, q_idx, kv_idx] added to the expressions' variables (a cut of a larger problem keeps its indices)"}};
 const ModEntry kScoreExprEntry{
-    "score_expr", "sexpr", ModKind::score, kScoreExpr, [](const P& p) { return !p.score_expr.empty(); },
-    [](const P& p) { expr::check(p, expr::Which::score); }, expr::score, nullptr,
-    0.0,  // any function of the score: |d score'/ds| is measured per key (ModSet::slope)
+    "score_expr",
+    "sexpr",
+    ModKind::score,
+    kScoreExpr,
+    [](const P& p) { return !p.score_expr.empty(); },
+    [](const P& p) { expr::check(p, expr::Which::score); },
+    expr::score,
+    nullptr,
+    0.0,                // any function of the score: |d score'/ds| is measured per key (ModSet::slope)
     [](P& p, Rng& r) {  // a linear position bias per head (ALiBi without the |.|), slopes exact in fp32
       p.score_expr = "score + slopes[h] * (kv_idx - q_pos)";
       p.expr_tensors = "slopes[" + n2s(p.Hq) + "]";
       for (int64_t h = 0; h < p.Hq; ++h) p.expr_values.push_back(std::ldexp(double(r.pick(1, 16)), -6));
     },
     "user score modification: an expression (muparser) over score, b, h, q_idx, kv_idx, q_pos, tensors"};
-const Field kMaskExpr[] = {{"mask_expr", &P::mask_expr, kSet, kFrag, "must be at most 4096 characters",
-                            [](const P& p) { return p.mask_expr.size() <= 4096; },
-                            "mask modification: expression over b, h, q_idx, kv_idx, q_pos and the expr_tensors; nonzero = visible"}};
+const Field kMaskExpr[] = {
+    {"mask_expr", &P::mask_expr, kSet, kFrag, "must be at most 4096 characters",
+     [](const P& p) { return p.mask_expr.size() <= 4096; },
+     "mask modification: expression over b, h, q_idx, kv_idx, q_pos and the expr_tensors; nonzero = visible"}};
 const ModEntry kMaskExprEntry{
-    "mask_expr", "mexpr", ModKind::mask, kMaskExpr, [](const P& p) { return !p.mask_expr.empty(); },
-    [](const P& p) { expr::check(p, expr::Which::mask); }, nullptr, expr::visible, 1.0,
+    "mask_expr",
+    "mexpr",
+    ModKind::mask,
+    kMaskExpr,
+    [](const P& p) { return !p.mask_expr.empty(); },
+    [](const P& p) { expr::check(p, expr::Which::mask); },
+    nullptr,
+    expr::visible,
+    1.0,
     [](P& p, Rng& r) {  // a window to the left of the query whose width depends on batch and head
       p.mask_expr = "kv_idx <= q_pos && kv_idx >= q_pos - width[b, h]";
       p.expr_tensors = "width[" + n2s(p.B) + "," + n2s(p.Hq) + "]";
-      for (int64_t n = 0; n < p.B * p.Hq; ++n) p.expr_values.push_back(double(r.pick(0, std::max<int64_t>(p.Lk / 2, 1))));
+      for (int64_t n = 0; n < p.B * p.Hq; ++n)
+        p.expr_values.push_back(double(r.pick(0, std::max<int64_t>(p.Lk / 2, 1))));
     },
     "user mask modification: an expression (muparser) over b, h, q_idx, kv_idx, q_pos, tensors; nonzero = visible"};
 
 // Score entries modify in this order (docs/problem-model.md "Modifications"): ALiBi, T5, the user's expression.
-const ModEntry kLibrary[] = {kAlibiEntry, kT5Entry, kDocEntry, kChunkEntry, kPrefixEntry, kDilatedEntry, kTopkEntry,
-                             kRopeEntry, kQkNormEntry, kScoreExprEntry, kMaskExprEntry};
+const ModEntry kLibrary[] = {kAlibiEntry, kT5Entry,   kDocEntry,    kChunkEntry,     kPrefixEntry,  kDilatedEntry,
+                             kTopkEntry,  kRopeEntry, kQkNormEntry, kScoreExprEntry, kMaskExprEntry};
 
 }  // namespace
 

@@ -46,9 +46,8 @@ std::vector<std::string> module_grad_names(const ModuleProblem& m) {
 
 const Tensor& module_grad_input(const ModuleInputs& in, const std::string& g) {
   const std::pair<const char*, const std::optional<Tensor>*> opt[] = {
-      {"dx2", &in.x2}, {"dwq", &in.wq},     {"dwk", &in.wk},   {"dwv", &in.wv}, {"dbq", &in.bq},
-      {"dbk", &in.bk}, {"dbv", &in.bv},     {"dwqkv", &in.wqkv}, {"dbqkv", &in.bqkv}, {"dbo", &in.bo},
-      {"dbias", &in.bias}};
+      {"dx2", &in.x2}, {"dwq", &in.wq},     {"dwk", &in.wk},     {"dwv", &in.wv}, {"dbq", &in.bq},    {"dbk", &in.bk},
+      {"dbv", &in.bv}, {"dwqkv", &in.wqkv}, {"dbqkv", &in.bqkv}, {"dbo", &in.bo}, {"dbias", &in.bias}};
   if (g == "dx") return in.x;
   if (g == "dwo") return in.wo;
   for (const auto& [name, t] : opt)
@@ -61,8 +60,8 @@ const Tensor& module_grad_input(const ModuleInputs& in, const std::string& g) {
 
 const std::vector<double>& module_grad(const ModuleGradients& g, const std::string& name) {
   const std::pair<const char*, const std::vector<double>*> all[] = {
-      {"dx", &g.dx},   {"dx2", &g.dx2}, {"dwq", &g.dwq},     {"dwk", &g.dwk},     {"dwv", &g.dwv},
-      {"dbq", &g.dbq}, {"dbk", &g.dbk}, {"dbv", &g.dbv},     {"dwqkv", &g.dwqkv}, {"dbqkv", &g.dbqkv},
+      {"dx", &g.dx},   {"dx2", &g.dx2}, {"dwq", &g.dwq},    {"dwk", &g.dwk},     {"dwv", &g.dwv},
+      {"dbq", &g.dbq}, {"dbk", &g.dbk}, {"dbv", &g.dbv},    {"dwqkv", &g.dwqkv}, {"dbqkv", &g.dbqkv},
       {"dwo", &g.dwo}, {"dbo", &g.dbo}, {"dbias", &g.dbias}};
   for (const auto& [n, v] : all)
     if (name == n) return *v;

@@ -55,8 +55,12 @@ const char* to_string(ModuleFault f) {
 }
 
 std::vector<ModuleFault> module_faults() {
-  return {ModuleFault::head_split,    ModuleFault::qkv_order,       ModuleFault::scale_d_model,
-          ModuleFault::key_padding_broadcast, ModuleFault::weights_average, ModuleFault::out_bias,
+  return {ModuleFault::head_split,
+          ModuleFault::qkv_order,
+          ModuleFault::scale_d_model,
+          ModuleFault::key_padding_broadcast,
+          ModuleFault::weights_average,
+          ModuleFault::out_bias,
           ModuleFault::dropout_after_projection};
 }
 
@@ -111,16 +115,17 @@ void validate(const ModuleProblem& m) {
     fail(std::string("dtype: the module supports fp64, fp32, fp16 and bf16, got ") + to_string(t));
   if (p.layout != Layout::BHSD) fail("layout: the module's attention is BHSD (heads are split by the module)");
   if (p.want_lse || p.scores_out != ScoresOut::none || p.past_len > 0 || p.page_size > 0 || !p.cu_seqlens_q.empty())
-    fail("attn: lse, scores, KV-cache append, paged KV and varlen are attention-level features the module does not "
-         "pass through");
+    fail(
+        "attn: lse, scores, KV-cache append, paged KV and varlen are attention-level features the module does not "
+        "pass through");
   if (m.d_in < 1) fail("d_in: must be >= 1, got " + num(m.d_in));
   if (m.d_in2 < 0) fail("d_in2: must be >= 0 (0 = self attention), got " + num(m.d_in2));
   if (m.d_out < 1) fail("d_out: must be >= 1, got " + num(m.d_out));
   if (!m.cross() && p.Lk != p.Lq)
     fail("Lk: self attention takes keys from x, so Lk must equal Lq=" + num(p.Lq) + ", got " + num(p.Lk));
   if (m.cross() && m.packing != Packing::separate && m.d_in2 != m.d_in)
-    fail("d_in2: a packed weight projects x and x2 with one in-feature count, so d_in2 must equal d_in=" +
-         num(m.d_in) + ", got " + num(m.d_in2));
+    fail("d_in2: a packed weight projects x and x2 with one in-feature count, so d_in2 must equal d_in=" + num(m.d_in) +
+         ", got " + num(m.d_in2));
   if (!m.attn.want_weights && m.average_weights)
     fail("average_weights: set, but the weights are not an output (want_weights is off)");
 }
@@ -168,7 +173,8 @@ ModuleInputs make_module_inputs(const ModuleProblem& m) {
   }
   in.wo = Tensor(t, {m.d_out, p.Hq * p.Dv});
   if (m.out_bias) in.bo = Tensor(t, {m.d_out});
-  if (p.mask_shape) in.mask = Tensor(DType::u8, {(*p.mask_shape)[0], (*p.mask_shape)[1], (*p.mask_shape)[2], (*p.mask_shape)[3]});
+  if (p.mask_shape)
+    in.mask = Tensor(DType::u8, {(*p.mask_shape)[0], (*p.mask_shape)[1], (*p.mask_shape)[2], (*p.mask_shape)[3]});
   if (p.bias_shape)
     in.bias = Tensor(p.bias_dtype, {(*p.bias_shape)[0], (*p.bias_shape)[1], (*p.bias_shape)[2], (*p.bias_shape)[3]});
   if (p.dropout_p > 0) in.keep = Tensor(DType::u8, {p.B, p.Hq, p.Lq, p.Lk});

@@ -40,11 +40,15 @@ std::string Problem::short_name() const {
   if (scores_out != ScoresOut::none) add(std::string("scores-") + to_string(scores_out));
   if (past_len > 0) add("past" + std::to_string(past_len));
   if (!cu_seqlens_q.empty()) add("varlen" + std::to_string(sequences()));
-  if (page_size > 0) add("paged" + std::to_string(page_size));  // features after schema 1 append here, so older names stay as they were
+  if (page_size > 0)
+    add("paged" + std::to_string(page_size));  // features after schema 1 append here, so older names stay as they were
   if (descale_q != 1.0 || descale_k != 1.0 || descale_v != 1.0) add("descaled");
   if (kv_quantized())  // e.g. kv-int8-block32-f16s
-    add(std::string("kv-") + (kv_dtype == DType::i8 ? "int8" : kv_dtype == DType::e4m3 ? "e4m3" : "e5m2") + "-" +
-        to_string(kv_scales) + (kv_scales == KvScales::block ? std::to_string(kv_block) : "") +
+    add(std::string("kv-") +
+        (kv_dtype == DType::i8     ? "int8"
+         : kv_dtype == DType::e4m3 ? "e4m3"
+                                   : "e5m2") +
+        "-" + to_string(kv_scales) + (kv_scales == KvScales::block ? std::to_string(kv_block) : "") +
         (kv_scale_dtype == DType::f32 ? "" : std::string("-") + (kv_scale_dtype == DType::f16 ? "f16s" : "bf16s")));
   if (mla) add("mla");
   for (const ModEntry* m : used_modifications(*this)) add(m->marker);

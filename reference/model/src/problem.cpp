@@ -15,16 +15,13 @@ using detail::fail;
 // ---- problem -----------------------------------------------------------------------------------------------
 double Problem::effective_scale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(Dqk)); }
 
-int64_t Problem::key_length(int64_t b) const {
-  return key_lengths.empty() ? Lk : key_lengths[static_cast<size_t>(b)];
-}
+int64_t Problem::key_length(int64_t b) const { return key_lengths.empty() ? Lk : key_lengths[static_cast<size_t>(b)]; }
 
 int64_t Problem::diagonal_offset(int64_t b) const {
   switch (alignment) {
     case Alignment::top_left: return 0;
     case Alignment::bottom_right: return key_length(b) - Lq;
-    case Alignment::explicit_:
-      return causal_offsets.empty() ? causal_offset : causal_offsets[static_cast<size_t>(b)];
+    case Alignment::explicit_: return causal_offsets.empty() ? causal_offset : causal_offsets[static_cast<size_t>(b)];
   }
   return 0;
 }
@@ -40,8 +37,8 @@ Problem::RowKeys Problem::row_keys(int64_t b, int64_t i) const {
   const size_t s = static_cast<size_t>(sequence_of(i));
   const int64_t q0 = cu_seqlens_q[s], k0 = cu_seqlens_k[s], k1 = cu_seqlens_k[s + 1];
   const int64_t offset = alignment == Alignment::bottom_right ? (k1 - k0) - (cu_seqlens_q[s + 1] - q0)
-                         : alignment == Alignment::explicit_   ? causal_offset
-                                                               : 0;
+                         : alignment == Alignment::explicit_  ? causal_offset
+                                                              : 0;
   return {k0, k1, k1, k0 + (i - q0) + offset};
 }
 
@@ -151,7 +148,8 @@ Attended sequence_problem(const Problem& p, const Inputs& in, int64_t s) {
   a.in.q = block(in.q, q0, 0, false, make_qkv(q, 0));
   a.in.k = block(in.k, k0, 0, false, make_qkv(q, 1));
   a.in.v = block(in.v, k0, 0, false, make_qkv(q, 2));
-  auto sliced = [&](const std::optional<Tensor>& t, std::optional<std::array<int64_t, 4>>& shape) -> std::optional<Tensor> {
+  auto sliced = [&](const std::optional<Tensor>& t,
+                    std::optional<std::array<int64_t, 4>>& shape) -> std::optional<Tensor> {
     if (!t) return std::nullopt;
     const auto& e = t->shape;
     const std::array<int64_t, 4> sub{e[0], e[1], e[2] == 1 ? 1 : q.Lq, e[3] == 1 ? 1 : q.Lk};
@@ -167,7 +165,8 @@ Attended sequence_problem(const Problem& p, const Inputs& in, int64_t s) {
   if (!p.rope_position_ids.empty()) {
     a.p.rope_position_ids.clear();
     for (size_t sec = 0; sec < p.rope_mrope_section.size(); ++sec)
-      for (int64_t j = 0; j < q.Lk; ++j) a.p.rope_position_ids.push_back(p.rope_position_ids[sec * size_t(p.Lk) + size_t(k0 + j)]);
+      for (int64_t j = 0; j < q.Lk; ++j)
+        a.p.rope_position_ids.push_back(p.rope_position_ids[sec * size_t(p.Lk) + size_t(k0 + j)]);
   }
   return a;
 }
@@ -220,8 +219,7 @@ std::vector<double> max_logit_heads(const Problem& p, const std::vector<double>&
 void validate(const Problem& p, const Inputs& in) {
   validate(p);
   auto check = [&](const char* field, const Tensor& t, DType dt, const std::vector<int64_t>& shape) {
-    if (t.dtype != dt)
-      fail(std::string(field) + " dtype must be " + to_string(dt) + ", got " + to_string(t.dtype));
+    if (t.dtype != dt) fail(std::string(field) + " dtype must be " + to_string(dt) + ", got " + to_string(t.dtype));
     if (t.shape != shape)
       fail(std::string(field) + " shape must be " + shape_string(shape) + ", got " + shape_string(t.shape));
     // Dense storage, or a view with gaps (q, k and v as slices of one packed QKV buffer): whole elements either way.
@@ -229,7 +227,8 @@ void validate(const Problem& p, const Inputs& in) {
     const auto held = static_cast<int64_t>(t.bytes.size() / es);
     if (t.bytes.size() % es != 0 || held < t.numel())
       fail(std::string(field) + " holds " + std::to_string(t.bytes.size()) + " bytes, expected " +
-           std::to_string(t.numel() * static_cast<int64_t>(es)) + " (or more, a whole number of elements, for strides with gaps)");
+           std::to_string(t.numel() * static_cast<int64_t>(es)) +
+           " (or more, a whole number of elements, for strides with gaps)");
     // Every element must lie inside the bytes: a hand-built tensor with wrong strides would read out of bounds.
     if (t.strides.size() != t.shape.size())
       fail(std::string(field) + " strides " + shape_string(t.strides) + " must have one entry per dim of shape " +
@@ -272,8 +271,8 @@ void validate(const Problem& p, const Inputs& in) {
     check("mask", *in.mask, DType::u8, {s[0], s[1], s[2], s[3]});
   }
   if (p.bias_shape.has_value() != in.bias.has_value())
-    fail(std::string("bias: problem ") + (p.bias_shape ? "declares" : "does not declare") +
-         " a bias but the inputs " + (in.bias ? "have one" : "have none"));
+    fail(std::string("bias: problem ") + (p.bias_shape ? "declares" : "does not declare") + " a bias but the inputs " +
+         (in.bias ? "have one" : "have none"));
   if (in.bias) {
     const auto& s = *p.bias_shape;
     check("bias", *in.bias, p.bias_dtype, {s[0], s[1], s[2], s[3]});

@@ -27,7 +27,8 @@ RopeAt rope_at(const Problem& p, int64_t b, int64_t axis, int64_t local, int64_t
     return r;
   }
   r.n = static_cast<int64_t>(p.rope_mrope_section.size());
-  for (int64_t s = 0; s < r.n; ++s) r.pos[size_t(s)] = p.rope_position_ids[static_cast<size_t>((s * p.B + b) * p.Lk + axis)] + off;
+  for (int64_t s = 0; s < r.n; ++s)
+    r.pos[size_t(s)] = p.rope_position_ids[static_cast<size_t>((s * p.B + b) * p.Lk + axis)] + off;
   return r;
 }
 }  // namespace
@@ -48,7 +49,8 @@ std::vector<int> rope_pair_sections(const Problem& p) {
   std::vector<int> out(static_cast<size_t>(p.rotary_dim / 2), 0);
   int64_t f = 0;
   for (size_t s = 0; s < p.rope_mrope_section.size(); ++s)
-    for (int64_t n = 0; n < p.rope_mrope_section[s] && f < p.rotary_dim / 2; ++n) out[size_t(f++)] = static_cast<int>(s);
+    for (int64_t n = 0; n < p.rope_mrope_section[s] && f < p.rotary_dim / 2; ++n)
+      out[size_t(f++)] = static_cast<int>(s);
   return out;
 }
 
@@ -65,8 +67,9 @@ std::vector<double> rope_inv_freq(const Problem& p) {
     const double low_freq_wavelen = old_len / lo, high_freq_wavelen = old_len / hi;
     for (double& x : inv) {
       const double wavelen = 2.0 * std::numbers::pi / x;
-      if (wavelen > low_freq_wavelen) x /= factor;  // low frequencies: interpolated
-      else if (wavelen >= high_freq_wavelen) {      // medium: a smooth mix of the two
+      if (wavelen > low_freq_wavelen)
+        x /= factor;                            // low frequencies: interpolated
+      else if (wavelen >= high_freq_wavelen) {  // medium: a smooth mix of the two
         const double smooth = (old_len / wavelen - lo) / (hi - lo);
         x = (1.0 - smooth) * x / factor + smooth * x;
       }  // high frequencies unchanged

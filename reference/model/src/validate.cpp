@@ -35,10 +35,12 @@ void validate_varlen(const Problem& p) {
   };
   offsets("cu_seqlens_q", q, "Lq", p.Lq);
   offsets("cu_seqlens_k", k, "Lk", p.Lk);
-  if (p.B != 1) fail("cu_seqlens_q: packed sequences need B=1 (the sequences are the batch), got B=" + std::to_string(p.B));
+  if (p.B != 1)
+    fail("cu_seqlens_q: packed sequences need B=1 (the sequences are the batch), got B=" + std::to_string(p.B));
   if (!p.key_lengths.empty() || !p.causal_offsets.empty())
-    fail("cu_seqlens_q: packed sequences set each sequence's key length and diagonal; key_lengths and "
-         "causal_offsets must be empty");
+    fail(
+        "cu_seqlens_q: packed sequences set each sequence's key length and diagonal; key_lengths and "
+        "causal_offsets must be empty");
   if (p.scores_out != ScoresOut::none)
     fail(std::string("cu_seqlens_q: raw scores of packed sequences are not defined (scores_out=") +
          to_string(p.scores_out) + ")");
@@ -65,8 +67,9 @@ void validate_paged(const Problem& p) {
          " entries, got " + std::to_string(p.block_table.size()));
   for (size_t e = 0; e < p.block_table.size(); ++e)
     if (p.block_table[e] < 0 || p.block_table[e] >= p.num_pages)
-      fail("block_table[" + std::to_string(static_cast<int64_t>(e) / n) + "][" + std::to_string(static_cast<int64_t>(e) % n) +
-           "] must be a page in [0, num_pages=" + std::to_string(p.num_pages) + "), got " + std::to_string(p.block_table[e]));
+      fail("block_table[" + std::to_string(static_cast<int64_t>(e) / n) + "][" +
+           std::to_string(static_cast<int64_t>(e) % n) + "] must be a page in [0, num_pages=" +
+           std::to_string(p.num_pages) + "), got " + std::to_string(p.block_table[e]));
   if (p.past_len > 0) fail("page_size: KV-cache append into pages is not modelled (past_len > 0)");
   if (!p.cu_seqlens_q.empty()) fail("page_size: packed sequences (cu_seqlens_q) with a paged cache are not modelled");
 }
@@ -92,8 +95,7 @@ void validate(const Problem& p) {
       vals.append(name).append("=").append(std::to_string(v));
       over = over || __builtin_mul_overflow(n, v, &n) || n > kMaxElements;
     }
-    if (over)
-      fail(std::string(what) + " elements " + expr + " exceed 2^60 (" + vals + "): too large to index");
+    if (over) fail(std::string(what) + " elements " + expr + " exceed 2^60 (" + vals + "): too large to index");
   };
   count("q", {{"B", p.B}, {"Hq", p.Hq}, {"Lq", p.Lq}, {"Dqk", p.Dqk}});
   count("k", {{"B", p.B}, {"Hkv", p.Hkv}, {"Lk", p.Lk}, {"Dqk", p.Dqk}});
@@ -104,8 +106,7 @@ void validate(const Problem& p) {
   count("v pages", {{"num_pages", p.num_pages}, {"Hkv", p.Hkv}, {"page_size", p.page_size}, {"Dv", p.Dv}});
   if (!p.key_lengths.empty()) {
     if (static_cast<int64_t>(p.key_lengths.size()) != p.B)
-      fail("key_lengths must have B=" + std::to_string(p.B) + " entries, got " +
-           std::to_string(p.key_lengths.size()));
+      fail("key_lengths must have B=" + std::to_string(p.B) + " entries, got " + std::to_string(p.key_lengths.size()));
     for (size_t b = 0; b < p.key_lengths.size(); ++b)
       if (p.key_lengths[b] < 0 || p.key_lengths[b] > p.Lk)
         fail("key_lengths[" + std::to_string(b) + "] must be in [0, Lk=" + std::to_string(p.Lk) + "], got " +

@@ -26,11 +26,11 @@ double softcap_derivative(double y) {
 struct RowGrad {
   bool fully_masked = false;
   double lse = 0, d = 0;
-  std::vector<char> vis;   // key visible (its score depends on q, k, bias)
-  std::vector<double> pp;  // P'_ij = P_ij keep_ij/(1-p): the weight that multiplies v_j in the forward
-  std::vector<double> ds;  // dS_ij: gradient of the score after softcap (what the bias receives)
-  std::vector<double> dr;  // dS_ij * softcap derivative: gradient of scale·q·k (what q and k receive, / scale)
-  std::vector<double> g;   // error scale of dS_ij (backward.hpp)
+  std::vector<char> vis;      // key visible (its score depends on q, k, bias)
+  std::vector<double> pp;     // P'_ij = P_ij keep_ij/(1-p): the weight that multiplies v_j in the forward
+  std::vector<double> ds;     // dS_ij: gradient of the score after softcap (what the bias receives)
+  std::vector<double> dr;     // dS_ij * softcap derivative: gradient of scale·q·k (what q and k receive, / scale)
+  std::vector<double> g;      // error scale of dS_ij (backward.hpp)
   std::vector<double> chain;  // softcap derivative c_ij (1 without softcap)
 };
 
@@ -150,9 +150,9 @@ void check_dout(const Problem& p, const Tensor& dout) {
       if (!got.empty()) got += ',';
       got += std::to_string(x);  // not "," + to_string(): gcc 12's false -Wrestrict (GCC PR 105329)
     }
-    throw std::invalid_argument("dout: shape [" + got + "] does not match [B,Hq,Lq,Dv] = [" +
-                                std::to_string(p.B) + "," + std::to_string(p.Hq) + "," + std::to_string(p.Lq) +
-                                "," + std::to_string(p.Dv) + "]");
+    throw std::invalid_argument("dout: shape [" + got + "] does not match [B,Hq,Lq,Dv] = [" + std::to_string(p.B) +
+                                "," + std::to_string(p.Hq) + "," + std::to_string(p.Lq) + "," + std::to_string(p.Dv) +
+                                "]");
   }
   if (dout.dtype == DType::u8) throw std::invalid_argument("dout: dtype u8 is not a floating type");
 }
@@ -178,8 +178,7 @@ Gradients make_gradients(const Problem& p) {
 
 Tensor make_dout(const Problem& p) { return Tensor(p.dtype, {p.B, p.Hq, p.Lq, p.Dv}, storage_order(p.layout)); }
 
-BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tensor& dout, int threads,
-                                  bool want_ds) {
+BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tensor& dout, int threads, bool want_ds) {
   validate(p, in);
   check_dout(p, dout);
   // Features the gradients below do not model (the feature table's backward_gap): sinks (no sink term, no

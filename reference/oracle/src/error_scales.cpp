@@ -174,7 +174,7 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
                        &gm_c, &rss_p, &rss_v})
     c->reset(Dv);
   std::vector<double>&cov = S.cov, &qdev = S.qdev, &sub = S.sub, &sub8 = S.sub8, &t = S.t, &dv = S.dv, &s0 = S.s0,
-                      &sa = S.sa, &sb = S.sb, &sc = S.sc, &gp = S.gp;
+  &sa = S.sa, &sb = S.sb, &sc = S.sc, &gp = S.gp;
   for (std::vector<double>* e : {&cov, &qdev, &sub, &sub8, &t, &dv, &s0, &sa, &sb, &sc}) e->assign(Dv, 0.0);
   gp.assign(static_cast<size_t>(sgroups) * Dv, 0.0);
   // The unnormalised P_j = exp(s_j - m) = w_j / w_max (w_max = 1/l when a key holds the max).
@@ -197,13 +197,15 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
       for (size_t d = 0; d < Dv; ++d) sub[d] += w_max * std::abs(x.keep[j] * vj[d]);
     if (x.w[j] < 0x1.0p-6 * w_max)  // e4m3's smallest normal
       for (size_t d = 0; d < Dv; ++d) sub8[d] += w_max * std::abs(x.keep[j] * vj[d]);
-    if (sgroup[j] < 0) rss_p.add(t.data());
+    if (sgroup[j] < 0)
+      rss_p.add(t.data());
     else
       for (size_t d = 0; d < Dv; ++d) gp[size_t(sgroup[j]) * Dv + d] += std::abs(t[d]);
     const char* gv = grouped_v ? grouped_v + j * Dv : nullptr;
     bool any = false;
     for (size_t d = 0; gv && d < Dv; ++d) any |= gv[d] != 0;
-    if (!any) rss_v.add(t.data());
+    if (!any)
+      rss_v.add(t.data());
     else
       for (size_t d = 0; d < Dv; ++d)
         if (!gv[d]) rss_v.add_one(d, t[d]);
@@ -276,9 +278,9 @@ namespace {
 // The rotary tolerance scales of one row (reference.hpp rope_dev, rope_p, rope_max): r_j = |scale| sum_f
 // inv_freq_f |q_f| |k_jf| (|pos_i| + |pos_j|) for each visible key, summed as out, lse and a score see a relative
 // angle error (docs/tolerance.md "Rotary angles"). Dropout's kept weights w' enter dv_j = w'_j v_jd - w_j o_d.
-void rope_sensitivity(const Problem& p, const RopeStage& rope, int64_t b, int64_t i, const double* qi,
-                      const double* kb, const std::vector<double>& w, const std::vector<char>& visible,
-                      const double* vb, const Inputs& in, int64_t row, ReferenceResult& r) {
+void rope_sensitivity(const Problem& p, const RopeStage& rope, int64_t b, int64_t i, const double* qi, const double* kb,
+                      const std::vector<double>& w, const std::vector<char>& visible, const double* vb,
+                      const Inputs& in, int64_t row, ReferenceResult& r) {
   const int64_t Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, h = (row / p.Lq) % p.Hq;
   const RopeAt at_i = rope_query_at(p, b, i);
   const double scale = std::abs(p.effective_scale());
@@ -424,9 +426,9 @@ void ErrorScalesPass::row(const RowTrace& t, ReferenceResult& r) const {
     takes_part[static_cast<size_t>(j)] =
         in_row(j) && (t.fully_masked || visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite);
   const std::vector<double> s_row = t.fully_masked ? std::vector<double>(static_cast<size_t>(Lk), 0.0) : s;
-  row_error_scales(RowInputs{s_row, takes_part, w, keep, ks, vb, Dv, &vgroups_[size_t(b * p.Hkv + t.kvh)], qi, kb,
-                             Dqk, scale},
-                   static_cast<size_t>(row), r);
+  row_error_scales(
+      RowInputs{s_row, takes_part, w, keep, ks, vb, Dv, &vgroups_[size_t(b * p.Hkv + t.kvh)], qi, kb, Dqk, scale},
+      static_cast<size_t>(row), r);
 }
 
 ValueGroups value_groups(const double* v, int64_t Lk, int64_t Dv) {

@@ -61,15 +61,14 @@ void pack_gradients(const ModuleProblem& m, const std::vector<double> (&dw)[3], 
   }
 }
 
-
 void backward_trace(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy, BackwardTrace& bt) {
   Trace& t = bt.t;
   (void)forward(m, in, ModuleFault::none, t);
   const Problem& p = m.attn;
   const int64_t tokens = p.B * p.Lq, HD = p.Hq * p.Dv;
   if (static_cast<int64_t>(dy.size()) != tokens * m.d_out)
-    throw std::invalid_argument("dy: holds " + std::to_string(dy.size()) + " values, expected B*Lq*d_out=" +
-                                std::to_string(tokens * m.d_out));
+    throw std::invalid_argument("dy: holds " + std::to_string(dy.size()) +
+                                " values, expected B*Lq*d_out=" + std::to_string(tokens * m.d_out));
   const std::vector<double> wo = in.wo.to_double();
   bt.dmerged.assign(at(tokens * HD), 0.0);
   for (int64_t tok = 0; tok < tokens; ++tok)  // merged = y's input: dmerged = dy · Wo
@@ -116,9 +115,12 @@ ModuleGradients reference_module_backward(const ModuleProblem& m, const ModuleIn
   std::vector<double>& dxkv = m.cross() ? g.dx2 : fault == ModuleGradFault::x_kv_path ? dropped : g.dx;
   const Tensor& xkv = m.cross() ? *in.x2 : in.x;
   std::vector<double> dw[3], db[3];
-  project_back(a.dq, p.B, p.Hq, p.Lq, p.Dqk, in.x, module_detail::select(m, in, 0, ModuleFault::none), g.dx, dw[0], db[0]);
-  project_back(a.dk, p.B, p.Hkv, p.Lk, p.Dqk, xkv, module_detail::select(m, in, 1, ModuleFault::none), dxkv, dw[1], db[1]);
-  project_back(a.dv, p.B, p.Hkv, p.Lk, p.Dv, xkv, module_detail::select(m, in, 2, ModuleFault::none), dxkv, dw[2], db[2]);
+  project_back(a.dq, p.B, p.Hq, p.Lq, p.Dqk, in.x, module_detail::select(m, in, 0, ModuleFault::none), g.dx, dw[0],
+               db[0]);
+  project_back(a.dk, p.B, p.Hkv, p.Lk, p.Dqk, xkv, module_detail::select(m, in, 1, ModuleFault::none), dxkv, dw[1],
+               db[1]);
+  project_back(a.dv, p.B, p.Hkv, p.Lk, p.Dv, xkv, module_detail::select(m, in, 2, ModuleFault::none), dxkv, dw[2],
+               db[2]);
   module_detail::pack_gradients(m, dw, db, g);
   return g;
 }

@@ -54,7 +54,7 @@ Heads project(const ModuleProblem& m, const Tensor& x, const Rows& r, int64_t H,
   const std::vector<double> xs = x.to_double();
   Heads out{H, L, D, std::vector<double>(at(B * H * L * D)), std::vector<double>(at(B * H * L * D))};
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t l = 0; l < L; ++l)      // for each token:
+    for (int64_t l = 0; l < L; ++l)          // for each token:
       for (int64_t c = 0; c < H * D; ++c) {  // feature c of x_t · Wᵀ + b
         double acc = r.b.empty() ? 0.0 : r.b[at(c)], mag = std::fabs(acc);
         for (int64_t e = 0; e < r.in; ++e) {
@@ -87,7 +87,7 @@ ModuleResult forward(const ModuleProblem& m, const ModuleInputs& in, ModuleFault
   t.v = project(m, xkv, select(m, in, 2, fault), p.Hkv, p.Dv, fault);   // [B, Hkv, Lk, Dv]
 
   Problem a = p;
-  a.dtype = DType::f64;  // no rounding of q, k, v: the oracle is exact math on the stored inputs
+  a.dtype = DType::f64;   // no rounding of q, k, v: the oracle is exact math on the stored inputs
   a.want_weights = true;  // the tolerance model needs the weights
   Inputs ai{to_tensor(t.q, p.B), to_tensor(t.k, p.B), to_tensor(t.v, p.B), in.mask, in.bias, in.keep, {}, {}};
   if (fault == ModuleFault::scale_d_model) a.scale = 1.0 / std::sqrt(static_cast<double>(p.Hq * p.Dqk));
@@ -118,7 +118,8 @@ ModuleResult forward(const ModuleProblem& m, const ModuleInputs& in, ModuleFault
 
   ModuleResult res;
   const std::vector<double> wo = in.wo.to_double();
-  const std::vector<double> bo = m.out_bias && fault != ModuleFault::out_bias ? in.bo->to_double() : std::vector<double>{};
+  const std::vector<double> bo =
+      m.out_bias && fault != ModuleFault::out_bias ? in.bo->to_double() : std::vector<double>{};
   res.y.assign(at(p.B * p.Lq * m.d_out), 0.0);
   for (int64_t tok = 0; tok < p.B * p.Lq; ++tok)  // for each query token: y_t = merged_t · Woᵀ + bo
     for (int64_t c = 0; c < m.d_out; ++c) {
@@ -147,8 +148,8 @@ ModuleResult forward(const ModuleProblem& m, const ModuleInputs& in, ModuleFault
 
 }  // namespace module_detail
 
-using module_detail::Trace;
 using module_detail::at;
+using module_detail::Trace;
 
 ModuleResult reference_module(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault) {
   Trace t;

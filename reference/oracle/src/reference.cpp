@@ -40,16 +40,19 @@ void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& f
   // Rows are claimed from a shared counter, so a pool the OS made smaller still computes every row.
   std::atomic<int64_t> next{0};
   std::atomic<bool> failed{false};
-  run_on_threads(threads, [&](int) {
-    for (int64_t r; !failed && (r = next.fetch_add(1)) < n;) {
-      try {
-        fn(r);
-      } catch (...) {
-        failed = true;
-        throw;
-      }
-    }
-  }, Shortfall::fewer);
+  run_on_threads(
+      threads,
+      [&](int) {
+        for (int64_t r; !failed && (r = next.fetch_add(1)) < n;) {
+          try {
+            fn(r);
+          } catch (...) {
+            failed = true;
+            throw;
+          }
+        }
+      },
+      Shortfall::fewer);
 }
 
 namespace {
@@ -87,9 +90,9 @@ struct Loops {
     const bool want_scores = !r.scores.empty();
     const int64_t b = row / (Hq * Lq), h = (row / Lq) % Hq, i = row % Lq;
     const int64_t kvh = h / (Hq / Hkv);  // GQA: query head h reads KV head h / group
-    const double* qi = &q[static_cast<size_t>(((b * Hq + h) * Lq + i) * Dqk)];          // (Dqk)
-    const double* kb = &k[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];             // (Lk, Dqk)
-    const double* vb = &v[static_cast<size_t>((b * Hkv + kvh) * Lk * Dv)];              // (Lk, Dv)
+    const double* qi = &q[static_cast<size_t>(((b * Hq + h) * Lq + i) * Dqk)];  // (Dqk)
+    const double* kb = &k[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];     // (Lk, Dqk)
+    const double* vb = &v[static_cast<size_t>((b * Hkv + kvh) * Lk * Dv)];      // (Lk, Dv)
     // The row's keys: [begin, end) (a packed sequence's own keys with varlen, else all Lk), the valid ones
     // (key padding) and the key on this query's diagonal.
     const Problem::RowKeys rk = p.row_keys(b, i);
@@ -199,10 +202,13 @@ ReferenceResult looped(const Problem& p, const Inputs& in, const std::vector<int
   const auto one_row = [&](int64_t row) { loops.row(row, r, scales); };
   r.sampled_rows = rows;
   for (int64_t i : rows)
-    if (i < 0 || i >= Lq) throw std::invalid_argument("rows: query row " + std::to_string(i) + " outside [0, " + std::to_string(Lq) + ")");
+    if (i < 0 || i >= Lq)
+      throw std::invalid_argument("rows: query row " + std::to_string(i) + " outside [0, " + std::to_string(Lq) + ")");
   const int64_t n = static_cast<int64_t>(rows.size());
-  if (rows.empty()) parallel_rows(B * Hq * Lq, threads, one_row);
-  else parallel_rows(B * Hq * n, threads, [&](int64_t k) { one_row((k / n) * Lq + rows[static_cast<size_t>(k % n)]); });
+  if (rows.empty())
+    parallel_rows(B * Hq * Lq, threads, one_row);
+  else
+    parallel_rows(B * Hq * n, threads, [&](int64_t k) { one_row((k / n) * Lq + rows[static_cast<size_t>(k % n)]); });
   return r;
 }
 

@@ -24,9 +24,9 @@ struct RowTrace {
   const double* k;  // (Lk, Dqk): the row's KV head, rotated
   const double* v;  // (Lk, Dv)
   Problem::RowKeys rk;
-  const std::vector<double>& s;      // final scores, the fill where masked
+  const std::vector<double>& s;  // final scores, the fill where masked
   const std::vector<char>& visible;
-  const std::vector<double>& w;      // normalised weights
+  const std::vector<double>& w;  // normalised weights
   bool fully_masked;
 };
 

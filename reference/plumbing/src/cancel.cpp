@@ -56,9 +56,11 @@ int cancel_signal() { return g_signal.load(); }
 void throw_if_cancelled(const std::string& next) {
   const int sig = g_signal.load();
   if (sig == 0) return;
-  throw Cancelled(sig, std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal") +
-                           (next.empty() ? "" : " before " + next) +
-                           "; no report or fixture was left half-written");
+  throw Cancelled(sig, std::string("interrupted by ") +
+                           (sig == SIGINT    ? "SIGINT"
+                            : sig == SIGTERM ? "SIGTERM"
+                                             : "a signal") +
+                           (next.empty() ? "" : " before " + next) + "; no report or fixture was left half-written");
 }
 
 CancelDeferred::CancelDeferred() { g_deferred.fetch_add(1); }

@@ -26,8 +26,10 @@ namespace {
 int min_exponent(DType t) {  // exponent of the smallest normal
   switch (t) {
     case DType::f64: return -1022;
-    case DType::f32: case DType::bf16: return -126;
-    case DType::f16: case DType::e5m2: return -14;
+    case DType::f32:
+    case DType::bf16: return -126;
+    case DType::f16:
+    case DType::e5m2: return -14;
     case DType::e4m3: return -6;
     case DType::u8:
     case DType::i8: break;
@@ -46,9 +48,12 @@ namespace {
 // The derived figures of a profile from its counts and sums.
 void finish(Accuracy& a) {
   a.present = a.n > 0;
-  if (a.n_nonfinite > 0) a.rms_rel = std::numeric_limits<double>::infinity();
-  else if (a.ref2 > 0) a.rms_rel = std::sqrt(a.err2 / a.ref2);
-  else a.rms_rel = a.err2 > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+  if (a.n_nonfinite > 0)
+    a.rms_rel = std::numeric_limits<double>::infinity();
+  else if (a.ref2 > 0)
+    a.rms_rel = std::sqrt(a.err2 / a.ref2);
+  else
+    a.rms_rel = a.err2 > 0 ? std::numeric_limits<double>::infinity() : 0.0;
   a.bias_ulp = a.bias_mag_ulp = 0;
   if (a.ulp_sum > 0) a.bias_ulp = a.err_sum / a.ulp_sum, a.bias_mag_ulp = a.err_mag_sum / a.ulp_sum;
   a.effective_bits.reset();

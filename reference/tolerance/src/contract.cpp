@@ -50,7 +50,8 @@ const char* to_string(RopeMath r) {
 Precision precision_from_string(const std::string& s) {
   for (Precision p : kAll)
     if (s == to_string(p)) return p;
-  throw std::invalid_argument("unknown precision '" + s + "' (expected fp64, fp32, tf32, fp16, bf16, fp8_e4m3 or fp8_e5m2)");
+  throw std::invalid_argument("unknown precision '" + s +
+                              "' (expected fp64, fp32, tf32, fp16, bf16, fp8_e4m3 or fp8_e5m2)");
 }
 
 double unit_roundoff(Precision p) {
@@ -111,22 +112,29 @@ PrecisionContract contract_from_string(const std::string& s, DType dtype) {
     if (eq == std::string::npos)
       throw std::invalid_argument("precision contract: '" + item + "' is not key=value (in '" + s + "')");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    if (key == "qk") c.qk_operands = parse_field(key, value);
-    else if (key == "scores") c.scores = parse_field(key, value);
-    else if (key == "pv") c.pv_operands = parse_field(key, value);
-    else if (key == "acc") c.accumulate = parse_field(key, value);
-    else if (key == "p" && (value == "rounded" || value == "exact")) c.p_rounded = value == "rounded";
-    else if (key == "exp" && (value == "exp" || value == "exp2")) c.exp = value == "exp2" ? ExpFlavour::exp2 : ExpFlavour::exp;
+    if (key == "qk")
+      c.qk_operands = parse_field(key, value);
+    else if (key == "scores")
+      c.scores = parse_field(key, value);
+    else if (key == "pv")
+      c.pv_operands = parse_field(key, value);
+    else if (key == "acc")
+      c.accumulate = parse_field(key, value);
+    else if (key == "p" && (value == "rounded" || value == "exact"))
+      c.p_rounded = value == "rounded";
+    else if (key == "exp" && (value == "exp" || value == "exp2"))
+      c.exp = value == "exp2" ? ExpFlavour::exp2 : ExpFlavour::exp;
     else if (key == "rope") {
       bool found = false;
-      for (RopeMath r : {RopeMath::exact, RopeMath::fp32, RopeMath::table_fp32, RopeMath::table_fp16, RopeMath::table_bf16})
+      for (RopeMath r :
+           {RopeMath::exact, RopeMath::fp32, RopeMath::table_fp32, RopeMath::table_fp16, RopeMath::table_bf16})
         if (value == attncheck::to_string(r)) c.rope = r, found = true;
       if (!found)
         throw std::invalid_argument("precision contract: field 'rope' has unknown value '" + value +
                                     "' (expected exact, fp32-angles, table-fp32, table-fp16 or table-bf16)");
     } else if (key == "p" || key == "exp")
-      throw std::invalid_argument("precision contract: field '" + key + "' has unknown value '" + value + "' (expected " +
-                                  (key == "p" ? "rounded or exact)" : "exp or exp2)"));
+      throw std::invalid_argument("precision contract: field '" + key + "' has unknown value '" + value +
+                                  "' (expected " + (key == "p" ? "rounded or exact)" : "exp or exp2)"));
     else
       throw std::invalid_argument("precision contract: unknown field '" + key +
                                   "' (expected qk, scores, pv, acc, p, exp, rope)");

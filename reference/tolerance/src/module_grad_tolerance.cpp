@@ -29,7 +29,8 @@ AttnPropagation propagate(const module_detail::Trace& t, const module_detail::Fo
   const double scale = std::fabs(p.effective_scale());
   AttnPropagation r;
   r.dq.assign(t.q.val.size(), 0.0), r.dk.assign(t.k.val.size(), 0.0), r.dv.assign(t.v.val.size(), 0.0);
-  if (p.bias_shape) r.dbias.assign(at((*p.bias_shape)[0] * (*p.bias_shape)[1] * (*p.bias_shape)[2] * (*p.bias_shape)[3]), 0.0);
+  if (p.bias_shape)
+    r.dbias.assign(at((*p.bias_shape)[0] * (*p.bias_shape)[1] * (*p.bias_shape)[2] * (*p.bias_shape)[3]), 0.0);
   const std::vector<double> dO = dout.to_double();
   std::vector<double> dP(at(p.Lk)), edP(at(p.Lk));
   for (int64_t b = 0; b < p.B; ++b)

@@ -15,10 +15,10 @@ using module_detail::Trace;
 namespace module_detail {
 
 ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, const Trace& t) {
-  const Problem& p = t.attn;  // the attention that ran (a fault may change its scale, mask or dropout)
-  const DType dt = m.attn.dtype;  // t.attn runs in fp64; the contract is the module's dtype
-  const double u = unit_roundoff(dt);                 // storage of q, k, v, o, y
-  const double ua = dt == DType::f64 ? u : 0x1.0p-24;  // fp32 accumulation
+  const Problem& p = t.attn;           // the attention that ran (a fault may change its scale, mask or dropout)
+  const DType dt = m.attn.dtype;       // t.attn runs in fp64; the contract is the module's dtype
+  const double u = unit_roundoff(dt);  // storage of q, k, v, o, y
+  const double ua = dt == DType::f64 ? u : 0x1.0p-24;                // fp32 accumulation
   const double up = dt == DType::f16 || dt == DType::bf16 ? u : ua;  // P rounded for P·V (contract)
   const double scale = std::fabs(p.effective_scale());
   // Projection errors: accumulation over d_in (+ the bias) in fp32, then rounding to the dtype.
@@ -50,14 +50,16 @@ ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, con
           if (!(P[j] > 0)) continue;  // masked keys (and NaN rows of the nan policy) carry no error
           double op = 0, mag = 0;
           for (int64_t d = 0; d < p.Dqk; ++d) {
-            const size_t qi = at(((b * p.Hq + h) * p.Lq + i) * p.Dqk + d), ki = at(((b * p.Hkv + g) * p.Lk + j) * p.Dqk + d);
+            const size_t qi = at(((b * p.Hq + h) * p.Lq + i) * p.Dqk + d),
+                         ki = at(((b * p.Hkv + g) * p.Lk + j) * p.Dqk + d);
             const double aq = std::fabs(t.q.val[qi]), ak = std::fabs(t.k.val[ki]);
             op += eq[qi] * ak + aq * ek[ki] + eq[qi] * ek[ki];
             mag += (aq + eq[qi]) * (ak + ek[ki]);
           }
           double e = scale * op + static_cast<double>(p.Dqk + 2) * ua * scale * mag;
-          if (in.bias) e += ua * std::fabs(in.bias->at(b % in.bias->shape[0], h % in.bias->shape[1],
-                                                        i % in.bias->shape[2], j % in.bias->shape[3]));
+          if (in.bias)
+            e += ua * std::fabs(in.bias->at(b % in.bias->shape[0], h % in.bias->shape[1], i % in.bias->shape[2],
+                                            j % in.bias->shape[3]));
           if (p.softcap > 0) e += 4 * ua * p.softcap;
           es[j] = e;
           sbar += P[j] * e;
@@ -108,7 +110,8 @@ ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in,
           emerged[at(fault == ModuleFault::head_split ? src : (b * p.Lq + i) * HD + h * p.Dv + d)] = eo[at(src)];
         }
   const std::vector<double> wo = in.wo.to_double();
-  const std::vector<double> bo = m.out_bias && fault != ModuleFault::out_bias ? in.bo->to_double() : std::vector<double>{};
+  const std::vector<double> bo =
+      m.out_bias && fault != ModuleFault::out_bias ? in.bo->to_double() : std::vector<double>{};
   tol.y.assign(res.y.size(), 0.0);
   for (int64_t tok = 0; tok < p.B * p.Lq; ++tok)
     for (int64_t c = 0; c < m.d_out; ++c) {
@@ -121,7 +124,9 @@ ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in,
       const size_t yi = at(tok * m.d_out + c);
       double e = prop + static_cast<double>(HD + 1) * ua * mag;
       if (fault == ModuleFault::dropout_after_projection && m.attn.dropout_p > 0)
-        e = in.keep->at(tok / p.Lq, 0, tok % p.Lq, c % p.Lk) != 0 ? e / (1.0 - m.attn.dropout_p) + ua * std::fabs(res.y[yi]) : 0.0;
+        e = in.keep->at(tok / p.Lq, 0, tok % p.Lq, c % p.Lk) != 0
+                ? e / (1.0 - m.attn.dropout_p) + ua * std::fabs(res.y[yi])
+                : 0.0;
       tol.y[yi] = e + u * std::fabs(res.y[yi]);
     }
   if (m.attn.want_weights) {

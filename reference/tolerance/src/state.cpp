@@ -81,14 +81,17 @@ double merged_o_to_stored(const StateConventions& c, double o) {
   const double top = kv_code_max(*c.out_dtype), x = o / c.out_scale;
   return x > top ? top : x < -top ? -top : x;  // NaN stays NaN
 }
-double merged_o_from_stored(const StateConventions& c, double stored) { return c.out_dtype ? stored * c.out_scale : stored; }
+double merged_o_from_stored(const StateConventions& c, double stored) {
+  return c.out_dtype ? stored * c.out_scale : stored;
+}
 
 // ---- conventions -------------------------------------------------------------------------------------------------
 std::string StateConventions::text() const {
   std::string s = form == StateForm::normalised ? "normalised" : "unnormalised";
   s += std::string(",base=") + (base == LseBase::e ? "e" : "2");
-  s += ",empty=" + (empty_lse == EmptyLse::neg_inf ? std::string("-inf")
-                    : empty_lse == EmptyLse::pos_inf ? std::string("+inf") : g17(sentinel));
+  s += ",empty=" + (empty_lse == EmptyLse::neg_inf   ? std::string("-inf")
+                    : empty_lse == EmptyLse::pos_inf ? std::string("+inf")
+                                                     : g17(sentinel));
   s += std::string(",out=") + (empty_out == EmptyOut::zero ? "zero" : "undefined");
   s += std::string(",layout=") + (layout == StatLayout::bhl ? "bhl" : "blh");
   if (o_layout == OutLayout::blhd) s += ",olayout=blhd";  // the default is left out: older texts stay as they were
@@ -104,35 +107,47 @@ StateConventions parse_conventions(const std::string& text) {
   while (std::getline(ss, tok, ',')) {
     if (first) {
       first = false;
-      if (tok == "normalised") c.form = StateForm::normalised;
-      else if (tok == "unnormalised") c.form = StateForm::unnormalised;
-      else bad("conventions", "form must be normalised or unnormalised, got '" + tok + "' in '" + text + "'");
+      if (tok == "normalised")
+        c.form = StateForm::normalised;
+      else if (tok == "unnormalised")
+        c.form = StateForm::unnormalised;
+      else
+        bad("conventions", "form must be normalised or unnormalised, got '" + tok + "' in '" + text + "'");
       continue;
     }
     const auto eq = tok.find('=');
     const std::string k = tok.substr(0, eq), v = eq == std::string::npos ? "" : tok.substr(eq + 1);
-    if (k == "base" && (v == "e" || v == "2")) c.base = v == "e" ? LseBase::e : LseBase::two;
-    else if (k == "empty" && v == "-inf") c.empty_lse = EmptyLse::neg_inf;
-    else if (k == "empty" && v == "+inf") c.empty_lse = EmptyLse::pos_inf;
+    if (k == "base" && (v == "e" || v == "2"))
+      c.base = v == "e" ? LseBase::e : LseBase::two;
+    else if (k == "empty" && v == "-inf")
+      c.empty_lse = EmptyLse::neg_inf;
+    else if (k == "empty" && v == "+inf")
+      c.empty_lse = EmptyLse::pos_inf;
     else if (k == "empty") {
       char* end = nullptr;
       const double x = std::strtod(v.c_str(), &end);
       if (v.empty() || *end || !std::isfinite(x))
         bad("conventions", "empty must be -inf, +inf or a finite number, got '" + v + "'");
       c.empty_lse = EmptyLse::finite, c.sentinel = x;
-    } else if (k == "out" && (v == "zero" || v == "undefined")) c.empty_out = v == "zero" ? EmptyOut::zero : EmptyOut::undefined;
-    else if (k == "layout" && (v == "bhl" || v == "blh")) c.layout = v == "bhl" ? StatLayout::bhl : StatLayout::blh;
-    else if (k == "olayout" && (v == "bhld" || v == "blhd")) c.o_layout = v == "bhld" ? OutLayout::bhld : OutLayout::blhd;
-    else if (k == "odtype" && (v == "fp8_e4m3" || v == "fp8_e5m2")) c.out_dtype = v == "fp8_e4m3" ? DType::e4m3 : DType::e5m2;
+    } else if (k == "out" && (v == "zero" || v == "undefined"))
+      c.empty_out = v == "zero" ? EmptyOut::zero : EmptyOut::undefined;
+    else if (k == "layout" && (v == "bhl" || v == "blh"))
+      c.layout = v == "bhl" ? StatLayout::bhl : StatLayout::blh;
+    else if (k == "olayout" && (v == "bhld" || v == "blhd"))
+      c.o_layout = v == "bhld" ? OutLayout::bhld : OutLayout::blhd;
+    else if (k == "odtype" && (v == "fp8_e4m3" || v == "fp8_e5m2"))
+      c.out_dtype = v == "fp8_e4m3" ? DType::e4m3 : DType::e5m2;
     else if (k == "oscale") {
       char* end = nullptr;
       const double x = std::strtod(v.c_str(), &end);
       if (v.empty() || *end || !std::isfinite(x) || !(x > 0))
         bad("conventions", "oscale must be a positive finite number, got '" + v + "'");
       c.out_scale = x, scale_given = true;
-    } else bad("conventions", "unknown or malformed entry '" + tok + "' in '" + text +
-                                  "' (base=e|2, empty=-inf|+inf|<number>, out=zero|undefined, layout=bhl|blh, olayout=bhld|blhd, "
-                                  "odtype=fp8_e4m3|fp8_e5m2, oscale=<number>)");
+    } else
+      bad("conventions",
+          "unknown or malformed entry '" + tok + "' in '" + text +
+              "' (base=e|2, empty=-inf|+inf|<number>, out=zero|undefined, layout=bhl|blh, olayout=bhld|blhd, "
+              "odtype=fp8_e4m3|fp8_e5m2, oscale=<number>)");
   }
   if (first) bad("conventions", "empty text");
   if (c.out_dtype.has_value() != scale_given)
@@ -219,7 +234,8 @@ State merge_states(const std::vector<State>& states) {
 // ---- stored states -------------------------------------------------------------------------------------------------
 void validate(const MergeProblem& p) {
   auto range = [](const char* f, int64_t v, int64_t lo, int64_t hi) {
-    if (v < lo || v > hi) bad(f, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
+    if (v < lo || v > hi)
+      bad(f, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
   };
   range("N", p.N, 1, 1024), range("B", p.B, 1, 1 << 16), range("H", p.H, 1, 1024), range("L", p.L, 1, 1 << 20);
   range("D", p.D, 1, 1024);
@@ -247,10 +263,14 @@ StoredStates make_stored(const MergeProblem& p, bool stacked) {
   validate(p);
   StoredStates s;
   const bool tokens = p.conv.o_layout == OutLayout::blhd;  // O token-major: [N,B,L,H,D] in memory
-  s.o = stacked ? Tensor(p.dtype, {p.N, p.B, p.H, p.L, p.D}, tokens ? std::vector<int>{0, 1, 3, 2, 4} : std::vector<int>{})
-                : Tensor(p.conv.out_dtype.value_or(p.dtype), {p.B, p.H, p.L, p.D}, tokens ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{});
-  if (p.conv.form == StateForm::normalised) s.lse = stat_tensor(p, stacked);
-  else s.max = stat_tensor(p, stacked), s.sum = stat_tensor(p, stacked);
+  s.o = stacked
+            ? Tensor(p.dtype, {p.N, p.B, p.H, p.L, p.D}, tokens ? std::vector<int>{0, 1, 3, 2, 4} : std::vector<int>{})
+            : Tensor(p.conv.out_dtype.value_or(p.dtype), {p.B, p.H, p.L, p.D},
+                     tokens ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{});
+  if (p.conv.form == StateForm::normalised)
+    s.lse = stat_tensor(p, stacked);
+  else
+    s.max = stat_tensor(p, stacked), s.sum = stat_tensor(p, stacked);
   return s;
 }
 }  // namespace
@@ -267,10 +287,12 @@ StoredStates encode_states(const MergeProblem& p, const std::vector<State>& stat
   const bool norm = p.conv.form == StateForm::normalised;
   for (int64_t n = 0; n < p.N; ++n) {
     const State& s = states[static_cast<size_t>(n)];
-    if (s.B != p.B || s.H != p.H || s.L != p.L || s.D != p.D) bad("states", "state " + std::to_string(n) + " has another shape");
+    if (s.B != p.B || s.H != p.H || s.L != p.L || s.D != p.D)
+      bad("states", "state " + std::to_string(n) + " has another shape");
     for (int64_t r = 0; r < s.rows(); ++r) {
       const bool e = s.empty(r);
-      if (norm) set_stat(*st.lse, p, n, r, e ? empty_stat(p.conv) : to_stored_units(p.conv, s.lse(r)));
+      if (norm)
+        set_stat(*st.lse, p, n, r, e ? empty_stat(p.conv) : to_stored_units(p.conv, s.lse(r)));
       else {
         set_stat(*st.max, p, n, r, e ? empty_stat(p.conv) : to_stored_units(p.conv, s.m[r]));
         set_stat(*st.sum, p, n, r, s.l[r]);
@@ -358,7 +380,8 @@ MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const St
     std::string at = "[";
     at += row_index(p, r);
     if (M.empty(r)) {  // the merged state is the empty state, bit for bit
-      check(r, std::string(norm ? "lse" : "max") + at + "]", sentinel, get_stat(norm ? *out.lse : *out.max, p, -1, r), 0);
+      check(r, std::string(norm ? "lse" : "max") + at + "]", sentinel, get_stat(norm ? *out.lse : *out.max, p, -1, r),
+            0);
       if (!norm) check(r, "sum" + at + "]", 0.0, get_stat(*out.sum, p, -1, r), 0);
       if (p.conv.empty_out == EmptyOut::zero)
         for (int64_t d = 0; d < p.D; ++d) check(r, "o" + at + "," + std::to_string(d) + "]", 0.0, got_o(r, d), 0);

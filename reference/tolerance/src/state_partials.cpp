@@ -19,7 +19,8 @@ Problem plain_copy(const Problem& p) {
   Problem q;
   q.B = p.B, q.Hq = p.Hq, q.Hkv = p.Hkv, q.Lq = p.Lq, q.Lk = p.Lk, q.Dqk = p.Dqk, q.Dv = p.Dv;
   q.dtype = p.dtype, q.layout = p.layout, q.scale = p.scale;
-  q.causal = p.causal, q.alignment = p.alignment, q.causal_offset = p.causal_offset, q.causal_offsets = p.causal_offsets;
+  q.causal = p.causal, q.alignment = p.alignment, q.causal_offset = p.causal_offset,
+  q.causal_offsets = p.causal_offsets;
   q.key_lengths = p.key_lengths, q.window_left = p.window_left, q.window_right = p.window_right, q.softcap = p.softcap;
   q.fully_masked = p.fully_masked, q.want_lse = p.want_lse;
   return q;
@@ -31,7 +32,8 @@ std::string partials_unjudgeable(const Problem& p) {
   // The name is lossless (one component per non-default field), so equal names mean no other feature is on.
   const std::string plain = plain_copy(p).name(), full = p.name();
   if (plain == full) return "";
-  return "the partial states of " + full + " cannot be judged: a key range of it does not keep its meaning alone "
+  return "the partial states of " + full +
+         " cannot be judged: a key range of it does not keep its meaning alone "
          "(judged: plain GQA attention with causal, window, key padding and softcap only)";
 }
 
@@ -50,7 +52,8 @@ PartialsVerdict judge_partials(const Problem& p, const Inputs& in, const KernelP
       throw std::invalid_argument("kernel partials: part " + std::to_string(c) + " covers " + range + ", outside [0, " +
                                   std::to_string(p.Lk) + ") or empty");
     if (s.B != p.B || s.H != p.Hq || s.L != p.Lq || s.D != p.Dv)
-      throw std::invalid_argument("kernel partials: part " + std::to_string(c) + " has another shape than [B,Hq,Lq,Dv]");
+      throw std::invalid_argument("kernel partials: part " + std::to_string(c) +
+                                  " has another shape than [B,Hq,Lq,Dv]");
     // The range as a problem: its keys only, every diagonal where it was (explicit offsets), padding cut to it.
     Problem sub = plain_copy(p);
     sub.Lk = j1 - j0, sub.alignment = Alignment::explicit_, sub.causal_offset = 0, sub.causal_offsets.clear();
@@ -76,7 +79,8 @@ PartialsVerdict judge_partials(const Problem& p, const Inputs& in, const KernelP
     }
     const Verdict v = judge(sub, ref, got);
     verdict.pass = verdict.pass && v.pass;
-    verdict.lines.push_back(range + ": " + (v.pass ? "pass (worst " : "FAIL ") + v.worst().describe() + (v.pass ? ")" : ""));
+    verdict.lines.push_back(range + ": " + (v.pass ? "pass (worst " : "FAIL ") + v.worst().describe() +
+                            (v.pass ? ")" : ""));
   }
   return verdict;
 }

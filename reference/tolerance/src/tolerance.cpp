@@ -31,8 +31,8 @@ std::string TensorVerdict::describe() const {
 
 TensorVerdict compare_values(const std::string& name, const std::vector<int64_t>& shape,
                              const std::vector<double>& expected, const std::vector<double>& actual,
-                             const std::vector<double>& tol, const ToleranceModel& m,
-                             const std::vector<char>* judged, size_t row_len) {
+                             const std::vector<double>& tol, const ToleranceModel& m, const std::vector<char>* judged,
+                             size_t row_len) {
   TensorVerdict v;
   v.tensor = name;
   v.worst_rank = static_cast<int>(shape.size());
@@ -96,7 +96,8 @@ template <class F>
 void name_dominant(TensorVerdict& v, const std::vector<int64_t>& shape, F terms) {
   if (v.n == 0) return;
   size_t flat = 0;
-  for (size_t k = 0; k < shape.size(); ++k) flat = flat * static_cast<size_t>(shape[k]) + static_cast<size_t>(v.worst[k]);
+  for (size_t k = 0; k < shape.size(); ++k)
+    flat = flat * static_cast<size_t>(shape[k]) + static_cast<size_t>(v.worst[k]);
   const TolTerms t = terms(flat);
   int best = 0;
   for (int k = 1; k < kTolTerms; ++k)
@@ -122,8 +123,8 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
   }
   const std::vector<char>* jr = rows.empty() ? nullptr : &rows;
   // Each compared tensor is also profiled (accuracy.hpp) in the ulps of the dtype it was delivered in.
-  auto compare = [&](const char* name, const std::vector<int64_t>& shape, const std::vector<double>& e,
-                     const Tensor& a, const std::vector<double>& tol, DType d, size_t row_len) {
+  auto compare = [&](const char* name, const std::vector<int64_t>& shape, const std::vector<double>& e, const Tensor& a,
+                     const std::vector<double>& tol, DType d, size_t row_len) {
     const std::vector<double> x = a.to_double();
     v.tensors.push_back(compare_values(name, shape, e, x, tol, m, jr, row_len));
     v.tensors.back().accuracy = profile_accuracy(e, x, tol, d, jr, row_len);
@@ -152,7 +153,8 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
       missing("weights");
     } else {
       const DType d = delivered(*actual.weights, p.stat_dtype());
-      compare("weights", w_shape, r.weights, *actual.weights, weights_tolerance(p, r, m, d), d, static_cast<size_t>(p.Lk));
+      compare("weights", w_shape, r.weights, *actual.weights, weights_tolerance(p, r, m, d), d,
+              static_cast<size_t>(p.Lk));
       name_dominant(v.tensors.back(), w_shape, [&](size_t n) { return weights_terms(p, r, n, d, m); });
     }
   }
@@ -191,7 +193,7 @@ Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual,
   if (p.past_len > 0) {
     // present = concat(past, new) is a copy: exact, element by element (NaN where the input holds NaN).
     const std::pair<const char*, const std::vector<double>*> expected[] = {{"present_k", &r.present_k},
-                                                                          {"present_v", &r.present_v}};
+                                                                           {"present_v", &r.present_v}};
     for (const auto& [name, e] : expected) {
       const std::optional<Tensor>& a = name == expected[0].first ? actual.present_k : actual.present_v;
       if (!a) {

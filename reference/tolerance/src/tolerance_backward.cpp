@@ -44,8 +44,9 @@ double p_error(const Problem& p, const ReferenceResult& fwd, size_t row, const U
 // (over Lk keys or Dv features, whichever the implementation uses) from the stored O, and dS's rounding.
 double ds_error(const Problem& p, const ReferenceResult& fwd, size_t row, const Units& u, double lambda) {
   const double n = static_cast<double>(std::max(p.Lk, p.Dv));
-  return p_error(p, fwd, row, u, lambda) + lambda * u.acc * (std::sqrt(static_cast<double>(p.Dv) / 3.0) + std::sqrt(n)) +
-         2.0 * u.out + u.round + 3.0 * u.acc;
+  return p_error(p, fwd, row, u, lambda) +
+         lambda * u.acc * (std::sqrt(static_cast<double>(p.Dv) / 3.0) + std::sqrt(n)) + 2.0 * u.out + u.round +
+         3.0 * u.acc;
 }
 
 double accumulation(double n, const Units& u, double lambda) { return lambda * u.acc * std::sqrt(n / 3.0) + u.acc; }

@@ -34,8 +34,8 @@ constexpr double kExpU = 4.0;
 // nothing (fp16 inputs under qk=fp16), so each operand rounding counts only where it is coarser.
 struct Units {
   double acc, qk, scores, p_round, v_round;
-  double p_sub;  // half the subnormal spacing of the P format when P is rounded (fp16, fp8 e5m2, fp8 e4m3), else 0
-  bool e4m3_sub;  // p_sub applies below e4m3's smallest normal 2^-6 (out_sub_e4m3), not below 2^-14 (out_sub)
+  double p_sub;     // half the subnormal spacing of the P format when P is rounded (fp16, fp8 e5m2, fp8 e4m3), else 0
+  bool e4m3_sub;    // p_sub applies below e4m3's smallest normal 2^-6 (out_sub_e4m3), not below 2^-14 (out_sub)
   double descales;  // fp8 inputs: roundings of the descale multiplies (q*k folded into the scale, v or out)
   bool exp2;
   // Rotary embedding: relative angle error per unit of inv_freq * |position| (angle) and the position-independent
@@ -69,11 +69,11 @@ Units units(const Problem& p, const ToleranceModel& m) {
           coarser(unit_roundoff(c.scores), acc),
           c.p_rounded ? coarser(unit_roundoff(c.pv_operands), acc) : 0.0,
           coarser(unit_roundoff(c.pv_operands), u_in),
-          !c.p_rounded                            ? 0.0
+          !c.p_rounded                           ? 0.0
           : c.pv_operands == Precision::fp16     ? std::ldexp(1.0, -25)
           : c.pv_operands == Precision::fp8_e5m2 ? std::ldexp(1.0, -17)
           : c.pv_operands == Precision::fp8_e4m3 ? std::ldexp(1.0, -10)
-                                                  : 0.0,
+                                                 : 0.0,
           c.p_rounded && c.pv_operands == Precision::fp8_e4m3,
           is_fp8(p.dtype) ? 2.0 : 0.0,
           c.exp == ExpFlavour::exp2,
@@ -91,13 +91,13 @@ double rope_score(const ReferenceResult& r, size_t row, const Units& u) {
 // Everything the terms need about one row.
 struct Row {
   double c_a, c_b, c_c;  // score error per unit of the KeyScales magnitudes a, b, c (c_b: of rounding k, or q)
-  double c_s;   // score error per unit of score_mag (the Cauchy-Schwarz bound), for weights and fallbacks
-  double c_e;   // relative error of one exp
-  double n;     // keys in the sum
-  double ties;  // exact ties beyond the first: repeated terms whose rounding errors do not cancel
-  double den;   // relative error of the softmax denominator (summation + ties)
-  double nonlin;  // (e^y - 1) / y >= 1 for y = twice the worst error of one score: how far a weight's relative
-                  // error can exceed its first-order value (the score terms are first order; e^eps - 1 is not)
+  double c_s;            // score error per unit of score_mag (the Cauchy-Schwarz bound), for weights and fallbacks
+  double c_e;            // relative error of one exp
+  double n;              // keys in the sum
+  double ties;           // exact ties beyond the first: repeated terms whose rounding errors do not cancel
+  double den;            // relative error of the softmax denominator (summation + ties)
+  double nonlin;         // (e^y - 1) / y >= 1 for y = twice the worst error of one score: how far a weight's relative
+                         // error can exceed its first-order value (the score terms are first order; e^eps - 1 is not)
 };
 
 // A result without the row scales (built by hand, not by the reference) gets their upper bounds.
@@ -135,7 +135,6 @@ Row row_scales(const Problem& p, const ReferenceResult& r, size_t row, const Uni
   return x;
 }
 
-
 double floor_of(const Problem& p, DType delivered) {
   // Implementations may flush subnormal intermediates (FTZ, GPU fast-math): below the working precision's
   // smallest normal number nothing is resolved.
@@ -170,9 +169,10 @@ TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType d
   const double R = at(r.out_rss, n, A), dev = at(r.out_dev, n, A + O);
   const double cov = at(r.out_cov, n, 2.0 * sm * (A + O));
   const double lam = m.lambda;
-  const double score_part = r.out_dev_a.empty() ? x.c_s * sm * (A + O)
-                                                : x.c_a * r.out_dev_a[n] + x.c_c * r.out_dev_c[n] +
-                                                      x.c_b * std::hypot(r.out_dev_b[n], at(r.out_qdev, n, r.out_dev_b[n]));
+  const double score_part = r.out_dev_a.empty()
+                                ? x.c_s * sm * (A + O)
+                                : x.c_a * r.out_dev_a[n] + x.c_c * r.out_dev_c[n] +
+                                      x.c_b * std::hypot(r.out_dev_b[n], at(r.out_qdev, n, r.out_dev_b[n]));
   TolTerms t = zero();
   t[int(TolTerm::scores)] = x.nonlin * lam * (score_part + x.c_e * dev);
   // Rotary angle errors: not independent (one angle per position and pair), so summed whole, without lambda.
@@ -208,9 +208,10 @@ TolTerms lse_terms(const Problem& p, const ReferenceResult& r, size_t row, DType
   const Row x = row_scales(p, r, row, u, m);
   const double L = std::abs(r.lse[row]), sm = r.score_mag[row];
   const double rho = at(r.p_rss, row, 1.0);
-  const double score_part = r.p_rss_a.empty() ? x.c_s * sm
-                                              : x.c_a * r.p_rss_a[row] + x.c_c * r.p_rss_c[row] +
-                                                    x.c_b * std::hypot(r.p_rss_b[row], at(r.p_qbar, row, r.p_rss_b[row]));
+  const double score_part = r.p_rss_a.empty()
+                                ? x.c_s * sm
+                                : x.c_a * r.p_rss_a[row] + x.c_c * r.p_rss_c[row] +
+                                      x.c_b * std::hypot(r.p_rss_b[row], at(r.p_qbar, row, r.p_rss_b[row]));
   // The max m and the mean score lie within log(n) of lse (lse - log n <= m <= lse; entropy <= log n).
   const double near_lse = L + std::log(std::max(x.n, 1.0));
   TolTerms t = zero();
@@ -266,7 +267,8 @@ TolTerms scores_terms(const Problem& p, const ReferenceResult& r, size_t n, DTyp
   return t;
 }
 
-TolTerms max_logit_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m) {
+TolTerms max_logit_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered,
+                         const ToleranceModel& m) {
   // max_j s'_j - max_j s_j lies within [-e_j*, max_j e_j] (j* the reference's argmax): the largest one-score bound
   // of scores_terms over the row's visible keys, taken with the row's largest a, b and |s| (a bound of it). A row
   // without a finite visible score is the fill: exact up to its storage.

@@ -13,9 +13,9 @@ namespace attncheck {
 struct Capabilities {
   std::set<DType> dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
   std::set<Layout> layouts = {Layout::BHSD, Layout::BSHD};
-  bool gqa = true;          // Hq != Hkv
-  bool cross = true;        // Lq != Lk
-  bool dqk_ne_dv = true;    // Dqk != Dv
+  bool gqa = true;        // Hq != Hkv
+  bool cross = true;      // Lq != Lk
+  bool dqk_ne_dv = true;  // Dqk != Dv
   bool causal = true;
   std::set<Alignment> alignments = {Alignment::top_left, Alignment::bottom_right, Alignment::explicit_};
   bool per_batch_offsets = true;
@@ -24,21 +24,21 @@ struct Capabilities {
   bool bias = true;
   bool window = true;
   bool softcap = true;
-  bool dropout = true;      // through Inputs::keep
+  bool dropout = true;  // through Inputs::keep
   bool finite_fill = true;
   std::set<FullyMasked> fully_masked = {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform};
   bool weights_out = true;
   bool lse_out = true;
   // Features added after plugin ABI 2 default to false: a backend (or plugin) must declare them.
-  bool sinks = false;       // Problem::sinks
-  bool scores_out = false;  // Problem::scores_out (Outputs::scores)
-  bool kv_append = false;   // Problem::past_len (Inputs::past_k/v, Outputs::present_k/v)
-  bool varlen = false;      // Problem::cu_seqlens_q/k (packed variable-length sequences)
-  bool paged_kv = false;    // Problem::page_size/block_table (K and V in pages)
-  bool fp8 = false;         // dtype e4m3/e5m2 with Problem::descale_q/k/v (list the formats in dtypes too)
-  bool kv_quant = false;    // Problem::kv_scales (k, v as codes with Inputs::k_scale/v_scale)
-  bool mla = false;         // Problem::mla (v is the first Dv columns of k)
-  bool max_logit_out = false;  // Problem::max_logit (Outputs::max_logit)
+  bool sinks = false;             // Problem::sinks
+  bool scores_out = false;        // Problem::scores_out (Outputs::scores)
+  bool kv_append = false;         // Problem::past_len (Inputs::past_k/v, Outputs::present_k/v)
+  bool varlen = false;            // Problem::cu_seqlens_q/k (packed variable-length sequences)
+  bool paged_kv = false;          // Problem::page_size/block_table (K and V in pages)
+  bool fp8 = false;               // dtype e4m3/e5m2 with Problem::descale_q/k/v (list the formats in dtypes too)
+  bool kv_quant = false;          // Problem::kv_scales (k, v as codes with Inputs::k_scale/v_scale)
+  bool mla = false;               // Problem::mla (v is the first Dv columns of k)
+  bool max_logit_out = false;     // Problem::max_logit (Outputs::max_logit)
   std::set<std::string> mods;     // library modifications (mods.hpp) by name; none unless declared
   int64_t max_head_dim = 0;       // 0 = no limit
   int64_t head_dim_multiple = 1;  // Dqk and Dv must be multiples of this

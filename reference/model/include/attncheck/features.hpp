@@ -22,17 +22,17 @@ using FieldRef =
     std::variant<int64_t Problem::*, double Problem::*, uint64_t Problem::*, bool Problem::*, DType Problem::*,
                  Layout Problem::*, Alignment Problem::*, MaskFill Problem::*, FullyMasked Problem::*,
                  std::optional<double> Problem::*, std::optional<std::array<int64_t, 4>> Problem::*,
-                 std::vector<int64_t> Problem::*, std::vector<double> Problem::*, ScoresOut Problem::*, KvScales Problem::*, MaxLogitOut Problem::*,
-                 std::string Problem::*, DerivedF64>;
+                 std::vector<int64_t> Problem::*, std::vector<double> Problem::*, ScoresOut Problem::*,
+                 KvScales Problem::*, MaxLogitOut Problem::*, std::string Problem::*, DerivedF64>;
 
 // Where a field is kept in a fixture (golden/SCHEMA.md).
 enum class Stored : uint8_t {
-  attribute,   // root attribute, always written
-  if_set,      // root attribute written only when it differs from the default (absent = default): fields added
-               // after schema 1 use this, so fixtures without the feature stay byte-identical
-  dataset,     // /inputs/<key>, written when non-empty: int64 lists one entry per batch, double lists (f64) one
-               // entry per query head
-  derived,     // root attribute computed from other fields; written for readers of the file, never read back
+  attribute,  // root attribute, always written
+  if_set,     // root attribute written only when it differs from the default (absent = default): fields added
+              // after schema 1 use this, so fixtures without the feature stay byte-identical
+  dataset,    // /inputs/<key>, written when non-empty: int64 lists one entry per batch, double lists (f64) one
+              // entry per query head
+  derived,    // root attribute computed from other fields; written for readers of the file, never read back
 };
 
 // How a field appears in Problem::name().
@@ -48,8 +48,8 @@ struct Field {
   FieldRef ref;
   Stored stored;
   Named named;
-  const char* rule;                // the valid range, as the error message words it ("must be >= 1")
-  bool (*valid)(const Problem&);   // nullptr: any value of the type (cross-field rules live in validate())
+  const char* rule;               // the valid range, as the error message words it ("must be >= 1")
+  bool (*valid)(const Problem&);  // nullptr: any value of the type (cross-field rules live in validate())
   const char* doc;
 };
 
@@ -78,18 +78,18 @@ inline constexpr uint32_t modifications = 11;
 // 12 is the block mask (plugin.h), handed to a kernel, not a problem feature.
 inline constexpr uint32_t mla = 13;
 inline constexpr uint32_t kv_quant = 14;
-}
+}  // namespace ext_tag
 
 // Every optional feature a backend may not support, in the order capability checks report them.
 struct Feature {
-  const char* name;                              // as `attncheck list` and reports print it
+  const char* name;  // as `attncheck list` and reports print it
   // The name in the worker protocol's `capabilities.features` and in a v2 plugin's `features` list (frozen for
   // the features of protocol 1, which predate the table's names); for a feature without a boolean flag, the key
   // of the worker protocol's capabilities object that carries it ("dtypes", "max_head_dim", ...).
   const char* protocol;
-  bool (*used)(const Problem&);                  // does the problem use it
+  bool (*used)(const Problem&);                           // does the problem use it
   Support (*check)(const Capabilities&, const Problem&);  // is it allowed (used only when `used`)
-  bool Capabilities::*flag;                      // the boolean capability, or nullptr when `check` is richer
+  bool Capabilities::*flag;                               // the boolean capability, or nullptr when `check` is richer
   // The extension tag (ATTNCHECK_EXT_* of plugin.h) that carries it to plugins: 0 = a v1 field of
   // attncheck_problem and a flag of attncheck_capabilities. A feature with a tag is offered only to a plugin that
   // lists `name` in its vtable's `features` (its Capabilities flag defaults to false), so older plugins never see

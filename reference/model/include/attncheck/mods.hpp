@@ -1,6 +1,6 @@
 // Score and mask modifications (FlexAttention's score_mod / mask_mod): a library of named entries, each described
-// once in reference/model/src/mods_library.cpp: its parameters (Field rows: key, range, fixture storage, name fragment),
-// its cross-field rules, its fp64 evaluation, its capability name, its short-name marker, its generator for
+// once in reference/model/src/mods_library.cpp: its parameters (Field rows: key, range, fixture storage, name
+// fragment), its cross-field rules, its fp64 evaluation, its capability name, its short-name marker, its generator for
 // property cases and the fact the tolerance model needs. The reference, the CPU implementations, validation,
 // fixtures, names, `attncheck list` and the capability check all read this table. Order of every stage:
 // docs/problem-model.md "Modifications".
@@ -59,14 +59,14 @@ class ModSet {
   bool has_mask() const { return !mask_.empty(); }
   bool has_score() const { return !score_.empty(); }
   bool has_position() const { return position_; }  // q and k are rotated (rope.hpp) before the scores
-  double score(const ModAt& at, double s) const;  // score mods in library order
+  double score(const ModAt& at, double s) const;   // score mods in library order
   // |d score(at, s) / d s| of the score mods together: the product of their bounds, a central difference for an
   // entry without one (an expression); at least 1 (the reference scales the score's error magnitude by it).
   double slope(const ModAt& at, double s) const;
   // Throws std::invalid_argument naming the first score mod that turns the finite s into a non-finite score at
   // `at` (a visible key: an input error, never a silent NaN).
   void expect_finite(const ModAt& at, double s) const;
-  bool visible(const ModAt& at) const;            // every mask mod
+  bool visible(const ModAt& at) const;  // every mask mod
  private:
   const Problem& p_;
   std::vector<const ModEntry*> score_, mask_;

@@ -30,9 +30,9 @@ struct ModuleProblem {
   // delivered in it (the declared contract, docs/module.md). Layout BHSD; lse, scores, KV cache, paging, varlen,
   // fp8 and score modifications are attention-level features the module does not pass through.
   Problem attn;
-  int64_t d_in = 1;    // features of x
-  int64_t d_in2 = 0;   // features of x2; 0 = self attention (keys and values from x, Lk == Lq)
-  int64_t d_out = 1;   // features of y = merged heads · Woᵀ + bo
+  int64_t d_in = 1;   // features of x
+  int64_t d_in2 = 0;  // features of x2; 0 = self attention (keys and values from x, Lk == Lq)
+  int64_t d_out = 1;  // features of y = merged heads · Woᵀ + bo
   Packing packing = Packing::separate;
   bool qkv_bias = false;         // biases on the q, k and v projections (seeds' qkv_bias, nn.MHA's bias)
   bool out_bias = false;         // bias on Wo
@@ -52,12 +52,12 @@ struct ModuleProblem {
 // The tensors of a module problem. Weights are 2-D [out, in], biases 1-D [out], all in attn.dtype; mask, bias and
 // keep are the attention's (shapes of the attention problem; a key-padding mask is a mask of shape [B, 1, 1, Lk]).
 struct ModuleInputs {
-  Tensor x;                         // [B, Lq, d_in]
-  std::optional<Tensor> x2;         // [B, Lk, d_in2], cross attention only
+  Tensor x;                                      // [B, Lq, d_in]
+  std::optional<Tensor> x2;                      // [B, Lk, d_in2], cross attention only
   std::optional<Tensor> wq, wk, wv, bq, bk, bv;  // separate
   std::optional<Tensor> wqkv, bqkv;              // packed or interleaved
-  Tensor wo;                        // [d_out, Hq·Dv]
-  std::optional<Tensor> bo;         // [d_out]
+  Tensor wo;                                     // [d_out, Hq·Dv]
+  std::optional<Tensor> bo;                      // [d_out]
   std::optional<Tensor> mask, bias, keep;
 };
 
@@ -74,15 +74,15 @@ ModuleInputs make_module_inputs(const ModuleProblem& m);
 // computes them (for the diagnosis' hypotheses); the test-only module mutants inject them into the cpu entry.
 enum class ModuleFault : uint8_t {
   none,
-  head_split,          // heads split and merged with a bare view ([B, L, H·D] read as [B, H, L, D]), no transpose
-  qkv_order,           // a packed weight split with the other packing's order (packed <-> interleaved)
-  scale_d_model,       // scores scaled by 1/sqrt(Hq·Dqk) (d_model) instead of 1/sqrt(Dqk)
+  head_split,             // heads split and merged with a bare view ([B, L, H·D] read as [B, H, L, D]), no transpose
+  qkv_order,              // a packed weight split with the other packing's order (packed <-> interleaved)
+  scale_d_model,          // scores scaled by 1/sqrt(Hq·Dqk) (d_model) instead of 1/sqrt(Dqk)
   key_padding_broadcast,  // a [B, 1, 1, Lk] key-padding mask applied as [B, 1, Lq, 1] (over queries)
-  weights_average,     // averaged weights summed over heads instead of averaged
-  out_bias,            // Wo's bias left out
+  weights_average,        // averaged weights summed over heads instead of averaged
+  out_bias,               // Wo's bias left out
   dropout_after_projection,  // dropout on y (after Wo) instead of on the attention weights
 };
-const char* to_string(ModuleFault f);     // the diagnosis tags: "head-split", "qkv-order", ...
+const char* to_string(ModuleFault f);  // the diagnosis tags: "head-split", "qkv-order", ...
 ModuleFault module_fault_from_string(const std::string& s);
 std::vector<ModuleFault> module_faults();  // every fault but none
 // Whether the attention mask is a key-padding mask: shape [B, 1, 1, Lk] (nn.MHA's key_padding_mask, negated).
@@ -108,11 +108,11 @@ struct ModuleGradients {
 // computes them for the diagnosis, the test-only backward mutants inject them into the cpu entry.
 enum class ModuleGradFault : uint8_t {
   none,
-  wo_transposed,   // dWo written as merged^T·dy ([Hq·Dv, d_out] row-major) into the [d_out, Hq·Dv] gradient
-  out_bias_grad,   // Wo's bias gradient left at zero
-  x_kv_path,       // self attention: dx from the query projection only (the key and value paths dropped)
+  wo_transposed,  // dWo written as merged^T·dy ([Hq·Dv, d_out] row-major) into the [d_out, Hq·Dv] gradient
+  out_bias_grad,  // Wo's bias gradient left at zero
+  x_kv_path,      // self attention: dx from the query projection only (the key and value paths dropped)
 };
-const char* to_string(ModuleGradFault f);  // the diagnosis tags: "grad-wo-transposed", ...
+const char* to_string(ModuleGradFault f);           // the diagnosis tags: "grad-wo-transposed", ...
 std::vector<ModuleGradFault> module_grad_faults();  // every fault but none
 bool grad_fault_applies(ModuleGradFault f, const ModuleProblem& m);
 

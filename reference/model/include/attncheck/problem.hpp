@@ -77,9 +77,13 @@ struct Tensor {
     set(i, x);
   }
   template <class T>
-  T* data() { return reinterpret_cast<T*>(bytes.data()); }
+  T* data() {
+    return reinterpret_cast<T*>(bytes.data());
+  }
   template <class T>
-  const T* data() const { return reinterpret_cast<const T*>(bytes.data()); }
+  const T* data() const {
+    return reinterpret_cast<const T*>(bytes.data());
+  }
   // All elements, widened to double, in logical row-major order.
   std::vector<double> to_double() const;
   // Fill every element with x (NaN poisoning of outputs before a run).
@@ -138,17 +142,17 @@ FullyMasked fully_masked_from_string(const std::string& s);
 struct Problem {
   // Shapes: Q [B, Hq, Lq, Dqk], K [B, Hkv, Lk, Dqk], V [B, Hkv, Lk, Dv], O [B, Hq, Lq, Dv] (logical order).
   int64_t B = 1, Hq = 1, Hkv = 1, Lq = 1, Lk = 1, Dqk = 1, Dv = 1;
-  DType dtype = DType::f32;    // q, k, v and out
+  DType dtype = DType::f32;      // q, k, v and out
   Layout layout = Layout::BHSD;  // memory order of q, k, v and out
 
   std::optional<double> scale;  // default 1/sqrt(Dqk); 0 and negative allowed
 
   // Masks (all compose: a key is visible when every active mask allows it).
-  bool causal = false;                  // j <= i + offset
+  bool causal = false;                        // j <= i + offset
   Alignment alignment = Alignment::top_left;  // for causal and window
-  int64_t causal_offset = 0;            // with Alignment::explicit_
-  std::vector<int64_t> causal_offsets;  // per batch, with Alignment::explicit_; empty = causal_offset for all
-  std::vector<int64_t> key_lengths;     // per batch valid key count (key padding); empty = Lk for all
+  int64_t causal_offset = 0;                  // with Alignment::explicit_
+  std::vector<int64_t> causal_offsets;        // per batch, with Alignment::explicit_; empty = causal_offset for all
+  std::vector<int64_t> key_lengths;           // per batch valid key count (key padding); empty = Lk for all
   std::optional<std::array<int64_t, 4>> mask_shape;  // boolean mask (true = attend), broadcast to [B,Hq,Lq,Lk]
   std::optional<std::array<int64_t, 4>> bias_shape;  // additive bias, broadcast to [B,Hq,Lq,Lk]
   DType bias_dtype = DType::f32;
@@ -182,7 +186,8 @@ struct Problem {
   // Quantized KV cache (vLLM/FlashInfer fp8 caches, llama.cpp q8_0, FA3's per-(batch, KV head) descales): with
   // kv_scales != none, k and v hold kv_dtype codes (int8, fp8_e4m3, fp8_e5m2) and their values are code * scale,
   // the scales in Inputs::k_scale / v_scale (kv_scale_dtype) at the declared granularity; q stays in dtype and out
-  // is delivered in dtype. Described once in reference/model/src/kv_cache.cpp (docs/problem-model.md "Quantized KV cache").
+  // is delivered in dtype. Described once in reference/model/src/kv_cache.cpp (docs/problem-model.md "Quantized KV
+  // cache").
   KvScales kv_scales = KvScales::none;
   DType kv_dtype = DType::i8;         // the codes' format
   int64_t kv_block = 32;              // head-dim elements per scale with kv_scales=block
@@ -211,40 +216,41 @@ struct Problem {
   // docs/problem-model.md "Rotary position embedding"). q of row (b, i) and k of key (b, j) are rotated before the
   // scores at positions i + diagonal_offset(b) + rope_offsets[b] and j + rope_offsets[b] (varlen: within the row's
   // sequence s, plus rope_offsets[s]; mRoPE: the key-axis index looked up in rope_position_ids). Off at rotary_dim 0.
-  int64_t rotary_dim = 0;              // leading head dims rotated (even, <= Dqk); the rest pass through
-  bool rotary_interleaved = false;     // pairs (2f, 2f+1) (GPT-J); false: (f, f + rotary_dim/2) (GPT-NeoX, Llama)
-  double rope_theta = 10000.0;         // base: inv_freq_f = theta^(-2f/rotary_dim)
-  std::vector<int64_t> rope_offsets;   // [B] position of key 0 (empty = 0)
-  double rope_linear_factor = 1.0;     // linear (position interpolation): inv_freq / factor (1 = off)
-  double rope_llama3_factor = 1.0;     // Llama 3.1 piecewise scaling (1 = off), with low/high_freq_factor
+  int64_t rotary_dim = 0;             // leading head dims rotated (even, <= Dqk); the rest pass through
+  bool rotary_interleaved = false;    // pairs (2f, 2f+1) (GPT-J); false: (f, f + rotary_dim/2) (GPT-NeoX, Llama)
+  double rope_theta = 10000.0;        // base: inv_freq_f = theta^(-2f/rotary_dim)
+  std::vector<int64_t> rope_offsets;  // [B] position of key 0 (empty = 0)
+  double rope_linear_factor = 1.0;    // linear (position interpolation): inv_freq / factor (1 = off)
+  double rope_llama3_factor = 1.0;    // Llama 3.1 piecewise scaling (1 = off), with low/high_freq_factor
   double rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
-  double rope_yarn_factor = 1.0;       // YaRN (1 = off), with beta_fast/slow; cos and sin times 0.1 ln(s) + 1
+  double rope_yarn_factor = 1.0;  // YaRN (1 = off), with beta_fast/slow; cos and sin times 0.1 ln(s) + 1
   double rope_beta_fast = 32.0, rope_beta_slow = 1.0;
-  int64_t rope_original_max = 8192;    // llama3 and YaRN: original_max_position_embeddings
-  std::vector<int64_t> rope_mrope_section;  // mRoPE (Qwen2-VL): frequency pairs per section, sum rotary_dim/2 (empty = off)
-  std::vector<int64_t> rope_position_ids;   //   [sections, B, Lk] position of each key-axis token per section
+  int64_t rope_original_max = 8192;  // llama3 and YaRN: original_max_position_embeddings
+  std::vector<int64_t>
+      rope_mrope_section;  // mRoPE (Qwen2-VL): frequency pairs per section, sum rotary_dim/2 (empty = off)
+  std::vector<int64_t> rope_position_ids;  //   [sections, B, Lk] position of each key-axis token per section
   // QK-norm (Qwen3, Gemma 3, OLMo): RMSNorm of every q and k head vector, x_d / sqrt(mean(x^2) + eps) * w_d, before
   // RoPE (the same position stage). Off when both weight lists are empty.
   std::vector<double> q_norm_weight, k_norm_weight;  // [Dqk] each
   double qk_norm_eps = 1e-6;
   // User modifications: expressions (muparser syntax) over score, b, h, q_idx, kv_idx, q_pos and named auxiliary
   // tensors (reference/model/src/mods_expr.cpp; docs/problem-model.md "Expressions"). Off when empty.
-  std::string score_expr;             // e.g. "score + slopes[h] * (kv_idx - q_pos)"
-  std::string mask_expr;              // e.g. "doc[b, q_idx] == doc[b, kv_idx] && kv_idx <= q_pos" (nonzero = visible)
-  std::string expr_tensors;           // the auxiliary tensors: "name[d0,d1,...];..." (rank 1 to 4)
-  std::vector<double> expr_values;    // their values, concatenated in that order, each row-major
-  std::vector<int64_t> expr_origin;   // [b, h, q_idx, kv_idx] added to the variables (a cut of a larger problem)
+  std::string score_expr;            // e.g. "score + slopes[h] * (kv_idx - q_pos)"
+  std::string mask_expr;             // e.g. "doc[b, q_idx] == doc[b, kv_idx] && kv_idx <= q_pos" (nonzero = visible)
+  std::string expr_tensors;          // the auxiliary tensors: "name[d0,d1,...];..." (rank 1 to 4)
+  std::vector<double> expr_values;   // their values, concatenated in that order, each row-major
+  std::vector<int64_t> expr_origin;  // [b, h, q_idx, kv_idx] added to the variables (a cut of a larger problem)
 
   MaskFill fill = MaskFill::neg_inf;
   double fill_value = -1e9;  // used with MaskFill::finite
   FullyMasked fully_masked = FullyMasked::zero;
 
-  double dropout_p = 0.0;      // keep-mask in Inputs::keep; kept weights are scaled by 1/(1-p)
-  uint64_t dropout_seed = 0;   // seed of the counter-based generator that made the keep-mask
+  double dropout_p = 0.0;     // keep-mask in Inputs::keep; kept weights are scaled by 1/(1-p)
+  uint64_t dropout_seed = 0;  // seed of the counter-based generator that made the keep-mask
 
-  bool want_weights = false;  // P [B, Hq, Lq, Lk]
-  bool want_lse = false;      // lse [B, Hq, Lq]
-  ScoresOut scores_out = ScoresOut::none;  // raw scores [B, Hq, Lq, Lk] at this stage
+  bool want_weights = false;                  // P [B, Hq, Lq, Lk]
+  bool want_lse = false;                      // lse [B, Hq, Lq]
+  ScoresOut scores_out = ScoresOut::none;     // raw scores [B, Hq, Lq, Lk] at this stage
   MaxLogitOut max_logit = MaxLogitOut::none;  // the max-logit output's shape
 
   double effective_scale() const;
@@ -253,14 +259,16 @@ struct Problem {
   int64_t new_len() const { return Lk - past_len; }  // key/value tokens in Inputs::k and v
   int64_t sequences() const { return cu_seqlens_q.empty() ? 0 : static_cast<int64_t>(cu_seqlens_q.size()) - 1; }
   int64_t sequence_of(int64_t i) const;
-  int64_t pages_per_seq() const { return page_size > 0 ? (Lk + page_size - 1) / page_size : 0; }  // the packed sequence of query i (varlen only)
+  int64_t pages_per_seq() const {
+    return page_size > 0 ? (Lk + page_size - 1) / page_size : 0;
+  }  // the packed sequence of query i (varlen only)
   // The keys of query row (b, i): the row's key range [begin, end) (varlen: its sequence's keys; else [0, Lk)),
   // the end of its valid keys (key padding) and the key index on its causal/window diagonal.
   struct RowKeys {
     int64_t begin, end, valid_end, diag;
   };
   RowKeys row_keys(int64_t b, int64_t i) const;
-  int64_t key_length(int64_t b) const;      // valid keys of batch b
+  int64_t key_length(int64_t b) const;       // valid keys of batch b
   int64_t diagonal_offset(int64_t b) const;  // the offset of the alignment for batch b
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
   // The sink logit of query head h: -inf without sinks.
@@ -287,10 +295,10 @@ Problem parse_name(const std::string& name);
 // Inputs and outputs
 // ---------------------------------------------------------------------------------------------------------------
 struct Inputs {
-  Tensor q, k, v;               // logical [B,H,L,D], memory order from the layout
-  std::optional<Tensor> mask;   // u8 (0/1), shape == problem.mask_shape
-  std::optional<Tensor> bias;   // bias_dtype, shape == problem.bias_shape
-  std::optional<Tensor> keep;   // u8 (0/1), [B, Hq, Lq, Lk], present iff dropout_p > 0
+  Tensor q, k, v;                        // logical [B,H,L,D], memory order from the layout
+  std::optional<Tensor> mask;            // u8 (0/1), shape == problem.mask_shape
+  std::optional<Tensor> bias;            // bias_dtype, shape == problem.bias_shape
+  std::optional<Tensor> keep;            // u8 (0/1), [B, Hq, Lq, Lk], present iff dropout_p > 0
   std::optional<Tensor> past_k, past_v;  // [B,Hkv,past_len,Dqk|Dv] like k and v, present iff past_len > 0
   // Quantized KV cache: the scales of k and v, [B|1, Hkv|1, Lk|1, D/kv_block|1] (kv_cache.hpp), present iff
   // kv_scales != none.
@@ -300,10 +308,10 @@ struct Inputs {
 };
 
 struct Outputs {
-  Tensor out;                   // problem.out_dtype(), [B,Hq,Lq,Dv] in the layout
-  std::optional<Tensor> lse;    // stat_dtype, [B,Hq,Lq]
-  std::optional<Tensor> weights;  // stat_dtype, [B,Hq,Lq,Lk], contiguous
-  std::optional<Tensor> scores;   // stat_dtype, [B,Hq,Lq,Lk], contiguous, when scores_out != none
+  Tensor out;                                  // problem.out_dtype(), [B,Hq,Lq,Dv] in the layout
+  std::optional<Tensor> lse;                   // stat_dtype, [B,Hq,Lq]
+  std::optional<Tensor> weights;               // stat_dtype, [B,Hq,Lq,Lk], contiguous
+  std::optional<Tensor> scores;                // stat_dtype, [B,Hq,Lq,Lk], contiguous, when scores_out != none
   std::optional<Tensor> present_k, present_v;  // like k and v with Lk tokens, when past_len > 0
   // stat_dtype, [B,Hq,Lq] or [Hq] (problem.max_logit). Initialised for the aggregate initialisations of the rest.
   std::optional<Tensor> max_logit = std::nullopt;

@@ -20,7 +20,7 @@ class Rng {
   explicit constexpr Rng(uint64_t key) : key_(key) {}
   constexpr uint64_t next() { return splitmix64_at(key_, counter_++); }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1), 53 random bits
-  double uniform_signed() { return 2.0 * uniform() - 1.0; }                    // [-1, 1)
+  double uniform_signed() { return 2.0 * uniform() - 1.0; }                   // [-1, 1)
   // Approximately standard normal: the Irwin-Hall sum of 12 uniforms minus 6 (tails cut at +-6). Chosen over
   // Box-Muller because log and cos differ in the last bit between libms.
   double normal() {
@@ -29,7 +29,9 @@ class Rng {
     return s - 6.0;
   }
   // Uniform in [lo, hi] (inclusive). The property suite's choosers shrink towards lo.
-  int64_t pick(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1)); }
+  int64_t pick(int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
+  }
   // A derived, independent stream (one per tensor), so adding a mask does not change q, k or v.
   constexpr Rng split(uint64_t stream) const {
     return Rng(splitmix64_at((key_ + counter_ * 0x9e3779b97f4a7c15ull) ^ (stream * 0xd1b54a32d192ed03ull), 1));

@@ -27,7 +27,7 @@ struct BackwardResult {
   // With a softcap only (empty otherwise): dq_abs and dk_abs with c_ij replaced by 1, what an absolute error of the
   // derivative (1 - t² from a rounded tanh t) is multiplied by.
   std::vector<double> dq_abs_unchained, dk_abs_unchained;
-  std::vector<double> ds;         // [B,Hq,Lq,Lk] dS = dL/d(score after softcap), only when asked (tests)
+  std::vector<double> ds;  // [B,Hq,Lq,Lk] dS = dL/d(score after softcap), only when asked (tests)
 };
 
 // Validates problem, inputs and dout ([B,Hq,Lq,Dv] in problem.layout, any floating dtype; throws

@@ -35,7 +35,6 @@ struct Trace {
   std::vector<double> merged;  // [B, Lq, Hq*Dv]
 };
 
-
 // The backward's intermediate values (module_backward.cpp): the forward's trace, dL/d(merged) [B, Lq, Hq*Dv],
 // the same as the attention's dO [B, Hq, Lq, Dv], and the attention's own backward of it.
 struct BackwardTrace {

@@ -17,12 +17,12 @@ namespace attncheck {
 inline constexpr std::array<double, 5> kUlpEdges{0.0, 0.5, 1.0, 2.0, 4.0};
 
 struct Accuracy {
-  bool present = false;    // profiled: at least one element with a finite expected value
+  bool present = false;          // profiled: at least one element with a finite expected value
   DType ulp_dtype = DType::f64;  // the dtype whose ulps are counted: the one the tensor was delivered in
-  int64_t n = 0;           // elements profiled (finite expected value)
-  int64_t n_nonfinite = 0;  // of those, with a non-finite actual (in the histogram's last bin, not in the sums)
-  double share = 0;        // max |err| / tolerance: 1 = the bound used up (infinite where a zero bound is missed)
-  double rms_rel = 0;      // sqrt(sum err^2 / sum expected^2): the RMS error relative to the reference's scale
+  int64_t n = 0;                 // elements profiled (finite expected value)
+  int64_t n_nonfinite = 0;       // of those, with a non-finite actual (in the histogram's last bin, not in the sums)
+  double share = 0;              // max |err| / tolerance: 1 = the bound used up (infinite where a zero bound is missed)
+  double rms_rel = 0;            // sqrt(sum err^2 / sum expected^2): the RMS error relative to the reference's scale
   // Mean signed error in ulps of ulp_dtype, as sums: sum(err) / sum(ulp(expected)). Weighting by the ulp keeps
   // elements that cancel to near zero (whose ulps are tiny) from dominating. bias_mag_ulp uses sign(expected)*err:
   // about -0.5 for output truncation toward zero, about 0 for rounding to nearest.

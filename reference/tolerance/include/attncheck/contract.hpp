@@ -14,8 +14,8 @@ enum class Precision : uint8_t { fp64, fp32, tf32, fp16, bf16, fp8_e4m3, fp8_e5m
 
 const char* to_string(Precision p);
 Precision precision_from_string(const std::string& s);  // the names above ("fp64", ..., "fp8_e5m2"); throws otherwise
-double unit_roundoff(Precision p);                     // 2^-53, 2^-24, 2^-11, 2^-11, 2^-8, 2^-4, 2^-3
-Precision precision_of(DType t);                       // f64 -> fp64, ...; throws for u8
+double unit_roundoff(Precision p);                      // 2^-53, 2^-24, 2^-11, 2^-11, 2^-8, 2^-4, 2^-3
+Precision precision_of(DType t);                        // f64 -> fp64, ...; throws for u8
 
 // exp: exp(s - m) in the accumulation precision. exp2: 2^(s*log2(e) - m*log2(e)) with log2(e) folded into the
 // scale (FlashAttention's exp2f path); the folded multiply adds one rounding of |s|, which the model includes.

@@ -56,7 +56,7 @@ struct State {
   std::vector<double> u;     // [B,H,L,D]
   int64_t rows() const { return B * H * L; }
   bool empty(int64_t r) const { return l[r] == 0; }
-  double lse(int64_t r) const;       // nats; -inf when empty
+  double lse(int64_t r) const;             // nats; -inf when empty
   double out(int64_t r, int64_t d) const;  // normalised O; 0 when empty
 };
 State empty_state(int64_t B, int64_t H, int64_t L, int64_t D);
@@ -115,8 +115,8 @@ std::vector<double> merged_exponent(const MergeProblem& p, const StoredStates& i
 struct MergeVerdict {
   bool pass = true;
   int64_t checked = 0, failed = 0;
-  std::string worst;        // "o[b,h,i,d]: expected x, got y, |err| e > tol t" of the worst element
-  double worst_ratio = 0;   // max |err| / tol over judged elements (inf for a non-finite or wrong sentinel)
+  std::string worst;              // "o[b,h,i,d]: expected x, got y, |err| e > tol t" of the worst element
+  double worst_ratio = 0;         // max |err| / tol over judged elements (inf for a non-finite or wrong sentinel)
   std::vector<int64_t> bad_rows;  // rows (b·H + h)·L + i with a failed element
 };
 MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const StoredStates& out);

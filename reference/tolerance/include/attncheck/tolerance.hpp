@@ -45,7 +45,8 @@ TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DTy
 TolTerms scores_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
 // Max-logit row n ([B,Hq,Lq]): |max_j s'_j - max_j s_j| <= max_j |s'_j - s_j|, so the largest one-score bound over
 // the row's visible keys (the row's largest a, b, |s|), its storage, the floor; exact for a row with no visible key.
-TolTerms max_logit_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
+TolTerms max_logit_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered,
+                         const ToleranceModel& m);
 
 // Per-element tolerances (sums of the terms times m.scale) for out [B,Hq,Lq,Dv], lse [B,Hq,Lq] and weights
 // [B,Hq,Lq,Lk] of a reference result. Without `delivered`: out in the problem dtype, lse/weights in stat_dtype.
@@ -65,18 +66,18 @@ inline constexpr const char* kExactDominant = "exact";
 
 // The verdict on one output tensor.
 struct TensorVerdict {
-  std::string tensor;              // "out", "lse", "weights"
+  std::string tensor;  // "out", "lse", "weights"
   bool pass = true;
-  int64_t n_bad = 0;               // elements outside tolerance
-  int64_t n = 0;                   // elements compared
+  int64_t n_bad = 0;  // elements outside tolerance
+  int64_t n = 0;      // elements compared
   double max_abs_err = 0, max_rel_err = 0;
   std::array<int64_t, 4> worst{};  // logical index of the element with the largest error/tolerance ratio
   int worst_rank = 0;
   double expected = 0, actual = 0, tolerance = 0;  // at `worst`
-  std::string dominant;            // the bound's largest term at `worst` ("key_sum", "storage", ...), if known;
-                                   // kExactDominant for the out of an exact case
-  Accuracy accuracy;               // the errors' profile (accuracy.hpp); filled by judge for out, lse, weights, scores
-  std::string describe() const;    // "out[b=0,h=1,i=5,d=3]: expected 0.12 actual 0.13 |err| 0.01 > tol 1e-3"
+  std::string dominant;          // the bound's largest term at `worst` ("key_sum", "storage", ...), if known;
+                                 // kExactDominant for the out of an exact case
+  Accuracy accuracy;             // the errors' profile (accuracy.hpp); filled by judge for out, lse, weights, scores
+  std::string describe() const;  // "out[b=0,h=1,i=5,d=3]: expected 0.12 actual 0.13 |err| 0.01 > tol 1e-3"
 };
 
 // Non-finite expected values must be matched exactly in kind (NaN by NaN, +inf by +inf); a non-finite actual

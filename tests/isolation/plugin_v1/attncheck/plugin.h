@@ -19,16 +19,27 @@ extern "C" {
 #define ATTNCHECK_PLUGIN_ENTRY_SYMBOL "attncheck_plugin_entry"
 
 /* Enum values are fixed by the ABI; they also index the capability bit masks (bit 1u << value). */
-typedef enum { ATTNCHECK_DTYPE_F64 = 0, ATTNCHECK_DTYPE_F32 = 1, ATTNCHECK_DTYPE_F16 = 2, ATTNCHECK_DTYPE_BF16 = 3,
-               ATTNCHECK_DTYPE_U8 = 4 } attncheck_dtype;
+typedef enum {
+  ATTNCHECK_DTYPE_F64 = 0,
+  ATTNCHECK_DTYPE_F32 = 1,
+  ATTNCHECK_DTYPE_F16 = 2,
+  ATTNCHECK_DTYPE_BF16 = 3,
+  ATTNCHECK_DTYPE_U8 = 4
+} attncheck_dtype;
 typedef enum { ATTNCHECK_LAYOUT_BHSD = 0, ATTNCHECK_LAYOUT_BSHD = 1 } attncheck_layout;
 /* Diagonal of the causal mask / window: key j is on query i's diagonal when j == i + diagonal_offset[b]. */
-typedef enum { ATTNCHECK_ALIGN_TOP_LEFT = 0, ATTNCHECK_ALIGN_BOTTOM_RIGHT = 1, ATTNCHECK_ALIGN_EXPLICIT = 2 }
-    attncheck_alignment;
+typedef enum {
+  ATTNCHECK_ALIGN_TOP_LEFT = 0,
+  ATTNCHECK_ALIGN_BOTTOM_RIGHT = 1,
+  ATTNCHECK_ALIGN_EXPLICIT = 2
+} attncheck_alignment;
 typedef enum { ATTNCHECK_FILL_NEG_INF = 0, ATTNCHECK_FILL_FINITE = 1 } attncheck_fill;
 /* Rows with no visible key: out/weights NaN, out/weights 0, or uniform weights over all keys. */
-typedef enum { ATTNCHECK_FULLY_MASKED_NAN = 0, ATTNCHECK_FULLY_MASKED_ZERO = 1, ATTNCHECK_FULLY_MASKED_UNIFORM = 2 }
-    attncheck_fully_masked;
+typedef enum {
+  ATTNCHECK_FULLY_MASKED_NAN = 0,
+  ATTNCHECK_FULLY_MASKED_ZERO = 1,
+  ATTNCHECK_FULLY_MASKED_UNIFORM = 2
+} attncheck_fully_masked;
 
 typedef enum { ATTNCHECK_STATUS_OK = 0, ATTNCHECK_STATUS_ERROR = 1 } attncheck_status;
 
@@ -47,37 +58,37 @@ typedef struct attncheck_problem {
   int32_t stat_dtype;                  /* attncheck_dtype of lse and weights */
   double scale;                        /* the effective scale (default 1/sqrt(Dqk) already applied) */
 
-  int32_t causal;                      /* 1: key j visible only when j <= i + diagonal_offset[b] */
-  int32_t alignment;                   /* attncheck_alignment, for causal and window */
-  const int64_t* diagonal_offset;      /* [B]: the alignment resolved per batch (always set) */
-  const int64_t* causal_offsets;       /* [B] or NULL: explicit per-batch offsets as given */
-  int64_t causal_offset;               /* explicit offset when causal_offsets is NULL */
-  const int64_t* key_lengths;          /* [B] or NULL: keys j >= key_lengths[b] are invisible (padding) */
-  int64_t window_left, window_right;   /* visible when diag - left <= j <= diag + right; -1 = unbounded */
-  double softcap;                      /* > 0: s -> softcap * tanh(s / softcap) before bias and masks; 0 = off */
+  int32_t causal;                    /* 1: key j visible only when j <= i + diagonal_offset[b] */
+  int32_t alignment;                 /* attncheck_alignment, for causal and window */
+  const int64_t* diagonal_offset;    /* [B]: the alignment resolved per batch (always set) */
+  const int64_t* causal_offsets;     /* [B] or NULL: explicit per-batch offsets as given */
+  int64_t causal_offset;             /* explicit offset when causal_offsets is NULL */
+  const int64_t* key_lengths;        /* [B] or NULL: keys j >= key_lengths[b] are invisible (padding) */
+  int64_t window_left, window_right; /* visible when diag - left <= j <= diag + right; -1 = unbounded */
+  double softcap;                    /* > 0: s -> softcap * tanh(s / softcap) before bias and masks; 0 = off */
 
-  const uint8_t* mask;                 /* boolean mask (1 = attend), or NULL */
+  const uint8_t* mask; /* boolean mask (1 = attend), or NULL */
   int64_t mask_shape[4], mask_strides[4];
-  const void* bias;                    /* additive bias in bias_dtype, or NULL */
+  const void* bias; /* additive bias in bias_dtype, or NULL */
   int32_t bias_dtype;
   int64_t bias_shape[4], bias_strides[4];
 
-  int32_t fill;                        /* attncheck_fill: what a masked score becomes */
-  double fill_value;                   /* with ATTNCHECK_FILL_FINITE */
-  int32_t fully_masked;                /* attncheck_fully_masked */
+  int32_t fill;         /* attncheck_fill: what a masked score becomes */
+  double fill_value;    /* with ATTNCHECK_FILL_FINITE */
+  int32_t fully_masked; /* attncheck_fully_masked */
 
-  double dropout_p;                    /* kept weights are scaled by 1 / (1 - dropout_p) */
+  double dropout_p; /* kept weights are scaled by 1 / (1 - dropout_p) */
   uint64_t dropout_seed;
-  const uint8_t* keep;                 /* [B,Hq,Lq,Lk] keep-mask (1 = keep) when dropout_p > 0, else NULL */
+  const uint8_t* keep; /* [B,Hq,Lq,Lk] keep-mask (1 = keep) when dropout_p > 0, else NULL */
   int64_t keep_strides[4];
 
   const void *q, *k, *v;
   int64_t q_strides[4], k_strides[4], v_strides[4];
   void* out;
   int64_t out_strides[4];
-  void* lse;                           /* NULL unless requested */
+  void* lse; /* NULL unless requested */
   int64_t lse_strides[3];
-  void* weights;                       /* NULL unless requested */
+  void* weights; /* NULL unless requested */
   int64_t weights_strides[4];
 } attncheck_problem;
 
@@ -98,8 +109,8 @@ typedef struct attncheck_capabilities {
 /* The vtable. Strings are static, NUL-terminated UTF-8. Messages go into caller-owned buffers (always
  * NUL-terminated by the plugin, truncated if needed) so plugins need no thread-local state. */
 typedef struct attncheck_plugin {
-  uint32_t abi_version;  /* ATTNCHECK_PLUGIN_ABI_VERSION the plugin was built with; must stay the first field */
-  const char* name;      /* implementation name, e.g. "my-flash"; unique among implementations */
+  uint32_t abi_version; /* ATTNCHECK_PLUGIN_ABI_VERSION the plugin was built with; must stay the first field */
+  const char* name;     /* implementation name, e.g. "my-flash"; unique among implementations */
   const char* description;
   /* Fill *caps. Returns ATTNCHECK_STATUS_OK, or ERROR with a message in err. */
   int32_t (*capabilities)(attncheck_capabilities* caps, char* err, size_t err_size);

@@ -53,9 +53,9 @@ struct Panel {
 struct Section {
   std::string title;
   ColorMap map = ColorMap::viridis;
-  double vmin = 0, vmax = 1;    // viridis range; error_ratio always spans [0, 1] plus the red "fail" block
+  double vmin = 0, vmax = 1;         // viridis range; error_ratio always spans [0, 1] plus the red "fail" block
   std::string legend_lo, legend_hi;  // texts under the legend bar's ends
-  std::vector<Panel> panels;    // all of the same shape
+  std::vector<Panel> panels;         // all of the same shape
 };
 
 // Layout, in pixels (s = text_scale, T = 7 * s the text height):
@@ -74,7 +74,7 @@ struct HeatmapStyle {
   int columns = 4;
   int margin = 10;
   int text_scale = 2;
-  int legend_px = 12;   // legend bar height
+  int legend_px = 12;  // legend bar height
   int legend_width = 200;
 };
 
