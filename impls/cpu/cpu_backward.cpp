@@ -2,7 +2,9 @@
 // the derivation on Lq x Lk matrices; `cpu-flash` recomputes P = exp(s - lse) from the forward's lse tile by tile,
 // takes D = rowsum(dO∘O) from the forward's output, and never stores an Lq x Lk matrix (only 64 x 64 tiles): tasks
 // over key blocks accumulate dK, dV; tasks over query blocks accumulate dQ (and dBias); each tile's products are
-// GEMMs. Compute type: double for fp64, else float.
+// GEMMs. Compute type: double for fp64, else float. QK-norm and RoPE are applied to Q and K rows as they are loaded
+// (as the forward does), and dQ, dK mapped back through them row by row in fp64 when stored; score modifications
+// enter through their derivative (mods.hpp) on each visible key's dS.
 #include "cpu_backward.hpp"
 
 #include "attncheck/declarations.hpp"
@@ -23,15 +25,18 @@ RowMat<T> load_head(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r
   return m;
 }
 
-// The scores of one query row over keys [j0, j0 + n) from raw dot products, the softcap derivative, visibility.
+// The scores of one query row over keys [j0, j0 + n) from raw dot products, the softcap derivative, the score
+// modifications' derivative, visibility.
 template <class T>
 struct RowScores {
-  std::vector<T> s, chain;
+  std::vector<T> s, chain, dmod;
   T max = 0;
   void compute(const Problem& p, const Scorer<T>& sc, int64_t b, int64_t h, int64_t i, int64_t j0, const T* raw,
                int64_t n) {
     s.assign(raw, raw + n);
     chain.assign(static_cast<size_t>(n), T(1));
+    dmod.resize(static_cast<size_t>(n));
+    sc.mod_derivatives(b, h, i, j0, raw, n, sc.span(b, i), dmod.data());
     if (p.softcap > 0) {
       const T scale = static_cast<T>(p.effective_scale()), c = static_cast<T>(p.softcap);
       for (int64_t j = 0; j < n; ++j) {
@@ -46,14 +51,28 @@ struct RowScores {
 };
 
 // Whether row (b, h, i) has a visible key with a finite bias (otherwise it is fully masked: no gradient).
-bool row_live(const Inputs& in, const Scorer<double>& sc, int64_t b, int64_t h, int64_t i) {
+bool row_live(const Problem& p, const Inputs& in, const Scorer<double>& sc, int64_t b, int64_t h, int64_t i) {
   const Span sp = sc.span(b, i);
   for (int64_t j = sp.lo; j < sp.hi; ++j) {
-    if (in.mask && in.mask->get_offset(broadcast_offset(*in.mask, b, h, i, j)) == 0) continue;
+    if (!sc.visible_key(b, h, i, ModAt{b, h, i, i + p.diagonal_offset(b), j})) continue;  // mask, mask mods
     if (in.bias && !std::isfinite(in.bias->get_offset(broadcast_offset(*in.bias, b, h, i, j)))) continue;
     return true;
   }
   return false;
+}
+
+// A gradient row of the staged q (query) or k, rows r of head h of batch b, mapped back through the position stage
+// (QK-norm, RoPE: rope.hpp) in fp64 to the gradient of the input row, and stored.
+template <class T>
+void store_grad(const RopeStage& stage, bool query, const Tensor& x, Tensor& grad, int64_t b, int64_t h, int64_t r,
+                const T* g) {
+  const int64_t D = x.shape[3];
+  // A row without gradient stays 0 without reading its input (an unseen key may be poisoned).
+  if (!stage.on() || std::all_of(g, g + D, [](T v) { return v == T(0); })) return store_row(grad, b, h, r, g);
+  std::vector<double> in(static_cast<size_t>(D)), gd(g, g + D);
+  load_rows(x, b, h, r, r + 1, in.data());
+  query ? stage.query_back(b, r, in.data(), gd.data(), false) : stage.key_back(b, r, in.data(), gd.data(), false);
+  store_row(grad, b, h, r, gd.data());
 }
 
 template <class T>
@@ -69,6 +88,7 @@ void store_dbias(const std::vector<double>& acc, Gradients& g) {
 template <class T>
 void dense_backward(const Problem& p, const Inputs& in, const Tensor& dout, Gradients& g) {
   const Scorer<T> sc(p, in);
+  const RopeStage stage(p);
   const T scale = static_cast<T>(p.effective_scale()), ks = static_cast<T>(1.0 / (1.0 - p.dropout_p));
   const int64_t G = p.group_size(), Lq = p.Lq, Lk = p.Lk;
   std::vector<double> dbias(g.dbias ? static_cast<size_t>(g.dbias->numel()) : 0, 0.0);
@@ -76,12 +96,15 @@ void dense_backward(const Problem& p, const Inputs& in, const Tensor& dout, Grad
   const bool shared_bias = p.bias_shape && ((*p.bias_shape)[0] == 1 || (*p.bias_shape)[1] == 1);
   parallel_tasks(p.B * p.Hkv, shared_bias ? 1 : cpu_threads(), [&](int64_t unit, int) {
     const int64_t b = unit / p.Hkv, kvh = unit % p.Hkv;
-    const RowMat<T> K = load_head<T>(in.k, b, kvh, 0, Lk), V = load_head<T>(in.v, b, kvh, 0, Lk);
+    RowMat<T> K = load_head<T>(in.k, b, kvh, 0, Lk);
+    const RowMat<T> V = load_head<T>(in.v, b, kvh, 0, Lk);
+    rotate_rows(stage, false, b, 0, Lk, p.Dqk, K.data());  // QK-norm and RoPE as the forward (no-op without)
     RowMat<T> dK = RowMat<T>::Zero(Lk, p.Dqk), dV = RowMat<T>::Zero(Lk, p.Dv);
     RowScores<T> rs;
     for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
       RowMat<T> Q(Lq, p.Dqk), dO(Lq, p.Dv);
       load_rows(in.q, b, h, 0, Lq, Q.data());
+      rotate_rows(stage, true, b, 0, Lq, p.Dqk, Q.data());
       load_rows(dout, b, h, 0, Lq, dO.data());
       const RowMat<T> S = Q * K.transpose();  // raw dot products
       RowMat<T> P = RowMat<T>::Zero(Lq, Lk), Pk = P, dS = P, dR = P;
@@ -103,7 +126,7 @@ void dense_backward(const Problem& p, const Inputs& in, const Tensor& dout, Grad
         }
         for (int64_t j = 0; j < Lk; ++j) {
           if (!rs.visible(sc, j) || P(i, j) == T(0)) continue;
-          dS(i, j) = P(i, j) * (keep_factor(keep, j, ks) * dPk(i, j) - D);
+          dS(i, j) = P(i, j) * (keep_factor(keep, j, ks) * dPk(i, j) - D) * rs.dmod[static_cast<size_t>(j)];
           dR(i, j) = dS(i, j) * rs.chain[static_cast<size_t>(j)];
         }
         if (g.dbias)
@@ -113,10 +136,10 @@ void dense_backward(const Problem& p, const Inputs& in, const Tensor& dout, Grad
       dV.noalias() += Pk.transpose() * dO;
       dK.noalias() += scale * (dR.transpose() * Q);
       const RowMat<T> dQ = scale * (dR * K);
-      for (int64_t i = 0; i < Lq; ++i) store_row(g.dq, b, h, i, dQ.row(i).data());
+      for (int64_t i = 0; i < Lq; ++i) store_grad(stage, true, in.q, g.dq, b, h, i, dQ.row(i).data());
     }
     for (int64_t j = 0; j < Lk; ++j) {
-      store_row(g.dk, b, kvh, j, dK.row(j).data());
+      store_grad(stage, false, in.k, g.dk, b, kvh, j, dK.row(j).data());
       store_row(g.dv, b, kvh, j, dV.row(j).data());
     }
   });
@@ -173,6 +196,7 @@ void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, cons
   simd::select_target();
   const Scorer<T> sc(p, in);
   const Scorer<double> scd(p, in);
+  const RopeStage stage(p);
   const T scale = static_cast<T>(p.effective_scale()), ks = static_cast<T>(1.0 / (1.0 - p.dropout_p));
   const int64_t G = p.group_size(), Lq = p.Lq, Lk = p.Lk, rows = p.B * p.Hq * Lq;
   std::vector<T> lse(static_cast<size_t>(rows)), D(static_cast<size_t>(rows));
@@ -184,7 +208,7 @@ void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, cons
     load_rows(dout, b, h, 0, Lq, dO.data());
     for (int64_t i = 0; i < Lq; ++i) {
       const size_t row = static_cast<size_t>(bh * Lq + i);
-      live[row] = row_live(in, scd, b, h, i);
+      live[row] = row_live(p, in, scd, b, h, i);
       lse[row] = static_cast<T>(fwd.lse->get_offset(static_cast<int64_t>(row)));
       D[row] = live[row] ? O.row(i).dot(dO.row(i)) : T(0);  // D_i = rowsum(dO ∘ O)
     }
@@ -205,7 +229,7 @@ void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, cons
       ds[j] = dr[j] = 0;
       if (!vis || P == T(0)) continue;  // never read: dpk may be inf (a huge value of an unseen key)
       const T dp = kf == T(0) ? T(0) : kf * dpk[j];
-      ds[j] = P * (dp - D[row]);
+      ds[j] = P * (dp - D[row]) * rs.dmod[static_cast<size_t>(j)];
       dr[j] = ds[j] * rs.chain[static_cast<size_t>(j)];
     }
   };
@@ -229,11 +253,15 @@ void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, cons
     }
     return any;
   };
-  auto store_scaled = [&](Tensor& t, int64_t b, int64_t h, int64_t r0, Block<T>& X) {
+  auto store_scaled = [&](bool query, Tensor& t, int64_t b, int64_t h, int64_t r0, Block<T>& X) {
     for (int64_t r = 0; r < X.rows; ++r) {
       for (int64_t c = 0; c < X.cols; ++c) X(r, c) *= scale;
-      store_row(t, b, h, r0 + r, X.row(r));
+      store_grad(stage, query, query ? in.q : in.k, t, b, h, r0 + r, X.row(r));
     }
+  };
+  // Q or K rows [r0, r0 + X.rows) just loaded, through QK-norm and RoPE as the forward reads them.
+  auto stage_rows = [&](bool query, int64_t b, int64_t r0, Block<T>& X) {
+    for (int64_t r = 0; r < X.rows; ++r) rotate_rows(stage, query, b, r0 + r, r0 + r + 1, X.cols, X.row(r));
   };
 
   // Pass 1: dK, dV, one task per (batch, KV head, key block), summing over the group's query heads (GQA), query
@@ -244,6 +272,7 @@ void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, cons
     const int64_t n = std::min(kBwdBlockK, Lk - j0);
     Block<T> Kb, Vb, KbT, VbT, Qb, dOb, dK, dV;
     Kb.load(in.k, b, kvh, j0, j0 + n, true);
+    stage_rows(false, b, j0, Kb);
     Vb.load(in.v, b, kvh, j0, j0 + n, true);
     Kb.transpose_into(KbT);
     Vb.transpose_into(VbT);
@@ -254,6 +283,7 @@ void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, cons
       for (int64_t i0 = 0; i0 < Lq; i0 += kBwdBlockQ) {
         const int64_t m = std::min(kBwdBlockQ, Lq - i0);
         Qb.load(in.q, b, h, i0, i0 + m, false);
+        stage_rows(true, b, i0, Qb);
         dOb.load(dout, b, h, i0, i0 + m, false);
         if (!tile(w, b, h, i0, j0, Qb, dOb, KbT, VbT)) continue;
         w.PK.transpose_into(w.T1);
@@ -261,7 +291,7 @@ void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, cons
         w.DR.transpose_into(w.T1);
         gemm(n, w.T1.a.data(), w.T1.ld, Qb, dK, true);
       }
-    store_scaled(g.dk, b, kvh, j0, dK);
+    store_scaled(false, g.dk, b, kvh, j0, dK);
     for (int64_t j = 0; j < n; ++j) store_row(g.dv, b, kvh, j0 + j, dV.row(j));
   });
 
@@ -275,12 +305,14 @@ void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, cons
     const int64_t m = std::min(Lq, i0 + bq) - i0, kvh = p.kv_head(h);
     Block<T> Qb, dOb, Kb, Vb, KbT, VbT, dQ;
     Qb.load(in.q, b, h, i0, i0 + m, false);
+    stage_rows(true, b, i0, Qb);
     dOb.load(dout, b, h, i0, i0 + m, false);
     dQ.reset(m, p.Dqk);
     Tile w;
     for (int64_t j0 = 0; j0 < Lk; j0 += kBwdBlockK) {
       const int64_t n = std::min(kBwdBlockK, Lk - j0);
       Kb.load(in.k, b, kvh, j0, j0 + n, true);
+      stage_rows(false, b, j0, Kb);
       Vb.load(in.v, b, kvh, j0, j0 + n, true);
       Kb.transpose_into(KbT);
       Vb.transpose_into(VbT);
@@ -291,7 +323,7 @@ void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, cons
             dbias[static_cast<size_t>(broadcast_offset(*g.dbias, b, h, i0 + i, j0 + j))] += w.DS(i, j);
       gemm(m, w.DR.a.data(), w.DR.ld, Kb, dQ, true);
     }
-    store_scaled(g.dq, b, h, i0, dQ);
+    store_scaled(true, g.dq, b, h, i0, dQ);
   });
   if (g.dbias) store_dbias(dbias, g);
 }

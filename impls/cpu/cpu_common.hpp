@@ -303,6 +303,31 @@ class Scorer {
     }
   }
 
+  // d (score modifications) / d score of keys [j0, j0 + n) of row (b, h, i) from raw dot products (as process()
+  // forms the score they modify), in fp64, into dmod; 1 outside `sp`, on hidden keys and without score
+  // modifications (the backward's chain rule, mods.hpp).
+  void mod_derivatives(int64_t b, int64_t h, int64_t i, int64_t j0, const T* raw, int64_t n, Span sp, T* dmod) const {
+    std::fill(dmod, dmod + n, T(1));
+    if (!mods_.has_score()) return;
+    const int64_t a = std::clamp<int64_t>(sp.lo - j0, 0, n), e = std::clamp<int64_t>(sp.hi - j0, 0, n);
+    if (a >= e) return;
+    std::vector<T> v(raw + a, raw + e);
+    for (T& x : v) x = softcap_ > 0 ? softcap_ * std::tanh(x * scale_ / softcap_) : x * scale_;
+    if (in_.bias) add_bias(b, h, i, j0 + a, v.data(), e - a);
+    const int64_t pos = i + p_.diagonal_offset(b);
+    for (int64_t j = a; j < e; ++j) {
+      const ModAt at{b, h, i, pos, j0 + j};
+      const double x = static_cast<double>(v[static_cast<size_t>(j - a)]);
+      if (std::isfinite(x) && visible_key(b, h, i, at)) dmod[j] = static_cast<T>(mods_.derivative(at, x));
+    }
+  }
+
+  // A key inside the row's span that neither the boolean mask nor a mask modification hides.
+  bool visible_key(int64_t b, int64_t h, int64_t i, const ModAt& at) const {
+    if (in_.mask && in_.mask->get_offset(broadcast_offset(*in_.mask, b, h, i, at.j)) == 0) return false;
+    return !mods_.has_mask() || mods_.visible(at);
+  }
+
   // Whether a mask modification hides every key of [j0, j1) from each of rows [i0, i0 + nr) (within their spans):
   // such a key block weighs exactly 0 under a -inf fill and a kernel may skip it, as FlexAttention's block mask
   // does. False without mask modifications.
@@ -391,12 +416,6 @@ class Scorer {
       case DType::e5m2:
         throw std::invalid_argument(std::string("cpu: bias dtype ") + to_string(bt.dtype) + " not supported");
     }
-  }
-
-  // A key inside the row's span that neither the boolean mask nor a mask modification hides.
-  bool visible_key(int64_t b, int64_t h, int64_t i, const ModAt& at) const {
-    if (in_.mask && in_.mask->get_offset(broadcast_offset(*in_.mask, b, h, i, at.j)) == 0) return false;
-    return !mods_.has_mask() || mods_.visible(at);
   }
 
   const Problem& p_;

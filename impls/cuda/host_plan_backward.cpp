@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attncheck/features.hpp"
+#include "attncheck/mods.hpp"
 
 namespace attncheck::cuda {
 
@@ -26,7 +27,9 @@ void expect(const Tensor& t, const char* name, DType dtype, const std::vector<in
 
 Support backward_supports(const Problem& p) {
   if (Support s = kernel_supports(p); !s.ok) return s;
-  if (Support s = backward_modelled(p); !s.ok) return s;  // no gradient of the modifications in the reference
+  if (Support s = backward_modelled(p); !s.ok) return s;
+  if (uses_modifications(p))  // the reference has their gradients (backward.cpp); these kernels do not
+    return Support::no("backward with score/mask modifications, RoPE or QK-norm not implemented by the cuda kernels");
   if (p.bias_shape) {
     const double bytes = static_cast<double>(p.B) * static_cast<double>(p.Hq) * static_cast<double>(p.Lq) *
                          static_cast<double>(p.Lk) * static_cast<double>(acc_size(p));

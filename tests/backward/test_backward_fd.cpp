@@ -7,7 +7,10 @@
 
 #include <cmath>
 #include <sstream>
+#include <string>
 
+#include "attncheck/mods.hpp"
+#include "attncheck/rng.hpp"
 #include "backward_cases.hpp"
 
 using namespace attncheck;
@@ -104,4 +107,133 @@ TEST(BackwardFiniteDifferences, MatchesReferenceForwardOn240Problems) {
   }
   std::cout << "[fd] " << cases << " problems, " << checked << " gradient elements checked\n";
   EXPECT_GE(cases, 200);
+}
+
+// ---- modifications and the position stage ---------------------------------------------------------------------
+
+namespace {
+
+Tensor random_tensor(const Problem& p, int which, uint64_t seed) {  // q, k or v of p, fp64 normal values
+  Tensor t = make_qkv(p, which);
+  prop::SeededChooser r(seed);
+  for (int64_t b = 0; b < t.shape[0]; ++b)
+    for (int64_t h = 0; h < t.shape[1]; ++h)
+      for (int64_t i = 0; i < t.shape[2]; ++i)
+        for (int64_t d = 0; d < t.shape[3]; ++d) t.put(b, h, i, d, prop::normal(r));
+  return t;
+}
+
+// Small fp64 shapes the library entries draw their parameters on: GQA, Lq != Lk both ways, alignments, a softcap
+// and a bias (the score modifications come after both).
+std::vector<Problem> fd_shapes() {
+  std::vector<Problem> out;
+  Problem p;
+  p.dtype = DType::f64, p.B = 2, p.Hq = 2, p.Hkv = 1, p.Lq = 5, p.Lk = 7, p.Dqk = 6, p.Dv = 4;
+  p.alignment = Alignment::bottom_right, p.causal = true;
+  out.push_back(p);
+  p.B = 1, p.Hq = p.Hkv = 2, p.Lq = 6, p.Lk = 4, p.Dqk = p.Dv = 4, p.causal = false, p.softcap = 3.0;
+  p.alignment = Alignment::top_left;
+  out.push_back(p);
+  p.Lq = p.Lk = 6, p.softcap = 0, p.bias_shape = std::array<int64_t, 4>{1, 2, 6, 6}, p.bias_dtype = DType::f64;
+  out.push_back(p);
+  return out;
+}
+
+struct FdCase {
+  std::string what;
+  Problem p;
+};
+
+// Every library entry drawn on every shape, the RoPE variants (pairings, partial rotary, each frequency scaling,
+// mRoPE), QK-norm before RoPE, and a non-linear score expression.
+std::vector<FdCase> fd_mod_cases() {
+  std::vector<FdCase> out;
+  uint64_t seed = 3;
+  for (const ModEntry& m : modifications())
+    for (Problem p : fd_shapes()) {
+      Rng rng(++seed * 131);
+      m.draw(p, rng);
+      out.push_back({m.name, p});
+    }
+  Problem r = fd_shapes()[0];
+  r.rotary_dim = 6, r.rope_offsets = {70000, 3};
+  for (int v = 0; v < 6; ++v) {
+    Problem q = r;
+    q.rotary_interleaved = v % 2 == 1;
+    if (v == 1) q.rotary_dim = 4;  // partial: dims 4, 5 pass through
+    if (v == 2) q.rope_linear_factor = 2;
+    if (v == 3) q.rope_llama3_factor = 8, q.rope_original_max = 16, q.rope_theta = 500000;
+    if (v == 4) q.rope_yarn_factor = 4, q.rope_original_max = 16;
+    if (v == 5) {  // mRoPE: sections of 1 and 2 pairs, positions per section
+      q.rope_mrope_section = {1, 2};
+      for (int64_t n = 0; n < 2 * q.B * q.Lk; ++n) q.rope_position_ids.push_back((n * 7) % 11);
+    }
+    out.push_back({"rope variant " + std::to_string(v), q});
+  }
+  Problem n = fd_shapes()[1];
+  for (int64_t d = 0; d < n.Dqk; ++d) {
+    n.q_norm_weight.push_back(1.0 + 0.125 * double(d));
+    n.k_norm_weight.push_back(1.5 - 0.25 * double(d));
+  }
+  n.qk_norm_eps = 0.25;  // a large eps: its part of the Jacobian is visible
+  out.push_back({"qk_norm", n});
+  n.rotary_dim = 2, n.rotary_interleaved = true, n.rope_offsets = {5};
+  out.push_back({"qk_norm + rope", n});
+  Problem e = fd_shapes()[2];
+  e.score_expr = "score * (1 + 0.25 * h) - 0.05 * score ^ 2 + tanh(score / 4)";
+  out.push_back({"score_expr non-linear", e});
+  return out;
+}
+
+}  // namespace
+
+// dq, dk, dv (and dbias) of the reference backward through every modification, RoPE and QK-norm against central
+// differences of the reference forward, every element of every gradient, the tolerance of the test above.
+TEST(BackwardFiniteDifferences, ThroughModificationsRopeAndQkNorm) {
+  int checked = 0, cases = 0;
+  for (const FdCase& fc : fd_mod_cases()) {
+    const Problem& p = fc.p;
+    ASSERT_NO_THROW(validate(p)) << fc.what << " " << p.name();
+    Inputs in;
+    in.q = random_tensor(p, 0, 11 + cases), in.k = random_tensor(p, 1, 12 + cases);
+    in.v = random_tensor(p, 2, 13 + cases);
+    if (p.bias_shape) {
+      in.bias = Tensor(DType::f64, grad_shape(p, 3));
+      prop::SeededChooser r(99 + cases);
+      for (int64_t e = 0; e < in.bias->numel(); ++e) in.bias->set_offset(e, prop::normal(r));
+    }
+    ++cases;
+    const Tensor dout_t = random_dout(p, 17 + cases);
+    const std::vector<double> dout = dout_t.to_double();
+    const std::vector<char> empty = empty_rows(p, in);
+    const BackwardResult g = reference_backward(p, in, dout_t, 1);
+    double labs = 0;
+    loss(p, in, dout, empty, &labs);
+    for (int t = 0; t < 4; ++t) {
+      if (t == 3 && !in.bias) continue;
+      Tensor& x = t == 0 ? in.q : t == 1 ? in.k : t == 2 ? in.v : *in.bias;
+      const std::vector<double>& grad = t == 0 ? g.dq : t == 1 ? g.dk : t == 2 ? g.dv : g.dbias;
+      const std::vector<double>& abs = t == 0 ? g.dq_abs : t == 1 ? g.dk_abs : t == 2 ? g.dv_abs : g.dbias_abs;
+      for (int64_t f = 0; f < x.numel(); ++f) {
+        const double x0 = x.get_offset(f), h = 1e-3 * std::max(1.0, std::abs(x0));
+        auto central = [&](double step) {
+          x.set_offset(f, x0 + step);
+          const double lp = loss(p, in, dout, empty);
+          x.set_offset(f, x0 - step);
+          const double lm = loss(p, in, dout, empty);
+          x.set_offset(f, x0);
+          return (lp - lm) / (2 * step);
+        };
+        const double fd = (4 * central(h / 2) - central(h)) / 3;
+        const size_t n = static_cast<size_t>(f);  // fp64 BHSD inputs: storage offset = logical index
+        const double tol = 1e-6 * (std::abs(grad[n]) + abs[n]) + 16 * std::ldexp(1.0, -53) * labs / h;
+        ++checked;
+        EXPECT_LE(std::abs(fd - grad[n]), tol)
+            << fc.what << " " << p.name() << " tensor "
+            << "qkvb"[t] << " element " << f << " fd " << fd << " grad " << grad[n] << " abs " << abs[n];
+      }
+    }
+  }
+  std::cout << "[fd mods] " << cases << " problems, " << checked << " gradient elements checked\n";
+  EXPECT_EQ(cases, int(modifications().size()) * 3 + 9);
 }

@@ -342,7 +342,7 @@ const Feature kFeatures[] = {
          if (!c.mods.count(m->name)) return Support::no(std::string("modification ") + m->name + " not supported");
        return Support::yes();
      },
-     nullptr, 0, "score/mask modifications"},
+     nullptr, 0, nullptr},
     // A quantized KV cache: plugin.h tag 14 (the codes and the scale tensors); the worker protocol's k_scale and
     // v_scale tensors.
     ATTNCHECK_FLAG_EXT("kv-quant", "kv_quant", kv_quant, p.kv_quantized(),

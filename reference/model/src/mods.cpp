@@ -56,6 +56,20 @@ double ModSet::score(const ModAt& at, double s) const {
   return s;
 }
 
+double ModSet::derivative(const ModAt& at, double s) const {
+  double d = 1.0;
+  for (const ModEntry* m : score_) {
+    d *= m->dscore(p_, at, s);
+    s = m->score(p_, at, s);
+  }
+  return d;
+}
+
+double ModSet::curvature(const ModAt& at, double s) const {
+  const double step = std::ldexp(std::max(1.0, std::abs(s)), -10);
+  return std::abs(derivative(at, s + step) - derivative(at, s - step)) / (2 * step);
+}
+
 double ModSet::slope(const ModAt& at, double s) const {
   double d = 1.0;
   for (const ModEntry* m : score_) {

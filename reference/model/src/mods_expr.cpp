@@ -7,6 +7,7 @@
 
 #include <muParser.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cmath>
@@ -278,6 +279,22 @@ Evaluator& evaluator(const Problem& p, Which w) {
 }  // namespace
 
 double score(const Problem& p, const ModAt& a, double s) { return evaluator(p, Which::score).eval(p, a, s); }
+
+double dscore(const Problem& p, const ModAt& a, double s) {
+  Evaluator& e = evaluator(p, Which::score);
+  const auto diff = [&](double h) {  // (-f(s+2h) + 8 f(s+h) - 8 f(s-h) + f(s-2h)) / 12h
+    return (-e.eval(p, a, s + 2 * h) + 8 * e.eval(p, a, s + h) - 8 * e.eval(p, a, s - h) + e.eval(p, a, s - 2 * h)) /
+           (12 * h);
+  };
+  const double h = std::ldexp(std::max(1.0, std::abs(s)), -12), d = diff(h), d2 = diff(2 * h);
+  const double f = e.eval(p, a, s),
+               limit = 1e-6 * std::max({1.0, std::abs(d), std::abs(f) / std::max(1.0, std::abs(s))});
+  if (!std::isfinite(d) || !(std::abs(d - d2) <= limit))
+    fail(e.who + ": not differentiable in score at " + e.point() + " (central differences " + g17(d) + " and " +
+         g17(d2) + " at steps " + g17(h) + " and " + g17(2 * h) +
+         "): the backward needs d score_expr / d score, and a kink or jump has none");
+  return d;
+}
 
 bool visible(const Problem& p, const ModAt& a) {
   Evaluator& e = evaluator(p, Which::mask);

@@ -56,6 +56,7 @@ const ModEntry kAlibiEntry{
         fail("alibi_slopes must have Hq=" + n2s(p.Hq) + " or B*Hq=" + n2s(p.B * p.Hq) + " entries, got " + n2s(n));
     },
     [](const P& p, const ModAt& a, double s) { return mod_eval::alibi(s, alibi_slope(p, a.b, a.h), a.pos, a.j); },
+    [](const P&, const ModAt&, double) { return 1.0; },  // additive
     nullptr,
     1.0,
     [](P& p, Rng& r) {  // the paper's geometric slopes 2^(-8(h+1)/Hq) (fp32), per batch scaled by 2^-k
@@ -103,6 +104,7 @@ const ModEntry kT5Entry{
     [](const P& p, const ModAt& a, double s) {
       return s + p.t5_table[static_cast<size_t>(a.h * p.t5_buckets + t5_bucket(p, a.j - a.pos))];
     },
+    [](const P&, const ModAt&, double) { return 1.0; },  // additive
     nullptr,
     1.0,
     [](P& p, Rng& r) {
@@ -121,6 +123,7 @@ const ModEntry kDocEntry{"document",
                          kDoc,
                          [](const P& p) { return !p.doc_ids.empty(); },
                          [](const P& p) { expect_size("doc_ids", p.doc_ids.size(), p.B * p.Lk, "B*Lk"); },
+                         nullptr,
                          nullptr,
                          [](const P& p, const ModAt& a) {  // a query outside [0, Lk) belongs to no document
                            const int64_t* d = p.doc_ids.data() + a.b * p.Lk;
@@ -147,6 +150,7 @@ const ModEntry kChunkEntry{"chunked",
                            [](const P& p) { return p.chunk_size > 0; },
                            [](const P&) {},
                            nullptr,
+                           nullptr,
                            [](const P& p, const ModAt& a) { return mod_eval::chunked(a.pos, a.j, p.chunk_size); },
                            1.0,
                            [](P& p, Rng& r) { p.chunk_size = r.pick(1, std::max<int64_t>(p.Lk, 2)); },
@@ -167,6 +171,7 @@ const ModEntry kPrefixEntry{
         if (v < 0 || v > p.Lk)
           fail("prefix_lengths must be in [0, Lk=" + n2s(p.Lk) + "], got " + shape_string(p.prefix_lengths));
     },
+    nullptr,
     nullptr,
     [](const P& p, const ModAt& a) {
       return mod_eval::prefix_lm(a.pos, a.j, p.prefix_lengths[static_cast<size_t>(a.b)]);
@@ -195,6 +200,7 @@ const ModEntry kDilatedEntry{
     kDilated,
     [](const P& p) { return p.dilated_window >= 0; },
     [](const P&) {},
+    nullptr,
     nullptr,
     [](const P& p, const ModAt& a) { return mod_eval::dilated(a.pos, a.j, p.dilated_window, p.dilation); },
     1.0,
@@ -247,6 +253,7 @@ const ModEntry kTopkEntry{
                    n2s(listed[n - 1].second) + " (duplicates are not modelled)");
         }
     },
+    nullptr,
     nullptr,
     [](const P& p, const ModAt& a) {
       const int64_t* r = topk_row(p, a.b, a.i);
@@ -360,6 +367,7 @@ const ModEntry kRopeEntry{
     },
     nullptr,
     nullptr,
+    nullptr,
     1.0,
     [](P& p, Rng& r) {
       p.rotary_dim = 2 * r.pick(1, std::max<int64_t>(p.Dqk / 2, 1));
@@ -392,6 +400,7 @@ const ModEntry kQkNormEntry{"qk_norm",
                               expect_size("q_norm_weight", p.q_norm_weight.size(), p.Dqk, "Dqk");
                               expect_size("k_norm_weight", p.k_norm_weight.size(), p.Dqk, "Dqk");
                             },
+                            nullptr,
                             nullptr,
                             nullptr,
                             1.0,
@@ -428,6 +437,7 @@ const ModEntry kScoreExprEntry{
     [](const P& p) { return !p.score_expr.empty(); },
     [](const P& p) { expr::check(p, expr::Which::score); },
     expr::score,
+    expr::dscore,  // a checked numerical derivative (mods_expr.hpp)
     nullptr,
     0.0,                // any function of the score: |d score'/ds| is measured per key (ModSet::slope)
     [](P& p, Rng& r) {  // a linear position bias per head (ALiBi without the |.|), slopes exact in fp32
@@ -447,6 +457,7 @@ const ModEntry kMaskExprEntry{
     kMaskExpr,
     [](const P& p) { return !p.mask_expr.empty(); },
     [](const P& p) { expr::check(p, expr::Which::mask); },
+    nullptr,
     nullptr,
     expr::visible,
     1.0,

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <tuple>
+#include <utility>
 
 namespace attncheck {
 
@@ -103,16 +105,36 @@ void rope_rotate(const Problem& p, const std::vector<double>& inv_freq, int64_t 
   rope_rotate(p, inv_freq, at, x);
 }
 
-void rope_rotate(const Problem& p, const std::vector<double>& inv_freq, const RopeAt& at, double* x) {
-  const double m = rope_attention_factor(p);
+namespace {
+// fn(a, b, t) for every frequency pair (head dims a, b) at its angle t (mRoPE: at its section's position).
+template <class Fn>
+void for_pairs(const Problem& p, const std::vector<double>& inv_freq, const RopeAt& at, Fn fn) {
   size_t s = 0;  // the section of pair f (mRoPE: contiguous runs of pairs; else one position for all)
   int64_t end = at.n > 1 ? p.rope_mrope_section[0] : p.rotary_dim / 2;
   for (int64_t f = 0; f < p.rotary_dim / 2; ++f) {
     while (f >= end && int64_t(s) + 1 < at.n) end += p.rope_mrope_section[++s];
     const auto [a, b] = rope_pair(p, f);
-    const double t = static_cast<double>(at.pos[s]) * inv_freq[size_t(f)];
-    rope_eval::rotate(x[a], x[b], std::cos(t), std::sin(t), m);
+    fn(a, b, static_cast<double>(at.pos[s]) * inv_freq[size_t(f)]);
   }
+}
+}  // namespace
+
+void rope_rotate(const Problem& p, const std::vector<double>& inv_freq, const RopeAt& at, double* x) {
+  const double m = rope_attention_factor(p);
+  for_pairs(p, inv_freq, at,
+            [&](int64_t a, int64_t b, double t) { rope_eval::rotate(x[a], x[b], std::cos(t), std::sin(t), m); });
+}
+
+void rope_rotate_back(const Problem& p, const std::vector<double>& inv_freq, const RopeAt& at, double* g, bool abs) {
+  const double m = rope_attention_factor(p);
+  for_pairs(p, inv_freq, at, [&](int64_t a, int64_t b, double t) {
+    const double c = std::cos(t), s = std::sin(t);
+    if (abs)  // |R|^T |g|: each output a sum of two magnitudes
+      std::tie(g[a], g[b]) =
+          std::pair{m * (std::abs(c) * g[a] + std::abs(s) * g[b]), m * (std::abs(s) * g[a] + std::abs(c) * g[b])};
+    else  // R^T = m R(-t): the rotation by the opposite angle
+      rope_eval::rotate(g[a], g[b], c, -s, m);
+  });
 }
 
 void qk_norm(const Problem& p, bool query, double* x) {
@@ -122,6 +144,19 @@ void qk_norm(const Problem& p, bool query, double* x) {
   for (int64_t d = 0; d < p.Dqk; ++d) ss += x[d] * x[d];
   const double r = rope_eval::rms_scale(ss, p.Dqk, p.qk_norm_eps);
   for (int64_t d = 0; d < p.Dqk; ++d) x[d] = x[d] * r * w[size_t(d)];
+}
+
+void qk_norm_back(const Problem& p, bool query, const double* x, double* g, bool abs) {
+  const std::vector<double>& w = query ? p.q_norm_weight : p.k_norm_weight;
+  if (w.empty()) return;
+  double ss = 0;
+  for (int64_t d = 0; d < p.Dqk; ++d) ss += x[d] * x[d];
+  const double r = rope_eval::rms_scale(ss, p.Dqk, p.qk_norm_eps), r3 = r * r * r / static_cast<double>(p.Dqk);
+  double wxg = 0;  // sum_d g_d w_d x_d (abs: of the magnitudes)
+  for (int64_t d = 0; d < p.Dqk; ++d) wxg += abs ? g[d] * std::abs(w[size_t(d)] * x[d]) : g[d] * w[size_t(d)] * x[d];
+  for (int64_t d = 0; d < p.Dqk; ++d)
+    g[d] =
+        abs ? r * std::abs(w[size_t(d)]) * g[d] + r3 * std::abs(x[d]) * wxg : r * w[size_t(d)] * g[d] - r3 * x[d] * wxg;
 }
 
 RopeStage::RopeStage(const Problem& p) : p_(p), on_(uses_position_stage(p)), rope_(uses_rope(p)) {

@@ -3,12 +3,16 @@
 // dQ = scale·dS·K, dK = scale·dSᵀ·Q, dV = P'ᵀ·dO, dBias = Σ dS over broadcast dims (derivation: docs/backward.md).
 #include "attncheck/backward.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "attncheck/block_mask.hpp"
 #include "attncheck/features.hpp"
+#include "attncheck/mods.hpp"
+#include "attncheck/rope.hpp"
 #include "attncheck/reference.hpp"
 
 namespace attncheck {
@@ -22,79 +26,124 @@ double softcap_derivative(double y) {
   return 4.0 * e / ((1.0 + e) * (1.0 + e));
 }
 
+// The forward's scores of one row, and the derivatives of the stages between scale·q·k and the softmax.
+struct RowScores {
+  std::vector<double> s;      // the score the softmax reads (the fill where masked)
+  std::vector<double> chain;  // d softcap / d (scale·q·k)
+  std::vector<double> dmod;   // d (score modifications) / d (score after softcap and bias)
+  double max = 0, mod_curv = 0;
+};
+
 // Everything the backward of one (b, h, i) row needs, recomputed from the problem.
 struct RowGrad {
   bool fully_masked = false;
   double lse = 0, d = 0;
-  std::vector<char> vis;      // key visible (its score depends on q, k, bias)
-  std::vector<double> pp;     // P'_ij = P_ij keep_ij/(1-p): the weight that multiplies v_j in the forward
-  std::vector<double> ds;     // dS_ij: gradient of the score after softcap (what the bias receives)
-  std::vector<double> dr;     // dS_ij * softcap derivative: gradient of scale·q·k (what q and k receive, / scale)
-  std::vector<double> g;      // error scale of dS_ij (backward.hpp)
-  std::vector<double> chain;  // softcap derivative c_ij (1 without softcap)
+  std::vector<char> vis;   // key visible (its score depends on q, k, bias)
+  std::vector<double> pp;  // P'_ij = P_ij keep_ij/(1-p): the weight that multiplies v_j in the forward
+  std::vector<double> ds;  // dS_ij: gradient of the score after softcap and bias (what the bias receives)
+  std::vector<double> dr;  // dS_ij * softcap derivative: gradient of scale·q·k (what q and k receive, / scale)
+  std::vector<double> g;   // error scale of dS_ij (backward.hpp)
+  RowScores sc;            // the scores; sc.chain: softcap derivative c_ij (1 without softcap)
 };
 
 class Backward {
  public:
+  // q and k pass through the position stage (QK-norm, RoPE) as in the forward; the rows below work on the staged
+  // vectors, and the gradients are mapped back through the stage (stage_back).
   Backward(const Problem& p, const Inputs& in, const Tensor& dout)
-      : p_(p), in_(in), q_(in.q.to_double()), k_(in.k.to_double()), v_(in.v.to_double()), do_(dout.to_double()) {}
+      : p_(p),
+        in_(in),
+        mods_(p),
+        dense_(p, in),
+        stage_(p),
+        q_in_(in.q.to_double()),
+        k_in_(in.k.to_double()),
+        q_(staged(q_in_, true)),
+        k_(staged(k_in_, false)),
+        v_(in.v.to_double()),
+        do_(dout.to_double()) {}
 
   const std::vector<double>& q() const { return q_; }
+  const std::vector<double>& k() const { return k_; }
   const std::vector<double>& dO() const { return do_; }
 
-  void row(int64_t b, int64_t h, int64_t i, RowGrad& r) const {
-    const Problem& p = p_;
-    const int64_t Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv;
-    const double inf = std::numeric_limits<double>::infinity();
-    const double fill = p.fill == MaskFill::neg_inf ? -inf : p.fill_value;
-    const double scale = p.effective_scale();
-    const int64_t kvh = p.kv_head(h);
-    const int64_t row = (b * p.Hq + h) * p.Lq + i;
-    const double* qi = &q_[static_cast<size_t>(row * Dqk)];
-    const double* kb = &k_[static_cast<size_t>((b * p.Hkv + kvh) * Lk * Dqk)];
-    const double* vb = &v_[static_cast<size_t>((b * p.Hkv + kvh) * Lk * Dv)];
-    const double* doi = &do_[static_cast<size_t>(row * Dv)];
-    const int64_t diag = i + p.diagonal_offset(b), valid_keys = p.key_length(b);
-    r.vis.assign(static_cast<size_t>(Lk), 0);
-    r.pp.assign(static_cast<size_t>(Lk), 0.0);
-    r.ds.assign(static_cast<size_t>(Lk), 0.0);
-    r.dr.assign(static_cast<size_t>(Lk), 0.0);
-    r.g.assign(static_cast<size_t>(Lk), 0.0);
-    r.chain.assign(static_cast<size_t>(Lk), 1.0);
-    std::vector<double>& chain = r.chain;
-    std::vector<double> s(static_cast<size_t>(Lk), fill);
+  // Gradient (abs: error scale) g of the staged row `row` of q (query) or k becomes that of the input row.
+  void stage_back(bool query, int64_t row, double* g, bool abs) const {
+    // A row without gradient stays 0 without reading its input (an unseen key may be poisoned).
+    if (!stage_.on() || std::all_of(g, g + p_.Dqk, [](double x) { return x == 0.0; })) return;
+    const int64_t H = query ? p_.Hq : p_.Hkv, L = query ? p_.Lq : p_.Lk, b = row / (H * L), t = row % L;
+    const double* x = &(query ? q_in_ : k_in_)[static_cast<size_t>(row * p_.Dqk)];
+    query ? stage_.query_back(b, t, x, g, abs) : stage_.key_back(b, t, x, g, abs);
+  }
 
-    // Forward, step 1: scores (as reference.cpp: masked keys take the fill and are never read).
-    double m = -inf;
+  // Forward, step 1: the scores of row (b, h, i) as reference.cpp computes them (masked keys take the fill and are
+  // never read), with the derivative of each stage after the dot product.
+  void scores(int64_t b, int64_t h, int64_t i, std::vector<char>& vis, RowScores& rs) const {
+    const Problem& p = p_;
+    const int64_t Lk = p.Lk, Dqk = p.Dqk;
+    const double inf = std::numeric_limits<double>::infinity();
+    const double scale = p.effective_scale();
+    const double* qi = &q_[static_cast<size_t>(((b * p.Hq + h) * p.Lq + i) * Dqk)];
+    const double* kb = &k_[static_cast<size_t>((b * p.Hkv + p.kv_head(h)) * Lk * Dqk)];
+    const int64_t diag = i + p.diagonal_offset(b);
+    vis.assign(static_cast<size_t>(Lk), 0);
+    dense_.row(b, h, i, vis.data());  // every mask composed, the mask modifications included (block_mask.hpp)
+    rs.s.assign(static_cast<size_t>(Lk), p.fill == MaskFill::neg_inf ? -inf : p.fill_value);
+    rs.chain.assign(static_cast<size_t>(Lk), 1.0);
+    rs.dmod.assign(static_cast<size_t>(Lk), 1.0);
+    rs.max = -inf;
+    rs.mod_curv = 0;
     for (int64_t j = 0; j < Lk; ++j) {
-      bool vis = true;
-      if (p.causal && j > diag) vis = false;
-      if (j >= valid_keys) vis = false;
-      if (p.window_left >= 0 && j < diag - p.window_left) vis = false;
-      if (p.window_right >= 0 && j > diag + p.window_right) vis = false;
-      if (in_.mask && in_.mask->get_offset(broadcast_offset(*in_.mask, b, h, i, j)) == 0) vis = false;
-      if (!vis) continue;
-      r.vis[static_cast<size_t>(j)] = 1;
+      const size_t J = static_cast<size_t>(j);
+      if (!vis[J]) continue;
       double dot = 0.0;
       for (int64_t d = 0; d < Dqk; ++d) dot += qi[d] * kb[j * Dqk + d];
       double score = dot * scale;
       if (p.softcap > 0) {
-        const double y = score / p.softcap, t = std::tanh(y);
-        score = p.softcap * t;
-        chain[static_cast<size_t>(j)] = softcap_derivative(y);
+        const double y = score / p.softcap;
+        score = p.softcap * std::tanh(y);
+        rs.chain[J] = softcap_derivative(y);
       }
       if (in_.bias) score += in_.bias->get_offset(broadcast_offset(*in_.bias, b, h, i, j));
-      s[static_cast<size_t>(j)] = score;
-      m = std::max(m, score);
+      if (mods_.has_score()) {  // score modifications, after the bias: dS_pre = dS_post · m'(score)
+        const ModAt at{b, h, i, diag, j};
+        const double modified = mods_.score(at, score);
+        if (std::isfinite(score) && !std::isfinite(modified)) mods_.expect_finite(at, score);  // throws
+        if (std::isfinite(score)) {
+          rs.dmod[J] = mods_.derivative(at, score);
+          const double curv = mods_.curvature(at, score);
+          if (curv > 0) rs.mod_curv = std::max(rs.mod_curv, curv / std::max(std::abs(rs.dmod[J]), 0x1p-10));
+        }
+        score = modified;
+      }
+      rs.s[J] = score;
+      rs.max = std::max(rs.max, score);
     }
+  }
+
+  void row(int64_t b, int64_t h, int64_t i, RowGrad& r) const {
+    const Problem& p = p_;
+    const int64_t Lk = p.Lk, Dv = p.Dv;
+    const double inf = std::numeric_limits<double>::infinity();
+    const int64_t row = (b * p.Hq + h) * p.Lq + i;
+    const double* vb = &v_[static_cast<size_t>((b * p.Hkv + p.kv_head(h)) * Lk * Dv)];
+    const double* doi = &do_[static_cast<size_t>(row * Dv)];
+    const RowScores& rs = r.sc;
+    scores(b, h, i, r.vis, r.sc);
+    r.pp.assign(static_cast<size_t>(Lk), 0.0);
+    r.ds.assign(static_cast<size_t>(Lk), 0.0);
+    r.dr.assign(static_cast<size_t>(Lk), 0.0);
+    r.g.assign(static_cast<size_t>(Lk), 0.0);
+    const std::vector<double>& s = rs.s;
+    double m = rs.max;
     // Forward, step 2: the softmax. A row with no visible key (or only -inf scores) has no gradient.
     r.fully_masked = m == -inf;
     if (r.fully_masked) {
-      r.lse = p.fill == MaskFill::finite ? fill + std::log(static_cast<double>(Lk)) : -inf;
+      r.lse = p.fill == MaskFill::finite ? p.fill_value + std::log(static_cast<double>(Lk)) : -inf;
       r.d = 0;
       return;
     }
-    if (p.fill == MaskFill::finite) m = std::max(m, fill);
+    if (p.fill == MaskFill::finite) m = std::max(m, p.fill_value);
     std::vector<double> P(static_cast<size_t>(Lk), 0.0);
     double sum = 0.0;
     for (int64_t j = 0; j < Lk; ++j) {
@@ -126,20 +175,33 @@ class Backward {
       M += pj * mag[static_cast<size_t>(j)];
     }
     r.d = D;
-    // dS_ij = P_ij (dP_ij − D_i) on visible keys; a masked key's score is the constant fill: no gradient.
+    // dS_ij = P_ij (dP_ij − D_i) · m'_ij on visible keys; a masked key's score is the constant fill: no gradient.
     for (int64_t j = 0; j < Lk; ++j) {
       const size_t J = static_cast<size_t>(j);
       if (!r.vis[J] || P[J] == 0.0) continue;
-      r.ds[J] = P[J] * (dP[J] - D);
-      r.dr[J] = r.ds[J] * chain[J];
-      r.g[J] = P[J] * (std::abs(dP[J]) + std::abs(D) + mag[J] + M);
+      r.ds[J] = P[J] * (dP[J] - D) * rs.dmod[J];
+      r.dr[J] = r.ds[J] * rs.chain[J];
+      r.g[J] = P[J] * (std::abs(dP[J]) + std::abs(D) + mag[J] + M) * std::abs(rs.dmod[J]);
     }
   }
 
  private:
+  std::vector<double> staged(std::vector<double> x, bool query) const {  // the forward's widen (reference.cpp)
+    if (!stage_.on()) return x;
+    const int64_t H = query ? p_.Hq : p_.Hkv, L = query ? p_.Lq : p_.Lk;
+    for (int64_t row = 0; row < p_.B * H * L; ++row) {
+      double* xr = &x[static_cast<size_t>(row * p_.Dqk)];
+      query ? stage_.query(row / (H * L), row % L, xr) : stage_.key(row / (H * L), row % L, xr);
+    }
+    return x;
+  }
+
   const Problem& p_;
   const Inputs& in_;
-  std::vector<double> q_, k_, v_, do_;
+  const ModSet mods_;
+  const DenseMask dense_;
+  const RopeStage stage_;
+  std::vector<double> q_in_, k_in_, q_, k_, v_, do_;
 };
 
 void check_dout(const Problem& p, const Tensor& dout) {
@@ -155,6 +217,22 @@ void check_dout(const Problem& p, const Tensor& dout) {
                                 "]");
   }
   if (dout.dtype == DType::u8) throw std::invalid_argument("dout: dtype u8 is not a floating type");
+}
+
+// dQ and dK with their error scales, computed for the staged q and k, mapped back to the q and k as given: the
+// transposed Jacobians of RoPE and QK-norm on the gradients, their magnitudes on the scales (backward.hpp).
+void position_stage_back(const Problem& p, const Backward& bw, BackwardResult& r, int threads) {
+  const auto map = [&](bool query, std::vector<double>& grad, std::vector<double>& abs, std::vector<double>& un) {
+    const int64_t rows = p.B * (query ? p.Hq * p.Lq : p.Hkv * p.Lk);
+    parallel_rows(rows, threads, [&](int64_t row) {
+      const size_t at = static_cast<size_t>(row * p.Dqk);
+      bw.stage_back(query, row, &grad[at], false);
+      bw.stage_back(query, row, &abs[at], true);
+      if (!un.empty()) bw.stage_back(query, row, &un[at], true);
+    });
+  };
+  map(true, r.dq, r.dq_abs, r.dq_abs_unchained);
+  map(false, r.dk, r.dk_abs, r.dk_abs_unchained);
 }
 
 }  // namespace
@@ -189,7 +267,7 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
   const int64_t B = p.B, Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, G = p.group_size();
   const double scale = p.effective_scale();
   const Backward bw(p, in, dout);
-  const std::vector<double> k = in.k.to_double();
+  const std::vector<double>& k = bw.k();  // after the position stage
 
   BackwardResult r;
   r.dq.assign(static_cast<size_t>(B * Hq * Lq * Dqk), 0.0);
@@ -204,6 +282,7 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
   r.dv_abs = r.dv;
   r.d.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
   r.lse = r.d;
+  if (ModSet(p).has_score()) r.mod_curv = r.d;
   if (want_ds) r.ds.assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
 
   // Phase 1, one task per (batch, KV head): it owns dK and dV of that head, summed over the group's query heads
@@ -223,6 +302,7 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
         r.d[static_cast<size_t>(row)] = g.d;
         r.lse[static_cast<size_t>(row)] = g.lse;
         if (g.fully_masked) continue;
+        if (!r.mod_curv.empty()) r.mod_curv[static_cast<size_t>(row)] = g.sc.mod_curv;
         if (want_ds) std::copy(g.ds.begin(), g.ds.end(), r.ds.begin() + row * Lk);
         const double* qi = &bw.q()[static_cast<size_t>(row * Dqk)];
         const double* doi = &bw.dO()[static_cast<size_t>(row * Dv)];
@@ -238,7 +318,7 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
               dv_abs[j * Dv + d] += std::abs(g.pp[J] * doi[d]);
             }
           if (!g.vis[J] || g.g[J] == 0.0) continue;  // no score gradient: k_j is never read
-          const double c = scale * g.dr[J], ca = std::abs(scale * g.chain[J]) * g.g[J];
+          const double c = scale * g.dr[J], ca = std::abs(scale * g.sc.chain[J]) * g.g[J];
           for (int64_t d = 0; d < Dqk; ++d) {
             dq[d] += c * kb[j * Dqk + d];  // dQ_i = scale Σ_j dS_ij c_ij k_j
             dq_abs[d] += std::abs(ca * kb[j * Dqk + d]);
@@ -253,6 +333,8 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
         }
       }
   });
+
+  if (uses_position_stage(p)) position_stage_back(p, bw, r, threads);
 
   // Phase 2, dBias: one task per row (b', h', i') of the bias tensor sums dS over every (b, h, i) that reads it.
   if (in.bias) {

@@ -6,21 +6,65 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
+
+#include "attncheck/rope.hpp"
 
 namespace attncheck {
 
 namespace {
 struct Units {
-  double acc;    // accumulation (dot products, sums)
+  double acc;         // accumulation (dot products, sums)
+  double stage;       // relative error of a staged (QK-normed, rotated) q or k element as a kernel forms it; 0 without
+  double stage_back;  // relative error of mapping dq, dk back through the stage (against the mapped error scales)
   double round;  // P' and dS rounded to the P·V operand format before the backward GEMMs (FlashAttention-2, cuDNN)
   double out;    // the delivered gradients, and O (D = rowsum(dO∘O) reads the stored O)
   double score;  // the scores and the softcap's tanh
 };
 
+// The position stage (docs/backward.md "Score modifications and the position stage"). A staged q or k element is
+// a computed value rounded to the qk operand format (u_qk), after: QK-norm, a sum of Dqk squares (sqrt(Dqk) u,
+// independent roundings as in the dot products), its square root and reciprocal and two products (4u); RoPE, cos
+// and sin and x c - y s (4u) plus the declared angle contract: the trig term, and the angle error rope_angle ·
+// position · inv_freq (inv_freq <= 1) at the largest position of the problem. Both relative to the vector's
+// magnitude, which score_mag (|q| |k|) and the error scales (sums of |terms|) carry: the rotation is orthogonal, so
+// it keeps magnitudes. The way back applies the transposed Jacobians: RoPE 4u (cos, sin, two products, a sum),
+// QK-norm the sum over Dqk of g w x and three products (sqrt(Dqk) + 6) u.
+double largest_position(const Problem& p) {
+  int64_t most = 0;
+  for (int64_t b = 0; b < p.B; ++b) {
+    for (int64_t i = 0; i < p.Lq; ++i)
+      for (const RopeAt at = rope_query_at(p, b, i); int64_t s : std::span(at.pos.data(), size_t(at.n)))
+        most = std::max(most, std::abs(s));
+    for (int64_t j = 0; j < p.Lk; ++j)
+      for (const RopeAt at = rope_key_at(p, b, j); int64_t s : std::span(at.pos.data(), size_t(at.n)))
+        most = std::max(most, std::abs(s));
+  }
+  return static_cast<double>(most);
+}
+
 Units units(const Problem& p, const ToleranceModel& m) {
   const PrecisionContract c = m.contract ? *m.contract : default_contract(p.dtype);
-  const double acc = unit_roundoff(c.accumulate);
-  return {acc, c.p_rounded ? std::max(unit_roundoff(c.pv_operands) - acc, 0.0) : 0.0, unit_roundoff(p.dtype),
+  const double acc = unit_roundoff(c.accumulate), dk = std::sqrt(static_cast<double>(p.Dqk));
+  double stage = 0, back = 0;
+  if (uses_position_stage(p)) stage = unit_roundoff(c.qk_operands);
+  if (uses_qk_norm(p)) stage += (dk + 4.0) * acc, back += (dk + 6.0) * acc;
+  if (uses_rope(p)) {
+    stage += 4.0 * acc, back += 4.0 * acc;
+    const double u32 = unit_roundoff(Precision::fp32);  // the angle contract's terms (tolerance_bound.cpp)
+    if (c.rope != RopeMath::exact) {
+      const double trig = 7.0 * u32 + (c.rope == RopeMath::table_fp16   ? 2.0 * unit_roundoff(Precision::fp16)
+                                       : c.rope == RopeMath::table_bf16 ? 2.0 * unit_roundoff(Precision::bf16)
+                                       : c.rope == RopeMath::table_fp32 ? 2.0 * u32
+                                                                        : 0.0);
+      stage += trig + 5.0 * u32 * largest_position(p), back += trig;
+    }
+  }
+  return {acc,
+          stage,
+          back,
+          c.p_rounded ? std::max(unit_roundoff(c.pv_operands) - acc, 0.0) : 0.0,
+          unit_roundoff(p.dtype),
           unit_roundoff(c.scores)};
 }
 
@@ -31,7 +75,7 @@ double floor_of(const Problem& p) {  // flushed subnormals (FTZ) and the smalles
 
 double score_error(const Problem& p, const Units& u) {  // c_s: a score's relative error per unit of score_mag
   const double extra = 4.0 + (p.bias_shape ? 1.0 : 0.0) + (p.softcap > 0 ? 2.0 : 0.0);
-  return (std::sqrt(static_cast<double>(p.Dqk) / 3.0) + extra) * u.acc;
+  return (std::sqrt(static_cast<double>(p.Dqk) / 3.0) + extra) * u.acc + 2.0 * u.stage;  // q and k staged
 }
 // Relative error of the weights P_ij of a row: the score error of key j and of the max (2 · c_s · |s|max), the exp
 // (4u) and the denominator, a sum of Lk positive terms (lambda u sqrt(Lk)).
@@ -60,6 +104,12 @@ double chain_relative(const Problem& p, const ReferenceResult& fwd, size_t row, 
 // t carries ≤ 4u (a 2-ulp tanh), so 2|t|·4u, plus u for t·t and u for the subtraction. It does not shrink with c:
 // where tanh saturates (c below ~u) it is the whole derivative, and it multiplies the unchained sums.
 constexpr double kChainAbsolute = 10.0;
+
+// The score modifications' derivative m' at a score off by δ = (c_s + u)·score_mag moves by |m''|·δ: relative to
+// |m'|, mod_curv·δ (BackwardResult::mod_curv; 0 for the additive library entries, whose m' is exactly 1).
+double mod_relative(const Problem& p, const ReferenceResult& fwd, const BackwardResult& r, size_t row, const Units& u) {
+  return r.mod_curv.empty() ? 0.0 : r.mod_curv[row] * (score_error(p, u) + u.score) * fwd.score_mag[row];
+}
 }  // namespace
 
 GradTolerance grad_tolerance(const Problem& p, const ReferenceResult& fwd, const BackwardResult& r,
@@ -73,10 +123,11 @@ GradTolerance grad_tolerance(const Problem& p, const ReferenceResult& fwd, const
   for (int64_t row = 0; row < rows; ++row) {
     eps_ds[static_cast<size_t>(row)] = ds_error(p, fwd, static_cast<size_t>(row), u, lam);
     eps_p[static_cast<size_t>(row)] = p_error(p, fwd, static_cast<size_t>(row), u, lam);
-    eps_c[static_cast<size_t>(row)] = chain_relative(p, fwd, static_cast<size_t>(row), u);
+    eps_c[static_cast<size_t>(row)] =
+        chain_relative(p, fwd, static_cast<size_t>(row), u) + mod_relative(p, fwd, r, static_cast<size_t>(row), u);
   }
   t.dq.resize(r.dq.size());
-  const double acc_q = accumulation(static_cast<double>(p.Lk), u, lam);
+  const double acc_q = accumulation(static_cast<double>(p.Lk), u, lam) + u.stage + u.stage_back;
   const bool cap = p.softcap > 0;
   for (size_t n = 0; n < r.dq.size(); ++n) {
     const size_t row = n / static_cast<size_t>(p.Dqk);
@@ -84,6 +135,7 @@ GradTolerance grad_tolerance(const Problem& p, const ReferenceResult& fwd, const
     if (cap) t.dq[n] += kChainAbsolute * u.score * r.dq_abs_unchained[n];
   }
   const double acc_kv = accumulation(static_cast<double>(G * p.Lq), u, lam);
+  const double stage_k = u.stage + u.stage_back;  // dK sums staged q rows, then maps back
   t.dk.resize(r.dk.size());
   t.dv.resize(r.dv.size());
   for (int64_t b = 0; b < p.B; ++b)
@@ -98,7 +150,7 @@ GradTolerance grad_tolerance(const Problem& p, const ReferenceResult& fwd, const
         }
       const size_t k0 = static_cast<size_t>((b * p.Hkv + kvh) * p.Lk * p.Dqk), nk = static_cast<size_t>(p.Lk * p.Dqk);
       for (size_t n = k0; n < k0 + nk; ++n) {
-        t.dk[n] = (e_ds + e_c + acc_kv) * r.dk_abs[n] + u.out * std::abs(r.dk[n]) + fl;
+        t.dk[n] = (e_ds + e_c + acc_kv + stage_k) * r.dk_abs[n] + u.out * std::abs(r.dk[n]) + fl;
         if (cap) t.dk[n] += kChainAbsolute * u.score * r.dk_abs_unchained[n];
       }
       const size_t v0 = static_cast<size_t>((b * p.Hkv + kvh) * p.Lk * p.Dv), nv = static_cast<size_t>(p.Lk * p.Dv);
@@ -109,7 +161,9 @@ GradTolerance grad_tolerance(const Problem& p, const ReferenceResult& fwd, const
     const std::vector<int64_t> bs = grad_shape(p, 3);
     const double n_in = static_cast<double>((bs[0] == 1 ? p.B : 1) * (bs[1] == 1 ? p.Hq : 1) * (bs[2] == 1 ? p.Lq : 1) *
                                             (bs[3] == 1 ? p.Lk : 1));
-    const double e_ds = *std::max_element(eps_ds.begin(), eps_ds.end());
+    double e_ds = 0;  // the bias is added before the score modifications: their derivative's error counts
+    for (int64_t row = 0; row < rows; ++row)
+      e_ds = std::max(e_ds, eps_ds[size_t(row)] + mod_relative(p, fwd, r, static_cast<size_t>(row), u));
     const double acc_b = accumulation(n_in, u, lam), u_b = unit_roundoff(p.bias_dtype);
     t.dbias.resize(r.dbias.size());
     for (size_t n = 0; n < r.dbias.size(); ++n)

@@ -35,6 +35,8 @@ struct ModEntry {
   // score: the modified score of a visible key, from the score after softcap and bias (fp64). mask: whether the
   // query sees the key (anded with every other mask).
   double (*score)(const Problem&, const ModAt&, double s);
+  // score: d score(s) / d s at a visible key, the factor the backward multiplies the score's gradient with.
+  double (*dscore)(const Problem&, const ModAt&, double s);
   bool (*visible)(const Problem&, const ModAt&);
   // Tolerance fact: a bound of |d score(s) / d s|. The score-error terms of docs/tolerance.md are unchanged by a
   // modification whose bound is 1 (the additive library entries); 0: unknown, measured per key (ModSet::slope).
@@ -60,6 +62,11 @@ class ModSet {
   bool has_score() const { return !score_.empty(); }
   bool has_position() const { return position_; }  // q and k are rotated (rope.hpp) before the scores
   double score(const ModAt& at, double s) const;   // score mods in library order
+  // d score(at, s) / d s of the score mods together: the chain rule through them in library order (backward).
+  double derivative(const ModAt& at, double s) const;
+  // |d derivative(at, s) / d s|, a central difference of the entries' derivatives (exactly 0 for the additive
+  // library entries): what an error of the score moves the derivative by (gradient tolerance).
+  double curvature(const ModAt& at, double s) const;
   // |d score(at, s) / d s| of the score mods together: the product of their bounds, a central difference for an
   // entry without one (an expression); at least 1 (the reference scales the score's error magnitude by it).
   double slope(const ModAt& at, double s) const;

@@ -58,6 +58,13 @@ void rope_rotate(const Problem& p, const std::vector<double>& inv_freq, const Ro
 // QK-norm of one head vector (Dqk values) in place, fp64: x_d / sqrt(mean_d(x_d^2) + qk_norm_eps) * w_d with the
 // q or k weights; nothing when that weight list is empty.
 void qk_norm(const Problem& p, bool query, double* x);
+// The backward of the stage (docs/backward.md "Position stage"): g, the gradient of the rotated (or normed) vector,
+// becomes that of its input in place. Rotation: g <- R^T g (R orthogonal times the attention factor). QK-norm of
+// the input x: g_e <- r w_e g_e - (r^3 / Dqk) x_e sum_d g_d w_d x_d, r = 1 / sqrt(mean(x^2) + eps); the weights get
+// no gradient here (the gradients are dq, dk, dv, dbias). abs: the same maps with every factor and term taken by its
+// magnitude, g holding error scales (|R|^T g, |J|^T g).
+void rope_rotate_back(const Problem& p, const std::vector<double>& inv_freq, const RopeAt& at, double* g, bool abs);
+void qk_norm_back(const Problem& p, bool query, const double* x, double* g, bool abs);
 
 // The stage over one problem: QK-norm, then the rotation at each row's positions, inv_freq computed once
 // (reference, CPU kernels). on(): the problem uses QK-norm or RoPE.
@@ -73,6 +80,16 @@ class RopeStage {
   void key(int64_t b, int64_t j, double* x) const {
     qk_norm(p_, false, x);
     if (rope_) rope_rotate(p_, inv_freq_, rope_key_at(p_, b, j), x);
+  }
+  // The backward through the stage of query row i / key j: g (the gradient, or with abs its error scale, of the
+  // stage's output) becomes that of the stage's input x (the query or key as given, Dqk values).
+  void query_back(int64_t b, int64_t i, const double* x, double* g, bool abs) const {
+    if (rope_) rope_rotate_back(p_, inv_freq_, rope_query_at(p_, b, i), g, abs);
+    qk_norm_back(p_, true, x, g, abs);
+  }
+  void key_back(int64_t b, int64_t j, const double* x, double* g, bool abs) const {
+    if (rope_) rope_rotate_back(p_, inv_freq_, rope_key_at(p_, b, j), g, abs);
+    qk_norm_back(p_, false, x, g, abs);
   }
   const std::vector<double>& inv_freq() const { return inv_freq_; }
   const std::vector<int>& sections() const { return sections_; }  // rope_pair_sections

@@ -19,7 +19,9 @@ struct BackwardResult {
   std::vector<double> lse;    // [B, Hq, Lq]: the forward's lse (what a flash backward saves)
   // Error scales for the gradient tolerance (docs/backward.md), sums of the absolute values of the terms:
   //   g_ij = P_ij (|dP_ij| + |D_i| + m_ij + M_i) with m_ij = sum_d |dO_id v_jd| keep_ij/(1-p), M_i = sum_j P_ij m_ij
-  //   (a bound on |dS_ij| plus what its rounding errors scale with), chain c_ij = softcap derivative (1 without).
+  //   (a bound on |dS_ij| plus what its rounding errors scale with) times |m'_ij|, the derivative of the score
+  //   modifications (1 without), chain c_ij = softcap derivative (1 without). With QK-norm or RoPE, dq_abs and dk_abs
+  //   are those of the staged q and k mapped back through the magnitudes of the stage's Jacobians (rope.hpp).
   std::vector<double> dq_abs;     // [B,Hq,Lq,Dqk]: sum_j |scale c_ij| g_ij |k_jd|
   std::vector<double> dk_abs;     // [B,Hkv,Lk,Dqk]: sum over the group's heads and i of |scale c_ij| g_ij |q_id|
   std::vector<double> dv_abs;     // [B,Hkv,Lk,Dv]: sum over the group's heads and i of |P'_ij dO_id|
@@ -27,7 +29,11 @@ struct BackwardResult {
   // With a softcap only (empty otherwise): dq_abs and dk_abs with c_ij replaced by 1, what an absolute error of the
   // derivative (1 - t² from a rounded tanh t) is multiplied by.
   std::vector<double> dq_abs_unchained, dk_abs_unchained;
-  std::vector<double> ds;  // [B,Hq,Lq,Lk] dS = dL/d(score after softcap), only when asked (tests)
+  // With score modifications of a nonzero curvature (0 for the additive library entries; empty without score
+  // modifications): per row [B,Hq,Lq] the largest |m''_ij| / |m'_ij| over visible keys (|m'| floored at 2^-10),
+  // m the score modifications together: a score error δ moves their derivative by this times δ, relatively.
+  std::vector<double> mod_curv;
+  std::vector<double> ds;  // [B,Hq,Lq,Lk] dS = dL/d(score after softcap and bias), only when asked (tests)
 };
 
 // Validates problem, inputs and dout ([B,Hq,Lq,Dv] in problem.layout, any floating dtype; throws
