@@ -1,14 +1,16 @@
 // The modification library (mods.hpp): every mask modification equals the dense boolean mask written out here
 // from its definition (bit for bit, reference, cpu and cpu-flash), ALiBi and the T5 bias equal their bias
 // tensors, T5 buckets match transformers' formula at listed distances, cpu and cpu-flash match the reference on
-// each entry, validation names the field, names round-trip, and a backend that does not declare a modification
-// is never offered it.
+// each entry, validation names the field, names round-trip, a backend that does not declare a modification is
+// never offered it, and a score expression's derivative is refused where it has none.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <string>
 
+#include "attncheck/backward.hpp"
 #include "attncheck/features.hpp"
 #include "attncheck/generate.hpp"
 #include "attncheck/impl.hpp"
@@ -325,6 +327,31 @@ TEST(ModsExpr, ErrorsNameTheExpressionAndThePosition) {
 
 // A score expression that is not finite on a visible key stops the reference and the CPU kernels with an error
 // naming it; the same expression on keys that only hidden ones make non-finite is fine.
+// The backward needs d score_expr / d score: where the expression has a kink at a visible key's score, the
+// reference and cpu refuse the case naming the expression and the point instead of guessing a derivative; the same
+// kink away from every score is differentiated (d |score - 100| / d score = -1 at score 0).
+TEST(ModsExpr, BackwardRefusesAScoreWhereTheExpressionIsNotDifferentiable) {
+  Problem p = shapes()[0];
+  p.score_expr = "abs(score)";
+  Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 5);
+  for (int64_t n = 0; n < in.q.numel(); ++n) in.q.set_offset(n, 0.0);  // every score exactly 0, the kink
+  Tensor dout = make_dout(p);
+  for (int64_t n = 0; n < dout.numel(); ++n) dout.set_offset(n, 1.0);
+  try {
+    (void)reference_backward(p, in, dout);
+    ADD_FAILURE() << "reference_backward differentiated abs(score) at 0";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("score_expr 'abs(score)': not differentiable in score at b="),
+              std::string::npos)
+        << e.what();
+  }
+  Gradients g = make_gradients(p);
+  EXPECT_THROW((void)run_backward_impl(*find_impl("cpu"), p, in, dout, g), std::invalid_argument);
+  p.score_expr = "abs(score - 100)";
+  EXPECT_NO_THROW((void)reference_backward(p, in, dout));
+  EXPECT_EQ(ModSet(p).derivative(ModAt{0, 0, 0, 0, 0}, 0.0), -1.0);
+}
+
 TEST(ModsExpr, NonFiniteScoreOnAVisibleKeyIsAnError) {
   Problem p = shapes()[0];
   p.causal = true, p.alignment = Alignment::top_left, p.key_lengths.clear();

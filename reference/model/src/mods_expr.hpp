@@ -21,8 +21,9 @@ double score(const Problem& p, const ModAt& a, double s);
 bool visible(const Problem& p, const ModAt& a);
 // d score_expr / d score at `a` for the backward: muparser has no symbolic derivative, so a fourth-order central
 // difference at step h = 2^-12 max(1, |s|) (error ~h^4 |f'''''| + 1e-12 |f|). An expression that is not
-// differentiable there (a kink or a jump within 4h: the differences at h and 2h disagree by more than 1e-6) throws
-// std::invalid_argument naming the expression and the point: its gradient is not defined, so never guessed.
+// differentiable there (a kink or a jump within 2h: the second-order one-sided differences from the left and from
+// the right disagree by more than 1e-6, relative) throws std::invalid_argument naming the expression and the point:
+// its gradient is not defined, so never guessed.
 double dscore(const Problem& p, const ModAt& a, double s);
 
 }  // namespace attncheck::expr
