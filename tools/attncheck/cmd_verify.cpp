@@ -49,18 +49,7 @@ Options g;
 // one is exit 2 before any work too).
 std::optional<baseline::Report> check_options() {
   if (!g.report.empty()) check_report_path(g.report);
-  if (!g.repro.empty()) {
-    if (!g.diagnose)
-      throw std::invalid_argument(
-          "--repro: needs --diagnose (the repro is reduced while it keeps the diagnosis of the "
-          "failure; add --diagnose or drop --repro " +
-          g.repro + ")");
-    std::error_code ec;
-    fs::create_directories(g.repro, ec);
-    if (ec || !fs::is_directory(g.repro))
-      throw std::invalid_argument("--repro: cannot create the directory '" + g.repro + "'" +
-                                  (ec ? ": " + ec.message() : ""));
-  }
+  verify::prepare_repro_dir(g.repro, g.diagnose);
   std::optional<baseline::Report> before;
   if (!g.baseline.empty()) {
     (void)thresholds(g.b);
