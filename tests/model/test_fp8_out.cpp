@@ -109,8 +109,8 @@ TEST(Fp8Out, EpilogueBugsAreCaught) {
     for (int64_t n = 0; n < ok.lse->numel(); ++n) ok.lse->set_offset(n, r.lse[static_cast<size_t>(n)]);
     const Verdict good = judge(p, r, ok);
     EXPECT_TRUE(good.pass) << p.name() << ": " << good.worst().describe();
-    for (Bug bug : {Bug::scale_ignored, Bug::scale_inverted, Bug::amax_scaled, Bug::amax_after_cast,
-                    Bug::no_saturation}) {
+    for (Bug bug :
+         {Bug::scale_ignored, Bug::scale_inverted, Bug::amax_scaled, Bug::amax_after_cast, Bug::no_saturation}) {
       if (bug == Bug::no_saturation && fp8_out_amax(r.out) * p.scale_o <= kv_code_max(p.o_dtype)) continue;
       // With fp8 inputs the bound of O (fp8 P and V) is wider than the output's own fp8 rounding, so an amax taken
       // after the cast (within u_8 of max |O|) is inside it (docs/tolerance.md "fp8 output").
@@ -141,8 +141,7 @@ TEST(Fp8Out, HostileFieldsAreRefusedNamingTheField) {
   EXPECT_NE(validation_message(p).find("o_dtype must be fp8_e4m3 or fp8_e5m2"), std::string::npos)
       << validation_message(p);
   p = good, p.fp8_out = false;
-  EXPECT_NE(validation_message(p).find("o_dtype and scale_o need fp8_out"), std::string::npos)
-      << validation_message(p);
+  EXPECT_NE(validation_message(p).find("o_dtype and scale_o need fp8_out"), std::string::npos) << validation_message(p);
   p = good, p.fully_masked = FullyMasked::nan;
   EXPECT_NE(validation_message(p).find("fp8_out: fully_masked=nan"), std::string::npos) << validation_message(p);
   // The name carries the fields and reads back; a bad value in a name is refused naming the field.

@@ -22,8 +22,9 @@ void validate_fp8_out(const Problem& p) {
   // The poison that shows an unwritten element is NaN; with fully_masked=nan that is a right answer, and e4m3 has
   // no infinity to poison with instead.
   if (p.fully_masked == FullyMasked::nan)
-    fail("fp8_out: fully_masked=nan is not modelled with an fp8 output (cuDNN writes 0 for such rows), got "
-         "fully_masked=nan");
+    fail(
+        "fp8_out: fully_masked=nan is not modelled with an fp8 output (cuDNN writes 0 for such rows), got "
+        "fully_masked=nan");
 }
 
 double fp8_out_saturated(const Problem& p, double o) {
