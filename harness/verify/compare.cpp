@@ -36,8 +36,9 @@ std::vector<std::string> diagnose_file(const Comparison& c, const std::string& a
     if (!s.ok)
       notes.push_back("note: " + rerun->name() + " does not support the case (" + s.reason + "): no probes");
     else if (judge(p, f.expected, again, m).pass)
-      notes.push_back("note: " + rerun->name() + " re-run passes the case the file fails: it is not the candidate that wrote " +
-                      actual + ", so no probes and no repro");
+      notes.push_back("note: " + rerun->name() +
+                      " re-run passes the case the file fails: it is not the candidate that wrote " + actual +
+                      ", so no probes and no repro");
     else
       o.rerun = rerun.get();
   } else {
@@ -55,8 +56,7 @@ std::vector<std::string> diagnose_file(const Comparison& c, const std::string& a
 
 // One candidate file's rows (forward, then gradients when it has them) and their diagnosis lines, appended to out.
 // Bad input (an unreadable file, gradients the fixture has none of, a bad --contract) throws std::invalid_argument.
-void judge_file(const Comparison& c, const std::string& actual, const Fixture& f, Compared& out,
-                const NoteSink& note) {
+void judge_file(const Comparison& c, const std::string& actual, const Fixture& f, Compared& out, const NoteSink& note) {
   const Outputs cand = read_candidate(actual, f.problem);
   const std::string impl = c.name.empty() ? std::filesystem::path(actual).filename().string() : c.name;
   CandidateJudging judged;
@@ -94,8 +94,8 @@ void apply_policy(const std::string& policy, Fixture& f, const NoteSink& note) {
   } catch (const std::exception& e) {
     throw std::invalid_argument("--policy " + policy + ": " + e.what());
   }
-  note(std::string("judged under the declared fully-masked policy ") + to_string(pol) + " (fixture: " +
-       to_string(f.problem.fully_masked) + "; expectation recomputed by the reference)");
+  note(std::string("judged under the declared fully-masked policy ") + to_string(pol) +
+       " (fixture: " + to_string(f.problem.fully_masked) + "; expectation recomputed by the reference)");
   f.expected = reference_attention(q, f.inputs);
   f.problem = q;
 }

@@ -42,7 +42,7 @@ struct Comparison {
   bool diagnose = false;             // a forward failure diagnosed from the file's outputs
   int diagnose_reruns = 12;          // re-run budget of the diagnosis's probes
   std::string repro;                 // with diagnose and a re-runnable candidate: the smallest repro written here
-  std::string candidate;              // --candidate NAME as given: the implementation that wrote the one file
+  std::string candidate;             // --candidate NAME as given: the implementation that wrote the one file
   // The implementation that wrote the files, re-run by the probes (nullptr: none). Asked only when a failure is
   // diagnosed, so a bad name is reported after the rows before it were judged.
   std::function<ImplPtr()> rerun;
