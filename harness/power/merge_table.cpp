@@ -97,8 +97,9 @@ int print_merge_table(const MergeTable& t) {
   std::printf("%-24s %-20s %8s %8s  %-40s %s\n", "variant", "expected tag", "fixtures", "failed",
               "diagnosis (fixtures)", "verdict");
   for (const MergeTableRow& r : t.rows)
-    std::printf("%-24s %-20s %8zu %8d  %-40s %s\n", r.variant.c_str(), r.expect.empty() ? "(correct)" : r.expect.c_str(),
-                t.fixtures, r.failed, r.tags.empty() ? "-" : r.tags.c_str(), r.verdict.c_str());
+    std::printf("%-24s %-20s %8zu %8d  %-40s %s\n", r.variant.c_str(),
+                r.expect.empty() ? "(correct)" : r.expect.c_str(), t.fixtures, r.failed,
+                r.tags.empty() ? "-" : r.tags.c_str(), r.verdict.c_str());
   const bool ok = t.accepted();
   std::printf("merge power: %s\n", ok ? "every fault caught with its tag, no false alarm" : "NOT ACCEPTED");
   if (t.unreadable.empty()) return ok ? 0 : 1;
