@@ -82,7 +82,8 @@ targets=(attncheck example_plugin example_plugin_bad_abi example_plugin_buggy ex
          test_poison_probe test_mask_edges test_no_signature test_model_reach test_paged_diagnosis
          test_compare_diagnose test_reduce diagnose_validate)
 if [ -n "${emu:-}" ]; then
-  targets=(attncheck test_cuda_emu test_cuda_kernels test_cuda_backward test_cuda_merge test_emu_guard test_cuda_mods)
+  targets=(attncheck test_cuda_emu test_cuda_kernels test_cuda_backward test_cuda_merge test_emu_guard test_cuda_mods
+           test_cuda_serving)
 elif [ -n "${extra:-}" ]; then
   # Every executable or library of build/ that one of these tests names on its command line (tests that reach
   # attncheck or a plugin through a compile definition get them from the list above).
