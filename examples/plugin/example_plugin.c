@@ -194,6 +194,14 @@ static int32_t example_supports(const attncheck_problem* p, char* reason, size_t
       return 0;
     }
   }
+#ifdef ATTNCHECK_EXT_BACKWARD
+  /* The looped backward applies the mask modifications (visible()) only: ALiBi's score term and the rotation are
+   * not in it, so it must not be offered them. */
+  if (extension(p, ATTNCHECK_EXT_BACKWARD) && (m.alibi_slopes || m.rotary_dim > 0)) {
+    snprintf(reason, reason_size, "the example's backward has no ALiBi term and no RoPE");
+    return 0;
+  }
+#endif
 #endif
 #ifdef ATTNCHECK_EXT_BACKWARD
   if (extension(p, ATTNCHECK_EXT_BACKWARD) && extension(p, ATTNCHECK_EXT_SINKS)) {
@@ -478,7 +486,7 @@ static int32_t example_backward(const attncheck_problem* p, const attncheck_ext_
   const float scale = (float)p->scale;
   const float softcap = (float)p->softcap;
   float pw[MAX_KEYS], dt[MAX_KEYS];     /* per key of the row: P_ij and dT_ij */
-  const example_mods mods = mods_of(p); /* never offered with modifications: the host's backward has none */
+  const example_mods mods = mods_of(p); /* mask modifications only: supports() declines ALiBi and RoPE */
 
   /* dK and dV accumulate over rows and heads: zero them first (the host pre-fills every gradient with NaN). */
   for (int64_t b = 0; b < p->B; ++b)
