@@ -135,7 +135,7 @@ int run_compare() {
           "note: judged under the declared fully-masked policy %s (fixture: %s; expectation recomputed by the "
           "reference)\n",
           to_string(pol), to_string(f.problem.fully_masked));
-      f.expected = reference_attention(q, f.inputs);
+      f.expected = expected_attention(q, f.inputs);
       f.problem = q;
     }
   }
