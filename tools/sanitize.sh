@@ -26,7 +26,7 @@ skip='^(attncheck_selftest|isolation\.selftest\..*|isolation\.power\..*|isolatio
 'diagnose\.mutants|Reduce\.(ACutKeepsWhatEveryKeptRowSees|EveryMutantsFailureReducesToASmallCaseWithTheSameDiagnosis|'\
 'VarlenFailuresReduceToOneSequenceWithTheSameDiagnosis)|ModelReach\.(Rope|Mla|ModificationAndCache)FaultsGetTheirTags|'\
 'PowerGrid\.(NoFalseAlarm.*|HazardInputsCatchEveryFaultAt1kKeys)|'\
-'ToleranceV2\.(SkippedTileAt128kKeysIsCaughtInEveryDtype|ADroppedKeyOfNineTimesAverageWeightAt128kBf16IsCaught|'\
+'ToleranceModel\.(SkippedTileAt128kKeysIsCaughtInEveryDtype|ADroppedKeyOfNineTimesAverageWeightAt128kBf16IsCaught|'\
 'TinyTermsAbsorbedByA128kKeySumAreCovered)|ContractNoise\.DeclaredRoundingsPassOnEveryValueDistribution|'\
 'BackwardPower\.FaultsDetectedCorrectVariantsInsideAtLongContext|'\
 'cli\.bench\.(no_input_copy_cpu|no_input_copy_cpu-flash|decode_memory_bound|num_splits|isa_forced)|cli\.backward\.bench|'\

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <limits>
 
+#include "attncheck/mods.hpp"
 #include "attncheck/problem.hpp"
+#include "attncheck/rope.hpp"
 
 namespace attncheck::mutants {
 namespace {
@@ -31,7 +33,11 @@ enum class Bug {
   dropout_no_rescale,
   lse_off_by_scale,
   masked_values_read,
-  mask_before_scale
+  mask_before_scale,
+  score_mod_sign,
+  mask_mod_key_shift,
+  rope_pairing_swapped,
+  rope_query_offset_ignored
 };
 
 template <class T>
@@ -45,6 +51,23 @@ struct Kernel {
   // Accumulate y into acc: fp16 accumulators round after every add (the bug), everything else in T.
   void acc(T& a, T y) const { a = bug == Bug::fp16_accumulation ? half(a + y) : a + y; }
 
+  // Rows [0, L) of q (head h) or k (KV head h) after the position stage (QK-norm, RoPE) in fp64, as the
+  // reference applies it; the inputs' values without one. The RoPE bugs change only how positions are applied.
+  std::vector<double> rows(bool query, int64_t b, int64_t h) const {
+    const int64_t L = query ? p.Lq : p.Lk, D = p.Dqk;
+    const Tensor& t = query ? in.q : in.k;
+    std::vector<double> x(static_cast<size_t>(L * D));
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t d = 0; d < D; ++d) x[static_cast<size_t>(i * D + d)] = t.at(b, h, i, d);
+    Problem sp = p;
+    if (bug == Bug::rope_pairing_swapped) sp.rotary_interleaved = !sp.rotary_interleaved;
+    if (query && bug == Bug::rope_query_offset_ignored) std::fill(sp.rope_offsets.begin(), sp.rope_offsets.end(), 0);
+    const RopeStage stage(sp);
+    for (int64_t i = 0; i < L && stage.on(); ++i)
+      query ? stage.query(b, i, &x[static_cast<size_t>(i * D)]) : stage.key(b, i, &x[static_cast<size_t>(i * D)]);
+    return x;
+  }
+
   void head(int64_t b, int64_t h) const {
     const int64_t Lq = p.Lq, Lk = p.Lk, D = p.Dqk, Dv = p.Dv;
     const int64_t tile = 16;
@@ -56,6 +79,8 @@ struct Kernel {
     const bool finite = p.fill == MaskFill::finite || bug == Bug::finite_fill_uniform;
     const T fill = finite ? static_cast<T>(p.fill == MaskFill::finite ? p.fill_value : -1e9) : -inf;
     const bool capped_late = bug == Bug::softcap_after_mask && p.softcap > 0;
+    const ModSet mods(p);
+    const std::vector<double> qx = rows(true, b, h), kx = rows(false, b, kvh);
 
     // scores S (Lq, Lpad) and visibility
     std::vector<T> S(static_cast<size_t>(Lq * Lpad));
@@ -76,6 +101,13 @@ struct Kernel {
         if (p.window_left >= 0 && j < diag - p.window_left) v = false;
         if (p.window_right >= 0 && j > diag + p.window_right) v = false;
         if (in.mask && in.mask->get_offset(broadcast_offset(*in.mask, b, h, i, j)) == 0) v = false;
+        const ModAt at{b, h, i, p.row_keys(b, i).diag, j};
+        if (v &&
+            mods.has_mask()) {  // mask_mod_key_shift: the modification read at the next key (a boundary off by one)
+          ModAt shifted = at;
+          if (bug == Bug::mask_mod_key_shift) shifted.j = std::min(j + 1, Lk - 1);
+          v = mods.visible(shifted);
+        }
         if (bug == Bug::partial_tile_dropped && j >= Lk / tile * tile) v = false;  // the loop skips the last tile
         vis[n] = v;
         if (!v && bug != Bug::mask_after_softmax_no_renorm) {
@@ -87,12 +119,17 @@ struct Kernel {
         T dot = 0;
         for (int64_t e = 0; e < D; ++e) {
           const int64_t d = bug == Bug::reverse_order ? D - 1 - e : e;
-          dot += static_cast<T>(in.q.at(b, h, i, d)) * static_cast<T>(in.k.at(b, kvh, j, d));
+          dot +=
+              static_cast<T>(qx[static_cast<size_t>(i * D + d)]) * static_cast<T>(kx[static_cast<size_t>(j * D + d)]);
         }
         T s = dot * scale;
         if (p.softcap > 0 && !capped_late) s = static_cast<T>(p.softcap) * std::tanh(s / static_cast<T>(p.softcap));
         if (in.bias) s += static_cast<T>(in.bias->get_offset(broadcast_offset(*in.bias, b, h, i, j)));
         if (capped_late) s = static_cast<T>(p.softcap) * std::tanh(s / static_cast<T>(p.softcap));
+        if (mods.has_score()) {  // score_mod_sign: the modification's change subtracted (ALiBi's sign flipped)
+          const double m = mods.score(at, static_cast<double>(s));
+          s = static_cast<T>(bug == Bug::score_mod_sign ? 2.0 * static_cast<double>(s) - m : m);
+        }
         S[n] = s;
       }
     }
@@ -211,10 +248,18 @@ struct Kernel {
 
 class Looped final : public Impl {
  public:
-  Looped(std::string name, Bug bug, std::string what) : name_(std::move(name)), bug_(bug), what_(std::move(what)) {}
+  Looped(std::string name, Bug bug, std::string what, bool with_mods)
+      : name_(std::move(name)), bug_(bug), what_(std::move(what)), with_mods_(with_mods) {}
   std::string name() const override { return name_; }
   std::string description() const override { return what_; }
-  Capabilities capabilities() const override { return Capabilities{}; }
+  // The modification library is declared by the correct variants and the mutants of its bugs only: the classic
+  // mutants keep the classic feature set (their diagnosis is validated on it, docs/diagnosis.md).
+  Capabilities capabilities() const override {
+    Capabilities c;
+    if (with_mods_)
+      for (const ModEntry& m : modifications()) c.mods.insert(m.name);
+    return c;
+  }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t h = 0; h < p.Hq; ++h) {
@@ -229,7 +274,13 @@ class Looped final : public Impl {
   std::string name_;
   Bug bug_;
   std::string what_;
+  bool with_mods_;
 };
+
+bool modification_bug(Bug b) {
+  return b == Bug::score_mod_sign || b == Bug::mask_mod_key_shift || b == Bug::rope_pairing_swapped ||
+         b == Bug::rope_query_offset_ignored;
+}
 
 }  // namespace
 
@@ -237,7 +288,7 @@ const std::vector<Entry>& catalogue() {
   static const std::vector<Entry> all = [] {
     std::vector<Entry> v;
     auto add = [&](const char* name, Bug bug, bool correct, const char* what) {
-      v.push_back({std::make_shared<Looped>(name, bug, what), correct, what});
+      v.push_back({std::make_shared<Looped>(name, bug, what, correct || modification_bug(bug)), correct, what});
     };
     add("ok-reverse-order", Bug::reverse_order, true, "dot products, sums and P.V in reverse order");
     add("ok-online-block7", Bug::online_block7, true,
@@ -263,6 +314,14 @@ const std::vector<Entry>& catalogue() {
         "V of masked keys multiplied by weight 0: NaN poison leaks");
     add("mask-before-scale", Bug::mask_before_scale, false,
         "mask fill applied before the scale (-inf * negative = +inf)");
+    add("score-mod-sign", Bug::score_mod_sign, false,
+        "a score modification's change subtracted, not added (ALiBi's sign, attention-gym #86)");
+    add("mask-mod-key-shift", Bug::mask_mod_key_shift, false,
+        "a mask modification evaluated at key j + 1 (a document or chunk boundary off by one)");
+    add("rope-pairing-swapped", Bug::rope_pairing_swapped, false,
+        "RoPE pairs GPT-NeoX halves and GPT-J interleaved pairs swapped");
+    add("rope-query-offset-ignored", Bug::rope_query_offset_ignored, false,
+        "RoPE rotates queries without the sequence's position offset (keys with it)");
     return v;
   }();
   return all;

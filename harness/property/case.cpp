@@ -36,6 +36,7 @@ std::string CaseSpec::str() const {
   if (kv_append) o << " kv_append=1";
   if (varlen) o << " varlen=1";
   if (paged) o << " paged=1";
+  for (const std::string& m : mods) o << " mod=" << m;
   return o.str();
 }
 
@@ -104,6 +105,8 @@ std::vector<std::string> restrict_to(CaseSpec& s, const Capabilities& c) {
   off(s.kv_append && !c.kv_append, "kv_append", [&] { s.kv_append = false; });
   off(s.varlen && !c.varlen, "varlen", [&] { s.varlen = false; });
   off(s.paged && !c.paged_kv, "paged_kv", [&] { s.paged = false; });
+  off(std::any_of(s.mods.begin(), s.mods.end(), [&](const std::string& m) { return !c.mods.count(m); }),
+      "modifications", [&] { s.mods.clear(); });
   if (!s.causal && s.window_left < 0 && s.window_right < 0) s.alignment = Alignment::top_left;
   if (s.alignment != Alignment::explicit_) s.per_batch_offsets = false;
   return removed;

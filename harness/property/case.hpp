@@ -55,9 +55,10 @@ struct CaseSpec {
   // properties, whose invariants assume a plain softmax, never see them and their draws stay as they were).
   int sinks_kind = 0;                      // 0 none, 1 finite sinks (every third head large), 2 even heads -inf
   ScoresOut scores_out = ScoresOut::none;  // the raw-score output's stage
-  bool kv_append = false;  // the first past_len in [1, Lk) key/value tokens come as a past (KV-cache append)
-  bool varlen = false;     // B = 1 split into 1-4 packed sequences (cu_seqlens; empty ones allowed)
-  bool paged = false;      // K/V in pages of 1..Lk+1 tokens, 0-2 unused pages, batch 1 may share a page
+  bool kv_append = false;         // the first past_len in [1, Lk) key/value tokens come as a past (KV-cache append)
+  bool varlen = false;            // B = 1 split into 1-4 packed sequences (cu_seqlens; empty ones allowed)
+  bool paged = false;             // K/V in pages of 1..Lk+1 tokens, 0-2 unused pages, batch 1 may share a page
+  std::vector<std::string> mods;  // library modifications (mods.hpp) by name, parameters from each entry's draw
 
   std::string str() const;  // every field, for messages and fixtures
   int64_t cost() const { return B * Hq * Lq * Lk * (Dqk + Dv); }

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "attncheck/generate.hpp"
+#include "attncheck/mods.hpp"
 #include "case.hpp"
 
 namespace attncheck::prop {
@@ -219,6 +220,9 @@ Case build_case(const CaseSpec& s) {
     if (p.B > 1 && r.pick(0, 1)) p.block_table[static_cast<size_t>(n)] = p.block_table[0];
     gen::page_inputs(p, in);
   }
+  // Library modifications, drawn after the inputs: each entry's own generator for the drawn shape. Masks only
+  // remove keys and position stages move nothing, so the poisoned slots above stay unseen.
+  for (const std::string& m : s.mods) find_modification(m)->draw(p, r);
   // fp8 descale factors, drawn last: 2^[-4, 2] * (1 + [0, 7]/8), so most are not powers of two.
   if (is_fp8(p.dtype))
     for (double* d : {&p.descale_q, &p.descale_k, &p.descale_v})

@@ -47,6 +47,8 @@ std::vector<int64_t> out_shape(const Problem& p);
 std::vector<int64_t> lse_shape(const Problem& p);
 std::vector<int64_t> w_shape(const Problem& p);
 std::vector<double> add(const std::vector<double>& a, const std::vector<double>& b);
+// out, lse and weights of the case within the tolerance model of the reference (the `agreement` property).
+Outcome agreement(const Impl& impl, const Case& c);
 // Same case with lse and weights requested when the implementation can produce them.
 Case with_stats(const Impl& impl, Case c);
 

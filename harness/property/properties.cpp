@@ -94,6 +94,7 @@ const std::vector<Property>& properties() {
     for (auto& p : model_properties()) v.push_back(p);
     for (auto& p : invariance_properties()) v.push_back(p);
     for (auto& p : merge_properties()) v.push_back(p);
+    for (auto& p : mods_properties()) v.push_back(p);
     return v;
   }();
   return all;

@@ -51,5 +51,6 @@ std::vector<Property>
 model_properties();  // properties_model.cpp: invariants of sinks, raw scores, append, varlen, paged, fp8
 std::vector<Property> invariance_properties();  // properties_invariance.cpp: rerun and batch invariance
 std::vector<Property> merge_properties();       // properties_merge.cpp: an implementation's merge of attention states
+std::vector<Property> mods_properties();        // properties_mods.cpp: the modification library, RoPE positions
 
 }  // namespace attncheck::prop

@@ -10,15 +10,6 @@
 
 namespace attncheck::prop {
 
-namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-std::string at(int64_t b, int64_t h, int64_t i) {
-  return "[b=" + std::to_string(b) + ",h=" + std::to_string(h) + ",i=" + std::to_string(i) + "]";
-}
-
 // ---- agreement with the reference within the tolerance model --------------------------------------------
 Outcome agreement(const Impl& impl, const Case& c) {
   std::string why;
@@ -30,6 +21,15 @@ Outcome agreement(const Impl& impl, const Case& c) {
   if (c.p.want_lse) k.compare("lse", lse_shape(c.p), t.ref.lse, r->lse, t.lse);
   if (c.p.want_weights) k.compare("weights", w_shape(c.p), t.ref.weights, r->w, t.w);
   return k.done();
+}
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string at(int64_t b, int64_t h, int64_t i) {
+  return "[b=" + std::to_string(b) + ",h=" + std::to_string(h) + ",i=" + std::to_string(i) + "]";
 }
 
 // ---- weight rows sum to 1, masked weights exactly 0 ---------------------------------------------------------
