@@ -72,6 +72,7 @@ Support run_impl(const Impl& impl, const Problem& p, const Inputs& in, Outputs& 
   if (out.weights) out.weights->fill(poison);
   if (out.scores) out.scores->fill(poison);
   if (out.max_logit) out.max_logit->fill(poison);
+  if (out.amax_o) out.amax_o->fill(poison);
   if (out.present_k) out.present_k->fill(poison), out.present_v->fill(poison);
   impl.run(p, in, out);
   return Support::yes();

@@ -2,6 +2,7 @@
 // through the same path as every other backend (its outputs are rounded to the problem's dtypes).
 #include "attncheck/declarations.hpp"
 #include "attncheck/features.hpp"
+#include "attncheck/fp8_out.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/reference.hpp"
@@ -21,7 +22,7 @@ class ReferenceImpl final : public Impl {
       if (f.abi_tag && f.flag) all.emplace_back(f.protocol);
     declare_extension_features(c, all);
     for (const ModEntry& m : modifications()) c.mods.insert(m.name);
-    c.kv_quant = c.mla = true;
+    c.kv_quant = c.mla = c.fp8_out = true;
     return c;
   }
   // fp8 inputs decoded exactly, P in double: not rounded to fp8.
@@ -38,6 +39,11 @@ class ReferenceImpl final : public Impl {
       for (int64_t h = 0; h < p.Hq; ++h)
         for (int64_t i = 0; i < p.Lq; ++i)
           for (int64_t d = 0; d < p.Dv; ++d) out.out.put(b, h, i, d, r.out[static_cast<size_t>(n++)]);
+    if (p.fp8_out) {  // the store of the exact O
+      Tensor o(DType::f64, {p.B, p.Hq, p.Lq, p.Dv});
+      std::copy(r.out.begin(), r.out.end(), o.data<double>());
+      store_fp8_out(p, o, out);
+    }
     if (out.lse)
       for (int64_t n = 0; n < out.lse->numel(); ++n) out.lse->set_offset(n, r.lse[static_cast<size_t>(n)]);
     if (out.weights)

@@ -63,6 +63,7 @@ Outputs candidate_from_arrays(std::map<std::string, UserArray> all, const std::s
   o.scores = member(path, all, "scores", w, w, {});
   if (p.max_logit != MaxLogitOut::none)
     o.max_logit = member(path, all, "max_logit", max_logit_shape(p), max_logit_shape(p), {});
+  if (p.fp8_out) o.amax_o = member(path, all, "amax_o", {1}, {1}, {});  // out then holds O * scale_o
   const std::vector<int64_t> pk{p.B, p.Hkv, p.Lk, p.Dqk}, pv{p.B, p.Hkv, p.Lk, p.Dv};
   o.present_k = member(path, all, "present_key", pk, stored_dims(pk, p.layout), storage_order(p.layout));
   o.present_v = member(path, all, "present_value", pv, stored_dims(pv, p.layout), storage_order(p.layout));

@@ -334,6 +334,7 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
       const bool has_lse = r.has_object(file, "/actual/lse"), has_weights = r.has_object(file, "/actual/weights");
       const bool has_scores = r.has_object(file, "/actual/scores");
       const bool has_max_logit = p.max_logit != MaxLogitOut::none && r.has_object(file, "/actual/max_logit");
+      const bool has_amax_o = p.fp8_out && r.has_object(file, "/actual/amax_o");
       const bool has_present = r.has_object(file, "/actual/present_key") && r.has_object(file, "/actual/present_value");
       const double need =
           8.0 * rows *
@@ -366,6 +367,7 @@ Outputs read_candidate(const std::string& path, const Problem& p, const FixtureR
       if (has_weights) read_into("/actual/weights", o.weights, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
       if (has_scores) read_into("/actual/scores", o.scores, {p.B, p.Hq, p.Lq, p.Lk}, {p.B, p.Hq, p.Lq, p.Lk}, {});
       if (has_max_logit) read_into("/actual/max_logit", o.max_logit, max_logit_shape(p), max_logit_shape(p), {});
+      if (has_amax_o) read_into("/actual/amax_o", o.amax_o, {1}, {1}, {});
       if (has_present) {
         read_into("/actual/present_key", o.present_k, {p.B, p.Hkv, p.Lk, p.Dqk},
                   stored_dims({p.B, p.Hkv, p.Lk, p.Dqk}, p.layout), storage_order(p.layout));

@@ -41,8 +41,9 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
     if (f == Flavour::window) p.window_left = 255, p.window_right = 0;
   }
   if (f == Flavour::alibi || f == Flavour::document || f == Flavour::chunk || f == Flavour::kv_cache ||
-      f == Flavour::mla || f == Flavour::max_logit)
+      f == Flavour::mla || f == Flavour::max_logit || f == Flavour::fp8_out)
     p.causal = true;
+  if (f == Flavour::fp8_out) p.fp8_out = true, p.o_dtype = DType::e4m3, p.scale_o = 96.0;
   if (f == Flavour::max_logit) p.softcap = 8, p.max_logit = MaxLogitOut::rows;
   if (f == Flavour::mla) p.mla = true, p.scale = 1.0 / std::sqrt(48.0);  // a head of 48 before absorption
   if (f == Flavour::kv_cache)
@@ -182,9 +183,11 @@ Judged judge_run(const Problem& p, const ExpectedAttention& ref, Outputs o, cons
     const double err = std::abs(t.actual - t.expected);
     const double r = std::isfinite(err) ? (t.tolerance > 0 ? err / t.tolerance : (err > 0 ? INFINITY : 0.0)) : INFINITY;
     if (r >= j.ratio) j.ratio = r, j.worst = t.describe();
-    (t.tensor == "out"         ? j.err_out
-     : t.tensor == "max_logit" ? j.err_ml
-                               : j.err_lse) = std::isfinite(t.max_abs_err) ? t.max_abs_err : INFINITY;
+    // amax_o, a statistic of the whole output, counts with max_logit
+    (t.tensor == "out"                                 ? j.err_out
+     : t.tensor == "max_logit" || t.tensor == "amax_o" ? j.err_ml
+                                                       : j.err_lse) =
+        std::isfinite(t.max_abs_err) ? t.max_abs_err : INFINITY;
   }
   return j;
 }
@@ -203,12 +206,15 @@ Flavour flavour_of(Fault f) {
   if (f == Fault::topk_padding) return Flavour::topk;
   if (f == Fault::mla_v_stride || f == Fault::mla_v_columns || f == Fault::mla_scale_dim) return Flavour::mla;
   if (f == Fault::max_logit_stage || f == Fault::max_logit_unscaled) return Flavour::max_logit;
+  if (f == Fault::out_scale_ignored || f == Fault::out_scale_inverted || f == Fault::amax_o_scaled ||
+      f == Fault::amax_o_after_cast)
+    return Flavour::fp8_out;
   return Flavour::dense;
 }
 
 const char* to_string(Flavour f) {
-  const char* names[kFlavours] = {"dense", "causal",          "window", "alibi", "document", "chunk",
-                                  "rope",  "kv-int8-block16", "topk",   "mla",   "max-logit"};
+  const char* names[kFlavours] = {"dense", "causal",          "window", "alibi", "document",  "chunk",
+                                  "rope",  "kv-int8-block16", "topk",   "mla",   "max-logit", "fp8-out"};
   return names[static_cast<int>(f)];
 }
 const char* to_string(Logits l) {
@@ -282,15 +288,21 @@ std::vector<Variant> fault_variants() {
       make("mla-scale-dim", "absorbed MLA: scale 1/sqrt(Dqk) instead of the declared one", Fault::mla_scale_dim),
       make("max-logit-stage", "max-logit output taken before the softcap", Fault::max_logit_stage),
       make("max-logit-unscaled", "max-logit output of the unscaled dot products", Fault::max_logit_unscaled),
+      make("out-scale-ignored", "fp8 output: scale_o ignored (the codes of O)", Fault::out_scale_ignored),
+      make("out-scale-inverted", "fp8 output: scale_o applied as a descale (the codes of O / scale_o)",
+           Fault::out_scale_inverted),
+      make("amax-o-scaled", "fp8 output: amax_o in scale_o units (max |O * scale_o|)", Fault::amax_o_scaled),
+      make("amax-o-after-cast", "fp8 output: amax_o of the stored codes (max |code| / scale_o)",
+           Fault::amax_o_after_cast),
   };
 }
 
 Report run_grid(const GridOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<Variant> good = correct_variants(), bad = fault_variants();
-  const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal, Flavour::window,   Flavour::alibi,
-                                       Flavour::document, Flavour::chunk,  Flavour::rope,     Flavour::kv_cache,
-                                       Flavour::topk,     Flavour::mla,    Flavour::max_logit};
+  const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal, Flavour::window,    Flavour::alibi,
+                                       Flavour::document, Flavour::chunk,  Flavour::rope,      Flavour::kv_cache,
+                                       Flavour::topk,     Flavour::mla,    Flavour::max_logit, Flavour::fp8_out};
   Report rep;
   size_t configuration = 0;
   for (int64_t lk : o.lk)
@@ -376,9 +388,11 @@ Report run_grid(const GridOptions& o) {
           if (!c->correct) {
             // The fault's effect: how far it moves the base kernel's (online-64's) outputs.
             const Judged& base = res[base_run[f]];
-            const double eff_out = max_diff(j.outputs.out, base.outputs.out);
+            const double eff_out = max_diff(j.outputs.out, base.outputs.out) / ps[f].scale_o;  // fp8 codes decoded
             const double eff_lse = max_diff(*j.outputs.lse, *base.outputs.lse);
-            const double eff_ml = j.outputs.max_logit ? max_diff(*j.outputs.max_logit, *base.outputs.max_logit) : 0.0;
+            const double eff_ml = j.outputs.max_logit ? max_diff(*j.outputs.max_logit, *base.outputs.max_logit)
+                                  : j.outputs.amax_o  ? max_diff(*j.outputs.amax_o, *base.outputs.amax_o)
+                                                      : 0.0;
             c->fault_err = std::max({eff_out, eff_lse, eff_ml});
             c->inside_noise =
                 j.ratio <= 1.0 && eff_out <= noise_out[f] && eff_lse <= noise_lse[f] && eff_ml <= noise_ml[f];

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "attncheck/block_mask.hpp"
+#include "attncheck/fp8_out.hpp"
 #include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
@@ -167,7 +168,7 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
   }
 
   Outputs o;
-  o.out = Tensor(p.dtype, {1, p.Hq, Lq, Dv});
+  o.out = Tensor(p.fp8_out ? DType::f32 : p.dtype, {1, p.Hq, Lq, Dv});  // fp8: O in fp32 before the epilogue
   o.lse = Tensor(DType::f32, {1, p.Hq, Lq});
   if (p.max_logit == MaxLogitOut::rows) o.max_logit = Tensor(DType::f32, {1, p.Hq, Lq});
   for (int64_t row = 0; row < p.Hq * Lq; ++row) {  // query heads share the one KV head
@@ -296,6 +297,19 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       }
       o.out.put(0, h, i, d, x);
     }
+  }
+  if (p.fp8_out) {  // the epilogue: O * scale_o rounded once to the fp8 format, amax of the fp32 O; its faults
+    const Tensor values = std::move(o.out);
+    o.out = Tensor(p.o_dtype, {1, p.Hq, Lq, Dv});
+    o.amax_o = Tensor(DType::f32, {1});
+    Problem e = p;
+    if (v.fault == Fault::out_scale_ignored) e.scale_o = 1.0;
+    if (v.fault == Fault::out_scale_inverted) e.scale_o = 1.0 / p.scale_o;
+    store_fp8_out(e, values, o);
+    double amax_cast = 0;
+    for (double c : o.out.to_double()) amax_cast = std::max(amax_cast, std::abs(c) / p.scale_o);
+    if (v.fault == Fault::amax_o_scaled) o.amax_o->set_offset(0, o.amax_o->get_offset(0) * p.scale_o);
+    if (v.fault == Fault::amax_o_after_cast) o.amax_o->set_offset(0, amax_cast);
   }
   return o;
 }

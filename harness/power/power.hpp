@@ -67,7 +67,14 @@ enum class Fault : uint8_t {
   // Max-logit faults, on the max_logit flavour: the row maximum taken before the softcap (the raw scaled logits),
   // and of the unscaled dot products.
   max_logit_stage,
-  max_logit_unscaled
+  max_logit_unscaled,
+  // fp8 output faults (fp8_out.hpp), on the fp8_out flavour: scale_o ignored (codes of O), applied as a descale
+  // (codes of O / scale_o), amax_o in scale_o units (max |O * scale_o|) and amax_o taken after the cast (max |code| /
+  // scale_o).
+  out_scale_ignored,
+  out_scale_inverted,
+  amax_o_scaled,
+  amax_o_after_cast
 };
 
 // How the kernel sums over keys.
@@ -102,8 +109,22 @@ std::vector<Variant> fault_variants();
 // topk: causal, each row attending a list of min(Lk/4, 512) slots of keys in [1, diagonal], odd rows ending in padding.
 // mla: causal absorbed MLA, V the first 32 columns of the 64-column latent cache K, scale 1/sqrt(48) declared.
 // max_logit: causal with softcap 8 and the max-logit output per row.
-enum class Flavour : uint8_t { dense, causal, window, alibi, document, chunk, rope, kv_cache, topk, mla, max_logit };
-inline constexpr int kFlavours = 11;
+// fp8_out: causal with an e4m3 output, scale_o 96 (|out| ~ 1, so codes up to a few hundred, below 448).
+enum class Flavour : uint8_t {
+  dense,
+  causal,
+  window,
+  alibi,
+  document,
+  chunk,
+  rope,
+  kv_cache,
+  topk,
+  mla,
+  max_logit,
+  fp8_out
+};
+inline constexpr int kFlavours = 12;
 const char* to_string(Flavour f);
 Flavour flavour_of(Fault f);  // the shape a fault is run on (mask faults need their mask)
 enum class Logits : uint8_t { normal, large, near_one_hot, hazard };

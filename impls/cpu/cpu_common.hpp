@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "attncheck/declarations.hpp"
+#include "attncheck/fp8_out.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/kv_cache.hpp"
 #include "attncheck/mods.hpp"
@@ -571,6 +572,20 @@ void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
     out.max_logit = std::move(heads);
     return;
   }
+  if (p.fp8_out) {  // the kernels write O in the working precision; the epilogue scales, saturates, rounds once
+    Problem q = p;
+    q.fp8_out = false, q.o_dtype = Problem{}.o_dtype, q.scale_o = 1.0;
+    Outputs values = std::move(out);
+    values.out = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Dv}, storage_order(p.layout));
+    values.amax_o.reset();
+    run_cpu(q, in, values, kernel);
+    Tensor codes = Tensor(p.out_dtype(), {p.B, p.Hq, p.Lq, p.Dv}, storage_order(p.layout));
+    const Tensor o = std::move(values.out);
+    out = std::move(values);
+    out.out = std::move(codes), out.amax_o = Tensor(p.stat_dtype(), {1});
+    store_fp8_out(p, o, out);
+    return;
+  }
   auto rest = [&](const Problem& q, const Inputs& x) {
     run_appending(q, x, out, [&](const Problem& r, const Inputs& y, Outputs& o) {
       if (!is_fp8(r.dtype)) return run_packed(r, y, o, kernel);  // no copy of the inputs (decode reads K/V once)
@@ -586,7 +601,8 @@ void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
 // What both CPU implementations declare: everything the problem model has, fp8 included.
 inline Capabilities cpu_capabilities(const char* notes) {
   Capabilities c;
-  c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = c.fp8 = c.kv_quant = c.mla = c.max_logit_out = true;
+  c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = c.fp8 = c.kv_quant = c.mla = c.max_logit_out =
+      c.fp8_out = true;
   c.dtypes.insert({DType::e4m3, DType::e5m2});
   for (const ModEntry& m : modifications()) c.mods.insert(m.name);
   c.notes = notes;

@@ -351,10 +351,11 @@ Capabilities capabilities_from_json(const json& j, const std::string& where) {
   for (const Feature& f : problem_features())
     if (f.flag) c.*f.flag = std::find(features.begin(), features.end(), f.protocol) != features.end();
   if (!c.fp8) c.dtypes.erase(DType::e4m3), c.dtypes.erase(DType::e5m2);  // fp8 formats need the feature
-  // The protocol returns out, lse, weights and max_logit only: a raw-score or present key/value output cannot
-  // travel back.
+  // The protocol returns out, lse, weights and max_logit only: a raw-score, present key/value or amax_o output
+  // cannot travel back.
   c.scores_out = false;
   c.kv_append = false;
+  c.fp8_out = false;
   if (j.contains("modifications"))  // optional: a worker that predates the library declares none
     for (const auto& m : names("modifications")) c.mods.insert(m);
   c.max_head_dim = j.contains("max_head_dim") ? int_field(j, w, "max_head_dim") : 0;

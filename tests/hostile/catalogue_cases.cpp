@@ -472,6 +472,11 @@ std::vector<Case> modifications(const fs::path& dir) {
   expression(sexpr, "score_expr/index-out-of-range", "score_expr", "score + slopes[h + 1]");
   expression(sexpr, "expr_tensors/values-mismatch", "expr_tensors", "slopes[5]");
   expression(mexpr, "mask_expr/non-finite", "mask_expr", "sqrt(kv_idx - 5)");
+  // An fp8 output's scale_o of 0, below 0 or NaN: refused naming scale_o.
+  const fs::path fp8_out = source("fp32_B2-Hq4-Hkv1-Lq5-Lk17-D16_causal-br-pad-out-e5m2_normal.h5");
+  for (const auto& [what, x] : {std::pair{"scale_o/zero", 0.0}, {"scale_o/negative", -2.0}, {"scale_o/nan", NAN}})
+    out.push_back(
+        edited(fp8_out, dir, "modification", what, {"scale_o"}, [x = x](hid_t f) { put_f64(f, "scale_o", x, {}); }));
   return out;
 }
 

@@ -21,7 +21,9 @@ Capabilities all_flags_on() {
 }
 
 // Features whose outputs the protocol has no tensor for: listed by name, but never offered to a worker.
-bool output_never_travels(const std::string& name) { return name == "scores" || name == "kv_append"; }
+bool output_never_travels(const std::string& name) {
+  return name == "scores" || name == "kv_append" || name == "fp8_out";
+}
 
 bool lists(const json& caps, const std::string& name) {
   for (const auto& x : caps.at("features"))
@@ -113,6 +115,7 @@ TEST(WorkerJson, OutputsWithoutAProtocolTensorAreNeverOfferedToAWorker) {
   const Capabilities back = capabilities_from_json(capabilities_to_json(c), "test");
   EXPECT_FALSE(back.scores_out) << "a worker cannot return raw scores: the protocol has no such tensor";
   EXPECT_FALSE(back.kv_append) << "a worker cannot return present keys/values: the protocol has no such tensor";
+  EXPECT_FALSE(back.fp8_out) << "a worker cannot return amax_o: the protocol has no such tensor";
 }
 
 // The max-logit output has a protocol tensor: a worker that lists it is offered it, with its form in the problem.

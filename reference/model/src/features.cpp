@@ -110,6 +110,12 @@ const Field kFields[] = {
      [](const P& p) { return kv_scale_type_ok(p.kv_scale_dtype); }, "quantized KV cache: format of the scales"},
     {"mla", &P::mla, Stored::if_set, kFrag, nullptr, nullptr,
      "absorbed MLA: v is the first Dv columns of k (one latent cache [c_kv | k_pe]); a fixture stores k alone"},
+    {"fp8_out", &P::fp8_out, Stored::if_set, kFrag, nullptr, nullptr,
+     "fp8 output: out = codes of O * scale_o, amax_o = max |O| (cuDNN sdpa_fp8)"},
+    {"o_dtype", &P::o_dtype, Stored::if_set, kFrag, "must be fp8_e4m3 or fp8_e5m2",
+     [](const P& p) { return is_fp8(p.o_dtype); }, "fp8 output: format of the out codes"},
+    {"scale_o", &P::scale_o, Stored::if_set, kFrag, "must be finite and > 0",
+     [](const P& p) { return std::isfinite(p.scale_o) && p.scale_o > 0; }, "fp8 output: stored = O * scale_o"},
 };
 
 // ---- text of one value ----
@@ -353,6 +359,10 @@ const Feature kFeatures[] = {
                        ext_tag::mla, "absorbed MLA (a gradient of the one latent cache)"),
     ATTNCHECK_FLAG_EXT("max-logit", "max_logit", max_logit_out, p.max_logit != MaxLogitOut::none,
                        "max-logit output not supported", ext_tag::max_logit, "the max-logit output"),
+    // An fp8 output: no plugin extension tag and nothing in the worker protocol's outputs (amax_o), so plugins and
+    // workers are never offered it.
+    ATTNCHECK_FLAG_EXT("fp8-out", "fp8_out", fp8_out, p.fp8_out,
+                       "fp8 output (O * scale_o as fp8 codes, amax_o) not supported", 0, "an fp8 output"),
     ATTNCHECK_FLAG("weights", "weights_out", weights_out, p.want_weights, "weights output not supported"),
     ATTNCHECK_FLAG("lse", "lse_out", lse_out, p.want_lse, "lse output not supported"),
 };

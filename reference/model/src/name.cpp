@@ -53,6 +53,7 @@ std::string Problem::short_name() const {
   if (mla) add("mla");
   for (const ModEntry* m : used_modifications(*this)) add(m->marker);
   if (max_logit != MaxLogitOut::none) add(std::string("maxlogit-") + to_string(max_logit));
+  if (fp8_out) add(std::string("out-") + (o_dtype == DType::e4m3 ? "e4m3" : "e5m2"));
   o << '/' << (feats.empty() ? std::string("plain") : feats);
   return o.str();
 }

@@ -195,6 +195,7 @@ Outputs make_outputs(const Problem& p) {
   if (p.scores_out != ScoresOut::none) o.scores = Tensor(p.stat_dtype(), {p.B, p.Hq, p.Lq, p.Lk});
   if (p.past_len > 0) o.present_k = make_kv(p, 1, p.Lk), o.present_v = make_kv(p, 2, p.Lk);
   if (p.max_logit != MaxLogitOut::none) o.max_logit = Tensor(p.stat_dtype(), max_logit_shape(p));
+  if (p.fp8_out) o.amax_o = Tensor(p.stat_dtype(), {1});
   return o;
 }
 

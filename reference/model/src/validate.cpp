@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "attncheck/features.hpp"
+#include "attncheck/fp8_out.hpp"
 #include "attncheck/kv_cache.hpp"
 #include "attncheck/mla.hpp"
 #include "attncheck/mods.hpp"
@@ -145,6 +146,7 @@ void validate(const Problem& p) {
   validate_modifications(p);
   validate_paged(p);
   validate_kv_cache(p);
+  validate_fp8_out(p);
   validate_mla(p);
   if (p.mask_shape) check_bcast("mask", *p.mask_shape);
   if (p.bias_shape) {

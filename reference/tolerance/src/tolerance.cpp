@@ -8,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "attncheck/fp8_out.hpp"
+
 namespace attncheck {
 
 std::string TensorVerdict::describe() const {
@@ -129,7 +131,16 @@ Verdict judge(const Problem& p, const ExpectedAttention& r, const Outputs& actua
     v.tensors.push_back(compare_values(name, shape, e, x, tol, m, jr, row_len));
     v.tensors.back().accuracy = profile_accuracy(e, x, tol, d, jr, row_len);
   };
-  compare("out", out_shape, r.out, actual.out, out_tolerance(p, r, m, d_out), d_out, static_cast<size_t>(p.Dv));
+  if (p.fp8_out) {
+    // out holds the codes of O * scale_o (fp8_out.hpp): judged as code / scale_o against O saturated to the format.
+    std::vector<double> e(r.out.size()), x = actual.out.to_double();
+    for (size_t n = 0; n < e.size(); ++n) e[n] = fp8_out_saturated(p, r.out[n]), x[n] = fp8_out_value(p, x[n]);
+    const std::vector<double> tol = out_tolerance(p, r, m, d_out);
+    v.tensors.push_back(compare_values("out", out_shape, e, x, tol, m, jr, static_cast<size_t>(p.Dv)));
+    v.tensors.back().accuracy = profile_accuracy(e, x, tol, d_out, jr, static_cast<size_t>(p.Dv));
+  } else {
+    compare("out", out_shape, r.out, actual.out, out_tolerance(p, r, m, d_out), d_out, static_cast<size_t>(p.Dv));
+  }
   name_dominant(v.tensors.back(), out_shape, [&](size_t n) { return out_terms(p, r, n, d_out, m); });
   if (m.exact_out) v.tensors.back().dominant = kExactDominant;
   auto missing = [&](const char* name) {
@@ -139,6 +150,16 @@ Verdict judge(const Problem& p, const ExpectedAttention& r, const Outputs& actua
     t.n_bad = 1;
     v.tensors.push_back(t);
   };
+  if (p.fp8_out) {
+    if (!actual.amax_o) {
+      missing("amax_o");
+    } else {
+      // max |O| over the whole output: every row must have been computed.
+      if (jr) throw std::invalid_argument("fp8_out: amax_o cannot be judged on sampled rows");
+      const DType d = delivered(*actual.amax_o, p.stat_dtype());
+      compare("amax_o", {1}, {fp8_out_amax(r.out)}, *actual.amax_o, {amax_o_tolerance(p, r, m)}, d, 1);
+    }
+  }
   if (p.want_lse) {
     if (!actual.lse) {
       missing("lse");

@@ -7,6 +7,8 @@
 
 #include "attncheck/rope.hpp"
 #include "attncheck/dtype_floor.hpp"
+#include "attncheck/fp8_out.hpp"
+#include "attncheck/kv_cache.hpp"
 #include "attncheck/tolerance.hpp"
 
 namespace attncheck {
@@ -143,6 +145,21 @@ double floor_of(const Problem& p, DType delivered) {
 }
 
 TolTerms zero() { return TolTerms{}; }
+
+// An fp8 output (fp8_out.hpp) replaces the storage of O: the kernel holds O' in its working precision w (|O' - O|
+// within the other terms, plus w's rounding of O'), multiplies by scale_o (one more rounding of w) and rounds once
+// to the fp8 format: at most u_8 of the stored value above the format's normals, half a subnormal step below them
+// (in code units: divided by scale_o). The saturation adds nothing, the expected value being saturated alike (a
+// clamp moves two values no further apart). u_8 applies to |O'| <= min(|O|, top / scale_o) + the other terms.
+void fp8_out_storage(const Problem& p, double O, TolTerms& t) {
+  const DType w = p.stat_dtype();
+  double rest = 0;
+  for (int k = 0; k < kTolTerms; ++k)
+    if (k != int(TolTerm::storage) && k != int(TolTerm::floor_)) rest += t[static_cast<size_t>(k)];
+  const double top = kv_code_max(p.o_dtype) / p.scale_o, work = 2.0 * unit_roundoff(w) * O;
+  t[int(TolTerm::storage)] = work + unit_roundoff(p.o_dtype) * (std::min(O, top) + rest + work);
+  t[int(TolTerm::floor_)] = floor_of(p, w) + 0.5 * denorm_min(p.o_dtype) / p.scale_o;
+}
 }  // namespace
 
 const char* to_string(TolTerm t) {
@@ -198,6 +215,7 @@ TolTerms out_terms(const Problem& p, const ExpectedAttention& r, size_t n, DType
   t[int(TolTerm::division)] = 2.0 * u.acc * O + (u.descales > 0 ? u.acc * A : 0.0);
   t[int(TolTerm::storage)] = unit_roundoff(delivered) * O;
   t[int(TolTerm::floor_)] = floor_of(p, delivered);
+  if (p.fp8_out) fp8_out_storage(p, O, t);
   return t;
 }
 
@@ -304,6 +322,17 @@ std::vector<double> out_tolerance(const Problem& p, const ExpectedAttention& r, 
                                   std::optional<DType> delivered) {
   const DType d = delivered.value_or(p.dtype);
   return sum_terms(r.out.size(), m.scale, [&](size_t n) { return out_terms(p, r, n, d, m); });
+}
+
+double amax_o_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m) {
+  // |max |O'| - max |O|| <= max |O' - O|: the largest bound of O before the fp8 store, in the working precision.
+  Problem q = p;
+  q.fp8_out = false, q.o_dtype = Problem{}.o_dtype, q.scale_o = 1.0;
+  const std::vector<double> tol = out_tolerance(q, r, m, p.stat_dtype());
+  double t = 0;
+  for (size_t n = 0; n < tol.size(); ++n)
+    if (!std::isnan(r.out[n])) t = std::max(t, tol[n]);
+  return t;
 }
 
 std::vector<double> lse_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m,

@@ -193,6 +193,12 @@ struct Problem {
   int64_t kv_block = 32;              // head-dim elements per scale with kv_scales=block
   DType kv_scale_dtype = DType::f32;  // the scales' format (q8_0: fp16)
   bool kv_quantized() const { return kv_scales != KvScales::none; }
+  // fp8 output (cuDNN sdpa_fp8's O, scale_o, amax_o): out holds the codes of O * scale_o in o_dtype (rounded once,
+  // saturated at the format's largest finite value) and Outputs::amax_o = max |O| before the scaling. Described
+  // once in reference/model/src/fp8_out.cpp (docs/problem-model.md "fp8 output").
+  bool fp8_out = false;
+  DType o_dtype = DType::e4m3;  // the output codes' format: fp8_e4m3 or fp8_e5m2
+  double scale_o = 1.0;         // stored = O * scale_o; finite and > 0
   // Absorbed multi-head latent attention (DeepSeek MLA; FlashMLA, FlashInfer's MLA, vLLM): K is one latent cache
   // [c_kv | k_pe] per token and V is its first Dv columns (c_kv), the same memory read twice. Inputs::v holds those
   // columns (reference/model/src/mla.cpp), a fixture stores K alone; the scale is the problem's `scale` (DeepSeek-V3:
@@ -277,7 +283,8 @@ struct Problem {
   DType stat_dtype() const { return dtype == DType::f64 ? DType::f64 : DType::f32; }
   // dtype of out as implementations here deliver it: the input dtype, bf16 for fp8 inputs (FlashAttention-3's
   // fp8 forward). A candidate file may deliver any float dtype; it is judged in the one delivered.
-  DType out_dtype() const { return is_fp8(dtype) ? DType::bf16 : dtype; }
+  // With fp8_out, the output codes' format.
+  DType out_dtype() const { return fp8_out ? o_dtype : is_fp8(dtype) ? DType::bf16 : dtype; }
   // The name from the parameters, lossless: parse_name(p.name()) is p. One component per non-default field,
   // e.g. "fp16/B2-Hq8-Hkv2-Lq97-Lk257-D64/causal/alignment=bottom_right/want_lse".
   std::string name() const;
@@ -315,6 +322,8 @@ struct Outputs {
   std::optional<Tensor> present_k, present_v;  // like k and v with Lk tokens, when past_len > 0
   // stat_dtype, [B,Hq,Lq] or [Hq] (problem.max_logit). Initialised for the aggregate initialisations of the rest.
   std::optional<Tensor> max_logit = std::nullopt;
+  // stat_dtype, [1], when fp8_out: max |O| over the output before scale_o (NaN elements skipped).
+  std::optional<Tensor> amax_o = std::nullopt;
 };
 
 // The max-logit output's shape for the problem ({} when none), and the heads form of its rows: for each query head

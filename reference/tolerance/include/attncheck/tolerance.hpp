@@ -53,6 +53,8 @@ TolTerms max_logit_terms(const Problem& p, const ExpectedAttention& r, size_t n,
 // [B,Hq,Lq,Lk] of a reference result. Without `delivered`: out in the problem dtype, lse/weights in stat_dtype.
 std::vector<double> out_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m = {},
                                   std::optional<DType> delivered = {});
+// The bound of the fp8 output's amax_o (fp8_out.hpp): the largest bound of O before its fp8 store.
+double amax_o_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m = {});
 std::vector<double> lse_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m = {},
                                   std::optional<DType> delivered = {});
 std::vector<double> weights_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m = {},
