@@ -11,7 +11,7 @@ namespace attncheck {
 void check_exact_out(const Fixture& f) {
   if (!f.tolerance.exact_out) return;
   const Problem& p = f.problem;
-  const ReferenceResult& r = f.expected;
+  const ExpectedAttention& r = f.expected;
   auto fail = [&](const std::string& what) { throw std::invalid_argument("exact_out: " + what); };
   if (p.dropout_p > 0)
     fail("dropout rescales by 1/(1-p), which is not exact (dropout_p " + std::to_string(p.dropout_p) + ")");

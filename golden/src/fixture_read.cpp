@@ -280,7 +280,7 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
       in.keep = read_optional(r, file, "/inputs/keep", p.dropout_p > 0, "attribute dropout_p > 0", DType::u8,
                               {p.B, p.Hq, p.Lq, p.Lk});
 
-      ReferenceResult& e = f.expected;
+      ExpectedAttention& e = f.expected;
       const std::vector<int64_t> out_dims = stored_dims({p.B, p.Hq, p.Lq, p.Dv}, p.layout);
       e.out = to_layout(read_doubles(r, file, "/expected/out", out_dims), p.B, p.Hq, p.Lq, p.Dv, p.layout, true);
       e.out_abs =

@@ -34,7 +34,7 @@ Fixture make_fixture(std::string name, const Problem& p, Inputs in, Provenance p
   Fixture f;
   f.name = std::move(name);
   f.problem = p;
-  f.expected = reference_attention(p, in);
+  f.expected = expected_attention(p, in);
   f.inputs = std::move(in);
   f.provenance = std::move(prov);
   f.tolerance = tol;
@@ -62,7 +62,7 @@ Tensor canonical(const Tensor& t, Layout l) {
 std::string fixture_bytes(const std::string& path, const Fixture& f) {
   const Problem& p = f.problem;
   const Inputs& in = f.inputs;
-  const ReferenceResult& r = f.expected;
+  const ExpectedAttention& r = f.expected;
   h5::MemoryFile mem(path);
   const hid_t file = mem.id();
   h5::Id root(H5Gopen2(file, "/", H5P_DEFAULT), H5Gclose);

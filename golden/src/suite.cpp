@@ -4,7 +4,7 @@
 
 #include "attncheck/features.hpp"
 #include "attncheck/fixture_gradients.hpp"
-#include "attncheck/reference.hpp"
+#include "attncheck/error_scales.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -197,7 +197,7 @@ Fixture build_case_rows(const CaseSpec& c, const std::string& spec_file_name, in
   f.name = c.name;
   f.problem = c.problem;
   f.inputs = gen::generate_inputs(c.problem, c.distribution, c.seed);
-  f.expected = reference_attention_rows(f.problem, f.inputs, sample_rows(f.problem, f.inputs, rows));
+  f.expected = expected_attention_rows(f.problem, f.inputs, sample_rows(f.problem, f.inputs, rows));
   f.tolerance.exact_out = c.exact_out;
   check_exact_out(f);
   f.provenance.attncheck_version = attncheck_version();

@@ -41,7 +41,7 @@ size_t rank_of(const std::string& tag) {
 }
 }  // namespace
 
-Diagnosis diagnose(const prop::Case& c, const ReferenceResult& ref, const Outputs& actual, const Options& o) {
+Diagnosis diagnose(const prop::Case& c, const ExpectedAttention& ref, const Outputs& actual, const Options& o) {
   Diagnosis d;
   // The models read K and V as [B,Hkv,Lk,D]: a paged cache or a KV-cache past is made contiguous first (the same
   // problem, the same reference); the probes re-run the candidate on the case as given.

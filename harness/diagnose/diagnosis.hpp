@@ -56,7 +56,7 @@ struct Options {
 
 // `ref` is the reference result for (c.p, c.in) with lse (and weights when c.p.want_weights); `actual` the
 // candidate's outputs for it. Deterministic; throws only on inconsistent shapes.
-Diagnosis diagnose(const prop::Case& c, const ReferenceResult& ref, const Outputs& actual, const Options& o = {});
+Diagnosis diagnose(const prop::Case& c, const ExpectedAttention& ref, const Outputs& actual, const Options& o = {});
 
 // {"top": tag, "causes": [{tag, score, evidence}], "anatomy": [...], "probes": [...], "reruns", "rerun_budget"},
 // plus "repro": {before, after, top, reruns, path} when a repro was made.

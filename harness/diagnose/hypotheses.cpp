@@ -48,10 +48,10 @@ namespace {
 // The reference on a derived case, with weights when the candidate returned them for the same shape. A kernel writes
 // 0 for a masked key's weight; the reference leaves it NaN in a row that poison made NaN (a row without any visible
 // key follows the fully-masked policy, NaN included).
-ReferenceResult predicted(const Subject& s, prop::Case& d) {
+ExpectedAttention predicted(const Subject& s, prop::Case& d) {
   d.p.want_weights = !s.w.empty() && d.p.Lq == s.p().Lq && d.p.Lk == s.p().Lk;
   d.p.want_lse = true;
-  ReferenceResult r = reference_attention(d.p, d.in);
+  ExpectedAttention r = expected_attention(d.p, d.in);
   const Problem& q = d.p;
   if (!q.want_weights) return r;
   const DenseMask dense(q, d.in);  // the masks as the reference composes them
@@ -74,7 +74,7 @@ ReferenceResult predicted(const Subject& s, prop::Case& d) {
 void Scorer::variant(const std::string& tag, const std::string& what, const std::function<prop::Case()>& make) {
   try {
     prop::Case d = make();
-    const ReferenceResult r = predicted(s, d);
+    const ExpectedAttention r = predicted(s, d);
     add(tag, what, r.out, d.p.Lq == s.p().Lq ? &r.lse : nullptr, d.p.want_weights ? &r.weights : nullptr);
   } catch (const std::invalid_argument&) {
   }
@@ -83,7 +83,7 @@ void Scorer::variant(const std::string& tag, const std::string& what, const std:
 void Scorer::judged_variant(const std::string& tag, const std::string& what, const std::function<prop::Case()>& make) {
   try {
     prop::Case d = make();
-    const ReferenceResult r = predicted(s, d);
+    const ExpectedAttention r = predicted(s, d);
     const std::vector<double> tol = out_tolerance(d.p, r, s.model, s.out_dtype);
     const std::vector<double> tol_lse = lse_tolerance(d.p, r, s.model, s.lse_dtype);
     add(tag, what, r.out, d.p.Lq == s.p().Lq ? &r.lse : nullptr, d.p.want_weights ? &r.weights : nullptr, &tol,

@@ -308,7 +308,7 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
     for (Tensor* t : {&d.in.q, &d.in.k, &d.in.v})
       for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, tf32(t->get_offset(n)));
     d.p.want_weights = false, d.p.want_lse = true;
-    const ReferenceResult r = reference_attention(d.p, d.in);
+    const ExpectedAttention r = expected_attention(d.p, d.in);
     precision("tf32", "q, k and v rounded to TF32 (10-bit mantissa)", Prediction{r.out, r.lse});
   }
   if (p.dropout_p == 0)

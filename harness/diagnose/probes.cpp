@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <functional>
 
-#include "attncheck/reference.hpp"
+#include "attncheck/error_scales.hpp"
 #include "derive.hpp"
 
 namespace attncheck::diagnose {
@@ -83,7 +83,7 @@ ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, cons
       ++ev.reruns;
       Outputs out;
       run_impl(impl, d.p, d.in, out);
-      const Verdict v = judge(d.p, reference_attention(d.p, d.in), out, m);
+      const Verdict v = judge(d.p, expected_attention(d.p, d.in), out, m);
       r.outcome = v.pass ? "pass" : "fail";
       if (!v.pass) r.detail = v.worst().describe();
       // A failure that persists says nothing against a cause another still active mask can trigger (with causal

@@ -12,7 +12,7 @@
 #include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
 
-#include "attncheck/reference.hpp"
+#include "attncheck/error_scales.hpp"
 #include "derive.hpp"
 
 namespace attncheck::diagnose {
@@ -197,10 +197,10 @@ struct Trial {
     if (reruns >= budget || !impl.supports(d.p).ok) return false;
     ++reruns;
     Outputs out;
-    ReferenceResult ref;
+    ExpectedAttention ref;
     try {
       if (!run_impl(impl, d.p, d.in, out).ok) return false;
-      ref = reference_attention(d.p, d.in);
+      ref = expected_attention(d.p, d.in);
       if (judge(d.p, ref, out, o.tolerance).pass) return false;
     } catch (const std::exception&) {
       return false;  // a crash is another failure than the one being reduced
@@ -341,7 +341,7 @@ Reduction reduce(const prop::Case& original, const Impl& impl, const std::string
     Options probed = o;
     probed.max_reruns = std::max(0, std::min(o.max_reruns, budget - t.reruns));
     if (probed.max_reruns == 0) probed.rerun = nullptr;
-    r.diagnosis = diagnose(r.reduced, reference_attention(r.reduced.p, r.reduced.in), out, probed);
+    r.diagnosis = diagnose(r.reduced, expected_attention(r.reduced.p, r.reduced.in), out, probed);
     t.reruns += r.diagnosis.reruns;
   } catch (const std::exception&) {
   }

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "attncheck/reference.hpp"
+#include "attncheck/error_scales.hpp"
 
 #include "reduce.hpp"
 
@@ -39,9 +39,9 @@ Repro write_invariance_repro(const Fixture& original, const Problem& judged, con
   auto fails = [&](const prop::Case& d) {
     Outputs first;
     if (!impl.supports(d.p).ok || !run_impl(impl, d.p, d.in, first).ok) return false;
-    std::optional<ReferenceResult> ref;  // computed only when a variant is judged within tolerance
+    std::optional<ExpectedAttention> ref;  // computed only when a variant is judged within tolerance
     one.within_tolerance = [&](const Outputs& x) {
-      if (!ref) ref = reference_attention(d.p, d.in);
+      if (!ref) ref = expected_attention(d.p, d.in);
       const Verdict v = judge(d.p, *ref, x, tolerance);
       return v.pass ? std::string() : v.worst().describe();
     };

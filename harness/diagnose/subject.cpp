@@ -19,7 +19,7 @@ void mark(const std::vector<double>& e, const std::vector<double>& a, const std:
 }
 }  // namespace
 
-Subject::Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& actual, const ToleranceModel& m)
+Subject::Subject(const prop::Case& cs, const ExpectedAttention& r, const Outputs& actual, const ToleranceModel& m)
     : c(cs), ref(r), mods(cs.p) {
   const Problem& p = c.p;
   model = m, out_dtype = actual.out.dtype, lse_dtype = actual.lse ? actual.lse->dtype : p.stat_dtype();

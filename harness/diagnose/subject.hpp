@@ -22,7 +22,7 @@ inline bool is_bad(double e, double a, double tol) {
 struct Subject {
   const prop::Case& c;                // with K and V contiguous (derive.hpp contiguous_kv)
   const prop::Case* paged = nullptr;  // the case as given, when its K and V are paged
-  const ReferenceResult& ref;
+  const ExpectedAttention& ref;
   ModSet mods;                      // the case's score and mask modifications (score mods as the reference)
   std::vector<double> out, lse, w;  // candidate, logical order (lse / w empty when not produced)
   std::vector<double> tol_out, tol_lse, tol_w;
@@ -41,7 +41,7 @@ struct Subject {
   std::vector<double> row_max;       // [B,Hq,Lq] max visible score (-inf for fully masked rows)
   std::vector<int64_t> row_visible;  // [B,Hq,Lq] visible key count
 
-  Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& actual, const ToleranceModel& m);
+  Subject(const prop::Case& cs, const ExpectedAttention& r, const Outputs& actual, const ToleranceModel& m);
   const Problem& p() const { return c.p; }
   int64_t rows() const { return c.p.B * c.p.Hq * c.p.Lq; }
   // Count of out elements outside tolerance when `expected` is taken as the truth instead of the reference, plus

@@ -3,7 +3,7 @@
 // each detected failure diagnosed with probes that re-run the faulty kernel behind the Impl interface.
 #include <stdexcept>
 
-#include "attncheck/reference.hpp"
+#include "attncheck/error_scales.hpp"
 #include "diagnosis.hpp"
 #include "power.hpp"
 #include "validate.hpp"
@@ -94,7 +94,7 @@ std::vector<ValidationRow> validate_on_power(int per_fault, int max_reruns) {
           if (row.cases >= per_fault) continue;
           const Problem p = power::grid_problem(1024, t, f, 8);
           const Inputs in = power::grid_inputs(p, lg, 20261123);
-          const ReferenceResult ref = reference_attention(p, in);
+          const ExpectedAttention ref = expected_attention(p, in);
           Outputs out;
           if (const Support sup = run_impl(impl, p, in, out); !sup.ok)
             throw std::logic_error("validate_on_power: " + v.name + " does not run " + p.name() + ": " + sup.reason);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "attncheck/backward.hpp"
-#include "attncheck/reference.hpp"
+#include "attncheck/error_scales.hpp"
 #include "case.hpp"
 
 namespace attncheck::gradtest {
@@ -59,7 +59,7 @@ inline std::vector<char> empty_rows(const Problem& p, const Inputs& in) {
   Problem pn = p;
   pn.fully_masked = FullyMasked::nan;
   pn.fill = MaskFill::neg_inf;
-  const ReferenceResult f = reference_attention(pn, in, 1);
+  const ExpectedAttention f = expected_attention(pn, in, 1);
   std::vector<char> e(static_cast<size_t>(p.B * p.Hq * p.Lq), 0);
   for (size_t row = 0; row < e.size(); ++row) e[row] = std::isnan(f.out[row * static_cast<size_t>(p.Dv)]);
   return e;

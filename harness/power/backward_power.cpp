@@ -42,7 +42,7 @@ std::vector<BackwardPowerRow> backward_power(const std::vector<int64_t>& lks, ui
       for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, r.normal());
     Tensor dout = make_dout(p);
     for (int64_t n = 0; n < dout.numel(); ++n) dout.set_offset(n, r.normal());
-    const ReferenceResult fwd = reference_attention(p, in);
+    const ExpectedAttention fwd = expected_attention(p, in);
     const BackwardResult ref = reference_backward(p, in, dout);
     for (const auto& [name, impl] : variants) {
       Gradients g;

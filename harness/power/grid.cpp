@@ -174,7 +174,7 @@ double max_diff(const Tensor& a, const Tensor& b) {
   return m;
 }
 
-Judged judge_run(const Problem& p, const ReferenceResult& ref, Outputs o, const ToleranceModel& m = {}) {
+Judged judge_run(const Problem& p, const ExpectedAttention& ref, Outputs o, const ToleranceModel& m = {}) {
   const Verdict v = judge(p, ref, o, m);
   Judged j;
   j.outputs = std::move(o);
@@ -316,11 +316,11 @@ Report run_grid(const GridOptions& o) {
                               (static_cast<uint64_t>(t) << 8) ^ (static_cast<uint64_t>(lg) << 16);
         Problem ps[kFlavours];
         Inputs ins[kFlavours];
-        ReferenceResult refs[kFlavours];
+        ExpectedAttention refs[kFlavours];
         for (int f = 0; f < kFlavours; ++f) {
           ps[f] = grid_problem(lk, t, flavours[f], o.rows);
           ins[f] = grid_inputs(ps[f], lg, seed);
-          refs[f] = reference_attention(ps[f], ins[f], o.threads);
+          refs[f] = expected_attention(ps[f], ins[f], o.threads);
         }
         // Runs: every correct variant on every shape, every fault on its own shape.
         struct RunSpec {

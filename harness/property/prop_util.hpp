@@ -23,7 +23,7 @@ struct Ran {
 std::optional<Ran> run(const Impl& impl, const Case& c, std::string* why);
 
 struct Tol {
-  ReferenceResult ref;
+  ExpectedAttention ref;
   std::vector<double> out, lse, w, s;  // s: raw scores, when the case asks for them
 };
 // The reference (with weights, whatever the case asks) and the tolerance model's per-element tolerances, at the

@@ -31,7 +31,7 @@ Tol tolerances(const Impl& impl, const Case& c) {
   ToleranceModel m;
   m.contract = impl.declarations().contract_for(p.dtype);
   Tol t;
-  t.ref = reference_attention(p, c.in);
+  t.ref = expected_attention(p, c.in);
   t.out = out_tolerance(p, t.ref, m);
   t.lse = lse_tolerance(p, t.ref, m);
   t.w = weights_tolerance(p, t.ref, m);

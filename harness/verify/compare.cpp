@@ -7,7 +7,7 @@
 
 #include "attncheck/contract.hpp"
 #include "attncheck/fixture_gradients.hpp"
-#include "attncheck/reference.hpp"
+#include "attncheck/error_scales.hpp"
 #include "attncheck/tolerance_backward.hpp"
 #include "backward_row.hpp"
 #include "diagnosis.hpp"
@@ -96,7 +96,7 @@ void apply_policy(const std::string& policy, Fixture& f, const NoteSink& note) {
   }
   note(std::string("judged under the declared fully-masked policy ") + to_string(pol) +
        " (fixture: " + to_string(f.problem.fully_masked) + "; expectation recomputed by the reference)");
-  f.expected = reference_attention(q, f.inputs);
+  f.expected = expected_attention(q, f.inputs);
   f.problem = q;
 }
 

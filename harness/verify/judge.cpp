@@ -9,7 +9,7 @@
 #include "attncheck/cancel.hpp"
 #include "attncheck/declarations.hpp"
 #include "attncheck/module_fixture.hpp"
-#include "attncheck/reference.hpp"
+#include "attncheck/error_scales.hpp"
 #include "diagnosis.hpp"
 #include "invariance_rows.hpp"
 #include "merge_row.hpp"
@@ -59,7 +59,7 @@ Problem judged_problem(const Impl& impl, const Problem& fixture, std::string& un
 // A fixture written with a fully-masked policy the implementation does not support, while it declares another one:
 // judge it under its declared policy, with the expectation recomputed by the reference from the fixture's inputs.
 // Returns the note for the row, "" when the fixture is judged as written.
-std::string under_declared_policy(const Impl& impl, const Fixture& f, Problem& p, ReferenceResult& expected) {
+std::string under_declared_policy(const Impl& impl, const Fixture& f, Problem& p, ExpectedAttention& expected) {
   const Declarations d = impl.declarations();
   if (!d.fully_masked_policy || *d.fully_masked_policy == p.fully_masked ||
       impl.capabilities().fully_masked.count(p.fully_masked))
@@ -71,7 +71,7 @@ std::string under_declared_policy(const Impl& impl, const Fixture& f, Problem& p
   } catch (const std::exception&) {
     return "";  // the declared policy cannot describe this problem: judged (unsupported) as written
   }
-  expected = reference_attention_rows(q, f.inputs, f.expected.sampled_rows);
+  expected = expected_attention_rows(q, f.inputs, f.expected.sampled_rows);
   const std::string note = std::string("judged under the declared fully-masked policy ") + to_string(q.fully_masked) +
                            " (fixture: " + to_string(p.fully_masked) + ", expectation recomputed by the reference)";
   p = q;
@@ -100,8 +100,8 @@ struct ForwardRows {
 
 // The invariance checks of a judged forward case; variants are judged within tolerance as the row was.
 std::vector<InvarianceRow> forward_checks(const Impl& impl, const Fixture& f, const Problem& p,
-                                          const ReferenceResult& expected, const Outputs& out, const ToleranceModel& m,
-                                          const Judging& j, const CaseResult& row) {
+                                          const ExpectedAttention& expected, const Outputs& out,
+                                          const ToleranceModel& m, const Judging& j, const CaseResult& row) {
   invariance::Options o = j.invariance;
   o.within_tolerance = [&](const Outputs& x) {
     const Verdict v = judge(p, expected, x, m);
@@ -122,10 +122,10 @@ std::vector<InvarianceRow> forward_checks(const Impl& impl, const Fixture& f, co
 void judge_forward(const Impl& impl, const Fixture& f, const Judging& j, ForwardRows& fw) {
   CaseResult& r = fw.row;
   std::string unchecked;
-  ReferenceResult recomputed;
+  ExpectedAttention recomputed;
   Problem p = f.problem;
   const std::string note = under_declared_policy(impl, f, p, recomputed);
-  const ReferenceResult& expected = note.empty() ? f.expected : recomputed;
+  const ExpectedAttention& expected = note.empty() ? f.expected : recomputed;
   p = judged_problem(impl, p, unchecked);
   std::optional<BlockMask> bm;  // read by a built-in run on this thread (BlockMaskScope), reruns included
   if (!j.block_mask.empty()) bm = derive_block_mask(p, f.inputs, j.block_mask[0], j.block_mask[1]);

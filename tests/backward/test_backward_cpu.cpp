@@ -13,7 +13,7 @@ using namespace attncheck::gradtest;
 
 namespace {
 // Largest error/tolerance over every gradient element (inf when a non-finite value appears where none belongs).
-double max_ratio(const Problem& p, const ReferenceResult& f, const BackwardResult& r, const Gradients& g) {
+double max_ratio(const Problem& p, const ExpectedAttention& f, const BackwardResult& r, const Gradients& g) {
   const GradTolerance t = grad_tolerance(p, f, r);
   double worst = 0;
   auto scan = [&](const std::vector<double>& e, const Tensor& a, const std::vector<double>& tol) {
@@ -53,7 +53,7 @@ TEST_P(CpuBackward, MatchesReferenceGradients) {
       continue;
     }
     ++ran;
-    const ReferenceResult f = reference_attention(c.p, c.in);
+    const ExpectedAttention f = expected_attention(c.p, c.in);
     const BackwardResult r = reference_backward(c.p, c.in, dout);
     const Verdict v = judge_backward(c.p, f, r, g);
     EXPECT_TRUE(v.pass) << c.name() << " " << c.spec.str() << "\n  " << v.worst().describe();
@@ -97,7 +97,7 @@ TEST(CpuBackward, SaturatedSoftcapFp32Passes) {
     s.seed = seed;
     const prop::Case c = prop::build_case(s);
     const Tensor dout = random_dout(c.p, seed);
-    const ReferenceResult f = reference_attention(c.p, c.in);
+    const ExpectedAttention f = expected_attention(c.p, c.in);
     const BackwardResult r = reference_backward(c.p, c.in, dout);
     for (const char* name : {"cpu", "cpu-flash"}) {
       const Gradients g = run_backward_of(name, c, dout);
@@ -125,7 +125,7 @@ TEST(CpuBackward, MaxFiniteValuesInUnseenKeysNeverLeak) {
       c.in.v.put(0, 0, j, d, d % 2 ? -big : big);
     }
   const Tensor dout = random_dout(c.p, 2);
-  const ReferenceResult f = reference_attention(c.p, c.in);
+  const ExpectedAttention f = expected_attention(c.p, c.in);
   const BackwardResult r = reference_backward(c.p, c.in, dout);
   for (const char* name : {"cpu", "cpu-flash"}) {
     const Gradients g = run_backward_of(name, c, dout);
@@ -149,7 +149,7 @@ TEST(CpuBackward, TightAtLongContextFp32) {
   s.want_weights = false;
   const prop::Case c = prop::build_case(s);
   const Tensor dout = random_dout(c.p, 5);
-  const ReferenceResult f = reference_attention(c.p, c.in);
+  const ExpectedAttention f = expected_attention(c.p, c.in);
   const BackwardResult r = reference_backward(c.p, c.in, dout);
   for (const char* name : {"cpu", "cpu-flash"}) {
     const Gradients g = run_backward_of(name, c, dout);

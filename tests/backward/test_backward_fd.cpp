@@ -22,7 +22,7 @@ namespace {
 // receives Σ |dO| · out_abs, a bound on the magnitudes the loss sums.
 double loss(const Problem& p, const Inputs& in, const std::vector<double>& dout, const std::vector<char>& empty,
             double* labs = nullptr) {
-  const ReferenceResult f = reference_attention(p, in, 1);
+  const ExpectedAttention f = expected_attention(p, in, 1);
   double l = 0, a = 0;
   for (size_t row = 0; row < empty.size(); ++row) {
     if (empty[row]) continue;

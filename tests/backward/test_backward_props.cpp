@@ -49,7 +49,7 @@ TEST(BackwardProperties, DvIsWeightsTransposedTimesDout) {
     const Problem& p = c.p;
     const Tensor dout = random_dout(p, n);
     const BackwardResult g = reference_backward(p, c.in, dout, 1);
-    const ReferenceResult f = reference_attention(p, c.in, 1);
+    const ExpectedAttention f = expected_attention(p, c.in, 1);
     const std::vector<char> empty = empty_rows(p, c.in);
     std::vector<double> dv(g.dv.size(), 0.0);
     for (int64_t b = 0; b < p.B; ++b)

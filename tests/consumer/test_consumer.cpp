@@ -33,7 +33,7 @@ Problem small_case(Inputs& in) {
   return p;
 }
 
-Outputs as_outputs(const Problem& p, const ReferenceResult& r) {
+Outputs as_outputs(const Problem& p, const ExpectedAttention& r) {
   Outputs o = make_outputs(p);
   for (int64_t i = 0, n = 0; i < p.Lq; ++i)
     for (int64_t d = 0; d < p.Dv; ++d) o.out.put(0, 0, i, d, r.out[static_cast<size_t>(n++)]);
@@ -44,7 +44,7 @@ Outputs as_outputs(const Problem& p, const ReferenceResult& r) {
 TEST(Consumer, ReferenceGivesTheMeanOfValuesForUniformWeights) {
   Inputs in;
   const Problem p = small_case(in);
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   for (int i = 0; i < 2; ++i) {
     EXPECT_DOUBLE_EQ(r.out[static_cast<size_t>(i * 2 + 0)], 2.5);
     EXPECT_DOUBLE_EQ(r.out[static_cast<size_t>(i * 2 + 1)], -3.0);
@@ -54,7 +54,7 @@ TEST(Consumer, ReferenceGivesTheMeanOfValuesForUniformWeights) {
 TEST(Consumer, ToleranceModelAcceptsExactAndRejectsPerturbed) {
   Inputs in;
   const Problem p = small_case(in);
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   Outputs o = as_outputs(p, r);
   EXPECT_TRUE(judge(p, r, o).pass);
   o.out.put(0, 0, 1, 0, 2.5 * (1 + 1e-3));  // far beyond fp32 roundoff
@@ -79,7 +79,7 @@ TEST(Consumer, ReadsAGoldenFixture) {
   ASSERT_FALSE(path.empty()) << "no golden fixture given (GOLDEN_FIXTURE: tests/CMakeLists.txt globs golden/cases)";
   const Fixture f = read_fixture(path);
   // The fixture's expected outputs are the reference's on its stored inputs: recompute and compare.
-  const ReferenceResult r = reference_attention(f.problem, f.inputs);
+  const ExpectedAttention r = expected_attention(f.problem, f.inputs);
   ASSERT_EQ(r.out.size(), f.expected.out.size());
   const TensorVerdict v = compare_values("out", {f.problem.B, f.problem.Hq, f.problem.Lq, f.problem.Dv}, f.expected.out,
                                          r.out, out_tolerance(f.problem, r));
@@ -94,5 +94,5 @@ TEST(Consumer, LoadsThePluginExample) {
   const Problem p = small_case(in);
   Outputs o;
   ASSERT_TRUE(run_impl(*impl, p, in, o).ok);
-  EXPECT_TRUE(judge(p, reference_attention(p, in), o).pass);
+  EXPECT_TRUE(judge(p, expected_attention(p, in), o).pass);
 }

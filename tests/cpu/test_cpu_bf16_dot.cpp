@@ -23,7 +23,7 @@ namespace simd = attncheck::cpu::simd;
 int64_t run_and_judge(const char* impl, const attncheck::testing::Case& c, const attncheck::Inputs& in) {
   SCOPED_TRACE(impl);
   attncheck::validate(c.p);
-  const attncheck::ReferenceResult ref = attncheck::reference_attention(c.p, in);
+  const attncheck::ExpectedAttention ref = attncheck::expected_attention(c.p, in);
   attncheck::Outputs out;
   const int64_t before = simd::bf16_dot_calls();
   EXPECT_TRUE(attncheck::run_impl(*attncheck::find_impl(impl), c.p, in, out).ok);

@@ -49,7 +49,7 @@ TEST_P(CpuVsReference, MatchesReferenceWithinTolerance) {
   const ImplPtr impl = find_impl(prm.impl);
   ASSERT_NE(impl, nullptr) << prm.impl << " is not registered";
   const Inputs in = attncheck::testing::make_inputs(prm.c);
-  const ReferenceResult ref = reference_attention(p, in);
+  const ExpectedAttention ref = expected_attention(p, in);
   // A non-finite error scale (e.g. from a -inf bias on a visible key) would make every tolerance NaN or inf, so
   // nothing could pass or fail: the case would prove nothing. The tolerance model handles it; keep it that way.
   for (double m : ref.score_mag) ASSERT_TRUE(std::isfinite(m)) << "reference score_mag is not finite: " << m;

@@ -383,7 +383,7 @@ TEST(CpuIsa, KeySplitDecodeMatchesReference) {
     SCOPED_TRACE(c.name());
     attncheck::validate(c.p);
     const attncheck::Inputs in = attncheck::testing::make_inputs(c);
-    const attncheck::ReferenceResult ref = attncheck::reference_attention(c.p, in);
+    const attncheck::ExpectedAttention ref = attncheck::expected_attention(c.p, in);
     attncheck::Outputs out;
     ASSERT_TRUE(attncheck::run_impl(*attncheck::find_impl("cpu-flash"), c.p, in, out).ok);
     const attncheck::Verdict v = attncheck::judge(c.p, ref, out);

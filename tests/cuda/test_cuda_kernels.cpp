@@ -43,7 +43,7 @@ std::vector<Param> params() {
 
 // Outputs that pass the tolerance check must also not be trivially right: a non-zero reference needs a non-zero
 // answer (NaN poisoning already fails unwritten elements).
-void expect_nontrivial(const ReferenceResult& r, const Outputs& out) {
+void expect_nontrivial(const ExpectedAttention& r, const Outputs& out) {
   bool ref_nonzero = false, out_nonzero = false;
   const std::vector<double> got = out.out.to_double();
   for (size_t n = 0; n < r.out.size(); ++n) {
@@ -55,7 +55,7 @@ void expect_nontrivial(const ReferenceResult& r, const Outputs& out) {
   }
 }
 
-void judge_and_report(const Problem& p, const ReferenceResult& ref, const Outputs& out, const std::string& who) {
+void judge_and_report(const Problem& p, const ExpectedAttention& ref, const Outputs& out, const std::string& who) {
   const Verdict v = judge(p, ref, out);
   for (const auto& t : v.tensors) EXPECT_TRUE(t.pass) << who << " " << p.name() << ": " << t.describe();
   expect_nontrivial(ref, out);
@@ -70,7 +70,7 @@ TEST_P(CudaKernel, MatchesReferenceInBothThreadOrders) {
   Case c = prm.c;
   c.p = p;
   const Inputs in = testcases::make_inputs(c);
-  const ReferenceResult ref = reference_attention(p, in);
+  const ExpectedAttention ref = expected_attention(p, in);
   Outputs out = make_outputs(p);
   out.out.fill(std::nan(""));
   if (out.lse) out.lse->fill(std::nan(""));
@@ -105,7 +105,7 @@ TEST(CudaEmulatedImpl, RegisteredAvailableAndCorrect) {
   EXPECT_TRUE(impl->available().ok);
   for (const Case& c : testcases::hostile_cases()) {
     const Inputs in = testcases::make_inputs(c);
-    const ReferenceResult ref = reference_attention(c.p, in);
+    const ExpectedAttention ref = expected_attention(c.p, in);
     Outputs out;
     const Support s = run_impl(*impl, c.p, in, out);
     ASSERT_TRUE(s.ok) << c.label << ": " << s.reason;
@@ -143,7 +143,7 @@ TEST(CudaDeviceImpl, MatchesReferenceOnADevice) {
       Case cw = c;
       cw.p = p;
       const Inputs in = testcases::make_inputs(cw);
-      const ReferenceResult ref = reference_attention(p, in);
+      const ExpectedAttention ref = expected_attention(p, in);
       Outputs out;
       const Support s = run_impl(*impl, p, in, out);
       ASSERT_TRUE(s.ok) << c.label << ": " << s.reason;

@@ -133,7 +133,7 @@ TEST_P(CudaMods, MatchesReferenceInBothThreadOrders) {
   const Problem& p = c.p;
   ASSERT_TRUE(cuda::kernel_supports(p).ok) << cuda::kernel_supports(p).reason;
   const Inputs in = testcases::make_inputs(c);
-  const ReferenceResult ref = reference_attention(p, in);
+  const ExpectedAttention ref = expected_attention(p, in);
   Outputs out = make_outputs(p);
   for (Tensor* t : {&out.out, out.lse ? &*out.lse : nullptr, out.max_logit ? &*out.max_logit : nullptr})
     if (t) t->fill(std::nan(""));
@@ -160,7 +160,7 @@ TEST_P(CudaMods, MatchesReferenceInBothThreadOrders) {
   plain.topk = 0, plain.topk_indices.clear();
   plain.rotary_dim = 0, plain.q_norm_weight.clear(), plain.k_norm_weight.clear();
   ASSERT_FALSE(uses_modifications(plain));
-  const ReferenceResult without = reference_attention(plain, in);
+  const ExpectedAttention without = expected_attention(plain, in);
   EXPECT_NE(without.out, ref.out) << "the drawn modification changes nothing: the case cannot catch its loss";
   if (!p.sinks.empty()) {
     EXPECT_NE(without.lse, ref.lse) << "the sinks change no lse";

@@ -69,7 +69,7 @@ Outputs run_both_orders(const Problem& p, const Inputs& in, KernelVersion v) {
 }
 
 void expect_passes(const Problem& p, const Inputs& in, const Outputs& out, const std::string& what) {
-  const Verdict v = judge(p, reference_attention(p, in), out);
+  const Verdict v = judge(p, expected_attention(p, in), out);
   EXPECT_TRUE(v.pass) << what << " " << p.name() << ": " << v.worst().describe();
 }
 

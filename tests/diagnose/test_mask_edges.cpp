@@ -8,7 +8,7 @@
 #include <functional>
 #include <random>
 
-#include "attncheck/reference.hpp"
+#include "attncheck/error_scales.hpp"
 #include "diagnosis.hpp"
 #include "mutants.hpp"
 
@@ -71,7 +71,7 @@ prop::Case make_case(bool causal, int64_t window_left) {
 diagnose::Diagnosis diagnose_with(const prop::Case& c, const Impl& bug, bool rerun) {
   Outputs out;
   EXPECT_TRUE(run_impl(bug, c.p, c.in, out).ok);
-  const ReferenceResult ref = reference_attention(c.p, c.in);
+  const ExpectedAttention ref = expected_attention(c.p, c.in);
   EXPECT_FALSE(judge(c.p, ref, out).pass) << "the bug must be detected for the test to mean anything";
   diagnose::Options o;
   if (rerun) o.rerun = &bug;

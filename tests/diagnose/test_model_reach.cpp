@@ -48,7 +48,7 @@ diagnose::Diagnosis mutant_on(const std::string& mutant, const std::string& fixt
 diagnose::Diagnosis fault_on(const std::string& fault, DType t, power::Flavour fl, power::Logits lg) {
   const Problem p = power::grid_problem(1024, t, fl, 8);
   const Inputs in = power::grid_inputs(p, lg, 20261123);
-  const ReferenceResult ref = reference_attention(p, in);
+  const ExpectedAttention ref = expected_attention(p, in);
   for (const power::Variant& v : power::fault_variants()) {
     if (v.name != fault) continue;
     const Outputs out = power::run_variant(v, p, in);
@@ -148,7 +148,7 @@ TEST(ModelReach, RopeFaultsGetTheirTags) {
     for (power::Logits lg : {power::Logits::normal, power::Logits::near_one_hot}) {
       const Problem p = power::grid_problem(1024, t, power::Flavour::rope, 8);
       const Inputs in = power::grid_inputs(p, lg, 20261123);
-      const ReferenceResult ref = reference_attention(p, in);
+      const ExpectedAttention ref = expected_attention(p, in);
       diagnose::Options o;
       PrecisionContract c = default_contract(t);
       c.rope = RopeMath::fp32;
@@ -174,7 +174,7 @@ TEST(ModelReach, MlaFaultsGetTheirTags) {
     for (power::Logits lg : {power::Logits::normal, power::Logits::near_one_hot}) {
       const Problem p = power::grid_problem(1024, t, power::Flavour::mla, 8);
       const Inputs in = power::grid_inputs(p, lg, 20261128);
-      const ReferenceResult ref = reference_attention(p, in);
+      const ExpectedAttention ref = expected_attention(p, in);
       for (const auto& [fault, tag] : expect)
         for (const power::Variant& v : power::fault_variants()) {
           if (v.name != fault) continue;
@@ -193,7 +193,7 @@ TEST(ModelReach, MaxLogitStageFaultsGetTheirTag) {
        {std::pair{DType::f32, power::Logits::large}, std::pair{DType::bf16, power::Logits::near_one_hot}}) {
     const Problem p = power::grid_problem(1024, t, power::Flavour::max_logit, 8);
     const Inputs in = power::grid_inputs(p, lg, 20261128);
-    const ReferenceResult ref = reference_attention(p, in);
+    const ExpectedAttention ref = expected_attention(p, in);
     for (const power::Variant& v : power::fault_variants()) {
       if (v.name != "max-logit-stage" && v.name != "max-logit-unscaled") continue;
       const Outputs out = power::run_variant(v, p, in);
@@ -240,7 +240,7 @@ TEST(ModelReach, QkNormEpsFaultsGetTheirTag) {
         }
         Outputs out = make_outputs(plain);
         find_impl("cpu")->run(plain, normed, out);
-        const ReferenceResult ref = reference_attention(p, in);
+        const ExpectedAttention ref = expected_attention(p, in);
         diagnose::Options o;
         ASSERT_FALSE(judge(p, ref, out, o.tolerance).pass)
             << to_string(t) << " rotary " << rotary << " outside " << outside;
@@ -281,7 +281,7 @@ TEST(ModelReach, SubjectScoresAndMasksFollowTheModifications) {
   p.alibi_slopes = {0.5, 0.125};
   p.doc_ids = {0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2};
   const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 5);
-  const ReferenceResult ref = reference_attention(p, in);
+  const ExpectedAttention ref = expected_attention(p, in);
   Outputs out;
   out.out = Tensor(DType::f32, {p.B, p.Hq, p.Lq, p.Dv});
   for (int64_t n = 0; n < out.out.numel(); ++n) out.out.set_offset(n, ref.out[static_cast<size_t>(n)]);

@@ -29,7 +29,7 @@ prop::Case make_case(DType t) {
 // The reference's outputs with `count` scattered out elements moved by `times` their tolerance.
 diagnose::Diagnosis scattered(DType t, int count, double times) {
   const prop::Case c = make_case(t);
-  const ReferenceResult ref = reference_attention(c.p, c.in);
+  const ExpectedAttention ref = expected_attention(c.p, c.in);
   Outputs out;
   out.out = Tensor(t, {c.p.B, c.p.Hq, c.p.Lq, c.p.Dv});
   out.lse = Tensor(c.p.stat_dtype(), {c.p.B, c.p.Hq, c.p.Lq});

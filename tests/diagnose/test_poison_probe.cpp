@@ -38,7 +38,7 @@ TEST(PoisonProbe, ZeroingMaskedPoisonChangesNoReferenceOutput) {
   const prop::Case d = diagnose::zero_masked_poison(prop::Case{{}, f.problem, f.inputs}, zeroed);
   EXPECT_GT(zeroed, 0);
   for (int64_t n = 0; n < d.in.v.numel(); ++n) EXPECT_TRUE(std::isfinite(d.in.v.get_offset(n))) << n;
-  const ReferenceResult a = reference_attention(f.problem, f.inputs), b = reference_attention(d.p, d.in);
+  const ExpectedAttention a = expected_attention(f.problem, f.inputs), b = expected_attention(d.p, d.in);
   ASSERT_EQ(a.out.size(), b.out.size());
   for (size_t n = 0; n < a.out.size(); ++n) ASSERT_EQ(a.out[n], b.out[n]) << n;
 }

@@ -33,7 +33,7 @@ bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)
 // Rows of the cut whose original row sees only keys in [k0, k0+nk) must come out bitwise as before.
 int64_t expect_rows_kept(const prop::Case& c, const diagnose::Cut& k, const std::string& name) {
   const prop::Case d = diagnose::cut(c, k);
-  const ReferenceResult a = reference_attention(c.p, c.in), r = reference_attention(d.p, d.in);
+  const ExpectedAttention a = expected_attention(c.p, c.in), r = expected_attention(d.p, d.in);
   int64_t compared = 0;
   for (int64_t b = 0; b < k.nb; ++b)
     for (int64_t h = 0; h < k.nh; ++h)
@@ -148,7 +148,7 @@ TEST(Reduce, APagedFailureReducesToOneBatchAndKeepsItsPages) {
   const PagesInOrder bad;
   Outputs out;
   ASSERT_TRUE(run_impl(bad, c.p, c.in, out).ok);
-  const ReferenceResult ref = reference_attention(c.p, c.in);
+  const ExpectedAttention ref = expected_attention(c.p, c.in);
   ASSERT_FALSE(judge(c.p, ref, out).pass);
   diagnose::Options o;
   o.rerun = &bad;
@@ -159,7 +159,7 @@ TEST(Reduce, APagedFailureReducesToOneBatchAndKeepsItsPages) {
   EXPECT_GT(q.page_size, 0) << "the contiguous problem does not fail: " << q.name();
   Outputs again;
   ASSERT_TRUE(run_impl(bad, q, r.reduced.in, again).ok);
-  EXPECT_FALSE(judge(q, reference_attention(q, r.reduced.in), again).pass) << q.name();
+  EXPECT_FALSE(judge(q, expected_attention(q, r.reduced.in), again).pass) << q.name();
   EXPECT_EQ(r.diagnosis.top(), top) << q.name();
 }
 
@@ -185,7 +185,7 @@ TEST(Reduce, EveryMutantsFailureReducesToASmallCaseWithTheSameDiagnosis) {
       EXPECT_EQ(r.diagnosis.top(), tag) << m.impl->name() << " on " << f.name << " -> " << q.name();
       Outputs again;
       ASSERT_TRUE(run_impl(*m.impl, q, r.reduced.in, again).ok);
-      EXPECT_FALSE(judge(q, reference_attention(q, r.reduced.in), again, f.tolerance).pass) << q.name();
+      EXPECT_FALSE(judge(q, expected_attention(q, r.reduced.in), again, f.tolerance).pass) << q.name();
       EXPECT_EQ(q.B, 1) << m.impl->name() << ": " << q.name();
       EXPECT_LT(q.B * q.Hq * q.Lq * q.Lk * (q.Dqk + q.Dv) * 4,
                 f.problem.B * f.problem.Hq * f.problem.Lq * f.problem.Lk * (f.problem.Dqk + f.problem.Dv))
@@ -260,7 +260,7 @@ TEST(Reduce, VarlenFailuresReduceToOneSequenceWithTheSameDiagnosis) {
       EXPECT_EQ(r.diagnosis.top(), tag) << bug.name() << " on " << f.name << " -> " << q.name();
       Outputs again;
       ASSERT_TRUE(run_impl(bug, q, r.reduced.in, again).ok);
-      EXPECT_FALSE(judge(q, reference_attention(q, r.reduced.in), again, f.tolerance).pass) << q.name();
+      EXPECT_FALSE(judge(q, expected_attention(q, r.reduced.in), again, f.tolerance).pass) << q.name();
       EXPECT_LT(q.Lq * q.Hq, f.problem.Lq * f.problem.Hq)
           << bug.name() << ": " << f.problem.name() << " -> " << q.name();
       std::printf("[reduce varlen] %-12s %s -> %s (%d re-runs)\n", bug.name().c_str(), f.problem.short_name().c_str(),

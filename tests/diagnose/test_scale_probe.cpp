@@ -38,7 +38,7 @@ TEST(ScaleProbe, NegativeScaleFailureThatAPositiveScaleRemovesIsNegativeScaleMas
       read_fixture(std::filesystem::path(ATTNCHECK_GOLDEN_DIR) / "fp32_B1-Hq1-Hkv1-Lq15-Lk15-D8_causal-tl_normal.h5");
   f.problem.scale = -0.5;
   f.problem.want_lse = true;
-  const ReferenceResult ref = reference_attention(f.problem, f.inputs);
+  const ExpectedAttention ref = expected_attention(f.problem, f.inputs);
   NegativeScaleNaN impl;
   Outputs out;
   ASSERT_TRUE(run_impl(impl, f.problem, f.inputs, out).ok);

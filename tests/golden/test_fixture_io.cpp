@@ -148,7 +148,7 @@ TEST_P(RoundTrip, EveryFieldSurvives) {
   EXPECT_EQ(g.tolerance.lambda, 2.5);
   EXPECT_EQ(g.tolerance.rel_floor, 1e-5);
   // The stored expected values are the reference's for the stored inputs (not something the reader made up).
-  const ReferenceResult again = reference_attention(g.problem, g.inputs);
+  const ExpectedAttention again = expected_attention(g.problem, g.inputs);
   EXPECT_TRUE(same_doubles(again.out, g.expected.out));
 }
 

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "attncheck/generate.hpp"
-#include "attncheck/reference.hpp"
+#include "attncheck/error_scales.hpp"
 #include "attncheck/suite.hpp"
 
 namespace attncheck {
@@ -83,13 +83,13 @@ TEST(Generate, ValuesAreSigned) {
 
 TEST(Generate, AllEqualKeysGiveUniformWeights) {
   const Problem p = small();
-  const ReferenceResult r = reference_attention(p, gen::generate_inputs(p, Distribution::all_equal, 2));
+  const ExpectedAttention r = expected_attention(p, gen::generate_inputs(p, Distribution::all_equal, 2));
   for (double w : r.weights) EXPECT_NEAR(w, 1.0 / 11, 1e-15);
 }
 
 TEST(Generate, TiedMaximaHaveSeveralExactlyEqualTopWeights) {
   const Problem p = small();
-  const ReferenceResult r = reference_attention(p, gen::generate_inputs(p, Distribution::tied_maxima, 2));
+  const ExpectedAttention r = expected_attention(p, gen::generate_inputs(p, Distribution::tied_maxima, 2));
   for (int64_t row = 0; row < p.B * p.Hq * p.Lq; ++row) {
     const double* w = &r.weights[static_cast<size_t>(row * p.Lk)];
     const double top = *std::max_element(w, w + p.Lk);
@@ -100,7 +100,7 @@ TEST(Generate, TiedMaximaHaveSeveralExactlyEqualTopWeights) {
 TEST(Generate, OneHotRowsAreOneHotInFp32) {
   Problem p = small();
   p.Lk = 8;  // <= Dqk: one matching key per query
-  const ReferenceResult r = reference_attention(p, gen::generate_inputs(p, Distribution::one_hot, 2));
+  const ExpectedAttention r = expected_attention(p, gen::generate_inputs(p, Distribution::one_hot, 2));
   for (int64_t row = 0; row < p.B * p.Hq * p.Lq; ++row) {
     const double* w = &r.weights[static_cast<size_t>(row * p.Lk)];
     EXPECT_NEAR(*std::max_element(w, w + p.Lk), 1.0, 1e-15);
@@ -109,7 +109,7 @@ TEST(Generate, OneHotRowsAreOneHotInFp32) {
 
 TEST(Generate, LargeLogitsReachAbout1e4) {
   const Problem p = small(DType::f16);
-  const ReferenceResult r = reference_attention(p, gen::generate_inputs(p, Distribution::large_logits, 2));
+  const ExpectedAttention r = expected_attention(p, gen::generate_inputs(p, Distribution::large_logits, 2));
   const double m = *std::max_element(r.score_mag.begin(), r.score_mag.end());
   EXPECT_GT(m, 5e3);
   EXPECT_LT(m, 1e6);
@@ -118,7 +118,7 @@ TEST(Generate, LargeLogitsReachAbout1e4) {
 TEST(Generate, ConstantVGivesExactlyConstantOutput) {
   Problem p = small(DType::bf16);
   p.key_lengths = {11, 3};
-  const ReferenceResult r = reference_attention(p, gen::generate_inputs(p, Distribution::constant_v, 2));
+  const ExpectedAttention r = expected_attention(p, gen::generate_inputs(p, Distribution::constant_v, 2));
   for (double o : r.out) EXPECT_NEAR(o, 0.75, 1e-15);
 }
 
@@ -134,7 +134,7 @@ TEST(Generate, PoisonSitsOnlyInInvisibleKeysAndNeverLeaks) {
     EXPECT_FALSE(std::isnan(in.k.at(0, 0, j, 0)));  // batch 0 has every key visible
   }
   EXPECT_EQ(poisoned, 7);
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   for (double o : r.out) EXPECT_TRUE(std::isfinite(o));
   p.fill = MaskFill::finite;
   EXPECT_THROW(gen::generate_inputs(p, Distribution::poison_masked, 2), std::invalid_argument);

@@ -19,7 +19,7 @@ class SkipsMaskedRows final : public Impl {
   std::string description() const override { return "test: never writes fully masked rows"; }
   Capabilities capabilities() const override { return {}; }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
-    const ReferenceResult r = reference_attention(p, in, 1);
+    const ExpectedAttention r = expected_attention(p, in, 1);
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t h = 0; h < p.Hq; ++h)
         for (int64_t i = 0; i < p.Lq; ++i) {
@@ -56,7 +56,7 @@ TEST(RunImpl, UnwrittenFullyMaskedRowsFailUnderEveryPolicy) {
   for (FullyMasked policy : {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform}) {
     const Problem p = with_empty_batch(policy);
     const Inputs in = signed_inputs(p);
-    const ReferenceResult expected = reference_attention(p, in, 1);
+    const ExpectedAttention expected = expected_attention(p, in, 1);
     Outputs out;
     ASSERT_TRUE(run_impl(SkipsMaskedRows{}, p, in, out).ok);
     const Verdict v = judge(p, expected, out, ToleranceModel{});
@@ -75,7 +75,7 @@ TEST(RunImpl, TheReferenceItselfPassesUnderEveryPolicy) {  // the check above is
     const Inputs in = signed_inputs(p);
     Outputs out;
     ASSERT_TRUE(run_impl(*find_impl("reference"), p, in, out).ok);
-    EXPECT_TRUE(judge(p, reference_attention(p, in, 1), out, ToleranceModel{}).pass) << to_string(policy);
+    EXPECT_TRUE(judge(p, expected_attention(p, in, 1), out, ToleranceModel{}).pass) << to_string(policy);
   }
 }
 

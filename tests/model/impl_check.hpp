@@ -41,10 +41,10 @@ inline void expect_impls_match_reference(const std::vector<Problem>& problems,
       Outputs out;
       const Support s = run_impl(*impl, p, in, out);
       ASSERT_TRUE(s.ok) << name << " " << p.name() << ": " << s.reason;
-      const Verdict v = judge(p, reference_attention(p, in), out);
+      const Verdict v = judge(p, expected_attention(p, in), out);
       EXPECT_TRUE(v.pass) << name << " " << p.name() << ": " << v.worst().describe();
       const Problem other = without_feature(p);
-      EXPECT_FALSE(judge(other, reference_attention(other, in), out).pass) << name << " " << p.name();
+      EXPECT_FALSE(judge(other, expected_attention(other, in), out).pass) << name << " " << p.name();
     }
   }
 }

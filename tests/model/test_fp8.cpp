@@ -57,7 +57,7 @@ TEST(Fp8, ReferenceIsTheProblemOfTheValuesBitwise) {
   for (DType t : {DType::e4m3, DType::e5m2}) {
     const Problem p = fp8_problem(t);
     const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 11);
-    const ReferenceResult r = reference_attention(p, in);
+    const ExpectedAttention r = expected_attention(p, in);
     // descale 1: the fp8 problem equals the fp32 problem holding the same (exact) values, bit for bit
     Problem one = p;
     one.descale_q = one.descale_k = one.descale_v = 1.0;
@@ -70,7 +70,7 @@ TEST(Fp8, ReferenceIsTheProblemOfTheValuesBitwise) {
       for (int64_t n = 0; n < x->numel(); ++n) w.set_offset(n, x->get_offset(n));
       *x = std::move(w);
     }
-    const ReferenceResult a = reference_attention(one, in), b = reference_attention(wide, win);
+    const ExpectedAttention a = expected_attention(one, in), b = expected_attention(wide, win);
     EXPECT_EQ(a.out, b.out) << to_string(t);
     EXPECT_EQ(a.lse, b.lse) << to_string(t);
     // codes times 2^k, descales times 2^-k: the same values, the same bits
@@ -81,13 +81,13 @@ TEST(Fp8, ReferenceIsTheProblemOfTheValuesBitwise) {
     for (int64_t n = 0; n < sin.k.numel(); ++n) sin.k.set_offset(n, std::ldexp(in.k.get_offset(n), 2));
     for (int64_t n = 0; n < sin.v.numel(); ++n) sin.v.set_offset(n, std::ldexp(in.v.get_offset(n), 1));
     for (int64_t n = 0; n < sin.v.numel(); ++n) ASSERT_EQ(sin.v.get_offset(n), 2 * in.v.get_offset(n));
-    const ReferenceResult s = reference_attention(shifted, sin);
+    const ExpectedAttention s = expected_attention(shifted, sin);
     EXPECT_EQ(s.out, r.out) << to_string(t);
     EXPECT_EQ(s.lse, r.lse) << to_string(t);
     // and the descales matter: v's scales out exactly
     Problem twice = p;
     twice.descale_v = 2 * p.descale_v;
-    const ReferenceResult d = reference_attention(twice, in);
+    const ExpectedAttention d = expected_attention(twice, in);
     for (size_t n = 0; n < r.out.size(); ++n) EXPECT_EQ(d.out[n], 2 * r.out[n]);
   }
 }
@@ -124,11 +124,11 @@ TEST(Fp8, ImplementationsMatchTheReferenceAndDescalesMatter) {
       ASSERT_TRUE(run_impl(*impl, p, in, out).ok) << name << " " << p.name();
       ToleranceModel tm;
       tm.contract = impl->declarations().contract_for(p.dtype);
-      const Verdict ok = judge(p, reference_attention(p, in), out, tm);
+      const Verdict ok = judge(p, expected_attention(p, in), out, tm);
       EXPECT_TRUE(ok.pass) << name << " " << p.name() << ": " << ok.worst().describe();
       Problem other = p;
       other.descale_v *= 1.5;  // the same outputs judged against another v descale: wrong
-      EXPECT_FALSE(judge(other, reference_attention(other, in), out, tm).pass) << name << " " << p.name();
+      EXPECT_FALSE(judge(other, expected_attention(other, in), out, tm).pass) << name << " " << p.name();
     }
   // out is delivered in bf16 and judged as bf16; the contract these declare for fp8 has P exact (not rounded)
   const Problem p = v[0];

@@ -104,7 +104,7 @@ Outputs stored(const Problem& p, const std::vector<double>& o, std::optional<Bug
 TEST(Fp8Out, EpilogueBugsAreCaught) {
   for (const Problem& p : problems()) {
     const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 5);
-    const ReferenceResult r = reference_attention(p, in);
+    const ExpectedAttention r = expected_attention(p, in);
     Outputs ok = stored(p, r.out, std::nullopt);
     for (int64_t n = 0; n < ok.lse->numel(); ++n) ok.lse->set_offset(n, r.lse[static_cast<size_t>(n)]);
     const Verdict good = judge(p, r, ok);

@@ -51,7 +51,7 @@ TEST(KvAppend, ReferenceAttendsOverTheConcatenation) {
     const Pair x = inputs_of(p);
     ASSERT_EQ(x.in.k.shape[2], p.Lk - p.past_len);
     ASSERT_EQ(x.in.past_k->shape[2], p.past_len);
-    const ReferenceResult r = reference_attention(p, x.in), w = reference_attention(x.whole.p, x.whole.in);
+    const ExpectedAttention r = expected_attention(p, x.in), w = expected_attention(x.whole.p, x.whole.in);
     EXPECT_EQ(r.out, w.out) << p.name();
     EXPECT_EQ(r.lse, w.lse) << p.name();
     EXPECT_EQ(r.present_k, x.whole.in.k.to_double()) << p.name();
@@ -68,7 +68,7 @@ TEST(KvAppend, ImplementationsMatchTheReferenceAndCopyExactly) {
       Outputs out;
       const Support s = run_impl(*find_impl(name), p, x.in, out);
       ASSERT_TRUE(s.ok) << name << " " << p.name() << ": " << s.reason;
-      const ReferenceResult r = reference_attention(p, x.in);
+      const ExpectedAttention r = expected_attention(p, x.in);
       const Verdict v = judge(p, r, out);
       EXPECT_TRUE(v.pass) << name << " " << p.name() << ": " << v.worst().describe();
       // One element of present a few ulps off fails: the copy is judged exactly.
@@ -97,7 +97,7 @@ TEST(KvAppend, AWrongAppendFailsJudgeAndProperty) {
   const Pair x = inputs_of(p);
   Outputs out;
   ASSERT_TRUE(run_impl(bad, p, x.in, out).ok);
-  EXPECT_FALSE(judge(p, reference_attention(p, x.in), out).pass);
+  EXPECT_FALSE(judge(p, expected_attention(p, x.in), out).pass);
 
   prop::CaseSpec s;
   s.B = 2, s.Hq = 2, s.Hkv = 1, s.Lq = 5, s.Lk = 9, s.seed = 3;
@@ -147,7 +147,7 @@ TEST(KvAppend, OfferedOnlyToImplementationsThatDeclareIt) {
   EXPECT_EQ(v1->supports(p).reason, "KV-cache append (past/present key and value) not supported");
   Outputs out;
   ASSERT_TRUE(run_impl(*v2, p, x.in, out).ok);
-  const Verdict v = judge(p, reference_attention(p, x.in), out);
+  const Verdict v = judge(p, expected_attention(p, x.in), out);
   EXPECT_TRUE(v.pass) << v.worst().describe();
   if (const ImplPtr emu = find_impl("cuda-emulated")) {  // braces: gtest macros expand to if/else (-Wdangling-else)
     EXPECT_EQ(emu->supports(p).reason, "KV-cache append (past/present key and value) not supported");

@@ -116,7 +116,7 @@ TEST(KvCache, QuantizedCacheEqualsTheFloatCacheOfScaleTimesCodeBitwise) {
         p.causal = true, p.alignment = Alignment::bottom_right, p.key_lengths = {19, 11};
         const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 7);
         const Attended f = float_cache(p, in, DType::f64);
-        const ReferenceResult a = reference_attention(p, in), b = reference_attention(f.p, f.in);
+        const ExpectedAttention a = expected_attention(p, in), b = expected_attention(f.p, f.in);
         EXPECT_EQ(a.out, b.out) << p.name();
         EXPECT_EQ(a.lse, b.lse) << p.name();
       }
@@ -173,7 +173,7 @@ TEST(KvCache, ImplementationsMatchTheReferenceAndWrongScalesAreCaught) {
           const ImplPtr impl = find_impl(name);
           ASSERT_TRUE(run_impl(*impl, p, in, out).ok) << name << " " << p.name();
           EXPECT_EQ(out.out.dtype, q);
-          const Verdict v = judge(p, reference_attention(p, in), out);
+          const Verdict v = judge(p, expected_attention(p, in), out);
           EXPECT_TRUE(v.pass) << name << " " << p.name() << ": " << v.worst().describe();
           // the same outputs judged against wrongly read scales must fail (guard against passing by accident)
           std::vector<ScaleFault> faults = {ScaleFault::ignored};
@@ -181,7 +181,7 @@ TEST(KvCache, ImplementationsMatchTheReferenceAndWrongScalesAreCaught) {
           if (g == KvScales::block) faults.push_back(ScaleFault::block0);
           for (ScaleFault f : faults) {
             const Inputs wrong = with_fault(p, in, f);
-            EXPECT_FALSE(judge(p, reference_attention(p, wrong), out).pass)
+            EXPECT_FALSE(judge(p, expected_attention(p, wrong), out).pass)
                 << name << " " << p.name() << " fault " << int(f);
           }
         }
@@ -244,7 +244,7 @@ TEST(KvCache, AFixtureRoundTripsAndBackendsWithoutTheFeatureAreNeverOfferedIt) {
   EXPECT_EQ(f.problem.name(), p.name());
   EXPECT_EQ(f.inputs.k.bytes, in.k.bytes);
   EXPECT_EQ(f.inputs.v_scale->bytes, in.v_scale->bytes);
-  EXPECT_EQ(f.expected.out, reference_attention(p, in).out);
+  EXPECT_EQ(f.expected.out, expected_attention(p, in).out);
   // A plugin built before the cache's extension (tag 14) is never offered one; the example, which lists kv_quant, is.
   const Problem f32 = kv_problem(DType::f32, DType::e4m3, KvScales::head);  // a dtype both take
   const Support s = load_plugin(V1_PLUGIN_PATH)->supports(f32);

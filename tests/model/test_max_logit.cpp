@@ -60,11 +60,11 @@ void expect_rows(const std::vector<double>& got, double tol) {
 
 TEST(MaxLogit, ReferenceRowsAreTheCappedRowMaxima) {
   const Problem p = hand_problem(DType::f64, MaxLogitOut::rows);
-  const ReferenceResult r = reference_attention(p, hand_inputs(p));
+  const ExpectedAttention r = expected_attention(p, hand_inputs(p));
   expect_rows(r.max_logit, 1e-15);
   Problem f = p;  // a finite fill: the row with no visible key holds it
   f.fill = MaskFill::finite, f.fill_value = -1e9;
-  const ReferenceResult rf = reference_attention(f, hand_inputs(f));
+  const ExpectedAttention rf = expected_attention(f, hand_inputs(f));
   EXPECT_EQ(rf.max_logit[0], -1e9);
   EXPECT_EQ(rf.max_logit[3], -1e9);
   EXPECT_NEAR(rf.max_logit[5], 2 * std::tanh(2.0), 1e-15);
@@ -91,7 +91,7 @@ TEST(MaxLogit, ImplementationsDeliverBothFormsAndPass) {
           else
             EXPECT_NEAR(got[n], w, 1e-6) << name << " " << n;
         }
-        EXPECT_TRUE(judge(p, reference_attention(p, in), out).pass) << name;
+        EXPECT_TRUE(judge(p, expected_attention(p, in), out).pass) << name;
       }
 }
 
@@ -99,7 +99,7 @@ TEST(MaxLogit, ImplementationsDeliverBothFormsAndPass) {
 TEST(MaxLogit, TheWrongStageFailsOnMaxLogit) {
   const Problem p = hand_problem(DType::f32, MaxLogitOut::rows);
   const Inputs in = hand_inputs(p);
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   Outputs out;
   ASSERT_TRUE(run_impl(*find_impl("cpu"), p, in, out).ok);
   const std::vector<std::vector<double>> wrong = {{-kInf, 1, 2, -kInf, 2, 4},   // before the softcap
@@ -116,7 +116,7 @@ TEST(MaxLogit, TheWrongStageFailsOnMaxLogit) {
   Outputs oh;
   ASSERT_TRUE(run_impl(*find_impl("cpu-flash"), h, in, oh).ok);
   oh.max_logit->set_offset(0, 4.0);
-  EXPECT_FALSE(judge(h, reference_attention(h, in), oh).pass);
+  EXPECT_FALSE(judge(h, expected_attention(h, in), oh).pass);
 }
 
 // Every feature the CPU kernels route around their kernel (GQA, bias, sinks, varlen with an empty sequence, paged,
@@ -142,7 +142,7 @@ TEST(MaxLogit, CpuKernelsMatchTheReferenceAcrossFeatures) {
   ps.push_back(d);
   for (const Problem& p : ps) {
     const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 11);
-    const ReferenceResult r = reference_attention(p, in);
+    const ExpectedAttention r = expected_attention(p, in);
     for (const char* name : {"cpu", "cpu-flash"}) {
       Outputs out;
       const Support s = run_impl(*find_impl(name), p, in, out);
@@ -177,7 +177,7 @@ TEST(MaxLogit, PluginsDeliverItThroughTheExtension) {
   for (MaxLogitOut form : {MaxLogitOut::rows, MaxLogitOut::heads}) {
     const Problem p = hand_problem(DType::f32, form);
     const Inputs in = hand_inputs(p);
-    const ReferenceResult r = reference_attention(p, in);
+    const ExpectedAttention r = expected_attention(p, in);
     Outputs out;
     const ImplPtr good = load_plugin(EXAMPLE_PLUGIN_PATH);
     ASSERT_TRUE(good->capabilities().max_logit_out);

@@ -88,7 +88,7 @@ TEST(Mla, AbsorbedEqualsExpanded) {
   }
   tie_latent_values(ab, ai);
 
-  const ReferenceResult re = reference_attention(ex, ei), ra = reference_attention(ab, ai);
+  const ExpectedAttention re = expected_attention(ex, ei), ra = expected_attention(ab, ai);
   for (int64_t h = 0; h < H; ++h)
     for (int64_t i = 0; i < Lq; ++i) {
       const size_t row = size_t(h * Lq + i);
@@ -151,7 +151,7 @@ TEST(Mla, CpuAndCpuFlashPassAndMisreadValuesFail) {
     const ImplPtr cpu = find_impl("cpu");
     Outputs out;
     ASSERT_TRUE(run_impl(*cpu, plain, wrong, out).ok);
-    EXPECT_FALSE(judge(p, reference_attention(p, in), out).pass) << p.name();
+    EXPECT_FALSE(judge(p, expected_attention(p, in), out).pass) << p.name();
   }
 }
 

@@ -113,7 +113,7 @@ TEST(Paged, ThePluginReadsThroughTheBlockTableAndOthersAreNotOffered) {
   EXPECT_EQ(v1->supports(p).reason, "paged KV cache (block table) not supported");
   Outputs out;
   ASSERT_TRUE(run_impl(*v2, p, in, out).ok);
-  const Verdict v = judge(p, reference_attention(p, in), out);
+  const Verdict v = judge(p, expected_attention(p, in), out);
   EXPECT_TRUE(v.pass) << v.worst().describe();
   if (const ImplPtr emu = find_impl("cuda-emulated")) {  // braces: gtest macros expand to if/else (-Wdangling-else)
     EXPECT_EQ(emu->supports(p).reason, "paged KV cache (block table) not supported");

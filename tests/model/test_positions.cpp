@@ -154,7 +154,7 @@ TEST(VarlenRope, EachSequenceIsItsOwnProblemAtItsOffset) {
   // of its own (B 1, positions from 0 plus that sequence's offset): positions restart in every sequence.
   const Problem p = varlen_problem(DType::f32);
   const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 8);
-  const ReferenceResult packed = reference_attention(p, in);
+  const ExpectedAttention packed = expected_attention(p, in);
   for (int64_t s = 0; s < p.sequences(); ++s) {
     const size_t u = static_cast<size_t>(s);
     const int64_t q0 = p.cu_seqlens_q[u], lq = p.cu_seqlens_q[u + 1] - q0,
@@ -163,7 +163,7 @@ TEST(VarlenRope, EachSequenceIsItsOwnProblemAtItsOffset) {
     Problem one = p;
     one.cu_seqlens_q.clear(), one.cu_seqlens_k.clear();
     one.Lq = lq, one.Lk = lk, one.rope_offsets = {p.rope_offsets[u]};
-    const ReferenceResult r = reference_attention(one, sequence_problem(p, in, s).in);
+    const ExpectedAttention r = expected_attention(one, sequence_problem(p, in, s).in);
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < lq; ++i)
         for (int64_t d = 0; d < p.Dv; ++d)
@@ -183,7 +183,7 @@ TEST(RopeFixture, ARoundTrippedFixtureKeepsTheAngleTerms) {
   write_fixture(path, make_fixture("rope", p, in, {}));
   const Fixture f = read_fixture(path);
   std::remove(path.c_str());
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   ASSERT_FALSE(r.rope_max.empty());
   EXPECT_EQ(f.expected.rope_max, r.rope_max);
   EXPECT_EQ(f.expected.rope_p, r.rope_p);
@@ -264,7 +264,7 @@ TEST(QkNorm, Fp32NormKernelPassesAndItsFaultsFail) {
     Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 12);
     for (Tensor* t : {&in.q, &in.k})
       for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, std::ldexp(t->get_offset(n), -10));
-    const ReferenceResult expected = reference_attention(p, in);
+    const ExpectedAttention expected = expected_attention(p, in);
     Problem plain = p;
     plain.q_norm_weight.clear(), plain.k_norm_weight.clear();
     for (NormFault f :

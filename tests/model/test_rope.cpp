@@ -16,7 +16,7 @@
 #include "attncheck/generate.hpp"
 #include "attncheck/impl.hpp"
 #include "attncheck/mods.hpp"
-#include "attncheck/reference.hpp"
+#include "attncheck/error_scales.hpp"
 #include "attncheck/rng.hpp"
 #include "attncheck/rope.hpp"
 #include "impl_check.hpp"
@@ -110,10 +110,10 @@ TEST(Rope, ShiftingEveryPositionLeavesTheOutputUnchanged) {
   Problem p = base();
   p.causal = true, p.alignment = Alignment::bottom_right;
   const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 3);
-  const ReferenceResult r0 = reference_attention(p, in);
+  const ExpectedAttention r0 = expected_attention(p, in);
   Problem shifted = p;
   shifted.rope_offsets = {70000, 1000000};
-  const ReferenceResult r1 = reference_attention(shifted, in);
+  const ExpectedAttention r1 = expected_attention(shifted, in);
   for (size_t n = 0; n < r0.out.size(); ++n) EXPECT_NEAR(r0.out[n], r1.out[n], 1e-9) << n;
   // An implementation's output for the shifted problem also passes the unshifted one (and vice versa).
   for (const char* name : {"cpu", "cpu-flash"}) {
@@ -129,7 +129,7 @@ TEST(Rope, ShiftingEveryPositionLeavesTheOutputUnchanged) {
   pnc.causal = false;
   Outputs o;
   ASSERT_TRUE(run_impl(*find_impl("cpu"), qmoved, in, o).ok);
-  EXPECT_FALSE(judge(pnc, reference_attention(pnc, in), o).pass);
+  EXPECT_FALSE(judge(pnc, expected_attention(pnc, in), o).pass);
 }
 
 TEST(Rope, RotaryDimZeroIsNoRopeBitForBit) {
@@ -194,7 +194,7 @@ TEST(Rope, OtherPairingOrOffsetFails) {
     ASSERT_TRUE(run_impl(*find_impl("cpu-flash"), p, in, o).ok);
     Problem swapped = p;
     swapped.rotary_interleaved = !p.rotary_interleaved;
-    EXPECT_FALSE(judge(swapped, reference_attention(swapped, in), o).pass) << p.name();
+    EXPECT_FALSE(judge(swapped, expected_attention(swapped, in), o).pass) << p.name();
   }
 }
 
@@ -316,7 +316,7 @@ TEST(Rope, Fp32AnglesPassAt128kAndOnePositionOffFails) {
     p.scale = 1.0, p.causal = true, p.alignment = Alignment::bottom_right, p.want_lse = true;
     p.rope_offsets = {131072 - 48};
     const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 11);
-    const ReferenceResult ref = reference_attention(p, in);
+    const ExpectedAttention ref = expected_attention(p, in);
     auto verdict = [&](Angles a, int64_t shift, RopeMath declared) {
       Outputs o = make_outputs(p);
       AngleKernel(a, shift).run(p, in, o);

@@ -37,7 +37,7 @@ Inputs tiny_inputs(const Problem& p) {
 
 TEST(Sinks, ReferenceWorkedByHand) {
   const Problem p = tiny();
-  const ReferenceResult r = reference_attention(p, tiny_inputs(p));
+  const ExpectedAttention r = expected_attention(p, tiny_inputs(p));
   // Head 0: weights 1/6 and 2/6 (the sink takes 3/6), out 6/6 - 24/6 = -3, lse log 6.
   EXPECT_NEAR(r.weights[0], 1.0 / 6, 1e-15);
   EXPECT_NEAR(r.weights[1], 2.0 / 6, 1e-15);
@@ -53,7 +53,7 @@ TEST(Sinks, RowWithoutKeysKeepsItsSink) {
   Problem p = tiny();
   p.key_lengths = {0};
   p.fully_masked = FullyMasked::nan;  // not applied to head 0: its softmax still has the sink
-  const ReferenceResult r = reference_attention(p, tiny_inputs(p));
+  const ExpectedAttention r = expected_attention(p, tiny_inputs(p));
   EXPECT_EQ(r.weights[0], 0.0);
   EXPECT_EQ(r.out[0], 0.0);
   EXPECT_EQ(r.lse[0], std::log(3.0));
@@ -130,7 +130,7 @@ TEST(Sinks, FiniteFillBelowTheSinkNeverReadsMaskedValues) {
       in.v.put(0, 0, j, d, std::nan(""));
       if (j >= 3) in.v.put(1, 0, j, d, std::nan(""));
     }
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   EXPECT_EQ(r.out[0], 0.0);
   for (const char* name : {"cpu", "cpu-flash"}) {
     Outputs out;
@@ -147,11 +147,11 @@ TEST(Sinks, SampledRowsCheckTheWeightSumWithTheSink) {
   const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 7);
   Outputs out;
   ASSERT_TRUE(run_impl(*find_impl("cpu-flash"), p, in, out).ok);
-  const Verdict v = judge(p, reference_attention_rows(p, in, {0, 5, 36}), out);
+  const Verdict v = judge(p, expected_attention_rows(p, in, {0, 5, 36}), out);
   EXPECT_TRUE(v.pass) << v.worst().describe();
   Problem plain = p;  // the same outputs read as a problem without sinks: the row sums fall short of 1
   plain.sinks.clear();
-  EXPECT_FALSE(judge(plain, reference_attention_rows(plain, in, {0, 5, 36}), out).pass);
+  EXPECT_FALSE(judge(plain, expected_attention_rows(plain, in, {0, 5, 36}), out).pass);
 }
 
 // The backward has no sink term: the reference refuses sinks, the CPU backward reports them unsupported.
@@ -174,7 +174,7 @@ TEST(Sinks, OfferedOnlyToPluginsThatDeclareThem) {
   EXPECT_EQ(no.reason, "attention sinks not supported");
   Outputs out;
   ASSERT_TRUE(run_impl(*v2, p, in, out).ok);
-  const Verdict v = judge(p, reference_attention(p, in), out);
+  const Verdict v = judge(p, expected_attention(p, in), out);
   EXPECT_TRUE(v.pass) << v.worst().describe();
 }
 

@@ -43,13 +43,13 @@ std::vector<Problem> varlen_problems() {
 TEST(Varlen, ReferenceEqualsEachSequenceAlone) {
   for (const Problem& p : varlen_problems()) {
     const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 4);
-    const ReferenceResult r = reference_attention(p, in);
+    const ExpectedAttention r = expected_attention(p, in);
     for (int64_t s = 0; s < p.sequences(); ++s) {
       const size_t u = static_cast<size_t>(s);
       const int64_t q0 = p.cu_seqlens_q[u], k0 = p.cu_seqlens_k[u];
       if (p.cu_seqlens_q[u + 1] == q0 || p.cu_seqlens_k[u + 1] == k0) continue;
       const Attended a = sequence_problem(p, in, s);
-      const ReferenceResult one = reference_attention(a.p, a.in);
+      const ExpectedAttention one = expected_attention(a.p, a.in);
       for (int64_t h = 0; h < p.Hq; ++h)
         for (int64_t i = 0; i < a.p.Lq; ++i) {
           const size_t rp = static_cast<size_t>(h * p.Lq + q0 + i), rs = static_cast<size_t>(h * a.p.Lq + i);
@@ -79,7 +79,7 @@ TEST(Varlen, EmptySequencesWorkedByHand) {
     p.fully_masked = policy, p.want_weights = true;
     Inputs in{make_qkv(p, 0), make_qkv(p, 1), make_qkv(p, 2), {}, {}, {}, {}, {}};
     in.v.put(0, 0, 0, 0, 1.0), in.v.put(0, 0, 1, 0, 3.0);
-    const ReferenceResult r = reference_attention(p, in);
+    const ExpectedAttention r = expected_attention(p, in);
     for (int i = 0; i < 2; ++i) {
       EXPECT_EQ(r.lse[static_cast<size_t>(i)], -kInf);
       if (policy == FullyMasked::nan)
@@ -100,11 +100,11 @@ TEST(Varlen, ImplementationsMatchTheReference) {
       Outputs out;
       const Support s = run_impl(*find_impl(name), p, in, out);
       ASSERT_TRUE(s.ok) << name << " " << p.name() << ": " << s.reason;
-      const Verdict v = judge(p, reference_attention(p, in), out);
+      const Verdict v = judge(p, expected_attention(p, in), out);
       EXPECT_TRUE(v.pass) << name << " " << p.name() << ": " << v.worst().describe();
       Problem flat = p;  // the same outputs judged as one unpacked sequence: wrong
       flat.cu_seqlens_q.clear(), flat.cu_seqlens_k.clear();
-      EXPECT_FALSE(judge(flat, reference_attention(flat, in), out).pass) << name << " " << p.name();
+      EXPECT_FALSE(judge(flat, expected_attention(flat, in), out).pass) << name << " " << p.name();
     }
 }
 
@@ -148,7 +148,7 @@ TEST(Varlen, OfferedOnlyToImplementationsThatDeclareIt) {
   EXPECT_EQ(v1->supports(p).reason, "variable-length packed sequences not supported");
   Outputs out;
   ASSERT_TRUE(run_impl(*v2, p, in, out).ok);
-  const Verdict v = judge(p, reference_attention(p, in), out);
+  const Verdict v = judge(p, expected_attention(p, in), out);
   EXPECT_TRUE(v.pass) << v.worst().describe();
   if (const ImplPtr emu = find_impl("cuda-emulated")) {  // braces: gtest macros expand to if/else (-Wdangling-else)
     EXPECT_EQ(emu->supports(p).reason, "variable-length packed sequences not supported");

@@ -53,7 +53,7 @@ Verdict judge_case(const Impl& impl, const Problem& p, uint64_t seed) {
   const Support s = run_impl(impl, p, in, out);
   EXPECT_TRUE(s.ok) << p.name() << ": " << s.reason;
   if (!s.ok) return {};
-  return judge(p, reference_attention(p, in), out);
+  return judge(p, expected_attention(p, in), out);
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ Outputs emulate(const Problem& p, const Inputs& in, const PrecisionContract& c, 
   x.v = rounded(in.v, c.pv_operands);
   Problem pw = p;
   pw.want_weights = true;
-  const ReferenceResult r = reference_attention(pw, x);
+  const ExpectedAttention r = expected_attention(pw, x);
   Outputs o;
   o.out = Tensor(p.out_dtype(), {p.B, p.Hq, p.Lq, p.Dv});
   const int64_t group = p.Hq / p.Hkv;
@@ -129,7 +129,7 @@ TEST(ContractNoise, DeclaredRoundingsPassOnEveryValueDistribution) {
       if (c.p.past_len > 0 || c.p.scores_out != ScoresOut::none || !c.p.sinks.empty()) continue;
       ToleranceModel m;
       m.contract = contract_from_string(s.contract, s.dtype);
-      const ReferenceResult r = reference_attention(c.p, c.in);
+      const ExpectedAttention r = expected_attention(c.p, c.in);
       const Outputs o = emulate(c.p, c.in, *m.contract, s.pr);
       const Verdict v = judge(c.p, r, o, m);
       for (const TensorVerdict& t : v.tensors) {
@@ -169,7 +169,7 @@ TEST(ContractNoise, SubnormalPTermCountsOnlyKeysFarBelowTheMax) {
   prop::SeededChooser r(5);
   for (Tensor* t : {&in.q, &in.k, &in.v})
     for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, round_to(DType::f16, prop::normal(r)));
-  ReferenceResult ref = reference_attention(p, in);
+  ExpectedAttention ref = expected_attention(p, in);
   for (double x : ref.out_sub) EXPECT_EQ(x, 0.0);  // every weight is below 2^-14, no P is
   // One key 20 below the rest (P = e^-20, subnormal in fp16) with a large value: it counts, at |v| / l.
   for (int64_t d = 0; d < p.Dqk; ++d) in.k.put(0, 0, 7, d, 0.0);
@@ -177,7 +177,7 @@ TEST(ContractNoise, SubnormalPTermCountsOnlyKeysFarBelowTheMax) {
   in.bias = Tensor(p.bias_dtype, {1, 1, 1, p.Lk});
   in.bias->set_offset(7, -30.0);
   in.v.put(0, 0, 7, 0, 1000.0);
-  ref = reference_attention(p, in);
+  ref = expected_attention(p, in);
   EXPECT_GT(ref.out_sub[0], 100.0 * ref.out_sub[1]);  // column 0 holds the 1000, column 1 an N(0,1) value
   EXPECT_GT(ref.out_sub[1], 0.0);
 }
@@ -211,7 +211,7 @@ TEST(ContractNoise, RoundedQueryOnKeysWithACommonOffsetPasses) {
     for (const char* c : {"qk=bf16", "qk=fp16"}) {
       ToleranceModel m;
       m.contract = contract_from_string(c, p.dtype);
-      const ReferenceResult ref = reference_attention(p, in);
+      const ExpectedAttention ref = expected_attention(p, in);
       const Verdict v = judge(p, ref, emulate(p, in, *m.contract, PRound::none), m);
       EXPECT_TRUE(v.pass) << "Lk " << lk << " " << c << ": " << v.worst().describe();
     }

@@ -37,7 +37,7 @@ TEST(SampledRows, SampledReferenceIsTheFullReferenceOnThoseRowsAndTheJudgeUsesOn
   const Problem p = long_causal();
   const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 4);
   const std::vector<int64_t> rows = sample_rows(p, in, 24);
-  const ReferenceResult full = reference_attention(p, in), part = reference_attention_rows(p, in, rows);
+  const ExpectedAttention full = expected_attention(p, in), part = expected_attention_rows(p, in, rows);
   for (int64_t h = 0; h < p.Hq; ++h)
     for (int64_t i : rows) {
       EXPECT_EQ(part.lse[static_cast<size_t>(h * p.Lq + i)], full.lse[static_cast<size_t>(h * p.Lq + i)]);

@@ -27,7 +27,7 @@ TEST(ToleranceModel, Fp16WeightsThatAreTheExactRoundingPassAndAreNotAcceptedAsFp
   Problem p = power::grid_problem(1024, DType::f16, Flavour::causal, 4);
   p.want_weights = true;
   const Inputs in = power::grid_inputs(p, Logits::normal, 7);
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   Outputs o = power::run_variant(variant("online-64"), p, in);
   Tensor w16(DType::f16, {1, 1, p.Lq, p.Lk}), w32(DType::f32, {1, 1, p.Lq, p.Lk});
   for (int64_t n = 0; n < w16.numel(); ++n) {
@@ -45,7 +45,7 @@ TEST(ToleranceModel, Fp16WeightsThatAreTheExactRoundingPassAndAreNotAcceptedAsFp
 TEST(ToleranceModel, Tf32PassesOnlyWhenDeclared) {
   const Problem p = power::grid_problem(1024, DType::f32, Flavour::dense, 4);
   const Inputs in = power::grid_inputs(p, Logits::normal, 11);
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   const Outputs o = power::run_variant(variant("tf32"), p, in);
   const Verdict undeclared = judge(p, r, o);
   EXPECT_FALSE(undeclared.pass) << "fp32 never admits TF32 silently";
@@ -58,7 +58,7 @@ TEST(ToleranceModel, Tf32PassesOnlyWhenDeclared) {
 TEST(ToleranceModel, FailureNamesTheDominantTermAndTolScaleIsExact) {
   const Problem p = power::grid_problem(1024, DType::f32, Flavour::dense, 4);
   const Inputs in = power::grid_inputs(p, Logits::normal, 13);
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   const Verdict v = judge(p, r, power::run_variant(variant("drop-max-key"), p, in));
   ASSERT_FALSE(v.pass);
   EXPECT_NE(v.worst().describe().find("(bound dominated by "), std::string::npos) << v.worst().describe();
@@ -74,7 +74,7 @@ TEST(ToleranceModel, SkippedTileAt128kKeysIsCaughtInEveryDtype) {
   for (DType t : {DType::f32, DType::f16, DType::bf16}) {
     const Problem p = power::grid_problem(131072, t, Flavour::dense, 4);
     const Inputs in = power::grid_inputs(p, Logits::normal, 17);
-    const ReferenceResult r = reference_attention(p, in);
+    const ExpectedAttention r = expected_attention(p, in);
     const Verdict bad = judge(p, r, power::run_variant(variant("skip-tile"), p, in));
     EXPECT_FALSE(bad.pass) << to_string(t);
     const Verdict good = judge(p, r, power::run_variant(variant("sequential"), p, in));
@@ -90,7 +90,7 @@ TEST(ToleranceModel, TinyTermsAbsorbedByA128kKeySumAreCovered) {
                         (static_cast<uint64_t>(DType::f16) << 8) ^ (static_cast<uint64_t>(Logits::large) << 16);
   const Problem p = power::grid_problem(lk, DType::f16, Flavour::dense, 8);
   const Inputs in = power::grid_inputs(p, Logits::large, seed);
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   const Verdict v = judge(p, r, power::run_variant(variant("sequential"), p, in));
   EXPECT_TRUE(v.pass) << v.worst().describe();
   double absorbed = 0;
@@ -107,7 +107,7 @@ TEST(ToleranceModel, ADroppedKeyOfNineTimesAverageWeightAt128kBf16IsCaught) {
                         (static_cast<uint64_t>(DType::bf16) << 8) ^ (static_cast<uint64_t>(Logits::hazard) << 16);
   const Problem p = power::grid_problem(lk, DType::bf16, Flavour::dense, 8);
   const Inputs in = power::grid_inputs(p, Logits::hazard, seed);
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   const Verdict bad = judge(p, r, power::run_variant(variant("drop-random-key"), p, in));
   EXPECT_FALSE(bad.pass);
   EXPECT_EQ(bad.worst().tensor, "lse") << bad.worst().describe();
@@ -168,7 +168,7 @@ TEST(PowerGrid, NoFalseAlarmAndNoFaultMissedAt8kKeys) {
 TEST(PowerGrid, HazardInputsPutWeightOnTheMaskEdges) {
   Problem p = power::grid_problem(8192, DType::f32, Flavour::causal, 8);
   p.want_weights = true;
-  const ReferenceResult r = reference_attention(p, power::grid_inputs(p, Logits::hazard, 5));
+  const ExpectedAttention r = expected_attention(p, power::grid_inputs(p, Logits::hazard, 5));
   for (int64_t i = 0; i < p.Lq; ++i) {
     const int64_t diag = i + p.diagonal_offset(0);
     const double w = r.weights[static_cast<size_t>(i * p.Lk + diag)];

@@ -31,7 +31,7 @@ TEST(NegInfBias, MasksKeyAndKeepsTolerancesFinite) {
       in.v.put(0, 0, j, d, j + 1.0 + d);
     }
   in.bias->put(0, 0, 0, 1, -std::numeric_limits<double>::infinity());
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   for (int i = 0; i < 2; ++i) EXPECT_EQ(r.weights[static_cast<size_t>(i * 3 + 1)], 0.0);
   for (double t : out_tolerance(p, r)) EXPECT_TRUE(std::isfinite(t)) << t;
   // And a wrong output fails: key 1's value leaking in must be caught.

@@ -2,6 +2,8 @@
 // inputs widened exactly, and bitwise determinism across thread counts.
 #include "tiny.hpp"
 
+#include "attncheck/error_scales.hpp"
+
 using namespace attncheck;
 using namespace tiny;
 
@@ -12,7 +14,7 @@ TEST(Shapes, GqaQueryHeadReadsKvHeadHOverGroup) {
     const Inputs in = scalar_inputs(
         p, [](int64_t, int64_t g, int64_t j) { return j == 0 ? 1.0 : static_cast<double>(g + 1); },
         [](int64_t, int64_t, int64_t j) { return 10.0 * static_cast<double>(j); });
-    const ReferenceResult r = reference_attention(p, in);
+    const ExpectedAttention r = expected_attention(p, in);
     for (int64_t h = 0; h < 6; ++h) {
       const int64_t g = h / (6 / hkv);  // written out: Hkv=3 -> 0,0,1,1,2,2; Hkv=1 -> all 0
       EXPECT_NEAR(r.out[static_cast<size_t>(h)], 10.0 * (g + 1) / (g + 2), 1e-13) << "Hkv=" << hkv << " h=" << h;
@@ -20,7 +22,7 @@ TEST(Shapes, GqaQueryHeadReadsKvHeadHOverGroup) {
   }
   // The mapping written by hand for Hq=6, Hkv=3: heads 0..5 read 0,0,1,1,2,2 -> out 5, 5, 20/3, 20/3, 7.5, 7.5.
   const Problem p = scalar_problem(1, 6, 3, 1, 2);
-  const ReferenceResult r = reference_attention(
+  const ExpectedAttention r = expected_attention(
       p, scalar_inputs(
              p, [](int64_t, int64_t g, int64_t j) { return j == 0 ? 1.0 : static_cast<double>(g + 1); },
              [](int64_t, int64_t, int64_t j) { return 10.0 * static_cast<double>(j); }));
@@ -32,10 +34,10 @@ TEST(Shapes, GqaFlashAttentionDocumentedExample) {
   // FlashAttention's docstring: "if Q has 6 heads and K, V have 2 heads, head 0, 1, 2 of Q will attention to head
   // 0 of K, V, and head 3, 4, 5 of Q will attention to head 1 of K, V". KV head g holds the single value 100 + g.
   const Problem p = scalar_problem(1, 6, 2, 1, 1);
-  const ReferenceResult r =
-      reference_attention(p, scalar_inputs(
-                                 p, [](int64_t, int64_t, int64_t) { return 1.0; },
-                                 [](int64_t, int64_t g, int64_t) { return 100.0 + static_cast<double>(g); }));
+  const ExpectedAttention r =
+      expected_attention(p, scalar_inputs(
+                                p, [](int64_t, int64_t, int64_t) { return 1.0; },
+                                [](int64_t, int64_t g, int64_t) { return 100.0 + static_cast<double>(g); }));
   const double want[6] = {100, 100, 100, 101, 101, 101};
   for (int h = 0; h < 6; ++h) EXPECT_EQ(r.out[static_cast<size_t>(h)], want[h]) << h;
 }
@@ -55,7 +57,7 @@ TEST(Shapes, DqkDiffersFromDvAndDefaultScale) {
     for (int d = 1; d < 4; ++d) in.k.put(0, 0, j, d, d % 2 ? 9.0 : -9.0);
     for (int d = 0; d < 3; ++d) in.v.put(0, 0, j, d, v[j][d]);
   }
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   // weights 1/4, 3/4: out = (4 - 12, -8 + 48, 12 + 0) / 4 = (-2, 10, 3)
   EXPECT_NEAR(r.weights[0], 0.25, 1e-15);
   EXPECT_NEAR(r.out[0], -2.0, 1e-14);
@@ -67,9 +69,9 @@ TEST(Shapes, ZeroAndNegativeScale) {
   Problem p = scalar_problem(1, 1, 1, 1, 3);
   const std::vector<double> v = {3, 6, 9};
   p.scale = 0.0;  // every score 0: uniform weights
-  expect_row(reference_attention(p, scalar_inputs(p, {1, 2, 4}, v)), p, 0, {1.0 / 3, 1.0 / 3, 1.0 / 3}, v, "0");
+  expect_row(expected_attention(p, scalar_inputs(p, {1, 2, 4}, v)), p, 0, {1.0 / 3, 1.0 / 3, 1.0 / 3}, v, "0");
   p.scale = -1.0;  // scores -log a_j: weights proportional to 1/a_j = (4, 2, 1) / 7
-  expect_row(reference_attention(p, scalar_inputs(p, {1, 2, 4}, v)), p, 0, {4.0 / 7, 2.0 / 7, 1.0 / 7}, v, "-1");
+  expect_row(expected_attention(p, scalar_inputs(p, {1, 2, 4}, v)), p, 0, {4.0 / 7, 2.0 / 7, 1.0 / 7}, v, "-1");
 }
 
 TEST(Shapes, BshdEqualsBhsd) {
@@ -92,7 +94,7 @@ TEST(Shapes, BshdEqualsBhsd) {
       for (int64_t h = 0; h < src->shape[1]; ++h)
         for (int64_t l = 0; l < src->shape[2]; ++l)
           for (int64_t d = 0; d < src->shape[3]; ++d) dst->put(b, h, l, d, src->at(b, h, l, d));
-  const ReferenceResult ra = reference_attention(p, a), rs = reference_attention(ps, s);
+  const ExpectedAttention ra = expected_attention(p, a), rs = expected_attention(ps, s);
   EXPECT_TRUE(same_bits(ra.out, rs.out));
   EXPECT_TRUE(same_bits(ra.lse, rs.lse));
   EXPECT_TRUE(same_bits(ra.weights, rs.weights));
@@ -134,7 +136,7 @@ TEST(Shapes, HalfAndBfloat16InputsAreWidenedExactly) {
       i64.k.put(0, 0, j, 0, c.value[j]);
       i64.v.put(0, 0, j, 0, c.value[3 - j]);
     }
-    const ReferenceResult r = reference_attention(p, in), r64 = reference_attention(p64, i64);
+    const ExpectedAttention r = expected_attention(p, in), r64 = expected_attention(p64, i64);
     EXPECT_TRUE(same_bits(r.out, r64.out)) << to_string(c.t);
     EXPECT_TRUE(same_bits(r.weights, r64.weights)) << to_string(c.t);
     EXPECT_TRUE(same_bits(r.lse, r64.lse)) << to_string(c.t);
@@ -159,9 +161,9 @@ TEST(Shapes, BitwiseDeterministicAcrossThreadCounts) {
   fill_random(in.v, 23);
   fill_random(*in.bias, 24);
   in.keep = make_keep_mask(p);
-  const ReferenceResult r1 = reference_attention(p, in, 1);
+  const ExpectedAttention r1 = expected_attention(p, in, 1);
   for (int threads : {2, 7}) {
-    const ReferenceResult rn = reference_attention(p, in, threads);
+    const ExpectedAttention rn = expected_attention(p, in, threads);
     EXPECT_TRUE(same_bits(r1.out, rn.out)) << threads;
     EXPECT_TRUE(same_bits(r1.lse, rn.lse)) << threads;
     EXPECT_TRUE(same_bits(r1.weights, rn.weights)) << threads;

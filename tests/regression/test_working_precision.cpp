@@ -61,7 +61,7 @@ Outputs attention_in(const prop::Case& c) {
 
 TEST(WorkingPrecision, Fp64ProblemComputedInFp32IsNamed) {
   const prop::Case c = make_case();
-  const ReferenceResult ref = reference_attention(c.p, c.in);
+  const ExpectedAttention ref = expected_attention(c.p, c.in);
   const Outputs wide = attention_in<double>(c), narrow = attention_in<float>(c);
   EXPECT_TRUE(judge(c.p, ref, wide).pass);  // the same loops in double: inside the fp64 bound
   const Verdict v = judge(c.p, ref, narrow);

@@ -42,7 +42,7 @@ Image attention_heatmap(const Problem& problem, const Inputs& in, const Outputs*
     throw std::invalid_argument("attention_heatmap: max_panels must be >= 1, got " + std::to_string(max_panels));
   Problem p = problem;
   p.want_weights = true;
-  const ReferenceResult r = reference_attention(p, in);
+  const ExpectedAttention r = expected_attention(p, in);
   const int64_t heads = p.B * p.Hq, shown = std::min<int64_t>(heads, max_panels);
   const std::string of = shown < heads ? ", first " + std::to_string(shown) + " of " + std::to_string(heads) : "";
 

@@ -37,7 +37,7 @@ struct Fixture {
   Inputs inputs;
   // The reference's result for `inputs`: out, lse, weights (when problem.want_weights), and the error scales
   // score_mag and out_abs the tolerance model needs, all in double.
-  ReferenceResult expected;
+  ExpectedAttention expected;
   Provenance provenance;
   ToleranceModel tolerance;
   // Backward (golden/SCHEMA.md "Gradients", attncheck/fixture_gradients.hpp): only in fixtures generated with

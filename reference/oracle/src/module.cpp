@@ -161,8 +161,6 @@ MhaResult reference_wrapper(const Problem& p, const std::vector<HeadWeights>& he
   r.attn.out.assign(rows * static_cast<size_t>(H * p.Dv), 0.0);
   r.attn.lse.assign(rows * static_cast<size_t>(H), 0.0);
   if (p.want_weights) r.attn.weights.assign(rows * static_cast<size_t>(H * p.Lk), 0.0);
-  r.attn.score_mag.assign(rows * static_cast<size_t>(H), 0.0);
-  r.attn.out_abs.assign(rows * static_cast<size_t>(H * p.Dv), 0.0);
   for (int64_t h = 0; h < H; ++h) {
     const std::string tag = "heads[" + std::to_string(h) + "].";
     const HeadWeights& hw = heads[static_cast<size_t>(h)];
@@ -182,13 +180,9 @@ MhaResult reference_wrapper(const Problem& p, const std::vector<HeadWeights>& he
       for (int64_t i = 0; i < p.Lq; ++i) {
         const size_t src = static_cast<size_t>(b * p.Lq + i), dst = static_cast<size_t>((b * H + h) * p.Lq + i);
         r.attn.lse[dst] = hr.lse[src];
-        r.attn.score_mag[dst] = hr.score_mag[src];
-        for (int64_t d = 0; d < p.Dv; ++d) {
+        for (int64_t d = 0; d < p.Dv; ++d)
           r.attn.out[dst * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)] =
               hr.out[src * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)];
-          r.attn.out_abs[dst * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)] =
-              hr.out_abs[src * static_cast<size_t>(p.Dv) + static_cast<size_t>(d)];
-        }
         if (p.want_weights)
           for (int64_t j = 0; j < p.Lk; ++j)
             r.attn.weights[dst * static_cast<size_t>(p.Lk) + static_cast<size_t>(j)] =

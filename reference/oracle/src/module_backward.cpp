@@ -61,9 +61,10 @@ void pack_gradients(const ModuleProblem& m, const std::vector<double> (&dw)[3], 
   }
 }
 
-void backward_trace(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy, BackwardTrace& bt) {
+void backward_trace(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy, BackwardTrace& bt,
+                    RowObserver* observer) {
   Trace& t = bt.t;
-  (void)forward(m, in, ModuleFault::none, t);
+  (void)forward(m, in, ModuleFault::none, t, observer);
   const Problem& p = m.attn;
   const int64_t tokens = p.B * p.Lq, HD = p.Hq * p.Dv;
   if (static_cast<int64_t>(dy.size()) != tokens * m.d_out)

@@ -78,7 +78,8 @@ Tensor to_tensor(const Heads& h, int64_t B) {
   return t;
 }
 
-ModuleResult forward(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault, Trace& t) {
+ModuleResult forward(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault, Trace& t,
+                     RowObserver* observer) {
   validate(m, in);
   const Problem& p = m.attn;
   const Tensor& xkv = m.cross() ? *in.x2 : in.x;
@@ -100,7 +101,7 @@ ModuleResult forward(const ModuleProblem& m, const ModuleInputs& in, ModuleFault
   }
   if (fault == ModuleFault::dropout_after_projection) a.dropout_p = 0, ai.keep.reset();
   t.attn = a;
-  t.r = reference_attention(a, ai);
+  t.r = reference_attention_rows(a, ai, {}, 0, observer);
   t.ai = ai;
 
   // Head merge: o [B, Hq, Lq, Dv] transposed to [B, Lq, Hq, Dv] and viewed as [B, Lq, Hq*Dv] (the head-split bug

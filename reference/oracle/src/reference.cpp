@@ -9,14 +9,13 @@
 #include "attncheck/rope.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 
+#include "attncheck/row_trace.hpp"
 #include "attncheck/schedule.hpp"
 #include "attncheck/threads.hpp"
-#include "row_trace.hpp"
 
 namespace attncheck {
 
@@ -27,35 +26,6 @@ namespace {
 constexpr int64_t kWorkPerThread = int64_t(1) << 16;
 
 bool thread_count_asked() { return current_schedule().threads > 0 || std::getenv("ATTNCHECK_THREADS") != nullptr; }
-
-}  // namespace
-
-void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
-  if (threads <= 0) threads = default_threads();
-  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n, 1)));
-  if (threads <= 1) {
-    for (int64_t r = 0; r < n; ++r) fn(r);
-    return;
-  }
-  // Rows are claimed from a shared counter, so a pool the OS made smaller still computes every row.
-  std::atomic<int64_t> next{0};
-  std::atomic<bool> failed{false};
-  run_on_threads(
-      threads,
-      [&](int) {
-        for (int64_t r; !failed && (r = next.fetch_add(1)) < n;) {
-          try {
-            fn(r);
-          } catch (...) {
-            failed = true;
-            throw;
-          }
-        }
-      },
-      Shortfall::fewer);
-}
-
-namespace {
 
 // A [B, H, L, D] tensor widened to contiguous double, BHSD order, so the loops below index it plainly; with a
 // rotary embedding, every query (or key) vector rotated at its position (fp64), before any score.
@@ -85,7 +55,7 @@ struct Loops {
   const double fill = p.fill == MaskFill::neg_inf ? -inf : p.fill_value;
 
   // One row = one (batch, query head, query token). Rows share nothing, so any thread order gives the same bits.
-  void row(int64_t row, ReferenceResult& r, const ErrorScalesPass& scales) const {
+  void row(int64_t row, ReferenceResult& r, RowObserver* observer) const {
     const int64_t Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv;
     const bool want_scores = !r.scores.empty();
     const int64_t b = row / (Hq * Lq), h = (row / Lq) % Hq, i = row % Lq;
@@ -181,12 +151,13 @@ struct Loops {
     if (fully_masked && p.fully_masked == FullyMasked::nan)
       for (int64_t d = 0; d < Dv; ++d)
         if (std::isnan(oi[d])) oi[d] = std::numeric_limits<double>::quiet_NaN();
-    scales.row(RowTrace{row, b, h, i, kvh, qi, kb, vb, rk, s, visible, w, fully_masked}, r);
+    if (observer) observer->row(RowTrace{row, b, h, i, kvh, qi, kb, vb, rk, s, visible, w, fully_masked, oi});
   }
 };
 
 // The loops on every row, or on the query rows `rows` of every batch and head.
-ReferenceResult looped(const Problem& p, const Inputs& in, const std::vector<int64_t>& rows, int threads) {
+ReferenceResult looped(const Problem& p, const Inputs& in, const std::vector<int64_t>& rows, int threads,
+                       RowObserver* observer) {
   const int64_t B = p.B, Hq = p.Hq, Lq = p.Lq, Lk = p.Lk;
   const int64_t n_rows = B * Hq * (rows.empty() ? Lq : static_cast<int64_t>(rows.size()));
   if (threads <= 0 && !thread_count_asked() && n_rows * Lk * (p.Dqk + p.Dv) < kWorkPerThread) threads = 1;
@@ -197,9 +168,8 @@ ReferenceResult looped(const Problem& p, const Inputs& in, const std::vector<int
   if (p.want_weights) r.weights.assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
   if (p.scores_out != ScoresOut::none) r.scores.assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
   if (p.max_logit != MaxLogitOut::none) r.max_logit.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
-  // The tolerance model's error scales, from each row as the loops leave it (error_scales.cpp).
-  const ErrorScalesPass scales(p, in, loops.mods, loops.rope, loops.v, threads, r);
-  const auto one_row = [&](int64_t row) { loops.row(row, r, scales); };
+  if (observer) observer->start(LoopedProblem{p, in, loops.mods, loops.rope, loops.v, threads});
+  const auto one_row = [&](int64_t row) { loops.row(row, r, observer); };
   r.sampled_rows = rows;
   for (int64_t i : rows)
     if (i < 0 || i >= Lq)
@@ -219,29 +189,29 @@ ReferenceResult reference_attention(const Problem& p, const Inputs& in, int thre
 }
 
 ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, const std::vector<int64_t>& rows,
-                                         int threads) {
+                                         int threads, RowObserver* observer) {
   validate(p, in);
   if (p.past_len > 0) {
     // KV-cache append: attend over present = concat(past, new); present itself is an expected output.
     const Attended a = attend_over_present(p, in);
-    ReferenceResult r = reference_attention_rows(a.p, a.in, rows, threads);
+    ReferenceResult r = reference_attention_rows(a.p, a.in, rows, threads, observer);
     r.present_k = a.in.k.to_double();
     r.present_v = a.in.v.to_double();
     return r;
   }
   if (p.page_size > 0) {  // paged KV cache: the keys and values read through the block table
     const Attended a = gather_pages(p, in);
-    return reference_attention_rows(a.p, a.in, rows, threads);
+    return reference_attention_rows(a.p, a.in, rows, threads, observer);
   }
   if (p.kv_quantized()) {  // quantized KV cache: every code times its scale, exactly (in double)
     const Attended a = dequantize_kv(p, in, DType::f64);
-    return reference_attention_rows(a.p, a.in, rows, threads);
+    return reference_attention_rows(a.p, a.in, rows, threads, observer);
   }
   if (is_fp8(p.dtype)) {  // fp8: the codes decoded exactly, times the descale factors (in double)
     const Attended a = dequantize(p, in, DType::f64);
-    return reference_attention_rows(a.p, a.in, rows, threads);
+    return reference_attention_rows(a.p, a.in, rows, threads, observer);
   }
-  return looped(p, in, rows, threads);
+  return looped(p, in, rows, threads, observer);
 }
 
 }  // namespace attncheck

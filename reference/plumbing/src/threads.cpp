@@ -1,9 +1,11 @@
-// default_threads and run_on_threads (threads.hpp); the schedule of a run (schedule.hpp), which sets the threads.
+// default_threads, run_on_threads and parallel_rows (threads.hpp); the schedule of a run (schedule.hpp), which sets the
+// threads.
 #include "attncheck/threads.hpp"
 
 #include "attncheck/schedule.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -104,6 +106,31 @@ int run_on_threads(int threads, const std::function<void(int)>& worker, Shortfal
   if (error) std::rethrow_exception(error);
   if (!refused.empty() && (shortfall == Shortfall::fail || pool.empty())) throw std::runtime_error(refused);
   return static_cast<int>(pool.size());
+}
+
+void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
+  if (threads <= 0) threads = default_threads();
+  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n, 1)));
+  if (threads <= 1) {
+    for (int64_t r = 0; r < n; ++r) fn(r);
+    return;
+  }
+  // Rows are claimed from a shared counter, so a pool the OS made smaller still computes every row.
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  run_on_threads(
+      threads,
+      [&](int) {
+        for (int64_t r; !failed && (r = next.fetch_add(1)) < n;) {
+          try {
+            fn(r);
+          } catch (...) {
+            failed = true;
+            throw;
+          }
+        }
+      },
+      Shortfall::fewer);
 }
 
 }  // namespace attncheck

@@ -9,6 +9,7 @@
 #include "attncheck/module_reference.hpp"
 #include "attncheck/module_tolerance.hpp"
 #include "module_errors.hpp"
+#include "row_error_scales.hpp"
 
 namespace attncheck {
 
@@ -100,7 +101,9 @@ AttnPropagation propagate(const module_detail::Trace& t, const module_detail::Fo
 ModuleGradients module_grad_tolerance(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy,
                                       ModuleGradFault fault) {
   module_detail::BackwardTrace bt;
-  module_detail::backward_trace(m, in, dy, bt);
+  ErrorScales attn_scales;  // the attention forward's, for its backward's own bound
+  ErrorScalesPass pass(attn_scales);
+  module_detail::backward_trace(m, in, dy, bt, &pass);
   const module_detail::Trace& t = bt.t;
   const BackwardResult& a = bt.a;
   const module_detail::ForwardErrors fe = module_detail::forward_errors(m, in, t);
@@ -159,7 +162,7 @@ ModuleGradients module_grad_tolerance(const ModuleProblem& m, const ModuleInputs
   // The attention backward: its own bound at the exact inputs plus the propagated input errors.
   Problem pd = t.attn;
   pd.dtype = dt;
-  const GradTolerance own = grad_tolerance(pd, t.r, a);
+  const GradTolerance own = grad_tolerance(pd, attn_scales, a);
   const AttnPropagation prop = propagate(t, fe, bt.dout, edout);
   auto sum = [](const std::vector<double>& x, const std::vector<double>& y) {
     std::vector<double> s(x.size());

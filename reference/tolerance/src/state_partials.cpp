@@ -69,7 +69,7 @@ PartialsVerdict judge_partials(const Problem& p, const Inputs& in, const KernelP
           for (int64_t d = 0; d < p.Dqk; ++d) part.k.put(b, h, j, d, in.k.at(b, h, j0 + j, d));
           for (int64_t d = 0; d < p.Dv; ++d) part.v.put(b, h, j, d, in.v.at(b, h, j0 + j, d));
         }
-    const ReferenceResult ref = reference_attention(sub, part);
+    const ExpectedAttention ref = expected_attention(sub, part);
     Outputs got = make_outputs(sub);
     for (int64_t r = 0; r < s.rows(); ++r) {
       const int64_t b = r / (p.Hq * p.Lq), h = (r / p.Lq) % p.Hq, i = r % p.Lq;

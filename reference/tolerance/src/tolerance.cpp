@@ -112,7 +112,7 @@ void name_dominant(TensorVerdict& v, const std::vector<int64_t>& shape, F terms)
 DType delivered(const Tensor& t, DType fallback) { return t.dtype == DType::f64 ? fallback : t.dtype; }
 }  // namespace
 
-Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual, const ToleranceModel& m) {
+Verdict judge(const Problem& p, const ExpectedAttention& r, const Outputs& actual, const ToleranceModel& m) {
   Verdict v;
   const std::vector<int64_t> out_shape{p.B, p.Hq, p.Lq, p.Dv}, lse_shape{p.B, p.Hq, p.Lq},
       w_shape{p.B, p.Hq, p.Lq, p.Lk};

@@ -79,14 +79,14 @@ double score_error(const Problem& p, const Units& u) {  // c_s: a score's relati
 }
 // Relative error of the weights P_ij of a row: the score error of key j and of the max (2 · c_s · |s|max), the exp
 // (4u) and the denominator, a sum of Lk positive terms (lambda u sqrt(Lk)).
-double p_error(const Problem& p, const ReferenceResult& fwd, size_t row, const Units& u, double lambda) {
+double p_error(const Problem& p, const ErrorScales& fwd, size_t row, const Units& u, double lambda) {
   const double c_s = score_error(p, u);
   return lambda * (2.0 * c_s * fwd.score_mag[row] + 4.0 * u.acc + u.acc * std::sqrt(static_cast<double>(p.Lk)));
 }
 
 // Relative error of dS_ij against g_ij = P(|dP| + |D| + m + M): P's error, dP's length-Dv dot product, D's sum
 // (over Lk keys or Dv features, whichever the implementation uses) from the stored O, and dS's rounding.
-double ds_error(const Problem& p, const ReferenceResult& fwd, size_t row, const Units& u, double lambda) {
+double ds_error(const Problem& p, const ErrorScales& fwd, size_t row, const Units& u, double lambda) {
   const double n = static_cast<double>(std::max(p.Lk, p.Dv));
   return p_error(p, fwd, row, u, lambda) +
          lambda * u.acc * (std::sqrt(static_cast<double>(p.Dv) / 3.0) + std::sqrt(n)) + 2.0 * u.out + u.round +
@@ -97,7 +97,7 @@ double accumulation(double n, const Units& u, double lambda) { return lambda * u
 
 // The softcap derivative c = 1 − tanh²(x/c) (docs/backward.md "Softcap derivative"). Relative error from the score
 // error δx = c_s·|x| and the division x/c: 2|t|·δx/c ≤ 2(c_s + u)·score_mag/c (a row quantity).
-double chain_relative(const Problem& p, const ReferenceResult& fwd, size_t row, const Units& u) {
+double chain_relative(const Problem& p, const ErrorScales& fwd, size_t row, const Units& u) {
   return p.softcap > 0 ? 2.0 * (score_error(p, u) + u.score) * fwd.score_mag[row] / p.softcap : 0.0;
 }
 // Absolute error of c when a kernel forms it as 1 − t·t from the tanh t it kept from the forward (FlashAttention):
@@ -112,7 +112,7 @@ double mod_relative(const Problem& p, const ReferenceResult& fwd, const Backward
 }
 }  // namespace
 
-GradTolerance grad_tolerance(const Problem& p, const ReferenceResult& fwd, const BackwardResult& r,
+GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const BackwardResult& r,
                              const ToleranceModel& m) {
   const Units u = units(p, m);
   const double fl = floor_of(p), lam = m.lambda;
@@ -174,7 +174,7 @@ GradTolerance grad_tolerance(const Problem& p, const ReferenceResult& fwd, const
   return t;
 }
 
-Verdict judge_backward(const Problem& p, const ReferenceResult& fwd, const BackwardResult& r, const Gradients& actual,
+Verdict judge_backward(const Problem& p, const ErrorScales& fwd, const BackwardResult& r, const Gradients& actual,
                        const ToleranceModel& m) {
   const GradTolerance t = grad_tolerance(p, fwd, r, m);
   Verdict v;

@@ -85,7 +85,7 @@ Units units(const Problem& p, const ToleranceModel& m) {
 
 // The largest error of one score of the row from the rotary angles (both vectors): rope_max per unit angle error,
 // and the trig part through Cauchy-Schwarz (sum_f |q_f| |k_f| <= |q| |k| <= score_mag).
-double rope_score(const ReferenceResult& r, size_t row, const Units& u) {
+double rope_score(const ExpectedAttention& r, size_t row, const Units& u) {
   if (u.rope_angle == 0 && u.rope_trig == 0) return 0.0;
   return u.rope_angle * (r.rope_max.empty() ? 0.0 : r.rope_max[row]) + 2.0 * u.rope_trig * r.score_mag[row];
 }
@@ -105,7 +105,7 @@ struct Row {
 // A result without the row scales (built by hand, not by the reference) gets their upper bounds.
 double at(const std::vector<double>& v, size_t n, double fallback) { return v.empty() ? fallback : v[n]; }
 
-Row row_scales(const Problem& p, const ReferenceResult& r, size_t row, const Units& u, const ToleranceModel& m) {
+Row row_scales(const Problem& p, const ExpectedAttention& r, size_t row, const Units& u, const ToleranceModel& m) {
   Row x{};
   // One score: a length-Dqk dot product (partial sums at most k/Dqk of the magnitude: sqrt(Dqk/3) u; its rounding
   // errors are independent, and so are those of different keys, so one lambda covers the whole weighted sum),
@@ -175,7 +175,7 @@ const char* to_string(TolTerm t) {
   return "?";
 }
 
-TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m) {
+TolTerms out_terms(const Problem& p, const ExpectedAttention& r, size_t n, DType delivered, const ToleranceModel& m) {
   // o_d = sum_j w'_j v_jd. Independent relative errors eps_j of the unnormalised weights move it by
   // sum_j eps_j (w'_j v_jd - w_j o_d): lambda * (c_s * dev_s + c_e * dev) with the row's own deviations.
   if (m.exact_out) return zero();  // an exact case: the representable answer, nothing else
@@ -219,7 +219,7 @@ TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType d
   return t;
 }
 
-TolTerms lse_terms(const Problem& p, const ReferenceResult& r, size_t row, DType delivered, const ToleranceModel& m) {
+TolTerms lse_terms(const Problem& p, const ExpectedAttention& r, size_t row, DType delivered, const ToleranceModel& m) {
   // lse = log sum_j e^{s_j}: d lse = sum_j P_j eps_j (independent: lambda (c_s rho_s + c_e rho)) + the common
   // score error (2u * score_mag) + the denominator's relative error + the log and the add of the max + storage.
   const Units u = units(p, m);
@@ -245,7 +245,8 @@ TolTerms lse_terms(const Problem& p, const ReferenceResult& r, size_t row, DType
   return t;
 }
 
-TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m) {
+TolTerms weights_terms(const Problem& p, const ExpectedAttention& r, size_t n, DType delivered,
+                       const ToleranceModel& m) {
   // P_j = e^{s_j} / D: its own key's error (bounded with the row's largest score magnitude), the denominator's
   // (independent part, systematic, summation), the division and storage. A masked weight (exactly 0) gets no
   // floor: a leak fails.
@@ -269,7 +270,8 @@ TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DTy
   return t;
 }
 
-TolTerms scores_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m) {
+TolTerms scores_terms(const Problem& p, const ExpectedAttention& r, size_t n, DType delivered,
+                      const ToleranceModel& m) {
   // One score, as in the softmax's input (row_scales' c_a, c_b, c_c on this key's own magnitudes a, b, |s|);
   // a fill (masked key under stage masked) is exact.
   const Units u = units(p, m);
@@ -285,7 +287,7 @@ TolTerms scores_terms(const Problem& p, const ReferenceResult& r, size_t n, DTyp
   return t;
 }
 
-TolTerms max_logit_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered,
+TolTerms max_logit_terms(const Problem& p, const ExpectedAttention& r, size_t n, DType delivered,
                          const ToleranceModel& m) {
   // max_j s'_j - max_j s_j lies within [-e_j*, max_j e_j] (j* the reference's argmax): the largest one-score bound
   // of scores_terms over the row's visible keys, taken with the row's largest a, b and |s| (a bound of it). A row
@@ -316,13 +318,13 @@ std::vector<double> sum_terms(size_t count, double scale, F terms) {
 }
 }  // namespace
 
-std::vector<double> out_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m,
+std::vector<double> out_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m,
                                   std::optional<DType> delivered) {
   const DType d = delivered.value_or(p.dtype);
   return sum_terms(r.out.size(), m.scale, [&](size_t n) { return out_terms(p, r, n, d, m); });
 }
 
-double amax_o_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m) {
+double amax_o_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m) {
   // |max |O'| - max |O|| <= max |O' - O|: the largest bound of O before the fp8 store, in the working precision.
   Problem q = p;
   q.fp8_out = false, q.o_dtype = Problem{}.o_dtype, q.scale_o = 1.0;
@@ -333,25 +335,25 @@ double amax_o_tolerance(const Problem& p, const ReferenceResult& r, const Tolera
   return t;
 }
 
-std::vector<double> lse_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m,
+std::vector<double> lse_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m,
                                   std::optional<DType> delivered) {
   const DType d = delivered.value_or(p.stat_dtype());
   return sum_terms(r.lse.size(), m.scale, [&](size_t n) { return lse_terms(p, r, n, d, m); });
 }
 
-std::vector<double> scores_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m,
+std::vector<double> scores_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m,
                                      std::optional<DType> delivered) {
   const DType d = delivered.value_or(p.stat_dtype());
   return sum_terms(r.scores.size(), m.scale, [&](size_t n) { return scores_terms(p, r, n, d, m); });
 }
 
-std::vector<double> max_logit_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m,
+std::vector<double> max_logit_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m,
                                         std::optional<DType> delivered) {
   const DType d = delivered.value_or(p.stat_dtype());
   return sum_terms(r.max_logit.size(), m.scale, [&](size_t n) { return max_logit_terms(p, r, n, d, m); });
 }
 
-std::vector<double> weights_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m,
+std::vector<double> weights_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m,
                                       std::optional<DType> delivered) {
   const DType d = delivered.value_or(p.stat_dtype());
   return sum_terms(r.weights.size(), m.scale, [&](size_t n) { return weights_terms(p, r, n, d, m); });

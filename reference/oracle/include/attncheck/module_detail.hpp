@@ -43,7 +43,9 @@ struct BackwardTrace {
   Tensor dout;
   BackwardResult a;
 };
-void backward_trace(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy, BackwardTrace& bt);
+// The attention's forward rows go to observer as well, when given (row_trace.hpp).
+void backward_trace(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy, BackwardTrace& bt,
+                    RowObserver* observer = nullptr);
 
 // The separate-form gradients dw[which], db[which] (which = 0 q, 1 k, 2 v) placed into the module's packing.
 void pack_gradients(const ModuleProblem& m, const std::vector<double> (&dw)[3], const std::vector<double> (&db)[3],
@@ -52,6 +54,7 @@ void pack_gradients(const ModuleProblem& m, const std::vector<double> (&dw)[3], 
 // The row of a packed weight that holds feature d of head h of q (which = 0), k (1) or v (2).
 int64_t packed_row(const ModuleProblem& m, Packing pk, int which, int64_t h, int64_t d);
 Rows select(const ModuleProblem& m, const ModuleInputs& in, int which, ModuleFault fault);
-ModuleResult forward(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault, Trace& t);
+ModuleResult forward(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault, Trace& t,
+                     RowObserver* observer = nullptr);
 
 }  // namespace attncheck::module_detail

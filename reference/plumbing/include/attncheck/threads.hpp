@@ -3,6 +3,7 @@
 // a smaller pool, never std::terminate from a vector of joinable threads.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 namespace attncheck {
@@ -22,5 +23,8 @@ enum class Shortfall {
 // from a worker is rethrown after the join. A refused thread throws std::runtime_error naming the count, the OS
 // error and ATTNCHECK_THREADS (or leaves a smaller pool, per `shortfall`).
 int run_on_threads(int threads, const std::function<void(int)>& worker, Shortfall shortfall);
+
+// Run fn(row) for row in [0, n) on `threads` OS threads (0 = default). Each row must be independent.
+void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& fn);
 
 }  // namespace attncheck

@@ -10,7 +10,7 @@
 #include "attncheck/accuracy.hpp"
 #include "attncheck/contract.hpp"
 #include "attncheck/problem.hpp"
-#include "attncheck/reference.hpp"
+#include "attncheck/error_scales.hpp"
 
 namespace attncheck {
 
@@ -38,30 +38,31 @@ using TolTerms = std::array<double, kTolTerms>;
 
 // The terms of one element's bound: out element n ([B,Hq,Lq,Dv] row-major), lse row, weights element
 // ([B,Hq,Lq,Lk]). `delivered` is the dtype the candidate delivered the output in.
-TolTerms out_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
-TolTerms lse_terms(const Problem& p, const ReferenceResult& r, size_t row, DType delivered, const ToleranceModel& m);
-TolTerms weights_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
+TolTerms out_terms(const Problem& p, const ExpectedAttention& r, size_t n, DType delivered, const ToleranceModel& m);
+TolTerms lse_terms(const Problem& p, const ExpectedAttention& r, size_t row, DType delivered, const ToleranceModel& m);
+TolTerms weights_terms(const Problem& p, const ExpectedAttention& r, size_t n, DType delivered,
+                       const ToleranceModel& m);
 // Raw scores element n ([B,Hq,Lq,Lk], problem.scores_out): one score's own error, its storage, the floor.
-TolTerms scores_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered, const ToleranceModel& m);
+TolTerms scores_terms(const Problem& p, const ExpectedAttention& r, size_t n, DType delivered, const ToleranceModel& m);
 // Max-logit row n ([B,Hq,Lq]): |max_j s'_j - max_j s_j| <= max_j |s'_j - s_j|, so the largest one-score bound over
 // the row's visible keys (the row's largest a, b, |s|), its storage, the floor; exact for a row with no visible key.
-TolTerms max_logit_terms(const Problem& p, const ReferenceResult& r, size_t n, DType delivered,
+TolTerms max_logit_terms(const Problem& p, const ExpectedAttention& r, size_t n, DType delivered,
                          const ToleranceModel& m);
 
 // Per-element tolerances (sums of the terms times m.scale) for out [B,Hq,Lq,Dv], lse [B,Hq,Lq] and weights
 // [B,Hq,Lq,Lk] of a reference result. Without `delivered`: out in the problem dtype, lse/weights in stat_dtype.
-std::vector<double> out_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
+std::vector<double> out_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m = {},
                                   std::optional<DType> delivered = {});
 // The bound of the fp8 output's amax_o (fp8_out.hpp): the largest bound of O before its fp8 store.
-double amax_o_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {});
-std::vector<double> lse_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
+double amax_o_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m = {});
+std::vector<double> lse_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m = {},
                                   std::optional<DType> delivered = {});
-std::vector<double> weights_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
+std::vector<double> weights_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m = {},
                                       std::optional<DType> delivered = {});
-std::vector<double> scores_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
+std::vector<double> scores_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m = {},
                                      std::optional<DType> delivered = {});
 // Per row [B,Hq,Lq]; the heads form takes each head's largest row tolerance (judge()).
-std::vector<double> max_logit_tolerance(const Problem& p, const ReferenceResult& r, const ToleranceModel& m = {},
+std::vector<double> max_logit_tolerance(const Problem& p, const ExpectedAttention& r, const ToleranceModel& m = {},
                                         std::optional<DType> delivered = {});
 
 inline constexpr const char* kExactDominant = "exact";
@@ -104,6 +105,6 @@ struct Verdict {
 
 // Judge an implementation's outputs against the reference result for the same problem and inputs.
 // Outputs that were requested (want_lse, want_weights) but are missing fail.
-Verdict judge(const Problem& p, const ReferenceResult& r, const Outputs& actual, const ToleranceModel& m = {});
+Verdict judge(const Problem& p, const ExpectedAttention& r, const Outputs& actual, const ToleranceModel& m = {});
 
 }  // namespace attncheck

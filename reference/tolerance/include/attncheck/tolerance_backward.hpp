@@ -13,13 +13,13 @@ struct GradTolerance {
   std::vector<double> dq, dk, dv, dbias;  // per element, same layout as BackwardResult's
 };
 
-// fwd: the reference forward of the same problem and inputs (for the row score magnitudes); m.contract: the
-// implementation's declared precision contract (default_contract(p.dtype) when empty); m.scale multiplies all.
-GradTolerance grad_tolerance(const Problem& p, const ReferenceResult& fwd, const BackwardResult& r,
+// fwd: the error scales of the reference forward of the same problem and inputs (its row score magnitudes); m.contract:
+// the implementation's declared precision contract (default_contract(p.dtype) when empty); m.scale multiplies all.
+GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const BackwardResult& r,
                              const ToleranceModel& m = {});
 
 // Judge delivered gradients against the reference gradients; a missing dbias (bias present) fails.
-Verdict judge_backward(const Problem& p, const ReferenceResult& fwd, const BackwardResult& r, const Gradients& actual,
+Verdict judge_backward(const Problem& p, const ErrorScales& fwd, const BackwardResult& r, const Gradients& actual,
                        const ToleranceModel& m = {});
 
 }  // namespace attncheck

@@ -1,5 +1,5 @@
-// One row of the looped forward (reference.cpp) as its loops left it, and the pass that derives the tolerance
-// model's error scales from it (error_scales.cpp), so the loops hold the maths alone.
+// One row of the looped forward (reference.cpp) as its loops left it, handed to a RowObserver: how a pass that
+// needs the row's intermediate values (the tolerance model's error scales) reads them without living in the loops.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,17 @@ inline double kept_weight(const Problem& p, const Inputs& in, int64_t b, int64_t
   return in.keep->get_offset(((b * p.Hq + h) * p.Lq + i) * p.Lk + j) != 0 ? w * keep_scale : 0.0;
 }
 
+// What the loops run on: the problem once its KV form is read (present, paged, quantized and fp8 keys and values
+// become plain fp64 ones), its score modifications, its rotary embedding and V widened to double.
+struct LoopedProblem {
+  const Problem& p;
+  const Inputs& in;
+  const ModSet& mods;
+  const RopeStage& rope;
+  const std::vector<double>& v;  // (B, Hkv, Lk, Dv)
+  int threads;                   // the loops' thread count
+};
+
 struct RowTrace {
   int64_t row, b, h, i, kvh;
   const double* q;  // (Dqk): the query row, rotated
@@ -28,21 +39,16 @@ struct RowTrace {
   const std::vector<char>& visible;
   const std::vector<double>& w;  // normalised weights
   bool fully_masked;
+  const double* out;  // (Dv): the row's output, final
 };
 
-// Allocates the error scales of r for the problem; row() fills one row's, after the row's outputs are final.
-class ErrorScalesPass {
+class RowObserver {
  public:
-  ErrorScalesPass(const Problem& p, const Inputs& in, const ModSet& mods, const RopeStage& rope,
-                  const std::vector<double>& v, int threads, ReferenceResult& r);
-  void row(const RowTrace& t, ReferenceResult& r) const;
-
- private:
-  const Problem& p_;
-  const Inputs& in_;
-  const ModSet& mods_;
-  const RopeStage& rope_;
-  std::vector<ValueGroups> vgroups_;  // per (b, KV head)
+  virtual ~RowObserver() = default;
+  // Once, before the first row.
+  virtual void start(const LoopedProblem& lp) = 0;
+  // Once per row, after its outputs are final; rows come in any order, several at once from the loops' threads.
+  virtual void row(const RowTrace& t) = 0;
 };
 
 }  // namespace attncheck

@@ -5,10 +5,8 @@
 #include <cmath>
 #include <utility>
 
+#include "row_error_scales.hpp"
 #include "rss.hpp"
-#include "row_trace.hpp"
-
-#include "attncheck/reference.hpp"
 
 namespace attncheck {
 
@@ -72,7 +70,7 @@ RowScratch& row_scratch() {
 }
 }  // namespace
 
-void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
+void row_error_scales(const RowInputs& x, size_t row, ErrorScales& r) {
   const size_t Lk = x.s.size(), Dv = static_cast<size_t>(x.Dv);
   RowScratch& S = row_scratch();
   tie_groups(x, S.tie_keys, S.groups);
@@ -166,7 +164,7 @@ void row_error_scales(const RowInputs& x, size_t row, ReferenceResult& r) {
   // (keys tied by chance err independently, copies of one key alike). Singletons are their own group: `dev1` holds
   // them, `devm` the keys of larger groups one by one, `gm` those groups' sums; per key = dev1 + devm, per group =
   // dev1 + gm. Repeated P (tied scores) and repeated values (equal v_jd) sum their |t_j| before squaring (_p, _v).
-  const double* o = &r.out[row * Dv];
+  const double* o = x.o;
   ColumnRss &rss = S.rss, &dev1 = S.dev1, &dev1_a = S.dev1_a, &dev1_b = S.dev1_b, &dev1_c = S.dev1_c, &devm = S.devm,
             &devm_a = S.devm_a, &devm_b = S.devm_b, &devm_c = S.devm_c, &gm = S.gm, &gm_a = S.gm_a, &gm_b = S.gm_b,
             &gm_c = S.gm_c, &rss_p = S.rss_p, &rss_v = S.rss_v;
@@ -279,12 +277,11 @@ namespace {
 // inv_freq_f |q_f| |k_jf| (|pos_i| + |pos_j|) for each visible key, summed as out, lse and a score see a relative
 // angle error (docs/tolerance.md "Rotary angles"). Dropout's kept weights w' enter dv_j = w'_j v_jd - w_j o_d.
 void rope_sensitivity(const Problem& p, const RopeStage& rope, int64_t b, int64_t i, const double* qi, const double* kb,
-                      const std::vector<double>& w, const std::vector<char>& visible, const double* vb,
-                      const Inputs& in, int64_t row, ReferenceResult& r) {
+                      const std::vector<double>& w, const std::vector<char>& visible, const double* vb, const double* o,
+                      const Inputs& in, int64_t row, ErrorScales& r) {
   const int64_t Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, h = (row / p.Lq) % p.Hq;
   const RopeAt at_i = rope_query_at(p, b, i);
   const double scale = std::abs(p.effective_scale());
-  const double* o = &r.out[static_cast<size_t>(row * Dv)];  // final (the caller computed it)
   double sum_p = 0, mx = 0;
   for (int64_t j = 0; j < Lk; ++j) {
     if (!visible[size_t(j)] || w[size_t(j)] == 0.0) continue;
@@ -309,16 +306,18 @@ void rope_sensitivity(const Problem& p, const RopeStage& rope, int64_t b, int64_
 }
 }  // namespace
 
-ErrorScalesPass::ErrorScalesPass(const Problem& p, const Inputs& in, const ModSet& mods, const RopeStage& rope,
-                                 const std::vector<double>& v, int threads, ReferenceResult& r)
-    : p_(p), in_(in), mods_(mods), rope_(rope) {
+void ErrorScalesPass::start(const LoopedProblem& lp) {
+  const Problem& p = lp.p;
+  const std::vector<double>& v = lp.v;
+  ErrorScales& r = e_;
+  p_ = &p, in_ = &lp.in, mods_ = &lp.mods, rope_ = &lp.rope;
   const size_t rows = static_cast<size_t>(p.B * p.Hq * p.Lq), elems = rows * static_cast<size_t>(p.Dv);
   if (p.scores_out != ScoresOut::none)
     for (auto* e : {&r.scores_a, &r.scores_b}) e->assign(rows * static_cast<size_t>(p.Lk), 0.0);
   r.score_mag.assign(rows, 0.0);
   if (p.max_logit != MaxLogitOut::none)
     for (auto* e : {&r.max_logit_a, &r.max_logit_b, &r.max_logit_c}) e->assign(rows, 0.0);
-  if (rope.on()) {
+  if (lp.rope.on()) {
     r.rope_dev.assign(elems, 0.0);
     r.rope_p.assign(rows, 0.0);
     r.rope_max.assign(rows, 0.0);
@@ -333,14 +332,17 @@ ErrorScalesPass::ErrorScalesPass(const Problem& p, const Inputs& in, const ModSe
   // Equal values in a column of V (constant V, one-hot or integer values) round alike.
   const int64_t Lk = p.Lk, Dv = p.Dv;
   vgroups_.resize(static_cast<size_t>(p.B * p.Hkv));
-  parallel_rows(p.B * p.Hkv, threads, [&](int64_t bh) {
+  parallel_rows(p.B * p.Hkv, lp.threads, [&](int64_t bh) {
     vgroups_[size_t(bh)] = value_groups(&v[static_cast<size_t>(bh * Lk * Dv)], Lk, Dv);
   });
 }
 
-void ErrorScalesPass::row(const RowTrace& t, ReferenceResult& r) const {
-  const Problem& p = p_;
-  const Inputs& in = in_;
+void ErrorScalesPass::row(const RowTrace& t) {
+  const Problem& p = *p_;
+  const Inputs& in = *in_;
+  const ModSet& mods = *mods_;
+  const RopeStage& rope = *rope_;
+  ErrorScales& r = e_;
   const int64_t Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, row = t.row, b = t.b, h = t.h, i = t.i;
   const double scale = p.effective_scale();
   const double *qi = t.q, *kb = t.k, *vb = t.v;
@@ -387,9 +389,9 @@ void ErrorScalesPass::row(const RowTrace& t, ReferenceResult& r) const {
       score += bias;
       mag += std::abs(bias);
     }
-    if (mods_.has_score()) {  // the score before the modifications, then after them (the row's score)
+    if (mods.has_score()) {  // the score before the modifications, then after them (the row's score)
       const double modified = s[static_cast<size_t>(j)];
-      mag = mods_.slope(ModAt{b, h, i, t.rk.diag, j}, score) * mag + std::abs(modified - score);
+      mag = mods.slope(ModAt{b, h, i, t.rk.diag, j}, score) * mag + std::abs(modified - score);
       score = modified;
     }
     if (std::isfinite(score)) score_mag = std::max(score_mag, mag);  // a -inf bias masks, it has no error
@@ -397,7 +399,8 @@ void ErrorScalesPass::row(const RowTrace& t, ReferenceResult& r) const {
     if (masked_stage) record(j, dot, qk2);
   }
   r.score_mag[static_cast<size_t>(row)] = score_mag;
-  if (!r.max_logit.empty()) {  // the max-logit output's: the largest KeyScales over the row's finite visible scores
+  if (p.max_logit !=
+      MaxLogitOut::none) {  // the max-logit output's: the largest KeyScales over the row's finite visible scores
     const size_t n = static_cast<size_t>(row);
     for (int64_t j = 0; j < Lk; ++j)
       if (visible[static_cast<size_t>(j)] && std::isfinite(s[static_cast<size_t>(j)])) {
@@ -413,7 +416,7 @@ void ErrorScalesPass::row(const RowTrace& t, ReferenceResult& r) const {
     if (wj == 0.0) continue;
     for (int64_t d = 0; d < Dv; ++d) oi_abs[d] += std::abs(wj * vb[j * Dv + d]);
   }
-  if (rope_.on() && !t.fully_masked) rope_sensitivity(p, rope_, b, i, qi, kb, w, visible, vb, in, row, r);
+  if (rope.on() && !t.fully_masked) rope_sensitivity(p, rope, b, i, qi, kb, w, visible, vb, t.out, in, row, r);
   if (t.fully_masked && p.fully_masked != FullyMasked::uniform) return;
   const auto in_row = [&](int64_t j) { return j >= t.rk.begin && j < t.rk.end; };
   const double keep_scale = 1.0 / (1.0 - p.dropout_p);
@@ -426,9 +429,9 @@ void ErrorScalesPass::row(const RowTrace& t, ReferenceResult& r) const {
     takes_part[static_cast<size_t>(j)] =
         in_row(j) && (t.fully_masked || visible[static_cast<size_t>(j)] || p.fill == MaskFill::finite);
   const std::vector<double> s_row = t.fully_masked ? std::vector<double>(static_cast<size_t>(Lk), 0.0) : s;
-  row_error_scales(
-      RowInputs{s_row, takes_part, w, keep, ks, vb, Dv, &vgroups_[size_t(b * p.Hkv + t.kvh)], qi, kb, Dqk, scale},
-      static_cast<size_t>(row), r);
+  row_error_scales(RowInputs{s_row, takes_part, w, keep, ks, vb, Dv, t.out, &vgroups_[size_t(b * p.Hkv + t.kvh)], qi,
+                             kb, Dqk, scale},
+                   static_cast<size_t>(row), r);
 }
 
 ValueGroups value_groups(const double* v, int64_t Lk, int64_t Dv) {
@@ -458,8 +461,20 @@ ValueGroups value_groups(const double* v, int64_t Lk, int64_t Dv) {
   return g;
 }
 
-void fill_error_scales(const Problem& p, const Inputs& in, ReferenceResult& r) {
-  ReferenceResult x = reference_attention(p, in);
+ExpectedAttention expected_attention(const Problem& p, const Inputs& in, int threads) {
+  return expected_attention_rows(p, in, {}, threads);
+}
+
+ExpectedAttention expected_attention_rows(const Problem& p, const Inputs& in, const std::vector<int64_t>& rows,
+                                          int threads) {
+  ExpectedAttention e;
+  ErrorScalesPass scales(e);
+  static_cast<ReferenceResult&>(e) = reference_attention_rows(p, in, rows, threads, &scales);
+  return e;
+}
+
+void fill_error_scales(const Problem& p, const Inputs& in, ExpectedAttention& r) {
+  ExpectedAttention x = expected_attention(p, in);
   r.out_rss = std::move(x.out_rss);
   r.out_rss_p = std::move(x.out_rss_p);
   r.out_rss_v = std::move(x.out_rss_v);
