@@ -19,7 +19,7 @@ namespace attncheck {
 struct Declarations;
 // Gradients of the backward pass (attncheck/backward.hpp).
 struct Gradients;
-// Attention states and their merge (attncheck/merge_problem.hpp, docs/states.md).
+// Attention states and their merge (attncheck/state.hpp, docs/states.md).
 struct MergeProblem;
 struct StoredStates;
 // A kernel's own partial states (attncheck/state_partials.hpp, docs/states.md).
