@@ -15,7 +15,7 @@
 
 #include "detail.hpp"
 
-namespace attncheck::expr {
+namespace attncheck::inline model::expr {
 
 namespace {
 
@@ -312,4 +312,4 @@ void check(const Problem& p, Which w) {
         }
 }
 
-}  // namespace attncheck::expr
+}  // namespace attncheck::inline model::expr

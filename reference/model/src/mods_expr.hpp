@@ -5,7 +5,7 @@
 
 #include "attncheck/mods.hpp"
 
-namespace attncheck::expr {
+namespace attncheck::inline model::expr {
 
 enum class Which : uint8_t { score, mask };
 
@@ -20,4 +20,4 @@ inline constexpr int64_t kSweepLimit = int64_t{1} << 16;
 double score(const Problem& p, const ModAt& a, double s);
 bool visible(const Problem& p, const ModAt& a);
 
-}  // namespace attncheck::expr
+}  // namespace attncheck::inline model::expr

@@ -8,6 +8,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 using detail::fail;
 using detail::kMaxElements;
@@ -154,4 +155,5 @@ void validate(const Problem& p) {
   }
 }
 
+}  // namespace model
 }  // namespace attncheck

@@ -12,6 +12,7 @@
 #include "attncheck/reference.hpp"
 
 namespace attncheck {
+inline namespace oracle {
 
 namespace {
 
@@ -279,4 +280,5 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
   return r;
 }
 
+}  // namespace oracle
 }  // namespace attncheck

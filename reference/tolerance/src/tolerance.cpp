@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 namespace attncheck {
+inline namespace tolerance {
 
 std::string TensorVerdict::describe() const {
   static const char* names4[] = {"b", "h", "i", "d"};
@@ -209,4 +210,5 @@ Verdict judge(const Problem& p, const ExpectedAttention& r, const Outputs& actua
   return v;
 }
 
+}  // namespace tolerance
 }  // namespace attncheck

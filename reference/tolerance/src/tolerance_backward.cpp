@@ -8,6 +8,7 @@
 #include <limits>
 
 namespace attncheck {
+inline namespace tolerance {
 
 namespace {
 struct Units {
@@ -142,4 +143,5 @@ Verdict judge_backward(const Problem& p, const ErrorScales& fwd, const BackwardR
   return v;
 }
 
+}  // namespace tolerance
 }  // namespace attncheck
