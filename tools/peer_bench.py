@@ -175,7 +175,7 @@ def main():
     ap.add_argument("--settle", type=float, default=0.2, help="seconds of pause before each measurement")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--impls", default="cpu-flash,cpu")
-    ap.add_argument("--quick", action="store_true", help="small shapes (a minute) instead of the issue's")
+    ap.add_argument("--quick", action="store_true", help="small shapes (a minute) instead of the full SHAPES list")
     a = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     impls = a.impls.split(",")

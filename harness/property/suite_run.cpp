@@ -7,18 +7,20 @@
 
 #include "rc_runner.hpp"
 #include "reports.hpp"  // harness/verify: accuracy_json
+#include "status.hpp"   // harness/verify: the row statuses
 
 namespace attncheck::prop {
 
 namespace {
 
 using json = nlohmann::json;
+using verify::Status;
 
 // One report row: an implementation's run of one property ("-" and `unavailable` for an implementation that could
 // not run at all). Numbers that are not finite are written as null.
-json report_row(const std::string& impl, const std::string& property, const std::string& status,
-                const RcRun* r = nullptr, const std::string& message = "") {
-  json row = {{"impl", impl}, {"property", property}, {"status", status}, {"message", message}};
+json report_row(const std::string& impl, const std::string& property, Status status, const RcRun* r = nullptr,
+                const std::string& message = "") {
+  json row = {{"impl", impl}, {"property", property}, {"status", to_string(status)}, {"message", message}};
   if (!r) return row;
   row["supported"] = r->supported, row["unsupported"] = r->unsupported;
   row["max_ratio"] = std::isfinite(r->max_ratio) ? json(r->max_ratio) : json(nullptr);
@@ -56,7 +58,7 @@ SuiteRun run_suite(const std::vector<ImplPtr>& impls, const std::vector<const Pr
     if (const Support a = impl->available(); !a.ok) {
       if (!runs(unit0)) continue;
       std::printf("UNAVAILABLE %-16s %s\n", impl->name().c_str(), a.reason.c_str());
-      add(report_row(impl->name(), "-", "unavailable", nullptr, a.reason), unit0);
+      add(report_row(impl->name(), "-", Status::unavailable, nullptr, a.reason), unit0);
       ++run.problems;
       continue;
     }
@@ -76,7 +78,7 @@ SuiteRun run_suite(const std::vector<ImplPtr>& impls, const std::vector<const Pr
         // The shrunk failure and its spec; RapidCheck's own trace (counterexample dump) is left out.
         const std::string m = r.message.substr(0, r.message.find("\nFalsifiable"));
         std::printf("FAIL        %-16s %-26s %s\n", impl->name().c_str(), p->name, m.c_str());
-        add(report_row(impl->name(), p->name, "fail", &r, m), unit0 + pi);
+        add(report_row(impl->name(), p->name, Status::fail, &r, m), unit0 + pi);
         if (!r.fixture.empty())
           std::printf(
               "            shrunk case written to %s (replay: attncheck verify --fixtures %s --impl %s, same "
@@ -85,11 +87,11 @@ SuiteRun run_suite(const std::vector<ImplPtr>& impls, const std::vector<const Pr
       } else if (r.supported == 0) {
         std::printf("UNSUPPORTED %-16s %-26s no generated case was supported (%d tried)\n", impl->name().c_str(),
                     p->name, r.unsupported);
-        add(report_row(impl->name(), p->name, "unsupported", &r, "no generated case was supported"), unit0 + pi);
+        add(report_row(impl->name(), p->name, Status::unsupported, &r, "no generated case was supported"), unit0 + pi);
       } else {
         std::printf("PASS        %-16s %-26s %d cases, %d unsupported, max error/tol %.3g\n", impl->name().c_str(),
                     p->name, r.supported, r.unsupported, r.max_ratio);
-        add(report_row(impl->name(), p->name, "pass", &r, r.worst), unit0 + pi);
+        add(report_row(impl->name(), p->name, Status::pass, &r, r.worst), unit0 + pi);
       }
       std::fflush(stdout);
     }
@@ -102,7 +104,8 @@ SuiteRun run_suite(const std::vector<ImplPtr>& impls, const std::vector<const Pr
 }
 
 json property_summary(const json& rows) {
-  json summary = {{"pass", 0}, {"fail", 0}, {"unsupported", 0}, {"unavailable", 0}};
+  json summary = json::object();
+  for (Status s : {Status::pass, Status::fail, Status::unsupported, Status::unavailable}) summary[to_string(s)] = 0;
   for (const auto& r : rows)
     summary[r["status"].get<std::string>()] = summary[r["status"].get<std::string>()].get<int>() + 1;
   return summary;
@@ -117,9 +120,10 @@ int property_exit(const json& rows) {
   std::map<std::string, int> supported;  // per implementation that ran
   int failed = 0, problems = 0;
   for (const auto& r : rows) {
-    const std::string status = r["status"].get<std::string>(), impl = r["impl"].get<std::string>();
-    failed += status == "fail";
-    if (status == "unavailable")
+    const std::optional<Status> status = verify::status_from_string(r["status"].get<std::string>());
+    const std::string impl = r["impl"].get<std::string>();
+    failed += status == Status::fail;
+    if (status == Status::unavailable)
       ++problems;
     else
       supported[impl] += r.value("supported", 0);

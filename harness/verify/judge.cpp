@@ -1,7 +1,9 @@
 #include "judge.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <optional>
+#include <stdexcept>
 
 #include "attncheck/block_mask.hpp"
 #include "attncheck/cancel.hpp"
@@ -256,6 +258,20 @@ Judged judge_cases(Cases& cases, const std::vector<ImplPtr>& impls, const Judgin
     judge_attention(f, c, cases, impls, avail, j, rows);
   }
   return out;
+}
+
+void prepare_repro_dir(const std::string& repro, bool diagnose) {
+  if (repro.empty()) return;
+  if (!diagnose)
+    throw std::invalid_argument(
+        "--repro: needs --diagnose (the repro is reduced while it keeps the diagnosis of the "
+        "failure; add --diagnose or drop --repro " +
+        repro + ")");
+  std::error_code ec;
+  std::filesystem::create_directories(repro, ec);
+  if (ec || !std::filesystem::is_directory(repro))
+    throw std::invalid_argument("--repro: cannot create the directory '" + repro + "'" +
+                                (ec ? ": " + ec.message() : ""));
 }
 
 }  // namespace attncheck::verify

@@ -43,6 +43,9 @@ struct Judged {
 // naming --impl and every known one.
 std::vector<ImplPtr> select_impls(const std::vector<std::string>& names);
 
+// --repro DIR: needs --diagnose; the directory is created. Otherwise std::invalid_argument naming --repro.
+void prepare_repro_dir(const std::string& repro, bool diagnose);
+
 Judged judge_cases(Cases& cases, const std::vector<ImplPtr>& impls, const Judging& j, const Observer& seen = {});
 
 }  // namespace attncheck::verify

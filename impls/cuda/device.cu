@@ -74,7 +74,8 @@ void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   AttnParams a = plan.params;  // host pointers, replaced one by one with device copies
   DeviceBuffer q = upload(in.q.bytes.data(), in.q.bytes.size());
   DeviceBuffer k = upload(in.k.bytes.data(), in.k.bytes.size());
-  DeviceBuffer vv = upload(in.v.bytes.data(), in.v.bytes.size());
+  const bool v_is_k = a.v == a.k;  // absorbed MLA: v is a view of the latent cache k
+  DeviceBuffer vv = v_is_k ? DeviceBuffer() : upload(in.v.bytes.data(), in.v.bytes.size());
   DeviceBuffer o = upload(out.out.bytes.data(), out.out.bytes.size());  // keeps the harness's NaN poison
   DeviceBuffer lse = out.lse ? upload(out.lse->bytes.data(), out.lse->bytes.size()) : DeviceBuffer();
   DeviceBuffer w = out.weights ? upload(out.weights->bytes.data(), out.weights->bytes.size()) : DeviceBuffer();
@@ -92,9 +93,14 @@ void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   DeviceBuffer q_norm = upload_mod(plan.q_norm_weight), k_norm = upload_mod(plan.k_norm_weight);
   DeviceBuffer inv_freq = upload_mod(plan.rope_inv_freq), q_pos = upload_mod(plan.rope_q_pos);
   DeviceBuffer k_pos = upload_mod(plan.rope_k_pos);
+  DeviceBuffer codes = upload_mod(plan.kv_code_values), k_scale = upload_mod(plan.k_scale);
+  DeviceBuffer v_scale = upload_mod(plan.v_scale);
   a.q = q.get<void>();
   a.k = k.get<void>();
-  a.v = vv.get<void>();
+  a.v = v_is_k ? a.k : vv.get<void>();
+  a.kv_code_values = a.kv_code_values ? codes.get<double>() : nullptr;
+  a.k_scale = a.k_scale ? k_scale.get<double>() : nullptr;
+  a.v_scale = a.v_scale ? v_scale.get<double>() : nullptr;
   a.out = o.get<void>();
   a.lse = out.lse ? lse.get<void>() : nullptr;
   a.max_logit = a.max_logit ? max_logit.get<void>() : nullptr;

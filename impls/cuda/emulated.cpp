@@ -38,9 +38,9 @@ void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const siz
   const AttnParams& a = plan.params;
   cfg.globals = {{"q", a.q, plan.q_bytes},
                  {"k", a.k, plan.k_bytes},
-                 {"v", a.v, plan.v_bytes},
                  {"diag_offset", a.diag_offset, plan.diag_offset.size() * sizeof(int64_t)},
                  {"key_length", a.key_length, plan.key_length.size() * sizeof(int64_t)}};
+  if (a.v != a.k) cfg.globals.push_back({"v", a.v, plan.v_bytes});  // absorbed MLA: v is a view of k
   if (a.mask) cfg.globals.push_back({"mask", a.mask, plan.mask_bytes});
   if (a.bias) cfg.globals.push_back({"bias", a.bias, plan.bias_bytes()});
   if (a.keep) cfg.globals.push_back({"keep", a.keep, plan.keep_bytes});
@@ -58,6 +58,9 @@ void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const siz
   add_mod("rope_inv_freq", plan.rope_inv_freq);
   add_mod("rope_q_pos", plan.rope_q_pos);
   add_mod("rope_k_pos", plan.rope_k_pos);
+  add_mod("kv_code_values", plan.kv_code_values);
+  add_mod("k_scale", plan.k_scale);
+  add_mod("v_scale", plan.v_scale);
   for (int b = 0; b < kBuffers; ++b)
     if (original[b]) cfg.globals.push_back({names[b], *ptrs[b], sizes[b]});
   try {

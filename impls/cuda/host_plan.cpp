@@ -21,6 +21,8 @@ Capabilities kernel_capabilities() {
   c.mods = kernel_mods();
   c.max_logit_out = true;
   c.sinks = true;
+  c.kv_quant = true;
+  c.mla = true;
   c.notes =
       "kernel 1 (straightforward, serves weights output) and kernel 2 (fused flash, BR=4 rows, BC=32 keys, "
       "BC=16 above head dim 128; fp64: BC=32/16/8); fp32 accumulation, fp64 for fp64; no inline PTX "
@@ -51,6 +53,9 @@ Support kernel_supports(const Problem& p) {
     return Support::no("B*Hq = " + std::to_string(p.B * p.Hq) + " > 65535 (grid.y of the fused kernel)");
   if (!p.rope_mrope_section.empty())
     return Support::no("mRoPE (rope_mrope_section): the kernels rotate every pair at one position per token");
+  if (p.kv_quantized() && p.kv_dtype != DType::i8 && !is_fp8(p.kv_dtype))
+    return Support::no(std::string("kv_dtype ") + to_string(p.kv_dtype) +
+                       ": the kernels decode one-byte codes (int8, fp8_e4m3, fp8_e5m2)");
   if (p.Lq > INT_MAX || p.Lk > INT_MAX) return Support::no("Lq or Lk > INT_MAX");
   if (p.dtype != DType::f64 && p.fill == MaskFill::finite && !(std::abs(p.fill_value) <= FLT_MAX))
     return Support::no("finite fill_value " + std::to_string(p.fill_value) + " is outside the fp32 range");
@@ -78,6 +83,15 @@ namespace {
 // Element strides of a broadcast tensor: 0 along dims of extent 1, so the kernels index it with (b, h, i, j).
 void broadcast_strides(int64_t* dst, const Tensor& t) {
   for (int k = 0; k < 4; ++k) dst[k] = t.shape[static_cast<size_t>(k)] == 1 ? 0 : t.strides[static_cast<size_t>(k)];
+}
+// The same for a row-major copy of a 4-d tensor of this shape (Tensor::to_double's order).
+void row_major_broadcast_strides(int64_t* dst, const std::vector<int64_t>& shape) {
+  int64_t stride = 1;
+  for (int k = 3; k >= 0; --k) {
+    const int64_t ext = shape[static_cast<size_t>(k)];
+    dst[k] = ext == 1 ? 0 : stride;
+    stride *= ext;
+  }
 }
 }  // namespace
 
@@ -139,6 +153,24 @@ void set_position_stage(const Problem& p, HostPlan& plan) {
   a.rope_q_pos = plan.rope_q_pos.data();
   a.rope_k_pos = plan.rope_k_pos.data();
 }
+
+// A quantized cache's decoding: the value of every byte by the reference's own decoding (int8 two's complement,
+// fp8_bits_to_double) and the scales in fp64 with broadcast strides (0 on the dims their granularity shares).
+void set_kv_cache(const Problem& p, const Inputs& in, HostPlan& plan) {
+  if (!p.kv_quantized()) return;
+  AttnParams& a = plan.params;
+  for (int x = 0; x < 256; ++x)
+    plan.kv_code_values.push_back(p.kv_dtype == DType::i8 ? static_cast<double>(static_cast<int8_t>(x))
+                                                          : fp8_bits_to_double(static_cast<uint8_t>(x), p.kv_dtype));
+  a.kv_code_values = plan.kv_code_values.data();
+  plan.k_scale = in.k_scale->to_double();
+  plan.v_scale = in.v_scale->to_double();
+  a.k_scale = plan.k_scale.data();
+  a.v_scale = plan.v_scale.data();
+  row_major_broadcast_strides(a.k_scale_stride, in.k_scale->shape);
+  row_major_broadcast_strides(a.v_scale_stride, in.v_scale->shape);
+  a.kv_block = p.kv_block;
+}
 }  // namespace
 
 HostPlan make_input_plan(const Problem& p, const Inputs& in) {
@@ -146,15 +178,17 @@ HostPlan make_input_plan(const Problem& p, const Inputs& in) {
   HostPlan plan;
   plan.elem = elem_type(p.dtype);
   AttnParams& a = plan.params;
+  // Absorbed MLA: v is a view of the latent cache k (its first Dv columns, k's strides), never Inputs::v's copy.
+  const Tensor& v = p.mla ? in.k : in.v;
   a.q = in.q.bytes.data();
   a.k = in.k.bytes.data();
-  a.v = in.v.bytes.data();
+  a.v = v.bytes.data();
   plan.q_bytes = in.q.bytes.size();
   plan.k_bytes = in.k.bytes.size();
-  plan.v_bytes = in.v.bytes.size();
+  plan.v_bytes = v.bytes.size();
   copy_strides(a.q_stride, in.q);
   copy_strides(a.k_stride, in.k);
-  copy_strides(a.v_stride, in.v);
+  copy_strides(a.v_stride, v);
   const bool wide = p.dtype == DType::f64;
   a.B = static_cast<int>(p.B);
   a.Hq = static_cast<int>(p.Hq);
@@ -187,12 +221,7 @@ HostPlan make_input_plan(const Problem& p, const Inputs& in) {
       plan.bias_f64 = values;
     else
       plan.bias_f32.assign(values.begin(), values.end());
-    int64_t stride = 1;
-    for (int k = 3; k >= 0; --k) {
-      const int64_t ext = in.bias->shape[static_cast<size_t>(k)];
-      a.bias_stride[k] = ext == 1 ? 0 : stride;
-      stride *= ext;
-    }
+    row_major_broadcast_strides(a.bias_stride, in.bias->shape);
     a.bias = plan.bias_data();
   }
   a.fill_finite = p.fill == MaskFill::finite;
@@ -211,6 +240,7 @@ HostPlan make_input_plan(const Problem& p, const Inputs& in) {
   }
   set_mods(p, plan);
   set_position_stage(p, plan);
+  set_kv_cache(p, in, plan);
   return plan;
 }
 

@@ -180,6 +180,65 @@ TEST(ShardAuto, BadValuesNameTheVariable) {
   EXPECT_NE(error_of({}).find("no scheduler's shard variables are set"), std::string::npos);
 }
 
+// `--shard auto` end to end: each long verb, under another scheduler's variables (any of them already set in the
+// test's environment removed), does the work of the shard they name: its report (generate: its files) equals the
+// run with that shard given as I/N, and the run's first line names the variables read.
+TEST(ShardAuto, EveryLongVerbTakesItsShardFromTheScheduler) {
+  const fs::path dir = attncheck::test::scratch("shard_auto");
+  const std::string clean =
+      "env -u ATTNCHECK_SHARD -u ATTNCHECK_SHARD_COUNT -u SLURM_ARRAY_TASK_ID -u SLURM_ARRAY_TASK_MIN "
+      "-u SLURM_ARRAY_TASK_MAX -u SLURM_ARRAY_TASK_COUNT -u CI_NODE_INDEX -u CI_NODE_TOTAL -u JOB_COMPLETION_INDEX ";
+  struct Verb {
+    std::string name, env, shard, source, args;  // args: REPORT stands for the report's path
+  };
+  const std::string golden = GOLDEN_DIR;
+  const std::vector<Verb> verbs = {
+      {"verify", "SLURM_ARRAY_TASK_ID=5 SLURM_ARRAY_TASK_MIN=4 SLURM_ARRAY_TASK_COUNT=4", "1/4",
+       "SLURM_ARRAY_TASK_ID, _MIN, _COUNT",
+       "verify --impl reference --fixtures " + golden + "/regressions --report REPORT"},
+      {"property", "JOB_COMPLETION_INDEX=2 ATTNCHECK_SHARD_COUNT=4", "2/4",
+       "JOB_COMPLETION_INDEX, ATTNCHECK_SHARD_COUNT",
+       "property --impl reference --cases 1 --no-fixture --report REPORT"},
+      {"power", "CI_NODE_INDEX=4 CI_NODE_TOTAL=4", "3/4", "CI_NODE_INDEX, CI_NODE_TOTAL",
+       "power --json --lk 1024 --rows 4 --dtype fp32 --logits normal,hazard >REPORT"},
+      {"selftest", "ATTNCHECK_SHARD=1/4", "1/4", "ATTNCHECK_SHARD",  // a GitHub Actions matrix (docs/sharding.md)
+       "selftest --json --cases 1 --property agreement >REPORT"},
+  };
+  for (const Verb& v : verbs) {
+    auto with = [&](const std::string& file) {
+      std::string a = v.args;
+      a.replace(a.find("REPORT"), 6, (dir / file).string());
+      return a;
+    };
+    // In braces: a report on stdout goes to its file, the shard's line on stderr to the output read here.
+    const auto a = attncheck::test::run_shell("{ " + clean + v.env + " " + ATTNCHECK_EXE + " " +
+                                              with(v.name + "_auto.json") + " --shard auto; }");
+    const auto e = attncheck::test::run_shell("{ " + std::string(ATTNCHECK_EXE) + " " + with(v.name + "_given.json") +
+                                              " --shard " + v.shard + "; }");
+    EXPECT_EQ(a.rc, e.rc) << v.name << ": " << a.out;
+    EXPECT_NE(a.out.find("shard " + v.shard + " (" + v.source + "): "), std::string::npos) << v.name << ": " << a.out;
+    json auto_report = read_json(dir / (v.name + "_auto.json")), given = read_json(dir / (v.name + "_given.json"));
+    auto_report.erase("seconds"), given.erase("seconds");
+    EXPECT_EQ(auto_report, given) << v.name;
+    EXPECT_EQ(auto_report["shard"]["index"], std::stoi(v.shard)) << v.name;
+  }
+  // generate: a Slurm array 1-4 (SLURM_ARRAY_TASK_MAX, no _COUNT); task 3 builds the files of shard 2/4.
+  const std::string gen = "generate --spec " + golden + "/suite.json --filter 'fp32_B1-Hq1-*' --out ";
+  const auto a =
+      attncheck::test::run_shell(clean + "SLURM_ARRAY_TASK_ID=3 SLURM_ARRAY_TASK_MIN=1 SLURM_ARRAY_TASK_MAX=4 " +
+                                 ATTNCHECK_EXE + " " + gen + (dir / "gen_auto").string() + " --shard auto");
+  ASSERT_EQ(a.rc, 0) << a.out;
+  EXPECT_NE(a.out.find("shard 2/4 (SLURM_ARRAY_TASK_ID, _MIN, _MAX): "), std::string::npos) << a.out;
+  ASSERT_EQ(run(gen + (dir / "gen_given").string() + " --shard 2/4").rc, 0);
+  std::map<std::string, std::string> from_auto, given;
+  for (const auto& e : fs::recursive_directory_iterator(dir / "gen_auto"))
+    if (e.is_regular_file()) from_auto[fs::relative(e.path(), dir / "gen_auto").string()] = slurp(e.path());
+  for (const auto& e : fs::recursive_directory_iterator(dir / "gen_given"))
+    if (e.is_regular_file()) given[fs::relative(e.path(), dir / "gen_given").string()] = slurp(e.path());
+  EXPECT_FALSE(given.empty());
+  EXPECT_TRUE(from_auto == given) << from_auto.size() << " files from auto, " << given.size() << " given";
+}
+
 // An unknown --property names the known ones (the hint pointed at an option that does not exist).
 TEST(PropertyOption, UnknownNameListsTheKnownOnes) {
   for (const char* verb : {"property --impl reference", "selftest"}) {

@@ -7,7 +7,6 @@
 
 #include "attncheck/regenerate.hpp"
 #include "attncheck/state_suite.hpp"
-#include "merge_rows.hpp"
 #include "command.hpp"
 #include "report.hpp"
 #include "shard.hpp"
@@ -26,24 +25,27 @@ Options g;
 // files, into one --out or into N that are copied together; there is no report to merge.
 int run_generate() {
   const std::optional<Shard> shard = resolve_shard(g.shard);
-  if (is_merge_suite(g.spec)) {
-    if (shard)
-      throw std::invalid_argument("--shard: a merge-state suite (" + g.spec + ") is one short run, not sharded");
-    return generate_merge_suite(g.spec, g.out, g.update);  // docs/states.md
-  }
-  const SuiteSpec spec = read_suite(g.spec);
-  Progress progress(spec.cases.size());
   RegenerateOptions o;
   o.out = g.out, o.update = g.update, o.filter = g.filter;
-  if (shard) o.builds = [&](size_t k) { return shard->owns(k); };
-  o.on_case = [&](const std::string& name) { progress.step(name); };
-  o.on_line = [&](const std::string& line) {
+  RegenerateCounts n;
+  if (is_merge_suite(g.spec)) {  // docs/states.md
+    if (shard)
+      throw std::invalid_argument("--shard: a merge-state suite (" + g.spec + ") is one short run, not sharded");
+    o.on_line = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
+    n = regenerate_merge_suite(g.spec, o);
+  } else {
+    const SuiteSpec spec = read_suite(g.spec);
+    Progress progress(spec.cases.size());
+    if (shard) o.builds = [&](size_t k) { return shard->owns(k); };
+    o.on_case = [&](const std::string& name) { progress.step(name); };
+    o.on_line = [&](const std::string& line) {
+      progress.clear();
+      std::printf("%s\n", line.c_str());
+    };
+    n = regenerate_suite(spec, o);
     progress.clear();
-    std::printf("%s\n", line.c_str());
-  };
-  const RegenerateCounts n = regenerate_suite(spec, o);
-  progress.clear();
-  if (shard) announce_shard(*shard, n.built, ("of " + std::to_string(n.selected) + " cases built").c_str());
+    if (shard) announce_shard(*shard, n.built, ("of " + std::to_string(n.selected) + " cases built").c_str());
+  }
   std::printf("%zu cases in %s: %d new, %d unchanged, %d updated, %d differ\n", n.built, n.dir.c_str(), n.created,
               n.same, n.updated, n.differ);
   return n.differ ? 1 : 0;

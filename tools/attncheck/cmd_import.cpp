@@ -17,6 +17,7 @@
 #include "attncheck/user_arrays.hpp"
 #include "candidate_rows.hpp"
 #include "command.hpp"
+#include "compare.hpp"
 #include "module_import.hpp"
 
 namespace attncheck::cli {
@@ -277,9 +278,10 @@ int run_import() {
     std::printf("imported %s -> %s (%s)\nreplay: attncheck verify --fixtures %s --impl NAME\n", g.input.c_str(),
                 g.out.c_str(), name.c_str(), std::filesystem::path(g.out).parent_path().string().c_str());
   if (!g.judge) return 0;
-  Judged judged;
+  verify::CandidateJudging judged;
   std::vector<CaseResult> rows{
-      judge_forward(f, g.out.empty() ? g.input : g.out, g.input, g.input, candidate, "", judged)};
+      verify::judge_candidate_outputs(f, g.out.empty() ? g.input : g.out, g.input, g.input, candidate, "", judged,
+                                      [](const std::string& n) { std::printf("note: %s\n", n.c_str()); })};
   describe_problem(rows[0], f.problem);
   print_rows(rows, {});
   if (!g.report.empty()) write_report(g.report, rows);

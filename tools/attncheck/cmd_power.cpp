@@ -10,7 +10,7 @@
 #include "command.hpp"
 #include "plugins.hpp"
 #include "power_run.hpp"
-#include "merge_rows.hpp"
+#include "merge_table.hpp"
 #include "report.hpp"
 #include "shard.hpp"
 
@@ -92,7 +92,8 @@ const Register reg{
        return std::function<int()>([] {
          if (g_shard && !g_merge.empty())
            throw std::invalid_argument("--shard: not with --merge (the merge table is one short run)");
-         return g_merge.empty() ? run_power(g_json, g_lk, g_rows, g_seed) : merge_power_table(g_merge);
+         return g_merge.empty() ? run_power(g_json, g_lk, g_rows, g_seed)
+                                : power::print_merge_table(power::merge_table(g_merge));
        });
      }}};
 

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 #include <optional>
 
 #include "attncheck/durable_file.hpp"
@@ -17,6 +16,7 @@
 #include "plugins.hpp"
 #include "report.hpp"
 #include "shard.hpp"
+#include "shard_report.hpp"
 
 namespace attncheck::cli {
 namespace {
@@ -49,18 +49,7 @@ Options g;
 // one is exit 2 before any work too).
 std::optional<baseline::Report> check_options() {
   if (!g.report.empty()) check_report_path(g.report);
-  if (!g.repro.empty()) {
-    if (!g.diagnose)
-      throw std::invalid_argument(
-          "--repro: needs --diagnose (the repro is reduced while it keeps the diagnosis of the "
-          "failure; add --diagnose or drop --repro " +
-          g.repro + ")");
-    std::error_code ec;
-    fs::create_directories(g.repro, ec);
-    if (ec || !fs::is_directory(g.repro))
-      throw std::invalid_argument("--repro: cannot create the directory '" + g.repro + "'" +
-                                  (ec ? ": " + ec.message() : ""));
-  }
+  verify::prepare_repro_dir(g.repro, g.diagnose);
   std::optional<baseline::Report> before;
   if (!g.baseline.empty()) {
     (void)thresholds(g.b);
@@ -112,66 +101,7 @@ ExitRules exit_rules(const std::vector<ImplPtr>& impls) {
   return rules;
 }
 
-bool is_json_path(const std::string& p) { return p.size() >= 5 && p.compare(p.size() - 5, 5, ".json") == 0; }
-
-// A shard's JSON report: the run's report with each row's unit (its fixture's place in the whole run's sorted list),
-// and in the shard mark what `merge` needs to finish the whole run's report: the fixtures read without checksums
-// and the exit rules of the command line.
-std::string shard_report_json(const std::vector<CaseResult>& results, const std::vector<std::string>& notes,
-                              const Shard& shard, const verify::Cases& cases, int64_t unchecksummed,
-                              const ExitRules& rules) {
-  nlohmann::json j = nlohmann::json::parse(report_json(results, g.tol_scale, false, notes));
-  for (auto& row : j["cases"]) {
-    std::optional<size_t> unit;  // one fixture per file; a --spec run names its cases in one file
-    const std::string file = row["file"], name = row["fixture"];
-    for (const verify::Case& c : cases.list)
-      if (c.file == file && (!unit || c.name == name)) unit = c.unit;
-    row["unit"] = unit.value();
-  }
-  stamp_shard(j, shard, "verify", 2);
-  j["shard"]["unchecksummed"] = unchecksummed;
-  j["shard"]["must_be_available"] = rules.must_be_available;
-  j["shard"]["require_compared"] = rules.require_compared;
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-}
-
-// merge: the summary, the notes and the exit code of the whole run, from every shard's rows (exit_code's rules).
-int verify_merged(nlohmann::json& j, const std::vector<nlohmann::json>& shards) {
-  std::vector<CaseResult> rs;
-  for (const auto& row : j["cases"]) {
-    CaseResult r;
-    r.fixture = row["fixture"], r.file = row["file"], r.impl = row["impl"];
-    const std::string status = row["status"];
-    const std::optional<Status> s = verify::status_from_string(status);
-    if (!s) throw std::invalid_argument("merge: unknown status '" + status + "' in a verify shard's row");
-    r.status = *s;
-    r.message = row["message"], r.judged = row.contains("tensors");
-    rs.push_back(std::move(r));
-  }
-  std::map<std::string, int> n;
-  for (Status s : verify::all_statuses()) n[to_string(s)] = 0;
-  for (const auto& r : rs) ++n[to_string(r.status)];
-  j["summary"] = n;
-  int64_t unchecksummed = 0;
-  for (const auto& s : shards) unchecksummed += s["shard"].value("unchecksummed", int64_t{0});
-  j.erase("notes");
-  if (unchecksummed) j["notes"] = {unchecksummed_note(unchecksummed)};
-  ExitRules rules;
-  rules.must_be_available = shards.front()["shard"].value("must_be_available", std::vector<std::string>{});
-  rules.require_compared = shards.front()["shard"].value("require_compared", false);
-  return exit_code(rs, rules);
-}
-const RegisterMerge merge{{"verify", {"tol_scale", "schema_version"}, {"cases"}, verify_merged}};
-
-void write_reports(const verify::Judged& judged, const verify::Cases& cases, const std::optional<Shard>& shard,
-                   const ExitRules& rules) {
-  if (g.report.empty()) return;
-  if (shard && is_json_path(g.report))
-    write_report_file(g.report,
-                      shard_report_json(judged.rows, judged.notes(), *shard, cases, judged.unchecksummed, rules));
-  else
-    write_report(g.report, judged.rows, g.tol_scale, judged.notes());
-}
+const RegisterMerge merge{{"verify", {"tol_scale", "schema_version"}, {"cases"}, verify::merge_shards}};
 
 // --baseline: this run against the stored report (or, with --accept-baseline, this run stored); the exit code
 // becomes 1 on a regression.
@@ -213,7 +143,7 @@ int run_verify() {
   print_unreadable(judged.rows);
   for (const std::string& n : judged.notes()) std::printf("note: %s\n", n.c_str());
   const ExitRules rules = exit_rules(impls);
-  write_reports(judged, cases, s.shard, rules);
+  if (!g.report.empty()) verify::write_run_report(g.report, judged, cases, g.tol_scale, s.shard, rules);
   if (g.tol_scale != 1.0) std::printf("every tolerance scaled by --tol-scale %g\n", g.tol_scale);
   return against_baseline(judged.rows, before, exit_code(judged.rows, rules));
 }

@@ -1,5 +1,6 @@
-// What verify and compare share: one result row per (fixture, implementation), the terminal table, the reports (the
-// judging library's, harness/verify/reports.hpp), the exit code, and a progress bar that only draws on a terminal.
+// What verify and compare share: one result row per (fixture, implementation), the terminal table, the reports and
+// the exit code (the judging library's, harness/verify/reports.hpp, exit_rules.hpp), and a progress bar that only
+// draws on a terminal.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "case_result.hpp"
+#include "exit_rules.hpp"
 #include "reports.hpp"
 
 namespace attncheck::cli {
@@ -16,6 +18,8 @@ namespace attncheck::cli {
 using verify::accuracy_json;
 using verify::CaseResult;
 using verify::check_report_path;
+using verify::exit_code;
+using verify::ExitRules;
 using verify::input_error;
 using verify::judged_result;
 using verify::kReportSchemaVersion;
@@ -35,16 +39,6 @@ void print_header();
 void print_row(const CaseResult& r);
 // "pass 12  fail 0  unsupported 3  error 0" plus the failing rows again when there are many.
 void print_summary(const std::vector<CaseResult>& rs);
-// CI honesty: what besides failures makes the exit code 1. verify sets both unless --allow-unavailable.
-struct ExitRules {
-  std::vector<std::string> must_be_available;  // implementations named on the command line
-  bool require_compared = false;               // at least one row must be judged (pass or fail)
-};
-// 2 when any row is input-error (an input file could not be read: the run is incomplete, whatever else failed);
-// else 0 when nothing failed (unsupported is never a failure; unavailable only under the rules), else 1. When a
-// rule decides, the reason is printed to stderr.
-int exit_code(const std::vector<CaseResult>& rs, const ExitRules& rules = {});
-
 // A one-line progress bar on stderr, drawn only when stderr is a terminal (never in CI logs or pipes).
 class Progress {
  public:

@@ -101,15 +101,6 @@ void announce_shard(const Shard& s, size_t units, const char* what, std::FILE* t
                s.source.c_str(), units, what);
 }
 
-nlohmann::json unit_row(nlohmann::json row, const std::optional<Shard>& s, size_t unit) {
-  if (s) row["unit"] = unit;
-  return row;
-}
-
-void stamp_shard(nlohmann::json& report, const std::optional<Shard>& s, const std::string& verb, int indent) {
-  if (s) report["shard"] = {{"verb", verb}, {"index", s->index}, {"count", s->count}, {"indent", indent}};
-}
-
 std::vector<Merger>& mergers() {
   static std::vector<Merger> m;
   return m;

@@ -35,13 +35,10 @@ void add_shard_option(CLI::App& sub, std::optional<std::string>& value);
 std::optional<Shard> resolve_shard(const std::optional<std::string>& value);
 void announce_shard(const Shard& s, size_t units, const char* what, std::FILE* to = stdout);
 
-// True when this process runs unit k (always, unsharded).
-inline bool runs_unit(const std::optional<Shard>& s, size_t unit) { return !s || s->owns(unit); }
-// A report row of unit k: tagged with its unit when sharded, so that `merge` restores the unsharded order.
-nlohmann::json unit_row(nlohmann::json row, const std::optional<Shard>& s, size_t unit);
-// Marks a sharded report: {"shard": {"verb", "index", "count", "indent"}}; `indent` is the JSON indentation the
-// verb prints with, which the merged report keeps.
-void stamp_shard(nlohmann::json& report, const std::optional<Shard>& s, const std::string& verb, int indent);
+// The report marks of a shard are the judging library's (harness/verify/sharding.hpp).
+using verify::runs_unit;
+using verify::stamp_shard;
+using verify::unit_row;
 
 // How `merge` finishes a verb's report: `rows` are the arrays whose elements carry units (concatenated over the
 // shards and put back in unit order); `finish` recomputes everything derived from them (summaries, counts) in the

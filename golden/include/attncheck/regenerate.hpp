@@ -30,4 +30,8 @@ struct RegenerateCounts {
 // std::invalid_argument when the filter matches no case, or a target exists and is not a regular file.
 RegenerateCounts regenerate_suite(const SuiteSpec& spec, const RegenerateOptions& o);
 
+// The same for a merge-state suite spec (state_suite.hpp; is_merge_suite): every case is built (`filter`, `builds` and
+// `on_case` are not used). std::invalid_argument when two cases share a file name.
+RegenerateCounts regenerate_merge_suite(const std::string& spec, const RegenerateOptions& o);
+
 }  // namespace attncheck

@@ -78,6 +78,14 @@ struct AttnParams {
   double rope_factor;           // the attention factor cos and sin are multiplied with
   const int64_t* rope_q_pos;    // [B, Lq]
   const int64_t* rope_k_pos;    // [B, Lk]
+  // A quantized KV cache (kv_cache.hpp): k and v hold one-byte codes whose values are code_values[code] * scale,
+  // the product rounded once to the accumulation type; off when kv_code_values is null. The scales are indexed
+  // (b, KV head, j, d / kv_block) with stride 0 on the dims their granularity shares.
+  const double* kv_code_values;  // [256]: each byte's value (int8 two's complement, fp8 decoded by the reference)
+  const double* k_scale;
+  const double* v_scale;
+  int64_t k_scale_stride[4], v_scale_stride[4];
+  int64_t kv_block;
 };
 
 inline namespace ATTNCHECK_KERNEL_NS {
@@ -144,6 +152,29 @@ __device__ inline void store_as<__nv_bfloat16>(void* base, int64_t off, float x)
 
 __device__ inline int64_t offset4(const int64_t* s, int64_t a, int64_t b, int64_t c, int64_t d) {
   return a * s[0] + b * s[1] + c * s[2] + d * s[3];
+}
+
+// Element (b, h, j, d) of k or v (base, strides, scales) widened to the accumulation type. A quantized cache's code
+// times its group's scale: both exact in the accumulation type (a code has at most 8 significant bits, a scale at
+// most 24), so the product is rounded once, as the reference's dequantised cache rounded to that type.
+template <class T>
+__device__ inline typename AccOf<T>::type load_kv(const AttnParams& p, const void* base, const int64_t* stride,
+                                                  const double* scale, const int64_t* scale_stride, int b, int h,
+                                                  int64_t j, int d) {
+  using Acc = typename AccOf<T>::type;
+  const int64_t off = offset4(stride, b, h, j, d);
+  if (!p.kv_code_values) return load_as<T>(base, off);
+  const unsigned char code = gload(static_cast<const unsigned char*>(base), off);
+  return static_cast<Acc>(gload(p.kv_code_values, static_cast<int64_t>(code))) *
+         static_cast<Acc>(gload(scale, offset4(scale_stride, b, h, j, d / p.kv_block)));
+}
+template <class T>
+__device__ inline typename AccOf<T>::type load_k(const AttnParams& p, int b, int h, int64_t j, int d) {
+  return load_kv<T>(p, p.k, p.k_stride, p.k_scale, p.k_scale_stride, b, h, j, d);
+}
+template <class T>
+__device__ inline typename AccOf<T>::type load_v(const AttnParams& p, int b, int h, int64_t j, int d) {
+  return load_kv<T>(p, p.v, p.v_stride, p.v_scale, p.v_scale_stride, b, h, j, d);
 }
 
 // The reference's max: a NaN candidate never replaces the running value (std::max(m, s) == (m < s ? s : m)).

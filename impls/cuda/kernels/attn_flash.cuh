@@ -96,11 +96,11 @@ __global__ void attn_flash_kernel(AttnParams p) {
     }
     for (int x = tid; x < BC * p.Dqk; x += nthreads) {
       const int r = x / p.Dqk, d = x % p.Dqk;
-      sK[x] = j0 + r < p.Lk ? load_as<T>(p.k, offset4(p.k_stride, b, kvh, j0 + r, d)) : Acc(0);
+      sK[x] = j0 + r < p.Lk ? load_k<T>(p, b, kvh, j0 + r, d) : Acc(0);
     }
     for (int x = tid; x < BC * p.Dv; x += nthreads) {
       const int r = x / p.Dv, d = x % p.Dv;
-      sV[x] = j0 + r < p.Lk ? load_as<T>(p.v, offset4(p.v_stride, b, kvh, j0 + r, d)) : Acc(0);
+      sV[x] = j0 + r < p.Lk ? load_v<T>(p, b, kvh, j0 + r, d) : Acc(0);
     }
     __syncthreads();
     if (staged) {
@@ -190,7 +190,7 @@ __global__ void attn_flash_kernel(AttnParams p) {
       for (int64_t j = 0; j < p.Lk && w != Acc(0); ++j) {
         const Acc kf = keep_factor<Acc>(p, b, h, i, j);
         const Acc we = kf == Acc(0) ? Acc(0) : w * kf;
-        if (we != Acc(0)) a = ac_fma(we, load_as<T>(p.v, offset4(p.v_stride, b, kvh, j, d)), a);
+        if (we != Acc(0)) a = ac_fma(we, load_v<T>(p, b, kvh, j, d), a);
       }
       store_as<T>(p.out, offset4(p.o_stride, b, h, i, d), a);
     }

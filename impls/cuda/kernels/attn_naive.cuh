@@ -40,14 +40,14 @@ __global__ void attn_naive_kernel(AttnParams p) {
     }
     Acc dot = 0;
     if (staged) {  // q and k through the position stage, element by element
-      const auto kx = [&](int e) { return load_as<T>(p.k, offset4(p.k_stride, b, kvh, j, e)); };
+      const auto kx = [&](int e) { return load_k<T>(p, b, kvh, j, e); };
       const double k_r = row_norm_scale(p, p.k_norm_weight, kx);
       const int64_t k_pos = rope_key_pos(p, b, j);
       for (int d = 0; d < p.Dqk; ++d)
         dot = ac_fma(staged_elem<Acc>(p, p.q_norm_weight, qx, q_r, q_pos, d),
                      staged_elem<Acc>(p, p.k_norm_weight, kx, k_r, k_pos, d), dot);
     } else {
-      for (int d = 0; d < p.Dqk; ++d) dot = ac_fma(qx(d), load_as<T>(p.k, offset4(p.k_stride, b, kvh, j, d)), dot);
+      for (int d = 0; d < p.Dqk; ++d) dot = ac_fma(qx(d), load_k<T>(p, b, kvh, j, d), dot);
     }
     const Acc sj = transform_score(p, dot, b, h, i, j, diag);
     gstore(s, j, sj);
@@ -90,7 +90,7 @@ __global__ void attn_naive_kernel(AttnParams p) {
       const Acc kf = keep_factor<Acc>(p, b, h, i, j);
       const Acc w = kf == Acc(0) ? Acc(0) : gload(s, j) * kf;
       if (w == Acc(0)) continue;
-      acc = ac_fma(w, load_as<T>(p.v, offset4(p.v_stride, b, kvh, j, d)), acc);
+      acc = ac_fma(w, load_v<T>(p, b, kvh, j, d), acc);
     }
     store_as<T>(p.out, offset4(p.o_stride, b, h, i, d), acc);
   }
