@@ -1,10 +1,12 @@
 // Includes between the layers go one way: the reference side's plumbing <- model <- oracle <- tolerance, then
 // impls, golden <- harness <- tools (impls and golden do not include each other). Read from the #include lines of
 // every source and header; an include names a file by a path suffix (attncheck/problem.hpp), resolved against every
-// file of the layers' folders.
+// file of the layers' folders. And each reference layer declares its names in its own inline namespace
+// (docs/architecture.md).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -95,6 +97,33 @@ std::vector<std::string> violations(const fs::path& root) {
   return out;
 }
 
+// Every `namespace attncheck` block of a reference layer's files that is not the layer's own inline namespace:
+// "FILE:LINE: ..." (the block must open `inline namespace LAYER` on its next line, or be `attncheck::inline LAYER::x`).
+std::vector<std::string> foreign_namespaces(const fs::path& root) {
+  std::vector<std::string> out;
+  for (const auto& [folder, rank] : kLayer) {
+    if (folder.rfind("reference/", 0) != 0 || !fs::exists(root / folder)) continue;
+    const std::string layer = folder.substr(std::string("reference/").size());
+    for (const auto& e : fs::recursive_directory_iterator(root / folder)) {
+      if (!e.is_regular_file() || !is_code(e.path())) continue;
+      std::ifstream in(e.path());
+      std::vector<std::string> lines;
+      for (std::string line; std::getline(in, line);) lines.push_back(line);
+      for (size_t n = 0; n < lines.size(); ++n) {
+        const std::string& l = lines[n];
+        if (l.rfind("namespace attncheck", 0) != 0 || l.back() != '{') continue;
+        const bool own = l == "namespace attncheck {"
+                             ? n + 1 < lines.size() && lines[n + 1] == "inline namespace " + layer + " {"
+                             : l.rfind("namespace attncheck::inline " + layer + "::", 0) == 0;
+        if (!own)
+          out.push_back(fs::relative(e.path(), root).generic_string() + ":" + std::to_string(n + 1) + ": " + l +
+                        " (not in attncheck::" + layer + ")");
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST(IncludeDirection, LayersIncludeOneWay) {
@@ -138,4 +167,28 @@ TEST(IncludeDirection, TheCheckSeesAnUpwardInclude) {  // the checker itself, on
   ASSERT_EQ(v.size(), 2u);
   EXPECT_EQ(v[0], "reference/model/src/model.cpp:2 includes attncheck/cli_thing.hpp (reference/model -> tools)");
   EXPECT_EQ(v[1], "reference/model/src/model.cpp:3 includes attncheck/loops.hpp (reference/model -> reference/oracle)");
+}
+
+TEST(IncludeDirection, EachReferenceLayerHasItsNamespace) {
+  const std::vector<std::string> v = foreign_namespaces(ATTNCHECK_SOURCE_DIR);
+  std::string all;
+  for (const auto& s : v) all += s + "\n";
+  EXPECT_TRUE(v.empty()) << "reference code outside its layer's inline namespace:\n" << all;
+}
+
+TEST(IncludeDirection, TheCheckSeesAForeignNamespace) {  // the namespace check itself, on a small tree
+  const fs::path root = fs::temp_directory_path() / ("attncheck_layout_ns_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "reference/oracle/src");
+  std::ofstream(root / "reference/oracle/src/good.cpp") << "namespace attncheck {\ninline namespace oracle {\n}\n}\n"
+                                                           "namespace attncheck::inline oracle::detail {\n}\n";
+  std::ofstream(root / "reference/oracle/src/bad.cpp") << "namespace attncheck {\nint x;\n}\n"
+                                                          "namespace attncheck::inline model::detail {\n}\n";
+  std::vector<std::string> v = foreign_namespaces(root);
+  fs::remove_all(root);
+  std::sort(v.begin(), v.end());
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0], "reference/oracle/src/bad.cpp:1: namespace attncheck { (not in attncheck::oracle)");
+  EXPECT_EQ(v[1],
+            "reference/oracle/src/bad.cpp:4: namespace attncheck::inline model::detail { (not in attncheck::oracle)");
 }

@@ -18,12 +18,18 @@ namespace attncheck {
 // C++17 for nvcc-compiled backends). Capabilities and Support live in attncheck/capabilities.hpp (also C++17).
 struct Declarations;
 // Gradients of the backward pass (attncheck/backward.hpp).
+inline namespace oracle {
 struct Gradients;
-// Attention states and their merge (attncheck/state.hpp, docs/states.md).
+}  // namespace oracle
+// Attention states and their merge (attncheck/merge_problem.hpp, docs/states.md).
+inline namespace model {
 struct MergeProblem;
 struct StoredStates;
+}  // namespace model
 // A kernel's own partial states (attncheck/state_partials.hpp, docs/states.md).
+inline namespace tolerance {
 struct KernelPartials;
+}  // namespace tolerance
 
 class Impl {
  public:

@@ -8,6 +8,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 namespace {
 
 using detail::fail;
@@ -217,4 +218,5 @@ const BlockMask* current_block_mask() { return g_current; }
 BlockMaskScope::BlockMaskScope(const BlockMask* m) : saved_(g_current) { g_current = m; }
 BlockMaskScope::~BlockMaskScope() { g_current = saved_; }
 
+}  // namespace model
 }  // namespace attncheck

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace attncheck::detail {
+namespace attncheck::inline model::detail {
 
 [[noreturn]] inline void fail(const std::string& msg) { throw std::invalid_argument(msg); }
 
@@ -26,4 +26,4 @@ inline int8_t to_int8(double x) {
   return static_cast<int8_t>(r);
 }
 
-}  // namespace attncheck::detail
+}  // namespace attncheck::inline model::detail

@@ -2,6 +2,7 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 // ---- dropout -----------------------------------------------------------------------------------------------
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::array<uint32_t, 2> k) {
@@ -36,4 +37,5 @@ Tensor make_keep_mask(const Problem& p) {
   return keep;
 }
 
+}  // namespace model
 }  // namespace attncheck

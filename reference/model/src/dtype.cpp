@@ -7,6 +7,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 using detail::fail;
 
@@ -201,4 +202,5 @@ uint8_t double_to_fp8_bits(double x, DType t) {
   return static_cast<uint8_t>(sign | (field << f.man) | man);
 }
 
+}  // namespace model
 }  // namespace attncheck

@@ -3,6 +3,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 using detail::fail;
 
@@ -90,4 +91,5 @@ FullyMasked fully_masked_from_string(const std::string& s) {
   fail("fully_masked: unknown value '" + s + "' (expected nan, zero, uniform)");
 }
 
+}  // namespace model
 }  // namespace attncheck

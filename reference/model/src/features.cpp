@@ -11,6 +11,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 using detail::fail;
 using detail::kMaxElements;
@@ -409,4 +410,5 @@ Support check_capabilities(const Capabilities& c, const Problem& p) {
   return Support::yes();
 }
 
+}  // namespace model
 }  // namespace attncheck

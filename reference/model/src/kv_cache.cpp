@@ -8,6 +8,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 using detail::fail;
 
@@ -141,4 +142,5 @@ void quantize_kv(const Problem& p, Inputs& in) {
   }
 }
 
+}  // namespace model
 }  // namespace attncheck

@@ -12,6 +12,7 @@
 #include "attncheck/kv_cache.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 namespace {
 
@@ -252,4 +253,5 @@ State decode_state(const MergeProblem& p, const StoredStates& in, int64_t n) {
   return s;
 }
 
+}  // namespace model
 }  // namespace attncheck

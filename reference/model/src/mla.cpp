@@ -8,6 +8,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 using detail::fail;
 
@@ -63,4 +64,5 @@ void check_latent_values(const Problem& p, const Inputs& in) {
                  "] = " + std::to_string(in.v.get(idx)) + " but k there is " + std::to_string(in.k.get(idx)));
 }
 
+}  // namespace model
 }  // namespace attncheck

@@ -9,6 +9,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 const ModEntry* find_modification(const std::string& name) {
   for (const ModEntry& m : modifications())
@@ -108,4 +109,5 @@ bool ModSet::visible(const ModAt& at) const {
   return true;
 }
 
+}  // namespace model
 }  // namespace attncheck

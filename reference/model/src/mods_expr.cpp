@@ -16,7 +16,7 @@
 
 #include "detail.hpp"
 
-namespace attncheck::expr {
+namespace attncheck::inline model::expr {
 
 namespace {
 
@@ -328,4 +328,4 @@ void check(const Problem& p, Which w) {
         }
 }
 
-}  // namespace attncheck::expr
+}  // namespace attncheck::inline model::expr

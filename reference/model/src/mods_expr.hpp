@@ -5,7 +5,7 @@
 
 #include "attncheck/mods.hpp"
 
-namespace attncheck::expr {
+namespace attncheck::inline model::expr {
 
 enum class Which : uint8_t { score, mask };
 
@@ -26,4 +26,4 @@ bool visible(const Problem& p, const ModAt& a);
 // its gradient is not defined, so never guessed.
 double dscore(const Problem& p, const ModAt& a, double s);
 
-}  // namespace attncheck::expr
+}  // namespace attncheck::inline model::expr

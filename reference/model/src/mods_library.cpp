@@ -15,6 +15,7 @@
 #include "mods_expr.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 using detail::fail;
 using detail::kMaxElements;
@@ -477,4 +478,5 @@ const ModEntry kLibrary[] = {kAlibiEntry, kT5Entry,   kDocEntry,    kChunkEntry,
 
 std::span<const ModEntry> modifications() { return kLibrary; }
 
+}  // namespace model
 }  // namespace attncheck

@@ -2,6 +2,7 @@
 #include "attncheck/module_problem.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 const char* to_string(ModuleGradFault f) {
   switch (f) {
@@ -72,4 +73,5 @@ std::vector<double>& module_grad(ModuleGradients& g, const std::string& name) {
   return const_cast<std::vector<double>&>(module_grad(static_cast<const ModuleGradients&>(g), name));
 }
 
+}  // namespace model
 }  // namespace attncheck

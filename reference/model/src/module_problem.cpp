@@ -5,6 +5,7 @@
 #include "attncheck/module_problem.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 namespace {
 [[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument(msg); }
@@ -181,4 +182,5 @@ ModuleInputs make_module_inputs(const ModuleProblem& m) {
   return in;
 }
 
+}  // namespace model
 }  // namespace attncheck

@@ -7,6 +7,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 using detail::fail;
 
@@ -120,4 +121,5 @@ Problem parse_name(const std::string& name) {
   return p;
 }
 
+}  // namespace model
 }  // namespace attncheck

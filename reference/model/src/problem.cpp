@@ -9,6 +9,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 using detail::fail;
 
@@ -284,4 +285,5 @@ void validate(const Problem& p, const Inputs& in) {
   if (in.keep) check("keep", *in.keep, DType::u8, {p.B, p.Hq, p.Lq, p.Lk});
 }
 
+}  // namespace model
 }  // namespace attncheck

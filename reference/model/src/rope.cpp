@@ -10,6 +10,7 @@
 #include <utility>
 
 namespace attncheck {
+inline namespace model {
 
 int64_t rope_position(const Problem& p, int64_t b, int64_t axis) {
   return axis + (p.rope_offsets.empty() ? 0 : p.rope_offsets[static_cast<size_t>(b)]);
@@ -163,4 +164,5 @@ RopeStage::RopeStage(const Problem& p) : p_(p), on_(uses_position_stage(p)), rop
   if (rope_) inv_freq_ = rope_inv_freq(p), sections_ = rope_pair_sections(p);
 }
 
+}  // namespace model
 }  // namespace attncheck

@@ -6,6 +6,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 using detail::fail;
 using detail::kMaxElements;
@@ -109,4 +110,5 @@ std::string shape_string(const std::vector<int64_t>& s) {
   return o + "]";
 }
 
+}  // namespace model
 }  // namespace attncheck

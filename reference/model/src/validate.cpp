@@ -9,6 +9,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 using detail::fail;
 using detail::kMaxElements;
@@ -156,4 +157,5 @@ void validate(const Problem& p) {
   }
 }
 
+}  // namespace model
 }  // namespace attncheck

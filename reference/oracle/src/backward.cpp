@@ -16,6 +16,7 @@
 #include "attncheck/reference.hpp"
 
 namespace attncheck {
+inline namespace oracle {
 
 namespace {
 
@@ -361,4 +362,5 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
   return r;
 }
 
+}  // namespace oracle
 }  // namespace attncheck

@@ -7,6 +7,7 @@
 #include <string>
 
 namespace attncheck {
+inline namespace oracle {
 
 namespace {
 [[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument(msg); }
@@ -199,4 +200,5 @@ MhaResult reference_wrapper(const Problem& p, const std::vector<HeadWeights>& he
   return r;
 }
 
+}  // namespace oracle
 }  // namespace attncheck

@@ -8,6 +8,7 @@
 #include "attncheck/module_reference.hpp"
 
 namespace attncheck {
+inline namespace oracle {
 
 using module_detail::at;
 
@@ -126,4 +127,5 @@ ModuleGradients reference_module_backward(const ModuleProblem& m, const ModuleIn
   return g;
 }
 
+}  // namespace oracle
 }  // namespace attncheck

@@ -8,6 +8,7 @@
 #include "attncheck/module_reference.hpp"
 
 namespace attncheck {
+inline namespace oracle {
 
 namespace module_detail {
 
@@ -157,4 +158,5 @@ ModuleResult reference_module(const ModuleProblem& m, const ModuleInputs& in, Mo
   return module_detail::forward(m, in, fault, t);
 }
 
+}  // namespace oracle
 }  // namespace attncheck

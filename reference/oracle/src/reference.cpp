@@ -18,6 +18,7 @@
 #include "attncheck/threads.hpp"
 
 namespace attncheck {
+inline namespace oracle {
 
 namespace {
 
@@ -214,4 +215,5 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
   return looped(p, in, rows, threads, observer);
 }
 
+}  // namespace oracle
 }  // namespace attncheck

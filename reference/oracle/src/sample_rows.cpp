@@ -8,6 +8,7 @@
 #include "attncheck/reference.hpp"
 
 namespace attncheck {
+inline namespace oracle {
 
 std::vector<int64_t> sample_rows(const Problem& p, const Inputs& in, int64_t n) {
   const int64_t Lq = p.Lq;
@@ -55,4 +56,5 @@ std::vector<int64_t> sample_rows(const Problem& p, const Inputs& in, int64_t n) 
   return {s.begin(), s.end()};
 }
 
+}  // namespace oracle
 }  // namespace attncheck

@@ -9,6 +9,7 @@
 #include <string>
 
 namespace attncheck {
+inline namespace oracle {
 
 namespace {
 
@@ -104,4 +105,5 @@ std::vector<double> merged_exponent(const MergeProblem& p, const StoredStates& i
   return x;
 }
 
+}  // namespace oracle
 }  // namespace attncheck

@@ -10,6 +10,7 @@
 #include <cstring>
 
 namespace attncheck {
+inline namespace plumbing {
 namespace {
 std::atomic<int> g_signal{0};    // the first signal received
 std::atomic<int> g_deferred{0};  // live CancelDeferred objects
@@ -72,4 +73,5 @@ CancelDeferred::~CancelDeferred() {
   }
 }
 
+}  // namespace plumbing
 }  // namespace attncheck

@@ -18,6 +18,7 @@
 #include <vector>
 
 namespace attncheck {
+inline namespace plumbing {
 
 int max_threads() { return 4096; }
 
@@ -133,4 +134,5 @@ void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& f
       Shortfall::fewer);
 }
 
+}  // namespace plumbing
 }  // namespace attncheck

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 namespace attncheck {
+inline namespace tolerance {
 
 int precision_bits(DType t) {
   switch (t) {
@@ -107,4 +108,5 @@ void merge_accuracy(Accuracy& total, const Accuracy& part) {
   finish(total);
 }
 
+}  // namespace tolerance
 }  // namespace attncheck

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 namespace attncheck {
+inline namespace tolerance {
 
 namespace {
 constexpr Precision kAll[] = {Precision::fp64, Precision::fp32,     Precision::tf32,    Precision::fp16,
@@ -160,4 +161,5 @@ void validate_contract(const PrecisionContract& c, DType dtype) {
   (void)precision_of(dtype);
 }
 
+}  // namespace tolerance
 }  // namespace attncheck

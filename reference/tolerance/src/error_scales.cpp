@@ -9,6 +9,7 @@
 #include "rss.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 void KeyScales::set(size_t j, double scale, double dot, double qk2, double dqk, double score) {
   a[j] = std::abs(scale) * std::sqrt(dqk * (dot * dot / 3.0 + qk2 / 6.0));
@@ -505,4 +506,5 @@ void fill_error_scales(const Problem& p, const Inputs& in, ExpectedAttention& r)
   r.max_logit_c = std::move(x.max_logit_c);
 }
 
+}  // namespace tolerance
 }  // namespace attncheck

@@ -5,7 +5,7 @@
 
 #include "attncheck/module_detail.hpp"
 
-namespace attncheck::module_detail {
+namespace attncheck::inline tolerance::module_errors {
 
 // The forward's first-order errors (module_tolerance.cpp, docs/module.md), which the gradients' bound carries on.
 struct ForwardErrors {
@@ -15,6 +15,6 @@ struct ForwardErrors {
   std::vector<double> eo;          // [B, Hq, Lq, Dv]: of the attention output, its rounding included
   std::vector<double> ew;          // [B, Hq, Lq, Lk]: of the weights
 };
-ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, const Trace& t);
+ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, const module_detail::Trace& t);
 
-}  // namespace attncheck::module_detail
+}  // namespace attncheck::inline tolerance::module_errors

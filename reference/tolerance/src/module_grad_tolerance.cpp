@@ -12,6 +12,7 @@
 #include "row_error_scales.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 using module_detail::at;
 
@@ -24,7 +25,7 @@ struct AttnPropagation {
   std::vector<double> dq, dk, dv, dbias;
 };
 
-AttnPropagation propagate(const module_detail::Trace& t, const module_detail::ForwardErrors& fe, const Tensor& dout,
+AttnPropagation propagate(const module_detail::Trace& t, const module_errors::ForwardErrors& fe, const Tensor& dout,
                           const std::vector<double>& edo) {
   const Problem& p = t.attn;
   const double scale = std::fabs(p.effective_scale());
@@ -106,7 +107,7 @@ ModuleGradients module_grad_tolerance(const ModuleProblem& m, const ModuleInputs
   module_detail::backward_trace(m, in, dy, bt, &pass);
   const module_detail::Trace& t = bt.t;
   const BackwardResult& a = bt.a;
-  const module_detail::ForwardErrors fe = module_detail::forward_errors(m, in, t);
+  const module_errors::ForwardErrors fe = module_errors::forward_errors(m, in, t);
   const ModuleGradients exact = reference_module_backward(m, in, dy, fault);  // |g| for the final rounding
   const Problem& p = m.attn;
   const DType dt = p.dtype;
@@ -223,4 +224,5 @@ ModuleGradients module_grad_tolerance(const ModuleProblem& m, const ModuleInputs
   return tol;
 }
 
+}  // namespace tolerance
 }  // namespace attncheck

@@ -7,12 +7,13 @@
 #include "module_errors.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 using module_detail::at;
 using module_detail::Heads;
 using module_detail::Trace;
 
-namespace module_detail {
+namespace module_errors {
 
 ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, const Trace& t) {
   const Problem& p = t.attn;           // the attention that ran (a fault may change its scale, mask or dropout)
@@ -87,7 +88,7 @@ ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, con
   return fe;
 }
 
-}  // namespace module_detail
+}  // namespace module_errors
 
 ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault) {
   Trace t;
@@ -95,7 +96,7 @@ ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in,
   const Problem& p = t.attn;
   const DType dt = m.attn.dtype;
   const double u = unit_roundoff(dt), ua = dt == DType::f64 ? u : 0x1.0p-24;
-  const module_detail::ForwardErrors fe = module_detail::forward_errors(m, in, t);
+  const module_errors::ForwardErrors fe = module_errors::forward_errors(m, in, t);
   const std::vector<double>&eo = fe.eo, &ew = fe.ew;
   ModuleTolerance tol;
   // y_c = sum_m merged_m Wo[c, m] + bo_c: the errors of o (moved as forward merges them) through Wo, the fp32
@@ -146,4 +147,5 @@ ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in,
   return tol;
 }
 
+}  // namespace tolerance
 }  // namespace attncheck

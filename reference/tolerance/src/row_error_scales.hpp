@@ -9,6 +9,7 @@
 #include "attncheck/row_trace.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 // Per-key magnitudes of a score's rounding errors. a: the dot product's partial sums, sqrt(Dqk (dot^2/3 +
 // sum_d (q_d k_d)^2 / 6)) * |scale| (sums that grow linearly and sums that random-walk); b: the products'
@@ -65,4 +66,5 @@ class ErrorScalesPass final : public RowObserver {
   std::vector<ValueGroups> vgroups_;  // per (b, KV head)
 };
 
+}  // namespace tolerance
 }  // namespace attncheck

@@ -9,6 +9,7 @@
 #include <vector>
 
 namespace attncheck {
+inline namespace tolerance {
 
 // The scale 2^e of a sum: every term added so far is <= 2^e; e stays within [kMinExp, kMaxExp] so that 2^e and 2^-e
 // are both representable (a term below 2^kMinExp is scaled up to at least 2^-54: its square does not underflow).
@@ -85,4 +86,5 @@ class ColumnRss {
   std::vector<double> lim_, inv_, ssq_;
 };
 
+}  // namespace tolerance
 }  // namespace attncheck

@@ -12,6 +12,7 @@
 #include "attncheck/dtype_floor.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 namespace {
 
@@ -122,4 +123,5 @@ MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const St
   return v;
 }
 
+}  // namespace tolerance
 }  // namespace attncheck

@@ -11,6 +11,7 @@
 #include "attncheck/tolerance.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 namespace {
 
@@ -85,4 +86,5 @@ PartialsVerdict judge_partials(const Problem& p, const Inputs& in, const KernelP
   return verdict;
 }
 
+}  // namespace tolerance
 }  // namespace attncheck

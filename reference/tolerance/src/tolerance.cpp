@@ -11,6 +11,7 @@
 #include "attncheck/fp8_out.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 std::string TensorVerdict::describe() const {
   static const char* names4[] = {"b", "h", "i", "d"};
@@ -230,4 +231,5 @@ Verdict judge(const Problem& p, const ExpectedAttention& r, const Outputs& actua
   return v;
 }
 
+}  // namespace tolerance
 }  // namespace attncheck

@@ -11,6 +11,7 @@
 #include "attncheck/rope.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 namespace {
 struct Units {
@@ -196,4 +197,5 @@ Verdict judge_backward(const Problem& p, const ErrorScales& fwd, const BackwardR
   return v;
 }
 
+}  // namespace tolerance
 }  // namespace attncheck

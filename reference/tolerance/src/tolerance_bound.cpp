@@ -12,6 +12,7 @@
 #include "attncheck/tolerance.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 double denorm_min(DType t) {
   switch (t) {
@@ -359,4 +360,5 @@ std::vector<double> weights_tolerance(const Problem& p, const ExpectedAttention&
   return sum_terms(r.weights.size(), m.scale, [&](size_t n) { return weights_terms(p, r, n, d, m); });
 }
 
+}  // namespace tolerance
 }  // namespace attncheck

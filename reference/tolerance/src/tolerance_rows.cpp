@@ -7,6 +7,7 @@
 #include "attncheck/tolerance.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 TensorVerdict reference_free_checks(const Problem& p, const Outputs& actual) {
   TensorVerdict v;
@@ -57,4 +58,5 @@ TensorVerdict reference_free_checks(const Problem& p, const Outputs& actual) {
   return v;
 }
 
+}  // namespace tolerance
 }  // namespace attncheck

@@ -16,6 +16,7 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 // The dense mask row by row: the conjunction the reference applies (reference.cpp reads it from here).
 class DenseMask {
@@ -90,4 +91,5 @@ class BlockMaskScope {
   const BlockMask* saved_;
 };
 
+}  // namespace model
 }  // namespace attncheck

@@ -9,6 +9,7 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 struct Capabilities {
   std::set<DType> dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
@@ -58,4 +59,5 @@ struct Support {
 // Impl::supports. The first unsupported feature is the reason.
 Support check_capabilities(const Capabilities& c, const Problem& p);
 
+}  // namespace model
 }  // namespace attncheck

@@ -15,6 +15,7 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 // A Problem member, typed; or, for a derived attribute, the function that computes it.
 using DerivedF64 = double (*)(const Problem&);
@@ -119,4 +120,5 @@ Support declared_extensions(const Problem& p, const Names& declared, const char*
 // modification (mods.hpp) adds it to Capabilities::mods.
 void declare_extension_features(Capabilities& c, const std::vector<std::string>& names);
 
+}  // namespace model
 }  // namespace attncheck

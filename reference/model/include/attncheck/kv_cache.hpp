@@ -10,6 +10,7 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 // The largest finite code magnitude of a code format: 127 (int8), 448 (e4m3), 57344 (e5m2).
 double kv_code_max(DType codes);
@@ -38,4 +39,5 @@ Attended dequantize_kv(const Problem& p, const Inputs& in, DType to);
 // NaN in fp8 and becomes 0 in int8, which has none). Replaces k and v by the codes and sets k_scale and v_scale.
 void quantize_kv(const Problem& p, Inputs& in);
 
+}  // namespace model
 }  // namespace attncheck

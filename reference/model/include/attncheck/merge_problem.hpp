@@ -12,6 +12,7 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 // ---- conventions: how a kernel stores a state (declared, never guessed) -----------------------------------------
 enum class StateForm : uint8_t { normalised, unnormalised };  // (O, lse) | (O·ℓ unnormalised, row max m, sum ℓ)
@@ -96,4 +97,5 @@ double stored_o(const Tensor& t, const MergeProblem& p, int64_t n, int64_t r, in
 // An lse or max in nats as the conventions store it (in bits for base 2).
 double to_stored_units(const StateConventions& c, double nats);
 
+}  // namespace model
 }  // namespace attncheck

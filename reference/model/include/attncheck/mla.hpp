@@ -7,6 +7,7 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 // Cross-field rules (validate(Problem) calls this): throws naming the field and the values.
 void validate_mla(const Problem& p);
@@ -18,4 +19,5 @@ void tie_latent_values(const Problem& p, Inputs& in);
 // included); else throws naming the first element that differs.
 void check_latent_values(const Problem& p, const Inputs& in);
 
+}  // namespace model
 }  // namespace attncheck

@@ -13,7 +13,7 @@
 #define ATTNCHECK_HD
 #endif
 
-namespace attncheck::mod_eval {
+namespace attncheck::inline model::mod_eval {
 
 ATTNCHECK_HD inline int64_t abs_i(int64_t x) { return x < 0 ? -x : x; }
 ATTNCHECK_HD inline int64_t floor_div(int64_t a, int64_t c) { return a / c - ((a % c != 0) && ((a < 0) != (c < 0))); }
@@ -67,4 +67,4 @@ ATTNCHECK_HD inline bool topk_listed(int64_t j, int64_t topk, const Slot& slot) 
   return false;
 }
 
-}  // namespace attncheck::mod_eval
+}  // namespace attncheck::inline model::mod_eval

@@ -15,6 +15,7 @@
 #include "attncheck/rng.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 // Where a modification is evaluated: batch, query head, query row, the query's position on the key axis
 // (pos = i + diagonal_offset(b): the causal/window diagonal, so every alignment applies unchanged), key.
@@ -80,4 +81,5 @@ class ModSet {
   bool position_ = false;
 };
 
+}  // namespace model
 }  // namespace attncheck

@@ -11,6 +11,7 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 // How the q, k, v projection weights are stored. Every weight is [out, in] (nn.Linear.weight: y = x·Wᵀ + b).
 //   separate     wq [Hq·Dqk, d_in], wk [Hkv·Dqk, d_kv], wv [Hkv·Dv, d_kv] (d_kv = d_in2 for cross attention)
@@ -123,4 +124,5 @@ const Tensor& module_grad_input(const ModuleInputs& in, const std::string& grad_
 std::vector<double>& module_grad(ModuleGradients& g, const std::string& grad_name);
 const std::vector<double>& module_grad(const ModuleGradients& g, const std::string& grad_name);
 
+}  // namespace model
 }  // namespace attncheck

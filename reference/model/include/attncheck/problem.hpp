@@ -11,6 +11,7 @@
 #include <vector>
 
 namespace attncheck {
+inline namespace model {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Element types
@@ -381,4 +382,5 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::arra
 double dropout_uniform(uint64_t seed, int64_t b, int64_t h, int64_t i, int64_t j);
 Tensor make_keep_mask(const Problem& p);  // keep iff dropout_uniform >= p
 
+}  // namespace model
 }  // namespace attncheck

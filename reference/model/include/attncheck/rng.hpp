@@ -6,6 +6,7 @@
 #include <cstdint>
 
 namespace attncheck {
+inline namespace model {
 
 // The n-th output (n = 0, 1, ...) of the stream keyed by `key`: a pure function of (key, n).
 constexpr uint64_t splitmix64_at(uint64_t key, uint64_t n) {
@@ -42,4 +43,5 @@ class Rng {
   uint64_t counter_ = 0;
 };
 
+}  // namespace model
 }  // namespace attncheck

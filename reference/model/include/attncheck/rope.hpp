@@ -13,6 +13,7 @@
 #include "attncheck/rope_eval.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 inline bool uses_rope(const Problem& p) { return p.rotary_dim > 0; }
 inline bool uses_qk_norm(const Problem& p) { return !p.q_norm_weight.empty() || !p.k_norm_weight.empty(); }
@@ -101,4 +102,5 @@ class RopeStage {
   std::vector<int> sections_;
 };
 
+}  // namespace model
 }  // namespace attncheck

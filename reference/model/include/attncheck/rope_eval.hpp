@@ -8,7 +8,7 @@
 
 #include "attncheck/mod_eval.hpp"  // ATTNCHECK_HD
 
-namespace attncheck::rope_eval {
+namespace attncheck::inline model::rope_eval {
 
 // The head dims (a, b) of frequency pair f: GPT-J interleaved (2f, 2f + 1), GPT-NeoX (f, f + rotary_dim/2).
 struct PairDims {
@@ -36,4 +36,4 @@ ATTNCHECK_HD inline void rotate(X& xa, X& xb, X c, X s, X m) {
   xb = m * (b * c + a * s);
 }
 
-}  // namespace attncheck::rope_eval
+}  // namespace attncheck::inline model::rope_eval

@@ -9,6 +9,7 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace oracle {
 
 struct BackwardResult {
   std::vector<double> dq;     // [B, Hq, Lq, Dqk], row-major
@@ -54,4 +55,5 @@ Gradients make_gradients(const Problem& p);
 std::vector<int64_t> grad_shape(const Problem& p, int which);  // 0 = dq, 1 = dk, 2 = dv, 3 = dbias
 Tensor make_dout(const Problem& p);
 
+}  // namespace oracle
 }  // namespace attncheck

@@ -10,6 +10,7 @@
 #include "attncheck/reference.hpp"
 
 namespace attncheck {
+inline namespace oracle {
 
 // A linear layer y = x·W + b with W stored [in, out] row-major: the papers' Q = X·W^Q convention (and the seeds'
 // `x @ W_query`). PyTorch's nn.Linear stores weight [out, in] and computes x·weightᵀ: pass weightᵀ here.
@@ -74,4 +75,5 @@ struct HeadWeights {
 MhaResult reference_wrapper(const Problem& attn, const std::vector<HeadWeights>& heads, const Linear* wo,
                             const Seq& x_q, const Seq* x_kv, const AttentionExtras& extras = {}, int threads = 0);
 
+}  // namespace oracle
 }  // namespace attncheck

@@ -9,7 +9,7 @@
 #include "attncheck/module_problem.hpp"
 #include "attncheck/reference.hpp"
 
-namespace attncheck::module_detail {
+namespace attncheck::inline oracle::module_detail {
 
 inline size_t at(int64_t i) { return static_cast<size_t>(i); }
 
@@ -57,4 +57,4 @@ Rows select(const ModuleProblem& m, const ModuleInputs& in, int which, ModuleFau
 ModuleResult forward(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault, Trace& t,
                      RowObserver* observer = nullptr);
 
-}  // namespace attncheck::module_detail
+}  // namespace attncheck::inline oracle::module_detail

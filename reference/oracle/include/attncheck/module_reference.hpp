@@ -6,6 +6,7 @@
 #include "attncheck/module_problem.hpp"
 
 namespace attncheck {
+inline namespace oracle {
 
 // The fp64 reference: the seeds' per-token loops (docs/module.md), no rounding anywhere after the inputs.
 // `fault` computes the module with that deviation instead (diagnosis hypotheses). The keep-mask of
@@ -16,4 +17,5 @@ ModuleResult reference_module(const ModuleProblem& m, const ModuleInputs& in, Mo
 ModuleGradients reference_module_backward(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy,
                                           ModuleGradFault fault = ModuleGradFault::none);
 
+}  // namespace oracle
 }  // namespace attncheck

@@ -9,6 +9,7 @@
 #include "attncheck/threads.hpp"  // default_threads(), parallel_rows()
 
 namespace attncheck {
+inline namespace oracle {
 
 // The reference's outputs. The error scales the tolerance model judges them by are the tolerance side's
 // (error_scales.hpp: expected_attention), derived from the same pass through a RowObserver (row_trace.hpp).
@@ -41,4 +42,5 @@ ReferenceResult reference_attention_rows(const Problem& p, const Inputs& in, con
 // the rows with the largest |q_i| (the largest bound on |logit|); the rest evenly spaced.
 std::vector<int64_t> sample_rows(const Problem& p, const Inputs& in, int64_t n);
 
+}  // namespace oracle
 }  // namespace attncheck

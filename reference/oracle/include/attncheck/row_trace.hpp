@@ -10,6 +10,7 @@
 #include "attncheck/rope.hpp"
 
 namespace attncheck {
+inline namespace oracle {
 
 // Key j's weight as the output sees it: dropped (0) or rescaled by 1/(1-p) under dropout, unchanged without.
 inline double kept_weight(const Problem& p, const Inputs& in, int64_t b, int64_t h, int64_t i, int64_t j, double w) {
@@ -51,4 +52,5 @@ class RowObserver {
   virtual void row(const RowTrace& t) = 0;
 };
 
+}  // namespace oracle
 }  // namespace attncheck

@@ -8,6 +8,7 @@
 #include "attncheck/merge_problem.hpp"
 
 namespace attncheck {
+inline namespace oracle {
 
 // A plain attention whose keys are partitioned: scale, GQA (Hq a multiple of Hkv) and an optional bottom-right
 // causal mask (key j visible to query i iff j <= i + Lk - Lq). q [B,Hq,Lq,D], k and v [B,Hkv,Lk,D], any dtype.
@@ -32,4 +33,5 @@ MergeExpected reference_merge(const MergeProblem& p, const StoredStates& in);
 // (a max of fp32 values is one of them); the sentinel for a row of empty states.
 std::vector<double> merged_exponent(const MergeProblem& p, const StoredStates& in);
 
+}  // namespace oracle
 }  // namespace attncheck

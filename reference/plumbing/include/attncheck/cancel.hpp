@@ -9,6 +9,7 @@
 #include <string>
 
 namespace attncheck {
+inline namespace plumbing {
 
 // Thrown at a step after a signal; the CLI exits 128 + signal (130 for SIGINT, 143 for SIGTERM).
 struct Cancelled : std::runtime_error {
@@ -31,4 +32,5 @@ class CancelDeferred {
   CancelDeferred& operator=(const CancelDeferred&) = delete;
 };
 
+}  // namespace plumbing
 }  // namespace attncheck

@@ -7,6 +7,7 @@
 #include <string>
 
 namespace attncheck {
+inline namespace plumbing {
 
 // Knobs, as bits (the plugin ABI's attncheck_declarations.schedule_knobs uses the same values).
 enum ScheduleKnob : unsigned { knob_threads = 1u, knob_num_splits = 2u, knob_block_order = 4u };
@@ -39,4 +40,5 @@ class ScheduleScope {
   Schedule saved_;
 };
 
+}  // namespace plumbing
 }  // namespace attncheck

@@ -7,6 +7,7 @@
 #include <functional>
 
 namespace attncheck {
+inline namespace plumbing {
 
 // ATTNCHECK_THREADS if set, else the hardware concurrency. Throws std::invalid_argument naming the variable when
 // it is set but not an integer in 1..max_threads().
@@ -27,4 +28,5 @@ int run_on_threads(int threads, const std::function<void(int)>& worker, Shortfal
 // Run fn(row) for row in [0, n) on `threads` OS threads (0 = default). Each row must be independent.
 void parallel_rows(int64_t n, int threads, const std::function<void(int64_t)>& fn);
 
+}  // namespace plumbing
 }  // namespace attncheck

@@ -12,6 +12,7 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 // Upper edges of the ulp histogram's bins: |err| = 0, <= 0.5, <= 1, <= 2, <= 4 ulps, and more.
 inline constexpr std::array<double, 5> kUlpEdges{0.0, 0.5, 1.0, 2.0, 4.0};
@@ -50,4 +51,5 @@ Accuracy profile_accuracy(const std::vector<double>& expected, const std::vector
 // takes part's). Used where one tensor is compared over many cases (the property suite).
 void merge_accuracy(Accuracy& total, const Accuracy& part);
 
+}  // namespace tolerance
 }  // namespace attncheck

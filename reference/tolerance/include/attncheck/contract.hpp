@@ -8,6 +8,7 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 // Floating-point formats a contract can name. tf32: fp32 range with a 10-bit mantissa (tensor-core operands).
 enum class Precision : uint8_t { fp64, fp32, tf32, fp16, bf16, fp8_e4m3, fp8_e5m2 };
@@ -57,4 +58,5 @@ PrecisionContract default_contract(DType dtype);
 // or accumulation). Coarse accumulation (fp16/bf16) may be declared; the bound then follows it, openly.
 void validate_contract(const PrecisionContract& c, DType dtype);
 
+}  // namespace tolerance
 }  // namespace attncheck

@@ -6,7 +6,9 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 double denorm_min(DType t);
 
+}  // namespace tolerance
 }  // namespace attncheck

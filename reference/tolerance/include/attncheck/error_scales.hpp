@@ -9,6 +9,7 @@
 #include "attncheck/reference.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 struct ErrorScales {
   // The raw-score output's error magnitudes (KeyScales a and b of each score; 0 where the score is the fill), when
@@ -66,4 +67,5 @@ ExpectedAttention expected_attention_rows(const Problem& p, const Inputs& in, co
 // The error scales a fixture does not store, recomputed from its inputs (everything but score_mag and out_abs).
 void fill_error_scales(const Problem& p, const Inputs& in, ExpectedAttention& r);
 
+}  // namespace tolerance
 }  // namespace attncheck

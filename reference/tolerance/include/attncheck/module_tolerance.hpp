@@ -6,6 +6,7 @@
 #include "attncheck/module_problem.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 // Per-element tolerances of y and weights for an implementation of the declared module contract (docs/module.md:
 // inputs in attn.dtype, fp32 accumulation, q/k/v, the attention output and y rounded to attn.dtype, the
@@ -24,4 +25,5 @@ ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in,
 ModuleGradients module_grad_tolerance(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy,
                                       ModuleGradFault fault = ModuleGradFault::none);
 
+}  // namespace tolerance
 }  // namespace attncheck

@@ -11,6 +11,7 @@
 #include "attncheck/state_merge.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 // Per element: the derived bound (docs/states.md, "Tolerance of a merged result") and the verdict.
 struct MergeVerdict {
@@ -22,4 +23,5 @@ struct MergeVerdict {
 };
 MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const StoredStates& out);
 
+}  // namespace tolerance
 }  // namespace attncheck

@@ -9,6 +9,7 @@
 #include "attncheck/state.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 // Part k covers keys [begin[k], end[k]) of every batch row; states[k] is the kernel's state of those keys in fp64
 // (its accumulators widened exactly): m in nats, l, and u unnormalised, [B,Hq,Lq] and [B,Hq,Lq,Dv] as in State.
@@ -34,4 +35,5 @@ struct PartialsVerdict {
 // match the problem (their count, shapes or ranges).
 PartialsVerdict judge_partials(const Problem& p, const Inputs& in, const KernelPartials& k);
 
+}  // namespace tolerance
 }  // namespace attncheck

@@ -13,6 +13,7 @@
 #include "attncheck/error_scales.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 struct ToleranceModel {
   // Multiplier on the probabilistic rounding-error terms (sqrt(n)*u grows like a sum of n independent errors;
@@ -107,4 +108,5 @@ struct Verdict {
 // Outputs that were requested (want_lse, want_weights) but are missing fail.
 Verdict judge(const Problem& p, const ExpectedAttention& r, const Outputs& actual, const ToleranceModel& m = {});
 
+}  // namespace tolerance
 }  // namespace attncheck

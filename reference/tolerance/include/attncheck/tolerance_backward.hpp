@@ -8,6 +8,7 @@
 #include "attncheck/tolerance.hpp"
 
 namespace attncheck {
+inline namespace tolerance {
 
 struct GradTolerance {
   std::vector<double> dq, dk, dv, dbias;  // per element, same layout as BackwardResult's
@@ -22,4 +23,5 @@ GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const Bac
 Verdict judge_backward(const Problem& p, const ErrorScales& fwd, const BackwardResult& r, const Gradients& actual,
                        const ToleranceModel& m = {});
 
+}  // namespace tolerance
 }  // namespace attncheck
