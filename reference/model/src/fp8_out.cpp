@@ -8,6 +8,7 @@
 #include "detail.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 using detail::fail;
 
@@ -58,4 +59,5 @@ void store_fp8_out(const Problem& p, const Tensor& values, Outputs& out) {
   out.amax_o->set_offset(0, fp8_out_amax(all));
 }
 
+}  // namespace model
 }  // namespace attncheck

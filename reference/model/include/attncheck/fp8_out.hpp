@@ -9,6 +9,7 @@
 #include "attncheck/problem.hpp"
 
 namespace attncheck {
+inline namespace model {
 
 // Cross-field rules (validate(Problem) calls this): throws naming the field and the values.
 void validate_fp8_out(const Problem& p);
@@ -24,4 +25,5 @@ double fp8_out_amax(const std::vector<double>& o);
 // out.amax_o. The identity's counterpart for problems without fp8_out is not needed: callers test p.fp8_out.
 void store_fp8_out(const Problem& p, const Tensor& values, Outputs& out);
 
+}  // namespace model
 }  // namespace attncheck
