@@ -108,7 +108,7 @@ constexpr double kChainAbsolute = 10.0;
 
 // The score modifications' derivative m' at a score off by δ = (c_s + u)·score_mag moves by |m''|·δ: relative to
 // |m'|, mod_curv·δ (BackwardResult::mod_curv; 0 for the additive library entries, whose m' is exactly 1).
-double mod_relative(const Problem& p, const ReferenceResult& fwd, const BackwardResult& r, size_t row, const Units& u) {
+double mod_relative(const Problem& p, const ErrorScales& fwd, const BackwardResult& r, size_t row, const Units& u) {
   return r.mod_curv.empty() ? 0.0 : r.mod_curv[row] * (score_error(p, u) + u.score) * fwd.score_mag[row];
 }
 }  // namespace
