@@ -9,7 +9,9 @@
 #include <optional>
 #include <stdexcept>
 
+#include "attncheck/features.hpp"
 #include "attncheck/fixture.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/heatmap.hpp"
 #include "command.hpp"
 #include "diagnosis.hpp"
@@ -77,7 +79,9 @@ void print_fixture(const Fixture& f) {
   if (p.has_window())
     std::printf("  window      left %lld right %lld (-1 unbounded), alignment %s\n", (long long)p.window_left,
                 (long long)p.window_right, to_string(p.alignment));
-  if (p.softcap > 0) std::printf("  softcap     %g\n", p.softcap);
+  for (const ModEntry& m : logit_modifications())
+    if (m.used(p))
+      for (const Field& x : m.fields) std::printf("  %-11s %s\n", x.key, field_text(p, x).c_str());
   std::printf("  fill        %s%s, fully masked rows -> %s\n", to_string(p.fill),
               p.fill == MaskFill::finite ? (" " + std::to_string(p.fill_value)).c_str() : "",
               to_string(p.fully_masked));
