@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "attncheck/features.hpp"
+#include "attncheck/mods.hpp"
 #include "diagnosis.hpp"
 
 namespace attncheck::verify {
@@ -67,7 +69,9 @@ void print_fixture(std::FILE* out, const std::string& path, const Fixture& f) {
   if (p.has_window())
     std::fprintf(out, "  window      left %lld right %lld (-1 unbounded), alignment %s\n", (long long)p.window_left,
                  (long long)p.window_right, to_string(p.alignment));
-  if (p.softcap > 0) std::fprintf(out, "  softcap     %g\n", p.softcap);
+  for (const ModEntry& m : logit_modifications())
+    if (m.used(p))
+      for (const Field& x : m.fields) std::fprintf(out, "  %-11s %s\n", x.key, field_text(p, x).c_str());
   const bool finite = p.fill == MaskFill::finite;
   std::fprintf(out, "  fill        %s%s%s, fully masked rows -> %s\n", to_string(p.fill), finite ? " " : "",
                finite ? std::to_string(p.fill_value).c_str() : "", to_string(p.fully_masked));
