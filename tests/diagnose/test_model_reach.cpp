@@ -292,7 +292,7 @@ TEST(ModelReach, ABlockLeftOutOfTheBlockMaskIsBlockMaskMissing) {
     const BlockMaskScope handed(&m);
     ASSERT_TRUE(run_impl(*find_impl("cpu-flash"), p, in, out).ok);
   }
-  const ReferenceResult ref = reference_attention(p, in);
+  const ExpectedAttention ref = expected_attention(p, in);
   ASSERT_FALSE(judge(p, ref, out).pass);
   const diagnose::Diagnosis d = diagnose::diagnose({{}, p, in}, ref, out, {});
   EXPECT_EQ(d.top(), "block-mask-missing") << lines(d);
