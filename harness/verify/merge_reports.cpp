@@ -49,8 +49,8 @@ MergedReport merge_reports(const std::vector<std::string>& files, const std::vec
   for (size_t i = 0; i < parts.size(); ++i) {
     const json& s = parts[i]["shard"];
     if (s.value("verb", "") != verb || s.value("count", int64_t{0}) != count)
-      throw std::invalid_argument(files[i] + ": shard " + s.dump() + " is not of the same run as " + files[0] +
-                                  " (" + first.dump() + ")");
+      throw std::invalid_argument(files[i] + ": shard " + s.dump() + " is not of the same run as " + files[0] + " (" +
+                                  first.dump() + ")");
     if (common(parts[i], *m) != common(parts[0], *m))
       throw std::invalid_argument(files[i] + ": ran with other settings than " + files[0] + ": " +
                                   common(parts[i], *m).dump() + " against " + common(parts[0], *m).dump());
