@@ -8,6 +8,7 @@
 #include "attncheck/fixture_gradients.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/rng.hpp"
+#include "attncheck/rope.hpp"
 #include "fixture_grad.hpp"
 #include "fixture_layout.hpp"
 #include "untrusted.hpp"
@@ -162,6 +163,11 @@ void read_gradients(const h5::Reader& r, hid_t file, Fixture& f, bool data, uint
     *x.abs = stored(read_f64(r, file, base + "_abs", dims), s, p.layout, true);
     if (x.unchained && uses_logit_modifications(p))
       *x.unchained = stored(read_f64(r, file, base + "_abs_unchained", dims), s, p.layout, true);
+  }
+  if (uses_rope(p) && !h5::in_reading_child()) {  // the RoPE angle sensitivities: from the stored inputs, not stored
+    BackwardResult x = reference_backward(p, f.inputs, *f.dout);
+    g.dq_rope = std::move(x.dq_rope);
+    g.dk_rope = std::move(x.dk_rope);
   }
   f.grad = std::move(g);
 }

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "attncheck/mods.hpp"
+#include "attncheck/rope.hpp"
 #include "attncheck/tolerance_backward.hpp"
 #include "backward_cases.hpp"
 
@@ -28,6 +30,8 @@ const char* to_string(BwdFault f) {
     case BwdFault::lse_plus_log2: return "bwd-lse-plus-log2";
     case BwdFault::skip_dq_tile: return "bwd-skip-dq-tile";
     case BwdFault::drop_max_key_dq: return "bwd-drop-max-key-dq";
+    case BwdFault::rope_ignored: return "bwd-rope-ignored";
+    case BwdFault::rope_not_transposed: return "bwd-rope-not-transposed";
   }
   return "?";
 }
@@ -49,22 +53,78 @@ std::vector<BwdFault> subtle_backward_faults() {
           BwdFault::drop_max_key_dq};
 }
 
+std::vector<BwdFault> rope_backward_faults() { return {BwdFault::rope_ignored, BwdFault::rope_not_transposed}; }
+
 namespace {
+
+// cos and sin of every (row, pair) of q or k as a fused kernel forms them under `math` (make_backward_mutant).
+class KernelRope {
+ public:
+  KernelRope(const Problem& p, RopeMath math)
+      : p_(p), math_(math), inv_(rope_inv_freq(p)), sections_(rope_pair_sections(p)), m_(rope_attention_factor(p)) {}
+
+  // x (rows of Dqk, logical order) rotated by each row's angles, or (back) by their transposes.
+  void rotate(bool query, std::vector<double>& x, bool back) const {
+    const int64_t H = query ? p_.Hq : p_.Hkv, L = query ? p_.Lq : p_.Lk, D = p_.Dqk;
+    for (int64_t row = 0; row < p_.B * H * L; ++row) {
+      const int64_t b = row / (H * L), t = row % L;
+      const RopeAt at = query ? rope_query_at(p_, b, t) : rope_key_at(p_, b, t);
+      double* v = &x[static_cast<size_t>(row * D)];
+      for (int64_t f = 0; f < p_.rotary_dim / 2; ++f) {
+        const auto [c, s0] = cos_sin(at.pos[size_t(sections_[size_t(f)])], f);
+        const double s = back ? -s0 : s0;
+        const auto [a, e] = rope_pair(p_, f);
+        const double xa = v[a], xe = v[e];
+        v[a] = m_ * (xa * c - xe * s);
+        v[e] = m_ * (xe * c + xa * s);
+      }
+    }
+  }
+
+ private:
+  std::pair<double, double> cos_sin(int64_t pos, int64_t f) const {
+    if (math_ == RopeMath::exact) {
+      const double t = static_cast<double>(pos) * inv_[size_t(f)];
+      return {std::cos(t), std::sin(t)};
+    }
+    const float t = static_cast<float>(pos) * static_cast<float>(inv_[size_t(f)]);
+    const float c = std::cos(t), s = std::sin(t);
+    const DType table = math_ == RopeMath::table_fp16   ? DType::f16
+                        : math_ == RopeMath::table_bf16 ? DType::bf16
+                                                        : DType::f32;
+    return {round_to(table, c), round_to(table, s)};
+  }
+
+  const Problem& p_;
+  RopeMath math_;
+  std::vector<double> inv_;
+  std::vector<int> sections_;
+  double m_;
+};
 
 class LoopedBackward final : public Impl {
  public:
-  explicit LoopedBackward(BwdFault f) : f_(f), ref_(find_impl("reference")) {}
+  LoopedBackward(BwdFault f, RopeMath rope) : f_(f), rope_(rope), ref_(find_impl("reference")) {}
   std::string name() const override { return to_string(f_); }
   std::string description() const override { return "test-only backward variant"; }
   Capabilities capabilities() const override { return ref_->capabilities(); }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override { ref_->run(p, in, out); }
-  Support supports_backward(const Problem& p) const override { return supports(p); }
+  Support supports_backward(const Problem& p) const override {
+    const ModSet mods(p);
+    if (uses_qk_norm(p) || mods.has_score() || mods.has_mask())
+      return Support::no("the looped backward mutants have no QK-norm and no score or mask modifications");
+    return supports(p);
+  }
 
   void run_backward(const Problem& p, const Inputs& in, const Outputs& fwd, const Tensor& dout,
                     Gradients& g) const override {
     const int64_t Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, G = p.group_size(), rows = p.B * p.Hq * Lq;
     const double scale = p.effective_scale(), inf = std::numeric_limits<double>::infinity();
-    const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double();
+    std::vector<double> q = in.q.to_double(), k = in.k.to_double();
+    const std::vector<double> v = in.v.to_double();
+    const bool rotates = uses_rope(p) && f_ != BwdFault::rope_ignored;
+    const KernelRope rope(p, rope_);
+    if (rotates) rope.rotate(true, q, false), rope.rotate(false, k, false);
     const std::vector<double> o = fwd.out.to_double(), dO = dout.to_double(), lse = fwd.lse->to_double();
     std::vector<double> dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
     std::vector<double> db(g.dbias ? static_cast<size_t>(g.dbias->numel()) : 0, 0.0);
@@ -146,6 +206,10 @@ class LoopedBackward final : public Impl {
         if (g.dbias) db[static_cast<size_t>(broadcast_offset(*g.dbias, b, h, i, j))] += ds;
       }
     }
+    if (rotates) {  // the gradients of the rotated q and k, mapped back through the rotation
+      rope.rotate(true, dq, f_ != BwdFault::rope_not_transposed);
+      rope.rotate(false, dk, f_ != BwdFault::rope_not_transposed);
+    }
     auto put = [](Tensor& t, const std::vector<double>& x) {  // logical BHSD order into t's layout
       for (int64_t n = 0; n < t.numel(); ++n) {
         int64_t idx[4], r = n;
@@ -164,12 +228,13 @@ class LoopedBackward final : public Impl {
 
  private:
   BwdFault f_;
+  RopeMath rope_;
   ImplPtr ref_;
 };
 
 }  // namespace
 
-ImplPtr make_backward_mutant(BwdFault f) { return std::make_shared<LoopedBackward>(f); }
+ImplPtr make_backward_mutant(BwdFault f, RopeMath rope) { return std::make_shared<LoopedBackward>(f, rope); }
 
 std::vector<BackwardSelftestResult> run_backward_selftest(int cases, const std::function<bool(size_t)>& runs_entry) {
   std::vector<BwdFault> entries = all_backward_faults();

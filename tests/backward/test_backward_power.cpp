@@ -1,7 +1,7 @@
-// Backward detection power at long context (harness/power/backward_power.hpp): every fault of the real-bug list
+// Backward detection power (harness/power/backward_power.hpp). At long context: every fault of the real-bug list
 // and every subtle fault is detected at Lk = 1k, 8k and 32k in fp32, except the one known miss documented in
 // docs/backward.md "Detection power" (D from a bf16-rounded O); cpu and cpu-flash stay inside the bound and use at
-// least 1% of it at 32k (the bound is tight, not vacuous).
+// least 1% of it at 32k (the bound is tight, not vacuous). At long RoPE positions: the RoPE faults below.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -30,4 +30,26 @@ TEST(BackwardPower, FaultsDetectedCorrectVariantsInsideAtLongContext) {
     }
   }
   EXPECT_EQ(rows.size(), 3u * 12u);
+}
+
+// RoPE in the backward under the fp32-angle contract, at Lk = 1k: a backward that ignores RoPE, and one that rotates
+// the gradients back by R instead of Rᵀ, fail with positions up to 128k; the fp32-angle kernel, the fp16 and bf16
+// cos/sin tables (each under the contract it declares) and cpu-flash (exact angles) pass at every position up to
+// 1M. From 512k the worst-case angle bound is wider than these faults (docs/backward.md "RoPE angles").
+TEST(BackwardPower, RopeFaultsCaughtAtLongPositionsCorrectAngleKernelsPass) {
+  const std::vector<BackwardPowerRow> rows = backward_rope_power({1024, 65536, 131072, 524288, 1048576});
+  for (const BackwardPowerRow& r : rows) {
+    std::printf("[backward rope power] pos=%-8lld %-24s %s error %.3g tol %.3g ratio %.3g\n",
+                static_cast<long long>(r.position), r.variant.c_str(), r.correct ? "(correct)" : "         ", r.error,
+                r.tolerance, r.ratio);
+    if (r.correct) {
+      EXPECT_LE(r.ratio, 1.0) << r.variant << " at position " << r.position << ": false alarm: " << r.worst;
+    } else if (r.position <= 131072) {
+      EXPECT_GT(r.ratio, 1.0) << r.variant << " at position " << r.position << " not detected: " << r.worst;
+    } else {
+      EXPECT_LE(r.ratio, 1.0) << r.variant << " at position " << r.position
+                              << " is now detected: update docs/backward.md";
+    }
+  }
+  EXPECT_EQ(rows.size(), 5u * 6u);
 }

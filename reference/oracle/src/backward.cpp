@@ -62,10 +62,28 @@ class Backward {
         q_(staged(q_in_, true)),
         k_(staged(k_in_, false)),
         v_(in.v.to_double()),
-        do_(dout.to_double()) {}
+        do_(dout.to_double()),
+        qa_(angle_weights(q_, true)),
+        ka_(angle_weights(k_, false)) {}
 
   const std::vector<double>& q() const { return q_; }
   const std::vector<double>& k() const { return k_; }
+  // With RoPE (empty without): per element of the staged q and k, a_f |x_f|, the angle of its pair f at the row's
+  // position times the pair's norm: what a relative angle error δ moves the element by, over δ.
+  const std::vector<double>& q_angle() const { return qa_; }
+  const std::vector<double>& k_angle() const { return ka_; }
+
+  // The rotation back of the staged gradient g of a row (query or key) with its angles off by δ·a moves pair f by
+  // m a_f |g_f| per unit δ: added to w (backward.hpp dq_rope, dk_rope).
+  void add_rotation_back(bool query, int64_t row, const double* g, double* w) const {
+    const RopeAt at = position(query, row);
+    const double m = rope_attention_factor(p_);
+    for (int64_t f = 0; f < p_.rotary_dim / 2; ++f) {
+      const auto [a, c] = rope_pair(p_, f);
+      const double e = m * angle(at, f) * std::hypot(g[a], g[c]);
+      w[a] += e, w[c] += e;
+    }
+  }
   const std::vector<double>& dO() const { return do_; }
 
   // Gradient (abs: error scale) g of the staged row `row` of q (query) or k becomes that of the input row.
@@ -187,6 +205,29 @@ class Backward {
   }
 
  private:
+  RopeAt position(bool query, int64_t row) const {
+    const int64_t H = query ? p_.Hq : p_.Hkv, L = query ? p_.Lq : p_.Lk;
+    return query ? rope_query_at(p_, row / (H * L), row % L) : rope_key_at(p_, row / (H * L), row % L);
+  }
+  double angle(const RopeAt& at, int64_t f) const {  // a_f = |position| inv_freq_f (mRoPE: the pair's section)
+    return std::abs(static_cast<double>(at.pos[static_cast<size_t>(stage_.sections()[size_t(f)])])) *
+           stage_.inv_freq()[size_t(f)];
+  }
+  std::vector<double> angle_weights(const std::vector<double>& x, bool query) const {
+    if (!uses_rope(p_)) return {};
+    std::vector<double> w(x.size(), 0.0);
+    for (int64_t row = 0; row < static_cast<int64_t>(x.size()) / p_.Dqk; ++row) {
+      const RopeAt at = position(query, row);
+      const double* xr = &x[static_cast<size_t>(row * p_.Dqk)];
+      double* wr = &w[static_cast<size_t>(row * p_.Dqk)];
+      for (int64_t f = 0; f < p_.rotary_dim / 2; ++f) {
+        const auto [a, c] = rope_pair(p_, f);
+        wr[a] = wr[c] = angle(at, f) * std::hypot(xr[a], xr[c]);
+      }
+    }
+    return w;
+  }
+
   std::vector<double> staged(std::vector<double> x, bool query) const {  // the forward's widen (reference.cpp)
     if (!stage_.on()) return x;
     const int64_t H = query ? p_.Hq : p_.Hkv, L = query ? p_.Lq : p_.Lk;
@@ -202,7 +243,7 @@ class Backward {
   const ModSet mods_;
   const DenseMask dense_;
   const RopeStage stage_;
-  std::vector<double> q_in_, k_in_, q_, k_, v_, do_;
+  std::vector<double> q_in_, k_in_, q_, k_, v_, do_, qa_, ka_;
 };
 
 void check_dout(const Problem& p, const Tensor& dout) {
@@ -222,18 +263,24 @@ void check_dout(const Problem& p, const Tensor& dout) {
 
 // dQ and dK with their error scales, computed for the staged q and k, mapped back to the q and k as given: the
 // transposed Jacobians of RoPE and QK-norm on the gradients, their magnitudes on the scales (backward.hpp).
+// With RoPE, the angle sensitivities gain the rotation back of the staged gradient and are mapped like the scales.
 void position_stage_back(const Problem& p, const Backward& bw, BackwardResult& r, int threads) {
-  const auto map = [&](bool query, std::vector<double>& grad, std::vector<double>& abs, std::vector<double>& un) {
+  const auto map = [&](bool query, std::vector<double>& grad, std::vector<double>& abs, std::vector<double>& un,
+                       std::vector<double>& angle) {
     const int64_t rows = p.B * (query ? p.Hq * p.Lq : p.Hkv * p.Lk);
     parallel_rows(rows, threads, [&](int64_t row) {
       const size_t at = static_cast<size_t>(row * p.Dqk);
+      if (!angle.empty()) {
+        bw.add_rotation_back(query, row, &grad[at], &angle[at]);
+        bw.stage_back(query, row, &angle[at], true);
+      }
       bw.stage_back(query, row, &grad[at], false);
       bw.stage_back(query, row, &abs[at], true);
       if (!un.empty()) bw.stage_back(query, row, &un[at], true);
     });
   };
-  map(true, r.dq, r.dq_abs, r.dq_abs_unchained);
-  map(false, r.dk, r.dk_abs, r.dk_abs_unchained);
+  map(true, r.dq, r.dq_abs, r.dq_abs_unchained, r.dq_rope);
+  map(false, r.dk, r.dk_abs, r.dk_abs_unchained, r.dk_rope);
 }
 
 }  // namespace
@@ -279,6 +326,10 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
     r.dq_abs_unchained = r.dq;
     r.dk_abs_unchained = r.dk;
   }
+  if (uses_rope(p)) {
+    r.dq_rope = r.dq;
+    r.dk_rope = r.dk;
+  }
   r.dv.assign(static_cast<size_t>(B * Hkv * Lk * Dv), 0.0);
   r.dv_abs = r.dv;
   r.d.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
@@ -311,6 +362,11 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
         double* dq_abs = &r.dq_abs[static_cast<size_t>(row * Dqk)];
         double* dq_un = p.softcap > 0 ? &r.dq_abs_unchained[static_cast<size_t>(row * Dqk)] : nullptr;
         double* dk_un = p.softcap > 0 ? &r.dk_abs_unchained[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)] : nullptr;
+        const bool rope = !r.dq_rope.empty();
+        double* dq_rope = rope ? &r.dq_rope[static_cast<size_t>(row * Dqk)] : nullptr;
+        double* dk_rope = rope ? &r.dk_rope[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)] : nullptr;
+        const double* qa = rope ? &bw.q_angle()[static_cast<size_t>(row * Dqk)] : nullptr;
+        const double* ka = rope ? &bw.k_angle()[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)] : nullptr;
         for (int64_t j = 0; j < Lk; ++j) {
           const size_t J = static_cast<size_t>(j);
           if (g.pp[J] != 0.0)  // dV_j += P'_ij dO_i
@@ -326,6 +382,11 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
             dk[j * Dqk + d] += c * qi[d];  // dK_j = scale Σ_i dS_ij c_ij q_i
             dk_abs[j * Dqk + d] += std::abs(ca * qi[d]);
           }
+          if (rope)  // a key's (query's) rotated element off by δ a_f |x_f| moves dQ (dK) through dS_ij
+            for (int64_t d = 0; d < Dqk; ++d) {
+              dq_rope[d] += ca * ka[j * Dqk + d];
+              dk_rope[j * Dqk + d] += ca * qa[d];
+            }
           if (dq_un)  // the same sums with the softcap derivative replaced by 1
             for (int64_t d = 0; d < Dqk; ++d) {
               dq_un[d] += std::abs(scale * g.g[J] * kb[j * Dqk + d]);

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <span>
+#include <stdexcept>
 
 #include "attncheck/rope.hpp"
 
@@ -21,33 +21,23 @@ struct Units {
   double round;  // P' and dS rounded to the P·V operand format before the backward GEMMs (FlashAttention-2, cuDNN)
   double out;    // the delivered gradients, and O (D = rowsum(dO∘O) reads the stored O)
   double score;  // the scores and the softcap's tanh
+  double angle;  // relative error of a RoPE angle under the declared rope contract (0: exact angles)
 };
 
 // The position stage (docs/backward.md "Score modifications and the position stage"). A staged q or k element is
 // a computed value rounded to the qk operand format (u_qk), after: QK-norm, a sum of Dqk squares (sqrt(Dqk) u,
 // independent roundings as in the dot products), its square root and reciprocal and two products (4u); RoPE, cos
-// and sin and x c - y s (4u) plus the declared angle contract: the trig term, and the angle error rope_angle ·
-// position · inv_freq (inv_freq <= 1) at the largest position of the problem. Both relative to the vector's
+// and sin and x c - y s (4u) plus the declared angle contract's trig term. Both relative to the vector's
 // magnitude, which score_mag (|q| |k|) and the error scales (sums of |terms|) carry: the rotation is orthogonal, so
 // it keeps magnitudes. The way back applies the transposed Jacobians: RoPE 4u (cos, sin, two products, a sum),
-// QK-norm the sum over Dqk of g w x and three products (sqrt(Dqk) + 6) u.
-double largest_position(const Problem& p) {
-  int64_t most = 0;
-  for (int64_t b = 0; b < p.B; ++b) {
-    for (int64_t i = 0; i < p.Lq; ++i)
-      for (const RopeAt at = rope_query_at(p, b, i); int64_t s : std::span(at.pos.data(), size_t(at.n)))
-        most = std::max(most, std::abs(s));
-    for (int64_t j = 0; j < p.Lk; ++j)
-      for (const RopeAt at = rope_key_at(p, b, j); int64_t s : std::span(at.pos.data(), size_t(at.n)))
-        most = std::max(most, std::abs(s));
-  }
-  return static_cast<double>(most);
-}
+// QK-norm the sum over Dqk of g w x and three products (sqrt(Dqk) + 6) u. The angle error itself grows with each
+// pair's angle, so it is charged per pair and position (docs/backward.md "RoPE angles"): u.angle times the forward's
+// rope_max in the scores and BackwardResult's dq_rope, dk_rope in the gradients.
 
 Units units(const Problem& p, const ToleranceModel& m) {
   const PrecisionContract c = m.contract ? *m.contract : default_contract(p.dtype);
   const double acc = unit_roundoff(c.accumulate), dk = std::sqrt(static_cast<double>(p.Dqk));
-  double stage = 0, back = 0;
+  double stage = 0, back = 0, angle = 0;
   if (uses_position_stage(p)) stage = unit_roundoff(c.qk_operands);
   if (uses_qk_norm(p)) stage += (dk + 4.0) * acc, back += (dk + 6.0) * acc;
   if (uses_rope(p)) {
@@ -58,7 +48,7 @@ Units units(const Problem& p, const ToleranceModel& m) {
                                        : c.rope == RopeMath::table_bf16 ? 2.0 * unit_roundoff(Precision::bf16)
                                        : c.rope == RopeMath::table_fp32 ? 2.0 * u32
                                                                         : 0.0);
-      stage += trig + 5.0 * u32 * largest_position(p), back += trig;
+      stage += trig, back += trig, angle = 5.0 * u32;
     }
   }
   return {acc,
@@ -66,7 +56,8 @@ Units units(const Problem& p, const ToleranceModel& m) {
           back,
           c.p_rounded ? std::max(unit_roundoff(c.pv_operands) - acc, 0.0) : 0.0,
           unit_roundoff(p.dtype),
-          unit_roundoff(c.scores)};
+          unit_roundoff(c.scores),
+          angle};
 }
 
 double floor_of(const Problem& p) {  // flushed subnormals (FTZ) and the smallest step of the delivered dtype
@@ -78,11 +69,18 @@ double score_error(const Problem& p, const Units& u) {  // c_s: a score's relati
   const double extra = 4.0 + (p.bias_shape ? 1.0 : 0.0) + (p.softcap > 0 ? 2.0 : 0.0);
   return (std::sqrt(static_cast<double>(p.Dqk) / 3.0) + extra) * u.acc + 2.0 * u.stage;  // q and k staged
 }
+// The largest score error of a row from the RoPE angles, both vectors': u.angle · rope_max (docs/tolerance.md
+// "Rotary angles"). One angle per position and pair, not independent roundings: no lambda.
+double angle_score(const ErrorScales& fwd, size_t row, const Units& u) {
+  return u.angle > 0 && !fwd.rope_max.empty() ? u.angle * fwd.rope_max[row] : 0.0;
+}
 // Relative error of the weights P_ij of a row: the score error of key j and of the max (2 · c_s · |s|max), the exp
-// (4u) and the denominator, a sum of Lk positive terms (lambda u sqrt(Lk)).
+// (4u) and the denominator, a sum of Lk positive terms (lambda u sqrt(Lk)); the angles' score errors e_j move
+// P_ij by e_j + sum_k P_ik e_k.
 double p_error(const Problem& p, const ErrorScales& fwd, size_t row, const Units& u, double lambda) {
   const double c_s = score_error(p, u);
-  return lambda * (2.0 * c_s * fwd.score_mag[row] + 4.0 * u.acc + u.acc * std::sqrt(static_cast<double>(p.Lk)));
+  return lambda * (2.0 * c_s * fwd.score_mag[row] + 4.0 * u.acc + u.acc * std::sqrt(static_cast<double>(p.Lk))) +
+         2.0 * angle_score(fwd, row, u);
 }
 
 // Relative error of dS_ij against g_ij = P(|dP| + |D| + m + M): P's error, dP's length-Dv dot product, D's sum
@@ -97,25 +95,32 @@ double ds_error(const Problem& p, const ErrorScales& fwd, size_t row, const Unit
 double accumulation(double n, const Units& u, double lambda) { return lambda * u.acc * std::sqrt(n / 3.0) + u.acc; }
 
 // The softcap derivative c = 1 − tanh²(x/c) (docs/backward.md "Softcap derivative"). Relative error from the score
-// error δx = c_s·|x| and the division x/c: 2|t|·δx/c ≤ 2(c_s + u)·score_mag/c (a row quantity).
+// error δx = c_s·|x| (plus the angles') and the division x/c: 2|t|·δx/c ≤ 2((c_s + u)·score_mag + e)/c.
 double chain_relative(const Problem& p, const ErrorScales& fwd, size_t row, const Units& u) {
-  return p.softcap > 0 ? 2.0 * (score_error(p, u) + u.score) * fwd.score_mag[row] / p.softcap : 0.0;
+  if (p.softcap <= 0) return 0.0;
+  return 2.0 * ((score_error(p, u) + u.score) * fwd.score_mag[row] + angle_score(fwd, row, u)) / p.softcap;
 }
 // Absolute error of c when a kernel forms it as 1 − t·t from the tanh t it kept from the forward (FlashAttention):
 // t carries ≤ 4u (a 2-ulp tanh), so 2|t|·4u, plus u for t·t and u for the subtraction. It does not shrink with c:
 // where tanh saturates (c below ~u) it is the whole derivative, and it multiplies the unchained sums.
 constexpr double kChainAbsolute = 10.0;
 
-// The score modifications' derivative m' at a score off by δ = (c_s + u)·score_mag moves by |m''|·δ: relative to
-// |m'|, mod_curv·δ (BackwardResult::mod_curv; 0 for the additive library entries, whose m' is exactly 1).
+// The score modifications' derivative m' at a score off by δ = (c_s + u)·score_mag (plus the angles') moves by
+// |m''|·δ: relative to |m'|, mod_curv·δ (BackwardResult::mod_curv; 0 for the additive library entries, whose m'
+// is exactly 1).
 double mod_relative(const Problem& p, const ErrorScales& fwd, const BackwardResult& r, size_t row, const Units& u) {
-  return r.mod_curv.empty() ? 0.0 : r.mod_curv[row] * (score_error(p, u) + u.score) * fwd.score_mag[row];
+  if (r.mod_curv.empty()) return 0.0;
+  return r.mod_curv[row] * ((score_error(p, u) + u.score) * fwd.score_mag[row] + angle_score(fwd, row, u));
 }
 }  // namespace
 
 GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const BackwardResult& r,
                              const ToleranceModel& m) {
   const Units u = units(p, m);
+  if (u.angle > 0 && (r.dq_rope.size() != r.dq.size() || r.dk_rope.size() != r.dk.size()))
+    throw std::invalid_argument(
+        "grad_tolerance: the rope contract needs the RoPE angle sensitivities dq_rope and dk_rope "
+        "(reference_backward computes them)");
   const double fl = floor_of(p), lam = m.lambda;
   const int64_t G = p.group_size(), rows = p.B * p.Hq * p.Lq;
   GradTolerance t;
@@ -133,6 +138,7 @@ GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const Bac
   for (size_t n = 0; n < r.dq.size(); ++n) {
     const size_t row = n / static_cast<size_t>(p.Dqk);
     t.dq[n] = (eps_ds[row] + eps_c[row] + acc_q) * r.dq_abs[n] + u.out * std::abs(r.dq[n]) + fl;
+    if (u.angle > 0) t.dq[n] += u.angle * r.dq_rope[n];
     if (cap) t.dq[n] += kChainAbsolute * u.score * r.dq_abs_unchained[n];
   }
   const double acc_kv = accumulation(static_cast<double>(G * p.Lq), u, lam);
@@ -152,6 +158,7 @@ GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const Bac
       const size_t k0 = static_cast<size_t>((b * p.Hkv + kvh) * p.Lk * p.Dqk), nk = static_cast<size_t>(p.Lk * p.Dqk);
       for (size_t n = k0; n < k0 + nk; ++n) {
         t.dk[n] = (e_ds + e_c + acc_kv + stage_k) * r.dk_abs[n] + u.out * std::abs(r.dk[n]) + fl;
+        if (u.angle > 0) t.dk[n] += u.angle * r.dk_rope[n];
         if (cap) t.dk[n] += kChainAbsolute * u.score * r.dk_abs_unchained[n];
       }
       const size_t v0 = static_cast<size_t>((b * p.Hkv + kvh) * p.Lk * p.Dv), nv = static_cast<size_t>(p.Lk * p.Dv);

@@ -34,6 +34,12 @@ struct BackwardResult {
   // modifications): per row [B,Hq,Lq] the largest |m''_ij| / |m'_ij| over visible keys (|m'| floored at 2^-10),
   // m the score modifications together: a score error δ moves their derivative by this times δ, relatively.
   std::vector<double> mod_curv;
+  // With RoPE only (empty otherwise): what dq and dk move by per unit relative angle error, every angle a of a
+  // (row, pair) off by at most δ·a (docs/backward.md "RoPE angles"). In the rotated frame, for element d of pair f,
+  //   dq_rope[i,d] = sum_j |scale c_ij| g_ij a_jf |k_jf| + m a_if |dq_if|,  a_tf = |pos_t| inv_freq_f,
+  // (|x_f| a pair's norm, m the attention factor; the second term: the rotation back), then mapped back like dq_abs;
+  // dk_rope the same with q and k swapped, summed over the group's heads and rows.
+  std::vector<double> dq_rope, dk_rope;
   std::vector<double> ds;  // [B,Hq,Lq,Lk] dS = dL/d(score after softcap and bias), only when asked (tests)
 };
 
