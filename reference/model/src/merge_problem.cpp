@@ -19,16 +19,6 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kLog2e = 1.4426950408889634073599246810018921;
 
-// The shortest %g text that reads back as x (names and the conventions' text stay short and lossless).
-std::string g17(double x) {
-  char buf[40];
-  for (int digits = 6; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
-    if (std::strtod(buf, nullptr) == x || std::isnan(x)) break;
-  }
-  return buf;
-}
-
 [[noreturn]] void bad(const std::string& field, const std::string& what) {
   throw std::invalid_argument("merge problem: field '" + field + "': " + what);
 }
@@ -51,6 +41,15 @@ void set_o(Tensor& t, const MergeProblem& p, int64_t n, int64_t r, int64_t d, do
 }
 
 }  // namespace
+
+std::string shortest_text(double x) {
+  char buf[40];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+    if (std::strtod(buf, nullptr) == x || std::isnan(x)) break;
+  }
+  return buf;
+}
 
 double stored_stat(const Tensor& t, const MergeProblem& p, int64_t n, int64_t r) {
   const int64_t i = r % p.L, h = (r / p.L) % p.H, b = r / (p.L * p.H);
@@ -88,11 +87,11 @@ std::string StateConventions::text() const {
   s += std::string(",base=") + (base == LseBase::e ? "e" : "2");
   s += ",empty=" + (empty_lse == EmptyLse::neg_inf   ? std::string("-inf")
                     : empty_lse == EmptyLse::pos_inf ? std::string("+inf")
-                                                     : g17(sentinel));
+                                                     : shortest_text(sentinel));
   s += std::string(",out=") + (empty_out == EmptyOut::zero ? "zero" : "undefined");
   s += std::string(",layout=") + (layout == StatLayout::bhl ? "bhl" : "blh");
   if (o_layout == OutLayout::blhd) s += ",olayout=blhd";  // the default is left out: older texts stay as they were
-  if (out_dtype) s += std::string(",odtype=") + to_string(*out_dtype) + ",oscale=" + g17(out_scale);
+  if (out_dtype) s += std::string(",odtype=") + to_string(*out_dtype) + ",oscale=" + shortest_text(out_scale);
   return s;
 }
 
@@ -177,13 +176,13 @@ void validate(const MergeProblem& p) {
   if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
     bad("dtype", std::string("must be fp32, fp16 or bf16, got ") + to_string(p.dtype));
   if (p.conv.empty_lse == EmptyLse::finite && !std::isfinite(p.conv.sentinel))
-    bad("conventions.empty", "a finite sentinel must be finite, got " + g17(p.conv.sentinel));
+    bad("conventions.empty", "a finite sentinel must be finite, got " + shortest_text(p.conv.sentinel));
   if (static_cast<double>(p.N * p.B * p.H * p.L * p.D) > 2e8) bad("N*B*H*L*D", "more than 2e8 elements");
   if (const auto& t = p.conv.out_dtype) {
     if (*t != DType::e4m3 && *t != DType::e5m2)
       bad("conventions.odtype", std::string("must be fp8_e4m3 or fp8_e5m2, got ") + to_string(*t));
     if (!(p.conv.out_scale > 0) || !std::isfinite(p.conv.out_scale))
-      bad("conventions.oscale", "must be a positive finite number, got " + g17(p.conv.out_scale));
+      bad("conventions.oscale", "must be a positive finite number, got " + shortest_text(p.conv.out_scale));
     if (p.conv.form != StateForm::normalised) bad("conventions.odtype", "an fp8 output needs the normalised form");
   }
 }

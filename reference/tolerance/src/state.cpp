@@ -18,16 +18,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// The shortest %g text that reads back as x (the verdict's numbers stay short and lossless).
-std::string g17(double x) {
-  char buf[40];
-  for (int digits = 6; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
-    if (std::strtod(buf, nullptr) == x || std::isnan(x)) break;
-  }
-  return buf;
-}
-
 std::string row_index(const MergeProblem& p, int64_t r) {
   return std::to_string(r / (p.L * p.H)) + "," + std::to_string((r / p.L) % p.H) + "," + std::to_string(r % p.L);
 }
@@ -64,7 +54,8 @@ MergeVerdict judge_merge(const MergeProblem& p, const StoredStates& in, const St
     }
     if (!ok && (ratio > v.worst_ratio || v.worst.empty())) {
       v.worst_ratio = ratio;
-      v.worst = what + ": expected " + g17(expect) + ", got " + g17(got) + ", |err| " + g17(err) + " > tol " + g17(tol);
+      v.worst = what + ": expected " + shortest_text(expect) + ", got " + shortest_text(got) + ", |err| " +
+                shortest_text(err) + " > tol " + shortest_text(tol);
     }
   };
   const double sentinel = empty_stat_value(p.conv);

@@ -96,6 +96,8 @@ double stored_stat(const Tensor& t, const MergeProblem& p, int64_t n, int64_t r)
 double stored_o(const Tensor& t, const MergeProblem& p, int64_t n, int64_t r, int64_t d);
 // An lse or max in nats as the conventions store it (in bits for base 2).
 double to_stored_units(const StateConventions& c, double nats);
+// The shortest %g text that reads back as x (names, conventions and verdicts stay short and lossless).
+std::string shortest_text(double x);
 
 }  // namespace model
 }  // namespace attncheck
