@@ -14,6 +14,7 @@ attncheck_mod_kind abi_kind(ModKind k) {
     case ModKind::score: return ATTNCHECK_MOD_SCORE;
     case ModKind::mask: return ATTNCHECK_MOD_MASK;
     case ModKind::position: break;
+    case ModKind::logit: break;  // never described: the logit stage travels in plugin ABI 1's own fields
   }
   return ATTNCHECK_MOD_POSITION;
 }

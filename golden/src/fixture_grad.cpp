@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "attncheck/fixture_gradients.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/rng.hpp"
 #include "fixture_grad.hpp"
 #include "fixture_layout.hpp"
@@ -51,7 +52,8 @@ void write_f64(hid_t g, const std::string& name, const std::vector<double>& v, c
   h5::write_attr(d, "dims", std::string(dim_names));
 }
 
-// The expected gradient of a slot and its error scales (the *_abs sums; the unchained ones only with a softcap).
+// The expected gradient of a slot and its error scales (the *_abs sums; the unchained ones only with a logit
+// stage, mods.hpp).
 struct SlotData {
   std::vector<double>*value, *abs, *unchained;
 };
@@ -120,7 +122,7 @@ void write_gradient_expected(hid_t expected, const Fixture& f) {
     const std::vector<int64_t> dims = stored_extents(s, p.layout);
     write_f64(expected, s.name, stored(*x.value, s, p.layout), dims, s.dims);
     write_f64(expected, std::string(s.name) + "_abs", stored(*x.abs, s, p.layout), dims, s.dims);
-    if (x.unchained && p.softcap > 0)
+    if (x.unchained && uses_logit_modifications(p))
       write_f64(expected, std::string(s.name) + "_abs_unchained", stored(*x.unchained, s, p.layout), dims, s.dims);
   }
 }
@@ -158,7 +160,7 @@ void read_gradients(const h5::Reader& r, hid_t file, Fixture& f, bool data, uint
     const std::string base = std::string("/expected/") + s.name;
     *x.value = stored(read_f64(r, file, base, dims), s, p.layout, true);
     *x.abs = stored(read_f64(r, file, base + "_abs", dims), s, p.layout, true);
-    if (x.unchained && p.softcap > 0)
+    if (x.unchained && uses_logit_modifications(p))
       *x.unchained = stored(read_f64(r, file, base + "_abs_unchained", dims), s, p.layout, true);
   }
   f.grad = std::move(g);

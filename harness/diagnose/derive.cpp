@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "attncheck/mods.hpp"
+
 namespace attncheck::diagnose {
 
 namespace {
@@ -155,7 +157,8 @@ std::vector<std::string> active_features(const Problem& p) {
   if (!p.key_lengths.empty()) f.push_back("key padding");
   if (p.mask_shape) f.push_back("mask");
   if (p.bias_shape) f.push_back("bias");
-  if (p.softcap > 0) f.push_back("softcap");
+  for (const ModEntry& m : logit_modifications())
+    if (m.used(p)) f.push_back(m.name);
   if (p.dropout_p > 0) f.push_back("dropout");
   return f;
 }
@@ -173,10 +176,10 @@ prop::Case without(const prop::Case& c, const std::string& feature) {
     p.mask_shape.reset(), d.in.mask.reset();
   else if (feature == "bias")
     p.bias_shape.reset(), d.in.bias.reset();
-  else if (feature == "softcap")
-    p.softcap = 0;
   else if (feature == "dropout")
     p.dropout_p = 0, d.in.keep.reset();
+  else if (const ModEntry* m = find_logit_modification(feature))
+    clear_modification(p, *m);
   else
     throw std::invalid_argument("diagnose: unknown feature '" + feature + "'");
   if (!p.causal && !p.has_window()) p.alignment = Alignment::top_left, p.causal_offset = 0, p.causal_offsets.clear();

@@ -18,8 +18,8 @@ prop::Case pad_keys(const prop::Case& c, int64_t Lk2);
 prop::Case mask_keys_from(const prop::Case& c, int64_t j0);
 // q, k, v (and bias) converted to another dtype (rounded once).
 prop::Case with_dtype(const prop::Case& c, DType t);
-// One feature switched off: "causal", "window", "key padding", "mask", "bias", "softcap", "dropout"; the names of
-// the features active in c, in that order.
+// One feature switched off: "causal", "window", "key padding", "mask", "bias", a logit-stage entry by its name
+// (mods.hpp), "dropout"; the names of the features active in c, in that order.
 prop::Case without(const prop::Case& c, const std::string& feature);
 std::vector<std::string> active_features(const Problem& p);
 // Poison (NaN, +-Inf or |x| > 1e6; a -inf bias is a legitimate mask and stays) in K, V, past K/V and bias slots that

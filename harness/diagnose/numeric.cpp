@@ -90,8 +90,8 @@ Prediction online_softmax(const Subject& s, int64_t T, bool missed_rescale, DTyp
 std::vector<Cause> numeric_hypotheses(const Subject& s) {
   std::vector<Cause> causes;
   const Problem& p = s.p();
-  // The max-logit output at another stage (out and lse may be right): the row max of the scaled logits before the
-  // softcap, bias and modifications, or of the unscaled dot products.
+  // The max-logit output at another stage (out and lse may be right): the row max of the scaled logits before every
+  // modification and the bias, or of the unscaled dot products.
   if (s.n_bad_ml > 0) {
     const int64_t all = s.n_bad_out + s.n_bad_lse + s.n_bad_ml;
     const double scale = p.effective_scale();
@@ -118,7 +118,7 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
         << (s.n_bad_out + s.n_bad_lse ? "" : " (out and lse are right)");
       causes.push_back({"max-logit-stage", static_cast<double>(hit) / static_cast<double>(all), e.str()});
     };
-    stage("of the scaled logits before softcap, bias and modifications", 1.0);
+    stage("of the scaled logits before the modifications and bias", 1.0);
     if (scale != 0 && scale != 1) stage("of the unscaled dot products", 1.0 / scale);
   }
   const int64_t total = s.n_bad_out + s.n_bad_lse;

@@ -69,9 +69,10 @@ Subject::Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& 
           s *= scale;
           logit[static_cast<size_t>(row * Lk + j)] = s;
           if (!seen[static_cast<size_t>(j)]) continue;
-          if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
+          const ModAt at{b, h, i, p.row_keys(b, i).diag, j};
+          if (mods.has_logit()) s = mods.logit(at, s);
           if (c.in.bias) s += c.in.bias->get_offset(broadcast_offset(*c.in.bias, b, h, i, j));
-          if (mods.has_score()) s = mods.score(ModAt{b, h, i, p.row_keys(b, i).diag, j}, s);
+          if (mods.has_score()) s = mods.score(at, s);
           const size_t n = static_cast<size_t>(row * Lk + j);
           vis[n] = 1, score[n] = s;
           row_max[static_cast<size_t>(row)] = std::max(row_max[static_cast<size_t>(row)], s);
@@ -129,12 +130,13 @@ Subject::WeightsFit Subject::weights_fit(const std::vector<double>& expected) co
 double Subject::unmasked_score(int64_t r, int64_t j) const {
   const Problem& p = c.p;
   const int64_t b = r / (p.Hq * p.Lq), h = r / p.Lq % p.Hq, i = r % p.Lq;
+  const ModAt at{b, h, i, p.row_keys(b, i).diag, j};
   double x = logit[static_cast<size_t>(r * p.Lk + j)];
-  if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
+  if (mods.has_logit()) x = mods.logit(at, x);
   if (c.in.bias) x += c.in.bias->get_offset(broadcast_offset(*c.in.bias, b, h, i, j));
   if (!mods.has_score()) return x;
   try {  // a masked key may lie outside what an expression's auxiliary tensors cover
-    return mods.score(ModAt{b, h, i, p.row_keys(b, i).diag, j}, x);
+    return mods.score(at, x);
   } catch (const std::invalid_argument&) {
     return std::numeric_limits<double>::quiet_NaN();
   }

@@ -36,8 +36,8 @@ struct Subject {
   std::vector<char> bad_ml;
   int64_t n_bad_ml = 0;
   std::vector<char> vis;             // [B,Hq,Lq,Lk] visibility under the problem's masks
-  std::vector<double> score;         // [B,Hq,Lq,Lk] scaled (softcapped, biased, modified) scores, NaN where masked
-  std::vector<double> logit;         // [B,Hq,Lq,Lk] scale * q.k for every key (before softcap, bias, masks)
+  std::vector<double> score;         // [B,Hq,Lq,Lk] scaled scores through every modification, NaN where masked
+  std::vector<double> logit;         // [B,Hq,Lq,Lk] scale * q.k for every key (before any modification)
   std::vector<double> row_max;       // [B,Hq,Lq] max visible score (-inf for fully masked rows)
   std::vector<int64_t> row_visible;  // [B,Hq,Lq] visible key count
 
@@ -56,8 +56,8 @@ struct Subject {
     int64_t explained = 0, contradicted = 0;
   };
   WeightsFit weights_fit(const std::vector<double>& expected) const;
-  // The score key j would have in row r if no mask hid it (softcap, then bias, then the score modifications, as
-  // the reference); NaN where a score modification cannot be evaluated there.
+  // The score key j would have in row r if no mask hid it (the logit stage, then bias, then the score
+  // modifications, as the reference); NaN where a score modification cannot be evaluated there.
   double unmasked_score(int64_t r, int64_t j) const;
 };
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "attncheck/declarations.hpp"
+#include "attncheck/mods.hpp"
 #include "prop_util.hpp"
 
 namespace attncheck::prop {
@@ -198,6 +199,7 @@ Outcome one_visible_key(const Impl& impl, const Case& c0) {
   std::vector<double> eo(r->out.size()), to(r->out.size()), el(t.ref.lse.size()), ew(t.ref.weights.size(), 0.0);
   const auto q = c.in.q.to_double(), kk = c.in.k.to_double(), v = c.in.v.to_double();
   const double scale = p.effective_scale();
+  const ModSet mods(p);
   for (int64_t b = 0, row = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < p.Lq; ++i, ++row) {
@@ -212,7 +214,7 @@ Outcome one_visible_key(const Impl& impl, const Case& c0) {
           s += q[static_cast<size_t>(row * p.Dqk + d)] *
                kk[static_cast<size_t>(((b * p.Hkv + kh) * p.Lk + j) * p.Dqk + d)];
         s *= scale;
-        if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
+        if (mods.has_logit()) s = mods.logit(ModAt{b, h, i, p.row_keys(b, i).diag, j}, s);
         el[static_cast<size_t>(row)] = s;  // lse of a single term is its score
         ew[static_cast<size_t>(row * p.Lk + j)] = 1.0;
       }

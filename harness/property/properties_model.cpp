@@ -10,6 +10,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "attncheck/mods.hpp"
 #include "prop_util.hpp"
 
 namespace attncheck::prop {
@@ -126,8 +127,8 @@ void prep_stages(CaseSpec& s) {
   if (s.softcap == 0 && s.seed % 2) s.softcap = 5.0;
 }
 
-// The stages follow from each other: capped = softcap(scaled); masked = capped + bias where visible, the fill
-// elsewhere (exactly). Three runs of the same case, one per stage.
+// The stages follow from each other: capped = the logit stage of scaled (mods.hpp); masked = capped + bias where
+// visible, the fill elsewhere (exactly). Three runs of the same case, one per stage.
 Outcome scores_stages(const Impl& impl, const Case& c) {
   if (c.p.scores_out == ScoresOut::none) return Outcome::unsup("raw-score output not supported");
   Case at[3] = {c, c, c};
@@ -142,6 +143,7 @@ Outcome scores_stages(const Impl& impl, const Case& c) {
   }
   const Problem& p = c.p;
   const double fill = p.fill == MaskFill::finite ? p.fill_value : kNegInf;
+  const ModSet mods(p);
   std::vector<double> capped(r[0]->s.size()), masked(capped.size()), tol_c(capped.size()), tol_m(capped.size());
   for (int64_t b = 0, row = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.Hq; ++h)
@@ -149,15 +151,15 @@ Outcome scores_stages(const Impl& impl, const Case& c) {
         for (int64_t j = 0; j < p.Lk; ++j) {
           const size_t n = static_cast<size_t>(row * p.Lk + j);
           const double x = r[0]->s[n];
-          capped[n] = p.softcap > 0 ? p.softcap * std::tanh(x / p.softcap) : x;
-          tol_c[n] = t[1].s[n] + t[0].s[n];  // the softcap's slope is at most 1
+          capped[n] = mods.has_logit() ? mods.logit(ModAt{b, h, i, p.row_keys(b, i).diag, j}, x) : x;
+          tol_c[n] = t[1].s[n] + t[0].s[n];  // the logit stage's slope is at most 1 (its slope_bound)
           const bool vis = visible(p, c.in, b, h, i, j);
           const double bias = c.in.bias ? c.in.bias->get_offset(broadcast_offset(*c.in.bias, b, h, i, j)) : 0.0;
           masked[n] = vis ? r[1]->s[n] + bias : fill;
           tol_m[n] = vis ? t[2].s[n] + t[1].s[n] : 0.0;
         }
   Checker k(impl, c);
-  k.compare("capped vs softcap(scaled)", w_shape(p), capped, r[1]->s, tol_c);
+  k.compare("capped vs logit stage(scaled)", w_shape(p), capped, r[1]->s, tol_c);
   k.compare("masked vs capped + bias, or the fill", w_shape(p), masked, r[2]->s, tol_m);
   return k.done();
 }
@@ -344,8 +346,8 @@ std::vector<Property> model_properties() {
       {"sink_is_zero_value_key", "a sink equals one more key with score = sink and a zero value", prep_sink_key,
        sink_is_zero_value_key},
       {"scores_softmax", "weights equal exp(masked scores - lse)", prep_scores, scores_softmax},
-      {"scores_stages", "raw-score stages: capped = softcap(scaled), masked = capped + bias or the fill", prep_stages,
-       scores_stages},
+      {"scores_stages", "raw-score stages: capped = logit stage(scaled), masked = capped + bias or the fill",
+       prep_stages, scores_stages},
       {"append_equals_concat",
        "KV-cache append: present = concat(past, new) exactly, and attending after the append "
        "equals attending over the concatenation",

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "attncheck/features.hpp"
 #include "detail.hpp"
 
 namespace attncheck {
@@ -14,6 +15,23 @@ const ModEntry* find_modification(const std::string& name) {
   for (const ModEntry& m : modifications())
     if (name == m.name) return &m;
   return nullptr;
+}
+
+const ModEntry* find_logit_modification(const std::string& name) {
+  for (const ModEntry& m : logit_modifications())
+    if (name == m.name) return &m;
+  return nullptr;
+}
+
+bool uses_logit_modifications(const Problem& p) {
+  for (const ModEntry& m : logit_modifications())
+    if (m.used(p)) return true;
+  return false;
+}
+
+void clear_modification(Problem& p, const ModEntry& m) {
+  const Problem defaults;
+  for (const Field& f : m.fields) set_field_text(p, f, field_text(defaults, f));
 }
 
 bool uses_modifications(const Problem& p) {
@@ -43,6 +61,8 @@ void validate_modifications(const Problem& p) {
 }
 
 ModSet::ModSet(const Problem& p) : p_(p) {
+  for (const ModEntry& m : logit_modifications())
+    if (m.used(p)) logit_.push_back(&m);
   for (const ModEntry* m : used_modifications(p)) {
     if (m->kind == ModKind::position)
       position_ = true;
@@ -54,6 +74,38 @@ ModSet::ModSet(const Problem& p) : p_(p) {
 double ModSet::score(const ModAt& at, double s) const {
   for (const ModEntry* m : score_) s = m->score(p_, at, s);
   return s;
+}
+
+double ModSet::logit(const ModAt& at, double s) const {
+  for (const ModEntry* m : logit_) s = m->score(p_, at, s);
+  return s;
+}
+
+double ModSet::logit_derivative(const ModAt& at, double s) const {
+  double d = 1.0;
+  for (const ModEntry* m : logit_) {
+    d *= m->dscore(p_, at, s);
+    s = m->score(p_, at, s);
+  }
+  return d;
+}
+
+double ModSet::logit_rounding() const {
+  double u = 0;
+  for (const ModEntry* m : logit_) u += m->rounding;
+  return u;
+}
+
+double ModSet::logit_abs_error() const {
+  double e = 0;
+  for (const ModEntry* m : logit_) e += m->abs_error(p_);
+  return e;
+}
+
+double ModSet::logit_dscore_error(double delta) const {
+  double e = 0;
+  for (const ModEntry* m : logit_) e += m->dscore_error(p_, delta);
+  return e;
 }
 
 double ModSet::derivative(const ModAt& at, double s) const {

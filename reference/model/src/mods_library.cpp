@@ -32,6 +32,30 @@ void expect_size(const char* key, size_t got, int64_t want, const std::string& w
     fail(std::string(key) + " must have " + what + "=" + n2s(want) + " entries, got " + n2s(static_cast<int64_t>(got)));
 }
 
+// ---- softcap (Gemma 2's attn_logit_softcapping; FlashAttention's softcap) -----------------------------------
+// c * tanh(s / c) of the scaled logit, before the bias: the logit stage (mods.hpp ModKind::logit).
+const Field kSoftcap[] = {{"softcap", &P::softcap, Stored::attribute, kFrag, "must be a finite value >= 0 (0 = off)",
+                           [](const P& p) { return p.softcap >= 0 && std::isfinite(p.softcap); },
+                           "c*tanh(s/c) before bias and masks"}};
+const ModEntry kSoftcapEntry{
+    "softcap", "softcap", ModKind::logit, kSoftcap, [](const P& p) { return p.softcap > 0; }, [](const P&) {},
+    [](const P& p, const ModAt&, double s) { return p.softcap * std::tanh(s / p.softcap); },
+    // 1 - tanh^2(y) at y = s/c, written as 4e/(1+e)^2 with e = exp(-2|y|): accurate to a few ulps for every y.
+    // 1 - t*t from the rounded t cancels: it is 0 in double from |y| ~ 19 on (docs/backward.md).
+    [](const P& p, const ModAt&, double s) {
+      const double e = std::exp(-2.0 * std::abs(s / p.softcap));
+      return 4.0 * e / ((1.0 + e) * (1.0 + e));
+    },
+    nullptr, 1.0,
+    [](P& p, Rng& r) {
+      static constexpr double caps[] = {5.0, 20.0, 50.0};
+      p.softcap = caps[r.pick(0, 2)];
+    },
+    "softcap: c * tanh(s / c) of the scaled logit, before the bias",
+    2.0,                                         // a kernel's tanh (2 ulps)
+    [](const P& p) { return 4.0 * p.softcap; },  // |c tanh| <= c: the tanh, the division and the product
+    [](const P& p, double delta) { return 2.0 * delta / p.softcap; }};  // |d log(1 - t^2) / ds| = 2|t|/c <= 2/c
+
 // ---- ALiBi (Press et al.; FlashAttention's alibi_slopes) ----------------------------------------------------
 // score - slope(b, h) * |pos - j|: FlashAttention documents "a bias of (-alibi_slope * |i + seqlen_k - seqlen_q -
 // j|)", i.e. pos with alignment=bottom_right. Slopes are fp32 values, as FlashAttention takes them.
@@ -476,5 +500,6 @@ const ModEntry kLibrary[] = {kAlibiEntry, kT5Entry,   kDocEntry,    kChunkEntry,
 }  // namespace
 
 std::span<const ModEntry> modifications() { return kLibrary; }
+std::span<const ModEntry> logit_modifications() { return {&kSoftcapEntry, 1}; }
 
 }  // namespace attncheck

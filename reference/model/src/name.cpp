@@ -31,7 +31,8 @@ std::string Problem::short_name() const {
   if (mask_shape) add("mask");
   if (bias_shape) add("bias");
   if (has_window()) add("win" + std::to_string(window_left) + "_" + std::to_string(window_right));
-  if (softcap > 0) add("softcap");
+  for (const ModEntry& m : logit_modifications())  // the logit stage keeps its schema-1 place
+    if (m.used(*this)) add(m.marker);
   if (dropout_p > 0) add("drop");
   if (fill == MaskFill::finite) add("finite");
   if (fully_masked != FullyMasked::zero) add(std::string("fm-") + to_string(fully_masked));

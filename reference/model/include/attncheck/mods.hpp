@@ -23,7 +23,11 @@ struct ModAt {
 };
 
 // position: a stage applied to q and k before the scores (rotary position embedding: rope.hpp), not per score.
-enum class ModKind : uint8_t { score, mask, position };
+// logit: a score modification of the scaled logit, before the bias (score entries come after the bias). The logit
+// entries predate the library: each keeps its schema-1 places (fixture attribute and name fragment among the base
+// fields, a capability flag and a field of plugin ABI 1), so they are listed apart (logit_modifications()) and are
+// not part of the modification extension (modifications(), Capabilities::mods).
+enum class ModKind : uint8_t { score, mask, position, logit };
 
 struct ModEntry {
   const char* name;    // capability name: Capabilities::mods, `attncheck list`, the worker protocol
@@ -32,8 +36,8 @@ struct ModEntry {
   std::span<const Field> fields;  // its parameters; problem_fields() lists them after the base fields
   bool (*used)(const Problem&);
   void (*check)(const Problem&);  // cross-field rules (lengths against the shape); throws naming the field
-  // score: the modified score of a visible key, from the score after softcap and bias (fp64). mask: whether the
-  // query sees the key (anded with every other mask).
+  // score: the modified score of a visible key, from the score after the logit stage and the bias (fp64); logit:
+  // from the scaled logit. mask: whether the query sees the key (anded with every other mask).
   double (*score)(const Problem&, const ModAt&, double s);
   // score: d score(s) / d s at a visible key, the factor the backward multiplies the score's gradient with.
   double (*dscore)(const Problem&, const ModAt&, double s);
@@ -44,9 +48,21 @@ struct ModEntry {
   // Parameters for the problem's shape (property cases): p's shape and alignment are already drawn.
   void (*draw)(Problem&, Rng&);
   const char* doc;
+  // Tolerance facts of a logit entry (0 / nullptr for the others, whose error the score terms carry): `rounding`,
+  // the units of roundoff a kernel's evaluation adds to a score's relative error; `abs_error`, an absolute bound of
+  // that evaluation's rounding per unit roundoff; `dscore_error`, the relative change of the derivative when the
+  // score is off by delta.
+  double rounding = 0;
+  double (*abs_error)(const Problem&) = nullptr;
+  double (*dscore_error)(const Problem&, double delta) = nullptr;
 };
 
 std::span<const ModEntry> modifications();
+std::span<const ModEntry> logit_modifications();  // the logit stage (ModKind::logit), in the order it applies
+const ModEntry* find_logit_modification(const std::string& name);
+bool uses_logit_modifications(const Problem& p);
+// Resets the entry's parameters to their defaults: the problem without it.
+void clear_modification(Problem& p, const ModEntry& m);
 const ModEntry* find_modification(const std::string& name);
 bool uses_modifications(const Problem& p);
 // The modifications a problem uses, in library order (the order scores are modified).
@@ -57,11 +73,20 @@ void validate_modifications(const Problem& p);  // every used entry's cross-fiel
 class ModSet {
  public:
   explicit ModSet(const Problem& p);
-  bool empty() const { return score_.empty() && mask_.empty(); }  // no per-score work (a position stage may run)
+  // no per-score work after the bias (a position stage or a logit stage may run)
+  bool empty() const { return score_.empty() && mask_.empty(); }
   bool has_mask() const { return !mask_.empty(); }
   bool has_score() const { return !score_.empty(); }
   bool has_position() const { return position_; }  // q and k are rotated (rope.hpp) before the scores
-  double score(const ModAt& at, double s) const;   // score mods in library order
+  bool has_logit() const { return !logit_.empty(); }
+  double logit(const ModAt& at, double s) const;  // the logit stage of the scaled logit s, before the bias
+  // d logit(at, s) / d s: the chain factor what scale·q·k receives (the bias receives the gradient before it).
+  double logit_derivative(const ModAt& at, double s) const;
+  // The logit stage's tolerance facts, summed over its entries (ModEntry::rounding, abs_error, dscore_error).
+  double logit_rounding() const;
+  double logit_abs_error() const;
+  double logit_dscore_error(double delta) const;
+  double score(const ModAt& at, double s) const;  // score mods in library order
   // d score(at, s) / d s of the score mods together: the chain rule through them in library order (backward).
   double derivative(const ModAt& at, double s) const;
   // |d derivative(at, s) / d s|, a central difference of the entries' derivatives (exactly 0 for the additive
@@ -76,7 +101,7 @@ class ModSet {
   bool visible(const ModAt& at) const;  // every mask mod
  private:
   const Problem& p_;
-  std::vector<const ModEntry*> score_, mask_;
+  std::vector<const ModEntry*> score_, mask_, logit_;
   bool position_ = false;
 };
 
