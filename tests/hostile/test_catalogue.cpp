@@ -84,7 +84,6 @@ Want import_want(const Case& c) {
   const std::string& k = c.kind;
   if (k == "bit-flip") return Want::any;
   if (k == "modification") return Want::accepted;  // import reads q, k, v: modification parameters are not imported
-  if (k == "kv-cache") return Want::refused;       // the codes are not a float k: import refuses them
   if (k.starts_with("attribute/") || k == "inconsistent-shape" || k == "size-bomb" || k == "work-bomb")
     return Want::accepted;  // attributes only
   const std::string what = c.name.substr(k.size() + 1);
@@ -195,7 +194,6 @@ TEST(Catalogue, ShapesAndBombs) { run_all(shapes_and_bombs(sources(), dir_for("s
 TEST(Catalogue, Storage) { run_all(storage(sources(), dir_for("storage"))); }
 TEST(Catalogue, Candidates) { run_all(candidates(sources(), dir_for("candidate"))); }
 TEST(Catalogue, Modifications) { run_all(modifications(dir_for("modification"))); }
-TEST(Catalogue, KvCaches) { run_all(kv_caches(dir_for("kv-cache"))); }
 
 TEST(Catalogue, HasAtLeast300Cases) {
   const Sources& s = sources();

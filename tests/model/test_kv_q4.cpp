@@ -84,6 +84,7 @@ TEST(KvQ4, HandPackedBytesDecodeToHandWorkedValues) {
   EXPECT_EQ(kv_value_at(p, in, 1, 0, 0, 0, 31), 2.625);
   EXPECT_EQ(kv_value_at(p, in, 2, 0, 0, 0, 7), -12.0);
   p.kv_dtype = DType::q4_1;
+  in.k.dtype = in.v.dtype = DType::q4_1;  // the same bytes, read as q4_1 codes
   in.k_min = make_kv_scale(p, 1), in.v_min = make_kv_scale(p, 2);
   in.k_min->set_offset(0, -2.5), in.v_min->set_offset(0, 0.25);
   EXPECT_EQ(kv_value_at(p, in, 1, 0, 0, 0, 0), 0.375 * 10 - 2.5);
@@ -162,7 +163,7 @@ std::pair<Problem, Inputs> misread(const Problem& p, const Inputs& in, Q4Fault f
         t->set_offset(n, byte % 16 * 16 + byte / 16);
       }
   if (f == Q4Fault::offset_forgotten || f == Q4Fault::min_ignored) {  // d q: q4_1 with m = 0
-    r.kv_dtype = DType::q4_1;
+    r.kv_dtype = x.k.dtype = x.v.dtype = DType::q4_1;
     x.k_min = make_kv_scale(p, 1), x.v_min = make_kv_scale(p, 2);
   }
   if (f == Q4Fault::next_block)
