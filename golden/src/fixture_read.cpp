@@ -13,6 +13,7 @@
 #include "attncheck/mods.hpp"
 #include "attncheck/fixture.hpp"
 #include "fixture_attrs.hpp"
+#include "fixture_block_mask.hpp"
 #include "fixture_grad.hpp"
 #include "fixture_layout.hpp"
 #include "attncheck/user_arrays.hpp"
@@ -320,6 +321,7 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
         }
       }
       fixture_detail::read_gradients(r, file, f, true, options.max_bytes);
+      fixture_detail::read_block_mask(r, file, f);
       f.checksummed = r.unchecksummed == 0;
       return f;
     });

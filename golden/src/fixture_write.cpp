@@ -7,6 +7,7 @@
 #include "attncheck/durable_file.hpp"
 #include "attncheck/fixture.hpp"
 #include "fixture_attrs.hpp"
+#include "fixture_block_mask.hpp"
 #include "fixture_grad.hpp"
 #include "fixture_layout.hpp"
 #include "h5.hpp"
@@ -137,6 +138,7 @@ std::string fixture_bytes(const std::string& path, const Fixture& f) {
     h5::write_doubles(g, "score_mag", r.score_mag, {p.B, p.Hq, p.Lq}, "B,Hq,Lq");
     h5::write_doubles(g, "out_abs", to_layout(r.out_abs, p.B, p.Hq, p.Lq, p.Dv, p.layout), out_dims, odims);
     fixture_detail::write_gradient_expected(g, f);
+    fixture_detail::write_block_mask(root, g, f);
   }
   root.reset();
   return mem.close();

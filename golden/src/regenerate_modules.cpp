@@ -9,9 +9,8 @@
 
 namespace attncheck {
 
-namespace fs = std::filesystem;
-
 RegenerateCounts regenerate_module_suite(const RegenerateOptions& o) {
+  namespace fs = std::filesystem;  // local: regenerate.cpp's alias shares a unity-build file with this one
   RegenerateCounts n;
   const fs::path dir = fs::path(o.out) / "modules";
   n.dir = dir.string();

@@ -21,8 +21,8 @@ namespace {
 
 // Keys of the spec that are not Problem fields; every field of the feature table is a key too.
 const std::set<std::string> kSpecOnlyKeys = {
-    "name",      "D",        "dtype", "window", "distribution", "seed", "comment", "tag", "weights_max_elements",
-    "gradients", "exact_out"};
+    "name",      "D",         "dtype",     "window", "distribution", "seed", "comment", "tag", "weights_max_elements",
+    "gradients", "exact_out", "block_mask"};
 
 // A JSON value as the feature table's text form (field_text): bools 0/1, lists joined by ',' ('x' for 4-d shapes).
 std::string field_json_text(const Field& f, const json& v) {
@@ -83,6 +83,9 @@ CaseSpec parse_case(const json& c, DType dtype) {
   get("seed", cs.seed);
   get("gradients", cs.gradients);
   get("exact_out", cs.exact_out);
+  if (get("block_mask", cs.block_mask) && (cs.block_mask.size() != 2 || cs.block_mask[0] < 1 || cs.block_mask[1] < 1))
+    throw std::invalid_argument("block_mask: must be [q_block, kv_block], two block sizes of at least 1, got " +
+                                c["block_mask"].dump());
   // A fixture the reader would refuse could be generated (or die allocating) but never verified.
   const uint64_t cap = budget().max_bytes;
   if (fixture_memory_bytes(p) > double(cap))
@@ -90,6 +93,8 @@ CaseSpec parse_case(const json& c, DType dtype) {
                                 " bytes in memory, " + over_memory_budget(cap));
   check_work(p, cs.gradients, budget().max_flops);
   cs.name = p.short_name() + "/" + gen::to_string(cs.distribution) + (cs.gradients ? "/grad" : "");
+  if (!cs.block_mask.empty())
+    cs.name += "/block-mask-" + std::to_string(cs.block_mask[0]) + "x" + std::to_string(cs.block_mask[1]);
   std::string tag;  // distinguishes cases whose parameters the problem name does not show (e.g. key_lengths)
   if (get("tag", tag)) cs.name += "/" + tag;
   get("name", cs.name);
@@ -188,6 +193,7 @@ Fixture build_case(const CaseSpec& c, const std::string& spec_file_name) {
   Fixture f = make_fixture(c.name, c.problem, gen::generate_inputs(c.problem, c.distribution, c.seed), prov, tol);
   check_exact_out(f);
   if (c.gradients) add_gradients(f, c.seed);
+  if (!c.block_mask.empty()) f.block_mask = derive_block_mask(f.problem, f.inputs, c.block_mask[0], c.block_mask[1]);
   return f;
 }
 
@@ -200,6 +206,7 @@ Fixture build_case_rows(const CaseSpec& c, const std::string& spec_file_name, in
   f.expected = reference_attention_rows(f.problem, f.inputs, sample_rows(f.problem, f.inputs, rows));
   f.tolerance.exact_out = c.exact_out;
   check_exact_out(f);
+  if (!c.block_mask.empty()) f.block_mask = derive_block_mask(f.problem, f.inputs, c.block_mask[0], c.block_mask[1]);
   f.provenance.attncheck_version = attncheck_version();
   f.provenance.seed = c.seed;
   f.provenance.distribution = gen::to_string(c.distribution);

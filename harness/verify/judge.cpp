@@ -127,7 +127,8 @@ void judge_forward(const Impl& impl, const Fixture& f, const Judging& j, Forward
   const std::string note = under_declared_policy(impl, f, p, recomputed);
   const ReferenceResult& expected = note.empty() ? f.expected : recomputed;
   p = judged_problem(impl, p, unchecked);
-  std::optional<BlockMask> bm;  // read by a built-in run on this thread (BlockMaskScope), reruns included
+  // Read by a run on this thread (BlockMaskScope), reruns included: the sizes asked for, else the fixture's own.
+  std::optional<BlockMask> bm = f.block_mask;
   if (!j.block_mask.empty()) bm = derive_block_mask(p, f.inputs, j.block_mask[0], j.block_mask[1]);
   const BlockMaskScope handed(bm ? &*bm : nullptr);
   Outputs out;

@@ -171,6 +171,45 @@ TEST(FixtureIO, WritingTwiceGivesIdenticalBytes) {
   EXPECT_TRUE(sa == sb) << "fixture bytes differ between two writes";
 }
 
+// The exact block mask survives write -> read; one that is not the problem's exact block mask is refused, naming
+// the dataset (a block listed that is empty in truth).
+TEST(FixtureIO, BlockMaskRoundTripAndAWrongOneRefused) {
+  Problem p;
+  p.B = 1, p.Hq = 2, p.Hkv = 1, p.Lq = 10, p.Lk = 21, p.Dqk = p.Dv = 4, p.dtype = DType::f32, p.want_lse = true;
+  p.causal = true, p.alignment = Alignment::top_left;
+  Inputs in;
+  in.q = make_qkv(p, 0), in.k = make_qkv(p, 1), in.v = make_qkv(p, 2);
+  uint64_t s = 3;
+  for (Tensor* t : {&in.q, &in.k, &in.v}) fill(*t, s, 1.0);
+  Fixture f = make_fixture("block-mask", p, in, {});
+  f.block_mask = derive_block_mask(p, f.inputs, 4, 8);  // tails on both axes
+  const fs::path a = temp_dir() / "bm.h5";
+  write_fixture(a.string(), f);
+  const Fixture r = read_fixture(a.string());
+  ASSERT_TRUE(r.block_mask);
+  EXPECT_EQ(r.block_mask->q_block, 4);
+  EXPECT_EQ(r.block_mask->kv_block, 8);
+  EXPECT_EQ(r.block_mask->kv_num_blocks, f.block_mask->kv_num_blocks);
+  EXPECT_EQ(r.block_mask->kv_indices, f.block_mask->kv_indices);
+  EXPECT_EQ(r.block_mask->full_kv_num_blocks, f.block_mask->full_kv_num_blocks);
+  EXPECT_EQ(r.block_mask->full_kv_indices, f.block_mask->full_kv_indices);
+  // Query block 0 (rows 0..3, causal top-left) sees keys 0..3 only: key block 2 (keys 16..20) listed as partial.
+  Fixture wrong = f;
+  BlockMask& m = *wrong.block_mask;
+  ASSERT_EQ(m.kv_num_blocks[0], 1);
+  m.kv_num_blocks[0] = 2, m.kv_indices[1] = 2;
+  const fs::path b = temp_dir() / "bm_wrong.h5";
+  write_fixture(b.string(), wrong);
+  try {
+    read_fixture(b.string());
+    ADD_FAILURE() << "a wrong block mask was read";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("/expected/block_mask/kv_num_blocks: is not the exact block mask"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(FixtureIO, NoTemporaryFileLeftBehind) {
   const fs::path dir = temp_dir() / "clean";
   fs::create_directories(dir);

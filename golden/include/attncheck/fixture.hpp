@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attncheck/backward.hpp"
+#include "attncheck/block_mask.hpp"
 #include "attncheck/budget.hpp"
 #include "attncheck/problem.hpp"
 #include "attncheck/reference.hpp"
@@ -49,6 +50,11 @@ struct Fixture {
   bool checksummed = true;
   std::optional<Tensor> dout;
   std::optional<BackwardResult> grad;
+  // The exact block mask of the case (FlexAttention's BlockMask convention, docs/block-mask.md) at the block sizes its
+  // suite case asks for, as derive_block_mask gives it; verify hands it to every forward run. Only in fixtures
+  // generated with "block_mask" (golden/SCHEMA.md "Block mask"); read_fixture refuses one that is not the exact
+  // block mask of the fixture's problem and inputs.
+  std::optional<BlockMask> block_mask;
 };
 
 struct FixtureReadOptions {

@@ -19,6 +19,8 @@ struct CaseSpec {
   uint64_t seed = 0;       // the generator seed: case_seed(spec seed, name)
   bool gradients = false;  // also dout and the reference gradients (attncheck/fixture_gradients.hpp)
   bool exact_out = false;  // an exact case: out judged for equality (check_exact_out refuses a false claim)
+  // {q_block, kv_block}: the fixture carries the exact block mask at these sizes (Fixture::block_mask); empty: none.
+  std::vector<int64_t> block_mask;
 };
 
 struct SuiteSpec {
