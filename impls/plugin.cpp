@@ -40,6 +40,8 @@ int32_t abi_dtype(DType t) {
     case DType::e4m3: return ATTNCHECK_DTYPE_E4M3;
     case DType::e5m2: return ATTNCHECK_DTYPE_E5M2;
     case DType::i8: return ATTNCHECK_DTYPE_I8;  // KV-cache codes only (tag 14)
+    case DType::q4_0:
+    case DType::q4_1: break;  // never offered to a plugin (feature kv-q4 has no extension tag)
   }
   return -1;
 }

@@ -278,6 +278,11 @@ Fixture read_fixture(const std::string& path, const FixtureReadOptions& options)
                                  kv_scale_shape(p, 1));
       in.v_scale = read_optional(r, file, "/inputs/v_scale", p.kv_quantized(), "attribute kv_scales", p.kv_scale_dtype,
                                  kv_scale_shape(p, 2));
+      const bool mins = p.kv_quantized() && p.kv_dtype == DType::q4_1;
+      in.k_min = read_optional(r, file, "/inputs/k_min", mins, "attribute kv_dtype=q4_1", p.kv_scale_dtype,
+                               kv_scale_shape(p, 1));
+      in.v_min = read_optional(r, file, "/inputs/v_min", mins, "attribute kv_dtype=q4_1", p.kv_scale_dtype,
+                               kv_scale_shape(p, 2));
       in.keep = read_optional(r, file, "/inputs/keep", p.dropout_p > 0, "attribute dropout_p > 0", DType::u8,
                               {p.B, p.Hq, p.Lq, p.Lk});
 

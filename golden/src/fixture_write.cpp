@@ -81,10 +81,13 @@ std::string fixture_bytes(const std::string& path, const Fixture& f) {
   fixture_detail::write_gradients_attr(root, f);
 
   const char* qdims = p.layout == Layout::BHSD ? "B,Hq,Lq,Dqk" : "B,Lq,Hq,Dqk";
-  const bool paged = p.page_size > 0;  // k, v are the page pools
+  const bool paged = p.page_size > 0;                     // k, v are the page pools
+  const bool q4 = p.kv_quantized() && is_q4(p.kv_dtype);  // bytes of two 4-bit codes
   const char* kdims = paged ? (p.layout == Layout::BHSD ? "page,Hkv,page_size,Dqk" : "page,page_size,Hkv,Dqk")
+                      : q4  ? (p.layout == Layout::BHSD ? "B,Hkv,Lk,Dqk/2" : "B,Lk,Hkv,Dqk/2")
                             : (p.layout == Layout::BHSD ? "B,Hkv,Lk,Dqk" : "B,Lk,Hkv,Dqk");
   const char* vdims = paged ? (p.layout == Layout::BHSD ? "page,Hkv,page_size,Dv" : "page,page_size,Hkv,Dv")
+                      : q4  ? (p.layout == Layout::BHSD ? "B,Hkv,Lk,Dv/2" : "B,Lk,Hkv,Dv/2")
                             : (p.layout == Layout::BHSD ? "B,Hkv,Lk,Dv" : "B,Lk,Hkv,Dv");
   const char* odims = p.layout == Layout::BHSD ? "B,Hq,Lq,Dv" : "B,Lq,Hq,Dv";
   {
@@ -108,6 +111,10 @@ std::string fixture_bytes(const std::string& path, const Fixture& f) {
                    "B|1,Hkv|1,Lk|1,Dqk/kv_block|1");
       write_tensor(g, "v_scale", canonical(*in.v_scale, Layout::BHSD), in.v_scale->shape,
                    "B|1,Hkv|1,Lk|1,Dv/kv_block|1");
+    }
+    if (in.k_min) {  // q4_1: the blocks' m
+      write_tensor(g, "k_min", canonical(*in.k_min, Layout::BHSD), in.k_min->shape, "B,Hkv,Lk,Dqk/32");
+      write_tensor(g, "v_min", canonical(*in.v_min, Layout::BHSD), in.v_min->shape, "B,Hkv,Lk,Dv/32");
     }
     fixture_detail::write_problem_datasets(g, p);
     fixture_detail::write_gradient_inputs(g, f);

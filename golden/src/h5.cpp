@@ -73,7 +73,9 @@ Id file_type(DType t) {
     case DType::bf16: return check(H5Tcopy(H5T_STD_U16LE), H5Tclose, "H5Tcopy");
     case DType::u8:
     case DType::e4m3:
-    case DType::e5m2: return check(H5Tcopy(H5T_STD_U8LE), H5Tclose, "H5Tcopy");
+    case DType::e5m2:
+    case DType::q4_0:
+    case DType::q4_1: return check(H5Tcopy(H5T_STD_U8LE), H5Tclose, "H5Tcopy");
     case DType::i8: return check(H5Tcopy(H5T_STD_I8LE), H5Tclose, "H5Tcopy");
   }
   hdf5_failed("file_type");
@@ -83,6 +85,8 @@ const char* encoding(DType t) {
   return t == DType::bf16   ? "bfloat16"
          : t == DType::e4m3 ? "float8_e4m3fn"
          : t == DType::e5m2 ? "float8_e5m2"
+         : t == DType::q4_0 ? "q4_0"  // bytes of two 4-bit codes (kv_cache.hpp's nibble order)
+         : t == DType::q4_1 ? "q4_1"
                             : nullptr;
 }
 
@@ -541,18 +545,22 @@ void Reader::expect_dtype(hid_t dset, const std::string& where, DType want) cons
     case DType::i8: ok = cls == H5T_INTEGER && size == 1 && H5Tget_sign(t) == H5T_SGN_2; break;
     case DType::e4m3:
     case DType::e5m2:
+    case DType::q4_0:
+    case DType::q4_1:
       ok = cls == H5T_INTEGER && size == 1 && H5Tget_sign(t) == H5T_SGN_NONE && encoded_as(dset, where, encoding(want));
       break;
   }
   if (!ok) {
-    const std::string fp8 = std::string(to_string(want)) + " (unsigned 8-bit codes with attribute encoding=\"" +
+    const std::string fp8 = std::string(to_string(want)) +
+                            (is_q4(want) ? " (unsigned bytes of two 4-bit codes with attribute encoding=\""
+                                         : " (unsigned 8-bit codes with attribute encoding=\"") +
                             (encoding(want) ? encoding(want) : "") + "\")";
     const char* want_s = want == DType::bf16
                              ? "bf16 (unsigned uint16 bit patterns with attribute encoding=\"bfloat16\")"
-                         : want == DType::u8 ? "u8 (unsigned 8-bit integer, 0/1)"
-                         : want == DType::i8 ? "int8 (signed 8-bit integer codes)"
-                         : is_fp8(want)      ? fp8.c_str()
-                                             : to_string(want);
+                         : want == DType::u8           ? "u8 (unsigned 8-bit integer, 0/1)"
+                         : want == DType::i8           ? "int8 (signed 8-bit integer codes)"
+                         : is_fp8(want) || is_q4(want) ? fp8.c_str()
+                                                       : to_string(want);
     fail(where, std::string("dtype must be ") + want_s + ", got " + type_name(dset) +
                     (cls == H5T_INTEGER && size == 2 && H5Tget_sign(t) != H5T_SGN_NONE ? " (signed)"
                      : cls == H5T_INTEGER && size == 2 && !bf16_encoded(dset, where) ? " without encoding=\"bfloat16\""
@@ -593,7 +601,9 @@ void Reader::read_raw(hid_t dset, const std::string& where, DType t, void* out) 
     case DType::bf16: mt = Id(H5Tcopy(H5T_NATIVE_UINT16), H5Tclose); break;
     case DType::u8:
     case DType::e4m3:
-    case DType::e5m2: mt = Id(H5Tcopy(H5T_NATIVE_UINT8), H5Tclose); break;
+    case DType::e5m2:
+    case DType::q4_0:
+    case DType::q4_1: mt = Id(H5Tcopy(H5T_NATIVE_UINT8), H5Tclose); break;
     case DType::i8: mt = Id(H5Tcopy(H5T_NATIVE_INT8), H5Tclose); break;
   }
   read_values(dset, mt, where, out);

@@ -41,13 +41,17 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
     if (f == Flavour::window) p.window_left = 255, p.window_right = 0;
   }
   if (f == Flavour::alibi || f == Flavour::document || f == Flavour::chunk || f == Flavour::kv_cache ||
-      f == Flavour::mla || f == Flavour::max_logit || f == Flavour::fp8_out)
+      f == Flavour::mla || f == Flavour::max_logit || f == Flavour::fp8_out || f == Flavour::kv_q4_0 ||
+      f == Flavour::kv_q4_1)
     p.causal = true;
   if (f == Flavour::fp8_out) p.fp8_out = true, p.o_dtype = DType::e4m3, p.scale_o = 96.0;
   if (f == Flavour::max_logit) p.softcap = 8, p.max_logit = MaxLogitOut::rows;
   if (f == Flavour::mla) p.mla = true, p.scale = 1.0 / std::sqrt(48.0);  // a head of 48 before absorption
   if (f == Flavour::kv_cache)
     p.kv_scales = KvScales::block, p.kv_dtype = DType::i8, p.kv_block = 16, p.kv_scale_dtype = DType::f16;
+  if (f == Flavour::kv_q4_0 || f == Flavour::kv_q4_1)
+    p.kv_scales = KvScales::block, p.kv_dtype = f == Flavour::kv_q4_0 ? DType::q4_0 : DType::q4_1,
+    p.kv_block = kQ4Block, p.kv_scale_dtype = DType::f16;
   if (f == Flavour::alibi) p.Hq = 2, p.alibi_slopes = {0x1p-6, 0x1p-10};
   if (f == Flavour::document)
     for (int64_t j = 0; j < lk; ++j) p.doc_ids.push_back(j >= lk - 64 ? 1 : 0);
@@ -200,6 +204,8 @@ Flavour flavour_of(Fault f) {
   if (f == Fault::document_off_by_one || f == Fault::block_partial_as_full) return Flavour::document;
   if (f == Fault::chunk_off_by_one) return Flavour::chunk;
   if (f == Fault::descale_ignored || f == Fault::descale_wrong_group) return Flavour::kv_cache;
+  if (f == Fault::q4_nibble_swapped || f == Fault::q4_offset_ignored) return Flavour::kv_q4_0;
+  if (f == Fault::q4_min_ignored || f == Fault::q4_next_block_scale) return Flavour::kv_q4_1;
   if (f == Fault::rope_interleave || f == Fault::rope_offset_ignored || f == Fault::rope_partial_wrong_half ||
       f == Fault::rope_off_by_one || f == Fault::rope_fp16_angles)
     return Flavour::rope;
@@ -213,8 +219,8 @@ Flavour flavour_of(Fault f) {
 }
 
 const char* to_string(Flavour f) {
-  const char* names[kFlavours] = {"dense", "causal",          "window", "alibi", "document",  "chunk",
-                                  "rope",  "kv-int8-block16", "topk",   "mla",   "max-logit", "fp8-out"};
+  const char* names[kFlavours] = {"dense",           "causal", "window", "alibi",     "document", "chunk",   "rope",
+                                  "kv-int8-block16", "topk",   "mla",    "max-logit", "fp8-out",  "kv-q4_0", "kv-q4_1"};
   return names[static_cast<int>(f)];
 }
 const char* to_string(Logits l) {
@@ -274,6 +280,12 @@ std::vector<Variant> fault_variants() {
       make("descale-ignored", "quantized KV cache: the scales dropped (codes read as values)", Fault::descale_ignored),
       make("descale-wrong-group", "quantized KV cache: every block of a token reads block 0's scale",
            Fault::descale_wrong_group),
+      make("q4-nibble-swapped", "4-bit cache: a byte's two nibbles read the other way round (i high, i + 16 low)",
+           Fault::q4_nibble_swapped),
+      make("q4-offset-ignored", "4-bit cache: q4_0's offset 8 forgotten (d q for d (q - 8))", Fault::q4_offset_ignored),
+      make("q4-min-ignored", "4-bit cache: q4_1's m ignored (d q for d q + m)", Fault::q4_min_ignored),
+      make("q4-next-block-scale", "4-bit cache: every block reads the next block's d and m (block index off by one)",
+           Fault::q4_next_block_scale),
       make("rope-interleave", "RoPE with GPT-J pairs where NeoX halves are declared", Fault::rope_interleave),
       make("rope-offset-ignored", "RoPE: the query rotated at its row index, its position offset ignored",
            Fault::rope_offset_ignored),
@@ -302,7 +314,8 @@ Report run_grid(const GridOptions& o) {
   const std::vector<Variant> good = correct_variants(), bad = fault_variants();
   const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal, Flavour::window,    Flavour::alibi,
                                        Flavour::document, Flavour::chunk,  Flavour::rope,      Flavour::kv_cache,
-                                       Flavour::topk,     Flavour::mla,    Flavour::max_logit, Flavour::fp8_out};
+                                       Flavour::topk,     Flavour::mla,    Flavour::max_logit, Flavour::fp8_out,
+                                       Flavour::kv_q4_0,  Flavour::kv_q4_1};
   Report rep;
   size_t configuration = 0;
   for (int64_t lk : o.lk)

@@ -123,22 +123,32 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       for (float& x : f) x = tf32(x);
     return f;
   };
-  // A quantized KV cache decoded as a kernel does, each code * its scale in fp32 (exact here: int8 codes, fp16
-  // scales); the descale faults read no scale or block 0's scale of the token.
-  auto decode = [&](const Tensor& codes, const Tensor& s) {
-    std::vector<float> f(static_cast<size_t>(codes.numel()));
-    const int64_t L = codes.shape[2], E = codes.shape[3];
+  // A quantized KV cache decoded as a kernel does, each code * its scale (+ q4_1's m) in fp32 (the product exact:
+  // int8 or 4-bit codes, fp16 scales; one rounding of the sum); the descale faults read no scale or block 0's scale
+  // of the token, the 4-bit faults are described at their enum.
+  auto decode = [&](int which) {
+    const Tensor& codes = which == 1 ? in.k : in.v;
+    const Tensor& s = which == 1 ? *in.k_scale : *in.v_scale;
+    const Tensor* mins = p.kv_dtype == DType::q4_1 ? &*(which == 1 ? in.k_min : in.v_min) : nullptr;
+    const int64_t L = p.Lk, E = which == 1 ? p.Dqk : p.Dv;
+    std::vector<float> f(static_cast<size_t>(L * E));
     for (int64_t j = 0; j < L; ++j)
       for (int64_t e = 0; e < E; ++e) {
-        const double scale = v.fault == Fault::descale_ignored       ? 1.0
-                             : v.fault == Fault::descale_wrong_group ? kv_scale_at(p, s, 0, 0, j, 0)
-                                                                     : kv_scale_at(p, s, 0, 0, j, e);
-        f[size_t(j * E + e)] = static_cast<float>(codes.at(0, 0, j, e)) * static_cast<float>(scale);
+        int64_t sj = j, se = e;  // where the scale (and m) are read
+        if (v.fault == Fault::descale_wrong_group) se = 0;
+        if (v.fault == Fault::q4_next_block_scale && (se += kQ4Block) >= E && j + 1 < L) se = 0, ++sj;
+        if (se >= E) se = e;  // the last token's last block: nothing after it
+        const double scale = v.fault == Fault::descale_ignored ? 1.0 : kv_scale_at(p, s, 0, 0, sj, se);
+        double code = kv_code_at(p, codes, 0, 0, j, v.fault == Fault::q4_nibble_swapped ? e ^ (kQ4Block / 2) : e);
+        if (v.fault == Fault::q4_offset_ignored) code += 8;
+        const float m =
+            mins && v.fault != Fault::q4_min_ignored ? static_cast<float>(kv_scale_at(p, *mins, 0, 0, sj, se)) : 0.0f;
+        f[size_t(j * E + e)] = static_cast<float>(code) * static_cast<float>(scale) + m;
       }
     return f;
   };
-  std::vector<float> q = load(in.q), k = p.kv_quantized() ? decode(in.k, *in.k_scale) : load(in.k);
-  std::vector<float> vv = p.kv_quantized() ? decode(in.v, *in.v_scale) : load(in.v);
+  std::vector<float> q = load(in.q), k = p.kv_quantized() ? decode(1) : load(in.k);
+  std::vector<float> vv = p.kv_quantized() ? decode(2) : load(in.v);
   if (p.mla && (v.fault == Fault::mla_v_stride || v.fault == Fault::mla_v_columns)) {  // V read from the latent cache
     const std::vector<float> cache = load(in.k);                                       // [Lk, Dqk], as loaded
     for (int64_t j = 0; j < Lk; ++j)

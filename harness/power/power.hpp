@@ -43,6 +43,14 @@ enum class Fault : uint8_t {
   // offset, as rocm-libraries PR #10474's every-group-reads-group-0).
   descale_ignored,
   descale_wrong_group,
+  // 4-bit cache faults (kv_cache.hpp's q4_0 / q4_1), on the kv_q4_0 and kv_q4_1 flavours: the two nibbles of a
+  // byte read the other way round (element i of a block from byte i's high nibble, i + 16 from its low one), q4_0's
+  // offset 8 forgotten (d q read for d (q - 8)), q4_1's m ignored (d q for d q + m), and every block reading the
+  // d and m of the next block in memory (a block index off by one: the next token's first block at a row's end).
+  q4_nibble_swapped,
+  q4_offset_ignored,
+  q4_min_ignored,
+  q4_next_block_scale,
   // RoPE faults (rope.hpp), on the rope flavour: GPT-J pairs instead of NeoX, the query rotated at its row index
   // (its position offset ignored), the partial rotation applied to the last rotary_dim dims, the query one position
   // ahead, angles rounded to fp16.
@@ -110,6 +118,8 @@ std::vector<Variant> fault_variants();
 // mla: causal absorbed MLA, V the first 32 columns of the 64-column latent cache K, scale 1/sqrt(48) declared.
 // max_logit: causal with softcap 8 and the max-logit output per row.
 // fp8_out: causal with an e4m3 output, scale_o 96 (|out| ~ 1, so codes up to a few hundred, below 448).
+// kv_q4_0, kv_q4_1: causal over a 4-bit cache (llama.cpp's q4_0 / q4_1: blocks of 32 with fp16 d, and m for q4_1;
+// K in 2 blocks per token, V in 1).
 enum class Flavour : uint8_t {
   dense,
   causal,
@@ -122,9 +132,11 @@ enum class Flavour : uint8_t {
   topk,
   mla,
   max_logit,
-  fp8_out
+  fp8_out,
+  kv_q4_0,
+  kv_q4_1
 };
-inline constexpr int kFlavours = 12;
+inline constexpr int kFlavours = 14;
 const char* to_string(Flavour f);
 Flavour flavour_of(Fault f);  // the shape a fault is run on (mask faults need their mask)
 enum class Logits : uint8_t { normal, large, near_one_hot, hazard };

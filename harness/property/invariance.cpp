@@ -318,19 +318,18 @@ Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, in
     put_entry(x.v, n, es[e].in->v, es[e].b, 2, std::nullopt);
   }
   if (p.page_size > 0) paged_pool(p, in, es, f);
-  if (p.kv_quantized()) {  // per-entry scales follow their entries (a per-token or per-block one its keys too)
-    for (int which : {1, 2}) {
-      const Tensor& src = which == 1 ? *in.k_scale : *in.v_scale;
-      Tensor t = make_kv_scale(q, which);
-      if (kv_scale_shape(p, which)[0] == 1)
-        t = src;  // one scale for the whole tensor
-      else
-        for (size_t e = 0; e < es.size(); ++e)
-          put_entry(t, static_cast<int64_t>(e), *(which == 1 ? es[e].in->k_scale : es[e].in->v_scale), es[e].b, 2,
-                    std::nullopt);
-      (which == 1 ? x.k_scale : x.v_scale) = std::move(t);
-    }
-  }
+  // Per-entry scales (and q4_1's mins) follow their entries (a per-token or per-block one its keys too).
+  auto follow = [&](std::optional<Tensor> Inputs::*member, int which) {
+    if (!(in.*member)) return;
+    Tensor t = make_kv_scale(q, which);
+    if (kv_scale_shape(p, which)[0] == 1)
+      t = *(in.*member);  // one scale for the whole tensor
+    else
+      for (size_t e = 0; e < es.size(); ++e)
+        put_entry(t, static_cast<int64_t>(e), *(es[e].in->*member), es[e].b, 2, std::nullopt);
+    x.*member = std::move(t);
+  };
+  follow(&Inputs::k_scale, 1), follow(&Inputs::v_scale, 2), follow(&Inputs::k_min, 1), follow(&Inputs::v_min, 2);
   if (p.past_len > 0) {
     x.past_k = make_kv(q, 1, p.past_len), x.past_v = make_kv(q, 2, p.past_len);
     for (size_t e = 0; e < es.size(); ++e) {

@@ -79,8 +79,10 @@ void load_rows(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r1, T*
     case DType::bf16: copy(t.data<uint16_t>(), [](uint16_t x) { return bf16_bits_to_float(x); }); break;
     case DType::u8:
     case DType::i8:
+    case DType::q4_0:
+    case DType::q4_1:
       throw std::invalid_argument(
-          "cpu: q/k/v dtype u8/int8 is not a floating type (a quantized cache is decoded in run_cpu)");
+          "cpu: q/k/v dtype u8/int8/q4 is not a floating type (a quantized cache is decoded in load_kv_rows)");
     case DType::e4m3:
     case DType::e5m2: throw std::invalid_argument("cpu: fp8 inputs are decoded before the kernel (run_cpu)");
   }
@@ -106,7 +108,7 @@ struct CodesView {
   const float* row_scales(int64_t r) const { return scales.data() + r * c.groups; }
   // False (nothing set) unless the cache is quantized, the codes' inner stride is 1 and the scales are exact in float.
   bool view(const Problem& p, const Inputs& in, int which, int64_t b, int64_t h, int64_t r0, int64_t n) {
-    if (!p.kv_quantized()) return false;
+    if (!p.kv_quantized() || is_q4(p.kv_dtype)) return false;  // 4-bit codes: load_q4_rows
     const Tensor& t = which == 1 ? in.k : in.v;
     const Tensor& s = which == 1 ? *in.k_scale : *in.v_scale;
     if (t.strides[3] != 1 || (s.dtype != DType::f32 && s.dtype != DType::f16 && s.dtype != DType::bf16)) return false;
@@ -167,6 +169,32 @@ struct CodesView {
   }
 };
 
+// Rows [r0, r1) of a 4-bit cache's k (which = 1) or v (2), head h of batch b, into dst (D values each), unpacked
+// block by block as loaded (kv_cache.hpp's nibble order: a block's byte i holds element i low, i + 16 high):
+// d (q - 8) or d q + m in double, rounded once to T, the same bits as the reference's dequantize_kv rounded to T.
+template <class T>
+void load_q4_rows(const Problem& p, const Inputs& in, int which, int64_t b, int64_t h, int64_t r0, int64_t r1, T* dst) {
+  const Tensor& t = which == 1 ? in.k : in.v;
+  const Tensor& s = which == 1 ? *in.k_scale : *in.v_scale;
+  const Tensor* mins = p.kv_dtype == DType::q4_1 ? &*(which == 1 ? in.k_min : in.v_min) : nullptr;
+  const int64_t D = 2 * t.shape[3], sr = t.strides[2], sd = t.strides[3], base = b * t.strides[0] + h * t.strides[1];
+  const double offset = p.kv_dtype == DType::q4_0 ? -8.0 : 0.0;
+  constexpr int64_t half = kQ4Block / 2;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = t.data<uint8_t>() + base + r * sr;
+    T* o = dst + (r - r0) * D;
+    for (int64_t e0 = 0; e0 < D; e0 += kQ4Block) {
+      const double d = kv_scale_at(p, s, b, h, r, e0), m = mins ? kv_scale_at(p, *mins, b, h, r, e0) : 0.0;
+      const uint8_t* bytes = row + q4_byte(e0) * sd;
+      for (int64_t i = 0; i < half; ++i) {
+        const uint8_t x = bytes[i * sd];
+        o[e0 + i] = static_cast<T>((q4_nibble(x, false) + offset) * d + m);
+        o[e0 + half + i] = static_cast<T>((q4_nibble(x, true) + offset) * d + m);
+      }
+    }
+  }
+}
+
 // Rows [r0, r1) of k (which = 1) or v (2) of head h of batch b, as load_rows gives them. A quantized KV cache's
 // codes are decoded here, a chunk of rows at a time (never a decoded copy of the cache): each code * its scale
 // computed exactly and rounded once to T, the same bits as the reference's dequantize_kv rounded to T (float:
@@ -175,6 +203,7 @@ template <class T>
 void load_kv_rows(const Problem& p, const Inputs& in, int which, int64_t b, int64_t h, int64_t r0, int64_t r1, T* dst) {
   const Tensor& t = kv_tensor(p, in, which);
   if (!p.kv_quantized()) return load_rows(t, b, h, r0, r1, dst, which == 1 ? p.Dqk : p.Dv);
+  if (is_q4(p.kv_dtype)) return load_q4_rows(p, in, which, b, h, r0, r1, dst);
   if constexpr (std::is_same_v<T, float>) {
     thread_local CodesView v;
     if (v.view(p, in, which, b, h, r0, r1 - r0))
@@ -246,6 +275,8 @@ void store_row(Tensor& t, int64_t b, int64_t h, int64_t i, const T* src) {
       break;
     case DType::u8:
     case DType::i8:
+    case DType::q4_0:
+    case DType::q4_1:
     case DType::e4m3:
     case DType::e5m2:
       throw std::invalid_argument(std::string("cpu: out dtype ") + to_string(t.dtype) + " not produced");
@@ -413,6 +444,8 @@ class Scorer {
       case DType::bf16: add(bt.data<uint16_t>(), [](uint16_t x) { return bf16_bits_to_float(x); }); break;
       case DType::u8:
       case DType::i8:
+      case DType::q4_0:
+      case DType::q4_1:
       case DType::e4m3:
       case DType::e5m2:
         throw std::invalid_argument(std::string("cpu: bias dtype ") + to_string(bt.dtype) + " not supported");
@@ -621,7 +654,7 @@ void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
 inline Capabilities cpu_capabilities(const char* notes) {
   Capabilities c;
   c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = c.fp8 = c.kv_quant = c.mla = c.max_logit_out =
-      c.fp8_out = true;
+      c.fp8_out = c.kv_q4 = true;
   c.dtypes.insert({DType::e4m3, DType::e5m2});
   for (const ModEntry& m : modifications()) c.mods.insert(m.name);
   c.notes = notes;

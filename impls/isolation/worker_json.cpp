@@ -78,6 +78,8 @@ std::string dtype_name(DType t) {
     case DType::e4m3: return "e4m3";
     case DType::e5m2: return "e5m2";
     case DType::i8: return "i8";
+    case DType::q4_0: return "q4_0";  // never sent: workers are not offered 4-bit caches
+    case DType::q4_1: return "q4_1";
   }
   return "?";
 }
@@ -356,6 +358,7 @@ Capabilities capabilities_from_json(const json& j, const std::string& where) {
   c.scores_out = false;
   c.kv_append = false;
   c.fp8_out = false;
+  c.kv_q4 = false;                  // no k_min / v_min tensors in the protocol
   if (j.contains("modifications"))  // optional: a worker that predates the library declares none
     for (const auto& m : names("modifications")) c.mods.insert(m);
   c.max_head_dim = j.contains("max_head_dim") ? int_field(j, w, "max_head_dim") : 0;

@@ -20,9 +20,10 @@ Capabilities all_flags_on() {
   return c;
 }
 
-// Features whose outputs the protocol has no tensor for: listed by name, but never offered to a worker.
+// Features whose outputs (or inputs: q4_1's mins) the protocol has no tensor for: listed by name, but never offered
+// to a worker.
 bool output_never_travels(const std::string& name) {
-  return name == "scores" || name == "kv_append" || name == "fp8_out";
+  return name == "scores" || name == "kv_append" || name == "fp8_out" || name == "kv_q4";
 }
 
 bool lists(const json& caps, const std::string& name) {
@@ -116,6 +117,7 @@ TEST(WorkerJson, OutputsWithoutAProtocolTensorAreNeverOfferedToAWorker) {
   EXPECT_FALSE(back.scores_out) << "a worker cannot return raw scores: the protocol has no such tensor";
   EXPECT_FALSE(back.kv_append) << "a worker cannot return present keys/values: the protocol has no such tensor";
   EXPECT_FALSE(back.fp8_out) << "a worker cannot return amax_o: the protocol has no such tensor";
+  EXPECT_FALSE(back.kv_q4) << "a worker cannot take q4_1's mins: the protocol has no such tensor";
 }
 
 // The max-logit output has a protocol tensor: a worker that lists it is offered it, with its form in the problem.

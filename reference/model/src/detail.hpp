@@ -25,5 +25,10 @@ inline int8_t to_int8(double x) {
   const double r = std::nearbyint(std::clamp(x, -128.0, 127.0));  // the default rounding mode: ties to even
   return static_cast<int8_t>(r);
 }
+// A byte of two 4-bit codes (DType::q4_0 / q4_1 elements): nearest integer in [0, 255], NaN as 0.
+inline uint8_t to_byte(double x) {
+  if (std::isnan(x)) return 0;
+  return static_cast<uint8_t>(std::nearbyint(std::clamp(x, 0.0, 255.0)));
+}
 
 }  // namespace attncheck::inline model::detail

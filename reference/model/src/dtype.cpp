@@ -22,6 +22,8 @@ const char* to_string(DType t) {
     case DType::e4m3: return "fp8_e4m3";
     case DType::e5m2: return "fp8_e5m2";
     case DType::i8: return "int8";
+    case DType::q4_0: return "q4_0";
+    case DType::q4_1: return "q4_1";
   }
   return "?";
 }
@@ -35,7 +37,9 @@ DType dtype_from_string(const std::string& s) {
   if (s == "fp8_e4m3" || s == "e4m3" || s == "float8_e4m3fn") return DType::e4m3;
   if (s == "fp8_e5m2" || s == "e5m2" || s == "float8_e5m2") return DType::e5m2;
   if (s == "int8" || s == "i8") return DType::i8;
-  fail("dtype: unknown value '" + s + "' (expected fp64, fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8)");
+  if (s == "q4_0") return DType::q4_0;
+  if (s == "q4_1") return DType::q4_1;
+  fail("dtype: unknown value '" + s + "' (expected fp64, fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8, q4_0, q4_1)");
 }
 
 size_t dtype_size(DType t) {
@@ -47,7 +51,9 @@ size_t dtype_size(DType t) {
     case DType::u8:
     case DType::e4m3:
     case DType::e5m2:
-    case DType::i8: return 1;
+    case DType::i8:
+    case DType::q4_0:
+    case DType::q4_1: return 1;  // q4: a byte of two codes
   }
   return 0;
 }
@@ -59,7 +65,9 @@ double unit_roundoff(DType t) {
     case DType::f16: return std::ldexp(1.0, -11);
     case DType::bf16: return std::ldexp(1.0, -8);
     case DType::u8:
-    case DType::i8: return 0.5;  // integers: half a unit, absolute (no relative roundoff)
+    case DType::i8:
+    case DType::q4_0:
+    case DType::q4_1: return 0.5;  // integers: half a unit, absolute (no relative roundoff)
     case DType::e4m3: return std::ldexp(1.0, -4);
     case DType::e5m2: return std::ldexp(1.0, -3);
   }
@@ -144,6 +152,8 @@ double round_to(DType t, double x) {
     case DType::e4m3:
     case DType::e5m2: return fp8_bits_to_double(double_to_fp8_bits(x, t), t);
     case DType::i8: return detail::to_int8(x);
+    case DType::q4_0:
+    case DType::q4_1: return detail::to_byte(x);
   }
   return x;
 }

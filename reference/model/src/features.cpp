@@ -26,7 +26,7 @@ constexpr auto kFrag = Named::fragment;
 bool finite_or_unset(const std::optional<double>& x) { return !x || std::isfinite(*x); }
 bool window_ok(int64_t w) { return w >= -1 && w <= kMaxElements; }
 bool descale_ok(const P& p, double d) { return std::isfinite(d) && d > 0 && (d == 1.0 || is_fp8(p.dtype)); }
-bool kv_code_ok(DType t) { return t == DType::i8 || is_fp8(t); }
+bool kv_code_ok(DType t) { return t == DType::i8 || is_fp8(t) || is_q4(t); }
 bool kv_scale_type_ok(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
 const Field kFields[] = {
@@ -101,7 +101,7 @@ const Field kFields[] = {
     // Quantized KV cache (kv_cache.hpp): appended here, written only when set, so older fixtures keep their bytes.
     {"kv_scales", &P::kv_scales, Stored::if_set, kFrag, nullptr, nullptr,
      "quantized KV cache: k, v = code * scale, one scale per tensor, (batch, KV head), token or head-dim block"},
-    {"kv_dtype", &P::kv_dtype, Stored::if_set, kFrag, "must be int8, fp8_e4m3 or fp8_e5m2",
+    {"kv_dtype", &P::kv_dtype, Stored::if_set, kFrag, "must be int8, fp8_e4m3, fp8_e5m2, q4_0 or q4_1",
      [](const P& p) { return kv_code_ok(p.kv_dtype); }, "quantized KV cache: format of the k, v codes"},
     {"kv_block", &P::kv_block, Stored::if_set, kFrag, "must be in [1, 2^20]",
      [](const P& p) { return p.kv_block >= 1 && p.kv_block <= (int64_t{1} << 20); },
@@ -360,6 +360,10 @@ const Feature kFeatures[] = {
                        "quantized KV cache (k/v codes with scales) not supported", ext_tag::kv_quant,
                        "a quantized KV cache"),
     // Absorbed MLA: plugin.h tag 13 (v a view of k); a worker gets v as its own tensor, k's first Dv columns.
+    // 4-bit codes (q4_0 / q4_1): no plugin extension tag and no k_min / v_min in the worker protocol, so plugins
+    // and workers are never offered them.
+    ATTNCHECK_FLAG_EXT("kv-q4", "kv_q4", kv_q4, p.kv_quantized() && is_q4(p.kv_dtype),
+                       "4-bit KV cache codes (q4_0 / q4_1) not supported", 0, "a 4-bit KV cache"),
     ATTNCHECK_FLAG_EXT("mla", "mla", mla, p.mla, "absorbed MLA (v the first Dv columns of k) not supported",
                        ext_tag::mla, "absorbed MLA (a gradient of the one latent cache)"),
     ATTNCHECK_FLAG_EXT("max-logit", "max_logit", max_logit_out, p.max_logit != MaxLogitOut::none,

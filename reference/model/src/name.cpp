@@ -49,7 +49,8 @@ std::string Problem::short_name() const {
     add(std::string("kv-") +
         (kv_dtype == DType::i8     ? "int8"
          : kv_dtype == DType::e4m3 ? "e4m3"
-                                   : "e5m2") +
+         : kv_dtype == DType::e5m2 ? "e5m2"
+                                   : to_string(kv_dtype)) +
         "-" + to_string(kv_scales) + (kv_scales == KvScales::block ? std::to_string(kv_block) : "") +
         (kv_scale_dtype == DType::f32 ? "" : std::string("-") + (kv_scale_dtype == DType::f16 ? "f16s" : "bf16s")));
   if (mla) add("mla");

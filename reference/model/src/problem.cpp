@@ -53,7 +53,8 @@ std::vector<int> storage_order(Layout l) {
 
 std::vector<int64_t> qkv_shape(const Problem& p, int which) {
   const int64_t H = which == 0 ? p.Hq : p.Hkv;
-  const int64_t D = which == 2 ? p.Dv : p.Dqk;
+  // 4-bit codes: bytes of two
+  const int64_t D = (which == 2 ? p.Dv : p.Dqk) / (which != 0 && is_q4(kv_storage_dtype(p)) ? 2 : 1);
   if (which != 0 && p.page_size > 0) return {p.num_pages, H, p.page_size, D};
   return {p.B, H, which == 0 ? p.Lq : p.new_len(), D};
 }
@@ -256,8 +257,17 @@ void validate(const Problem& p, const Inputs& in) {
   if (in.k_scale) {
     check("k_scale", *in.k_scale, p.kv_scale_dtype, kv_scale_shape(p, 1));
     check("v_scale", *in.v_scale, p.kv_scale_dtype, kv_scale_shape(p, 2));
-    validate_kv_scales(p, in);
   }
+  const bool mins = p.kv_quantized() && p.kv_dtype == DType::q4_1;
+  if (mins != in.k_min.has_value() || mins != in.v_min.has_value())
+    fail(std::string("k_min/v_min: kv_dtype=") + to_string(p.kv_dtype) + (mins ? " needs" : " takes no") +
+         " k_min and v_min, but the inputs " + (in.k_min ? "have k_min" : "have no k_min") + " and " +
+         (in.v_min ? "v_min" : "no v_min"));
+  if (mins) {
+    check("k_min", *in.k_min, p.kv_scale_dtype, kv_scale_shape(p, 1));
+    check("v_min", *in.v_min, p.kv_scale_dtype, kv_scale_shape(p, 2));
+  }
+  if (in.k_scale) validate_kv_scales(p, in);
   if ((p.past_len > 0) != in.past_k.has_value() || in.past_k.has_value() != in.past_v.has_value())
     fail("past_k/past_v: past_len=" + std::to_string(p.past_len) + " but the inputs " +
          (in.past_k ? "have past_k" : "have no past_k") + " and " + (in.past_v ? "past_v" : "no past_v"));

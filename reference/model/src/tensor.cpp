@@ -63,6 +63,8 @@ double Tensor::get_offset(int64_t off) const {
     case DType::e4m3:
     case DType::e5m2: return fp8_bits_to_double(data<uint8_t>()[off], dtype);
     case DType::i8: return data<int8_t>()[off];
+    case DType::q4_0:
+    case DType::q4_1: return data<uint8_t>()[off];
   }
   return 0;
 }
@@ -77,6 +79,8 @@ void Tensor::set_offset(int64_t off, double x) {
     case DType::e4m3:
     case DType::e5m2: data<uint8_t>()[off] = double_to_fp8_bits(x, dtype); break;
     case DType::i8: data<int8_t>()[off] = detail::to_int8(x); break;
+    case DType::q4_0:
+    case DType::q4_1: data<uint8_t>()[off] = detail::to_byte(x); break;
   }
 }
 

@@ -18,7 +18,9 @@ int precision_bits(DType t) {
     case DType::e4m3: return 4;
     case DType::e5m2: return 3;
     case DType::u8:
-    case DType::i8: break;
+    case DType::i8:
+    case DType::q4_0:
+    case DType::q4_1: break;
   }
   throw std::invalid_argument(std::string("ulps: dtype ") + to_string(t) + " is not a floating type");
 }
@@ -33,7 +35,9 @@ int min_exponent(DType t) {  // exponent of the smallest normal
     case DType::e5m2: return -14;
     case DType::e4m3: return -6;
     case DType::u8:
-    case DType::i8: break;
+    case DType::i8:
+    case DType::q4_0:
+    case DType::q4_1: break;
   }
   return 0;
 }

@@ -77,7 +77,9 @@ Precision precision_of(DType t) {
     case DType::e4m3: return Precision::fp8_e4m3;
     case DType::e5m2: return Precision::fp8_e5m2;
     case DType::u8:
-    case DType::i8: break;
+    case DType::i8:
+    case DType::q4_0:
+    case DType::q4_1: break;
   }
   throw std::invalid_argument(std::string("precision_of: dtype ") + to_string(t) + " is not a floating-point format");
 }

@@ -21,7 +21,9 @@ double denorm_min(DType t) {
     case DType::f16: return std::ldexp(1.0, -24);
     case DType::bf16: return std::ldexp(1.0, -133);
     case DType::u8:
-    case DType::i8: return 1.0;
+    case DType::i8:
+    case DType::q4_0:
+    case DType::q4_1: return 1.0;
     case DType::e4m3: return std::ldexp(1.0, -9);
     case DType::e5m2: return std::ldexp(1.0, -16);
   }
@@ -67,11 +69,17 @@ Units units(const Problem& p, const ToleranceModel& m) {
                              : c.rope == RopeMath::table_fp32 ? 2.0 * u32
                                                               : 0.0);
   }
+  // q4_1's decode d q + m is one fp32 rounding (d q is exact there: 15 significant bits) before the rounding to an
+  // operand format coarser than fp32: |fl_op(fl32(x)) - x| <= (u_op + u32 (1 + u_op)) |x|. Other codes' decode is
+  // the one rounding of the operand term.
+  auto decoded = [&](double u_op) {
+    return p.kv_quantized() && p.kv_dtype == DType::q4_1 && u_op > u32 ? u_op + u32 * (1 + u_op) : u_op;
+  };
   return {acc,
-          staged ? unit_roundoff(c.qk_operands) : coarser(unit_roundoff(c.qk_operands), u_in),
+          staged ? unit_roundoff(c.qk_operands) : decoded(coarser(unit_roundoff(c.qk_operands), u_in)),
           coarser(unit_roundoff(c.scores), acc),
           c.p_rounded ? coarser(unit_roundoff(c.pv_operands), acc) : 0.0,
-          coarser(unit_roundoff(c.pv_operands), u_in),
+          decoded(coarser(unit_roundoff(c.pv_operands), u_in)),
           !c.p_rounded                           ? 0.0
           : c.pv_operands == Precision::fp16     ? std::ldexp(1.0, -25)
           : c.pv_operands == Precision::fp8_e5m2 ? std::ldexp(1.0, -17)

@@ -20,16 +20,19 @@ inline namespace model {
 // infinities, max 448, S.1111.111 is NaN; e5m2: IEEE-like, max 57344, infinities). Inputs only (q, k, v): an fp8
 // problem's values are these codes times the problem's descale factors (docs/problem-model.md#fp8-inputs).
 // i8: signed 8-bit integer codes of a quantized KV cache (Problem::kv_dtype), never a problem's dtype.
-enum class DType : uint8_t { f64, f32, f16, bf16, u8, e4m3, e5m2, i8 };
+// q4_0, q4_1: llama.cpp's 4-bit KV codes (kv_cache.hpp); a tensor of them holds bytes of two codes each, so its
+// elements (get/set) are those bytes, and its last extent is half the head dim.
+enum class DType : uint8_t { f64, f32, f16, bf16, u8, e4m3, e5m2, i8, q4_0, q4_1 };
 
 const char* to_string(DType t);
 // "fp64"/"f64", "fp32", "fp16", "bf16", "u8", "fp8_e4m3"/"e4m3"/"float8_e4m3fn", "fp8_e5m2"/"e5m2"/"float8_e5m2",
-// "int8"/"i8"; throws otherwise
+// "int8"/"i8", "q4_0", "q4_1"; throws otherwise
 DType dtype_from_string(const std::string& s);
 size_t dtype_size(DType t);
 // Unit roundoff of a floating dtype (2^-53, 2^-24, 2^-11, 2^-8, 2^-4, 2^-3).
 double unit_roundoff(DType t);
 inline bool is_fp8(DType t) { return t == DType::e4m3 || t == DType::e5m2; }
+inline bool is_q4(DType t) { return t == DType::q4_0 || t == DType::q4_1; }
 // fp8 codes: decoding is exact; encoding rounds to nearest even once, and a value beyond the largest finite one
 // becomes NaN (e4m3) or +-inf (e5m2), as PyTorch's casts do.
 double fp8_bits_to_double(uint8_t bits, DType t);
@@ -185,12 +188,13 @@ struct Problem {
   // Must stay 1 for other dtypes. docs/problem-model.md#fp8-inputs.
   double descale_q = 1.0, descale_k = 1.0, descale_v = 1.0;
   // Quantized KV cache (vLLM/FlashInfer fp8 caches, llama.cpp q8_0, FA3's per-(batch, KV head) descales): with
-  // kv_scales != none, k and v hold kv_dtype codes (int8, fp8_e4m3, fp8_e5m2) and their values are code * scale,
+  // kv_scales != none, k and v hold kv_dtype codes (int8, fp8_e4m3, fp8_e5m2, 4-bit q4_0 / q4_1 packed two per
+  // byte) and their values are code * scale (+ Inputs::k_min / v_min for q4_1),
   // the scales in Inputs::k_scale / v_scale (kv_scale_dtype) at the declared granularity; q stays in dtype and out
   // is delivered in dtype. Described once in reference/model/src/kv_cache.cpp (docs/problem-model.md "Quantized KV
   // cache").
   KvScales kv_scales = KvScales::none;
-  DType kv_dtype = DType::i8;         // the codes' format
+  DType kv_dtype = DType::i8;         // the codes' format (int8, fp8_e4m3, fp8_e5m2, q4_0, q4_1)
   int64_t kv_block = 32;              // head-dim elements per scale with kv_scales=block
   DType kv_scale_dtype = DType::f32;  // the scales' format (q8_0: fp16)
   bool kv_quantized() const { return kv_scales != KvScales::none; }
@@ -313,6 +317,9 @@ struct Inputs {
   // (Initialised here so that aggregate initialisations listing only the older members stay warning-free.)
   std::optional<Tensor> k_scale = std::nullopt;
   std::optional<Tensor> v_scale = std::nullopt;
+  // kv_dtype q4_1: the blocks' m (value = d * q + m), shaped and typed like the scales, present iff q4_1.
+  std::optional<Tensor> k_min = std::nullopt;
+  std::optional<Tensor> v_min = std::nullopt;
 };
 
 struct Outputs {
