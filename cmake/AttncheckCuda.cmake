@@ -34,5 +34,6 @@ if(NOT ATTNCHECK_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "ATTNCHECK_CUDA=ON: the host emulation needs the CUDA headers (cuda_fp16.h: "
                         "'${ATTNCHECK_CUDA_INCLUDE_DIR}') and Boost.Context (Debian: libboost-context-dev).")
   endif()
-  message(STATUS "attncheck CUDA: device kernels (nvcc) ${ATTNCHECK_CUDA_DEVICE}, host emulation ${ATTNCHECK_CUDA_EMULATED}")
+  message(STATUS "attncheck CUDA: device kernels (nvcc) ${ATTNCHECK_CUDA_DEVICE}, "
+                 "host emulation ${ATTNCHECK_CUDA_EMULATED}")
 endif()

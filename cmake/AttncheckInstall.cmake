@@ -23,7 +23,8 @@ foreach(layer plumbing model oracle tolerance)
 endforeach()
 set_target_properties(attncheck_api PROPERTIES EXPORT_NAME api)
 set_target_properties(attncheck_plugin_abi PROPERTIES EXPORT_NAME plugin_abi)
-set(ATTNCHECK_PACKAGE_DEPENDENCIES "find_dependency(Threads)\nfind_dependency(muparser)\n")  # core links muparser (static)
+# The core links muparser (static), so consumers find it too.
+set(ATTNCHECK_PACKAGE_DEPENDENCIES "find_dependency(Threads)\nfind_dependency(muparser)\n")
 if(TARGET attncheck_fixture)
   list(APPEND _attncheck_exported attncheck_fixture)
   set_target_properties(attncheck_fixture PROPERTIES EXPORT_NAME fixture)
@@ -58,7 +59,8 @@ endforeach()
 
 install(EXPORT attncheckTargets NAMESPACE attncheck:: DESTINATION ${ATTNCHECK_INSTALL_CMAKEDIR})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/attncheckConfig.cmake.in
-                              ${PROJECT_BINARY_DIR}/attncheckConfig.cmake INSTALL_DESTINATION ${ATTNCHECK_INSTALL_CMAKEDIR})
+                              ${PROJECT_BINARY_DIR}/attncheckConfig.cmake
+                              INSTALL_DESTINATION ${ATTNCHECK_INSTALL_CMAKEDIR})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/attncheckConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/attncheckConfig.cmake ${PROJECT_BINARY_DIR}/attncheckConfigVersion.cmake

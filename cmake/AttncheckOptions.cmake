@@ -14,7 +14,9 @@ endfunction()
 
 attncheck_tristate(ATTNCHECK_CUDA "Build the CUDA kernels (nvcc) and their host emulation")
 attncheck_tristate(ATTNCHECK_CUDNN "Build the cuDNN SDPA backend")
-option(ATTNCHECK_NATIVE "Raise the CPU backend's baseline to this machine (-march=native); not needed for speed: its kernels dispatch at run time" OFF)
+string(CONCAT _native_help "Raise the CPU backend's baseline to this machine (-march=native); not needed for "
+                           "speed: its kernels dispatch at run time")
+option(ATTNCHECK_NATIVE "${_native_help}" OFF)
 option(ATTNCHECK_WARNINGS_AS_ERRORS "Treat compiler warnings as errors" OFF)
 
 find_program(ATTNCHECK_CCACHE ccache)

@@ -3,6 +3,9 @@
 // as stored and then checked by validate(ModuleProblem, ModuleInputs), so a weight that does not chain is named.
 #include "attncheck/module_fixture.hpp"
 
+#include <algorithm>
+#include <filesystem>
+
 #include "attncheck/budget.hpp"
 #include "attncheck/durable_file.hpp"
 #include "attncheck/module_reference.hpp"
@@ -243,6 +246,19 @@ ModuleFixture read_prefixed(const std::string& path) {
 
 ModuleFixture read_module_fixture(const std::string& path) {
   return h5::untrusted_read(path, "module", [&] { return read_prefixed(path); });
+}
+
+std::vector<ModuleFixture> read_module_fixture_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw std::invalid_argument("--fixtures: '" + dir + "' is not a directory");
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".h5") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  std::vector<ModuleFixture> fixtures;
+  for (const auto& f : files) fixtures.push_back(read_module_fixture(f));
+  if (fixtures.empty()) throw std::invalid_argument("--fixtures: no module fixtures under '" + dir + "'");
+  return fixtures;
 }
 
 bool is_module_fixture(const std::string& path) {

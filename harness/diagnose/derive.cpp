@@ -1,8 +1,12 @@
 // Derived cases for hypotheses and probes (see derive.hpp). Tensors keep the case's layout; masks that must change
-// per key are folded first into one boolean mask by prop::canonical, so what each query sees stays explicit.
+// per key are folded first into one boolean mask (with_mask), so what each query sees stays explicit.
 #include "derive.hpp"
 
 #include <cmath>
+#include <type_traits>
+#include <variant>
+
+#include "attncheck/block_mask.hpp"
 
 #include "attncheck/mods.hpp"
 
@@ -53,51 +57,79 @@ prop::Case expand_kv_heads(const prop::Case& c, const std::function<int64_t(int6
   return d;
 }
 
-prop::Case pad_keys(const prop::Case& c0, int64_t Lk2) {
-  prop::Case c = prop::canonical(c0), d = c;
-  const Problem& p = c.p;
-  d.p.Lk = Lk2;
-  auto keys = [&](const Tensor& src, int64_t D) {
-    Tensor t = like(src, src.dtype, {p.B, p.Hkv, Lk2, D}, p.layout);
-    for (int64_t b = 0; b < p.B; ++b)
-      for (int64_t h = 0; h < p.Hkv; ++h)
-        for (int64_t j = 0; j < p.Lk; ++j)
-          for (int64_t e = 0; e < D; ++e) t.put(b, h, j, e, src.at(b, h, j, e));
-    return t;
+void reset_modification(Problem& q, const ModEntry& e) {
+  const Problem defaults;
+  auto reset = [&](const ModEntry& x) {
+    for (const Field& f : x.fields)
+      std::visit(
+          [&](auto m) {
+            if constexpr (!std::is_same_v<decltype(m), DerivedF64>) q.*m = defaults.*m;
+          },
+          f.ref);
   };
-  d.in.k = keys(c.in.k, p.Dqk), d.in.v = keys(c.in.v, p.Dv);
-  auto scores = [&](const Tensor& src, double pad) {
-    Tensor t(src.dtype, {p.B, p.Hq, p.Lq, Lk2});
+  reset(e);
+  // Parameters two entries share are listed with one of them (the expressions' auxiliary tensors with the score
+  // expression): an entry no longer used gives them up too.
+  for (const ModEntry& x : modifications())
+    if (!x.used(q)) reset(x);
+}
+
+prop::Case with_mask(const prop::Case& c, const Sees& sees) {
+  const Problem& p = c.p;
+  prop::Case d = c;
+  Problem& q = d.p;
+  q.causal = false, q.window_left = q.window_right = -1, q.key_lengths.clear();
+  if (p.cu_seqlens_q.empty()) {  // packed sequences place their diagonals themselves (the key padding is theirs)
+    q.alignment = Alignment::explicit_, q.causal_offsets.clear();
+    for (int64_t b = 0; b < p.B; ++b) q.causal_offsets.push_back(p.diagonal_offset(b));
+  }
+  for (const ModEntry* e : used_modifications(p))
+    if (e->kind == ModKind::mask) reset_modification(q, *e);
+  const std::vector<int64_t> full = {p.B, p.Hq, p.Lq, p.Lk};
+  Tensor m(DType::u8, full);
+  const DenseMask dense(p, c.in);
+  std::vector<char> vis(static_cast<size_t>(p.Lk));
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i) {
+        dense.row(b, h, i, vis.data());
+        for (int64_t j = 0; j < p.Lk; ++j) {
+          const bool v = vis[static_cast<size_t>(j)] != 0;
+          m.put(b, h, i, j, sees ? sees(b, h, i, j, v) : v);
+        }
+      }
+  d.in.mask = std::move(m), q.mask_shape = std::array<int64_t, 4>{p.B, p.Hq, p.Lq, p.Lk};
+  if (c.in.bias) {
+    Tensor t(c.in.bias->dtype, full);
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t h = 0; h < p.Hq; ++h)
         for (int64_t i = 0; i < p.Lq; ++i)
-          for (int64_t j = 0; j < Lk2; ++j)
-            t.put(b, h, i, j, j < p.Lk ? src.get_offset(broadcast_offset(src, b, h, i, j)) : pad);
-    return t;
-  };
-  const std::array<int64_t, 4> full{p.B, p.Hq, p.Lq, Lk2};
-  if (c.in.mask) d.in.mask = scores(*c.in.mask, 1.0), d.p.mask_shape = full;
-  if (c.in.bias) d.in.bias = scores(*c.in.bias, 0.0), d.p.bias_shape = full;
-  if (c.in.keep) d.in.keep = scores(*c.in.keep, 1.0);
-  validate(d.p, d.in);
+          for (int64_t j = 0; j < p.Lk; ++j)
+            t.put(b, h, i, j, c.in.bias->get_offset(broadcast_offset(*c.in.bias, b, h, i, j)));
+    d.in.bias = std::move(t), q.bias_shape = std::array<int64_t, 4>{p.B, p.Hq, p.Lq, p.Lk};
+  }
+  validate(q, d.in);
   return d;
 }
 
-prop::Case mask_keys_from(const prop::Case& c0, int64_t j0) {
-  prop::Case d = prop::canonical(c0);
-  const Problem& p = d.p;
-  if (!d.in.mask) {
-    Tensor m(DType::u8, {p.B, p.Hq, p.Lq, p.Lk});
-    m.fill(1);
-    d.in.mask = std::move(m);
-    d.p.mask_shape = std::array<int64_t, 4>{p.B, p.Hq, p.Lq, p.Lk};
-  }
-  for (int64_t b = 0; b < p.B; ++b)
-    for (int64_t h = 0; h < p.Hq; ++h)
-      for (int64_t i = 0; i < p.Lq; ++i)
-        for (int64_t j = j0; j < p.Lk; ++j) d.in.mask->put(b, h, i, j, 0);
-  validate(d.p, d.in);
-  return d;
+prop::Case mask_keys_from(const prop::Case& c, int64_t j0) {
+  return with_mask(c, [j0](int64_t, int64_t, int64_t, int64_t j, bool vis) { return vis && j < j0; });
+}
+
+prop::Case diagonal_moved(const prop::Case& c, const std::function<void(Problem&)>& f) {
+  const prop::Case moved = with_problem(c, f);
+  Problem rest = c.p;  // every mask but the diagonal's
+  rest.causal = false, rest.window_left = rest.window_right = -1;
+  const DenseMask others(rest, c.in);
+  const Problem& q = moved.p;
+  std::vector<char> vis(static_cast<size_t>(c.p.Lk));
+  int64_t row = -1;
+  return with_mask(c, [&](int64_t b, int64_t h, int64_t i, int64_t j, bool) {
+    if (const int64_t r = (b * c.p.Hq + h) * c.p.Lq + i; r != row) others.row(b, h, i, vis.data()), row = r;
+    const int64_t diag = q.row_keys(b, i).diag;
+    return vis[static_cast<size_t>(j)] && !(q.causal && j > diag) &&
+           !(q.window_left >= 0 && j < diag - q.window_left) && !(q.window_right >= 0 && j > diag + q.window_right);
+  });
 }
 
 prop::Case with_dtype(const prop::Case& c, DType t) {
@@ -182,7 +214,9 @@ prop::Case without(const prop::Case& c, const std::string& feature) {
     clear_modification(p, *m);
   else
     throw std::invalid_argument("diagnose: unknown feature '" + feature + "'");
-  if (!p.causal && !p.has_window()) p.alignment = Alignment::top_left, p.causal_offset = 0, p.causal_offsets.clear();
+  // Without a diagonal the alignment only places positions: kept where RoPE or a modification reads them.
+  if (!p.causal && !p.has_window() && !uses_modifications(p))
+    p.alignment = Alignment::top_left, p.causal_offset = 0, p.causal_offsets.clear();
   validate(p, d.in);
   return d;
 }

@@ -200,17 +200,25 @@ void rotate_inputs(prop::Case& d, bool query, const std::function<void(int64_t, 
       }
 }
 
-// A mask hypothesis that moves the causal diagonal also moves the RoPE query positions (both sit on it): d's
-// queries pre-rotated back to c's positions, so the prediction changes the mask only. Identity without RoPE.
-prop::Case rope_positions_kept(const prop::Case& c, prop::Case d) {
-  if (!uses_rope(c.p) || d.p.Lq != c.p.Lq) return d;
-  const std::vector<double> inv = rope_inv_freq(c.p);
-  rotate_inputs(d, true, [&](int64_t b, int64_t i, double* x) {
-    rope_rotate(c.p, inv,
-                rope_position(c.p, b, i + c.p.diagonal_offset(b)) - rope_position(d.p, b, i + d.p.diagonal_offset(b)),
-                x);
-  });
-  return d;
+// n padding keys that every query sees with score 0 and value 0 (a last key tile padded with score 0 instead of
+// -inf). Each row's softmax gains n terms exp(0): with Z = exp(lse), out' = out Z / (Z + n) and lse' = log(Z + n);
+// a row without a visible key averages the zero values (out 0, lse log n). The reference's own rows are the start,
+// so every score modification and position stage is already in them.
+Prediction padded_tail(const Subject& s, int64_t n) {
+  const Problem& p = s.p();
+  Prediction pr{s.ref.out, s.ref.lse};
+  const double log_n = std::log(static_cast<double>(n));
+  for (int64_t r = 0; r < s.rows(); ++r) {
+    const double lse = s.ref.lse[static_cast<size_t>(r)];
+    const double lse2 =
+        std::isfinite(lse) ? std::max(lse, log_n) + std::log1p(std::exp(-std::abs(lse - log_n))) : log_n;
+    const double f = std::isfinite(lse) ? std::exp(lse - lse2) : 0.0;
+    for (int64_t d = 0; d < p.Dv; ++d) pr.out[static_cast<size_t>(r * p.Dv + d)] *= f;
+    if (!std::isfinite(lse))
+      for (int64_t d = 0; d < p.Dv; ++d) pr.out[static_cast<size_t>(r * p.Dv + d)] = 0;
+    pr.lse[static_cast<size_t>(r)] = lse2;
+  }
+  return pr;
 }
 
 // Absorbed MLA (mla.hpp): V read out of the latent cache with its own row length as the stride, or from the
@@ -364,12 +372,11 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
     for (int delta : {+1, -1})
       sc.variant(p.causal ? "causal-diagonal" : "window-edge",
                  std::string("diagonal one key ") + (delta > 0 ? "right (j <= i+off+1)" : "left (j < i+off)"), [&] {
-                   return rope_positions_kept(c, with_problem(c, [&](Problem& q) {
-                                                q.causal_offsets.clear();
-                                                for (int64_t b = 0; b < p.B; ++b)
-                                                  q.causal_offsets.push_back(p.diagonal_offset(b) + delta);
-                                                q.alignment = Alignment::explicit_;
-                                              }));
+                   return diagonal_moved(c, [&](Problem& q) {
+                     q.causal_offsets.clear();
+                     for (int64_t b = 0; b < p.B; ++b) q.causal_offsets.push_back(p.diagonal_offset(b) + delta);
+                     q.alignment = Alignment::explicit_;
+                   });
                  });
     for (Alignment a : {Alignment::top_left, Alignment::bottom_right}) {
       if (a == p.alignment) continue;
@@ -379,10 +386,8 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
       for (int64_t b = 0; b < p.B; ++b) differs = differs || q.diagonal_offset(b) != p.diagonal_offset(b);
       if (differs)
         sc.variant("causal-alignment",
-                   std::string("diagonal aligned ") + to_string(a) + " instead of " + to_string(p.alignment), [&] {
-                     return rope_positions_kept(
-                         c, with_problem(c, [&](Problem& r) { r.alignment = a, r.causal_offsets.clear(); }));
-                   });
+                   std::string("diagonal aligned ") + to_string(a) + " instead of " + to_string(p.alignment),
+                   [&] { return diagonal_moved(c, [&](Problem& r) { r.alignment = a, r.causal_offsets.clear(); }); });
     }
   }
   for (auto [side, delta] : {std::pair{0, 1}, std::pair{0, -1}, std::pair{1, 1}, std::pair{1, -1}}) {
@@ -465,11 +470,13 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   for (int64_t T : {8, 16, 32, 64, 128}) {
     if (p.Lk % T == 0) continue;
     const int64_t Lk2 = (p.Lk + T - 1) / T * T, j0 = p.Lk / T * T;
-    if (Lk2 != last_pad)
-      sc.variant("tile-tail",
-                 "last key tile (size " + std::to_string(T) + ") padded to " + std::to_string(Lk2) +
-                     " keys scored 0 instead of -inf",
-                 [&] { return pad_keys(c, Lk2); });
+    if (Lk2 != last_pad) {
+      const Prediction pr = padded_tail(s, Lk2 - p.Lk);
+      sc.add("tile-tail",
+             "last key tile (size " + std::to_string(T) + ") padded to " + std::to_string(Lk2) +
+                 " keys scored 0 instead of -inf",
+             pr.out, &pr.lse);
+    }
     // j0 = 0: Lk is below one tile, so a loop over whole tiles reads no key at all (every row as if fully masked)
     if (j0 != last_start)
       sc.variant("skipped-keys",
@@ -485,7 +492,7 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   // mask applied after the softmax without renormalising: the softmax runs over every key (masked keys scored as
   // if visible, so poison in them reaches the row), then the masked weights are zeroed: out = out_visible *
   // exp(lse_visible - lse_all), lse = lse_all. A row without a visible key follows the fully-masked policy.
-  if (p.causal || p.has_window() || !p.key_lengths.empty() || p.mask_shape) {
+  if (p.causal || p.has_window() || !p.key_lengths.empty() || p.mask_shape || s.mods.has_mask()) {
     std::vector<double> pred = s.ref.out, lse = s.ref.lse, w = s.w.empty() ? std::vector<double>{} : s.ref.weights;
     for (int64_t r = 0; r < s.rows(); ++r) {
       if (!std::isfinite(s.row_max[static_cast<size_t>(r)]))
@@ -504,8 +511,9 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
            w.empty() ? nullptr : &w);
   }
 
-  // softmax over the wrong axis (over queries for each key); with a finite fill masked keys take part with it
-  if (p.Lq > 1) {
+  // softmax over the wrong axis (over queries for each key); with a finite fill masked keys take part with it. A
+  // single query (decode) gives every visible key weight 1: out is the sum of the visible values.
+  {
     std::vector<double> w(s.score.size(), 0.0);
     const bool finite = p.fill == MaskFill::finite;
     auto x = [&](size_t n) { return s.vis[n] ? s.score[n] : finite ? p.fill_value : NAN; };

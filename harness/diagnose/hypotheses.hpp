@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "derive.hpp"
 #include "diagnosis.hpp"
 #include "subject.hpp"
 
@@ -35,8 +36,6 @@ struct Scorer {
 // Causes whose predictions explain some failing elements, unsorted, scores in (0, 1].
 std::vector<Cause> structural_hypotheses(const Subject& s);  // masks, alignment, scale, GQA, tiles, layout, policy
 std::vector<Cause> numeric_hypotheses(const Subject& s);     // lse forms, non-finite rows, precision
-// Which keys a bug lets query (b, h, i) see, given the reference's visibility of key j.
-using Sees = std::function<bool(int64_t b, int64_t h, int64_t i, int64_t j, bool visible)>;
 // The reference with every mask replaced by one boolean mask of the keys `sees` lets through, held to that case's own
 // tolerance (Scorer::judged_variant); skipped when it changes no failing row.
 void add_visibility(Scorer& sc, const std::string& tag, const std::string& what, const Sees& sees);

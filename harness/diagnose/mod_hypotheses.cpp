@@ -7,7 +7,6 @@
 #include <array>
 #include <cmath>
 #include <set>
-#include <type_traits>
 
 #include "attncheck/block_mask.hpp"
 #include "attncheck/features.hpp"
@@ -22,39 +21,6 @@ namespace {
 constexpr size_t kMaxSingleBlocks = 24;
 // Problems with more multiply-adds in P.V than this get the whole-mask block hypotheses only.
 constexpr int64_t kMaxBlockWork = int64_t(1) << 22;
-
-// Every parameter of entry e at its default: the modification switched off.
-void reset_entry(Problem& q, const ModEntry& e) {
-  const Problem defaults;
-  for (const Field& f : e.fields)
-    std::visit(
-        [&](auto m) {
-          if constexpr (!std::is_same_v<decltype(m), DerivedF64>) q.*m = defaults.*m;
-        },
-        f.ref);
-}
-
-// The case with every mask (causal, window, key padding, the boolean mask, the mask modifications) replaced by one
-// boolean mask [B, Hq, Lq, Lk] holding sees(b, h, i, j, visible): what a kernel computes when its masks let exactly
-// those keys through. Scores are unchanged: the alignment stays, and with it the positions ALiBi and RoPE read.
-prop::Case with_visibility(const Subject& s, const Sees& sees) {
-  const Problem& p = s.p();
-  prop::Case d = s.c;
-  Problem& q = d.p;
-  q.causal = false, q.window_left = q.window_right = -1, q.key_lengths.clear();
-  for (const ModEntry* e : used_modifications(p))
-    if (e->kind == ModKind::mask) reset_entry(q, *e);
-  q.mask_shape = std::array<int64_t, 4>{p.B, p.Hq, p.Lq, p.Lk};
-  Tensor m(DType::u8, {p.B, p.Hq, p.Lq, p.Lk});
-  for (int64_t b = 0; b < p.B; ++b)
-    for (int64_t h = 0; h < p.Hq; ++h)
-      for (int64_t i = 0; i < p.Lq; ++i)
-        for (int64_t j = 0; j < p.Lk; ++j)
-          m.put(b, h, i, j, sees(b, h, i, j, s.vis[static_cast<size_t>(((b * p.Hq + h) * p.Lq + i) * p.Lk + j)] != 0));
-  d.in.mask = std::move(m);
-  validate(q, d.in);
-  return d;
-}
 
 // Whether the keys the bug lets through differ from the reference's in a row that fails (out, lse or weights): a
 // bug that changes only rows the candidate got right explains nothing, and its prediction costs a reference run.
@@ -116,7 +82,7 @@ void boundary_hypotheses(Scorer& sc, const ModEntry& e, const std::string& tag, 
   const Subject& s = sc.s;
   const Problem& p = s.p();
   Problem rest = p;  // every mask but this entry
-  reset_entry(rest, e);
+  reset_modification(rest, e);
   std::vector<char> others(s.vis.size());
   const DenseMask dense(rest, s.c.in);
   for (int64_t r = 0; r < s.rows(); ++r)
@@ -207,7 +173,7 @@ void block_hypotheses(Scorer& sc) {
 }  // namespace
 
 void add_visibility(Scorer& sc, const std::string& tag, const std::string& what, const Sees& sees) {
-  if (touches_a_failing_row(sc.s, sees)) sc.judged_variant(tag, what, [&] { return with_visibility(sc.s, sees); });
+  if (touches_a_failing_row(sc.s, sees)) sc.judged_variant(tag, what, [&] { return with_mask(sc.s.c, sees); });
 }
 
 void modification_hypotheses(Scorer& sc) {
@@ -216,7 +182,7 @@ void modification_hypotheses(Scorer& sc) {
   for (const ModEntry* e : used_modifications(c.p)) {
     if (e->kind == ModKind::position) continue;  // RoPE and QK-norm have their own hypotheses
     sc.variant("parameter-ignored", std::string("modification ") + e->name + " ignored (its parameters unused)",
-               [&] { return with_problem(c, [&](Problem& q) { reset_entry(q, *e); }); });
+               [&] { return with_problem(c, [&](Problem& q) { reset_modification(q, *e); }); });
     const std::string name = e->name;
     if (name == "alibi") alibi_hypotheses(sc, c);
     if (name == "document") boundary_hypotheses(sc, *e, "document-boundary", "document id");

@@ -165,13 +165,18 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
     };
     const double lim =
         std::log(p.dtype == DType::f64 ? std::numeric_limits<double>::max() : std::numeric_limits<float>::max());
+    auto underflows = [&](double m) {
+      return m > -INFINITY && (p.dtype == DType::f64 ? std::exp(m) == 0 : std::exp(static_cast<float>(m)) == 0.0f);
+    };
     std::vector<char> over(nf.size()), raw16(nf.size()), poison(nf.size()), negscale(nf.size());
     const bool neg_fill = p.effective_scale() < 0 && p.fill != MaskFill::finite;
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t h = 0; h < p.Hq; ++h)
         for (int64_t i = 0; i < p.Lq; ++i) {
           const int64_t r = (b * p.Hq + h) * p.Lq + i;
-          over[static_cast<size_t>(r)] = s.row_max[static_cast<size_t>(r)] > lim;
+          // Without the max subtracted, exp overflows past log(max), and a row whose every visible score lies below
+          // log(smallest subnormal) sums to 0 (0 / 0): a score modification such as ALiBi at long distances does that
+          over[static_cast<size_t>(r)] = s.row_max[static_cast<size_t>(r)] > lim || underflows(s.row_max[size_t(r)]);
           // a -inf fill multiplied by a negative scale is +inf: NaN in every row with a visible and a masked key
           const int64_t nvis = s.row_visible[static_cast<size_t>(r)];
           negscale[static_cast<size_t>(r)] = neg_fill && nvis > 0 && nvis < p.Lk;
@@ -192,7 +197,9 @@ std::vector<Cause> numeric_hypotheses(const Subject& s) {
           }
         }
     rows_cause("no-max-subtraction",
-               "rows whose max score exceeds log(max float): exp overflows without subtracting the max", over);
+               "rows whose max score exceeds log(max float) or lies below log(min float): exp overflows, or every term "
+               "underflows to 0, without subtracting the max",
+               over);
     rows_cause("fp16-overflow", "rows with a raw q.k beyond the fp16 range (65504)", raw16);
     rows_cause("nan-leak", "rows whose masked keys hold NaN/Inf poison in K, V or bias", poison);
     rows_cause("negative-scale-mask", "rows with masked keys under a negative scale (mask fill scaled to +inf)",

@@ -5,12 +5,27 @@
 #include <algorithm>
 #include <functional>
 
+#include "attncheck/mods.hpp"
 #include "attncheck/reference.hpp"
 #include "derive.hpp"
 
 namespace attncheck::diagnose {
 
 namespace {
+// The causes a score or mask modification can trigger: the mask-handling bugs for a mask (it masks like any other),
+// the bugs of its own parameters, and the entry ignored.
+std::vector<std::string> modification_tags(const ModEntry& e) {
+  std::vector<std::string> t = {"parameter-ignored"};
+  if (e.kind == ModKind::mask)
+    t.insert(t.end(), {"mask-after-softmax", "fully-masked-policy", "mask-fill", "nan-leak",
+                       "block-mask-partial-as-full", "block-mask-missing"});
+  const std::string name = e.name;
+  if (name == "alibi") t.insert(t.end(), {"alibi-sign", "alibi-slope-head"});
+  if (name == "document") t.push_back("document-boundary");
+  if (name == "chunked") t.push_back("chunk-boundary");
+  return t;
+}
+
 struct Probe {
   std::string name;
   std::function<prop::Case()> make;
@@ -37,6 +52,11 @@ ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, cons
     probes.push_back({"poison in masked slots replaced by 0", [&clean] { return clean; }, {"nan-leak"}, false, true});
   for (const std::string& f : active_features(p))
     probes.push_back({f + " removed", [&c, f] { return without(c, f); }, feature_tags.at(f)});
+  for (const ModEntry* e : used_modifications(p))
+    if (e->kind != ModKind::position)
+      probes.push_back({std::string(e->name) + " removed",
+                        [&c, e] { return with_problem(c, [e](Problem& q) { reset_modification(q, *e); }); },
+                        modification_tags(*e)});
   if (p.page_size > 0)
     probes.push_back({"paged K/V gathered into contiguous K/V", [&c] { return contiguous_kv(c); }, {"block-table"}});
   if (p.Hkv < p.Hq)
@@ -55,7 +75,7 @@ ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, cons
                       true});
   if (p.Lk > 16 && p.Lk % 16)
     probes.push_back({"Lk cut to " + std::to_string(p.Lk / 16 * 16) + " (a multiple of 16)",
-                      [&c] { return prop::slice_keys(prop::canonical(c), 0, c.p.Lk / 16 * 16); },
+                      [&c] { return prop::slice_keys(with_mask(c), 0, c.p.Lk / 16 * 16); },
                       {"tile-tail", "skipped-keys"}});
   if (p.dtype != DType::f64)
     probes.push_back(
@@ -92,6 +112,10 @@ ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, cons
       for (const std::string& f : active_features(d.p))
         if (const auto it = feature_tags.find(f); it != feature_tags.end())
           left.insert(left.end(), it->second.begin(), it->second.end());
+      for (const ModEntry* e : used_modifications(d.p)) {
+        const std::vector<std::string> t = modification_tags(*e);
+        left.insert(left.end(), t.begin(), t.end());
+      }
       for (const std::string& t : pr.tags) {
         if (!v.pass && (pr.positive_only || std::find(left.begin(), left.end(), t) != left.end())) continue;
         ev.votes[t] += v.pass ? 1 : -1;

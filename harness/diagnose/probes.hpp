@@ -1,7 +1,7 @@
 // Active probes: the candidate re-run on problems derived from the failing one (poison in never-visible K/V/bias
-// slots replaced by 0, each active mask or feature removed, GQA expanded to MHA, the default scale made explicit, a
-// negative scale made positive, Lk cut to a tile multiple, fp64 inputs). Which changes make the failure disappear is
-// evidence for or against each cause. Bounded by a re-run budget.
+// slots replaced by 0, each active mask, feature or score/mask modification removed, GQA expanded to MHA, the
+// default scale made explicit, a negative scale made positive, Lk cut to a tile multiple, fp64 inputs). Which
+// changes make the failure disappear is evidence for or against each cause. Bounded by a re-run budget.
 #pragma once
 
 #include <map>

@@ -1,5 +1,6 @@
 // Builds the Subject: flattens the candidate's outputs, applies the tolerance model element by element, and
-// recomputes the visible scores in double (the same definitions as the reference; used only to locate errors).
+// recomputes the visible scores in double (the same definitions as the reference, the position stage included;
+// used only to locate errors).
 #include "subject.hpp"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <stdexcept>
 
 #include "attncheck/block_mask.hpp"
+#include "attncheck/rope.hpp"
 
 namespace attncheck::diagnose {
 
@@ -16,6 +18,22 @@ void mark(const std::vector<double>& e, const std::vector<double>& a, const std:
   bad.assign(e.size(), 0);
   if (a.size() != e.size()) return;
   for (size_t k = 0; k < e.size(); ++k) n += bad[k] = is_bad(e[k], a[k], t[k]);
+}
+
+// q (query) or k as [B, H, L, Dqk] doubles after the position stage (QK-norm, then RoPE at each row's position), as
+// the reference's scores read them: a score modelled from the raw inputs is another problem's score.
+std::vector<double> staged(const Problem& p, const Tensor& t, bool query) {
+  const int64_t H = query ? p.Hq : p.Hkv, L = query ? p.Lq : p.Lk, D = p.Dqk;
+  std::vector<double> x(static_cast<size_t>(p.B * H * L * D));
+  const RopeStage stage(p);
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L; ++i) {
+        double* xi = &x[static_cast<size_t>(((b * H + h) * L + i) * D)];
+        for (int64_t d = 0; d < D; ++d) xi[d] = t.at(b, h, i, d);
+        if (stage.on()) query ? stage.query(b, i, xi) : stage.key(b, i, xi);
+      }
+  return x;
 }
 }  // namespace
 
@@ -57,15 +75,18 @@ Subject::Subject(const prop::Case& cs, const ReferenceResult& r, const Outputs& 
   row_visible.assign(static_cast<size_t>(rows()), 0);
   const double scale = p.effective_scale();
   const DenseMask dense(p, c.in);  // every mask as the reference composes it, the modifications' included
+  const std::vector<double> q = staged(p, c.in.q, true), k = staged(p, c.in.k, false);
   std::vector<char> seen(static_cast<size_t>(Lk));
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < p.Lq; ++i) {
         const int64_t row = (b * p.Hq + h) * p.Lq + i;
+        const double* qi = &q[static_cast<size_t>(row * p.Dqk)];
+        const double* kb = &k[static_cast<size_t>((b * p.Hkv + p.kv_head(h)) * Lk * p.Dqk)];
         dense.row(b, h, i, seen.data());
         for (int64_t j = 0; j < Lk; ++j) {
           double s = 0;
-          for (int64_t d = 0; d < p.Dqk; ++d) s += c.in.q.at(b, h, i, d) * c.in.k.at(b, p.kv_head(h), j, d);
+          for (int64_t d = 0; d < p.Dqk; ++d) s += qi[d] * kb[j * p.Dqk + d];
           s *= scale;
           logit[static_cast<size_t>(row * Lk + j)] = s;
           if (!seen[static_cast<size_t>(j)]) continue;

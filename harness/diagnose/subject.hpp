@@ -37,7 +37,8 @@ struct Subject {
   int64_t n_bad_ml = 0;
   std::vector<char> vis;             // [B,Hq,Lq,Lk] visibility under the problem's masks
   std::vector<double> score;         // [B,Hq,Lq,Lk] scaled scores through every modification, NaN where masked
-  std::vector<double> logit;         // [B,Hq,Lq,Lk] scale * q.k for every key (before any modification)
+  std::vector<double> logit;         // [B,Hq,Lq,Lk] scale * q.k (after QK-norm and RoPE) for every key, before any
+                                     // score modification
   std::vector<double> row_max;       // [B,Hq,Lq] max visible score (-inf for fully masked rows)
   std::vector<int64_t> row_visible;  // [B,Hq,Lq] visible key count
 

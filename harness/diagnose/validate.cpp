@@ -7,6 +7,7 @@
 
 #include "attncheck/fixture.hpp"
 #include "diagnosis.hpp"
+#include "attncheck/mods.hpp"
 #include "mutants.hpp"
 
 namespace attncheck::diagnose {
@@ -39,18 +40,23 @@ std::string ValidationRow::majority() const {
   return best;
 }
 
-std::vector<ValidationRow> validate_on_mutants(const std::string& fixtures_dir, int per_mutant, int max_reruns) {
+std::vector<ValidationRow> validate_on_mutants(const std::string& fixtures_dir, int per_mutant, int max_reruns,
+                                               bool on_modifications) {
   std::vector<std::string> files;
   for (const auto& e : std::filesystem::recursive_directory_iterator(fixtures_dir))
     if (e.is_regular_file() && e.path().extension() == ".h5") files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   std::vector<Fixture> fixtures;
-  for (const auto& f : files) fixtures.push_back(read_fixture(f));
+  for (const auto& f : files) {
+    Fixture x = read_fixture(f);
+    if (!on_modifications || !used_modifications(x.problem).empty()) fixtures.push_back(std::move(x));
+  }
   std::vector<ValidationRow> rows;
   for (const mutants::Entry& m : mutants::catalogue()) {
     // The modification mutants have no single cause tag (a score modification's sign is `alibi-sign` on ALiBi and
     // has no tag of its own on T5 or an expression): the power faults validate those tags one entry at a time.
     if (m.correct || !injected_tags().count(m.impl->name())) continue;
+    const ImplPtr impl = on_modifications ? mutants::declaring_library(m) : m.impl;
     ValidationRow row{m.impl->name(),
                       injected_tags().count(m.impl->name()) ? injected_tags().at(m.impl->name()) : "?",
                       0,
@@ -61,11 +67,11 @@ std::vector<ValidationRow> validate_on_mutants(const std::string& fixtures_dir, 
     for (const Fixture& f : fixtures) {
       if (row.cases >= per_mutant) break;
       Outputs out;
-      if (!run_impl(*m.impl, f.problem, f.inputs, out).ok) continue;
+      if (!run_impl(*impl, f.problem, f.inputs, out).ok) continue;
       if (judge(f.problem, f.expected, out, f.tolerance).pass) continue;
       prop::Case c{{}, f.problem, f.inputs};
       Options o;
-      o.rerun = m.impl.get(), o.max_reruns = max_reruns, o.tolerance = f.tolerance;
+      o.rerun = impl.get(), o.max_reruns = max_reruns, o.tolerance = f.tolerance;
       const Diagnosis d = diagnose(c, f.expected, out, o);
       ++row.cases;
       row.hits += d.top() == row.injected;

@@ -21,8 +21,12 @@ struct ValidationRow {
 // The tag each selftest mutant injects (harness/mutants/mutants.cpp).
 const std::map<std::string, std::string>& injected_tags();
 
-// Up to `per_mutant` failing fixtures per mutant (in file-name order) from `fixtures_dir`.
-std::vector<ValidationRow> validate_on_mutants(const std::string& fixtures_dir, int per_mutant, int max_reruns);
+// Up to `per_mutant` failing fixtures per mutant (in file-name order) from `fixtures_dir`. With `on_modifications`,
+// each mutant declares the modification library (mutants::declaring_library) and only the fixtures through a
+// modification (score, mask or position: RoPE, QK-norm) count: its bug diagnosed where the modifications change
+// the scores, the visibility or the positions the diagnoser's models read.
+std::vector<ValidationRow> validate_on_mutants(const std::string& fixtures_dir, int per_mutant, int max_reruns,
+                                               bool on_modifications = false);
 
 // The tag each fault of the detection-power engine injects (harness/power).
 const std::map<std::string, std::string>& power_injected_tags();

@@ -260,6 +260,7 @@ class Looped final : public Impl {
       for (const ModEntry& m : modifications()) c.mods.insert(m.name);
     return c;
   }
+  std::shared_ptr<Looped> declaring_library() const { return std::make_shared<Looped>(name_, bug_, what_, true); }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t h = 0; h < p.Hq; ++h) {
@@ -325,6 +326,11 @@ const std::vector<Entry>& catalogue() {
     return v;
   }();
   return all;
+}
+
+ImplPtr declaring_library(const Entry& e) {
+  const auto* looped = dynamic_cast<const Looped*>(e.impl.get());
+  return looped ? looped->declaring_library() : e.impl;
 }
 
 }  // namespace attncheck::mutants

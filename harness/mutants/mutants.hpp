@@ -18,4 +18,9 @@ struct Entry {
 
 const std::vector<Entry>& catalogue();
 
+// The same kernel declaring the whole modification library: a classic mutant then runs (correctly, apart from its
+// bug) on modification fixtures too, which validates the diagnoser there. The catalogue's classic mutants keep the
+// classic feature set.
+ImplPtr declaring_library(const Entry& e);
+
 }  // namespace attncheck::mutants

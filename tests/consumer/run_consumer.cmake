@@ -16,7 +16,8 @@ if(LAUNCHER)
   set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER} -DCMAKE_C_COMPILER_LAUNCHER=${LAUNCHER})
 endif()
 step("configure consumer" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build
-     -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_C_COMPILER=${CC} ${launcher} -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
+     -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_C_COMPILER=${CC} ${launcher}
+     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
      -DGOLDEN_FIXTURE=${GOLDEN_FIXTURE} -DEXAMPLE_PLUGIN=${EXAMPLE_PLUGIN})
 step("build consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 execute_process(COMMAND ${WORK_DIR}/build/test_consumer RESULT_VARIABLE rc)

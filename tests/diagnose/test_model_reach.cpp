@@ -10,6 +10,7 @@
 #include <cmath>
 #include <map>
 
+#include "attncheck/block_mask.hpp"
 #include "attncheck/fixture.hpp"
 #include "attncheck/generate.hpp"
 #include "attncheck/impl.hpp"
@@ -270,6 +271,31 @@ TEST(ModelReach, ModificationAndCacheFaultsGetTheirTags) {
       const diagnose::Diagnosis d = fault_on(fault, t, power::flavour_of(f), lg);
       EXPECT_EQ(d.top(), tag) << fault << " " << to_string(t) << " " << power::to_string(lg) << "\n" << lines(d);
     }
+}
+
+// A block-sparse kernel handed a block mask that leaves one non-empty block out skips that block's keys for that
+// query block only: cpu-flash (tiles 96 x 128 at head dim 80) without (query block 0, key block 1). Documents
+// 0..95 and 128..191 are one document, so rows 96..127 see nothing in key block 1 and the dropped tile is also the
+// 128 x 128 block (0, 1); rows 128..191 still read key block 1, so no key tile is skipped in every row. Small enough
+// (B Hq Lq Lk Dv <= 2^22) for the diagnoser to try single blocks.
+TEST(ModelReach, ABlockLeftOutOfTheBlockMaskIsBlockMaskMissing) {
+  Problem p;
+  p.B = p.Hq = p.Hkv = 1, p.Lq = p.Lk = 200, p.Dqk = p.Dv = 80, p.dtype = DType::f32, p.want_lse = true;
+  for (int64_t j = 0; j < p.Lk; ++j) p.doc_ids.push_back(j < 96 || (j >= 128 && j < 192) ? 0 : j < 128 ? 1 : 2);
+  const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 7);
+  BlockMask m = derive_block_mask(p, in, 96, 128);
+  ASSERT_EQ(m.kv_num_blocks[0], 2);  // query block 0 (rows 0..95): key blocks 0 and 1, both partial
+  ASSERT_EQ(m.kv_indices[1], 1);
+  m.kv_num_blocks[0] = 1;  // key block 1 left out of query block 0
+  Outputs out = make_outputs(p);
+  {
+    const BlockMaskScope handed(&m);
+    ASSERT_TRUE(run_impl(*find_impl("cpu-flash"), p, in, out).ok);
+  }
+  const ReferenceResult ref = reference_attention(p, in);
+  ASSERT_FALSE(judge(p, ref, out).pass);
+  const diagnose::Diagnosis d = diagnose::diagnose({{}, p, in}, ref, out, {});
+  EXPECT_EQ(d.top(), "block-mask-missing") << lines(d);
 }
 
 // The diagnoser sees each score as the reference computes it, score modifications included, and each key as the

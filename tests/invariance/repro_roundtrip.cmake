@@ -4,12 +4,14 @@
 #       -DDIR=<out> -P ...
 file(REMOVE_RECURSE "${DIR}")
 execute_process(COMMAND ${ATTNCHECK} verify --plugin ${PLUGIN} --impl ${IMPL} --fixtures ${FIXTURES} --filter ${FILTER}
-                        --invariance ${CHECK} --diagnose --repro ${DIR} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+                        --invariance ${CHECK} --diagnose --repro ${DIR} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                        ERROR_VARIABLE err)
 message("${out}${err}")
 if(NOT rc STREQUAL "1")
   message(FATAL_ERROR "first run: expected exit code 1, got ${rc}")
 endif()
-if(NOT out MATCHES "FAIL +${IMPL}/${CHECK} " OR NOT out MATCHES "repro: ([^ \n]+) -> ([^ \n]+) \\(still ${TAG}, [^\n]*written to")
+if(NOT out MATCHES "FAIL +${IMPL}/${CHECK} "
+   OR NOT out MATCHES "repro: ([^ \n]+) -> ([^ \n]+) \\(still ${TAG}, [^\n]*written to")
   message(FATAL_ERROR "first run: no ${TAG} failure with a repro written")
 endif()
 if(CMAKE_MATCH_1 STREQUAL CMAKE_MATCH_2)

@@ -1,12 +1,8 @@
 // `attncheck merge SHARD.json... [--report FILE]`: the N JSON reports of a sharded run (`--shard I/N` of verify,
-// property, power, selftest) joined into the report the unsharded run writes, with its exit code: the rows are put back
-// in unit order, the shard marks dropped, and the verb recomputes what it derives from the rows (register_merge in its
-// cmd_*.cpp). Every shard 0..N-1 of one run must be there exactly once; anything else is exit 2.
-#include <algorithm>
+// property, power, selftest) joined into the report the unsharded run writes, with its exit code; each verb
+// registers how its rows merge (register_merge in its cmd_*.cpp). The joining is harness/verify/merge_reports.hpp;
+// this file parses the options and writes the report.
 #include <cstdio>
-#include <fstream>
-#include <map>
-#include <stdexcept>
 
 #include "command.hpp"
 #include "report.hpp"
@@ -15,95 +11,17 @@
 namespace attncheck::cli {
 namespace {
 
-using json = nlohmann::json;
-
 std::vector<std::string> g_files;
 std::string g_report;
 
-json read_report(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) throw std::invalid_argument(file + ": cannot be read");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw std::invalid_argument(file + ": not a JSON report (" + e.what() + ")");
-  }
-}
-
-// The settings of the run, which every shard must share.
-json common(const json& j, const Merger& m) {
-  json c = json::object();
-  for (const auto& k : m.settings) c[k] = j.contains(k) ? j[k] : json(nullptr);
-  return c;
-}
-
 int run_merge() {
-  if (g_files.empty()) throw std::invalid_argument("merge: give the shards' JSON reports");
-  std::vector<json> parts;
-  for (const auto& f : g_files) {
-    parts.push_back(read_report(f));
-    const json& s = parts.back();
-    if (!s.is_object() || !s.contains("shard") || !s["shard"].is_object() || !s["shard"].contains("verb"))
-      throw std::invalid_argument(f + ": field 'shard' missing: not the report of a sharded run (--shard I/N)");
-  }
-  const json& first = parts.front()["shard"];
-  const std::string verb = first.value("verb", "");
-  const auto m = std::find_if(mergers().begin(), mergers().end(), [&](const Merger& x) { return x.verb == verb; });
-  if (m == mergers().end()) throw std::invalid_argument(g_files[0] + ": shard.verb '" + verb + "' cannot be merged");
-  const int64_t count = first.value("count", int64_t{0});
-  std::map<int64_t, size_t> seen;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const json& s = parts[i]["shard"];
-    if (s.value("verb", "") != verb || s.value("count", int64_t{0}) != count)
-      throw std::invalid_argument(g_files[i] + ": shard " + s.dump() + " is not of the same run as " + g_files[0] +
-                                  " (" + first.dump() + ")");
-    if (common(parts[i], *m) != common(parts[0], *m))
-      throw std::invalid_argument(g_files[i] + ": ran with other settings than " + g_files[0] + ": " +
-                                  common(parts[i], *m).dump() + " against " + common(parts[0], *m).dump());
-    const int64_t index = s.value("index", int64_t{-1});
-    if (seen.count(index))
-      throw std::invalid_argument(g_files[i] + ": shard " + std::to_string(index) + " given twice (also " +
-                                  g_files[seen[index]] + ")");
-    seen[index] = i;
-  }
-  for (int64_t k = 0; k < count; ++k)
-    if (!seen.count(k))
-      throw std::invalid_argument("merge: shard " + std::to_string(k) + "/" + std::to_string(count) + " is missing");
-  if (static_cast<int64_t>(seen.size()) != count)
-    throw std::invalid_argument("merge: shard indices outside 0.." + std::to_string(count - 1));
-
-  json merged = parts[0];
-  const int indent = first.value("indent", -1);
-  merged.erase("shard");
-  if (merged.contains("seconds")) {  // the work's total time
-    double t = 0;
-    for (const auto& p : parts) t += p.value("seconds", 0.0);
-    merged["seconds"] = t;
-  }
-  for (const std::string& key : m->rows) {
-    std::vector<std::pair<int64_t, json>> rows;  // stable: rows of one unit keep their order
-    for (const auto& p : parts)
-      if (p.contains(key))
-        for (const auto& r : p[key]) {
-          if (!r.contains("unit")) throw std::invalid_argument("merge: a row of '" + key + "' has no field 'unit'");
-          rows.emplace_back(r["unit"].get<int64_t>(), r);
-        }
-    std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    if (rows.empty() && !merged.contains(key)) continue;
-    merged[key] = json::array();
-    for (auto& [u, r] : rows) {
-      r.erase("unit");
-      merged[key].push_back(std::move(r));
-    }
-  }
-  const int rc = m->finish(merged, parts);
-  const std::string text = merged.dump(indent, ' ', false, json::error_handler_t::replace) + "\n";
+  const verify::MergedReport r = verify::merge_reports(g_files, mergers());
   if (g_report.empty())
-    std::fputs(text.c_str(), stdout);
+    std::fputs(r.text.c_str(), stdout);
   else
-    write_report_file(g_report, text);
-  std::fprintf(stderr, "attncheck: merged %zu shards of %s: exit %d\n", parts.size(), verb.c_str(), rc);
-  return rc;
+    write_report_file(g_report, r.text);
+  std::fprintf(stderr, "attncheck: merged %zu shards of %s: exit %d\n", r.shards, r.verb.c_str(), r.exit_code);
+  return r.exit_code;
 }
 
 const Register reg{

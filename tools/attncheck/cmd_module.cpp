@@ -1,67 +1,31 @@
 // Module fixtures on the command line (docs/module.md): `generate-modules` writes the module golden suite
-// (golden/modules/) byte for byte from module_suite.cpp, and `module-selftest` shows every module mutant caught and
-// diagnosed with its tag on those fixtures (verify judges module fixtures: harness/verify/module_rows.hpp).
+// (golden/modules/) byte for byte from module_suite.cpp (golden's regenerate.hpp), and `module-selftest` shows every
+// module mutant caught and diagnosed with its tag on those fixtures (harness/module; verify judges module fixtures:
+// harness/verify/module_rows.hpp). This file parses the options and prints.
 #include <cstdio>
-#include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
-#include "attncheck/durable_file.hpp"
-#include "attncheck/module_suite.hpp"
+#include "attncheck/module_fixture.hpp"
+#include "attncheck/regenerate.hpp"
 #include "command.hpp"
 #include "module_check.hpp"
 
 namespace attncheck::cli {
-
-namespace fs = std::filesystem;
-
 namespace {
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string g_out = "golden", g_fixtures = "golden/modules";
 bool g_update = false, g_verbose = false;
 
 int run_generate() {
-  const fs::path dir = fs::path(g_out) / "modules";
-  fs::create_directories(dir);
-  int written = 0, same = 0, changed = 0;
-  for (const ModuleFixture& f : module_suite()) {
-    const fs::path path = dir / fixture_file_name(f.name);
-    const std::string bytes = module_fixture_image(path.string(), f);
-    if (fs::exists(path)) {
-      if (read_bytes(path.string()) == bytes) {
-        ++same;
-        continue;
-      }
-      if (!g_update) {
-        std::printf("differs: %s (--update overwrites)\n", path.c_str());
-        ++changed;
-        continue;
-      }
-    }
-    write_file_durably(path.string(), bytes);
-    ++written;
-  }
-  std::printf("module fixtures: %d written, %d unchanged, %d differ\n", written, same, changed);
-  return changed > 0 ? 1 : 0;
+  RegenerateOptions o;
+  o.out = g_out, o.update = g_update;
+  o.on_line = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
+  const RegenerateCounts n = regenerate_module_suite(o);
+  std::printf("module fixtures: %d written, %d unchanged, %d differ\n", n.created + n.updated, n.same, n.differ);
+  return n.differ > 0 ? 1 : 0;
 }
 
 int run_module_selftest() {
-  std::vector<std::string> files;
-  if (!fs::is_directory(g_fixtures)) throw std::invalid_argument("--fixtures: '" + g_fixtures + "' is not a directory");
-  for (const auto& e : fs::directory_iterator(g_fixtures))
-    if (e.path().extension() == ".h5") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
-  std::vector<ModuleFixture> fixtures;
-  for (const auto& f : files) fixtures.push_back(read_module_fixture(f));
-  if (fixtures.empty()) throw std::invalid_argument("--fixtures: no module fixtures under '" + g_fixtures + "'");
+  const std::vector<ModuleFixture> fixtures = read_module_fixture_dir(g_fixtures);
   const auto rows = module_check::selftest(fixtures);
   std::printf("%-34s %-26s %10s %7s %7s\n", "entry", "injected tag", "applicable", "caught", "tagged");
   for (const auto& r : rows) {

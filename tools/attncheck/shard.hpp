@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "merge_reports.hpp"
 #include "sharding.hpp"
 
 namespace attncheck::cli {
@@ -40,15 +41,8 @@ using verify::runs_unit;
 using verify::stamp_shard;
 using verify::unit_row;
 
-// How `merge` finishes a verb's report: `rows` are the arrays whose elements carry units (concatenated over the
-// shards and put back in unit order); `finish` recomputes everything derived from them (summaries, counts) in the
-// merged report and returns the exit code the unsharded run would have had; it also sees the shards' reports.
-struct Merger {
-  std::string verb;
-  std::vector<std::string> settings;  // fields every shard must agree on (seed, cases, ...)
-  std::vector<std::string> rows;
-  std::function<int(nlohmann::json& merged, const std::vector<nlohmann::json>& shards)> finish;
-};
+// How `merge` finishes each verb's report (harness/verify/merge_reports.hpp); each verb registers its own.
+using verify::Merger;
 std::vector<Merger>& mergers();
 struct RegisterMerge {
   explicit RegisterMerge(Merger m) { mergers().push_back(std::move(m)); }

@@ -31,6 +31,9 @@ void add_module_gradients(ModuleFixture& f, Tensor dy);
 std::string module_fixture_image(const std::string& path, const ModuleFixture& f);
 void write_module_fixture(const std::string& path, const ModuleFixture& f);
 ModuleFixture read_module_fixture(const std::string& path);
+// Every .h5 file directly in `dir`, in name order, read by read_module_fixture. std::invalid_argument naming
+// --fixtures when `dir` is not a directory or holds no .h5 file.
+std::vector<ModuleFixture> read_module_fixture_dir(const std::string& dir);
 // Whether `path` is an HDF5 file whose root says kind = "module". False for everything else, unreadable files
 // included (the attention fixture reader then reports those).
 bool is_module_fixture(const std::string& path);

@@ -34,4 +34,8 @@ RegenerateCounts regenerate_suite(const SuiteSpec& spec, const RegenerateOptions
 // `on_case` are not used). std::invalid_argument when two cases share a file name.
 RegenerateCounts regenerate_merge_suite(const std::string& spec, const RegenerateOptions& o);
 
+// The module suite (module_suite.hpp) into OUT/modules/; `filter`, `builds` and `on_case` are not used. A file whose
+// bytes would change is left alone unless `update`, and on_line gets "differs: PATH (--update overwrites)".
+RegenerateCounts regenerate_module_suite(const RegenerateOptions& o);
+
 }  // namespace attncheck
