@@ -117,6 +117,15 @@ prop::Case cut(const prop::Case& c, const Cut& k) {
   }
   if (!p.t5_table.empty())
     q.t5_table.assign(p.t5_table.begin() + k.h0 * p.t5_buckets, p.t5_table.begin() + (k.h0 + k.nh) * p.t5_buckets);
+  if (!p.key_bias.empty()) {  // [b?, h, j]: the kept heads' keys, per kept batch when per batch
+    const int64_t nb = static_cast<int64_t>(p.key_bias.size()) == p.Hq * p.Lk ? 1 : p.B, b0 = nb == 1 ? 0 : k.b0;
+    q.key_bias.clear();
+    for (int64_t b = b0; b < b0 + (nb == 1 ? 1 : k.nb); ++b)
+      for (int64_t h = k.h0; h < k.h0 + k.nh; ++h) {
+        const auto row = p.key_bias.begin() + ((b * p.Hq + h) * p.Lk + k.k0);
+        q.key_bias.insert(q.key_bias.end(), row, row + k.nk);
+      }
+  }
   if (!p.doc_ids.empty()) {
     q.doc_ids.clear();
     for (int64_t b = k.b0; b < k.b0 + k.nb; ++b)

@@ -108,6 +108,24 @@ prop::Case paged_case() {
   return {{}, p, gen::generate_inputs(p, gen::Distribution::normal, 3)};
 }
 
+// The per-key bias [b?, h, j] is cut to the kept batches, heads and keys: the kept rows come out bitwise as before.
+TEST(Reduce, ACutKeepsTheKeyBiasOfTheKeptBatchesHeadsAndKeys) {
+  for (bool per_batch : {false, true}) {
+    Problem p;
+    p.B = 2, p.Hq = 4, p.Hkv = 2, p.Lq = 6, p.Lk = 9, p.Dqk = p.Dv = 4, p.want_lse = true;
+    for (int64_t n = 0; n < (per_batch ? p.B : 1) * p.Hq * p.Lk; ++n) p.key_bias.push_back(double(n) / 8);
+    const prop::Case c{{}, p, gen::generate_inputs(p, gen::Distribution::normal, 11)};
+    diagnose::Cut k = diagnose::whole(p);
+    k.b0 = 1, k.nb = 1, k.h0 = 2, k.nh = 2, k.g0 = 1, k.ng = 1, k.k0 = 3, k.nk = 5;
+    std::vector<double> want;
+    for (int64_t h = 2; h < 4; ++h)
+      for (int64_t j = 3; j < 8; ++j) want.push_back(p.key_bias[size_t(((per_batch ? p.Hq : 0) + h) * p.Lk + j)]);
+    EXPECT_EQ(diagnose::cut(c, k).p.key_bias, want) << "per batch " << per_batch;
+    k.k0 = 0, k.nk = p.Lk;  // every key: every kept row compares
+    EXPECT_EQ(expect_rows_kept(c, k, "key_bias"), k.nb * k.nh * k.nq);
+  }
+}
+
 TEST(Reduce, APagedCutReadsTheKeptBatchesThroughTheirBlockTableRows) {
   const prop::Case c = paged_case();
   diagnose::Cut k = diagnose::whole(c.p);

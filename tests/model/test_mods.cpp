@@ -147,6 +147,32 @@ TEST(Mods, AlibiEqualsItsBiasTensorBitForBit) {
   }
 }
 
+// The per-key bias is the bias tensor [B, Hq, Lq, Lk] whose every query row is key_bias[b, h, :].
+TEST(Mods, KeyBiasEqualsItsBiasTensorBitForBit) {
+  for (Problem p : shapes()) {
+    for (bool per_batch : {false, true}) {
+      p.key_bias.clear();
+      for (int64_t n = 0; n < (per_batch ? p.B : 1) * p.Hq * p.Lk; ++n)
+        p.key_bias.push_back(std::ldexp(double(n % 17) - 8.0, -3));
+      const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 5);
+      Problem q = p;
+      q.key_bias.clear();
+      q.bias_shape = std::array<int64_t, 4>{p.B, p.Hq, p.Lq, p.Lk}, q.bias_dtype = DType::f64;
+      Inputs qin = in;
+      qin.bias = Tensor(DType::f64, {p.B, p.Hq, p.Lq, p.Lk});
+      for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t h = 0; h < p.Hq; ++h)
+          for (int64_t i = 0; i < p.Lq; ++i)
+            for (int64_t j = 0; j < p.Lk; ++j)
+              qin.bias->put(b, h, i, j, p.key_bias[size_t(((per_batch ? b * p.Hq : 0) + h) * p.Lk + j)]);
+      const ReferenceResult a = reference_attention(p, in), b = reference_attention(q, qin);
+      EXPECT_EQ(0, std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(double))) << p.name();
+      EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(double))) << p.name();
+      EXPECT_NE(p.short_name().find("kbias"), std::string::npos) << p.short_name();
+    }
+  }
+}
+
 // transformers' T5Attention._relative_position_bucket(j - pos, bidirectional, 32, 128), evaluated with Python at
 // these distances (the float32 and double forms agree at every one of them).
 TEST(Mods, T5BucketsMatchTransformers) {
@@ -180,7 +206,7 @@ TEST(Mods, CpuImplsMatchReferenceOnEveryEntry) {
   }
   expect_impls_match_reference(problems, [](Problem p) {  // every modification off: the same outputs must fail
     const Problem d;
-    p.alibi_slopes = d.alibi_slopes, p.t5_table = d.t5_table, p.t5_buckets = d.t5_buckets;
+    p.alibi_slopes = d.alibi_slopes, p.t5_table = d.t5_table, p.t5_buckets = d.t5_buckets, p.key_bias = d.key_bias;
     p.doc_ids = d.doc_ids, p.chunk_size = d.chunk_size, p.prefix_lengths = d.prefix_lengths;
     p.dilated_window = d.dilated_window, p.dilation = d.dilation, p.rotary_dim = d.rotary_dim;
     p.score_expr = d.score_expr, p.mask_expr = d.mask_expr, p.expr_tensors = d.expr_tensors,
@@ -229,6 +255,12 @@ TEST(Mods, ValidationNamesTheField) {
   EXPECT_NE(msg([](Problem& q) {
               q.B = 1, q.chunk_size = 4, q.cu_seqlens_q = {0, 4}, q.cu_seqlens_k = {0, 10};
             }).find("chunk_size: modifications with packed sequences"),
+            std::string::npos);
+  EXPECT_NE(msg([](Problem& q) {
+              q.key_bias.assign(7, 0.0);
+            }).find("key_bias must have Hq*Lk=30 or B*Hq*Lk=60 entries, got 7"),
+            std::string::npos);
+  EXPECT_NE(msg([](Problem& q) { q.key_bias.assign(30, 0.0), q.key_bias[4] = NAN; }).find("key_bias must be finite"),
             std::string::npos);
   EXPECT_EQ(msg([](Problem& q) { q.chunk_size = 4, q.doc_ids.assign(20, 1); }), "accepted");
 }

@@ -140,6 +140,38 @@ const ModEntry kT5Entry{
     },
     "T5 relative-position bias: score + table[h, bucket(j - pos)]"};
 
+// ---- per-key logit bias (a score_mod reading bias[b, h, kv_idx], e.g. a learned or pruning bias per key) -------
+const Field kKeyBias[] = {{"key_bias", &P::key_bias, kData, kFrag, "must be finite",
+                           [](const P& p) {
+                             return std::all_of(p.key_bias.begin(), p.key_bias.end(),
+                                                [](double x) { return std::isfinite(x); });
+                           },
+                           "per-key logit bias [Hq, Lk] or [B, Hq, Lk]"}};
+const ModEntry kKeyBiasEntry{
+    "key_bias",
+    "kbias",
+    ModKind::score,
+    kKeyBias,
+    [](const P& p) { return !p.key_bias.empty(); },
+    [](const P& p) {
+      const int64_t n = static_cast<int64_t>(p.key_bias.size());
+      if (n != p.Hq * p.Lk && n != p.B * p.Hq * p.Lk)
+        fail("key_bias must have Hq*Lk=" + n2s(p.Hq * p.Lk) + " or B*Hq*Lk=" + n2s(p.B * p.Hq * p.Lk) +
+             " entries, got " + n2s(n));
+    },
+    [](const P& p, const ModAt& a, double s) {
+      const bool per_batch = static_cast<int64_t>(p.key_bias.size()) != p.Hq * p.Lk;
+      return s + p.key_bias[static_cast<size_t>(((per_batch ? a.b * p.Hq : 0) + a.h) * p.Lk + a.j)];
+    },
+    [](const P&, const ModAt&, double) { return 1.0; },  // additive
+    nullptr,
+    1.0,
+    [](P& p, Rng& r) {  // multiples of 1/16 in [-4, 4] (exact in every dtype), per batch or shared
+      const int64_t n = (p.B > 1 && r.pick(0, 1) == 1 ? p.B : 1) * p.Hq * p.Lk;
+      for (int64_t k = 0; k < n; ++k) p.key_bias.push_back(std::ldexp(double(r.pick(-64, 64)), -4));
+    },
+    "per-key logit bias: score + key_bias[b, h, j]"};
+
 // ---- document mask (packed documents; FlexAttention's document_masking) ----------------------------------------
 const Field kDoc[] = {{"doc_ids", &P::doc_ids, kData, kFrag, nullptr, nullptr, "document id per token [B, Lk]"}};
 const ModEntry kDocEntry{"document",
@@ -494,9 +526,10 @@ const ModEntry kMaskExprEntry{
     },
     "user mask modification: an expression (muparser) over b, h, q_idx, kv_idx, q_pos, tensors; nonzero = visible"};
 
-// Score entries modify in this order (docs/problem-model.md "Modifications"): ALiBi, T5, the user's expression.
-const ModEntry kLibrary[] = {kAlibiEntry, kT5Entry,   kDocEntry,    kChunkEntry,     kPrefixEntry,  kDilatedEntry,
-                             kTopkEntry,  kRopeEntry, kQkNormEntry, kScoreExprEntry, kMaskExprEntry};
+// Score entries modify in this order (docs/problem-model.md "Modifications"): ALiBi, T5, the per-key bias, the
+// user's expression.
+const ModEntry kLibrary[] = {kAlibiEntry,   kT5Entry,   kKeyBiasEntry, kDocEntry,    kChunkEntry,     kPrefixEntry,
+                             kDilatedEntry, kTopkEntry, kRopeEntry,    kQkNormEntry, kScoreExprEntry, kMaskExprEntry};
 
 }  // namespace
 

@@ -213,6 +213,7 @@ struct Problem {
   // "Modifications"). Each is off at its default. Query i of batch b sits at key position i + diagonal_offset(b).
   std::vector<double> alibi_slopes;     // ALiBi: [Hq] or [B, Hq] (fp32 values): score -= slope * |pos - j|
   std::vector<double> t5_table;         // T5 relative-position bias [Hq, t5_buckets], added by distance bucket
+  std::vector<double> key_bias;         // per-key logit bias [Hq, Lk] or [B, Hq, Lk]: score + key_bias[b, h, j]
   int64_t t5_buckets = 0;               // buckets of the T5 table (0 = off)
   int64_t t5_max_distance = 128;        // distance where the last T5 bucket starts (log-spaced above buckets/2)
   bool t5_bidirectional = true;         // T5 encoder (true) or decoder (false) bucketing
