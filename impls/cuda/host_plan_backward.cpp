@@ -2,6 +2,7 @@
 // the gradient tensors and the workspaces, all in host memory (the device backend copies them).
 #include "host_plan_backward.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -27,6 +28,9 @@ void expect(const Tensor& t, const char* name, DType dtype, const std::vector<in
 Support backward_supports(const Problem& p) {
   if (Support s = kernel_supports(p); !s.ok) return s;
   if (Support s = backward_modelled(p); !s.ok) return s;  // no gradient of the modifications in the reference
+  if (p.Dqk > kMaxHeadDim || p.Dv > kMaxHeadDim)
+    return Support::no("head dim " + std::to_string(std::max(p.Dqk, p.Dv)) + " > " + std::to_string(kMaxHeadDim) +
+                       " (the backward kernels' tiles)");
   if (p.bias_shape) {
     const double bytes = static_cast<double>(p.B) * static_cast<double>(p.Hq) * static_cast<double>(p.Lq) *
                          static_cast<double>(p.Lk) * static_cast<double>(acc_size(p));
