@@ -17,7 +17,7 @@ namespace attncheck::cuda {
 Capabilities kernel_capabilities() {
   Capabilities c;
   c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};  // fp32 accumulation (fp64 for fp64)
-  c.max_head_dim = kMaxHeadDim;
+  c.max_head_dim = kMaxForwardHeadDim;
   c.mods = kernel_mods();
   c.max_logit_out = true;
   c.sinks = true;
@@ -25,7 +25,8 @@ Capabilities kernel_capabilities() {
   c.mla = true;
   c.notes =
       "kernel 1 (straightforward, serves weights output) and kernel 2 (fused flash, BR=4 rows, BC=32 keys, "
-      "BC=16 above head dim 128; fp64: BC=32/16/8); fp32 accumulation, fp64 for fp64; no inline PTX "
+      "BC=16 above head dim 128, 8 above 256 up to 576; fp64: BC=32/16/8/2); fp32 accumulation, fp64 for fp64; no "
+      "inline PTX "
       "(mma/ldmatrix/cp.async): the device "
       "runs the same scalar SIMT code that the host emulation runs";
   return c;

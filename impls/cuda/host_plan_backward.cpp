@@ -2,6 +2,7 @@
 // the gradient tensors and the workspaces, all in host memory (the device backend copies them).
 #include "host_plan_backward.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -30,6 +31,9 @@ Support backward_supports(const Problem& p) {
   if (Support s = backward_modelled(p); !s.ok) return s;
   if (uses_modifications(p))  // the reference has their gradients (backward.cpp); these kernels do not
     return Support::no("backward with score/mask modifications, RoPE or QK-norm not implemented by the cuda kernels");
+  if (p.Dqk > kMaxHeadDim || p.Dv > kMaxHeadDim)
+    return Support::no("head dim " + std::to_string(std::max(p.Dqk, p.Dv)) + " > " + std::to_string(kMaxHeadDim) +
+                       " (the backward kernels' tiles)");
   if (p.bias_shape) {
     const double bytes = static_cast<double>(p.B) * static_cast<double>(p.Hq) * static_cast<double>(p.Lq) *
                          static_cast<double>(p.Lk) * static_cast<double>(acc_size(p));

@@ -117,7 +117,7 @@ TEST(CudaEmulatedImpl, UnsupportedIsReportedNotRun) {
   const ImplPtr impl = find_impl("cuda-emulated");
   ASSERT_TRUE(impl);
   Problem p;
-  p.Dqk = 300;
+  p.Dqk = 600;
   EXPECT_FALSE(impl->supports(p).ok);
   EXPECT_NE(impl->supports(p).reason.find("head dim"), std::string::npos) << impl->supports(p).reason;
   p.Dqk = 8;

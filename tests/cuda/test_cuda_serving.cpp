@@ -163,4 +163,25 @@ TEST(CudaMla, ReadsValuesFromTheLatentCacheAndPasses) {
   }
 }
 
+// DeepSeek-V3's absorbed decode: 576-column latent heads (512 + 64), V its first 512, scale 1/sqrt(192), one and two
+// query tokens (multi-token prediction), 16 query heads: kernel 2's widest tile (8 keys, 18 accumulators per lane).
+TEST(CudaMla, DeepSeekDecodeDims) {
+  for (int64_t lq : {1, 2}) {
+    Problem p;
+    p.dtype = DType::bf16, p.B = 2, p.Hq = 16, p.Hkv = 1, p.Lq = lq, p.Lk = 37, p.Dqk = 576, p.Dv = 512;
+    p.want_lse = true, p.causal = true, p.alignment = Alignment::bottom_right, p.key_lengths = {37, 21};
+    p.mla = true, p.scale = 1.0 / std::sqrt(192.0);
+    ASSERT_TRUE(cuda::kernel_supports(p).ok) << cuda::kernel_supports(p).reason;
+    const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 24);
+    for (KernelVersion v : kKernels) expect_passes(p, in, run_both_orders(p, in, v), kernel_name(v));
+  }
+  Problem wide;
+  wide.Dqk = wide.Dv = 577;
+  EXPECT_NE(cuda::kernel_supports(wide).reason.find("head dim 577 > 576"), std::string::npos)
+      << cuda::kernel_supports(wide).reason;
+  wide.Dqk = wide.Dv = 264, wide.want_lse = true;
+  EXPECT_NE(find_impl("cuda-emulated")->supports_backward(wide).reason.find("head dim 264 > 256"), std::string::npos)
+      << find_impl("cuda-emulated")->supports_backward(wide).reason;
+}
+
 }  // namespace

@@ -10,8 +10,11 @@ namespace attncheck::cuda {
 enum class KernelVersion { naive = 1, flash = 2 };
 enum class ElemType { f32, f16, bf16, f64 };
 
-// Largest head dim the fused kernel takes (accumulators per lane: 256 / 32 = 8).
+// Largest head dim of the backward kernels (accumulators per lane: 256 / 32 = 8).
 constexpr int kMaxHeadDim = 256;
+// Largest head dim of the forward kernels: an absorbed MLA latent head (DeepSeek: Dqk 576 = 512 + 64, Dv 512) with
+// 576 / 32 = 18 accumulators per lane in kernel 2.
+constexpr int kMaxForwardHeadDim = 576;
 // The flash tiles: BR = 4 rows (warps) per block; BC keys per tile shrinks as head dims and the accumulation type
 // grow, so the block stays under the 48 KiB of dynamic shared memory that needs no opt-in on any device.
 constexpr int kFlashRows = 4;
@@ -44,11 +47,13 @@ KernelLaunch plan_for(const AttnParams& p, KernelVersion v) {
   if constexpr (sizeof(typename AccOf<T>::type) == 8) {  // fp64: half the keys per tile for the same shared memory
     if (dmax <= 64) return flash_launch<T, 32, 2>(p, "flash<4,32,2>");
     if (dmax <= 128) return flash_launch<T, 16, 4>(p, "flash<4,16,4>");
-    return flash_launch<T, 8, 8>(p, "flash<4,8,8>");
+    if (dmax <= 256) return flash_launch<T, 8, 8>(p, "flash<4,8,8>");
+    return flash_launch<T, 2, 18>(p, "flash<4,2,18>");
   }
   if (dmax <= 64) return flash_launch<T, 32, 2>(p, "flash<4,32,2>");
   if (dmax <= 128) return flash_launch<T, 32, 4>(p, "flash<4,32,4>");
-  return flash_launch<T, 16, 8>(p, "flash<4,16,8>");
+  if (dmax <= 256) return flash_launch<T, 16, 8>(p, "flash<4,16,8>");
+  return flash_launch<T, 8, 18>(p, "flash<4,8,18>");
 }
 
 inline KernelLaunch plan_launch(const AttnParams& p, ElemType t, KernelVersion v) {
