@@ -190,12 +190,12 @@ TEST(KvQ4, ImplementationsMatchTheReferenceAndMisreadCachesAreCaught) {
         const Inputs in = gen::generate_inputs(p, gen::Distribution::normal, 5);
         Outputs out;
         ASSERT_TRUE(run_impl(*find_impl(name), p, in, out).ok) << name << " " << p.name();
-        const Verdict v = judge(p, reference_attention(p, in), out);
+        const Verdict v = judge(p, expected_attention(p, in), out);
         EXPECT_TRUE(v.pass) << name << " " << p.name() << ": " << v.worst().describe();
         const Q4Fault own = c == DType::q4_0 ? Q4Fault::offset_forgotten : Q4Fault::min_ignored;
         for (Q4Fault f : {Q4Fault::nibbles_swapped, own, Q4Fault::next_block}) {
           const auto [r, x] = misread(p, in, f);
-          EXPECT_FALSE(judge(r, reference_attention(r, x), out).pass) << name << " " << p.name() << " " << int(f);
+          EXPECT_FALSE(judge(r, expected_attention(r, x), out).pass) << name << " " << p.name() << " " << int(f);
         }
       }
 }
