@@ -58,7 +58,7 @@ void write_f64(hid_t g, const std::string& name, const std::vector<double>& v, c
 struct SlotData {
   std::vector<double>*value, *abs, *unchained;
 };
-SlotData data_of(BackwardResult& r, const std::string& name) {
+SlotData data_of(ExpectedGradients& r, const std::string& name) {
   if (name == "dq") return {&r.dq, &r.dq_abs, &r.dq_abs_unchained};
   if (name == "dk") return {&r.dk, &r.dk_abs, &r.dk_abs_unchained};
   if (name == "dv") return {&r.dv, &r.dv_abs, nullptr};
@@ -93,7 +93,7 @@ Tensor generate_dout(const Problem& p, uint64_t seed) {
 
 void add_gradients(Fixture& f, uint64_t seed) {
   f.dout = generate_dout(f.problem, seed);
-  f.grad = reference_backward(f.problem, f.inputs, *f.dout);
+  f.grad = expected_gradients(f.problem, f.inputs, *f.dout);
   f.has_gradients = true;
 }
 
@@ -117,7 +117,7 @@ void write_gradient_inputs(hid_t inputs, const Fixture& f) {
 void write_gradient_expected(hid_t expected, const Fixture& f) {
   if (!f.has_gradients) return;
   const Problem& p = f.problem;
-  BackwardResult r = *f.grad;
+  ExpectedGradients r = *f.grad;
   for (const GradSlot& s : slots(p)) {
     const SlotData x = data_of(r, s.name);
     const std::vector<int64_t> dims = stored_extents(s, p.layout);
@@ -154,7 +154,7 @@ void read_gradients(const h5::Reader& r, hid_t file, Fixture& f, bool data, uint
     r.read_raw(d, path, p.dtype, t.bytes.data());
     f.dout = std::move(t);
   }
-  BackwardResult g;
+  ExpectedGradients g;
   for (const GradSlot& s : slots(p)) {
     const SlotData x = data_of(g, s.name);
     const std::vector<int64_t> dims = stored_extents(s, p.layout);
@@ -165,7 +165,7 @@ void read_gradients(const h5::Reader& r, hid_t file, Fixture& f, bool data, uint
       *x.unchained = stored(read_f64(r, file, base + "_abs_unchained", dims), s, p.layout, true);
   }
   if (uses_rope(p) && !h5::in_reading_child()) {  // the RoPE angle sensitivities: from the stored inputs, not stored
-    BackwardResult x = reference_backward(p, f.inputs, *f.dout);
+    ExpectedGradients x = expected_gradients(p, f.inputs, *f.dout);
     g.dq_rope = std::move(x.dq_rope);
     g.dk_rope = std::move(x.dk_rope);
   }

@@ -43,7 +43,7 @@ double max_ratio(const Verdict& v) {
 }
 
 BackwardPowerRow judged(const std::string& name, bool correct, const Impl& impl, const Seeded& s,
-                        const ExpectedAttention& fwd, const BackwardResult& ref, const ToleranceModel& m) {
+                        const ExpectedAttention& fwd, const ExpectedGradients& ref, const ToleranceModel& m) {
   Gradients g;
   if (!run_backward_impl(impl, s.p, s.in, s.dout, g).ok) throw std::logic_error(name + ": backward unsupported");
   const Verdict v = judge_backward(s.p, fwd, ref, g, m);
@@ -72,7 +72,7 @@ std::vector<BackwardPowerRow> backward_power(const std::vector<int64_t>& lks, ui
   for (int64_t lk : lks) {
     const Seeded s = seeded(power_problem(lk), seed ^ static_cast<uint64_t>(lk));
     const ExpectedAttention fwd = expected_attention(s.p, s.in);
-    const BackwardResult ref = reference_backward(s.p, s.in, s.dout);
+    const ExpectedGradients ref = expected_gradients(s.p, s.in, s.dout);
     for (const auto& [name, impl] : variants) {
       const bool correct = name == "cpu" || name == "cpu-flash" || name == mutants::to_string(BwdFault::none);
       rows.push_back(judged(name, correct, *impl, s, fwd, ref, ToleranceModel{}));
@@ -109,7 +109,7 @@ std::vector<BackwardPowerRow> backward_rope_power(const std::vector<int64_t>& po
     p.rope_offsets = {std::max<int64_t>(pos - lk, 0)};
     const Seeded s = seeded(p, seed ^ static_cast<uint64_t>(pos));
     const ExpectedAttention fwd = expected_attention(s.p, s.in);
-    const BackwardResult ref = reference_backward(s.p, s.in, s.dout);
+    const ExpectedGradients ref = expected_gradients(s.p, s.in, s.dout);
     for (const Variant& v : variants) {
       ToleranceModel m;
       m.contract = default_contract(p.dtype);

@@ -13,7 +13,7 @@ using namespace attncheck::gradtest;
 
 namespace {
 // Largest error/tolerance over every gradient element (inf when a non-finite value appears where none belongs).
-double max_ratio(const Problem& p, const ExpectedAttention& f, const BackwardResult& r, const Gradients& g) {
+double max_ratio(const Problem& p, const ExpectedAttention& f, const ExpectedGradients& r, const Gradients& g) {
   const GradTolerance t = grad_tolerance(p, f, r);
   double worst = 0;
   auto scan = [&](const std::vector<double>& e, const Tensor& a, const std::vector<double>& tol) {
@@ -54,7 +54,7 @@ TEST_P(CpuBackward, MatchesReferenceGradients) {
     }
     ++ran;
     const ExpectedAttention f = expected_attention(c.p, c.in);
-    const BackwardResult r = reference_backward(c.p, c.in, dout);
+    const ExpectedGradients r = expected_gradients(c.p, c.in, dout);
     const Verdict v = judge_backward(c.p, f, r, g);
     EXPECT_TRUE(v.pass) << c.name() << " " << c.spec.str() << "\n  " << v.worst().describe();
     worst = std::max(worst, max_ratio(c.p, f, r, g));
@@ -98,7 +98,7 @@ TEST(CpuBackward, SaturatedSoftcapFp32Passes) {
     const prop::Case c = prop::build_case(s);
     const Tensor dout = random_dout(c.p, seed);
     const ExpectedAttention f = expected_attention(c.p, c.in);
-    const BackwardResult r = reference_backward(c.p, c.in, dout);
+    const ExpectedGradients r = expected_gradients(c.p, c.in, dout);
     for (const char* name : {"cpu", "cpu-flash"}) {
       const Gradients g = run_backward_of(name, c, dout);
       const Verdict v = judge_backward(c.p, f, r, g);
@@ -126,7 +126,7 @@ TEST(CpuBackward, MaxFiniteValuesInUnseenKeysNeverLeak) {
     }
   const Tensor dout = random_dout(c.p, 2);
   const ExpectedAttention f = expected_attention(c.p, c.in);
-  const BackwardResult r = reference_backward(c.p, c.in, dout);
+  const ExpectedGradients r = expected_gradients(c.p, c.in, dout);
   for (const char* name : {"cpu", "cpu-flash"}) {
     const Gradients g = run_backward_of(name, c, dout);
     const Verdict v = judge_backward(c.p, f, r, g);
@@ -150,7 +150,7 @@ TEST(CpuBackward, TightAtLongContextFp32) {
   const prop::Case c = prop::build_case(s);
   const Tensor dout = random_dout(c.p, 5);
   const ExpectedAttention f = expected_attention(c.p, c.in);
-  const BackwardResult r = reference_backward(c.p, c.in, dout);
+  const ExpectedGradients r = expected_gradients(c.p, c.in, dout);
   for (const char* name : {"cpu", "cpu-flash"}) {
     const Gradients g = run_backward_of(name, c, dout);
     const double ratio = max_ratio(c.p, f, r, g);

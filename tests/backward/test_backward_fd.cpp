@@ -2,13 +2,14 @@
 // problems covering every feature (masks, bias, window, softcap, dropout, GQA, policies, poison): an oracle that
 // shares no code with the backward. Richardson-extrapolated central differences, h = 1e-3 max(1, |x|) (truncation
 // ~h⁴); tolerance |fd - grad| <= 1e-6 (|grad| + abs) + 16 u Labs / h: abs = the sum of |terms| of the gradient
-// element (BackwardResult::*_abs), Labs = Σ|dO·O terms| bounds the rounding of the loss itself (u = 2^-53).
+// element (GradScales::*_abs), Labs = Σ|dO·O terms| bounds the rounding of the loss itself (u = 2^-53).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <sstream>
 #include <string>
 
+#include "attncheck/grad_scales.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/rng.hpp"
 #include "backward_cases.hpp"
@@ -62,7 +63,7 @@ TEST(BackwardFiniteDifferences, MatchesReferenceForwardOn240Problems) {
     const Tensor dout_t = random_dout(p, n + 1);
     const std::vector<double> dout = dout_t.to_double();
     const std::vector<char> empty = empty_rows(p, c.in);
-    const BackwardResult g = reference_backward(p, c.in, dout_t, 1);
+    const ExpectedGradients g = expected_gradients(p, c.in, dout_t, 1);
     double labs = 0;
     loss(p, c.in, dout, empty, &labs);
 
@@ -206,7 +207,7 @@ TEST(BackwardFiniteDifferences, ThroughModificationsRopeAndQkNorm) {
     const Tensor dout_t = random_dout(p, 17 + cases);
     const std::vector<double> dout = dout_t.to_double();
     const std::vector<char> empty = empty_rows(p, in);
-    const BackwardResult g = reference_backward(p, in, dout_t, 1);
+    const ExpectedGradients g = expected_gradients(p, in, dout_t, 1);
     double labs = 0;
     loss(p, in, dout, empty, &labs);
     for (int t = 0; t < 4; ++t) {

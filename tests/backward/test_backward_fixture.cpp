@@ -90,9 +90,11 @@ TEST(BackwardFixture, GradientsRoundTripInEveryLayout) {
     ASSERT_TRUE(g.has_gradients && g.dout && g.grad);
     EXPECT_EQ(g.dout->bytes, f.dout->bytes);
     EXPECT_EQ(g.dout->strides, f.dout->strides);
-    for (auto m : {&BackwardResult::dq, &BackwardResult::dk, &BackwardResult::dv, &BackwardResult::dbias,
-                   &BackwardResult::dq_abs, &BackwardResult::dk_abs, &BackwardResult::dv_abs,
-                   &BackwardResult::dbias_abs, &BackwardResult::dq_abs_unchained, &BackwardResult::dk_abs_unchained})
+    using Field = std::vector<double> ExpectedGradients::*;
+    for (Field m : std::initializer_list<Field>{
+             &ExpectedGradients::dq, &ExpectedGradients::dk, &ExpectedGradients::dv, &ExpectedGradients::dbias,
+             &ExpectedGradients::dq_abs, &ExpectedGradients::dk_abs, &ExpectedGradients::dv_abs,
+             &ExpectedGradients::dbias_abs, &ExpectedGradients::dq_abs_unchained, &ExpectedGradients::dk_abs_unchained})
       EXPECT_EQ((*g.grad).*m, (*f.grad).*m) << to_string(l);
     EXPECT_FALSE(f.grad->dq_abs_unchained.empty());  // softcap: the unchained sums are stored too
   }

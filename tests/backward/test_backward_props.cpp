@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "attncheck/grad_scales.hpp"
 #include "backward_cases.hpp"
 
 using namespace attncheck;
@@ -48,7 +49,7 @@ TEST(BackwardProperties, DvIsWeightsTransposedTimesDout) {
     c.p.want_weights = true;
     const Problem& p = c.p;
     const Tensor dout = random_dout(p, n);
-    const BackwardResult g = reference_backward(p, c.in, dout, 1);
+    const ExpectedGradients g = expected_gradients(p, c.in, dout, 1);
     const ExpectedAttention f = expected_attention(p, c.in, 1);
     const std::vector<char> empty = empty_rows(p, c.in);
     std::vector<double> dv(g.dv.size(), 0.0);
@@ -89,7 +90,8 @@ TEST(BackwardProperties, GqaEqualsMhaWithRepeatedKvAfterSumming) {
           for (int64_t d = 0; d < p.Dv; ++d) in.v.put(b, h, j, d, c.in.v.at(b, p.kv_head(h), j, d));
         }
     const Tensor dout = random_dout(p, n);
-    const BackwardResult gq = reference_backward(p, c.in, dout, 1), mh = reference_backward(m, in, dout, 1);
+    const ExpectedGradients gq = expected_gradients(p, c.in, dout, 1);
+    const BackwardResult mh = reference_backward(m, in, dout, 1);
     EXPECT_EQ(gq.dq, mh.dq) << c.name();
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t kvh = 0; kvh < p.Hkv; ++kvh)
@@ -161,8 +163,8 @@ TEST(BackwardProperties, LinearInDout) {
       for (int64_t h = 0; h < p.Hq; ++h)
         for (int64_t i = 0; i < p.Lq; ++i)
           for (int64_t d = 0; d < p.Dv; ++d) mix.put(b, h, i, d, 2 * d1.at(b, h, i, d) - 3 * d2.at(b, h, i, d));
-    const BackwardResult g1 = reference_backward(p, c.in, d1, 1), g2 = reference_backward(p, c.in, d2, 1),
-                         gm = reference_backward(p, c.in, mix, 1);
+    const ExpectedGradients g1 = expected_gradients(p, c.in, d1, 1), g2 = expected_gradients(p, c.in, d2, 1);
+    const BackwardResult gm = reference_backward(p, c.in, mix, 1);
     auto check = [&](const std::vector<double>& a, const std::vector<double>& b, const std::vector<double>& m,
                      const std::vector<double>& a_abs, const std::vector<double>& b_abs, const char* what) {
       for (size_t e = 0; e < m.size(); ++e)
@@ -208,7 +210,7 @@ TEST(BackwardProperties, PermutingKeysOrQueriesPermutesTheirGradients) {
     const prop::Case c = prop::canonical(grad_case(n));
     const Problem& p = c.p;
     const Tensor dout = random_dout(p, n);
-    const BackwardResult g = reference_backward(p, c.in, dout, 1);
+    const ExpectedGradients g = expected_gradients(p, c.in, dout, 1);
     const std::string name = c.name();
 
     const std::vector<int64_t> kp = shuffled(p.Lk, n * 31 + 7);
@@ -237,11 +239,21 @@ TEST(BackwardProperties, ThreadCountDoesNotChangeBits) {
   for (uint64_t n = 0; n < 30; ++n) {
     const prop::Case c = grad_case(n);
     const Tensor dout = random_dout(c.p, n);
-    const BackwardResult a = reference_backward(c.p, c.in, dout, 1), b = reference_backward(c.p, c.in, dout, 3);
+    const ExpectedGradients a = expected_gradients(c.p, c.in, dout, 1), b = expected_gradients(c.p, c.in, dout, 3);
     EXPECT_EQ(a.dq, b.dq);
     EXPECT_EQ(a.dk, b.dk);
     EXPECT_EQ(a.dv, b.dv);
     EXPECT_EQ(a.dbias, b.dbias);
+    // The error scales too: the tolerance side sums them in the order of the oracle's loops.
+    EXPECT_EQ(a.dq_abs, b.dq_abs);
+    EXPECT_EQ(a.dk_abs, b.dk_abs);
+    EXPECT_EQ(a.dv_abs, b.dv_abs);
+    EXPECT_EQ(a.dbias_abs, b.dbias_abs);
+    EXPECT_EQ(a.dq_abs_unchained, b.dq_abs_unchained);
+    EXPECT_EQ(a.dk_abs_unchained, b.dk_abs_unchained);
+    EXPECT_EQ(a.mod_curv, b.mod_curv);
+    EXPECT_EQ(a.dq_rope, b.dq_rope);
+    EXPECT_EQ(a.dk_rope, b.dk_rope);
   }
 }
 

@@ -39,7 +39,7 @@ bool check_backward(const Impl& impl, const Problem& problem, const Inputs& in, 
   const Support s = run_backward_impl(impl, p, in, dout, g);
   if (!s.ok) return false;
   const ExpectedAttention f = expected_attention(p, in);
-  const BackwardResult r = reference_backward(p, in, dout);
+  const ExpectedGradients r = expected_gradients(p, in, dout);
   const Verdict v = judge_backward(p, f, r, g);
   EXPECT_TRUE(v.pass) << who << " " << p.name() << "\n  " << v.worst().describe();
   const GradTolerance t = grad_tolerance(p, f, r);

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "attncheck/backward.hpp"
 #include "attncheck/block_mask.hpp"
 #include "attncheck/budget.hpp"
+#include "attncheck/grad_scales.hpp"
 #include "attncheck/problem.hpp"
 #include "attncheck/reference.hpp"
 #include "attncheck/tolerance.hpp"
@@ -49,7 +49,7 @@ struct Fixture {
   // stored values cannot be told from data. Set by read_fixture; reports note such files.
   bool checksummed = true;
   std::optional<Tensor> dout;
-  std::optional<BackwardResult> grad;
+  std::optional<ExpectedGradients> grad;
   // The exact block mask of the case (FlexAttention's BlockMask convention, docs/block-mask.md) at the block sizes its
   // suite case asks for, as derive_block_mask gives it; verify hands it to every forward run. Only in fixtures
   // generated with "block_mask" (golden/SCHEMA.md "Block mask"); read_fixture refuses one that is not the exact

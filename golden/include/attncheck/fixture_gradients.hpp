@@ -15,7 +15,7 @@ namespace attncheck {
 // [B,Hq,Lq,Dv] order, rounded to the problem dtype, in the problem's layout.
 Tensor generate_dout(const Problem& p, uint64_t seed);
 
-// Sets f.dout = generate_dout(p, seed) and f.grad = reference_backward(problem, inputs, dout).
+// Sets f.dout = generate_dout(p, seed) and f.grad = expected_gradients(problem, inputs, dout).
 void add_gradients(Fixture& f, uint64_t seed);
 
 // A candidate's gradients: /actual/dq, /actual/dk, /actual/dv (and /actual/dq's dbias with a bias: /actual/dbias),

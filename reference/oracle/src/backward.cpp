@@ -11,6 +11,7 @@
 
 #include "attncheck/block_mask.hpp"
 #include "attncheck/features.hpp"
+#include "attncheck/grad_trace.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
 #include "attncheck/reference.hpp"
@@ -30,27 +31,30 @@ double softcap_derivative(double y) {
 // The forward's scores of one row, and the derivatives of the stages between scale·q·k and the softmax.
 struct RowScores {
   std::vector<double> s;      // the score the softmax reads (the fill where masked)
+  std::vector<double> pre;    // the score the score modifications read (after softcap and bias)
   std::vector<double> chain;  // d softcap / d (scale·q·k)
   std::vector<double> dmod;   // d (score modifications) / d (score after softcap and bias)
-  double max = 0, mod_curv = 0;
+  double max = 0;
 };
 
 // Everything the backward of one (b, h, i) row needs, recomputed from the problem.
 struct RowGrad {
   bool fully_masked = false;
   double lse = 0, d = 0;
-  std::vector<char> vis;   // key visible (its score depends on q, k, bias)
-  std::vector<double> pp;  // P'_ij = P_ij keep_ij/(1-p): the weight that multiplies v_j in the forward
-  std::vector<double> ds;  // dS_ij: gradient of the score after softcap and bias (what the bias receives)
-  std::vector<double> dr;  // dS_ij * softcap derivative: gradient of scale·q·k (what q and k receive, / scale)
-  std::vector<double> g;   // error scale of dS_ij (backward.hpp)
-  RowScores sc;            // the scores; sc.chain: softcap derivative c_ij (1 without softcap)
+  std::vector<char> vis;     // key visible (its score depends on q, k, bias)
+  std::vector<double> P;     // P_ij: the softmax weights
+  std::vector<double> keep;  // keep_ij/(1-p): 0 dropped, 1 without dropout
+  std::vector<double> pp;    // P'_ij = P_ij keep_ij/(1-p): the weight that multiplies v_j in the forward
+  std::vector<double> dP;    // dP'_ij = keep_ij/(1-p) dO_i·v_j, where P'_ij != 0
+  std::vector<double> ds;    // dS_ij: gradient of the score after softcap and bias (what the bias receives)
+  std::vector<double> dr;    // dS_ij * softcap derivative: gradient of scale·q·k (what q and k receive, / scale)
+  RowScores sc;              // the scores; sc.chain: softcap derivative c_ij (1 without softcap)
 };
 
 class Backward {
  public:
   // q and k pass through the position stage (QK-norm, RoPE) as in the forward; the rows below work on the staged
-  // vectors, and the gradients are mapped back through the stage (stage_back).
+  // vectors, and the gradients are mapped back through the stage (GradLoops::stage_back).
   Backward(const Problem& p, const Inputs& in, const Tensor& dout)
       : p_(p),
         in_(in),
@@ -62,38 +66,9 @@ class Backward {
         q_(staged(q_in_, true)),
         k_(staged(k_in_, false)),
         v_(in.v.to_double()),
-        do_(dout.to_double()),
-        qa_(angle_weights(q_, true)),
-        ka_(angle_weights(k_, false)) {}
+        do_(dout.to_double()) {}
 
-  const std::vector<double>& q() const { return q_; }
-  const std::vector<double>& k() const { return k_; }
-  // With RoPE (empty without): per element of the staged q and k, a_f |x_f|, the angle of its pair f at the row's
-  // position times the pair's norm: what a relative angle error δ moves the element by, over δ.
-  const std::vector<double>& q_angle() const { return qa_; }
-  const std::vector<double>& k_angle() const { return ka_; }
-
-  // The rotation back of the staged gradient g of a row (query or key) with its angles off by δ·a moves pair f by
-  // m a_f |g_f| per unit δ: added to w (backward.hpp dq_rope, dk_rope).
-  void add_rotation_back(bool query, int64_t row, const double* g, double* w) const {
-    const RopeAt at = position(query, row);
-    const double m = rope_attention_factor(p_);
-    for (int64_t f = 0; f < p_.rotary_dim / 2; ++f) {
-      const auto [a, c] = rope_pair(p_, f);
-      const double e = m * angle(at, f) * std::hypot(g[a], g[c]);
-      w[a] += e, w[c] += e;
-    }
-  }
-  const std::vector<double>& dO() const { return do_; }
-
-  // Gradient (abs: error scale) g of the staged row `row` of q (query) or k becomes that of the input row.
-  void stage_back(bool query, int64_t row, double* g, bool abs) const {
-    // A row without gradient stays 0 without reading its input (an unseen key may be poisoned).
-    if (!stage_.on() || std::all_of(g, g + p_.Dqk, [](double x) { return x == 0.0; })) return;
-    const int64_t H = query ? p_.Hq : p_.Hkv, L = query ? p_.Lq : p_.Lk, b = row / (H * L), t = row % L;
-    const double* x = &(query ? q_in_ : k_in_)[static_cast<size_t>(row * p_.Dqk)];
-    query ? stage_.query_back(b, t, x, g, abs) : stage_.key_back(b, t, x, g, abs);
-  }
+  GradLoops loops(int threads) const { return {p_, in_, mods_, stage_, q_in_, k_in_, q_, k_, v_, do_, threads}; }
 
   // Forward, step 1: the scores of row (b, h, i) as reference.cpp computes them (masked keys take the fill and are
   // never read), with the derivative of each stage after the dot product.
@@ -108,10 +83,10 @@ class Backward {
     vis.assign(static_cast<size_t>(Lk), 0);
     dense_.row(b, h, i, vis.data());  // every mask composed, the mask modifications included (block_mask.hpp)
     rs.s.assign(static_cast<size_t>(Lk), p.fill == MaskFill::neg_inf ? -inf : p.fill_value);
+    rs.pre = rs.s;
     rs.chain.assign(static_cast<size_t>(Lk), 1.0);
     rs.dmod.assign(static_cast<size_t>(Lk), 1.0);
     rs.max = -inf;
-    rs.mod_curv = 0;
     for (int64_t j = 0; j < Lk; ++j) {
       const size_t J = static_cast<size_t>(j);
       if (!vis[J]) continue;
@@ -124,15 +99,12 @@ class Backward {
         rs.chain[J] = softcap_derivative(y);
       }
       if (in_.bias) score += in_.bias->get_offset(broadcast_offset(*in_.bias, b, h, i, j));
+      rs.pre[J] = score;
       if (mods_.has_score()) {  // score modifications, after the bias: dS_pre = dS_post · m'(score)
         const ModAt at{b, h, i, diag, j};
         const double modified = mods_.score(at, score);
         if (std::isfinite(score) && !std::isfinite(modified)) mods_.expect_finite(at, score);  // throws
-        if (std::isfinite(score)) {
-          rs.dmod[J] = mods_.derivative(at, score);
-          const double curv = mods_.curvature(at, score);
-          if (curv > 0) rs.mod_curv = std::max(rs.mod_curv, curv / std::max(std::abs(rs.dmod[J]), 0x1p-10));
-        }
+        if (std::isfinite(score)) rs.dmod[J] = mods_.derivative(at, score);
         score = modified;
       }
       rs.s[J] = score;
@@ -149,11 +121,14 @@ class Backward {
     const double* doi = &do_[static_cast<size_t>(row * Dv)];
     const RowScores& rs = r.sc;
     scores(b, h, i, r.vis, r.sc);
+    r.P.assign(static_cast<size_t>(Lk), 0.0);
+    r.keep.assign(static_cast<size_t>(Lk), 1.0);
     r.pp.assign(static_cast<size_t>(Lk), 0.0);
+    r.dP.assign(static_cast<size_t>(Lk), 0.0);
     r.ds.assign(static_cast<size_t>(Lk), 0.0);
     r.dr.assign(static_cast<size_t>(Lk), 0.0);
-    r.g.assign(static_cast<size_t>(Lk), 0.0);
     const std::vector<double>& s = rs.s;
+    std::vector<double>& P = r.P;
     double m = rs.max;
     // Forward, step 2: the softmax. A row with no visible key (or only -inf scores) has no gradient.
     r.fully_masked = m == -inf;
@@ -163,7 +138,6 @@ class Backward {
       return;
     }
     if (p.fill == MaskFill::finite) m = std::max(m, p.fill_value);
-    std::vector<double> P(static_cast<size_t>(Lk), 0.0);
     double sum = 0.0;
     for (int64_t j = 0; j < Lk; ++j) {
       const bool takes_part = r.vis[static_cast<size_t>(j)] || p.fill == MaskFill::finite;
@@ -175,59 +149,45 @@ class Backward {
 
     // Backward: dP_ij = keep_ij/(1-p) · dO_i·v_j (the same keep-mask as the forward), only where P'_ij != 0.
     const double keep_scale = 1.0 / (1.0 - p.dropout_p);
-    std::vector<double> dP(static_cast<size_t>(Lk), 0.0), mag(static_cast<size_t>(Lk), 0.0);
-    double D = 0.0, M = 0.0;
+    double D = 0.0;
     for (int64_t j = 0; j < Lk; ++j) {
-      double kf = 1.0;
-      if (in_.keep) kf = in_.keep->get_offset(((b * p.Hq + h) * p.Lq + i) * Lk + j) != 0 ? keep_scale : 0.0;
-      const double pj = P[static_cast<size_t>(j)];
-      r.pp[static_cast<size_t>(j)] = pj * kf;
-      if (pj * kf == 0.0) continue;  // a dropped or zero weight: v_j is never read (it may be poisoned)
-      double dot = 0.0, abs_dot = 0.0;
-      for (int64_t d = 0; d < Dv; ++d) {
-        dot += doi[d] * vb[j * Dv + d];
-        abs_dot += std::abs(doi[d] * vb[j * Dv + d]);
-      }
-      dP[static_cast<size_t>(j)] = kf * dot;
-      mag[static_cast<size_t>(j)] = kf * abs_dot;
-      D += pj * dP[static_cast<size_t>(j)];  // D_i = Σ_j P_ij dP_ij = Σ_j P'_ij dP'_ij
-      M += pj * mag[static_cast<size_t>(j)];
+      const size_t J = static_cast<size_t>(j);
+      if (in_.keep) r.keep[J] = in_.keep->get_offset(((b * p.Hq + h) * p.Lq + i) * Lk + j) != 0 ? keep_scale : 0.0;
+      r.pp[J] = P[J] * r.keep[J];
+      if (r.pp[J] == 0.0) continue;  // a dropped or zero weight: v_j is never read (it may be poisoned)
+      double dot = 0.0;
+      for (int64_t d = 0; d < Dv; ++d) dot += doi[d] * vb[j * Dv + d];
+      r.dP[J] = r.keep[J] * dot;
+      D += P[J] * r.dP[J];  // D_i = Σ_j P_ij dP_ij = Σ_j P'_ij dP'_ij
     }
     r.d = D;
     // dS_ij = P_ij (dP_ij − D_i) · m'_ij on visible keys; a masked key's score is the constant fill: no gradient.
     for (int64_t j = 0; j < Lk; ++j) {
       const size_t J = static_cast<size_t>(j);
       if (!r.vis[J] || P[J] == 0.0) continue;
-      r.ds[J] = P[J] * (dP[J] - D) * rs.dmod[J];
+      r.ds[J] = P[J] * (r.dP[J] - D) * rs.dmod[J];
       r.dr[J] = r.ds[J] * rs.chain[J];
-      r.g[J] = P[J] * (std::abs(dP[J]) + std::abs(D) + mag[J] + M) * std::abs(rs.dmod[J]);
     }
+  }
+
+  GradRowTrace trace(int64_t b, int64_t h, int64_t i, const RowGrad& g) const {
+    return {(b * p_.Hq + h) * p_.Lq + i,
+            b,
+            h,
+            i,
+            p_.kv_head(h),
+            g.vis,
+            g.sc.pre,
+            g.sc.chain,
+            g.sc.dmod,
+            g.P,
+            g.keep,
+            g.pp,
+            g.dP,
+            g.d};
   }
 
  private:
-  RopeAt position(bool query, int64_t row) const {
-    const int64_t H = query ? p_.Hq : p_.Hkv, L = query ? p_.Lq : p_.Lk;
-    return query ? rope_query_at(p_, row / (H * L), row % L) : rope_key_at(p_, row / (H * L), row % L);
-  }
-  double angle(const RopeAt& at, int64_t f) const {  // a_f = |position| inv_freq_f (mRoPE: the pair's section)
-    return std::abs(static_cast<double>(at.pos[static_cast<size_t>(stage_.sections()[size_t(f)])])) *
-           stage_.inv_freq()[size_t(f)];
-  }
-  std::vector<double> angle_weights(const std::vector<double>& x, bool query) const {
-    if (!uses_rope(p_)) return {};
-    std::vector<double> w(x.size(), 0.0);
-    for (int64_t row = 0; row < static_cast<int64_t>(x.size()) / p_.Dqk; ++row) {
-      const RopeAt at = position(query, row);
-      const double* xr = &x[static_cast<size_t>(row * p_.Dqk)];
-      double* wr = &w[static_cast<size_t>(row * p_.Dqk)];
-      for (int64_t f = 0; f < p_.rotary_dim / 2; ++f) {
-        const auto [a, c] = rope_pair(p_, f);
-        wr[a] = wr[c] = angle(at, f) * std::hypot(xr[a], xr[c]);
-      }
-    }
-    return w;
-  }
-
   std::vector<double> staged(std::vector<double> x, bool query) const {  // the forward's widen (reference.cpp)
     if (!stage_.on()) return x;
     const int64_t H = query ? p_.Hq : p_.Hkv, L = query ? p_.Lq : p_.Lk;
@@ -243,7 +203,7 @@ class Backward {
   const ModSet mods_;
   const DenseMask dense_;
   const RopeStage stage_;
-  std::vector<double> q_in_, k_in_, q_, k_, v_, do_, qa_, ka_;
+  std::vector<double> q_in_, k_in_, q_, k_, v_, do_;
 };
 
 void check_dout(const Problem& p, const Tensor& dout) {
@@ -261,26 +221,74 @@ void check_dout(const Problem& p, const Tensor& dout) {
   if (dout.dtype == DType::u8) throw std::invalid_argument("dout: dtype u8 is not a floating type");
 }
 
-// dQ and dK with their error scales, computed for the staged q and k, mapped back to the q and k as given: the
-// transposed Jacobians of RoPE and QK-norm on the gradients, their magnitudes on the scales (backward.hpp).
-// With RoPE, the angle sensitivities gain the rotation back of the staged gradient and are mapped like the scales.
-void position_stage_back(const Problem& p, const Backward& bw, BackwardResult& r, int threads) {
-  const auto map = [&](bool query, std::vector<double>& grad, std::vector<double>& abs, std::vector<double>& un,
-                       std::vector<double>& angle) {
-    const int64_t rows = p.B * (query ? p.Hq * p.Lq : p.Hkv * p.Lk);
-    parallel_rows(rows, threads, [&](int64_t row) {
-      const size_t at = static_cast<size_t>(row * p.Dqk);
-      if (!angle.empty()) {
-        bw.add_rotation_back(query, row, &grad[at], &angle[at]);
-        bw.stage_back(query, row, &angle[at], true);
+// Phase 1, one task per (batch, KV head): it owns dK and dV of that head, summed over the group's query heads
+// (GQA) and their queries in a fixed order; dQ rows are written by the one task that computes them. dQ and dK are
+// those of the staged q and k.
+void row_gradients(const Backward& bw, const GradLoops& lp, BackwardResult& r, bool want_ds, GradObserver* observer) {
+  const Problem& p = lp.p;
+  const int64_t Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, G = p.group_size();
+  const double scale = p.effective_scale();
+  parallel_rows(p.B * Hkv, lp.threads, [&](int64_t unit) {
+    const int64_t b = unit / Hkv, kvh = unit % Hkv;
+    const double* kb = &lp.k[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];
+    double* dk = &r.dk[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];
+    double* dv = &r.dv[static_cast<size_t>((b * Hkv + kvh) * Lk * Dv)];
+    RowGrad g;
+    for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h)
+      for (int64_t i = 0; i < Lq; ++i) {
+        bw.row(b, h, i, g);
+        const int64_t row = (b * Hq + h) * Lq + i;
+        r.d[static_cast<size_t>(row)] = g.d;
+        r.lse[static_cast<size_t>(row)] = g.lse;
+        if (g.fully_masked) continue;
+        if (want_ds) std::copy(g.ds.begin(), g.ds.end(), r.ds.begin() + row * Lk);
+        const double* qi = &lp.q[static_cast<size_t>(row * Dqk)];
+        const double* doi = &lp.dout[static_cast<size_t>(row * Dv)];
+        double* dq = &r.dq[static_cast<size_t>(row * Dqk)];
+        for (int64_t j = 0; j < Lk; ++j) {
+          const size_t J = static_cast<size_t>(j);
+          if (g.pp[J] != 0.0)
+            for (int64_t d = 0; d < Dv; ++d) dv[j * Dv + d] += g.pp[J] * doi[d];  // dV_j += P'_ij dO_i
+          if (g.dr[J] == 0.0) continue;  // no score gradient: k_j (masked, perhaps poisoned) is never read
+          const double c = scale * g.dr[J];
+          for (int64_t d = 0; d < Dqk; ++d) {
+            dq[d] += c * kb[j * Dqk + d];  // dQ_i = scale Σ_j dS_ij c_ij k_j
+            dk[j * Dqk + d] += c * qi[d];  // dK_j = scale Σ_i dS_ij c_ij q_i
+          }
+        }
+        if (observer) observer->row(bw.trace(b, h, i, g));
       }
-      bw.stage_back(query, row, &grad[at], false);
-      bw.stage_back(query, row, &abs[at], true);
-      if (!un.empty()) bw.stage_back(query, row, &un[at], true);
-    });
-  };
-  map(true, r.dq, r.dq_abs, r.dq_abs_unchained, r.dq_rope);
-  map(false, r.dk, r.dk_abs, r.dk_abs_unchained, r.dk_rope);
+  });
+}
+
+// dQ and dK of the staged q and k mapped back to the q and k as given: the transposed Jacobians of RoPE and
+// QK-norm.
+void position_stage_back(const GradLoops& lp, BackwardResult& r) {
+  const Problem& p = lp.p;
+  parallel_rows(p.B * p.Hq * p.Lq, lp.threads,
+                [&](int64_t row) { lp.stage_back(true, row, &r.dq[static_cast<size_t>(row * p.Dqk)], false); });
+  parallel_rows(p.B * p.Hkv * p.Lk, lp.threads,
+                [&](int64_t row) { lp.stage_back(false, row, &r.dk[static_cast<size_t>(row * p.Dqk)], false); });
+}
+
+// Phase 2, dBias: one task per row (b', h', i') of the bias tensor sums dS over every (b, h, i) that reads it.
+void bias_gradient(const Backward& bw, const GradLoops& lp, BackwardResult& r, GradObserver* observer) {
+  const Problem& p = lp.p;
+  const std::vector<int64_t> bs = grad_shape(p, 3);
+  r.dbias.assign(static_cast<size_t>(bs[0] * bs[1] * bs[2] * bs[3]), 0.0);
+  parallel_rows(bs[0] * bs[1] * bs[2], lp.threads, [&](int64_t brow) {
+    const int64_t bb = brow / (bs[1] * bs[2]), hh = (brow / bs[2]) % bs[1], ii = brow % bs[2];
+    double* db = &r.dbias[static_cast<size_t>(brow * bs[3])];
+    RowGrad g;
+    for (int64_t b = (bs[0] == 1 ? 0 : bb); b < (bs[0] == 1 ? p.B : bb + 1); ++b)
+      for (int64_t h = (bs[1] == 1 ? 0 : hh); h < (bs[1] == 1 ? p.Hq : hh + 1); ++h)
+        for (int64_t i = (bs[2] == 1 ? 0 : ii); i < (bs[2] == 1 ? p.Lq : ii + 1); ++i) {
+          bw.row(b, h, i, g);
+          if (g.fully_masked) continue;
+          for (int64_t j = 0; j < p.Lk; ++j) db[bs[3] == 1 ? 0 : j] += g.ds[static_cast<size_t>(j)];
+          if (observer) observer->bias_row(brow, bw.trace(b, h, i, g));
+        }
+  });
 }
 
 }  // namespace
@@ -304,7 +312,8 @@ Gradients make_gradients(const Problem& p) {
 
 Tensor make_dout(const Problem& p) { return Tensor(p.dtype, {p.B, p.Hq, p.Lq, p.Dv}, storage_order(p.layout)); }
 
-BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tensor& dout, int threads, bool want_ds) {
+BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tensor& dout, int threads, bool want_ds,
+                                  GradObserver* observer) {
   validate(p, in);
   check_dout(p, dout);
   // Features the gradients below do not model (the feature table's backward_gap): sinks (no sink term, no
@@ -312,114 +321,23 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
   // masks are the unpacked ones), a paged cache (a shared page's gradient would sum over sequences), fp8 (its
   // gradients need their own scales, cuDNN's sdpa_fp8_backward).
   if (Support s = backward_modelled(p); !s.ok) throw std::invalid_argument("reference_backward: " + s.reason);
-  const int64_t B = p.B, Hq = p.Hq, Hkv = p.Hkv, Lq = p.Lq, Lk = p.Lk, Dqk = p.Dqk, Dv = p.Dv, G = p.group_size();
-  const double scale = p.effective_scale();
   const Backward bw(p, in, dout);
-  const std::vector<double>& k = bw.k();  // after the position stage
+  const GradLoops lp = bw.loops(threads);
+  if (observer) observer->start(lp);
 
   BackwardResult r;
-  r.dq.assign(static_cast<size_t>(B * Hq * Lq * Dqk), 0.0);
-  r.dq_abs = r.dq;
-  r.dk.assign(static_cast<size_t>(B * Hkv * Lk * Dqk), 0.0);
-  r.dk_abs = r.dk;
-  if (p.softcap > 0) {
-    r.dq_abs_unchained = r.dq;
-    r.dk_abs_unchained = r.dk;
-  }
-  if (uses_rope(p)) {
-    r.dq_rope = r.dq;
-    r.dk_rope = r.dk;
-  }
-  r.dv.assign(static_cast<size_t>(B * Hkv * Lk * Dv), 0.0);
-  r.dv_abs = r.dv;
-  r.d.assign(static_cast<size_t>(B * Hq * Lq), 0.0);
+  r.dq.assign(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Dqk), 0.0);
+  r.dk.assign(static_cast<size_t>(p.B * p.Hkv * p.Lk * p.Dqk), 0.0);
+  r.dv.assign(static_cast<size_t>(p.B * p.Hkv * p.Lk * p.Dv), 0.0);
+  r.d.assign(static_cast<size_t>(p.B * p.Hq * p.Lq), 0.0);
   r.lse = r.d;
-  if (ModSet(p).has_score()) r.mod_curv = r.d;
-  if (want_ds) r.ds.assign(static_cast<size_t>(B * Hq * Lq * Lk), 0.0);
-
-  // Phase 1, one task per (batch, KV head): it owns dK and dV of that head, summed over the group's query heads
-  // (GQA) and their queries in a fixed order; dQ rows are written by the one task that computes them.
-  parallel_rows(B * Hkv, threads, [&](int64_t unit) {
-    const int64_t b = unit / Hkv, kvh = unit % Hkv;
-    const double* kb = &k[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];
-    double* dk = &r.dk[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];
-    double* dk_abs = &r.dk_abs[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)];
-    double* dv = &r.dv[static_cast<size_t>((b * Hkv + kvh) * Lk * Dv)];
-    double* dv_abs = &r.dv_abs[static_cast<size_t>((b * Hkv + kvh) * Lk * Dv)];
-    RowGrad g;
-    for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h)
-      for (int64_t i = 0; i < Lq; ++i) {
-        bw.row(b, h, i, g);
-        const int64_t row = (b * Hq + h) * Lq + i;
-        r.d[static_cast<size_t>(row)] = g.d;
-        r.lse[static_cast<size_t>(row)] = g.lse;
-        if (g.fully_masked) continue;
-        if (!r.mod_curv.empty()) r.mod_curv[static_cast<size_t>(row)] = g.sc.mod_curv;
-        if (want_ds) std::copy(g.ds.begin(), g.ds.end(), r.ds.begin() + row * Lk);
-        const double* qi = &bw.q()[static_cast<size_t>(row * Dqk)];
-        const double* doi = &bw.dO()[static_cast<size_t>(row * Dv)];
-        double* dq = &r.dq[static_cast<size_t>(row * Dqk)];
-        double* dq_abs = &r.dq_abs[static_cast<size_t>(row * Dqk)];
-        double* dq_un = p.softcap > 0 ? &r.dq_abs_unchained[static_cast<size_t>(row * Dqk)] : nullptr;
-        double* dk_un = p.softcap > 0 ? &r.dk_abs_unchained[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)] : nullptr;
-        const bool rope = !r.dq_rope.empty();
-        double* dq_rope = rope ? &r.dq_rope[static_cast<size_t>(row * Dqk)] : nullptr;
-        double* dk_rope = rope ? &r.dk_rope[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)] : nullptr;
-        const double* qa = rope ? &bw.q_angle()[static_cast<size_t>(row * Dqk)] : nullptr;
-        const double* ka = rope ? &bw.k_angle()[static_cast<size_t>((b * Hkv + kvh) * Lk * Dqk)] : nullptr;
-        for (int64_t j = 0; j < Lk; ++j) {
-          const size_t J = static_cast<size_t>(j);
-          if (g.pp[J] != 0.0)  // dV_j += P'_ij dO_i
-            for (int64_t d = 0; d < Dv; ++d) {
-              dv[j * Dv + d] += g.pp[J] * doi[d];
-              dv_abs[j * Dv + d] += std::abs(g.pp[J] * doi[d]);
-            }
-          if (!g.vis[J] || g.g[J] == 0.0) continue;  // no score gradient: k_j is never read
-          const double c = scale * g.dr[J], ca = std::abs(scale * g.sc.chain[J]) * g.g[J];
-          for (int64_t d = 0; d < Dqk; ++d) {
-            dq[d] += c * kb[j * Dqk + d];  // dQ_i = scale Σ_j dS_ij c_ij k_j
-            dq_abs[d] += std::abs(ca * kb[j * Dqk + d]);
-            dk[j * Dqk + d] += c * qi[d];  // dK_j = scale Σ_i dS_ij c_ij q_i
-            dk_abs[j * Dqk + d] += std::abs(ca * qi[d]);
-          }
-          if (rope)  // a key's (query's) rotated element off by δ a_f |x_f| moves dQ (dK) through dS_ij
-            for (int64_t d = 0; d < Dqk; ++d) {
-              dq_rope[d] += ca * ka[j * Dqk + d];
-              dk_rope[j * Dqk + d] += ca * qa[d];
-            }
-          if (dq_un)  // the same sums with the softcap derivative replaced by 1
-            for (int64_t d = 0; d < Dqk; ++d) {
-              dq_un[d] += std::abs(scale * g.g[J] * kb[j * Dqk + d]);
-              dk_un[j * Dqk + d] += std::abs(scale * g.g[J] * qi[d]);
-            }
-        }
-      }
-  });
-
-  if (uses_position_stage(p)) position_stage_back(p, bw, r, threads);
-
-  // Phase 2, dBias: one task per row (b', h', i') of the bias tensor sums dS over every (b, h, i) that reads it.
-  if (in.bias) {
-    const std::vector<int64_t> bs = grad_shape(p, 3);
-    r.dbias.assign(static_cast<size_t>(bs[0] * bs[1] * bs[2] * bs[3]), 0.0);
-    r.dbias_abs = r.dbias;
-    parallel_rows(bs[0] * bs[1] * bs[2], threads, [&](int64_t brow) {
-      const int64_t bb = brow / (bs[1] * bs[2]), hh = (brow / bs[2]) % bs[1], ii = brow % bs[2];
-      double* db = &r.dbias[static_cast<size_t>(brow * bs[3])];
-      double* db_abs = &r.dbias_abs[static_cast<size_t>(brow * bs[3])];
-      RowGrad g;
-      for (int64_t b = (bs[0] == 1 ? 0 : bb); b < (bs[0] == 1 ? B : bb + 1); ++b)
-        for (int64_t h = (bs[1] == 1 ? 0 : hh); h < (bs[1] == 1 ? Hq : hh + 1); ++h)
-          for (int64_t i = (bs[2] == 1 ? 0 : ii); i < (bs[2] == 1 ? Lq : ii + 1); ++i) {
-            bw.row(b, h, i, g);
-            if (g.fully_masked) continue;
-            for (int64_t j = 0; j < Lk; ++j) {
-              db[bs[3] == 1 ? 0 : j] += g.ds[static_cast<size_t>(j)];
-              db_abs[bs[3] == 1 ? 0 : j] += g.g[static_cast<size_t>(j)];
-            }
-          }
-    });
+  if (want_ds) r.ds.assign(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Lk), 0.0);
+  row_gradients(bw, lp, r, want_ds, observer);
+  if (uses_position_stage(p)) {
+    if (observer) observer->staged(r);
+    position_stage_back(lp, r);
   }
+  if (in.bias) bias_gradient(bw, lp, r, observer);
   return r;
 }
 

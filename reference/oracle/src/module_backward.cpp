@@ -63,7 +63,7 @@ void pack_gradients(const ModuleProblem& m, const std::vector<double> (&dw)[3], 
 }
 
 void backward_trace(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy, BackwardTrace& bt,
-                    RowObserver* observer) {
+                    RowObserver* observer, GradObserver* grad_observer) {
   Trace& t = bt.t;
   (void)forward(m, in, ModuleFault::none, t, observer);
   const Problem& p = m.attn;
@@ -82,7 +82,7 @@ void backward_trace(const ModuleProblem& m, const ModuleInputs& in, const std::v
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < p.Lq; ++i)
         for (int64_t d = 0; d < p.Dv; ++d) bt.dout.put(b, h, i, d, bt.dmerged[at((b * p.Lq + i) * HD + h * p.Dv + d)]);
-  bt.a = reference_backward(t.attn, t.ai, bt.dout);
+  bt.a = reference_backward(t.attn, t.ai, bt.dout, 0, false, grad_observer);
 }
 
 }  // namespace module_detail

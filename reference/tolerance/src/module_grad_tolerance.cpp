@@ -8,6 +8,7 @@
 #include "attncheck/tolerance_backward.hpp"
 #include "attncheck/module_reference.hpp"
 #include "attncheck/module_tolerance.hpp"
+#include "grad_scales_pass.hpp"
 #include "module_errors.hpp"
 #include "row_error_scales.hpp"
 
@@ -102,9 +103,12 @@ AttnPropagation propagate(const module_detail::Trace& t, const module_errors::Fo
 ModuleGradients module_grad_tolerance(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy,
                                       ModuleGradFault fault) {
   module_detail::BackwardTrace bt;
-  ErrorScales attn_scales;  // the attention forward's, for its backward's own bound
+  ErrorScales attn_scales;  // the attention forward's and backward's, for its backward's own bound
+  ExpectedGradients attn_grads;
   ErrorScalesPass pass(attn_scales);
-  module_detail::backward_trace(m, in, dy, bt, &pass);
+  GradScalesPass grad_pass(attn_grads);
+  module_detail::backward_trace(m, in, dy, bt, &pass, &grad_pass);
+  static_cast<BackwardResult&>(attn_grads) = bt.a;
   const module_detail::Trace& t = bt.t;
   const BackwardResult& a = bt.a;
   const module_errors::ForwardErrors fe = module_errors::forward_errors(m, in, t);
@@ -163,7 +167,7 @@ ModuleGradients module_grad_tolerance(const ModuleProblem& m, const ModuleInputs
   // The attention backward: its own bound at the exact inputs plus the propagated input errors.
   Problem pd = t.attn;
   pd.dtype = dt;
-  const GradTolerance own = grad_tolerance(pd, attn_scales, a);
+  const GradTolerance own = grad_tolerance(pd, attn_scales, attn_grads);
   const AttnPropagation prop = propagate(t, fe, bt.dout, edout);
   auto sum = [](const std::vector<double>& x, const std::vector<double>& y) {
     std::vector<double> s(x.size());

@@ -32,7 +32,7 @@ struct Units {
 // it keeps magnitudes. The way back applies the transposed Jacobians: RoPE 4u (cos, sin, two products, a sum),
 // QK-norm the sum over Dqk of g w x and three products (sqrt(Dqk) + 6) u. The angle error itself grows with each
 // pair's angle, so it is charged per pair and position (docs/backward.md "RoPE angles"): u.angle times the forward's
-// rope_max in the scores and BackwardResult's dq_rope, dk_rope in the gradients.
+// rope_max in the scores and GradScales' dq_rope, dk_rope in the gradients.
 
 Units units(const Problem& p, const ToleranceModel& m) {
   const PrecisionContract c = m.contract ? *m.contract : default_contract(p.dtype);
@@ -106,21 +106,21 @@ double chain_relative(const Problem& p, const ErrorScales& fwd, size_t row, cons
 constexpr double kChainAbsolute = 10.0;
 
 // The score modifications' derivative m' at a score off by δ = (c_s + u)·score_mag (plus the angles') moves by
-// |m''|·δ: relative to |m'|, mod_curv·δ (BackwardResult::mod_curv; 0 for the additive library entries, whose m'
+// |m''|·δ: relative to |m'|, mod_curv·δ (GradScales::mod_curv; 0 for the additive library entries, whose m'
 // is exactly 1).
-double mod_relative(const Problem& p, const ErrorScales& fwd, const BackwardResult& r, size_t row, const Units& u) {
+double mod_relative(const Problem& p, const ErrorScales& fwd, const GradScales& r, size_t row, const Units& u) {
   if (r.mod_curv.empty()) return 0.0;
   return r.mod_curv[row] * ((score_error(p, u) + u.score) * fwd.score_mag[row] + angle_score(fwd, row, u));
 }
 }  // namespace
 
-GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const BackwardResult& r,
+GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const ExpectedGradients& r,
                              const ToleranceModel& m) {
   const Units u = units(p, m);
   if (u.angle > 0 && (r.dq_rope.size() != r.dq.size() || r.dk_rope.size() != r.dk.size()))
     throw std::invalid_argument(
         "grad_tolerance: the rope contract needs the RoPE angle sensitivities dq_rope and dk_rope "
-        "(reference_backward computes them)");
+        "(expected_gradients computes them)");
   const double fl = floor_of(p), lam = m.lambda;
   const int64_t G = p.group_size(), rows = p.B * p.Hq * p.Lq;
   GradTolerance t;
@@ -182,7 +182,7 @@ GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const Bac
   return t;
 }
 
-Verdict judge_backward(const Problem& p, const ErrorScales& fwd, const BackwardResult& r, const Gradients& actual,
+Verdict judge_backward(const Problem& p, const ErrorScales& fwd, const ExpectedGradients& r, const Gradients& actual,
                        const ToleranceModel& m) {
   const GradTolerance t = grad_tolerance(p, fwd, r, m);
   Verdict v;

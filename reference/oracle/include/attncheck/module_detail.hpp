@@ -43,9 +43,10 @@ struct BackwardTrace {
   Tensor dout;
   BackwardResult a;
 };
-// The attention's forward rows go to observer as well, when given (row_trace.hpp).
+// The attention's forward rows go to observer as well, when given (row_trace.hpp), its backward rows to
+// grad_observer (grad_trace.hpp).
 void backward_trace(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy, BackwardTrace& bt,
-                    RowObserver* observer = nullptr);
+                    RowObserver* observer = nullptr, GradObserver* grad_observer = nullptr);
 
 // The separate-form gradients dw[which], db[which] (which = 0 q, 1 k, 2 v) placed into the module's packing.
 void pack_gradients(const ModuleProblem& m, const std::vector<double> (&dw)[3], const std::vector<double> (&db)[3],
