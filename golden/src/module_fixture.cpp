@@ -49,11 +49,9 @@ std::string image(const std::string& path, const ModuleFixture& f) {
     h5::Id g = h5::create_group(file, "inputs");
     h5::write_tensor(g, "x", in.x, in.x.shape, "B,Lq,d_in");
     if (in.x2) h5::write_tensor(g, "x2", *in.x2, in.x2->shape, "B,Lk,d_in2");
-    const std::pair<const char*, const std::optional<Tensor>*> ws[] = {
-        {"wq", &in.wq}, {"wk", &in.wk}, {"wv", &in.wv},     {"bq", &in.bq},
-        {"bk", &in.bk}, {"bv", &in.bv}, {"wqkv", &in.wqkv}, {"bqkv", &in.bqkv}};
-    for (const auto& [name, t] : ws)
-      if (*t) h5::write_tensor(g, name, **t, (*t)->shape, name[0] == 'w' ? "out,in" : "out");
+    for (const ModuleProjection& w : kModuleProjections)
+      if (const std::optional<Tensor>& t = in.*w.tensor)
+        h5::write_tensor(g, w.name, *t, t->shape, w.rank == 2 ? "out,in" : "out");
     h5::write_tensor(g, "wo", in.wo, in.wo.shape, "d_out,Hq*Dv");
     if (in.bo) h5::write_tensor(g, "bo", *in.bo, in.bo->shape, "d_out");
     if (in.mask) h5::write_tensor(g, "mask", *in.mask, in.mask->shape, "B,Hq,Lq,Lk (broadcast)");
@@ -159,9 +157,7 @@ ModuleFixture read(const std::string& path) {
   ModuleInputs& in = f.inputs;
   in.x = read_any(r, file, "/inputs/x", t, 3);
   in.x2 = read_opt(r, file, "x2", t, 3);
-  in.wq = read_opt(r, file, "wq", t, 2), in.wk = read_opt(r, file, "wk", t, 2), in.wv = read_opt(r, file, "wv", t, 2);
-  in.bq = read_opt(r, file, "bq", t, 1), in.bk = read_opt(r, file, "bk", t, 1), in.bv = read_opt(r, file, "bv", t, 1);
-  in.wqkv = read_opt(r, file, "wqkv", t, 2), in.bqkv = read_opt(r, file, "bqkv", t, 1);
+  for (const ModuleProjection& w : kModuleProjections) in.*w.tensor = read_opt(r, file, w.name, t, w.rank);
   in.wo = read_any(r, file, "/inputs/wo", t, 2);
   in.bo = read_opt(r, file, "bo", t, 1);
   in.mask = read_opt(r, file, "mask", DType::u8, 4);

@@ -95,17 +95,9 @@ ModuleFixture import_module_case(const ImportRequest& f, const ModuleImportFlags
   ModuleInputs in;
   in.x = *tensor(a, "x", t, bf16_bits);
   in.x2 = tensor(a, "x2", t, bf16_bits);
-  for (auto [name, dst] : {std::pair{"wq", &in.wq},
-                           {"wk", &in.wk},
-                           {"wv", &in.wv},
-                           {"bq", &in.bq},
-                           {"bk", &in.bk},
-                           {"bv", &in.bv},
-                           {"wqkv", &in.wqkv},
-                           {"bqkv", &in.bqkv},
-                           {"bo", &in.bo}})
-    *dst = tensor(a, name, t, bf16_bits);
+  for (const ModuleProjection& w : kModuleProjections) in.*w.tensor = tensor(a, w.name, t, bf16_bits);
   in.wo = *tensor(a, "wo", t, bf16_bits);
+  in.bo = tensor(a, "bo", t, bf16_bits);
   if (a.count("key_padding_mask") && a.count("mask")) bad(f.input + ": give key_padding_mask or mask, not both");
   if (const auto it = a.find("key_padding_mask"); it != a.end()) {  // True = ignore (nn.MultiheadAttention)
     check_zero_one(f.input + ": key_padding_mask", it->second);

@@ -194,20 +194,12 @@ ModuleProblem module_problem_from_json(const json& j, const std::string& where) 
 
 std::vector<std::pair<const char*, const Tensor*>> module_input_tensors(const ModuleInputs& in) {
   std::vector<std::pair<const char*, const Tensor*>> out = {{"x", &in.x}, {"wo", &in.wo}};
-  for (auto [name, t] : {std::pair{"x2", &in.x2},
-                         {"wq", &in.wq},
-                         {"wk", &in.wk},
-                         {"wv", &in.wv},
-                         {"bq", &in.bq},
-                         {"bk", &in.bk},
-                         {"bv", &in.bv},
-                         {"wqkv", &in.wqkv},
-                         {"bqkv", &in.bqkv},
-                         {"bo", &in.bo},
-                         {"mask", &in.mask},
-                         {"bias", &in.bias},
-                         {"keep", &in.keep}})
-    if (*t) out.emplace_back(name, &**t);
+  const auto add = [&](const char* name, const std::optional<Tensor>& t) {
+    if (t) out.emplace_back(name, &*t);
+  };
+  add("x2", in.x2);
+  for (const ModuleProjection& w : kModuleProjections) add(w.name, in.*w.tensor);
+  add("bo", in.bo), add("mask", in.mask), add("bias", in.bias), add("keep", in.keep);
   return out;
 }
 

@@ -62,6 +62,18 @@ struct ModuleInputs {
   std::optional<Tensor> mask, bias, keep;
 };
 
+// The optional q, k, v projection tensors by the name fixtures, the worker protocol and `import` give them, in the
+// order they are written: weights 2-D [out, in], biases 1-D [out].
+struct ModuleProjection {
+  const char* name;
+  std::optional<Tensor> ModuleInputs::*tensor;
+  int rank;
+};
+inline constexpr ModuleProjection kModuleProjections[] = {
+    {"wq", &ModuleInputs::wq, 2},     {"wk", &ModuleInputs::wk, 2},    {"wv", &ModuleInputs::wv, 2},
+    {"bq", &ModuleInputs::bq, 1},     {"bk", &ModuleInputs::bk, 1},    {"bv", &ModuleInputs::bv, 1},
+    {"wqkv", &ModuleInputs::wqkv, 2}, {"bqkv", &ModuleInputs::bqkv, 1}};
+
 // Throws std::invalid_argument naming the field and the values: shapes that do not chain (x -> projections ->
 // heads -> Wo), a dtype other than fp64/fp32/fp16/bf16, tensors missing or present against the flags, and every
 // attention-level inconsistency (validate(Problem, Inputs)).
