@@ -4,8 +4,8 @@
 // backwards.
 #include "attncheck/backward.hpp"
 #include "attncheck/module_problem.hpp"
-#include "attncheck/module_detail.hpp"
 #include "attncheck/module_reference.hpp"
+#include "module_detail.hpp"
 
 namespace attncheck {
 inline namespace oracle {
@@ -17,7 +17,7 @@ namespace {
 // Projection `which` backwards: dz [B, H, L, D] (head split undone) against its input x [B, L, in] and weight rows
 // r: dW_sep [H*D, in] and db_sep [H*D] (returned), dx accumulated.
 void project_back(const std::vector<double>& dz, int64_t B, int64_t H, int64_t L, int64_t D, const Tensor& x,
-                  const module_detail::Rows& r, std::vector<double>& dx, std::vector<double>& dw,
+                  const module_trace::Rows& r, std::vector<double>& dx, std::vector<double>& dw,
                   std::vector<double>& db) {
   const std::vector<double> xs = x.to_double();
   const int64_t in = r.in, n = H * D;
@@ -38,8 +38,11 @@ void project_back(const std::vector<double>& dz, int64_t B, int64_t H, int64_t L
 
 }  // namespace
 
-namespace module_detail {
-// The separate-form gradients dw[which], db[which] placed into the module's packing (module_detail.hpp).
+namespace module_trace {
+
+using module_detail::packed_row;
+
+// The separate-form gradients dw[which], db[which] placed into the module's packing (module_trace.hpp).
 void pack_gradients(const ModuleProblem& m, const std::vector<double> (&dw)[3], const std::vector<double> (&db)[3],
                     ModuleGradients& g) {
   const Problem& p = m.attn;
@@ -85,13 +88,13 @@ void backward_trace(const ModuleProblem& m, const ModuleInputs& in, const std::v
   bt.a = reference_backward(t.attn, t.ai, bt.dout, 0, false, grad_observer);
 }
 
-}  // namespace module_detail
+}  // namespace module_trace
 
 ModuleGradients reference_module_backward(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy,
                                           ModuleGradFault fault) {
-  module_detail::BackwardTrace bt;
-  module_detail::backward_trace(m, in, dy, bt);
-  const module_detail::Trace& t = bt.t;
+  module_trace::BackwardTrace bt;
+  module_trace::backward_trace(m, in, dy, bt);
+  const module_trace::Trace& t = bt.t;
   const BackwardResult& a = bt.a;
   const Problem& p = m.attn;
   const int64_t tokens = p.B * p.Lq, HD = p.Hq * p.Dv;
@@ -117,13 +120,13 @@ ModuleGradients reference_module_backward(const ModuleProblem& m, const ModuleIn
   std::vector<double>& dxkv = m.cross() ? g.dx2 : fault == ModuleGradFault::x_kv_path ? dropped : g.dx;
   const Tensor& xkv = m.cross() ? *in.x2 : in.x;
   std::vector<double> dw[3], db[3];
-  project_back(a.dq, p.B, p.Hq, p.Lq, p.Dqk, in.x, module_detail::select(m, in, 0, ModuleFault::none), g.dx, dw[0],
+  project_back(a.dq, p.B, p.Hq, p.Lq, p.Dqk, in.x, module_trace::select(m, in, 0, ModuleFault::none), g.dx, dw[0],
                db[0]);
-  project_back(a.dk, p.B, p.Hkv, p.Lk, p.Dqk, xkv, module_detail::select(m, in, 1, ModuleFault::none), dxkv, dw[1],
+  project_back(a.dk, p.B, p.Hkv, p.Lk, p.Dqk, xkv, module_trace::select(m, in, 1, ModuleFault::none), dxkv, dw[1],
                db[1]);
-  project_back(a.dv, p.B, p.Hkv, p.Lk, p.Dv, xkv, module_detail::select(m, in, 2, ModuleFault::none), dxkv, dw[2],
+  project_back(a.dv, p.B, p.Hkv, p.Lk, p.Dv, xkv, module_trace::select(m, in, 2, ModuleFault::none), dxkv, dw[2],
                db[2]);
-  module_detail::pack_gradients(m, dw, db, g);
+  module_trace::pack_gradients(m, dw, db, g);
   return g;
 }
 

@@ -4,8 +4,8 @@
 
 #include "attncheck/module_problem.hpp"
 #include "attncheck/reference.hpp"
-#include "attncheck/module_detail.hpp"
 #include "attncheck/module_reference.hpp"
+#include "module_detail.hpp"
 
 namespace attncheck {
 inline namespace oracle {
@@ -25,6 +25,13 @@ int64_t packed_row(const ModuleProblem& m, Packing pk, int which, int64_t h, int
   if (which == 1) return h * block + G * p.Dqk + d;
   return h * block + G * p.Dqk + p.Dqk + d;
 }
+
+}  // namespace module_detail
+
+namespace module_trace {
+
+using module_detail::at;
+using module_detail::packed_row;
 
 Rows select(const ModuleProblem& m, const ModuleInputs& in, int which, ModuleFault fault) {
   const Problem& p = m.attn;
@@ -148,14 +155,13 @@ ModuleResult forward(const ModuleProblem& m, const ModuleInputs& in, ModuleFault
   return res;
 }
 
-}  // namespace module_detail
+}  // namespace module_trace
 
-using module_detail::at;
-using module_detail::Trace;
+using module_trace::Trace;
 
 ModuleResult reference_module(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault) {
   Trace t;
-  return module_detail::forward(m, in, fault, t);
+  return module_trace::forward(m, in, fault, t);
 }
 
 }  // namespace oracle

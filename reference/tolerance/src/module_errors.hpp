@@ -3,9 +3,11 @@
 
 #include <vector>
 
-#include "attncheck/module_detail.hpp"
+#include "attncheck/module_trace.hpp"
 
 namespace attncheck::inline tolerance::module_errors {
+
+inline size_t at(int64_t i) { return static_cast<size_t>(i); }
 
 // The forward's first-order errors (module_tolerance.cpp, docs/module.md), which the gradients' bound carries on.
 struct ForwardErrors {
@@ -15,6 +17,6 @@ struct ForwardErrors {
   std::vector<double> eo;          // [B, Hq, Lq, Dv]: of the attention output, its rounding included
   std::vector<double> ew;          // [B, Hq, Lq, Lk]: of the weights
 };
-ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, const module_detail::Trace& t);
+ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, const module_trace::Trace& t);
 
 }  // namespace attncheck::inline tolerance::module_errors

@@ -15,7 +15,7 @@
 namespace attncheck {
 inline namespace tolerance {
 
-using module_detail::at;
+using module_errors::at;
 
 namespace {
 
@@ -26,7 +26,7 @@ struct AttnPropagation {
   std::vector<double> dq, dk, dv, dbias;
 };
 
-AttnPropagation propagate(const module_detail::Trace& t, const module_errors::ForwardErrors& fe, const Tensor& dout,
+AttnPropagation propagate(const module_trace::Trace& t, const module_errors::ForwardErrors& fe, const Tensor& dout,
                           const std::vector<double>& edo) {
   const Problem& p = t.attn;
   const double scale = std::fabs(p.effective_scale());
@@ -102,14 +102,14 @@ AttnPropagation propagate(const module_detail::Trace& t, const module_errors::Fo
 
 ModuleGradients module_grad_tolerance(const ModuleProblem& m, const ModuleInputs& in, const std::vector<double>& dy,
                                       ModuleGradFault fault) {
-  module_detail::BackwardTrace bt;
+  module_trace::BackwardTrace bt;
   ErrorScales attn_scales;  // the attention forward's and backward's, for its backward's own bound
   ExpectedGradients attn_grads;
   ErrorScalesPass pass(attn_scales);
   GradScalesPass grad_pass(attn_grads);
-  module_detail::backward_trace(m, in, dy, bt, &pass, &grad_pass);
+  module_trace::backward_trace(m, in, dy, bt, &pass, &grad_pass);
   static_cast<BackwardResult&>(attn_grads) = bt.a;
-  const module_detail::Trace& t = bt.t;
+  const module_trace::Trace& t = bt.t;
   const BackwardResult& a = bt.a;
   const module_errors::ForwardErrors fe = module_errors::forward_errors(m, in, t);
   const ModuleGradients exact = reference_module_backward(m, in, dy, fault);  // |g| for the final rounding
@@ -184,7 +184,7 @@ ModuleGradients module_grad_tolerance(const ModuleProblem& m, const ModuleInputs
   std::vector<double> dx_prop(at(in.x.numel()), 0.0), dx_mag(dx_prop.size(), 0.0);
   std::vector<double> dx2_prop(m.cross() ? at(in.x2->numel()) : 0, 0.0), dx2_mag(dx2_prop.size(), 0.0);
   for (int which = 0; which < 3; ++which) {
-    const module_detail::Rows r = module_detail::select(m, in, which, ModuleFault::none);
+    const module_trace::Rows r = module_trace::select(m, in, which, ModuleFault::none);
     const bool kv = which > 0;
     const Tensor& x = kv && m.cross() ? *in.x2 : in.x;
     const std::vector<double> xs = x.to_double();
@@ -210,7 +210,7 @@ ModuleGradients module_grad_tolerance(const ModuleProblem& m, const ModuleInputs
     for (size_t k = 0; k < wmag.size(); ++k) dw[which][k] += static_cast<double>(T + 1) * ua * wmag[k];
     for (size_t k = 0; k < bmag.size(); ++k) db[which][k] += static_cast<double>(T + 1) * ua * bmag[k];
   }
-  module_detail::pack_gradients(m, dw, db, tol);
+  module_trace::pack_gradients(m, dw, db, tol);
   for (const char* name : {"dwq", "dwk", "dwv", "dbq", "dbk", "dbv", "dwqkv", "dbqkv"}) {
     std::vector<double>& v = module_grad(tol, name);
     const std::vector<double>& x = module_grad(exact, name);

@@ -9,9 +9,9 @@
 namespace attncheck {
 inline namespace tolerance {
 
-using module_detail::at;
-using module_detail::Heads;
-using module_detail::Trace;
+using module_errors::at;
+using module_trace::Heads;
+using module_trace::Trace;
 
 namespace module_errors {
 
@@ -92,7 +92,7 @@ ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, con
 
 ModuleTolerance module_tolerance(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault) {
   Trace t;
-  const ModuleResult res = module_detail::forward(m, in, fault, t);
+  const ModuleResult res = module_trace::forward(m, in, fault, t);
   const Problem& p = t.attn;
   const DType dt = m.attn.dtype;
   const double u = unit_roundoff(dt), ua = dt == DType::f64 ? u : 0x1.0p-24;

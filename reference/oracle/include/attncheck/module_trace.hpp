@@ -1,6 +1,6 @@
-// The module reference's internals shared by its forward (module_reference.cpp) and backward (module_backward.cpp),
-// and read by the module's tolerance (module_tolerance.cpp): the projection rows, the projected heads and the trace
-// of one forward.
+// The module reference's traced passes: its forward and backward with the values they pass through (the projection
+// rows, the projected heads, the attention that ran and its backward), which the module's tolerance
+// (module_tolerance.cpp, module_grad_tolerance.cpp) reads, as the attention's tolerance reads row_trace.hpp.
 #pragma once
 
 #include <vector>
@@ -9,9 +9,7 @@
 #include "attncheck/module_problem.hpp"
 #include "attncheck/reference.hpp"
 
-namespace attncheck::inline oracle::module_detail {
-
-inline size_t at(int64_t i) { return static_cast<size_t>(i); }
+namespace attncheck::inline oracle::module_trace {
 
 // One projection's weight rows selected from wq/wk/wv or from the packed wqkv, as a dense [rows, in] matrix.
 struct Rows {
@@ -52,10 +50,8 @@ void backward_trace(const ModuleProblem& m, const ModuleInputs& in, const std::v
 void pack_gradients(const ModuleProblem& m, const std::vector<double> (&dw)[3], const std::vector<double> (&db)[3],
                     ModuleGradients& g);
 
-// The row of a packed weight that holds feature d of head h of q (which = 0), k (1) or v (2).
-int64_t packed_row(const ModuleProblem& m, Packing pk, int which, int64_t h, int64_t d);
 Rows select(const ModuleProblem& m, const ModuleInputs& in, int which, ModuleFault fault);
 ModuleResult forward(const ModuleProblem& m, const ModuleInputs& in, ModuleFault fault, Trace& t,
                      RowObserver* observer = nullptr);
 
-}  // namespace attncheck::inline oracle::module_detail
+}  // namespace attncheck::inline oracle::module_trace
