@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "attncheck/module_suite.hpp"
 #include "command.hpp"
 #include "plugins.hpp"
 #include "properties.hpp"
+#include "selftest_modules.hpp"
 #include "selftest_report.hpp"
 #include "shard.hpp"
 
@@ -57,10 +57,8 @@ int run_selftest_cmd(bool json, int cases, uint64_t seed, bool verbose) {
   announce(shard, json, "catalogue entries, then module rows");
   if (shard) o.runs_entry = [&](size_t k) { return shard->owns(k); };
   const mutants::SelftestReport r = mutants::run_selftest(o);
-  // The module mutants (docs/module.md) on the module suite, built in memory: the cpu entry's, so not with a candidate.
-  std::vector<module_check::SelftestRow> mod;
-  if (!o.candidate && o.properties.empty())  // --property asks about the property suite alone
-    mod = module_check::selftest(module_suite(), [&](size_t k) { return runs_unit(shard, r.entries + k); });
+  const std::vector<module_check::SelftestRow> mod =
+      mutants::module_selftest_rows(o, [&](size_t k) { return runs_unit(shard, r.entries + k); });
   if (json) {
     nlohmann::json j = mutants::selftest_json(r, o, mod, verbose, shard.has_value());
     stamp_shard(j, shard, "selftest", verbose ? 2 : -1);
