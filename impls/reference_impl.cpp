@@ -22,7 +22,7 @@ class ReferenceImpl final : public Impl {
       if (f.abi_tag && f.flag) all.emplace_back(f.protocol);
     declare_extension_features(c, all);
     for (const ModEntry& m : modifications()) c.mods.insert(m.name);
-    c.kv_quant = c.mla = c.fp8_out = c.kv_q4 = true;
+    c.kv_quant = c.mla = c.fp8_out = c.kv_q4 = c.kv_quant_paged = true;
     return c;
   }
   // fp8 inputs decoded exactly, P in double: not rounded to fp8.

@@ -6,6 +6,7 @@
 #include "attncheck/mla.hpp"
 #include "attncheck/mods.hpp"
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -96,10 +97,21 @@ void page_inputs(const Problem& p, Inputs& in) {
   auto slot_of = [&](int64_t b, int64_t j) { return p.block_table[static_cast<size_t>(b * n + j / P)] * P + j % P; };
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t j = 0; j < p.Lk; ++j) ++owners[static_cast<size_t>(slot_of(b, j))];
+  // A quantized cache's per-token and per-block scales (and q4_1's mins) move with their codes, into the same slot.
   for (int which : {1, 2}) {
     Tensor& t = which == 1 ? in.k : in.v;
     Tensor pool = make_qkv(p, which);
-    pool.fill(std::numeric_limits<double>::quiet_NaN());
+    // Unused slots: NaN where the codes can hold it, else code 0 with a NaN scale (so a wrong read still shows).
+    const bool codes = p.kv_quantized() && (p.kv_dtype == DType::i8 || is_q4(p.kv_dtype));
+    pool.fill(codes ? 0.0 : std::numeric_limits<double>::quiet_NaN());
+    std::vector<std::pair<std::optional<Tensor>*, Tensor>> scales;  // (flat, pool)
+    if (kv_scales_in_pages(p))
+      for (std::optional<Tensor>* s :
+           which == 1 ? std::array{&in.k_scale, &in.k_min} : std::array{&in.v_scale, &in.v_min})
+        if (*s) {
+          scales.emplace_back(s, make_kv_scale(p, which));
+          scales.back().second.fill(std::numeric_limits<double>::quiet_NaN());
+        }
     for (int64_t h = 0; h < p.Hkv; ++h) {
       std::vector<char> taken(owners.size(), 0);  // 1: written, 2: written by an owner some query sees
       for (int64_t b = 0; b < p.B; ++b)
@@ -108,11 +120,14 @@ void page_inputs(const Problem& p, Inputs& in) {
           const char mine = owners[s] > 1 && key_visible_anywhere(flat, in, b, h, j) ? 2 : 1;
           if (taken[s] >= mine) continue;
           taken[s] = mine;
-          for (int64_t d = 0; d < t.shape[3]; ++d)
-            pool.put(static_cast<int64_t>(s) / P, h, static_cast<int64_t>(s) % P, d, t.at(b, h, j, d));
+          const int64_t page = static_cast<int64_t>(s) / P, slot = static_cast<int64_t>(s) % P;
+          for (int64_t d = 0; d < t.shape[3]; ++d) pool.put(page, h, slot, d, t.at(b, h, j, d));
+          for (auto& [from, to] : scales)
+            for (int64_t g = 0; g < to.shape[3]; ++g) to.put(page, h, slot, g, (*from)->at(b, h, j, g));
         }
     }
     t = std::move(pool);
+    for (auto& [from, to] : scales) *from = std::move(to);
   }
 }
 

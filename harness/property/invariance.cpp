@@ -256,22 +256,37 @@ void paged_pool(const Problem& p, const Inputs& in, const std::vector<Entry>& es
                               : r < row || filler == own.end()
                                   ? p.block_table[static_cast<size_t>(es[e].b * row + r % row)]
                                   : *filler + r);
+  // The pages of q's pool: the case's own, then each filler entry's sequence, as q's block table names them.
+  const auto pool = [&](Tensor t, auto&& of) {  // of(inputs): the pooled tensor of those inputs
+    for (int64_t pg = 0; pg < p.num_pages; ++pg) copy_page(t, pg, of(in), pg);
+    for (size_t e = 0; e < es.size(); ++e)
+      if (own[e] >= 0)
+        for (int64_t r = 0; r < row2; ++r)
+          copy_page(t, own[e] + r, of(*es[e].in), p.block_table[static_cast<size_t>(es[e].b * row + r % row)]);
+    return t;
+  };
+  // A quantized cache's per-token and per-block scales (and q4_1's mins) sit in the pages beside their codes.
   if (pages == p.num_pages) {
     f.in.k = in.k, f.in.v = in.v;
+    if (kv_scales_in_pages(p))
+      f.in.k_scale = in.k_scale, f.in.v_scale = in.v_scale, f.in.k_min = in.k_min, f.in.v_min = in.v_min;
     return;
   }
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  const bool int_codes = p.kv_quantized() && (p.kv_dtype == DType::i8 || is_q4(p.kv_dtype));  // hold no NaN
   for (int which : {1, 2}) {
-    const Tensor& src = which == 1 ? in.k : in.v;
     Tensor t = make_qkv(q, which);
-    t.fill(std::numeric_limits<double>::quiet_NaN());
-    for (int64_t pg = 0; pg < p.num_pages; ++pg) copy_page(t, pg, src, pg);
-    for (size_t e = 0; e < es.size(); ++e) {
-      if (own[e] < 0) continue;
-      const Tensor& from = which == 1 ? es[e].in->k : es[e].in->v;
-      for (int64_t r = 0; r < row2; ++r)
-        copy_page(t, own[e] + r, from, p.block_table[static_cast<size_t>(es[e].b * row + r % row)]);
-    }
-    (which == 1 ? f.in.k : f.in.v) = std::move(t);
+    t.fill(int_codes ? 0.0 : nan);
+    (which == 1 ? f.in.k : f.in.v) =
+        pool(std::move(t), [which](const Inputs& x) -> const Tensor& { return which == 1 ? x.k : x.v; });
+  }
+  if (!kv_scales_in_pages(p)) return;
+  for (auto [m, which] :
+       {std::pair{&Inputs::k_scale, 1}, {&Inputs::v_scale, 2}, {&Inputs::k_min, 1}, {&Inputs::v_min, 2}}) {
+    if (!(in.*m)) continue;
+    Tensor t = make_kv_scale(q, which);
+    t.fill(nan);
+    f.in.*m = pool(std::move(t), [m](const Inputs& x) -> const Tensor& { return *(x.*m); });
   }
 }
 
@@ -320,10 +335,11 @@ Form gather(const Problem& p, const Inputs& in, const std::vector<Entry>& es, in
   if (p.page_size > 0) paged_pool(p, in, es, f);
   // Per-entry scales (and q4_1's mins) follow their entries (a per-token or per-block one its keys too).
   auto follow = [&](std::optional<Tensor> Inputs::*member, int which) {
-    if (!(in.*member)) return;
+    if (!(in.*member) || kv_scales_in_pages(p)) return;  // paged_pool moved them with their pages
     Tensor t = make_kv_scale(q, which);
-    if (kv_scale_shape(p, which)[0] == 1)
-      t = *(in.*member);  // one scale for the whole tensor
+    if (p.kv_scales ==
+        KvScales::tensor)  // by granularity: a per-token scale of a one-batch case has shape [1, ...] too
+      t = *(in.*member);   // one scale for the whole tensor
     else
       for (size_t e = 0; e < es.size(); ++e)
         put_entry(t, static_cast<int64_t>(e), *(es[e].in->*member), es[e].b, 2, std::nullopt);
@@ -365,9 +381,16 @@ std::vector<Form> paged_forms(const Problem& p, const Inputs& in, const Inputs& 
   f.p.num_pages = P + 1;
   for (int64_t& e : f.p.block_table) e = P - e;  // page e at slot P - e; slot 0 is the unused page
   f.in.k = make_qkv(f.p, 1), f.in.v = make_qkv(f.p, 2);
-  for (Tensor* t : {&f.in.k, &f.in.v}) {
-    const Tensor& src = t == &f.in.k ? in.k : in.v;
-    t->fill(std::numeric_limits<double>::quiet_NaN());
+  // Per-token and per-block scales (and q4_1's mins) move with their pages; integer codes hold no NaN (code 0).
+  std::vector<std::pair<Tensor*, const Tensor*>> pooled = {{&f.in.k, &in.k}, {&f.in.v, &in.v}};
+  if (kv_scales_in_pages(p))
+    for (auto [m, which] :
+         {std::pair{&Inputs::k_scale, 1}, {&Inputs::v_scale, 2}, {&Inputs::k_min, 1}, {&Inputs::v_min, 2}})
+      if (in.*m) pooled.emplace_back(&*(f.in.*m = make_kv_scale(f.p, which)), &*(in.*m));
+  const bool int_codes = p.kv_quantized() && (p.kv_dtype == DType::i8 || is_q4(p.kv_dtype));
+  for (auto [t, from] : pooled) {
+    const Tensor& src = *from;
+    t->fill(int_codes && (t == &f.in.k || t == &f.in.v) ? 0.0 : std::numeric_limits<double>::quiet_NaN());
     std::vector<int64_t> i(4, 0);
     for (i[0] = 0; i[0] < P; ++i[0])
       for (i[1] = 0; i[1] < src.shape[1]; ++i[1])

@@ -654,7 +654,7 @@ void run_cpu(const Problem& p, const Inputs& in, Outputs& out, F&& kernel) {
 inline Capabilities cpu_capabilities(const char* notes) {
   Capabilities c;
   c.sinks = c.scores_out = c.kv_append = c.varlen = c.paged_kv = c.fp8 = c.kv_quant = c.mla = c.max_logit_out =
-      c.fp8_out = c.kv_q4 = true;
+      c.fp8_out = c.kv_q4 = c.kv_quant_paged = true;
   c.dtypes.insert({DType::e4m3, DType::e5m2});
   for (const ModEntry& m : modifications()) c.mods.insert(m.name);
   c.notes = notes;

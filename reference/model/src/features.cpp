@@ -364,6 +364,10 @@ const Feature kFeatures[] = {
     // and workers are never offered them.
     ATTNCHECK_FLAG_EXT("kv-q4", "kv_q4", kv_q4, p.kv_quantized() && is_q4(p.kv_dtype),
                        "4-bit KV cache codes (q4_0 / q4_1) not supported", 0, "a 4-bit KV cache"),
+    // A paged quantized cache: per-token and per-block scales live in the pages beside their codes. Neither the
+    // plugin ABI nor the worker protocol says so, so plugins and workers are never offered it.
+    ATTNCHECK_FLAG_EXT("kv-quant-paged", "kv_quant_paged", kv_quant_paged, p.kv_quantized() && p.page_size > 0,
+                       "paged quantized KV cache not supported", 0, "a paged quantized KV cache"),
     ATTNCHECK_FLAG_EXT("mla", "mla", mla, p.mla, "absorbed MLA (v the first Dv columns of k) not supported",
                        ext_tag::mla, "absorbed MLA (a gradient of the one latent cache)"),
     ATTNCHECK_FLAG_EXT("max-logit", "max_logit", max_logit_out, p.max_logit != MaxLogitOut::none,

@@ -27,12 +27,14 @@ double kv_code_max(DType codes) {
 
 std::vector<int64_t> kv_scale_shape(const Problem& p, int which) {
   const int64_t D = which == 2 ? p.Dv : p.Dqk;
+  const bool paged = kv_scales_in_pages(p);
+  const int64_t rows = paged ? p.num_pages : p.B, tokens = paged ? p.page_size : p.Lk;
   switch (p.kv_scales) {
     case KvScales::none:
     case KvScales::tensor: return {1, 1, 1, 1};
     case KvScales::head: return {p.B, p.Hkv, 1, 1};
-    case KvScales::token: return {p.B, p.Hkv, p.Lk, 1};
-    case KvScales::block: return {p.B, p.Hkv, p.Lk, D / p.kv_block};
+    case KvScales::token: return {rows, p.Hkv, tokens, 1};
+    case KvScales::block: return {rows, p.Hkv, tokens, D / p.kv_block};
   }
   return {1, 1, 1, 1};
 }
@@ -67,8 +69,10 @@ void validate_kv_cache(const Problem& p) {
     fail(g + ": q must be fp64, fp32, fp16 or bf16 with a quantized KV cache, got dtype=" + to_string(p.dtype));
   if (p.past_len > 0)
     fail(g + ": KV-cache append into a quantized cache is not modelled (past_len=" + std::to_string(p.past_len) + ")");
-  if (p.page_size > 0)
-    fail(g + ": a paged quantized cache is not modelled (page_size=" + std::to_string(p.page_size) + ")");
+  // Per-(batch, head) scales over a pool whose pages batches may share would scale one code two ways.
+  if (p.page_size > 0 && p.kv_scales == KvScales::head)
+    fail(g + ": a paged cache takes kv_scales=tensor, token or block (scales per page slot), got page_size=" +
+         std::to_string(p.page_size));
   if (!p.cu_seqlens_q.empty()) fail(g + ": packed sequences (cu_seqlens_q) with a quantized cache are not modelled");
   // A serving cache holds keys already rotated (RoPE runs before the cache write), so rotating decoded codes at load
   // would model no kernel.
@@ -94,7 +98,23 @@ void validate_kv_cache(const Problem& p) {
   }
 }
 
+namespace {
+// Per pool slot (page * page_size + token): whether the block table names it for some key (a paged cache's per-token
+// and per-block scales are checked only there: a slot no key reads may hold anything, as in a serving pool).
+std::vector<char> slots_read(const Problem& p) {
+  std::vector<char> read(static_cast<size_t>(p.num_pages * p.page_size), 0);
+  const int64_t n = p.pages_per_seq();
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t j = 0; j < p.Lk; ++j)
+      read[static_cast<size_t>(p.block_table[static_cast<size_t>(b * n + j / p.page_size)] * p.page_size +
+                               j % p.page_size)] = 1;
+  return read;
+}
+}  // namespace
+
 void validate_kv_scales(const Problem& p, const Inputs& in) {
+  const bool pooled = kv_scales_in_pages(p);
+  const std::vector<char> read = pooled ? slots_read(p) : std::vector<char>{};
   for (int which : {1, 2}) {
     const Tensor& s = which == 1 ? *in.k_scale : *in.v_scale;
     const std::vector<int64_t>& sh = s.shape;
@@ -102,6 +122,7 @@ void validate_kv_scales(const Problem& p, const Inputs& in) {
       for (int64_t h = 0; h < sh[1]; ++h)
         for (int64_t j = 0; j < sh[2]; ++j)
           for (int64_t g = 0; g < sh[3]; ++g) {
+            if (pooled && !read[static_cast<size_t>(b * p.page_size + j)]) continue;
             const int64_t idx[4] = {b, h, j, g};
             const double x = s.get(idx);
             if (p.kv_dtype == DType::q4_0 ? !(std::isfinite(x) && x != 0) : !(std::isfinite(x) && x > 0))

@@ -80,6 +80,20 @@ Attended gather_pages(const Problem& p, const Inputs& in) {
         }
     (which == 1 ? a.in.k : a.in.v) = std::move(flat);
   }
+  if (!kv_scales_in_pages(p)) return a;  // one scale per tensor (or none)
+  // Per-token and per-block scales (and q4_1's mins) travel with their codes, out of the same page slot.
+  for (std::optional<Tensor>* s : {&a.in.k_scale, &a.in.v_scale, &a.in.k_min, &a.in.v_min}) {
+    if (!*s) continue;
+    const Tensor& pool = **s;
+    Tensor flat(pool.dtype, {p.B, p.Hkv, p.Lk, pool.shape[3]});
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hkv; ++h)
+        for (int64_t j = 0; j < p.Lk; ++j) {
+          const int64_t page = p.block_table[static_cast<size_t>(b * n + j / P)];
+          for (int64_t g = 0; g < flat.shape[3]; ++g) flat.put(b, h, j, g, pool.at(page, h, j % P, g));
+        }
+    *s = std::move(flat);
+  }
   return a;
 }
 

@@ -39,6 +39,7 @@ struct Capabilities {
   bool fp8 = false;               // dtype e4m3/e5m2 with Problem::descale_q/k/v (list the formats in dtypes too)
   bool kv_quant = false;          // Problem::kv_scales (k, v as codes with Inputs::k_scale/v_scale)
   bool kv_q4 = false;             // kv_dtype q4_0 / q4_1 (two 4-bit codes per byte, q4_1 with Inputs::k_min/v_min)
+  bool kv_quant_paged = false;    // a quantized cache in pages (per-token and per-block scales in pages too)
   bool mla = false;               // Problem::mla (v is the first Dv columns of k)
   bool max_logit_out = false;     // Problem::max_logit (Outputs::max_logit)
   bool fp8_out = false;           // Problem::fp8_out (out as fp8 codes of O * scale_o, Outputs::amax_o)

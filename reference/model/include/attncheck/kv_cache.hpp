@@ -30,8 +30,13 @@ inline bool q4_high(int64_t e) { return e % kQ4Block >= kQ4Block / 2; }
 inline int q4_nibble(uint8_t byte, bool high) { return high ? byte >> 4 : byte & 15; }
 // The dtype k (which = 1) or v (2) is stored in: kv_dtype for a quantized cache, else the problem's dtype.
 inline DType kv_storage_dtype(const Problem& p) { return p.kv_quantized() ? p.kv_dtype : p.dtype; }
+// Whether the scales (and q4_1's mins) of a paged cache sit in the pages beside their codes: per-token and per-block.
+inline bool kv_scales_in_pages(const Problem& p) {
+  return p.page_size > 0 && (p.kv_scales == KvScales::token || p.kv_scales == KvScales::block);
+}
 // Logical shape of k_scale (which = 1) or v_scale (2): [B|1, Hkv|1, Lk|1, D/kv_block|1], 1 where the granularity
-// shares one scale (tensor [1,1,1,1], head [B,Hkv,1,1], token [B,Hkv,Lk,1], block [B,Hkv,Lk,D/kv_block]).
+// shares one scale (tensor [1,1,1,1], head [B,Hkv,1,1], token [B,Hkv,Lk,1], block [B,Hkv,Lk,D/kv_block]); in a
+// paged cache per-token and per-block scales have the pages' shape [num_pages, Hkv, page_size, 1|D/kv_block].
 std::vector<int64_t> kv_scale_shape(const Problem& p, int which);
 Tensor make_kv_scale(const Problem& p, int which);  // contiguous, kv_scale_dtype, zero-filled
 // The scale of element (b, h, j, d) of k or v (s = its scale tensor; q4_1's min tensor alike).
