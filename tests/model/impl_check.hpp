@@ -58,6 +58,15 @@ inline std::string validation_message(const Problem& p) {
   }
   return "accepted";
 }
+// The message validate(p, in) throws, or "accepted".
+inline std::string input_message(const Problem& p, const Inputs& in) {
+  try {
+    validate(p, in);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
 
 // A feature's property passes for cpu and fails for the mutant `bad` on each case of seeds 1-6 (spec: B 2, Hq 2,
 // Hkv 1, Lq 9, Lk 12, causal on odd seeds; `shape` may change it) that `counts` accepts; at least one counts.

@@ -187,15 +187,6 @@ TEST(KvCache, ImplementationsMatchTheReferenceAndWrongScalesAreCaught) {
         }
 }
 
-std::string input_message(const Problem& p, const Inputs& in) {
-  try {
-    validate(p, in);
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "accepted";
-}
-
 TEST(KvCache, HostileScalesAndShapesAreRefusedNamingTheField) {
   const Problem p = kv_problem(DType::f16, DType::i8, KvScales::block, DType::f16);
   const Inputs good = gen::generate_inputs(p, gen::Distribution::normal, 1);

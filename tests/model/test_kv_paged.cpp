@@ -38,7 +38,7 @@ struct Format {
   DType codes;
   KvScales grain;
 };
-const Format kFormats[] = {{DType::i8, KvScales::tensor}, {DType::i8, KvScales::token},
+const Format kFormats[] = {{DType::i8, KvScales::tensor},  {DType::i8, KvScales::token},
                            {DType::e4m3, KvScales::block}, {DType::e5m2, KvScales::token},
                            {DType::q4_0, KvScales::block}, {DType::q4_1, KvScales::block}};
 
@@ -90,15 +90,6 @@ TEST(KvPaged, ImplementationsMatchTheReferenceAndScalesFromAnotherSlotAreCaught)
         const Inputs wrong = scales_of_pages_swapped(p, in, 7, 0);  // batch 0's keys 5-9 and 10-14
         EXPECT_FALSE(judge(p, expected_attention(p, wrong), out).pass) << name << " " << p.name();
       }
-}
-
-std::string input_message(const Problem& p, const Inputs& in) {
-  try {
-    validate(p, in);
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "accepted";
 }
 
 TEST(KvPaged, OnlyReadSlotsAreCheckedHeadScalesAreRefusedAndOthersAreNotOffered) {

@@ -200,15 +200,6 @@ TEST(KvQ4, ImplementationsMatchTheReferenceAndMisreadCachesAreCaught) {
       }
 }
 
-std::string input_message(const Problem& p, const Inputs& in) {
-  try {
-    validate(p, in);
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "accepted";
-}
-
 TEST(KvQ4, HostileFieldsAreRefusedNamingThem) {
   const Problem p = q4_problem(DType::f16, DType::q4_1);
   const Inputs good = gen::generate_inputs(p, gen::Distribution::normal, 1);
