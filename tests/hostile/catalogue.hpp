@@ -45,5 +45,6 @@ std::vector<Case> shapes_and_bombs(const Sources& s, const std::filesystem::path
 std::vector<Case> storage(const Sources& s, const std::filesystem::path& dir);
 std::vector<Case> candidates(const Sources& s, const std::filesystem::path& dir);
 std::vector<Case> modifications(const std::filesystem::path& dir);
+std::vector<Case> kv_caches(const std::filesystem::path& dir);
 
 }  // namespace attncheck::catalogue

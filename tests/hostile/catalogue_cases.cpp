@@ -480,6 +480,50 @@ std::vector<Case> modifications(const fs::path& dir) {
   return out;
 }
 
+// Quantized KV caches broken inside valid cache fixtures (docs/problem-model.md "Quantized KV cache"): a block
+// scale of 0 or NaN, a q4_1 min of NaN, a block size that does not divide the head dims, a 4-bit format with
+// another block than its 32, a zero scale in a page slot the block table reads. Each is refused naming the field.
+std::vector<Case> kv_caches(const fs::path& dir) {
+  std::vector<Case> out;
+  fs::create_directories(dir / "sources");
+  auto source = [&](const std::string& name) {
+    const fs::path p = dir / "sources" / name;
+    fs::copy_file(fs::path(GOLDEN_DIR) / "cases" / name, p, fs::copy_options::overwrite_existing);
+    return p;
+  };
+  auto first_element = [](const char* path, double x) {
+    return [=](hid_t f) {
+      const hid_t d = H5Dopen2(f, path, H5P_DEFAULT), s = H5Dget_space(d);
+      std::vector<double> v(static_cast<size_t>(H5Sget_simple_extent_npoints(s)));
+      H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+      v[0] = x;
+      H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+      H5Sclose(s);
+      H5Dclose(d);
+    };
+  };
+  const fs::path q4_0 = source("fp16_B1-Hq2-Hkv1-Lq1-Lk13-Dqk64-Dv32_causal-br-kv-q4_0-block32-f16s_normal_decode.h5");
+  const fs::path q4_1 = source("fp32_B2-Hq2-Hkv1-Lq3-Lk11-D32_bshd-pad-kv-q4_1-block32-f16s_normal.h5");
+  const fs::path q8_0 = source("fp32_B2-Hq4-Hkv1-Lq5-Lk37-D64_kv-int8-block32-f16s_normal_q8_0.h5");
+  out.push_back(
+      edited(q4_0, dir, "kv-cache", "k_scale/zero", {"k_scale[0,0,0,0]"}, first_element("/inputs/k_scale", 0)));
+  out.push_back(
+      edited(q4_0, dir, "kv-cache", "k_scale/nan", {"k_scale[0,0,0,0]"}, first_element("/inputs/k_scale", NAN)));
+  out.push_back(
+      edited(q4_1, dir, "kv-cache", "v_scale/zero", {"v_scale[0,0,0,0]"}, first_element("/inputs/v_scale", 0)));
+  out.push_back(edited(q4_1, dir, "kv-cache", "k_min/nan", {"k_min[0,0,0,0]"}, first_element("/inputs/k_min", NAN)));
+  out.push_back(
+      edited(q4_0, dir, "kv-cache", "kv_block/not-32", {"kv_block"}, [](hid_t f) { put_i64(f, "kv_block", 16); }));
+  out.push_back(edited(q8_0, dir, "kv-cache", "kv_block/not-dividing", {"kv_block must divide Dqk"},
+                       [](hid_t f) { put_i64(f, "kv_block", 24); }));
+  // A paged cache's per-token scales are [num_pages, Hkv, page_size, 1]: slot 0 of page 0 holds batch 0's key 10.
+  const fs::path paged =
+      source("fp16_B2-Hq4-Hkv2-Lq1-Lk17-D64_causal-br-pad-paged5-kv-e4m3-token_normal_decode-shared.h5");
+  out.push_back(
+      edited(paged, dir, "kv-cache", "k_scale/paged-zero", {"k_scale[0,0,0,0]"}, first_element("/inputs/k_scale", 0)));
+  return out;
+}
+
 std::vector<Case> candidates(const Sources& s, const fs::path& dir) {
   std::vector<Case> out;
   auto cand = [&](const std::string& what, std::vector<std::string> expect, auto edit) {
