@@ -56,7 +56,10 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
   if (f == Flavour::document)
     for (int64_t j = 0; j < lk; ++j) p.doc_ids.push_back(j >= lk - 64 ? 1 : 0);
   if (f == Flavour::chunk) p.chunk_size = 64;
-  if (f == Flavour::rope) p.causal = true, p.rotary_dim = 32, p.rope_offsets = {65536 + 17};
+  if (f == Flavour::rope || f == Flavour::qk_norm) p.causal = true, p.rotary_dim = 32, p.rope_offsets = {65536 + 17};
+  if (f == Flavour::qk_norm)
+    for (int64_t d = 0; d < kDqk; ++d)
+      p.q_norm_weight.push_back(1.0 + 0.25 * double(d % 5)), p.k_norm_weight.push_back(2.0 - 0.125 * double(d % 7));
   if (f ==
       Flavour::topk) {  // keys drawn from [1, diagonal] (key 0 never listed: it is where padding read as a key lands)
     p.causal = true, p.topk = std::min<int64_t>(lk / 4, 512);
@@ -157,6 +160,9 @@ Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed) {
     unrotate(in.k, p.Lk, false);
   }
   if (p.mla) tie_latent_values(p, in);  // the scores as planted; v is what the latent cache holds
+  if (uses_qk_norm(p))                  // mean(x^2) near eps (an exact power of two: the planted directions stay)
+    for (Tensor* t : {&in.q, &in.k})
+      for (int64_t n = 0; n < t->numel(); ++n) t->set_offset(n, std::ldexp(t->get_offset(n), -10));
   return in;
 }
 
@@ -215,12 +221,15 @@ Flavour flavour_of(Fault f) {
   if (f == Fault::out_scale_ignored || f == Fault::out_scale_inverted || f == Fault::amax_o_scaled ||
       f == Fault::amax_o_after_cast)
     return Flavour::fp8_out;
+  if (f == Fault::qk_norm_eps_ignored || f == Fault::qk_norm_eps_outside || f == Fault::qk_norm_k_skipped)
+    return Flavour::qk_norm;
   return Flavour::dense;
 }
 
 const char* to_string(Flavour f) {
-  const char* names[kFlavours] = {"dense",           "causal", "window", "alibi",     "document", "chunk",   "rope",
-                                  "kv-int8-block16", "topk",   "mla",    "max-logit", "fp8-out",  "kv-q4_0", "kv-q4_1"};
+  const char* names[kFlavours] = {"dense",     "causal",  "window",          "alibi",   "document",
+                                  "chunk",     "rope",    "kv-int8-block16", "topk",    "mla",
+                                  "max-logit", "fp8-out", "kv-q4_0",         "kv-q4_1", "qk-norm"};
   return names[static_cast<int>(f)];
 }
 const char* to_string(Logits l) {
@@ -306,16 +315,19 @@ std::vector<Variant> fault_variants() {
       make("amax-o-scaled", "fp8 output: amax_o in scale_o units (max |O * scale_o|)", Fault::amax_o_scaled),
       make("amax-o-after-cast", "fp8 output: amax_o of the stored codes (max |code| / scale_o)",
            Fault::amax_o_after_cast),
+      make("qk-norm-eps-ignored", "QK-norm without its eps", Fault::qk_norm_eps_ignored),
+      make("qk-norm-eps-outside", "QK-norm with eps added outside the square root", Fault::qk_norm_eps_outside),
+      make("qk-norm-k-skipped", "QK-norm applied to q only (k read as given)", Fault::qk_norm_k_skipped),
   };
 }
 
 Report run_grid(const GridOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<Variant> good = correct_variants(), bad = fault_variants();
-  const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal, Flavour::window,    Flavour::alibi,
-                                       Flavour::document, Flavour::chunk,  Flavour::rope,      Flavour::kv_cache,
-                                       Flavour::topk,     Flavour::mla,    Flavour::max_logit, Flavour::fp8_out,
-                                       Flavour::kv_q4_0,  Flavour::kv_q4_1};
+  const Flavour flavours[kFlavours] = {Flavour::dense,    Flavour::causal,  Flavour::window,    Flavour::alibi,
+                                       Flavour::document, Flavour::chunk,   Flavour::rope,      Flavour::kv_cache,
+                                       Flavour::topk,     Flavour::mla,     Flavour::max_logit, Flavour::fp8_out,
+                                       Flavour::kv_q4_0,  Flavour::kv_q4_1, Flavour::qk_norm};
   Report rep;
   size_t configuration = 0;
   for (int64_t lk : o.lk)

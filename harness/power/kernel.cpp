@@ -106,6 +106,25 @@ void rope_rows(const Variant& v, const Problem& p, bool query, int64_t rows, std
   }
 }
 
+// QK-norm as a fused kernel does it, on rows of Dqk floats in fp32: r = 1 / sqrtf(mean(x^2) + eps), x_d r w_d,
+// before RoPE. The faults live here.
+void qk_norm_rows(const Variant& v, const Problem& p, bool query, int64_t rows, std::vector<float>& x) {
+  const std::vector<double>& w = query ? p.q_norm_weight : p.k_norm_weight;
+  if (w.empty() || (!query && v.fault == Fault::qk_norm_k_skipped)) return;
+  const int64_t D = p.Dqk;
+  const float eps = static_cast<float>(p.qk_norm_eps);
+  for (int64_t n = 0; n < rows; ++n) {
+    float* row = x.data() + n * D;
+    float ss = 0;
+    for (int64_t d = 0; d < D; ++d) ss += row[d] * row[d];
+    const float ms = ss / static_cast<float>(D);
+    const float r = v.fault == Fault::qk_norm_eps_ignored   ? 1.0f / std::sqrt(ms)
+                    : v.fault == Fault::qk_norm_eps_outside ? 1.0f / (std::sqrt(ms) + eps)
+                                                            : 1.0f / std::sqrt(ms + eps);
+    for (int64_t d = 0; d < D; ++d) row[d] = row[d] * r * static_cast<float>(w[size_t(d)]);
+  }
+}
+
 struct Row {
   std::vector<float> s;  // scores (-inf where not visible)
   std::vector<char> vis;
@@ -156,6 +175,7 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
         vv[size_t(j * Dv + e)] =
             v.fault == Fault::mla_v_stride ? cache[size_t(j * Dv + e)] : cache[size_t(j * D + D - Dv + e)];
   }
+  qk_norm_rows(v, p, true, p.Hq * Lq, q), qk_norm_rows(v, p, false, Lk, k);
   if (uses_rope(p)) rope_rows(v, p, true, p.Hq * Lq, q), rope_rows(v, p, false, Lk, k);
   const float scale = static_cast<float>(v.fault == Fault::scale_dv        ? 1.0 / std::sqrt(double(Dv))
                                          : v.fault == Fault::mla_scale_dim ? 1.0 / std::sqrt(double(D))

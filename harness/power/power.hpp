@@ -82,7 +82,12 @@ enum class Fault : uint8_t {
   out_scale_ignored,
   out_scale_inverted,
   amax_o_scaled,
-  amax_o_after_cast
+  amax_o_after_cast,
+  // QK-norm faults (rope.hpp qk_norm), on the qk_norm flavour: eps dropped (x / sqrt(mean x^2)), eps added outside
+  // the square root (x / (sqrt(mean x^2) + eps)), and the norm applied to q only (k read as given).
+  qk_norm_eps_ignored,
+  qk_norm_eps_outside,
+  qk_norm_k_skipped
 };
 
 // How the kernel sums over keys.
@@ -118,6 +123,8 @@ std::vector<Variant> fault_variants();
 // mla: causal absorbed MLA, V the first 32 columns of the 64-column latent cache K, scale 1/sqrt(48) declared.
 // max_logit: causal with softcap 8 and the max-logit output per row.
 // fp8_out: causal with an e4m3 output, scale_o 96 (|out| ~ 1, so codes up to a few hundred, below 448).
+// qk_norm: causal with QK-norm (weights around 1, eps 1e-6) before partial NeoX RoPE as the rope flavour; q and k
+// scaled by 2^-10, so mean(x^2) is near eps and eps matters (QK-norm takes the scale out again).
 // kv_q4_0, kv_q4_1: causal over a 4-bit cache (llama.cpp's q4_0 / q4_1: blocks of 32 with fp16 d, and m for q4_1;
 // K in 2 blocks per token, V in 1).
 enum class Flavour : uint8_t {
@@ -134,9 +141,10 @@ enum class Flavour : uint8_t {
   max_logit,
   fp8_out,
   kv_q4_0,
-  kv_q4_1
+  kv_q4_1,
+  qk_norm
 };
-inline constexpr int kFlavours = 14;
+inline constexpr int kFlavours = 15;
 const char* to_string(Flavour f);
 Flavour flavour_of(Fault f);  // the shape a fault is run on (mask faults need their mask)
 enum class Logits : uint8_t { normal, large, near_one_hot, hazard };

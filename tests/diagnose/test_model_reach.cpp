@@ -167,6 +167,35 @@ TEST(ModelReach, RopeFaultsGetTheirTags) {
   for (const auto& [fault, tag] : expect) EXPECT_GE(diagnosed[fault], 3) << fault << " failed too rarely to diagnose";
 }
 
+// QK-norm's eps faults of the power grid (its qk_norm flavour: QK-norm before partial NeoX RoPE, q and k near
+// eps) get the tag qk-norm-eps from the outputs alone: eps dropped, eps outside the square root. Judged at the
+// base kernel's declared contract (rope=fp32-angles).
+TEST(ModelReach, QkNormPowerFaultsGetTheirTag) {
+  std::map<std::string, int> diagnosed;
+  for (DType t : {DType::f32, DType::bf16})
+    for (power::Logits lg : {power::Logits::normal, power::Logits::near_one_hot}) {
+      const Problem p = power::grid_problem(1024, t, power::Flavour::qk_norm, 8);
+      const Inputs in = power::grid_inputs(p, lg, 20261128);
+      const ExpectedAttention ref = expected_attention(p, in);
+      diagnose::Options o;
+      PrecisionContract c = default_contract(t);
+      c.rope = RopeMath::fp32;
+      o.tolerance.contract = c;
+      for (const power::Variant& v : power::fault_variants()) {
+        if (v.name != "qk-norm-eps-ignored" && v.name != "qk-norm-eps-outside") continue;
+        const Outputs out = power::run_variant(v, p, in);
+        ASSERT_FALSE(judge(p, ref, out, o.tolerance).pass)
+            << v.name << " " << to_string(t) << " " << power::to_string(lg);
+        ++diagnosed[v.name];
+        const diagnose::Diagnosis d = diagnose::diagnose({{}, p, in}, ref, out, o);
+        EXPECT_EQ(d.top(), "qk-norm-eps") << v.name << " " << to_string(t) << " " << power::to_string(lg) << "\n"
+                                          << lines(d);
+      }
+    }
+  EXPECT_EQ(diagnosed["qk-norm-eps-ignored"], 4);
+  EXPECT_EQ(diagnosed["qk-norm-eps-outside"], 4);
+}
+
 // The absorbed-MLA faults of the power grid get their tags (the grid's mla flavour: V the first 32 of 64 columns).
 TEST(ModelReach, MlaFaultsGetTheirTags) {
   const std::pair<const char*, const char*> expect[] = {
