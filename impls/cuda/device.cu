@@ -92,7 +92,7 @@ void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   DeviceBuffer sinks = upload_mod(plan.sinks);
   DeviceBuffer q_norm = upload_mod(plan.q_norm_weight), k_norm = upload_mod(plan.k_norm_weight);
   DeviceBuffer inv_freq = upload_mod(plan.rope_inv_freq), q_pos = upload_mod(plan.rope_q_pos);
-  DeviceBuffer k_pos = upload_mod(plan.rope_k_pos);
+  DeviceBuffer k_pos = upload_mod(plan.rope_k_pos), sections = upload_mod(plan.rope_pair_section);
   DeviceBuffer codes = upload_mod(plan.kv_code_values), k_scale = upload_mod(plan.k_scale);
   DeviceBuffer v_scale = upload_mod(plan.v_scale);
   a.q = q.get<void>();
@@ -115,6 +115,7 @@ void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   a.rope_inv_freq = a.rope_inv_freq ? inv_freq.get<double>() : nullptr;
   a.rope_q_pos = a.rope_q_pos ? q_pos.get<int64_t>() : nullptr;
   a.rope_k_pos = a.rope_k_pos ? k_pos.get<int64_t>() : nullptr;
+  a.rope_pair_section = a.rope_pair_section ? sections.get<int>() : nullptr;
   a.weights = out.weights ? w.get<void>() : nullptr;
   a.scratch = plan.scratch.empty() ? nullptr : scratch.get<void>();
   a.diag_offset = diag.get<int64_t>();

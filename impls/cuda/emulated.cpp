@@ -58,6 +58,7 @@ void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const siz
   add_mod("rope_inv_freq", plan.rope_inv_freq);
   add_mod("rope_q_pos", plan.rope_q_pos);
   add_mod("rope_k_pos", plan.rope_k_pos);
+  add_mod("rope_pair_section", plan.rope_pair_section);
   add_mod("kv_code_values", plan.kv_code_values);
   add_mod("k_scale", plan.k_scale);
   add_mod("v_scale", plan.v_scale);

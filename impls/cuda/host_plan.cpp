@@ -52,8 +52,6 @@ Support kernel_supports(const Problem& p) {
   if (Support s = check_capabilities(kernel_capabilities(), p); !s.ok) return s;
   if (p.B * p.Hq > 65535)
     return Support::no("B*Hq = " + std::to_string(p.B * p.Hq) + " > 65535 (grid.y of the fused kernel)");
-  if (!p.rope_mrope_section.empty())
-    return Support::no("mRoPE (rope_mrope_section): the kernels rotate every pair at one position per token");
   if (p.kv_quantized() && p.kv_dtype != DType::i8 && !is_fp8(p.kv_dtype))
     return Support::no(std::string("kv_dtype ") + to_string(p.kv_dtype) +
                        ": the kernels decode one-byte codes (int8, fp8_e4m3, fp8_e5m2)");
@@ -147,12 +145,18 @@ void set_position_stage(const Problem& p, HostPlan& plan) {
   plan.rope_inv_freq = rope_inv_freq(p);
   a.rope_inv_freq = plan.rope_inv_freq.data();
   a.rope_factor = rope_attention_factor(p);
+  const auto push = [](std::vector<int64_t>& table, const RopeAt& at) {
+    table.insert(table.end(), at.pos.begin(), at.pos.begin() + at.n);
+  };
   for (int64_t b = 0; b < p.B; ++b) {
-    for (int64_t i = 0; i < p.Lq; ++i) plan.rope_q_pos.push_back(rope_query_at(p, b, i).pos[0]);
-    for (int64_t j = 0; j < p.Lk; ++j) plan.rope_k_pos.push_back(rope_key_at(p, b, j).pos[0]);
+    for (int64_t i = 0; i < p.Lq; ++i) push(plan.rope_q_pos, rope_query_at(p, b, i));
+    for (int64_t j = 0; j < p.Lk; ++j) push(plan.rope_k_pos, rope_key_at(p, b, j));
   }
   a.rope_q_pos = plan.rope_q_pos.data();
   a.rope_k_pos = plan.rope_k_pos.data();
+  a.rope_sections = rope_query_at(p, 0, 0).n;
+  if (!p.rope_mrope_section.empty())
+    plan.rope_pair_section = rope_pair_sections(p), a.rope_pair_section = plan.rope_pair_section.data();
 }
 
 // A quantized cache's decoding: the value of every byte by the reference's own decoding (int8 two's complement,

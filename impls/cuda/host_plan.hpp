@@ -35,7 +35,8 @@ struct HostPlan {
   std::vector<int64_t> doc_ids, prefix_lengths, topk_indices;
   // The position stage: QK-norm weights, RoPE's scaled inv_freq and every query's and key's position.
   std::vector<double> q_norm_weight, k_norm_weight, rope_inv_freq;
-  std::vector<int64_t> rope_q_pos, rope_k_pos;
+  std::vector<int64_t> rope_q_pos, rope_k_pos;  // [B, L, sections]
+  std::vector<int> rope_pair_section;
   // A quantized KV cache: each byte's value and the scales widened to fp64 (exact), row-major over their shapes.
   std::vector<double> kv_code_values, k_scale, v_scale;
   std::vector<double> sinks;  // [Hq] sink logits

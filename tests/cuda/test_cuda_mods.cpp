@@ -44,6 +44,19 @@ void neox_pairs(Problem& p) { p.rotary_interleaved = false; }
 void gptj_partial(Problem& p) { p.rotary_interleaved = true, p.rotary_dim = 10; }
 void yarn(Problem& p) { p.rotary_interleaved = false, p.rope_yarn_factor = 4.0, p.rope_original_max = 32; }
 void llama3(Problem& p) { p.rotary_dim = 16, p.rope_llama3_factor = 8.0, p.rope_original_max = 64; }
+// mRoPE (Qwen2-VL): 8 pairs in sections 4 (time) + 2 (height) + 2 (width), the keys an image of 3 frames of 3x5
+// patches, and an offset per batch. The height and width positions are spread (300 and 500 per patch) so that their
+// low-frequency pairs turn far enough for bf16 to tell one section's positions from another's.
+void mrope(Problem& p) {
+  p.rotary_dim = 16, p.rotary_interleaved = false, p.rope_mrope_section = {4, 2, 2};
+  p.rope_position_ids.assign(size_t(3 * p.B * p.Lk), 0);
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t j = 0; j < p.Lk; ++j) {
+      const int64_t at[3] = {j / 15, 300 * ((j / 5) % 3), 500 * (j % 5)};
+      for (int64_t s = 0; s < 3; ++s) p.rope_position_ids[size_t((s * p.B + b) * p.Lk + j)] = at[s] + 7 * b;
+    }
+  p.rope_offsets = {3, 1000};
+}
 
 std::vector<ModCase> cases() {
   return {
@@ -80,6 +93,13 @@ std::vector<ModCase> cases() {
        .causal = true,
        .edit = yarn},
       {.label = "rope-llama3-alibi-sinks", .mods = {"rope", "alibi"}, .sinks = true, .edit = llama3},
+      {.label = "mrope-causal-br-bf16",
+       .mods = {"rope"},
+       .dtype = DType::bf16,
+       .causal = true,
+       .alignment = Alignment::bottom_right,
+       .edit = mrope},
+      {.label = "mrope-qknorm", .mods = {"qk_norm", "rope"}, .edit = mrope},
   };
 }
 
@@ -159,19 +179,37 @@ TEST_P(CudaMods, MatchesReferenceInBothThreadOrders) {
   plain.chunk_size = 0, plain.prefix_lengths.clear(), plain.dilated_window = -1, plain.dilation = 1;
   plain.topk = 0, plain.topk_indices.clear();
   plain.rotary_dim = 0, plain.q_norm_weight.clear(), plain.k_norm_weight.clear();
+  plain.rope_mrope_section.clear(), plain.rope_position_ids.clear(), plain.rope_offsets.clear();
   ASSERT_FALSE(uses_modifications(plain));
   const ExpectedAttention without = expected_attention(plain, in);
   EXPECT_NE(without.out, ref.out) << "the drawn modification changes nothing: the case cannot catch its loss";
   if (!p.sinks.empty()) {
     EXPECT_NE(without.lse, ref.lse) << "the sinks change no lse";
   }
+  // mRoPE: a kernel rotating every pair at the first section's position fails on these inputs.
+  if (!p.rope_mrope_section.empty()) {
+    Problem one_section = p;
+    for (int64_t s = 1; s < 3; ++s)
+      for (int64_t x = 0; x < p.B * p.Lk; ++x)
+        one_section.rope_position_ids[size_t(s * p.B * p.Lk + x)] = p.rope_position_ids[size_t(x)];
+    const ExpectedAttention collapsed = expected_attention(one_section, in);
+    Outputs wrong = out;
+    const std::vector<int64_t>& n = wrong.out.shape;  // [B, Hq, Lq, Dv], the reference's row-major order
+    size_t x = 0;
+    for (int64_t b = 0; b < n[0]; ++b)
+      for (int64_t h = 0; h < n[1]; ++h)
+        for (int64_t i = 0; i < n[2]; ++i)
+          for (int64_t d = 0; d < n[3]; ++d) wrong.out.put(b, h, i, d, collapsed.out[x++]);
+    bool caught = false;
+    for (const auto& t : judge(p, ref, wrong, model).tensors) caught = caught || (t.tensor == "out" && !t.pass);
+    EXPECT_TRUE(caught) << "one position for every pair passes: the case cannot tell mRoPE's sections apart";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Library, CudaMods, testing::ValuesIn(params()), param_name);
 
-// What the kernels cannot evaluate is reported unsupported, naming it: user expressions (muparser, host-only) and
-// mRoPE's per-section positions.
-TEST(CudaModsLimits, ExpressionsAndMRopeAreUnsupported) {
+// What the kernels cannot evaluate is reported unsupported, naming it: user expressions (muparser, host-only).
+TEST(CudaModsLimits, ExpressionsAreUnsupported) {
   const ImplPtr impl = find_impl("cuda-emulated");
   ASSERT_TRUE(impl);
   for (const char* name : {"score_expr", "mask_expr"}) {
@@ -184,12 +222,6 @@ TEST(CudaModsLimits, ExpressionsAndMRopeAreUnsupported) {
     EXPECT_FALSE(s.ok) << name;
     EXPECT_NE(s.reason.find(std::string("modification ") + name + " not supported"), std::string::npos) << s.reason;
   }
-  Problem p;
-  p.B = 1, p.Hq = 2, p.Hkv = 2, p.Lq = 4, p.Lk = 8, p.Dqk = p.Dv = 8;
-  p.rotary_dim = 8, p.rope_mrope_section = {2, 1, 1}, p.rope_position_ids.assign(3 * 8, 0);
-  const Support s = impl->supports(p);
-  EXPECT_FALSE(s.ok);
-  EXPECT_NE(s.reason.find("mRoPE"), std::string::npos) << s.reason;
   EXPECT_EQ(impl->capabilities().mods, (std::set<std::string>{"alibi", "t5_bias", "document", "chunked", "prefix_lm",
                                                               "dilated_window", "topk", "rope", "qk_norm"}));
   EXPECT_EQ(impl->declarations().contract_for(DType::bf16).rope, RopeMath::fp32);

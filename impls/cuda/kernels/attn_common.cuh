@@ -68,16 +68,19 @@ struct AttnParams {
   const int64_t* topk_indices;       // [B, Lq, topk]
   int64_t topk;
   // The position stage, applied to q and k rows as they are loaded: QK-norm (off when a weight pointer is null),
-  // then RoPE (off at rotary_dim 0) at the positions the host looked up (rope_query_at / rope_key_at).
+  // then RoPE (off at rotary_dim 0) at the positions the host looked up (rope_query_at / rope_key_at): one per
+  // token, or with mRoPE one per section, pair f taking its section's (rope_pair_section[f]).
   const double* q_norm_weight;  // [Dqk]
   const double* k_norm_weight;  // [Dqk]
   double qk_norm_eps;
   int64_t rotary_dim;
   int rotary_interleaved;
-  const double* rope_inv_freq;  // [rotary_dim / 2], scaled, fp64 (rounded to the accumulation type in the kernels)
-  double rope_factor;           // the attention factor cos and sin are multiplied with
-  const int64_t* rope_q_pos;    // [B, Lq]
-  const int64_t* rope_k_pos;    // [B, Lk]
+  const double* rope_inv_freq;   // [rotary_dim / 2], scaled, fp64 (rounded to the accumulation type in the kernels)
+  double rope_factor;            // the attention factor cos and sin are multiplied with
+  const int64_t* rope_q_pos;     // [B, Lq, rope_sections]
+  const int64_t* rope_k_pos;     // [B, Lk, rope_sections]
+  int64_t rope_sections;         // 1 without mRoPE
+  const int* rope_pair_section;  // [rotary_dim / 2]; null without mRoPE (every pair in section 0)
   // A quantized KV cache (kv_cache.hpp): k and v hold one-byte codes whose values are code_values[code] * scale,
   // the product rounded once to the accumulation type; off when kv_code_values is null. The scales are indexed
   // (b, KV head, j, d / kv_block) with stride 0 on the dims their granularity shares.
@@ -242,18 +245,21 @@ template <class Acc>
 __device__ inline Acc normed(const double* w, Acc x, double r, int e) {
   return w ? static_cast<Acc>(static_cast<double>(x) * r * gload(w, e)) : x;
 }
-// cos and sin of pair f at position pos.
+// cos and sin of pair f for the token whose positions start at element `pos` of a position table: the position
+// of f's mRoPE section.
 template <class Acc>
-__device__ inline void rope_angle(const AttnParams& p, int64_t f, int64_t pos, Acc& c, Acc& s) {
-  const Acc t = static_cast<Acc>(pos) * static_cast<Acc>(gload(p.rope_inv_freq, f));
+__device__ inline void rope_angle(const AttnParams& p, int64_t f, const int64_t* table, int64_t pos, Acc& c, Acc& s) {
+  const int64_t section = p.rope_pair_section ? gload(p.rope_pair_section, f) : 0;
+  const Acc t = static_cast<Acc>(gload(table, pos + section)) * static_cast<Acc>(gload(p.rope_inv_freq, f));
   c = ac_cos(t);
   s = ac_sin(t);
 }
 
-// Element d of a staged row whose raw element e is x(e), QK-norm factor r, at position pos (kernel 1: each lane
-// computes the elements of its own key).
+// Element d of a staged row whose raw element e is x(e), QK-norm factor r, positions from element pos of the
+// position table (kernel 1: each lane computes the elements of its own key).
 template <class Acc, class X>
-__device__ inline Acc staged_elem(const AttnParams& p, const double* w, const X& x, double r, int64_t pos, int d) {
+__device__ inline Acc staged_elem(const AttnParams& p, const double* w, const X& x, double r, const int64_t* table,
+                                  int64_t pos, int d) {
   if (d >= p.rotary_dim) return normed(w, x(d), r, d);
   const bool gptj = p.rotary_interleaved != 0;
   const int64_t f = rope_eval::pair_of(d, p.rotary_dim, gptj);
@@ -261,23 +267,24 @@ __device__ inline Acc staged_elem(const AttnParams& p, const double* w, const X&
   Acc xa = normed(w, x(static_cast<int>(pd.a)), r, static_cast<int>(pd.a));
   Acc xb = normed(w, x(static_cast<int>(pd.b)), r, static_cast<int>(pd.b));
   Acc c, s;
-  rope_angle(p, f, pos, c, s);
+  rope_angle(p, f, table, pos, c, s);
   rope_eval::rotate(xa, xb, c, s, static_cast<Acc>(p.rope_factor));
   return d == pd.a ? xa : xb;
 }
 
-// The RoPE position of query row i and of key j of batch b (0 without RoPE).
+// Where the RoPE positions of query row i and of key j of batch b start in rope_q_pos / rope_k_pos.
 __device__ inline int64_t rope_query_pos(const AttnParams& p, int b, int64_t i) {
-  return p.rope_q_pos ? gload(p.rope_q_pos, static_cast<int64_t>(b) * p.Lq + i) : 0;
+  return (static_cast<int64_t>(b) * p.Lq + i) * p.rope_sections;
 }
 __device__ inline int64_t rope_key_pos(const AttnParams& p, int b, int64_t j) {
-  return p.rope_k_pos ? gload(p.rope_k_pos, static_cast<int64_t>(b) * p.Lk + j) : 0;
+  return (static_cast<int64_t>(b) * p.Lk + j) * p.rope_sections;
 }
 
 // A row of Dqk values in shared memory staged in place by one warp (kernel 2): every lane sums the squares (the
 // same factor in each), then normalises its own dims and rotates its own pairs.
 template <class Acc>
-__device__ inline void stage_row(const AttnParams& p, const double* w, Acc* x, int lane, int64_t pos) {
+__device__ inline void stage_row(const AttnParams& p, const double* w, Acc* x, int lane, const int64_t* table,
+                                 int64_t pos) {
   const double r = row_norm_scale(p, w, [x](int e) { return x[e]; });
   __syncwarp();  // every lane has read the row
   if (w)
@@ -287,7 +294,7 @@ __device__ inline void stage_row(const AttnParams& p, const double* w, Acc* x, i
   for (int64_t f = lane; f < p.rotary_dim / 2; f += 32) {
     const rope_eval::PairDims pd = rope_eval::pair_dims(f, p.rotary_dim, gptj);
     Acc c, s;
-    rope_angle(p, f, pos, c, s);
+    rope_angle(p, f, table, pos, c, s);
     rope_eval::rotate(x[pd.a], x[pd.b], c, s, static_cast<Acc>(p.rope_factor));
   }
   __syncwarp();

@@ -52,7 +52,7 @@ __global__ void attn_flash_kernel(AttnParams p) {
   const bool staged = uses_position_stage(p);
   if (staged) {
     __syncthreads();
-    if (row_valid) stage_row(p, p.q_norm_weight, sQ + warp * p.Dqk, lane, rope_query_pos(p, b, i));
+    if (row_valid) stage_row(p, p.q_norm_weight, sQ + warp * p.Dqk, lane, p.rope_q_pos, rope_query_pos(p, b, i));
   }
 
   // Keys that can be visible to any row of the block. With a finite fill every key takes part, so none is skipped.
@@ -105,7 +105,7 @@ __global__ void attn_flash_kernel(AttnParams p) {
     __syncthreads();
     if (staged) {
       for (int r = warp; r < BC && j0 + r < p.Lk; r += BR)
-        stage_row(p, p.k_norm_weight, sK + r * p.Dqk, lane, rope_key_pos(p, b, j0 + r));
+        stage_row(p, p.k_norm_weight, sK + r * p.Dqk, lane, p.rope_k_pos, rope_key_pos(p, b, j0 + r));
       __syncthreads();
     }
     if (row_valid) {

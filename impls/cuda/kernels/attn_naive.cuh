@@ -44,8 +44,8 @@ __global__ void attn_naive_kernel(AttnParams p) {
       const double k_r = row_norm_scale(p, p.k_norm_weight, kx);
       const int64_t k_pos = rope_key_pos(p, b, j);
       for (int d = 0; d < p.Dqk; ++d)
-        dot = ac_fma(staged_elem<Acc>(p, p.q_norm_weight, qx, q_r, q_pos, d),
-                     staged_elem<Acc>(p, p.k_norm_weight, kx, k_r, k_pos, d), dot);
+        dot = ac_fma(staged_elem<Acc>(p, p.q_norm_weight, qx, q_r, p.rope_q_pos, q_pos, d),
+                     staged_elem<Acc>(p, p.k_norm_weight, kx, k_r, p.rope_k_pos, k_pos, d), dot);
     } else {
       for (int d = 0; d < p.Dqk; ++d) dot = ac_fma(qx(d), load_k<T>(p, b, kvh, j, d), dot);
     }
