@@ -19,7 +19,7 @@ const std::vector<std::string>& known_tags() {
       "causal-diagonal", "causal-alignment", "window-edge", "tile-tail", "skipped-keys", "gqa-mapping", "softcap-order",
       "alibi-sign", "alibi-slope-head", "document-boundary", "chunk-boundary", "descale-ignored", "descale-wrong-group",
       "topk-padding", "mask-fill", "key-padding", "mask-ignored", "mask-after-softmax", "softmax-axis", "block-table",
-      "fully-masked-policy",
+      "index-overflow", "fully-masked-policy",
       // block masks after the mask tags: where every block is partial (a tail block), treating them as full is the
       // mask ignored, and the named mask is the more specific cause
       "block-mask-partial-as-full", "block-mask-missing", "parameter-ignored", "dropout-scale", "dropout-mask",

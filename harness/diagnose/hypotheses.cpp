@@ -458,6 +458,18 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
     if (p.B > 1)
       sc.variant("block-table", "block table ignored: every batch reads pool pages 0.." + std::to_string(n - 1),
                  [&] { return with_block_table(*s.paged, [](int64_t, int64_t k) { return k; }); });
+    // a page index times the page stride overflowing its integer type (flashinfer #3130): the offset wraps at a
+    // power of two, so page p is read as page p mod W; every W from 2 pages to the largest page the table names
+    const std::vector<int64_t>& table = s.paged->p.block_table;
+    const int64_t top = table.empty() ? 0 : *std::max_element(table.begin(), table.end());
+    for (int64_t w = 2; w <= top; w *= 2)
+      sc.variant("index-overflow",
+                 "paged KV cache: the page offset wrapped at " + std::to_string(w) + " pages (page p read as p mod " +
+                     std::to_string(w) + ")",
+                 [&, w] {
+                   return with_block_table(*s.paged,
+                                           [&, w](int64_t b, int64_t k) { return table[size_t(b * n + k)] % w; });
+                 });
   }
 
   // GQA head map

@@ -25,7 +25,8 @@ class PowerImpl final : public Impl {
     c.key_padding = c.bool_mask = c.bias = c.dropout = c.finite_fill = c.weights_out = false;
     c.max_logit_out = true;                             // rows only: the grid asks for no other form
     c.mods = {"alibi", "document", "chunked", "topk"};  // the grid's modification flavours (power/kernel.cpp)
-    c.kv_quant = true;                                  // and its quantized-cache flavour
+    c.kv_quant = true;                                  // and its quantized-cache flavour,
+    c.paged_kv = c.kv_quant_paged = true;               // in pages
     return c;
   }
   Support supports(const Problem& p) const override {
@@ -70,6 +71,7 @@ const std::map<std::string, std::string>& power_injected_tags() {
                                                        {"block-partial-as-full", "block-mask-partial-as-full"},
                                                        {"descale-ignored", "descale-ignored"},
                                                        {"descale-wrong-group", "descale-wrong-group"},
+                                                       {"index-overflow", "index-overflow"},
                                                        {"topk-padding", "topk-padding"}};
   return m;
 }

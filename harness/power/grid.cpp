@@ -3,6 +3,7 @@
 // looped fp64 reference and judge() decide. A fault whose effect (how far it moves the base kernel's outputs) is
 // no larger than a correct variant's error on the same problem is inside rounding noise, and the report says so.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -30,6 +31,10 @@ constexpr int64_t kDqk = 64, kDv = 32;  // Dqk != Dv, so scaling by 1/sqrt(Dv) i
 
 }  // namespace
 
+int64_t index_wrap_pages(const Problem& p) {
+  return static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(p.pages_per_seq())));
+}
+
 Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
   Problem p;
   p.Lq = rows, p.Lk = lk, p.Dqk = kDqk, p.Dv = kDv, p.dtype = t, p.want_lse = true;
@@ -47,8 +52,13 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
   if (f == Flavour::fp8_out) p.fp8_out = true, p.o_dtype = DType::e4m3, p.scale_o = 96.0;
   if (f == Flavour::max_logit) p.softcap = 8, p.max_logit = MaxLogitOut::rows;
   if (f == Flavour::mla) p.mla = true, p.scale = 1.0 / std::sqrt(48.0);  // a head of 48 before absorption
-  if (f == Flavour::kv_cache)
+  if (f == Flavour::kv_cache) {
     p.kv_scales = KvScales::block, p.kv_dtype = DType::i8, p.kv_block = 16, p.kv_scale_dtype = DType::f16;
+    p.page_size = 16;
+    const int64_t n = p.pages_per_seq(), wrap = index_wrap_pages(p);
+    p.num_pages = wrap + n - n / 2;
+    for (int64_t k = 0; k < n; ++k) p.block_table.push_back(k < n / 2 ? k : wrap + k - n / 2);
+  }
   if (f == Flavour::kv_q4_0 || f == Flavour::kv_q4_1)
     p.kv_scales = KvScales::block, p.kv_dtype = f == Flavour::kv_q4_0 ? DType::q4_0 : DType::q4_1,
     p.kv_block = kQ4Block, p.kv_scale_dtype = DType::f16;
@@ -112,6 +122,22 @@ void add_hazards(const Problem& p, Inputs& in, std::mt19937_64& g) {
 }  // namespace
 
 Inputs grid_inputs(const Problem& p, Logits lg, uint64_t seed) {
+  if (p.page_size > 0) {  // the contiguous cache's codes and scales, moved into the pages of the block table
+    Problem flat = p;
+    flat.page_size = flat.num_pages = 0, flat.block_table.clear();
+    Inputs in = grid_inputs(flat, lg, seed);
+    const auto to_pages = [&p](const Tensor& t, Tensor pool) {  // unused slots stay 0, as never-written ones
+      for (int64_t j = 0; j < p.Lk; ++j)
+        for (int64_t e = 0; e < t.shape[3]; ++e)
+          pool.put(p.block_table[size_t(j / p.page_size)], 0, j % p.page_size, e, t.at(0, 0, j, e));
+      return pool;
+    };
+    in.k = to_pages(in.k, Tensor(in.k.dtype, {p.num_pages, 1, p.page_size, p.Dqk}));
+    in.v = to_pages(in.v, Tensor(in.v.dtype, {p.num_pages, 1, p.page_size, p.Dv}));
+    if (kv_scales_in_pages(p))
+      in.k_scale = to_pages(*in.k_scale, make_kv_scale(p, 1)), in.v_scale = to_pages(*in.v_scale, make_kv_scale(p, 2));
+    return in;
+  }
   if (p.kv_quantized()) {  // the same values as the plain cache's, quantised as a serving stack does
     Problem plain = p;
     plain.kv_scales = KvScales::none, plain.kv_dtype = DType::i8, plain.kv_block = 32,
@@ -209,7 +235,8 @@ Flavour flavour_of(Fault f) {
   if (f == Fault::alibi_sign || f == Fault::alibi_slope_head || f == Fault::alibi_ignored) return Flavour::alibi;
   if (f == Fault::document_off_by_one || f == Fault::block_partial_as_full) return Flavour::document;
   if (f == Fault::chunk_off_by_one) return Flavour::chunk;
-  if (f == Fault::descale_ignored || f == Fault::descale_wrong_group) return Flavour::kv_cache;
+  if (f == Fault::descale_ignored || f == Fault::descale_wrong_group || f == Fault::index_overflow)
+    return Flavour::kv_cache;
   if (f == Fault::q4_nibble_swapped || f == Fault::q4_offset_ignored) return Flavour::kv_q4_0;
   if (f == Fault::q4_min_ignored || f == Fault::q4_next_block_scale) return Flavour::kv_q4_1;
   if (f == Fault::rope_interleave || f == Fault::rope_offset_ignored || f == Fault::rope_partial_wrong_half ||
@@ -227,9 +254,9 @@ Flavour flavour_of(Fault f) {
 }
 
 const char* to_string(Flavour f) {
-  const char* names[kFlavours] = {"dense",     "causal",  "window",          "alibi",   "document",
-                                  "chunk",     "rope",    "kv-int8-block16", "topk",    "mla",
-                                  "max-logit", "fp8-out", "kv-q4_0",         "kv-q4_1", "qk-norm"};
+  const char* names[kFlavours] = {
+      "dense", "causal", "window",    "alibi",   "document", "chunk",   "rope",   "kv-int8-block16-paged",
+      "topk",  "mla",    "max-logit", "fp8-out", "kv-q4_0",  "kv-q4_1", "qk-norm"};
   return names[static_cast<int>(f)];
 }
 const char* to_string(Logits l) {
@@ -289,6 +316,8 @@ std::vector<Variant> fault_variants() {
       make("descale-ignored", "quantized KV cache: the scales dropped (codes read as values)", Fault::descale_ignored),
       make("descale-wrong-group", "quantized KV cache: every block of a token reads block 0's scale",
            Fault::descale_wrong_group),
+      make("index-overflow", "paged KV cache: the page offset wrapped at a power of two (page p read as p mod W)",
+           Fault::index_overflow),
       make("q4-nibble-swapped", "4-bit cache: a byte's two nibbles read the other way round (i high, i + 16 low)",
            Fault::q4_nibble_swapped),
       make("q4-offset-ignored", "4-bit cache: q4_0's offset 8 forgotten (d q for d (q - 8))", Fault::q4_offset_ignored),

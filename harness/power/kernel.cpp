@@ -133,6 +133,13 @@ struct Row {
 }  // namespace
 
 Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
+  if (p.page_size > 0) {  // a paged cache read through the block table, as the kernel addresses the pool
+    Problem read = p;
+    if (v.fault == Fault::index_overflow)
+      for (int64_t& page : read.block_table) page %= index_wrap_pages(p);
+    const Attended flat = gather_pages(read, in);
+    return run_variant(v, flat.p, flat.in);
+  }
   const int64_t Lq = p.Lq, Lk = p.Lk, D = p.Dqk, Dv = p.Dv;
   const bool is_f32 = p.dtype == DType::f32;
   auto load = [&](const Tensor& t) {

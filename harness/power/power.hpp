@@ -43,6 +43,9 @@ enum class Fault : uint8_t {
   // offset, as rocm-libraries PR #10474's every-group-reads-group-0).
   descale_ignored,
   descale_wrong_group,
+  // Paged cache fault, on the kv_cache flavour (paged): a page index times the page stride overflowing its integer
+  // type (flashinfer #3130), modelled as a narrower wrap: page p read as page p mod index_wrap_pages(p).
+  index_overflow,
   // 4-bit cache faults (kv_cache.hpp's q4_0 / q4_1), on the kv_q4_0 and kv_q4_1 flavours: the two nibbles of a
   // byte read the other way round (element i of a block from byte i's high nibble, i + 16 from its low one), q4_0's
   // offset 8 forgotten (d q read for d (q - 8)), q4_1's m ignored (d q for d q + m), and every block reading the
@@ -117,8 +120,9 @@ std::vector<Variant> fault_variants();
 // modification: ALiBi on two query heads (slopes 2^-6, 2^-10), two documents meeting at the tile edge between
 // rows rows/2-1 and rows/2, chunks of 64 keys (a chunk boundary there too).
 // rope: causal with partial NeoX RoPE (rotary_dim 32 of 64, theta 10000), every position past 65536.
-// kv_cache: causal over an int8 KV cache with one fp16 scale per 16 head-dim elements of each token (K in 4 blocks,
-// V in 2).
+// kv_cache: causal over a paged int8 KV cache with one fp16 scale per 16 head-dim elements of each token (K in 4
+// blocks, V in 2), pages of 16 tokens: the first half of the sequence in pool pages 0.., the second half in pages
+// index_wrap_pages(p).. past a power of two (the pages between unused), as a sequence late in a large pool.
 // topk: causal, each row attending a list of min(Lk/4, 512) slots of keys in [1, diagonal], odd rows ending in padding.
 // mla: causal absorbed MLA, V the first 32 columns of the 64-column latent cache K, scale 1/sqrt(48) declared.
 // max_logit: causal with softcap 8 and the max-logit output per row.
@@ -149,6 +153,9 @@ const char* to_string(Flavour f);
 Flavour flavour_of(Fault f);  // the shape a fault is run on (mask faults need their mask)
 enum class Logits : uint8_t { normal, large, near_one_hot, hazard };
 const char* to_string(Logits l);
+
+// The pool page the index-overflow fault wraps at: the smallest power of two holding pages_per_seq pages.
+int64_t index_wrap_pages(const Problem& p);
 
 // The grid's problems (B = Hq = Hkv = 1, Dqk 64, Dv 32, BHSD, want_lse; causal/window diagonals of rows
 // rows/2-1 and rows/2 end and start a tile) and seeded inputs (near_one_hot: each row has one key scoring 12..15;

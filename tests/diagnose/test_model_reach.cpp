@@ -284,14 +284,15 @@ TEST(ModelReach, QkNormEpsFaultsGetTheirTag) {
 
 // The modification and serving-cache faults of the power grid (ALiBi sign and head, ALiBi ignored, a document or
 // chunk boundary one token off, a partial block of the block mask treated as full, a quantized cache's scales
-// dropped or read from block 0, top-k padding read as key 0) get their own tags, from the outputs alone.
+// dropped or read from block 0, a paged cache's page index wrapped, top-k padding read as key 0) get their own tags,
+// from the outputs alone.
 TEST(ModelReach, ModificationAndCacheFaultsGetTheirTags) {
   const std::pair<const char*, const char*> expect[] = {
       {"alibi-sign", "alibi-sign"},           {"alibi-slope-head", "alibi-slope-head"},
       {"alibi-ignored", "parameter-ignored"}, {"document-off-by-one", "document-boundary"},
       {"chunk-off-by-one", "chunk-boundary"}, {"block-partial-as-full", "block-mask-partial-as-full"},
       {"descale-ignored", "descale-ignored"}, {"descale-wrong-group", "descale-wrong-group"},
-      {"topk-padding", "topk-padding"}};
+      {"index-overflow", "index-overflow"},   {"topk-padding", "topk-padding"}};
   for (const auto& [fault, tag] : expect)
     for (auto [t, lg] : {std::pair{DType::f32, power::Logits::normal}}) {  // diagnose.mutants: every dtype and shape
       power::Fault f{};
