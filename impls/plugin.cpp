@@ -504,6 +504,8 @@ class PluginImpl final : public Impl, public ModuleProvider, public std::enable_
       return Support::no("backward pass not supported (the plugin does not list \"backward\" in its features)");
     if (p.past_len > 0)
       return Support::no("backward of a KV-cache append (past_len > 0) not supported through the ABI");
+    if (p.mla)  // the ABI's dk and dv are two buffers; nothing says they are one latent cache's gradient
+      return Support::no("backward of absorbed MLA not supported through the ABI");
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
     if (Support s = declared_extensions(p, features_, "plugin"); !s.ok) return s;
     if (!vt_->supports) return Support::yes();

@@ -9,6 +9,7 @@
 
 #include "attncheck/declarations.hpp"
 #include "attncheck/features.hpp"
+#include "attncheck/mla.hpp"
 #include "cpu_common.hpp"
 
 namespace attncheck::cpu {
@@ -362,6 +363,7 @@ class WithBackward final : public Impl {
       f64 ? dense_backward<double>(p, in, dout, g) : dense_backward<float>(p, in, dout, g);
     else
       f64 ? flash_backward<double>(p, in, fwd, dout, g) : flash_backward<float>(p, in, fwd, dout, g);
+    fold_latent_gradient(p, g.dk, g.dv);  // absorbed MLA: the two roles' gradients into the one latent cache
   }
 
  private:

@@ -29,6 +29,8 @@ void expect(const Tensor& t, const char* name, DType dtype, const std::vector<in
 Support backward_supports(const Problem& p) {
   if (Support s = kernel_supports(p); !s.ok) return s;
   if (Support s = backward_modelled(p); !s.ok) return s;
+  if (p.mla)  // the kernels write dK and dV apart; the latent cache has one gradient (mla.hpp)
+    return Support::no("backward of absorbed MLA (one latent-cache gradient) not implemented by the cuda kernels");
   if (uses_modifications(p))  // the reference has their gradients (backward.cpp); these kernels do not
     return Support::no("backward with score/mask modifications, RoPE or QK-norm not implemented by the cuda kernels");
   if (p.Dqk > kMaxHeadDim || p.Dv > kMaxHeadDim)

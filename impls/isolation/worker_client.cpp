@@ -156,6 +156,8 @@ class WorkerImpl final : public Impl, public ModuleProvider, public std::enable_
                          ", which has no backward message)");
     if (!declarations_.backward)
       return Support::no("backward pass not supported (the worker does not declare backward)");
+    if (p.mla)  // the protocol's dk and dv are two tensors; nothing says they are one latent cache's gradient
+      return Support::no("backward of absorbed MLA not supported through the worker protocol");
     if (Support s = check_capabilities(caps_, p); !s.ok) return s;
     if (Support s = declared_extensions(p, features_, "worker"); !s.ok) return s;
     if (!has_supports_) return Support::yes();

@@ -369,7 +369,7 @@ const Feature kFeatures[] = {
     ATTNCHECK_FLAG_EXT("kv-quant-paged", "kv_quant_paged", kv_quant_paged, p.kv_quantized() && p.page_size > 0,
                        "paged quantized KV cache not supported", 0, "a paged quantized KV cache"),
     ATTNCHECK_FLAG_EXT("mla", "mla", mla, p.mla, "absorbed MLA (v the first Dv columns of k) not supported",
-                       ext_tag::mla, "absorbed MLA (a gradient of the one latent cache)"),
+                       ext_tag::mla, nullptr),
     ATTNCHECK_FLAG_EXT("max-logit", "max_logit", max_logit_out, p.max_logit != MaxLogitOut::none,
                        "max-logit output not supported", ext_tag::max_logit, "the max-logit output"),
     // An fp8 output: no plugin extension tag and nothing in the worker protocol's outputs (amax_o), so plugins and

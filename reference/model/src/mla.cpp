@@ -64,5 +64,27 @@ void check_latent_values(const Problem& p, const Inputs& in) {
                  "] = " + std::to_string(in.v.get(idx)) + " but k there is " + std::to_string(in.k.get(idx)));
 }
 
+void fold_latent_gradient(const Problem& p, std::vector<double>& dk, std::vector<double>& dv) {
+  if (!p.mla) return;
+  for (int64_t t = 0; t < p.B * p.Hkv * p.Lk; ++t)
+    for (int64_t e = 0; e < p.Dv; ++e) {
+      double& k = dk[static_cast<size_t>(t * p.Dqk + e)];
+      double& v = dv[static_cast<size_t>(t * p.Dv + e)];
+      k += v;
+      v = k;
+    }
+}
+
+void fold_latent_gradient(const Problem& p, Tensor& dk, Tensor& dv) {
+  if (!p.mla) return;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hkv; ++h)
+      for (int64_t j = 0; j < p.Lk; ++j)
+        for (int64_t e = 0; e < p.Dv; ++e) {
+          dk.put(b, h, j, e, dk.at(b, h, j, e) + dv.at(b, h, j, e));
+          dv.put(b, h, j, e, dk.at(b, h, j, e));
+        }
+}
+
 }  // namespace model
 }  // namespace attncheck

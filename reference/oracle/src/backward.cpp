@@ -12,6 +12,7 @@
 #include "attncheck/block_mask.hpp"
 #include "attncheck/features.hpp"
 #include "attncheck/grad_trace.hpp"
+#include "attncheck/mla.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
 #include "attncheck/reference.hpp"
@@ -338,6 +339,7 @@ BackwardResult reference_backward(const Problem& p, const Inputs& in, const Tens
     position_stage_back(lp, r);
   }
   if (in.bias) bias_gradient(bw, lp, r, observer);
+  fold_latent_gradient(p, r.dk, r.dv);  // absorbed MLA: one latent cache, one gradient
   return r;
 }
 

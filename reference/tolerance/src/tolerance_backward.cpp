@@ -112,6 +112,18 @@ double mod_relative(const Problem& p, const ErrorScales& fwd, const GradScales& 
   if (r.mod_curv.empty()) return 0.0;
   return r.mod_curv[row] * ((score_error(p, u) + u.score) * fwd.score_mag[row] + angle_score(fwd, row, u));
 }
+
+// Absorbed MLA (mla.hpp fold_latent_gradient): the latent cache's gradient in K's first Dv columns is dK + dV, so
+// its tolerance is the two roles' (t.dk, t.dv, computed above for each alone) plus the rounding of each role's
+// part before the sum (|part| <= its abs sum); dv, a view of those columns, gets the same.
+void fold_latent_tolerance(const Problem& p, const GradScales& r, double u_out, GradTolerance& t) {
+  for (int64_t row = 0; row < p.B * p.Hkv * p.Lk; ++row)
+    for (int64_t e = 0; e < p.Dv; ++e) {
+      const size_t k = static_cast<size_t>(row * p.Dqk + e), v = static_cast<size_t>(row * p.Dv + e);
+      t.dk[k] += t.dv[v] + u_out * (r.dk_abs[k] + r.dv_abs[v]);
+      t.dv[v] = t.dk[k];
+    }
+}
 }  // namespace
 
 GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const ExpectedGradients& r,
@@ -165,6 +177,7 @@ GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const Exp
       for (size_t n = v0; n < v0 + nv; ++n)
         t.dv[n] = (e_p + u.round + acc_kv) * r.dv_abs[n] + u.out * std::abs(r.dv[n]) + fl;
     }
+  if (p.mla) fold_latent_tolerance(p, r, u.out, t);
   if (!r.dbias.empty()) {
     const std::vector<int64_t> bs = grad_shape(p, 3);
     const double n_in = static_cast<double>((bs[0] == 1 ? p.B : 1) * (bs[1] == 1 ? p.Hq : 1) * (bs[2] == 1 ? p.Lq : 1) *

@@ -19,5 +19,12 @@ void tie_latent_values(const Problem& p, Inputs& in);
 // included); else throws naming the first element that differs.
 void check_latent_values(const Problem& p, const Inputs& in);
 
+// The backward's gradient of the one latent cache: K's role and V's role meet in K's first Dv columns, so dk there
+// is dK + dV, and dv is that gradient's first Dv columns (a view, as v is of k). dk [B, Hkv, Lk, Dqk] and dv
+// [B, Hkv, Lk, Dv] hold the two roles' gradients on entry (row-major doubles, or tensors in the problem's layout,
+// the sum rounded once to their dtype); nothing without mla.
+void fold_latent_gradient(const Problem& p, std::vector<double>& dk, std::vector<double>& dv);
+void fold_latent_gradient(const Problem& p, Tensor& dk, Tensor& dv);
+
 }  // namespace model
 }  // namespace attncheck
