@@ -18,13 +18,15 @@ const std::vector<std::string>& known_tags() {
   static const std::vector<std::string> tags = {
       "causal-diagonal", "causal-alignment", "window-edge", "tile-tail", "skipped-keys", "gqa-mapping", "softcap-order",
       "alibi-sign", "alibi-slope-head", "document-boundary", "chunk-boundary", "descale-ignored", "descale-wrong-group",
-      "topk-padding", "mask-fill", "key-padding", "mask-ignored", "mask-after-softmax", "softmax-axis", "block-table",
-      "index-overflow", "fully-masked-policy",
+      "q4-nibble-order", "q4-offset", "q4-min-ignored", "topk-padding", "mask-fill", "key-padding", "mask-ignored",
+      "mask-after-softmax", "softmax-axis", "block-table", "index-overflow", "fully-masked-policy",
       // block masks after the mask tags: where every block is partial (a tail block), treating them as full is the
       // mask ignored, and the named mask is the more specific cause
       "block-mask-partial-as-full", "block-mask-missing", "parameter-ignored", "dropout-scale", "dropout-mask",
-      "mla-scale-dim", "mla-v-stride", "mla-v-columns", "scale", "layout-stride", "lse-base", "lse-offset",
-      "lse-missing-max", "lse-unscaled-max", "max-logit-stage",
+      "mla-scale-dim", "mla-v-stride", "mla-v-columns",
+      // an fp8 output's store before the scale and row-scale causes, which can fit a uniformly rescaled output too
+      "fp8-out-scale-ignored", "fp8-out-scale-inverted", "amax-o-scaled", "amax-o-after-cast", "scale", "layout-stride",
+      "lse-base", "lse-offset", "lse-missing-max", "lse-unscaled-max", "max-logit-stage",
       // RoPE before the NaN causes: a RoPE problem's NaN rows from angles past fp16's range are the more specific
       "rope-interleave", "rope-offset", "rope-partial", "rope-precision", "qk-norm-eps", "nan-leak",
       "no-max-subtraction", "fp16-overflow", "missed-rescale", "low-precision-scores", "low-precision-accumulation",

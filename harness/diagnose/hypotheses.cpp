@@ -571,6 +571,7 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
   if (uses_qk_norm(p) && p.cu_seqlens_q.empty()) qk_norm_hypotheses(sc, c);
   modification_hypotheses(sc);
   cache_hypotheses(sc);
+  fp8_out_hypotheses(sc);
 
   // layout: out written with the other layout's strides
   if (p.Hq > 1 && p.Lq > 1)

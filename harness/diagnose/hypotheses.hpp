@@ -42,8 +42,11 @@ void add_visibility(Scorer& sc, const std::string& tag, const std::string& what,
 // Score and mask modifications (mods.hpp) and the block masks derived from them (block_mask.hpp): an entry left
 // out, ALiBi's sign or head, a document or chunk boundary one token off, blocks treated as full or never read.
 void modification_hypotheses(Scorer& sc);
-// Serving caches: a quantized KV cache's scales dropped or read from the wrong group; top-k padding read as a key.
+// Serving caches: a quantized KV cache's scales dropped or read from the wrong group, a 4-bit cache's nibbles, offset
+// or min misread; top-k padding read as a key.
 void cache_hypotheses(Scorer& sc);
+// An fp8 output: scale_o ignored or applied as a descale; amax_o in scale_o units or taken after the cast.
+void fp8_out_hypotheses(Scorer& sc);
 // Keys never read (a whole tile anywhere, one key per row), reported through `add(tag, what, out, lse)`.
 void key_hypotheses(const Subject& s,
                     const std::function<void(const std::string&, const std::string&, const std::vector<double>&,

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "attncheck/block_mask.hpp"
+#include "attncheck/fp8_out.hpp"
 #include "attncheck/rope.hpp"
 
 namespace attncheck::diagnose {
@@ -42,10 +43,22 @@ Subject::Subject(const prop::Case& cs, const ExpectedAttention& r, const Outputs
   const Problem& p = c.p;
   model = m, out_dtype = actual.out.dtype, lse_dtype = actual.lse ? actual.lse->dtype : p.stat_dtype();
   out = actual.out.to_double();
+  if (p.fp8_out)
+    for (double& x : out) x = fp8_out_value(p, x);
   if (actual.lse && p.want_lse) lse = actual.lse->to_double();
   if (actual.weights && p.want_weights && !r.weights.empty()) w = actual.weights->to_double();
   tol_out = out_tolerance(p, r, m, actual.out.dtype);
-  mark(r.out, out, tol_out, bad_out, n_bad_out);
+  if (p.fp8_out) {
+    std::vector<double> saturated = r.out;
+    for (double& x : saturated) x = fp8_out_saturated(p, x);
+    mark(saturated, out, tol_out, bad_out, n_bad_out);
+    if (actual.amax_o && r.sampled_rows.empty()) {
+      amax = actual.amax_o->to_double(), amax_expected = {fp8_out_amax(r.out)}, tol_amax = {amax_o_tolerance(p, r, m)};
+      mark(amax_expected, amax, tol_amax, bad_amax, n_bad_amax);
+    }
+  } else {
+    mark(r.out, out, tol_out, bad_out, n_bad_out);
+  }
   if (!lse.empty()) {
     tol_lse = lse_tolerance(p, r, m, actual.lse->dtype);
     mark(r.lse, lse, tol_lse, bad_lse, n_bad_lse);

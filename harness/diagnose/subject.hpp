@@ -35,6 +35,12 @@ struct Subject {
   std::vector<double> ml, ml_expected, tol_ml;
   std::vector<char> bad_ml;
   int64_t n_bad_ml = 0;
+  // An fp8 output (problem.fp8_out): `out` above is the candidate's codes read as code / scale_o and judged against
+  // O saturated, as judge() does; amax_o as judged, its expected max |O| and tolerance ([1] each; empty when not
+  // produced).
+  std::vector<double> amax, amax_expected, tol_amax;
+  std::vector<char> bad_amax;
+  int64_t n_bad_amax = 0;
   std::vector<char> vis;             // [B,Hq,Lq,Lk] visibility under the problem's masks
   std::vector<double> score;         // [B,Hq,Lq,Lk] scaled scores through every modification, NaN where masked
   std::vector<double> logit;         // [B,Hq,Lq,Lk] scale * q.k (after QK-norm and RoPE) for every key, before any

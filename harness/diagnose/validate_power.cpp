@@ -26,7 +26,9 @@ class PowerImpl final : public Impl {
     c.max_logit_out = true;                             // rows only: the grid asks for no other form
     c.mods = {"alibi", "document", "chunked", "topk"};  // the grid's modification flavours (power/kernel.cpp)
     c.kv_quant = true;                                  // and its quantized-cache flavour,
-    c.paged_kv = c.kv_quant_paged = true;               // in pages
+    c.paged_kv = c.kv_quant_paged = true;               // in pages,
+    c.kv_q4 = true;                                     // its 4-bit flavours
+    c.fp8_out = true;                                   // and its fp8-output flavour
     return c;
   }
   Support supports(const Problem& p) const override {
@@ -38,6 +40,7 @@ class PowerImpl final : public Impl {
     out.out = std::move(o.out);
     if (out.lse) out.lse = std::move(o.lse);
     if (out.max_logit) out.max_logit = std::move(o.max_logit);
+    if (out.amax_o) out.amax_o = std::move(o.amax_o);
   }
 
  private:
@@ -72,7 +75,15 @@ const std::map<std::string, std::string>& power_injected_tags() {
                                                        {"descale-ignored", "descale-ignored"},
                                                        {"descale-wrong-group", "descale-wrong-group"},
                                                        {"index-overflow", "index-overflow"},
-                                                       {"topk-padding", "topk-padding"}};
+                                                       {"topk-padding", "topk-padding"},
+                                                       {"q4-nibble-swapped", "q4-nibble-order"},
+                                                       {"q4-offset-ignored", "q4-offset"},
+                                                       {"q4-min-ignored", "q4-min-ignored"},
+                                                       {"q4-next-block-scale", "descale-wrong-group"},
+                                                       {"out-scale-ignored", "fp8-out-scale-ignored"},
+                                                       {"out-scale-inverted", "fp8-out-scale-inverted"},
+                                                       {"amax-o-scaled", "amax-o-scaled"},
+                                                       {"amax-o-after-cast", "amax-o-after-cast"}};
   return m;
 }
 
@@ -80,11 +91,9 @@ std::vector<ValidationRow> validate_on_power(int per_fault, int max_reruns) {
   std::vector<ValidationRow> rows;
   for (const power::Variant& v : power::fault_variants()) {
     const power::Flavour own = power::flavour_of(v.fault);
-    // The RoPE, QK-norm, MLA, fp8-output and 4-bit cache faults run in the power grid only: their hypotheses are
-    // not validated on it yet (the QK-norm eps faults' tag is checked in tests/diagnose, ModelReach).
-    if (own == power::Flavour::rope || own == power::Flavour::qk_norm || own == power::Flavour::mla ||
-        own == power::Flavour::fp8_out || own == power::Flavour::kv_q4_0 || own == power::Flavour::kv_q4_1)
-      continue;
+    // The RoPE, QK-norm and MLA faults run in the power grid only: their hypotheses are not validated on it yet (the
+    // QK-norm eps faults' tag is checked in tests/diagnose, ModelReach).
+    if (own == power::Flavour::rope || own == power::Flavour::qk_norm || own == power::Flavour::mla) continue;
     const auto tag = power_injected_tags().find(v.name);
     ValidationRow row{v.name, tag == power_injected_tags().end() ? "?" : tag->second, 0, 0, {}, {}, {}};
     const PowerImpl impl(v);
