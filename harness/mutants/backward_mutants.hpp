@@ -29,12 +29,12 @@ enum class BwdFault {
   lse_plus_log2,    // lse off by log 2: every P halved
   skip_dq_tile,     // keys [64, 128) never reach dQ (one tile of the dQ loop skipped)
   drop_max_key_dq,  // the key of largest weight never reaches dQ
-  // RoPE faults for the detection-power table, on RoPE problems:
+  // RoPE faults, on RoPE problems (the selftest's and the detection-power table's):
   rope_ignored,         // q and k used unrotated, dQ and dK not mapped back (a backward that knows no RoPE)
   rope_not_transposed,  // dQ and dK of the rotated vectors rotated by R instead of Rᵀ on the way back
 };
 const char* to_string(BwdFault f);
-std::vector<BwdFault> all_backward_faults();     // the real-bug list (selftest): every fault up to lse_wrong_row
+std::vector<BwdFault> all_backward_faults();     // the real-bug list (selftest): up to lse_wrong_row, and RoPE's
 std::vector<BwdFault> subtle_backward_faults();  // ds_bf16 .. drop_max_key_dq
 std::vector<BwdFault> rope_backward_faults();    // rope_ignored, rope_not_transposed
 // With RoPE, q and k are rotated as a fused kernel does (`rope`: fp32 angles fl32(position · fl32(inv_freq)),
