@@ -69,10 +69,6 @@ void validate_kv_cache(const Problem& p) {
     fail(g + ": q must be fp64, fp32, fp16 or bf16 with a quantized KV cache, got dtype=" + to_string(p.dtype));
   if (p.past_len > 0)
     fail(g + ": KV-cache append into a quantized cache is not modelled (past_len=" + std::to_string(p.past_len) + ")");
-  // Per-(batch, head) scales over a pool whose pages batches may share would scale one code two ways.
-  if (p.page_size > 0 && p.kv_scales == KvScales::head)
-    fail(g + ": a paged cache takes kv_scales=tensor, token or block (scales per page slot), got page_size=" +
-         std::to_string(p.page_size));
   if (!p.cu_seqlens_q.empty()) fail(g + ": packed sequences (cu_seqlens_q) with a quantized cache are not modelled");
   // A serving cache holds keys already rotated (RoPE runs before the cache write), so rotating decoded codes at load
   // would model no kernel.
