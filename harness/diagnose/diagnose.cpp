@@ -37,6 +37,7 @@ const std::vector<std::string>& known_tags() {
 }
 
 namespace {
+constexpr double kFullFit = 1.0 - 1e-9;  // a cause explaining every failing element
 size_t rank_of(const std::string& tag) {
   const auto& t = known_tags();
   return static_cast<size_t>(std::find(t.begin(), t.end(), tag) - t.begin());
@@ -87,12 +88,24 @@ Diagnosis diagnose(const prop::Case& c, const ExpectedAttention& ref, const Outp
     if (std::abs(a.score - b.score) > 1e-9) return a.score > b.score;
     return rank_of(a.tag) < rank_of(b.tag);
   });
+  // A full fit shared by causes no probe could separate: say so rather than let the tag order choose.
+  if (d.probes.empty() && d.causes.size() > 1 && d.causes[0].score >= kFullFit &&
+      std::abs(d.causes[1].score - d.causes[0].score) <= 1e-9)
+    for (const Cause& c : d.causes)
+      if (std::abs(c.score - d.causes[0].score) <= 1e-9) d.tied.push_back(c.tag);
   return d;
 }
 
 std::vector<std::string> Diagnosis::text() const {
   std::vector<std::string> l;
   l.push_back("diagnosis: " + top());
+  if (!tied.empty()) {
+    std::string t;
+    for (const std::string& x : tied) t += (t.empty() ? "" : ", ") + x;
+    l.push_back("  undetermined between " + t +
+                ": each explains every failing element; only re-running the candidate on derived problems (probes) "
+                "can tell them apart");
+  }
   for (const std::string& a : anatomy) l.push_back("  anatomy: " + a);
   for (const Cause& c : causes) {
     std::ostringstream o;

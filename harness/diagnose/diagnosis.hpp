@@ -44,7 +44,12 @@ struct Diagnosis {
   int reruns = 0;  // candidate runs spent by the probes
   int rerun_budget = 0;
   std::optional<Repro> repro;
-  std::string top() const { return causes.empty() ? "no known signature" : causes.front().tag; }
+  // Without probes, the first causes fit the failure equally and fully: the outputs alone cannot tell them apart
+  // (their tags, best-ranked first); empty otherwise.
+  std::vector<std::string> tied;
+  std::string top() const {
+    return !tied.empty() ? "undetermined" : causes.empty() ? "no known signature" : causes.front().tag;
+  }
   std::vector<std::string> text() const;  // indented report lines
 };
 

@@ -44,8 +44,7 @@ void fp8_out_hypotheses(Scorer& sc) {
   // Explained: the candidate's amax_o matches the prediction, which is itself outside the reference's tolerance.
   // tol: the prediction's own bound (O's, in the prediction's units)
   auto amax_as = [&](const char* tag, const char* what, double pred, double tol) {
-    if (!(s.bad_amax[0] && !is_bad(pred, s.amax[0], tol) && is_bad(amax, pred, s.tol_amax[0])))
-      return;
+    if (!(s.bad_amax[0] && !is_bad(pred, s.amax[0], tol) && is_bad(amax, pred, s.tol_amax[0]))) return;
     std::ostringstream e;
     e << what << ": predicts " << pred << ", the candidate gave " << s.amax[0] << " for max |O| = " << amax
       << (s.n_bad_out + s.n_bad_lse ? "" : " (out and lse are right)");

@@ -13,6 +13,7 @@ std::string to_json(const Diagnosis& d) {
     probes.push_back({{"probe", p.name}, {"outcome", p.outcome}, {"detail", p.detail}});
   json j = {{"top", d.top()},   {"causes", causes},   {"anatomy", d.anatomy},
             {"probes", probes}, {"reruns", d.reruns}, {"rerun_budget", d.rerun_budget}};
+  if (!d.tied.empty()) j["undetermined"] = d.tied;
   if (d.repro)
     j["repro"] = {{"before", d.repro->before},
                   {"after", d.repro->after},
