@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "attncheck/mods.hpp"
+#include "attncheck/rng.hpp"
 #include "attncheck/rope.hpp"
 #include "attncheck/tolerance_backward.hpp"
 #include "backward_cases.hpp"
@@ -32,6 +34,8 @@ const char* to_string(BwdFault f) {
     case BwdFault::drop_max_key_dq: return "bwd-drop-max-key-dq";
     case BwdFault::rope_ignored: return "bwd-rope-ignored";
     case BwdFault::rope_not_transposed: return "bwd-rope-not-transposed";
+    case BwdFault::score_mod_ignored: return "bwd-score-mod-ignored";
+    case BwdFault::mask_mod_ignored: return "bwd-mask-mod-ignored";
   }
   return "?";
 }
@@ -47,7 +51,9 @@ std::vector<BwdFault> all_backward_faults() {
           BwdFault::no_causal_mask,
           BwdFault::lse_wrong_row,
           BwdFault::rope_ignored,
-          BwdFault::rope_not_transposed};
+          BwdFault::rope_not_transposed,
+          BwdFault::score_mod_ignored,
+          BwdFault::mask_mod_ignored};
 }
 
 std::vector<BwdFault> subtle_backward_faults() {
@@ -113,8 +119,8 @@ class LoopedBackward final : public Impl {
   void run(const Problem& p, const Inputs& in, Outputs& out) const override { ref_->run(p, in, out); }
   Support supports_backward(const Problem& p) const override {
     const ModSet mods(p);
-    if (uses_qk_norm(p) || mods.has_score() || mods.has_mask())
-      return Support::no("the looped backward mutants have no QK-norm and no score or mask modifications");
+    if (uses_qk_norm(p) || (mods.has_logit() && p.softcap <= 0))
+      return Support::no("the looped backward mutants have no QK-norm and no logit stage but softcap");
     return supports(p);
   }
 
@@ -125,6 +131,7 @@ class LoopedBackward final : public Impl {
     std::vector<double> q = in.q.to_double(), k = in.k.to_double();
     const std::vector<double> v = in.v.to_double();
     const bool rotates = uses_rope(p) && f_ != BwdFault::rope_ignored;
+    const ModSet mods(p);
     const KernelRope rope(p, rope_);
     if (rotates) rope.rotate(true, q, false), rope.rotate(false, k, false);
     const std::vector<double> o = fwd.out.to_double(), dO = dout.to_double(), lse = fwd.lse->to_double();
@@ -140,13 +147,17 @@ class LoopedBackward final : public Impl {
       const int64_t diag = i + p.diagonal_offset(b);
       const double* qi = &q[static_cast<size_t>(row * Dqk)];
       const double* di = &dO[static_cast<size_t>(row * Dv)];
-      std::vector<double> s(static_cast<size_t>(Lk), -inf), chain(static_cast<size_t>(Lk), 1.0);
+      // chain: the softcap's derivative (what scale·q·k receives); mod: the score modifications' (what the score
+      // before them, the bias included, receives)
+      std::vector<double> s(static_cast<size_t>(Lk), -inf), chain(static_cast<size_t>(Lk), 1.0), mod(chain);
       bool live = false;
       for (int64_t j = 0; j < Lk; ++j) {
         if ((p.causal && f_ != BwdFault::no_causal_mask && j > diag) || j >= p.key_length(b)) continue;
         if ((p.window_left >= 0 && j < diag - p.window_left) || (p.window_right >= 0 && j > diag + p.window_right))
           continue;
         if (in.mask && in.mask->get_offset(broadcast_offset(*in.mask, b, h, i, j)) == 0) continue;
+        const ModAt at{b, h, i, diag, j};
+        if (mods.has_mask() && f_ != BwdFault::mask_mod_ignored && !mods.visible(at)) continue;
         const double* kj = &k[static_cast<size_t>(((b * p.Hkv + kvh) * Lk + j) * Dqk)];
         double x = 0;
         for (int64_t d = 0; d < Dqk; ++d) x += qi[d] * kj[d];
@@ -157,6 +168,8 @@ class LoopedBackward final : public Impl {
           if (f_ != BwdFault::no_softcap_derivative) chain[static_cast<size_t>(j)] = 1 - t * t;
         }
         if (in.bias) x += in.bias->get_offset(broadcast_offset(*in.bias, b, h, i, j));
+        if (mods.has_score() && f_ != BwdFault::score_mod_ignored)
+          mod[static_cast<size_t>(j)] = mods.derivative(at, x), x = mods.score(at, x);
         s[static_cast<size_t>(j)] = x;
         live = live || x > -inf;
       }
@@ -193,7 +206,8 @@ class LoopedBackward final : public Impl {
           dp *= kf(j);
         }
         if (!vis) continue;
-        const double ds0 = P * (dp - D), ds = f_ == BwdFault::ds_bf16 ? round_to(DType::bf16, ds0) : ds0;
+        const double ds1 = P * (dp - D) * mod[static_cast<size_t>(j)];
+        const double ds = f_ == BwdFault::ds_bf16 ? round_to(DType::bf16, ds1) : ds1;
         const double dr = ds * chain[static_cast<size_t>(j)];
         const bool to_dq =
             !(f_ == BwdFault::skip_dq_tile && j >= 64 && j < 128) && !(f_ == BwdFault::drop_max_key_dq && j == jmax);
@@ -253,6 +267,23 @@ bool is_rope_fault(BwdFault f) {
   return std::find(r.begin(), r.end(), f) != r.end();
 }
 
+// The case with ALiBi (a score modification) and documents (a mask modification) drawn by their library entries;
+// unchanged when the shape cannot take them.
+prop::Case with_mods(prop::Case c, uint64_t n) {
+  Problem p = c.p;
+  Rng rng(n * 104729 + 11);
+  for (const char* name : {"alibi", "document"}) find_modification(name)->draw(p, rng);
+  try {
+    validate(p, c.in);
+  } catch (const std::invalid_argument&) {
+    return c;
+  }
+  c.p = p;
+  return c;
+}
+
+bool is_mod_fault(BwdFault f) { return f == BwdFault::score_mod_ignored || f == BwdFault::mask_mod_ignored; }
+
 }  // namespace
 
 ImplPtr make_backward_mutant(BwdFault f, RopeMath rope) { return std::make_shared<LoopedBackward>(f, rope); }
@@ -271,9 +302,11 @@ std::vector<BackwardSelftestResult> run_backward_selftest(int cases, const std::
     r.correct = f == BwdFault::none;
     for (int n = 0; n < cases && !r.killed; ++n) {
       // Every third case rotated by RoPE (every case for the RoPE faults), judged at the mutants' declared fp32
-      // angles, so the correct variant shows no false alarm from a rotating backward either.
+      // angles, and every third with ALiBi and documents (every case for the modification faults), so the correct
+      // variant shows no false alarm from a rotating or modified backward either.
       prop::Case c = gradtest::grad_case(static_cast<uint64_t>(n), 2500, n % 2 ? DType::f32 : DType::f64);
       if (is_rope_fault(f) || n % 3 == 2) c = with_rope(std::move(c), static_cast<uint64_t>(n));
+      if (is_mod_fault(f) || n % 3 == 1) c = with_mods(std::move(c), static_cast<uint64_t>(n));
       const Tensor dout = gradtest::random_dout(c.p, static_cast<uint64_t>(n));
       Gradients g;
       if (!run_backward_impl(*impl, c.p, c.in, dout, g).ok) continue;

@@ -32,14 +32,18 @@ enum class BwdFault {
   // RoPE faults, on RoPE problems (the selftest's and the detection-power table's):
   rope_ignored,         // q and k used unrotated, dQ and dK not mapped back (a backward that knows no RoPE)
   rope_not_transposed,  // dQ and dK of the rotated vectors rotated by R instead of Rᵀ on the way back
+  // Modification faults, on problems with library modifications (the selftest's):
+  score_mod_ignored,  // P recomputed from the scores without the score modifications (the forward's lse with them)
+  mask_mod_ignored,   // P recomputed without the mask modifications: keys they hide get exp(s - lse)
 };
 const char* to_string(BwdFault f);
-std::vector<BwdFault> all_backward_faults();     // the real-bug list (selftest): up to lse_wrong_row, and RoPE's
+std::vector<BwdFault> all_backward_faults();     // the real-bug list (selftest): up to lse_wrong_row, RoPE's, the mods'
 std::vector<BwdFault> subtle_backward_faults();  // ds_bf16 .. drop_max_key_dq
 std::vector<BwdFault> rope_backward_faults();    // rope_ignored, rope_not_transposed
 // With RoPE, q and k are rotated as a fused kernel does (`rope`: fp32 angles fl32(position · fl32(inv_freq)),
 // cosf and sinf, optionally stored in a table of that format; exact: fp64), and dQ, dK are rotated back by the
-// same angles, transposed. The mutant has no QK-norm and no score or mask modifications: it declines them.
+// same angles, transposed. Library score and mask modifications are applied after the bias (ModSet), their
+// derivative chained into dS; the mutant has no QK-norm and no logit stage but softcap: it declines them.
 ImplPtr make_backward_mutant(BwdFault f, RopeMath rope = RopeMath::fp32);
 
 struct BackwardSelftestResult {
