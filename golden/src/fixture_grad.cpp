@@ -8,6 +8,7 @@
 #include "attncheck/fixture_gradients.hpp"
 #include "attncheck/mods.hpp"
 #include "attncheck/rng.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
 #include "fixture_grad.hpp"
 #include "fixture_layout.hpp"
@@ -164,10 +165,13 @@ void read_gradients(const h5::Reader& r, hid_t file, Fixture& f, bool data, uint
     if (x.unchained && uses_logit_modifications(p))
       *x.unchained = stored(read_f64(r, file, base + "_abs_unchained", dims), s, p.layout, true);
   }
-  if (uses_rope(p) && !h5::in_reading_child()) {  // the RoPE angle sensitivities: from the stored inputs, not stored
+  // The RoPE angle sensitivities and the score modifications' curvature: from the stored inputs, not stored (the
+  // reading child leaves them to the parent).
+  if ((uses_rope(p) || ModSet(p).has_score()) && !h5::in_reading_child()) {
     ExpectedGradients x = expected_gradients(p, f.inputs, *f.dout);
     g.dq_rope = std::move(x.dq_rope);
     g.dk_rope = std::move(x.dk_rope);
+    g.mod_curv = std::move(x.mod_curv);
   }
   f.grad = std::move(g);
 }

@@ -100,6 +100,24 @@ TEST(BackwardFixture, GradientsRoundTripInEveryLayout) {
   }
 }
 
+// A stored fixture is judged with the tolerance an in-memory judge gives: its scales that are not stored (the score
+// modifications' curvature of a non-linear score expression, RoPE's angle sensitivities) are recomputed from its
+// inputs.
+TEST(BackwardFixture, StoredFixturesGetTheInMemoryGradientTolerance) {
+  for (const char* name : {"fp32_B1-Hq2-Hkv1-Lq5-Lk9-D8_softcap-sexpr_normal_grad_expr-nonlinear.h5",
+                           "fp32_B1-Hq2-Hkv1-Lq5-Lk9-D8_causal-br-rope_normal_grad_rope-neox-partial-64k.h5"}) {
+    const Fixture f = read_fixture((fs::path(GOLDEN_DIR) / "backward" / name).string());
+    ASSERT_TRUE(f.grad && f.dout) << name;
+    const ExpectedAttention fwd = expected_attention(f.problem, f.inputs);
+    const ExpectedGradients mem = expected_gradients(f.problem, f.inputs, *f.dout);
+    EXPECT_EQ(f.grad->mod_curv, mem.mod_curv) << name;
+    const GradTolerance a = grad_tolerance(f.problem, fwd, *f.grad), b = grad_tolerance(f.problem, fwd, mem);
+    EXPECT_EQ(a.dq, b.dq) << name;
+    EXPECT_EQ(a.dk, b.dk) << name;
+    EXPECT_EQ(a.dv, b.dv) << name;
+  }
+}
+
 TEST(BackwardFixture, ForwardOnlyFixtureHasNoGradients) {
   Fixture f = softcap_bias_fixture(Layout::BHSD);
   f.has_gradients = false;
