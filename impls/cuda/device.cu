@@ -89,7 +89,7 @@ void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   auto upload_mod = [](const auto& values) { return upload(values.data(), values.size() * sizeof(values[0])); };
   DeviceBuffer alibi = upload_mod(plan.alibi_slopes), t5 = upload_mod(plan.t5_table), docs = upload_mod(plan.doc_ids);
   DeviceBuffer prefix = upload_mod(plan.prefix_lengths), topk = upload_mod(plan.topk_indices);
-  DeviceBuffer sinks = upload_mod(plan.sinks);
+  DeviceBuffer sinks = upload_mod(plan.sinks), key_bias = upload_mod(plan.key_bias);
   DeviceBuffer q_norm = upload_mod(plan.q_norm_weight), k_norm = upload_mod(plan.k_norm_weight);
   DeviceBuffer inv_freq = upload_mod(plan.rope_inv_freq), q_pos = upload_mod(plan.rope_q_pos);
   DeviceBuffer k_pos = upload_mod(plan.rope_k_pos), sections = upload_mod(plan.rope_pair_section);
@@ -106,6 +106,7 @@ void run_on_device(const Problem& p, const Inputs& in, Outputs& out, KernelVersi
   a.max_logit = a.max_logit ? max_logit.get<void>() : nullptr;
   a.alibi_slopes = a.alibi_slopes ? alibi.get<double>() : nullptr;
   a.t5_table = a.t5_table ? t5.get<double>() : nullptr;
+  a.key_bias = a.key_bias ? key_bias.get<double>() : nullptr;
   a.doc_ids = a.doc_ids ? docs.get<int64_t>() : nullptr;
   a.prefix_lengths = a.prefix_lengths ? prefix.get<int64_t>() : nullptr;
   a.topk_indices = a.topk_indices ? topk.get<int64_t>() : nullptr;

@@ -49,6 +49,7 @@ void launch_guarded(HostPlan& plan, KernelVersion v, emu::Order order, const siz
   };
   add_mod("alibi_slopes", plan.alibi_slopes);
   add_mod("t5_table", plan.t5_table);
+  add_mod("key_bias", plan.key_bias);
   add_mod("doc_ids", plan.doc_ids);
   add_mod("prefix_lengths", plan.prefix_lengths);
   add_mod("topk_indices", plan.topk_indices);

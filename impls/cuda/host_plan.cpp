@@ -35,7 +35,8 @@ Capabilities kernel_capabilities() {
 // The library entries whose arithmetic the kernels share with the reference (mod_eval.hpp, rope_eval.hpp). Not
 // here: the user expressions (score_expr, mask_expr: muparser bytecode, host-only).
 std::set<std::string> kernel_mods() {
-  return {"alibi", "t5_bias", "document", "chunked", "prefix_lm", "dilated_window", "topk", "rope", "qk_norm"};
+  return {"alibi",     "t5_bias",        "key_bias", "document", "chunked",
+          "prefix_lm", "dilated_window", "topk",     "rope",     "qk_norm"};
 }
 
 Declarations KernelImpl::declarations() const {
@@ -113,6 +114,11 @@ void set_mods(const Problem& p, HostPlan& plan) {
     a.t5_buckets = p.t5_buckets;
     a.t5_max_distance = p.t5_max_distance;
     a.t5_bidirectional = p.t5_bidirectional;
+  }
+  if (!p.key_bias.empty()) {
+    plan.key_bias = p.key_bias;
+    a.key_bias = plan.key_bias.data();
+    a.key_bias_per_batch = static_cast<int64_t>(p.key_bias.size()) != p.Hq * p.Lk;
   }
   if (!p.doc_ids.empty()) {
     plan.doc_ids = p.doc_ids;

@@ -31,7 +31,7 @@ struct HostPlan {
   size_t mask_bytes = 0, keep_bytes = 0;         // extents of the u8 buffers, for device copies
   size_t q_bytes = 0, k_bytes = 0, v_bytes = 0;  // extents of the inputs, for the emulation's bounds checks
   // The library modifications' parameters (mod buffers: the kernels read them through AttnParams).
-  std::vector<double> alibi_slopes, t5_table;
+  std::vector<double> alibi_slopes, t5_table, key_bias;
   std::vector<int64_t> doc_ids, prefix_lengths, topk_indices;
   // The position stage: QK-norm weights, RoPE's scaled inv_freq and every query's and key's position.
   std::vector<double> q_norm_weight, k_norm_weight, rope_inv_freq;

@@ -63,6 +63,7 @@ std::vector<ModCase> cases() {
       {"alibi", {"alibi"}},
       {"alibi-br-bf16", {"alibi"}, DType::bf16, true, Alignment::bottom_right},
       {"t5", {"t5_bias"}, DType::f16},
+      {"key-bias-causal-br-bf16", {"key_bias"}, DType::bf16, true, Alignment::bottom_right},
       {"document", {"document"}},
       {"chunked-causal-br", {"chunked"}, DType::f32, true, Alignment::bottom_right},
       {"prefix-lm", {"prefix_lm"}, DType::f64},
@@ -176,6 +177,7 @@ TEST_P(CudaMods, MatchesReferenceInBothThreadOrders) {
   Problem plain = p;
   plain.sinks.clear();
   plain.alibi_slopes.clear(), plain.t5_table.clear(), plain.t5_buckets = 0, plain.doc_ids.clear();
+  plain.key_bias.clear();
   plain.chunk_size = 0, plain.prefix_lengths.clear(), plain.dilated_window = -1, plain.dilation = 1;
   plain.topk = 0, plain.topk_indices.clear();
   plain.rotary_dim = 0, plain.q_norm_weight.clear(), plain.k_norm_weight.clear();
@@ -222,8 +224,9 @@ TEST(CudaModsLimits, ExpressionsAreUnsupported) {
     EXPECT_FALSE(s.ok) << name;
     EXPECT_NE(s.reason.find(std::string("modification ") + name + " not supported"), std::string::npos) << s.reason;
   }
-  EXPECT_EQ(impl->capabilities().mods, (std::set<std::string>{"alibi", "t5_bias", "document", "chunked", "prefix_lm",
-                                                              "dilated_window", "topk", "rope", "qk_norm"}));
+  EXPECT_EQ(impl->capabilities().mods,
+            (std::set<std::string>{"alibi", "t5_bias", "key_bias", "document", "chunked", "prefix_lm", "dilated_window",
+                                   "topk", "rope", "qk_norm"}));
   EXPECT_EQ(impl->declarations().contract_for(DType::bf16).rope, RopeMath::fp32);
   EXPECT_EQ(impl->declarations().contract_for(DType::f64).rope, RopeMath::exact);
   EXPECT_TRUE(impl->capabilities().max_logit_out);

@@ -61,6 +61,8 @@ struct AttnParams {
   const double* t5_table;  // [Hq, t5_buckets]
   int64_t t5_buckets, t5_max_distance;
   int t5_bidirectional;
+  const double* key_bias;  // [Hq, Lk] or [B, Hq, Lk] (key_bias_per_batch)
+  int key_bias_per_batch;
   const int64_t* doc_ids;            // [B, Lk]
   int64_t chunk_size;                // 0: off
   const int64_t* prefix_lengths;     // [B]
@@ -203,17 +205,18 @@ __device__ inline bool mods_visible(const AttnParams& p, int b, int64_t i, int64
   return true;
 }
 
-// The score modifications of the library, in its order (ALiBi, T5), each in fp64 and rounded once, as the CPU
-// implementations evaluate them.
+// The score modifications of the library, in its order (ALiBi, T5, per-key bias), each in fp64 and rounded once,
+// as the CPU implementations evaluate them.
 template <class Acc>
 __device__ inline Acc mods_score(const AttnParams& p, Acc s, int b, int h, int64_t pos, int64_t j) {
-  if (!p.alibi_slopes && p.t5_buckets == 0) return s;
+  if (!p.alibi_slopes && p.t5_buckets == 0 && !p.key_bias) return s;
   double x = static_cast<double>(s);
   if (p.alibi_slopes)
     x = mod_eval::alibi(x, gload(p.alibi_slopes, p.alibi_per_batch ? static_cast<int64_t>(b) * p.Hq + h : h), pos, j);
   if (p.t5_buckets > 0)
     x += gload(p.t5_table, static_cast<int64_t>(h) * p.t5_buckets +
                                mod_eval::t5_bucket(p.t5_buckets, p.t5_max_distance, p.t5_bidirectional != 0, j - pos));
+  if (p.key_bias) x += gload(p.key_bias, ((p.key_bias_per_batch ? static_cast<int64_t>(b) * p.Hq : 0) + h) * p.Lk + j);
   return static_cast<Acc>(x);
 }
 
