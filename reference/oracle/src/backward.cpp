@@ -1,5 +1,5 @@
 // The looped reference backward: for each query row, recompute the scores and softmax of the forward, then
-// dP = dO·Vᵀ (through the keep-mask), D = Σ_j P'·dP', dS = P∘(dP − D), the softcap chain rule, and accumulate
+// dP = dO·Vᵀ (through the keep-mask), D = Σ_j P'·dP', dS = P∘(dP − D), the logit stage's chain rule, and accumulate
 // dQ = scale·dS·K, dK = scale·dSᵀ·Q, dV = P'ᵀ·dO, dBias = Σ dS over broadcast dims (derivation: docs/backward.md).
 #include "attncheck/backward.hpp"
 
@@ -22,19 +22,12 @@ inline namespace oracle {
 
 namespace {
 
-// d(c·tanh(x/c))/dx = 1 − tanh²(y) at y = x/c, written as 4e/(1+e)² with e = exp(−2|y|): accurate to a few ulps
-// for every y. 1 − t·t from the rounded t cancels: it is 0 in double from |y| ≈ 19 on (docs/backward.md).
-double softcap_derivative(double y) {
-  const double e = std::exp(-2.0 * std::abs(y));
-  return 4.0 * e / ((1.0 + e) * (1.0 + e));
-}
-
 // The forward's scores of one row, and the derivatives of the stages between scale·q·k and the softmax.
 struct RowScores {
   std::vector<double> s;      // the score the softmax reads (the fill where masked)
-  std::vector<double> pre;    // the score the score modifications read (after softcap and bias)
-  std::vector<double> chain;  // d softcap / d (scale·q·k)
-  std::vector<double> dmod;   // d (score modifications) / d (score after softcap and bias)
+  std::vector<double> pre;    // the score the score modifications read (after the logit stage and bias)
+  std::vector<double> chain;  // d logit stage / d (scale·q·k)
+  std::vector<double> dmod;   // d (score modifications) / d (score after the logit stage and bias)
   double max = 0;
 };
 
@@ -47,9 +40,10 @@ struct RowGrad {
   std::vector<double> keep;  // keep_ij/(1-p): 0 dropped, 1 without dropout
   std::vector<double> pp;    // P'_ij = P_ij keep_ij/(1-p): the weight that multiplies v_j in the forward
   std::vector<double> dP;    // dP'_ij = keep_ij/(1-p) dO_i·v_j, where P'_ij != 0
-  std::vector<double> ds;    // dS_ij: gradient of the score after softcap and bias (what the bias receives)
-  std::vector<double> dr;    // dS_ij * softcap derivative: gradient of scale·q·k (what q and k receive, / scale)
-  RowScores sc;              // the scores; sc.chain: softcap derivative c_ij (1 without softcap)
+  std::vector<double> ds;    // dS_ij: gradient of the score after the logit stage and bias (what the bias receives)
+  std::vector<double>
+      dr;        // dS_ij * the logit stage's derivative: gradient of scale·q·k (what q and k receive, / scale)
+  RowScores sc;  // the scores; sc.chain: the logit stage's derivative c_ij (1 without one)
 };
 
 class Backward {
@@ -94,10 +88,10 @@ class Backward {
       double dot = 0.0;
       for (int64_t d = 0; d < Dqk; ++d) dot += qi[d] * kb[j * Dqk + d];
       double score = dot * scale;
-      if (p.softcap > 0) {
-        const double y = score / p.softcap;
-        score = p.softcap * std::tanh(y);
-        rs.chain[J] = softcap_derivative(y);
+      if (mods_.has_logit()) {  // the logit stage (mods_library.cpp) and its derivative, before the bias
+        const ModAt at{b, h, i, diag, j};
+        rs.chain[J] = mods_.logit_derivative(at, score);
+        score = mods_.logit(at, score);
       }
       if (in_.bias) score += in_.bias->get_offset(broadcast_offset(*in_.bias, b, h, i, j));
       rs.pre[J] = score;

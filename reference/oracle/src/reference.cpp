@@ -69,13 +69,14 @@ struct Loops {
     const Problem::RowKeys rk = p.row_keys(b, i);
     const auto in_row = [&](int64_t j) { return j >= rk.begin && j < rk.end; };
 
-    // 1. scores: for each key token, visible -> scale * dot(q, k) (softcapped, plus bias); masked -> fill.
+    // 1. scores: for each key token, visible -> scale * dot(q, k) (through the logit stage, plus bias); masked ->
+    // fill.
     std::vector<double> s(static_cast<size_t>(Lk));
     std::vector<char> visible(static_cast<size_t>(Lk));
-    const auto score_of = [&](int64_t j, bool capped) {  // scale * dot(q, k_j), softcapped when asked
+    const auto score_of = [&](int64_t j, bool staged) {  // scale * dot(q, k_j), through the logit stage when asked
       double dot = 0.0;
       for (int64_t d = 0; d < Dqk; ++d) dot += qi[d] * kb[j * Dqk + d];
-      return capped && p.softcap > 0 ? p.softcap * std::tanh(dot * scale / p.softcap) : dot * scale;
+      return staged && mods.has_logit() ? mods.logit(ModAt{b, h, i, rk.diag, j}, dot * scale) : dot * scale;
     };
     // Raw-score output: stages scaled and capped cover every key (ONNX adds the mask after them), so masked keys
     // are read here, and only here.

@@ -381,7 +381,7 @@ void ErrorScalesPass::row(const RowTrace& t) {
       continue;
     }
     dot_qk2(j, dot, qk2);
-    double score = p.softcap > 0 ? p.softcap * std::tanh(dot * scale / p.softcap) : dot * scale;
+    double score = mods.has_logit() ? mods.logit(ModAt{b, h, i, t.rk.diag, j}, dot * scale) : dot * scale;
     double k_norm = 0.0;
     for (int64_t d = 0; d < Dqk; ++d) k_norm += kb[j * Dqk + d] * kb[j * Dqk + d];
     double mag = std::abs(scale) * q_norm * std::sqrt(k_norm);

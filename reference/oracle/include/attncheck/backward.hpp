@@ -19,7 +19,7 @@ struct BackwardResult {
   std::vector<double> dbias;  // problem.bias_shape, row-major; empty without bias
   std::vector<double> d;      // [B, Hq, Lq]: D_i = sum_j P'_ij dP'_ij (= dO_i . O_i); 0 on fully masked rows
   std::vector<double> lse;    // [B, Hq, Lq]: the forward's lse (what a flash backward saves)
-  std::vector<double> ds;     // [B,Hq,Lq,Lk] dS = dL/d(score after softcap and bias), only when asked (tests)
+  std::vector<double> ds;     // [B,Hq,Lq,Lk] dS = dL/d(score after the logit stage and bias), only when asked (tests)
 };
 
 // Validates problem, inputs and dout ([B,Hq,Lq,Dv] in problem.layout, any floating dtype; throws

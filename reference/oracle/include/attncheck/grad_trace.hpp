@@ -39,8 +39,8 @@ struct GradLoops {
 struct GradRowTrace {
   int64_t row, b, h, i, kvh;
   const std::vector<char>& visible;
-  const std::vector<double>& pre;    // the score the score modifications read (after softcap and bias)
-  const std::vector<double>& chain;  // d softcap / d (scale·q·k): c_ij (1 without softcap)
+  const std::vector<double>& pre;    // the score the score modifications read (after the logit stage and bias)
+  const std::vector<double>& chain;  // d logit stage / d (scale·q·k): c_ij (1 without one)
   const std::vector<double>& dmod;   // d (score modifications) / d pre: m'_ij (1 without)
   const std::vector<double>& P;      // the softmax weights
   const std::vector<double>& keep;   // keep_ij/(1-p): 0 dropped, 1 without dropout
