@@ -97,7 +97,7 @@ void GradScalesPass::start(const GradLoops& lp) {
   lp_ = &lp;
   s_.dq_abs.assign(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Dqk), 0.0);
   s_.dk_abs.assign(static_cast<size_t>(p.B * p.Hkv * p.Lk * p.Dqk), 0.0);
-  if (p.softcap > 0) {
+  if (lp.mods.has_logit()) {  // the sums without the logit stage's derivative (GradScales)
     s_.dq_abs_unchained = s_.dq_abs;
     s_.dk_abs_unchained = s_.dk_abs;
   }
@@ -128,7 +128,7 @@ void GradScalesPass::row(const GradRowTrace& t) {
   const double *qi = &lp.q[q0], *kb = &lp.k[k0], *doi = &lp.dout[static_cast<size_t>(t.row * Dv)];
   double *dq_abs = &s_.dq_abs[q0], *dk_abs = &s_.dk_abs[k0];
   double* dv_abs = &s_.dv_abs[static_cast<size_t>((t.b * p.Hkv + t.kvh) * Lk * Dv)];
-  const bool cap = p.softcap > 0, rope = !s_.dq_rope.empty();
+  const bool cap = !s_.dq_abs_unchained.empty(), rope = !s_.dq_rope.empty();
   for (int64_t j = 0; j < Lk; ++j) {
     const size_t J = static_cast<size_t>(j);
     if (t.pp[J] != 0.0)
@@ -144,7 +144,7 @@ void GradScalesPass::row(const GradRowTrace& t) {
         s_.dq_rope[q0 + size_t(d)] += ca * ka_[k0 + size_t(j * Dqk + d)];
         s_.dk_rope[k0 + size_t(j * Dqk + d)] += ca * qa_[q0 + size_t(d)];
       }
-    if (cap)  // the same sums with the softcap derivative replaced by 1
+    if (cap)  // the same sums with the logit stage's derivative replaced by 1
       for (int64_t d = 0; d < Dqk; ++d) {
         s_.dq_abs_unchained[q0 + size_t(d)] += std::abs(scale * g[J] * kb[j * Dqk + d]);
         s_.dk_abs_unchained[k0 + size_t(j * Dqk + d)] += std::abs(scale * g[J] * qi[d]);

@@ -8,6 +8,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "attncheck/mods.hpp"
 #include "attncheck/rope.hpp"
 
 namespace attncheck {
@@ -20,8 +21,9 @@ struct Units {
   double stage_back;  // relative error of mapping dq, dk back through the stage (against the mapped error scales)
   double round;  // P' and dS rounded to the P·V operand format before the backward GEMMs (FlashAttention-2, cuDNN)
   double out;    // the delivered gradients, and O (D = rowsum(dO∘O) reads the stored O)
-  double score;  // the scores and the softcap's tanh
+  double score;  // the scores and the logit stage's evaluation
   double angle;  // relative error of a RoPE angle under the declared rope contract (0: exact angles)
+  double logit;  // the logit stage's roundings of a score, in units (its library entries' facts; 0 without one)
 };
 
 // The position stage (docs/backward.md "Score modifications and the position stage"). A staged q or k element is
@@ -57,7 +59,8 @@ Units units(const Problem& p, const ToleranceModel& m) {
           c.p_rounded ? std::max(unit_roundoff(c.pv_operands) - acc, 0.0) : 0.0,
           unit_roundoff(p.dtype),
           unit_roundoff(c.scores),
-          angle};
+          angle,
+          ModSet(p).logit_rounding()};
 }
 
 double floor_of(const Problem& p) {  // flushed subnormals (FTZ) and the smallest step of the delivered dtype
@@ -66,7 +69,7 @@ double floor_of(const Problem& p) {  // flushed subnormals (FTZ) and the smalles
 }
 
 double score_error(const Problem& p, const Units& u) {  // c_s: a score's relative error per unit of score_mag
-  const double extra = 4.0 + (p.bias_shape ? 1.0 : 0.0) + (p.softcap > 0 ? 2.0 : 0.0);
+  const double extra = 4.0 + (p.bias_shape ? 1.0 : 0.0) + u.logit;
   return (std::sqrt(static_cast<double>(p.Dqk) / 3.0) + extra) * u.acc + 2.0 * u.stage;  // q and k staged
 }
 // The largest score error of a row from the RoPE angles, both vectors': u.angle · rope_max (docs/tolerance.md
@@ -94,11 +97,11 @@ double ds_error(const Problem& p, const ErrorScales& fwd, size_t row, const Unit
 
 double accumulation(double n, const Units& u, double lambda) { return lambda * u.acc * std::sqrt(n / 3.0) + u.acc; }
 
-// The softcap derivative c = 1 − tanh²(x/c) (docs/backward.md "Softcap derivative"). Relative error from the score
-// error δx = c_s·|x| (plus the angles') and the division x/c: 2|t|·δx/c ≤ 2((c_s + u)·score_mag + e)/c.
-double chain_relative(const Problem& p, const ErrorScales& fwd, size_t row, const Units& u) {
-  if (p.softcap <= 0) return 0.0;
-  return 2.0 * ((score_error(p, u) + u.score) * fwd.score_mag[row] + angle_score(fwd, row, u)) / p.softcap;
+// The logit stage's derivative (softcap: c = 1 − tanh²(x/c), docs/backward.md "Softcap derivative"), relatively off
+// by its entry's dscore_error at the score error δ = (c_s + u)·score_mag (plus the angles'): 2δ/c for softcap.
+double chain_relative(const Problem& p, const ModSet& mods, const ErrorScales& fwd, size_t row, const Units& u) {
+  if (!mods.has_logit()) return 0.0;
+  return mods.logit_dscore_error((score_error(p, u) + u.score) * fwd.score_mag[row] + angle_score(fwd, row, u));
 }
 // Absolute error of c when a kernel forms it as 1 − t·t from the tanh t it kept from the forward (FlashAttention):
 // t carries ≤ 4u (a 2-ulp tanh), so 2|t|·4u, plus u for t·t and u for the subtraction. It does not shrink with c:
@@ -129,6 +132,7 @@ void fold_latent_tolerance(const Problem& p, const GradScales& r, double u_out, 
 GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const ExpectedGradients& r,
                              const ToleranceModel& m) {
   const Units u = units(p, m);
+  const ModSet mods(p);
   if (u.angle > 0 && (r.dq_rope.size() != r.dq.size() || r.dk_rope.size() != r.dk.size()))
     throw std::invalid_argument(
         "grad_tolerance: the rope contract needs the RoPE angle sensitivities dq_rope and dk_rope "
@@ -141,12 +145,12 @@ GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const Exp
   for (int64_t row = 0; row < rows; ++row) {
     eps_ds[static_cast<size_t>(row)] = ds_error(p, fwd, static_cast<size_t>(row), u, lam);
     eps_p[static_cast<size_t>(row)] = p_error(p, fwd, static_cast<size_t>(row), u, lam);
-    eps_c[static_cast<size_t>(row)] =
-        chain_relative(p, fwd, static_cast<size_t>(row), u) + mod_relative(p, fwd, r, static_cast<size_t>(row), u);
+    eps_c[static_cast<size_t>(row)] = chain_relative(p, mods, fwd, static_cast<size_t>(row), u) +
+                                      mod_relative(p, fwd, r, static_cast<size_t>(row), u);
   }
   t.dq.resize(r.dq.size());
   const double acc_q = accumulation(static_cast<double>(p.Lk), u, lam) + u.stage + u.stage_back;
-  const bool cap = p.softcap > 0;
+  const bool cap = mods.has_logit();
   for (size_t n = 0; n < r.dq.size(); ++n) {
     const size_t row = n / static_cast<size_t>(p.Dqk);
     t.dq[n] = (eps_ds[row] + eps_c[row] + acc_q) * r.dq_abs[n] + u.out * std::abs(r.dq[n]) + fl;

@@ -9,6 +9,7 @@
 #include "attncheck/dtype_floor.hpp"
 #include "attncheck/fp8_out.hpp"
 #include "attncheck/kv_cache.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/tolerance.hpp"
 
 namespace attncheck {
@@ -46,6 +47,7 @@ struct Units {
   // Rotary embedding: relative angle error per unit of inv_freq * |position| (angle) and the position-independent
   // error of cos, sin and the rotation (trig), per rotated vector; 0 for contract rope=exact.
   double rope_angle, rope_trig;
+  double logit;  // the logit stage's roundings of a score, in units (its library entries' facts; 0 without one)
 };
 
 Units units(const Problem& p, const ToleranceModel& m) {
@@ -89,7 +91,8 @@ Units units(const Problem& p, const ToleranceModel& m) {
           is_fp8(p.dtype) ? 2.0 : 0.0,
           c.exp == ExpFlavour::exp2,
           rope_angle,
-          rope_trig};
+          rope_trig,
+          ModSet(p).logit_rounding()};
 }
 
 // The largest error of one score of the row from the rotary angles (both vectors): rope_max per unit angle error,
@@ -119,9 +122,9 @@ Row row_scales(const Problem& p, const ExpectedAttention& r, size_t row, const U
   // One score: a length-Dqk dot product (partial sums at most k/Dqk of the magnitude: sqrt(Dqk/3) u; its rounding
   // errors are independent, and so are those of different keys, so one lambda covers the whole weighted sum),
   // q and k rounded to the qk operand format (sqrt(2) u_qk), the score stored, and the scale multiply and max
-  // subtraction (3u), +1 with a bias add, +2 for softcap's tanh, +1 when log2(e) is folded into the scale.
-  const double extra =
-      3.0 + (p.bias_shape ? 1.0 : 0.0) + (p.softcap > 0 ? 2.0 : 0.0) + (u.exp2 ? 1.0 : 0.0) + u.descales;
+  // subtraction (3u), +1 with a bias add, + the logit stage's own (a tanh: 2), +1 when log2(e) is folded into the
+  // scale.
+  const double extra = 3.0 + (p.bias_shape ? 1.0 : 0.0) + u.logit + (u.exp2 ? 1.0 : 0.0) + u.descales;
   x.c_a = u.acc;
   x.c_b = u.qk;  // k's rounding (independent per key) and q's (shared: p_qbar, out_qdev), combined in quadrature
   x.c_c = u.scores + extra * u.acc;

@@ -15,13 +15,14 @@ struct GradScales {
   // Sums of the absolute values of the terms:
   //   g_ij = P_ij (|dP_ij| + |D_i| + m_ij + M_i) with m_ij = sum_d |dO_id v_jd| keep_ij/(1-p), M_i = sum_j P_ij m_ij
   //   (a bound on |dS_ij| plus what its rounding errors scale with) times |m'_ij|, the derivative of the score
-  //   modifications (1 without), chain c_ij = softcap derivative (1 without). With QK-norm or RoPE, dq_abs and dk_abs
-  //   are those of the staged q and k mapped back through the magnitudes of the stage's Jacobians (rope.hpp).
+  //   modifications (1 without), chain c_ij = the logit stage's derivative (1 without one). With QK-norm or RoPE,
+  //   dq_abs and dk_abs are those of the staged q and k mapped back through the magnitudes of the stage's Jacobians
+  //   (rope.hpp).
   std::vector<double> dq_abs;     // [B,Hq,Lq,Dqk]: sum_j |scale c_ij| g_ij |k_jd|
   std::vector<double> dk_abs;     // [B,Hkv,Lk,Dqk]: sum over the group's heads and i of |scale c_ij| g_ij |q_id|
   std::vector<double> dv_abs;     // [B,Hkv,Lk,Dv]: sum over the group's heads and i of |P'_ij dO_id|
   std::vector<double> dbias_abs;  // bias_shape: sum over the broadcast set of g_ij
-  // With a softcap only (empty otherwise): dq_abs and dk_abs with c_ij replaced by 1, what an absolute error of the
+  // With a logit stage only (empty otherwise): dq_abs and dk_abs with c_ij replaced by 1, what an absolute error of the
   // derivative (1 - t² from a rounded tanh t) is multiplied by.
   std::vector<double> dq_abs_unchained, dk_abs_unchained;
   // With score modifications of a nonzero curvature (0 for the additive library entries; empty without score
