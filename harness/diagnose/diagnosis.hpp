@@ -64,7 +64,8 @@ struct Options {
 Diagnosis diagnose(const prop::Case& c, const ExpectedAttention& ref, const Outputs& actual, const Options& o = {});
 
 // {"top": tag, "causes": [{tag, score, evidence}], "anatomy": [...], "probes": [...], "reruns", "rerun_budget"},
-// plus "repro": {before, after, top, reruns, path} when a repro was made.
+// plus "undetermined": [tags] when top is "undetermined", and "repro": {before, after, top, reruns, path} when a
+// repro was made.
 std::string to_json(const Diagnosis& d);
 
 }  // namespace attncheck::diagnose
