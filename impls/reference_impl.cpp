@@ -19,7 +19,7 @@ class ReferenceImpl final : public Impl {
     Capabilities c;
     std::vector<std::string> all;
     for (const Feature& f : problem_features())
-      if (f.abi_tag && f.flag) all.emplace_back(f.protocol);
+      if (f.abi_tag && f.boolean()) all.emplace_back(f.protocol);
     declare_extension_features(c, all);
     for (const ModEntry& m : modifications()) c.mods.insert(m.name);
     c.kv_quant = c.mla = c.fp8_out = c.kv_q4 = c.kv_quant_paged = true;

@@ -8,6 +8,7 @@
 
 #include "attncheck/candidate_arrays.hpp"
 #include "attncheck/durable_file.hpp"
+#include "attncheck/features.hpp"
 #include "attncheck/user_arrays.hpp"
 
 namespace attncheck {
@@ -135,7 +136,11 @@ ImportedCase import_case(const ImportRequest& r, const std::function<void(const 
     p.Lk += p.past_len;
   }
   p.scale = r.scale;
-  p.softcap = r.softcap;
+  for (const auto& [key, value] : r.logit) {
+    const Field* f = find_field(key);
+    if (!f || !std::holds_alternative<double Problem::*>(f->ref)) bad("--" + key + ": not a logit-stage parameter");
+    p.*std::get<double Problem::*>(f->ref) = value;
+  }
   if (!r.causal.empty()) {
     std::string a = r.causal;
     std::replace(a.begin(), a.end(), '-', '_');

@@ -15,26 +15,35 @@ namespace attncheck::diagnose {
 
 const std::vector<std::string>& known_tags() {
   // In tie-break order: the more specific signature first.
-  static const std::vector<std::string> tags = {
-      "causal-diagonal", "causal-alignment", "window-edge", "tile-tail", "skipped-keys", "gqa-mapping", "softcap-order",
-      "alibi-sign", "alibi-slope-head", "document-boundary", "chunk-boundary", "descale-ignored", "descale-wrong-group",
-      "q4-nibble-order", "q4-offset", "q4-min-ignored", "topk-padding", "mask-fill", "key-padding", "mask-ignored",
-      "mask-after-softmax", "softmax-axis", "block-table", "index-overflow", "fully-masked-policy",
-      // block masks after the mask tags: where every block is partial (a tail block), treating them as full is the
-      // mask ignored, and the named mask is the more specific cause
-      "block-mask-partial-as-full", "block-mask-missing", "parameter-ignored", "dropout-scale", "dropout-mask",
-      "mla-scale-dim", "mla-v-stride", "mla-v-columns",
-      // an fp8 output's store before the scale and row-scale causes, which can fit a uniformly rescaled output too
-      "fp8-out-scale-ignored", "fp8-out-scale-inverted", "amax-o-scaled", "amax-o-after-cast", "scale", "layout-stride",
-      "lse-base", "lse-offset", "lse-missing-max", "lse-unscaled-max", "max-logit-stage",
-      // RoPE before the NaN causes: a RoPE problem's NaN rows from angles past fp16's range are the more specific
-      "rope-interleave", "rope-offset", "rope-partial", "rope-precision", "qk-norm-eps", "nan-leak",
-      "no-max-subtraction", "fp16-overflow", "missed-rescale", "low-precision-scores", "low-precision-accumulation",
-      "tf32", "row-scale", "negative-scale-mask", "uninitialised-output",
-      // the invariance checks' tags (harness/property/invariance.hpp), never scored by the hypotheses
-      "nondeterministic", "batch-variant", "schedule-variant", "layout-variant"};
+  static const std::vector<std::string> tags = [] {
+    std::vector<std::string> t = {"causal-diagonal", "causal-alignment", "window-edge",
+                                  "tile-tail",       "skipped-keys",     "gqa-mapping"};
+    for (const ModEntry& e : logit_modifications()) t.push_back(logit_order_tag(e));
+    t.insert(
+        t.end(),
+        {"alibi-sign", "alibi-slope-head", "document-boundary", "chunk-boundary", "descale-ignored",
+         "descale-wrong-group", "q4-nibble-order", "q4-offset", "q4-min-ignored", "topk-padding", "mask-fill",
+         "key-padding", "mask-ignored", "mask-after-softmax", "softmax-axis", "block-table", "index-overflow",
+         "fully-masked-policy",
+         // block masks after the mask tags: where every block is partial (a tail block), treating them as full is the
+         // mask ignored, and the named mask is the more specific cause
+         "block-mask-partial-as-full", "block-mask-missing", "parameter-ignored", "dropout-scale", "dropout-mask",
+         "mla-scale-dim", "mla-v-stride", "mla-v-columns",
+         // an fp8 output's store before the scale and row-scale causes, which can fit a uniformly rescaled output too
+         "fp8-out-scale-ignored", "fp8-out-scale-inverted", "amax-o-scaled", "amax-o-after-cast", "scale",
+         "layout-stride", "lse-base", "lse-offset", "lse-missing-max", "lse-unscaled-max", "max-logit-stage",
+         // RoPE before the NaN causes: a RoPE problem's NaN rows from angles past fp16's range are the more specific
+         "rope-interleave", "rope-offset", "rope-partial", "rope-precision", "qk-norm-eps", "nan-leak",
+         "no-max-subtraction", "fp16-overflow", "missed-rescale", "low-precision-scores", "low-precision-accumulation",
+         "tf32", "row-scale", "negative-scale-mask", "uninitialised-output",
+         // the invariance checks' tags (harness/property/invariance.hpp), never scored by the hypotheses
+         "nondeterministic", "batch-variant", "schedule-variant", "layout-variant"});
+    return t;
+  }();
   return tags;
 }
+
+std::string logit_order_tag(const ModEntry& e) { return std::string(e.name) + "-order"; }
 
 namespace {
 constexpr double kFullFit = 1.0 - 1e-9;  // a cause explaining every failing element

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attncheck/impl.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/reference.hpp"
 #include "attncheck/tolerance.hpp"
 #include "case.hpp"
@@ -16,6 +17,9 @@ namespace attncheck::diagnose {
 
 // Stable, machine-readable cause tags (docs/diagnosis.md lists them with their signatures).
 const std::vector<std::string>& known_tags();
+// A logit-stage entry (mods.hpp) applied after bias and masking (masked scores become its limit at -inf):
+// "NAME-order".
+std::string logit_order_tag(const ModEntry& e);
 
 struct Cause {
   std::string tag;       // one of known_tags()

@@ -1,6 +1,6 @@
 // Structural hypotheses: the reference on a derived problem is what a kernel with that bug computes (diagonal one
 // key off, the other causal alignment, window one key wider, tiled GQA head map, last tile padded with score 0 or
-// skipped, masks ignored, a finite sentinel, softcap after masking, other default scale, swapped layout...).
+// skipped, masks ignored, a finite sentinel, the logit stage after masking, other default scale, swapped layout...).
 #include "hypotheses.hpp"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include "attncheck/block_mask.hpp"
 #include "attncheck/rope.hpp"
 #include "derive.hpp"
+#include "diagnosis.hpp"
 
 namespace attncheck::diagnose {
 
@@ -399,7 +400,7 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
                [&] { return with_problem(c, [&](Problem& q) { q.*f += delta; }); });
   }
 
-  // masks ignored, fill, policy, softcap order
+  // masks ignored, fill, policy, logit stage order
   if (!p.key_lengths.empty())
     sc.variant("key-padding", "padded keys (beyond key_lengths) attended", [&] { return without(c, "key padding"); });
   if (p.mask_shape) sc.variant("mask-ignored", "boolean mask ignored", [&] { return without(c, "mask"); });
@@ -415,20 +416,22 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
         std::string("fully masked rows follow policy ") + to_string(f) + " instead of " + to_string(p.fully_masked),
         [&] { return with_problem(c, [&](Problem& q) { q.fully_masked = f; }); });
   }
-  if (p.softcap > 0)
-    sc.variant("softcap-order", "softcap applied after masking (masked scores become -softcap)", [&] {
-      return with_problem(c, [&](Problem& q) { q.fill = MaskFill::finite, q.fill_value = -p.softcap; });
-    });
-
-  if (p.softcap > 0) {
-    const double cap = p.softcap;
+  for (const ModEntry& m : logit_modifications()) {  // a logit-stage entry applied after bias and masking
+    if (!m.used(p)) continue;
+    const std::string tag = logit_order_tag(m), late = std::string(m.name) + " applied after ";
+    const std::string masked = " (masked scores become " + std::string(m.name) + "(-inf))";
+    const double limit = m.score(p, s.at(0, 0), -INFINITY);  // what a masked score becomes
+    if (std::isfinite(limit))
+      sc.variant(tag, late + "masking" + masked,
+                 [&] { return with_problem(c, [&](Problem& q) { q.fill = MaskFill::finite, q.fill_value = limit; }); });
     const Prediction pr = softmax_model(s, [&](int64_t r, int64_t j) {
       const size_t n = static_cast<size_t>(r * p.Lk + j);
-      if (!s.vis[n]) return s.row_visible[static_cast<size_t>(r)] ? -cap : NAN;
-      const double biased = s.c.in.bias ? s.score[n] - cap * std::tanh(s.logit[n] / cap) + s.logit[n] : s.logit[n];
-      return cap * std::tanh(biased / cap);
+      if (!s.vis[n]) return s.row_visible[static_cast<size_t>(r)] ? m.score(p, s.at(r, j), -INFINITY) : NAN;
+      const ModAt at = s.at(r, j);  // the bias is what the score holds beyond the logit stage
+      const double biased = s.c.in.bias ? s.score[n] - m.score(p, at, s.logit[n]) + s.logit[n] : s.logit[n];
+      return m.score(p, at, biased);
     });
-    sc.add("softcap-order", "softcap applied after bias and masking (masked scores become -softcap)", pr.out, &pr.lse);
+    sc.add(tag, late + "bias and masking" + masked, pr.out, &pr.lse);
   }
   if (p.fill == MaskFill::neg_inf) {
     // Masked keys score -1e9 and no row is special-cased: a row the masks hide entirely averages every key's value,

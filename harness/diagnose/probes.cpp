@@ -8,6 +8,7 @@
 #include "attncheck/error_scales.hpp"
 #include "attncheck/mods.hpp"
 #include "derive.hpp"
+#include "diagnosis.hpp"
 
 namespace attncheck::diagnose {
 
@@ -44,14 +45,16 @@ ProbeEvidence run_probes(const prop::Case& c, const Impl& impl, int budget, cons
       {"key padding", {"key-padding", "fully-masked-policy", "mask-fill", "mask-after-softmax"}},
       {"mask", {"mask-ignored", "fully-masked-policy", "mask-fill", "mask-after-softmax", "nan-leak"}},
       {"bias", {}},
-      {"softcap", {"softcap-order"}},
       {"dropout", {"dropout-scale", "dropout-mask"}}};
   int64_t poisoned = 0;
   const prop::Case clean = zero_masked_poison(c, poisoned);
   if (poisoned > 0)  // pytorch#101967: 0 * NaN from a masked slot makes the row NaN
     probes.push_back({"poison in masked slots replaced by 0", [&clean] { return clean; }, {"nan-leak"}, false, true});
-  for (const std::string& f : active_features(p))
-    probes.push_back({f + " removed", [&c, f] { return without(c, f); }, feature_tags.at(f)});
+  for (const std::string& f : active_features(p)) {  // a logit-stage entry's feature: its order tag
+    const ModEntry* logit = find_logit_modification(f);
+    probes.push_back({f + " removed", [&c, f] { return without(c, f); },
+                      logit ? std::vector{logit_order_tag(*logit)} : feature_tags.at(f)});
+  }
   for (const ModEntry* e : used_modifications(p))
     if (e->kind != ModKind::position)
       probes.push_back({std::string(e->name) + " removed",

@@ -161,10 +161,16 @@ Subject::WeightsFit Subject::weights_fit(const std::vector<double>& expected) co
   return f;
 }
 
+ModAt Subject::at(int64_t r, int64_t j) const {
+  const Problem& p = c.p;
+  const int64_t b = r / (p.Hq * p.Lq), h = r / p.Lq % p.Hq, i = r % p.Lq;
+  return ModAt{b, h, i, p.row_keys(b, i).diag, j};
+}
+
 double Subject::unmasked_score(int64_t r, int64_t j) const {
   const Problem& p = c.p;
   const int64_t b = r / (p.Hq * p.Lq), h = r / p.Lq % p.Hq, i = r % p.Lq;
-  const ModAt at{b, h, i, p.row_keys(b, i).diag, j};
+  const ModAt at = this->at(r, j);
   double x = logit[static_cast<size_t>(r * p.Lk + j)];
   if (mods.has_logit()) x = mods.logit(at, x);
   if (c.in.bias) x += c.in.bias->get_offset(broadcast_offset(*c.in.bias, b, h, i, j));

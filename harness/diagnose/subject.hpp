@@ -66,6 +66,7 @@ struct Subject {
   // The score key j would have in row r if no mask hid it (the logit stage, then bias, then the score
   // modifications, as the reference); NaN where a score modification cannot be evaluated there.
   double unmasked_score(int64_t r, int64_t j) const;
+  ModAt at(int64_t r, int64_t j) const;  // where row r (b, h, i flattened) meets key j
 };
 
 }  // namespace attncheck::diagnose

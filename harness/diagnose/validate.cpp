@@ -13,22 +13,26 @@
 namespace attncheck::diagnose {
 
 const std::map<std::string, std::string>& injected_tags() {
-  static const std::map<std::string, std::string> m = {{"wrong-scale", "scale"},
-                                                       {"no-max-subtraction", "no-max-subtraction"},
-                                                       {"causal-off-by-one", "causal-diagonal"},
-                                                       {"causal-wrong-alignment", "causal-alignment"},
-                                                       {"mask-after-softmax", "mask-after-softmax"},
-                                                       {"softmax-wrong-axis", "softmax-axis"},
-                                                       {"gqa-tiled", "gqa-mapping"},
-                                                       {"partial-tile-dropped", "skipped-keys"},
-                                                       {"partial-tile-zero", "tile-tail"},
-                                                       {"fp16-accumulation", "low-precision-accumulation"},
-                                                       {"softcap-after-mask", "softcap-order"},
-                                                       {"finite-fill-uniform", "mask-fill"},
-                                                       {"dropout-no-rescale", "dropout-scale"},
-                                                       {"lse-off-by-scale", "lse-unscaled-max"},
-                                                       {"masked-values-read", "nan-leak"},
-                                                       {"mask-before-scale", "negative-scale-mask"}};
+  static const std::map<std::string, std::string> m = [] {
+    std::map<std::string, std::string> t = {{"wrong-scale", "scale"},
+                                            {"no-max-subtraction", "no-max-subtraction"},
+                                            {"causal-off-by-one", "causal-diagonal"},
+                                            {"causal-wrong-alignment", "causal-alignment"},
+                                            {"mask-after-softmax", "mask-after-softmax"},
+                                            {"softmax-wrong-axis", "softmax-axis"},
+                                            {"gqa-tiled", "gqa-mapping"},
+                                            {"partial-tile-dropped", "skipped-keys"},
+                                            {"partial-tile-zero", "tile-tail"},
+                                            {"fp16-accumulation", "low-precision-accumulation"},
+                                            {"finite-fill-uniform", "mask-fill"},
+                                            {"dropout-no-rescale", "dropout-scale"},
+                                            {"lse-off-by-scale", "lse-unscaled-max"},
+                                            {"masked-values-read", "nan-leak"},
+                                            {"mask-before-scale", "negative-scale-mask"}};
+    for (const ModEntry& e : logit_modifications())  // the logit stage applied late: its order tag
+      t[std::string(e.name) + "-after-mask"] = logit_order_tag(e);
+    return t;
+  }();
   return m;
 }
 

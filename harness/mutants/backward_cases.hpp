@@ -18,7 +18,9 @@ inline prop::Case grad_case(uint64_t n, int64_t budget = 2500, DType dtype = DTy
   prop::CaseSpec s = prop::draw_spec(pick);
   s.dtype = dtype;
   switch (n % 6) {
-    case 1: s.softcap = 5.0; break;
+    case 1:  // the logit stage on
+      for (const ModEntry& m : logit_modifications()) s.logit.emplace_back(m.name, m.examples[0]);
+      break;
     case 2: s.dropout_p = 0.5; break;
     case 3: s.bias_kind = static_cast<int>(1 + n % 3); break;
     case 4:

@@ -23,7 +23,7 @@ const char* to_string(BwdFault f) {
     case BwdFault::dropout_not_replayed: return "bwd-dropout-not-replayed";
     case BwdFault::dropout_not_rescaled: return "bwd-dropout-not-rescaled";
     case BwdFault::gqa_not_summed: return "bwd-gqa-not-summed";
-    case BwdFault::no_softcap_derivative: return "bwd-no-softcap-derivative";
+    case BwdFault::no_logit_derivative: return "bwd-no-logit-derivative";
     case BwdFault::no_scale_dk: return "bwd-no-scale-dk";
     case BwdFault::no_causal_mask: return "bwd-no-causal-mask";
     case BwdFault::lse_wrong_row: return "bwd-lse-wrong-row";
@@ -46,7 +46,7 @@ std::vector<BwdFault> all_backward_faults() {
           BwdFault::dropout_not_replayed,
           BwdFault::dropout_not_rescaled,
           BwdFault::gqa_not_summed,
-          BwdFault::no_softcap_derivative,
+          BwdFault::no_logit_derivative,
           BwdFault::no_scale_dk,
           BwdFault::no_causal_mask,
           BwdFault::lse_wrong_row,
@@ -118,9 +118,7 @@ class LoopedBackward final : public Impl {
   Capabilities capabilities() const override { return ref_->capabilities(); }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override { ref_->run(p, in, out); }
   Support supports_backward(const Problem& p) const override {
-    const ModSet mods(p);
-    if (uses_qk_norm(p) || (mods.has_logit() && p.softcap <= 0))
-      return Support::no("the looped backward mutants have no QK-norm and no logit stage but softcap");
+    if (uses_qk_norm(p)) return Support::no("the looped backward mutants have no QK-norm");
     return supports(p);
   }
 
@@ -147,7 +145,7 @@ class LoopedBackward final : public Impl {
       const int64_t diag = i + p.diagonal_offset(b);
       const double* qi = &q[static_cast<size_t>(row * Dqk)];
       const double* di = &dO[static_cast<size_t>(row * Dv)];
-      // chain: the softcap's derivative (what scale·q·k receives); mod: the score modifications' (what the score
+      // chain: the logit stage's derivative (what scale·q·k receives); mod: the score modifications' (what the score
       // before them, the bias included, receives)
       std::vector<double> s(static_cast<size_t>(Lk), -inf), chain(static_cast<size_t>(Lk), 1.0), mod(chain);
       bool live = false;
@@ -162,10 +160,9 @@ class LoopedBackward final : public Impl {
         double x = 0;
         for (int64_t d = 0; d < Dqk; ++d) x += qi[d] * kj[d];
         x *= scale;
-        if (p.softcap > 0) {
-          const double t = std::tanh(x / p.softcap);
-          x = p.softcap * t;
-          if (f_ != BwdFault::no_softcap_derivative) chain[static_cast<size_t>(j)] = 1 - t * t;
+        if (mods.has_logit()) {
+          if (f_ != BwdFault::no_logit_derivative) chain[static_cast<size_t>(j)] = mods.logit_derivative(at, x);
+          x = mods.logit(at, x);
         }
         if (in.bias) x += in.bias->get_offset(broadcast_offset(*in.bias, b, h, i, j));
         if (mods.has_score() && f_ != BwdFault::score_mod_ignored)

@@ -13,16 +13,16 @@
 namespace attncheck::mutants {
 
 enum class BwdFault {
-  none,                   // correct variant
-  no_d_term,              // dS = P ∘ dP: the D_i = rowsum(dO∘O) term left out
-  d_pre_dropout,          // D from the output before dropout (Σ_j P_ij dO·v_j, keep-mask ignored)
-  dropout_not_replayed,   // backward ignores the keep-mask
-  dropout_not_rescaled,   // kept gradients not scaled by 1/(1-p)
-  gqa_not_summed,         // dK, dV of a KV head from its first query head only
-  no_softcap_derivative,  // softcap's 1 - tanh² left out of the chain rule
-  no_scale_dk,            // dK without the softmax scale
-  no_causal_mask,         // causal mask applied in forward only
-  lse_wrong_row,          // lse read from the next row
+  none,                  // correct variant
+  no_d_term,             // dS = P ∘ dP: the D_i = rowsum(dO∘O) term left out
+  d_pre_dropout,         // D from the output before dropout (Σ_j P_ij dO·v_j, keep-mask ignored)
+  dropout_not_replayed,  // backward ignores the keep-mask
+  dropout_not_rescaled,  // kept gradients not scaled by 1/(1-p)
+  gqa_not_summed,        // dK, dV of a KV head from its first query head only
+  no_logit_derivative,   // the logit stage's derivative left out of the chain rule
+  no_scale_dk,           // dK without the softmax scale
+  no_causal_mask,        // causal mask applied in forward only
+  lse_wrong_row,         // lse read from the next row
   // Subtle faults for the detection-power table (harness/power/backward_power.hpp):
   ds_bf16,          // dS rounded to bf16 before the dQ/dK products (an fp32 contract says fp32)
   d_from_bf16_o,    // D = rowsum(dO∘O) from O rounded to bf16
@@ -43,7 +43,8 @@ std::vector<BwdFault> rope_backward_faults();    // rope_ignored, rope_not_trans
 // With RoPE, q and k are rotated as a fused kernel does (`rope`: fp32 angles fl32(position · fl32(inv_freq)),
 // cosf and sinf, optionally stored in a table of that format; exact: fp64), and dQ, dK are rotated back by the
 // same angles, transposed. Library score and mask modifications are applied after the bias (ModSet), their
-// derivative chained into dS; the mutant has no QK-norm and no logit stage but softcap: it declines them.
+// derivative chained into dS, as the logit stage's (its library entries'); the mutant has no QK-norm: it declines
+// it.
 ImplPtr make_backward_mutant(BwdFault f, RopeMath rope = RopeMath::fp32);
 
 struct BackwardSelftestResult {

@@ -28,7 +28,7 @@ enum class Bug {
   partial_tile_dropped,
   partial_tile_scored_zero,
   fp16_accumulation,
-  softcap_after_mask,
+  logit_after_mask,  // one logit-stage entry (Kernel::late) applied after bias and masking
   finite_fill_uniform,
   dropout_no_rescale,
   lse_off_by_scale,
@@ -46,6 +46,7 @@ struct Kernel {
   const Inputs& in;
   Outputs& out;
   Bug bug;
+  const ModEntry* late = nullptr;  // logit_after_mask: the logit entry applied late
 
   T half(T x) const { return static_cast<T>(round_to(DType::f16, static_cast<double>(x))); }
   // Accumulate y into acc: fp16 accumulators round after every add (the bug), everything else in T.
@@ -78,7 +79,14 @@ struct Kernel {
     const T inf = std::numeric_limits<T>::infinity();
     const bool finite = p.fill == MaskFill::finite || bug == Bug::finite_fill_uniform;
     const T fill = finite ? static_cast<T>(p.fill == MaskFill::finite ? p.fill_value : -1e9) : -inf;
-    const bool capped_late = bug == Bug::softcap_after_mask && p.softcap > 0;
+    const bool capped_late = bug == Bug::logit_after_mask && late->used(p);
+    // The logit stage's entries in fp64, rounded once: those in place (all but the late one), and the late one.
+    auto logit = [&](const ModAt& at, T s, bool in_place) {
+      for (const ModEntry& m : logit_modifications())
+        if (m.used(p) && (&m == late && capped_late) != in_place)
+          s = static_cast<T>(m.score(p, at, static_cast<double>(s)));
+      return s;
+    };
     const ModSet mods(p);
     const std::vector<double> qx = rows(true, b, h), kx = rows(false, b, kvh);
 
@@ -113,7 +121,7 @@ struct Kernel {
         if (!v && bug != Bug::mask_after_softmax_no_renorm) {
           // mask_before_scale: the fill goes into the raw dot products, then everything is scaled (-inf * -s = +inf)
           S[n] = bug == Bug::mask_before_scale ? fill * scale : fill;
-          if (capped_late) S[n] = static_cast<T>(p.softcap) * std::tanh(S[n] / static_cast<T>(p.softcap));
+          if (capped_late) S[n] = logit(at, S[n], false);
           continue;
         }
         T dot = 0;
@@ -123,9 +131,9 @@ struct Kernel {
               static_cast<T>(qx[static_cast<size_t>(i * D + d)]) * static_cast<T>(kx[static_cast<size_t>(j * D + d)]);
         }
         T s = dot * scale;
-        if (p.softcap > 0 && !capped_late) s = static_cast<T>(p.softcap) * std::tanh(s / static_cast<T>(p.softcap));
+        s = logit(at, s, true);
         if (in.bias) s += static_cast<T>(in.bias->get_offset(broadcast_offset(*in.bias, b, h, i, j)));
-        if (capped_late) s = static_cast<T>(p.softcap) * std::tanh(s / static_cast<T>(p.softcap));
+        if (capped_late) s = logit(at, s, false);
         if (mods.has_score()) {  // score_mod_sign: the modification's change subtracted (ALiBi's sign flipped)
           const double m = mods.score(at, static_cast<double>(s));
           s = static_cast<T>(bug == Bug::score_mod_sign ? 2.0 * static_cast<double>(s) - m : m);
@@ -248,8 +256,8 @@ struct Kernel {
 
 class Looped final : public Impl {
  public:
-  Looped(std::string name, Bug bug, std::string what, bool with_mods)
-      : name_(std::move(name)), bug_(bug), what_(std::move(what)), with_mods_(with_mods) {}
+  Looped(std::string name, Bug bug, std::string what, bool with_mods, const ModEntry* late = nullptr)
+      : name_(std::move(name)), bug_(bug), what_(std::move(what)), with_mods_(with_mods), late_(late) {}
   std::string name() const override { return name_; }
   std::string description() const override { return what_; }
   // The modification library is declared by the correct variants and the mutants of its bugs only: the classic
@@ -260,14 +268,16 @@ class Looped final : public Impl {
       for (const ModEntry& m : modifications()) c.mods.insert(m.name);
     return c;
   }
-  std::shared_ptr<Looped> declaring_library() const { return std::make_shared<Looped>(name_, bug_, what_, true); }
+  std::shared_ptr<Looped> declaring_library() const {
+    return std::make_shared<Looped>(name_, bug_, what_, true, late_);
+  }
   void run(const Problem& p, const Inputs& in, Outputs& out) const override {
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t h = 0; h < p.Hq; ++h) {
         if (p.dtype == DType::f64)
-          Kernel<double>{p, in, out, bug_}.head(b, h);
+          Kernel<double>{p, in, out, bug_, late_}.head(b, h);
         else
-          Kernel<float>{p, in, out, bug_}.head(b, h);
+          Kernel<float>{p, in, out, bug_, late_}.head(b, h);
       }
   }
 
@@ -276,6 +286,7 @@ class Looped final : public Impl {
   Bug bug_;
   std::string what_;
   bool with_mods_;
+  const ModEntry* late_;
 };
 
 bool modification_bug(Bug b) {
@@ -307,7 +318,11 @@ const std::vector<Entry>& catalogue() {
     add("partial-tile-dropped", Bug::partial_tile_dropped, false, "last partial key tile (of 16) skipped");
     add("partial-tile-zero", Bug::partial_tile_scored_zero, false, "last key tile padded with score 0, not -inf");
     add("fp16-accumulation", Bug::fp16_accumulation, false, "softmax sum and P.V accumulated in fp16");
-    add("softcap-after-mask", Bug::softcap_after_mask, false, "softcap applied after masking (masked -inf -> -cap)");
+    for (const ModEntry& m : logit_modifications())  // NAME-after-mask: diagnosed as NAME-order
+      v.push_back({std::make_shared<Looped>(std::string(m.name) + "-after-mask", Bug::logit_after_mask,
+                                            std::string(m.name) + " applied after masking (masked -inf -> its limit)",
+                                            false, &m),
+                   false, std::string(m.name) + " applied after masking (masked -inf -> its limit)"});
     add("finite-fill-uniform", Bug::finite_fill_uniform, false, "fill -1e9: fully-masked rows become uniform");
     add("dropout-no-rescale", Bug::dropout_no_rescale, false, "kept weights not rescaled by 1/(1-p)");
     add("lse-off-by-scale", Bug::lse_off_by_scale, false, "lse from the unscaled max: m/scale + log(sum)");

@@ -20,7 +20,7 @@ Capabilities intersect(const Capabilities& a, const Capabilities& b) {
   keep(c.dtypes, b.dtypes), keep(c.layouts, b.layouts), keep(c.alignments, b.alignments);
   keep(c.fully_masked, b.fully_masked), keep(c.mods, b.mods);
   for (const Feature& f : problem_features())  // every boolean capability of the table
-    if (f.flag) c.*f.flag = a.*f.flag && b.*f.flag;
+    if (f.boolean()) f.declare(c, f.declared(a) && f.declared(b));
   c.max_head_dim = a.max_head_dim == 0   ? b.max_head_dim
                    : b.max_head_dim == 0 ? a.max_head_dim
                                          : std::min(a.max_head_dim, b.max_head_dim);

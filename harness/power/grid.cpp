@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "attncheck/mods.hpp"
 #include "attncheck/kv_cache.hpp"
 #include "attncheck/mla.hpp"
 #include "attncheck/reference.hpp"
@@ -50,7 +51,10 @@ Problem grid_problem(int64_t lk, DType t, Flavour f, int64_t rows) {
       f == Flavour::kv_q4_1)
     p.causal = true;
   if (f == Flavour::fp8_out) p.fp8_out = true, p.o_dtype = DType::e4m3, p.scale_o = 96.0;
-  if (f == Flavour::max_logit) p.softcap = 8, p.max_logit = MaxLogitOut::rows;
+  if (f == Flavour::max_logit) {
+    p.max_logit = MaxLogitOut::rows;
+    for (const ModEntry& m : logit_modifications()) set_logit_parameter(p, m, m.examples[0]);
+  }
   if (f == Flavour::mla) p.mla = true, p.scale = 1.0 / std::sqrt(48.0);  // a head of 48 before absorption
   if (f == Flavour::kv_cache) {
     p.kv_scales = KvScales::block, p.kv_dtype = DType::i8, p.kv_block = 16, p.kv_scale_dtype = DType::f16;
@@ -336,7 +340,7 @@ std::vector<Variant> fault_variants() {
            Fault::mla_v_stride),
       make("mla-v-columns", "absorbed MLA: V from the cache's last Dv columns (k_pe side)", Fault::mla_v_columns),
       make("mla-scale-dim", "absorbed MLA: scale 1/sqrt(Dqk) instead of the declared one", Fault::mla_scale_dim),
-      make("max-logit-stage", "max-logit output taken before the softcap", Fault::max_logit_stage),
+      make("max-logit-stage", "max-logit output taken before the logit stage", Fault::max_logit_stage),
       make("max-logit-unscaled", "max-logit output of the unscaled dot products", Fault::max_logit_unscaled),
       make("out-scale-ignored", "fp8 output: scale_o ignored (the codes of O)", Fault::out_scale_ignored),
       make("out-scale-inverted", "fp8 output: scale_o applied as a descale (the codes of O / scale_o)",

@@ -246,12 +246,12 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
         for (int l = 0; l < w; ++l) part[l] += part[l + w];
       const float dot = part[0];
       float sc = v.exp2 ? dot * (scale * log2e) : dot * scale;
-      float natural = dot * scale;  // the max-logit output's stage: after the softcap (and modifications)
-      if (p.softcap > 0) {          // c * tanh(s / c) in natural units; with exp2 converted to base 2 after it
-        natural = static_cast<float>(p.softcap) * std::tanh(natural / static_cast<float>(p.softcap));
+      float natural = dot * scale;  // the max-logit output's stage: after the logit stage (and modifications)
+      if (mods.has_logit()) {       // the logit stage in natural units, in fp64 rounded once; exp2: base 2 after it
+        natural = static_cast<float>(mods.logit(ModAt{0, h, i, diag, j}, natural));
         sc = v.exp2 ? natural * log2e : natural;
       }
-      r.logit[static_cast<size_t>(j)] = v.fault == Fault::max_logit_stage      ? dot * scale  // before the softcap
+      r.logit[static_cast<size_t>(j)] = v.fault == Fault::max_logit_stage      ? dot * scale  // before the stage
                                         : v.fault == Fault::max_logit_unscaled ? dot          // before the scale
                                                                                : natural;
       if (mods.has_score() && v.fault != Fault::alibi_ignored) {  // the additive term in fp64, added once

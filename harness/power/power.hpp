@@ -75,7 +75,8 @@ enum class Fault : uint8_t {
   // Block-sparse mask fault (block_mask.hpp), on the document flavour: a partial block of the block mask treated as
   // full (a block-sparse kernel skips the mask there): every row of the block sees every key of it.
   block_partial_as_full,
-  // Max-logit faults, on the max_logit flavour: the row maximum taken before the softcap (the raw scaled logits),
+  // Max-logit faults, on the max_logit flavour: the row maximum taken before the logit stage (the raw scaled
+  // logits),
   // and of the unscaled dot products.
   max_logit_stage,
   max_logit_unscaled,
@@ -125,7 +126,7 @@ std::vector<Variant> fault_variants();
 // index_wrap_pages(p).. past a power of two (the pages between unused), as a sequence late in a large pool.
 // topk: causal, each row attending a list of min(Lk/4, 512) slots of keys in [1, diagonal], odd rows ending in padding.
 // mla: causal absorbed MLA, V the first 32 columns of the 64-column latent cache K, scale 1/sqrt(48) declared.
-// max_logit: causal with softcap 8 and the max-logit output per row.
+// max_logit: causal with the logit stage on (each entry at its first example value) and the max-logit output per row.
 // fp8_out: causal with an e4m3 output, scale_o 96 (|out| ~ 1, so codes up to a few hundred, below 448).
 // qk_norm: causal with QK-norm (weights around 1, eps 1e-6) before partial NeoX RoPE as the rope flavour; q and k
 // scaled by 2^-10, so mean(x^2) is near eps and eps matters (QK-norm takes the scale out again).

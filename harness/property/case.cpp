@@ -21,16 +21,24 @@ double normal(SeededChooser& r) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 
+const double* CaseSpec::logit_of(const std::string& name) const {
+  for (const auto& [n, v] : logit)
+    if (n == name) return &v;
+  return nullptr;
+}
+
 std::string CaseSpec::str() const {
   std::ostringstream o;
   o << "B=" << B << " Hq=" << Hq << " Hkv=" << Hkv << " Lq=" << Lq << " Lk=" << Lk << " Dqk=" << Dqk << " Dv=" << Dv
     << " dtype=" << to_string(dtype) << " layout=" << to_string(layout) << " causal=" << causal
     << " alignment=" << to_string(alignment) << " offset=" << causal_offset << " per_batch=" << per_batch_offsets
     << " key_padding=" << key_padding << " mask=" << mask_kind << "@" << mask_density << "% bias=" << bias_kind
-    << " window=" << window_left << "," << window_right << " softcap=" << softcap << " finite_fill=" << finite_fill
-    << " fully_masked=" << to_string(fully_masked) << " scale_kind=" << scale_kind << " dropout=" << dropout_p
-    << " values=" << to_string(values) << " poison=" << poison << " empty_rows=" << empty_rows << " lse=" << want_lse
-    << " weights=" << want_weights << " seed=" << seed;
+    << " window=" << window_left << "," << window_right;
+  for (const ModEntry& m : logit_modifications())
+    o << " " << m.name << "=" << (logit_of(m.name) ? *logit_of(m.name) : 0.0);
+  o << " finite_fill=" << finite_fill << " fully_masked=" << to_string(fully_masked) << " scale_kind=" << scale_kind
+    << " dropout=" << dropout_p << " values=" << to_string(values) << " poison=" << poison
+    << " empty_rows=" << empty_rows << " lse=" << want_lse << " weights=" << want_weights << " seed=" << seed;
   if (sinks_kind) o << " sinks=" << sinks_kind;
   if (scores_out != ScoresOut::none) o << " scores_out=" << to_string(scores_out);
   if (kv_append) o << " kv_append=1";
@@ -94,7 +102,9 @@ std::vector<std::string> restrict_to(CaseSpec& s, const Capabilities& c) {
   off(s.mask_kind && !c.bool_mask, "bool_mask", [&] { s.mask_kind = 0; });
   off(s.bias_kind && !c.bias, "bias", [&] { s.bias_kind = 0; });
   off((s.window_left >= 0 || s.window_right >= 0) && !c.window, "window", [&] { s.window_left = s.window_right = -1; });
-  off(s.softcap > 0 && !c.softcap, "softcap", [&] { s.softcap = 0; });
+  for (const ModEntry& m : logit_modifications())
+    off(s.logit_of(m.name) && !c.logit.count(m.name), m.name,
+        [&] { std::erase_if(s.logit, [&](const auto& e) { return e.first == m.name; }); });
   off(s.dropout_p > 0 && !c.dropout, "dropout", [&] { s.dropout_p = 0; });
   off(s.finite_fill && !c.finite_fill, "finite_fill", [&] { s.finite_fill = false; });
   off(!c.fully_masked.count(s.fully_masked), "fully_masked", [&] { s.fully_masked = *c.fully_masked.begin(); });

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "attncheck/impl.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/problem.hpp"
 #include "attncheck/rng.hpp"
 
@@ -41,8 +43,8 @@ struct CaseSpec {
   int mask_density = 70;           // percent of visible entries in the boolean mask
   int bias_kind = 0;               // 0 none, 1 [B,Hq,Lq,Lk], 2 [1,Hq,Lq,Lk] (ALiBi-like), 3 [B,1,1,Lk]
   int64_t window_left = -1, window_right = -1;
-  double softcap = 0.0;
-  bool finite_fill = false;  // fill -1e9 instead of -inf
+  std::vector<std::pair<std::string, double>> logit;  // logit-stage entries (mods.hpp) on: name, parameter
+  bool finite_fill = false;                           // fill -1e9 instead of -inf
   FullyMasked fully_masked = FullyMasked::zero;
   int scale_kind = 0;  // 0 default 1/sqrt(d), 1 explicit positive, 2 zero, 3 negative
   double dropout_p = 0.0;
@@ -60,7 +62,8 @@ struct CaseSpec {
   bool paged = false;             // K/V in pages of 1..Lk+1 tokens, 0-2 unused pages, batch 1 may share a page
   std::vector<std::string> mods;  // library modifications (mods.hpp) by name, parameters from each entry's draw
 
-  std::string str() const;  // every field, for messages and fixtures
+  const double* logit_of(const std::string& name) const;  // the entry's parameter, or nullptr when it is off
+  std::string str() const;                                // every field, for messages and fixtures
   int64_t cost() const { return B * Hq * Lq * Lk * (Dqk + Dv); }
 };
 

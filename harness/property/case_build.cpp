@@ -127,7 +127,7 @@ Case build_case(const CaseSpec& s) {
     p.bias_shape = s.bias_kind == 2 ? std::array<int64_t, 4>{1, s.Hq, s.Lq, s.Lk} : shape_of(s.bias_kind);
   p.window_left = s.window_left;
   p.window_right = s.window_right;
-  p.softcap = s.softcap;
+  for (const auto& [name, value] : s.logit) set_logit_parameter(p, *find_logit_modification(name), value);
   p.fill = s.finite_fill ? MaskFill::finite : MaskFill::neg_inf;
   p.fill_value = -1e9;
   p.fully_masked = s.fully_masked;

@@ -15,7 +15,8 @@ namespace {
 
 // A plain softmax with at most a bottom-right causal mask: what a partial state (state.hpp) describes.
 void prep_merge(CaseSpec& s) {
-  s.mask_kind = 0, s.bias_kind = 0, s.window_left = -1, s.window_right = -1, s.softcap = 0;
+  s.mask_kind = 0, s.bias_kind = 0, s.window_left = -1, s.window_right = -1;
+  s.logit.clear();
   s.key_padding = false, s.per_batch_offsets = false, s.finite_fill = false, s.dropout_p = 0, s.poison = false;
   s.empty_rows = false, s.sinks_kind = 0, s.scores_out = ScoresOut::none, s.kv_append = false, s.varlen = false;
   s.paged = false, s.Dv = s.Dqk;

@@ -36,7 +36,7 @@ Outcome sink_neg_inf_is_none(const Impl& impl, const Case& c) {
 }
 
 // The case with one key appended per (batch, kv head): K = 0 and V = 0, visible to every query, bias sinks[h]
-// (its score is scale·0, softcapped 0, plus the bias: exactly the sink), kept by dropout; and no sinks.
+// (its score is scale·0, kept 0 by the logit stage, plus the bias: exactly the sink), kept by dropout; and no sinks.
 Case sink_as_key(const Case& c0) {
   const Case c = canonical(c0);
   const int64_t Lk = c.p.Lk;
@@ -124,7 +124,8 @@ Outcome scores_softmax(const Impl& impl, const Case& c0) {
 
 void prep_stages(CaseSpec& s) {
   prep_scores(s);
-  if (s.softcap == 0 && s.seed % 2) s.softcap = 5.0;
+  if (s.logit.empty() && s.seed % 2)  // the capped stage differs from the scaled one
+    for (const ModEntry& m : logit_modifications()) s.logit.emplace_back(m.name, m.examples[0]);
 }
 
 // The stages follow from each other: capped = the logit stage of scaled (mods.hpp); masked = capped + bias where

@@ -58,8 +58,9 @@ CaseSpec draw_spec(C& c) {
     s.window_left = c.pick(0, 40);
     s.window_right = chance(c, 50) ? c.pick(0, 40) : -1;
   }
-  static constexpr double softcaps[] = {5.0, 20.0, 50.0};
-  if (chance(c, 15)) s.softcap = softcaps[c.pick(0, 2)];
+  for (const ModEntry& m : logit_modifications())
+    if (chance(c, 15))
+      s.logit.emplace_back(m.name, m.examples[static_cast<size_t>(c.pick(0, std::ssize(m.examples) - 1))]);
   s.finite_fill = chance(c, 15);
   static constexpr FullyMasked fm[] = {FullyMasked::zero, FullyMasked::nan, FullyMasked::uniform};
   s.fully_masked = fm[c.pick(0, 2)];

@@ -20,7 +20,7 @@ void describe_problem(CaseResult& r, const Problem& p) {
   // Features every problem "uses" (dtype, layout, ...) and the optional outputs (weights, lse) are no grouping key.
   static const Problem plain{};
   for (const Feature& f : problem_features())
-    if (f.used(p) && !f.used(plain) && std::strcmp(f.name, "weights") != 0 && std::strcmp(f.name, "lse") != 0)
+    if (f.uses(p) && !f.uses(plain) && std::strcmp(f.name, "weights") != 0 && std::strcmp(f.name, "lse") != 0)
       r.features.emplace_back(f.name);
 }
 

@@ -44,8 +44,8 @@ std::string join(const Set& s) {
 void capabilities_text(std::string& out, const Capabilities& c) {
   std::string yes, no;
   for (const Feature& f : problem_features())  // every boolean capability of the feature table
-    if (f.flag) {
-      const bool on = c.*f.flag;
+    if (f.boolean()) {
+      const bool on = f.declared(c);
       std::string& list = on ? yes : no;
       append(list, " ", f.name);
     }

@@ -26,25 +26,18 @@ RowMat<T> load_head(const Tensor& t, int64_t b, int64_t h, int64_t r0, int64_t r
   return m;
 }
 
-// The scores of one query row over keys [j0, j0 + n) from raw dot products, the softcap derivative, the score
+// The scores of one query row over keys [j0, j0 + n) from raw dot products, the logit stage's derivative, the score
 // modifications' derivative, visibility.
 template <class T>
 struct RowScores {
   std::vector<T> s, chain, dmod;
   T max = 0;
-  void compute(const Problem& p, const Scorer<T>& sc, int64_t b, int64_t h, int64_t i, int64_t j0, const T* raw,
-               int64_t n) {
+  void compute(const Scorer<T>& sc, int64_t b, int64_t h, int64_t i, int64_t j0, const T* raw, int64_t n) {
     s.assign(raw, raw + n);
     chain.assign(static_cast<size_t>(n), T(1));
     dmod.resize(static_cast<size_t>(n));
     sc.mod_derivatives(b, h, i, j0, raw, n, sc.span(b, i), dmod.data());
-    if (p.softcap > 0) {
-      const T scale = static_cast<T>(p.effective_scale()), c = static_cast<T>(p.softcap);
-      for (int64_t j = 0; j < n; ++j) {
-        const T t = std::tanh(scale * raw[j] / c);
-        chain[static_cast<size_t>(j)] = T(1) - t * t;
-      }
-    }
+    sc.logit_chain(raw, n, chain.data());
     max = sc.process(b, h, i, j0, s.data(), n, sc.span(b, i));
   }
   // A masked key holds the fill; a visible key whose score is -inf (a -inf bias) has weight 0 either way.
@@ -111,7 +104,7 @@ void dense_backward(const Problem& p, const Inputs& in, const Tensor& dout, Grad
       RowMat<T> P = RowMat<T>::Zero(Lq, Lk), Pk = P, dS = P, dR = P;
       const RowMat<T> dPk = dO * V.transpose();  // dP'_ij = dO_i · v_j
       for (int64_t i = 0; i < Lq; ++i) {
-        rs.compute(p, sc, b, h, i, 0, S.row(i).data(), Lk);
+        rs.compute(sc, b, h, i, 0, S.row(i).data(), Lk);
         if (rs.max == -std::numeric_limits<T>::infinity()) continue;  // fully masked: no gradient
         const T m = sc.finite_fill() ? std::max(rs.max, sc.fill()) : rs.max;
         T sum = 0;
@@ -216,11 +209,11 @@ void flash_backward(const Problem& p, const Inputs& in, const Outputs& fwd, cons
   });
 
   // One query row against keys [j0, j0 + n), from its raw dot products q·k_j and dP'_ij = dO_i·v_j (GEMM rows):
-  // weights P' (into pk), dS (into ds) and dR = dS · softcap' (into dr).
+  // weights P' (into pk), dS (into ds) and dR = dS · logit' (into dr).
   auto row_grad = [&](RowScores<T>& rs, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n, const T* raw,
                       const T* dpk, T* pk, T* ds, T* dr) {
     const size_t row = static_cast<size_t>((b * p.Hq + h) * Lq + i);
-    rs.compute(p, sc, b, h, i, j0, raw, n);
+    rs.compute(sc, b, h, i, j0, raw, n);
     const uint8_t* keep = keep_row(p, in, b, h, i, j0);
     exp_shifted(rs.s.data(), pk, n, lse[row]);  // P: 0 where masked (-inf), exp(fill - lse) under a finite fill
     for (int64_t j = 0; j < n; ++j) {

@@ -335,6 +335,16 @@ class Scorer {
     }
   }
 
+  // The logit stage's derivative d logit / d (scale·dot) of keys from raw dot products, into chain (left as it is
+  // without a logit stage): 1 - t·t from the recomputed tanh, as FlashAttention's backward forms it.
+  void logit_chain(const T* raw, int64_t n, T* chain) const {
+    if (softcap_ > 0)
+      for (int64_t j = 0; j < n; ++j) {
+        const T t = std::tanh(scale_ * raw[j] / softcap_);
+        chain[j] = T(1) - t * t;
+      }
+  }
+
   // d (score modifications) / d score of keys [j0, j0 + n) of row (b, h, i) from raw dot products (as process()
   // forms the score they modify), in fp64, into dmod; 1 outside `sp`, on hidden keys and without score
   // modifications (the backward's chain rule, mods.hpp).

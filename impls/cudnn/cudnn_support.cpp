@@ -21,7 +21,7 @@ Capabilities cudnn_capabilities() {
   c.bool_mask = false;   // no boolean mask input in the SDPA graph; an additive bias can carry one
   c.bias = true;
   c.window = false;       // cuDNN's diagonal band is not mapped onto the problem's window here
-  c.softcap = false;      // a tanh score modifier is not combinable with cuDNN's masks
+  c.logit.clear();        // a tanh score modifier is not combinable with cuDNN's masks
   c.dropout = true;       // cuDNN's custom dropout: P * scale * mask with the caller's keep-mask (sm_80, sm_90)
   c.finite_fill = false;  // masked scores are -inf in cuDNN's graph; no user fill value
   // Rows with no visible key by masks are rejected in cudnn_supports; rows that a -inf bias masks fully come out 0

@@ -86,12 +86,19 @@ std::string dtype_name(DType t) {
 std::string layout_name(Layout l) { return l == Layout::BHSD ? "bhsd" : "bshd"; }
 std::string alignment_name(Alignment a) { return a == Alignment::explicit_ ? "explicit" : to_string(a); }
 
+// The logit stage's parameters (mods.hpp ModKind::logit): protocol 1 fields, numbers, always present.
+static std::vector<Field> logit_fields() {
+  std::vector<Field> out;
+  for (const ModEntry& m : logit_modifications()) out.insert(out.end(), m.fields.begin(), m.fields.end());
+  return out;
+}
+
 json problem_to_json(const Problem& p) {
   json d = json::array();
   for (int64_t b = 0; b < p.B; ++b) d.push_back(p.diagonal_offset(b));
   auto list_or_null = [](const std::vector<int64_t>& v) { return v.empty() ? json(nullptr) : json(v); };
   auto shape_or_null = [](const auto& s) { return s ? json(*s) : json(nullptr); };
-  // Non-finite doubles are not JSON: fill_value and scale are finite by validate(); softcap >= 0.
+  // Non-finite doubles are not JSON: fill_value, scale and the logit stage's parameters are finite by validate().
   json j = {{"name", p.name()},
             {"B", p.B},
             {"Hq", p.Hq},
@@ -112,7 +119,6 @@ json problem_to_json(const Problem& p) {
             {"key_lengths", list_or_null(p.key_lengths)},
             {"window_left", p.window_left},
             {"window_right", p.window_right},
-            {"softcap", p.softcap},
             {"mask_shape", shape_or_null(p.mask_shape)},
             {"bias_shape", shape_or_null(p.bias_shape)},
             {"bias_dtype", dtype_name(p.bias_dtype)},
@@ -123,6 +129,7 @@ json problem_to_json(const Problem& p) {
             {"dropout_seed", p.dropout_seed},
             {"want_lse", p.want_lse},
             {"want_weights", p.want_weights}};
+  for (const Field& f : logit_fields()) j[f.key] = p.*std::get<double Problem::*>(f.ref);
   if (p.max_logit != MaxLogitOut::none)
     j["max_logit"] = to_string(p.max_logit);  // feature "max_logit": the tensor's shape
   if (is_fp8(p.dtype))                        // fp8 (feature "fp8"): the codes' factors, and out's dtype (not `dtype`)
@@ -224,7 +231,7 @@ Problem problem_from_json(const json& j, const std::string& where) {
   p.alignment = parse_enum(j, w, "alignment", alignment_from_string);
   p.causal_offsets = int_list(field(j, w, "causal_offsets"), w, "causal_offsets");
   p.key_lengths = int_list(field(j, w, "key_lengths"), w, "key_lengths");
-  p.softcap = num_field(j, w, "softcap");
+  for (const Field& f : logit_fields()) p.*std::get<double Problem::*>(f.ref) = num_field(j, w, f.key);
   p.mask_shape = shape4(field(j, w, "mask_shape"), w, "mask_shape");
   p.bias_shape = shape4(field(j, w, "bias_shape"), w, "bias_shape");
   p.bias_dtype = parse_enum(j, w, "bias_dtype", dtype_from_string);
@@ -305,7 +312,7 @@ json capabilities_to_json(const Capabilities& c) {
   for (FullyMasked f : c.fully_masked) j["fully_masked"].push_back(to_string(f));
   j["features"] = json::array();
   for (const Feature& f : problem_features())  // every boolean capability of the table, by its protocol name
-    if (f.flag && c.*f.flag) j["features"].push_back(f.protocol);
+    if (f.boolean() && f.declared(c)) j["features"].push_back(f.protocol);
   j["modifications"] = c.mods;  // library modifications (mods.hpp) by name
   j["max_head_dim"] = c.max_head_dim;
   j["head_dim_multiple"] = c.head_dim_multiple;
@@ -343,7 +350,7 @@ Capabilities capabilities_from_json(const json& j, const std::string& where) {
   enum_set("fully_masked", fully_masked_from_string, c.fully_masked);
   const auto features = names("features");
   for (const Feature& f : problem_features())
-    if (f.flag) c.*f.flag = std::find(features.begin(), features.end(), f.protocol) != features.end();
+    if (f.boolean()) f.declare(c, std::find(features.begin(), features.end(), f.protocol) != features.end());
   if (!c.fp8) c.dtypes.erase(DType::e4m3), c.dtypes.erase(DType::e5m2);  // fp8 formats need the feature
   // The protocol returns out, lse, weights and max_logit only: a raw-score, present key/value or amax_o output
   // cannot travel back.

@@ -83,7 +83,7 @@ TEST(CpuBackward, FlashDeclaresBroadcastBiasUnsupported) {
 
 // Saturated softcap in fp32: cpu and cpu-flash form the derivative as 1 − t² from the float tanh t, as FlashAttention
 // does; where tanh rounds to 1 that is 0 while the true derivative is ~1e-8..1e-20. The gradient tolerance carries
-// that absolute error of the derivative (docs/backward.md "Softcap derivative"), so both pass, and stay inside.
+// that absolute error of the derivative (docs/backward.md "Logit stage derivative"), so both pass, and stay inside.
 TEST(CpuBackward, SaturatedSoftcapFp32Passes) {
   for (uint64_t seed : {3u, 11u, 29u}) {
     prop::CaseSpec s;
@@ -91,7 +91,7 @@ TEST(CpuBackward, SaturatedSoftcapFp32Passes) {
     s.Lq = 16;
     s.Lk = 14;
     s.Dqk = s.Dv = 4;
-    s.softcap = 5.0;
+    s.logit = {{"softcap", 5.0}};
     s.bias_kind = 1;
     s.values = prop::Values::large_logits;
     s.seed = seed;

@@ -121,8 +121,8 @@ TEST(CpuCapabilities, ClaimEverything) {
     EXPECT_EQ(c.dtypes, (std::set<DType>{DType::f64, DType::f32, DType::f16, DType::bf16, DType::e4m3, DType::e5m2}))
         << name;
     for (const Feature& f : problem_features()) {  // every boolean capability of the feature table
-      if (f.flag) {
-        EXPECT_TRUE(c.*f.flag) << name << ": " << f.name;
+      if (f.boolean()) {
+        EXPECT_TRUE(f.declared(c)) << name << ": " << f.name;
       }
     }
     EXPECT_EQ(c.fully_masked.size(), 3u) << name;

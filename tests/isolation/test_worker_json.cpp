@@ -16,7 +16,7 @@ namespace {
 Capabilities all_flags_on() {
   Capabilities c;
   for (const Feature& f : problem_features())
-    if (f.flag) c.*f.flag = true;
+    if (f.boolean()) f.declare(c, true);
   return c;
 }
 
@@ -86,23 +86,23 @@ TEST(WorkerJson, EveryTableFeatureHasAProtocolName) {
     const std::string name = f.protocol;
     EXPECT_FALSE(name.empty()) << f.name;
     EXPECT_TRUE(seen.insert(name).second) << "protocol name '" << name << "' used twice";
-    if (!f.flag) {  // carried by its own key of the capabilities object
+    if (!f.boolean()) {  // carried by its own key of the capabilities object
       EXPECT_TRUE(capabilities_to_json(Capabilities{}).contains(name)) << f.name << " -> " << name;
       continue;
     }
     ++flags;
     if (output_never_travels(name)) continue;  // from_json clears them; checked below
     Capabilities on = all_flags_on(), off = all_flags_on();
-    off.*f.flag = false;
+    f.declare(off, false);
     EXPECT_TRUE(lists(capabilities_to_json(on), name)) << f.name;
     EXPECT_FALSE(lists(capabilities_to_json(off), name)) << f.name;
-    EXPECT_TRUE(capabilities_from_json(capabilities_to_json(on), "test").*f.flag) << f.name;
-    EXPECT_FALSE(capabilities_from_json(capabilities_to_json(off), "test").*f.flag) << f.name;
+    EXPECT_TRUE(f.declared(capabilities_from_json(capabilities_to_json(on), "test"))) << f.name;
+    EXPECT_FALSE(f.declared(capabilities_from_json(capabilities_to_json(off), "test"))) << f.name;
     // Every other flag is untouched by this one's name.
     const Capabilities back = capabilities_from_json(capabilities_to_json(off), "test");
     for (const Feature& g : problem_features()) {
-      if (g.flag && g.flag != f.flag && !output_never_travels(g.protocol)) {
-        EXPECT_TRUE(back.*g.flag) << g.name << " lost while round-tripping " << f.name;
+      if (g.boolean() && &g != &f && !output_never_travels(g.protocol)) {
+        EXPECT_TRUE(g.declared(back)) << g.name << " lost while round-tripping " << f.name;
       }
     }
   }

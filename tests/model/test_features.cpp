@@ -87,7 +87,7 @@ TEST(Capabilities, DerivedCheckReportsTheFirstUnsupportedFeature) {
   EXPECT_TRUE(check_capabilities(c, p).ok);
   c.dropout = false;
   EXPECT_EQ(check_capabilities(c, p).reason, "dropout not supported");
-  c.softcap = false;
+  c.logit.erase("softcap");
   EXPECT_EQ(check_capabilities(c, p).reason, "softcap not supported");
   c.dtypes = {DType::f16};
   EXPECT_EQ(check_capabilities(c, p).reason, "dtype fp32 not supported");
@@ -97,10 +97,10 @@ TEST(Features, EveryBooleanCapabilityIsInTheTable) {
   // Turning every table flag off must make a problem using that feature unsupported: no flag is forgotten.
   int flags = 0;
   for (const Feature& f : problem_features())
-    if (f.flag) {
+    if (f.boolean()) {
       Capabilities c;
-      c.*f.flag = false;
-      EXPECT_TRUE(std::string(f.check(c, Problem{}).reason).find("not supported") != std::string::npos) << f.name;
+      f.declare(c, false);
+      EXPECT_TRUE(std::string(f.allows(c, Problem{}).reason).find("not supported") != std::string::npos) << f.name;
       ++flags;
     }
   EXPECT_GE(flags, 14);

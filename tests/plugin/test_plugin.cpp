@@ -68,7 +68,7 @@ TEST(Plugin, LoadsAndReportsCapabilities) {
   EXPECT_EQ(c.layouts, (std::set<Layout>{Layout::BHSD, Layout::BSHD}));
   EXPECT_EQ(c.fully_masked, (std::set<FullyMasked>{FullyMasked::nan, FullyMasked::zero}));
   EXPECT_EQ(c.alignments.size(), 3u);
-  EXPECT_TRUE(c.gqa && c.cross && c.causal && c.key_padding && c.bool_mask && c.window && c.softcap);
+  EXPECT_TRUE(c.gqa && c.cross && c.causal && c.key_padding && c.bool_mask && c.window && c.logit.count("softcap"));
   EXPECT_FALSE(c.bias || c.dropout || c.finite_fill);
   EXPECT_NE(c.notes.find(EXAMPLE_PLUGIN_PATH), std::string::npos) << c.notes;
 }

@@ -1,13 +1,16 @@
-// `attncheck import TENSORS.npz|.h5 --out CASE.h5 [--causal bottom-right --scale S --softcap C --policy P ...]`:
+// `attncheck import TENSORS.npz|.h5 --out CASE.h5 [--causal bottom-right --scale S --window L,R --policy P ...]`:
 // a fixture from a user's own tensors; `--module`: a module fixture from x, weights and flags (the reading, the
 // problem and the reference: golden's attncheck/user_import.hpp). `verify` replays the result.
 // `--judge`: the file also holds a candidate's outputs (out [, lse, weights]), judged as `compare` judges them
 // (harness/verify/compare.hpp), with or without a fixture written: one step and no file, the Python package's
 // route for a single check. TENSORS `-` reads an .npz from stdin. This file parses the options and prints.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 
+#include "attncheck/features.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/user_import.hpp"
 #include "candidate_rows.hpp"
 #include "command.hpp"
@@ -83,7 +86,12 @@ const Register reg{
        sub.add_option("--causal", g.r.causal, "Causal mask aligned top-left or bottom-right");
        sub.add_option("--causal-offset", g.r.causal_offset, "Causal/window diagonal offset (explicit)");
        sub.add_option("--scale", g.r.scale, "Softmax scale (default 1/sqrt(Dqk))");
-       sub.add_option("--softcap", g.r.softcap, "Logit softcap c (0 = off)");
+       for (const ModEntry& m : logit_modifications())  // the logit stage's parameters, a flag each (--key-name)
+         for (const Field& f : m.fields) {
+           std::string flag = std::string("--") + f.key;
+           std::replace(flag.begin(), flag.end(), '_', '-');
+           sub.add_option(flag, g.r.logit[f.key], std::string(f.doc) + " (" + f.rule + ")");
+         }
        sub.add_option("--window", g.r.window, "Sliding window LEFT,RIGHT")->delimiter(',');
        sub.add_option("--key-lengths", g.r.key_lengths, "Valid keys per batch")->delimiter(',');
        sub.add_option("--policy", g.r.policy, "Fully-masked rows: zero, nan, uniform")->capture_default_str();
@@ -102,7 +110,7 @@ const Register reg{
        sub.add_flag("--want-weights", g.r.want_weights, "Ask for (and store) the attention weights");
        sub.add_option("--scores-out", g.r.scores_out,
                       "Also expect the raw scores [B,Hq,Lq,Lk]: scaled, capped "
-                      "(after softcap) or masked (the softmax input); ONNX qk_matmul_output_mode 0, 1, 2");
+                      "(after the logit stage) or masked (the softmax input); ONNX qk_matmul_output_mode 0, 1, 2");
        sub.add_option("--max-logit", g.r.max_logit,
                       "Also expect the max-logit output: rows [B,Hq,Lq] or "
                       "heads [Hq] (the row max of the softmax input; TransformerEngine's return_max_logit)");

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,7 +26,8 @@ struct ImportRequest {
   std::string score_mod, mask_mod;  // user modifications (expressions) and the arrays they index
   std::vector<std::string> aux;
   std::optional<double> scale;
-  double softcap = 0, dropout_p = 0, descale_q = 1, descale_k = 1, descale_v = 1;
+  double dropout_p = 0, descale_q = 1, descale_k = 1, descale_v = 1;
+  std::map<std::string, double> logit;  // the logit stage's parameters (mods.hpp) by field key
   std::optional<int64_t> causal_offset;
   std::vector<int64_t> window, key_lengths;
   uint64_t dropout_seed = 0;

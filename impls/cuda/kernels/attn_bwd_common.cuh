@@ -1,7 +1,7 @@
 // What the backward kernels share (docs/backward.md, derivation): their parameters, the gradient of one
 // (query, key) pair recomputed from the forward's lse -- P = exp(s - lse), dP' = dO·v, dS = P (kf·dP' - D), the
-// softcap chain rule -- and the two small kernels around the main passes: the row statistics (D = rowsum(dO∘O) and
-// whether the row has a visible key) and the dBias reduction over broadcast dimensions.
+// logit stage's chain rule -- and the two small kernels around the main passes: the row statistics (D = rowsum(dO∘O)
+// and whether the row has a visible key) and the dBias reduction over broadcast dimensions.
 #pragma once
 
 #include "attn_common.cuh"
@@ -28,7 +28,7 @@ struct BwdParams {
 inline namespace ATTNCHECK_KERNEL_NS {
 
 // The gradient terms of pair (i, j): P'_ij (what dV_j receives per dO_i), dS_ij (what the bias receives) and
-// dR_ij = dS_ij · softcap'(x_ij) (what scale·q_i·k_j receives). All zero for a pair with no gradient.
+// dR_ij = dS_ij · logit'(x_ij) (what scale·q_i·k_j receives). All zero for a pair with no gradient.
 template <class Acc>
 struct PairGrad {
   Acc pk, ds, dr;
@@ -48,13 +48,7 @@ __device__ inline PairGrad<Acc> pair_grad(const AttnParams& p, int b, int h, int
   if (vis) {
     Acc dot = 0;
     for (int d = 0; d < Dqk; ++d) dot = ac_fma(q[d], k[d], dot);  // the forward's order: the same score bits
-    s = dot * static_cast<Acc>(p.scale);
-    if (p.softcap > 0) {  // transform_score, keeping t for the derivative 1 - t² (as FlashAttention forms it)
-      const Acc c = static_cast<Acc>(p.softcap);
-      const Acc t = ac_tanh(s / c);
-      s = c * t;
-      chain = Acc(1) - t * t;
-    }
+    s = logit_stage(p, dot * static_cast<Acc>(p.scale), &chain);  // transform_score, keeping the chain factor
     if (p.bias) s += static_cast<const Acc*>(p.bias)[offset4(p.bias_stride, b, h, i, j)];
     s = mods_score(p, s, b, h, diag, j);  // additive (ALiBi, T5): d s / d s_in = 1, the chain is unchanged
   } else if (p.fill_finite) {

@@ -314,14 +314,21 @@ __device__ inline bool key_visible(const AttnParams& p, int b, int h, int64_t i,
   return mods_visible(p, b, i, j, diag);
 }
 
+// The logit stage of the scaled score s (softcap: c·tanh(s/c)); `chain`, when given, receives its derivative as a
+// backward forms it from the tanh t it keeps, 1 - t² (as FlashAttention does).
+template <class Acc>
+__device__ inline Acc logit_stage(const AttnParams& p, Acc s, Acc* chain = nullptr) {
+  if (!(p.softcap > 0)) return s;
+  const Acc c = static_cast<Acc>(p.softcap);
+  const Acc t = ac_tanh(s / c);
+  if (chain) *chain = Acc(1) - t * t;
+  return c * t;
+}
+
 // scale -> softcap -> + bias -> score modifications, for a visible key whose dot product is `dot`.
 template <class Acc>
 __device__ inline Acc transform_score(const AttnParams& p, Acc dot, int b, int h, int64_t i, int64_t j, int64_t diag) {
-  Acc s = dot * static_cast<Acc>(p.scale);
-  if (p.softcap > 0) {
-    const Acc c = static_cast<Acc>(p.softcap);
-    s = c * ac_tanh(s / c);
-  }
+  Acc s = logit_stage(p, dot * static_cast<Acc>(p.scale));
   if (p.bias) s += gload(static_cast<const Acc*>(p.bias), offset4(p.bias_stride, b, h, i, j));
   return mods_score(p, s, b, h, diag, j);
 }

@@ -300,7 +300,7 @@ Support head_dims(const Capabilities& c, const P& p) {
 #define ATTNCHECK_FLAG(name, protocol, member, used_expr, message) \
   ATTNCHECK_FLAG_EXT(name, protocol, member, used_expr, message, 0, nullptr)
 
-const Feature kFeatures[] = {
+const Feature kBeforeLogit[] = {
     {"dtype", "dtypes", [](const P&) { return true; },
      [](const Capabilities& c, const P& p) { return in_set(c.dtypes, p.dtype, "dtype"); }, nullptr, 0, nullptr},
     {"layout", "layouts", [](const P&) { return true; },
@@ -319,7 +319,9 @@ const Feature kFeatures[] = {
     ATTNCHECK_FLAG("bool-mask", "bool_mask", bool_mask, p.mask_shape.has_value(), "boolean mask not supported"),
     ATTNCHECK_FLAG("bias", "bias", bias, p.bias_shape.has_value(), "additive bias not supported"),
     ATTNCHECK_FLAG("window", "window", window, p.has_window(), "sliding window not supported"),
-    ATTNCHECK_FLAG("softcap", "softcap", softcap, p.softcap > 0, "softcap not supported"),
+};
+// The logit stage's rows go here (table()), one per entry, in the library's order.
+const Feature kAfterLogit[] = {
     ATTNCHECK_FLAG("dropout", "dropout", dropout, p.dropout_p > 0, "dropout not supported"),
     ATTNCHECK_FLAG("finite-fill", "finite_fill", finite_fill, p.fill == MaskFill::finite,
                    "finite mask fill not supported"),
@@ -382,20 +384,46 @@ const Feature kFeatures[] = {
 #undef ATTNCHECK_FLAG
 #undef ATTNCHECK_FLAG_EXT
 
+const std::vector<Feature>& table() {
+  static const std::vector<Feature> t = [] {
+    std::vector<Feature> v(std::begin(kBeforeLogit), std::end(kBeforeLogit));
+    for (const ModEntry& m : logit_modifications())
+      v.push_back(Feature{m.name, m.name, nullptr, nullptr, nullptr, 0, nullptr, &m});
+    v.insert(v.end(), std::begin(kAfterLogit), std::end(kAfterLogit));
+    return v;
+  }();
+  return t;
+}
+
 }  // namespace
 
-std::span<const Feature> problem_features() { return kFeatures; }
+bool Feature::uses(const Problem& p) const { return logit ? logit->used(p) : used(p); }
+Support Feature::allows(const Capabilities& c, const Problem& p) const {
+  if (!logit) return check(c, p);
+  return declared(c) ? Support::yes() : Support::no(std::string(logit->name) + " not supported");
+}
+bool Feature::declared(const Capabilities& c) const { return logit ? c.logit.count(logit->name) > 0 : c.*flag; }
+void Feature::declare(Capabilities& c, bool on) const {
+  if (!logit)
+    c.*flag = on;
+  else if (on)
+    c.logit.insert(logit->name);
+  else
+    c.logit.erase(logit->name);
+}
+
+std::span<const Feature> problem_features() { return table(); }
 
 std::vector<std::string> extension_features(const Problem& p) {
   std::vector<std::string> out;
-  for (const Feature& f : kFeatures)
-    if (f.abi_tag && f.used(p)) out.emplace_back(f.protocol);
+  for (const Feature& f : table())
+    if (f.abi_tag && f.uses(p)) out.emplace_back(f.protocol);
   return out;
 }
 
 void declare_extension_features(Capabilities& c, const std::vector<std::string>& names) {
-  for (const Feature& f : kFeatures)
-    if (f.abi_tag && f.flag) c.*f.flag = std::find(names.begin(), names.end(), f.protocol) != names.end();
+  for (const Feature& f : table())
+    if (f.abi_tag && f.boolean()) f.declare(c, std::find(names.begin(), names.end(), f.protocol) != names.end());
   // fp8 is also a dtype: declaring the feature offers both formats (the plugin's supports() may decline one), and
   // a declaration without it offers neither, whatever a dtype list says.
   for (DType t : {DType::e4m3, DType::e5m2})
@@ -409,16 +437,16 @@ void declare_extension_features(Capabilities& c, const std::vector<std::string>&
 }
 
 Support backward_modelled(const Problem& p) {
-  for (const Feature& f : kFeatures)
-    if (f.backward_gap && f.used(p))
+  for (const Feature& f : table())
+    if (f.backward_gap && f.uses(p))
       return Support::no(std::string("backward with ") + f.backward_gap + " not implemented");
   return Support::yes();
 }
 
 Support check_capabilities(const Capabilities& c, const Problem& p) {
-  for (const Feature& f : kFeatures)
-    if (f.used(p))
-      if (Support s = f.check(c, p); !s.ok) return s;
+  for (const Feature& f : table())
+    if (f.uses(p))
+      if (Support s = f.allows(c, p); !s.ok) return s;
   return Support::yes();
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
 
 #include "attncheck/features.hpp"
 #include "detail.hpp"
@@ -16,6 +17,18 @@ const ModEntry* find_modification(const std::string& name) {
   for (const ModEntry& m : modifications())
     if (name == m.name) return &m;
   return nullptr;
+}
+
+void set_logit_parameter(Problem& p, const ModEntry& m, double value) {
+  if (m.kind != ModKind::logit || m.fields.size() != 1 || !std::holds_alternative<double Problem::*>(m.fields[0].ref))
+    throw std::logic_error(std::string(m.name) + ": not a logit entry with one parameter");
+  p.*std::get<double Problem::*>(m.fields[0].ref) = value;
+}
+
+std::set<std::string> logit_modification_names() {
+  std::set<std::string> names;
+  for (const ModEntry& m : logit_modifications()) names.insert(m.name);
+  return names;
 }
 
 const ModEntry* find_logit_modification(const std::string& name) {
@@ -106,6 +119,12 @@ double ModSet::logit_abs_error() const {
 double ModSet::logit_dscore_error(double delta) const {
   double e = 0;
   for (const ModEntry* m : logit_) e += m->dscore_error(p_, delta);
+  return e;
+}
+
+double ModSet::logit_dscore_abs() const {
+  double e = 0;
+  for (const ModEntry* m : logit_) e += m->dscore_abs;
   return e;
 }
 

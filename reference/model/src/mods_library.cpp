@@ -38,6 +38,7 @@ void expect_size(const char* key, size_t got, int64_t want, const std::string& w
 const Field kSoftcap[] = {{"softcap", &P::softcap, Stored::attribute, kFrag, "must be a finite value >= 0 (0 = off)",
                            [](const P& p) { return p.softcap >= 0 && std::isfinite(p.softcap); },
                            "c*tanh(s/c) before bias and masks"}};
+constexpr double kSoftcaps[] = {5.0, 20.0, 50.0};  // Gemma 2's 50 (attention), 20 and 5: saturating logits
 const ModEntry kSoftcapEntry{
     "softcap", "softcap", ModKind::logit, kSoftcap, [](const P& p) { return p.softcap > 0; }, [](const P&) {},
     [](const P& p, const ModAt&, double s) { return p.softcap * std::tanh(s / p.softcap); },
@@ -47,15 +48,14 @@ const ModEntry kSoftcapEntry{
       const double e = std::exp(-2.0 * std::abs(s / p.softcap));
       return 4.0 * e / ((1.0 + e) * (1.0 + e));
     },
-    nullptr, 1.0,
-    [](P& p, Rng& r) {
-      static constexpr double caps[] = {5.0, 20.0, 50.0};
-      p.softcap = caps[r.pick(0, 2)];
-    },
+    nullptr, 1.0, [](P& p, Rng& r) { p.softcap = kSoftcaps[r.pick(0, 2)]; },
     "softcap: c * tanh(s / c) of the scaled logit, before the bias",
     2.0,                                         // a kernel's tanh (2 ulps)
     [](const P& p) { return 4.0 * p.softcap; },  // |c tanh| <= c: the tanh, the division and the product
-    [](const P& p, double delta) { return 2.0 * delta / p.softcap; }};  // |d log(1 - t^2) / ds| = 2|t|/c <= 2/c
+    [](const P& p, double delta) { return 2.0 * delta / p.softcap; },  // |d log(1 - t^2) / ds| = 2|t|/c <= 2/c
+    // 1 - t*t from the tanh t kept from the forward (FlashAttention): t carries <= 4u (a 2-ulp tanh), so 2|t|*4u,
+    // plus u for t*t and u for the subtraction; where tanh saturates it is the whole derivative.
+    10.0, kSoftcaps};
 
 // ---- ALiBi (Press et al.; FlashAttention's alibi_slopes) ----------------------------------------------------
 // score - slope(b, h) * |pos - j|: FlashAttention documents "a bias of (-alibi_slope * |i + seqlen_k - seqlen_q -

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "attncheck/module_problem.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/tolerance_backward.hpp"
 #include "attncheck/module_reference.hpp"
 #include "attncheck/module_tolerance.hpp"
@@ -35,6 +36,7 @@ AttnPropagation propagate(const module_trace::Trace& t, const module_errors::For
   if (p.bias_shape)
     r.dbias.assign(at((*p.bias_shape)[0] * (*p.bias_shape)[1] * (*p.bias_shape)[2] * (*p.bias_shape)[3]), 0.0);
   const std::vector<double> dO = dout.to_double();
+  const ModSet mods(p);
   std::vector<double> dP(at(p.Lk)), edP(at(p.Lk));
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.Hq; ++h) {
@@ -71,13 +73,12 @@ AttnPropagation propagate(const module_trace::Trace& t, const module_errors::For
           const double eP = P[j] * (es[j] + sbar);
           const double dS = P[j] * (dP[at(j)] - D);
           const double eS = eP * std::fabs(dP[at(j)] - D) + P[j] * (edP[at(j)] + eD);
-          double c = 1, dc = 0;  // softcap chain factor 1 - tanh²(x/cap) and its error from the score's
-          if (p.softcap > 0) {
+          double c = 1, dc = 0;  // the logit stage's chain factor and its error from the score's (entry facts)
+          if (mods.has_logit()) {
             double x = 0;
             for (int64_t d = 0; d < p.Dqk; ++d) x += t.q.val[qi(d)] * t.k.val[ki(j, d)];
-            const double th = std::tanh(x * p.effective_scale() / p.softcap);
-            c = 1 - th * th;
-            dc = 2 * std::fabs(th) * c * es[j] / p.softcap;
+            c = mods.logit_derivative(ModAt{b, h, i, i + p.diagonal_offset(b), j}, x * p.effective_scale());
+            dc = c * mods.logit_dscore_error(es[j]);
           }
           const double dX = dS * c, eX = eS * c + std::fabs(dS) * dc;
           for (int64_t d = 0; d < p.Dqk; ++d) {

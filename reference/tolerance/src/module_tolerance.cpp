@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "attncheck/module_problem.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/module_tolerance.hpp"
 #include "module_errors.hpp"
 
@@ -22,6 +23,7 @@ ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, con
   const double ua = dt == DType::f64 ? u : 0x1.0p-24;                // fp32 accumulation
   const double up = dt == DType::f16 || dt == DType::bf16 ? u : ua;  // P rounded for P·V (contract)
   const double scale = std::fabs(p.effective_scale());
+  const double logit_abs = ModSet(p).logit_abs_error();
   // Projection errors: accumulation over d_in (+ the bias) in fp32, then rounding to the dtype.
   auto proj_err = [&](const Heads& h, int64_t n_in) {
     std::vector<double> e(h.val.size());
@@ -61,7 +63,7 @@ ForwardErrors forward_errors(const ModuleProblem& m, const ModuleInputs& in, con
           if (in.bias)
             e += ua * std::fabs(in.bias->at(b % in.bias->shape[0], h % in.bias->shape[1], i % in.bias->shape[2],
                                             j % in.bias->shape[3]));
-          if (p.softcap > 0) e += 4 * ua * p.softcap;
+          if (logit_abs > 0) e += ua * logit_abs;  // the logit stage's evaluation (its entries' abs_error)
           es[j] = e;
           sbar += P[j] * e;
         }

@@ -13,7 +13,7 @@ inline namespace tolerance {
 
 // Per-key magnitudes of a score's rounding errors. a: the dot product's partial sums, sqrt(Dqk (dot^2/3 +
 // sum_d (q_d k_d)^2 / 6)) * |scale| (sums that grow linearly and sums that random-walk); b: the products'
-// operand rounding, sqrt(sum_d (q_d k_d)^2) * |scale|; c: the score itself, |s| (scale, bias, softcap, max).
+// operand rounding, sqrt(sum_d (q_d k_d)^2) * |scale|; c: the score itself, |s| (scale, logit stage, bias, max).
 struct KeyScales {
   std::vector<double> a, b, c;
   explicit KeyScales(size_t n) : a(n, 0.0), b(n, 0.0), c(n, 0.0) {}

@@ -7,6 +7,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "attncheck/features.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/reference.hpp"
 #include "attncheck/tolerance.hpp"
 
@@ -22,7 +24,9 @@ Problem plain_copy(const Problem& p) {
   q.dtype = p.dtype, q.layout = p.layout, q.scale = p.scale;
   q.causal = p.causal, q.alignment = p.alignment, q.causal_offset = p.causal_offset,
   q.causal_offsets = p.causal_offsets;
-  q.key_lengths = p.key_lengths, q.window_left = p.window_left, q.window_right = p.window_right, q.softcap = p.softcap;
+  q.key_lengths = p.key_lengths, q.window_left = p.window_left, q.window_right = p.window_right;
+  for (const ModEntry& m : logit_modifications())  // a per-score stage: a key range keeps its meaning
+    for (const Field& f : m.fields) set_field_text(q, f, field_text(p, f));
   q.fully_masked = p.fully_masked, q.want_lse = p.want_lse;
   return q;
 }
@@ -33,9 +37,12 @@ std::string partials_unjudgeable(const Problem& p) {
   // The name is lossless (one component per non-default field), so equal names mean no other feature is on.
   const std::string plain = plain_copy(p).name(), full = p.name();
   if (plain == full) return "";
+  std::string logit;
+  for (const ModEntry& m : logit_modifications()) logit += std::string(logit.empty() ? "" : ", ") + m.name;
   return "the partial states of " + full +
          " cannot be judged: a key range of it does not keep its meaning alone "
-         "(judged: plain GQA attention with causal, window, key padding and softcap only)";
+         "(judged: plain GQA attention with causal, window, key padding and " +
+         logit + " only)";
 }
 
 PartialsVerdict judge_partials(const Problem& p, const Inputs& in, const KernelPartials& k) {

@@ -97,16 +97,12 @@ double ds_error(const Problem& p, const ErrorScales& fwd, size_t row, const Unit
 
 double accumulation(double n, const Units& u, double lambda) { return lambda * u.acc * std::sqrt(n / 3.0) + u.acc; }
 
-// The logit stage's derivative (softcap: c = 1 − tanh²(x/c), docs/backward.md "Softcap derivative"), relatively off
-// by its entry's dscore_error at the score error δ = (c_s + u)·score_mag (plus the angles'): 2δ/c for softcap.
+// The logit stage's derivative c (docs/backward.md "Logit stage derivative"), relatively off by its entries'
+// dscore_error at the score error δ = (c_s + u)·score_mag (plus the angles').
 double chain_relative(const Problem& p, const ModSet& mods, const ErrorScales& fwd, size_t row, const Units& u) {
   if (!mods.has_logit()) return 0.0;
   return mods.logit_dscore_error((score_error(p, u) + u.score) * fwd.score_mag[row] + angle_score(fwd, row, u));
 }
-// Absolute error of c when a kernel forms it as 1 − t·t from the tanh t it kept from the forward (FlashAttention):
-// t carries ≤ 4u (a 2-ulp tanh), so 2|t|·4u, plus u for t·t and u for the subtraction. It does not shrink with c:
-// where tanh saturates (c below ~u) it is the whole derivative, and it multiplies the unchained sums.
-constexpr double kChainAbsolute = 10.0;
 
 // The score modifications' derivative m' at a score off by δ = (c_s + u)·score_mag (plus the angles') moves by
 // |m''|·δ: relative to |m'|, mod_curv·δ (GradScales::mod_curv; 0 for the additive library entries, whose m'
@@ -150,12 +146,14 @@ GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const Exp
   }
   t.dq.resize(r.dq.size());
   const double acc_q = accumulation(static_cast<double>(p.Lk), u, lam) + u.stage + u.stage_back;
+  // The absolute error of c as a kernel forms it (its entries' dscore_abs) multiplies the unchained sums.
   const bool cap = mods.has_logit();
+  const double chain_abs = mods.logit_dscore_abs();
   for (size_t n = 0; n < r.dq.size(); ++n) {
     const size_t row = n / static_cast<size_t>(p.Dqk);
     t.dq[n] = (eps_ds[row] + eps_c[row] + acc_q) * r.dq_abs[n] + u.out * std::abs(r.dq[n]) + fl;
     if (u.angle > 0) t.dq[n] += u.angle * r.dq_rope[n];
-    if (cap) t.dq[n] += kChainAbsolute * u.score * r.dq_abs_unchained[n];
+    if (cap) t.dq[n] += chain_abs * u.score * r.dq_abs_unchained[n];
   }
   const double acc_kv = accumulation(static_cast<double>(G * p.Lq), u, lam);
   const double stage_k = u.stage + u.stage_back;  // dK sums staged q rows, then maps back
@@ -175,7 +173,7 @@ GradTolerance grad_tolerance(const Problem& p, const ErrorScales& fwd, const Exp
       for (size_t n = k0; n < k0 + nk; ++n) {
         t.dk[n] = (e_ds + e_c + acc_kv + stage_k) * r.dk_abs[n] + u.out * std::abs(r.dk[n]) + fl;
         if (u.angle > 0) t.dk[n] += u.angle * r.dk_rope[n];
-        if (cap) t.dk[n] += kChainAbsolute * u.score * r.dk_abs_unchained[n];
+        if (cap) t.dk[n] += chain_abs * u.score * r.dk_abs_unchained[n];
       }
       const size_t v0 = static_cast<size_t>((b * p.Hkv + kvh) * p.Lk * p.Dv), nv = static_cast<size_t>(p.Lk * p.Dv);
       for (size_t n = v0; n < v0 + nv; ++n)

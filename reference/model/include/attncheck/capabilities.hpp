@@ -11,6 +11,9 @@
 namespace attncheck {
 inline namespace model {
 
+// The names of the logit-stage entries (mods.hpp ModKind::logit): every backend runs them unless it says not.
+std::set<std::string> logit_modification_names();
+
 struct Capabilities {
   std::set<DType> dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
   std::set<Layout> layouts = {Layout::BHSD, Layout::BSHD};
@@ -24,8 +27,8 @@ struct Capabilities {
   bool bool_mask = true;
   bool bias = true;
   bool window = true;
-  bool softcap = true;
-  bool dropout = true;  // through Inputs::keep
+  std::set<std::string> logit = logit_modification_names();  // logit-stage entries (mods.hpp) by name
+  bool dropout = true;                                       // through Inputs::keep
   bool finite_fill = true;
   std::set<FullyMasked> fully_masked = {FullyMasked::nan, FullyMasked::zero, FullyMasked::uniform};
   bool weights_out = true;
@@ -49,7 +52,7 @@ struct Capabilities {
   std::string notes;              // free text shown by `attncheck list` (e.g. "inline PTX paths not emulated")
 };
 
-// Why a case can or cannot run. ok == false carries the reason, e.g. "softcap not supported".
+// Why a case can or cannot run. ok == false carries the reason, e.g. "dropout not supported".
 struct Support {
   bool ok = true;
   std::string reason;

@@ -81,7 +81,12 @@ inline constexpr uint32_t mla = 13;
 inline constexpr uint32_t kv_quant = 14;
 }  // namespace ext_tag
 
-// Every optional feature a backend may not support, in the order capability checks report them.
+struct ModEntry;
+
+// Every optional feature a backend may not support, in the order capability checks report them. Read a row through
+// its member functions: a logit-stage entry's row (one per entry of logit_modifications(), mods.hpp) has no
+// function pointers and no flag of its own; its entry says whether a problem uses it, and its capability is its name
+// in Capabilities::logit.
 struct Feature {
   const char* name;  // as `attncheck list` and reports print it
   // The name in the worker protocol's `capabilities.features` and in a v2 plugin's `features` list (frozen for
@@ -99,6 +104,13 @@ struct Feature {
   // What the backward (reference_backward, the CPU backward) lacks for it, as "backward with <gap> not
   // implemented" words it; nullptr when the backward models the feature.
   const char* backward_gap;
+  const ModEntry* logit = nullptr;
+
+  bool uses(const Problem& p) const;                                    // does the problem use it
+  Support allows(const Capabilities& c, const Problem& p) const;        // is it allowed (asked only when used)
+  bool boolean() const { return flag != nullptr || logit != nullptr; }  // a yes/no capability
+  bool declared(const Capabilities& c) const;                           // boolean(): is it declared
+  void declare(Capabilities& c, bool on) const;                         // boolean(): declare it, or not
 };
 std::span<const Feature> problem_features();
 // Whether the backward models every feature `p` uses: else "backward with <gap> not implemented" for the first

@@ -52,11 +52,18 @@ struct ModEntry {
   // Tolerance facts of a logit entry (0 / nullptr for the others, whose error the score terms carry): `rounding`,
   // the units of roundoff a kernel's evaluation adds to a score's relative error; `abs_error`, an absolute bound of
   // that evaluation's rounding per unit roundoff; `dscore_error`, the relative change of the derivative when the
-  // score is off by delta.
+  // score is off by delta; `dscore_abs`, an absolute bound of the derivative's rounding as a kernel forms it from
+  // what it kept of the forward, in units of the score's roundoff (it does not shrink with the derivative).
   double rounding = 0;
   double (*abs_error)(const Problem&) = nullptr;
   double (*dscore_error)(const Problem&, double delta) = nullptr;
+  double dscore_abs = 0;
+  // A logit entry's parameter (its one field, a double): the values fixed and generated cases take (the property
+  // suite's draw picks one; the first is the default of cases that force the entry on).
+  std::span<const double> examples = {};
 };
+// A logit entry's parameter (ModEntry::examples): its one field, set to `value`.
+void set_logit_parameter(Problem& p, const ModEntry& m, double value);
 
 std::span<const ModEntry> modifications();
 std::span<const ModEntry> logit_modifications();  // the logit stage (ModKind::logit), in the order it applies
@@ -83,10 +90,12 @@ class ModSet {
   double logit(const ModAt& at, double s) const;  // the logit stage of the scaled logit s, before the bias
   // d logit(at, s) / d s: the chain factor what scale·q·k receives (the bias receives the gradient before it).
   double logit_derivative(const ModAt& at, double s) const;
-  // The logit stage's tolerance facts, summed over its entries (ModEntry::rounding, abs_error, dscore_error).
+  // The logit stage's tolerance facts, summed over its entries (ModEntry::rounding, abs_error, dscore_error,
+  // dscore_abs).
   double logit_rounding() const;
   double logit_abs_error() const;
   double logit_dscore_error(double delta) const;
+  double logit_dscore_abs() const;
   double score(const ModAt& at, double s) const;  // score mods in library order
   // d score(at, s) / d s of the score mods together: the chain rule through them in library order (backward).
   double derivative(const ModAt& at, double s) const;

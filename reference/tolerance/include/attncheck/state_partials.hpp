@@ -19,9 +19,9 @@ struct KernelPartials {
 };
 
 // Empty when the partial states of `p` can be judged, else why not. A key range must keep its meaning when cut out
-// of the problem: plain GQA attention with causal (any alignment), window, key padding and softcap; nothing that
-// ties a key to the rest of its row (sinks, a finite fill, dropout, masks and biases by position, rotary positions,
-// KV cache or varlen sequences, expressions) and no weights or scores output.
+// of the problem: plain GQA attention with causal (any alignment), window, key padding and the logit stage; nothing
+// that ties a key to the rest of its row (sinks, a finite fill, dropout, masks and biases by position, rotary
+// positions, KV cache or varlen sequences, expressions) and no weights or scores output.
 std::string partials_unjudgeable(const Problem& p);
 
 struct PartialsVerdict {
