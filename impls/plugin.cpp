@@ -402,7 +402,8 @@ Capabilities convert(const attncheck_capabilities& c, const std::string& path) {
   r.bool_mask = c.bool_mask;
   r.bias = c.bias;
   r.window = c.window;
-  if (!c.softcap) r.logit.erase("softcap");  // ABI 1's flag of the logit-stage entry
+  r.logit.clear();  // ABI 1 carries one logit-stage entry: a plugin is never offered another
+  if (c.softcap) r.logit.insert("softcap");
   r.dropout = c.dropout;
   r.finite_fill = c.finite_fill;
   r.weights_out = c.weights_out;

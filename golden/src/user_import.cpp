@@ -8,7 +8,7 @@
 
 #include "attncheck/candidate_arrays.hpp"
 #include "attncheck/durable_file.hpp"
-#include "attncheck/features.hpp"
+#include "attncheck/mods.hpp"
 #include "attncheck/user_arrays.hpp"
 
 namespace attncheck {
@@ -137,9 +137,12 @@ ImportedCase import_case(const ImportRequest& r, const std::function<void(const 
   }
   p.scale = r.scale;
   for (const auto& [key, value] : r.logit) {
-    const Field* f = find_field(key);
-    if (!f || !std::holds_alternative<double Problem::*>(f->ref)) bad("--" + key + ": not a logit-stage parameter");
-    p.*std::get<double Problem::*>(f->ref) = value;
+    const auto entry = std::find_if(logit_modifications().begin(), logit_modifications().end(),
+                                    [&](const ModEntry& m) { return key == m.fields[0].key; });
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (entry == logit_modifications().end()) bad(flag + ": not a logit-stage parameter");
+    set_logit_parameter(p, *entry, value);
   }
   if (!r.causal.empty()) {
     std::string a = r.causal;

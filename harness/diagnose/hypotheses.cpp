@@ -420,7 +420,9 @@ std::vector<Cause> structural_hypotheses(const Subject& s) {
     if (!m.used(p)) continue;
     const std::string tag = logit_order_tag(m), late = std::string(m.name) + " applied after ";
     const std::string masked = " (masked scores become " + std::string(m.name) + "(-inf))";
-    const double limit = m.score(p, s.at(0, 0), -INFINITY);  // what a masked score becomes
+    // What a masked score becomes; the variant takes one value for the problem (every logit entry so far ignores
+    // the position), the prediction below each key's own.
+    const double limit = m.score(p, s.at(0, 0), -INFINITY);
     if (std::isfinite(limit))
       sc.variant(tag, late + "masking" + masked,
                  [&] { return with_problem(c, [&](Problem& q) { q.fill = MaskFill::finite, q.fill_value = limit; }); });

@@ -42,9 +42,8 @@ std::vector<BwdFault> subtle_backward_faults();  // ds_bf16 .. drop_max_key_dq
 std::vector<BwdFault> rope_backward_faults();    // rope_ignored, rope_not_transposed
 // With RoPE, q and k are rotated as a fused kernel does (`rope`: fp32 angles fl32(position · fl32(inv_freq)),
 // cosf and sinf, optionally stored in a table of that format; exact: fp64), and dQ, dK are rotated back by the
-// same angles, transposed. Library score and mask modifications are applied after the bias (ModSet), their
-// derivative chained into dS, as the logit stage's (its library entries'); the mutant has no QK-norm: it declines
-// it.
+// same angles, transposed. The logit stage and the library's score and mask modifications come from their entries
+// (ModSet), their derivatives chained into dS; the mutant has no QK-norm, and declines it.
 ImplPtr make_backward_mutant(BwdFault f, RopeMath rope = RopeMath::fp32);
 
 struct BackwardSelftestResult {

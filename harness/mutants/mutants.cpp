@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "attncheck/mods.hpp"
 #include "attncheck/problem.hpp"
@@ -80,11 +81,16 @@ struct Kernel {
     const bool finite = p.fill == MaskFill::finite || bug == Bug::finite_fill_uniform;
     const T fill = finite ? static_cast<T>(p.fill == MaskFill::finite ? p.fill_value : -1e9) : -inf;
     const bool capped_late = bug == Bug::logit_after_mask && late->used(p);
-    // The logit stage's entries in fp64, rounded once: those in place (all but the late one), and the late one.
+    // The logit stage's entries as a kernel in T evaluates them: those in place (all but the late one), or the
+    // late one.
     auto logit = [&](const ModAt& at, T s, bool in_place) {
-      for (const ModEntry& m : logit_modifications())
-        if (m.used(p) && (&m == late && capped_late) != in_place)
-          s = static_cast<T>(m.score(p, at, static_cast<double>(s)));
+      for (const ModEntry& m : logit_modifications()) {
+        if (!m.used(p) || (&m == late && capped_late) == in_place) continue;
+        if constexpr (std::is_same_v<T, float>)
+          s = m.score_f32 ? m.score_f32(p, at, s) : static_cast<float>(m.score(p, at, s));
+        else
+          s = m.score(p, at, s);
+      }
       return s;
     };
     const ModSet mods(p);

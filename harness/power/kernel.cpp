@@ -247,8 +247,8 @@ Outputs run_variant(const Variant& v, const Problem& p, const Inputs& in) {
       const float dot = part[0];
       float sc = v.exp2 ? dot * (scale * log2e) : dot * scale;
       float natural = dot * scale;  // the max-logit output's stage: after the logit stage (and modifications)
-      if (mods.has_logit()) {       // the logit stage in natural units, in fp64 rounded once; exp2: base 2 after it
-        natural = static_cast<float>(mods.logit(ModAt{0, h, i, diag, j}, natural));
+      if (mods.has_logit()) {       // the logit stage in natural units, as an fp32 kernel; exp2: base 2 after it
+        natural = mods.logit_f32(ModAt{0, h, i, diag, j}, natural);
         sc = v.exp2 ? natural * log2e : natural;
       }
       r.logit[static_cast<size_t>(j)] = v.fault == Fault::max_logit_stage      ? dot * scale  // before the stage

@@ -76,8 +76,7 @@ enum class Fault : uint8_t {
   // full (a block-sparse kernel skips the mask there): every row of the block sees every key of it.
   block_partial_as_full,
   // Max-logit faults, on the max_logit flavour: the row maximum taken before the logit stage (the raw scaled
-  // logits),
-  // and of the unscaled dot products.
+  // logits), and of the unscaled dot products.
   max_logit_stage,
   max_logit_unscaled,
   // fp8 output faults (fp8_out.hpp), on the fp8_out flavour: scale_o ignored (codes of O), applied as a descale

@@ -3,6 +3,7 @@
 // K/V (and full-bias) slots that no query can see, so any NaN in an output row that has a visible key is a leak.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <limits>
 
 #include "attncheck/generate.hpp"
@@ -127,7 +128,11 @@ Case build_case(const CaseSpec& s) {
     p.bias_shape = s.bias_kind == 2 ? std::array<int64_t, 4>{1, s.Hq, s.Lq, s.Lk} : shape_of(s.bias_kind);
   p.window_left = s.window_left;
   p.window_right = s.window_right;
-  for (const auto& [name, value] : s.logit) set_logit_parameter(p, *find_logit_modification(name), value);
+  for (const auto& [name, value] : s.logit) {
+    const ModEntry* m = find_logit_modification(name);
+    if (!m) throw std::invalid_argument("CaseSpec::logit: no logit-stage entry '" + name + "'");
+    set_logit_parameter(p, *m, value);
+  }
   p.fill = s.finite_fill ? MaskFill::finite : MaskFill::neg_inf;
   p.fill_value = -1e9;
   p.fully_masked = s.fully_masked;

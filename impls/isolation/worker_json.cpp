@@ -86,13 +86,6 @@ std::string dtype_name(DType t) {
 std::string layout_name(Layout l) { return l == Layout::BHSD ? "bhsd" : "bshd"; }
 std::string alignment_name(Alignment a) { return a == Alignment::explicit_ ? "explicit" : to_string(a); }
 
-// The logit stage's parameters (mods.hpp ModKind::logit): protocol 1 fields, numbers, always present.
-static std::vector<Field> logit_fields() {
-  std::vector<Field> out;
-  for (const ModEntry& m : logit_modifications()) out.insert(out.end(), m.fields.begin(), m.fields.end());
-  return out;
-}
-
 json problem_to_json(const Problem& p) {
   json d = json::array();
   for (int64_t b = 0; b < p.B; ++b) d.push_back(p.diagonal_offset(b));
@@ -129,7 +122,8 @@ json problem_to_json(const Problem& p) {
             {"dropout_seed", p.dropout_seed},
             {"want_lse", p.want_lse},
             {"want_weights", p.want_weights}};
-  for (const Field& f : logit_fields()) j[f.key] = p.*std::get<double Problem::*>(f.ref);
+  // The logit stage's parameters (mods.hpp): protocol 1 fields, numbers, always present.
+  for (const ModEntry& m : logit_modifications()) j[m.fields[0].key] = logit_parameter(p, m);
   if (p.max_logit != MaxLogitOut::none)
     j["max_logit"] = to_string(p.max_logit);  // feature "max_logit": the tensor's shape
   if (is_fp8(p.dtype))                        // fp8 (feature "fp8"): the codes' factors, and out's dtype (not `dtype`)
@@ -231,7 +225,7 @@ Problem problem_from_json(const json& j, const std::string& where) {
   p.alignment = parse_enum(j, w, "alignment", alignment_from_string);
   p.causal_offsets = int_list(field(j, w, "causal_offsets"), w, "causal_offsets");
   p.key_lengths = int_list(field(j, w, "key_lengths"), w, "key_lengths");
-  for (const Field& f : logit_fields()) p.*std::get<double Problem::*>(f.ref) = num_field(j, w, f.key);
+  for (const ModEntry& m : logit_modifications()) set_logit_parameter(p, m, num_field(j, w, m.fields[0].key));
   p.mask_shape = shape4(field(j, w, "mask_shape"), w, "mask_shape");
   p.bias_shape = shape4(field(j, w, "bias_shape"), w, "bias_shape");
   p.bias_dtype = parse_enum(j, w, "bias_dtype", dtype_from_string);

@@ -221,7 +221,7 @@ TEST(ModelReach, MlaFaultsGetTheirTags) {
 }
 
 // The max-logit faults of the power grid (the row max before the softcap, of the unscaled dot products: out and
-// lse right) get the tag max-logit-stage (the grid's max_logit flavour: causal, softcap 8).
+// lse right) get the tag max-logit-stage (the grid's max_logit flavour: causal, the logit stage at its first example).
 TEST(ModelReach, MaxLogitStageFaultsGetTheirTag) {
   for (auto [t, lg] :
        {std::pair{DType::f32, power::Logits::large}, std::pair{DType::bf16, power::Logits::near_one_hot}}) {

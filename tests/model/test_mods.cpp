@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <variant>
 
 #include "attncheck/backward.hpp"
 #include "attncheck/features.hpp"
@@ -409,6 +410,41 @@ TEST(ModsExpr, NonFiniteScoreOnAVisibleKeyIsAnError) {
   EXPECT_NO_THROW((void)reference_attention(p, in));
   Outputs out;
   EXPECT_TRUE(run_impl(*find_impl("cpu"), p, in, out).ok);
+}
+
+// What the code that iterates the logit stage reads from each entry: one double parameter, examples that validate
+// and turn the entry on, its evaluations (fp64 and as an fp32 kernel) and its tolerance facts.
+TEST(LogitEntries, GiveWhatTheGenericCodeReads) {
+  for (const ModEntry& m : logit_modifications()) {
+    EXPECT_EQ(m.kind, ModKind::logit) << m.name;
+    ASSERT_EQ(m.fields.size(), 1u) << m.name;
+    EXPECT_TRUE(std::holds_alternative<double Problem::*>(m.fields[0].ref)) << m.name;
+    ASSERT_FALSE(m.examples.empty()) << m.name;
+    ASSERT_TRUE(m.score && m.dscore && m.score_f32 && m.abs_error && m.dscore_error) << m.name;
+    EXPECT_GT(m.rounding, 0) << m.name;
+    EXPECT_GT(m.dscore_abs, 0) << m.name;
+    for (double v : m.examples) {
+      Problem p;
+      set_logit_parameter(p, m, v);
+      EXPECT_EQ(logit_parameter(p, m), v) << m.name;
+      EXPECT_NO_THROW(validate(p)) << m.name << " " << v;
+      EXPECT_TRUE(m.used(p)) << m.name << " " << v;
+      const ModAt at{0, 0, 0, 0, 0};
+      for (double s : {-400.0, -3.0, 0.0, 0.7, 12.0}) {  // the fp32 evaluation within the entry's rounding
+        const double exact = m.score(p, at, s), f32 = m.score_f32(p, at, static_cast<float>(s));
+        EXPECT_LE(std::abs(f32 - exact), (m.rounding + 2) * 0x1p-24 * m.abs_error(p)) << m.name << " at " << s;
+      }
+    }
+  }
+}
+
+// The kernels evaluate the logit stage's one entry by hand, and plugin ABI 1 carries it as a field and a flag: a
+// second entry needs them extended (docs/problem-model.md "The logit stage") before this test may change.
+TEST(LogitEntries, OnlySoftcapUntilTheKernelsAndTheAbiCarryAnother) {
+  ASSERT_EQ(logit_modifications().size(), 1u)
+      << "extend impls/cpu/cpu_common.hpp (Scorer), impls/cuda/kernels/attn_common.cuh (logit_stage) and "
+         "impls/cuda/host_plan.cpp, and impls/plugin.cpp (to_abi, convert) for the new logit-stage entry";
+  EXPECT_STREQ(logit_modifications()[0].name, "softcap");
 }
 
 }  // namespace

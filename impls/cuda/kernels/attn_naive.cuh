@@ -31,8 +31,7 @@ __global__ void attn_naive_kernel(AttnParams p) {
   const double q_r = staged ? row_norm_scale(p, p.q_norm_weight, qx) : 1.0;
   const int64_t q_pos = staged ? rope_query_pos(p, b, i) : 0;
 
-  // 1. scores: visible keys get scale·q·k (through the logit stage, + bias), masked keys the fill; lanes stride over
-  // keys.
+  // 1. scores: visible keys get scale·q·k through the logit stage, + bias; masked keys the fill; lanes stride keys.
   Acc m = neg_inf<Acc>();  // max over visible keys (the reference's m before the finite fill joins)
   for (int64_t j = lane; j < p.Lk; j += 32) {
     if (!key_visible(p, b, h, i, j, diag, valid)) {

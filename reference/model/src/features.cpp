@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <stdexcept>
 #include <string_view>
 
 #include "attncheck/mods.hpp"
@@ -402,8 +403,12 @@ Support Feature::allows(const Capabilities& c, const Problem& p) const {
   if (!logit) return check(c, p);
   return declared(c) ? Support::yes() : Support::no(std::string(logit->name) + " not supported");
 }
-bool Feature::declared(const Capabilities& c) const { return logit ? c.logit.count(logit->name) > 0 : c.*flag; }
+bool Feature::declared(const Capabilities& c) const {
+  if (!boolean()) throw std::logic_error(std::string(name) + ": not a yes/no capability");
+  return logit ? c.logit.count(logit->name) > 0 : c.*flag;
+}
 void Feature::declare(Capabilities& c, bool on) const {
+  if (!boolean()) throw std::logic_error(std::string(name) + ": not a yes/no capability");
   if (!logit)
     c.*flag = on;
   else if (on)

@@ -19,11 +19,16 @@ const ModEntry* find_modification(const std::string& name) {
   return nullptr;
 }
 
-void set_logit_parameter(Problem& p, const ModEntry& m, double value) {
+namespace {
+double Problem::*logit_member(const ModEntry& m) {
   if (m.kind != ModKind::logit || m.fields.size() != 1 || !std::holds_alternative<double Problem::*>(m.fields[0].ref))
     throw std::logic_error(std::string(m.name) + ": not a logit entry with one parameter");
-  p.*std::get<double Problem::*>(m.fields[0].ref) = value;
+  return std::get<double Problem::*>(m.fields[0].ref);
 }
+}  // namespace
+
+double logit_parameter(const Problem& p, const ModEntry& m) { return p.*logit_member(m); }
+void set_logit_parameter(Problem& p, const ModEntry& m, double value) { p.*logit_member(m) = value; }
 
 std::set<std::string> logit_modification_names() {
   std::set<std::string> names;
@@ -92,6 +97,12 @@ double ModSet::score(const ModAt& at, double s) const {
 
 double ModSet::logit(const ModAt& at, double s) const {
   for (const ModEntry* m : logit_) s = m->score(p_, at, s);
+  return s;
+}
+
+float ModSet::logit_f32(const ModAt& at, float s) const {
+  for (const ModEntry* m : logit_)
+    s = m->score_f32 ? m->score_f32(p_, at, s) : static_cast<float>(m->score(p_, at, static_cast<double>(s)));
   return s;
 }
 

@@ -38,8 +38,9 @@ void expect_size(const char* key, size_t got, int64_t want, const std::string& w
 const Field kSoftcap[] = {{"softcap", &P::softcap, Stored::attribute, kFrag, "must be a finite value >= 0 (0 = off)",
                            [](const P& p) { return p.softcap >= 0 && std::isfinite(p.softcap); },
                            "c*tanh(s/c) before bias and masks"}};
-constexpr double kSoftcaps[] = {5.0, 20.0, 50.0};  // Gemma 2's 50 (attention), 20 and 5: saturating logits
-const ModEntry kSoftcapEntry{
+constexpr double kSoftcaps[] = {5.0, 20.0, 50.0};  // 50: Gemma 2's attention softcap; 20 and 5 saturate sooner
+// constinit: Capabilities' default (every logit entry's name) reads it during other files' static initialisation.
+constinit const ModEntry kSoftcapEntry{
     "softcap", "softcap", ModKind::logit, kSoftcap, [](const P& p) { return p.softcap > 0; }, [](const P&) {},
     [](const P& p, const ModAt&, double s) { return p.softcap * std::tanh(s / p.softcap); },
     // 1 - tanh^2(y) at y = s/c, written as 4e/(1+e)^2 with e = exp(-2|y|): accurate to a few ulps for every y.
@@ -55,7 +56,11 @@ const ModEntry kSoftcapEntry{
     [](const P& p, double delta) { return 2.0 * delta / p.softcap; },  // |d log(1 - t^2) / ds| = 2|t|/c <= 2/c
     // 1 - t*t from the tanh t kept from the forward (FlashAttention): t carries <= 4u (a 2-ulp tanh), so 2|t|*4u,
     // plus u for t*t and u for the subtraction; where tanh saturates it is the whole derivative.
-    10.0, kSoftcaps};
+    10.0, kSoftcaps,
+    [](const P& p, const ModAt&, float s) {
+      const float c = static_cast<float>(p.softcap);
+      return c * std::tanh(s / c);
+    }};
 
 // ---- ALiBi (Press et al.; FlashAttention's alibi_slopes) ----------------------------------------------------
 // score - slope(b, h) * |pos - j|: FlashAttention documents "a bias of (-alibi_slope * |i + seqlen_k - seqlen_q -

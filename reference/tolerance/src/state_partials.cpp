@@ -26,7 +26,7 @@ Problem plain_copy(const Problem& p) {
   q.causal_offsets = p.causal_offsets;
   q.key_lengths = p.key_lengths, q.window_left = p.window_left, q.window_right = p.window_right;
   for (const ModEntry& m : logit_modifications())  // a per-score stage: a key range keeps its meaning
-    for (const Field& f : m.fields) set_field_text(q, f, field_text(p, f));
+    set_logit_parameter(q, m, logit_parameter(p, m));
   q.fully_masked = p.fully_masked, q.want_lse = p.want_lse;
   return q;
 }

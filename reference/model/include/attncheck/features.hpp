@@ -95,7 +95,7 @@ struct Feature {
   const char* protocol;
   bool (*used)(const Problem&);                           // does the problem use it
   Support (*check)(const Capabilities&, const Problem&);  // is it allowed (used only when `used`)
-  bool Capabilities::*flag;                               // the boolean capability, or nullptr when `check` is richer
+  bool Capabilities::*flag;  // the boolean capability, or nullptr when `check` is richer or on a logit-stage row
   // The extension tag (ATTNCHECK_EXT_* of plugin.h) that carries it to plugins: 0 = a v1 field of
   // attncheck_problem and a flag of attncheck_capabilities. A feature with a tag is offered only to a plugin that
   // lists `name` in its vtable's `features` (its Capabilities flag defaults to false), so older plugins never see

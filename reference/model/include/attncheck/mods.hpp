@@ -26,12 +26,13 @@ struct ModAt {
 // position: a stage applied to q and k before the scores (rotary position embedding: rope.hpp), not per score.
 // logit: a score modification of the scaled logit, before the bias (score entries come after the bias). The logit
 // entries predate the library: each keeps its schema-1 places (fixture attribute and name fragment among the base
-// fields, a capability flag and a field of plugin ABI 1), so they are listed apart (logit_modifications()) and are
-// not part of the modification extension (modifications(), Capabilities::mods).
+// fields, a capability flag and a field of plugin ABI 1), so they are listed apart (logit_modifications()), are
+// capabilities of their own (Capabilities::logit, one feature-table row each) and are not part of the modification
+// extension (modifications(), Capabilities::mods).
 enum class ModKind : uint8_t { score, mask, position, logit };
 
 struct ModEntry {
-  const char* name;    // capability name: Capabilities::mods, `attncheck list`, the worker protocol
+  const char* name;    // capability name: Capabilities::mods (logit: ::logit), `attncheck list`, the worker protocol
   const char* marker;  // Problem::short_name() fragment (golden fixture file names)
   ModKind kind;
   std::span<const Field> fields;  // its parameters; problem_fields() lists them after the base fields
@@ -61,8 +62,12 @@ struct ModEntry {
   // A logit entry's parameter (its one field, a double): the values fixed and generated cases take (the property
   // suite's draw picks one; the first is the default of cases that force the entry on).
   std::span<const double> examples = {};
+  // A logit entry's evaluation as an fp32 kernel forms it (the float tanh of the mutants' and the power grid's
+  // kernels, whose correct variants must pass with a kernel's rounding, not with fp64's).
+  float (*score_f32)(const Problem&, const ModAt&, float s) = nullptr;
 };
-// A logit entry's parameter (ModEntry::examples): its one field, set to `value`.
+// A logit entry's parameter (ModEntry::examples): its one field, a double. Throw std::logic_error for another entry.
+double logit_parameter(const Problem& p, const ModEntry& m);
 void set_logit_parameter(Problem& p, const ModEntry& m, double value);
 
 std::span<const ModEntry> modifications();
@@ -87,7 +92,8 @@ class ModSet {
   bool has_score() const { return !score_.empty(); }
   bool has_position() const { return position_; }  // q and k are rotated (rope.hpp) before the scores
   bool has_logit() const { return !logit_.empty(); }
-  double logit(const ModAt& at, double s) const;  // the logit stage of the scaled logit s, before the bias
+  double logit(const ModAt& at, double s) const;    // the logit stage of the scaled logit s, before the bias
+  float logit_f32(const ModAt& at, float s) const;  // the same as an fp32 kernel evaluates it (ModEntry::score_f32)
   // d logit(at, s) / d s: the chain factor what scale·q·k receives (the bias receives the gradient before it).
   double logit_derivative(const ModAt& at, double s) const;
   // The logit stage's tolerance facts, summed over its entries (ModEntry::rounding, abs_error, dscore_error,
