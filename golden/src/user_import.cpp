@@ -136,7 +136,9 @@ ImportedCase import_case(const ImportRequest& r, const std::function<void(const 
     p.Lk += p.past_len;
   }
   p.scale = r.scale;
-  for (const auto& [key, value] : r.logit) {
+  for (const auto& parameter : r.logit) {
+    const std::string& key = parameter.first;
+    const double value = parameter.second;
     const auto entry = std::find_if(logit_modifications().begin(), logit_modifications().end(),
                                     [&](const ModEntry& m) { return key == m.fields[0].key; });
     std::string flag = "--" + key;
