@@ -305,8 +305,9 @@ bool modification_bug(Bug b) {
 const std::vector<Entry>& catalogue() {
   static const std::vector<Entry> all = [] {
     std::vector<Entry> v;
-    auto add = [&](const char* name, Bug bug, bool correct, const char* what) {
-      v.push_back({std::make_shared<Looped>(name, bug, what, correct || modification_bug(bug)), correct, what});
+    auto add = [&](const std::string& name, Bug bug, bool correct, const std::string& what,
+                   const ModEntry* late = nullptr) {
+      v.push_back({std::make_shared<Looped>(name, bug, what, correct || modification_bug(bug), late), correct, what});
     };
     add("ok-reverse-order", Bug::reverse_order, true, "dot products, sums and P.V in reverse order");
     add("ok-online-block7", Bug::online_block7, true,
@@ -325,10 +326,8 @@ const std::vector<Entry>& catalogue() {
     add("partial-tile-zero", Bug::partial_tile_scored_zero, false, "last key tile padded with score 0, not -inf");
     add("fp16-accumulation", Bug::fp16_accumulation, false, "softmax sum and P.V accumulated in fp16");
     for (const ModEntry& m : logit_modifications())  // NAME-after-mask: diagnosed as NAME-order
-      v.push_back({std::make_shared<Looped>(std::string(m.name) + "-after-mask", Bug::logit_after_mask,
-                                            std::string(m.name) + " applied after masking (masked -inf -> its limit)",
-                                            false, &m),
-                   false, std::string(m.name) + " applied after masking (masked -inf -> its limit)"});
+      add(std::string(m.name) + "-after-mask", Bug::logit_after_mask, false,
+          std::string(m.name) + " applied after masking (masked -inf -> its limit)", &m);
     add("finite-fill-uniform", Bug::finite_fill_uniform, false, "fill -1e9: fully-masked rows become uniform");
     add("dropout-no-rescale", Bug::dropout_no_rescale, false, "kept weights not rescaled by 1/(1-p)");
     add("lse-off-by-scale", Bug::lse_off_by_scale, false, "lse from the unscaled max: m/scale + log(sum)");
